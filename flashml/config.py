@@ -1,0 +1,54 @@
+"""Units, definitions and defaults shared by every part of flashml (DESIGN.md, one place).
+
+Everything else imports these values; the Rust simulator receives them through its config and
+a test checks that its built-in defaults equal the ones here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+@dataclass(frozen=True)
+class Units:
+    """Cache geometry and the disk model (Baleen artifact's testbed)."""
+
+    segment_bytes: int = 128 * KiB
+    block_bytes: int = 8 * MiB
+    t_seek_s: float = 11.5e-3
+    bandwidth_bytes_per_s: float = 143 * MiB
+
+    @property
+    def segments_per_block(self) -> int:
+        return self.block_bytes // self.segment_bytes
+
+    def dt_seconds(self, ios: float, nbytes: float) -> float:
+        """Disk-head time of `ios` backend IOs moving `nbytes` bytes in total."""
+        return ios * self.t_seek_s + nbytes / self.bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Defaults at full-node scale, as in the artifact."""
+
+    cache_gb: float = 366.475
+    target_write_rate_mbps: float = 35.599
+    disks: int = 36
+    window_s: float = 600.0
+    warmup_s: float = 86_400.0
+    sample_ratio: float = 100.0
+
+
+UNITS = Units()
+DEFAULTS = Defaults()
+
+
+def state_dir() -> Path:
+    """Where embedded services keep their state (MLflow sqlite, Optuna sqlite, Data Docs)."""
+    return Path(os.environ.get("FLASHML_HOME", ".flashml"))

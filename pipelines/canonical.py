@@ -1,0 +1,188 @@
+"""The canonical access table: one row per access, the same columns whatever the source.
+
+Columns (in this order), then any `src_*` columns of the source format:
+
+| column      | type   | meaning                                                       |
+|-------------|--------|---------------------------------------------------------------|
+| `time`      | f64    | seconds (Unix seconds where the source has an epoch)          |
+| `key`       | u64    | cache key: the block (and host/shard where the source has one) |
+| `offset`    | u64    | byte offset of the access inside its block                    |
+| `size`      | u64    | bytes; `offset + size <= block size`                          |
+| `op`        | u8     | Tectonic op code (see `OPS`)                                  |
+| `namespace` | u32    | namespace / tenant id                                         |
+| `user`      | u32    | user id                                                       |
+| `src_line`  | u64    | 1-based line number of the source line the access came from   |
+
+Parquet key-value metadata records the sample ratio, the source format and the block size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from flashml.config import UNITS
+
+# Tectonic op codes (baleen-artifact-notes.md). The one definition of op names.
+OPS: dict[int, str] = {
+    1: "GET_TEMP",
+    2: "GET_PERM",
+    3: "PUT_TEMP",
+    4: "PUT_PERM",
+    5: "GET_NOT_INIT",
+    6: "PUT_NOT_INIT",
+    100: "UNKNOWN",
+}
+GET_OPS: tuple[int, ...] = (1, 2, 5)
+PUT_OPS: tuple[int, ...] = (3, 4, 6)
+
+CORE_SCHEMA: dict[str, pl.DataType] = {
+    "time": pl.Float64(),
+    "key": pl.UInt64(),
+    "offset": pl.UInt64(),
+    "size": pl.UInt64(),
+    "op": pl.UInt8(),
+    "namespace": pl.UInt32(),
+    "user": pl.UInt32(),
+    "src_line": pl.UInt64(),
+}
+CORE_COLUMNS: tuple[str, ...] = tuple(CORE_SCHEMA)
+
+META_PREFIX = "flashml."
+SCHEMA_VERSION = "1"
+
+_ARTIFACT_NAME = re.compile(r"full_(?P<start>\d+(?:\.\d+)?)_(?P<ratio>\d+(?:\.\d+)?)\.trace")
+
+
+class TraceError(ValueError):
+    """A user-facing problem with a trace: names the file, and the line and field if known."""
+
+    def __init__(self, path: str | os.PathLike[str], message: str, line: int | None = None,
+                 field: str | None = None) -> None:
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        where = self.path
+        if line is not None:
+            where += f":{line}"
+        if field is not None:
+            where += f": field '{field}'"
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    sample_ratio: float = 100.0
+    source_format: str = "unknown"
+    block_bytes: int = UNITS.block_bytes
+    source_file: str = ""
+
+    def to_kv(self) -> dict[bytes, bytes]:
+        d = {
+            "sample_ratio": repr(float(self.sample_ratio)),
+            "source_format": self.source_format,
+            "block_bytes": str(int(self.block_bytes)),
+            "source_file": self.source_file,
+            "schema_version": SCHEMA_VERSION,
+        }
+        return {(META_PREFIX + k).encode(): v.encode() for k, v in d.items()}
+
+    @classmethod
+    def from_kv(cls, kv: dict[bytes, bytes] | None) -> TraceMeta:
+        kv = kv or {}
+        g = {k.decode(): v.decode() for k, v in kv.items() if k.startswith(META_PREFIX.encode())}
+        return cls(
+            sample_ratio=float(g.get(META_PREFIX + "sample_ratio", 100.0)),
+            source_format=g.get(META_PREFIX + "source_format", "unknown"),
+            block_bytes=int(g.get(META_PREFIX + "block_bytes", UNITS.block_bytes)),
+            source_file=g.get(META_PREFIX + "source_file", ""),
+        )
+
+    def as_json(self) -> str:
+        return json.dumps(self.__dict__)
+
+
+def sample_ratio_from_name(path: str | os.PathLike[str]) -> float | None:
+    """The sample ratio (percent) of an artifact-style file name `full_<start>_<ratio>.trace`."""
+    m = _ARTIFACT_NAME.search(Path(path).name)
+    return float(m.group("ratio")) if m else None
+
+
+def resolve_sample_ratio(explicit: float | None, path: str | os.PathLike[str],
+                         meta: TraceMeta | None = None) -> float:
+    """--sample-ratio if given, else the table's metadata, else the file name, else 100."""
+    if explicit is not None:
+        ratio = float(explicit)
+    elif meta is not None and meta.source_format != "unknown":
+        ratio = meta.sample_ratio
+    else:
+        ratio = sample_ratio_from_name(path) or 100.0
+    if not (0.0 < ratio <= 100.0):
+        raise TraceError(path, f"sample ratio must be in (0, 100] percent, got {ratio}",
+                         field="sample_ratio")
+    return ratio
+
+
+def arrow_schema(extra: pa.Schema | None = None, meta: TraceMeta | None = None) -> pa.Schema:
+    fields = [pa.field(n, pl.select(pl.lit(None, dtype=t)).to_arrow().schema[0].type)
+              for n, t in CORE_SCHEMA.items()]
+    if extra is not None:
+        fields += [f for f in extra if f.name not in CORE_SCHEMA]
+    return pa.schema(fields, metadata=(meta or TraceMeta()).to_kv())
+
+
+@contextmanager
+def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path next to `dest`; rename it onto `dest` only if the block succeeds."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, dest)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def read_meta(path: str | os.PathLike[str]) -> TraceMeta:
+    try:
+        md = pq.read_schema(path).metadata
+    except (OSError, pa.ArrowInvalid) as e:
+        raise TraceError(path, f"not a readable Parquet file ({e})") from None
+    return TraceMeta.from_kv(md)
+
+
+def read_table(path: str | os.PathLike[str]) -> tuple[pl.DataFrame, TraceMeta]:
+    """Read a canonical table and its metadata; checks that the core columns are present."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceError(path, "no such file")
+    meta = read_meta(path)
+    df = pl.read_parquet(path)
+    missing = [c for c in CORE_COLUMNS if c not in df.columns]
+    if missing:
+        raise TraceError(path, f"not a canonical access table: missing column(s) {missing}",
+                         field=missing[0])
+    return df, meta
+
+
+def write_table(df: pl.DataFrame, path: str | os.PathLike[str], meta: TraceMeta) -> None:
+    """Write a canonical table atomically with its metadata."""
+    table = df.to_arrow()
+    table = table.cast(arrow_schema(table.schema, meta).remove_metadata()).replace_schema_metadata(
+        meta.to_kv())
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
