@@ -1,26 +1,53 @@
-"""The one `flashml` command line."""
+"""flashml: learn flash-cache policies from storage traces and ship them as C shared objects."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import logging
 import sys
 
 from flashml import __version__
+
+# Each name is a module in flashml.commands exposing `register(subparsers)`.
+COMMAND_MODULES = ("trace", "sim", "pipeline")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flashml", description=__doc__)
     p.add_argument("--version", action="version", version=f"flashml {__version__}")
-    p.add_subparsers(dest="command", metavar="COMMAND")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(f"flashml.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"flashml.commands.{name}":
+                continue
+            raise
+        mod.register(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command is None:
-        build_parser().print_help()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    if not hasattr(args, "func"):
+        parser.print_help()
         return 2
-    return 0
+    from flashml.errors import UserError
+
+    try:
+        rc = args.func(args)
+    except UserError as e:
+        print(f"flashml: error: {e}", file=sys.stderr)
+        return 1
+    return int(rc or 0)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from flashml.config import UNITS
+from flashml.errors import TraceError
 
 # Tectonic op codes (baleen-artifact-notes.md). The one definition of op names.
 OPS: dict[int, str] = {
@@ -62,22 +63,6 @@ META_PREFIX = "flashml."
 SCHEMA_VERSION = "1"
 
 _ARTIFACT_NAME = re.compile(r"full_(?P<start>\d+(?:\.\d+)?)_(?P<ratio>\d+(?:\.\d+)?)\.trace")
-
-
-class TraceError(ValueError):
-    """A user-facing problem with a trace: names the file, and the line and field if known."""
-
-    def __init__(self, path: str | os.PathLike[str], message: str, line: int | None = None,
-                 field: str | None = None) -> None:
-        self.path = str(path)
-        self.line = line
-        self.field = field
-        where = self.path
-        if line is not None:
-            where += f":{line}"
-        if field is not None:
-            where += f": field '{field}'"
-        super().__init__(f"{where}: {message}")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Sub-commands of the `flashml` CLI: each module exposes `register(subparsers)`."""
