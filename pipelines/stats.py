@@ -1,0 +1,231 @@
+"""Trace statistics in the shape of Baleen's Table 2, for any canonical access table.
+
+Definitions (one access = one row of the canonical table; "block" = cache key):
+
+| key                           | definition                                                    |
+|-------------------------------|---------------------------------------------------------------|
+| `requests`                    | number of accesses (all ops)                                  |
+| `gets`, `puts`                | accesses whose op is in `GET_OPS` / `PUT_OPS`                  |
+| `keys`                        | distinct blocks (cache keys)                                  |
+| `get_keys`                    | distinct blocks read by at least one GET                      |
+| `duration_s`                  | last time - first time, seconds                               |
+| `sample_ratio`                | percent of the full node the trace samples (from `TraceMeta`) |
+| `request_rate_per_s`          | requests / duration, scaled by 100 / sample_ratio             |
+| `avg_block_size_mb`           | mean over blocks of the largest `offset + size` seen, in MB   |
+| `access_size_mb`              | mean access size (all ops), in MB                             |
+| `compulsory_miss_rate`        | keys / requests, all ops (Baleen Table 2 footnote 1)          |
+| `get_compulsory_miss_rate`    | get_keys / gets: what a read cache actually misses cold       |
+| `one_hit_wonder_rate`         | fraction of blocks with exactly one access (all ops)          |
+| `get_one_hit_wonder_rate`     | fraction of GET-read blocks read by exactly one GET           |
+| `put_only_block_rate`         | fraction of blocks with at least one PUT and no GET           |
+| `put_fraction`                | puts / requests ("#PUT / #Acc")                               |
+| `admit_all_write_rate_mbps`   | see below                                                     |
+| `peak_to_mean_hourly`         | busiest full hour's requests / mean requests per full hour    |
+
+MB means 2**20 bytes here (`flashml.config.MiB`), the same binary unit as the artifact's
+GB (= 2**30 bytes) in cache sizes.
+
+`admit_all_write_rate_mbps` is the flash write rate of admit-all *with no evictions*: every
+distinct (block, segment) that any GET touches is written to flash exactly once, so it is
+distinct GET segments x segment size / duration, scaled by 100 / sample_ratio. PUTs are
+never admitted (DESIGN.md). Real admit-all re-admits evicted segments, so this is the lower
+bound of admit-all's write rate at any cache size; Baleen's Table 2 column, measured with a
+400 GB cache, is higher.
+
+The one-hit-wonder and compulsory-miss rates count all ops because Baleen's Table 2 does
+(Region1's 0.1% sample: 25,428 blocks / 147,794 accesses = 17.2%, Table 2 says 18%); the
+`get_*` variants are the read-cache view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from flashml.pipelines.canonical import GET_OPS, PUT_OPS, TraceMeta
+
+from flashml.config import UNITS, MiB
+
+MB = MiB
+HOUR_S = 3600.0
+
+# The JSON keys the CLI promises (`flashml trace stats --json`); more follow them.
+REQUIRED_KEYS: tuple[str, ...] = (
+    "requests", "gets", "puts", "keys", "duration_s", "one_hit_wonder_rate",
+    "compulsory_miss_rate", "admit_all_write_rate_mbps",
+)
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return float(num) / float(den) if den else None
+
+
+def _counts(df: pl.DataFrame) -> dict[str, Any]:
+    is_get = pl.col("op").is_in(GET_OPS)
+    row = df.select(
+        requests=pl.len(),
+        gets=is_get.sum(),
+        puts=pl.col("op").is_in(PUT_OPS).sum(),
+        keys=pl.col("key").n_unique(),
+        t0=pl.col("time").min(),
+        t1=pl.col("time").max(),
+        size_mean=pl.col("size").cast(pl.Float64).mean(),
+    ).row(0, named=True)
+    return row
+
+
+def _per_block(df: pl.DataFrame) -> dict[str, Any]:
+    is_get = pl.col("op").is_in(GET_OPS)
+    is_put = pl.col("op").is_in(PUT_OPS)
+    blocks = df.group_by("key").agg(
+        n=pl.len(),
+        n_get=is_get.sum(),
+        n_put=is_put.sum(),
+        extent=(pl.col("offset") + pl.col("size")).max(),
+    )
+    return blocks.select(
+        ohw=(pl.col("n") == 1).sum(),
+        put_only=((pl.col("n_get") == 0) & (pl.col("n_put") > 0)).sum(),
+        get_keys=(pl.col("n_get") > 0).sum(),
+        get_ohw=(pl.col("n_get") == 1).sum(),
+        extent_mean=pl.col("extent").cast(pl.Float64).mean(),
+    ).row(0, named=True)
+
+
+def distinct_get_segments(df: pl.DataFrame, segment_bytes: int = UNITS.segment_bytes) -> int:
+    """Distinct (block, segment) pairs touched by GETs: the union of each block's segment
+    intervals, computed without expanding accesses into segments."""
+    seg = pl.lit(segment_bytes, dtype=pl.Int64)
+    iv = (
+        df.lazy()
+        .filter(pl.col("op").is_in(GET_OPS) & (pl.col("size") > 0))
+        .select(
+            "key",
+            a=pl.col("offset").cast(pl.Int64) // seg,
+            b=(pl.col("offset").cast(pl.Int64) + pl.col("size").cast(pl.Int64) - 1) // seg,
+        )
+        .sort("key", "a")
+        # Sorted by start, the part of [a, b] already covered by earlier intervals of the same
+        # block is exactly [a, min(b, max of their ends)].
+        .with_columns(prev_end=pl.col("b").cum_max().shift(1).over("key").fill_null(-1))
+        .select(
+            (pl.col("b") - pl.max_horizontal(pl.col("a") - 1, pl.col("prev_end")))
+            .clip(lower_bound=0)
+            .sum()
+        )
+        .collect()
+    )
+    return int(iv.item() or 0)
+
+
+def _peak_to_mean_hourly(df: pl.DataFrame, t0: float, duration: float) -> float | None:
+    full_hours = int(duration // HOUR_S)
+    if full_hours < 2:
+        return None
+    per_hour = (
+        df.select(h=((pl.col("time") - t0) // HOUR_S).cast(pl.Int64))
+        .filter(pl.col("h") < full_hours)
+        .group_by("h")
+        .len()
+    )
+    counts = per_hour["len"]
+    return float(counts.max()) / (float(counts.sum()) / full_hours)
+
+
+def _empty(meta: TraceMeta) -> dict[str, Any]:
+    out: dict[str, Any] = {k: 0 for k in REQUIRED_KEYS}
+    out.update(duration_s=0.0, one_hit_wonder_rate=None, compulsory_miss_rate=None,
+               admit_all_write_rate_mbps=None, sample_ratio=float(meta.sample_ratio))
+    return out
+
+
+def compute_stats(df: pl.DataFrame, meta: TraceMeta) -> dict[str, Any]:
+    """Baleen Table 2 statistics of a canonical access table (definitions: module docstring).
+
+    Rates are per second of trace time, scaled to a full node by 100 / `meta.sample_ratio`.
+    A rate or ratio that is undefined (zero duration, no rows) is None.
+    """
+    if df.height == 0:
+        return _empty(meta)
+    c = _counts(df)
+    b = _per_block(df)
+    scale = 100.0 / float(meta.sample_ratio)
+    duration = float(c["t1"] - c["t0"])
+    segs = distinct_get_segments(df)
+
+    def per_s(x: float) -> float | None:
+        r = _ratio(x, duration)
+        return None if r is None else r * scale
+
+    write_rate = per_s(segs * UNITS.segment_bytes / MB)
+    return {
+        "requests": int(c["requests"]),
+        "gets": int(c["gets"]),
+        "puts": int(c["puts"]),
+        "keys": int(c["keys"]),
+        "duration_s": duration,
+        "one_hit_wonder_rate": _ratio(b["ohw"], c["keys"]),
+        "compulsory_miss_rate": _ratio(c["keys"], c["requests"]),
+        "admit_all_write_rate_mbps": write_rate,
+        "sample_ratio": float(meta.sample_ratio),
+        "request_rate_per_s": per_s(c["requests"]),
+        "avg_block_size_mb": float(b["extent_mean"]) / MB,
+        "access_size_mb": float(c["size_mean"]) / MB,
+        "put_only_block_rate": _ratio(b["put_only"], c["keys"]),
+        "put_fraction": _ratio(c["puts"], c["requests"]),
+        "get_keys": int(b["get_keys"]),
+        "get_compulsory_miss_rate": _ratio(b["get_keys"], c["gets"]),
+        "get_one_hit_wonder_rate": _ratio(b["get_ohw"], b["get_keys"]),
+        "get_segments": segs,
+        "peak_to_mean_hourly": _peak_to_mean_hourly(df, float(c["t0"]), duration),
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100.0 * x:.1f}%"
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    """A readable table of `compute_stats` output, Table 2's rows first."""
+    ratio = stats.get("sample_ratio", 100.0)
+    dur = stats.get("duration_s") or 0.0
+    rows = [
+        ("request rate", f"{_num(stats.get('request_rate_per_s'), ',.1f')} /s",
+         "full node"),
+        ("avg block size", f"{_num(stats.get('avg_block_size_mb'), '.2f')} MB",
+         "mean largest offset+size"),
+        ("access size", f"{_num(stats.get('access_size_mb'), '.2f')} MB", "mean, all ops"),
+        ("compulsory miss rate", _pct(stats.get("compulsory_miss_rate")), "blocks / accesses"),
+        ("one-hit-wonder rate", _pct(stats.get("one_hit_wonder_rate")),
+         "blocks accessed once"),
+        ("PUT-only blocks", _pct(stats.get("put_only_block_rate")), "blocks never read"),
+        ("#PUT / #Acc", _pct(stats.get("put_fraction")), ""),
+        ("admit-all write rate", f"{_num(stats.get('admit_all_write_rate_mbps'), ',.1f')} MB/s",
+         "no evictions: lower bound, full node"),
+        ("", "", ""),
+        ("requests", f"{stats.get('requests', 0):,}",
+         f"GET {stats.get('gets', 0):,}, PUT {stats.get('puts', 0):,}"),
+        ("blocks", f"{stats.get('keys', 0):,}", f"read by a GET {stats.get('get_keys', 0):,}"),
+        ("duration", f"{dur / 86400.0:.2f} days", f"{dur:,.0f} s"),
+        ("GET compulsory miss rate", _pct(stats.get("get_compulsory_miss_rate")),
+         "GET blocks / GETs"),
+        ("GET one-hit-wonder rate", _pct(stats.get("get_one_hit_wonder_rate")),
+         "GET blocks read once"),
+        ("peak-to-mean (hourly)", _num(stats.get("peak_to_mean_hourly"), ".2f"), ""),
+    ]
+    head = (f"Trace statistics (Baleen Table 2); sample ratio {ratio:g}%, "
+            f"rates scaled x{100.0 / ratio:g} to a full node; MB = 2^20 bytes")
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    lines = [head]
+    for name, value, note in rows:
+        if not name:
+            lines.append("")
+            continue
+        line = f"  {name:<{w0}}  {value:>{w1}}"
+        lines.append(f"{line}   {note}" if note else line)
+    return "\n".join(lines)
