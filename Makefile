@@ -1,0 +1,33 @@
+# flashml: the two commands are `make demo` (set up + run the main job) and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+export CARGO_TERM_QUIET := true
+
+.PHONY: setup demo test lint test-rust test-python bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	$(VENV)/bin/flashml pipeline run
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	cd sim && cargo fmt --check
+	cd sim && cargo clippy --all-targets -- -D warnings
+	cd sim && cargo clippy --all-targets --features python -- -D warnings
+
+test-rust:
+	cd sim && cargo test --release
+
+test-python: setup
+	$(VENV)/bin/pytest -n 2 --dist loadfile -q
+
+test: setup lint test-rust test-python
+
+bench: setup
+	$(PY) bench/run.py
+
+clean:
+	rm -rf .flashml sim/target

@@ -1,0 +1,183 @@
+"""`flashml trace ...`: ingest, sample, generate, stats and validate traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from flashml.config import UNITS
+from flashml.errors import UserError
+
+log = logging.getLogger("flashml.trace")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    return v
+
+
+def add_trace_input(p: argparse.ArgumentParser, *, with_format: bool = True) -> None:
+    """Options every command that reads a trace takes."""
+    from flashml.pipelines.readers import FORMATS
+
+    p.add_argument("trace", type=Path, help="trace file: canonical .parquet, or raw text "
+                   "(.gz/.zst read transparently)")
+    if with_format:
+        p.add_argument("--format", choices=FORMATS, default=None,
+                       help="format of a raw trace (default: tectonic; ignored for .parquet)")
+    p.add_argument("--sample-ratio", type=_positive_float, default=None, metavar="PERCENT",
+                   help="sample ratio of the trace in percent; default: the table's metadata, "
+                   "else the artifact file name full_<start>_<ratio>.trace, else 100")
+    p.add_argument("--block-bytes", type=int, default=UNITS.block_bytes,
+                   help="block size in bytes (default 8 MiB)")
+    p.add_argument("--sector-bytes", type=int, default=512,
+                   help="cloudphysics: bytes per lbn sector (default 512)")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="cloudphysics/csv: multiply source times by this to get seconds")
+    p.add_argument("--columns", default="",
+                   help="csv: FIELD=COLUMN,... mapping (fields: time,key,offset,address,size,"
+                   "op,namespace,user; by header name, or 0-based index with --no-header)")
+    p.add_argument("--separator", default=",", help="csv: field separator (default ',')")
+    p.add_argument("--no-header", action="store_true", help="csv: the file has no header line")
+
+
+def reader_options(args: argparse.Namespace) -> dict:
+    fmt = getattr(args, "format", None) or "tectonic"
+    opts: dict = {"block_bytes": args.block_bytes}
+    if fmt == "cloudphysics":
+        opts.update(sector_bytes=args.sector_bytes, time_scale=args.time_scale)
+    elif fmt == "csv":
+        opts.update(columns=args.columns, separator=args.separator, header=not args.no_header,
+                    time_scale=args.time_scale)
+    return opts
+
+
+def load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from flashml.pipelines.ingest import load_trace
+
+    return load_trace(args.trace, getattr(args, "format", None),
+                      sample_ratio=args.sample_ratio, **reader_options(args))
+
+
+# --- handlers ---------------------------------------------------------------------------------
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from flashml.pipelines.ingest import ingest
+
+    res = ingest(args.trace, args.output, args.format or "tectonic",
+                 sample_ratio=args.sample_ratio, chunk_bytes=args.chunk_mb * 1024 * 1024,
+                 **reader_options(args))
+    print(f"{res.out}: {res.rows} accesses from {res.lines} lines "
+          f"({res.meta.source_format}, sample ratio {res.meta.sample_ratio:g}%), "
+          f"{res.dropped_zero_size} zero-size IOs dropped, {res.seconds:.2f}s "
+          f"({res.lines_per_s / 1e6:.2f} M lines/s)")
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from flashml.pipelines.canonical import write_table
+    from flashml.pipelines.sample import sample_by_key
+
+    df, meta = load(args)
+    out, meta2 = sample_by_key(df, meta, start=args.start, size=args.size, seed=args.seed)
+    write_table(out, args.output, meta2)
+    print(f"{args.output}: kept {out['key'].n_unique()} of {df['key'].n_unique()} keys, "
+          f"{len(out)} of {len(df)} accesses ({100 * len(out) / max(len(df), 1):.2f}%); "
+          f"sample ratio {meta.sample_ratio:g}% -> {meta2.sample_ratio:g}%")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from flashml.pipelines.generate import PRESETS, generate_trace
+
+    if args.preset not in PRESETS:
+        raise UserError(f"unknown preset {args.preset!r}; presets: {', '.join(PRESETS)}")
+    info = generate_trace(args.preset, args.seed, args.output, accesses=args.accesses,
+                          days=args.days, progress=not args.quiet)
+    print(f"{args.output}: " + ", ".join(f"{k}={v}" for k, v in info.items()))
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from flashml.pipelines.stats import compute_stats, format_stats
+
+    df, meta = load(args)
+    stats = compute_stats(df, meta)
+    if args.json:
+        print(json.dumps(stats, indent=2, sort_keys=True))
+    else:
+        print(format_stats(stats))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from flashml.pipelines.validate import validate_table
+
+    df, meta = load(args)
+    report = validate_table(df, meta, context_dir=args.context_dir)
+    print(report.describe())
+    if report.docs_index is not None:
+        print(f"Data Docs: {report.docs_index}")
+    if not report.success:
+        failed = report.failures()
+        print(f"validation FAILED: {len(failed)} expectation(s) failed on {args.trace}",
+              file=sys.stderr)
+        return 1
+    print(f"validation passed: {len(report.outcomes)} expectations on {report.rows} rows")
+    return 0
+
+
+# --- parser -----------------------------------------------------------------------------------
+def register(sub: argparse._SubParsersAction) -> None:
+    trace = sub.add_parser("trace", help="ingest, sample, generate, describe and validate traces",
+                           description="Ingest, sample, generate, describe and validate traces.")
+    tsub = trace.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
+
+    p = tsub.add_parser("ingest", help="raw trace -> canonical Parquet access table",
+                        description="Read a raw trace (tectonic, msr, cloudphysics or csv; plain, "
+                        ".gz or .zst) into the canonical access table (Parquet).")
+    add_trace_input(p)
+    p.add_argument("-o", "--output", type=Path, required=True, help="output .parquet")
+    p.add_argument("--chunk-mb", type=int, default=16, help="input chunk size (bounds memory)")
+    p.set_defaults(func=cmd_ingest)
+
+    p = tsub.add_parser("sample", help="sample a trace by key, recording the sample ratio",
+                        description="Sample by key as Baleen's artifact does: shuffle keys, keep "
+                        "those whose cumulative share of accesses falls in [start, start+size).")
+    add_trace_input(p)
+    p.add_argument("-o", "--output", type=Path, required=True, help="output .parquet")
+    p.add_argument("--start", type=float, default=0.0, help="start percent (default 0)")
+    p.add_argument("--size", type=float, required=True, help="sample size in percent")
+    p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    p.set_defaults(func=cmd_sample)
+
+    p = tsub.add_parser("generate", help="write a synthetic Tectonic-format trace",
+                        description="Write a synthetic trace (Tectonic text, 201910 schema) from "
+                        "a preset modelled on Baleen's Table 2.")
+    p.add_argument("--preset", default="region1-like", help="preset name (default region1-like)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--accesses", type=int, default=None, help="number of accesses (override)")
+    p.add_argument("--days", type=float, default=None, help="trace length in days (override)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("-o", "--output", type=Path, required=True, help="output trace file")
+    p.set_defaults(func=cmd_generate)
+
+    p = tsub.add_parser("stats", help="Baleen Table 2 statistics of a trace",
+                        description="Print the Table 2 statistics of a trace (rates scaled to a "
+                        "full node by the sample ratio).")
+    add_trace_input(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_stats)
+
+    p = tsub.add_parser("validate", help="run the Great Expectations suite; write Data Docs",
+                        description="Validate a trace's canonical table with the Great "
+                        "Expectations suite and write its Data Docs; exit 1 on failure.")
+    add_trace_input(p)
+    p.add_argument("--context-dir", type=Path, default=None,
+                   help="Great Expectations file context (default .flashml/gx)")
+    p.set_defaults(func=cmd_validate)

@@ -1,0 +1,36 @@
+"""Shared test helpers: paths to ../shared and the fixtures, and running the real CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+DATA = Path(__file__).resolve().parent / "data"
+CLOUDPHYSICS = SHARED / "traces" / "cloudphysics-sample.csv"
+
+
+def run_cli(*args: str, check: bool = False, cwd: Path | None = None,
+            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run `flashml ARGS...` as a user would, in a fresh interpreter."""
+    proc = subprocess.run([sys.executable, "-m", "flashml.cli", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd or REPO, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"flashml {' '.join(map(str, args))} failed ({proc.returncode}):\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+@pytest.fixture(scope="session")
+def cloudphysics_path() -> Path:
+    assert CLOUDPHYSICS.exists(), f"{CLOUDPHYSICS} missing: ../shared must sit beside the repo"
+    return CLOUDPHYSICS
