@@ -1,12 +1,20 @@
 //! flashml_sim: the trace-driven flash-cache simulator.
+//!
+//! * [`flash`]: Baleen's flash-cache model (segments of blocks, DT, admission, prefetch).
+//! * [`objects`]: libCacheSim's object-cache model (key, size; byte or count capacity).
+//! * Policies live behind traits: [`eviction::Eviction`], [`admission::Admission`],
+//!   [`prefetch::Prefetch`].
+//! * With the `python` feature, a thin PyO3 layer exposes `flashml_sim.simulate`,
+//!   `flashml_sim.simulate_objects` and `flashml_sim.default_config`.
+
+pub mod admission;
+pub mod config;
+pub mod eviction;
+pub mod flash;
+pub mod hash;
+pub mod list;
+pub mod objects;
+pub mod prefetch;
 
 #[cfg(feature = "python")]
-mod python {
-    use pyo3::prelude::*;
-
-    #[pymodule]
-    fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
-        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-        Ok(())
-    }
-}
+mod python;

@@ -1,0 +1,189 @@
+//! Admission policies: asked once per GET miss whether the backend IO's uncached segments
+//! (requested and prefetched alike) are written to flash.
+
+use crate::hash::{new_map, splitmix64, unit_interval, FastMap};
+
+/// What an admission policy may look at for one miss.
+#[derive(Debug, Clone, Copy)]
+pub struct MissCtx {
+    /// Row index of the access in the trace.
+    pub index: usize,
+    pub key: u64,
+    pub time: f64,
+    /// Segments the access covers (inclusive).
+    pub first_seg: u32,
+    pub last_seg: u32,
+    /// First and last covered segment that is not cached (inclusive).
+    pub first_missing: u32,
+    pub last_missing: u32,
+    /// Some covered segment was cached.
+    pub partial_hit: bool,
+}
+
+pub trait Admission {
+    fn admit(&mut self, miss: &MissCtx) -> bool;
+}
+
+pub struct AdmitAll;
+
+impl Admission for AdmitAll {
+    #[inline]
+    fn admit(&mut self, _miss: &MissCtx) -> bool {
+        true
+    }
+}
+
+/// Admit with probability `p`, decided by a deterministic hash of the block key and the
+/// access index: `unit_interval(splitmix64(key ^ splitmix64(index ^ seed))) < p`.
+pub struct CoinFlip {
+    pub p: f64,
+    pub seed: u64,
+}
+
+impl CoinFlip {
+    #[inline]
+    pub fn draw(key: u64, index: u64, seed: u64) -> f64 {
+        unit_interval(splitmix64(key ^ splitmix64(index ^ seed)))
+    }
+}
+
+impl Admission for CoinFlip {
+    #[inline]
+    fn admit(&mut self, miss: &MissCtx) -> bool {
+        Self::draw(miss.key, miss.index as u64, self.seed) < self.p
+    }
+}
+
+/// RejectX: the history holds the keys of the last `history` admission queries (this one
+/// included); admit iff the key occurs more than `x` times in it, i.e. it was seen at least
+/// `x` times before within the window. Memory: O(history).
+pub struct RejectX {
+    x: u32,
+    history: usize,
+    ring: Vec<u64>,
+    pos: usize,
+    counts: FastMap<u64, u32>,
+}
+
+impl RejectX {
+    pub fn new(x: u32, history: usize) -> Self {
+        let history = history.max(1);
+        RejectX {
+            x,
+            history,
+            ring: Vec::new(),
+            pos: 0,
+            counts: new_map(),
+        }
+    }
+}
+
+impl Admission for RejectX {
+    #[inline]
+    fn admit(&mut self, miss: &MissCtx) -> bool {
+        let key = miss.key;
+        if self.ring.len() < self.history {
+            self.ring.push(key);
+        } else {
+            let old = std::mem::replace(&mut self.ring[self.pos], key);
+            self.pos += 1;
+            if self.pos == self.history {
+                self.pos = 0;
+            }
+            if let Some(c) = self.counts.get_mut(&old) {
+                *c -= 1;
+                if *c == 0 {
+                    self.counts.remove(&old);
+                }
+            }
+        }
+        let c = self.counts.entry(key).or_insert(0);
+        *c += 1;
+        *c > self.x
+    }
+}
+
+/// OPT: per-access admit flags computed offline (the episode job).
+pub struct Opt<'a> {
+    pub flags: &'a [u8],
+}
+
+impl Admission for Opt<'_> {
+    #[inline]
+    fn admit(&mut self, miss: &MissCtx) -> bool {
+        self.flags[miss.index] != 0
+    }
+}
+
+/// Threshold: per-access model scores computed in one vectorised pass; admit iff
+/// `score >= threshold`.
+pub struct Threshold<'a> {
+    pub scores: &'a [f64],
+    pub threshold: f64,
+}
+
+impl Admission for Threshold<'_> {
+    #[inline]
+    fn admit(&mut self, miss: &MissCtx) -> bool {
+        self.scores[miss.index] >= self.threshold
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(index: usize, key: u64) -> MissCtx {
+        MissCtx {
+            index,
+            key,
+            time: 0.0,
+            first_seg: 0,
+            last_seg: 0,
+            first_missing: 0,
+            last_missing: 0,
+            partial_hit: false,
+        }
+    }
+
+    #[test]
+    fn rejectx_window() {
+        let mut r = RejectX::new(1, 3);
+        assert!(!r.admit(&ctx(0, 7))); // [7]
+        assert!(r.admit(&ctx(1, 7))); // [7,7]
+        assert!(!r.admit(&ctx(2, 8))); // [7,7,8]
+        assert!(!r.admit(&ctx(3, 9))); // [7,8,9]
+        assert!(!r.admit(&ctx(4, 1))); // [8,9,1]
+        assert!(!r.admit(&ctx(5, 7))); // [9,1,7]: 7 fell out of the window
+        assert!(r.admit(&ctx(6, 7)));
+    }
+
+    #[test]
+    fn coinflip_extremes_and_rate() {
+        let mut never = CoinFlip { p: 0.0, seed: 0 };
+        let mut always = CoinFlip { p: 1.0, seed: 0 };
+        let mut half = CoinFlip { p: 0.5, seed: 0 };
+        let mut n = 0;
+        for i in 0..10_000 {
+            assert!(!never.admit(&ctx(i, 3)));
+            assert!(always.admit(&ctx(i, 3)));
+            n += half.admit(&ctx(i, i as u64 / 7)) as usize;
+        }
+        assert!((4_700..5_300).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn opt_and_threshold() {
+        let flags = [0u8, 1];
+        let mut o = Opt { flags: &flags };
+        assert!(!o.admit(&ctx(0, 1)));
+        assert!(o.admit(&ctx(1, 1)));
+        let scores = [0.2, 0.5];
+        let mut t = Threshold {
+            scores: &scores,
+            threshold: 0.5,
+        };
+        assert!(!t.admit(&ctx(0, 1)));
+        assert!(t.admit(&ctx(1, 1)));
+    }
+}

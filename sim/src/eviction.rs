@@ -1,0 +1,115 @@
+//! Eviction policies over dense `u32` unit handles. The caches (flash and object mode) own the
+//! items; a policy only orders handles and names the next victim. New policies implement
+//! [`Eviction`] and plug into both caches without touching their loops.
+
+use crate::list::DList;
+
+pub trait Eviction {
+    /// Whether `touch` can change the eviction order (lets caches skip no-op work).
+    const REORDERS_ON_TOUCH: bool;
+    /// A unit enters the cache.
+    fn insert(&mut self, unit: u32);
+    /// A cached unit is accessed.
+    fn touch(&mut self, unit: u32);
+    /// The unit that would be evicted next, without removing it.
+    fn victim(&self) -> Option<u32>;
+    /// A unit leaves the cache.
+    fn remove(&mut self, unit: u32);
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Least recently used: a hit moves the unit to the front; victims come from the back.
+#[derive(Debug, Default)]
+pub struct Lru {
+    list: DList,
+}
+
+impl Lru {
+    pub fn new() -> Self {
+        Lru { list: DList::new() }
+    }
+}
+
+impl Eviction for Lru {
+    const REORDERS_ON_TOUCH: bool = true;
+    #[inline]
+    fn insert(&mut self, unit: u32) {
+        self.list.push_front(unit);
+    }
+    #[inline]
+    fn touch(&mut self, unit: u32) {
+        self.list.move_to_front(unit);
+    }
+    #[inline]
+    fn victim(&self) -> Option<u32> {
+        self.list.back()
+    }
+    #[inline]
+    fn remove(&mut self, unit: u32) {
+        self.list.unlink(unit);
+    }
+    fn len(&self) -> usize {
+        self.list.len()
+    }
+}
+
+/// First in, first out: hits do not change the order.
+#[derive(Debug, Default)]
+pub struct Fifo {
+    list: DList,
+}
+
+impl Fifo {
+    pub fn new() -> Self {
+        Fifo { list: DList::new() }
+    }
+}
+
+impl Eviction for Fifo {
+    const REORDERS_ON_TOUCH: bool = false;
+    #[inline]
+    fn insert(&mut self, unit: u32) {
+        self.list.push_front(unit);
+    }
+    #[inline]
+    fn touch(&mut self, _unit: u32) {}
+    #[inline]
+    fn victim(&self) -> Option<u32> {
+        self.list.back()
+    }
+    #[inline]
+    fn remove(&mut self, unit: u32) {
+        self.list.unlink(unit);
+    }
+    fn len(&self) -> usize {
+        self.list.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lru_vs_fifo() {
+        let mut l = Lru::new();
+        let mut f = Fifo::new();
+        for u in 0..3 {
+            l.insert(u);
+            f.insert(u);
+        }
+        l.touch(0);
+        f.touch(0);
+        assert_eq!(l.victim(), Some(1));
+        assert_eq!(f.victim(), Some(0));
+        l.remove(1);
+        f.remove(0);
+        assert_eq!(l.victim(), Some(2));
+        assert_eq!(f.victim(), Some(1));
+        assert_eq!(l.len(), 2);
+        assert!(!f.is_empty());
+    }
+}

@@ -1,0 +1,697 @@
+//! Flash-cache mode (Baleen's model): segments of blocks, backend IOs charged in disk-head
+//! time (DT), admission and prefetch policies behind traits.
+//!
+//! Semantics, per access `i` at time `t` on block `key` covering segments `s0..=s1`:
+//! * PUT (op in `put_ops`): one backend IO of `s1-s0+1` segments is charged; the cache is
+//!   not touched.
+//! * GET: the access hits iff all covered segments are cached. Recency is refreshed first:
+//!   with block-level recency every cached segment of the block is refreshed (LRU: the block
+//!   moves to the front; its last-access time becomes `t`), otherwise only the cached
+//!   covered segments, in ascending order.
+//! * On a miss, one backend IO spans the first to the last missing covered segment, extended
+//!   to cover the prefetch range (clipped to the block) if the prefetch policy gives one;
+//!   `DT = t_seek + segments * segment_bytes / bandwidth`. The admission policy is asked once;
+//!   if it admits, every uncached segment of the IO span is inserted in ascending order, each
+//!   insertion first evicting until there is room.
+//! * Eviction units: with LRU and block-level recency the unit is the block (its segments
+//!   are contiguous in recency order) and a victim block loses its lowest-index cached segment;
+//!   otherwise the unit is the segment. Eviction age = eviction time - last access time
+//!   (of the block under block-level recency, else of the segment).
+
+use std::time::Instant;
+
+use crate::admission::{Admission, AdmitAll, CoinFlip, MissCtx, Opt, RejectX, Threshold};
+use crate::config::{
+    err, AdmissionKind, EvictionKind, FlashConfig, PrefetchKind, SimError, WhenKind,
+};
+use crate::eviction::{Eviction, Fifo, Lru};
+use crate::hash::{new_map, FastMap};
+use crate::prefetch::{GivenRange, NoPrefetch, Prefetch, Triggered, When, WholeBlock};
+
+/// The canonical table's columns the simulator reads (borrowed, never copied).
+#[derive(Debug, Clone, Copy)]
+pub struct Trace<'a> {
+    pub time: &'a [f64],
+    pub key: &'a [u64],
+    pub offset: &'a [u64],
+    pub size: &'a [u64],
+    pub op: &'a [u8],
+}
+
+/// Per-access arrays for the policies that need them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PolicyArrays<'a> {
+    pub admit: Option<&'a [u8]>,
+    pub score: Option<&'a [f64]>,
+    pub prefetch_start: Option<&'a [i64]>,
+    pub prefetch_end: Option<&'a [i64]>,
+    pub when_score: Option<&'a [f64]>,
+}
+
+/// The metrics, with the names the Python API and CLI report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlashMetrics {
+    pub peak_dt_util: f64,
+    pub mean_dt_util: f64,
+    pub p50_dt_util: f64,
+    pub p90_dt_util: f64,
+    pub p99_dt_util: f64,
+    pub flash_write_rate_mbps: f64,
+    pub dwpd: f64,
+    pub io_hit_ratio: f64,
+    pub byte_hit_ratio: f64,
+    pub segment_hit_ratio: f64,
+    pub avg_eviction_age_s: f64,
+    pub backend_ios: u64,
+    pub backend_bytes: u64,
+    pub admitted_segments: u64,
+    pub prefetched_segments: u64,
+    pub accesses: u64,
+    pub wall_s: f64,
+}
+
+/// Per-window series (all windows, warm-up included and flagged).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    /// Window start (trace seconds, same clock as the trace's `time`).
+    pub time: Vec<f64>,
+    pub dt_util: Vec<f64>,
+    pub write_rate_mbps: Vec<f64>,
+    pub warmup: Vec<bool>,
+}
+
+/// Extra counts that are useful but not part of the fixed metric set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Info {
+    pub capacity_segments: u64,
+    pub segments_per_block: u32,
+    pub get_accesses: u64,
+    pub put_accesses: u64,
+    pub hits: u64,
+    pub evictions: u64,
+    pub trace_seconds: f64,
+    pub windows: u64,
+    pub measured_windows: u64,
+    pub rejectx_history: u64,
+    pub peak_cached_blocks: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlashResult {
+    pub metrics: FlashMetrics,
+    pub series: Series,
+    pub info: Info,
+}
+
+const MAX_WINDOWS: f64 = 1e8;
+
+fn check_len<T>(name: &str, a: Option<&[T]>, n: usize, needed_by: &str) -> Result<(), SimError> {
+    match a {
+        None => err(format!("{needed_by} needs the per-access array '{name}'")),
+        Some(a) if a.len() != n => err(format!(
+            "array '{name}' has {} elements but the trace has {n} accesses",
+            a.len()
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Check the trace and the arrays against the config; O(n), no allocation.
+pub fn validate(trace: &Trace, arrays: &PolicyArrays, cfg: &FlashConfig) -> Result<(), SimError> {
+    cfg.validate()?;
+    let n = trace.time.len();
+    if n == 0 {
+        return err("the trace has no accesses");
+    }
+    for (name, len) in [
+        ("key", trace.key.len()),
+        ("offset", trace.offset.len()),
+        ("size", trace.size.len()),
+        ("op", trace.op.len()),
+    ] {
+        if len != n {
+            return err(format!("column '{name}' has {len} rows but 'time' has {n}"));
+        }
+    }
+    // Arrays given but unused must still agree in length (they are probably a mistake else).
+    for (name, len) in [
+        ("admit", arrays.admit.map(|a| a.len())),
+        ("score", arrays.score.map(|a| a.len())),
+        ("prefetch_start", arrays.prefetch_start.map(|a| a.len())),
+        ("prefetch_end", arrays.prefetch_end.map(|a| a.len())),
+        ("when_score", arrays.when_score.map(|a| a.len())),
+    ] {
+        if let Some(len) = len {
+            if len != n {
+                return err(format!(
+                    "array '{name}' has {len} elements but the trace has {n} accesses"
+                ));
+            }
+        }
+    }
+    match cfg.admission {
+        AdmissionKind::Opt => check_len("admit", arrays.admit, n, "admission 'opt'")?,
+        AdmissionKind::Threshold { .. } => {
+            check_len("score", arrays.score, n, "admission 'threshold'")?
+        }
+        _ => {}
+    }
+    if cfg.prefetch == PrefetchKind::Range {
+        check_len(
+            "prefetch_start",
+            arrays.prefetch_start,
+            n,
+            "prefetch 'range'",
+        )?;
+        check_len("prefetch_end", arrays.prefetch_end, n, "prefetch 'range'")?;
+    }
+    if matches!(cfg.prefetch_when, WhenKind::Score { .. }) && cfg.prefetch != PrefetchKind::None {
+        check_len("when_score", arrays.when_score, n, "prefetch-when 'score'")?;
+    }
+    let mut prev = f64::NEG_INFINITY;
+    for i in 0..n {
+        let t = trace.time[i];
+        if !t.is_finite() {
+            return err(format!("access {i}: time is not finite ({t})"));
+        }
+        if t < prev {
+            return err(format!("access {i}: time {t} is earlier than the previous access ({prev}); the trace must be sorted by time"));
+        }
+        prev = t;
+        let size = trace.size[i];
+        if size == 0 {
+            return err(format!("access {i}: size is 0"));
+        }
+        match trace.offset[i].checked_add(size) {
+            Some(end) if end <= cfg.block_bytes => {}
+            _ => {
+                return err(format!(
+                    "access {i}: offset {} + size {size} exceeds the block size {}",
+                    trace.offset[i], cfg.block_bytes
+                ))
+            }
+        }
+    }
+    let span = trace.time[n - 1] - trace.time[0];
+    if span <= 0.0 {
+        return err("the trace spans 0 seconds: rates are undefined");
+    }
+    if span / cfg.window_s >= MAX_WINDOWS {
+        return err(format!(
+            "the trace spans {span} s, too many {} s windows",
+            cfg.window_s
+        ));
+    }
+    let windows = (span / cfg.window_s).floor() as u64 + 1;
+    let measured = (0..windows).any(|k| k as f64 * cfg.window_s >= cfg.warmup_s);
+    if !measured {
+        return err(format!(
+            "the trace spans {span} s, no window starts after the {} s warm-up; use a shorter warm-up",
+            cfg.warmup_s
+        ));
+    }
+    Ok(())
+}
+
+/// Run the flash-cache simulation.
+pub fn simulate(
+    trace: &Trace,
+    arrays: &PolicyArrays,
+    cfg: &FlashConfig,
+) -> Result<FlashResult, SimError> {
+    let start = Instant::now();
+    validate(trace, arrays, cfg)?;
+    let spb = cfg.segments_per_block();
+    let cap = cfg.capacity();
+    let mut admission: Box<dyn Admission + '_> = match cfg.admission {
+        AdmissionKind::AdmitAll => Box::new(AdmitAll),
+        AdmissionKind::CoinFlip { p, seed } => Box::new(CoinFlip { p, seed }),
+        AdmissionKind::RejectX { x, .. } => Box::new(RejectX::new(x, cfg.rejectx_history())),
+        AdmissionKind::Opt => Box::new(Opt {
+            flags: arrays.admit.unwrap(),
+        }),
+        AdmissionKind::Threshold { threshold } => Box::new(Threshold {
+            scores: arrays.score.unwrap(),
+            threshold,
+        }),
+    };
+    let when = match cfg.prefetch_when {
+        WhenKind::Miss => When::Miss,
+        WhenKind::PartialHit => When::PartialHit,
+        WhenKind::Score { threshold } => When::Score {
+            scores: arrays.when_score.unwrap_or(&[]),
+            threshold,
+        },
+    };
+    let mut prefetch: Box<dyn Prefetch + '_> = match cfg.prefetch {
+        PrefetchKind::None => Box::new(NoPrefetch),
+        PrefetchKind::Block => Box::new(Triggered {
+            inner: WholeBlock {
+                segments_per_block: spb,
+            },
+            when,
+        }),
+        PrefetchKind::Range => Box::new(Triggered {
+            inner: GivenRange {
+                start: arrays.prefetch_start.unwrap(),
+                end: arrays.prefetch_end.unwrap(),
+            },
+            when,
+        }),
+    };
+    let block_units = cfg.eviction == EvictionKind::Lru && cfg.block_level_recency;
+    let mut result = match cfg.eviction {
+        EvictionKind::Lru => {
+            let mut sim = FlashSim::new(cfg, Lru::new(), cap, spb, block_units);
+            sim.run(trace, admission.as_mut(), prefetch.as_mut())
+        }
+        EvictionKind::Fifo => {
+            let mut sim = FlashSim::new(cfg, Fifo::new(), cap, spb, block_units);
+            sim.run(trace, admission.as_mut(), prefetch.as_mut())
+        }
+    };
+    result.info.rejectx_history = cfg.rejectx_history() as u64;
+    result.metrics.wall_s = start.elapsed().as_secs_f64();
+    Ok(result)
+}
+
+/// The cache state plus counters; generic over the eviction policy (static dispatch in the
+/// hot loop), with admission and prefetch as trait objects (called on misses only).
+struct FlashSim<'c, E: Eviction> {
+    cfg: &'c FlashConfig,
+    evict: E,
+    spb: u32,
+    words: usize,
+    capacity: u64,
+    used: u64,
+    block_units: bool,
+    block_level: bool,
+    map: FastMap<u64, u32>,
+    slot_key: Vec<u64>,
+    slot_count: Vec<u32>,
+    masks: Vec<u64>,
+    block_last: Vec<f64>,
+    seg_last: Vec<f64>,
+    free: Vec<u32>,
+    evictions: u64,
+    age_sum: f64,
+    admitted: u64,
+    prefetched: u64,
+    win_admitted: Vec<u64>,
+    peak_blocks: u64,
+}
+
+#[inline]
+fn bits(lo: u32, hi: u32) -> u64 {
+    // bits lo..=hi of one word, 0 <= lo <= hi <= 63
+    let width = hi - lo + 1;
+    if width == 64 {
+        !0
+    } else {
+        ((1u64 << width) - 1) << lo
+    }
+}
+
+impl<'c, E: Eviction> FlashSim<'c, E> {
+    fn new(cfg: &'c FlashConfig, evict: E, capacity: u64, spb: u32, block_units: bool) -> Self {
+        FlashSim {
+            cfg,
+            evict,
+            spb,
+            words: spb.div_ceil(64) as usize,
+            capacity,
+            used: 0,
+            block_units,
+            block_level: cfg.block_level_recency,
+            map: new_map(),
+            slot_key: Vec::new(),
+            slot_count: Vec::new(),
+            masks: Vec::new(),
+            block_last: Vec::new(),
+            seg_last: Vec::new(),
+            free: Vec::new(),
+            evictions: 0,
+            age_sum: 0.0,
+            admitted: 0,
+            prefetched: 0,
+            win_admitted: Vec::new(),
+            peak_blocks: 0,
+        }
+    }
+
+    #[inline]
+    fn is_cached(&self, slot: u32, s: u32) -> bool {
+        let w = self.masks[slot as usize * self.words + (s / 64) as usize];
+        (w >> (s % 64)) & 1 == 1
+    }
+
+    /// (cached count, first missing, last missing) over s0..=s1 of a present block.
+    #[inline]
+    fn scan(&self, slot: u32, s0: u32, s1: u32) -> (u32, u32, u32) {
+        let base = slot as usize * self.words;
+        let mut cached = 0u32;
+        let mut first = u32::MAX;
+        let mut last = 0u32;
+        for w in (s0 / 64)..=(s1 / 64) {
+            let lo = if w == s0 / 64 { s0 % 64 } else { 0 };
+            let hi = if w == s1 / 64 { s1 % 64 } else { 63 };
+            let m = bits(lo, hi);
+            let word = self.masks[base + w as usize];
+            cached += (word & m).count_ones();
+            let miss = !word & m;
+            if miss != 0 {
+                if first == u32::MAX {
+                    first = w * 64 + miss.trailing_zeros();
+                }
+                last = w * 64 + 63 - miss.leading_zeros();
+            }
+        }
+        (cached, first, last)
+    }
+
+    #[inline]
+    fn lowest_cached(&self, slot: u32) -> u32 {
+        let base = slot as usize * self.words;
+        for w in 0..self.words {
+            let m = self.masks[base + w];
+            if m != 0 {
+                return w as u32 * 64 + m.trailing_zeros();
+            }
+        }
+        unreachable!("a cached block has at least one segment")
+    }
+
+    fn alloc(&mut self, key: u64, t: f64) -> u32 {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                let s = self.slot_key.len() as u32;
+                self.slot_key.push(0);
+                self.slot_count.push(0);
+                self.block_last.push(0.0);
+                self.masks.resize(self.masks.len() + self.words, 0);
+                if !self.block_level {
+                    self.seg_last
+                        .resize(self.seg_last.len() + self.spb as usize, 0.0);
+                }
+                s
+            }
+        };
+        let i = slot as usize;
+        self.slot_key[i] = key;
+        self.slot_count[i] = 0;
+        self.block_last[i] = t;
+        self.map.insert(key, slot);
+        if self.block_units {
+            self.evict.insert(slot);
+        }
+        self.peak_blocks = self.peak_blocks.max(self.map.len() as u64);
+        slot
+    }
+
+    /// Evict one segment; returns the slot if its block became empty and was freed.
+    #[inline]
+    fn evict_one(&mut self, t: f64) -> Option<u32> {
+        let unit = self.evict.victim().expect("cache is full, so not empty");
+        let (slot, seg, last) = if self.block_units {
+            let slot = unit;
+            (
+                slot,
+                self.lowest_cached(slot),
+                self.block_last[slot as usize],
+            )
+        } else {
+            self.evict.remove(unit);
+            let slot = unit / self.spb;
+            let last = if self.block_level {
+                self.block_last[slot as usize]
+            } else {
+                self.seg_last[unit as usize]
+            };
+            (slot, unit % self.spb, last)
+        };
+        self.masks[slot as usize * self.words + (seg / 64) as usize] &= !(1u64 << (seg % 64));
+        self.slot_count[slot as usize] -= 1;
+        self.used -= 1;
+        self.evictions += 1;
+        self.age_sum += t - last;
+        if self.slot_count[slot as usize] == 0 {
+            if self.block_units {
+                self.evict.remove(slot);
+            }
+            self.map.remove(&self.slot_key[slot as usize]);
+            self.free.push(slot);
+            Some(slot)
+        } else {
+            None
+        }
+    }
+
+    /// Insert segment `s` of `key` (not cached); returns the block's slot afterwards.
+    #[inline]
+    fn insert(&mut self, key: u64, mut cur: Option<u32>, s: u32, t: f64) -> u32 {
+        while self.used >= self.capacity {
+            if let Some(freed) = self.evict_one(t) {
+                if cur == Some(freed) {
+                    cur = None;
+                }
+            }
+        }
+        let slot = match cur {
+            Some(sl) => sl,
+            None => self.alloc(key, t),
+        };
+        self.masks[slot as usize * self.words + (s / 64) as usize] |= 1u64 << (s % 64);
+        self.slot_count[slot as usize] += 1;
+        self.used += 1;
+        if !self.block_units {
+            let unit = slot * self.spb + s;
+            if !self.block_level {
+                self.seg_last[unit as usize] = t;
+            }
+            self.evict.insert(unit);
+        }
+        slot
+    }
+
+    fn run(
+        &mut self,
+        trace: &Trace,
+        admission: &mut dyn Admission,
+        prefetch: &mut dyn Prefetch,
+    ) -> FlashResult {
+        let cfg = self.cfg;
+        let n = trace.time.len();
+        let seg_bytes = cfg.segment_bytes;
+        let seg_time = cfg.segment_time();
+        let t_seek = cfg.t_seek_s;
+        let t0 = trace.time[0];
+        let span = trace.time[n - 1] - t0;
+        let n_windows = (span / cfg.window_s).floor() as usize + 1;
+        let mut win_dt = vec![0.0f64; n_windows];
+        self.win_admitted = vec![0u64; n_windows];
+        let mut is_put = [false; 256];
+        for &p in &cfg.put_ops {
+            is_put[p as usize] = true;
+        }
+
+        let (mut gets, mut puts, mut hits) = (0u64, 0u64, 0u64);
+        let (mut get_bytes, mut hit_bytes) = (0u64, 0u64);
+        let (mut get_segs, mut hit_segs) = (0u64, 0u64);
+        let (mut backend_ios, mut backend_bytes) = (0u64, 0u64);
+
+        for i in 0..n {
+            let t = trace.time[i];
+            let key = trace.key[i];
+            let off = trace.offset[i];
+            let size = trace.size[i];
+            let s0 = (off / seg_bytes) as u32;
+            let s1 = ((off + size - 1) / seg_bytes) as u32;
+            let nseg = s1 - s0 + 1;
+            let k = (((t - t0) / cfg.window_s).floor() as usize).min(n_windows - 1);
+            if is_put[trace.op[i] as usize] {
+                puts += 1;
+                backend_ios += 1;
+                backend_bytes += nseg as u64 * seg_bytes;
+                win_dt[k] += t_seek + nseg as f64 * seg_time;
+                continue;
+            }
+            gets += 1;
+            get_bytes += size;
+            get_segs += nseg as u64;
+            let slot = self.map.get(&key).copied();
+            let (cached, m0, m1) = match slot {
+                None => (0, s0, s1),
+                Some(sl) => self.scan(sl, s0, s1),
+            };
+            if let Some(sl) = slot {
+                if self.block_level {
+                    self.block_last[sl as usize] = t;
+                    if self.block_units {
+                        self.evict.touch(sl);
+                    } else if E::REORDERS_ON_TOUCH {
+                        let base = sl * self.spb;
+                        let evict = &mut self.evict;
+                        let mbase = sl as usize * self.words;
+                        for_cached_in(&self.masks, mbase, 0, self.spb - 1, |s| {
+                            evict.touch(base + s)
+                        });
+                    }
+                } else {
+                    let spb = self.spb;
+                    let base = sl * spb;
+                    let (seg_last, evict) = (&mut self.seg_last, &mut self.evict);
+                    let masks = &self.masks;
+                    let words = self.words;
+                    for_cached_in(masks, sl as usize * words, s0, s1, |s| {
+                        let u = base + s;
+                        seg_last[u as usize] = t;
+                        if E::REORDERS_ON_TOUCH {
+                            evict.touch(u);
+                        }
+                    });
+                }
+            }
+            if cached == nseg {
+                hits += 1;
+                hit_bytes += size;
+                hit_segs += nseg as u64;
+                continue;
+            }
+            hit_segs += cached as u64;
+            let ctx = MissCtx {
+                index: i,
+                key,
+                time: t,
+                first_seg: s0,
+                last_seg: s1,
+                first_missing: m0,
+                last_missing: m1,
+                partial_hit: cached > 0,
+            };
+            let (mut lo, mut hi) = (m0, m1);
+            if let Some((p0, p1)) = prefetch.range(&ctx) {
+                let p0 = p0.max(0);
+                let p1 = p1.min(self.spb as i64 - 1);
+                if p0 <= p1 {
+                    lo = lo.min(p0 as u32);
+                    hi = hi.max(p1 as u32);
+                }
+            }
+            let io_segs = hi - lo + 1;
+            backend_ios += 1;
+            backend_bytes += io_segs as u64 * seg_bytes;
+            win_dt[k] += t_seek + io_segs as f64 * seg_time;
+            if admission.admit(&ctx) {
+                let mut cur = slot;
+                for s in lo..=hi {
+                    if let Some(sl) = cur {
+                        if self.is_cached(sl, s) {
+                            continue;
+                        }
+                    }
+                    cur = Some(self.insert(key, cur, s, t));
+                    self.admitted += 1;
+                    self.win_admitted[k] += 1;
+                    if s < s0 || s > s1 {
+                        self.prefetched += 1;
+                    }
+                }
+            }
+        }
+
+        // Metrics.
+        let sr_scale = 100.0 / cfg.sample_ratio;
+        let mut series = Series::default();
+        let mut measured = Vec::new();
+        for (k, &dt) in win_dt.iter().enumerate() {
+            let util = dt / cfg.disks as f64 / (cfg.sample_ratio / 100.0) / cfg.window_s;
+            let wr = self.win_admitted[k] as f64 * seg_bytes as f64 / cfg.window_s * sr_scale / 1e6;
+            let warm = (k as f64) * cfg.window_s < cfg.warmup_s;
+            series.time.push(t0 + k as f64 * cfg.window_s);
+            series.dt_util.push(util);
+            series.write_rate_mbps.push(wr);
+            series.warmup.push(warm);
+            if !warm {
+                measured.push(util);
+            }
+        }
+        let mean = measured.iter().sum::<f64>() / measured.len() as f64;
+        let mut sorted = measured.clone();
+        sorted.sort_by(f64::total_cmp);
+        let peak = *sorted.last().unwrap();
+        let wr = self.admitted as f64 * seg_bytes as f64 / span * sr_scale / 1e6;
+        let cache_bytes_full = self.capacity as f64 * seg_bytes as f64 * sr_scale;
+        let ratio = |a: u64, b: u64| {
+            if b == 0 {
+                f64::NAN
+            } else {
+                a as f64 / b as f64
+            }
+        };
+        let metrics = FlashMetrics {
+            peak_dt_util: peak,
+            mean_dt_util: mean,
+            p50_dt_util: percentile(&sorted, 0.5),
+            p90_dt_util: percentile(&sorted, 0.9),
+            p99_dt_util: percentile(&sorted, 0.99),
+            flash_write_rate_mbps: wr,
+            dwpd: wr * 1e6 * 86_400.0 / cache_bytes_full,
+            io_hit_ratio: ratio(hits, gets),
+            byte_hit_ratio: ratio(hit_bytes, get_bytes),
+            segment_hit_ratio: ratio(hit_segs, get_segs),
+            avg_eviction_age_s: if self.evictions == 0 {
+                f64::NAN
+            } else {
+                self.age_sum / self.evictions as f64
+            },
+            backend_ios,
+            backend_bytes,
+            admitted_segments: self.admitted,
+            prefetched_segments: self.prefetched,
+            accesses: n as u64,
+            wall_s: 0.0,
+        };
+        let info = Info {
+            capacity_segments: self.capacity,
+            segments_per_block: self.spb,
+            get_accesses: gets,
+            put_accesses: puts,
+            hits,
+            evictions: self.evictions,
+            trace_seconds: span,
+            windows: n_windows as u64,
+            measured_windows: measured.len() as u64,
+            rejectx_history: 0,
+            peak_cached_blocks: self.peak_blocks,
+        };
+        FlashResult {
+            metrics,
+            series,
+            info,
+        }
+    }
+}
+
+#[inline]
+fn for_cached_in(masks: &[u64], base: usize, s0: u32, s1: u32, mut f: impl FnMut(u32)) {
+    for w in (s0 / 64)..=(s1 / 64) {
+        let lo = if w == s0 / 64 { s0 % 64 } else { 0 };
+        let hi = if w == s1 / 64 { s1 % 64 } else { 63 };
+        let mut m = masks[base + w as usize] & bits(lo, hi);
+        while m != 0 {
+            f(w * 64 + m.trailing_zeros());
+            m &= m - 1;
+        }
+    }
+}
+
+/// Linear interpolation between closest ranks (numpy's default): `sorted` ascending, non-empty.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    let n = sorted.len();
+    let pos = q * (n - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = (lo + 1).min(n - 1);
+    let frac = pos - lo as f64;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * frac
+}

@@ -1,0 +1,372 @@
+//! The thin PyO3 layer: NumPy arrays are borrowed (never copied), the GIL is released while
+//! the simulation runs, and every invalid input becomes a Python `ValueError`.
+
+use numpy::{Element, PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::config::{
+    AdmissionKind, CapacityUnit, EvictionKind, FlashConfig, ObjectConfig, PrefetchKind, SimError,
+    WhenKind, ADMISSION_NAMES,
+};
+use crate::flash::{self, PolicyArrays, Trace};
+use crate::objects;
+
+fn value_error(e: SimError) -> PyErr {
+    PyValueError::new_err(e.0)
+}
+
+/// Flat, string-keyed configuration (what Python passes), with the built-in defaults.
+#[derive(Debug, Clone)]
+struct Params {
+    cfg: FlashConfig,
+    eviction: String,
+    admission: String,
+    prefetch: String,
+    prefetch_when: String,
+    coinflip_p: f64,
+    coinflip_seed: u64,
+    rejectx_x: u32,
+    rejectx_factor: f64,
+    threshold: f64,
+    when_threshold: f64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            cfg: FlashConfig::default(),
+            eviction: "lru".into(),
+            admission: "admitall".into(),
+            prefetch: "none".into(),
+            prefetch_when: "miss".into(),
+            coinflip_p: 0.5,
+            coinflip_seed: 0,
+            rejectx_x: 1,
+            rejectx_factor: 2.0,
+            threshold: 0.5,
+            when_threshold: 0.5,
+        }
+    }
+}
+
+fn get<'py, T: FromPyObject<'py>>(name: &str, v: &Bound<'py, PyAny>) -> PyResult<T> {
+    v.extract::<T>()
+        .map_err(|e| PyValueError::new_err(format!("config '{name}': {e}")))
+}
+
+impl Params {
+    fn set(&mut self, name: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        let c = &mut self.cfg;
+        match name {
+            "segment_bytes" => c.segment_bytes = get(name, v)?,
+            "block_bytes" => c.block_bytes = get(name, v)?,
+            "t_seek_s" => c.t_seek_s = get(name, v)?,
+            "bandwidth_bytes_per_s" => c.bandwidth_bytes_per_s = get(name, v)?,
+            "disks" => c.disks = get(name, v)?,
+            "window_s" => c.window_s = get(name, v)?,
+            "warmup_s" => c.warmup_s = get(name, v)?,
+            "sample_ratio" => c.sample_ratio = get(name, v)?,
+            "cache_gb" => c.cache_gb = get(name, v)?,
+            "capacity_segments" => c.capacity_segments = get(name, v)?,
+            "block_level_recency" => c.block_level_recency = get(name, v)?,
+            "put_ops" => c.put_ops = get::<Vec<u8>>(name, v)?,
+            "eviction" => self.eviction = get(name, v)?,
+            "admission" => self.admission = get(name, v)?,
+            "prefetch" => self.prefetch = get(name, v)?,
+            "prefetch_when" => self.prefetch_when = get(name, v)?,
+            "coinflip_p" => self.coinflip_p = get(name, v)?,
+            "coinflip_seed" => self.coinflip_seed = get(name, v)?,
+            "rejectx_x" => self.rejectx_x = get(name, v)?,
+            "rejectx_factor" => self.rejectx_factor = get(name, v)?,
+            "threshold" => self.threshold = get(name, v)?,
+            "when_threshold" => self.when_threshold = get(name, v)?,
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown config key '{name}'; known keys: {}",
+                    KEYS.join(", ")
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    fn build(&self) -> Result<FlashConfig, SimError> {
+        let mut c = self.cfg.clone();
+        c.eviction = EvictionKind::parse(&self.eviction)?;
+        c.admission = match self.admission.to_ascii_lowercase().as_str() {
+            "admitall" => AdmissionKind::AdmitAll,
+            "coinflip" => AdmissionKind::CoinFlip {
+                p: self.coinflip_p,
+                seed: self.coinflip_seed,
+            },
+            "rejectx" => AdmissionKind::RejectX {
+                x: self.rejectx_x,
+                factor: self.rejectx_factor,
+            },
+            "opt" => AdmissionKind::Opt,
+            "threshold" => AdmissionKind::Threshold {
+                threshold: self.threshold,
+            },
+            other => {
+                return Err(SimError(format!(
+                    "unknown admission policy {other:?}; expected one of {ADMISSION_NAMES}"
+                )))
+            }
+        };
+        c.prefetch = PrefetchKind::parse(&self.prefetch)?;
+        c.prefetch_when = match self.prefetch_when.to_ascii_lowercase().as_str() {
+            "miss" => WhenKind::Miss,
+            "partial" => WhenKind::PartialHit,
+            "score" => WhenKind::Score {
+                threshold: self.when_threshold,
+            },
+            other => {
+                return Err(SimError(format!(
+                    "unknown prefetch-when {other:?}; expected one of miss, partial, score"
+                )))
+            }
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = &self.cfg;
+        let d = PyDict::new(py);
+        d.set_item("segment_bytes", c.segment_bytes)?;
+        d.set_item("block_bytes", c.block_bytes)?;
+        d.set_item("t_seek_s", c.t_seek_s)?;
+        d.set_item("bandwidth_bytes_per_s", c.bandwidth_bytes_per_s)?;
+        d.set_item("disks", c.disks)?;
+        d.set_item("window_s", c.window_s)?;
+        d.set_item("warmup_s", c.warmup_s)?;
+        d.set_item("sample_ratio", c.sample_ratio)?;
+        d.set_item("cache_gb", c.cache_gb)?;
+        d.set_item("capacity_segments", c.capacity_segments)?;
+        d.set_item("block_level_recency", c.block_level_recency)?;
+        d.set_item("put_ops", c.put_ops.iter().map(|&o| o as u32).collect::<Vec<u32>>())?;
+        d.set_item("eviction", &self.eviction)?;
+        d.set_item("admission", &self.admission)?;
+        d.set_item("prefetch", &self.prefetch)?;
+        d.set_item("prefetch_when", &self.prefetch_when)?;
+        d.set_item("coinflip_p", self.coinflip_p)?;
+        d.set_item("coinflip_seed", self.coinflip_seed)?;
+        d.set_item("rejectx_x", self.rejectx_x)?;
+        d.set_item("rejectx_factor", self.rejectx_factor)?;
+        d.set_item("threshold", self.threshold)?;
+        d.set_item("when_threshold", self.when_threshold)?;
+        Ok(d)
+    }
+}
+
+const KEYS: [&str; 22] = [
+    "segment_bytes",
+    "block_bytes",
+    "t_seek_s",
+    "bandwidth_bytes_per_s",
+    "disks",
+    "window_s",
+    "warmup_s",
+    "sample_ratio",
+    "cache_gb",
+    "capacity_segments",
+    "block_level_recency",
+    "put_ops",
+    "eviction",
+    "admission",
+    "prefetch",
+    "prefetch_when",
+    "coinflip_p",
+    "coinflip_seed",
+    "rejectx_x",
+    "rejectx_factor",
+    "threshold",
+    "when_threshold",
+];
+
+fn slice<'a, T: Element>(name: &str, a: &'a PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
+    a.as_slice()
+        .map_err(|_| PyValueError::new_err(format!("array '{name}' must be C-contiguous")))
+}
+
+fn opt_slice<'a, T: Element>(
+    name: &str,
+    a: &'a Option<PyReadonlyArray1<'_, T>>,
+) -> PyResult<Option<&'a [T]>> {
+    a.as_ref().map(|a| slice(name, a)).transpose()
+}
+
+/// The built-in defaults of every config key (they equal flashml/config.py).
+#[pyfunction]
+fn default_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    Params::default().to_dict(py)
+}
+
+/// Capacity in segments that a config dict gives (after validation).
+#[pyfunction]
+#[pyo3(signature = (config=None))]
+fn capacity_segments(config: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
+    let mut p = Params::default();
+    if let Some(d) = config {
+        for (k, v) in d.iter() {
+            p.set(&k.extract::<String>()?, &v)?;
+        }
+    }
+    Ok(p.build().map_err(value_error)?.capacity())
+}
+
+/// Simulate the flash cache over the canonical table's columns.
+///
+/// Arrays: time f64, key u64, offset u64, size u64, op u8 (C-contiguous; borrowed, not
+/// copied); per-access policy arrays admit u8, score f64, prefetch_start/prefetch_end i64
+/// (inclusive segment indices), when_score f64. Returns
+/// {"metrics": {...}, "series": {"time", "dt_util", "write_rate_mbps", "warmup"}, "info": {...}}.
+#[pyfunction]
+#[pyo3(signature = (time, key, offset, size, op, config=None, *, admit=None, score=None,
+                    prefetch_start=None, prefetch_end=None, when_score=None))]
+#[allow(clippy::too_many_arguments)]
+fn simulate<'py>(
+    py: Python<'py>,
+    time: PyReadonlyArray1<'py, f64>,
+    key: PyReadonlyArray1<'py, u64>,
+    offset: PyReadonlyArray1<'py, u64>,
+    size: PyReadonlyArray1<'py, u64>,
+    op: PyReadonlyArray1<'py, u8>,
+    config: Option<&Bound<'py, PyDict>>,
+    admit: Option<PyReadonlyArray1<'py, u8>>,
+    score: Option<PyReadonlyArray1<'py, f64>>,
+    prefetch_start: Option<PyReadonlyArray1<'py, i64>>,
+    prefetch_end: Option<PyReadonlyArray1<'py, i64>>,
+    when_score: Option<PyReadonlyArray1<'py, f64>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let mut p = Params::default();
+    if let Some(d) = config {
+        for (k, v) in d.iter() {
+            p.set(&k.extract::<String>()?, &v)?;
+        }
+    }
+    let cfg = p.build().map_err(value_error)?;
+    let trace = Trace {
+        time: slice("time", &time)?,
+        key: slice("key", &key)?,
+        offset: slice("offset", &offset)?,
+        size: slice("size", &size)?,
+        op: slice("op", &op)?,
+    };
+    let arrays = PolicyArrays {
+        admit: opt_slice("admit", &admit)?,
+        score: opt_slice("score", &score)?,
+        prefetch_start: opt_slice("prefetch_start", &prefetch_start)?,
+        prefetch_end: opt_slice("prefetch_end", &prefetch_end)?,
+        when_score: opt_slice("when_score", &when_score)?,
+    };
+    let r = py
+        .allow_threads(|| flash::simulate(&trace, &arrays, &cfg))
+        .map_err(value_error)?;
+
+    let m = &r.metrics;
+    let metrics = PyDict::new(py);
+    metrics.set_item("peak_dt_util", m.peak_dt_util)?;
+    metrics.set_item("mean_dt_util", m.mean_dt_util)?;
+    metrics.set_item("p50_dt_util", m.p50_dt_util)?;
+    metrics.set_item("p90_dt_util", m.p90_dt_util)?;
+    metrics.set_item("p99_dt_util", m.p99_dt_util)?;
+    metrics.set_item("flash_write_rate_mbps", m.flash_write_rate_mbps)?;
+    metrics.set_item("dwpd", m.dwpd)?;
+    metrics.set_item("io_hit_ratio", m.io_hit_ratio)?;
+    metrics.set_item("byte_hit_ratio", m.byte_hit_ratio)?;
+    metrics.set_item("segment_hit_ratio", m.segment_hit_ratio)?;
+    metrics.set_item("avg_eviction_age_s", m.avg_eviction_age_s)?;
+    metrics.set_item("backend_ios", m.backend_ios)?;
+    metrics.set_item("backend_bytes", m.backend_bytes)?;
+    metrics.set_item("admitted_segments", m.admitted_segments)?;
+    metrics.set_item("prefetched_segments", m.prefetched_segments)?;
+    metrics.set_item("accesses", m.accesses)?;
+    metrics.set_item("wall_s", m.wall_s)?;
+
+    let s = r.series;
+    let series = PyDict::new(py);
+    series.set_item("time", PyArray1::from_vec(py, s.time))?;
+    series.set_item("dt_util", PyArray1::from_vec(py, s.dt_util))?;
+    series.set_item("write_rate_mbps", PyArray1::from_vec(py, s.write_rate_mbps))?;
+    series.set_item("warmup", PyArray1::from_vec(py, s.warmup))?;
+
+    let i = &r.info;
+    let info = PyDict::new(py);
+    info.set_item("capacity_segments", i.capacity_segments)?;
+    info.set_item("segments_per_block", i.segments_per_block)?;
+    info.set_item("get_accesses", i.get_accesses)?;
+    info.set_item("put_accesses", i.put_accesses)?;
+    info.set_item("hits", i.hits)?;
+    info.set_item("evictions", i.evictions)?;
+    info.set_item("trace_seconds", i.trace_seconds)?;
+    info.set_item("windows", i.windows)?;
+    info.set_item("measured_windows", i.measured_windows)?;
+    info.set_item("rejectx_history", i.rejectx_history)?;
+    info.set_item("peak_cached_blocks", i.peak_cached_blocks)?;
+
+    let out = PyDict::new(py);
+    out.set_item("metrics", metrics)?;
+    out.set_item("series", series)?;
+    out.set_item("info", info)?;
+    Ok(out)
+}
+
+/// Simulate an object cache (libCacheSim's model) over (key u64, size u64) requests.
+/// `policy`: lru | fifo; `unit`: bytes | objects. Returns
+/// {"miss_ratio", "byte_miss_ratio", "requests", "hits", "evictions", "wall_s"}.
+#[pyfunction]
+#[pyo3(signature = (key, size, capacity, policy="lru", unit="bytes"))]
+fn simulate_objects<'py>(
+    py: Python<'py>,
+    key: PyReadonlyArray1<'py, u64>,
+    size: PyReadonlyArray1<'py, u64>,
+    capacity: i64,
+    policy: &str,
+    unit: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    if capacity <= 0 {
+        return Err(PyValueError::new_err(format!(
+            "capacity must be > 0, got {capacity}"
+        )));
+    }
+    let unit = match unit.to_ascii_lowercase().as_str() {
+        "bytes" => CapacityUnit::Bytes,
+        "objects" => CapacityUnit::Objects,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown capacity unit {other:?}; expected bytes or objects"
+            )))
+        }
+    };
+    let cfg = ObjectConfig {
+        eviction: EvictionKind::parse(policy).map_err(value_error)?,
+        capacity: capacity as u64,
+        unit,
+    };
+    let keys = slice("key", &key)?;
+    let sizes = slice("size", &size)?;
+    let r = py
+        .allow_threads(|| objects::simulate_objects(keys, sizes, &cfg))
+        .map_err(value_error)?;
+    let d = PyDict::new(py);
+    d.set_item("miss_ratio", r.miss_ratio)?;
+    d.set_item("byte_miss_ratio", r.byte_miss_ratio)?;
+    d.set_item("requests", r.requests)?;
+    d.set_item("hits", r.hits)?;
+    d.set_item("evictions", r.evictions)?;
+    d.set_item("wall_s", r.wall_s)?;
+    Ok(d)
+}
+
+#[pymodule]
+fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_objects, m)?)?;
+    m.add_function(wrap_pyfunction!(default_config, m)?)?;
+    m.add_function(wrap_pyfunction!(capacity_segments, m)?)?;
+    Ok(())
+}
