@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from flashml.pipelines.canonical import atomic_path
 from tqdm import tqdm
 
 from flashml.config import UNITS, KiB, MiB
+from flashml.pipelines.canonical import atomic_path
 
 EPOCH_S = 1_572_000_000.0  # 2019-10-25 10:40 UTC, the 201910 traces' month
 DAY_S = 86_400.0
@@ -95,7 +95,9 @@ class Tenant:
     burst_gap_s: float = 60.0
     """Mean gap between accesses inside an episode, seconds."""
     lifetime_s: tuple[float, float] = (3_600.0, 3 * DAY_S)
-    """A block's episodes start inside a window of this length (log-uniform), seconds."""
+    """A block's episodes start inside a window of this length (log-uniform), seconds ..."""
+    episode_spacing_s: float = 600.0
+    """... but at least this many seconds per episode, so popular blocks spread out."""
     zipf_alpha: float = 0.8
     """hot: exponent of the rank-frequency law."""
 
@@ -125,11 +127,6 @@ class Preset:
     def default_accesses(self) -> int:
         return int(round(self.full_node_rate_per_s * self.sample_ratio / 100.0
                          * self.days * DAY_S))
-
-
-_RANGES_COMMON = {
-    "request_rate_per_s": (0.93, 1.07),  # relative to the full-node rate
-}
 
 
 def _region1() -> Preset:
@@ -170,6 +167,7 @@ def _region1() -> Preset:
         expected={"compulsory_miss_rate": (0.15, 0.21), "one_hit_wonder_rate": (0.48, 0.60),
                   "put_only_block_rate": (0.40, 0.52), "put_fraction": (0.11, 0.15),
                   "access_size_mb": (2.9, 3.9), "avg_block_size_mb": (5.0, 6.6),
+                  "request_rate_per_s": (237.0, 251.0), "admit_all_write_rate_mbps": (85, 115),
                   "peak_to_mean_hourly": (1.7, 2.3)},
     )
 
@@ -210,6 +208,7 @@ def _region2() -> Preset:
         expected={"compulsory_miss_rate": (0.34, 0.44), "one_hit_wonder_rate": (0.77, 0.89),
                   "put_only_block_rate": (0.27, 0.40), "put_fraction": (0.12, 0.16),
                   "access_size_mb": (2.3, 3.4), "avg_block_size_mb": (4.3, 6.0),
+                  "request_rate_per_s": (103.0, 109.0), "admit_all_write_rate_mbps": (80, 110),
                   "peak_to_mean_hourly": (1.7, 2.3)},
     )
 
@@ -252,6 +251,7 @@ def _region3() -> Preset:
         expected={"compulsory_miss_rate": (0.16, 0.22), "one_hit_wonder_rate": (0.42, 0.54),
                   "put_only_block_rate": (0.40, 0.52), "put_fraction": (0.14, 0.18),
                   "access_size_mb": (2.0, 2.9), "avg_block_size_mb": (5.8, 7.6),
+                  "request_rate_per_s": (135.0, 143.0), "admit_all_write_rate_mbps": (34, 48),
                   "peak_to_mean_hourly": (1.7, 2.3)},
     )
 
@@ -338,7 +338,9 @@ def _times(t: Tenant, counts: np.ndarray, key: np.ndarray, pos: np.ndarray, dur:
         np.maximum.at(span, key, elapsed)
         start = rng.random(n_keys) * np.maximum(dur - span, 0.0)
         return np.minimum(start[key] + elapsed, np.nextafter(dur, 0.0))
-    life = np.minimum(_loguniform(rng, *t.lifetime_s, n_keys), dur)
+    episodes = np.bincount(key[is_start], minlength=n_keys)
+    life = np.minimum(np.maximum(_loguniform(rng, *t.lifetime_s, n_keys),
+                                 episodes * t.episode_spacing_s), dur)
     key_start = rng.random(n_keys) * dur
     ep_key = key[is_start]
     ep_start = key_start[ep_key] + rng.random(ep_key.size) * life[ep_key]

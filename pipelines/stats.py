@@ -41,13 +41,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
-from flashml.pipelines.canonical import GET_OPS, PUT_OPS, TraceMeta
 
 from flashml.config import UNITS, MiB
+from flashml.pipelines.canonical import GET_OPS, PUT_OPS, TraceMeta
 
 MB = MiB
 HOUR_S = 3600.0
+_SHIFT = 1 << 32  # segment indices of one block stay far below this
 
 # The JSON keys the CLI promises (`flashml trace stats --json`); more follow them.
 REQUIRED_KEYS: tuple[str, ...] = (
@@ -74,48 +76,85 @@ def _counts(df: pl.DataFrame) -> dict[str, Any]:
     return row
 
 
-def _per_block(df: pl.DataFrame) -> dict[str, Any]:
+def _segment_masks(df: pl.DataFrame, segment_bytes: int) -> pl.Series | None:
+    """Per access, the bitmask of the segments a GET touches (0 for other ops), or None when
+    a segment index reaches 64 (blocks of more than 64 segments) and masks cannot hold it."""
+    off = df["offset"].to_numpy().astype(np.int64, copy=False)
+    size = df["size"].to_numpy().astype(np.int64, copy=False)
+    a = off // segment_bytes
+    b = (off + size - 1) // segment_bytes
+    use = np.isin(df["op"].to_numpy(), GET_OPS) & (size > 0)
+    if df.height and int(np.where(use, b, 0).max()) >= 64:
+        return None
+    n = np.where(use, b - a + 1, 0).astype(np.uint64)
+    ones = np.where(n > 0, np.uint64(0xFFFF_FFFF_FFFF_FFFF) >> (np.uint64(64) - np.maximum(
+        n, np.uint64(1))), np.uint64(0))
+    return pl.Series("seg_mask", ones << np.where(use, a, 0).astype(np.uint64))
+
+
+def _per_block(df: pl.DataFrame, segment_bytes: int) -> dict[str, Any]:
     is_get = pl.col("op").is_in(GET_OPS)
     is_put = pl.col("op").is_in(PUT_OPS)
-    blocks = df.group_by("key").agg(
-        n=pl.len(),
-        n_get=is_get.sum(),
-        n_put=is_put.sum(),
-        extent=(pl.col("offset") + pl.col("size")).max(),
-    )
-    return blocks.select(
+    masks = _segment_masks(df, segment_bytes)
+    aggs = {
+        "n": pl.len(),
+        "n_get": is_get.sum(),
+        "n_put": is_put.sum(),
+        "extent": (pl.col("offset") + pl.col("size")).max(),
+    }
+    src = df.select("key", "op", "offset", "size")
+    if masks is not None:
+        src = src.with_columns(masks)
+        aggs["seg_mask"] = pl.col("seg_mask").bitwise_or()
+    blocks = src.group_by("key").agg(**aggs)
+    out = blocks.select(
         ohw=(pl.col("n") == 1).sum(),
         put_only=((pl.col("n_get") == 0) & (pl.col("n_put") > 0)).sum(),
         get_keys=(pl.col("n_get") > 0).sum(),
         get_ohw=(pl.col("n_get") == 1).sum(),
         extent_mean=pl.col("extent").cast(pl.Float64).mean(),
     ).row(0, named=True)
+    out["get_segments"] = (int(blocks["seg_mask"].bitwise_count_ones().sum())
+                           if masks is not None else distinct_get_segments(df, segment_bytes))
+    return out
 
 
 def distinct_get_segments(df: pl.DataFrame, segment_bytes: int = UNITS.segment_bytes) -> int:
     """Distinct (block, segment) pairs touched by GETs: the union of each block's segment
-    intervals, computed without expanding accesses into segments."""
+    intervals, computed without expanding accesses into segments. (compute_stats uses
+    per-block segment bitmasks instead when blocks have at most 64 segments.)
+
+    Sorted by (block, first segment), the part of an access's [a, b] already covered by the
+    block's earlier intervals is exactly [a, min(b, largest earlier end)]. The running
+    largest end is one global cum_max over (group number * 2^32 + end + 1), so it restarts at
+    every block without a per-group window.
+    """
     seg = pl.lit(segment_bytes, dtype=pl.Int64)
-    iv = (
+    off = pl.col("offset").cast(pl.Int64)
+    end_ = pl.col("b") + 1
+    out = (
         df.lazy()
         .filter(pl.col("op").is_in(GET_OPS) & (pl.col("size") > 0))
         .select(
             "key",
-            a=pl.col("offset").cast(pl.Int64) // seg,
-            b=(pl.col("offset").cast(pl.Int64) + pl.col("size").cast(pl.Int64) - 1) // seg,
+            a=off // seg,
+            b=(off + pl.col("size").cast(pl.Int64) - 1) // seg,
         )
         .sort("key", "a")
-        # Sorted by start, the part of [a, b] already covered by earlier intervals of the same
-        # block is exactly [a, min(b, max of their ends)].
-        .with_columns(prev_end=pl.col("b").cum_max().shift(1).over("key").fill_null(-1))
+        .with_columns(
+            g=(pl.col("key") != pl.col("key").shift(1)).fill_null(True).cum_sum().cast(pl.Int64))
+        .with_columns(run=(pl.col("g") * _SHIFT + end_).cum_max().shift(1))
+        .with_columns(
+            prev_end=pl.when(pl.col("run") // _SHIFT == pl.col("g"))
+            .then(pl.col("run") % _SHIFT - 1)
+            .otherwise(-1))
         .select(
             (pl.col("b") - pl.max_horizontal(pl.col("a") - 1, pl.col("prev_end")))
             .clip(lower_bound=0)
-            .sum()
-        )
+            .sum())
         .collect()
     )
-    return int(iv.item() or 0)
+    return int(out.item() or 0)
 
 
 def _peak_to_mean_hourly(df: pl.DataFrame, t0: float, duration: float) -> float | None:
@@ -148,10 +187,10 @@ def compute_stats(df: pl.DataFrame, meta: TraceMeta) -> dict[str, Any]:
     if df.height == 0:
         return _empty(meta)
     c = _counts(df)
-    b = _per_block(df)
+    b = _per_block(df, UNITS.segment_bytes)
     scale = 100.0 / float(meta.sample_ratio)
     duration = float(c["t1"] - c["t0"])
-    segs = distinct_get_segments(df)
+    segs = int(b["get_segments"])
 
     def per_s(x: float) -> float | None:
         r = _ratio(x, duration)
