@@ -1,0 +1,266 @@
+"""`flashml sim ...`: run the trace-driven simulator (flash-cache mode and object-cache mode)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from flashml.config import DEFAULTS, UNITS
+from flashml.errors import UserError
+
+
+def _float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    """NaN (e.g. no eviction happened) becomes null so the output stays valid JSON."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            v = None
+        out[k] = v
+    return out
+
+
+def _print_metrics(metrics: dict[str, Any], as_json: bool) -> None:
+    metrics = _jsonable(metrics)
+    if as_json:
+        print(json.dumps(metrics))
+        return
+    width = max(len(k) for k in metrics)
+    for k, v in metrics.items():
+        if isinstance(v, float):
+            v = f"{v:.6g}"
+        print(f"{k:<{width}}  {v}")
+
+
+def _policy_arrays(args: argparse.Namespace, df: Any, n: int) -> dict[str, Any]:
+    """Per-access arrays the chosen policies need: from --arrays FILE, else the trace table."""
+    import polars as pl
+
+    need: list[str] = []
+    if args.admission == "opt":
+        need.append("admit")
+    if args.admission == "threshold":
+        need.append("score")
+    if args.prefetch == "range":
+        need += ["prefetch_start", "prefetch_end"]
+    if args.prefetch != "none" and args.prefetch_when == "score":
+        need.append("when_score")
+    if not need:
+        return {}
+    source, where = df, f"the trace {args.trace}"
+    if args.arrays is not None:
+        path = Path(args.arrays)
+        if not path.exists():
+            raise UserError(f"{path}: no such file")
+        try:
+            source = pl.read_parquet(path)
+        except Exception as e:  # polars raises several error types for bad Parquet
+            raise UserError(f"{path}: not a readable Parquet file ({e})") from None
+        where = str(path)
+        if source.height != n:
+            raise UserError(f"{path}: has {source.height} rows but the trace has {n} accesses;"
+                            " --arrays needs one row per access, in trace order")
+    out = {}
+    for name in need:
+        if name not in source.columns:
+            raise UserError(f"{where}: field '{name}': missing column; --admission "
+                            f"{args.admission} / --prefetch {args.prefetch} need a per-access "
+                            f"'{name}' column (give it with --arrays FILE.parquet)")
+        out[name] = source[name]
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from flashml.pipelines.ingest import load_trace
+    from flashml.simulation import SimConfig, simulate
+
+    if args.cache_gb is not None and args.cache_gb <= 0:
+        raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
+    df, meta = load_trace(args.trace, args.format, sample_ratio=args.sample_ratio)
+    cfg = SimConfig(
+        cache_gb=args.cache_gb if args.cache_gb is not None else DEFAULTS.cache_gb,
+        sample_ratio=meta.sample_ratio,
+        capacity_segments=args.capacity_segments,
+        eviction=args.eviction,
+        block_level_recency=not args.no_block_recency,
+        admission=args.admission,
+        coinflip_p=args.coinflip_p,
+        coinflip_seed=args.coinflip_seed,
+        rejectx_x=args.rejectx_x,
+        rejectx_factor=args.rejectx_factor,
+        threshold=args.threshold,
+        prefetch=args.prefetch,
+        prefetch_when=args.prefetch_when,
+        when_threshold=args.when_threshold,
+        segment_bytes=args.segment_bytes,
+        block_bytes=meta.block_bytes,
+        disks=args.disks,
+        window_s=args.window_s,
+        warmup_s=args.warmup_s,
+    )
+    arrays = _policy_arrays(args, df, df.height)
+    try:
+        res = simulate(df, cfg, **arrays)
+    except ValueError as e:
+        raise UserError(f"{args.trace}: {e}") from None
+    if args.series_out is not None:
+        _write_series(res.series, Path(args.series_out))
+    _print_metrics(res.metrics, args.json)
+    return 0
+
+
+def _write_series(series: dict[str, Any], path: Path) -> None:
+    import polars as pl
+
+    from flashml.pipelines.canonical import atomic_path
+
+    df = pl.DataFrame({k: series[k] for k in ("time", "dt_util", "write_rate_mbps", "warmup")})
+    with atomic_path(path) as tmp:
+        if path.suffix.lower() == ".csv":
+            df.write_csv(tmp)
+        else:
+            df.write_parquet(tmp)
+
+
+def cmd_objects(args: argparse.Namespace) -> int:
+    from flashml.pipelines.objects import read_objects
+    from flashml.simulation import parse_capacity, simulate_objects
+
+    try:
+        capacity, unit = parse_capacity(args.capacity)
+    except ValueError as e:
+        raise UserError(f"--capacity: {e}") from None
+    df = read_objects(args.trace, args.format)
+    if df.height == 0:
+        raise UserError(f"{args.trace}: no requests")
+    try:
+        r = simulate_objects(df["key"], df["size"], capacity, args.policy, unit)
+    except ValueError as e:
+        raise UserError(f"{args.trace}: {e}") from None
+    out = {"miss_ratio": r["miss_ratio"], "byte_miss_ratio": r["byte_miss_ratio"],
+           "requests": r["requests"], "hits": r["hits"], "policy": args.policy,
+           "capacity": capacity, "capacity_unit": unit, "wall_s": r["wall_s"]}
+    _print_metrics(out, args.json)
+    return 0
+
+
+RUN_EPILOG = """\
+per-access arrays (from --arrays FILE.parquet, one row per access in trace order, or from
+columns of the trace table itself):
+  admit            --admission opt: admit flags (non-zero = admit)
+  score            --admission threshold: admit iff score >= --threshold
+  prefetch_start   --prefetch range: first segment to prefetch (inclusive)
+  prefetch_end     --prefetch range: last segment to prefetch (inclusive)
+  when_score       --prefetch-when score: prefetch iff when_score >= --when-threshold
+
+metrics (--json prints them as one JSON object; NaN -> null):
+  peak/mean/p50/p90/p99_dt_util, flash_write_rate_mbps, dwpd, io_hit_ratio,
+  byte_hit_ratio, segment_hit_ratio, avg_eviction_age_s, backend_ios, backend_bytes,
+  admitted_segments, prefetched_segments, accesses, wall_s
+
+example:
+  flashml sim run --trace region1.parquet --admission rejectx --cache-gb 366.475 --json
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    sim = sub.add_parser("sim", help="simulate a flash cache (or an object cache) over a trace",
+                         description="Trace-driven simulation: flash-cache mode (Baleen's model:"
+                         " segments, disk-head time, admission and prefetch policies) and "
+                         "object-cache mode (libCacheSim's model).")
+    ssub = sim.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
+    sim.set_defaults(func=lambda a: (sim.print_help(), 2)[1])
+
+    p = ssub.add_parser(
+        "run", help="flash-cache mode: peak DT, write rate, hit ratios of one policy",
+        description="Simulate a flash cache in front of HDDs (Baleen's model) over a canonical "
+        "access table (or a raw trace, ingested on the fly) and print the metrics.",
+        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trace", required=True, type=Path, metavar="FILE",
+                   help="canonical .parquet access table, or a raw trace (see --format)")
+    p.add_argument("--format", default=None,
+                   help="format of a raw trace (default tectonic; ignored for .parquet)")
+    p.add_argument("--sample-ratio", type=_float, default=None, metavar="PERCENT",
+                   help="sample ratio in percent (default: the table's metadata, else the "
+                   "file name full_<start>_<ratio>.trace, else 100)")
+    p.add_argument("--cache-gb", type=_float, default=None, metavar="GB",
+                   help=f"cache size at full-node scale, GB of 2^30 bytes (default "
+                   f"{DEFAULTS.cache_gb}); scaled by the sample ratio")
+    p.add_argument("--capacity-segments", type=_int, default=0, metavar="N",
+                   help="cache capacity in segments at trace scale (overrides --cache-gb)")
+    p.add_argument("--eviction", choices=("lru", "fifo"), default="lru",
+                   help="eviction policy (default lru)")
+    p.add_argument("--no-block-recency", action="store_true",
+                   help="refresh only the accessed segments, not every cached segment of the "
+                   "block (block-level recency is on by default, as in the artifact)")
+    p.add_argument("--admission", choices=("admitall", "coinflip", "rejectx", "opt",
+                                            "threshold"), default="admitall",
+                   help="admission policy (default admitall)")
+    p.add_argument("--coinflip-p", type=_float, default=0.5, metavar="P",
+                   help="coinflip: admit probability in [0, 1] (default 0.5)")
+    p.add_argument("--coinflip-seed", type=_int, default=0, help="coinflip: hash seed")
+    p.add_argument("--rejectx-x", type=_int, default=1, metavar="X",
+                   help="rejectx: admit once a block was seen X times before (default 1)")
+    p.add_argument("--rejectx-factor", type=_float, default=2.0, metavar="F",
+                   help="rejectx: history of F x capacity keys (default 2)")
+    p.add_argument("--threshold", type=_float, default=0.5,
+                   help="threshold: admit iff score >= this, in [0, 1] (default 0.5)")
+    p.add_argument("--prefetch", choices=("none", "block", "range"), default="none",
+                   help="prefetch on a miss: nothing, the whole block, or the per-access "
+                   "range prefetch_start..prefetch_end (default none)")
+    p.add_argument("--prefetch-when", choices=("miss", "partial", "score"), default="miss",
+                   help="when to prefetch: every miss, partial hits only, or when when_score "
+                   ">= --when-threshold (default miss)")
+    p.add_argument("--when-threshold", type=_float, default=0.5,
+                   help="prefetch-when score threshold in [0, 1] (default 0.5)")
+    p.add_argument("--arrays", type=Path, default=None, metavar="FILE",
+                   help="Parquet file of per-access policy arrays (see below)")
+    p.add_argument("--segment-bytes", type=_int, default=UNITS.segment_bytes,
+                   help=f"segment size in bytes (default {UNITS.segment_bytes})")
+    p.add_argument("--disks", type=_int, default=DEFAULTS.disks,
+                   help=f"HDDs per node for DT utilisation (default {DEFAULTS.disks})")
+    p.add_argument("--window-s", type=_float, default=DEFAULTS.window_s,
+                   help=f"DT window length in seconds (default {DEFAULTS.window_s:g})")
+    p.add_argument("--warmup-s", type=_float, default=DEFAULTS.warmup_s,
+                   help=f"warm-up excluded from the DT statistics (default "
+                   f"{DEFAULTS.warmup_s:g} s)")
+    p.add_argument("--series-out", type=Path, default=None, metavar="FILE",
+                   help="also write the per-window series (time, dt_util, write_rate_mbps, "
+                   "warmup) to FILE (.parquet, or .csv)")
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
+    p.set_defaults(func=cmd_run)
+
+    p = ssub.add_parser(
+        "objects", help="object-cache mode (libCacheSim's model): miss ratio of LRU/FIFO",
+        description="Simulate an object cache over whole-object requests (key, size) and "
+        "print the miss ratio. Capacity in bytes (4MiB, 16MB, 1048576) or objects (5000obj).")
+    p.add_argument("--trace", required=True, type=Path, metavar="FILE", help="request trace")
+    p.add_argument("--format", choices=("cloudphysics", "parquet"), default="cloudphysics",
+                   help="cloudphysics CSV (key = lbn) or Parquet with key, size columns")
+    p.add_argument("--policy", choices=("lru", "fifo"), default="lru",
+                   help="eviction policy (default lru)")
+    p.add_argument("--capacity", required=True,
+                   help="cache capacity: bytes with a unit (4MiB, 16MB, 1GiB, 1048576) or an "
+                   "object count (5000obj)")
+    p.add_argument("--json", action="store_true",
+                   help="print miss_ratio, requests, hits, ... as one JSON object")
+    p.set_defaults(func=cmd_objects)
