@@ -44,6 +44,7 @@ import polars as pl
 from tqdm import tqdm
 
 from flashml.config import UNITS, KiB, MiB
+from flashml.errors import UserError
 from flashml.pipelines.canonical import atomic_path
 
 EPOCH_S = 1_572_000_000.0  # 2019-10-25 10:40 UTC, the 201910 traces' month
@@ -435,7 +436,7 @@ def _resolve_size(p: Preset, accesses: int | None, days: float | None) -> tuple[
     """(accesses, days, sample_ratio) from the preset and the overrides."""
     d = float(days) if days is not None else p.days
     if d <= 0:
-        raise ValueError(f"days must be > 0, got {d}")
+        raise UserError(f"days must be > 0, got {d}")
     if accesses is None:
         ratio = p.sample_ratio
         n = int(round(p.full_node_rate_per_s * ratio / 100.0 * d * DAY_S))
@@ -443,11 +444,11 @@ def _resolve_size(p: Preset, accesses: int | None, days: float | None) -> tuple[
         n = int(accesses)
         ratio = 100.0 * n / (p.full_node_rate_per_s * d * DAY_S)
         if ratio > 100.0:
-            raise ValueError(
+            raise UserError(
                 f"{n:,} accesses in {d:g} days exceed the full node's {p.full_node_rate_per_s}"
                 f" req/s (sample ratio {ratio:.1f}% > 100%); ask for more days")
     if n < 1:
-        raise ValueError(f"accesses must be >= 1, got {n}")
+        raise UserError(f"accesses must be >= 1, got {n}")
     return n, d, ratio
 
 
@@ -509,7 +510,7 @@ def generate_trace(preset: str, seed: int, out: Path, *, accesses: int | None = 
     path, preset, seed, accesses, keys, days, duration_s, sample_ratio, seconds.
     """
     if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+        raise UserError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
     p = PRESETS[preset]
     t0 = _time.perf_counter()
     n, d, ratio = _resolve_size(p, accesses, days)
