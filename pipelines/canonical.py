@@ -134,8 +134,12 @@ def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         yield tmp_path
+        if tmp_path.exists():
+            os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
         os.replace(tmp_path, dest)
     finally:
         if tmp_path.exists():

@@ -75,12 +75,23 @@ def _split(body: bytes, first_line: int) -> Chunk:
     if b"\r" in body:
         body = body.replace(b"\r", b"")
     trimmed = body[:-1] if body.endswith(b"\n") else body
-    if b"#" not in trimmed and b"\n\n" not in trimmed and not trimmed.startswith(b"\n") and trimmed:
+    # Leading comment/blank lines (a file's header) are taken off cheaply, line by line.
+    comments: list[tuple[int, str]] = []
+    while trimmed.startswith((b"#", b"\n", b" ")):
+        line, _, rest = trimmed.partition(b"\n")
+        if line.strip().startswith(b"#"):
+            comments.append((first_line, line.strip().decode("utf-8", "replace")))
+        elif line.strip():
+            break
+        trimmed, first_line = rest, first_line + 1
+    if not trimmed:
+        return Chunk(b"", np.zeros(0, dtype=np.uint64), comments)
+    if b"#" not in trimmed and b"\n\n" not in trimmed:
         n = trimmed.count(b"\n") + 1
-        return Chunk(trimmed, np.arange(first_line, first_line + n, dtype=np.uint64), [])
+        return Chunk(trimmed, np.arange(first_line, first_line + n, dtype=np.uint64), comments)
+    # Comments or blank lines inside the data: the slow, exact path.
     keep: list[bytes] = []
     numbers: list[int] = []
-    comments: list[tuple[int, str]] = []
     for i, line in enumerate(trimmed.split(b"\n")):
         stripped = line.strip()
         if not stripped:

@@ -70,6 +70,7 @@ def validate_table(df: pl.DataFrame, meta: TraceMeta, *, context_dir: Path | Non
                    build_docs: bool = True) -> ValidationReport:
     """Run the suite over `df` (with its metadata) and build the Data Docs."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import great_expectations as gx
@@ -85,8 +86,10 @@ def validate_table(df: pl.DataFrame, meta: TraceMeta, *, context_dir: Path | Non
         offset_plus_size=pl.col("offset") + pl.col("size"),
         sample_ratio=pl.lit(meta.sample_ratio, dtype=pl.Float64),
     ).to_pandas()
-    logging.getLogger("great_expectations").setLevel(logging.ERROR)
     context = gx.get_context(mode="file", project_root_dir=str(root))
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
     source = context.data_sources.add_or_update_pandas(name="flashml")
     asset = next((a for a in source.assets if a.name == "accesses"), None) or \
         source.add_dataframe_asset(name="accesses")
