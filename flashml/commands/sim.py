@@ -55,15 +55,15 @@ def _policy_arrays(args: argparse.Namespace, df: Any, n: int) -> dict[str, Any]:
     """Per-access arrays the chosen policies need: from --arrays FILE, else the trace table."""
     import polars as pl
 
-    need: list[str] = []
+    need: dict[str, str] = {}
     if args.admission == "opt":
-        need.append("admit")
+        need["admit"] = "--admission opt"
     if args.admission == "threshold":
-        need.append("score")
+        need["score"] = "--admission threshold"
     if args.prefetch == "range":
-        need += ["prefetch_start", "prefetch_end"]
+        need["prefetch_start"] = need["prefetch_end"] = "--prefetch range"
     if args.prefetch != "none" and args.prefetch_when == "score":
-        need.append("when_score")
+        need["when_score"] = "--prefetch-when score"
     if not need:
         return {}
     source, where = df, f"the trace {args.trace}"
@@ -80,18 +80,17 @@ def _policy_arrays(args: argparse.Namespace, df: Any, n: int) -> dict[str, Any]:
             raise UserError(f"{path}: has {source.height} rows but the trace has {n} accesses;"
                             " --arrays needs one row per access, in trace order")
     out = {}
-    for name in need:
+    for name, option in need.items():
         if name not in source.columns:
-            raise UserError(f"{where}: field '{name}': missing column; --admission "
-                            f"{args.admission} / --prefetch {args.prefetch} need a per-access "
-                            f"'{name}' column (give it with --arrays FILE.parquet)")
+            raise UserError(f"{where}: field '{name}': missing column; {option} needs a "
+                            f"per-access '{name}' column (give it with --arrays FILE.parquet)")
         out[name] = source[name]
     return out
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from flashml.pipelines.ingest import load_trace
-    from flashml.simulation import SimConfig, simulate
+    from flashml.simulation import SimConfig, capacity_segments, simulate
 
     if args.cache_gb is not None and args.cache_gb <= 0:
         raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
@@ -117,6 +116,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         window_s=args.window_s,
         warmup_s=args.warmup_s,
     )
+    try:
+        capacity_segments(cfg)  # validates the whole config before anything else is read
+    except ValueError as e:
+        raise UserError(str(e)) from None
     arrays = _policy_arrays(args, df, df.height)
     try:
         res = simulate(df, cfg, **arrays)
