@@ -276,7 +276,7 @@ def test_columns_are_borrowed_not_copied():
 
 
 def test_gil_is_released():
-    n = 2_000_000
+    n = 4_000_000
     rng = np.random.default_rng(3)
     cols = {"time": np.arange(n, dtype=np.float64), "key": rng.integers(0, 50_000, n,
                                                                       dtype=np.uint64),
@@ -299,8 +299,9 @@ def test_gil_is_released():
         time.sleep(0.001)
     th.join()
     wall = done["r"].metrics["wall_s"]
-    # While Rust runs, this thread keeps running: no gap anywhere near the whole run.
-    assert max(gaps) < max(0.05, wall / 2), (max(gaps), wall)
+    # While Rust runs, this thread keeps running: no gap anywhere near the whole run (with
+    # the GIL held, one gap would span the whole simulation).
+    assert len(gaps) >= 5 and max(gaps) < wall / 2, (len(gaps), max(gaps), wall)
 
 
 def test_nan_when_nothing_evicted():

@@ -146,7 +146,10 @@ impl Params {
         d.set_item("cache_gb", c.cache_gb)?;
         d.set_item("capacity_segments", c.capacity_segments)?;
         d.set_item("block_level_recency", c.block_level_recency)?;
-        d.set_item("put_ops", c.put_ops.iter().map(|&o| o as u32).collect::<Vec<u32>>())?;
+        d.set_item(
+            "put_ops",
+            c.put_ops.iter().map(|&o| o as u32).collect::<Vec<u32>>(),
+        )?;
         d.set_item("eviction", &self.eviction)?;
         d.set_item("admission", &self.admission)?;
         d.set_item("prefetch", &self.prefetch)?;
