@@ -59,7 +59,7 @@ def build_suite(block_bytes: int):  # type: ignore[no-untyped-def]
     suite.add_expectation(gxe.ExpectColumnValuesToBeIncreasing(column="time", strictly=False))
     suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="size", min_value=1))
     suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="offset_plus_size",
-                                                            min_value=1, max_value=block_bytes))
+                                                            max_value=block_bytes))
     suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="op", value_set=sorted(OPS)))
     suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(
         column="sample_ratio", min_value=0, max_value=100, strict_min=True))

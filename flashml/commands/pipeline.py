@@ -1,7 +1,7 @@
 """`flashml pipeline run`: the main job, end to end, as far as the pipeline goes today.
 
 generate (or take --trace) -> ingest -> validate (Great Expectations) -> statistics
--> simulate the baselines (when the simulator is built).
+-> simulate the baselines (admit-all, RejectX) at the default cache size.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import logging
 import time
 from pathlib import Path
 
+from flashml.config import DEFAULTS
 from flashml.errors import UserError
 
 log = logging.getLogger("flashml.pipeline")
@@ -60,10 +61,38 @@ def cmd_run(args: argparse.Namespace) -> int:
     stats = compute_stats(df, meta)
     print(format_stats(stats))
     summary["stats"] = stats
+
+    log.info("stage simulate: baselines at %.3f GB (sample ratio %g%%)", args.cache_gb,
+             meta.sample_ratio)
+    summary["simulate"] = simulate_baselines(df, meta.sample_ratio, args.cache_gb, work)
     summary["seconds"] = time.perf_counter() - t0
     (work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     log.info("pipeline done in %.1fs; summary in %s", summary["seconds"], work / "summary.json")
     return 0
+
+
+BASELINES = ("admitall", "rejectx")
+SHOWN = ("peak_dt_util", "mean_dt_util", "p99_dt_util", "flash_write_rate_mbps", "dwpd",
+         "io_hit_ratio", "byte_hit_ratio", "avg_eviction_age_s", "backend_ios")
+
+
+def simulate_baselines(df, sample_ratio: float, cache_gb: float, work: Path) -> dict:  # type: ignore[no-untyped-def]
+    from flashml.plots import plot_dt_utilisation
+    from flashml.simulation import SimConfig, simulate
+
+    results = {name: simulate(df, SimConfig(sample_ratio=sample_ratio, cache_gb=cache_gb,
+                                            admission=name)) for name in BASELINES}
+    print(f"\nSimulation, LRU flash cache of {cache_gb:g} GB (full-node scale)")
+    print(f"  {'metric':24}" + "".join(f"{n:>14}" for n in results))
+    for key in SHOWN:
+        print(f"  {key:24}" + "".join(f"{_fmt(r.metrics[key]):>14}" for r in results.values()))
+    png = plot_dt_utilisation({n: r.series for n, r in results.items()}, work / "dt_util.png")
+    print(f"  plot: {png}")
+    return {n: r.metrics for n, r in results.items()} | {"plot": str(png)}
+
+
+def _fmt(v: float | int) -> str:
+    return f"{v:,}" if isinstance(v, int) else f"{v:.4g}"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,6 +111,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--accesses", type=int, default=None)
     r.add_argument("--days", type=float, default=None)
+    r.add_argument("--cache-gb", type=float, default=DEFAULTS.cache_gb,
+                   help=f"flash cache size, full-node scale (default {DEFAULTS.cache_gb})")
     r.add_argument("--workdir", type=Path, default=Path(".flashml/runs/latest"),
                    help="where outputs go (default .flashml/runs/latest)")
     r.set_defaults(func=cmd_run)

@@ -1,0 +1,84 @@
+"""The Great Expectations suite passes on good tables and names each failed expectation and
+its row count on bad ones (real GE runs, real Data Docs)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from flashml.pipelines.canonical import TraceMeta, read_table, write_table
+from flashml.pipelines.ingest import ingest
+from flashml.pipelines.validate import validate_table
+
+from conftest import DATA
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory) -> tuple[pl.DataFrame, TraceMeta]:
+    out = tmp_path_factory.mktemp("v") / "t.parquet"
+    ingest(DATA / "tectonic_202110.trace", out, "tectonic", progress=False)
+    return read_table(out)
+
+
+def test_good_table_passes_and_writes_data_docs(tmp_path: Path, good) -> None:
+    df, meta = good
+    report = validate_table(df, meta, context_dir=tmp_path / "gx")
+    assert report.success, report.describe()
+    assert report.docs_index is not None and report.docs_index.exists()
+    assert "canonical_accesses" in report.docs_index.read_text() or any(
+        "canonical_accesses" in p.read_text(errors="ignore")
+        for p in report.docs_index.parent.rglob("*.html"))
+
+
+BREAKAGES = {
+    "time not sorted": (lambda df: df.with_columns(time=pl.col("time").reverse()), None,
+                        "expect_column_values_to_be_increasing", "time"),
+    "zero size": (lambda df: df.with_columns(
+        size=pl.when(pl.int_range(pl.len()) < 3).then(0).otherwise(pl.col("size"))
+        .cast(pl.UInt64)), None, "expect_column_values_to_be_between", "size"),
+    "beyond block": (lambda df: df.with_columns(
+        offset=pl.when(pl.int_range(pl.len()) == 1).then(8 * 2**20).otherwise(pl.col("offset"))
+        .cast(pl.UInt64)), None, "expect_column_values_to_be_between", "offset_plus_size"),
+    "unknown op": (lambda df: df.with_columns(
+        op=pl.when(pl.int_range(pl.len()) < 2).then(9).otherwise(pl.col("op")).cast(pl.UInt8)),
+        None, "expect_column_values_to_be_in_set", "op"),
+    "null key": (lambda df: df.with_columns(
+        key=pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise(pl.col("key"))), None,
+        "expect_column_values_to_not_be_null", "key"),
+    "sample ratio": (lambda df: df, 150.0, "expect_column_values_to_be_between", "sample_ratio"),
+}
+EXPECTED_ROWS = {"time not sorted": None, "zero size": 3, "beyond block": 1, "unknown op": 2,
+                 "null key": 1, "sample ratio": 8}
+
+
+@pytest.mark.parametrize("name", sorted(BREAKAGES))
+def test_each_breakage_fails_its_expectation(tmp_path: Path, good, name: str) -> None:
+    df, meta = good
+    breaker, ratio, expectation, column = BREAKAGES[name]
+    bad_meta = replace(meta, sample_ratio=ratio) if ratio is not None else meta
+    report = validate_table(breaker(df), bad_meta, context_dir=tmp_path / "gx")
+    assert not report.success
+    failed = {(o.expectation, o.column): o for o in report.failures()}
+    assert (expectation, column) in failed, report.describe()
+    if EXPECTED_ROWS[name] is not None:
+        assert failed[(expectation, column)].unexpected_count == EXPECTED_ROWS[name]
+    assert len(failed) == 1, report.describe()
+
+
+def test_validate_cli_exit_codes(tmp_path: Path, good, cli) -> None:
+    df, meta = good
+    ok = tmp_path / "ok.parquet"
+    write_table(df, ok, meta)
+    proc = cli("trace", "validate", ok, "--context-dir", tmp_path / "gx")
+    assert proc.returncode == 0, proc.stderr
+    assert "validation passed: 13 expectations on 8 rows" in proc.stdout
+    assert "Data Docs:" in proc.stdout
+    bad = tmp_path / "bad.parquet"
+    write_table(df.with_columns(size=pl.lit(0, pl.UInt64)), bad, meta)
+    proc = cli("trace", "validate", bad, "--context-dir", tmp_path / "gx")
+    assert proc.returncode == 1
+    assert "FAILED expect_column_values_to_be_between(size): 8 of 8 rows" in proc.stdout
+    assert "1 expectation(s) failed" in proc.stderr
