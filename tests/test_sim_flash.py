@@ -266,6 +266,10 @@ def test_columns_are_borrowed_not_copied():
     arrays = trace_arrays(df)
     for name in ("time", "key", "offset", "size", "op"):
         assert np.shares_memory(arrays[name], df[name].to_numpy()), name
+    arrow = df.to_arrow()
+    borrowed = trace_arrays(arrow)
+    for name in ("time", "key", "offset", "size", "op"):
+        assert np.shares_memory(borrowed[name], arrow.column(name).chunk(0).to_numpy()), name
     # pyarrow tables and plain NumPy columns work too and give the same result
     r1 = simulate(df, TINY.replace(warmup_s=0.0)).metrics
     r2 = simulate(df.to_arrow(), TINY).metrics
