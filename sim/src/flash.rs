@@ -206,7 +206,7 @@ pub fn validate(trace: &Trace, arrays: &PolicyArrays, cfg: &FlashConfig) -> Resu
     let measured = (0..windows).any(|k| k as f64 * cfg.window_s >= cfg.warmup_s);
     if !measured {
         return err(format!(
-            "the trace spans {span} s, no window starts after the {} s warm-up; use a shorter warm-up",
+            "the trace spans {span} s, no window starts after the {} s warm-up; use a shorter warm-up (--warmup-s)",
             cfg.warmup_s
         ));
     }
