@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 import yaml
+
 from conftest import REPO
 
 
