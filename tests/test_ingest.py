@@ -157,7 +157,12 @@ def test_generic_csv_mapping(tmp_path: Path) -> None:
 
 
 def test_all_formats_share_the_canonical_schema(tmp_path: Path, cloudphysics_path: Path) -> None:
+    from flashml.pipelines.generate import generate_trace
+
+    generated = tmp_path / "generated.trace"
+    generate_trace("region1-like", 0, generated, accesses=2000, progress=False)
     tables = [
+        run(tmp_path, generated, "tectonic"),
         run(tmp_path, DATA / "tectonic_201910.trace", "tectonic"),
         run(tmp_path, DATA / "tectonic_202110.trace", "tectonic"),
         run(tmp_path, DATA / "tectonic_2023.trace", "tectonic"),
