@@ -13,9 +13,11 @@ from pathlib import Path
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
-# Rates and sizes are reported in MB = 2^20 bytes and GB = 2^30 bytes, as in Baleen's artifact
-# (35.599 MB/s x 86400 s / 400 GB = 7.5 DWPD holds with these units).
-MB = MiB
+# Units as in Baleen's artifact: every rate is in MB/s with MB = 10^6 bytes (write rate =
+# segments x 128 KiB / seconds / 1e6); cache sizes are in GB = 2^30 bytes (366.475 GB at a
+# 0.1% sample = 3002 segments). With these, 35.599 MB/s on 366.475 GB is 7.5 DWPD after the
+# artifact's 400/357.45 CacheLib overhead factor. Sizes of accesses and blocks are in MiB.
+MB = 1_000_000
 GB = GiB
 
 

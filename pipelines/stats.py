@@ -11,8 +11,8 @@ Definitions (one access = one row of the canonical table; "block" = cache key):
 | `duration_s`                  | last time - first time, seconds                               |
 | `sample_ratio`                | percent of the full node the trace samples (from `TraceMeta`) |
 | `request_rate_per_s`          | requests / duration, scaled by 100 / sample_ratio             |
-| `avg_block_size_mb`           | mean over blocks of the largest `offset + size` seen, in MB   |
-| `access_size_mb`              | mean access size (all ops), in MB                             |
+| `avg_block_size_mib`          | mean over blocks of the largest `offset + size` seen, in MiB  |
+| `access_size_mib`             | mean access size (all ops), in MiB                            |
 | `compulsory_miss_rate`        | keys / requests, all ops (Baleen Table 2 footnote 1)          |
 | `get_compulsory_miss_rate`    | get_keys / gets: what a read cache actually misses cold       |
 | `one_hit_wonder_rate`         | fraction of blocks with exactly one access (all ops)          |
@@ -22,8 +22,8 @@ Definitions (one access = one row of the canonical table; "block" = cache key):
 | `admit_all_write_rate_mbps`   | see below                                                     |
 | `peak_to_mean_hourly`         | busiest full hour's requests / mean requests per full hour    |
 
-MB means 2**20 bytes here (`flashml.config.MiB`), the same binary unit as the artifact's
-GB (= 2**30 bytes) in cache sizes.
+Units (`flashml.config`): sizes in MiB (2**20 bytes); the write rate in MB/s with MB = 10**6
+bytes, the unit of every rate in flashml and in Baleen's artifact.
 
 `admit_all_write_rate_mbps` is the flash write rate of admit-all *with no evictions*: every
 distinct (block, segment) that any GET touches is written to flash exactly once, so it is
@@ -44,10 +44,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from flashml.config import UNITS, MiB
+from flashml.config import MB, UNITS, MiB
 from flashml.pipelines.canonical import GET_OPS, PUT_OPS, TraceMeta
 
-MB = MiB
 HOUR_S = 3600.0
 _SHIFT = 1 << 32  # segment indices of one block stay far below this
 
@@ -208,8 +207,8 @@ def compute_stats(df: pl.DataFrame, meta: TraceMeta) -> dict[str, Any]:
         "admit_all_write_rate_mbps": write_rate,
         "sample_ratio": float(meta.sample_ratio),
         "request_rate_per_s": per_s(c["requests"]),
-        "avg_block_size_mb": float(b["extent_mean"]) / MB,
-        "access_size_mb": float(c["size_mean"]) / MB,
+        "avg_block_size_mib": float(b["extent_mean"]) / MiB,
+        "access_size_mib": float(c["size_mean"]) / MiB,
         "put_only_block_rate": _ratio(b["put_only"], c["keys"]),
         "put_fraction": _ratio(c["puts"], c["requests"]),
         "get_keys": int(b["get_keys"]),
@@ -235,9 +234,9 @@ def format_stats(stats: dict[str, Any]) -> str:
     rows = [
         ("request rate", f"{_num(stats.get('request_rate_per_s'), ',.1f')} /s",
          "full node"),
-        ("avg block size", f"{_num(stats.get('avg_block_size_mb'), '.2f')} MB",
+        ("avg block size", f"{_num(stats.get('avg_block_size_mib'), '.2f')} MiB",
          "mean largest offset+size"),
-        ("access size", f"{_num(stats.get('access_size_mb'), '.2f')} MB", "mean, all ops"),
+        ("access size", f"{_num(stats.get('access_size_mib'), '.2f')} MiB", "mean, all ops"),
         ("compulsory miss rate", _pct(stats.get("compulsory_miss_rate")), "blocks / accesses"),
         ("one-hit-wonder rate", _pct(stats.get("one_hit_wonder_rate")),
          "blocks accessed once"),
@@ -257,7 +256,7 @@ def format_stats(stats: dict[str, Any]) -> str:
         ("peak-to-mean (hourly)", _num(stats.get("peak_to_mean_hourly"), ".2f"), ""),
     ]
     head = (f"Trace statistics (Baleen Table 2); sample ratio {ratio:g}%, "
-            f"rates scaled x{100.0 / ratio:g} to a full node; MB = 2^20 bytes")
+            f"rates scaled x{100.0 / ratio:g} to a full node; MB = 10^6 bytes, MiB = 2^20 bytes")
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
     lines = [head]

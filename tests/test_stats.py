@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from flashml.config import KiB, MiB
+from flashml.config import MB, KiB, MiB
 from flashml.pipelines.canonical import GET_OPS, PUT_OPS, TraceMeta
 from flashml.pipelines.stats import (
     REQUIRED_KEYS,
@@ -63,11 +63,11 @@ def test_tiny_table_hand_computed() -> None:
     assert st["get_compulsory_miss_rate"] == pytest.approx(3 / 4)
     assert st["get_one_hit_wonder_rate"] == pytest.approx(2 / 3)  # keys 3 and 5
     assert st["get_segments"] == 6                                # 2 + 2 + 2
-    assert st["admit_all_write_rate_mbps"] == pytest.approx(6 * SEG / MiB / 100 * 10)
+    assert st["admit_all_write_rate_mbps"] == pytest.approx(6 * SEG / MB / 100 * 10)
     sizes = [r[3] for r in TINY]
-    assert st["access_size_mb"] == pytest.approx(sum(sizes) / 8 / MiB)
+    assert st["access_size_mib"] == pytest.approx(sum(sizes) / 8 / MiB)
     extents = [SEG + 64 * KiB, MiB, 8 * MiB, MiB + 1, SEG + 1]
-    assert st["avg_block_size_mb"] == pytest.approx(sum(extents) / 5 / MiB)
+    assert st["avg_block_size_mib"] == pytest.approx(sum(extents) / 5 / MiB)
     assert st["peak_to_mean_hourly"] is None  # under two full hours
 
 
@@ -129,10 +129,10 @@ def slow_stats(df: pl.DataFrame, ratio: float) -> dict:
         "requests": n, "gets": gets, "puts": puts, "keys": keys, "duration_s": dur,
         "one_hit_wonder_rate": sum(1 for r in per_key.values() if r[0] == 1) / keys,
         "compulsory_miss_rate": keys / n,
-        "admit_all_write_rate_mbps": len(segs) * SEG / MiB / dur * 100 / ratio,
+        "admit_all_write_rate_mbps": len(segs) * SEG / MB / dur * 100 / ratio,
         "request_rate_per_s": n / dur * 100 / ratio,
-        "avg_block_size_mb": sum(r[3] for r in per_key.values()) / keys / MiB,
-        "access_size_mb": size_sum / n / MiB,
+        "avg_block_size_mib": sum(r[3] for r in per_key.values()) / keys / MiB,
+        "access_size_mib": size_sum / n / MiB,
         "put_only_block_rate": sum(1 for r in per_key.values() if r[1] == 0 and r[2] > 0) / keys,
         "put_fraction": puts / n,
         "get_keys": get_keys,
