@@ -2,6 +2,7 @@
 //!
 //! * [`flash`]: Baleen's flash-cache model (segments of blocks, DT, admission, prefetch).
 //! * [`objects`]: libCacheSim's object-cache model (key, size; byte or count capacity).
+//! * [`contract`]: the feature contract's constants (generated from features/contract.toml).
 //! * Policies live behind traits: [`eviction::Eviction`], [`admission::Admission`],
 //!   [`prefetch::Prefetch`].
 //! * With the `python` feature, a thin PyO3 layer exposes `flashml_sim.simulate`,
@@ -9,6 +10,7 @@
 
 pub mod admission;
 pub mod config;
+pub mod contract;
 pub mod eviction;
 pub mod flash;
 pub mod hash;

@@ -367,6 +367,10 @@ fn simulate_objects<'py>(
 #[pymodule]
 fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("ABI_VERSION", crate::contract::ABI_VERSION)?;
+    m.add("CONTRACT_HASH", crate::contract::CONTRACT_HASH)?;
+    m.add("NUM_FEATURES", crate::contract::NUM_FEATURES)?;
+    m.add("FEATURE_NAMES", crate::contract::FEATURE_NAMES.to_vec())?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_objects, m)?)?;
     m.add_function(wrap_pyfunction!(default_config, m)?)?;
