@@ -1,0 +1,51 @@
+"""MLflow set-up: one place for the tracking URI, the artifact store and the experiment.
+
+Default (embedded): sqlite store `.flashml/mlflow.db` and artifacts under
+`.flashml/mlartifacts` (FLASHML_HOME moves both). `MLFLOW_TRACKING_URI` points at a server
+instead (e.g. the compose file's MLflow service).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+
+from flashml.config import state_dir
+
+EXPERIMENT = "flashml"
+REGISTERED_MODEL = "flashml-policy"
+CHAMPION = "champion"
+
+
+def tracking_uri() -> str:
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    return f"sqlite:///{(state_dir() / 'mlflow.db').resolve()}"
+
+
+def artifact_root() -> str:
+    return (state_dir() / "mlartifacts").resolve().as_uri()
+
+
+def setup(experiment: str = EXPERIMENT) -> str:
+    """Point MLflow at the store and make sure the experiment exists; returns its id."""
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module="mlflow")
+    import mlflow
+
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is None:
+        location = None if os.environ.get("MLFLOW_TRACKING_URI") else artifact_root()
+        exp_id = mlflow.create_experiment(experiment, artifact_location=location)
+    else:
+        exp_id = exp.experiment_id
+    mlflow.set_experiment(experiment_id=exp_id)
+    return exp_id
