@@ -209,7 +209,10 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
             continue
         hit_segs += len(covered_cached)
         lo, hi = missing[0], missing[-1]
-        pf = prefetch_fn(i, len(covered_cached) > 0)
+        admitted_now = admit_fn(i, k)
+        # Prefetch extends the IO only for an admitted miss (no point reading what is
+        # not going to be written to flash).
+        pf = prefetch_fn(i, len(covered_cached) > 0) if admitted_now else None
         if pf is not None:
             p0, p1 = max(pf[0], 0), min(pf[1], spb - 1)
             if p0 <= p1:
@@ -218,7 +221,7 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
         backend_ios += 1
         backend_bytes += io * seg
         win_dt[w] += c["t_seek_s"] + io * seg_time
-        if admit_fn(i, k):
+        if admitted_now:
             for s in range(lo, hi + 1):
                 if s in cached.get(k, ()):
                     continue

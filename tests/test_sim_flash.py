@@ -311,3 +311,18 @@ def test_gil_is_released():
 def test_nan_when_nothing_evicted():
     r = simulate(table(GOOD), TINY)
     assert math.isnan(r.metrics["avg_eviction_age_s"])
+
+
+def test_rejected_miss_never_prefetches():
+    # two misses on one block with whole-block prefetch: the first is rejected by the
+    # threshold, so its IO covers only the request (1 segment, 10 + 100 ms); the second is
+    # admitted and reads the whole 64-segment block (10 ms + 6.4 s).
+    rows = [(0.0, 7, 0, SEG, GET), (1.0, 7, 0, SEG, GET), (2.0, 7, 3 * SEG, SEG, GET)]
+    cfg = TINY.replace(capacity_segments=100, admission="threshold", threshold=0.5,
+                       prefetch="block")
+    r = simulate(table(rows), cfg, score=np.array([0.1, 0.9, 0.0]))
+    m = r.metrics
+    assert m["backend_ios"] == 2 and r.info["hits"] == 1
+    assert m["backend_bytes"] == (1 + 64) * SEG
+    assert m["admitted_segments"] == 64 and m["prefetched_segments"] == 63
+    assert m["mean_dt_util"] == pytest.approx((0.01 + 0.1 + 0.01 + 6.4) / 10.0)

@@ -8,11 +8,13 @@
 //!   with block-level recency every cached segment of the block is refreshed (LRU: the block
 //!   moves to the front; its last-access time becomes `t`), otherwise only the cached
 //!   covered segments, in ascending order.
-//! * On a miss, one backend IO spans the first to the last missing covered segment, extended
-//!   to cover the prefetch range (clipped to the block) if the prefetch policy gives one;
-//!   `DT = t_seek + segments * segment_bytes / bandwidth`. The admission policy is asked once;
-//!   if it admits, every uncached segment of the IO span is inserted in ascending order, each
-//!   insertion first evicting until there is room.
+//! * On a miss, the admission policy is asked once. One backend IO spans the first to the
+//!   last missing covered segment; if the miss is admitted it is extended to cover the
+//!   prefetch range (clipped to the block) when the prefetch policy gives one (a rejected
+//!   miss never prefetches: nothing read beyond the request would be kept).
+//!   `DT = t_seek + segments * segment_bytes / bandwidth`. If admitted, every uncached
+//!   segment of the IO span is inserted in ascending order, each insertion first evicting
+//!   until there is room.
 //! * Eviction units: with LRU and block-level recency the unit is the block (its segments
 //!   are contiguous in recency order) and a victim block loses its lowest-index cached segment;
 //!   otherwise the unit is the segment. Eviction age = eviction time - last access time
@@ -570,19 +572,23 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
                 partial_hit: cached > 0,
             };
             let (mut lo, mut hi) = (m0, m1);
-            if let Some((p0, p1)) = prefetch.range(&ctx) {
-                let p0 = p0.max(0);
-                let p1 = p1.min(self.spb as i64 - 1);
-                if p0 <= p1 {
-                    lo = lo.min(p0 as u32);
-                    hi = hi.max(p1 as u32);
+            let admitted = admission.admit(&ctx);
+            // Prefetch extends the IO only for an admitted miss.
+            if admitted {
+                if let Some((p0, p1)) = prefetch.range(&ctx) {
+                    let p0 = p0.max(0);
+                    let p1 = p1.min(self.spb as i64 - 1);
+                    if p0 <= p1 {
+                        lo = lo.min(p0 as u32);
+                        hi = hi.max(p1 as u32);
+                    }
                 }
             }
             let io_segs = hi - lo + 1;
             backend_ios += 1;
             backend_bytes += io_segs as u64 * seg_bytes;
             win_dt[k] += t_seek + io_segs as f64 * seg_time;
-            if admission.admit(&ctx) {
+            if admitted {
                 let mut cur = slot;
                 for s in lo..=hi {
                     if let Some(sl) = cur {
