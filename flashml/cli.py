@@ -10,7 +10,7 @@ import sys
 from flashml import __version__
 
 # Each name is a module in flashml.commands exposing `register(subparsers)`.
-COMMAND_MODULES = ("trace", "sim", "pipeline")
+COMMAND_MODULES = ("trace", "sim", "compile", "pipeline", "episodes")
 
 
 def build_parser() -> argparse.ArgumentParser:

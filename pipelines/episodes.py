@@ -23,9 +23,9 @@ Semantics (the one statement both engines implement; `seg` = segment bytes):
 3. Per episode: `gets`, `first_time`, `last_time`, OPT-Range `range_start = min s0`,
    `range_end = max s1` (inclusive segment indices, the simulator's prefetch convention),
    `size_segments = range_end - range_start + 1`, `get_segments = sum of (s1 - s0 + 1)`.
-   * DT of one backend IO of n segments: `UNITS.dt_seconds(1, n * seg)`; k IOs of N
-     segments in total: `k * t_seek + N * seg / bandwidth` (the same per-IO model as the
-     simulator: one seek per IO plus the transfer).
+   * DT of k backend IOs moving N segments in total: `dt(k, N) = k * t_seek + N *
+     (seg / bandwidth)` (UNITS' model, in the simulator's float form: one seek per IO plus
+     the transfer).
    * `dt_nocache_s` = DT of the episode's GETs with no cache: `dt(gets, get_segments)`.
    * Admitted at the first access with OPT-Range prefetched: one IO of `size_segments`
      segments, every later GET hits: `dt_saved_prefetch_s = dt_nocache_s -
@@ -48,9 +48,9 @@ Semantics (the one statement both engines implement; `seg` = segment bytes):
      `when_benefit_s > when_epsilon_s` (5 ms), else 0.
 4. OPT: episodes ranked by score descending, ties by `first_row` ascending (`rank` 0, 1,
    ...); `cum_segments` = running sum of `size_segments` in rank order; `cum_write_rate_mbps
-   = cum_segments * seg / D * (100 / sample_ratio) / MB` (the simulator's write-rate
-   formula); `admitted` iff `score > 0` and `cum_write_rate_mbps <= target` (a prefix of the
-   ranking: episodes that save nothing are never worth a write).
+   = cum_segments * (seg / D * (100 / sample_ratio) / MB)` (the simulator's write rate);
+   `admitted` iff `score > 0` and `cum_write_rate_mbps <= target` (a prefix of the ranking:
+   episodes that save nothing are never worth a write).
 5. Labels, one row per GET in row order: `episode_id`, `position`, `opt_label` = 1/0 (the
    episode's `admitted`) for `position < K` (accesses_per_episode), else -1 (unused);
    `admitted` for every GET; ML-Range targets `range_start`, `range_end`; `when_label`.
@@ -223,19 +223,31 @@ class Job:
 
 # --- formulas shared by both engines (they work on Polars Exprs and Spark Columns alike) ------
 
+def segment_time_s(segment_bytes: int) -> float:
+    """Transfer time of one segment (seconds)."""
+    return segment_bytes / UNITS.bandwidth_bytes_per_s
+
+
 def dt_expr(ios: Any, segments: Any, segment_bytes: int) -> Any:
-    """DT of `ios` backend IOs moving `segments` segments (UNITS.dt_seconds on columns)."""
-    return ios * UNITS.t_seek_s + (segments * segment_bytes) / UNITS.bandwidth_bytes_per_s
+    """DT of `ios` backend IOs moving `segments` segments, in the simulator's float form
+    `ios * t_seek + segments * (seg / bandwidth)` (UNITS' model; one IEEE operation per step
+    on a Python constant, so every engine gets the same bits)."""
+    return ios * UNITS.t_seek_s + segments * segment_time_s(segment_bytes)
 
 
 def transfer_expr(segments: Any, segment_bytes: int) -> Any:
     """Transfer part of DT only (no seek)."""
-    return (segments * segment_bytes) / UNITS.bandwidth_bytes_per_s
+    return segments * segment_time_s(segment_bytes)
+
+
+def rate_factor(info: TraceInfo) -> float:
+    """MB/s at full-node scale per segment written over the trace."""
+    return info.segment_bytes / info.duration_s * info.scale / MB
 
 
 def rate_expr(segments: Any, info: TraceInfo) -> Any:
     """Write rate in MB/s at full-node scale of `segments` segments over the trace."""
-    return segments * info.segment_bytes / info.duration_s * info.scale / MB
+    return segments * rate_factor(info)
 
 
 def episode_stages(c: Callable[[str], Any], job: Job) -> list[dict[str, Any]]:
@@ -426,7 +438,7 @@ def summarize(episodes: pl.DataFrame, job: Job) -> dict[str, Any]:
     seg = info.segment_bytes
     total_gets = int(episodes["gets"].sum())
     total_segs = int(episodes["get_segments"].sum())
-    dt_total = UNITS.dt_seconds(total_gets, total_segs * seg)
+    dt_total = dt_expr(total_gets, total_segs, seg)
     ranked = episodes.sort("rank")
     residency = pl.col("size_segments") * (pl.col("last_time") - pl.col("first_time")
                                            + params.eviction_age_s)

@@ -1,0 +1,145 @@
+"""`flashml episodes build`: episodes, OPT, OPT-Range and labels (Spark, or Polars)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from flashml.config import DEFAULTS
+from flashml.errors import UserError
+from flashml.pipelines.episodes import DEFAULT_K, WHEN_EPSILON_S
+
+
+def _float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from flashml.pipelines.episodes import EpisodeParams, build
+
+    if args.chunks is not None and args.chunks < 1:
+        raise UserError(f"--chunks must be >= 1, got {args.chunks}")
+    params = EpisodeParams(
+        eviction_age_s=args.eviction_age,
+        target_write_rate_mbps=args.target_write_rate,
+        accesses_per_episode=args.accesses_per_episode,
+        time_mode=args.time,
+        when_epsilon_s=args.when_epsilon_ms / 1000.0,
+    )
+    res = build(args.trace, args.out, params, engine=args.engine, master=args.master,
+                chunks=args.chunks, simulate=args.simulate, cache_gb=args.cache_gb,
+                warmup_s=args.warmup_s, plot=not args.no_plot, sample_ratio=args.sample_ratio,
+                fmt=args.format)
+    s = res.summary
+    if args.json:
+        print(json.dumps({k: v for k, v in s.items() if k != "curve"}, default=str))
+        return 0
+    cutoff = "none" if s["cutoff_score"] is None else f"{s['cutoff_score']:.6g} s/segment"
+    print(f"{args.out}: {s['episodes']} episodes from {s['gets']} GETs ({args.engine}, "
+          f"{res.seconds:.1f}s); OPT admits {s['admitted_episodes']} at "
+          f"{s['opt_write_rate_mbps']:.4g} MB/s <= {s['target_write_rate_mbps']:g} MB/s "
+          f"(cutoff score {cutoff}); DT saved ratio {s['dt_saved_ratio']:.3f}; Little's-law "
+          f"cache {s['littles_law_cache_gb']:.4g} GB at eviction age {s['eviction_age_s']:g} s")
+    if "simulation" in s:
+        m = s["simulation"]
+        ea = m["measured_eviction_age_s"]
+        ea_txt = "n/a (no evictions)" if ea is None or not math.isfinite(ea) else f"{ea:.5g} s"
+        print(f"simulated OPT ({m['cache_gb']:g} GB): write rate "
+              f"{m['measured_write_rate_mbps']:.4g} MB/s ({m['write_rate_vs_target']:.3f} x "
+              f"target), mean eviction age {ea_txt} (assumed {m['assumed_eviction_age_s']:g} s)"
+              f", peak DT {m['peak_dt_util']:.4g}")
+    return 0
+
+
+EPILOG = """\
+outputs (in -o DIR, written atomically; semantics in flashml/pipelines/episodes.py):
+  episodes.parquet  one row per episode: episode_id, key, first_row, first_time, last_time,
+                    gets, range_start, range_end (OPT-Range, inclusive segments),
+                    size_segments, get_segments, accessed_segments, replay_ios,
+                    replay_segments, dt_nocache_s, dt_saved_prefetch_s,
+                    dt_saved_noprefetch_s, score, pf_benefit_s, overfetch_s, when_benefit_s,
+                    when_label, rank, cum_segments, cum_write_rate_mbps, admitted
+  labels.parquet    one row per GET (trace order): row, key, time, episode_id, position,
+                    opt_label (1/0 for the first K accesses, -1 after), admitted,
+                    range_start, range_end (ML-Range targets), when_label (ML-When)
+  arrays.parquet    one row per access (trace order): row, admit, prefetch_start,
+                    prefetch_end -- for `flashml sim run --trace TRACE --arrays
+                    DIR/arrays.parquet --admission opt --prefetch range`
+  summary.json      episodes, admitted_episodes, cutoff_score, target_write_rate_mbps,
+                    dt_saved_ratio, littles_law_cache_gb, curve, (simulation)
+  curve.png         write rate vs DT saved and vs Little's-law cache size
+
+example:
+  flashml episodes build --trace region1.parquet --eviction-age 7200 \\
+      --target-write-rate 35.599 --engine polars --simulate -o episodes/
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    ep = sub.add_parser("episodes", help="episodes, OPT admission, OPT-Range and training labels",
+                        description="Baleen's episode model (§3.4-3.6): group GETs into "
+                        "episodes at an assumed eviction age, score them, derive OPT at a "
+                        "target flash write rate, OPT-Range, and the ML labels.")
+    esub = ep.add_subparsers(dest="episodes_command", metavar="SUBCOMMAND")
+    ep.set_defaults(func=lambda a: (ep.print_help(), 2)[1])
+    p = esub.add_parser("build", help="build episodes.parquet, labels.parquet, arrays and "
+                        "summary.json", description="Build the episode tables from a trace "
+                        "with Spark (default) or Polars; both give identical tables.",
+                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trace", required=True, type=Path, metavar="FILE",
+                   help="canonical .parquet access table, or a raw trace (see --format)")
+    p.add_argument("--format", default=None,
+                   help="format of a raw trace (default tectonic; ignored for .parquet)")
+    p.add_argument("--sample-ratio", type=_float, default=None, metavar="PERCENT",
+                   help="sample ratio in percent (default: the table's metadata, else the "
+                   "file name, else 100)")
+    p.add_argument("--eviction-age", required=True, type=_float, metavar="SECONDS",
+                   help="assumed eviction age in seconds (> 0)")
+    p.add_argument("--target-write-rate", type=_float, default=DEFAULTS.target_write_rate_mbps,
+                   metavar="MBPS", help="flash write rate budget in MB/s (10^6 B) at full-node "
+                   f"scale (default {DEFAULTS.target_write_rate_mbps})")
+    p.add_argument("--engine", choices=("spark", "polars"), default="spark",
+                   help="spark (default; local[*] unless --master) or polars (fast on one "
+                   "machine)")
+    p.add_argument("--master", default=None, metavar="URL",
+                   help="Spark master URL (default local[*]); sc://HOST:PORT for Spark Connect")
+    p.add_argument("--accesses-per-episode", "-k", type=_int, default=DEFAULT_K, metavar="K",
+                   help=f"OPT labels on the first K accesses of each episode (default "
+                   f"{DEFAULT_K} as in the paper; the artifact uses 15)")
+    p.add_argument("--time", choices=("seconds", "logical"), default="seconds",
+                   help="split episodes on gaps in trace seconds (default) or in logical time "
+                   "(GET count; eviction age x GETs / duration), as the artifact does")
+    p.add_argument("--when-epsilon-ms", type=_float, default=WHEN_EPSILON_S * 1000.0,
+                   metavar="MS", help=f"ML-When label: net prefetch benefit > this (default "
+                   f"{WHEN_EPSILON_S * 1000.0:g} ms)")
+    p.add_argument("--chunks", type=_int, default=None, metavar="N",
+                   help="polars: process keys in N buckets to bound memory (default: one per "
+                   "20M GETs)")
+    p.add_argument("--simulate", action="store_true",
+                   help="also run the simulator with OPT admission + OPT-Range prefetch and "
+                   "report measured write rate and eviction age in summary.json")
+    p.add_argument("--cache-gb", type=_float, default=None, metavar="GB",
+                   help=f"--simulate: cache size at full-node scale (default "
+                   f"{DEFAULTS.cache_gb})")
+    p.add_argument("--warmup-s", type=_float, default=0.0, metavar="S",
+                   help="--simulate: warm-up excluded from DT statistics (default 0)")
+    p.add_argument("--no-plot", action="store_true", help="do not write curve.png")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("-o", "--out", required=True, type=Path, metavar="DIR",
+                   help="output directory (replaced atomically)")
+    p.set_defaults(func=cmd_build)
