@@ -183,6 +183,76 @@ def simulate(table: Any, config: SimConfig | None = None, *, admit: Any = None,
                      config=config)
 
 
+FEATURE_COLUMNS = {"namespace": np.uint32, "user": np.uint32}
+
+
+def _feature_arrays(table: Any) -> dict[str, np.ndarray]:
+    """The simulator's columns plus namespace and user (the features read them)."""
+    cols = trace_arrays(table)
+    names = getattr(table, "column_names", None) or getattr(table, "columns", None)
+    if names is None:
+        names = list(table.keys())
+    for name, dtype in FEATURE_COLUMNS.items():
+        if name not in names:
+            raise ValueError(f"the trace has no column '{name}'")
+        col = table.column(name) if hasattr(table, "column_names") else table[name]
+        cols[name] = _as_array(col, dtype, name)
+    return cols
+
+
+def _get_ops() -> list[int]:
+    from flashml.pipelines.canonical import GET_OPS
+
+    return list(GET_OPS)
+
+
+def simulate_policy(table: Any, policy: Any, config: SimConfig | None = None, *,
+                    threshold: float | None = None, when_threshold: float | None = None,
+                    verify: bool = True) -> SimResult:
+    """Run flash-cache mode with a compiled policy (a `flashml compile` output folder, or a
+    policy .so path) as admission + prefetch: the Rust core computes the features online and
+    calls the .so on each miss. The folder's manifest is verified first (sha256, ABI,
+    contract); the .so's ABI version and contract hash are checked again on load. Thresholds
+    default to the policy's own; `config`'s admission/prefetch settings are ignored."""
+    from pathlib import Path
+
+    config = config or SimConfig()
+    path = Path(policy)
+    if path.is_dir():
+        if verify:
+            from flashml.compiler.loader import verify_bundle
+
+            verify_bundle(path)
+        path = path / "policy.so"
+    cols = _feature_arrays(table)
+    out = _core().simulate_policy(
+        cols["time"], cols["key"], cols["offset"], cols["size"], cols["op"],
+        cols["namespace"], cols["user"], str(path), config.to_dict(), threshold=threshold,
+        when_threshold=when_threshold, get_ops=_get_ops())
+    return SimResult(metrics=out["metrics"], series=out["series"], info=out["info"],
+                     config=config)
+
+
+def policy_info(policy: Any) -> dict[str, Any]:
+    """What a policy .so (or bundle folder) reports: ABI version, contract hash, thresholds,
+    target write rate, eviction age. ValueError on an ABI or contract mismatch."""
+    from pathlib import Path
+
+    path = Path(policy)
+    if path.is_dir():
+        path = path / "policy.so"
+    return dict(_core().policy_info(str(path)))
+
+
+def online_features(table: Any, segment_bytes: int = UNITS.segment_bytes) -> np.ndarray:
+    """The admission features of every access as the simulator's .so path computes them
+    online (Rust); equals flashml.features.online.feature_matrix."""
+    cols = _feature_arrays(table)
+    return _core().online_features(
+        cols["time"], cols["key"], cols["offset"], cols["size"], cols["op"],
+        cols["namespace"], cols["user"], segment_bytes=segment_bytes, get_ops=_get_ops())
+
+
 def capacity_segments(config: SimConfig) -> int:
     """The cache capacity in segments at trace scale that `config` gives."""
     return int(_core().capacity_segments(config.to_dict()))

@@ -224,7 +224,6 @@ pub fn simulate(
     let start = Instant::now();
     validate(trace, arrays, cfg)?;
     let spb = cfg.segments_per_block();
-    let cap = cfg.capacity();
     let mut admission: Box<dyn Admission + '_> = match cfg.admission {
         AdmissionKind::AdmitAll => Box::new(AdmitAll),
         AdmissionKind::CoinFlip { p, seed } => Box::new(CoinFlip { p, seed }),
@@ -261,20 +260,48 @@ pub fn simulate(
             when,
         }),
     };
+    let mut result = run_policies(trace, cfg, admission.as_mut(), prefetch.as_mut());
+    result.metrics.wall_s = start.elapsed().as_secs_f64();
+    Ok(result)
+}
+
+/// Run the flash-cache simulation with caller-supplied admission and prefetch policies
+/// (e.g. the compiled policy .so, `so_policy`); `cfg`'s own admission/prefetch settings are
+/// only validated (use AdmitAll / None).
+pub fn simulate_with(
+    trace: &Trace,
+    cfg: &FlashConfig,
+    admission: &mut dyn Admission,
+    prefetch: &mut dyn Prefetch,
+) -> Result<FlashResult, SimError> {
+    let start = Instant::now();
+    validate(trace, &PolicyArrays::default(), cfg)?;
+    let mut result = run_policies(trace, cfg, admission, prefetch);
+    result.metrics.wall_s = start.elapsed().as_secs_f64();
+    Ok(result)
+}
+
+fn run_policies(
+    trace: &Trace,
+    cfg: &FlashConfig,
+    admission: &mut dyn Admission,
+    prefetch: &mut dyn Prefetch,
+) -> FlashResult {
+    let spb = cfg.segments_per_block();
+    let cap = cfg.capacity();
     let block_units = cfg.eviction == EvictionKind::Lru && cfg.block_level_recency;
     let mut result = match cfg.eviction {
         EvictionKind::Lru => {
             let mut sim = FlashSim::new(cfg, Lru::new(), cap, spb, block_units);
-            sim.run(trace, admission.as_mut(), prefetch.as_mut())
+            sim.run(trace, admission, prefetch)
         }
         EvictionKind::Fifo => {
             let mut sim = FlashSim::new(cfg, Fifo::new(), cap, spb, block_units);
-            sim.run(trace, admission.as_mut(), prefetch.as_mut())
+            sim.run(trace, admission, prefetch)
         }
     };
     result.info.rejectx_history = cfg.rejectx_history() as u64;
-    result.metrics.wall_s = start.elapsed().as_secs_f64();
-    Ok(result)
+    result
 }
 
 /// The cache state plus counters; generic over the eviction policy (static dispatch in the

@@ -5,6 +5,8 @@
 //! * [`contract`]: the feature contract's constants (generated from features/contract.toml).
 //! * Policies live behind traits: [`eviction::Eviction`], [`admission::Admission`],
 //!   [`prefetch::Prefetch`].
+//! * [`so_policy`]: the compiled policy .so (compiler/) as admission + prefetch, with the
+//!   features computed online ([`online_features`]).
 //! * With the `python` feature, a thin PyO3 layer exposes `flashml_sim.simulate`,
 //!   `flashml_sim.simulate_objects` and `flashml_sim.default_config`.
 
@@ -16,7 +18,9 @@ pub mod flash;
 pub mod hash;
 pub mod list;
 pub mod objects;
+pub mod online_features;
 pub mod prefetch;
+pub mod so_policy;
 
 #[cfg(feature = "python")]
 mod python;

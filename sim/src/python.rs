@@ -1,7 +1,7 @@
 //! The thin PyO3 layer: NumPy arrays are borrowed (never copied), the GIL is released while
 //! the simulation runs, and every invalid input becomes a Python `ValueError`.
 
-use numpy::{Element, PyArray1, PyReadonlyArray1};
+use numpy::{Element, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -10,8 +10,11 @@ use crate::config::{
     AdmissionKind, CapacityUnit, EvictionKind, FlashConfig, ObjectConfig, PrefetchKind, SimError,
     WhenKind, ADMISSION_NAMES,
 };
+use crate::contract::NUM_FEATURES;
 use crate::flash::{self, PolicyArrays, Trace};
 use crate::objects;
+use crate::online_features::{self as online, FeatureColumns, GET_OPS};
+use crate::so_policy::{self, Overrides, PolicyLib};
 
 fn value_error(e: SimError) -> PyErr {
     PyValueError::new_err(e.0)
@@ -268,7 +271,11 @@ fn simulate<'py>(
     let r = py
         .allow_threads(|| flash::simulate(&trace, &arrays, &cfg))
         .map_err(value_error)?;
+    result_dict(py, r)
+}
 
+/// The result of a flash-cache run as the Python dict `simulate` returns.
+fn result_dict(py: Python<'_>, r: flash::FlashResult) -> PyResult<Bound<'_, PyDict>> {
     let m = &r.metrics;
     let metrics = PyDict::new(py);
     metrics.set_item("peak_dt_util", m.peak_dt_util)?;
@@ -315,6 +322,136 @@ fn simulate<'py>(
     out.set_item("series", series)?;
     out.set_item("info", info)?;
     Ok(out)
+}
+
+fn params_from(config: Option<&Bound<'_, PyDict>>) -> PyResult<Params> {
+    let mut p = Params::default();
+    if let Some(d) = config {
+        for (k, v) in d.iter() {
+            p.set(&k.extract::<String>()?, &v)?;
+        }
+    }
+    Ok(p)
+}
+
+/// Simulate the flash cache with a compiled policy .so (compiler/) as admission + prefetch:
+/// features computed online from the trace (time, key, offset, size, op, namespace u32,
+/// user u32), the .so called on each miss. The ABI version and contract hash are checked
+/// (ValueError otherwise). Thresholds default to the .so's own; `config`'s admission and
+/// prefetch keys are ignored. `get_ops`: op codes counted as GETs by the features.
+/// Returns the same dict as `simulate`.
+#[pyfunction]
+#[pyo3(signature = (time, key, offset, size, op, namespace, user, policy, config=None, *,
+                    threshold=None, when_threshold=None, get_ops=None))]
+#[allow(clippy::too_many_arguments)]
+fn simulate_policy<'py>(
+    py: Python<'py>,
+    time: PyReadonlyArray1<'py, f64>,
+    key: PyReadonlyArray1<'py, u64>,
+    offset: PyReadonlyArray1<'py, u64>,
+    size: PyReadonlyArray1<'py, u64>,
+    op: PyReadonlyArray1<'py, u8>,
+    namespace: PyReadonlyArray1<'py, u32>,
+    user: PyReadonlyArray1<'py, u32>,
+    policy: std::path::PathBuf,
+    config: Option<&Bound<'py, PyDict>>,
+    threshold: Option<f64>,
+    when_threshold: Option<f64>,
+    get_ops: Option<Vec<u8>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cfg = params_from(config)?.build().map_err(value_error)?;
+    let trace = Trace {
+        time: slice("time", &time)?,
+        key: slice("key", &key)?,
+        offset: slice("offset", &offset)?,
+        size: slice("size", &size)?,
+        op: slice("op", &op)?,
+    };
+    let cols = FeatureColumns {
+        namespace: slice("namespace", &namespace)?,
+        user: slice("user", &user)?,
+    };
+    let lib = PolicyLib::load(&policy).map_err(value_error)?;
+    let overrides = Overrides {
+        admit_threshold: threshold,
+        when_threshold,
+    };
+    let get_ops = get_ops.unwrap_or_else(|| GET_OPS.to_vec());
+    let r = py
+        .allow_threads(|| so_policy::simulate(&trace, cols, &cfg, &lib, overrides, &get_ops))
+        .map_err(value_error)?;
+    result_dict(py, r)
+}
+
+/// What a policy .so reports about itself (after the ABI and contract checks):
+/// {"abi_version", "contract_hash", "admit_threshold", "when_threshold",
+/// "target_write_rate_mbps", "eviction_age_s"}.
+#[pyfunction]
+fn policy_info(py: Python<'_>, policy: std::path::PathBuf) -> PyResult<Bound<'_, PyDict>> {
+    let lib = PolicyLib::load(&policy).map_err(value_error)?;
+    let d = PyDict::new(py);
+    d.set_item("abi_version", lib.abi_version)?;
+    d.set_item("contract_hash", &lib.contract_hash)?;
+    d.set_item("admit_threshold", lib.admit_threshold)?;
+    d.set_item("when_threshold", lib.when_threshold)?;
+    d.set_item("target_write_rate_mbps", lib.target_write_rate_mbps)?;
+    d.set_item("eviction_age_s", lib.eviction_age_s)?;
+    Ok(d)
+}
+
+/// The admission features of every access computed online in Rust (the simulator's .so
+/// path), as a (rows, NUM_FEATURES) float64 array; equal to features/online.py's matrix.
+#[pyfunction]
+#[pyo3(signature = (time, key, offset, size, op, namespace, user, *,
+                    segment_bytes=131072, get_ops=None))]
+#[allow(clippy::too_many_arguments)]
+fn online_features<'py>(
+    py: Python<'py>,
+    time: PyReadonlyArray1<'py, f64>,
+    key: PyReadonlyArray1<'py, u64>,
+    offset: PyReadonlyArray1<'py, u64>,
+    size: PyReadonlyArray1<'py, u64>,
+    op: PyReadonlyArray1<'py, u8>,
+    namespace: PyReadonlyArray1<'py, u32>,
+    user: PyReadonlyArray1<'py, u32>,
+    segment_bytes: u64,
+    get_ops: Option<Vec<u8>>,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let trace = Trace {
+        time: slice("time", &time)?,
+        key: slice("key", &key)?,
+        offset: slice("offset", &offset)?,
+        size: slice("size", &size)?,
+        op: slice("op", &op)?,
+    };
+    let cols = FeatureColumns {
+        namespace: slice("namespace", &namespace)?,
+        user: slice("user", &user)?,
+    };
+    let n = trace.time.len();
+    for (name, len) in [
+        ("key", trace.key.len()),
+        ("offset", trace.offset.len()),
+        ("size", trace.size.len()),
+        ("op", trace.op.len()),
+        ("namespace", cols.namespace.len()),
+        ("user", cols.user.len()),
+    ] {
+        if len != n {
+            return Err(PyValueError::new_err(format!(
+                "column '{name}' has {len} rows but 'time' has {n}"
+            )));
+        }
+    }
+    if segment_bytes == 0 {
+        return Err(PyValueError::new_err("segment_bytes must be > 0"));
+    }
+    if let Some(i) = (0..n).find(|&i| trace.size[i] == 0) {
+        return Err(PyValueError::new_err(format!("access {i}: size is 0")));
+    }
+    let get_ops = get_ops.unwrap_or_else(|| GET_OPS.to_vec());
+    let flat = py.allow_threads(|| online::feature_matrix(trace, cols, segment_bytes, &get_ops));
+    PyArray1::from_vec(py, flat).reshape([n, NUM_FEATURES])
 }
 
 /// Simulate an object cache (libCacheSim's model) over (key u64, size u64) requests.
@@ -375,5 +512,8 @@ fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate_objects, m)?)?;
     m.add_function(wrap_pyfunction!(default_config, m)?)?;
     m.add_function(wrap_pyfunction!(capacity_segments, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(policy_info, m)?)?;
+    m.add_function(wrap_pyfunction!(online_features, m)?)?;
     Ok(())
 }

@@ -1,0 +1,232 @@
+"""The model bundle the policy compiler reads, and where it comes from.
+
+A bundle is a directory (a local folder, or the artifact path `policy/` of an MLflow run)
+holding:
+
+| file              | what                                                                  |
+|-------------------|-----------------------------------------------------------------------|
+| `admission.txt`   | LightGBM binary classifier on the admission features (contract order) |
+| `range_start.txt` | LightGBM regressor on `contract.models["range"]`: first segment       |
+| `range_end.txt`   | LightGBM regressor on `contract.models["range"]`: last segment        |
+| `when.txt`        | LightGBM binary classifier on `contract.models["when"]`               |
+| `policy.json`     | contract_hash, admit_threshold, when_threshold, eviction_age_s,       |
+|                   | target_write_rate_mbps, metrics {...}, mlflow_run_id (optional)       |
+
+Prefetch range convention (the policy .so applies it, training must too, use
+`round_range`): the range regressors predict inclusive segment indices; each prediction is
+rounded half up (`floor(x + 0.5)`), clamped to `[0, segments_per_block - 1]`, and the end is
+raised to the start if it came out below it. ML-When reads the range features followed by
+these rounded, clamped `predicted_start`, `predicted_end`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flashml.config import UNITS
+from flashml.errors import UserError
+from flashml.features.contract import contract
+
+#: Model name -> file name inside a bundle, in ABI order.
+MODEL_FILES: dict[str, str] = {
+    "admission": "admission.txt",
+    "range_start": "range_start.txt",
+    "range_end": "range_end.txt",
+    "when": "when.txt",
+}
+POLICY_JSON = "policy.json"
+#: Artifact path of the model bundle inside an MLflow run.
+ARTIFACT_PATH = "policy"
+#: Artifact path the compiled bundle (policy.so, header, manifest) is logged under.
+COMPILED_ARTIFACT_PATH = "policy_so"
+REQUIRED_PARAMS = ("admit_threshold", "when_threshold", "eviction_age_s",
+                   "target_write_rate_mbps")
+
+
+def tracking_uri() -> str:
+    """MLflow tracking URI: $MLFLOW_TRACKING_URI, else the embedded sqlite store under the
+    state dir (`sqlite:///.flashml/mlflow.db`, artifacts in `.flashml/mlartifacts`). The one
+    definition lives in flashml.tracking; this re-export keeps compiler/ self-describing."""
+    from flashml.tracking import tracking_uri as _uri
+
+    return _uri()
+
+
+def model_features(model: str) -> list[str]:
+    """The feature names a bundle model reads, in order."""
+    c = contract()
+    if model == "admission":
+        return c.names
+    if model in ("range_start", "range_end"):
+        return c.model_features("range")
+    if model == "when":
+        return c.model_features("when")
+    raise KeyError(model)
+
+
+def round_range(start: Any, end: Any,
+                segments_per_block: int = UNITS.segments_per_block) -> tuple[np.ndarray,
+                                                                              np.ndarray]:
+    """The range models' raw predictions -> inclusive segment indices, exactly as the .so
+    does it: floor(x + 0.5), clamped to [0, spb-1], end raised to start. int64 arrays."""
+    hi = segments_per_block - 1
+    s = np.clip(np.floor(np.asarray(start, dtype=np.float64) + 0.5), 0, hi)
+    e = np.clip(np.floor(np.asarray(end, dtype=np.float64) + 0.5), 0, hi)
+    s = np.nan_to_num(s, nan=0.0)
+    e = np.nan_to_num(e, nan=0.0)
+    return s.astype(np.int64), np.maximum(e, s).astype(np.int64)
+
+
+def when_matrix(features: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """ML-When's input rows: the range features of the admission matrix + predicted range."""
+    idx = contract().indices("range")
+    x = np.asarray(features, dtype=np.float64)[:, idx]
+    return np.ascontiguousarray(np.column_stack([x, np.asarray(start, dtype=np.float64),
+                                                 np.asarray(end, dtype=np.float64)]))
+
+
+def _finite(name: str, v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise UserError(f"{POLICY_JSON}: '{name}' must be a number, got {v!r}") from None
+    if not math.isfinite(f):
+        raise UserError(f"{POLICY_JSON}: '{name}' must be finite, got {v!r}")
+    return f
+
+
+def save_policy_models(directory: str | os.PathLike[str], boosters: Mapping[str, Any], *,
+                       admit_threshold: float, when_threshold: float, eviction_age_s: float,
+                       target_write_rate_mbps: float, metrics: Mapping[str, float] | None = None,
+                       mlflow_run_id: str | None = None,
+                       contract_hash: str | None = None, **extra: Any) -> Path:
+    """Write a bundle: the four LightGBM Boosters (keys of MODEL_FILES) as text models and
+    policy.json. Written to a temporary folder first, then renamed. Returns the folder.
+
+    Log it with `mlflow.log_artifacts(directory, artifact_path="policy")`.
+    """
+    missing = [m for m in MODEL_FILES if m not in boosters]
+    if missing:
+        raise ValueError(f"save_policy_models: missing boosters {missing}; "
+                         f"need {list(MODEL_FILES)}")
+    out = Path(directory)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)
+    try:
+        for name, fname in MODEL_FILES.items():
+            want = len(model_features(name))
+            got = boosters[name].num_feature()
+            if got != want:
+                raise ValueError(f"save_policy_models: model '{name}' has {got} features, "
+                                 f"the contract gives it {want}: {model_features(name)}")
+            boosters[name].save_model(str(tmp / fname))
+        params = {
+            "contract_hash": contract_hash or contract().hash,
+            "admit_threshold": float(admit_threshold),
+            "when_threshold": float(when_threshold),
+            "eviction_age_s": float(eviction_age_s),
+            "target_write_rate_mbps": float(target_write_rate_mbps),
+            "metrics": {k: float(v) for k, v in (metrics or {}).items()},
+            **extra,
+        }
+        if mlflow_run_id:
+            params["mlflow_run_id"] = mlflow_run_id
+        (tmp / POLICY_JSON).write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def read_policy_json(bundle: Path) -> dict[str, Any]:
+    """policy.json of a bundle folder, checked: numbers are finite, keys present."""
+    path = bundle / POLICY_JSON
+    if not path.is_file():
+        raise UserError(f"{path}: missing; a policy bundle needs {POLICY_JSON} and "
+                        f"{', '.join(MODEL_FILES.values())}")
+    try:
+        params = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(params, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    for k in REQUIRED_PARAMS + ("contract_hash",):
+        if k not in params:
+            raise UserError(f"{path}: field '{k}': missing")
+    for k in REQUIRED_PARAMS:
+        params[k] = _finite(k, params[k])
+    metrics = params.get("metrics") or {}
+    if not isinstance(metrics, dict):
+        raise UserError(f"{path}: field 'metrics': expected an object")
+    params["metrics"] = metrics
+    return params
+
+
+def find_bundle(root: Path) -> Path:
+    """The folder under `root` (itself or `policy/`) that holds policy.json."""
+    for cand in (root, root / ARTIFACT_PATH):
+        if (cand / POLICY_JSON).is_file():
+            return cand
+    raise UserError(f"{root}: no {POLICY_JSON} here or under {ARTIFACT_PATH}/; not a policy "
+                    "model bundle")
+
+
+def parse_run_uri(uri: str) -> str | None:
+    """The run id of a `runs:/<id>/...` URI, else None."""
+    if uri.startswith("runs:/"):
+        rest = uri[len("runs:/"):].strip("/")
+        return rest.split("/", 1)[0] or None
+    return None
+
+
+def fetch_bundle(*, model_uri: str | None = None, run_id: str | None = None,
+                 model_dir: str | os.PathLike[str] | None = None,
+                 dest: Path) -> tuple[Path, str | None, str]:
+    """Resolve the source to a local bundle folder.
+
+    Returns (folder, MLflow run id or None, source description). MLflow sources are
+    downloaded into `dest`.
+    """
+    given = [x is not None for x in (model_uri, run_id, model_dir)]
+    if sum(given) != 1:
+        raise UserError("give exactly one of --model-uri, --run-id, --model-dir")
+    if model_dir is not None:
+        root = Path(model_dir)
+        if not root.is_dir():
+            raise UserError(f"{root}: no such directory")
+        folder = find_bundle(root)
+        rid = read_policy_json(folder).get("mlflow_run_id")
+        return folder, rid, str(root)
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    if run_id is not None:
+        model_uri = f"runs:/{run_id}/{ARTIFACT_PATH}"
+    assert model_uri is not None
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        local = mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=str(dest),
+                                                    tracking_uri=tracking_uri())
+    except MlflowException as e:
+        raise UserError(f"{model_uri}: cannot download from MLflow ({tracking_uri()}): "
+                        f"{e.message.splitlines()[0] if e.message else e}") from None
+    except OSError as e:
+        raise UserError(f"{model_uri}: cannot download from MLflow: {e}") from None
+    folder = find_bundle(Path(local))
+    rid = parse_run_uri(model_uri) or read_policy_json(folder).get("mlflow_run_id")
+    return folder, rid, model_uri

@@ -1,0 +1,81 @@
+"""`flashml compile`: trained policy models -> one standalone policy .so (compiler/)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from flashml.config import UNITS
+
+EPILOG = """\
+sources (exactly one):
+  --model-uri URI   an MLflow artifact URI of the model bundle, e.g. runs:/<run id>/policy
+  --run-id ID       an MLflow run; its bundle is at artifact path policy/
+  --model-dir DIR   a local bundle folder (admission.txt, range_start.txt, range_end.txt,
+                    when.txt, policy.json), or a folder holding policy/
+MLflow: $MLFLOW_TRACKING_URI, default sqlite:///.flashml/mlflow.db. When compiling from a
+run, the compiled bundle is logged back to it under policy_so/ (skip with --no-log).
+
+output folder (replaced atomically; never left half-written):
+  policy.so         the policy; needs libc and libm only
+  flashml_policy.h  its C ABI
+  manifest.json     ABI version, contract hash, sha256 of policy.so, MLflow run id,
+                    thresholds, eviction age, target write rate, metrics, tool versions
+
+example:
+  flashml compile --run-id 0123abcd -o out/policy
+  flashml sim run --trace t.parquet --policy out/policy
+"""
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from flashml.compiler.build import SO_NAME, compile_policy
+
+    m = compile_policy(args.out, model_uri=args.model_uri, run_id=args.run_id,
+                       model_dir=args.model_dir, cc=args.cc,
+                       segments_per_block=args.segments_per_block,
+                       log_to_mlflow=not args.no_log, jobs=args.jobs)
+    if args.json:
+        print(json.dumps(m))
+    else:
+        print(f"{Path(args.out) / SO_NAME}: {m['size_bytes']} bytes, sha256 {m['sha256'][:16]}, "
+              f"ABI {m['abi_version']}, contract {m['contract_hash'][:12]}, "
+              f"{m['build']['compile_s']:.1f} s"
+              + (f", run {m['mlflow_run_id']}" if m["mlflow_run_id"] else ""))
+    return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return v
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compile", help="compile trained policy models into one standalone policy .so",
+        description="Compile the admission, ML-Range and ML-When LightGBM models of a run "
+        "(Treelite + TL2cgen + the system C compiler) into policy.so with the C ABI of "
+        "flashml_policy.h, plus a manifest.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model-uri", metavar="URI", help="MLflow URI of the model bundle")
+    src.add_argument("--run-id", metavar="ID", help="MLflow run id (bundle at policy/)")
+    src.add_argument("--model-dir", type=Path, metavar="DIR", help="local model bundle folder")
+    p.add_argument("-o", "--out", required=True, type=Path, metavar="DIR",
+                   help="output folder (replaced if it holds an earlier bundle)")
+    p.add_argument("--cc", default=None, help="C compiler (default $CC, else cc)")
+    p.add_argument("--segments-per-block", type=_positive, default=UNITS.segments_per_block,
+                   metavar="N", help="clamp prefetch ranges to [0, N-1] (default "
+                   f"{UNITS.segments_per_block})")
+    p.add_argument("--jobs", type=_positive, default=None, metavar="N",
+                   help="parallel C compiler jobs (default: CPU count)")
+    p.add_argument("--no-log", action="store_true",
+                   help="do not log the compiled bundle to the MLflow run")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.set_defaults(func=cmd_compile)
