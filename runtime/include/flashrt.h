@@ -1,0 +1,202 @@
+/*
+ * flashrt.h: the public API of libflashrt, flashml's reference flash-cache runtime.
+ *
+ * A cache (`flashrt`) serves GETs of byte ranges of 8 MiB blocks from a flash device (a file
+ * or a block device) in front of a backing device, with admission and prefetch decided by a
+ * policy shared object (compiler/flashml_policy.h) or a built-in baseline. Modelled on
+ * CacheLib's Navy block cache: the flash is cut into regions written sequentially, eviction
+ * frees a whole region (LRU or FIFO over regions), and an in-memory index maps
+ * (block, segment) to a flash location. The index lives in memory only: after a crash the
+ * cache restarts cold and never serves stale bytes.
+ *
+ * Every object is a context passed explicitly; the library keeps no global mutable state.
+ * Functions that can fail take `char *err, size_t errlen` (or keep the message in the
+ * context, see flashrt_error) and return NULL or -1.
+ */
+#ifndef FLASHRT_H
+#define FLASHRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLASHRT_ERR_LEN 512
+#define FLASHRT_NUM_FEATURES 18
+
+/* ---- trace (Tectonic text) ------------------------------------------------------------ */
+
+struct flashrt_access {
+    uint64_t key;    /* cache key: the block id */
+    uint64_t offset; /* byte offset in the block */
+    uint64_t size;   /* bytes, > 0 */
+    double time;     /* trace seconds */
+    int op;          /* Tectonic op code: GET 1, 2, 5; PUT 3, 4, 6 */
+    int32_t ns;      /* user_namespace */
+    int32_t user;    /* user_name */
+    uint64_t line;   /* line number in the trace file (1-based) */
+};
+
+typedef struct flashrt_trace flashrt_trace;
+
+/* Opens a Tectonic text trace (schemas 201910, 202110, 2023, told apart by the header line;
+ * 201910 is assumed when there is none). A `# flashml: ... sample_ratio=X` comment sets the
+ * sample ratio. */
+flashrt_trace *flashrt_trace_open(const char *path, char *err, size_t errlen);
+/* 1: an access was read; 0: end of file; -1: malformed input (message names file:line and
+ * the field). Zero-size IOs are skipped, as the artifact and `flashml trace ingest` do. */
+int flashrt_trace_next(flashrt_trace *t, struct flashrt_access *a, char *err, size_t errlen);
+/* The sample ratio in percent from the trace's flashml comment, or 0 if it has none. */
+double flashrt_trace_sample_ratio(const flashrt_trace *t);
+void flashrt_trace_close(flashrt_trace *t);
+int flashrt_is_put(int op);
+int flashrt_is_get(int op); /* GET op codes 1, 2, 5 (the feature contract's GETs) */
+
+/* ---- feature tracker -------------------------------------------------------------------- */
+
+typedef struct flashrt_tracker flashrt_tracker;
+
+/* Count-min sketches (depth rows of 2^width_log2 cells, conservative update) for the per-block
+ * GET counts and segment counts of the last 6 fixed hour buckets. */
+flashrt_tracker *flashrt_tracker_new(unsigned width_log2, unsigned depth, char *err,
+                                     size_t errlen);
+/* The 18 contract features of access `a` (counts of strictly earlier GETs). */
+void flashrt_tracker_features(flashrt_tracker *tr, const struct flashrt_access *a,
+                              double features[FLASHRT_NUM_FEATURES]);
+/* Counts a GET access (call after flashrt_tracker_features). */
+void flashrt_tracker_add(flashrt_tracker *tr, const struct flashrt_access *a);
+size_t flashrt_tracker_bytes(const flashrt_tracker *tr);
+void flashrt_tracker_free(flashrt_tracker *tr);
+
+/* ---- policy ----------------------------------------------------------------------------- */
+
+typedef struct flashrt_policy flashrt_policy;
+
+enum flashrt_fallback { FLASHRT_FALLBACK_NONE = 0, FLASHRT_FALLBACK_REJECTX = 1 };
+
+/* Loads DIR/policy.so after checking it against DIR/manifest.json: sha256 of the file, ABI
+ * version, feature count and contract hash must all match this runtime. On a mismatch it
+ * returns NULL with the reason in `err`, or with FLASHRT_FALLBACK_REJECTX it returns the
+ * built-in RejectX policy and leaves the reason in `err` as a warning. */
+flashrt_policy *flashrt_policy_load(const char *dir, enum flashrt_fallback fallback, char *err,
+                                    size_t errlen);
+/* Built-in policies: "rejectx" (X=1, history = 2 x capacity in segments, as the simulator's
+ * default) and "admitall". */
+flashrt_policy *flashrt_policy_builtin(const char *name, char *err, size_t errlen);
+const char *flashrt_policy_name(const flashrt_policy *p);
+/* What the manifest says (NaN when absent or for built-ins). */
+double flashrt_policy_target_write_rate_mbps(const flashrt_policy *p);
+void flashrt_policy_free(flashrt_policy *p);
+
+/* ---- backing store ---------------------------------------------------------------------- */
+
+typedef struct flashrt_backing flashrt_backing;
+
+/* The deterministic content of block `key` at byte position `pos` (any alignment). */
+void flashrt_content(uint64_t key, uint64_t pos, uint8_t *out, size_t n);
+/* Index of the first byte of `data` that differs from flashrt_content, or -1 if all match. */
+int64_t flashrt_verify(uint64_t key, uint64_t pos, const uint8_t *data, size_t n);
+
+struct flashrt_prepare_stats {
+    uint64_t blocks, segments, bytes_written;
+    double seconds;
+};
+
+/* Writes the content of every segment the trace touches to PATH (a sparse file, or a block
+ * device), block i of the sorted distinct keys at byte i x 8 MiB, and the key list to
+ * MAP_PATH (NULL: PATH.map). A regular file is written under a temporary name and renamed. */
+int flashrt_prepare_backing(const char *path, const char *map_path, const char *trace_path,
+                            struct flashrt_prepare_stats *st, char *err, size_t errlen);
+flashrt_backing *flashrt_backing_open(const char *path, const char *map_path, char *err,
+                                      size_t errlen);
+uint64_t flashrt_backing_blocks(const flashrt_backing *b);
+void flashrt_backing_close(flashrt_backing *b);
+
+/* ---- the cache -------------------------------------------------------------------------- */
+
+enum flashrt_eviction { FLASHRT_LRU = 0, FLASHRT_FIFO = 1 };
+enum flashrt_direct { FLASHRT_DIRECT_AUTO = 0, FLASHRT_DIRECT_OFF = 1, FLASHRT_DIRECT_ON = 2 };
+enum flashrt_rate_clock { FLASHRT_CLOCK_TRACE = 0, FLASHRT_CLOCK_WALL = 1 };
+
+struct flashrt_config {
+    const char *flash_path;
+    uint64_t flash_bytes;       /* bytes of the flash device to use */
+    uint64_t region_bytes;      /* region size, a multiple of the segment (default 1 MiB) */
+    enum flashrt_eviction eviction;
+    enum flashrt_direct direct; /* O_DIRECT on flash and backing */
+    double sample_ratio;        /* percent; scales rates to a full node (default 100) */
+    double write_rate_mbps;     /* write-rate limit at full-node scale; 0 = none */
+    double write_burst_s;       /* token-bucket depth in seconds of the rate (default 60) */
+    enum flashrt_rate_clock rate_clock;
+    unsigned tracker_width_log2, tracker_depth; /* count-min sketch geometry (16, 4) */
+    int measure_raw;            /* on hits, also time a raw read of the same bytes */
+    /* Fault injection (tests): every Nth flash read / write fails with EIO; 0 = never. */
+    uint64_t fail_read_every, fail_write_every;
+    /* Model: DT constants and the windows of the utilisation series. */
+    double t_seek_s, bandwidth_bytes_per_s, window_s, warmup_s;
+    unsigned disks;
+};
+
+void flashrt_config_default(struct flashrt_config *c);
+
+typedef struct flashrt flashrt;
+
+/* Opens the cache cold. `policy` and `backing` stay owned by the caller and must outlive it. */
+flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
+                      flashrt_backing *backing, char *err, size_t errlen);
+
+struct flashrt_result {
+    const uint8_t *data; /* the requested bytes (GET), valid until the next call */
+    uint64_t len;
+    int hit;             /* served from flash entirely */
+};
+
+/* Serves one access. GET: returns the bytes; PUT: charged DT only, the cache is not touched.
+ * Flash errors fall back to the backing device (counted); -1 only when the backing device
+ * fails or the access is outside the backing's blocks (message: flashrt_error). */
+int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_result *res);
+const char *flashrt_error(const flashrt *rt);
+
+struct flashrt_metrics {
+    /* the simulator's metric keys (sim/src/flash.rs) */
+    double peak_dt_util, mean_dt_util, p50_dt_util, p90_dt_util, p99_dt_util;
+    double flash_write_rate_mbps, dwpd, io_hit_ratio, byte_hit_ratio, segment_hit_ratio;
+    double avg_eviction_age_s;
+    uint64_t backend_ios, backend_bytes, admitted_segments, prefetched_segments, accesses;
+    double wall_s;
+    /* runtime-only */
+    uint64_t device_errors, flash_read_errors, flash_write_errors, rate_limited;
+    uint64_t gets, puts, hits, evicted_regions, evicted_segments, capacity_segments;
+    uint64_t region_bytes, regions;
+    double decision_ns_p50, decision_ns_p99, hit_path_us_p50, hit_path_us_p99;
+    double miss_path_us_p50, miss_path_us_p99, raw_read_us_p50, hit_overhead_us_p50;
+    double backend_wall_ms_p50, backend_dt_ms_p50, backend_wall_s, backend_dt_s;
+    double trace_seconds, throughput_accesses_per_s, throughput_mb_per_s;
+    int direct_io;
+};
+
+/* Computes the metrics of everything served so far. */
+void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m);
+void flashrt_close(flashrt *rt);
+
+/* ---- probe ------------------------------------------------------------------------------ */
+
+struct flashrt_probe {
+    double t_seek_s, bandwidth_bytes_per_s;
+    double read_latency_s_p50;
+    uint64_t random_reads, sequential_bytes, device_bytes;
+    int direct_io;
+};
+
+/* Times `reads` random 4 KiB reads (t_seek) and sequential 1 MiB reads of up to `seq_bytes`
+ * (bandwidth) on a device or file. */
+int flashrt_probe_disk(const char *path, unsigned reads, uint64_t seq_bytes,
+                       struct flashrt_probe *out, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHRT_H */

@@ -1,0 +1,102 @@
+/* internal.h: helpers shared by libflashrt's sources (not part of the public API). */
+#ifndef FLASHRT_INTERNAL_H
+#define FLASHRT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "units.h"
+
+#if defined(__GNUC__)
+#define FRT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define FRT_PRINTF(a, b)
+#endif
+
+/* snprintf into a caller's error buffer (NULL-safe); always returns -1 for `return seterr()`. */
+int frt_seterr(char *err, size_t errlen, const char *fmt, ...) FRT_PRINTF(3, 4);
+
+static inline uint64_t frt_mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static inline double frt_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline uint64_t frt_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* u64 -> u32 open-addressing hash map (linear probing, backward-shift deletion). */
+struct frt_map {
+    uint64_t *keys;
+    uint32_t *vals;
+    uint8_t *used;
+    size_t cap, len; /* cap is a power of two */
+};
+int frt_map_init(struct frt_map *m, size_t expected);
+void frt_map_free(struct frt_map *m);
+/* Returns a pointer to the value or NULL. */
+uint32_t *frt_map_get(const struct frt_map *m, uint64_t key);
+/* Inserts or overwrites; -1 on allocation failure. */
+int frt_map_put(struct frt_map *m, uint64_t key, uint32_t val);
+int frt_map_del(struct frt_map *m, uint64_t key);
+
+/* Growable array of doubles (timing samples). */
+struct frt_vec {
+    double *v;
+    size_t n, cap;
+};
+void frt_vec_push(struct frt_vec *a, double x);
+void frt_vec_free(struct frt_vec *a);
+/* numpy's default percentile (linear between closest ranks) of a sorted array; NaN if empty */
+double frt_percentile_sorted(const double *sorted, size_t n, double q);
+/* sorts in place, then the percentile */
+double frt_percentile(struct frt_vec *a, double q);
+
+/* SHA-256 */
+void frt_sha256(const void *data, size_t n, uint8_t out[32]);
+int frt_sha256_file(const char *path, char hex[65], char *err, size_t errlen);
+
+/* Minimal JSON: parses a whole document whose top level is an object and returns its
+ * scalar members (strings, numbers, booleans, null); nested values are validated and
+ * skipped. */
+enum frt_json_type { FRT_JSON_STRING, FRT_JSON_NUMBER, FRT_JSON_BOOL, FRT_JSON_NULL, FRT_JSON_NESTED };
+struct frt_json_member {
+    char key[64];
+    enum frt_json_type type;
+    char str[256];
+    double num;
+};
+struct frt_json_object {
+    struct frt_json_member members[64];
+    int n;
+};
+int frt_json_parse_object(const char *text, size_t len, struct frt_json_object *out, char *err,
+                          size_t errlen);
+const struct frt_json_member *frt_json_get(const struct frt_json_object *o, const char *key);
+
+/* Atomic output: writes `text` to PATH via PATH.tmp.PID then rename. */
+int frt_write_file_atomic(const char *path, const char *text, size_t n, char *err,
+                          size_t errlen);
+
+/* Opens a device or file for IO with O_DIRECT when asked/possible. *direct gets the result.
+ * mode: FLASHRT_DIRECT_*; flags: O_RDONLY / O_RDWR (| O_CREAT). */
+int frt_open_dev(const char *path, int flags, int mode, int *direct, char *err, size_t errlen);
+/* Size of a regular file or block device; -1 on error. */
+int frt_dev_size(int fd, uint64_t *size, int *is_blockdev);
+/* pread/pwrite until done (EINTR, short transfers); returns 0 or -1 with errno set. */
+int frt_pread_full(int fd, void *buf, size_t n, uint64_t off);
+int frt_pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
+
+#endif

@@ -1,0 +1,235 @@
+/* policy.c: loading a policy .so against its manifest, and the built-in baselines. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "flashml_policy.h"
+#include "flashrt.h"
+#include "internal.h"
+#include "policy_internal.h"
+
+enum kind { K_SO, K_REJECTX, K_ADMITALL };
+
+struct flashrt_policy {
+    enum kind kind;
+    char name[4200];
+    void *dl;
+    double (*admit_score)(const double *);
+    void (*prefetch_range)(const double *, int32_t *, int32_t *);
+    double (*when_score)(const double *);
+    double admit_threshold, when_threshold, target_wr, eviction_age;
+    /* RejectX: the keys of the last `hist` admission queries and their counts */
+    uint64_t *ring;
+    size_t hist, pos, len;
+    struct frt_map counts;
+};
+
+static flashrt_policy *builtin(enum kind k) {
+    flashrt_policy *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->kind = k;
+    snprintf(p->name, sizeof p->name, "%s", k == K_REJECTX ? "rejectx" : "admitall");
+    p->target_wr = p->eviction_age = NAN;
+    return p;
+}
+
+flashrt_policy *flashrt_policy_builtin(const char *name, char *err, size_t errlen) {
+    enum kind k;
+    if (strcmp(name, "rejectx") == 0) k = K_REJECTX;
+    else if (strcmp(name, "admitall") == 0) k = K_ADMITALL;
+    else {
+        frt_seterr(err, errlen, "unknown built-in policy '%s'; expected rejectx or admitall", name);
+        return NULL;
+    }
+    flashrt_policy *p = builtin(k);
+    if (!p) frt_seterr(err, errlen, "out of memory");
+    return p;
+}
+
+static int read_small(const char *path, char **out, size_t *n, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return frt_seterr(err, errlen, "%s: %s", path, strerror(errno));
+    char *buf = malloc(1 << 20);
+    if (!buf) { fclose(f); return frt_seterr(err, errlen, "out of memory"); }
+    size_t r = fread(buf, 1, (1 << 20) - 1, f);
+    int big = !feof(f) && fgetc(f) != EOF;
+    fclose(f);
+    if (big) { free(buf); return frt_seterr(err, errlen, "%s: larger than 1 MiB", path); }
+    buf[r] = 0;
+    *out = buf;
+    *n = r;
+    return 0;
+}
+
+static void *sym(flashrt_policy *p, const char *so, const char *name, char *err, size_t errlen) {
+    void *s = dlsym(p->dl, name);
+    if (!s) frt_seterr(err, errlen, "%s: refused: not a flashml policy (no symbol %s)", so, name);
+    return s;
+}
+
+static flashrt_policy *load(const char *dir, char *err, size_t errlen) {
+    char so[4096], mf[4096];
+    snprintf(so, sizeof so, "%s/policy.so", dir);
+    snprintf(mf, sizeof mf, "%s/manifest.json", dir);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        frt_seterr(err, errlen, "%s: not a policy directory (%s)", dir,
+                   errno && stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
+        return NULL;
+    }
+    char *text = NULL;
+    size_t n = 0;
+    if (read_small(mf, &text, &n, err, errlen) != 0) return NULL;
+    struct frt_json_object m;
+    char jerr[256];
+    int bad = frt_json_parse_object(text, n, &m, jerr, sizeof jerr);
+    free(text);
+    if (bad) { frt_seterr(err, errlen, "%s: not valid JSON: %s", mf, jerr); return NULL; }
+    const struct frt_json_member *abi = frt_json_get(&m, "abi_version"),
+                                 *hash = frt_json_get(&m, "contract_hash"),
+                                 *sha = frt_json_get(&m, "sha256");
+    if (!abi || abi->type != FRT_JSON_NUMBER) { frt_seterr(err, errlen, "%s: field 'abi_version': missing or not a number", mf); return NULL; }
+    if (!hash || hash->type != FRT_JSON_STRING) { frt_seterr(err, errlen, "%s: field 'contract_hash': missing or not a string", mf); return NULL; }
+    if (!sha || sha->type != FRT_JSON_STRING) { frt_seterr(err, errlen, "%s: field 'sha256': missing or not a string", mf); return NULL; }
+    char hex[65];
+    if (frt_sha256_file(so, hex, err, errlen) != 0) return NULL;
+    if (strcasecmp(hex, sha->str) != 0) {
+        frt_seterr(err, errlen, "%s: refused: its sha256 is %s but %s says %s", so, hex, mf, sha->str);
+        return NULL;
+    }
+    if (abi->num != FLASHML_POLICY_ABI_VERSION) {
+        frt_seterr(err, errlen, "%s: refused: field 'abi_version' is %g but this runtime speaks ABI %d", mf, abi->num, FLASHML_POLICY_ABI_VERSION);
+        return NULL;
+    }
+    if (strcasecmp(hash->str, FLASHML_POLICY_CONTRACT_HASH) != 0) {
+        frt_seterr(err, errlen, "%s: refused: field 'contract_hash' is %s but this runtime's feature contract is %s", mf, hash->str, FLASHML_POLICY_CONTRACT_HASH);
+        return NULL;
+    }
+    flashrt_policy *p = calloc(1, sizeof *p);
+    if (!p) { frt_seterr(err, errlen, "out of memory"); return NULL; }
+    p->kind = K_SO;
+    snprintf(p->name, sizeof p->name, "%s", so);
+    p->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (!p->dl) {
+        const char *e = dlerror();
+        frt_seterr(err, errlen, "%s: refused: cannot load it: %s", so, e ? e : "unknown error");
+        free(p);
+        return NULL;
+    }
+    int (*abi_fn)(void) = (int (*)(void))sym(p, so, "flashml_policy_abi_version", err, errlen);
+    int (*nf_fn)(void) = abi_fn ? (int (*)(void))sym(p, so, "flashml_policy_num_features", err, errlen) : NULL;
+    const char *(*hash_fn)(void) = nf_fn ? (const char *(*)(void))sym(p, so, "flashml_policy_contract_hash", err, errlen) : NULL;
+    double (*at)(void) = hash_fn ? (double (*)(void))sym(p, so, "flashml_admit_threshold", err, errlen) : NULL;
+    double (*wt)(void) = at ? (double (*)(void))sym(p, so, "flashml_prefetch_when_threshold", err, errlen) : NULL;
+    double (*wr)(void) = wt ? (double (*)(void))sym(p, so, "flashml_target_write_rate_mbps", err, errlen) : NULL;
+    double (*ea)(void) = wr ? (double (*)(void))sym(p, so, "flashml_eviction_age_s", err, errlen) : NULL;
+    if (ea) p->admit_score = (double (*)(const double *))sym(p, so, "flashml_admit_score", err, errlen);
+    if (p->admit_score) p->prefetch_range = (void (*)(const double *, int32_t *, int32_t *))sym(p, so, "flashml_prefetch_range", err, errlen);
+    if (p->prefetch_range) p->when_score = (double (*)(const double *))sym(p, so, "flashml_prefetch_when_score", err, errlen);
+    if (!p->when_score) goto refuse;
+    if (abi_fn() != FLASHML_POLICY_ABI_VERSION) {
+        frt_seterr(err, errlen, "%s: refused: it speaks ABI %d but this runtime speaks ABI %d", so, abi_fn(), FLASHML_POLICY_ABI_VERSION);
+        goto refuse;
+    }
+    if (nf_fn() != FLASHML_POLICY_NUM_FEATURES) {
+        frt_seterr(err, errlen, "%s: refused: it reads %d features but the contract has %d", so, nf_fn(), FLASHML_POLICY_NUM_FEATURES);
+        goto refuse;
+    }
+    const char *h = hash_fn();
+    if (!h || strcasecmp(h, FLASHML_POLICY_CONTRACT_HASH) != 0) {
+        frt_seterr(err, errlen, "%s: refused: its contract hash is %.80s but this runtime's is %s", so, h ? h : "(null)", FLASHML_POLICY_CONTRACT_HASH);
+        goto refuse;
+    }
+    if (strcasecmp(h, hash->str) != 0) {
+        frt_seterr(err, errlen, "%s: refused: its contract hash differs from %s", so, mf);
+        goto refuse;
+    }
+    p->admit_threshold = at();
+    p->when_threshold = wt();
+    p->target_wr = wr();
+    p->eviction_age = ea();
+    return p;
+refuse:
+    dlclose(p->dl);
+    free(p);
+    return NULL;
+}
+
+flashrt_policy *flashrt_policy_load(const char *dir, enum flashrt_fallback fallback, char *err,
+                                    size_t errlen) {
+    flashrt_policy *p = load(dir, err, errlen);
+    if (p || fallback != FLASHRT_FALLBACK_REJECTX) return p;
+    p = builtin(K_REJECTX);
+    if (!p) frt_seterr(err, errlen, "out of memory");
+    return p;
+}
+
+const char *flashrt_policy_name(const flashrt_policy *p) { return p->name; }
+double flashrt_policy_target_write_rate_mbps(const flashrt_policy *p) { return p->target_wr; }
+
+void flashrt_policy_free(flashrt_policy *p) {
+    if (!p) return;
+    if (p->dl) dlclose(p->dl);
+    free(p->ring);
+    if (p->counts.cap) frt_map_free(&p->counts);
+    free(p);
+}
+
+int frt_policy_prepare(flashrt_policy *p, uint64_t capacity_segments, char *err, size_t errlen) {
+    if (p->kind != K_REJECTX) return 0;
+    size_t hist = (size_t)floor(2.0 * (double)capacity_segments);
+    if (hist < 1) hist = 1;
+    free(p->ring);
+    if (p->counts.cap) frt_map_free(&p->counts);
+    p->ring = malloc(hist * sizeof *p->ring);
+    if (!p->ring || frt_map_init(&p->counts, hist < 1024 ? hist : 1024) != 0)
+        return frt_seterr(err, errlen, "out of memory");
+    p->hist = hist;
+    p->pos = p->len = 0;
+    return 0;
+}
+
+int frt_policy_wants_features(const flashrt_policy *p) { return p->kind == K_SO; }
+
+int frt_policy_admit(flashrt_policy *p, uint64_t key, const double *f) {
+    switch (p->kind) {
+    case K_SO:
+        return p->admit_score(f) >= p->admit_threshold;
+    case K_ADMITALL:
+        return 1;
+    case K_REJECTX: {
+        /* as sim/src/admission.rs: admit iff the key was queried at least X=1 times before
+         * within the last `hist` queries */
+        if (p->len < p->hist) {
+            p->ring[p->len++] = key;
+        } else {
+            uint64_t old = p->ring[p->pos];
+            p->ring[p->pos] = key;
+            if (++p->pos == p->hist) p->pos = 0;
+            uint32_t *c = frt_map_get(&p->counts, old);
+            if (c && --*c == 0) frt_map_del(&p->counts, old);
+        }
+        uint32_t *c = frt_map_get(&p->counts, key);
+        uint32_t v = c ? *c + 1 : 1;
+        frt_map_put(&p->counts, key, v);
+        return v > 1;
+    }
+    }
+    return 0;
+}
+
+int frt_policy_prefetch(flashrt_policy *p, const double *f, int64_t *lo, int64_t *hi) {
+    if (p->kind != K_SO) return 0;
+    if (!(p->when_score(f) >= p->when_threshold)) return 0;
+    int32_t a = 0, b = -1;
+    p->prefetch_range(f, &a, &b);
+    *lo = a;
+    *hi = b;
+    return 1;
+}
