@@ -68,3 +68,27 @@ def write_demo_bundle(df: pl.DataFrame, out: Path, *, admit_threshold: float = 0
                               when_threshold=when_threshold, eviction_age_s=7200.0,
                               target_write_rate_mbps=35.599,
                               metrics={"demo_auc": 0.0})
+
+
+def demo_trace(directory: Path, *, accesses: int = 40_000, preset: str = "region1-like",
+               seed: int = 3) -> pl.DataFrame:
+    """A generated, ingested trace (canonical table) under `directory`."""
+    from flashml.pipelines.canonical import read_table
+    from flashml.pipelines.generate import generate_trace
+    from flashml.pipelines.ingest import ingest
+
+    directory.mkdir(parents=True, exist_ok=True)
+    raw, table = directory / f"{preset}-{seed}.trace", directory / f"{preset}-{seed}.parquet"
+    if not table.exists():
+        generate_trace(preset, seed, raw, accesses=accesses, progress=False)
+        ingest(raw, table, "tectonic", progress=False)
+    return read_table(table)[0]
+
+
+def split_by_block(df: pl.DataFrame, train_share: float = 0.7) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of a 70/30 split by block id (as the artifact trains)."""
+    from flashml.pipelines.keys import splitmix64
+
+    h = splitmix64(df["key"].to_numpy().astype(np.uint64)) % np.uint64(1000)
+    train = h < np.uint64(int(train_share * 1000))
+    return np.flatnonzero(train), np.flatnonzero(~train)

@@ -106,10 +106,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         coinflip_seed=args.coinflip_seed,
         rejectx_x=args.rejectx_x,
         rejectx_factor=args.rejectx_factor,
-        threshold=args.threshold,
+        threshold=args.threshold if args.threshold is not None else 0.5,
         prefetch=args.prefetch,
         prefetch_when=args.prefetch_when,
-        when_threshold=args.when_threshold,
+        when_threshold=args.when_threshold if args.when_threshold is not None else 0.5,
         segment_bytes=args.segment_bytes,
         block_bytes=meta.block_bytes,
         disks=args.disks,
@@ -120,15 +120,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         capacity_segments(cfg)  # validates the whole config before anything else is read
     except ValueError as e:
         raise UserError(str(e)) from None
-    arrays = _policy_arrays(args, df, df.height)
-    try:
-        res = simulate(df, cfg, **arrays)
-    except ValueError as e:
-        raise UserError(f"{args.trace}: {e}") from None
+    if args.policy is not None:
+        res = _run_policy(args, df, cfg)
+    else:
+        arrays = _policy_arrays(args, df, df.height)
+        try:
+            res = simulate(df, cfg, **arrays)
+        except ValueError as e:
+            raise UserError(f"{args.trace}: {e}") from None
     if args.series_out is not None:
         _write_series(res.series, Path(args.series_out))
     _print_metrics(res.metrics, args.json)
     return 0
+
+
+def _run_policy(args: argparse.Namespace, df: Any, cfg: Any) -> Any:
+    """--policy DIR: the compiled policy .so decides admission and prefetch on each miss."""
+    from flashml.simulation import simulate_policy
+
+    path = Path(args.policy)
+    if not path.exists():
+        raise UserError(f"{path}: no such policy (a `flashml compile -o DIR` folder or a .so)")
+    try:
+        return simulate_policy(df, path, cfg, threshold=args.threshold,
+                               when_threshold=args.when_threshold)
+    except ValueError as e:
+        raise UserError(f"{args.trace}: {e}") from None
 
 
 def _write_series(series: dict[str, Any], path: Path) -> None:
@@ -225,16 +242,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="rejectx: admit once a block was seen X times before (default 1)")
     p.add_argument("--rejectx-factor", type=_float, default=2.0, metavar="F",
                    help="rejectx: history of F x capacity keys (default 2)")
-    p.add_argument("--threshold", type=_float, default=0.5,
-                   help="threshold: admit iff score >= this, in [0, 1] (default 0.5)")
+    p.add_argument("--policy", type=Path, default=None, metavar="DIR",
+                   help="a compiled policy (`flashml compile -o DIR` folder, or its policy.so): "
+                   "admission and prefetch come from the .so, called on each miss with the "
+                   "features computed online; --admission/--prefetch/--prefetch-when are "
+                   "ignored, --threshold/--when-threshold default to the policy's own")
+    p.add_argument("--threshold", type=_float, default=None,
+                   help="threshold: admit iff score >= this, in [0, 1] (default 0.5, or the "
+                   "policy's with --policy)")
     p.add_argument("--prefetch", choices=("none", "block", "range"), default="none",
                    help="prefetch on a miss: nothing, the whole block, or the per-access "
                    "range prefetch_start..prefetch_end (default none)")
     p.add_argument("--prefetch-when", choices=("miss", "partial", "score"), default="miss",
                    help="when to prefetch: every miss, partial hits only, or when when_score "
                    ">= --when-threshold (default miss)")
-    p.add_argument("--when-threshold", type=_float, default=0.5,
-                   help="prefetch-when score threshold in [0, 1] (default 0.5)")
+    p.add_argument("--when-threshold", type=_float, default=None,
+                   help="prefetch-when score threshold in [0, 1] (default 0.5, or the "
+                   "policy's with --policy)")
     p.add_argument("--arrays", type=Path, default=None, metavar="FILE",
                    help="Parquet file of per-access policy arrays (see below)")
     p.add_argument("--segment-bytes", type=_int, default=UNITS.segment_bytes,
