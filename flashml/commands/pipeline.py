@@ -1,13 +1,14 @@
-"""`flashml pipeline run`: the main job, end to end, as far as the pipeline goes today.
+"""`flashml pipeline run`: the main job, end to end.
 
-generate (or take --trace) -> ingest -> validate (Great Expectations) -> statistics
--> simulate the baselines (admit-all, RejectX) at the default cache size.
+trace (or the embedded default: a generated region1-like trace) -> ingest -> validate (Great
+Expectations) -> statistics -> features -> episodes + convergence + training -> baselines
+-> Optuna sweep (Baleen-TCO) -> simulation of every policy -> MLflow (runs, plots, models,
+registry) -> the policy bundle (and its compiled .so).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import time
 from pathlib import Path
@@ -19,100 +20,125 @@ log = logging.getLogger("flashml.pipeline")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import mlflow
+
+    from flashml.models import report
+    from flashml.models.converge import LoopSettings
+    from flashml.models.mainjob import JobSettings, Timer, run_policies, write_summary
+    from flashml.models.train import GbmParams
+    from flashml.pipelines.canonical import read_table
     from flashml.pipelines.ingest import ingest, is_parquet
     from flashml.pipelines.stats import compute_stats, format_stats
     from flashml.pipelines.validate import validate_table
+    from flashml.tracking import setup
 
-    work: Path = args.workdir
-    work.mkdir(parents=True, exist_ok=True)
+    if args.target_write_rate <= 0:
+        raise UserError(f"--target-write-rate must be > 0 MB/s, got {args.target_write_rate}")
+    if args.cache_gb <= 0:
+        raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    timer = Timer()
     t0 = time.perf_counter()
     summary: dict = {}
     if args.trace is None:
         from flashml.pipelines.generate import generate_trace
 
-        raw = work / f"{args.preset}-seed{args.seed}.trace"
-        log.info("stage generate: preset %s seed %d -> %s", args.preset, args.seed, raw)
-        summary["generate"] = generate_trace(args.preset, args.seed, raw,
-                                             accesses=args.accesses, days=args.days)
+        raw = out / f"{args.preset}-seed{args.seed}.trace"
+        with timer.stage("generate"):
+            summary["generate"] = generate_trace(args.preset, args.seed, raw,
+                                                 accesses=args.accesses, days=args.days)
     else:
         raw = args.trace
-    table = work / "accesses.parquet"
-    if is_parquet(raw):
-        if raw.resolve() != table.resolve():
-            import shutil
+    table = out / "accesses.parquet"
+    with timer.stage("ingest"):
+        if is_parquet(raw) and args.format in (None, "parquet"):
+            df, meta = read_table(raw)
+            if raw.resolve() != table.resolve():
+                import shutil
 
-            shutil.copyfile(raw, table)
-    else:
-        log.info("stage ingest: %s (%s) -> %s", raw, args.format, table)
-        res = ingest(raw, table, args.format, sample_ratio=args.sample_ratio)
-        summary["ingest"] = {"rows": res.rows, "lines": res.lines, "seconds": res.seconds}
-
-    from flashml.pipelines.canonical import read_table
-
+                shutil.copyfile(raw, table)
+        else:
+            res = ingest(raw, table, args.format or "tectonic", sample_ratio=args.sample_ratio)
+            summary["ingest"] = {"rows": res.rows, "lines": res.lines, "seconds": res.seconds}
     df, meta = read_table(table)
-    log.info("stage validate: Great Expectations suite on %d rows", len(df))
-    report = validate_table(df, meta, context_dir=work / "gx")
-    print(report.describe())
-    if not report.success:
-        raise UserError(f"validation failed on {table}; see {report.docs_index}")
-    summary["validate"] = {"success": True, "data_docs": str(report.docs_index)}
+    if args.sample_ratio is not None and args.sample_ratio != meta.sample_ratio:
+        from dataclasses import replace
 
-    log.info("stage stats")
-    stats = compute_stats(df, meta)
-    print(format_stats(stats))
+        from flashml.pipelines.canonical import write_table
+
+        meta = replace(meta, sample_ratio=args.sample_ratio)
+        write_table(df, table, meta)
+    with timer.stage("validate"):
+        rep = validate_table(df, meta, context_dir=out / "gx")
+        print(rep.describe())
+        if not rep.success:
+            raise UserError(f"validation failed on {table}; see {rep.docs_index}")
+    summary["validate"] = {"success": True, "data_docs": str(rep.docs_index)}
+    with timer.stage("stats"):
+        stats = compute_stats(df, meta)
+        print(format_stats(stats))
     summary["stats"] = stats
-
-    log.info("stage simulate: baselines at %.3f GB (sample ratio %g%%)", args.cache_gb,
-             meta.sample_ratio)
-    summary["simulate"] = simulate_baselines(df, meta.sample_ratio, args.cache_gb, work)
-    summary["seconds"] = time.perf_counter() - t0
-    (work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    log.info("pipeline done in %.1fs; summary in %s", summary["seconds"], work / "summary.json")
+    gbm = GbmParams().with_overrides(learning_rate=args.learning_rate,
+                                     num_boost_round=args.max_rounds)
+    settings = JobSettings(cache_gb=args.cache_gb, target_write_rate_mbps=args.target_write_rate,
+                           engine=args.engine, master=args.master, gbm=gbm,
+                           loop=LoopSettings(max_iter=args.max_iterations),
+                           sweep_trials=args.sweep_trials, register=not args.no_register,
+                           compile=not args.no_compile)
+    setup()
+    with mlflow.start_run(run_name=f"pipeline-{raw.name}") as run:
+        mlflow.log_params({"trace": str(raw), "sample_ratio": meta.sample_ratio,
+                           "cache_gb": args.cache_gb,
+                           "target_write_rate_mbps": args.target_write_rate,
+                           "engine": args.engine, "learning_rate": gbm.learning_rate,
+                           "num_leaves": gbm.num_leaves, "sweep_trials": args.sweep_trials})
+        summary |= run_policies(df, table, meta.sample_ratio, out, settings, timer)
+        summary["mlflow_run_id"] = run.info.run_id
+        summary["timings_s"] = timer.stages
+        summary["seconds"] = round(time.perf_counter() - t0, 1)
+        path = write_summary(out, summary)
+        mlflow.log_artifact(str(path))
+    print()
+    print(report.table(summary["policies"]))
+    print(f"\nBaleen vs RejectX peak DT: {summary['baleen_vs_rejectx_peak_reduction']:+.1%} "
+          f"reduction; gap to OPT {summary['gap_to_opt']:+.1%}; TCO-chosen write rate "
+          f"{summary['chosen_write_rate_mbps']:.1f} MB/s")
+    print("time per stage (s): " + ", ".join(f"{k} {v}" for k, v in timer.stages.items()))
+    print(f"summary: {path}; MLflow run {summary['mlflow_run_id']}")
     return 0
-
-
-BASELINES = ("admitall", "rejectx")
-SHOWN = ("peak_dt_util", "mean_dt_util", "p99_dt_util", "flash_write_rate_mbps", "dwpd",
-         "io_hit_ratio", "byte_hit_ratio", "avg_eviction_age_s", "backend_ios")
-
-
-def simulate_baselines(df, sample_ratio: float, cache_gb: float, work: Path) -> dict:  # type: ignore[no-untyped-def]
-    from flashml.plots import plot_dt_utilisation
-    from flashml.simulation import SimConfig, simulate
-
-    results = {name: simulate(df, SimConfig(sample_ratio=sample_ratio, cache_gb=cache_gb,
-                                            admission=name)) for name in BASELINES}
-    print(f"\nSimulation, LRU flash cache of {cache_gb:g} GB (full-node scale)")
-    print(f"  {'metric':24}" + "".join(f"{n:>14}" for n in results))
-    for key in SHOWN:
-        print(f"  {key:24}" + "".join(f"{_fmt(r.metrics[key]):>14}" for r in results.values()))
-    png = plot_dt_utilisation({n: r.series for n, r in results.items()}, work / "dt_util.png")
-    print(f"  plot: {png}")
-    return {n: r.metrics for n, r in results.items()} | {"plot": str(png)}
-
-
-def _fmt(v: float | int) -> str:
-    return f"{v:,}" if isinstance(v, int) else f"{v:.4g}"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pipeline", help="run the main job end to end",
                        description="Run the flashml pipeline end to end.")
     psub = p.add_subparsers(dest="pipeline_command", metavar="SUBCOMMAND", required=True)
-    r = psub.add_parser("run", help="generate/ingest -> validate -> stats -> ...",
-                        description="The main job. Without --trace it generates the embedded "
-                        "default trace (a synthetic preset).")
-    r.add_argument("--trace", type=Path, default=None, help="use this trace instead of "
-                   "generating one (raw or canonical .parquet)")
-    r.add_argument("--format", default="tectonic", help="format of a raw --trace")
+    r = psub.add_parser("run", help="trace -> validated table -> learned policy -> bundle",
+                        description=__doc__)
+    r.add_argument("--trace", type=Path, default=None, help="raw trace or canonical .parquet "
+                   "(default: generate the embedded synthetic preset)")
+    r.add_argument("--format", default=None, help="format of a raw --trace (default tectonic)")
     r.add_argument("--sample-ratio", type=float, default=None, metavar="PERCENT")
-    r.add_argument("--preset", default="region1-like", help="synthetic preset (default "
-                   "region1-like)")
+    r.add_argument("--cache-gb", type=float, default=DEFAULTS.cache_gb,
+                   help=f"flash cache size at full-node scale (default {DEFAULTS.cache_gb})")
+    r.add_argument("--target-write-rate", type=float,
+                   default=DEFAULTS.target_write_rate_mbps, metavar="MBPS",
+                   help=f"flash write rate target (default {DEFAULTS.target_write_rate_mbps})")
+    r.add_argument("--out", "--workdir", dest="out", type=Path,
+                   default=Path(".flashml/runs/latest"), help="output folder")
+    r.add_argument("--preset", default="region1-like", help="synthetic preset for the default")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--accesses", type=int, default=None)
     r.add_argument("--days", type=float, default=None)
-    r.add_argument("--cache-gb", type=float, default=DEFAULTS.cache_gb,
-                   help=f"flash cache size, full-node scale (default {DEFAULTS.cache_gb})")
-    r.add_argument("--workdir", type=Path, default=Path(".flashml/runs/latest"),
-                   help="where outputs go (default .flashml/runs/latest)")
+    r.add_argument("--engine", choices=("spark", "polars"), default="spark",
+                   help="episode engine for the recorded episodes (inner loops use Polars)")
+    r.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    r.add_argument("--learning-rate", type=float, default=0.05,
+                   help="LightGBM learning rate (artifact: 0.005 with up to 2000 rounds)")
+    r.add_argument("--max-rounds", type=int, default=500, help="LightGBM rounds (max)")
+    r.add_argument("--max-iterations", type=int, default=20,
+                   help="convergence loop iteration cap")
+    r.add_argument("--sweep-trials", type=int, default=6, help="Optuna trials (0: no sweep)")
+    r.add_argument("--no-register", action="store_true", help="skip the model registry")
+    r.add_argument("--no-compile", action="store_true", help="skip compiling the policy .so")
     r.set_defaults(func=cmd_run)

@@ -1,0 +1,142 @@
+"""Baleen's convergence loop: the eviction age the episodes assume must match the eviction
+age the learned policy produces in simulation at the target write rate.
+
+    EA <- start (2 h)
+    repeat (at most max_iter):
+        episodes + labels at EA  ->  train  ->  scores for every access
+        tune the admission threshold until the simulated write rate meets the target
+        EA_measured = mean eviction age of that simulation
+        EA' = damping * EA + (1 - damping) * EA_measured
+        stop when |EA' - EA| < max(300 s, 5% of EA) and the write rate is within tolerance
+
+The artifact simulates three thresholds and interpolates; the Rust simulator is fast
+enough to bisect the threshold instead, which hits the target more precisely.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from flashml.models.baselines import tune_threshold
+from flashml.models.dataset import training_data
+from flashml.models.learned import LearnedPolicy, score_all, train_policy
+from flashml.models.train import GbmParams
+from flashml.models.tuning import Tuned
+from flashml.simulation import SimConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    start_eviction_age_s: float = 7200.0
+    damping: float = 0.5
+    min_move_s: float = 300.0
+    min_move_rel: float = 0.05
+    write_rate_tolerance: float = 0.05
+    max_iter: int = 20
+    train_seconds: float = 86_400.0
+    engine: str = "polars"
+    accesses_per_episode: int = 6
+
+
+@dataclass
+class Iteration:
+    eviction_age_s: float
+    measured_eviction_age_s: float
+    threshold: float
+    write_rate_mbps: float
+    peak_dt_util: float
+    episodes: int
+    admitted_episodes: int
+    seconds: float
+
+
+@dataclass
+class LoopResult:
+    converged: bool
+    iterations: list[Iteration]
+    policy: LearnedPolicy
+    arrays: dict[str, np.ndarray]
+    tuned: Tuned
+    eviction_age_s: float
+    episodes_dir: Path
+    reason: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def report(self) -> str:
+        lines = [f"{'iter':>4} {'assumed EA s':>13} {'measured EA s':>14} {'threshold':>10} "
+                 f"{'write MB/s':>11} {'peak DT':>8} {'episodes':>9} {'admitted':>9}"]
+        for i, it in enumerate(self.iterations):
+            lines.append(f"{i:4d} {it.eviction_age_s:13.0f} {it.measured_eviction_age_s:14.0f}"
+                         f" {it.threshold:10.4f} {it.write_rate_mbps:11.2f} "
+                         f"{it.peak_dt_util:8.4f} {it.episodes:9d} {it.admitted_episodes:9d}")
+        lines.append(("converged: " if self.converged else "NOT converged: ") + self.reason)
+        return "\n".join(lines)
+
+
+def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
+             target_mbps: float, workdir: Path, gbm: GbmParams,
+             settings: LoopSettings = LoopSettings(), *, features: list[str] | None = None,
+             with_prefetch: bool = True, spark: Any = None) -> LoopResult:
+    """Iterate episodes -> train -> simulate until the eviction age is stable."""
+    from flashml.pipelines.episodes import EpisodeParams, build
+
+    times = df["time"].to_numpy()
+    ea = settings.start_eviction_age_s
+    history: list[Iteration] = []
+    result: LoopResult | None = None
+    prefetch = {"prefetch": "range", "prefetch_when": "score"} if with_prefetch else {}
+    for it in range(settings.max_iter):
+        t0 = time.perf_counter()
+        out = workdir / f"episodes-{it:02d}"
+        built = build(table, out, EpisodeParams(
+            eviction_age_s=ea, target_write_rate_mbps=target_mbps,
+            accesses_per_episode=settings.accesses_per_episode),
+            engine=settings.engine, spark=spark, plot=False)
+        labels = pl.read_parquet(out / "labels.parquet")
+        episodes = pl.read_parquet(out / "episodes.parquet")
+        data = training_data(feats, times, labels, episodes, settings.train_seconds)
+        policy = train_policy(data, gbm, features=features, with_prefetch=with_prefetch)
+        arrays = score_all(policy, feats)
+        tuned = tune_threshold(df, base, target_mbps, arrays, **prefetch)
+        m = tuned.result.metrics
+        measured = float(m["avg_eviction_age_s"])
+        if not np.isfinite(measured):
+            measured = ea
+        history.append(Iteration(ea, measured, tuned.knob, float(m["flash_write_rate_mbps"]),
+                                 float(m["peak_dt_util"]), int(built.summary["episodes"]),
+                                 int(built.summary["admitted_episodes"]),
+                                 time.perf_counter() - t0))
+        log.info("convergence iteration %d: EA %.0f s -> measured %.0f s, threshold %.4f, "
+                 "%.2f MB/s, peak DT %.4f", it, ea, measured, tuned.knob,
+                 m["flash_write_rate_mbps"], m["peak_dt_util"])
+        new_ea = settings.damping * ea + (1 - settings.damping) * measured
+        moved = abs(new_ea - ea)
+        wr_ok = abs(m["flash_write_rate_mbps"] - target_mbps) <= \
+            settings.write_rate_tolerance * target_mbps
+        result = LoopResult(False, history, policy, arrays, tuned, ea, out, "")
+        if moved < max(settings.min_move_s, settings.min_move_rel * ea) and wr_ok:
+            result.converged = True
+            result.reason = (f"eviction age moved {moved:.0f} s (< max({settings.min_move_s:g}"
+                             f" s, {settings.min_move_rel:.0%})) with the write rate within "
+                             f"{settings.write_rate_tolerance:.0%} of the target after "
+                             f"{it + 1} iteration(s)")
+            break
+        ea = new_ea
+    assert result is not None
+    if not result.converged:
+        last = history[-1]
+        result.reason = (f"stopped after {settings.max_iter} iterations: last assumed EA "
+                         f"{last.eviction_age_s:.0f} s vs measured "
+                         f"{last.measured_eviction_age_s:.0f} s, write rate "
+                         f"{last.write_rate_mbps:.2f} MB/s vs target {target_mbps:.2f}")
+        log.warning("convergence loop did not converge: %s", result.reason)
+    return result

@@ -1,0 +1,40 @@
+"""Training rows for a learned policy, from the episode job's labels and episodes tables and
+the per-access feature matrix (rows aligned with the canonical table)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from flashml.features.contract import Contract, contract
+from flashml.models.learned import TrainingData
+
+
+def training_window(times: np.ndarray, train_seconds: float) -> np.ndarray:
+    """Rows of the first `train_seconds` of the trace (Baleen trains on the first day)."""
+    return times < times[0] + train_seconds
+
+
+def training_data(feats: np.ndarray, times: np.ndarray, labels: pl.DataFrame,
+                  episodes: pl.DataFrame, train_seconds: float,
+                  c: Contract | None = None) -> TrainingData:
+    c = c or contract()
+    window = training_window(times, train_seconds)
+    lab = labels.filter(pl.col("opt_label") >= 0)
+    rows = lab["row"].to_numpy().astype(np.int64)
+    keep = window[rows]
+    rows = rows[keep]
+    adm_y = lab["opt_label"].to_numpy()[keep].astype(np.float64)
+    adm_keys = lab["key"].to_numpy()[keep]
+    eps = episodes.filter(pl.col("admitted"))
+    first = eps["first_row"].to_numpy().astype(np.int64)
+    ekeep = window[first]
+    first = first[ekeep]
+    return TrainingData(
+        adm_X=feats[rows], adm_y=adm_y, adm_keys=adm_keys,
+        ep_X=feats[first][:, c.indices("range")],
+        ep_start=eps["range_start"].to_numpy()[ekeep],
+        ep_end=eps["range_end"].to_numpy()[ekeep],
+        ep_when=eps["when_label"].to_numpy()[ekeep],
+        ep_keys=eps["key"].to_numpy()[ekeep],
+    )
