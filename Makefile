@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export CARGO_TERM_QUIET := true
 
-.PHONY: setup demo test lint test-rust test-python bench clean
+.PHONY: setup demo test lint test-rust test-c test-python bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -24,7 +24,10 @@ test-rust:
 test-python: setup
 	$(VENV)/bin/pytest -n 2 --dist loadfile -q
 
-test: setup lint test-rust test-python
+test-c:
+	$(MAKE) -C runtime check
+
+test: setup lint test-rust test-c test-python
 
 bench: setup
 	$(PY) bench/run.py

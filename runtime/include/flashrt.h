@@ -109,8 +109,9 @@ struct flashrt_prepare_stats {
  * MAP_PATH (NULL: PATH.map). A regular file is written under a temporary name and renamed. */
 int flashrt_prepare_backing(const char *path, const char *map_path, const char *trace_path,
                             struct flashrt_prepare_stats *st, char *err, size_t errlen);
-flashrt_backing *flashrt_backing_open(const char *path, const char *map_path, char *err,
-                                      size_t errlen);
+/* `direct`: an enum flashrt_direct (O_DIRECT on the backing device). */
+flashrt_backing *flashrt_backing_open(const char *path, const char *map_path, int direct,
+                                      char *err, size_t errlen);
 uint64_t flashrt_backing_blocks(const flashrt_backing *b);
 void flashrt_backing_close(flashrt_backing *b);
 
@@ -130,7 +131,7 @@ struct flashrt_config {
     double write_rate_mbps;     /* write-rate limit at full-node scale; 0 = none */
     double write_burst_s;       /* token-bucket depth in seconds of the rate (default 60) */
     enum flashrt_rate_clock rate_clock;
-    unsigned tracker_width_log2, tracker_depth; /* count-min sketch geometry (16, 4) */
+    unsigned tracker_width_log2, tracker_depth; /* count-min sketch geometry (14, 4) */
     int measure_raw;            /* on hits, also time a raw read of the same bytes */
     /* Fault injection (tests): every Nth flash read / write fails with EIO; 0 = never. */
     uint64_t fail_read_every, fail_write_every;

@@ -195,8 +195,8 @@ struct flashrt_backing {
     char path[4096];
 };
 
-flashrt_backing *flashrt_backing_open(const char *path, const char *map_path, char *err,
-                                      size_t errlen) {
+flashrt_backing *flashrt_backing_open(const char *path, const char *map_path, int direct,
+                                      char *err, size_t errlen) {
     char mp[4096];
     default_map(path, map_path, mp, sizeof mp);
     FILE *f = fopen(mp, "r");
@@ -242,7 +242,7 @@ flashrt_backing *flashrt_backing_open(const char *path, const char *map_path, ch
     b->nblocks = blocks;
     fclose(f);
     f = NULL;
-    b->fd = frt_open_dev(path, O_RDONLY, FLASHRT_DIRECT_AUTO, &b->direct, err, errlen);
+    b->fd = frt_open_dev(path, O_RDONLY, direct, &b->direct, err, errlen);
     if (b->fd < 0) goto fail;
     uint64_t size;
     int bd;

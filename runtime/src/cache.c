@@ -5,9 +5,10 @@
  *   Block-level recency: a GET of a cached block refreshes every region holding one of its
  *   segments (LRU) and sets the block's last-access time.
  * - Miss: one backend IO from the first to the last missing covered segment, extended by the
- *   policy's prefetch range when its when-score passes; DT = t_seek + bytes / bandwidth. The
- *   policy is asked once; if it admits (and the write-rate limiter has tokens for the bytes),
- *   every uncached segment of the IO is appended to the open region.
+ *   policy's prefetch range when the miss is admitted and the when-score passes (a rejected
+ *   miss never prefetches); DT = t_seek + bytes / bandwidth. The policy is asked once; if it
+ *   admits (and the write-rate limiter has tokens for the bytes), every uncached segment of
+ *   the IO is appended to the open region.
  * - PUT: one backend IO over its segments is charged; the cache is not touched.
  * - Flash: regions of `region_bytes` written sequentially; when no region is clean the LRU (or
  *   FIFO) region is evicted whole. Eviction age = eviction time - last access of the block.
@@ -92,7 +93,7 @@ void flashrt_config_default(struct flashrt_config *c) {
     c->sample_ratio = FRT_SAMPLE_RATIO;
     c->write_burst_s = 60.0;
     c->rate_clock = FLASHRT_CLOCK_TRACE;
-    c->tracker_width_log2 = 16;
+    c->tracker_width_log2 = 14;
     c->tracker_depth = 4;
     c->t_seek_s = FRT_T_SEEK_S;
     c->bandwidth_bytes_per_s = FRT_BANDWIDTH_BYTES_PER_S;
@@ -413,6 +414,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         charge(rt, t, io_dt(rt, nseg));
         return 0;
     }
+    frt_tracker_prefetch(rt->tracker, a->key);
     uint64_t w0 = frt_now_ns();
     rt->gets++;
     rt->get_bytes += a->size;
@@ -510,7 +512,9 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     if (wants) flashrt_tracker_features(rt->tracker, a, f);
     unsigned lo = m0, hi = m1;
     int64_t p0, p1;
-    if (wants && frt_policy_prefetch(rt->policy, f, &p0, &p1)) {
+    int admit = frt_policy_admit(rt->policy, a->key, wants ? f : NULL);
+    /* as the simulator: prefetch extends only an admitted miss's IO */
+    if (admit && wants && frt_policy_prefetch(rt->policy, f, &p0, &p1)) {
         if (p0 < 0) p0 = 0;
         if (p1 > SPB - 1) p1 = SPB - 1;
         if (p0 <= p1) {
@@ -518,7 +522,6 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
             if ((unsigned)p1 > hi) hi = (unsigned)p1;
         }
     }
-    int admit = frt_policy_admit(rt->policy, a->key, wants ? f : NULL);
     frt_vec_push(&rt->decision_ns, (double)(frt_now_ns() - d0));
     flashrt_tracker_add(rt->tracker, a);
     unsigned io_segs = hi - lo + 1;

@@ -86,6 +86,10 @@ int frt_json_parse_object(const char *text, size_t len, struct frt_json_object *
                           size_t errlen);
 const struct frt_json_member *frt_json_get(const struct frt_json_object *o, const char *key);
 
+/* Starts loading the tracker's cells of `key` into the CPU cache (the decision needs them). */
+struct flashrt_tracker;
+void frt_tracker_prefetch(const struct flashrt_tracker *t, uint64_t key);
+
 /* Atomic output: writes `text` to PATH via PATH.tmp.PID then rename. */
 int frt_write_file_atomic(const char *path, const char *text, size_t n, char *err,
                           size_t errlen);

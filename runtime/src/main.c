@@ -57,7 +57,7 @@ static const char *REPLAY_HELP =
     "  --warmup-s X           DT warm-up excluded from the series (default 86400)\n"
     "  --window-s X           DT window (default 600)\n"
     "  --disks N              disks per node (default 36)\n"
-    "  --tracker-width-log2 N count-min sketch width (default 16)\n"
+    "  --tracker-width-log2 N count-min sketch width (default 14)\n"
     "  --tracker-depth N      count-min sketch rows (default 4)\n"
     "  --measure-raw          on hits, also time a raw read of the same flash bytes\n"
     "  --fail-read-every N    fault injection: every Nth flash read fails (also env\n"
@@ -228,7 +228,7 @@ static int cmd_replay(int argc, char **argv) {
         } else if ((v = optval(argc, argv, &i, "--warmup-s"))) { if (parse_double(v, &cfg.warmup_s) || cfg.warmup_s < 0) BAD("--warmup-s"); }
         else if ((v = optval(argc, argv, &i, "--window-s"))) { if (parse_double(v, &cfg.window_s) || !(cfg.window_s > 0)) BAD("--window-s"); }
         else if ((v = optval(argc, argv, &i, "--disks"))) { if (parse_uint(v, &u) || u == 0 || u > 1000000) BAD("--disks"); cfg.disks = (unsigned)u; }
-        else if ((v = optval(argc, argv, &i, "--tracker-width-log2"))) { if (parse_uint(v, &u) || u > 26) BAD("--tracker-width-log2"); cfg.tracker_width_log2 = (unsigned)u; }
+        else if ((v = optval(argc, argv, &i, "--tracker-width-log2"))) { if (parse_uint(v, &u) || u > 24) BAD("--tracker-width-log2"); cfg.tracker_width_log2 = (unsigned)u; }
         else if ((v = optval(argc, argv, &i, "--tracker-depth"))) { if (parse_uint(v, &u) || u > 8) BAD("--tracker-depth"); cfg.tracker_depth = (unsigned)u; }
         else if ((v = optval(argc, argv, &i, "--fail-read-every"))) { if (parse_uint(v, &cfg.fail_read_every)) BAD("--fail-read-every"); }
         else if ((v = optval(argc, argv, &i, "--fail-write-every"))) { if (parse_uint(v, &cfg.fail_write_every)) BAD("--fail-write-every"); }
@@ -262,7 +262,7 @@ static int cmd_replay(int argc, char **argv) {
         }
     }
     if (!pol) { flashrt_trace_close(tr); return ERR("%s", err); }
-    flashrt_backing *bk = flashrt_backing_open(backing_path, map_path, err, sizeof err);
+    flashrt_backing *bk = flashrt_backing_open(backing_path, map_path, cfg.direct, err, sizeof err);
     if (!bk) { flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
     /* the sample ratio comes from the trace's comment, read while the header is parsed: read
      * the first access before opening the cache */
@@ -425,7 +425,7 @@ static int cmd_probe(int argc, char **argv) {
 static int cmd_features(int argc, char **argv) {
     if (want_help(argc, argv)) { fputs(FEATURES_HELP, stdout); return 0; }
     const char *trace = NULL;
-    uint64_t wl = 16, depth = 4;
+    uint64_t wl = 14, depth = 4;
     for (int i = 0; i < argc; i++) {
         const char *v;
         if ((v = optval(argc, argv, &i, "--trace"))) trace = v;
@@ -465,6 +465,11 @@ static int cmd_features(int argc, char **argv) {
 
 static int cmd_units(int argc, char **argv) {
     if (want_help(argc, argv)) { fputs(UNITS_HELP, stdout); return 0; }
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--json") != 0) {
+            fprintf(stderr, "flashrt units: error: unknown argument '%s' (see --help)\n", argv[i]);
+            return 2;
+        }
     printf("{\"segment_bytes\": %u, \"block_bytes\": %u, \"t_seek_s\": %.17g, "
            "\"bandwidth_bytes_per_s\": %.17g, \"MB\": %.17g, \"GB\": %.17g, \"disks\": %u, "
            "\"window_s\": %.17g, \"warmup_s\": %.17g, \"sample_ratio\": %.17g, \"cache_gb\": %.17g, "

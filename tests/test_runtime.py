@@ -1,0 +1,268 @@
+"""The C runtime (runtime/, `flashrt`) end to end: units, help, replay with byte verification,
+agreement with the simulator, the tracker against exact counts, faults, kill -9, bad input,
+probe-disk and a loop device. The C unit tests (ASan/UBSan, valgrind) run from `make test-c`."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flashml.config import DEFAULTS, GB, MB, UNITS
+
+REPO = Path(__file__).resolve().parents[1]
+RUNTIME = REPO / "runtime"
+BUILD = RUNTIME / "build"
+FLASHRT = BUILD / "flashrt"
+HASH = "c713dcc31811000a51aa73476b508c3e8e07bbb9dcc48319423102c0e562228d"
+
+
+def build_runtime() -> Path:
+    """`make -C runtime all` once per session; a file lock keeps xdist workers apart."""
+    BUILD.mkdir(exist_ok=True)
+    with open(BUILD / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = subprocess.run(["make", "-s", "-C", str(RUNTIME), "all"], capture_output=True,
+                              text=True)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return FLASHRT
+
+
+def run(*args, env=None, timeout=300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(FLASHRT), *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def make_bundle(directory: Path, so: Path, *, sha: str | None = None, abi: int = 1,
+                contract_hash: str = HASH) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(so, directory / "policy.so")
+    digest = hashlib.sha256((directory / "policy.so").read_bytes()).hexdigest()
+    (directory / "manifest.json").write_text(json.dumps({
+        "abi_version": abi, "contract_hash": contract_hash, "sha256": sha or digest,
+        "mlflow_run_id": None, "eviction_age_s": 7200.0, "target_write_rate_mbps": 35.599,
+        "admit_threshold": 1.0, "when_threshold": 0.5, "metrics": {}, "versions": {}}))
+    return directory
+
+
+def small_trace(src: Path, dst: Path, *, keep_every: int = 3, max_size: int = 512 * 1024) -> None:
+    """A generated trace cut down for tests: every `keep_every`-th block id and IOs of at most
+    `max_size` bytes, so the backing stays small."""
+    with open(src) as f, open(dst, "w") as out:
+        for line in f:
+            if line.startswith("#"):
+                out.write(line)
+                continue
+            fields = line.split()
+            if int(fields[0]) % keep_every:
+                continue
+            fields[2] = str(min(int(fields[2]), max_size))
+            out.write(" ".join(fields) + "\n")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    build_runtime()
+    d = tmp_path_factory.mktemp("runtime")
+    raw = d / "gen.trace"
+    subprocess.run([sys.executable, "-m", "flashml.cli", "trace", "generate", "--preset",
+                    "region1-like", "--seed", "0", "--accesses", "12000", "--days", "1.5",
+                    "--quiet", "-o", str(raw)], check=True, capture_output=True, cwd=REPO)
+    trace = d / "small.trace"
+    small_trace(raw, trace)
+    backing = d / "backing.img"
+    p = run("prepare-backing", "--backing", backing, "--trace", trace)
+    assert p.returncode == 0, p.stderr
+    policies = d / "policies"
+    count = make_bundle(policies / "count", BUILD / "policies" / "count.so")
+    return {"dir": d, "trace": trace, "backing": backing, "count": count}
+
+
+def replay(env, *extra, flash_bytes="64M", policy=None, flash=None, proc_env=None):
+    flash = flash or env["dir"] / f"flash-{os.getpid()}-{time.monotonic_ns()}.img"
+    args = ["replay", "--policy", policy or "builtin:admitall", "--trace", env["trace"],
+            "--flash", flash, "--flash-bytes", flash_bytes, "--backing", env["backing"],
+            "--warmup-s", "0", "--direct", "off", "--json", *extra]
+    p = run(*args, env=proc_env)
+    return p, (json.loads(p.stdout) if p.returncode in (0, 3) and p.stdout else None)
+
+
+def test_units_match_config():
+    build_runtime()
+    u = json.loads(run("units").stdout)
+    assert u["segment_bytes"] == UNITS.segment_bytes
+    assert u["block_bytes"] == UNITS.block_bytes
+    assert u["t_seek_s"] == UNITS.t_seek_s
+    assert u["bandwidth_bytes_per_s"] == UNITS.bandwidth_bytes_per_s
+    assert u["MB"] == MB and u["GB"] == GB
+    assert u["disks"] == DEFAULTS.disks and u["window_s"] == DEFAULTS.window_s
+    assert u["warmup_s"] == DEFAULTS.warmup_s and u["sample_ratio"] == DEFAULTS.sample_ratio
+    assert u["cache_gb"] == DEFAULTS.cache_gb
+    assert u["target_write_rate_mbps"] == DEFAULTS.target_write_rate_mbps
+    from flashml.features.contract import contract
+    c = contract()
+    assert u["contract_hash"] == c.hash and u["num_features"] == len(c.admission)
+    assert u["hour_seconds"] == c.hour_seconds and u["hours"] == c.hours
+
+
+@pytest.mark.parametrize("cmd", ["replay", "prepare-backing", "probe-disk", "features", "units"])
+def test_help(cmd):
+    build_runtime()
+    p = run(cmd, "--help")
+    assert p.returncode == 0 and p.stdout.startswith(f"usage: flashrt {cmd}")
+    assert run("--help").returncode == 0
+    bad = run(cmd, "--no-such-option")
+    assert bad.returncode == 2 and "--no-such-option" in bad.stderr
+
+
+def test_replay_serves_correct_bytes_and_agrees_with_simulator(env):
+    for policy, name in (("builtin:admitall", "admitall"), (str(env["count"]), "count")):
+        p, m = replay(env, policy=policy, flash_bytes="128M")
+        assert p.returncode == 0, p.stderr
+        assert m["integrity_errors"] == 0 and m["device_errors"] == 0
+        assert m["verified_bytes"] > 0 and m["accesses"] > 1000
+        for k in ("decision_ns_p50", "hit_path_us_p50", "miss_path_us_p50", "peak_dt_util",
+                  "dwpd", "byte_hit_ratio", "segment_hit_ratio", "backend_ios"):
+            assert k in m
+        sim_args = ["--admission", "admitall"] if name == "admitall" else ["--policy", policy]
+        sim = subprocess.run([sys.executable, "-m", "flashml.cli", "sim", "run", "--trace",
+                              str(env["trace"]), "--capacity-segments",
+                              str(m["capacity_segments"]), "--warmup-s", "0", "--json",
+                              *sim_args], capture_output=True, text=True, cwd=REPO)
+        assert sim.returncode == 0, sim.stderr
+        s = json.loads(sim.stdout)
+        for k in ("io_hit_ratio", "flash_write_rate_mbps"):
+            assert abs(m[k] - s[k]) <= 0.02 * s[k], (name, k, m[k], s[k])
+        if name == "count":
+            assert m["prefetched_segments"] > 0
+
+
+def test_tracker_error_is_bounded_against_exact_counts(env):
+    from flashml.features.online import hourly_counts
+    from flashml.pipelines.ingest import load_trace
+
+    df, _ = load_trace(env["trace"], "tectonic")
+    exact = hourly_counts(df)
+    for width, want_exact in ((14, 0.999), (6, 0.5)):
+        p = run("features", "--trace", env["trace"], "--tracker-width-log2", width)
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.strip().split("\n")
+        names = lines[0].split(",")
+        est = np.array([[float(x) for x in ln.split(",")] for ln in lines[1:]])
+        assert est.shape[0] == df.height
+        for col in exact.columns:
+            e, g = exact[col].to_numpy(), est[:, names.index(col)]
+            assert (g >= e).all(), col  # count-min never undercounts
+            assert (g == e).mean() >= want_exact, (col, width, (g == e).mean())
+            # the count-min bound: overcount <= e/width x (GETs in the hour) with high prob.
+            assert np.quantile(g - e, 0.99) <= np.e / 2**width * df.height + 1, col
+
+
+def test_flash_faults_fall_back_to_backing(env):
+    e = dict(os.environ, FLASHRT_FAULT_FLASH_READ_EVERY="5", FLASHRT_FAULT_FLASH_WRITE_EVERY="3")
+    p, m = replay(env, proc_env=e)
+    assert p.returncode == 0, p.stderr
+    assert m["integrity_errors"] == 0
+    assert m["flash_read_errors"] > 0 and m["flash_write_errors"] > 0
+    assert m["device_errors"] == m["flash_read_errors"] + m["flash_write_errors"]
+
+
+def test_kill_during_replay_then_restart(env):
+    flash = env["dir"] / "killed-flash.img"
+    args = [str(FLASHRT), "replay", "--policy", "builtin:admitall", "--trace", str(env["trace"]),
+            "--flash", str(flash), "--flash-bytes", "32M", "--backing", str(env["backing"]),
+            "--warmup-s", "0", "--json"]
+    killed = False
+    for delay in (0.3, 0.1, 0.03):
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        if proc.returncode == -signal.SIGKILL:
+            killed = True
+            break
+    assert killed, "replay finished before it could be killed"
+    p, m = replay(env, flash=flash, flash_bytes="32M")
+    assert p.returncode == 0, p.stderr
+    assert m["integrity_errors"] == 0 and m["hits"] > 0
+
+
+def test_bad_input_is_refused_clearly(env, tmp_path):
+    trunc = tmp_path / "trunc.trace"
+    text = env["trace"].read_text().splitlines()
+    trunc.write_text("\n".join(text[:50]) + "\n" + " ".join(text[50].split()[:3]))
+    p, _ = replay(env, "--fallback", "none")
+    assert p.returncode == 0
+    p = run("replay", "--policy", "builtin:admitall", "--trace", trunc, "--flash",
+            tmp_path / "f.img", "--flash-bytes", "8M", "--backing", env["backing"])
+    assert p.returncode == 1 and f"{trunc}:51" in p.stderr and "field 'op_time'" in p.stderr
+    assert "truncated" in p.stderr
+    p, _ = replay(env, flash=Path("/dev/flashrt-missing-device"))
+    assert p.returncode == 1 and "no such device" in p.stderr
+    p, _ = replay(env, flash_bytes="512K")
+    assert p.returncode == 1 and "too small for one region" in p.stderr
+    garbage = tmp_path / "garbage.so"
+    garbage.write_bytes(b"\x7fELF garbage" * 10)
+    corrupt = make_bundle(tmp_path / "corrupt", garbage)
+    foreign = make_bundle(tmp_path / "foreign", BUILD / "policies" / "foreign.so")
+    badsha = make_bundle(tmp_path / "badsha", BUILD / "policies" / "count.so", sha="0" * 64)
+    wrongabi = make_bundle(tmp_path / "wrongabi", BUILD / "policies" / "wrongabi.so")
+    wronghash = make_bundle(tmp_path / "wronghash", BUILD / "policies" / "wronghash.so")
+    for bundle, words in ((corrupt, "cannot load"), (foreign, "not a flashml policy"),
+                          (badsha, "sha256"), (wrongabi, "ABI 2"),
+                          (wronghash, "contract hash")):
+        p, _ = replay(env, policy=str(bundle))
+        assert p.returncode == 1 and "refused" in p.stderr and words in p.stderr, p.stderr
+        p, m = replay(env, "--fallback", "rejectx", policy=str(bundle), flash_bytes="16M")
+        assert p.returncode == 0 and m["policy"] == "rejectx" and words in m["policy_warning"]
+        assert m["integrity_errors"] == 0
+    p, _ = replay(env, policy=str(tmp_path / "nowhere"))
+    assert p.returncode == 1 and "nowhere" in p.stderr
+    p = run("prepare-backing", "--backing", tmp_path / "b.img", "--trace", trunc)
+    assert p.returncode == 1 and "trunc.trace:51" in p.stderr
+    assert not (tmp_path / "b.img").exists() and not (tmp_path / "b.img.map").exists()
+
+
+def test_probe_disk_writes_simulator_config(env, tmp_path):
+    out = tmp_path / "disk.json"
+    p = run("probe-disk", "--device", env["backing"], "--out", out, "--reads", "50",
+            "--seq-bytes", "16M")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(out.read_text())
+    assert d["t_seek_s"] >= 0 and d["bandwidth_bytes_per_s"] > 0
+    from flashml.simulation import SimConfig
+    cfg = SimConfig(t_seek_s=d["t_seek_s"], bandwidth_bytes_per_s=d["bandwidth_bytes_per_s"])
+    assert cfg.t_seek_s == d["t_seek_s"]
+    p = run("probe-disk", "--device", "/dev/flashrt-missing-device")
+    assert p.returncode == 1 and "flashrt-missing-device" in p.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("losetup") is None,
+                    reason="loop devices need root and losetup")
+def test_loop_device(env, tmp_path):
+    img = tmp_path / "loop.img"
+    with open(img, "wb") as f:
+        f.truncate(48 << 20)
+    p = subprocess.run(["losetup", "--find", "--show", str(img)], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"losetup unavailable here: {p.stderr.strip()}")
+    dev = p.stdout.strip()
+    try:
+        p, m = replay(env, flash=Path(dev), flash_bytes="32M")
+        assert p.returncode == 0, p.stderr
+        assert m["integrity_errors"] == 0 and m["hits"] > 0
+        p, _ = replay(env, flash=Path(dev), flash_bytes="1G")
+        assert p.returncode == 1 and "less than --flash-bytes" in p.stderr
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=False)
