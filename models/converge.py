@@ -82,6 +82,15 @@ class LoopResult:
         return "\n".join(lines)
 
 
+def should_stop(assumed_ea: float, new_ea: float, write_rate: float, target: float,
+                s: LoopSettings) -> bool:
+    """The artifact's rule: the eviction age moved less than max(300 s, 5%) and the write
+    rate is within tolerance of the target."""
+    moved = abs(new_ea - assumed_ea)
+    return moved < max(s.min_move_s, s.min_move_rel * assumed_ea) and \
+        abs(write_rate - target) <= s.write_rate_tolerance * target
+
+
 def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
              target_mbps: float, workdir: Path, gbm: GbmParams,
              settings: LoopSettings = LoopSettings(), *, features: list[str] | None = None,
@@ -120,10 +129,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                  m["flash_write_rate_mbps"], m["peak_dt_util"])
         new_ea = settings.damping * ea + (1 - settings.damping) * measured
         moved = abs(new_ea - ea)
-        wr_ok = abs(m["flash_write_rate_mbps"] - target_mbps) <= \
-            settings.write_rate_tolerance * target_mbps
         result = LoopResult(False, history, policy, arrays, tuned, ea, out, "")
-        if moved < max(settings.min_move_s, settings.min_move_rel * ea) and wr_ok:
+        if should_stop(ea, new_ea, float(m["flash_write_rate_mbps"]), target_mbps, settings):
             result.converged = True
             result.reason = (f"eviction age moved {moved:.0f} s (< max({settings.min_move_s:g}"
                              f" s, {settings.min_move_rel:.0%})) with the write rate within "

@@ -19,21 +19,11 @@ from dataclasses import dataclass
 import lightgbm as lgb
 import numpy as np
 
-from flashml.config import UNITS
+from flashml.compiler.bundle import round_range, when_matrix
 from flashml.features.contract import Contract, contract
 from flashml.models.train import GbmParams, fit
 
 log = logging.getLogger(__name__)
-
-
-def clamp_range(start: np.ndarray, end: np.ndarray,
-                segments_per_block: int = UNITS.segments_per_block) -> tuple[np.ndarray,
-                                                                            np.ndarray]:
-    """Predicted range -> inclusive segment indices: round half up, clamp to the block,
-    end >= start. The compiled policy.so applies the same rule."""
-    s = np.clip(np.floor(np.asarray(start, dtype=np.float64) + 0.5), 0, segments_per_block - 1)
-    e = np.clip(np.floor(np.asarray(end, dtype=np.float64) + 0.5), 0, segments_per_block - 1)
-    return s.astype(np.int64), np.maximum(e, s).astype(np.int64)
 
 
 @dataclass
@@ -85,7 +75,7 @@ def train_policy(data: TrainingData, params: GbmParams, *, features: list[str] |
                              "regression", params, rnames)
     policy.range_end = fit(data.ep_X, data.ep_end.astype(np.float64), data.ep_keys,
                            "regression", params, rnames)
-    ps, pe = clamp_range(policy.range_start.predict(data.ep_X),
+    ps, pe = round_range(policy.range_start.predict(data.ep_X),
                          policy.range_end.predict(data.ep_X))
     wX = np.column_stack([data.ep_X, ps, pe]).astype(np.float64)
     if len(np.unique(data.ep_when)) < 2:
@@ -108,7 +98,7 @@ def score_all(policy: LearnedPolicy, feats: np.ndarray, c: Contract | None = Non
     out = {"score": policy.admission.predict(feats[:, cols])}
     if policy.range_start is not None:
         rX = feats[:, c.indices("range")]
-        ps, pe = clamp_range(policy.range_start.predict(rX), policy.range_end.predict(rX))
+        ps, pe = round_range(policy.range_start.predict(rX), policy.range_end.predict(rX))
         out |= {"prefetch_start": ps, "prefetch_end": pe,
-                "when_score": policy.when.predict(np.column_stack([rX, ps, pe]))}
+                "when_score": policy.when.predict(when_matrix(feats, ps, pe))}
     return out

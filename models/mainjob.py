@@ -233,13 +233,12 @@ def _ship(out: Path, loop: Any, policies: dict[str, dict[str, Any]], ea: float, 
         summary["registry"] = decision.as_dict()
         log.info("registry: %s", decision.reason)
     if s.compile:
-        try:
-            from flashml.compiler.build import compile_bundle
-        except ImportError:
-            compile_bundle = None
-        if compile_bundle is not None:
-            compiled = compile_bundle(bundle, out / "compiled", mlflow_run_id=run_id)
-            summary["compiled"] = str(compiled)
+        from flashml.compiler.build import compile_policy
+
+        manifest = compile_policy(out / "compiled", run_id=run_id)
+        summary["compiled"] = {"dir": str(out / "compiled"), "sha256": manifest["sha256"],
+                               "size_bytes": manifest["size_bytes"],
+                               "compile_s": round(manifest["build"]["compile_s"], 2)}
 
 
 def write_summary(out: Path, summary: dict[str, Any]) -> Path:

@@ -41,10 +41,10 @@ class Decision:
 
 
 def load_policy_dir(d: Path) -> LearnedPolicy:
+    from flashml.compiler.bundle import MODEL_FILES
     from flashml.features.contract import contract
 
-    boosters = {n: lgb.Booster(model_file=str(d / f"{n}.txt"))
-                for n in ("admission", "range_start", "range_end", "when")}
+    boosters = {n: lgb.Booster(model_file=str(d / f)) for n, f in MODEL_FILES.items()}
     return LearnedPolicy(admission=boosters["admission"], admission_features=contract().names,
                          range_start=boosters["range_start"], range_end=boosters["range_end"],
                          when=boosters["when"])

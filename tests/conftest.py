@@ -15,10 +15,14 @@ CLOUDPHYSICS = SHARED / "traces" / "cloudphysics-sample.csv"
 
 
 def run_cli(*args: str, check: bool = False, cwd: Path | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run `flashml ARGS...` as a user would, in a fresh interpreter."""
+            timeout: float = 600, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    """Run `flashml ARGS...` as a user would, in a fresh interpreter (`env` adds variables)."""
+    import os
+
     proc = subprocess.run([sys.executable, "-m", "flashml.cli", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd or REPO, timeout=timeout)
+                          capture_output=True, text=True, cwd=cwd or REPO, timeout=timeout,
+                          env={**os.environ, **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"flashml {' '.join(map(str, args))} failed ({proc.returncode}):\n"
                              f"{proc.stdout}\n{proc.stderr}")

@@ -1,0 +1,130 @@
+"""Models: TCO, write-rate tuning, training rows from labels, the loop's stopping rule, and
+the convergence loop on a small generated trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import polars as pl
+import pytest
+
+from flashml.compiler.bundle import round_range
+from flashml.config import DEFAULTS
+from flashml.models.converge import LoopSettings, run_loop, should_stop
+from flashml.models.dataset import training_data
+from flashml.models.tco import tco
+from flashml.models.train import GbmParams, split_by_key
+from flashml.models.tuning import tune_to_write_rate
+
+
+def test_tco_formula_by_hand() -> None:
+    # the baseline itself: 1 + (1/36) * (170/281)
+    assert tco(0.4, 35.599, 0.4, 35.599) == pytest.approx(1 + 170 / 281 / 36)
+    # half the peak DT at twice the write rate
+    assert tco(0.2, 71.198, 0.4, 35.599) == pytest.approx(0.5 + 2 * 170 / 281 / 36)
+    with pytest.raises(ValueError):
+        tco(0.2, 1.0, 0.0, 1.0)
+
+
+def fake(rate_of):  # a "simulator" whose write rate is a known function of the knob
+    return lambda x: SimpleNamespace(metrics={"flash_write_rate_mbps": rate_of(x)})
+
+
+def test_tuning_finds_the_largest_rate_not_above_target() -> None:
+    t = tune_to_write_rate(fake(lambda p: 100 * p), 35.0, 0.0, 1.0, increasing=True)
+    assert t.reached and t.write_rate == pytest.approx(35.0, rel=0.011)
+    assert t.write_rate <= 35.0 * 1.01
+    t = tune_to_write_rate(fake(lambda th: 100 * (1 - th)), 35.0, 0.0, 1.0, increasing=False)
+    assert t.reached and t.knob == pytest.approx(0.65, abs=0.01)
+    # a step function: 26 or 43, never 35 -> the best feasible (26), flagged
+    t = tune_to_write_rate(fake(lambda f: 26.0 if f < 3 else 43.0), 35.0, 1e-3, 1e3,
+                           increasing=True, log_scale=True)
+    assert t.write_rate == 26.0 and not t.reached
+    # unreachable: even the lowest setting writes too much
+    t = tune_to_write_rate(fake(lambda p: 50 + p), 35.0, 0.0, 1.0, increasing=True)
+    assert not t.reached and t.knob == 0.0
+
+
+def test_stopping_rule() -> None:
+    s = LoopSettings()
+    assert should_stop(7200, 7200 + 299, 35.6, 35.599, s)         # moved < 300 s
+    assert not should_stop(4000, 4000 + 301, 35.6, 35.599, s)    # 301 > max(300, 200)
+    assert should_stop(10_000, 10_000 + 499, 35.6, 35.599, s)    # < 5% of 10000
+    assert not should_stop(10_000, 10_000 + 501, 35.6, 35.599, s)
+    assert not should_stop(7200, 7200, 40.0, 35.599, s)          # write rate off by 12%
+    assert should_stop(7200, 7200, 37.0, 35.599, s)              # within 5%
+
+
+def test_round_range() -> None:
+    s, e = round_range(np.array([-3.0, 2.49, 2.5, 70.0]), np.array([1.0, 1.0, 80.0, 90.0]))
+    assert s.tolist() == [0, 2, 3, 63] and e.tolist() == [1, 2, 63, 63]
+
+
+def test_training_rows_from_labels() -> None:
+    feats = np.arange(10 * 18, dtype=np.float64).reshape(10, 18)
+    times = np.array([0, 10, 20, 30, 40, 50, 86_400, 86_401, 90_000, 90_001], dtype=float)
+    labels = pl.DataFrame({
+        "row": [0, 1, 2, 3, 6, 7, 8], "key": [1, 1, 2, 1, 2, 3, 3],
+        "opt_label": [1, 1, 0, -1, 0, 1, 1]}, schema_overrides={"row": pl.UInt64,
+                                                                  "key": pl.UInt64})
+    episodes = pl.DataFrame({
+        "key": [1, 2, 3], "first_row": [0, 2, 7], "admitted": [True, False, True],
+        "range_start": [0, 4, 1], "range_end": [5, 6, 2], "when_label": [1, 0, 1]},
+        schema_overrides={"first_row": pl.UInt64, "key": pl.UInt64})
+    d = training_data(feats, times, labels, episodes, train_seconds=86_400)
+    # rows 0, 1, 2 are labelled inside the first day; row 3 is unused (-1); 6+ are later
+    assert d.adm_X[:, 0].tolist() == [0.0, 18.0, 36.0]
+    assert d.adm_y.tolist() == [1, 1, 0]
+    # only the admitted episode starting inside the window (key 1, row 0)
+    assert d.ep_start.tolist() == [0] and d.ep_end.tolist() == [5] and d.ep_when.tolist() == [1]
+    assert d.ep_X.shape == (1, 6) and d.ep_X[0].tolist() == feats[0, :6].tolist()
+
+
+def test_split_by_key_is_stable_and_near_70_30() -> None:
+    keys = np.arange(20_000, dtype=np.uint64)
+    m = split_by_key(keys)
+    assert 0.67 < m.mean() < 0.73
+    assert (split_by_key(keys[::-1])[::-1] == m).all()
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory) -> tuple[pl.DataFrame, Path]:
+    from flashml.pipelines.canonical import read_table
+    from flashml.pipelines.generate import generate_trace
+    from flashml.pipelines.ingest import ingest
+
+    d = tmp_path_factory.mktemp("loop")
+    generate_trace("region1-like", 3, d / "t.trace", accesses=30_000, progress=False)
+    ingest(d / "t.trace", d / "t.parquet", "tectonic", progress=False)
+    return read_table(d / "t.parquet")[0], d / "t.parquet"
+
+
+def test_loop_on_a_small_trace(small_trace, tmp_path: Path) -> None:
+    from flashml.features.online import feature_matrix
+    from flashml.pipelines.canonical import read_meta
+    from flashml.simulation import SimConfig
+
+    df, table = small_trace
+    base = SimConfig(sample_ratio=read_meta(table).sample_ratio)
+    gbm = GbmParams(learning_rate=0.1, num_boost_round=60)
+    target = DEFAULTS.target_write_rate_mbps
+    res = run_loop(df, table, feature_matrix(df), base, target, tmp_path, gbm,
+                   LoopSettings(max_iter=1))
+    assert not res.converged and "stopped after 1 iterations" in res.reason
+    it = res.iterations[0]
+    assert it.eviction_age_s == 7200 and it.episodes > it.admitted_episodes > 0
+    assert res.arrays["score"].shape == (len(df),)
+    assert ((res.arrays["prefetch_start"] >= 0) & (res.arrays["prefetch_end"] <= 63)).all()
+    assert it.write_rate_mbps <= target * 1.01
+    res2 = run_loop(df, table, feature_matrix(df), base, target, tmp_path / "b", gbm,
+                    LoopSettings(max_iter=8))
+    # each new EA is the damped mean of the assumed and measured ones
+    for a, b in zip(res2.iterations, res2.iterations[1:], strict=False):
+        assert b.eviction_age_s == pytest.approx(0.5 * a.eviction_age_s
+                                                 + 0.5 * a.measured_eviction_age_s)
+    assert res2.converged == should_stop(
+        res2.iterations[-1].eviction_age_s,
+        0.5 * res2.iterations[-1].eviction_age_s + 0.5 * res2.iterations[-1]
+        .measured_eviction_age_s, res2.iterations[-1].write_rate_mbps, target, LoopSettings())
