@@ -1,0 +1,179 @@
+"""C runtime benchmark (runtime/, `flashrt replay`): decision and hit-path latency, throughput,
+and agreement with the simulator, with a real compiled policy (demo LightGBM models trained on
+the trace by flashml.compiler.demo, compiled by `flashml compile`).
+
+    .venv/bin/python bench/bench_runtime.py            # ~1-2 minutes
+    .venv/bin/python bench/bench_runtime.py --quick    # smaller trace
+
+The trace: `flashml trace generate --preset region1-like` cut to every 3rd block id with IOs of
+at most 1 MiB (so the backing file stays a few GB, sparse). Figures go to
+bench/results/runtime.json:
+  agreement:   io_hit_ratio and flash_write_rate_mbps of replay vs `flashml sim run --policy`
+               on the same trace, policy and capacity (target: within 2%)
+  latency:     decision_ns_p50 in replay (cold caches) and warm (target <= 1 us),
+               hit_path_us_p50 and hit_overhead_us_p50 = p50 of (hit path - raw read of the
+               same flash bytes, same device) (target <= 5 us)
+  throughput:  accesses/s and MB/s served (verified) from file-backed devices, page cache
+               and O_DIRECT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FLASHRT = ROOT / "runtime" / "build" / "flashrt"
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def sh(*args, **kw) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=ROOT, **kw)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, args))} failed:\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+WARM_DECISION_C = r"""
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+/* warm-cache decision: admit score + when score + range, the calls a miss makes */
+int main(int argc, char **argv) {
+    void *h = dlopen(argv[1], RTLD_NOW);
+    if (!h) return 1;
+    double (*adm)(const double *) = (double (*)(const double *))dlsym(h, "flashml_admit_score");
+    double (*when)(const double *) =
+        (double (*)(const double *))dlsym(h, "flashml_prefetch_when_score");
+    void (*rng)(const double *, int32_t *, int32_t *) =
+        (void (*)(const double *, int32_t *, int32_t *))dlsym(h, "flashml_prefetch_range");
+    double x[18] = {1, 1, 1, 3, 10, 1310720, 2, 0, 1, 0, 0, 0, 5, 0, 2, 0, 0, 0};
+    struct timespec a, b;
+    double s = 0;
+    int32_t lo, hi;
+    const int n = 200000;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int i = 0; i < n; i++) {
+        x[6] = i % 7; x[3] = i % 50; x[4] = x[3] + i % 9;
+        s += adm(x) + when(x);
+        rng(x, &lo, &hi);
+        s += lo;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("%.3f %g\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n, s);
+    return 0;
+}
+"""
+
+
+def warm_decision_ns(policy_so: Path, tmp: Path) -> float:
+    src, exe = tmp / "warm.c", tmp / "warm"
+    src.write_text(WARM_DECISION_C)
+    sh("cc", "-O2", src, "-o", exe, "-ldl")
+    return float(sh(exe, policy_so).stdout.split()[0])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "runtime.json"))
+    args = ap.parse_args()
+    from test_runtime import small_trace
+
+    from flashml.compiler.demo import write_demo_bundle
+    from flashml.pipelines.ingest import load_trace
+
+    sh("make", "-s", "-C", "runtime", "all")
+    accesses = 8000 if args.quick else 24000
+    flash_bytes = 96 << 20
+    with tempfile.TemporaryDirectory(prefix="bench-runtime-", dir=os.environ.get("TMPDIR")) as d:
+        d = Path(d)
+        raw, trace = d / "gen.trace", d / "bench.trace"
+        sh(sys.executable, "-m", "flashml.cli", "trace", "generate", "--preset", "region1-like",
+           "--seed", "0", "--accesses", accesses, "--days", "2", "--quiet", "-o", raw)
+        small_trace(raw, trace, keep_every=3, max_size=1 << 20)
+        prep = json.loads(sh(FLASHRT, "prepare-backing", "--backing", d / "backing.img",
+                             "--trace", trace).stdout)
+        df, _ = load_trace(trace, "tectonic")
+        write_demo_bundle(df, d / "models")
+        sh(sys.executable, "-m", "flashml.cli", "compile", "--model-dir", d / "models", "-o",
+           d / "policy", "--no-log")
+        common = ["--trace", trace, "--flash-bytes", flash_bytes, "--backing",
+                  d / "backing.img", "--warmup-s", "0", "--json"]
+        runs = {}
+        for name, extra in (("page_cache", ["--direct", "off", "--measure-raw"]),
+                            ("direct_io", ["--direct", "auto"])):
+            p = subprocess.run([str(FLASHRT), "replay", "--policy", str(d / "policy"),
+                                "--flash", str(d / f"flash-{name}.img"),
+                                *map(str, common), *extra],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                raise SystemExit(f"replay failed ({p.returncode}): {p.stderr}")
+            runs[name] = json.loads(p.stdout)
+        m = runs["page_cache"]
+        warm_ns = warm_decision_ns(d / "policy" / "policy.so", d)
+        sim = json.loads(sh(sys.executable, "-m", "flashml.cli", "sim", "run", "--trace", trace,
+                            "--policy", d / "policy", "--capacity-segments",
+                            m["capacity_segments"], "--warmup-s", "0", "--json").stdout)
+        agree = {}
+        for k in ("io_hit_ratio", "flash_write_rate_mbps", "byte_hit_ratio",
+                  "segment_hit_ratio", "peak_dt_util", "admitted_segments",
+                  "prefetched_segments"):
+            agree[k] = {"runtime": m[k], "simulator": sim[k],
+                        "rel_diff": abs(m[k] - sim[k]) / sim[k] if sim[k] else None}
+        result = {
+            "trace": {"preset": "region1-like", "seed": 0, "generated_accesses": accesses,
+                      "kept": "every 3rd block id, IOs <= 1 MiB", "accesses": m["accesses"],
+                      "gets": m["gets"], "blocks": prep["blocks"],
+                      "backing_bytes_written": prep["bytes_written"],
+                      "sample_ratio": m["sample_ratio"]},
+            "policy": "flashml.compiler.demo models (LightGBM, 20 trees) via flashml compile",
+            "cache": {"flash_bytes": flash_bytes, "region_bytes": m["region_bytes"],
+                      "regions": m["regions"], "capacity_segments": m["capacity_segments"],
+                      "eviction": "lru"},
+            "agreement": agree,
+            "agreement_within_2pct": all(agree[k]["rel_diff"] <= 0.02
+                                         for k in ("io_hit_ratio", "flash_write_rate_mbps")),
+            "latency": {
+                "decision_ns_p50": m["decision_ns_p50"], "decision_ns_p99": m["decision_ns_p99"],
+                "decision_ns_warm_mean": warm_ns,
+                "decision_note": "decision_ns_p50 is measured inside replay on each miss "
+                                 "(features from the count-min tracker + admit + when + range), "
+                                 "right after the previous access streamed MBs through the CPU "
+                                 "caches; decision_ns_warm_mean is the .so alone in a loop",
+                "hit_path_us_p50": m["hit_path_us_p50"], "raw_read_us_p50": m["raw_read_us_p50"],
+                "hit_overhead_us_p50": m["hit_overhead_us_p50"],
+                "miss_path_us_p50": m["miss_path_us_p50"],
+                "decision_ns_p50_direct_io": runs["direct_io"]["decision_ns_p50"],
+                "hit_path_us_p50_direct_io": runs["direct_io"]["hit_path_us_p50"],
+                "backend_wall_ms_p50": m["backend_wall_ms_p50"],
+                "backend_dt_ms_p50_modelled": m["backend_dt_ms_p50"],
+            },
+            "throughput": {
+                name: {"accesses_per_s": r["throughput_accesses_per_s"],
+                       "mb_per_s_served_verified": r["throughput_mb_per_s"],
+                       "direct_io": bool(r["direct_io"]), "wall_s": r["wall_s"]}
+                for name, r in runs.items()},
+            "integrity_errors": sum(r["integrity_errors"] for r in runs.values()),
+            "device_errors": sum(r["device_errors"] for r in runs.values()),
+            "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, out)
+    print(json.dumps({k: result[k] for k in ("agreement_within_2pct", "latency",
+                                             "integrity_errors")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
