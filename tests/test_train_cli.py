@@ -1,0 +1,56 @@
+"""`flashml train` and `flashml sweep` on a small generated trace (real MLflow and Optuna in
+an isolated state folder), and their bad-input errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    from flashml.pipelines.generate import generate_trace
+
+    d = tmp_path_factory.mktemp("train")
+    generate_trace("region1-like", 2, d / "t.trace", accesses=20_000, progress=False)
+    return d, {"FLASHML_HOME": str(d / "state"), "MLFLOW_TRACKING_URI": ""}
+
+
+def test_train_writes_a_bundle(small, cli) -> None:
+    d, env = small
+    out = d / "bundle"
+    cli("train", "--trace", d / "t.trace", "--max-iterations", "2", "--max-rounds", "50",
+        "-o", out, check=True, env=env)
+    for f in ("admission.txt", "range_start.txt", "range_end.txt", "when.txt", "policy.json"):
+        assert (out / f).exists(), f
+    params = json.loads((out / "policy.json").read_text())
+    assert 0 <= params["admit_threshold"] <= 1 and params["eviction_age_s"] > 0
+    assert params["metrics"]["flash_write_rate_mbps"] <= 35.599 * 1.01
+    assert params["mlflow_run_id"]
+
+
+def test_sweep_picks_a_write_rate(small, cli) -> None:
+    d, env = small
+    proc = cli("sweep", "--trace", d / "t.trace", "--trials", "2", "--max-rounds", "50",
+               "--max-iterations", "2", "-o", d / "sw", check=True, env=env)
+    res = json.loads((d / "sw" / "sweep.json").read_text())
+    done = [t for t in res["trials"] if t["state"] == "COMPLETE"]
+    assert len(res["trials"]) == 2 and done
+    assert res["chosen_tco"] == min(t["tco"] for t in done)
+    assert (d / "sw" / "tco_curve.png").exists()
+    assert "Baleen-TCO: write rate" in proc.stdout
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--target-write-rate", "0"], "--target-write-rate must be > 0"),
+    (["--cache-gb", "-1"], "--cache-gb must be > 0"),
+])
+def test_bad_options(small, cli, args: list[str], fragment: str) -> None:
+    d, env = small
+    proc = cli("train", "--trace", d / "t.trace", "-o", d / "x", *args, env=env)
+    assert proc.returncode == 1 and fragment in proc.stderr
+    assert not (d / "x").exists()
+    proc = cli("train", "--trace", d / "missing.trace", "-o", d / "x", env=env)
+    assert proc.returncode == 1 and "missing.trace: no such file" in proc.stderr
