@@ -7,26 +7,11 @@ import json
 import math
 from pathlib import Path
 
+from flashml.commands.argtypes import finite_float as _float
+from flashml.commands.argtypes import integer as _int
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
 from flashml.pipelines.episodes import DEFAULT_K, WHEN_EPSILON_S
-
-
-def _float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return v
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
 def cmd_build(args: argparse.Namespace) -> int:

@@ -8,25 +8,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from flashml.commands.argtypes import finite_float as _float
+from flashml.commands.argtypes import integer as _int
 from flashml.config import DEFAULTS, UNITS
 from flashml.errors import UserError
-
-
-def _float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return v
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:

@@ -8,18 +8,11 @@ import logging
 import sys
 from pathlib import Path
 
+from flashml.commands.argtypes import finite_float
 from flashml.config import UNITS
 from flashml.errors import UserError
 
 log = logging.getLogger("flashml.trace")
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    return v
 
 
 def add_trace_input(p: argparse.ArgumentParser, *, with_format: bool = True) -> None:
@@ -31,7 +24,7 @@ def add_trace_input(p: argparse.ArgumentParser, *, with_format: bool = True) -> 
     if with_format:
         p.add_argument("--format", choices=FORMATS, default=None,
                        help="format of a raw trace (default: tectonic; ignored for .parquet)")
-    p.add_argument("--sample-ratio", type=_positive_float, default=None, metavar="PERCENT",
+    p.add_argument("--sample-ratio", type=finite_float, default=None, metavar="PERCENT",
                    help="sample ratio of the trace in percent; default: the table's metadata, "
                    "else the artifact file name full_<start>_<ratio>.trace, else 100")
     p.add_argument("--block-bytes", type=int, default=UNITS.block_bytes,

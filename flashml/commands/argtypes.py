@@ -1,0 +1,24 @@
+"""argparse value types shared by the commands: bad values are usage errors (exit 2) that
+name the option and the value."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def finite_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
