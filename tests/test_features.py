@@ -17,20 +17,14 @@ from flashml.features import codegen
 from flashml.features.contract import CONTRACT_PATH, contract, load
 from flashml.features.online import admission_features, hourly_counts
 
+from conftest import access_table
+
 SEG = UNITS.segment_bytes
 H = 3600.0
 
 
 def table(rows: list[tuple[float, int, int, int, int]]) -> pl.DataFrame:
-    """rows of (time, key, offset, size, op)."""
-    t, k, o, s, op = zip(*rows, strict=True)
-    n = len(rows)
-    return pl.DataFrame({
-        "time": pl.Series(t, dtype=pl.Float64), "key": pl.Series(k, dtype=pl.UInt64),
-        "offset": pl.Series(o, dtype=pl.UInt64), "size": pl.Series(s, dtype=pl.UInt64),
-        "op": pl.Series(op, dtype=pl.UInt8), "namespace": pl.Series([3] * n, dtype=pl.UInt32),
-        "user": pl.Series([7] * n, dtype=pl.UInt32),
-        "src_line": pl.Series(range(n), dtype=pl.UInt64)})
+    return access_table(rows, namespace=3, user=7)
 
 
 def naive_counts(df: pl.DataFrame, hours: int = 6) -> list[list[int]]:

@@ -21,20 +21,13 @@ from flashml.simulation import (
     trace_arrays,
 )
 
+from conftest import access_table
+
 SEG = 131072  # 128 KiB
 
 
 def table(rows: list[tuple[float, int, int, int, int]]) -> pl.DataFrame:
-    """rows of (time, key, offset, size, op) -> a canonical-typed DataFrame."""
-    t, k, o, s, op = zip(*rows, strict=True)
-    n = len(rows)
-    return pl.DataFrame({
-        "time": pl.Series(t, dtype=pl.Float64), "key": pl.Series(k, dtype=pl.UInt64),
-        "offset": pl.Series(o, dtype=pl.UInt64), "size": pl.Series(s, dtype=pl.UInt64),
-        "op": pl.Series(op, dtype=pl.UInt8), "namespace": pl.Series([0] * n, dtype=pl.UInt32),
-        "user": pl.Series([0] * n, dtype=pl.UInt32),
-        "src_line": pl.Series(range(1, n + 1), dtype=pl.UInt64),
-    })
+    return access_table(rows)
 
 
 GET, PUT = 1, 3
