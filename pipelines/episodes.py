@@ -307,9 +307,10 @@ def check_input(path: Path) -> TraceMeta:
     return meta
 
 
-def prepared(path: Path, segment_bytes: int) -> pl.LazyFrame:
-    """The input both engines read: `row` (table order), `gidx` (GET ordinal, -1 for PUTs),
-    `is_get`, time, key (i64 bit pattern of the u64 key), s0, s1 (segment indices)."""
+def prepared(path: Path, segment_bytes: int, *, with_gidx: bool = True) -> pl.LazyFrame:
+    """The input both engines read: `row` (table order), `gidx` (GET ordinal, -1 for PUTs;
+    all -1 unless `with_gidx`: only logical time needs it), `is_get`, time, key (i64 bit
+    pattern of the u64 key), s0, s1 (segment indices)."""
     lf = pl.scan_parquet(path).select(INPUT_COLUMNS)
     is_get = pl.col("op").is_in(list(GET_OPS))
     return (
@@ -317,8 +318,8 @@ def prepared(path: Path, segment_bytes: int) -> pl.LazyFrame:
         .with_columns(is_get.alias("is_get"))
         .select(
             pl.col("row").cast(pl.Int64),
-            pl.when("is_get").then(pl.col("is_get").cast(pl.Int64).cum_sum() - 1)
-            .otherwise(-1).alias("gidx"),
+            (pl.when("is_get").then(pl.col("is_get").cast(pl.Int64).cum_sum() - 1)
+             .otherwise(-1) if with_gidx else pl.lit(-1, pl.Int64)).alias("gidx"),
             pl.col("is_get"),
             pl.col("time").cast(pl.Float64),
             pl.col("key").cast(pl.UInt64).reinterpret(signed=True).alias("key"),

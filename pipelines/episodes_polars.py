@@ -115,17 +115,6 @@ def label_frame(per_get: pl.LazyFrame, decisions: pl.LazyFrame, job: Job) -> pl.
         .otherwise(-1).cast(pl.Int8).alias("opt_label"))
 
 
-def arrays_frame(rows: pl.LazyFrame, labels: pl.LazyFrame) -> pl.LazyFrame:
-    adm = pl.col("admitted").fill_null(False)
-    return rows.join(labels.select("row", "admitted", "range_start", "range_end"), on="row",
-                     how="left").select(
-        "row",
-        adm.cast(pl.UInt8).alias("admit"),
-        pl.when(adm).then(pl.col("range_start")).otherwise(-1).alias("prefetch_start"),
-        pl.when(adm).then(pl.col("range_end")).otherwise(-1).alias("prefetch_end"),
-    )
-
-
 def run_polars(src: Path, outdir: Path, job: Job, work: Path, *,
                chunks: int | None = None) -> None:
     """Write episodes.parquet, labels.parquet, arrays.parquet into `outdir`."""
@@ -133,10 +122,10 @@ def run_polars(src: Path, outdir: Path, job: Job, work: Path, *,
         chunks = max(1, math.ceil(job.info.gets / CHUNK_GETS))
     if chunks < 1:
         raise ValueError(f"chunks must be >= 1, got {chunks}")
-    prep = prepared(src, job.info.segment_bytes)
+    prep = prepared(src, job.info.segment_bytes, with_gidx=job.params.time_mode == "logical")
     gets = prep.filter("is_get").drop("is_get")
     g_parts, e_parts = [], []
-    for c in range(chunks):
+    for c in range(chunks):  # pass 1: episodes of one key bucket at a time
         part = gets
         if chunks > 1:
             part = gets.filter(pl.col("key").reinterpret(signed=False) % chunks == c)
@@ -154,10 +143,40 @@ def run_polars(src: Path, outdir: Path, job: Job, work: Path, *,
     eps = rank_episodes(pl.read_parquet(e_parts), job)
     conform(eps.lazy(), "episodes").sink_parquet(outdir / "episodes.parquet")
     decisions = eps.select("first_row", "episode_id", "admitted", "range_start", "range_end",
-                           "when_label").lazy()
-    labels = label_frame(pl.scan_parquet(g_parts), decisions, job).sort("row")
+                           "when_label")
+    del eps
+    l_parts, a_parts = [], []
+    for c, gp in enumerate(g_parts):  # pass 2: labels and arrays per bucket, sorted by row
+        lab = label_frame(pl.scan_parquet(gp), decisions.lazy(), job).sort("row").collect()
+        lp, ap = work / f"labels-{c:05d}.parquet", work / f"arrays-{c:05d}.parquet"
+        lab.write_parquet(lp)
+        arrays_frame(lab).write_parquet(ap)
+        l_parts.append(lp)
+        a_parts.append(ap)
+        del lab
+    # Merge the row-sorted parts (streaming k-way merges, no global sort in memory).
+    labels = _merge([pl.scan_parquet(p) for p in l_parts])
     conform(labels, "labels").sink_parquet(outdir / "labels.parquet")
-    rows = prep.select("row")
-    arrays = arrays_frame(rows, pl.scan_parquet(outdir / "labels.parquet")
-                          .with_columns(pl.col("row").cast(pl.Int64))).sort("row")
+    puts = prep.filter(~pl.col("is_get")).select(
+        "row", pl.lit(False).alias("admitted"), pl.lit(-1, pl.Int64).alias("range_start"),
+        pl.lit(-1, pl.Int64).alias("range_end"))
+    arrays = _merge([arrays_lazy(puts)] + [pl.scan_parquet(p) for p in a_parts])
     conform(arrays, "arrays").sink_parquet(outdir / "arrays.parquet")
+
+
+def _merge(frames: list[pl.LazyFrame]) -> pl.LazyFrame:
+    return frames[0] if len(frames) == 1 else pl.merge_sorted(frames, key="row")
+
+
+def arrays_lazy(labels: pl.LazyFrame) -> pl.LazyFrame:
+    adm = pl.col("admitted")
+    return labels.select(
+        "row",
+        adm.cast(pl.UInt8).alias("admit"),
+        pl.when(adm).then(pl.col("range_start")).otherwise(-1).alias("prefetch_start"),
+        pl.when(adm).then(pl.col("range_end")).otherwise(-1).alias("prefetch_end"),
+    )
+
+
+def arrays_frame(labels: pl.DataFrame) -> pl.DataFrame:
+    return arrays_lazy(labels.lazy()).collect()

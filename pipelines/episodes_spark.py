@@ -76,12 +76,11 @@ def _stages(df: Any, stages: list[dict[str, Any]]) -> Any:
     return df
 
 
-def episode_frames(spark: Any, gets_path: Path, job: Job) -> tuple[Any, Any]:
-    """(per-GET DataFrame, per-episode aggregates) from the prepared GETs."""
+def episode_frames(spark: Any, g: Any, job: Job, work: Path) -> tuple[Any, Any]:
+    """(per-GET DataFrame, per-episode aggregates) from the prepared GETs `g`."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    g = spark.read.parquet(str(gets_path))
     col = job.gap_column
     w_key = Window.partitionBy("key").orderBy("time", "row")
     gap = F.col(col) - F.lag(col).over(w_key)
@@ -114,6 +113,10 @@ def episode_frames(spark: Any, gets_path: Path, job: Job) -> tuple[Any, Any]:
     })
     g = g.withColumn("_io", F.when(F.col("_miss") == 1, F.col("_last") - F.col("_first") + 1)
                      .otherwise(0))
+    # Materialise the windowed per-GET frame once; both outputs below read it.
+    g.select("row", "key", "time", "first_row", "position", "s0", "s1", "_miss", "_io",
+             "_written").write.parquet(str(work / "spark-gets-full"))
+    g = spark.read.parquet(str(work / "spark-gets-full"))
     eps = g.groupBy("first_row").agg(
         F.first("key").alias("key"),
         F.min("time").alias("first_time"),
@@ -148,30 +151,39 @@ def rank_episodes(eps: Any, job: Job) -> Any:
 def run_spark(src: Path, outdir: Path, job: Job, work: Path, *, master: str | None = None,
               spark: Any = None) -> None:
     """Write episodes.parquet, labels.parquet, arrays.parquet into `outdir`."""
+    import time
+
     from pyspark.sql import functions as F
+
+    t0 = time.perf_counter()
+
+    def lap(what: str) -> None:
+        log.debug("spark episodes: %s done at %.1fs", what, time.perf_counter() - t0)
 
     # Spark reads unsigned Parquet ints as decimals: hand it the prepared i64 columns.
     prep_path = work / "prepared.parquet"
-    prepared(src, job.info.segment_bytes).sink_parquet(prep_path)
+    prepared(src, job.info.segment_bytes, with_gidx=job.params.time_mode == "logical"
+             ).sink_parquet(prep_path)
     if spark is None:
         spark = spark_session(master)
+    lap("session")
     prep = spark.read.parquet(str(prep_path))
-    gets_path = work / "gets.parquet"
-    prep.filter(F.col("is_get")).drop("is_get").write.parquet(str(gets_path))
-    per_get, eps = episode_frames(spark, gets_path, job)
-    eps_path, g_path = work / "spark-eps", work / "spark-gets"
-    per_get.write.parquet(str(g_path))
+    per_get, eps = episode_frames(spark, prep.filter(F.col("is_get")).drop("is_get"), job, work)
+    lap("windows")
+    eps_path = work / "spark-eps"
     rank_episodes(eps, job).write.parquet(str(eps_path))
+    lap("episodes")
     eps = spark.read.parquet(str(eps_path))
     k = job.params.accesses_per_episode
     decisions = eps.select("first_row", "episode_id", "admitted", "range_start", "range_end",
                            "when_label")
-    labels = spark.read.parquet(str(g_path)).join(decisions, on="first_row", how="left")
+    labels = per_get.join(decisions, on="first_row", how="left")
     labels = labels.withColumn(
         "opt_label", F.when(F.col("position") < k, F.col("admitted").cast("byte"))
         .otherwise(F.lit(-1).cast("byte")))
     lab_path = work / "spark-labels"
     labels.write.parquet(str(lab_path))
+    lap("labels")
     adm = F.coalesce(F.col("admitted"), F.lit(False))
     arrays = prep.select("row").join(
         spark.read.parquet(str(lab_path)).select("row", "admitted", "range_start", "range_end"),
@@ -182,6 +194,8 @@ def run_spark(src: Path, outdir: Path, job: Job, work: Path, *, master: str | No
         F.when(adm, F.col("range_end")).otherwise(F.lit(-1).cast("long")).alias("prefetch_end"))
     arr_path = work / "spark-arrays"
     arrays.write.parquet(str(arr_path))
+    lap("arrays")
     for name, path in (("episodes", eps_path), ("labels", lab_path), ("arrays", arr_path)):
         lf = pl.scan_parquet(str(path / "*.parquet")).sort(SORT_BY[name])
         conform(lf, name).sink_parquet(outdir / f"{name}.parquet")
+    lap("published")
