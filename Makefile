@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export CARGO_TERM_QUIET := true
 
-.PHONY: setup demo test lint test-rust test-c test-python bench clean
+.PHONY: setup demo test lint test-rust test-c test-python bench clean regress
 
 setup:
 	@bash scripts/setup.sh
@@ -28,6 +28,11 @@ test-c:
 	$(MAKE) -C runtime check
 
 test: setup lint test-rust test-c test-python
+
+# Model-regression check: a candidate trained by this checkout vs regress/baseline/ (compiled
+# here) on a pinned, generated evaluation trace; exit 1 on a regression (docs/airflow.md).
+regress: setup
+	bash regress/run.sh
 
 bench: setup
 	$(PY) bench/run.py

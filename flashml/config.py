@@ -55,6 +55,28 @@ UNITS = Units()
 DEFAULTS = Defaults()
 
 
+# Environment variables that switch flashml from its embedded defaults to shared services
+# (docker-compose.yml sets them; docs/airflow.md "Scaling out"). They are read here only.
+#   FLASHML_HOME            embedded state folder (default .flashml)
+#   MLFLOW_TRACKING_URI     MLflow server (read in flashml.tracking; default sqlite in state)
+#   FLASHML_OPTUNA_STORAGE  Optuna RDB URL, e.g. postgresql+psycopg2://u:p@host/optuna
+#   FLASHML_SPARK_MASTER    Spark master URL, e.g. spark://spark-master:7077 (default local[*])
+
+
 def state_dir() -> Path:
     """Where embedded services keep their state (MLflow sqlite, Optuna sqlite, Data Docs)."""
     return Path(os.environ.get("FLASHML_HOME", ".flashml"))
+
+
+def optuna_storage() -> str:
+    """Optuna storage URL: $FLASHML_OPTUNA_STORAGE, else sqlite `optuna.db` in the state dir."""
+    env = os.environ.get("FLASHML_OPTUNA_STORAGE")
+    if env:
+        return env
+    state_dir().mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(state_dir() / 'optuna.db').resolve()}"
+
+
+def spark_master() -> str | None:
+    """Spark master URL: $FLASHML_SPARK_MASTER, else None (local[*] inside the job)."""
+    return os.environ.get("FLASHML_SPARK_MASTER") or None

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from flashml.config import state_dir
+from flashml.config import optuna_storage
 from flashml.models.converge import LoopSettings, run_loop
 from flashml.models.tco import tco
 from flashml.models.train import GbmParams
@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 
 
 def default_storage() -> str:
-    state_dir().mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{(state_dir() / 'optuna.db').resolve()}"
+    """$FLASHML_OPTUNA_STORAGE, else sqlite under the state dir (flashml.config)."""
+    return optuna_storage()
 
 
 @dataclass

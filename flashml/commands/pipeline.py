@@ -4,6 +4,9 @@ trace (or the embedded default: a generated region1-like trace) -> ingest -> val
 Expectations) -> statistics -> features -> episodes + convergence + training -> baselines
 -> Optuna sweep (Baleen-TCO) -> simulation of every policy -> MLflow (runs, plots, models,
 registry) -> the policy bundle (and its compiled .so).
+
+The stages are the functions of flashml.models.mainjob, the same ones the Airflow DAG
+(dags/flashml_retrain.py) runs as tasks; here they run in one process over `--out`.
 """
 
 from __future__ import annotations
@@ -20,24 +23,26 @@ log = logging.getLogger("flashml.pipeline")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import mlflow
-
     from flashml.models import report
     from flashml.models.converge import LoopSettings
-    from flashml.models.mainjob import JobSettings, Timer, run_policies, write_summary
+    from flashml.models.mainjob import (
+        JobSettings,
+        RunDir,
+        Timer,
+        ingest_validate,
+        open_run,
+        run_all,
+        write_summary,
+    )
     from flashml.models.train import GbmParams
-    from flashml.pipelines.canonical import read_table
-    from flashml.pipelines.ingest import ingest, is_parquet
-    from flashml.pipelines.stats import compute_stats, format_stats
-    from flashml.pipelines.validate import validate_table
-    from flashml.tracking import setup
 
     if args.target_write_rate <= 0:
         raise UserError(f"--target-write-rate must be > 0 MB/s, got {args.target_write_rate}")
     if args.cache_gb <= 0:
         raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    run = RunDir(out)
+    run.reset()  # a new run: no stage of an earlier run in this folder is reused
     timer = Timer()
     t0 = time.perf_counter()
     summary: dict = {}
@@ -50,35 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                                  accesses=args.accesses, days=args.days)
     else:
         raw = args.trace
-    table = out / "accesses.parquet"
-    with timer.stage("ingest"):
-        if is_parquet(raw) and args.format in (None, "parquet"):
-            df, meta = read_table(raw)
-            if raw.resolve() != table.resolve():
-                import shutil
-
-                shutil.copyfile(raw, table)
-        else:
-            res = ingest(raw, table, args.format or "tectonic", sample_ratio=args.sample_ratio)
-            summary["ingest"] = {"rows": res.rows, "lines": res.lines, "seconds": res.seconds}
-    df, meta = read_table(table)
-    if args.sample_ratio is not None and args.sample_ratio != meta.sample_ratio:
-        from dataclasses import replace
-
-        from flashml.pipelines.canonical import write_table
-
-        meta = replace(meta, sample_ratio=args.sample_ratio)
-        write_table(df, table, meta)
-    with timer.stage("validate"):
-        rep = validate_table(df, meta, context_dir=out / "gx")
-        print(rep.describe())
-        if not rep.success:
-            raise UserError(f"validation failed on {table}; see {rep.docs_index}")
-    summary["validate"] = {"success": True, "data_docs": str(rep.docs_index)}
-    with timer.stage("stats"):
-        stats = compute_stats(df, meta)
-        print(format_stats(stats))
-    summary["stats"] = stats
+    summary |= ingest_validate(run, raw, args.format, args.sample_ratio, timer)
+    meta = run.frame()[1]
     gbm = GbmParams().with_overrides(learning_rate=args.learning_rate,
                                      num_boost_round=args.max_rounds)
     settings = JobSettings(cache_gb=args.cache_gb, target_write_rate_mbps=args.target_write_rate,
@@ -86,15 +64,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                            loop=LoopSettings(max_iter=args.max_iterations),
                            sweep_trials=args.sweep_trials, register=not args.no_register,
                            compile=not args.no_compile)
-    setup()
-    with mlflow.start_run(run_name=f"pipeline-{raw.name}") as run:
-        mlflow.log_params({"trace": str(raw), "sample_ratio": meta.sample_ratio,
-                           "cache_gb": args.cache_gb,
-                           "target_write_rate_mbps": args.target_write_rate,
-                           "engine": args.engine, "learning_rate": gbm.learning_rate,
-                           "num_leaves": gbm.num_leaves, "sweep_trials": args.sweep_trials})
-        summary |= run_policies(df, table, meta.sample_ratio, out, settings, timer)
-        summary["mlflow_run_id"] = run.info.run_id
+    import mlflow
+
+    params = {"trace": str(raw), "sample_ratio": meta.sample_ratio, "cache_gb": args.cache_gb,
+              "target_write_rate_mbps": args.target_write_rate, "engine": args.engine,
+              "learning_rate": gbm.learning_rate, "num_leaves": gbm.num_leaves,
+              "sweep_trials": args.sweep_trials}
+    with open_run(run, f"pipeline-{raw.name}", params) as mlrun:
+        summary |= run_all(run, settings, timer)
+        summary["mlflow_run_id"] = mlrun.info.run_id
         summary["timings_s"] = timer.stages
         summary["seconds"] = round(time.perf_counter() - t0, 1)
         path = write_summary(out, summary)

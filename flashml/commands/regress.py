@@ -1,0 +1,238 @@
+"""`flashml regress`: the model-regression check. Simulates a candidate policy and a
+baseline policy on the same evaluation trace, each with its own shipped thresholds, prints
+them side by side, and exits 1 when the candidate regressed:
+
+  - its peak DT utilisation exceeds the baseline's by more than --tolerance (relative:
+    candidate > baseline x (1 + tolerance)), or
+  - its flash write rate exceeds the target (--target-write-rate, default the candidate's
+    own target) by more than --write-rate-tolerance (relative).
+
+A policy (RUN_OR_BUNDLE) is any of:
+  - a compiled bundle folder (`flashml compile -o DIR`: policy.so + manifest.json): the
+    simulator loads the .so and computes the features online;
+  - a model bundle folder (policy.json + LightGBM text models, or a folder with policy/ in
+    it): the models score every access in Python, the simulator applies the thresholds
+    and prefetch ranges (the same decisions as the compiled .so);
+  - a folder holding `compiled/` (a run folder, an exported `v<N>/`): its compiled bundle;
+  - an MLflow run id (the run's `policy/` artifacts, from $MLFLOW_TRACKING_URI or the
+    embedded store).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flashml.config import DEFAULTS
+from flashml.errors import UserError
+
+#: Rows of the side-by-side table: metric key, label, format.
+ROWS = (
+    ("peak_dt_util", "peak DT utilisation", "{:.4f}"),
+    ("mean_dt_util", "mean DT utilisation", "{:.4f}"),
+    ("p99_dt_util", "P99 DT utilisation", "{:.4f}"),
+    ("flash_write_rate_mbps", "flash write rate MB/s", "{:.3f}"),
+    ("dwpd", "DWPD", "{:.3f}"),
+    ("io_hit_ratio", "IO hit ratio", "{:.4f}"),
+    ("byte_hit_ratio", "byte hit ratio", "{:.4f}"),
+    ("admitted_segments", "admitted segments", "{:.0f}"),
+    ("prefetched_segments", "prefetched segments", "{:.0f}"),
+)
+
+
+@dataclass
+class Resolved:
+    kind: str  # "compiled" | "models"
+    path: Path
+    source: str
+    params: dict[str, Any]
+
+
+def resolve(spec: str, tmp: Path) -> Resolved:
+    """RUN_OR_BUNDLE -> a local compiled or model bundle."""
+    from flashml.compiler.bundle import POLICY_JSON, fetch_bundle, read_policy_json
+
+    p = Path(spec)
+    if p.is_dir():
+        for cand in (p, p / "compiled"):
+            if (cand / "manifest.json").is_file():
+                from flashml.compiler.loader import read_manifest
+
+                return Resolved("compiled", cand, spec, read_manifest(cand))
+        for cand in (p, p / "policy"):
+            if (cand / POLICY_JSON).is_file():
+                return Resolved("models", cand, spec, read_policy_json(cand))
+        raise UserError(f"{p}: neither a compiled bundle (manifest.json) nor a model bundle "
+                        "(policy.json + LightGBM models)")
+    if p.exists():
+        raise UserError(f"{p}: a policy must be a folder or an MLflow run id")
+    if not re.fullmatch(r"[0-9a-fA-F]{16,64}", spec):
+        raise UserError(f"{spec}: no such folder, and not an MLflow run id")
+    from flashml.tracking import setup
+
+    setup()
+    folder, _, source = fetch_bundle(run_id=spec, dest=tmp / spec)
+    return Resolved("models", folder, source, read_policy_json(folder))
+
+
+def simulate_resolved(pol: Resolved, df: Any, base: Any) -> dict[str, Any]:
+    """Metrics of the policy with its own thresholds on the trace."""
+    from flashml.simulation import simulate, simulate_policy
+
+    if pol.kind == "compiled":
+        try:
+            return dict(simulate_policy(df, pol.path, base).metrics)
+        except ValueError as e:
+            raise UserError(f"{pol.source}: {e}") from None
+    from flashml.features.online import feature_matrix
+    from flashml.models.learned import score_all
+    from flashml.models.registry import load_policy_dir
+
+    try:
+        policy = load_policy_dir(pol.path)
+    except Exception as e:  # LightGBM raises its own error type on a bad model file
+        raise UserError(f"{pol.source}: cannot load the LightGBM models: {e}") from None
+    arrays = score_all(policy, feature_matrix(df))
+    cfg = base.replace(admission="threshold", threshold=pol.params["admit_threshold"],
+                       prefetch="range", prefetch_when="score",
+                       when_threshold=pol.params["when_threshold"])
+    return dict(simulate(df, cfg, **arrays).metrics)
+
+
+def compare(cand: dict[str, Any], base: dict[str, Any], *, tolerance: float, target: float,
+            write_rate_tolerance: float) -> list[str]:
+    """Reasons the candidate regressed (empty: it passes)."""
+    fails = []
+    cp, bp = float(cand["peak_dt_util"]), float(base["peak_dt_util"])
+    if cp > bp * (1 + tolerance):
+        fails.append(f"peak DT {cp:.4f} is {cp / bp - 1:+.2%} vs the baseline's {bp:.4f} "
+                     f"(tolerance {tolerance:.2%})")
+    wr = float(cand["flash_write_rate_mbps"])
+    if wr > target * (1 + write_rate_tolerance):
+        fails.append(f"write rate {wr:.3f} MB/s exceeds the target {target:.3f} MB/s by more "
+                     f"than {write_rate_tolerance:.0%}")
+    return fails
+
+
+def table(cand: dict[str, Any], base: dict[str, Any]) -> str:
+    head = f"{'metric':24} {'candidate':>12} {'baseline':>12} {'change':>9}"
+    lines = [head, "-" * len(head)]
+    for key, label, fmt in ROWS:
+        c, b = cand.get(key), base.get(key)
+        if c is None or b is None:
+            continue
+        c, b = float(c), float(b)
+        ch = f"{c / b - 1:+.2%}" if b and math.isfinite(b) and math.isfinite(c) else "-"
+        lines.append(f"{label:24} {fmt.format(c):>12} {fmt.format(b):>12} {ch:>9}")
+    return "\n".join(lines)
+
+
+def cmd_regress(args: argparse.Namespace) -> int:
+    from flashml.pipelines.ingest import load_trace
+    from flashml.simulation import SimConfig
+
+    for name in ("tolerance", "write_rate_tolerance"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v >= 0):
+            raise UserError(f"--{name.replace('_', '-')} must be >= 0, got {v}")
+    if not args.trace.exists():
+        raise UserError(f"{args.trace}: no such trace")
+    with tempfile.TemporaryDirectory(prefix="flashml-regress-") as tmp:
+        cand = resolve(args.candidate, Path(tmp))
+        basep = resolve(args.baseline, Path(tmp))
+        df, meta = load_trace(args.trace, args.format, sample_ratio=args.sample_ratio)
+        if df.height == 0:
+            raise UserError(f"{args.trace}: no accesses")
+        sim = SimConfig(sample_ratio=meta.sample_ratio, cache_gb=args.cache_gb)
+        cm = simulate_resolved(cand, df, sim)
+        bm = simulate_resolved(basep, df, sim)
+    target = args.target_write_rate or float(cand.params.get("target_write_rate_mbps") or
+                                             DEFAULTS.target_write_rate_mbps)
+    fails = compare(cm, bm, tolerance=args.tolerance, target=target,
+                    write_rate_tolerance=args.write_rate_tolerance)
+    if args.json:
+        print(json.dumps({"candidate": {"source": cand.source, "kind": cand.kind,
+                                        "metrics": _jsonable(cm)},
+                          "baseline": {"source": basep.source, "kind": basep.kind,
+                                       "metrics": _jsonable(bm)},
+                          "target_write_rate_mbps": target, "tolerance": args.tolerance,
+                          "passed": not fails, "failures": fails}, indent=2))
+    else:
+        print(f"trace: {args.trace} ({df.height} accesses, sample ratio {meta.sample_ratio:g}%,"
+              f" cache {args.cache_gb:g} GB, target {target:.3f} MB/s)")
+        print(f"candidate: {cand.source} ({cand.kind})")
+        print(f"baseline:  {basep.source} ({basep.kind})")
+        print()
+        print(table(cm, bm))
+        print()
+        if fails:
+            for f in fails:
+                print(f"REGRESSION: {f}")
+        else:
+            print(f"PASS: candidate peak DT within {args.tolerance:.2%} of the baseline and "
+                  f"write rate within the target")
+    return 1 if fails else 0
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in d.items()}
+
+
+def degrade_bundle(src: str | Path, dst: str | Path) -> Path:
+    """A deliberately worse copy of a model bundle (for drills and tests): the admission
+    model's leaf values are negated, so it ranks accesses in reverse. The thresholds stay."""
+    import shutil
+
+    from flashml.compiler.bundle import MODEL_FILES, find_bundle
+
+    src = find_bundle(Path(src))
+    dst = Path(dst)
+    shutil.copytree(src, dst)
+    path = dst / MODEL_FILES["admission"]
+    out = []
+    for line in path.read_text().splitlines():
+        if line.startswith("tree_sizes="):  # byte offsets of the trees: no longer valid
+            continue
+        if line.startswith("leaf_value="):
+            vals = line[len("leaf_value="):].split()
+            line = "leaf_value=" + " ".join(repr(-float(v)) for v in vals)
+        out.append(line)
+    path.write_text("\n".join(out) + "\n")
+    return dst
+
+
+def _nonneg(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("regress", help="model-regression check: candidate vs baseline policy",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--candidate", required=True, metavar="RUN_OR_BUNDLE",
+                   help="the policy under test")
+    p.add_argument("--baseline", required=True, metavar="RUN_OR_BUNDLE",
+                   help="the reference policy (e.g. the champion, or regress/baseline)")
+    p.add_argument("--trace", required=True, type=Path, metavar="FILE",
+                   help="evaluation trace: canonical .parquet or raw (see --format)")
+    p.add_argument("--format", default=None, help="format of a raw trace (default tectonic)")
+    p.add_argument("--sample-ratio", type=_nonneg, default=None, metavar="PERCENT")
+    p.add_argument("--cache-gb", type=_nonneg, default=DEFAULTS.cache_gb,
+                   help=f"cache size at full-node scale (default {DEFAULTS.cache_gb})")
+    p.add_argument("--tolerance", type=_nonneg, default=0.01,
+                   help="allowed relative peak-DT increase over the baseline (default 0.01)")
+    p.add_argument("--target-write-rate", type=_nonneg, default=None, metavar="MBPS",
+                   help="write-rate limit (default the candidate's own target)")
+    p.add_argument("--write-rate-tolerance", type=_nonneg, default=0.05,
+                   help="allowed relative write-rate excess over the target (default 0.05)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.set_defaults(func=cmd_regress)

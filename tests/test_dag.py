@@ -1,0 +1,154 @@
+"""dags/flashml_retrain.py: it imports without errors (DagBag), and the whole DAG runs end to
+end with `dag.test()` against a sqlite Airflow metadata DB in a temporary AIRFLOW_HOME, on a
+small generated trace, with an isolated FLASHML_HOME (MLflow, Optuna, exported bundles).
+
+Run 1 trains on a fresh store: the candidate becomes champion and its bundle is exported.
+Run 2 evaluates a deliberately worse candidate (the champion's admission model with its
+leaf values negated) through the same DAG: evaluate fails it, promote is skipped, the
+alias and the exported champion stay where they were."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+
+DRIVER = r"""
+import json, runpy, sys
+from pathlib import Path
+
+import pendulum
+
+cfg = json.loads(sys.argv[1])
+dag = runpy.run_path(cfg["dag_file"])["dag_object"]
+out = []
+for i, conf in enumerate(cfg["runs"]):
+    if conf.pop("degrade_champion", False):
+        from flashml.commands.regress import degrade_bundle
+
+        src = Path(conf["export_dir"]) / "champion" / "policy"
+        conf["candidate_bundle"] = str(degrade_bundle(src, Path(cfg["tmp"]) / "degraded"))
+    dr = dag.test(run_conf=conf, logical_date=pendulum.datetime(2026, 1, 2 + i, tz="UTC"))
+    out.append({"state": str(dr.state), "run_id": dr.run_id})
+print("RESULT " + json.dumps(out))
+"""
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AIRFLOW", "FLASHML_", "MLFLOW_"))}
+    env |= {
+        "AIRFLOW_HOME": str(tmp / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "FLASHML_HOME": str(tmp / "state"),
+        "PYTHONPATH": str(REPO / "tests"),
+    }
+    return env
+
+
+def _py(code: str, *args: str, env: dict[str, str], timeout: float
+        ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=timeout)
+
+
+def test_dagbag_imports_without_errors(tmp_path: Path) -> None:
+    code = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+d = bag.dags.get("flashml_retrain")
+print("RESULT " + json.dumps({
+    "errors": {k: str(v) for k, v in bag.import_errors.items()},
+    "dags": sorted(bag.dags),
+    "tasks": {t.task_id: sorted(t.downstream_task_ids) for t in d.tasks} if d else None,
+    "retries": sorted({t.retries for t in d.tasks}) if d else None,
+    "params": sorted(d.params.keys()) if d else None,
+    "schedule": str(getattr(d.timetable, "_expression", d.timetable)) if d else None,
+    "max_active_runs": d.max_active_runs if d else None,
+}))
+"""
+    proc = _py(code, str(REPO / "dags"), env=_env(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert res["errors"] == {}
+    assert "flashml_retrain" in res["dags"]
+    assert res["tasks"] == {
+        "ingest_validate": ["episodes"], "episodes": ["train"], "train": ["sweep"],
+        "sweep": ["evaluate"], "evaluate": ["compile"], "compile": ["promote"], "promote": [],
+    }
+    assert res["retries"] == [2]
+    assert {"trace", "target_write_rate_mbps", "cache_gb", "export_dir"} <= set(res["params"])
+    assert "0 0 * * *" in res["schedule"] or "daily" in res["schedule"]
+    assert res["max_active_runs"] == 1
+
+
+def test_dag_end_to_end_promotes_then_keeps_champion(tmp_path: Path) -> None:
+    from flashml.pipelines.generate import generate_trace
+
+    env = _env(tmp_path)
+    trace = tmp_path / "trace" / "region1-2026.trace"
+    generate_trace("region1-like", 7, trace, accesses=20000, progress=False)
+    mig = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert mig.returncode == 0, mig.stderr[-3000:]
+    export = tmp_path / "exported"
+    workdir = tmp_path / "runs"
+    common = {"trace": str(trace), "workdir": str(workdir), "export_dir": str(export),
+              "max_rounds": 30, "max_iterations": 2, "learning_rate": 0.1}
+    cfg = {"dag_file": str(REPO / "dags" / "flashml_retrain.py"), "tmp": str(tmp_path),
+           "runs": [common | {"engine": "spark", "sweep_trials": 1},
+                    common | {"engine": "polars", "sweep_trials": 0,
+                              "degrade_champion": True}]}
+    proc = _py(DRIVER, json.dumps(cfg), env=env, timeout=900)
+    (tmp_path / "dag-test.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
+    runs = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert [r["state"] for r in runs] == ["success", "success"], proc.stderr[-5000:]
+
+    import re
+
+    safe = {re.sub(r"[^A-Za-z0-9_.-]+", "_", r["run_id"]) for r in runs}
+    folders = {f.name: f for f in (workdir / "flashml_retrain").iterdir()}
+    assert set(folders) == safe  # one run folder per DAG run, keyed by the run id
+    first, second = (folders[re.sub(r"[^A-Za-z0-9_.-]+", "_", r["run_id"])] for r in runs)
+
+    def rec(folder: Path, stage: str) -> dict:
+        return json.loads((folder / "stages" / f"{stage}.json").read_text())
+
+    # run 1: every stage recorded, a fresh store -> the candidate is champion, exported
+    for stage in ("ingest", "episodes", "train", "sweep", "evaluate", "compile", "promote"):
+        assert (first / "stages" / f"{stage}.json").is_file(), stage
+    assert rec(first, "ingest")["validate"]["success"] is True
+    assert rec(first, "episodes")["summary"]["engine"] == "spark"
+    assert len(rec(first, "sweep")["sweep"]["trials"]) == 1
+    p1 = rec(first, "promote")
+    assert p1["promoted"] is True and str(p1["version"]) == "1"
+    champion = export / "champion"
+    assert champion.is_symlink() and os.readlink(champion) == "v1"
+    assert (champion / "compiled" / "policy.so").is_file()
+    assert (champion / "compiled" / "manifest.json").is_file()
+    assert (champion / "policy" / "policy.json").is_file()
+
+    # run 2: the degraded candidate is evaluated, found worse, and not promoted
+    ev = rec(second, "evaluate")
+    assert ev["promoted"] is False and str(ev["champion_version"]) == "1"
+    assert ev["candidate_peak"] > ev["champion_peak"]
+    assert rec(second, "promote")["promoted"] is False
+    assert (second / "compiled" / "policy.so").is_file()  # compiled, but not shipped
+    assert os.readlink(champion) == "v1" and not (export / "v2").exists()
+
+    import mlflow
+
+    from flashml.tracking import CHAMPION, REGISTERED_MODEL
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}")
+    client = mlflow.MlflowClient()
+    assert str(client.get_model_version_by_alias(REGISTERED_MODEL, CHAMPION).version) == "1"
+    assert {str(v.version) for v in
+            client.search_model_versions(f"name='{REGISTERED_MODEL}'")} == {"1", "2"}
