@@ -45,6 +45,8 @@ class LoopSettings:
     train_seconds: float = 86_400.0
     engine: str = "polars"
     accesses_per_episode: int = 6
+    #: ML-When thresholds tried on the training window (1.0: prefetch never pays off).
+    when_candidates: tuple[float, ...] = (0.5, 0.7, 0.9, 1.0)
 
 
 @dataclass
@@ -69,6 +71,7 @@ class LoopResult:
     eviction_age_s: float
     episodes_dir: Path
     reason: str
+    when_threshold: float = 0.5
     extra: dict[str, Any] = field(default_factory=dict)
 
     def report(self) -> str:
@@ -80,6 +83,28 @@ class LoopResult:
                          f"{it.peak_dt_util:8.4f} {it.episodes:9d} {it.admitted_episodes:9d}")
         lines.append(("converged: " if self.converged else "NOT converged: ") + self.reason)
         return "\n".join(lines)
+
+
+def select_when_threshold(df: pl.DataFrame, arrays: dict[str, np.ndarray], base: SimConfig,
+                          target_mbps: float, train_seconds: float,
+                          candidates: tuple[float, ...]) -> tuple[float, dict[float, float]]:
+    """The ML-When threshold with the lowest peak DT on the training window (the first day,
+    simulated from a cold cache with no warm-up), each at the target write rate. Chosen on
+    training data only, so the evaluation days stay held out."""
+    times = df["time"].to_numpy()
+    n = int(np.searchsorted(times, times[0] + train_seconds, side="left"))
+    if n < 2 or len(candidates) == 1:
+        return candidates[0], {}
+    sub = df.slice(0, n)
+    sub_arrays = {k: v[:n] for k, v in arrays.items()}
+    cfg = base.replace(warmup_s=0.0)
+    peaks: dict[float, float] = {}
+    for wt in candidates:
+        t = tune_threshold(sub, cfg.replace(when_threshold=wt), target_mbps, sub_arrays,
+                           prefetch="range", prefetch_when="score")
+        peaks[wt] = float(t.result.metrics["peak_dt_util"])
+    best = min(candidates, key=lambda w: (peaks[w], w))
+    return best, peaks
 
 
 def should_stop(assumed_ea: float, new_ea: float, write_rate: float, target: float,
@@ -115,7 +140,15 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         data = training_data(feats, times, labels, episodes, settings.train_seconds)
         policy = train_policy(data, gbm, features=features, with_prefetch=with_prefetch)
         arrays = score_all(policy, feats)
-        tuned = tune_threshold(df, base, target_mbps, arrays, **prefetch)
+        when_threshold = base.when_threshold
+        if with_prefetch:
+            when_threshold, peaks = select_when_threshold(
+                df, arrays, base, target_mbps, settings.train_seconds,
+                settings.when_candidates)
+            log.info("ML-When threshold %.2f (training-day peak DT by threshold: %s)",
+                     when_threshold, {k: round(v, 4) for k, v in peaks.items()})
+        tuned = tune_threshold(df, base.replace(when_threshold=when_threshold), target_mbps,
+                               arrays, **prefetch)
         m = tuned.result.metrics
         measured = float(m["avg_eviction_age_s"])
         if not np.isfinite(measured):
@@ -129,7 +162,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                  m["flash_write_rate_mbps"], m["peak_dt_util"])
         new_ea = settings.damping * ea + (1 - settings.damping) * measured
         moved = abs(new_ea - ea)
-        result = LoopResult(False, history, policy, arrays, tuned, ea, out, "")
+        result = LoopResult(False, history, policy, arrays, tuned, ea, out, "",
+                            when_threshold=when_threshold)
         if should_stop(ea, new_ea, float(m["flash_write_rate_mbps"]), target_mbps, settings):
             result.converged = True
             result.reason = (f"eviction age moved {moved:.0f} s (< max({settings.min_move_s:g}"

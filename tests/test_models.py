@@ -128,3 +128,25 @@ def test_loop_on_a_small_trace(small_trace, tmp_path: Path) -> None:
         res2.iterations[-1].eviction_age_s,
         0.5 * res2.iterations[-1].eviction_age_s + 0.5 * res2.iterations[-1]
         .measured_eviction_age_s, res2.iterations[-1].write_rate_mbps, target, LoopSettings())
+
+
+def test_when_threshold_is_chosen_on_the_training_day(small_trace) -> None:
+    from flashml.models.converge import select_when_threshold
+    from flashml.pipelines.canonical import read_meta
+    from flashml.simulation import SimConfig
+
+    df, table = small_trace
+    n = len(df)
+    rng = np.random.default_rng(0)
+    arrays = {"score": rng.random(n), "prefetch_start": np.zeros(n, np.int64),
+              "prefetch_end": np.full(n, 63, np.int64), "when_score": rng.random(n)}
+    base = SimConfig(sample_ratio=read_meta(table).sample_ratio)
+    best, peaks = select_when_threshold(df, arrays, base, 35.599, 86_400.0, (0.5, 0.9, 1.0))
+    assert set(peaks) == {0.5, 0.9, 1.0}
+    assert peaks[best] == min(peaks.values())
+    # only the first day was simulated: the evaluation days cannot influence the choice
+    later = df["time"].to_numpy() >= df["time"][0] + 86_400
+    arrays2 = {k: v.copy() for k, v in arrays.items()}
+    arrays2["when_score"][later] = 1.0 - arrays2["when_score"][later]
+    assert select_when_threshold(df, arrays2, base, 35.599, 86_400.0, (0.5, 0.9, 1.0)) == \
+        (best, peaks)
