@@ -329,6 +329,7 @@ def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
         print(loop.report())
         run.cache["loop"] = loop
         policy, tuned, ea = loop.policy, loop.tuned, loop.eviction_age_s
+        when_threshold = loop.when_threshold
         convergence = {"converged": loop.converged, "reason": loop.reason,
                        "iterations": [asdict(i) for i in loop.iterations]}
     else:
@@ -340,8 +341,10 @@ def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
         src = find_bundle(Path(s.candidate_bundle))
         with timer.stage("candidate bundle (given)"):
             policy = load_policy_dir(src)
-            tuned = tune_threshold(df, base, target, score_all(policy, feats),
-                                   prefetch="range", prefetch_when="score")
+            when_threshold = read_policy_json(src)["when_threshold"]
+            tuned = tune_threshold(df, base.replace(when_threshold=when_threshold), target,
+                                   score_all(policy, feats), prefetch="range",
+                                   prefetch_when="score")
         ea = read_policy_json(src)["eviction_age_s"]
         convergence = {"converged": True, "reason": f"given candidate bundle {src}",
                        "iterations": []}
@@ -349,7 +352,7 @@ def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
     m = _metrics(tuned, "threshold")
     bundle = save_policy_models(
         run.policy, policy.boosters(), admit_threshold=m["threshold"],
-        when_threshold=base.when_threshold, eviction_age_s=ea, target_write_rate_mbps=target,
+        when_threshold=when_threshold, eviction_age_s=ea, target_write_rate_mbps=target,
         metrics={k: v for k, v in _finite(m).items() if k != "threshold"},
         mlflow_run_id=run_id)
     mlflow.log_artifacts(str(bundle), artifact_path="policy")
@@ -513,6 +516,7 @@ def evaluate(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[st
         POLICY_ARTIFACTS,
         Decision,
         load_policy_dir,
+        policy_when_threshold,
     )
     from flashml.models.registry import (
         evaluate as score_policy,
@@ -540,7 +544,8 @@ def evaluate(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[st
                 local = Path(mlflow.artifacts.download_artifacts(
                     run_id=champ_run, artifact_path=POLICY_ARTIFACTS, dst_path=tmp))
                 champ_peak = score_policy(load_policy_dir(local), df, run.features(),
-                                          run.base(s), s.target_write_rate_mbps)
+                                          run.base(s), s.target_write_rate_mbps,
+                                          policy_when_threshold(local))
             if cand_peak < champ_peak:
                 d = Decision(True, version.version, cand_peak, champ.version, champ_peak,
                              f"candidate peak DT {cand_peak:.4f} < champion {champ_peak:.4f}")

@@ -51,11 +51,21 @@ def load_policy_dir(d: Path) -> LearnedPolicy:
 
 
 def evaluate(policy: LearnedPolicy, df: pl.DataFrame, feats: np.ndarray, base: SimConfig,
-             target_mbps: float) -> float:
+             target_mbps: float, when_threshold: float | None = None) -> float:
+    """Peak DT of `policy` on the evaluation days, its admission threshold re-tuned to the
+    target (with its own ML-When threshold when given)."""
     arrays = score_all(policy, feats)
+    if when_threshold is not None:
+        base = base.replace(when_threshold=when_threshold)
     tuned = tune_threshold(df, base, target_mbps, arrays, prefetch="range",
                            prefetch_when="score")
     return float(tuned.result.metrics["peak_dt_util"])
+
+
+def policy_when_threshold(d: Path) -> float:
+    from flashml.compiler.bundle import read_policy_json
+
+    return float(read_policy_json(d)["when_threshold"])
 
 
 def register_and_maybe_promote(run_id: str, model_uri: str, candidate_peak: float,
@@ -78,7 +88,8 @@ def register_and_maybe_promote(run_id: str, model_uri: str, candidate_peak: floa
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(mlflow.artifacts.download_artifacts(
             run_id=champ_run, artifact_path=POLICY_ARTIFACTS, dst_path=tmp))
-        champ_peak = evaluate(load_policy_dir(local), df, feats, base, target_mbps)
+        champ_peak = evaluate(load_policy_dir(local), df, feats, base, target_mbps,
+                              policy_when_threshold(local))
     if candidate_peak < champ_peak:
         client.set_registered_model_alias(REGISTERED_MODEL, CHAMPION, version.version)
         return Decision(True, version.version, candidate_peak, champ.version, champ_peak,

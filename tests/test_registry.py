@@ -42,13 +42,14 @@ def test_champion_moves_only_for_a_better_candidate(isolated_mlflow: Path) -> No
     target = 35.599
     loop = run_loop(df, d / "t.parquet", feats, base, target, d / "w",
                     GbmParams(learning_rate=0.1, num_boost_round=40), LoopSettings(max_iter=1))
-    peak = evaluate(loop.policy, df, feats, base, target)
+    peak = evaluate(loop.policy, df, feats, base, target, loop.when_threshold)
     assert peak == pytest.approx(loop.tuned.result.metrics["peak_dt_util"])
 
     def candidate(claimed_peak: float):
         with mlflow.start_run() as run:
             bundle = save_policy_models(d / f"p-{run.info.run_id}", loop.policy.boosters(),
-                                        admit_threshold=loop.tuned.knob, when_threshold=0.5,
+                                        admit_threshold=loop.tuned.knob,
+                                        when_threshold=loop.when_threshold,
                                         eviction_age_s=7200, target_write_rate_mbps=target)
             mlflow.log_artifacts(str(bundle), artifact_path="policy")
             info = mlflow.lightgbm.log_model(loop.policy.admission, name="admission")

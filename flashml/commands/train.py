@@ -66,7 +66,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 return 0
             bundle = save_policy_models(
                 out, res.policy.boosters(), admit_threshold=res.tuned.knob,
-                when_threshold=base.when_threshold, eviction_age_s=res.eviction_age_s,
+                when_threshold=res.when_threshold, eviction_age_s=res.eviction_age_s,
                 target_write_rate_mbps=args.target_write_rate,
                 metrics={k: float(v) for k, v in m.items() if v == v},
                 mlflow_run_id=run.info.run_id, converged=res.converged)
