@@ -606,6 +606,9 @@ def export_bundle(run: RunDir, export_dir: Path, name: str) -> Path:
     dest = export_dir / name
     if not dest.exists():
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=export_dir))
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would hide the export from readers
         shutil.copytree(run.policy, tmp / "policy")
         if run.compiled.is_dir():
             shutil.copytree(run.compiled, tmp / "compiled")

@@ -57,6 +57,9 @@ def test_export_repoints_champion_atomically(tmp_path: Path) -> None:
     mainjob.export_bundle(a, export, "v1")
     assert os.readlink(export / "champion") == "v1"
     assert (export / "champion" / "compiled" / "policy.so").is_file()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (export / "v1").stat().st_mode & 0o777 == 0o777 & ~umask
     mainjob.export_bundle(b, export, "v2")
     assert os.readlink(export / "champion") == "v2"
     assert json.loads((export / "v2" / "promotion.json").read_text())["run_dir"] == str(b.path)
