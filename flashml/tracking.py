@@ -26,8 +26,13 @@ def tracking_uri() -> str:
     return f"sqlite:///{(state_dir() / 'mlflow.db').resolve()}"
 
 
-def artifact_root() -> str:
-    return (state_dir() / "mlartifacts").resolve().as_uri()
+def artifact_root(uri: str | None = None) -> str | None:
+    """Where new experiments keep artifacts: next to a sqlite store (so artifacts never land
+    in ./mlruns of whatever folder the command ran in); None lets a server decide."""
+    uri = uri or tracking_uri()
+    if uri.startswith("sqlite:///"):
+        return (Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts").resolve().as_uri()
+    return None
 
 
 def setup(experiment: str = EXPERIMENT) -> str:
@@ -43,8 +48,7 @@ def setup(experiment: str = EXPERIMENT) -> str:
     mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
-        location = None if os.environ.get("MLFLOW_TRACKING_URI") else artifact_root()
-        exp_id = mlflow.create_experiment(experiment, artifact_location=location)
+        exp_id = mlflow.create_experiment(experiment, artifact_location=artifact_root(uri))
     else:
         exp_id = exp.experiment_id
     mlflow.set_experiment(experiment_id=exp_id)

@@ -1,0 +1,31 @@
+"""MLflow set-up: artifacts of the embedded store live next to it, never in ./mlruns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_artifacts_next_to_the_sqlite_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            explicit: bool) -> None:
+    import mlflow
+
+    from flashml.tracking import setup
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLASHML_HOME", str(tmp_path / "state"))
+    if explicit:  # a sqlite URI given by hand behaves like the default
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'other' / 'm.db'}")
+        root = tmp_path / "other"
+    else:
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        root = tmp_path / "state"
+    exp_id = setup("t")
+    loc = mlflow.get_experiment(exp_id).artifact_location
+    assert loc == (root / "mlartifacts").resolve().as_uri()
+    with mlflow.start_run():
+        mlflow.log_text("x", "a.txt")
+    assert not (tmp_path / "mlruns").exists()
+    assert list((root / "mlartifacts").rglob("a.txt"))
