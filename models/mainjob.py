@@ -510,49 +510,16 @@ def evaluate(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[st
     if rec is not None:
         return rec
     import mlflow
-    from mlflow.exceptions import MlflowException
 
-    from flashml.models.registry import (
-        POLICY_ARTIFACTS,
-        Decision,
-        load_policy_dir,
-        policy_when_threshold,
-    )
-    from flashml.models.registry import (
-        evaluate as score_policy,
-    )
-    from flashml.tracking import CHAMPION, REGISTERED_MODEL
+    from flashml.models.registry import judge
 
     timer = timer or Timer()
     trained = train(run, s, timer)
-    cand_peak = float(trained["metrics"]["peak_dt_util"])
-    client = mlflow.MlflowClient()
     with timer.stage("evaluate against the champion"):
-        version = mlflow.register_model(trained["model_uri"], REGISTERED_MODEL,
-                                        tags={"run_id": trained["mlflow_run_id"]})
-        try:
-            champ = client.get_model_version_by_alias(REGISTERED_MODEL, CHAMPION)
-        except MlflowException:
-            champ = None
-        if champ is None:
-            d = Decision(True, version.version, cand_peak, None, None,
-                         "no champion yet: the first candidate becomes champion")
-        else:
-            df, _ = run.frame()
-            champ_run = champ.tags.get("run_id") or champ.run_id
-            with tempfile.TemporaryDirectory() as tmp:
-                local = Path(mlflow.artifacts.download_artifacts(
-                    run_id=champ_run, artifact_path=POLICY_ARTIFACTS, dst_path=tmp))
-                champ_peak = score_policy(load_policy_dir(local), df, run.features(),
-                                          run.base(s), s.target_write_rate_mbps,
-                                          policy_when_threshold(local))
-            if cand_peak < champ_peak:
-                d = Decision(True, version.version, cand_peak, champ.version, champ_peak,
-                             f"candidate peak DT {cand_peak:.4f} < champion {champ_peak:.4f}")
-            else:
-                d = Decision(False, version.version, cand_peak, champ.version, champ_peak,
-                             f"candidate peak DT {cand_peak:.4f} >= champion "
-                             f"{champ_peak:.4f}: champion kept")
+        df, _ = run.frame()
+        d = judge(trained["mlflow_run_id"], trained["model_uri"],
+                  float(trained["metrics"]["peak_dt_util"]), df, run.features(), run.base(s),
+                  s.target_write_rate_mbps)
     log.info("registry: %s", d.reason)
     mlflow.log_metric("candidate_passed", float(d.promoted))
     return run.record("evaluate", d.as_dict())
@@ -581,18 +548,15 @@ def promote(run: RunDir, export_dir: Path | None = None) -> dict[str, Any]:
     `export_dir`, export the model bundle and compiled policy to `export_dir/v<version>/`
     and point `export_dir/champion` at it (a symlink, replaced atomically). Otherwise
     nothing moves. Safe to repeat."""
-    import mlflow
-
-    from flashml.tracking import CHAMPION, REGISTERED_MODEL
+    from flashml.models.registry import Decision
+    from flashml.models.registry import promote as move_champion
 
     d = run.done("evaluate")
     if d is None:
         raise UserError(f"{run.path}: no evaluate record; run the evaluate stage first")
     out: dict[str, Any] = {"promoted": bool(d["promoted"]), "reason": d["reason"],
                            "version": d["candidate_version"], "exported": None}
-    if d["promoted"]:
-        mlflow.MlflowClient().set_registered_model_alias(REGISTERED_MODEL, CHAMPION,
-                                                         d["candidate_version"])
+    if move_champion(Decision(**d)):
         if export_dir is not None:
             out["exported"] = str(export_bundle(run, Path(export_dir),
                                                 f"v{d['candidate_version']}"))

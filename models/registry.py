@@ -68,9 +68,10 @@ def policy_when_threshold(d: Path) -> float:
     return float(read_policy_json(d)["when_threshold"])
 
 
-def register_and_maybe_promote(run_id: str, model_uri: str, candidate_peak: float,
-                               df: pl.DataFrame, feats: np.ndarray, base: SimConfig,
-                               target_mbps: float) -> Decision:
+def judge(run_id: str, model_uri: str, candidate_peak: float, df: pl.DataFrame,
+          feats: np.ndarray, base: SimConfig, target_mbps: float) -> Decision:
+    """Register the candidate as a new version and decide whether it beats the champion.
+    Moves nothing (`promote` does, so a pipeline can compile between the two)."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -81,7 +82,6 @@ def register_and_maybe_promote(run_id: str, model_uri: str, candidate_peak: floa
     except MlflowException:
         champ = None
     if champ is None:
-        client.set_registered_model_alias(REGISTERED_MODEL, CHAMPION, version.version)
         return Decision(True, version.version, candidate_peak, None, None,
                         "no champion yet: the first candidate becomes champion")
     champ_run = champ.tags.get("run_id") or champ.run_id
@@ -91,9 +91,28 @@ def register_and_maybe_promote(run_id: str, model_uri: str, candidate_peak: floa
         champ_peak = evaluate(load_policy_dir(local), df, feats, base, target_mbps,
                               policy_when_threshold(local))
     if candidate_peak < champ_peak:
-        client.set_registered_model_alias(REGISTERED_MODEL, CHAMPION, version.version)
         return Decision(True, version.version, candidate_peak, champ.version, champ_peak,
                         f"candidate peak DT {candidate_peak:.4f} < champion {champ_peak:.4f}")
     return Decision(False, version.version, candidate_peak, champ.version, champ_peak,
                     f"candidate peak DT {candidate_peak:.4f} >= champion {champ_peak:.4f}: "
                     "champion kept")
+
+
+def promote(decision: Decision) -> bool:
+    """Move `champion` to the candidate if it passed; returns whether it moved."""
+    if not decision.promoted:
+        return False
+    import mlflow
+
+    mlflow.MlflowClient().set_registered_model_alias(REGISTERED_MODEL, CHAMPION,
+                                                     decision.candidate_version)
+    return True
+
+
+def register_and_maybe_promote(run_id: str, model_uri: str, candidate_peak: float,
+                               df: pl.DataFrame, feats: np.ndarray, base: SimConfig,
+                               target_mbps: float) -> Decision:
+    """`judge`, then `promote`: the whole registry rule in one call."""
+    decision = judge(run_id, model_uri, candidate_peak, df, feats, base, target_mbps)
+    promote(decision)
+    return decision
