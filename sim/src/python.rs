@@ -197,6 +197,23 @@ fn slice<'a, T: Element>(name: &str, a: &'a PyReadonlyArray1<'_, T>) -> PyResult
         .map_err(|_| PyValueError::new_err(format!("array '{name}' must be C-contiguous")))
 }
 
+/// The canonical table's columns as borrowed slices (each must be C-contiguous).
+fn trace_of<'a>(
+    time: &'a PyReadonlyArray1<'_, f64>,
+    key: &'a PyReadonlyArray1<'_, u64>,
+    offset: &'a PyReadonlyArray1<'_, u64>,
+    size: &'a PyReadonlyArray1<'_, u64>,
+    op: &'a PyReadonlyArray1<'_, u8>,
+) -> PyResult<Trace<'a>> {
+    Ok(Trace {
+        time: slice("time", time)?,
+        key: slice("key", key)?,
+        offset: slice("offset", offset)?,
+        size: slice("size", size)?,
+        op: slice("op", op)?,
+    })
+}
+
 fn opt_slice<'a, T: Element>(
     name: &str,
     a: &'a Option<PyReadonlyArray1<'_, T>>,
@@ -247,20 +264,8 @@ fn simulate<'py>(
     prefetch_end: Option<PyReadonlyArray1<'py, i64>>,
     when_score: Option<PyReadonlyArray1<'py, f64>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let mut p = Params::default();
-    if let Some(d) = config {
-        for (k, v) in d.iter() {
-            p.set(&k.extract::<String>()?, &v)?;
-        }
-    }
-    let cfg = p.build().map_err(value_error)?;
-    let trace = Trace {
-        time: slice("time", &time)?,
-        key: slice("key", &key)?,
-        offset: slice("offset", &offset)?,
-        size: slice("size", &size)?,
-        op: slice("op", &op)?,
-    };
+    let cfg = params_from(config)?.build().map_err(value_error)?;
+    let trace = trace_of(&time, &key, &offset, &size, &op)?;
     let arrays = PolicyArrays {
         admit: opt_slice("admit", &admit)?,
         score: opt_slice("score", &score)?,
@@ -360,13 +365,7 @@ fn simulate_policy<'py>(
     get_ops: Option<Vec<u8>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = params_from(config)?.build().map_err(value_error)?;
-    let trace = Trace {
-        time: slice("time", &time)?,
-        key: slice("key", &key)?,
-        offset: slice("offset", &offset)?,
-        size: slice("size", &size)?,
-        op: slice("op", &op)?,
-    };
+    let trace = trace_of(&time, &key, &offset, &size, &op)?;
     let cols = FeatureColumns {
         namespace: slice("namespace", &namespace)?,
         user: slice("user", &user)?,
@@ -417,13 +416,7 @@ fn online_features<'py>(
     segment_bytes: u64,
     get_ops: Option<Vec<u8>>,
 ) -> PyResult<Bound<'py, PyArray2<f64>>> {
-    let trace = Trace {
-        time: slice("time", &time)?,
-        key: slice("key", &key)?,
-        offset: slice("offset", &offset)?,
-        size: slice("size", &size)?,
-        op: slice("op", &op)?,
-    };
+    let trace = trace_of(&time, &key, &offset, &size, &op)?;
     let cols = FeatureColumns {
         namespace: slice("namespace", &namespace)?,
         user: slice("user", &user)?,
