@@ -103,21 +103,19 @@ class PolicyLibrary:
                              f"{x.shape}")
         return x
 
-    def admit_scores(self, x: Any) -> np.ndarray:
+    def _score_rows(self, f: Any, x: Any) -> np.ndarray:
+        """`f(features)` of the ABI (a double-returning scorer) for every row of `x`."""
         x = self._rows(x)
-        f = self.lib.flashml_admit_score
         base = x.ctypes.data
         stride = x.strides[0]
         return np.fromiter((f(ctypes.cast(base + i * stride, _DOUBLE_P))
                             for i in range(x.shape[0])), dtype=np.float64, count=x.shape[0])
 
+    def admit_scores(self, x: Any) -> np.ndarray:
+        return self._score_rows(self.lib.flashml_admit_score, x)
+
     def when_scores(self, x: Any) -> np.ndarray:
-        x = self._rows(x)
-        f = self.lib.flashml_prefetch_when_score
-        base = x.ctypes.data
-        stride = x.strides[0]
-        return np.fromiter((f(ctypes.cast(base + i * stride, _DOUBLE_P))
-                            for i in range(x.shape[0])), dtype=np.float64, count=x.shape[0])
+        return self._score_rows(self.lib.flashml_prefetch_when_score, x)
 
     def prefetch_ranges(self, x: Any) -> tuple[np.ndarray, np.ndarray]:
         x = self._rows(x)

@@ -400,9 +400,10 @@ fn policy_info(py: Python<'_>, policy: std::path::PathBuf) -> PyResult<Bound<'_,
 
 /// The admission features of every access computed online in Rust (the simulator's .so
 /// path), as a (rows, NUM_FEATURES) float64 array; equal to features/online.py's matrix.
+/// `segment_bytes` is required (flashml.config is the one place that knows it).
 #[pyfunction]
 #[pyo3(signature = (time, key, offset, size, op, namespace, user, *,
-                    segment_bytes=131072, get_ops=None))]
+                    segment_bytes, get_ops=None))]
 #[allow(clippy::too_many_arguments)]
 fn online_features<'py>(
     py: Python<'py>,
