@@ -5,7 +5,11 @@
 
 Figures go to bench/results/compile.json:
   c_ns_per_decision        single-row admission decision (score + threshold compare) timed in
-                           C: a small driver linked to policy.so loops over held-out rows
+                           C: a small driver linked to policy.so loops over held-out rows;
+                           policy.so runs compiler/fast_trees.py's evaluator where the CPU has
+                           AVX-512 VBMI (machine.avx512_vbmi), TL2cgen's code elsewhere
+  c_ns_per_decision_tl2cgen the same for a policy.so built without fast_trees (TL2cgen only),
+                           side by side: speedup_fast_trees_vs_tl2cgen
   lightgbm_us_per_row      LightGBM Booster.predict on one row from Python (the usual
                            single-row call), and lightgbm_batch_us_per_row for a whole batch
   speedup_vs_lightgbm      lightgbm single-row / C single-row
@@ -22,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -33,6 +36,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+
+from machine import machine  # noqa: E402
 
 from flashml.compiler.build import compile_policy, sha256_file  # noqa: E402
 from flashml.compiler.bundle import save_policy_models  # noqa: E402
@@ -168,6 +173,10 @@ def main() -> int:
         compile_s = time.perf_counter() - t0
         so = work / "policy" / "policy.so"
         print(f"compiled: {so.stat().st_size} bytes in {compile_s:.1f} s", flush=True)
+        t0 = time.perf_counter()
+        compile_policy(work / "policy-tl2cgen", model_dir=models, fast=False)
+        so_tl2 = work / "policy-tl2cgen" / "policy.so"
+        compile_tl2_s = time.perf_counter() - t0
 
         rng = np.random.default_rng(0)
         rows = np.ascontiguousarray(x_all[rng.choice(held, size=min(10_000, len(held)),
@@ -177,6 +186,8 @@ def main() -> int:
         pol = load_policy(work / "policy")
         got = pol.admit_scores(rows)
         diff = float(np.abs(got - want).max())
+        diff_tl2 = float(np.abs(load_policy(work / "policy-tl2cgen").admit_scores(rows)
+                                - want).max())
 
         # C driver: single-row latency measured in C (thread CPU time)
         rows.tofile(work / "rows.bin")
@@ -184,7 +195,12 @@ def main() -> int:
         c_ns, miss_ns, admitted_c = c_latency(work, work / "policy", work / "rows.bin",
                                               len(rows), reps, "default")
         assert admitted_c == int((got >= 0.5).sum()), "C driver disagrees with ctypes"
-        print(f"C: {c_ns:.1f} ns/decision, miss path {miss_ns:.1f} ns", flush=True)
+        tl2_ns, tl2_miss_ns, admitted_tl2 = c_latency(work, work / "policy-tl2cgen",
+                                                      work / "rows.bin", len(rows), reps,
+                                                      "tl2cgen")
+        assert admitted_tl2 == admitted_c
+        print(f"C: {c_ns:.1f} ns/decision, miss path {miss_ns:.1f} ns; TL2cgen only "
+              f"{tl2_ns:.1f} ns, miss path {tl2_miss_ns:.1f} ns", flush=True)
 
         sub = rows[:2000]
         lgb_s = time_per_call(booster.predict, sub)
@@ -221,6 +237,10 @@ def main() -> int:
             "rows": len(rows),
             "c_ns_per_decision": c_ns,
             "c_ns_per_miss_path": miss_ns,
+            "c_ns_per_decision_tl2cgen": tl2_ns,
+            "c_ns_per_miss_path_tl2cgen": tl2_miss_ns,
+            "speedup_fast_trees_vs_tl2cgen": tl2_ns / c_ns,
+            "evaluators": {k: v["evaluators"] for k, v in manifest["models"].items()},
             "lightgbm_us_per_row": lgb_s * 1e6,
             "lightgbm_batch_us_per_row": lgb_batch_s * 1e6,
             "speedup_vs_lightgbm": lgb_s * 1e9 / c_ns,
@@ -230,9 +250,12 @@ def main() -> int:
             "speedup_vs_lleaves_single_row": (lleaves_res["lleaves_us_per_row"] * 1e3 / c_ns
                                               if "lleaves_us_per_row" in lleaves_res else None),
             "max_abs_diff_vs_lightgbm": diff,
+            "max_abs_diff_vs_lightgbm_tl2cgen": diff_tl2,
             "so_bytes": so.stat().st_size,
             "so_sha256": sha256_file(so),
             "compile_s": compile_s,
+            "so_bytes_tl2cgen": so_tl2.stat().st_size,
+            "compile_s_tl2cgen": compile_tl2_s,
             "compile_cc_s": manifest["build"]["cc_s"],
             "targets": {"c_ns_per_decision_max": 1000.0, "speedup_vs_lightgbm_min": 20.0,
                         "max_abs_diff_max": 1e-6},
@@ -240,9 +263,7 @@ def main() -> int:
                                   and diff <= 1e-6),
             "versions": {k: manifest["build"][k] for k in ("cc", "treelite", "tl2cgen",
                                                            "lightgbm")},
-            "machine": {"cpu": _cpu(), "cores": os.cpu_count(),
-                        "python": platform.python_version(),
-                        "load_avg_1m": os.getloadavg()[0]},
+            "machine": machine(),
             "timing": "thread CPU time (CLOCK_THREAD_CPUTIME_ID in C, time.thread_time in "
                       "Python), best of 3 for C",
             "quick": args.quick,
@@ -270,16 +291,6 @@ def _version(pkg: str) -> str | None:
         return version(pkg)
     except PackageNotFoundError:
         return None
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -25,6 +23,7 @@ import time
 from pathlib import Path
 
 import polars as pl
+from machine import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "episodes.json"
@@ -93,8 +92,7 @@ def main() -> int:
         trace = work / "trace.parquet"
         info = make_trace(n, trace)
         print(f"trace: {info}", flush=True)
-        res: dict = {"machine": {"cpu": platform.machine(), "cores": os.cpu_count(),
-                                 "python": platform.python_version()},
+        res: dict = {"machine": machine(),
                      "trace": info, "eviction_age_s": args.eviction_age}
         # Peak RSS is tracked per child: run the chunked Polars build first (lowest memory).
         res["polars_chunked_8"] = run_engine(trace, work / "pc", "polars", args.eviction_age,

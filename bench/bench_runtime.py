@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from machine import machine
+
 ROOT = Path(__file__).resolve().parents[1]
 FLASHRT = ROOT / "runtime" / "build" / "flashrt"
 sys.path.insert(0, str(ROOT / "tests"))
@@ -163,7 +165,7 @@ def main() -> int:
                 for name, r in runs.items()},
             "integrity_errors": sum(r["integrity_errors"] for r in runs.values()),
             "device_errors": sum(r["device_errors"] for r in runs.values()),
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+            "machine": {**machine(), "platform": platform.platform()},
         }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

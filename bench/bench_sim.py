@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import sys
 import time
@@ -27,6 +26,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+
+from machine import machine  # noqa: E402
 
 from flashml.simulation import SimConfig, simulate, simulate_objects  # noqa: E402
 
@@ -80,16 +81,6 @@ def best_of(fn, repeats: int) -> tuple[float, object]:
         out = fn()
         best = min(best, time.perf_counter() - t)
     return best, out
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = {
         "benchmark": "bench/bench_sim.py", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "python":
-                    platform.python_version(), "threads_used_by_core": 1},
+        "machine": {**machine(), "threads_used_by_core": 1},
         "flash_lru_rejectx": flash, "flash_other_policies": others, "object_lru": object_lru,
         "vs_reference": vs_reference,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -8,13 +8,14 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import machine
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "results" / "trace.json"
@@ -62,8 +63,7 @@ def python_peer(path: Path, limit: int) -> float:
 def main() -> None:
     from flashml.pipelines.generate import generate_trace
 
-    res: dict = {"machine": {"cpu": platform.processor() or platform.machine(),
-                             "cores": os.cpu_count(), "python": platform.python_version()}}
+    res: dict = {"machine": machine()}
     with tempfile.TemporaryDirectory(prefix="flashml-bench-") as tmp:
         tmp = Path(tmp)
         big = tmp / "big.trace"

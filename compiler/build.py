@@ -47,6 +47,7 @@ from flashml.compiler.bundle import (
     read_policy_json,
     tracking_uri,
 )
+from flashml.compiler.fast_trees import FastTrees, emit_c, plan
 from flashml.config import UNITS
 from flashml.errors import UserError
 from flashml.features.codegen import ABI_VERSION
@@ -250,7 +251,33 @@ def _generate(name: str, model: Any, num_trees: int, gen: Path) -> tuple[list[Pa
     return sorted(gen.glob("*.c")), defines
 
 
-def _fill_wrapper(params: dict[str, Any], segments_per_block: int) -> str:
+def _targets_x86_64(cc: str) -> bool:
+    try:
+        out = subprocess.run([cc, "-dumpmachine"], capture_output=True, text=True, timeout=30)
+    except OSError:
+        return False
+    return out.stdout.strip().startswith("x86_64")
+
+
+def _fast_trees(models: dict[str, Any], cc: str,
+                enabled: bool) -> tuple[dict[str, FastTrees | str], dict[str, str]]:
+    """Plan the fast evaluator of each model: (name -> tables or why not, name -> symbol)."""
+    if not enabled:
+        return {}, {}
+    if not _targets_x86_64(cc):
+        reason = f"{cc} does not target x86-64"
+        return {n: reason for n in models}, {}
+    plans = {name: plan(model) for name, model in models.items()}
+    for name, p in plans.items():
+        if isinstance(p, str):
+            log.info("model %s stays on TL2cgen only: %s", name, p)
+    return plans, {n: f"flashml_{n}_fast" for n, p in plans.items()
+                   if not isinstance(p, str)}
+
+
+def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
+                  fast: dict[str, str]) -> str:
+    """The wrapper source; `fast` maps model name -> symbol of its fast_trees evaluator."""
     c = contract()
     range_idx = c.indices("range")
     if c.model_features("when") != c.model_features("range") + ["predicted_start",
@@ -270,7 +297,11 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int) -> str:
         "SEGMENTS_PER_BLOCK": str(int(segments_per_block)),
         "RANGE_N": str(len(range_idx)),
         "RANGE_IDX": ", ".join(str(i) for i in range_idx),
+        "HAVE_FAST": "1" if fast else "0",
+        "FAST_DECLS": "\n".join(f"double {sym}(const double *x);" for sym in fast.values()),
     }
+    for name in MODEL_FILES:
+        values[f"FAST_{name.upper()}"] = fast.get(name, f"tl2_{name}")
     text = WRAPPER.read_text()
     for k, v in values.items():
         text = text.replace(f"@{k}@", v)
@@ -288,11 +319,12 @@ def readelf_needed(so: Path) -> list[str]:
 
 
 def exported_functions(so: Path) -> list[str]:
-    """Defined dynamic function symbols of a shared object (`nm -D --defined-only`)."""
+    """Defined dynamic function symbols of a shared object (`nm -D --defined-only`),
+    including GNU indirect functions (type i: the ifunc-dispatched scorers)."""
     out = subprocess.run(["nm", "-D", "--defined-only", str(so)], capture_output=True,
                          text=True, check=True).stdout
     return sorted(parts[2] for line in out.splitlines()
-                  if len(parts := line.split()) == 3 and parts[1] in ("T", "t"))
+                  if len(parts := line.split()) == 3 and parts[1] in ("T", "t", "i"))
 
 
 def _check_so(so: Path, params: dict[str, Any]) -> None:
@@ -356,8 +388,12 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                    run_id: str | None = None, model_dir: str | os.PathLike[str] | None = None,
                    cc: str | None = None,
                    segments_per_block: int = UNITS.segments_per_block,
-                   log_to_mlflow: bool = True, jobs: int | None = None) -> dict[str, Any]:
+                   log_to_mlflow: bool = True, jobs: int | None = None,
+                   fast: bool = True) -> dict[str, Any]:
     """Compile a model bundle into `out` (policy.so, flashml_policy.h, manifest.json).
+
+    fast: also build compiler/fast_trees.py's AVX-512 evaluator for every model it accepts
+    (x86-64 only; the .so picks it at load time on CPUs that have AVX-512 VBMI).
 
     Returns the manifest. Raises CompileError/UserError with a one-line message; on any
     failure `out` is left as it was.
@@ -398,8 +434,16 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                 jobs_list.append(([cc_path, *CFLAGS, "-w", *defines, "-c", str(src),
                                    "-o", str(obj)], f"{name}/{src.name}"))
                 objects.append(obj)
+        evaluators, fast_syms = _fast_trees(models, cc_path, fast)
+        for name, sym in fast_syms.items():
+            src = build / f"{name}_fast.c"
+            src.write_text(emit_c(evaluators[name], sym))
+            obj = build / f"{name}_fast.o"
+            jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-c", str(src), "-o",
+                               str(obj)], src.name))
+            objects.append(obj)
         wrapper = build / "policy_wrapper.c"
-        wrapper.write_text(_fill_wrapper(params, segments_per_block))
+        wrapper.write_text(_fill_wrapper(params, segments_per_block, fast_syms))
         wobj = build / "policy_wrapper.o"
         jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-I", str(build), "-c",
                            str(wrapper), "-o", str(wobj)], "policy_wrapper.c"))
@@ -443,7 +487,13 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                         for k, v in params["metrics"].items()},
             "models": {n: {"file": i.file, "sha256": i.sha256, "num_trees": i.num_trees,
                            "num_features": i.num_features, "features": i.features,
-                           "task": i.task, "postprocessor": i.postprocessor}
+                           "task": i.task, "postprocessor": i.postprocessor,
+                           "evaluators": (["fast_trees", "tl2cgen"] if n in fast_syms
+                                          else ["tl2cgen"]),
+                           "fast_trees": (f"not used: {evaluators[n]}"
+                                          if isinstance(evaluators.get(n), str) else
+                                          "used where the CPU has AVX-512 VBMI"
+                                          if n in fast_syms else "not built")}
                        for n, i in infos.items()},
             "build": {**_versions(cc_path), "cflags": list(CFLAGS),
                       "wrapper_warnings": list(WRAPPER_WARNINGS), "codegen_s": codegen_s,

@@ -1,0 +1,285 @@
+"""A branch-free, exact evaluator for small-tree LightGBM ensembles, generated as C.
+
+TL2cgen turns every tree into nested if/else: about one mispredicted branch per tree, so a
+500-tree admission model costs ~7 us per row. This module emits a second evaluator for the
+same Treelite model that takes no data-dependent branch at all, and that policy.so uses
+where the CPU has AVX-512 VBMI (chosen once, at load time, by an ifunc resolver):
+
+1. Binning. Every split compares a feature with one of that feature's thresholds. With the
+   feature's distinct thresholds sorted, `x <= t_k` holds exactly when fewer than k+1 of
+   them are below x, so each feature becomes one byte `bin = #{t : t < x}` (a branch-free
+   binary search per feature, all features advanced in lockstep) and each split the
+   integer test `bin > k` (go right).
+2. Node outcomes. A tree's internal nodes (at most 64) sit in the 64 byte lanes of one
+   vector: `vpermb` fetches each node's feature bin, `vpcmpub` compares all 64 against the
+   split ranks, giving the go-right bit of every node at once.
+3. Pointer jumping. `next[n]` is the child node n goes to (leaves, numbered 64..127, map
+   to themselves). Squaring the map with `vpermt2b` K times (2^K >= depth) gives
+   `next^(2^K)[root]`: the leaf.
+4. The leaf values are added in tree order, starting from 0.0, then the base score and
+   the postprocessor, exactly as TL2cgen and LightGBM do, so scores are bit-identical.
+
+NaN inputs: an eligible model sends a missing value where it sends 0.0 (LightGBM's
+missing_type None; checked per split via Treelite's default_left), so NaN is read as 0.0.
+
+`reference_margin` evaluates the same tables in numpy: tests use it to check the tables
+and the binning on any CPU, and the C code where the CPU has the instructions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Lanes of one 512-bit vector of bytes: internal nodes per tree, and leaves per tree.
+LANES = 64
+#: Largest feature count the byte permute can index.
+MAX_FEATURES = 64
+#: Distinct thresholds per feature that still fit a byte-sized bin.
+MAX_THRESHOLDS = 255
+#: What the CPU must have for the generated evaluator (GCC/clang target names).
+ISA = ("avx512f", "avx512bw", "avx512vbmi")
+POSTPROCESSORS = ("identity", "sigmoid")
+
+
+@dataclass(frozen=True)
+class FastTrees:
+    """Tables of one ensemble in the evaluator's layout."""
+
+    num_features: int
+    thresholds: list[np.ndarray]  # per feature: sorted distinct float64 thresholds
+    feat: np.ndarray   # uint8 [trees, 64]: feature of each internal node
+    rank: np.ndarray   # uint8 [trees, 64]: index of its threshold (255 = never right)
+    left: np.ndarray   # uint8 [trees, 64]: next node when not going right
+    right: np.ndarray  # uint8 [trees, 64]: next node when going right
+    leaf: np.ndarray   # float64 [trees, 64]: value of leaf 64 + j
+    doublings: int     # K: 2^K >= the deepest tree's depth
+    base_score: float
+    postprocessor: str
+    sigmoid_alpha: float
+
+    @property
+    def num_trees(self) -> int:
+        return int(self.feat.shape[0])
+
+
+def plan(model: Any) -> FastTrees | str:
+    """FastTrees for a Treelite model, or the reason it cannot use the fast evaluator."""
+    head = json.loads(model.dump_as_json())
+    nf = int(head["num_feature"])
+    if nf > MAX_FEATURES:
+        return f"{nf} features (the evaluator indexes at most {MAX_FEATURES})"
+    if head.get("average_tree_output"):
+        return "averaged tree outputs (random forest mode)"
+    if head.get("num_target", 1) != 1 or head.get("num_class", [1]) != [1]:
+        return "more than one output"
+    post = head.get("postprocessor")
+    if post not in POSTPROCESSORS:
+        return f"postprocessor {post}"
+    if head.get("threshold_type") != "float64" or head.get("leaf_output_type") != "float64":
+        return "thresholds or leaves are not float64"
+    trees = head["trees"]
+    thr: list[set[float]] = [set() for _ in range(nf)]
+    for t in trees:
+        if t.get("has_categorical_split"):
+            return "categorical splits"
+        for n in t["nodes"]:
+            if "leaf_value" in n:
+                continue
+            if n.get("node_type") != "numerical_test_node" or n.get("comparison_op") != "<=":
+                return f"a split of type {n.get('node_type')} {n.get('comparison_op')}"
+            th = float(n["threshold"])
+            if math.isnan(th):
+                return "a NaN threshold"
+            if bool(n["default_left"]) != (0.0 <= th):
+                return "a split that sends missing values elsewhere than 0.0"
+            thr[n["split_feature_id"]].add(th)
+    sorted_thr = [np.array(sorted(s), dtype=np.float64) for s in thr]
+    for f, s in enumerate(sorted_thr):
+        if len(s) > MAX_THRESHOLDS:
+            return f"feature {f} has {len(s)} distinct thresholds (at most {MAX_THRESHOLDS})"
+    rank_of = [{float(v): i for i, v in enumerate(s)} for s in sorted_thr]
+    nt = len(trees)
+    ident = np.arange(LANES, dtype=np.uint8)
+    feat = np.zeros((nt, LANES), np.uint8)
+    rank = np.full((nt, LANES), 255, np.uint8)
+    left = np.tile(ident, (nt, 1))
+    right = np.tile(ident, (nt, 1))
+    leaf = np.zeros((nt, LANES), np.float64)
+    depth_max = 1
+    for ti, t in enumerate(trees):
+        nodes = {n["node_id"]: n for n in t["nodes"]}
+        internal = sum(1 for n in nodes.values() if "leaf_value" not in n)
+        if internal > LANES - 1 or len(nodes) - internal > LANES:
+            return f"tree {ti} has {len(nodes) - internal} leaves (at most {LANES})"
+        counters = [0, 0]  # internal nodes, leaves numbered so far
+
+        def visit(nid: int, depth: int, ti: int = ti, nodes: dict = nodes,
+                  counters: list[int] = counters) -> tuple[int, int]:
+            n = nodes[nid]
+            if "leaf_value" in n:
+                j = counters[1]
+                counters[1] += 1
+                leaf[ti, j] = float(n["leaf_value"])
+                return LANES + j, depth
+            i = counters[0]
+            counters[0] += 1
+            f = int(n["split_feature_id"])
+            feat[ti, i] = f
+            rank[ti, i] = rank_of[f][float(n["threshold"])]
+            left[ti, i], dl = visit(n["left_child"], depth + 1)
+            right[ti, i], dr = visit(n["right_child"], depth + 1)
+            return i, max(dl, dr)
+
+        root, depth = visit(0, 0)  # Treelite numbers the root 0
+        if root >= LANES:  # a one-leaf tree: lane 0 leads to it either way
+            left[ti, 0] = right[ti, 0] = root
+            depth = 1
+        depth_max = max(depth_max, depth)
+    base = head.get("base_scores", [0.0])
+    return FastTrees(num_features=nf, thresholds=sorted_thr, feat=feat, rank=rank, left=left,
+                     right=right, leaf=leaf,
+                     doublings=max(0, math.ceil(math.log2(depth_max))),
+                     base_score=float(base[0]), postprocessor=post,
+                     sigmoid_alpha=float(head.get("sigmoid_alpha", 1.0)))
+
+
+def cpu_has_fast_trees() -> bool:
+    """Whether this machine's CPU has ISA (Linux /proc/cpuinfo flags); policy.so decides
+    for itself at load time, this tells tests and benchmarks which path it will take."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            return all(f in flags for f in ISA)
+    return False
+
+
+def _bins(ft: FastTrees, x: np.ndarray) -> np.ndarray:
+    x = np.where(np.isnan(x), 0.0, x)
+    out = np.zeros((x.shape[0], LANES), np.int64)
+    for f, t in enumerate(ft.thresholds):
+        out[:, f] = np.searchsorted(t, x[:, f], side="left")  # thresholds strictly below
+    return out
+
+
+def reference_margin(ft: FastTrees, x: np.ndarray) -> np.ndarray:
+    """The raw score (sum of leaves + base score) of each row of x, from the tables."""
+    x = np.asarray(x, dtype=np.float64)
+    bins = _bins(ft, x)
+    rows = np.arange(x.shape[0])
+    s = np.zeros(x.shape[0], np.float64)
+    for t in range(ft.num_trees):
+        go_right = bins[:, ft.feat[t]] > ft.rank[t][None, :].astype(np.int64)
+        nxt = np.where(go_right, ft.right[t][None, :], ft.left[t][None, :]).astype(np.int64)
+        node = np.zeros(x.shape[0], np.int64)
+        while True:
+            inner = node < LANES
+            if not inner.any():
+                break
+            node[inner] = nxt[rows[inner], node[inner]]
+        s = s + ft.leaf[t][node - LANES]
+    return s + ft.base_score
+
+
+def reference_score(ft: FastTrees, x: np.ndarray) -> np.ndarray:
+    m = reference_margin(ft, x)
+    if ft.postprocessor == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-ft.sigmoid_alpha * m))
+    return m
+
+
+def _array(name: str, ctype: str, values: list[str], per_line: int = 16) -> str:
+    lines = [", ".join(values[i:i + per_line]) for i in range(0, len(values), per_line)]
+    body = ",\n    ".join(lines) if lines else "0"
+    return (f"static const {ctype} {name}[{max(len(values), 1)}] "
+            f"__attribute__((aligned(64))) = {{\n    {body}\n}};\n")
+
+
+def _hex(v: float) -> str:
+    if math.isinf(v):
+        return "INFINITY" if v > 0 else "-INFINITY"
+    return float(v).hex()
+
+
+def emit_c(ft: FastTrees, symbol: str) -> str:
+    """C source defining `double <symbol>(const double *x)`: the model's score (with its
+    postprocessor) for one row x in the model's feature order. The function carries the
+    AVX-512 target attribute: call it only where the CPU has ISA (see policy_wrapper.c.in).
+    Everything else in the file is static."""
+    p = symbol
+    thr_flat: list[float] = []
+    offsets, levels = [], []
+    for t in ft.thresholds:
+        n = len(t)
+        lv = math.ceil(math.log2(n + 1)) if n else 0
+        offsets.append(len(thr_flat))
+        levels.append(lv)
+        thr_flat += [float(v) for v in t] + [math.inf] * ((1 << lv) - n)
+    tree = np.concatenate([ft.feat, ft.rank, ft.left, ft.right], axis=1).reshape(-1)
+    out = [
+        f"/* GENERATED by flashml.compiler.fast_trees: {ft.num_trees} trees, "
+        f"{ft.num_features} features, K={ft.doublings}; do not edit. */\n",
+        "#include <math.h>\n#include <stdint.h>\n#include <immintrin.h>\n\n",
+        f"#define FT_TARGET __attribute__((target(\"{','.join(ISA)}\")))\n\n",
+        "/* per feature: its sorted distinct thresholds, padded with +inf to 2^levels */\n",
+        _array(f"{p}_thr", "double", [_hex(v) for v in thr_flat]),
+        "/* per tree, 4 x 64 bytes: node feature, threshold rank, left next, right next */\n",
+        _array(f"{p}_tree", "uint8_t", [str(int(v)) for v in tree], per_line=32),
+        "/* per tree, 64 leaf values (leaf 64 + j at j) */\n",
+        _array(f"{p}_leaf", "double", [_hex(v) for v in ft.leaf.reshape(-1)], per_line=4),
+        f"\nFT_TARGET static inline void {p}_bin(const double *x, uint8_t *bins) {{\n",
+    ]
+    active = [f for f in range(ft.num_features) if levels[f] > 0]
+    for f in active:
+        out.append(f"    const double v{f} = x[{f}] != x[{f}] ? 0.0 : x[{f}];\n"
+                   f"    int64_t p{f} = {offsets[f]};\n")
+    for lv in range(max(levels, default=0)):
+        for f in active:
+            if lv < levels[f]:
+                h = 1 << (levels[f] - lv - 1)
+                out.append(f"    p{f} += (int64_t){h} & -(int64_t)({p}_thr[p{f} + {h - 1}] "
+                           f"< v{f});\n")
+    for f in range(ft.num_features):
+        val = f"p{f} - {offsets[f]}" if levels[f] else "0"
+        out.append(f"    bins[{f}] = (uint8_t)({val});\n")
+    out.append("}\n\n")
+    ident_hi = ", ".join(str(i) for i in range(2 * LANES - 1, LANES - 1, -1))
+    if ft.postprocessor == "sigmoid":
+        post = (f"    return (double)(1) / ((double)(1) + exp(-(double){_hex(ft.sigmoid_alpha)}"
+                f" * s));\n")
+    else:
+        post = "    return s;\n"
+    out.append(f"""FT_TARGET double {p}(const double *x) {{
+    uint8_t bins[64] __attribute__((aligned(64))) = {{0}};
+    {p}_bin(x, bins);
+    const __m512i bv = _mm512_load_si512((const void *)bins);
+    const __m512i leaves = _mm512_set_epi8({ident_hi});
+    const uint8_t *t = {p}_tree;
+    double s = 0.0;
+    for (int i = 0; i < {ft.num_trees}; ++i, t += 256) {{
+        const __m512i feat = _mm512_load_si512((const void *)t);
+        const __m512i rank = _mm512_load_si512((const void *)(t + 64));
+        const __m512i l = _mm512_load_si512((const void *)(t + 128));
+        const __m512i r = _mm512_load_si512((const void *)(t + 192));
+        const __mmask64 go_right = _mm512_cmpgt_epu8_mask(_mm512_permutexvar_epi8(feat, bv),
+                                                          rank);
+        __m512i next = _mm512_mask_blend_epi8(go_right, l, r);
+        for (int k = 0; k < {ft.doublings}; ++k) {{
+            next = _mm512_permutex2var_epi8(next, next, leaves);
+        }}
+        const int leaf = _mm_extract_epi8(_mm512_castsi512_si128(next), 0);
+        s += {p}_leaf[i * 64 + (leaf - 64)];
+    }}
+    s += (double){_hex(ft.base_score)};
+{post}}}
+""")
+    return "".join(out)
