@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from flashml.commands.argtypes import positive_int
 from flashml.config import UNITS
 
 EPILOG = """\
@@ -18,7 +19,11 @@ MLflow: $MLFLOW_TRACKING_URI, default sqlite:///.flashml/mlflow.db. When compili
 run, the compiled bundle is logged back to it under policy_so/ (skip with --no-log).
 
 output folder (replaced atomically; never left half-written):
-  policy.so         the policy; needs libc and libm only
+  policy.so         the policy; needs libc and libm only. Each model is compiled twice
+                    when it qualifies: TL2cgen's if/else C, and compiler/fast_trees.py's
+                    branch-free AVX-512 VBMI evaluator (about 7x faster for 500 trees);
+                    the .so binds one at load time from the CPU's flags (ifunc), both
+                    give LightGBM's scores bit for bit
   flashml_policy.h  its C ABI
   manifest.json     ABI version, contract hash, sha256 of policy.so, MLflow run id,
                     thresholds, eviction age, target write rate, metrics, tool versions
@@ -35,7 +40,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     m = compile_policy(args.out, model_uri=args.model_uri, run_id=args.run_id,
                        model_dir=args.model_dir, cc=args.cc,
                        segments_per_block=args.segments_per_block,
-                       log_to_mlflow=not args.no_log, jobs=args.jobs)
+                       log_to_mlflow=not args.no_log, jobs=args.jobs,
+                       fast=not args.no_fast_trees)
     if args.json:
         print(json.dumps(m))
     else:
@@ -44,16 +50,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
               f"{m['build']['compile_s']:.1f} s"
               + (f", run {m['mlflow_run_id']}" if m["mlflow_run_id"] else ""))
     return 0
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,11 +66,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--out", required=True, type=Path, metavar="DIR",
                    help="output folder (replaced if it holds an earlier bundle)")
     p.add_argument("--cc", default=None, help="C compiler (default $CC, else cc)")
-    p.add_argument("--segments-per-block", type=_positive, default=UNITS.segments_per_block,
+    p.add_argument("--segments-per-block", type=positive_int, default=UNITS.segments_per_block,
                    metavar="N", help="clamp prefetch ranges to [0, N-1] (default "
                    f"{UNITS.segments_per_block})")
-    p.add_argument("--jobs", type=_positive, default=None, metavar="N",
+    p.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                    help="parallel C compiler jobs (default: CPU count)")
+    p.add_argument("--no-fast-trees", action="store_true",
+                   help="build TL2cgen's code only, without the AVX-512 evaluator the .so "
+                   "otherwise picks on CPUs with AVX-512 VBMI (scores are identical)")
     p.add_argument("--no-log", action="store_true",
                    help="do not log the compiled bundle to the MLflow run")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
