@@ -152,3 +152,28 @@ def test_plan_refuses_what_it_cannot_evaluate(work, boosters, data) -> None:
     rows = x[held[:2000]]
     np.testing.assert_array_equal(load_policy(work / "policy-big").admit_scores(rows),
                                   big.predict(rows))
+
+
+def test_constant_model_has_no_splits(work, boosters, data) -> None:
+    """ML-When is a constant regressor when its labels had one class: one-leaf trees, no
+    thresholds at all. The fast evaluator still gives LightGBM's value."""
+    _, x, train, held = data
+    c = contract()
+    xw = np.zeros((len(train), len(c.model_features("when"))))
+    const = lgb.train({"objective": "regression", "verbose": -1, "num_threads": 2},
+                      lgb.Dataset(xw, np.full(len(train), 0.25),
+                                  feature_name=c.model_features("when")),
+                      num_boost_round=3)
+    ft = plan(_treelite(const))
+    assert not isinstance(ft, str), ft
+    assert all(len(t) == 0 for t in ft.thresholds)
+    models = save_policy_models(work / "models-const", {**boosters, "when": const},
+                                admit_threshold=0.5, when_threshold=0.5,
+                                eviction_age_s=3600.0, target_write_rate_mbps=35.599)
+    m = compile_policy(work / "policy-const", model_dir=models)
+    assert m["models"]["when"]["evaluators"] == ["fast_trees", "tl2cgen"]
+    rows = x[held[:500]]
+    s, e = round_range(boosters["range_start"].predict(rows[:, c.indices("range")]),
+                       boosters["range_end"].predict(rows[:, c.indices("range")]))
+    want = const.predict(when_matrix(rows, s, e))
+    np.testing.assert_array_equal(load_policy(work / "policy-const").when_scores(rows), want)
