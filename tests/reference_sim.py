@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from collections import Counter, OrderedDict, deque
 
+from flashml_sim import REJECTX_DITHER_SEED
+
 MASK64 = (1 << 64) - 1
 GIB = 1073741824.0
 
@@ -95,9 +97,12 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
     evictions = 0
     age_sum = 0.0
 
-    history: deque[int] = deque()           # RejectX: the last H queried keys
+    history: deque[int] = deque()           # RejectX: the last H (+1) queried keys
     seen: Counter[int] = Counter()          # occurrences of each key in `history`
-    hist_len = max(1, math.floor(c["rejectx_factor"] * cap))
+    h_real = c["rejectx_factor"] * cap
+    hist_len = max(1, math.floor(h_real))
+    hist_frac = h_real - math.floor(h_real) if h_real >= 1 else 0.0
+    ring_len = hist_len + (1 if hist_frac > 0 else 0)
 
     def admit_fn(i: int, k: int) -> bool:
         a = c["admission"]
@@ -106,11 +111,16 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
         if a == "coinflip":
             return coinflip_draw(k, i, int(c["coinflip_seed"])) < c["coinflip_p"]
         if a == "rejectx":
+            # a window of hist_len + 1 keys with probability hist_frac, else hist_len
             history.append(k)
             seen[k] += 1
-            if len(history) > hist_len:
+            if len(history) > ring_len:
                 seen[history.popleft()] -= 1
-            return seen[k] > c["rejectx_x"]
+            n = seen[k]
+            if (hist_frac > 0 and len(history) == ring_len and history[0] == k
+                    and coinflip_draw(k, i, REJECTX_DITHER_SEED) >= hist_frac):
+                n -= 1
+            return n > c["rejectx_x"]
         if a == "opt":
             return admit[i] != 0
         if a == "threshold":

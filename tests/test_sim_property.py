@@ -77,7 +77,7 @@ def scenario(draw, eviction: str, block_level: bool, admission: str, prefetch: s
         coinflip_p=draw(st.sampled_from([0.0, 0.3, 0.7, 1.0])),
         coinflip_seed=draw(st.integers(0, 3)),
         rejectx_x=draw(st.integers(0, 3)),
-        rejectx_factor=draw(st.sampled_from([0.05, 0.5, 1.0, 3.0])),
+        rejectx_factor=draw(st.sampled_from([0.013, 0.05, 0.37, 0.5, 1.0, 3.0])),
         threshold=draw(st.sampled_from([0.0, 0.5, 1.0])),
         prefetch=prefetch, prefetch_when=draw(st.sampled_from(WHENS)),
         when_threshold=draw(st.sampled_from([0.0, 0.5, 1.0])),

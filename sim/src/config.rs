@@ -254,6 +254,22 @@ impl FlashConfig {
             _ => 0,
         }
     }
+
+    /// The fractional part of factor * capacity (0 below one key): the share of RejectX
+    /// queries that look one key further back (see `admission::RejectX`).
+    pub fn rejectx_fraction(&self) -> f64 {
+        match self.admission {
+            AdmissionKind::RejectX { factor, .. } => {
+                let h = factor * self.capacity() as f64;
+                if h < 1.0 {
+                    0.0
+                } else {
+                    h - h.floor()
+                }
+            }
+            _ => 0.0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -227,7 +227,11 @@ pub fn simulate(
     let mut admission: Box<dyn Admission + '_> = match cfg.admission {
         AdmissionKind::AdmitAll => Box::new(AdmitAll),
         AdmissionKind::CoinFlip { p, seed } => Box::new(CoinFlip { p, seed }),
-        AdmissionKind::RejectX { x, .. } => Box::new(RejectX::new(x, cfg.rejectx_history())),
+        AdmissionKind::RejectX { x, .. } => Box::new(RejectX::new(
+            x,
+            cfg.rejectx_history(),
+            cfg.rejectx_fraction(),
+        )),
         AdmissionKind::Opt => Box::new(Opt {
             flags: arrays.admit.unwrap(),
         }),

@@ -502,6 +502,7 @@ fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CONTRACT_HASH", crate::contract::CONTRACT_HASH)?;
     m.add("NUM_FEATURES", crate::contract::NUM_FEATURES)?;
     m.add("FEATURE_NAMES", crate::contract::FEATURE_NAMES.to_vec())?;
+    m.add("REJECTX_DITHER_SEED", crate::admission::REJECTX_DITHER_SEED)?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_objects, m)?)?;
     m.add_function(wrap_pyfunction!(default_config, m)?)?;
