@@ -303,8 +303,9 @@ FT_TARGET static inline void {p}_bin(const double *x, uint8_t *bins) {{
         for (int k = 0; k < {ft.doublings}; ++k) {{
             next = _mm512_permutex2var_epi8(next, next, leaves);
         }}
-        const int leaf = _mm_extract_epi8(_mm512_castsi512_si128(next), 0);
-        s += {p}_leaf[i * 64 + (leaf - 64)];
+        /* lane 0 holds the leaf, 64 + j: its low 6 bits are j */
+        const int leaf = _mm_cvtsi128_si32(_mm512_castsi512_si128(next)) & 63;
+        s += {p}_leaf[i * 64 + leaf];
     }}
     s += (double){_hex(ft.base_score)};
 {post}}}
