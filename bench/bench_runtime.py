@@ -146,10 +146,14 @@ def main() -> int:
             "latency": {
                 "decision_ns_p50": m["decision_ns_p50"], "decision_ns_p99": m["decision_ns_p99"],
                 "decision_ns_warm_mean": warm_ns,
+                "features_ns_p50": m["features_ns_p50"], "admit_ns_p50": m["admit_ns_p50"],
+                "prefetch_ns_p50": m["prefetch_ns_p50"],
                 "decision_note": "decision_ns_p50 is measured inside replay on each miss "
                                  "(features from the count-min tracker + admit + when + range), "
                                  "right after the previous access streamed MBs through the CPU "
-                                 "caches; decision_ns_warm_mean is the .so alone in a loop",
+                                 "caches (features_ns, admit_ns, prefetch_ns: its parts, the "
+                                 "last on admitted misses); decision_ns_warm_mean is the .so "
+                                 "alone in a loop",
                 "hit_path_us_p50": m["hit_path_us_p50"], "raw_read_us_p50": m["raw_read_us_p50"],
                 "hit_overhead_us_p50": m["hit_overhead_us_p50"],
                 "miss_path_us_p50": m["miss_path_us_p50"],

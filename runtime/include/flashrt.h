@@ -171,7 +171,9 @@ struct flashrt_metrics {
     uint64_t device_errors, flash_read_errors, flash_write_errors, rate_limited;
     uint64_t gets, puts, hits, evicted_regions, evicted_segments, capacity_segments;
     uint64_t region_bytes, regions;
-    double decision_ns_p50, decision_ns_p99, hit_path_us_p50, hit_path_us_p99;
+    /* decision = features + admission + prefetch decision, on each miss; its parts: */
+    double decision_ns_p50, decision_ns_p99, features_ns_p50, admit_ns_p50, prefetch_ns_p50;
+    double hit_path_us_p50, hit_path_us_p99;
     double miss_path_us_p50, miss_path_us_p99, raw_read_us_p50, hit_overhead_us_p50;
     double backend_wall_ms_p50, backend_dt_ms_p50, backend_wall_s, backend_dt_s;
     double trace_seconds, throughput_accesses_per_s, throughput_mb_per_s;

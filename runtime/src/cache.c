@@ -80,7 +80,7 @@ struct flashrt {
     uint64_t served_bytes;
     double tokens, tokens_t;
     int raw_flip;
-    struct frt_vec decision_ns, hit_us, miss_us, raw_us, over_us, backend_wall_ms, backend_dt_ms;
+    struct frt_vec decision_ns, features_ns, admit_ns, prefetch_ns, hit_us, miss_us, raw_us, over_us, backend_wall_ms, backend_dt_ms;
     double backend_wall_s, backend_dt_s;
     char err[FLASHRT_ERR_LEN];
 };
@@ -231,6 +231,9 @@ void flashrt_close(flashrt *rt) {
     if (rt->index.cap) frt_map_free(&rt->index);
     flashrt_tracker_free(rt->tracker);
     frt_vec_free(&rt->decision_ns);
+    frt_vec_free(&rt->features_ns);
+    frt_vec_free(&rt->admit_ns);
+    frt_vec_free(&rt->prefetch_ns);
     frt_vec_free(&rt->hit_us);
     frt_vec_free(&rt->miss_us);
     frt_vec_free(&rt->raw_us);
@@ -510,9 +513,11 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     double f[FLASHRT_NUM_FEATURES];
     int wants = frt_policy_wants_features(rt->policy);
     if (wants) flashrt_tracker_features(rt->tracker, a, f);
+    uint64_t d1 = frt_now_ns();
     unsigned lo = m0, hi = m1;
     int64_t p0, p1;
     int admit = frt_policy_admit(rt->policy, a->key, wants ? f : NULL);
+    uint64_t d2 = frt_now_ns();
     /* as the simulator: prefetch extends only an admitted miss's IO */
     if (admit && wants && frt_policy_prefetch(rt->policy, f, &p0, &p1)) {
         if (p0 < 0) p0 = 0;
@@ -522,7 +527,11 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
             if ((unsigned)p1 > hi) hi = (unsigned)p1;
         }
     }
-    frt_vec_push(&rt->decision_ns, (double)(frt_now_ns() - d0));
+    uint64_t d3 = frt_now_ns();
+    frt_vec_push(&rt->decision_ns, (double)(d3 - d0));
+    frt_vec_push(&rt->features_ns, (double)(d1 - d0));
+    frt_vec_push(&rt->admit_ns, (double)(d2 - d1));
+    if (admit && wants) frt_vec_push(&rt->prefetch_ns, (double)(d3 - d2));
     flashrt_tracker_add(rt->tracker, a);
     unsigned io_segs = hi - lo + 1;
     rt->backend_ios++;
@@ -633,6 +642,9 @@ void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
     m->regions = rt->nregions;
     m->decision_ns_p50 = frt_percentile(&rt->decision_ns, 0.5);
     m->decision_ns_p99 = frt_percentile(&rt->decision_ns, 0.99);
+    m->features_ns_p50 = frt_percentile(&rt->features_ns, 0.5);
+    m->admit_ns_p50 = frt_percentile(&rt->admit_ns, 0.5);
+    m->prefetch_ns_p50 = frt_percentile(&rt->prefetch_ns, 0.5);
     m->hit_path_us_p50 = frt_percentile(&rt->hit_us, 0.5);
     m->hit_path_us_p99 = frt_percentile(&rt->hit_us, 0.99);
     m->miss_path_us_p50 = frt_percentile(&rt->miss_us, 0.5);

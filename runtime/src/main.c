@@ -33,9 +33,10 @@ static const char *REPLAY_HELP =
     "\n"
     "Replays the trace through the cache: GETs are served from flash or the backing device and\n"
     "every returned byte is checked against the deterministic content; PUTs are charged DT.\n"
-    "Prints the simulator's metric keys plus integrity_errors, device_errors, decision_ns_p50,\n"
-    "hit_path_us_p50, miss_path_us_p50 and more. Exit 0 when every byte was correct, 3 when some\n"
-    "were not, 1 on bad input or a device failure.\n"
+    "Prints the simulator's metric keys plus integrity_errors, device_errors, decision_ns_p50\n"
+    "(features + admission + prefetch decision on a miss; its parts features_ns_p50,\n"
+    "admit_ns_p50, prefetch_ns_p50), hit_path_us_p50, miss_path_us_p50 and more. Exit 0\n"
+    "when every byte was correct, 3 when some were not, 1 on bad input or a device failure.\n"
     "\n"
     "options:\n"
     "  --policy DIR           policy bundle: DIR/policy.so + DIR/manifest.json (checked: sha256,\n"
@@ -312,6 +313,8 @@ static int cmd_replay(int argc, char **argv) {
             {"device_errors", 1, 0, m.device_errors}, {"flash_read_errors", 1, 0, m.flash_read_errors},
             {"flash_write_errors", 1, 0, m.flash_write_errors}, {"rate_limited", 1, 0, m.rate_limited},
             {"decision_ns_p50", 0, m.decision_ns_p50, 0}, {"decision_ns_p99", 0, m.decision_ns_p99, 0},
+            {"features_ns_p50", 0, m.features_ns_p50, 0}, {"admit_ns_p50", 0, m.admit_ns_p50, 0},
+            {"prefetch_ns_p50", 0, m.prefetch_ns_p50, 0},
             {"hit_path_us_p50", 0, m.hit_path_us_p50, 0}, {"hit_path_us_p99", 0, m.hit_path_us_p99, 0},
             {"miss_path_us_p50", 0, m.miss_path_us_p50, 0}, {"miss_path_us_p99", 0, m.miss_path_us_p99, 0},
             {"raw_read_us_p50", 0, m.raw_read_us_p50, 0}, {"hit_overhead_us_p50", 0, m.hit_overhead_us_p50, 0},
