@@ -42,6 +42,8 @@
 #define FLASHML_POLICY_CONTRACT_HASH "c713dcc31811000a51aa73476b508c3e8e07bbb9dcc48319423102c0e562228d"
 #define FLASHML_POLICY_HOUR_SECONDS 3600
 #define FLASHML_POLICY_HOURS 6
+/* Tectonic op codes the count features count as GETs (comma-separated) */
+#define FLASHML_POLICY_GET_OPS 1, 2, 5
 
 enum flashml_feature {
     FLASHML_F_OP = 0,

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from flashml.features.contract import Contract, contract
+from flashml.pipelines.canonical import GET_OPS
 
 REPO = Path(__file__).resolve().parents[1]
 ABI_VERSION = 1
@@ -52,6 +53,8 @@ def render_c_header(c: Contract) -> str:
 #define FLASHML_POLICY_CONTRACT_HASH "{c.hash}"
 #define FLASHML_POLICY_HOUR_SECONDS {c.hour_seconds}
 #define FLASHML_POLICY_HOURS {c.hours}
+/* Tectonic op codes the count features count as GETs (comma-separated) */
+#define FLASHML_POLICY_GET_OPS {", ".join(str(o) for o in GET_OPS)}
 
 enum flashml_feature {{
 {enum}
@@ -104,6 +107,8 @@ pub const NUM_FEATURES: usize = {c.num_features};
 pub const HOUR_SECONDS: f64 = {float(c.hour_seconds)!r};
 /// Number of hour buckets.
 pub const HOURS: usize = {c.hours};
+/// Tectonic op codes the count features count as GETs (flashml.pipelines.canonical.GET_OPS).
+pub const GET_OPS: [u8; {len(GET_OPS)}] = [{", ".join(str(o) for o in GET_OPS)}];
 /// Admission feature names in order.
 pub const FEATURE_NAMES: [&str; NUM_FEATURES] = [
 {names}

@@ -52,7 +52,7 @@ int flashrt_trace_next(flashrt_trace *t, struct flashrt_access *a, char *err, si
 double flashrt_trace_sample_ratio(const flashrt_trace *t);
 void flashrt_trace_close(flashrt_trace *t);
 int flashrt_is_put(int op);
-int flashrt_is_get(int op); /* GET op codes 1, 2, 5 (the feature contract's GETs) */
+int flashrt_is_get(int op); /* FLASHML_POLICY_GET_OPS of flashml_policy.h (1, 2, 5) */
 
 /* ---- feature tracker -------------------------------------------------------------------- */
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flashml_policy.h"
 #include "flashrt.h"
 #include "internal.h"
 
@@ -30,7 +31,13 @@ struct flashrt_trace {
 };
 
 int flashrt_is_put(int op) { return op == 3 || op == 4 || op == 6; }
-int flashrt_is_get(int op) { return op == 1 || op == 2 || op == 5; }
+int flashrt_is_get(int op) {
+    static const int get_ops[] = {FLASHML_POLICY_GET_OPS};
+    for (size_t i = 0; i < sizeof get_ops / sizeof get_ops[0]; i++) {
+        if (op == get_ops[i]) return 1;
+    }
+    return 0;
+}
 
 static void set_201910(flashrt_trace *t) {
     for (int i = 0; i < C_N; i++) t->col[i] = -1;

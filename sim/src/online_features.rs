@@ -15,8 +15,8 @@ use crate::contract::{
 use crate::flash::Trace;
 use crate::hash::{new_map, FastMap};
 
-/// Tectonic GET op codes (flashml/pipelines/canonical.py GET_OPS): the accesses counted.
-pub const GET_OPS: [u8; 3] = [1, 2, 5];
+/// Tectonic GET op codes: the accesses counted (generated from canonical.GET_OPS).
+pub use crate::contract::GET_OPS;
 
 /// The columns beyond the simulator's [`Trace`] that the features read.
 #[derive(Debug, Clone, Copy)]
