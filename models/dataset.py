@@ -17,10 +17,14 @@ def training_window(times: np.ndarray, train_seconds: float) -> np.ndarray:
 
 def training_data(feats: np.ndarray, times: np.ndarray, labels: pl.DataFrame,
                   episodes: pl.DataFrame, train_seconds: float,
-                  c: Contract | None = None) -> TrainingData:
+                  c: Contract | None = None, max_position: int | None = None) -> TrainingData:
+    """Admission rows: the labelled GETs (the first K of each episode) of the training window,
+    or only the first `max_position` of them."""
     c = c or contract()
     window = training_window(times, train_seconds)
     lab = labels.filter(pl.col("opt_label") >= 0)
+    if max_position is not None:
+        lab = lab.filter(pl.col("position") < max_position)
     rows = lab["row"].to_numpy().astype(np.int64)
     keep = window[rows]
     rows = rows[keep]

@@ -331,6 +331,7 @@ def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
         policy, tuned, ea = loop.policy, loop.tuned, loop.eviction_age_s
         when_threshold = loop.when_threshold
         convergence = {"converged": loop.converged, "reason": loop.reason,
+                       "accesses_per_episode": loop.extra.get("accesses_per_episode"),
                        "iterations": [asdict(i) for i in loop.iterations]}
     else:
         from flashml.compiler.bundle import find_bundle, read_policy_json

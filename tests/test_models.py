@@ -80,6 +80,11 @@ def test_training_rows_from_labels() -> None:
     # only the admitted episode starting inside the window (key 1, row 0)
     assert d.ep_start.tolist() == [0] and d.ep_end.tolist() == [5] and d.ep_when.tolist() == [1]
     assert d.ep_X.shape == (1, 6) and d.ep_X[0].tolist() == feats[0, :6].tolist()
+    # K smaller than the labelled one: only the first max_position GETs of each episode
+    d1 = training_data(feats, times, labels.with_columns(
+        position=pl.Series([0, 1, 0, 2, 0, 0, 1])), episodes, train_seconds=86_400,
+        max_position=1)
+    assert d1.adm_X[:, 0].tolist() == [0.0, 36.0] and d1.adm_y.tolist() == [1, 0]
 
 
 def test_split_by_key_is_stable_and_near_70_30() -> None:
@@ -150,3 +155,34 @@ def test_when_threshold_is_chosen_on_the_training_day(small_trace) -> None:
     arrays2["when_score"][later] = 1.0 - arrays2["when_score"][later]
     assert select_when_threshold(df, arrays2, base, 35.599, 86_400.0, (0.5, 0.9, 1.0)) == \
         (best, peaks)
+
+
+def test_accesses_per_episode_chosen_on_the_training_day(small_trace, tmp_path: Path) -> None:
+    """With several K, the loop trains one admission-only model per K on the training window
+    and keeps the K with the lowest training-day peak DT; its rows are the first K GETs of
+    each episode."""
+    from flashml.features.online import feature_matrix
+    from flashml.models.converge import select_accesses_per_episode
+    from flashml.pipelines.canonical import read_meta
+    from flashml.simulation import SimConfig
+
+    df, table = small_trace
+    base = SimConfig(sample_ratio=read_meta(table).sample_ratio)
+    gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
+    target = DEFAULTS.target_write_rate_mbps
+    feats = feature_matrix(df)
+    settings = LoopSettings(max_iter=1, k_candidates=(6, 1, 3))
+    res = run_loop(df, table, feats, base, target, tmp_path, gbm, settings,
+                   with_prefetch=False)
+    labels = pl.read_parquet(res.episodes_dir / "labels.parquet")
+    episodes = pl.read_parquet(res.episodes_dir / "episodes.parquet")
+    # the episodes were labelled for the largest K, so every candidate can be cut from them
+    assert labels.filter(pl.col("opt_label") >= 0)["position"].max() == 5
+    best, peaks = select_accesses_per_episode(df, feats, labels, episodes, base, target,
+                                              settings, gbm, None)
+    assert set(peaks) == {6, 1, 3} and peaks[best] == min(peaks.values())
+    assert res.extra["accesses_per_episode"] == best
+    # the rows differ by K: fewer with K=1
+    n = {k: len(training_data(feats, df["time"].to_numpy(), labels, episodes, 86_400.0,
+                              max_position=k).adm_y) for k in (1, 6)}
+    assert 0 < n[1] < n[6]

@@ -24,6 +24,11 @@ def integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
+def positive_ints(text: str) -> tuple[int, ...]:
+    """A comma-separated list of integers >= 1, e.g. `1,6,12`."""
+    return tuple(positive_int(part.strip()) for part in text.split(","))
+
+
 def positive_int(text: str) -> int:
     v = integer(text)
     if v < 1:

@@ -15,7 +15,9 @@ import argparse
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
+from flashml.commands.argtypes import positive_ints
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
 
@@ -24,7 +26,6 @@ log = logging.getLogger("flashml.pipeline")
 
 def cmd_run(args: argparse.Namespace) -> int:
     from flashml.models import report
-    from flashml.models.converge import LoopSettings
     from flashml.models.mainjob import (
         JobSettings,
         RunDir,
@@ -61,7 +62,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                      num_boost_round=args.max_rounds)
     settings = JobSettings(cache_gb=args.cache_gb, target_write_rate_mbps=args.target_write_rate,
                            engine=args.engine, master=args.master, gbm=gbm,
-                           loop=LoopSettings(max_iter=args.max_iterations),
+                           loop=_loop_settings(args),
                            sweep_trials=args.sweep_trials, register=not args.no_register,
                            compile=not args.no_compile)
     import mlflow
@@ -85,6 +86,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     print("time per stage (s): " + ", ".join(f"{k} {v}" for k, v in timer.stages.items()))
     print(f"summary: {path}; MLflow run {summary['mlflow_run_id']}")
     return 0
+
+
+def _loop_settings(args: argparse.Namespace) -> Any:
+    from flashml.models.converge import LoopSettings
+
+    ks = args.accesses_per_episode
+    if ks is None:
+        return LoopSettings(max_iter=args.max_iterations)
+    return LoopSettings(max_iter=args.max_iterations, accesses_per_episode=ks[0],
+                        k_candidates=ks)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -116,6 +127,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--max-rounds", type=int, default=500, help="LightGBM rounds (max)")
     r.add_argument("--max-iterations", type=int, default=20,
                    help="convergence loop iteration cap")
+    r.add_argument("--accesses-per-episode", type=positive_ints, default=None,
+                   metavar="K[,K...]",
+                   help="OPT-labelled GETs per episode in the admission training rows; several: "
+                   "the K whose admission-only model has the lowest peak DT on the training "
+                   "day (ties: the first); one value fixes K. Default: the loop's candidates "
+                   "(LoopSettings.k_candidates in models/converge.py; the artifact's K=6 wins "
+                   "ties)"),
     r.add_argument("--sweep-trials", type=int, default=6, help="Optuna trials (0: no sweep)")
     r.add_argument("--no-register", action="store_true", help="skip the model registry")
     r.add_argument("--no-compile", action="store_true", help="skip compiling the policy .so")
