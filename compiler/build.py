@@ -493,7 +493,7 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                            "fast_trees": (f"not used: {evaluators[n]}"
                                           if isinstance(evaluators.get(n), str) else
                                           "used where the CPU has AVX-512 VBMI"
-                                          if n in fast_syms else "not built")}
+                                          if n in fast_syms else "disabled (--no-fast-trees)")}
                        for n, i in infos.items()},
             "build": {**_versions(cc_path), "cflags": list(CFLAGS),
                       "wrapper_warnings": list(WRAPPER_WARNINGS), "codegen_s": codegen_s,

@@ -49,6 +49,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
               f"ABI {m['abi_version']}, contract {m['contract_hash'][:12]}, "
               f"{m['build']['compile_s']:.1f} s"
               + (f", run {m['mlflow_run_id']}" if m["mlflow_run_id"] else ""))
+        for name, info in m["models"].items():
+            print(f"  {name}: {info['num_trees']} trees, {' + '.join(info['evaluators'])}"
+                  + ("" if "fast_trees" in info["evaluators"] else f" ({info['fast_trees']})"))
     return 0
 
 
