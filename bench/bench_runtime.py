@@ -111,6 +111,7 @@ def main() -> int:
                   d / "backing.img", "--warmup-s", "0", "--json"]
         runs = {}
         for name, extra in (("page_cache", ["--direct", "off", "--measure-raw"]),
+                            ("page_cache_no_hint", ["--direct", "off", "--no-policy-prefetch"]),
                             ("direct_io", ["--direct", "auto"])):
             p = subprocess.run([str(FLASHRT), "replay", "--policy", str(d / "policy"),
                                 "--flash", str(d / f"flash-{name}.img"),
@@ -148,11 +149,18 @@ def main() -> int:
                 "decision_ns_warm_mean": warm_ns,
                 "features_ns_p50": m["features_ns_p50"], "admit_ns_p50": m["admit_ns_p50"],
                 "prefetch_ns_p50": m["prefetch_ns_p50"],
+                "policy_prefetch_hint_ns_p50": m["policy_prefetch_ns_p50"],
+                "without_hint": {k: runs["page_cache_no_hint"][k] for k in
+                                 ("decision_ns_p50", "features_ns_p50", "admit_ns_p50",
+                                  "prefetch_ns_p50")},
                 "decision_note": "decision_ns_p50 is measured inside replay on each miss "
                                  "(features from the count-min tracker + admit + when + range), "
                                  "right after the previous access streamed MBs through the CPU "
                                  "caches (features_ns, admit_ns, prefetch_ns: its parts, the "
-                                 "last on admitted misses); decision_ns_warm_mean is the .so "
+                                 "last on admitted misses); the policy's prefetch hint runs "
+                                 "when each GET arrives (its own cost: "
+                                 "policy_prefetch_hint_ns_p50; without_hint: the same replay "
+                                 "with --no-policy-prefetch); decision_ns_warm_mean is the .so "
                                  "alone in a loop",
                 "hit_path_us_p50": m["hit_path_us_p50"], "raw_read_us_p50": m["raw_read_us_p50"],
                 "hit_overhead_us_p50": m["hit_overhead_us_p50"],

@@ -298,7 +298,9 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
         "RANGE_N": str(len(range_idx)),
         "RANGE_IDX": ", ".join(str(i) for i in range_idx),
         "HAVE_FAST": "1" if fast else "0",
-        "FAST_DECLS": "\n".join(f"double {sym}(const double *x);" for sym in fast.values()),
+        "FAST_DECLS": "\n".join(f"double {sym}(const double *x);\nvoid {sym}_prefetch(void);"
+                                for sym in fast.values()),
+        "FAST_PREFETCH_CALLS": "\n".join(f"    {sym}_prefetch();" for sym in fast.values()),
     }
     for name in MODEL_FILES:
         values[f"FAST_{name.upper()}"] = fast.get(name, f"tl2_{name}")

@@ -45,6 +45,10 @@ MAX_THRESHOLDS = 255
 #: What the CPU must have for the generated evaluator (GCC/clang target names).
 ISA = ("avx512f", "avx512bw", "avx512vbmi")
 POSTPROCESSORS = ("identity", "sigmoid")
+#: Most cache lines of tables one model's prefetch hint touches (64 KiB).
+PREFETCH_MAX_LINES = 1024
+#: Bytes of code from the evaluator's entry the hint prefetches (binning + tree loop).
+PREFETCH_CODE_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -310,4 +314,31 @@ FT_TARGET static inline void {p}_bin(const double *x, uint8_t *bins) {{
     s += (double){_hex(ft.base_score)};
 {post}}}
 """)
+    out.append(_emit_prefetch(ft, p, len(thr_flat), len(split_flat)))
     return "".join(out)
+
+
+def _emit_prefetch(ft: FastTrees, p: str, n_thr: int, n_split: int) -> str:
+    """`void <p>_prefetch(void)`: prefetch instructions for what `<p>` reads on every call
+    (its thresholds, tree tables, the leaf lines in use, its code), at most
+    PREFETCH_MAX_LINES lines of tables, earliest trees first."""
+    kids = np.concatenate([ft.left, ft.right], axis=1).astype(np.int64)
+    leaves = int(max([1, *(kids[t][kids[t] >= LANES].max() - LANES + 1
+                           for t in range(ft.num_trees))]))
+    leaf_lines = -(-min(leaves, LANES) // 8)
+    budget = PREFETCH_MAX_LINES - (n_thr + 7) // 8 - (n_split + 7) // 8
+    trees = max(0, min(ft.num_trees, budget // (4 + leaf_lines)))
+    body = []
+    if n_thr:
+        body.append(f"    for (int i = 0; i < {n_thr}; i += 8) __builtin_prefetch({p}_thr + i);")
+    if n_split:
+        body.append(f"    for (int i = 0; i < {n_split}; i += 8) "
+                    f"__builtin_prefetch({p}_split + i);")
+    body.append(f"""    for (int t = 0; t < {trees}; ++t) {{
+        for (int j = 0; j < 256; j += 64) __builtin_prefetch({p}_tree + t * 256 + j);
+        for (int j = 0; j < {leaf_lines * 8}; j += 8) __builtin_prefetch({p}_leaf + t * 64 + j);
+    }}
+    const char *code = (const char *)(uintptr_t)&{p};
+    for (int i = 0; i < {PREFETCH_CODE_BYTES}; i += 64) __builtin_prefetch(code + i);""")
+    return (f"\n/* the prefetch hint of {p} (flashml_policy_prefetch): no loads, no effect on "
+            f"scores */\nvoid {p}_prefetch(void) {{\n" + "\n".join(body) + "\n}\n")

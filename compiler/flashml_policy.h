@@ -89,6 +89,12 @@ double flashml_prefetch_when_threshold(void);
 double flashml_target_write_rate_mbps(void);
 double flashml_eviction_age_s(void);
 
+/* A hint, optional for callers and for older .so files (look it up with dlsym): start
+ * loading the policy's code and tables into the CPU caches, e.g. when a request arrives, so
+ * a decision made soon after does not wait for memory. Prefetch instructions only: it
+ * changes no score and returns at once. */
+void flashml_policy_prefetch(void);
+
 #ifdef __cplusplus
 }
 #endif

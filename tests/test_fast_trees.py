@@ -7,6 +7,7 @@ rows and on rows that sit exactly on, just below and just above every split thre
 
 from __future__ import annotations
 
+import ctypes
 import json
 from pathlib import Path
 
@@ -112,6 +113,7 @@ def test_fast_and_portable_policy_so_equal_lightgbm(bundles, boosters, data) -> 
     want_when = boosters["when"].predict(when_matrix(rows, want_s, want_e))
     for name, path in bundles.items():
         pol = load_policy(path)
+        ctypes.CDLL(str(path / "policy.so")).flashml_policy_prefetch()  # a hint: no effect
         np.testing.assert_array_equal(pol.admit_scores(rows), want_adm, err_msg=name)
         got_s, got_e = pol.prefetch_ranges(rows)
         np.testing.assert_array_equal(got_s, want_s, err_msg=name)

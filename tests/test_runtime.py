@@ -269,3 +269,28 @@ def test_loop_device(env, tmp_path):
         assert p.returncode == 1 and "less than --flash-bytes" in p.stderr
     finally:
         subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def test_compiled_policy_and_its_prefetch_hint(env, tmp_path):
+    """A policy compiled by `flashml compile` serves correct bytes; its prefetch hint
+    (flashml_policy_prefetch, called on every GET unless --no-policy-prefetch) changes no
+    decision: the cache's counters are identical with and without it."""
+    from flashml.compiler.build import compile_policy
+    from flashml.compiler.demo import write_demo_bundle
+    from flashml.pipelines.ingest import load_trace
+
+    df, _ = load_trace(env["trace"], "tectonic")
+    write_demo_bundle(df, tmp_path / "models")
+    compile_policy(tmp_path / "policy", model_dir=tmp_path / "models")
+    runs = {}
+    for name, extra in (("hint", ()), ("no hint", ("--no-policy-prefetch",))):
+        p, m = replay(env, *extra, policy=str(tmp_path / "policy"), flash_bytes="64M")
+        assert p.returncode == 0, p.stderr
+        assert m["integrity_errors"] == 0 and m["verified_bytes"] > 0
+        runs[name] = m
+    assert runs["hint"]["policy_prefetch_ns_p50"] > 0
+    assert runs["no hint"]["policy_prefetch_ns_p50"] is None
+    for k in ("hits", "backend_ios", "admitted_segments", "prefetched_segments",
+              "io_hit_ratio", "flash_write_rate_mbps", "peak_dt_util"):
+        assert runs["hint"][k] == runs["no hint"][k], k
+    assert runs["hint"]["admitted_segments"] > 0

@@ -133,6 +133,7 @@ struct flashrt_config {
     enum flashrt_rate_clock rate_clock;
     unsigned tracker_width_log2, tracker_depth; /* count-min sketch geometry (14, 4) */
     int measure_raw;            /* on hits, also time a raw read of the same bytes */
+    int no_policy_prefetch;     /* do not call the policy's prefetch hint on each GET */
     /* Fault injection (tests): every Nth flash read / write fails with EIO; 0 = never. */
     uint64_t fail_read_every, fail_write_every;
     /* Model: DT constants and the windows of the utilisation series. */
@@ -173,6 +174,7 @@ struct flashrt_metrics {
     uint64_t region_bytes, regions;
     /* decision = features + admission + prefetch decision, on each miss; its parts: */
     double decision_ns_p50, decision_ns_p99, features_ns_p50, admit_ns_p50, prefetch_ns_p50;
+    double policy_prefetch_ns_p50; /* the prefetch hint's own cost, on every GET */
     double hit_path_us_p50, hit_path_us_p99;
     double miss_path_us_p50, miss_path_us_p99, raw_read_us_p50, hit_overhead_us_p50;
     double backend_wall_ms_p50, backend_dt_ms_p50, backend_wall_s, backend_dt_s;

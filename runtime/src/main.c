@@ -61,6 +61,7 @@ static const char *REPLAY_HELP =
     "  --tracker-width-log2 N count-min sketch width (default 14)\n"
     "  --tracker-depth N      count-min sketch rows (default 4)\n"
     "  --measure-raw          on hits, also time a raw read of the same flash bytes\n"
+    "  --no-policy-prefetch   do not call the policy's prefetch hint when a GET arrives\n"
     "  --fail-read-every N    fault injection: every Nth flash read fails (also env\n"
     "                         FLASHRT_FAULT_FLASH_READ_EVERY)\n"
     "  --fail-write-every N   fault injection: every Nth flash write fails (also env\n"
@@ -235,6 +236,7 @@ static int cmd_replay(int argc, char **argv) {
         else if ((v = optval(argc, argv, &i, "--fail-write-every"))) { if (parse_uint(v, &cfg.fail_write_every)) BAD("--fail-write-every"); }
         else if ((v = optval(argc, argv, &i, "--limit"))) { if (parse_uint(v, &limit)) BAD("--limit"); }
         else if (!strcmp(a, "--measure-raw")) cfg.measure_raw = 1;
+        else if (!strcmp(a, "--no-policy-prefetch")) cfg.no_policy_prefetch = 1;
         else if (!strcmp(a, "--json")) as_json = 1;
         else {
             fprintf(stderr, "flashrt replay: error: unknown argument '%s' (see --help)\n", a);
@@ -315,6 +317,7 @@ static int cmd_replay(int argc, char **argv) {
             {"decision_ns_p50", 0, m.decision_ns_p50, 0}, {"decision_ns_p99", 0, m.decision_ns_p99, 0},
             {"features_ns_p50", 0, m.features_ns_p50, 0}, {"admit_ns_p50", 0, m.admit_ns_p50, 0},
             {"prefetch_ns_p50", 0, m.prefetch_ns_p50, 0},
+            {"policy_prefetch_ns_p50", 0, m.policy_prefetch_ns_p50, 0},
             {"hit_path_us_p50", 0, m.hit_path_us_p50, 0}, {"hit_path_us_p99", 0, m.hit_path_us_p99, 0},
             {"miss_path_us_p50", 0, m.miss_path_us_p50, 0}, {"miss_path_us_p99", 0, m.miss_path_us_p99, 0},
             {"raw_read_us_p50", 0, m.raw_read_us_p50, 0}, {"hit_overhead_us_p50", 0, m.hit_overhead_us_p50, 0},

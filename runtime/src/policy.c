@@ -23,6 +23,7 @@ struct flashrt_policy {
     double (*admit_score)(const double *);
     void (*prefetch_range)(const double *, int32_t *, int32_t *);
     double (*when_score)(const double *);
+    void (*prefetch_hint)(void); /* optional: flashml_policy_prefetch */
     double admit_threshold, when_threshold, target_wr, eviction_age;
     /* RejectX: the keys of the last `hist` admission queries and their counts */
     uint64_t *ring;
@@ -133,6 +134,10 @@ static flashrt_policy *load(const char *dir, char *err, size_t errlen) {
     if (p->admit_score) p->prefetch_range = (void (*)(const double *, int32_t *, int32_t *))sym(p, so, "flashml_prefetch_range", err, errlen);
     if (p->prefetch_range) p->when_score = (double (*)(const double *))sym(p, so, "flashml_prefetch_when_score", err, errlen);
     if (!p->when_score) goto refuse;
+    {   /* optional (bundles built before it existed lack it) */
+        void *h = dlsym(p->dl, "flashml_policy_prefetch");
+        memcpy(&p->prefetch_hint, &h, sizeof h);
+    }
     if (abi_fn() != FLASHML_POLICY_ABI_VERSION) {
         frt_seterr(err, errlen, "%s: refused: it speaks ABI %d but this runtime speaks ABI %d", so, abi_fn(), FLASHML_POLICY_ABI_VERSION);
         goto refuse;
@@ -232,4 +237,8 @@ int frt_policy_prefetch(flashrt_policy *p, const double *f, int64_t *lo, int64_t
     *lo = a;
     *hi = b;
     return 1;
+}
+
+void frt_policy_warm(const flashrt_policy *p) {
+    if (p->kind == K_SO && p->prefetch_hint) p->prefetch_hint();
 }
