@@ -9,6 +9,7 @@ from pathlib import Path
 
 from flashml.commands.argtypes import finite_float as _float
 from flashml.commands.argtypes import integer as _int
+from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
 from flashml.pipelines.episodes import DEFAULT_K, WHEN_EPSILON_S
@@ -86,13 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "summary.json", description="Build the episode tables from a trace "
                         "with Spark (default) or Polars; both give identical tables.",
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trace", required=True, type=Path, metavar="FILE",
-                   help="canonical .parquet access table, or a raw trace (see --format)")
-    p.add_argument("--format", default=None,
-                   help="format of a raw trace (default tectonic; ignored for .parquet)")
-    p.add_argument("--sample-ratio", type=_float, default=None, metavar="PERCENT",
-                   help="sample ratio in percent (default: the table's metadata, else the "
-                   "file name, else 100)")
+    add_trace_option(p)
     p.add_argument("--eviction-age", required=True, type=_float, metavar="SECONDS",
                    help="assumed eviction age in seconds (> 0)")
     p.add_argument("--target-write-rate", type=_float, default=DEFAULTS.target_write_rate_mbps,

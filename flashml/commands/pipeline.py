@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from flashml.commands.argtypes import positive_ints
+from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
 
@@ -104,10 +105,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     psub = p.add_subparsers(dest="pipeline_command", metavar="SUBCOMMAND", required=True)
     r = psub.add_parser("run", help="trace -> validated table -> learned policy -> bundle",
                         description=__doc__)
-    r.add_argument("--trace", type=Path, default=None, help="raw trace or canonical .parquet "
-                   "(default: generate the embedded synthetic preset)")
-    r.add_argument("--format", default=None, help="format of a raw --trace (default tectonic)")
-    r.add_argument("--sample-ratio", type=float, default=None, metavar="PERCENT")
+    add_trace_option(r, required=False, trace_help="raw trace or canonical .parquet "
+                     "(default: generate the embedded synthetic preset)")
     r.add_argument("--cache-gb", type=float, default=DEFAULTS.cache_gb,
                    help=f"flash cache size at full-node scale (default {DEFAULTS.cache_gb})")
     r.add_argument("--target-write-rate", type=float,

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flashml.commands.argtypes import finite_float
+from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
 
@@ -208,13 +210,6 @@ def degrade_bundle(src: str | Path, dst: str | Path) -> Path:
     return dst
 
 
-def _nonneg(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("regress", help="model-regression check: candidate vs baseline policy",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -222,17 +217,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the policy under test")
     p.add_argument("--baseline", required=True, metavar="RUN_OR_BUNDLE",
                    help="the reference policy (e.g. the champion, or regress/baseline)")
-    p.add_argument("--trace", required=True, type=Path, metavar="FILE",
-                   help="evaluation trace: canonical .parquet or raw (see --format)")
-    p.add_argument("--format", default=None, help="format of a raw trace (default tectonic)")
-    p.add_argument("--sample-ratio", type=_nonneg, default=None, metavar="PERCENT")
-    p.add_argument("--cache-gb", type=_nonneg, default=DEFAULTS.cache_gb,
+    add_trace_option(p, trace_help="evaluation trace: canonical .parquet or raw (see "
+                     "--format)")
+    p.add_argument("--cache-gb", type=finite_float, default=DEFAULTS.cache_gb,
                    help=f"cache size at full-node scale (default {DEFAULTS.cache_gb})")
-    p.add_argument("--tolerance", type=_nonneg, default=0.01,
+    p.add_argument("--tolerance", type=finite_float, default=0.01,
                    help="allowed relative peak-DT increase over the baseline (default 0.01)")
-    p.add_argument("--target-write-rate", type=_nonneg, default=None, metavar="MBPS",
+    p.add_argument("--target-write-rate", type=finite_float, default=None, metavar="MBPS",
                    help="write-rate limit (default the candidate's own target)")
-    p.add_argument("--write-rate-tolerance", type=_nonneg, default=0.05,
+    p.add_argument("--write-rate-tolerance", type=finite_float, default=0.05,
                    help="allowed relative write-rate excess over the target (default 0.05)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.set_defaults(func=cmd_regress)

@@ -10,6 +10,7 @@ from typing import Any
 
 from flashml.commands.argtypes import finite_float as _float
 from flashml.commands.argtypes import integer as _int
+from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS, UNITS
 from flashml.errors import UserError
 
@@ -200,13 +201,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Simulate a flash cache in front of HDDs (Baleen's model) over a canonical "
         "access table (or a raw trace, ingested on the fly) and print the metrics.",
         epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trace", required=True, type=Path, metavar="FILE",
-                   help="canonical .parquet access table, or a raw trace (see --format)")
-    p.add_argument("--format", default=None,
-                   help="format of a raw trace (default tectonic; ignored for .parquet)")
-    p.add_argument("--sample-ratio", type=_float, default=None, metavar="PERCENT",
-                   help="sample ratio in percent (default: the table's metadata, else the "
-                   "file name full_<start>_<ratio>.trace, else 100)")
+    add_trace_option(p)
     p.add_argument("--cache-gb", type=_float, default=None, metavar="GB",
                    help=f"cache size at full-node scale, GB of 2^30 bytes (default "
                    f"{DEFAULTS.cache_gb}); scaled by the sample ratio")

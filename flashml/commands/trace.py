@@ -15,6 +15,20 @@ from flashml.errors import UserError
 log = logging.getLogger("flashml.trace")
 
 
+def add_trace_option(p: argparse.ArgumentParser, *, required: bool = True,
+                     trace_help: str = "canonical .parquet access table, or a raw trace "
+                     "(see --format)") -> None:
+    """`--trace FILE`, `--format`, `--sample-ratio`: the trace input of the commands that
+    take other arguments too (episodes, sim, train, sweep, regress, pipeline)."""
+    p.add_argument("--trace", required=required, default=None, type=Path, metavar="FILE",
+                   help=trace_help)
+    p.add_argument("--format", default=None,
+                   help="format of a raw trace (default tectonic; ignored for .parquet)")
+    p.add_argument("--sample-ratio", type=finite_float, default=None, metavar="PERCENT",
+                   help="sample ratio in percent (default: the table's metadata, else the "
+                   "file name full_<start>_<ratio>.trace, else 100)")
+
+
 def add_trace_input(p: argparse.ArgumentParser, *, with_format: bool = True) -> None:
     """Options every command that reads a trace takes."""
     from flashml.pipelines.readers import FORMATS

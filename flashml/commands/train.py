@@ -8,6 +8,7 @@ import logging
 import tempfile
 from pathlib import Path
 
+from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
 
@@ -120,9 +121,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", type=Path, required=True, help="raw trace or canonical .parquet")
-    p.add_argument("--format", default=None, help="format of a raw trace (default tectonic)")
-    p.add_argument("--sample-ratio", type=float, default=None, metavar="PERCENT")
+    add_trace_option(p)
     p.add_argument("--cache-gb", type=float, default=DEFAULTS.cache_gb)
     p.add_argument("--target-write-rate", type=float, default=DEFAULTS.target_write_rate_mbps,
                    metavar="MBPS")
