@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from flashml.models.baselines import tune_threshold
-from flashml.models.dataset import training_data
+from flashml.models.dataset import training_data, training_window
 from flashml.models.learned import LearnedPolicy, score_all, train_policy
 from flashml.models.train import GbmParams
 from flashml.models.tuning import Tuned
@@ -90,19 +90,24 @@ class LoopResult:
         return "\n".join(lines)
 
 
+def _training_day(df: pl.DataFrame, base: SimConfig,
+                  train_seconds: float) -> tuple[int, pl.DataFrame, SimConfig]:
+    """The training window's row count and rows, and the config that simulates them from a
+    cold cache (no warm-up): what every training-day choice is judged on."""
+    n = int(training_window(df["time"].to_numpy(), train_seconds).sum())
+    return n, df.slice(0, n), base.replace(warmup_s=0.0)
+
+
 def select_when_threshold(df: pl.DataFrame, arrays: dict[str, np.ndarray], base: SimConfig,
                           target_mbps: float, train_seconds: float,
                           candidates: tuple[float, ...]) -> tuple[float, dict[float, float]]:
     """The ML-When threshold with the lowest peak DT on the training window (the first day,
     simulated from a cold cache with no warm-up), each at the target write rate. Chosen on
     training data only, so the evaluation days stay held out."""
-    times = df["time"].to_numpy()
-    n = int(np.searchsorted(times, times[0] + train_seconds, side="left"))
+    n, sub, cfg = _training_day(df, base, train_seconds)
     if n < 2 or len(candidates) == 1:
         return candidates[0], {}
-    sub = df.slice(0, n)
     sub_arrays = {k: v[:n] for k, v in arrays.items()}
-    cfg = base.replace(warmup_s=0.0)
     peaks: dict[float, float] = {}
     for wt in candidates:
         t = tune_threshold(sub, cfg.replace(when_threshold=wt), target_mbps, sub_arrays,
@@ -121,8 +126,7 @@ def select_accesses_per_episode(df: pl.DataFrame, feats: np.ndarray, labels: pl.
     to the artifact's K, then to the smaller one. Training data only: the evaluation days
     stay held out."""
     times = df["time"].to_numpy()
-    n = int(np.searchsorted(times, times[0] + settings.train_seconds, side="left"))
-    sub, cfg = df.slice(0, n), base.replace(warmup_s=0.0)
+    n, sub, cfg = _training_day(df, base, settings.train_seconds)
     peaks: dict[int, float] = {}
     for k in settings.k_candidates:
         data = training_data(feats, times, labels, episodes, settings.train_seconds,

@@ -138,6 +138,7 @@ def test_replay_serves_correct_bytes_and_agrees_with_simulator(env):
             assert k in m
         # the decision's parts, each measured on the same misses, never exceed the whole
         assert m["decision_ns_p50"] >= max(m["features_ns_p50"], m["admit_ns_p50"]) >= 0
+        assert m["policy_prefetch_ns_p50"] is None  # neither policy has a prefetch hint
         sim_args = ["--admission", "admitall"] if name == "admitall" else ["--policy", policy]
         sim = subprocess.run([sys.executable, "-m", "flashml.cli", "sim", "run", "--trace",
                               str(env["trace"]), "--capacity-segments",

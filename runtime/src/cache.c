@@ -422,8 +422,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     if (!rt->cfg.no_policy_prefetch) {
         /* the decision on a miss comes soon: let its code and tables load meanwhile */
         uint64_t h0 = frt_now_ns();
-        frt_policy_warm(rt->policy);
-        frt_vec_push(&rt->hint_ns, (double)(frt_now_ns() - h0));
+        if (frt_policy_warm(rt->policy)) frt_vec_push(&rt->hint_ns, (double)(frt_now_ns() - h0));
     }
     uint64_t w0 = frt_now_ns();
     rt->gets++;

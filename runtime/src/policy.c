@@ -239,6 +239,8 @@ int frt_policy_prefetch(flashrt_policy *p, const double *f, int64_t *lo, int64_t
     return 1;
 }
 
-void frt_policy_warm(const flashrt_policy *p) {
-    if (p->kind == K_SO && p->prefetch_hint) p->prefetch_hint();
+int frt_policy_warm(const flashrt_policy *p) {
+    if (p->kind != K_SO || !p->prefetch_hint) return 0;
+    p->prefetch_hint();
+    return 1;
 }
