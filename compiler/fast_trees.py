@@ -194,13 +194,6 @@ def reference_margin(ft: FastTrees, x: np.ndarray) -> np.ndarray:
     return s + ft.base_score
 
 
-def reference_score(ft: FastTrees, x: np.ndarray) -> np.ndarray:
-    m = reference_margin(ft, x)
-    if ft.postprocessor == "sigmoid":
-        return 1.0 / (1.0 + np.exp(-ft.sigmoid_alpha * m))
-    return m
-
-
 def _array(name: str, ctype: str, values: list[str], per_line: int = 16) -> str:
     lines = [", ".join(values[i:i + per_line]) for i in range(0, len(values), per_line)]
     body = ",\n    ".join(lines) if lines else "0"
@@ -322,9 +315,7 @@ def _emit_prefetch(ft: FastTrees, p: str, n_thr: int, n_split: int) -> str:
     """`void <p>_prefetch(void)`: prefetch instructions for what `<p>` reads on every call
     (its thresholds, tree tables, the leaf lines in use, its code), at most
     PREFETCH_MAX_LINES lines of tables, earliest trees first."""
-    kids = np.concatenate([ft.left, ft.right], axis=1).astype(np.int64)
-    leaves = int(max([1, *(kids[t][kids[t] >= LANES].max() - LANES + 1
-                           for t in range(ft.num_trees))]))
+    leaves = max(1, int(max(ft.left.max(), ft.right.max())) - LANES + 1)  # leaf ids: 64 + j
     leaf_lines = -(-min(leaves, LANES) // 8)
     budget = PREFETCH_MAX_LINES - (n_thr + 7) // 8 - (n_split + 7) // 8
     trees = max(0, min(ft.num_trees, budget // (4 + leaf_lines)))
