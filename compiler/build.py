@@ -92,6 +92,7 @@ class ModelInfo:
     features: list[str]
     task: str
     postprocessor: str
+    sigmoid_alpha: float = 1.0
 
 
 def sha256_file(path: Path) -> str:
@@ -177,7 +178,8 @@ def load_model(name: str, path: Path) -> tuple[Any, ModelInfo]:
             raise CompileError(f"{path}: {k} is {head.get(k)}, expected float64")
     info = ModelInfo(name=name, file=path.name, sha256=sha256_file(path),
                      num_trees=int(model.num_tree), num_features=int(model.num_feature),
-                     features=want, task=task, postprocessor=post)
+                     features=want, task=task, postprocessor=post,
+                     sigmoid_alpha=float(head.get("sigmoid_alpha", 1.0)))
     return model, info
 
 
@@ -275,8 +277,43 @@ def _fast_trees(models: dict[str, Any], cc: str,
                    if not isinstance(p, str)}
 
 
+#: How far (relative) a score must be from its threshold for the margin test to decide it.
+BAND_REL = 1e-9
+
+
+def margin_band(postprocessor: str, alpha: float, threshold: float) -> tuple[float, float]:
+    """(lo, hi) such that a raw margin m >= hi surely scores >= threshold and m <= lo surely
+    scores below it, so flashml_policy_decide needs the postprocessor (exp) only for margins
+    strictly between: (nan, nan) where no such band is safe. The band is checked with this
+    machine's exp, with BAND_REL of slack for another libm's last-bit differences."""
+    if postprocessor == "identity":
+        return threshold, threshold
+    nan = (math.nan, math.nan)
+    if postprocessor != "sigmoid" or not alpha > 0 or not 0.0 < threshold < 1.0:
+        return nan
+
+    def score(m: float) -> float:
+        try:
+            return 1.0 / (1.0 + math.exp(-alpha * m))
+        except OverflowError:
+            return 0.0
+
+    t = -math.log(1.0 / threshold - 1.0) / alpha
+    eps = 1e-6 * max(1.0, abs(t))
+    for _ in range(8):
+        lo, hi = t - eps, t + eps
+        if score(hi) >= threshold * (1 + BAND_REL) and score(lo) <= threshold * (1 - BAND_REL):
+            return lo, hi
+        eps *= 10
+    return nan
+
+
+def _c_double(v: float) -> str:
+    return "NAN" if math.isnan(v) else float(v).hex()
+
+
 def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
-                  fast: dict[str, str]) -> str:
+                  fast: dict[str, str], infos: dict[str, ModelInfo]) -> str:
     """The wrapper source; `fast` maps model name -> symbol of its fast_trees evaluator."""
     c = contract()
     range_idx = c.indices("range")
@@ -298,12 +335,21 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
         "RANGE_N": str(len(range_idx)),
         "RANGE_IDX": ", ".join(str(i) for i in range_idx),
         "HAVE_FAST": "1" if fast else "0",
-        "FAST_DECLS": "\n".join(f"double {sym}(const double *x);\nvoid {sym}_prefetch(void);"
-                                for sym in fast.values()),
+        "FAST_DECLS": "\n".join(f"double {sym}(const double *x);\n"
+                                f"double {sym}_margin(const double *x);\n"
+                                f"void {sym}_prefetch(void);" for sym in fast.values()),
         "FAST_PREFETCH_CALLS": "\n".join(f"    {sym}_prefetch();" for sym in fast.values()),
     }
     for name in MODEL_FILES:
         values[f"FAST_{name.upper()}"] = fast.get(name, f"tl2_{name}")
+    for name in ("admission", "when"):
+        sym = fast.get(name)
+        values[f"FAST_{name.upper()}_MARGIN"] = f"{sym}_margin" if sym else f"tl2_{name}_margin"
+    for name, key in (("admission", "ADMIT"), ("when", "WHEN")):
+        i = infos[name]
+        lo, hi = margin_band(i.postprocessor, i.sigmoid_alpha,
+                             float(params[f"{key.lower()}_threshold"]))
+        values[f"{key}_MARGIN_LO"], values[f"{key}_MARGIN_HI"] = _c_double(lo), _c_double(hi)
     text = WRAPPER.read_text()
     for k, v in values.items():
         text = text.replace(f"@{k}@", v)
@@ -445,7 +491,7 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                                str(obj)], src.name))
             objects.append(obj)
         wrapper = build / "policy_wrapper.c"
-        wrapper.write_text(_fill_wrapper(params, segments_per_block, fast_syms))
+        wrapper.write_text(_fill_wrapper(params, segments_per_block, fast_syms, infos))
         wobj = build / "policy_wrapper.o"
         jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-I", str(build), "-c",
                            str(wrapper), "-o", str(wobj)], "policy_wrapper.c"))

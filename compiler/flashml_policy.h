@@ -95,6 +95,17 @@ double flashml_eviction_age_s(void);
  * changes no score and returns at once. */
 void flashml_policy_prefetch(void);
 
+/* The whole decision on a miss in one call, optional for callers and for older .so files
+ * (look it up with dlsym). It returns FLASHML_DECIDE_ADMIT when flashml_admit_score(features)
+ * >= flashml_admit_threshold(); only for an admitted miss, also FLASHML_DECIDE_PREFETCH when
+ * flashml_prefetch_when_score(features) >= flashml_prefetch_when_threshold(), and then
+ * *first_segment and *last_segment are what flashml_prefetch_range gives (untouched
+ * otherwise). Equal to those calls, in one pass: the range is computed once. */
+#define FLASHML_DECIDE_ADMIT 1
+#define FLASHML_DECIDE_PREFETCH 2
+int flashml_policy_decide(const double *features, int32_t *first_segment,
+                          int32_t *last_segment);
+
 #ifdef __cplusplus
 }
 #endif

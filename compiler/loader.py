@@ -133,6 +133,27 @@ class PolicyLibrary:
             end[i] = b.value
         return start, end
 
+    def decisions(self, x: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """flashml_policy_decide for every row: (flags, first, last); flags has
+        FLASHML_DECIDE_ADMIT (1) and FLASHML_DECIDE_PREFETCH (2), and first/last are -1
+        where the row does not prefetch."""
+        x = self._rows(x)
+        f = self.lib.flashml_policy_decide
+        f.restype = ctypes.c_int
+        f.argtypes = [_DOUBLE_P, _INT32_P, _INT32_P]
+        n = x.shape[0]
+        flags = np.empty(n, dtype=np.int64)
+        first = np.full(n, -1, dtype=np.int64)
+        last = np.full(n, -1, dtype=np.int64)
+        a, b = ctypes.c_int32(), ctypes.c_int32()
+        pa, pb = ctypes.byref(a), ctypes.byref(b)
+        base, stride = x.ctypes.data, x.strides[0]
+        for i in range(n):
+            a.value = b.value = -1
+            flags[i] = f(ctypes.cast(base + i * stride, _DOUBLE_P), pa, pb)
+            first[i], last[i] = a.value, b.value
+        return flags, first, last
+
     def arrays(self, x: Any) -> dict[str, np.ndarray]:
         """Per-row arrays for the simulator's precomputed path: score, prefetch_start,
         prefetch_end, when_score."""

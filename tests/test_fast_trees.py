@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 from pathlib import Path
 
 import lightgbm as lgb
 import numpy as np
 import pytest
 
-from flashml.compiler.build import compile_policy
+from flashml.compiler.build import compile_policy, margin_band
 from flashml.compiler.bundle import round_range, save_policy_models, when_matrix
 from flashml.compiler.demo import demo_trace, split_by_block, train_demo_models
 from flashml.compiler.fast_trees import cpu_has_fast_trees, plan, reference_margin
@@ -42,6 +43,8 @@ def data(work):
 def boosters(data):
     df, x, train, _ = data
     b = train_demo_models(df, num_trees=30, num_leaves=31, rows=train)
+    # a 15-leaf model too: each table width (16, 32, 64 lanes) is compiled and checked
+    b["range_end"] = train_demo_models(df, num_trees=30, num_leaves=15, rows=train)["range_end"]
     y = (np.arange(len(x)) % 7 == 0) | (x[:, 6] > 1)  # a label that uses the counts
     params = {"objective": "binary", "num_leaves": 63, "learning_rate": 0.1,
               "min_data_in_leaf": 5, "verbose": -1, "seed": 0, "num_threads": 2,
@@ -86,6 +89,11 @@ def test_tables_reproduce_lightgbm_raw_scores(boosters, data) -> None:
     want = adm.predict(rows, raw_score=True)
     got = reference_margin(ft, rows)
     np.testing.assert_array_equal(got, want)  # bit for bit
+    widths = {n: plan(_treelite(b)).width for n, b in boosters.items()}
+    assert widths == {"admission": 64, "range_start": 32, "range_end": 16, "when": 32}
+    xr = rows[:, contract().indices("range")]
+    np.testing.assert_array_equal(reference_margin(plan(_treelite(boosters["range_end"])), xr),
+                                  boosters["range_end"].predict(xr, raw_score=True))
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +134,70 @@ def test_fast_and_portable_policy_so_equal_lightgbm(bundles, boosters, data) -> 
                for m in portable.values())
     if not cpu_has_fast_trees():
         print("this CPU has no AVX-512 VBMI: both bundles ran TL2cgen's code")
+
+
+def assert_decide_equals_separate_calls(path: Path, rows: np.ndarray) -> None:
+    """flashml_policy_decide == the separate ABI calls with the .so's own thresholds."""
+    pol = load_policy(path)
+    flags, first, last = pol.decisions(rows)
+    admit = pol.admit_scores(rows) >= pol.admit_threshold
+    prefetch = admit & (pol.when_scores(rows) >= pol.when_threshold)
+    start, end = pol.prefetch_ranges(rows)
+    np.testing.assert_array_equal(flags, admit * 1 + prefetch * 2, err_msg=str(path))
+    np.testing.assert_array_equal(first, np.where(prefetch, start, -1), err_msg=str(path))
+    np.testing.assert_array_equal(last, np.where(prefetch, end, -1), err_msg=str(path))
+    assert 0 < admit.mean() < 1 and 0 < prefetch.sum() < admit.sum(), (admit.mean(),
+                                                                        prefetch.mean())
+
+
+def test_decide_equals_the_separate_calls(bundles, boosters, data) -> None:
+    _, x, _, held = data
+    ft = plan(_treelite(boosters["admission"]))
+    rows = np.vstack([x[held[:3000]], edge_rows(ft, x[held[:50]])])
+    for path in bundles.values():
+        assert_decide_equals_separate_calls(path, rows)
+
+
+def test_decide_at_thresholds_equal_to_scores(work, bundles, boosters, data) -> None:
+    """Thresholds set to scores that rows really have: those rows' margins fall inside the
+    band where decide applies the sigmoid, and the >= must still hold exactly."""
+    _, x, _, held = data
+    rows = x[held[:2000]]
+    pol = load_policy(bundles["fast"])
+    adm = pol.admit_scores(rows)
+    admit_thr = float(np.quantile(adm, 0.4, method="nearest"))
+    when = pol.when_scores(rows[adm >= admit_thr])
+    when_thr = float(np.quantile(when, 0.5, method="nearest"))
+    models = save_policy_models(work / "models-edge", boosters, admit_threshold=admit_thr,
+                                when_threshold=when_thr, eviction_age_s=3600.0,
+                                target_write_rate_mbps=35.599)
+    for fast in (True, False):
+        out = work / f"policy-edge-{fast}"
+        compile_policy(out, model_dir=models, fast=fast)
+        assert (load_policy(out).admit_scores(rows) == admit_thr).any()
+        assert_decide_equals_separate_calls(out, rows)
+
+
+@pytest.mark.parametrize("thr", [1e-300, 1e-12, 0.01, 0.3, 0.5, 0.9, 1 - 1e-6, 1 - 1e-12])
+@pytest.mark.parametrize("alpha", [1.0, 0.25, 3.0])
+def test_margin_band_brackets_the_sigmoid_threshold(thr, alpha) -> None:
+    lo, hi = margin_band("sigmoid", alpha, thr)
+
+    def sig(m: float) -> float:  # as C: exp overflows to inf, the score to 0
+        with np.errstate(over="ignore"):
+            return float(1.0 / (1.0 + np.exp(-alpha * m)))
+
+    if math.isnan(lo):  # no safe band: decide always applies the sigmoid
+        assert math.isnan(hi) and thr > 1 - 1e-8
+        return
+    assert lo < hi and hi - lo < 1e-3 * max(1.0, abs(hi))
+    for m in np.linspace(hi, hi + 50, 200):
+        assert sig(m) >= thr
+    for m in np.linspace(lo - 50, lo, 200):
+        assert sig(m) < thr
+    assert margin_band("identity", 1.0, thr) == (thr, thr)
+    for bad in (0.0, 1.0, -0.5, 2.0):
+        assert all(math.isnan(v) for v in margin_band("sigmoid", alpha, bad))
 
 
 def test_plan_refuses_what_it_cannot_evaluate(work, boosters, data) -> None:

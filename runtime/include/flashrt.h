@@ -160,6 +160,10 @@ struct flashrt_result {
  * fails or the access is outside the backing's blocks (message: flashrt_error). */
 int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_result *res);
 const char *flashrt_error(const flashrt *rt);
+/* Optional, between accesses (where a server would wait for the next request): brings the
+ * policy's code and tables back into the CPU caches that serving the last access's bytes
+ * evicted, so the next miss decides warm. Never changes a decision. */
+void flashrt_idle(flashrt *rt);
 
 struct flashrt_metrics {
     /* the simulator's metric keys (sim/src/flash.rs) */
@@ -173,8 +177,9 @@ struct flashrt_metrics {
     uint64_t gets, puts, hits, evicted_regions, evicted_segments, capacity_segments;
     uint64_t region_bytes, regions;
     /* decision = features + admission + prefetch decision, on each miss; its parts: */
-    double decision_ns_p50, decision_ns_p99, features_ns_p50, admit_ns_p50, prefetch_ns_p50;
-    double policy_prefetch_ns_p50; /* the prefetch hint's own cost, on every GET */
+    double decision_ns_p50, decision_ns_p99, features_ns_p50;
+    double policy_ns_p50; /* admission + prefetch decision: flashml_policy_decide, or its calls */
+    double policy_prefetch_ns_p50; /* the prefetch hint's own cost per call (GETs, idle) */
     double hit_path_us_p50, hit_path_us_p99;
     double miss_path_us_p50, miss_path_us_p99, raw_read_us_p50, hit_overhead_us_p50;
     double backend_wall_ms_p50, backend_dt_ms_p50, backend_wall_s, backend_dt_s;

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "backing_internal.h"
+#include "flashml_policy.h"
 #include "flashrt.h"
 #include "internal.h"
 #include "policy_internal.h"
@@ -80,7 +81,7 @@ struct flashrt {
     uint64_t served_bytes;
     double tokens, tokens_t;
     int raw_flip;
-    struct frt_vec decision_ns, features_ns, admit_ns, prefetch_ns, hint_ns, hit_us, miss_us, raw_us, over_us, backend_wall_ms, backend_dt_ms;
+    struct frt_vec decision_ns, features_ns, policy_ns, hint_ns, hit_us, miss_us, raw_us, over_us, backend_wall_ms, backend_dt_ms;
     double backend_wall_s, backend_dt_s;
     char err[FLASHRT_ERR_LEN];
 };
@@ -232,8 +233,7 @@ void flashrt_close(flashrt *rt) {
     flashrt_tracker_free(rt->tracker);
     frt_vec_free(&rt->decision_ns);
     frt_vec_free(&rt->features_ns);
-    frt_vec_free(&rt->admit_ns);
-    frt_vec_free(&rt->prefetch_ns);
+    frt_vec_free(&rt->policy_ns);
     frt_vec_free(&rt->hint_ns);
     frt_vec_free(&rt->hit_us);
     frt_vec_free(&rt->miss_us);
@@ -521,23 +521,22 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     if (wants) flashrt_tracker_features(rt->tracker, a, f);
     uint64_t d1 = frt_now_ns();
     unsigned lo = m0, hi = m1;
-    int64_t p0, p1;
-    int admit = frt_policy_admit(rt->policy, a->key, wants ? f : NULL);
+    int32_t p0 = 0, p1 = -1;
+    int dec = frt_policy_decide(rt->policy, a->key, wants ? f : NULL, &p0, &p1);
     uint64_t d2 = frt_now_ns();
+    int admit = dec & FLASHML_DECIDE_ADMIT;
     /* as the simulator: prefetch extends only an admitted miss's IO */
-    if (admit && wants && frt_policy_prefetch(rt->policy, f, &p0, &p1)) {
+    if (admit && (dec & FLASHML_DECIDE_PREFETCH)) {
         if (p0 < 0) p0 = 0;
-        if (p1 > SPB - 1) p1 = SPB - 1;
+        if (p1 > (int32_t)SPB - 1) p1 = (int32_t)SPB - 1;
         if (p0 <= p1) {
             if ((unsigned)p0 < lo) lo = (unsigned)p0;
             if ((unsigned)p1 > hi) hi = (unsigned)p1;
         }
     }
-    uint64_t d3 = frt_now_ns();
-    frt_vec_push(&rt->decision_ns, (double)(d3 - d0));
+    frt_vec_push(&rt->decision_ns, (double)(d2 - d0));
     frt_vec_push(&rt->features_ns, (double)(d1 - d0));
-    frt_vec_push(&rt->admit_ns, (double)(d2 - d1));
-    if (admit && wants) frt_vec_push(&rt->prefetch_ns, (double)(d3 - d2));
+    frt_vec_push(&rt->policy_ns, (double)(d2 - d1));
     flashrt_tracker_add(rt->tracker, a);
     unsigned io_segs = hi - lo + 1;
     rt->backend_ios++;
@@ -595,6 +594,12 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     return 0;
 }
 
+void flashrt_idle(flashrt *rt) {
+    if (rt->cfg.no_policy_prefetch) return;
+    uint64_t h0 = frt_now_ns();
+    if (frt_policy_warm(rt->policy)) frt_vec_push(&rt->hint_ns, (double)(frt_now_ns() - h0));
+}
+
 /* ---- metrics ---- */
 
 void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
@@ -649,8 +654,7 @@ void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
     m->decision_ns_p50 = frt_percentile(&rt->decision_ns, 0.5);
     m->decision_ns_p99 = frt_percentile(&rt->decision_ns, 0.99);
     m->features_ns_p50 = frt_percentile(&rt->features_ns, 0.5);
-    m->admit_ns_p50 = frt_percentile(&rt->admit_ns, 0.5);
-    m->prefetch_ns_p50 = frt_percentile(&rt->prefetch_ns, 0.5);
+    m->policy_ns_p50 = frt_percentile(&rt->policy_ns, 0.5);
     m->policy_prefetch_ns_p50 = frt_percentile(&rt->hint_ns, 0.5);
     m->hit_path_us_p50 = frt_percentile(&rt->hit_us, 0.5);
     m->hit_path_us_p99 = frt_percentile(&rt->hit_us, 0.99);

@@ -34,8 +34,8 @@ static const char *REPLAY_HELP =
     "Replays the trace through the cache: GETs are served from flash or the backing device and\n"
     "every returned byte is checked against the deterministic content; PUTs are charged DT.\n"
     "Prints the simulator's metric keys plus integrity_errors, device_errors, decision_ns_p50\n"
-    "(features + admission + prefetch decision on a miss; its parts features_ns_p50,\n"
-    "admit_ns_p50, prefetch_ns_p50), hit_path_us_p50, miss_path_us_p50 and more. Exit 0\n"
+    "(features + admission + prefetch decision on a miss; its parts features_ns_p50 and\n"
+    "policy_ns_p50), hit_path_us_p50, miss_path_us_p50 and more. Exit 0\n"
     "when every byte was correct, 3 when some were not, 1 on bad input or a device failure.\n"
     "\n"
     "options:\n"
@@ -61,7 +61,8 @@ static const char *REPLAY_HELP =
     "  --tracker-width-log2 N count-min sketch width (default 14)\n"
     "  --tracker-depth N      count-min sketch rows (default 4)\n"
     "  --measure-raw          on hits, also time a raw read of the same flash bytes\n"
-    "  --no-policy-prefetch   do not call the policy's prefetch hint when a GET arrives\n"
+    "  --no-policy-prefetch   do not call the policy's prefetch hint (when a GET arrives and\n"
+    "                         between accesses)\n"
     "  --fail-read-every N    fault injection: every Nth flash read fails (also env\n"
     "                         FLASHRT_FAULT_FLASH_READ_EVERY)\n"
     "  --fail-write-every N   fault injection: every Nth flash write fails (also env\n"
@@ -283,6 +284,7 @@ static int cmd_replay(int argc, char **argv) {
             rc = ERR("%s:%llu: %s", trace_path, (unsigned long long)acc.line, flashrt_error(rt));
             break;
         }
+        flashrt_idle(rt);
         if (res.data) {
             int64_t bad = flashrt_verify(acc.key, acc.offset, res.data, res.len);
             if (bad >= 0) {
@@ -315,8 +317,7 @@ static int cmd_replay(int argc, char **argv) {
             {"device_errors", 1, 0, m.device_errors}, {"flash_read_errors", 1, 0, m.flash_read_errors},
             {"flash_write_errors", 1, 0, m.flash_write_errors}, {"rate_limited", 1, 0, m.rate_limited},
             {"decision_ns_p50", 0, m.decision_ns_p50, 0}, {"decision_ns_p99", 0, m.decision_ns_p99, 0},
-            {"features_ns_p50", 0, m.features_ns_p50, 0}, {"admit_ns_p50", 0, m.admit_ns_p50, 0},
-            {"prefetch_ns_p50", 0, m.prefetch_ns_p50, 0},
+            {"features_ns_p50", 0, m.features_ns_p50, 0}, {"policy_ns_p50", 0, m.policy_ns_p50, 0},
             {"policy_prefetch_ns_p50", 0, m.policy_prefetch_ns_p50, 0},
             {"hit_path_us_p50", 0, m.hit_path_us_p50, 0}, {"hit_path_us_p99", 0, m.hit_path_us_p99, 0},
             {"miss_path_us_p50", 0, m.miss_path_us_p50, 0}, {"miss_path_us_p99", 0, m.miss_path_us_p99, 0},

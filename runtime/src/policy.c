@@ -24,6 +24,7 @@ struct flashrt_policy {
     void (*prefetch_range)(const double *, int32_t *, int32_t *);
     double (*when_score)(const double *);
     void (*prefetch_hint)(void); /* optional: flashml_policy_prefetch */
+    int (*decide)(const double *, int32_t *, int32_t *); /* optional: flashml_policy_decide */
     double admit_threshold, when_threshold, target_wr, eviction_age;
     /* RejectX: the keys of the last `hist` admission queries and their counts */
     uint64_t *ring;
@@ -137,6 +138,8 @@ static flashrt_policy *load(const char *dir, char *err, size_t errlen) {
     {   /* optional (bundles built before it existed lack it) */
         void *h = dlsym(p->dl, "flashml_policy_prefetch");
         memcpy(&p->prefetch_hint, &h, sizeof h);
+        void *d = dlsym(p->dl, "flashml_policy_decide");
+        memcpy(&p->decide, &d, sizeof d);
     }
     if (abi_fn() != FLASHML_POLICY_ABI_VERSION) {
         frt_seterr(err, errlen, "%s: refused: it speaks ABI %d but this runtime speaks ABI %d", so, abi_fn(), FLASHML_POLICY_ABI_VERSION);
@@ -202,7 +205,7 @@ int frt_policy_prepare(flashrt_policy *p, uint64_t capacity_segments, char *err,
 
 int frt_policy_wants_features(const flashrt_policy *p) { return p->kind == K_SO; }
 
-int frt_policy_admit(flashrt_policy *p, uint64_t key, const double *f) {
+static int admit(flashrt_policy *p, uint64_t key, const double *f) {
     switch (p->kind) {
     case K_SO:
         return p->admit_score(f) >= p->admit_threshold;
@@ -229,14 +232,12 @@ int frt_policy_admit(flashrt_policy *p, uint64_t key, const double *f) {
     return 0;
 }
 
-int frt_policy_prefetch(flashrt_policy *p, const double *f, int64_t *lo, int64_t *hi) {
-    if (p->kind != K_SO) return 0;
-    if (!(p->when_score(f) >= p->when_threshold)) return 0;
-    int32_t a = 0, b = -1;
-    p->prefetch_range(f, &a, &b);
-    *lo = a;
-    *hi = b;
-    return 1;
+int frt_policy_decide(flashrt_policy *p, uint64_t key, const double *f, int32_t *lo, int32_t *hi) {
+    if (p->decide) return p->decide(f, lo, hi);
+    if (!admit(p, key, f)) return 0;
+    if (p->kind != K_SO || !(p->when_score(f) >= p->when_threshold)) return FLASHML_DECIDE_ADMIT;
+    p->prefetch_range(f, lo, hi);
+    return FLASHML_DECIDE_ADMIT | FLASHML_DECIDE_PREFETCH;
 }
 
 int frt_policy_warm(const flashrt_policy *p) {
