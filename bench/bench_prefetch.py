@@ -16,6 +16,8 @@ evaluation days:
   ml_range_oracle_when    + ML-Range where the episode's ML-When label is 1 (OPT knowledge)
   opt_range               + OPT-Range of each access's episode on every admitted miss
                             (OPT knowledge: what a perfect range model would give)
+  opt_admission_only      OPT admission, no prefetch (what a perfect admission model would
+                          give without prefetching)
   opt                     OPT admission + OPT-Range (the bound)
 
 plus the range quality of ML-Range on the OPT-admitted episodes of the evaluation days: the
@@ -45,6 +47,7 @@ def ablation(out: Path) -> dict:
     from flashml.features.online import feature_matrix
     from flashml.models.baselines import tune_threshold
     from flashml.models.learned import score_all
+    from flashml.models.opt import tune_opt
     from flashml.models.registry import load_policy_dir
     from flashml.pipelines.canonical import read_table
     from flashml.simulation import SimConfig
@@ -79,6 +82,10 @@ def ablation(out: Path) -> dict:
                                           prefetch_when="score", cfg={"when_threshold": 0.5}),
         "opt_range": reduction({"score": arrays["score"], "prefetch_start": opt_start,
                                 "prefetch_end": opt_end}, prefetch="range"),
+        "opt_admission_only": 1.0 - tune_opt(
+            df, out / "accesses.parquet", base, target, s["eviction_age_s"],
+            out / "work" / "opt-admission-only", prefetch=False
+        ).result.metrics["peak_dt_util"] / rx,
         "opt": 1.0 - s["policies"]["opt"]["peak_dt_util"] / rx,
     }
     # ML-Range at the first access of each OPT-admitted episode of the evaluation days
