@@ -10,6 +10,10 @@ Figures go to bench/results/compile.json:
                            AVX-512 VBMI (machine.avx512_vbmi), TL2cgen's code elsewhere
   c_ns_per_decision_tl2cgen the same for a policy.so built without fast_trees (TL2cgen only),
                            side by side: speedup_fast_trees_vs_tl2cgen
+  c_ns_per_miss_path       a miss's whole decision as the runtime makes it (admission; for an
+                           admitted row the when-score; where it passes the range) as separate
+                           ABI calls, and c_ns_per_miss_path_decide as one
+                           flashml_policy_decide call (the driver checks they agree)
   lightgbm_us_per_row      LightGBM Booster.predict on one row from Python (the usual
                            single-row call), and lightgbm_batch_us_per_row for a whole batch
   speedup_vs_lightgbm      lightgbm single-row / C single-row
@@ -66,7 +70,7 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* usage: driver ROWS.bin N REPS -> "admit_ns miss_path_ns admitted checksum" */
+/* usage: driver ROWS.bin N REPS -> "admit_ns miss_path_ns decide_ns admitted checksum" */
 int main(int argc, char **argv) {
     if (argc != 4) return 2;
     long n = atol(argv[2]), reps = atol(argv[3]);
@@ -84,21 +88,31 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n; ++i)
             admitted += flashml_admit_score(x + i * FLASHML_POLICY_NUM_FEATURES) >= th;
     double t1 = now();
-    /* the whole per-miss work: admission, when-score, range */
+    /* the whole per-miss work as the runtime does it: admission; for an admitted miss the
+     * when-score; where it passes, the range. Separate calls, then flashml_policy_decide */
     long m = n < 20000 ? n : 20000;
-    int32_t a, b;
+    int32_t a = 0, b = 0;
+    double sep = 0.0, dec = 0.0;
     double t2 = now();
     for (long i = 0; i < m; ++i) {
         const double *row = x + i * FLASHML_POLICY_NUM_FEATURES;
-        sum += flashml_admit_score(row) >= th;
-        if (flashml_prefetch_when_score(row) >= flashml_prefetch_when_threshold()) {
-            flashml_prefetch_range(row, &a, &b);
-            sum += a + b;
+        if (flashml_admit_score(row) >= th) {
+            sep += 1;
+            if (flashml_prefetch_when_score(row) >= flashml_prefetch_when_threshold()) {
+                flashml_prefetch_range(row, &a, &b);
+                sep += 2 + a + b;
+            }
         }
     }
     double t3 = now();
-    printf("%.3f %.3f %ld %.6f\n", (t1 - t0) * 1e9 / (double)(n * reps), (t3 - t2) * 1e9 / m,
-           (long)admitted, sum);
+    for (long i = 0; i < m; ++i) {
+        int d = flashml_policy_decide(x + i * FLASHML_POLICY_NUM_FEATURES, &a, &b);
+        dec += d + ((d & FLASHML_DECIDE_PREFETCH) ? a + b : 0);
+    }
+    double t4 = now();
+    if (sep != dec) return 4; /* decide must equal the separate calls */
+    printf("%.3f %.3f %.3f %ld %.6f\n", (t1 - t0) * 1e9 / (double)(n * reps),
+           (t3 - t2) * 1e9 / m, (t4 - t3) * 1e9 / m, (long)admitted, sum + dec);
     return 0;
 }
 """
@@ -120,9 +134,9 @@ def time_per_call(fn, rows: np.ndarray, min_s: float = 1.0) -> float:
 
 
 def c_latency(work: Path, policy: Path, rows_bin: Path, n: int, reps: int,
-              name: str) -> tuple[float, float, int]:
-    """(ns per admission decision, ns per full miss path, admitted rows) from the C driver,
-    best of 3 runs."""
+              name: str) -> tuple[float, float, float, int]:
+    """(ns per admission decision, ns per miss path as separate calls, ns per miss path
+    as one flashml_policy_decide, admitted rows) from the C driver, best of 3 runs."""
     drv = work / f"driver-{name}"
     (work / "driver.c").write_text(DRIVER)
     cc = shutil.which(os.environ.get("CC", "cc")) or "cc"
@@ -133,8 +147,9 @@ def c_latency(work: Path, policy: Path, rows_bin: Path, n: int, reps: int,
     for _ in range(3):
         out = subprocess.run([str(drv), str(rows_bin), str(n), str(reps)],
                              capture_output=True, text=True, check=True).stdout.split()
-        runs.append((float(out[0]), float(out[1]), int(out[2]) // reps))
-    return min(r[0] for r in runs), min(r[1] for r in runs), runs[0][2]
+        runs.append((float(out[0]), float(out[1]), float(out[2]), int(out[3]) // reps))
+    return (min(r[0] for r in runs), min(r[1] for r in runs), min(r[2] for r in runs),
+            runs[0][3])
 
 
 def main() -> int:
@@ -192,10 +207,10 @@ def main() -> int:
         # C driver: single-row latency measured in C (thread CPU time)
         rows.tofile(work / "rows.bin")
         reps = 20 if args.quick else 50
-        c_ns, miss_ns, admitted_c = c_latency(work, work / "policy", work / "rows.bin",
+        c_ns, miss_ns, decide_ns, admitted_c = c_latency(work, work / "policy", work / "rows.bin",
                                               len(rows), reps, "default")
         assert admitted_c == int((got >= 0.5).sum()), "C driver disagrees with ctypes"
-        tl2_ns, tl2_miss_ns, admitted_tl2 = c_latency(work, work / "policy-tl2cgen",
+        tl2_ns, tl2_miss_ns, tl2_decide_ns, admitted_tl2 = c_latency(work, work / "policy-tl2cgen",
                                                       work / "rows.bin", len(rows), reps,
                                                       "tl2cgen")
         assert admitted_tl2 == admitted_c
@@ -237,8 +252,10 @@ def main() -> int:
             "rows": len(rows),
             "c_ns_per_decision": c_ns,
             "c_ns_per_miss_path": miss_ns,
+            "c_ns_per_miss_path_decide": decide_ns,
             "c_ns_per_decision_tl2cgen": tl2_ns,
             "c_ns_per_miss_path_tl2cgen": tl2_miss_ns,
+            "c_ns_per_miss_path_decide_tl2cgen": tl2_decide_ns,
             "speedup_fast_trees_vs_tl2cgen": tl2_ns / c_ns,
             "evaluators": {k: v["evaluators"] for k, v in manifest["models"].items()},
             "lightgbm_us_per_row": lgb_s * 1e6,
