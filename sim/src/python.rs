@@ -16,6 +16,17 @@ use crate::objects;
 use crate::online_features::{self as online, FeatureColumns, GET_OPS};
 use crate::so_policy::{self, Overrides, PolicyLib};
 
+/// A dict of `src`'s named fields, each keyed by its field name (so a metric's Python key is
+/// its Rust name, written once); `key => value` pairs may follow for the rest.
+macro_rules! fields_dict {
+    ($py:expr, $src:expr; $($f:ident),* $(; $($k:literal => $v:expr),+)? $(,)?) => {{
+        let d = PyDict::new($py);
+        $(d.set_item(stringify!($f), $src.$f)?;)*
+        $($(d.set_item($k, $v)?;)+)?
+        d
+    }};
+}
+
 fn value_error(e: SimError) -> PyErr {
     PyValueError::new_err(e.0)
 }
@@ -137,32 +148,15 @@ impl Params {
 
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let c = &self.cfg;
-        let d = PyDict::new(py);
-        d.set_item("segment_bytes", c.segment_bytes)?;
-        d.set_item("block_bytes", c.block_bytes)?;
-        d.set_item("t_seek_s", c.t_seek_s)?;
-        d.set_item("bandwidth_bytes_per_s", c.bandwidth_bytes_per_s)?;
-        d.set_item("disks", c.disks)?;
-        d.set_item("window_s", c.window_s)?;
-        d.set_item("warmup_s", c.warmup_s)?;
-        d.set_item("sample_ratio", c.sample_ratio)?;
-        d.set_item("cache_gb", c.cache_gb)?;
-        d.set_item("capacity_segments", c.capacity_segments)?;
-        d.set_item("block_level_recency", c.block_level_recency)?;
-        d.set_item(
-            "put_ops",
-            c.put_ops.iter().map(|&o| o as u32).collect::<Vec<u32>>(),
-        )?;
-        d.set_item("eviction", &self.eviction)?;
-        d.set_item("admission", &self.admission)?;
-        d.set_item("prefetch", &self.prefetch)?;
-        d.set_item("prefetch_when", &self.prefetch_when)?;
-        d.set_item("coinflip_p", self.coinflip_p)?;
-        d.set_item("coinflip_seed", self.coinflip_seed)?;
-        d.set_item("rejectx_x", self.rejectx_x)?;
-        d.set_item("rejectx_factor", self.rejectx_factor)?;
-        d.set_item("threshold", self.threshold)?;
-        d.set_item("when_threshold", self.when_threshold)?;
+        let d = fields_dict!(py, c; segment_bytes, block_bytes, t_seek_s, bandwidth_bytes_per_s,
+            disks, window_s, warmup_s, sample_ratio, cache_gb, capacity_segments,
+            block_level_recency;
+            "put_ops" => c.put_ops.iter().map(|&o| o as u32).collect::<Vec<u32>>());
+        let strings = fields_dict!(py, self; coinflip_p, coinflip_seed, rejectx_x,
+            rejectx_factor, threshold, when_threshold;
+            "eviction" => &self.eviction, "admission" => &self.admission,
+            "prefetch" => &self.prefetch, "prefetch_when" => &self.prefetch_when);
+        d.update(strings.as_mapping())?;
         Ok(d)
     }
 }
@@ -282,51 +276,21 @@ fn simulate<'py>(
 /// The result of a flash-cache run as the Python dict `simulate` returns.
 fn result_dict(py: Python<'_>, r: flash::FlashResult) -> PyResult<Bound<'_, PyDict>> {
     let m = &r.metrics;
-    let metrics = PyDict::new(py);
-    metrics.set_item("peak_dt_util", m.peak_dt_util)?;
-    metrics.set_item("mean_dt_util", m.mean_dt_util)?;
-    metrics.set_item("p50_dt_util", m.p50_dt_util)?;
-    metrics.set_item("p90_dt_util", m.p90_dt_util)?;
-    metrics.set_item("p99_dt_util", m.p99_dt_util)?;
-    metrics.set_item("flash_write_rate_mbps", m.flash_write_rate_mbps)?;
-    metrics.set_item("dwpd", m.dwpd)?;
-    metrics.set_item("io_hit_ratio", m.io_hit_ratio)?;
-    metrics.set_item("byte_hit_ratio", m.byte_hit_ratio)?;
-    metrics.set_item("segment_hit_ratio", m.segment_hit_ratio)?;
-    metrics.set_item("avg_eviction_age_s", m.avg_eviction_age_s)?;
-    metrics.set_item("backend_ios", m.backend_ios)?;
-    metrics.set_item("backend_bytes", m.backend_bytes)?;
-    metrics.set_item("admitted_segments", m.admitted_segments)?;
-    metrics.set_item("prefetched_segments", m.prefetched_segments)?;
-    metrics.set_item("accesses", m.accesses)?;
-    metrics.set_item("wall_s", m.wall_s)?;
-
+    let metrics = fields_dict!(py, m; peak_dt_util, mean_dt_util, p50_dt_util, p90_dt_util,
+        p99_dt_util, flash_write_rate_mbps, dwpd, io_hit_ratio, byte_hit_ratio,
+        segment_hit_ratio, avg_eviction_age_s, backend_ios, backend_bytes, admitted_segments,
+        prefetched_segments, accesses, wall_s);
     let s = r.series;
-    let series = PyDict::new(py);
-    series.set_item("time", PyArray1::from_vec(py, s.time))?;
-    series.set_item("dt_util", PyArray1::from_vec(py, s.dt_util))?;
-    series.set_item("write_rate_mbps", PyArray1::from_vec(py, s.write_rate_mbps))?;
-    series.set_item("warmup", PyArray1::from_vec(py, s.warmup))?;
-
+    let series = fields_dict!(py, s; ;
+        "time" => PyArray1::from_vec(py, s.time),
+        "dt_util" => PyArray1::from_vec(py, s.dt_util),
+        "write_rate_mbps" => PyArray1::from_vec(py, s.write_rate_mbps),
+        "warmup" => PyArray1::from_vec(py, s.warmup));
     let i = &r.info;
-    let info = PyDict::new(py);
-    info.set_item("capacity_segments", i.capacity_segments)?;
-    info.set_item("segments_per_block", i.segments_per_block)?;
-    info.set_item("get_accesses", i.get_accesses)?;
-    info.set_item("put_accesses", i.put_accesses)?;
-    info.set_item("hits", i.hits)?;
-    info.set_item("evictions", i.evictions)?;
-    info.set_item("trace_seconds", i.trace_seconds)?;
-    info.set_item("windows", i.windows)?;
-    info.set_item("measured_windows", i.measured_windows)?;
-    info.set_item("rejectx_history", i.rejectx_history)?;
-    info.set_item("peak_cached_blocks", i.peak_cached_blocks)?;
-
-    let out = PyDict::new(py);
-    out.set_item("metrics", metrics)?;
-    out.set_item("series", series)?;
-    out.set_item("info", info)?;
-    Ok(out)
+    let info = fields_dict!(py, i; capacity_segments, segments_per_block, get_accesses,
+        put_accesses, hits, evictions, trace_seconds, windows, measured_windows,
+        rejectx_history, peak_cached_blocks);
+    Ok(fields_dict!(py, r; ; "metrics" => metrics, "series" => series, "info" => info))
 }
 
 fn params_from(config: Option<&Bound<'_, PyDict>>) -> PyResult<Params> {
@@ -388,14 +352,10 @@ fn simulate_policy<'py>(
 #[pyfunction]
 fn policy_info(py: Python<'_>, policy: std::path::PathBuf) -> PyResult<Bound<'_, PyDict>> {
     let lib = PolicyLib::load(&policy).map_err(value_error)?;
-    let d = PyDict::new(py);
-    d.set_item("abi_version", lib.abi_version)?;
-    d.set_item("contract_hash", &lib.contract_hash)?;
-    d.set_item("admit_threshold", lib.admit_threshold)?;
-    d.set_item("when_threshold", lib.when_threshold)?;
-    d.set_item("target_write_rate_mbps", lib.target_write_rate_mbps)?;
-    d.set_item("eviction_age_s", lib.eviction_age_s)?;
-    Ok(d)
+    Ok(
+        fields_dict!(py, lib; abi_version, admit_threshold, when_threshold,
+        target_write_rate_mbps, eviction_age_s; "contract_hash" => &lib.contract_hash),
+    )
 }
 
 /// The admission features of every access computed online in Rust (the simulator's .so
@@ -485,14 +445,7 @@ fn simulate_objects<'py>(
     let r = py
         .allow_threads(|| objects::simulate_objects(keys, sizes, &cfg))
         .map_err(value_error)?;
-    let d = PyDict::new(py);
-    d.set_item("miss_ratio", r.miss_ratio)?;
-    d.set_item("byte_miss_ratio", r.byte_miss_ratio)?;
-    d.set_item("requests", r.requests)?;
-    d.set_item("hits", r.hits)?;
-    d.set_item("evictions", r.evictions)?;
-    d.set_item("wall_s", r.wall_s)?;
-    Ok(d)
+    Ok(fields_dict!(py, r; miss_ratio, byte_miss_ratio, requests, hits, evictions, wall_s))
 }
 
 #[pymodule]
