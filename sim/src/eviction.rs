@@ -21,61 +21,37 @@ pub trait Eviction {
     }
 }
 
-/// Least recently used: a hit moves the unit to the front; victims come from the back.
+/// A list of units: each enters at the front, victims come from the back. With
+/// `MOVE_ON_TOUCH` a hit moves the unit to the front (least recently used, [`Lru`]); without
+/// it hits change nothing (first in, first out, [`Fifo`]).
 #[derive(Debug, Default)]
-pub struct Lru {
+pub struct ListOrder<const MOVE_ON_TOUCH: bool> {
     list: DList,
 }
 
-impl Lru {
+/// Least recently used: a hit moves the unit to the front; victims come from the back.
+pub type Lru = ListOrder<true>;
+/// First in, first out: hits do not change the order.
+pub type Fifo = ListOrder<false>;
+
+impl<const MOVE_ON_TOUCH: bool> ListOrder<MOVE_ON_TOUCH> {
     pub fn new() -> Self {
-        Lru { list: DList::new() }
+        ListOrder { list: DList::new() }
     }
 }
 
-impl Eviction for Lru {
-    const REORDERS_ON_TOUCH: bool = true;
+impl<const MOVE_ON_TOUCH: bool> Eviction for ListOrder<MOVE_ON_TOUCH> {
+    const REORDERS_ON_TOUCH: bool = MOVE_ON_TOUCH;
     #[inline]
     fn insert(&mut self, unit: u32) {
         self.list.push_front(unit);
     }
     #[inline]
     fn touch(&mut self, unit: u32) {
-        self.list.move_to_front(unit);
+        if MOVE_ON_TOUCH {
+            self.list.move_to_front(unit);
+        }
     }
-    #[inline]
-    fn victim(&self) -> Option<u32> {
-        self.list.back()
-    }
-    #[inline]
-    fn remove(&mut self, unit: u32) {
-        self.list.unlink(unit);
-    }
-    fn len(&self) -> usize {
-        self.list.len()
-    }
-}
-
-/// First in, first out: hits do not change the order.
-#[derive(Debug, Default)]
-pub struct Fifo {
-    list: DList,
-}
-
-impl Fifo {
-    pub fn new() -> Self {
-        Fifo { list: DList::new() }
-    }
-}
-
-impl Eviction for Fifo {
-    const REORDERS_ON_TOUCH: bool = false;
-    #[inline]
-    fn insert(&mut self, unit: u32) {
-        self.list.push_front(unit);
-    }
-    #[inline]
-    fn touch(&mut self, _unit: u32) {}
     #[inline]
     fn victim(&self) -> Option<u32> {
         self.list.back()
