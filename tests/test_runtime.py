@@ -140,16 +140,21 @@ def test_replay_serves_correct_bytes_and_agrees_with_simulator(env):
         assert m["decision_ns_p50"] >= max(m["features_ns_p50"], m["policy_ns_p50"]) >= 0
         assert m["policy_prefetch_ns_p50"] is None  # neither policy has a prefetch hint
         sim_args = ["--admission", "admitall"] if name == "admitall" else ["--policy", policy]
-        sim = subprocess.run([sys.executable, "-m", "flashml.cli", "sim", "run", "--trace",
-                              str(env["trace"]), "--capacity-segments",
-                              str(m["capacity_segments"]), "--warmup-s", "0", "--json",
-                              *sim_args], capture_output=True, text=True, cwd=REPO)
-        assert sim.returncode == 0, sim.stderr
-        s = json.loads(sim.stdout)
-        for k in ("io_hit_ratio", "flash_write_rate_mbps"):
-            assert abs(m[k] - s[k]) <= 0.02 * s[k], (name, k, m[k], s[k])
+        assert_agrees_with_simulator(env, m, sim_args, name)
         if name == "count":
             assert m["prefetched_segments"] > 0
+
+
+def assert_agrees_with_simulator(env, m: dict, sim_args: list[str], name: str) -> None:
+    """Replay metrics `m` within 2% of `flashml sim run` on the same trace and capacity."""
+    sim = subprocess.run([sys.executable, "-m", "flashml.cli", "sim", "run", "--trace",
+                          str(env["trace"]), "--capacity-segments",
+                          str(m["capacity_segments"]), "--warmup-s", "0", "--json",
+                          *sim_args], capture_output=True, text=True, cwd=REPO)
+    assert sim.returncode == 0, sim.stderr
+    s = json.loads(sim.stdout)
+    for k in ("io_hit_ratio", "flash_write_rate_mbps"):
+        assert abs(m[k] - s[k]) <= 0.02 * s[k], (name, k, m[k], s[k])
 
 
 def test_tracker_error_is_bounded_against_exact_counts(env):
@@ -274,8 +279,10 @@ def test_loop_device(env, tmp_path):
 
 def test_compiled_policy_and_its_prefetch_hint(env, tmp_path):
     """A policy compiled by `flashml compile` serves correct bytes; its prefetch hint
-    (flashml_policy_prefetch, called on every GET unless --no-policy-prefetch) changes no
-    decision: the cache's counters are identical with and without it."""
+    (flashml_policy_prefetch, called on every GET and between accesses unless
+    --no-policy-prefetch) changes no decision: the cache's counters are identical with and
+    without it; and its decisions (one flashml_policy_decide call per miss) agree with the
+    simulator's .so path (separate calls) within 2%."""
     from flashml.compiler.build import compile_policy
     from flashml.compiler.demo import write_demo_bundle
     from flashml.pipelines.ingest import load_trace
@@ -285,7 +292,7 @@ def test_compiled_policy_and_its_prefetch_hint(env, tmp_path):
     compile_policy(tmp_path / "policy", model_dir=tmp_path / "models")
     runs = {}
     for name, extra in (("hint", ()), ("no hint", ("--no-policy-prefetch",))):
-        p, m = replay(env, *extra, policy=str(tmp_path / "policy"), flash_bytes="64M")
+        p, m = replay(env, *extra, policy=str(tmp_path / "policy"), flash_bytes="128M")
         assert p.returncode == 0, p.stderr
         assert m["integrity_errors"] == 0 and m["verified_bytes"] > 0
         runs[name] = m
@@ -295,3 +302,7 @@ def test_compiled_policy_and_its_prefetch_hint(env, tmp_path):
               "io_hit_ratio", "flash_write_rate_mbps", "peak_dt_util"):
         assert runs["hint"][k] == runs["no hint"][k], k
     assert runs["hint"]["admitted_segments"] > 0
+    # the runtime decides with flashml_policy_decide, the simulator with the separate calls
+    assert runs["hint"]["prefetched_segments"] > 0
+    assert_agrees_with_simulator(env, runs["hint"], ["--policy", str(tmp_path / "policy")],
+                                 "compiled")
