@@ -10,11 +10,15 @@ at most 1 MiB (so the backing file stays a few GB, sparse). Figures go to
 bench/results/runtime.json:
   agreement:   io_hit_ratio and flash_write_rate_mbps of replay vs `flashml sim run --policy`
                on the same trace, policy and capacity (target: within 2%)
-  latency:     decision_ns_p50 in replay (cold caches) and warm (target <= 1 us),
-               hit_path_us_p50 and hit_overhead_us_p50 = p50 of (hit path - raw read of the
-               same flash bytes, same device) (target <= 5 us)
-  throughput:  accesses/s and MB/s served (verified) from file-backed devices, page cache
-               and O_DIRECT
+  latency:     decision_ns_p50 in replay (features + flashml_policy_decide on each miss,
+               with the policy's prefetch hints; without_hint: --no-policy-prefetch) and the
+               .so alone in a warm loop (target <= 1 us); hit_path_us_p50 and
+               hit_overhead_us_p50 = p50 of (hit path - raw read of the same flash bytes, same
+               device), from a --measure-raw replay (target <= 5 us)
+  throughput:  accesses/s and MB/s served (verified) from file-backed devices: first_touch
+               (the backing file read from disk into the page cache), page cache, O_DIRECT
+Runs, in order: first_touch, page_cache, page_cache_measure_raw, page_cache_no_hint,
+direct_io (each on a fresh flash file).
 """
 
 from __future__ import annotations
