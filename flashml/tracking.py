@@ -7,9 +7,12 @@ instead (e.g. the compose file's MLflow service).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from flashml.config import state_dir
@@ -35,6 +38,24 @@ def artifact_root(uri: str | None = None) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """Serialise the first touch of a sqlite store between processes: MLflow creates and
+    migrates the schema on first use, and two runs starting together on a fresh
+    FLASHML_HOME would otherwise race in the migration (or both create the experiment)."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    db = Path(uri.removeprefix("sqlite:///"))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def setup(experiment: str = EXPERIMENT) -> str:
     """Point MLflow at the store and make sure the experiment exists; returns its id."""
     for name in ("mlflow", "alembic"):
@@ -43,13 +64,12 @@ def setup(experiment: str = EXPERIMENT) -> str:
     import mlflow
 
     uri = tracking_uri()
-    if uri.startswith("sqlite:///"):
-        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(uri)
-    exp = mlflow.get_experiment_by_name(experiment)
-    if exp is None:
-        exp_id = mlflow.create_experiment(experiment, artifact_location=artifact_root(uri))
-    else:
-        exp_id = exp.experiment_id
+    with _store_lock(uri):
+        exp = mlflow.get_experiment_by_name(experiment)
+        if exp is None:
+            exp_id = mlflow.create_experiment(experiment, artifact_location=artifact_root(uri))
+        else:
+            exp_id = exp.experiment_id
     mlflow.set_experiment(experiment_id=exp_id)
     return exp_id
