@@ -308,6 +308,12 @@ def margin_band(postprocessor: str, alpha: float, threshold: float) -> tuple[flo
     return nan
 
 
+def admit_threshold_peak(params: dict[str, Any]) -> float:
+    """The admission threshold in a peak hour: threshold - bonus, in float64 (the same
+    expression sim/src/config.rs `PeakSchedule::threshold_at` and the runtime evaluate)."""
+    return float(params["admit_threshold"]) - float(params.get("peak_bonus", 0.0))
+
+
 def _c_double(v: float) -> str:
     return "NAN" if math.isnan(v) else float(v).hex()
 
@@ -328,6 +334,9 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
         "ABI_VERSION": str(ABI_VERSION),
         "CONTRACT_HASH": params["contract_hash"],
         "ADMIT_THRESHOLD": repr(float(params["admit_threshold"])),
+        "PEAK_HOURS": str(sum(1 << h for h in params.get("peak_hours", ()))),
+        "PEAK_BONUS": repr(float(params.get("peak_bonus", 0.0))),
+        "ADMIT_THRESHOLD_PEAK": repr(admit_threshold_peak(params)),
         "WHEN_THRESHOLD": repr(float(params["when_threshold"])),
         "TARGET_WRITE_RATE_MBPS": repr(float(params["target_write_rate_mbps"])),
         "EVICTION_AGE_S": repr(float(params["eviction_age_s"])),
@@ -345,10 +354,12 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
     for name in ("admission", "when"):
         sym = fast.get(name)
         values[f"FAST_{name.upper()}_MARGIN"] = f"{sym}_margin" if sym else f"tl2_{name}_margin"
-    for name, key in (("admission", "ADMIT"), ("when", "WHEN")):
+    for name, key, threshold in (
+            ("admission", "ADMIT", float(params["admit_threshold"])),
+            ("admission", "ADMIT_PEAK", admit_threshold_peak(params)),
+            ("when", "WHEN", float(params["when_threshold"]))):
         i = infos[name]
-        lo, hi = margin_band(i.postprocessor, i.sigmoid_alpha,
-                             float(params[f"{key.lower()}_threshold"]))
+        lo, hi = margin_band(i.postprocessor, i.sigmoid_alpha, threshold)
         values[f"{key}_MARGIN_LO"], values[f"{key}_MARGIN_HI"] = _c_double(lo), _c_double(hi)
     text = WRAPPER.read_text()
     for k, v in values.items():
@@ -386,14 +397,19 @@ def _check_so(so: Path, params: dict[str, Any]) -> None:
             raise CompileError(f"policy.so exports {got}, the ABI declares {want}")
     lib = ctypes.CDLL(str(so))
     lib.flashml_policy_contract_hash.restype = ctypes.c_char_p
-    for fn in ("flashml_admit_threshold", "flashml_prefetch_when_threshold"):
+    for fn in ("flashml_admit_threshold", "flashml_prefetch_when_threshold",
+               "flashml_admit_peak_bonus"):
         getattr(lib, fn).restype = ctypes.c_double
+    lib.flashml_admit_peak_hours.restype = ctypes.c_uint32
     checks = {
         "ABI version": (lib.flashml_policy_abi_version(), ABI_VERSION),
         "feature count": (lib.flashml_policy_num_features(), contract().num_features),
         "contract hash": (lib.flashml_policy_contract_hash().decode(), params["contract_hash"]),
         "admit threshold": (lib.flashml_admit_threshold(), params["admit_threshold"]),
         "when threshold": (lib.flashml_prefetch_when_threshold(), params["when_threshold"]),
+        "peak hours": (lib.flashml_admit_peak_hours(),
+                       sum(1 << h for h in params.get("peak_hours", ()))),
+        "peak bonus": (lib.flashml_admit_peak_bonus(), params.get("peak_bonus", 0.0)),
     }
     for what, (got, want) in checks.items():
         if got != want:
@@ -528,6 +544,8 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
             "target_write_rate_mbps": params["target_write_rate_mbps"],
             "admit_threshold": params["admit_threshold"],
             "when_threshold": params["when_threshold"],
+            "peak_hours": params["peak_hours"],
+            "peak_bonus": params["peak_bonus"],
             "segments_per_block": int(segments_per_block),
             "range_rounding": "floor(x + 0.5) clamped to [0, segments_per_block-1], "
                               "end >= start",

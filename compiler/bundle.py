@@ -26,7 +26,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,9 +108,11 @@ def save_policy_models(directory: str | os.PathLike[str], boosters: Mapping[str,
                        admit_threshold: float, when_threshold: float, eviction_age_s: float,
                        target_write_rate_mbps: float, metrics: Mapping[str, float] | None = None,
                        mlflow_run_id: str | None = None,
-                       contract_hash: str | None = None, **extra: Any) -> Path:
+                       contract_hash: str | None = None, peak_hours: Sequence[int] = (),
+                       peak_bonus: float = 0.0, **extra: Any) -> Path:
     """Write a bundle: the four LightGBM Boosters (keys of MODEL_FILES) as text models and
-    policy.json. Written to a temporary folder first, then renamed. Returns the folder.
+    policy.json (thresholds, the peak schedule of the admission threshold, ...). Written to
+    a temporary folder first, then renamed. Returns the folder.
 
     Log it with `mlflow.log_artifacts(directory, artifact_path="policy")`.
     """
@@ -138,6 +140,7 @@ def save_policy_models(directory: str | os.PathLike[str], boosters: Mapping[str,
             "when_threshold": float(when_threshold),
             "eviction_age_s": float(eviction_age_s),
             "target_write_rate_mbps": float(target_write_rate_mbps),
+            **_checked_peak("save_policy_models", list(peak_hours), peak_bonus),
             "metrics": {k: float(v) for k, v in (metrics or {}).items()},
             **extra,
         }
@@ -174,7 +177,30 @@ def read_policy_json(bundle: Path) -> dict[str, Any]:
     if not isinstance(metrics, dict):
         raise UserError(f"{path}: field 'metrics': expected an object")
     params["metrics"] = metrics
+    params.update(_checked_peak(str(path), params.get("peak_hours", []),
+                                params.get("peak_bonus", 0.0)))
     return params
+
+
+def _checked_peak(where: str, hours: Any, bonus: Any) -> dict[str, Any]:
+    """The peak schedule (models/peak.py) as policy.json stores it, checked: distinct hours
+    of the day in 0..23, a bonus in [0, 1]. Bundles without one have a flat threshold."""
+    if not isinstance(hours, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) and 0 <= h < 24 for h in hours) \
+            or len(set(hours)) != len(hours):
+        raise UserError(f"{where}: field 'peak_hours': expected distinct hours 0..23, "
+                        f"got {hours!r}")
+    b = _finite("peak_bonus", bonus) if not isinstance(bonus, bool) else None
+    if b is None or not 0.0 <= b <= 1.0:
+        raise UserError(f"{where}: field 'peak_bonus': expected a number in [0, 1], "
+                        f"got {bonus!r}")
+    return {"peak_hours": sorted(hours), "peak_bonus": b}
+
+
+def sim_peak(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A bundle's peak schedule as SimConfig fields (`peak_hours`, `peak_bonus`)."""
+    return {"peak_hours": tuple(params.get("peak_hours", ())),
+            "peak_bonus": float(params.get("peak_bonus", 0.0))}
 
 
 def find_bundle(root: Path) -> Path:

@@ -62,12 +62,14 @@ def train_demo_models(df: pl.DataFrame, *, num_trees: int = 20, num_leaves: int 
 
 
 def write_demo_bundle(df: pl.DataFrame, out: Path, *, admit_threshold: float = 0.5,
-                      when_threshold: float = 0.5, **kw: Any) -> Path:
+                      when_threshold: float = 0.5, peak_hours: tuple[int, ...] = (),
+                      peak_bonus: float = 0.0, **kw: Any) -> Path:
     boosters = train_demo_models(df, **kw)
     return save_policy_models(out, boosters, admit_threshold=admit_threshold,
                               when_threshold=when_threshold, eviction_age_s=7200.0,
                               target_write_rate_mbps=35.599,
-                              metrics={"demo_auc": 0.0})
+                              metrics={"demo_auc": 0.0}, peak_hours=peak_hours,
+                              peak_bonus=peak_bonus)
 
 
 def demo_trace(directory: Path, *, accesses: int = 40_000, preset: str = "region1-like",

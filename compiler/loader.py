@@ -95,6 +95,15 @@ class PolicyLibrary:
         self.when_threshold = lib.flashml_prefetch_when_threshold()
         self.target_write_rate_mbps = lib.flashml_target_write_rate_mbps()
         self.eviction_age_s = lib.flashml_eviction_age_s()
+        # Optional (flashml_policy.h): .so files compiled before the peak schedule have none.
+        self.peak_hours: tuple[int, ...] = ()
+        self.peak_bonus = 0.0
+        if hasattr(lib, "flashml_admit_peak_hours") and hasattr(lib, "flashml_admit_peak_bonus"):
+            lib.flashml_admit_peak_hours.restype = ctypes.c_uint32
+            lib.flashml_admit_peak_bonus.restype = ctypes.c_double
+            mask = lib.flashml_admit_peak_hours()
+            self.peak_hours = tuple(h for h in range(24) if mask >> h & 1)
+            self.peak_bonus = lib.flashml_admit_peak_bonus()
 
     def _rows(self, x: Any) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float64)
@@ -133,15 +142,31 @@ class PolicyLibrary:
             end[i] = b.value
         return start, end
 
-    def decisions(self, x: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """flashml_policy_decide for every row: (flags, first, last); flags has
-        FLASHML_DECIDE_ADMIT (1) and FLASHML_DECIDE_PREFETCH (2), and first/last are -1
-        where the row does not prefetch."""
+    def decisions(self, x: Any, times: Any = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """flashml_policy_decide for every row (flashml_policy_decide_at with `times`, the
+        rows' trace times in seconds): (flags, first, last); flags has FLASHML_DECIDE_ADMIT
+        (1) and FLASHML_DECIDE_PREFETCH (2), and first/last are -1 where the row does not
+        prefetch."""
         x = self._rows(x)
-        f = self.lib.flashml_policy_decide
-        f.restype = ctypes.c_int
-        f.argtypes = [_DOUBLE_P, _INT32_P, _INT32_P]
         n = x.shape[0]
+        if times is None:
+            decide = self.lib.flashml_policy_decide
+            decide.restype = ctypes.c_int
+            decide.argtypes = [_DOUBLE_P, _INT32_P, _INT32_P]
+
+            def f(row: Any, pa: Any, pb: Any, i: int) -> int:
+                return decide(row, pa, pb)
+        else:
+            t = np.ascontiguousarray(times, dtype=np.float64)
+            if t.shape != (n,):
+                raise ValueError(f"expected {n} times, got shape {t.shape}")
+            decide_at = self.lib.flashml_policy_decide_at
+            decide_at.restype = ctypes.c_int
+            decide_at.argtypes = [_DOUBLE_P, ctypes.c_double, _INT32_P, _INT32_P]
+
+            def f(row: Any, pa: Any, pb: Any, i: int) -> int:
+                return decide_at(row, t[i], pa, pb)
         flags = np.empty(n, dtype=np.int64)
         first = np.full(n, -1, dtype=np.int64)
         last = np.full(n, -1, dtype=np.int64)
@@ -150,7 +175,7 @@ class PolicyLibrary:
         base, stride = x.ctypes.data, x.strides[0]
         for i in range(n):
             a.value = b.value = -1
-            flags[i] = f(ctypes.cast(base + i * stride, _DOUBLE_P), pa, pb)
+            flags[i] = f(ctypes.cast(base + i * stride, _DOUBLE_P), pa, pb, i)
             first[i], last[i] = a.value, b.value
         return flags, first, last
 

@@ -100,6 +100,18 @@ void flashml_policy_prefetch(void);
 int flashml_policy_decide(const double *features, int32_t *first_segment,
                           int32_t *last_segment);
 
+/* Peak-aware admission, optional for callers and for older .so files (look them up with
+ * dlsym; without them the threshold is flat). In the hours h of the day (UTC, h in 0..23,
+ * h = floor(fmod(time_s, 86400) / 3600), fmod's negative results + 86400) whose bit is set
+ * in flashml_admit_peak_hours(), the admission threshold is
+ * flashml_admit_threshold() - flashml_admit_peak_bonus(). flashml_policy_decide_at is
+ * flashml_policy_decide with the threshold of time_s's hour; flashml_policy_decide is the
+ * off-peak decision. */
+uint32_t flashml_admit_peak_hours(void);
+double flashml_admit_peak_bonus(void);
+int flashml_policy_decide_at(const double *features, double time_s, int32_t *first_segment,
+                             int32_t *last_segment);
+
 #ifdef __cplusplus
 }}
 #endif

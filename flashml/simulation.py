@@ -75,6 +75,10 @@ class SimConfig:
     rejectx_x: int = 1
     rejectx_factor: float = 2.0
     threshold: float = 0.5
+    #: Peak-aware admission: in these hours of the day (UTC) the threshold is
+    #: `threshold - peak_bonus` (sim/src/config.rs: PeakSchedule).
+    peak_hours: tuple[int, ...] = ()
+    peak_bonus: float = 0.0
     prefetch: str = "none"
     prefetch_when: str = "miss"
     when_threshold: float = 0.5
@@ -90,6 +94,7 @@ class SimConfig:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["put_ops"] = list(self.put_ops)
+        d["peak_hours"] = list(self.peak_hours)
         return d
 
     def replace(self, **changes: Any) -> SimConfig:

@@ -52,6 +52,7 @@ from flashml.config import DEFAULTS
 from flashml.errors import UserError
 from flashml.models import report
 from flashml.models.converge import LoopSettings
+from flashml.models.peak import PeakSettings, busy_hours
 from flashml.models.train import GbmParams
 from flashml.models.tuning import Tuned
 from flashml.simulation import SimConfig
@@ -67,6 +68,8 @@ class JobSettings:
     master: str | None = None
     gbm: GbmParams = field(default_factory=GbmParams)
     loop: LoopSettings = field(default_factory=LoopSettings)
+    #: The learned policies' peak schedule (models/peak.py).
+    peak: PeakSettings = field(default_factory=PeakSettings)
     sweep_trials: int = 6
     register: bool = True
     compile: bool = True
@@ -168,6 +171,16 @@ class RunDir:
 
     def base(self, s: JobSettings) -> SimConfig:
         return SimConfig(sample_ratio=self.frame()[1].sample_ratio, cache_gb=s.cache_gb)
+
+    def learned_base(self, s: JobSettings) -> SimConfig:
+        """`base` with the learned policies' peak schedule: the `s.peak.hours` busiest hours
+        of the training window get a threshold `s.peak.bonus` lower (models/peak.py)."""
+        if "peak_hours" not in self.cache:
+            hours = busy_hours(self.frame()[0], s.loop.train_seconds, s.peak.hours) \
+                if s.peak.bonus > 0.0 else ()
+            self.cache["peak_hours"] = hours
+        hours = self.cache["peak_hours"]
+        return self.base(s).replace(peak_hours=hours, peak_bonus=s.peak.bonus if hours else 0.0)
 
     def mlflow_run_id(self) -> str | None:
         p = self.path / "mlflow_run_id"
@@ -318,7 +331,7 @@ def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
     timer = timer or Timer()
     df, _ = run.frame()
     feats = run.features()
-    base = run.base(s)
+    base = run.learned_base(s)
     target = s.target_write_rate_mbps
     run_id = mlflow.active_run().info.run_id
     extra: dict[str, Any] = {}
@@ -334,7 +347,7 @@ def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
                        "accesses_per_episode": loop.extra.get("accesses_per_episode"),
                        "iterations": [asdict(i) for i in loop.iterations]}
     else:
-        from flashml.compiler.bundle import find_bundle, read_policy_json
+        from flashml.compiler.bundle import find_bundle, read_policy_json, sim_peak
         from flashml.models.baselines import tune_threshold
         from flashml.models.learned import score_all
         from flashml.models.registry import load_policy_dir
@@ -343,6 +356,7 @@ def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
         with timer.stage("candidate bundle (given)"):
             policy = load_policy_dir(src)
             when_threshold = read_policy_json(src)["when_threshold"]
+            base = run.base(s).replace(**sim_peak(read_policy_json(src)))
             tuned = tune_threshold(df, base.replace(when_threshold=when_threshold), target,
                                    score_all(policy, feats), prefetch="range",
                                    prefetch_when="score")
@@ -355,7 +369,7 @@ def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
         run.policy, policy.boosters(), admit_threshold=m["threshold"],
         when_threshold=when_threshold, eviction_age_s=ea, target_write_rate_mbps=target,
         metrics={k: v for k, v in _finite(m).items() if k != "threshold"},
-        mlflow_run_id=run_id)
+        mlflow_run_id=run_id, peak_hours=base.peak_hours, peak_bonus=base.peak_bonus)
     mlflow.log_artifacts(str(bundle), artifact_path="policy")
     sample = feats[:: max(1, len(feats) // 200)][:200]
     info = mlflow.lightgbm.log_model(policy.admission, name="admission",
@@ -395,6 +409,7 @@ def policies(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[st
     df, _ = run.frame()
     feats = run.features()
     base = run.base(s)
+    learned_base = run.learned_base(s)
     target = s.target_write_rate_mbps
     trained = train(run, s, timer)
     ea = trained["eviction_age_s"]
@@ -403,13 +418,21 @@ def policies(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[st
     if "tuned_baleen" in run.cache:
         tuned["baleen"] = run.cache["tuned_baleen"]
     loop = run.cache.get("loop")
-    score = loop.arrays["score"] if loop is not None else \
-        score_all(_learned(run), feats)["score"]
+    arrays = loop.arrays if loop is not None else score_all(_learned(run), feats)
     with timer.stage("baleen_admission_only"):
-        tuned["baleen_admission_only"] = tune_threshold(df, base, target, {"score": score})
+        tuned["baleen_admission_only"] = tune_threshold(df, learned_base, target,
+                                                        {"score": arrays["score"]})
         pol["baleen_admission_only"] = _metrics(tuned["baleen_admission_only"], "threshold")
+    with timer.stage("baleen_flat_threshold"):  # what the peak schedule adds
+        from flashml.compiler.bundle import read_policy_json
+
+        wt = read_policy_json(run.policy)["when_threshold"]
+        tuned["baleen_flat_threshold"] = tune_threshold(
+            df, base.replace(when_threshold=wt), target, arrays, prefetch="range",
+            prefetch_when="score")
+        pol["baleen_flat_threshold"] = _metrics(tuned["baleen_flat_threshold"], "threshold")
     with timer.stage("cachelib_ml"):
-        cl = run_loop(df, run.table, feats, base, target, run.work / "cachelib", s.gbm,
+        cl = run_loop(df, run.table, feats, learned_base, target, run.work / "cachelib", s.gbm,
                       replace(s.loop, start_eviction_age_s=ea, max_iter=1),
                       features=list(contract().models["cachelib_like"]), with_prefetch=False)
         tuned["cachelib_ml"] = cl.tuned

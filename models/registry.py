@@ -62,6 +62,13 @@ def evaluate(policy: LearnedPolicy, df: pl.DataFrame, feats: np.ndarray, base: S
     return float(tuned.result.metrics["peak_dt_util"])
 
 
+def champion_base(d: Path, base: SimConfig) -> SimConfig:
+    """`base` with the peak schedule of the bundle in `d` (the champion is judged with its own)."""
+    from flashml.compiler.bundle import read_policy_json, sim_peak
+
+    return base.replace(**sim_peak(read_policy_json(d)))
+
+
 def policy_when_threshold(d: Path) -> float:
     from flashml.compiler.bundle import read_policy_json
 
@@ -88,8 +95,8 @@ def judge(run_id: str, model_uri: str, candidate_peak: float, df: pl.DataFrame,
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(mlflow.artifacts.download_artifacts(
             run_id=champ_run, artifact_path=POLICY_ARTIFACTS, dst_path=tmp))
-        champ_peak = evaluate(load_policy_dir(local), df, feats, base, target_mbps,
-                              policy_when_threshold(local))
+        champ_peak = evaluate(load_policy_dir(local), df, feats, champion_base(local, base),
+                              target_mbps, policy_when_threshold(local))
     if candidate_peak < champ_peak:
         return Decision(True, version.version, candidate_peak, champ.version, champ_peak,
                         f"candidate peak DT {candidate_peak:.4f} < champion {champ_peak:.4f}")

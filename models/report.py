@@ -8,7 +8,8 @@ from typing import Any
 from flashml.models.tco import tco
 
 #: Policies of the main job, in report order.
-POLICIES = ("rejectx", "coinflip", "cachelib_ml", "baleen_admission_only", "baleen", "opt")
+POLICIES = ("rejectx", "coinflip", "cachelib_ml", "baleen_admission_only",
+            "baleen_flat_threshold", "baleen", "opt")
 
 
 def add_tco(policies: dict[str, dict[str, Any]], baseline: str, wr0_mbps: float) -> None:

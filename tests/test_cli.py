@@ -54,7 +54,7 @@ def test_main_job_end_to_end(tmp_path: Path, cli) -> None:
     assert 0.15 < stats["compulsory_miss_rate"] < 0.21  # region1-like's documented range
     pol = summary["policies"]
     assert set(pol) == {"rejectx", "coinflip", "cachelib_ml", "baleen",
-                        "baleen_admission_only", "opt"}
+                        "baleen_admission_only", "baleen_flat_threshold", "opt"}
     from flashml.simulation import METRIC_KEYS
 
     target = summary["target_write_rate_mbps"]
@@ -70,6 +70,12 @@ def test_main_job_end_to_end(tmp_path: Path, cli) -> None:
     assert summary["registry"]["promoted"] is True  # a fresh store: first champion
     compiled = Path(summary["compiled"]["dir"])
     assert (compiled / "policy.so").exists() and (compiled / "manifest.json").exists()
+    # the shipped .so carries the peak schedule the job trained with (models/peak.py)
+    from flashml.models.peak import PeakSettings
+
+    manifest = json.loads((compiled / "manifest.json").read_text())
+    assert len(manifest["peak_hours"]) == PeakSettings().hours
+    assert manifest["peak_bonus"] == PeakSettings().bonus
     for png in summary["plots"]:
         assert Path(png).stat().st_size > 10_000
     # the MLflow run exists in the isolated store, with nested runs per policy and trial

@@ -36,6 +36,8 @@ from flashml.simulation import (
 )
 
 TOL = 1e-6
+#: The test bundle's peak schedule: the threshold is 0.15 lower in these hours (UTC).
+PEAK_HOURS, PEAK_BONUS = [10, 11, 12, 13, 14, 15], 0.15
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,8 @@ def models(work, trace, split) -> Path:
     return save_policy_models(work / "models", boosters, admit_threshold=0.6,
                               when_threshold=0.4, eviction_age_s=5400.0,
                               target_write_rate_mbps=35.599,
-                              metrics={"auc": 0.81, "peak_dt_util": 0.5})
+                              metrics={"auc": 0.81, "peak_dt_util": 0.5},
+                              peak_hours=PEAK_HOURS, peak_bonus=PEAK_BONUS)
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +83,7 @@ def test_bundle_layout_and_manifest(bundle, models) -> None:
     assert m["size_bytes"] == (bundle / "policy.so").stat().st_size
     assert m["mlflow_run_id"] is None
     assert (m["admit_threshold"], m["when_threshold"]) == (0.6, 0.4)
+    assert (m["peak_hours"], m["peak_bonus"]) == (PEAK_HOURS, PEAK_BONUS)
     assert (m["eviction_age_s"], m["target_write_rate_mbps"]) == (5400.0, 35.599)
     assert m["metrics"] == {"auc": 0.81, "peak_dt_util": 0.5}
     assert m["segments_per_block"] == 64
@@ -111,9 +115,37 @@ def test_identity_and_thresholds(bundle) -> None:
     info = policy_info(bundle)
     assert info == {"abi_version": ABI_VERSION, "contract_hash": contract().hash,
                     "admit_threshold": 0.6, "when_threshold": 0.4,
-                    "target_write_rate_mbps": 35.599, "eviction_age_s": 5400.0}
+                    "target_write_rate_mbps": 35.599, "eviction_age_s": 5400.0,
+                    "peak_hours": PEAK_HOURS, "peak_bonus": PEAK_BONUS}
     pol = load_policy(bundle)
     assert (pol.admit_threshold, pol.when_threshold) == (0.6, 0.4)
+    assert (list(pol.peak_hours), pol.peak_bonus) == (PEAK_HOURS, PEAK_BONUS)
+
+
+def test_decide_at_applies_the_peak_threshold(bundle, trace) -> None:
+    """flashml_policy_decide_at admits score >= 0.6 off-peak and >= 0.6 - 0.15 in the peak
+    hours (hour of the trace time, UTC), exactly as the scores say; decide is off-peak."""
+    from flashml.models.peak import hour_of_day
+
+    pol = load_policy(bundle)
+    x = feature_matrix(trace)
+    t = trace["time"].to_numpy()
+    score = pol.admit_scores(x)
+    peak = np.isin(hour_of_day(t), PEAK_HOURS)
+    flags, _, _ = pol.decisions(x, t)
+    want = score >= np.where(peak, 0.6 - PEAK_BONUS, 0.6)
+    np.testing.assert_array_equal((flags & 1).astype(bool), want)
+    between = (score >= 0.6 - PEAK_BONUS) & (score < 0.6)
+    assert (between & peak).sum() > 100 and (between & ~peak).sum() > 100  # both rules ran
+    flat, _, _ = pol.decisions(x)
+    np.testing.assert_array_equal((flat & 1).astype(bool), score >= 0.6)
+    # the hour rule at the edges (one second either side of 10:00 and 16:00 UTC)
+    day = 86_400.0 * 20_000
+    edge = np.array([day + 10 * 3600 - 1, day + 10 * 3600, day + 16 * 3600 - 1,
+                     day + 16 * 3600, day - 3600 * 14 + 1])
+    row = x[np.flatnonzero(between)[:1].repeat(len(edge))]
+    f, _, _ = pol.decisions(row, edge)
+    assert list(f & 1) == [0, 1, 1, 0, 1]
 
 
 def test_scores_equal_lightgbm_on_held_out_rows(bundle, models, trace, split) -> None:
@@ -199,7 +231,7 @@ def test_so_path_equals_precomputed_path(bundle, trace, cache_frac, admit_t, whe
     wt = pol.when_threshold if when_t is None else when_t
     cfg = SimConfig(sample_ratio=sr, cache_gb=cache_frac * 366.475, admission="threshold",
                     threshold=th, prefetch="range", prefetch_when="score", when_threshold=wt,
-                    warmup_s=3600.0)
+                    warmup_s=3600.0, peak_hours=tuple(PEAK_HOURS), peak_bonus=PEAK_BONUS)
     fast = simulate(trace, cfg, **arrays)
     so = simulate_policy(trace, bundle, cfg.replace(admission="admitall", prefetch="none"),
                          threshold=admit_t, when_threshold=when_t)
@@ -213,6 +245,9 @@ def test_so_path_equals_precomputed_path(bundle, trace, cache_frac, admit_t, whe
     # the policy really decides: admitting everything would write more
     allin = simulate(trace, cfg.replace(admission="admitall", prefetch="none"))
     assert allin.metrics["admitted_segments"] != m["admitted_segments"]
+    if admit_t is None:  # and the peak schedule is in force: a flat threshold admits less
+        flat = simulate(trace, cfg.replace(peak_hours=()), **arrays)
+        assert flat.metrics["admitted_segments"] < m["admitted_segments"]
 
 
 def test_sim_cli_with_policy(bundle, work, cli) -> None:

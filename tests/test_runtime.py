@@ -282,13 +282,14 @@ def test_compiled_policy_and_its_prefetch_hint(env, tmp_path):
     (flashml_policy_prefetch, called on every GET and between accesses unless
     --no-policy-prefetch) changes no decision: the cache's counters are identical with and
     without it; and its decisions (one flashml_policy_decide call per miss) agree with the
-    simulator's .so path (separate calls) within 2%."""
+    simulator's .so path (separate calls) within 2%, with a peak schedule in force
+    (flashml_policy_decide_at: a lower threshold from 10:00 to 16:00 UTC)."""
     from flashml.compiler.build import compile_policy
     from flashml.compiler.demo import write_demo_bundle
     from flashml.pipelines.ingest import load_trace
 
     df, _ = load_trace(env["trace"], "tectonic")
-    write_demo_bundle(df, tmp_path / "models")
+    write_demo_bundle(df, tmp_path / "models", peak_hours=tuple(range(10, 16)), peak_bonus=0.2)
     compile_policy(tmp_path / "policy", model_dir=tmp_path / "models")
     runs = {}
     for name, extra in (("hint", ()), ("no hint", ("--no-policy-prefetch",))):

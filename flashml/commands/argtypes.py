@@ -29,6 +29,16 @@ def positive_ints(text: str) -> tuple[int, ...]:
     return tuple(positive_int(part.strip()) for part in text.split(","))
 
 
+def hours_of_day(text: str) -> tuple[int, ...]:
+    """A comma-separated list of distinct hours of the day 0..23, e.g. `14,15,16` ('' = none)."""
+    if not text.strip():
+        return ()
+    hours = tuple(integer(part.strip()) for part in text.split(","))
+    if any(not 0 <= h < 24 for h in hours) or len(set(hours)) != len(hours):
+        raise argparse.ArgumentTypeError(f"expected distinct hours 0..23, got {text!r}")
+    return tuple(sorted(hours))
+
+
 def positive_int(text: str) -> int:
     v = integer(text)
     if v < 1:

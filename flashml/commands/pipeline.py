@@ -21,6 +21,9 @@ from flashml.commands.argtypes import positive_ints
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
+from flashml.models.peak import PeakSettings
+
+PEAK = PeakSettings()
 
 log = logging.getLogger("flashml.pipeline")
 
@@ -42,6 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--target-write-rate must be > 0 MB/s, got {args.target_write_rate}")
     if args.cache_gb <= 0:
         raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
+    peak = _peak_settings(args)
     out: Path = args.out
     run = RunDir(out)
     run.reset()  # a new run: no stage of an earlier run in this folder is reused
@@ -63,7 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                      num_boost_round=args.max_rounds)
     settings = JobSettings(cache_gb=args.cache_gb, target_write_rate_mbps=args.target_write_rate,
                            engine=args.engine, master=args.master, gbm=gbm,
-                           loop=_loop_settings(args),
+                           loop=_loop_settings(args), peak=peak,
                            sweep_trials=args.sweep_trials, register=not args.no_register,
                            compile=not args.no_compile)
     import mlflow
@@ -71,7 +75,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     params = {"trace": str(raw), "sample_ratio": meta.sample_ratio, "cache_gb": args.cache_gb,
               "target_write_rate_mbps": args.target_write_rate, "engine": args.engine,
               "learning_rate": gbm.learning_rate, "num_leaves": gbm.num_leaves,
-              "sweep_trials": args.sweep_trials}
+              "sweep_trials": args.sweep_trials, "peak_hours": args.peak_hours,
+              "peak_bonus": args.peak_bonus}
     with open_run(run, f"pipeline-{raw.name}", params) as mlrun:
         summary |= run_all(run, settings, timer)
         summary["mlflow_run_id"] = mlrun.info.run_id
@@ -97,6 +102,13 @@ def _loop_settings(args: argparse.Namespace) -> Any:
         return LoopSettings(max_iter=args.max_iterations)
     return LoopSettings(max_iter=args.max_iterations, accesses_per_episode=ks[0],
                         k_candidates=ks)
+
+
+def _peak_settings(args: argparse.Namespace) -> PeakSettings:
+    try:
+        return PeakSettings(hours=args.peak_hours, bonus=args.peak_bonus)
+    except ValueError as e:
+        raise UserError(f"--peak-hours/--peak-bonus: {e}") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -133,6 +145,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "day (ties: the first); one value fixes K. Default: the loop's candidates "
                    "(LoopSettings.k_candidates in models/converge.py; the artifact's K=6 wins "
                    "ties)"),
+    r.add_argument("--peak-hours", type=int, default=PEAK.hours,
+                   help="peak-aware admission: how many of the busiest hours of the day (no-cache "
+                   "disk-head time of the training window) get a lower threshold (0: a flat "
+                   f"threshold; default {PEAK.hours})")
+    r.add_argument("--peak-bonus", type=float, default=PEAK.bonus,
+                   help=f"how much lower the threshold is in those hours (default {PEAK.bonus})")
     r.add_argument("--sweep-trials", type=int, default=6, help="Optuna trials (0: no sweep)")
     r.add_argument("--no-register", action="store_true", help="skip the model registry")
     r.add_argument("--no-compile", action="store_true", help="skip compiling the policy .so")

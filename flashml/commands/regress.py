@@ -92,6 +92,7 @@ def simulate_resolved(pol: Resolved, df: Any, base: Any) -> dict[str, Any]:
             return dict(simulate_policy(df, pol.path, base).metrics)
         except ValueError as e:
             raise UserError(f"{pol.source}: {e}") from None
+    from flashml.compiler.bundle import sim_peak
     from flashml.features.online import feature_matrix
     from flashml.models.learned import score_all
     from flashml.models.registry import load_policy_dir
@@ -103,7 +104,7 @@ def simulate_resolved(pol: Resolved, df: Any, base: Any) -> dict[str, Any]:
     arrays = score_all(policy, feature_matrix(df))
     cfg = base.replace(admission="threshold", threshold=pol.params["admit_threshold"],
                        prefetch="range", prefetch_when="score",
-                       when_threshold=pol.params["when_threshold"])
+                       when_threshold=pol.params["when_threshold"], **sim_peak(pol.params))
     return dict(simulate(df, cfg, **arrays).metrics)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flashml.commands.argtypes import finite_float as _float
+from flashml.commands.argtypes import hours_of_day
 from flashml.commands.argtypes import integer as _int
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS, UNITS
@@ -93,6 +94,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         rejectx_x=args.rejectx_x,
         rejectx_factor=args.rejectx_factor,
         threshold=args.threshold if args.threshold is not None else 0.5,
+        peak_hours=args.peak_hours,
+        peak_bonus=args.peak_bonus,
         prefetch=args.prefetch,
         prefetch_when=args.prefetch_when,
         when_threshold=args.when_threshold if args.when_threshold is not None else 0.5,
@@ -230,6 +233,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threshold", type=_float, default=None,
                    help="threshold: admit iff score >= this, in [0, 1] (default 0.5, or the "
                    "policy's with --policy)")
+    p.add_argument("--peak-hours", type=hours_of_day, default=(),
+                   help="threshold: comma-separated hours of the day (UTC) in which the "
+                   "threshold is --peak-bonus lower (peak-aware admission; default none)")
+    p.add_argument("--peak-bonus", type=_float, default=0.0,
+                   help="threshold: how much lower the threshold is in --peak-hours, in [0, 1] "
+                   "(default 0)")
     p.add_argument("--prefetch", choices=("none", "block", "range"), default="none",
                    help="prefetch on a miss: nothing, the whole block, or the per-access "
                    "range prefetch_start..prefetch_end (default none)")

@@ -178,7 +178,7 @@ struct flashrt_metrics {
     uint64_t region_bytes, regions;
     /* decision = features + admission + prefetch decision, on each miss; its parts: */
     double decision_ns_p50, decision_ns_p99, features_ns_p50;
-    double policy_ns_p50; /* admission + prefetch decision: flashml_policy_decide, or its calls */
+    double policy_ns_p50; /* admission + prefetch decision: flashml_policy_decide_at, or its calls */
     double policy_prefetch_ns_p50; /* the prefetch hint's own cost per call (GETs, idle) */
     double hit_path_us_p50, hit_path_us_p99;
     double miss_path_us_p50, miss_path_us_p99, raw_read_us_p50, hit_overhead_us_p50;

@@ -522,7 +522,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     uint64_t d1 = frt_now_ns();
     unsigned lo = m0, hi = m1;
     int32_t p0 = 0, p1 = -1;
-    int dec = frt_policy_decide(rt->policy, a->key, wants ? f : NULL, &p0, &p1);
+    int dec = frt_policy_decide(rt->policy, a->key, a->time, wants ? f : NULL, &p0, &p1);
     uint64_t d2 = frt_now_ns();
     int admit = dec & FLASHML_DECIDE_ADMIT;
     /* as the simulator: prefetch extends only an admitted miss's IO */

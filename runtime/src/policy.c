@@ -25,6 +25,10 @@ struct flashrt_policy {
     double (*when_score)(const double *);
     void (*prefetch_hint)(void); /* optional: flashml_policy_prefetch */
     int (*decide)(const double *, int32_t *, int32_t *); /* optional: flashml_policy_decide */
+    /* optional: flashml_policy_decide_at, and the peak schedule it applies */
+    int (*decide_at)(const double *, double, int32_t *, int32_t *);
+    uint32_t peak_hours;
+    double peak_bonus;
     double admit_threshold, when_threshold, target_wr, eviction_age;
     /* RejectX: the keys of the last `hist` admission queries and their counts */
     uint64_t *ring;
@@ -140,6 +144,23 @@ static flashrt_policy *load(const char *dir, char *err, size_t errlen) {
         memcpy(&p->prefetch_hint, &h, sizeof h);
         void *d = dlsym(p->dl, "flashml_policy_decide");
         memcpy(&p->decide, &d, sizeof d);
+        void *da = dlsym(p->dl, "flashml_policy_decide_at");
+        memcpy(&p->decide_at, &da, sizeof da);
+        void *ph = dlsym(p->dl, "flashml_admit_peak_hours");
+        void *pb = dlsym(p->dl, "flashml_admit_peak_bonus");
+        if (ph && pb) {
+            uint32_t (*hours)(void);
+            double (*bonus)(void);
+            memcpy(&hours, &ph, sizeof ph);
+            memcpy(&bonus, &pb, sizeof pb);
+            p->peak_hours = hours();
+            p->peak_bonus = bonus();
+            if (p->peak_hours >> 24 || !(p->peak_bonus >= 0.0 && p->peak_bonus <= 1.0)) {
+                frt_seterr(err, errlen, "%s: refused: bad peak schedule (hours %#x, bonus %g)", so,
+                           (unsigned)p->peak_hours, p->peak_bonus);
+                goto refuse;
+            }
+        }
     }
     if (abi_fn() != FLASHML_POLICY_ABI_VERSION) {
         frt_seterr(err, errlen, "%s: refused: it speaks ABI %d but this runtime speaks ABI %d", so, abi_fn(), FLASHML_POLICY_ABI_VERSION);
@@ -205,10 +226,21 @@ int frt_policy_prepare(flashrt_policy *p, uint64_t capacity_segments, char *err,
 
 int frt_policy_wants_features(const flashrt_policy *p) { return p->kind == K_SO; }
 
-static int admit(flashrt_policy *p, uint64_t key, const double *f) {
+/* The admission threshold at trace time t: flashml_policy.h's peak rule (the same
+ * expression as sim/src/config.rs PeakSchedule::threshold_at). */
+static double threshold_at(const flashrt_policy *p, double t) {
+    if (p->peak_hours == 0u) return p->admit_threshold;
+    double r = fmod(t, 86400.0);
+    if (r < 0.0) r += 86400.0;
+    unsigned h = (unsigned)(r / 3600.0);
+    return h < 24u && ((p->peak_hours >> h) & 1u) ? p->admit_threshold - p->peak_bonus
+                                                   : p->admit_threshold;
+}
+
+static int admit(flashrt_policy *p, uint64_t key, double t, const double *f) {
     switch (p->kind) {
     case K_SO:
-        return p->admit_score(f) >= p->admit_threshold;
+        return p->admit_score(f) >= threshold_at(p, t);
     case K_ADMITALL:
         return 1;
     case K_REJECTX: {
@@ -232,9 +264,11 @@ static int admit(flashrt_policy *p, uint64_t key, const double *f) {
     return 0;
 }
 
-int frt_policy_decide(flashrt_policy *p, uint64_t key, const double *f, int32_t *lo, int32_t *hi) {
-    if (p->decide) return p->decide(f, lo, hi);
-    if (!admit(p, key, f)) return 0;
+int frt_policy_decide(flashrt_policy *p, uint64_t key, double t, const double *f, int32_t *lo,
+                      int32_t *hi) {
+    if (p->decide_at) return p->decide_at(f, t, lo, hi);
+    if (p->decide && p->peak_hours == 0u) return p->decide(f, lo, hi);
+    if (!admit(p, key, t, f)) return 0;
     if (p->kind != K_SO || !(p->when_score(f) >= p->when_threshold)) return FLASHML_DECIDE_ADMIT;
     p->prefetch_range(f, lo, hi);
     return FLASHML_DECIDE_ADMIT | FLASHML_DECIDE_PREFETCH;

@@ -10,10 +10,11 @@ int frt_policy_prepare(flashrt_policy *p, uint64_t capacity_segments, char *err,
 int frt_policy_wants_features(const flashrt_policy *p);
 /* Calls the policy's prefetch hint (flashml_policy_prefetch); 0 if it has none. */
 int frt_policy_warm(const flashrt_policy *p);
-/* The decision on a miss, as flashml_policy_decide (one call when the .so has it, else its
- * separate calls; a built-in policy only admits): FLASHML_DECIDE_ADMIT, and with
- * FLASHML_DECIDE_PREFETCH the inclusive segment range *lo..*hi to fetch. */
-int frt_policy_decide(flashrt_policy *p, uint64_t key, const double *features, int32_t *lo,
-                      int32_t *hi);
+/* The decision on a miss at trace time t, as flashml_policy_decide_at (one call when the .so
+ * has it, else its separate calls with the threshold of t's hour; a built-in policy only
+ * admits): FLASHML_DECIDE_ADMIT, and with FLASHML_DECIDE_PREFETCH the inclusive segment range
+ * *lo..*hi to fetch. */
+int frt_policy_decide(flashrt_policy *p, uint64_t key, double t, const double *features,
+                      int32_t *lo, int32_t *hi);
 
 #endif

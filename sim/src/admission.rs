@@ -1,6 +1,7 @@
 //! Admission policies: asked once per GET miss whether the backend IO's uncached segments
 //! (requested and prefetched alike) are written to flash.
 
+use crate::config::PeakSchedule;
 use crate::hash::{new_map, splitmix64, unit_interval, FastMap};
 
 /// What an admission policy may look at for one miss.
@@ -137,16 +138,17 @@ impl Admission for Opt<'_> {
 }
 
 /// Threshold: per-access model scores computed in one vectorised pass; admit iff
-/// `score >= threshold`.
+/// `score >= peak.threshold_at(threshold, time)`.
 pub struct Threshold<'a> {
     pub scores: &'a [f64],
     pub threshold: f64,
+    pub peak: PeakSchedule,
 }
 
 impl Admission for Threshold<'_> {
     #[inline]
     fn admit(&mut self, miss: &MissCtx) -> bool {
-        self.scores[miss.index] >= self.threshold
+        self.scores[miss.index] >= self.peak.threshold_at(self.threshold, miss.time)
     }
 }
 
@@ -229,8 +231,51 @@ mod tests {
         let mut t = Threshold {
             scores: &scores,
             threshold: 0.5,
+            peak: PeakSchedule::default(),
         };
         assert!(!t.admit(&ctx(0, 1)));
         assert!(t.admit(&ctx(1, 1)));
+    }
+
+    #[test]
+    fn peak_hours_lower_the_threshold() {
+        // Peak hours 14 and 15 UTC: 0.2 below the threshold there, nowhere else.
+        let peak = PeakSchedule {
+            hours: (1 << 14) | (1 << 15),
+            bonus: 0.2,
+        };
+        let day = 86_400.0 * 18_000.0; // midnight UTC
+        let at = |h: f64| day + h * 3_600.0;
+        assert_eq!(peak.threshold_at(0.5, at(13.999)), 0.5);
+        assert_eq!(peak.threshold_at(0.5, at(14.0)), 0.5 - 0.2);
+        assert_eq!(peak.threshold_at(0.5, at(15.999)), 0.5 - 0.2);
+        assert_eq!(peak.threshold_at(0.5, at(16.0)), 0.5);
+        assert_eq!(peak.threshold_at(0.5, at(14.5 - 24.0)), 0.5 - 0.2); // the day before
+        assert_eq!(PeakSchedule::hour_of_day(-1.0), 23);
+        let scores = [0.35, 0.35];
+        let mut t = Threshold {
+            scores: &scores,
+            threshold: 0.5,
+            peak,
+        };
+        let mut c = ctx(0, 1);
+        c.time = at(3.0);
+        assert!(!t.admit(&c));
+        c.index = 1;
+        c.time = at(14.2);
+        assert!(t.admit(&c));
+        assert!(peak.validate().is_ok());
+        assert!(PeakSchedule {
+            hours: 1 << 24,
+            bonus: 0.1
+        }
+        .validate()
+        .is_err());
+        assert!(PeakSchedule {
+            hours: 1,
+            bonus: 1.5
+        }
+        .validate()
+        .is_err());
     }
 }

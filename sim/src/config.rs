@@ -49,10 +49,55 @@ pub enum AdmissionKind {
     },
     /// Per-access admit flags.
     Opt,
-    /// Per-access scores; admit iff score >= threshold.
+    /// Per-access scores; admit iff score >= the threshold at the access's hour
+    /// (`PeakSchedule::threshold_at`).
     Threshold {
         threshold: f64,
+        peak: PeakSchedule,
     },
+}
+
+/// Peak-aware admission (Baleen §3.1 leaves "optimising for peak" to future work): in the
+/// listed hours of the day (UTC, of the trace's clock) the admission threshold is lowered by
+/// `bonus`, so more of the write budget is spent while the disks are busiest. The empty
+/// schedule (`hours == 0`) is a flat threshold. The same rule is compiled into the policy .so
+/// (`flashml_policy_decide_at`) and used by the C runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PeakSchedule {
+    /// Bit h set: hour h (0..24) of the day is a peak hour.
+    pub hours: u32,
+    /// How much lower the threshold is in peak hours, in [0, 1].
+    pub bonus: f64,
+}
+
+impl PeakSchedule {
+    /// Hour of the day (0..24, UTC) of a trace time in seconds.
+    #[inline]
+    pub fn hour_of_day(t: f64) -> u32 {
+        (t.rem_euclid(86_400.0) / 3_600.0) as u32
+    }
+
+    /// The admission threshold at time `t`: `threshold - bonus` in a peak hour, else
+    /// `threshold` (the same expression, in the same doubles, everywhere it is used).
+    #[inline]
+    pub fn threshold_at(&self, threshold: f64, t: f64) -> f64 {
+        let h = Self::hour_of_day(t);
+        if h < 24 && (self.hours >> h) & 1 == 1 {
+            threshold - self.bonus
+        } else {
+            threshold
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), SimError> {
+        if self.hours >> 24 != 0 {
+            return err(format!(
+                "peak hours must be in 0..24, got mask {:#x}",
+                self.hours
+            ));
+        }
+        in_unit("peak bonus", self.bonus)
+    }
 }
 
 pub const ADMISSION_NAMES: &str = "admitall, coinflip, rejectx, opt, threshold";
@@ -236,7 +281,10 @@ impl FlashConfig {
                     return err("rejectx history (factor x capacity) is too large");
                 }
             }
-            AdmissionKind::Threshold { threshold } => in_unit("admission threshold", threshold)?,
+            AdmissionKind::Threshold { threshold, peak } => {
+                in_unit("admission threshold", threshold)?;
+                peak.validate()?;
+            }
             AdmissionKind::AdmitAll | AdmissionKind::Opt => {}
         }
         if let WhenKind::Score { threshold } = self.prefetch_when {
@@ -340,7 +388,10 @@ mod tests {
                 ..Default::default()
             },
             FlashConfig {
-                admission: AdmissionKind::Threshold { threshold: 1.5 },
+                admission: AdmissionKind::Threshold {
+                    threshold: 1.5,
+                    peak: PeakSchedule::default(),
+                },
                 ..Default::default()
             },
             FlashConfig {

@@ -235,9 +235,10 @@ pub fn simulate(
         AdmissionKind::Opt => Box::new(Opt {
             flags: arrays.admit.unwrap(),
         }),
-        AdmissionKind::Threshold { threshold } => Box::new(Threshold {
+        AdmissionKind::Threshold { threshold, peak } => Box::new(Threshold {
             scores: arrays.score.unwrap(),
             threshold,
+            peak,
         }),
     };
     let when = match cfg.prefetch_when {

@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::config::{
-    AdmissionKind, CapacityUnit, EvictionKind, FlashConfig, ObjectConfig, PrefetchKind, SimError,
-    WhenKind, ADMISSION_NAMES,
+    AdmissionKind, CapacityUnit, EvictionKind, FlashConfig, ObjectConfig, PeakSchedule,
+    PrefetchKind, SimError, WhenKind, ADMISSION_NAMES,
 };
 use crate::contract::NUM_FEATURES;
 use crate::flash::{self, PolicyArrays, Trace};
@@ -45,6 +45,8 @@ struct Params {
     rejectx_factor: f64,
     threshold: f64,
     when_threshold: f64,
+    peak_hours: Vec<u32>,
+    peak_bonus: f64,
 }
 
 impl Default for Params {
@@ -61,6 +63,8 @@ impl Default for Params {
             rejectx_factor: 2.0,
             threshold: 0.5,
             when_threshold: 0.5,
+            peak_hours: Vec::new(),
+            peak_bonus: 0.0,
         }
     }
 }
@@ -96,6 +100,8 @@ impl Params {
             "rejectx_factor" => self.rejectx_factor = get(name, v)?,
             "threshold" => self.threshold = get(name, v)?,
             "when_threshold" => self.when_threshold = get(name, v)?,
+            "peak_hours" => self.peak_hours = get(name, v)?,
+            "peak_bonus" => self.peak_bonus = get(name, v)?,
             _ => {
                 return Err(PyValueError::new_err(format!(
                     "unknown config key '{name}'; known keys: {}",
@@ -122,6 +128,10 @@ impl Params {
             "opt" => AdmissionKind::Opt,
             "threshold" => AdmissionKind::Threshold {
                 threshold: self.threshold,
+                peak: PeakSchedule {
+                    hours: peak_mask(&self.peak_hours)?,
+                    bonus: self.peak_bonus,
+                },
             },
             other => {
                 return Err(SimError(format!(
@@ -153,7 +163,8 @@ impl Params {
             block_level_recency;
             "put_ops" => c.put_ops.iter().map(|&o| o as u32).collect::<Vec<u32>>());
         let strings = fields_dict!(py, self; coinflip_p, coinflip_seed, rejectx_x,
-            rejectx_factor, threshold, when_threshold;
+            rejectx_factor, threshold, when_threshold, peak_bonus;
+            "peak_hours" => &self.peak_hours,
             "eviction" => &self.eviction, "admission" => &self.admission,
             "prefetch" => &self.prefetch, "prefetch_when" => &self.prefetch_when);
         d.update(strings.as_mapping())?;
@@ -161,7 +172,18 @@ impl Params {
     }
 }
 
-const KEYS: [&str; 22] = [
+/// The bit mask of a list of hours of the day.
+fn peak_mask(hours: &[u32]) -> Result<u32, SimError> {
+    hours.iter().try_fold(0u32, |m, &h| {
+        if h < 24 {
+            Ok(m | 1 << h)
+        } else {
+            Err(SimError(format!("peak hours must be in 0..24, got {h}")))
+        }
+    })
+}
+
+const KEYS: [&str; 24] = [
     "segment_bytes",
     "block_bytes",
     "t_seek_s",
@@ -184,6 +206,8 @@ const KEYS: [&str; 22] = [
     "rejectx_factor",
     "threshold",
     "when_threshold",
+    "peak_hours",
+    "peak_bonus",
 ];
 
 fn slice<'a, T: Element>(name: &str, a: &'a PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
@@ -347,14 +371,16 @@ fn simulate_policy<'py>(
 }
 
 /// What a policy .so reports about itself (after the ABI and contract checks):
-/// {"abi_version", "contract_hash", "admit_threshold", "when_threshold",
+/// {"abi_version", "contract_hash", "admit_threshold", "when_threshold", "peak_hours", "peak_bonus",
 /// "target_write_rate_mbps", "eviction_age_s"}.
 #[pyfunction]
 fn policy_info(py: Python<'_>, policy: std::path::PathBuf) -> PyResult<Bound<'_, PyDict>> {
     let lib = PolicyLib::load(&policy).map_err(value_error)?;
     Ok(
         fields_dict!(py, lib; abi_version, admit_threshold, when_threshold,
-        target_write_rate_mbps, eviction_age_s; "contract_hash" => &lib.contract_hash),
+        target_write_rate_mbps, eviction_age_s; "contract_hash" => &lib.contract_hash,
+        "peak_hours" => (0..24u32).filter(|h| lib.peak.hours >> h & 1 == 1).collect::<Vec<u32>>(),
+        "peak_bonus" => lib.peak.bonus),
     )
 }
 

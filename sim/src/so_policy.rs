@@ -4,7 +4,9 @@
 //! On each GET miss the policy computes the access's features online
 //! ([`crate::online_features`]), then, exactly like the precomputed-score path (Threshold
 //! admission, range prefetch triggered by the when-score):
-//! * admission: admit iff `flashml_admit_score(features) >= admit threshold`;
+//! * admission: admit iff `flashml_admit_score(features) >= admit threshold` at the access's
+//!   hour (the .so's peak schedule, `flashml_admit_peak_hours` / `flashml_admit_peak_bonus`,
+//!   when it exports one: `PeakSchedule::threshold_at`);
 //! * prefetch: if `flashml_prefetch_when_score(features) >= when threshold`, the range
 //!   `flashml_prefetch_range(features)`; else none.
 //!
@@ -17,7 +19,9 @@ use std::path::Path;
 use libloading::Library;
 
 use crate::admission::{Admission, MissCtx};
-use crate::config::{err, AdmissionKind, FlashConfig, PrefetchKind, SimError, WhenKind};
+use crate::config::{
+    err, AdmissionKind, FlashConfig, PeakSchedule, PrefetchKind, SimError, WhenKind,
+};
 use crate::contract::{ABI_VERSION, CONTRACT_HASH, NUM_FEATURES};
 use crate::flash::{self, FlashResult, Trace};
 use crate::online_features::{FeatureColumns, OnlineFeatures};
@@ -26,6 +30,7 @@ use crate::prefetch::Prefetch;
 type IntFn = unsafe extern "C" fn() -> i32;
 type StrFn = unsafe extern "C" fn() -> *const c_char;
 type F64Fn = unsafe extern "C" fn() -> f64;
+type U32Fn = unsafe extern "C" fn() -> u32;
 type ScoreFn = unsafe extern "C" fn(*const f64) -> f64;
 type RangeFn = unsafe extern "C" fn(*const f64, *mut i32, *mut i32);
 
@@ -36,6 +41,8 @@ pub struct PolicyLib {
     range: RangeFn,
     pub admit_threshold: f64,
     pub when_threshold: f64,
+    /// The peak schedule of the admission threshold (empty if the .so has none).
+    pub peak: PeakSchedule,
     pub target_write_rate_mbps: f64,
     pub eviction_age_s: f64,
     pub contract_hash: String,
@@ -105,6 +112,19 @@ impl PolicyLib {
         let when_threshold = f64_of("flashml_prefetch_when_threshold")?;
         let target_write_rate_mbps = f64_of("flashml_target_write_rate_mbps")?;
         let eviction_age_s = f64_of("flashml_eviction_age_s")?;
+        // Optional (policies compiled before the peak schedule have none: a flat threshold).
+        let peak = match (
+            symbol::<U32Fn>(&lib, &p, "flashml_admit_peak_hours"),
+            symbol::<F64Fn>(&lib, &p, "flashml_admit_peak_bonus"),
+        ) {
+            (Ok(h), Ok(b)) => PeakSchedule {
+                hours: unsafe { h() },
+                bonus: unsafe { b() },
+            },
+            _ => PeakSchedule::default(),
+        };
+        peak.validate()
+            .map_err(|e| SimError(format!("{p}: bad peak schedule: {}", e.0)))?;
         let admit_score: ScoreFn = symbol(&lib, &p, "flashml_admit_score")?;
         let when_score: ScoreFn = symbol(&lib, &p, "flashml_prefetch_when_score")?;
         let range: RangeFn = symbol(&lib, &p, "flashml_prefetch_range")?;
@@ -114,6 +134,7 @@ impl PolicyLib {
             range,
             admit_threshold,
             when_threshold,
+            peak,
             target_write_rate_mbps,
             eviction_age_s,
             contract_hash,
@@ -179,7 +200,7 @@ impl Admission for SoAdmission<'_, '_> {
         let mut st = self.state.borrow_mut();
         st.calls += 1;
         let row = *st.row(miss.index);
-        self.lib.admit_score(&row) >= self.threshold
+        self.lib.admit_score(&row) >= self.lib.peak.threshold_at(self.threshold, miss.time)
     }
 }
 

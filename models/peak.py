@@ -1,0 +1,67 @@
+"""Peak-aware admission: where in the day the learned policy spends more of its write budget.
+
+Baleen tunes one admission threshold for the mean write rate and leaves "optimising for peak"
+to future work (§3.1). Disk-head time peaks at the same hours every day (the diurnal load),
+so the policy can lower its threshold by a bonus in the busiest hours of the day and pay
+for it with a slightly higher threshold elsewhere: the average write rate stays at the
+target (the threshold is tuned with the schedule in place) while more of the busy hours'
+misses become hits. The busy hours are the `count` hours of the day (UTC) with the most
+no-cache disk-head time in the training window (every GET and PUT a backend IO), so the
+choice uses training data only.
+
+The rule itself (threshold - bonus in a peak hour) lives in sim/src/config.rs
+(`PeakSchedule`), compiler/policy_wrapper.c.in and runtime/src/policy.c; `hour_of_day` here
+is the same arithmetic, for tests and reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from flashml.config import UNITS
+from flashml.models.dataset import training_window
+
+DAY_S = 86_400.0
+HOUR_S = 3_600.0
+
+
+@dataclass(frozen=True)
+class PeakSettings:
+    #: Busy hours of the day given the bonus (0: a flat threshold).
+    hours: int = 9
+    #: How much lower the admission threshold is in those hours.
+    bonus: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.hours <= 24:
+            raise ValueError(f"peak hours must be in 0..24, got {self.hours}")
+        if not 0.0 <= self.bonus <= 1.0:
+            raise ValueError(f"peak bonus must be in [0, 1], got {self.bonus}")
+
+
+def hour_of_day(t: np.ndarray) -> np.ndarray:
+    """Hour of the day (0..23, UTC) of trace times in seconds (Rust's rem_euclid, C's fmod)."""
+    r = np.fmod(np.asarray(t, dtype=np.float64), DAY_S)
+    r = np.where(r < 0.0, r + DAY_S, r)
+    return (r / HOUR_S).astype(np.int64)
+
+
+def hourly_dt_profile(df: pl.DataFrame, train_seconds: float) -> np.ndarray:
+    """No-cache disk-head time (s) of the training window by hour of the day (24 values)."""
+    t = df["time"].to_numpy()
+    w = training_window(t, train_seconds)
+    dt = UNITS.dt_seconds(1, df["size"].to_numpy()[w].astype(np.float64))
+    return np.bincount(np.minimum(hour_of_day(t[w]), 23), weights=dt, minlength=24)
+
+
+def busy_hours(df: pl.DataFrame, train_seconds: float, count: int) -> tuple[int, ...]:
+    """The `count` hours of the day with the most no-cache disk-head time in the training
+    window, ascending (ties: the earlier hour); () when count is 0."""
+    if count <= 0:
+        return ()
+    prof = hourly_dt_profile(df, train_seconds)
+    order = np.lexsort((np.arange(24), -prof))
+    return tuple(sorted(int(h) for h in order[:count]))

@@ -1,0 +1,94 @@
+"""Peak-aware admission (models/peak.py): the busy hours come from the training window's
+no-cache disk-head time, the simulator lowers the threshold exactly in those hours, and bad
+schedules are refused where a user can write one."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from flashml.config import UNITS, MiB
+from flashml.errors import UserError
+from flashml.models.peak import busy_hours, hour_of_day, hourly_dt_profile
+from flashml.simulation import SimConfig, simulate
+
+from conftest import access_table
+
+DAY = 86_400.0 * 19_000  # a midnight, UTC
+H = 3_600.0
+
+
+def test_busy_hours_by_hand() -> None:
+    # training day: hour 3 has three small GETs, hour 5 one 143 MiB GET (1 s of transfer),
+    # hour 20 two small ones; the second day's huge read at hour 7 is outside the window.
+    rows = [(DAY + 3 * H + i, 1, 0, 4096, 2) for i in range(3)]
+    rows += [(DAY + 5 * H, 2, 0, 143 * MiB, 2)]
+    rows += [(DAY + 20 * H + i, 3, 0, 4096, 1) for i in range(2)]
+    rows += [(DAY + 86_400.0 + 7 * H, 4, 0, 10 * 143 * MiB, 2)]
+    df = access_table(rows)
+    prof = hourly_dt_profile(df, 86_400.0)
+    small = UNITS.dt_seconds(1, 4096)
+    assert prof[3] == pytest.approx(3 * small)
+    assert prof[5] == pytest.approx(UNITS.t_seek_s + 1.0)
+    assert prof[20] == pytest.approx(2 * small)
+    assert prof[7] == 0.0 and prof.sum() == pytest.approx(5 * small + UNITS.t_seek_s + 1.0)
+    assert busy_hours(df, 86_400.0, 1) == (5,)
+    assert busy_hours(df, 86_400.0, 2) == (3, 5)
+    assert busy_hours(df, 86_400.0, 3) == (3, 5, 20)
+    assert busy_hours(df, 86_400.0, 4) == (0, 3, 5, 20)  # ties: the earlier hour
+    assert busy_hours(df, 86_400.0, 0) == ()
+
+
+def test_hour_of_day() -> None:
+    t = np.array([DAY, DAY + H - 1e-6, DAY + H, DAY - 1.0, -1.0, 23.5 * H])
+    assert list(hour_of_day(t)) == [0, 0, 1, 23, 23, 23]
+
+
+def test_simulator_lowers_the_threshold_in_peak_hours_only() -> None:
+    """Two keys missed once each, both scoring 0.45 against a threshold of 0.5: with a bonus
+    of 0.1 in hour 14 only the miss at 14:30 is admitted, then hits on its re-read."""
+    rows = [(DAY + 9.5 * H, 1, 0, 131072, 2), (DAY + 9.6 * H, 1, 0, 131072, 2),
+            (DAY + 14.5 * H, 2, 0, 131072, 2), (DAY + 14.6 * H, 2, 0, 131072, 2)]
+    df = access_table(rows)
+    score = np.full(4, 0.45)
+    cfg = SimConfig(sample_ratio=1.0, cache_gb=1.0, admission="threshold", threshold=0.5,
+                    warmup_s=0.0)
+    flat = simulate(df, cfg, score=score).metrics
+    assert flat["backend_ios"] == 4 and flat["admitted_segments"] == 0
+    peak = simulate(df, cfg.replace(peak_hours=(14,), peak_bonus=0.1), score=score).metrics
+    assert peak["admitted_segments"] == 1 and peak["backend_ios"] == 3
+    off = simulate(df, cfg.replace(peak_hours=(9,), peak_bonus=0.04), score=score).metrics
+    assert off["admitted_segments"] == 0  # 0.45 < 0.5 - 0.04
+    with pytest.raises(ValueError, match="peak hours"):
+        simulate(df, cfg.replace(peak_hours=(24,), peak_bonus=0.1), score=score)
+    with pytest.raises(ValueError, match="peak bonus"):
+        simulate(df, cfg.replace(peak_hours=(3,), peak_bonus=1.5), score=score)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("peak_hours", [3, 3], "distinct hours"),
+    ("peak_hours", [24], "distinct hours"),
+    ("peak_hours", "3", "distinct hours"),
+    ("peak_bonus", -0.1, r"\[0, 1\]"),
+    ("peak_bonus", "x", "must be a number"),
+])
+def test_policy_json_refuses_a_bad_schedule(tmp_path, field, value, match) -> None:
+    from flashml.compiler.bundle import POLICY_JSON, read_policy_json
+
+    params = {"contract_hash": "x", "admit_threshold": 0.5, "when_threshold": 0.5,
+              "eviction_age_s": 7200.0, "target_write_rate_mbps": 35.599, field: value}
+    (tmp_path / POLICY_JSON).write_text(json.dumps(params))
+    with pytest.raises(UserError, match=match) as e:
+        read_policy_json(tmp_path)
+    assert field in str(e.value)
+
+
+def test_sim_cli_peak_options(cli, tmp_path) -> None:
+    r = cli("sim", "run", "--trace", tmp_path / "none.parquet", "--peak-hours", "3,25")
+    assert r.returncode == 2 and "--peak-hours" in r.stderr and "0..23" in r.stderr
+    r = cli("pipeline", "run", "--preset", "region1-like", "--out", tmp_path / "o",
+            "--peak-bonus", "2")
+    assert r.returncode != 0 and "peak bonus" in r.stderr
+    assert not (tmp_path / "o" / "summary.json").exists()
