@@ -151,8 +151,12 @@ def should_stop(assumed_ea: float, new_ea: float, write_rate: float, target: flo
 def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
              target_mbps: float, workdir: Path, gbm: GbmParams,
              settings: LoopSettings = LoopSettings(), *, features: list[str] | None = None,
-             with_prefetch: bool = True, spark: Any = None) -> LoopResult:
-    """Iterate episodes -> train -> simulate until the eviction age is stable."""
+             with_prefetch: bool = True, spark: Any = None,
+             final_base: SimConfig | None = None) -> LoopResult:
+    """Iterate episodes -> train -> simulate until the eviction age is stable. With
+    `final_base` (e.g. `base` plus a peak schedule, models/peak.py) the last model's
+    admission threshold is tuned to the target once more under it: the loop's own choices
+    (eviction age, K, the ML-When threshold) stay those of `base`."""
     from flashml.pipelines.episodes import EpisodeParams, build
 
     times = df["time"].to_numpy()
@@ -222,4 +226,11 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                          f"{last.measured_eviction_age_s:.0f} s, write rate "
                          f"{last.write_rate_mbps:.2f} MB/s vs target {target_mbps:.2f}")
         log.warning("convergence loop did not converge: %s", result.reason)
+    if final_base is not None and final_base != base:
+        result.tuned = tune_threshold(df, final_base.replace(when_threshold=result.when_threshold),
+                                      target_mbps, result.arrays, **prefetch)
+        log.info("final threshold %.4f under the peak schedule %s (bonus %g): %.2f MB/s, "
+                 "peak DT %.4f", result.tuned.knob, final_base.peak_hours,
+                 final_base.peak_bonus, result.tuned.result.metrics["flash_write_rate_mbps"],
+                 result.tuned.result.metrics["peak_dt_util"])
     return result

@@ -52,7 +52,7 @@ from flashml.config import DEFAULTS
 from flashml.errors import UserError
 from flashml.models import report
 from flashml.models.converge import LoopSettings
-from flashml.models.peak import PeakSettings, busy_hours
+from flashml.models.peak import PeakSettings, with_peak
 from flashml.models.train import GbmParams
 from flashml.models.tuning import Tuned
 from flashml.simulation import SimConfig
@@ -175,12 +175,10 @@ class RunDir:
     def learned_base(self, s: JobSettings) -> SimConfig:
         """`base` with the learned policies' peak schedule: the `s.peak.hours` busiest hours
         of the training window get a threshold `s.peak.bonus` lower (models/peak.py)."""
-        if "peak_hours" not in self.cache:
-            hours = busy_hours(self.frame()[0], s.loop.train_seconds, s.peak.hours) \
-                if s.peak.bonus > 0.0 else ()
-            self.cache["peak_hours"] = hours
-        hours = self.cache["peak_hours"]
-        return self.base(s).replace(peak_hours=hours, peak_bonus=s.peak.bonus if hours else 0.0)
+        if "learned_base" not in self.cache:
+            self.cache["learned_base"] = with_peak(self.base(s), self.frame()[0], s.peak,
+                                                   s.loop.train_seconds)
+        return self.cache["learned_base"]
 
     def mlflow_run_id(self) -> str | None:
         p = self.path / "mlflow_run_id"
@@ -337,8 +335,8 @@ def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
     extra: dict[str, Any] = {}
     if s.candidate_bundle is None:
         with timer.stage("convergence + training (baleen)"):
-            loop = run_loop(df, run.table, feats, base, target, run.work / "baleen", s.gbm,
-                            s.loop)
+            loop = run_loop(df, run.table, feats, run.base(s), target, run.work / "baleen",
+                            s.gbm, s.loop, final_base=base)
         print(loop.report())
         run.cache["loop"] = loop
         policy, tuned, ea = loop.policy, loop.tuned, loop.eviction_age_s
@@ -432,9 +430,10 @@ def policies(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[st
             prefetch_when="score")
         pol["baleen_flat_threshold"] = _metrics(tuned["baleen_flat_threshold"], "threshold")
     with timer.stage("cachelib_ml"):
-        cl = run_loop(df, run.table, feats, learned_base, target, run.work / "cachelib", s.gbm,
+        cl = run_loop(df, run.table, feats, base, target, run.work / "cachelib", s.gbm,
                       replace(s.loop, start_eviction_age_s=ea, max_iter=1),
-                      features=list(contract().models["cachelib_like"]), with_prefetch=False)
+                      features=list(contract().models["cachelib_like"]), with_prefetch=False,
+                      final_base=learned_base)
         tuned["cachelib_ml"] = cl.tuned
         pol["cachelib_ml"] = _metrics(cl.tuned, "threshold")
     with timer.stage("baselines (rejectx, coinflip)"):

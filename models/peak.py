@@ -23,6 +23,7 @@ import polars as pl
 
 from flashml.config import UNITS
 from flashml.models.dataset import training_window
+from flashml.simulation import SimConfig
 
 DAY_S = 86_400.0
 HOUR_S = 3_600.0
@@ -55,6 +56,14 @@ def hourly_dt_profile(df: pl.DataFrame, train_seconds: float) -> np.ndarray:
     w = training_window(t, train_seconds)
     dt = UNITS.dt_seconds(1, df["size"].to_numpy()[w].astype(np.float64))
     return np.bincount(np.minimum(hour_of_day(t[w]), 23), weights=dt, minlength=24)
+
+
+def with_peak(base: SimConfig, df: pl.DataFrame, peak: PeakSettings,
+              train_seconds: float) -> SimConfig:
+    """`base` with the peak schedule of `peak` on this trace: its `peak.hours` busiest hours
+    of the training window get a threshold `peak.bonus` lower (flat when either is 0)."""
+    hours = busy_hours(df, train_seconds, peak.hours) if peak.bonus > 0.0 else ()
+    return base.replace(peak_hours=hours, peak_bonus=peak.bonus if hours else 0.0)
 
 
 def busy_hours(df: pl.DataFrame, train_seconds: float, count: int) -> tuple[int, ...]:

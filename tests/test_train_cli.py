@@ -22,13 +22,20 @@ def test_train_writes_a_bundle(small, cli) -> None:
     d, env = small
     out = d / "bundle"
     cli("train", "--trace", d / "t.trace", "--max-iterations", "2", "--max-rounds", "50",
-        "-o", out, check=True, env=env)
+        "--peak-hours", "4", "--peak-bonus", "0.1", "-o", out, check=True, env=env)
     for f in ("admission.txt", "range_start.txt", "range_end.txt", "when.txt", "policy.json"):
         assert (out / f).exists(), f
     params = json.loads((out / "policy.json").read_text())
     assert 0 <= params["admit_threshold"] <= 1 and params["eviction_age_s"] > 0
     assert params["metrics"]["flash_write_rate_mbps"] <= 35.599 * 1.01
     assert params["mlflow_run_id"]
+    # the peak schedule: the 4 busiest hours of the first day, by no-cache disk-head time
+    from flashml.models.peak import busy_hours
+    from flashml.pipelines.ingest import load_trace
+
+    df, _ = load_trace(d / "t.trace", "tectonic")
+    assert params["peak_hours"] == list(busy_hours(df, 86_400.0, 4))
+    assert len(params["peak_hours"]) == 4 and params["peak_bonus"] == 0.1
 
 
 def test_sweep_picks_a_write_rate(small, cli) -> None:

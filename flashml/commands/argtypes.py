@@ -39,6 +39,30 @@ def hours_of_day(text: str) -> tuple[int, ...]:
     return tuple(sorted(hours))
 
 
+def add_peak_options(p: argparse.ArgumentParser) -> None:
+    """--peak-hours / --peak-bonus of the commands that train (models/peak.py)."""
+    from flashml.models.peak import PeakSettings
+
+    d = PeakSettings()
+    p.add_argument("--peak-hours", type=integer, default=d.hours,
+                   help="peak-aware admission: how many of the busiest hours of the day (no-cache "
+                   "disk-head time of the training window) get a lower threshold (0: a flat "
+                   f"threshold; default {d.hours})")
+    p.add_argument("--peak-bonus", type=finite_float, default=d.bonus,
+                   help=f"how much lower the threshold is in those hours (default {d.bonus})")
+
+
+def peak_settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """PeakSettings from --peak-hours / --peak-bonus (a UserError when out of range)."""
+    from flashml.errors import UserError
+    from flashml.models.peak import PeakSettings
+
+    try:
+        return PeakSettings(hours=args.peak_hours, bonus=args.peak_bonus)
+    except ValueError as e:
+        raise UserError(f"--peak-hours/--peak-bonus: {e}") from None
+
+
 def positive_int(text: str) -> int:
     v = integer(text)
     if v < 1:

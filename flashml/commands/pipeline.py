@@ -17,13 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flashml.commands.argtypes import positive_ints
+from flashml.commands.argtypes import add_peak_options, peak_settings, positive_ints
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
-from flashml.models.peak import PeakSettings
-
-PEAK = PeakSettings()
 
 log = logging.getLogger("flashml.pipeline")
 
@@ -45,7 +42,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--target-write-rate must be > 0 MB/s, got {args.target_write_rate}")
     if args.cache_gb <= 0:
         raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
-    peak = _peak_settings(args)
+    peak = peak_settings(args)
     out: Path = args.out
     run = RunDir(out)
     run.reset()  # a new run: no stage of an earlier run in this folder is reused
@@ -104,13 +101,6 @@ def _loop_settings(args: argparse.Namespace) -> Any:
                         k_candidates=ks)
 
 
-def _peak_settings(args: argparse.Namespace) -> PeakSettings:
-    try:
-        return PeakSettings(hours=args.peak_hours, bonus=args.peak_bonus)
-    except ValueError as e:
-        raise UserError(f"--peak-hours/--peak-bonus: {e}") from None
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pipeline", help="run the main job end to end",
                        description="Run the flashml pipeline end to end.")
@@ -145,12 +135,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "day (ties: the first); one value fixes K. Default: the loop's candidates "
                    "(LoopSettings.k_candidates in models/converge.py; the artifact's K=6 wins "
                    "ties)"),
-    r.add_argument("--peak-hours", type=int, default=PEAK.hours,
-                   help="peak-aware admission: how many of the busiest hours of the day (no-cache "
-                   "disk-head time of the training window) get a lower threshold (0: a flat "
-                   f"threshold; default {PEAK.hours})")
-    r.add_argument("--peak-bonus", type=float, default=PEAK.bonus,
-                   help=f"how much lower the threshold is in those hours (default {PEAK.bonus})")
+    add_peak_options(r)
     r.add_argument("--sweep-trials", type=int, default=6, help="Optuna trials (0: no sweep)")
     r.add_argument("--no-register", action="store_true", help="skip the model registry")
     r.add_argument("--no-compile", action="store_true", help="skip compiling the policy .so")

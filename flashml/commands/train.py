@@ -8,6 +8,7 @@ import logging
 import tempfile
 from pathlib import Path
 
+from flashml.commands.argtypes import add_peak_options, peak_settings
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
@@ -45,17 +46,22 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from flashml.compiler.bundle import save_policy_models
     from flashml.models.converge import LoopSettings, run_loop
+    from flashml.models.peak import with_peak
     from flashml.tracking import setup
 
     out: Path = args.output
+    peak = peak_settings(args)
     with tempfile.TemporaryDirectory(prefix="flashml-train-") as tmp:
         df, table, base, feats = _prepare(args, Path(tmp))
+        # the shipped threshold's peak schedule, from this trace's training window
+        final = with_peak(base, df, peak, LoopSettings().train_seconds)
         setup()
         with mlflow.start_run(run_name=f"train-{Path(args.trace).name}") as run:
             settings = LoopSettings(start_eviction_age_s=args.eviction_age,
                                     max_iter=args.max_iterations)
             res = run_loop(df, table, feats, base, args.target_write_rate, Path(tmp) / "loop",
-                           _gbm(args), settings, with_prefetch=not args.admission_only)
+                           _gbm(args), settings, with_prefetch=not args.admission_only,
+                           final_base=final)
             print(res.report())
             m = res.tuned.result.metrics
             mlflow.log_params({"target_write_rate_mbps": args.target_write_rate,
@@ -70,7 +76,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                 when_threshold=res.when_threshold, eviction_age_s=res.eviction_age_s,
                 target_write_rate_mbps=args.target_write_rate,
                 metrics={k: float(v) for k, v in m.items() if v == v},
-                mlflow_run_id=run.info.run_id, converged=res.converged)
+                mlflow_run_id=run.info.run_id, converged=res.converged,
+                peak_hours=final.peak_hours, peak_bonus=final.peak_bonus)
             mlflow.log_artifacts(str(bundle), artifact_path="policy")
     print(f"{out}: policy bundle (compile it with `flashml compile --model-dir {out} -o DIR` "
           f"or `--run-id {run.info.run_id}`)")
@@ -138,6 +145,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eviction-age", type=float, default=7200.0,
                    help="starting assumed eviction age, seconds (default 2 h)")
     p.add_argument("--admission-only", action="store_true", help="no ML-Range/ML-When")
+    add_peak_options(p)
     p.add_argument("--require-convergence", action="store_true",
                    help="exit 1 when the loop does not converge")
     p.add_argument("-o", "--output", type=Path, required=True, help="bundle folder")
