@@ -516,6 +516,12 @@ def plots(run: RunDir, s: JobSettings, timer: Timer | None = None) -> list[str]:
         paths.append(report.plot_tco_curve(curve, sw["chosen_write_rate_mbps"],
                                            figs / "tco_curve.png"))
     paths.append(report.plot_write_rate_vs_peak(points, figs / "write_rate_vs_peak_dt.png"))
+    from flashml.models.peak import hourly_dt_profile
+
+    learned = run.learned_base(s)
+    paths.append(report.plot_peak_schedule(
+        list(hourly_dt_profile(run.frame()[0], s.loop.train_seconds)), learned.peak_hours,
+        learned.peak_bonus, figs / "peak_schedule.png"))
     adm = _learned(run).admission
     paths.append(report.plot_feature_importance(
         adm.feature_name(), list(adm.feature_importance("gain")),

@@ -76,6 +76,9 @@ def test_main_job_end_to_end(tmp_path: Path, cli) -> None:
     manifest = json.loads((compiled / "manifest.json").read_text())
     assert len(manifest["peak_hours"]) == PeakSettings().hours
     assert manifest["peak_bonus"] == PeakSettings().bonus
+    assert {Path(p).name for p in summary["plots"]} >= {
+        "dt_utilisation.png", "write_rate_vs_peak_dt.png", "tco_curve.png",
+        "feature_importance.png", "peak_schedule.png"}
     for png in summary["plots"]:
         assert Path(png).stat().st_size > 10_000
     # the MLflow run exists in the isolated store, with nested runs per policy and trial
