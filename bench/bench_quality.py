@@ -80,8 +80,14 @@ def main() -> int:
            "opt_overall": _stats([r["opt_vs_rejectx"] for r in runs]),
            "default_trace": {"preset": "region1-like", "seed": 0,
                              "baleen_vs_rejectx": default["baleen_vs_rejectx"]},
-           "targets": {"default_trace_min": 0.10},
-           "meets_targets": default["baleen_vs_rejectx"] >= 0.10,
+           # issue 5: >= 10% on the generated Region-like traces (the paper: 12% on average,
+           # 5-29% by trace); met per trace, per preset's mean, and over all runs
+           "targets": {"min_reduction": 0.10},
+           "meets_target": {
+               "default_trace": default["baleen_vs_rejectx"] >= 0.10,
+               "every_preset_mean": all(v["mean"] >= 0.10 for v in by_preset.values()),
+               "overall_mean": statistics.fmean(r["baleen_vs_rejectx"] for r in runs) >= 0.10,
+               "every_trace": all(r["baleen_vs_rejectx"] >= 0.10 for r in runs)},
            "machine": machine(), "quick": args.quick}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=2) + "\n")
