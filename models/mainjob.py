@@ -485,7 +485,7 @@ def sweep(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
         res = run_sweep(df, run.table, run.features(), run.base(s), s.target_write_rate_mbps,
                         peak0, DEFAULTS.target_write_rate_mbps, run.work / "sweep", s.gbm,
                         s.loop, trials=s.sweep_trials, storage=optuna_storage(),
-                        study_name=f"flashml-{run_id}")
+                        study_name=f"flashml-{run_id}", final_base=run.learned_base(s))
     run.cache["sweep"] = res
     return run.record("sweep", json.loads(json.dumps(
         {"sweep": {"study": res.study_name, "storage": res.storage, "trials": res.trials},

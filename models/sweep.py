@@ -45,7 +45,10 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
               gbm: GbmParams, loop: LoopSettings, *, trials: int = 6,
               storage: str | None = None, study_name: str = "flashml-sweep",
               rate_range: tuple[float, float] = (0.25, 4.0), seed: int = 0,
-              parent_run: Any = None) -> SweepResult:
+              parent_run: Any = None, final_base: SimConfig | None = None) -> SweepResult:
+    """Optuna over target write rate and starting eviction age; each trial is a convergence
+    loop scored by TCO. With `final_base` (the peak schedule, models/peak.py) each trial's
+    final threshold is tuned under it, as the shipped policy's is (run_loop)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -69,7 +72,7 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         with mlflow.start_run(run_name=f"sweep-trial-{trial.number}", nested=True):
             mlflow.log_params({"write_rate_mbps": wr, "start_eviction_age_s": ea0})
             res = run_loop(df, table, feats, base, wr, workdir / f"trial-{trial.number:03d}",
-                           gbm, settings)
+                           gbm, settings, final_base=final_base)
             for step, it in enumerate(res.iterations):
                 val = tco(it.peak_dt_util, it.write_rate_mbps, peak0, wr0_mbps)
                 trial.report(val, step)

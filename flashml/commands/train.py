@@ -89,6 +89,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     from flashml.models.baselines import tune_rejectx
     from flashml.models.converge import LoopSettings
+    from flashml.models.peak import with_peak
     from flashml.models.report import plot_tco_curve
     from flashml.models.sweep import run_sweep
     from flashml.tracking import setup
@@ -97,6 +98,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError(f"--trials must be >= 1, got {args.trials}")
     with tempfile.TemporaryDirectory(prefix="flashml-sweep-") as tmp:
         df, table, base, feats = _prepare(args, Path(tmp))
+        final = with_peak(base, df, peak_settings(args), LoopSettings().train_seconds)
         rejectx = tune_rejectx(df, base, DEFAULTS.target_write_rate_mbps)
         peak0 = float(rejectx.result.metrics["peak_dt_util"])
         setup()
@@ -106,7 +108,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                             LoopSettings(max_iter=args.max_iterations), trials=args.trials,
                             storage=args.storage,
                             study_name=args.study or f"flashml-{run.info.run_id}",
-                            rate_range=(args.min_factor, args.max_factor))
+                            rate_range=(args.min_factor, args.max_factor), final_base=final)
             args.output.mkdir(parents=True, exist_ok=True)
             png = plot_tco_curve(res.curve(), res.chosen_write_rate_mbps,
                                  args.output / "tco_curve.png")
@@ -161,6 +163,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Optuna storage URL (default sqlite under .flashml/; an RDB URL "
                    "lets several workers share the study)")
     p.add_argument("--study", default=None, help="study name (to resume or share)")
+    add_peak_options(p)
     p.add_argument("--min-factor", type=float, default=0.25,
                    help="lowest write rate as a multiple of the target")
     p.add_argument("--max-factor", type=float, default=4.0)
