@@ -10,7 +10,8 @@ at most 1 MiB (so the backing file stays a few GB, sparse). Figures go to
 bench/results/runtime.json:
   agreement:   io_hit_ratio and flash_write_rate_mbps of replay vs `flashml sim run --policy`
                on the same trace, policy and capacity (target: within 2%)
-  latency:     decision_ns_p50 in replay (features + flashml_policy_decide on each miss,
+  latency:     decision_ns_p50 in replay, the median of REPEATS page-cache replays
+               (features + flashml_policy_decide_at on each miss,
                with the policy's prefetch hints; without_hint: --no-policy-prefetch) and the
                .so alone in a warm loop (target <= 1 us); hit_path_us_p50 and
                hit_overhead_us_p50 = p50 of (hit path - raw read of the same flash bytes, same
@@ -18,7 +19,7 @@ bench/results/runtime.json:
   throughput:  accesses/s and MB/s served (verified) from file-backed devices: first_touch
                (the backing file read from disk into the page cache), page cache, O_DIRECT
 Runs, in order: first_touch, page_cache, page_cache_measure_raw, page_cache_no_hint,
-direct_io (each on a fresh flash file).
+direct_io, then REPEATS - 1 more page-cache replays (each on a fresh flash file).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +38,8 @@ from machine import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 FLASHRT = ROOT / "runtime" / "build" / "flashrt"
+#: Page-cache replays whose median decision latency is reported.
+REPEATS = 5
 sys.path.insert(0, str(ROOT / "tests"))
 
 
@@ -142,6 +146,19 @@ def main() -> int:
                 raise SystemExit(f"replay failed ({p.returncode}): {p.stderr}")
             runs[name] = json.loads(p.stdout)
         m = runs["page_cache"]
+        # the decision latency swings between runs on a shared VM: the page-cache replay is
+        # repeated and the median of the runs' p50s is the figure (all runs are kept)
+        repeats = [m]
+        for i in range(REPEATS - 1):
+            p = subprocess.run([str(FLASHRT), "replay", "--policy", str(d / "policy"),
+                                "--flash", str(d / f"flash-repeat-{i}.img"),
+                                *map(str, common), "--direct", "off"],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                raise SystemExit(f"replay failed ({p.returncode}): {p.stderr}")
+            repeats.append(json.loads(p.stdout))
+        med = {k: statistics.median(r[k] for r in repeats)
+               for k in ("decision_ns_p50", "features_ns_p50", "policy_ns_p50")}
         raw = runs["page_cache_measure_raw"]  # hits also re-read their bytes raw, timed
         warm_separate_ns, warm_decide_ns = warm_decision_ns(d / "policy" / "policy.so", d)
         sim = json.loads(sh(sys.executable, "-m", "flashml.cli", "sim", "run", "--trace", trace,
@@ -167,16 +184,21 @@ def main() -> int:
             "agreement_within_2pct": all(agree[k]["rel_diff"] <= 0.02
                                          for k in ("io_hit_ratio", "flash_write_rate_mbps")),
             "latency": {
-                "decision_ns_p50": m["decision_ns_p50"], "decision_ns_p99": m["decision_ns_p99"],
+                "decision_ns_p50": med["decision_ns_p50"],
+                "decision_ns_p50_runs": [r["decision_ns_p50"] for r in repeats],
+                "decision_ns_p99": m["decision_ns_p99"],
                 "policy_ns_warm_mean_decide": warm_decide_ns,
                 "policy_ns_warm_mean_separate_calls": warm_separate_ns,
-                "features_ns_p50": m["features_ns_p50"], "policy_ns_p50": m["policy_ns_p50"],
+                "features_ns_p50": med["features_ns_p50"], "policy_ns_p50": med["policy_ns_p50"],
                 "policy_prefetch_hint_ns_p50": m["policy_prefetch_ns_p50"],
                 "without_hint": {k: runs["page_cache_no_hint"][k] for k in
                                  ("decision_ns_p50", "features_ns_p50", "policy_ns_p50")},
-                "decision_note": "decision_ns_p50 is measured inside replay on each miss "
+                "decision_note": f"median over {REPEATS} page-cache replays (each run's p50 in "
+                                 "decision_ns_p50_runs; features_ns_p50 and policy_ns_p50 "
+                                 "likewise medians); "
+                                 "decision_ns_p50 is measured inside replay on each miss "
                                  "(features from the count-min tracker + the policy's "
-                                 "flashml_policy_decide: admit + when + range), after the "
+                                 "flashml_policy_decide_at: admit + when + range), after the "
                                  "previous access streamed MBs through the CPU caches "
                                  "(features_ns, policy_ns: its parts); the policy's prefetch "
                                  "hint runs when each GET arrives and between accesses "
