@@ -52,6 +52,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
         for name, info in m["models"].items():
             print(f"  {name}: {info['num_trees']} trees, {' + '.join(info['evaluators'])}"
                   + ("" if "fast_trees" in info["evaluators"] else f" ({info['fast_trees']})"))
+        hours = m.get("peak_hours") or []
+        print(f"  thresholds: admit {m['admit_threshold']:.4g}"
+              + (f" ({m['admit_threshold'] - m['peak_bonus']:.4g} in peak hours "
+                 f"{','.join(map(str, hours))} UTC)" if hours else "")
+              + f", when {m['when_threshold']:.4g}")
     return 0
 
 
