@@ -314,6 +314,11 @@ def admit_threshold_peak(params: dict[str, Any]) -> float:
     return float(params["admit_threshold"]) - float(params.get("peak_bonus", 0.0))
 
 
+def peak_mask(params: dict[str, Any]) -> int:
+    """policy.json's peak hours as the bit mask flashml_admit_peak_hours() returns."""
+    return sum(1 << h for h in params.get("peak_hours", ()))
+
+
 def _c_double(v: float) -> str:
     return "NAN" if math.isnan(v) else float(v).hex()
 
@@ -334,7 +339,7 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
         "ABI_VERSION": str(ABI_VERSION),
         "CONTRACT_HASH": params["contract_hash"],
         "ADMIT_THRESHOLD": repr(float(params["admit_threshold"])),
-        "PEAK_HOURS": str(sum(1 << h for h in params.get("peak_hours", ()))),
+        "PEAK_HOURS": str(peak_mask(params)),
         "PEAK_BONUS": repr(float(params.get("peak_bonus", 0.0))),
         "ADMIT_THRESHOLD_PEAK": repr(admit_threshold_peak(params)),
         "WHEN_THRESHOLD": repr(float(params["when_threshold"])),
@@ -407,8 +412,7 @@ def _check_so(so: Path, params: dict[str, Any]) -> None:
         "contract hash": (lib.flashml_policy_contract_hash().decode(), params["contract_hash"]),
         "admit threshold": (lib.flashml_admit_threshold(), params["admit_threshold"]),
         "when threshold": (lib.flashml_prefetch_when_threshold(), params["when_threshold"]),
-        "peak hours": (lib.flashml_admit_peak_hours(),
-                       sum(1 << h for h in params.get("peak_hours", ()))),
+        "peak hours": (lib.flashml_admit_peak_hours(), peak_mask(params)),
         "peak bonus": (lib.flashml_admit_peak_bonus(), params.get("peak_bonus", 0.0)),
     }
     for what, (got, want) in checks.items():

@@ -353,12 +353,13 @@ def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
         src = find_bundle(Path(s.candidate_bundle))
         with timer.stage("candidate bundle (given)"):
             policy = load_policy_dir(src)
-            when_threshold = read_policy_json(src)["when_threshold"]
-            base = run.base(s).replace(**sim_peak(read_policy_json(src)))
+            params = read_policy_json(src)
+            when_threshold = params["when_threshold"]
+            base = run.base(s).replace(**sim_peak(params))
             tuned = tune_threshold(df, base.replace(when_threshold=when_threshold), target,
                                    score_all(policy, feats), prefetch="range",
                                    prefetch_when="score")
-        ea = read_policy_json(src)["eviction_age_s"]
+        ea = params["eviction_age_s"]
         convergence = {"converged": True, "reason": f"given candidate bundle {src}",
                        "iterations": []}
         extra["candidate_source"] = str(src)

@@ -62,25 +62,14 @@ def evaluate(policy: LearnedPolicy, df: pl.DataFrame, feats: np.ndarray, base: S
     return float(tuned.result.metrics["peak_dt_util"])
 
 
-def champion_base(d: Path, base: SimConfig) -> SimConfig:
-    """`base` with the peak schedule of the bundle in `d` (the champion is judged with its own)."""
-    from flashml.compiler.bundle import read_policy_json, sim_peak
-
-    return base.replace(**sim_peak(read_policy_json(d)))
-
-
-def policy_when_threshold(d: Path) -> float:
-    from flashml.compiler.bundle import read_policy_json
-
-    return float(read_policy_json(d)["when_threshold"])
-
-
 def judge(run_id: str, model_uri: str, candidate_peak: float, df: pl.DataFrame,
           feats: np.ndarray, base: SimConfig, target_mbps: float) -> Decision:
     """Register the candidate as a new version and decide whether it beats the champion.
     Moves nothing (`promote` does, so a pipeline can compile between the two)."""
     import mlflow
     from mlflow.exceptions import MlflowException
+
+    from flashml.compiler.bundle import read_policy_json, sim_peak
 
     client = mlflow.MlflowClient()
     version = mlflow.register_model(model_uri, REGISTERED_MODEL, tags={"run_id": run_id})
@@ -95,8 +84,11 @@ def judge(run_id: str, model_uri: str, candidate_peak: float, df: pl.DataFrame,
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(mlflow.artifacts.download_artifacts(
             run_id=champ_run, artifact_path=POLICY_ARTIFACTS, dst_path=tmp))
-        champ_peak = evaluate(load_policy_dir(local), df, feats, champion_base(local, base),
-                              target_mbps, policy_when_threshold(local))
+        # the champion is judged with its own ML-When threshold and peak schedule
+        params = read_policy_json(local)
+        champ_peak = evaluate(load_policy_dir(local), df, feats,
+                              base.replace(**sim_peak(params)), target_mbps,
+                              float(params["when_threshold"]))
     if candidate_peak < champ_peak:
         return Decision(True, version.version, candidate_peak, champ.version, champ_peak,
                         f"candidate peak DT {candidate_peak:.4f} < champion {champ_peak:.4f}")
