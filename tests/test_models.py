@@ -159,10 +159,12 @@ def test_when_threshold_is_chosen_on_the_training_day(small_trace) -> None:
 
 def test_accesses_per_episode_chosen_on_the_training_day(small_trace, tmp_path: Path) -> None:
     """With several K, the loop trains one admission-only model per K on the training window
-    and keeps the K with the lowest training-day peak DT; its rows are the first K GETs of
+    and keeps the K with the lowest training-day mean DT; its rows are the first K GETs of
     each episode."""
     from flashml.features.online import feature_matrix
+    from flashml.models.baselines import tune_threshold
     from flashml.models.converge import select_accesses_per_episode
+    from flashml.models.learned import score_all, train_policy
     from flashml.pipelines.canonical import read_meta
     from flashml.simulation import SimConfig
 
@@ -178,10 +180,21 @@ def test_accesses_per_episode_chosen_on_the_training_day(small_trace, tmp_path: 
     episodes = pl.read_parquet(res.episodes_dir / "episodes.parquet")
     # the episodes were labelled for the largest K, so every candidate can be cut from them
     assert labels.filter(pl.col("opt_label") >= 0)["position"].max() == 5
-    best, peaks = select_accesses_per_episode(df, feats, labels, episodes, base, target,
+    best, means = select_accesses_per_episode(df, feats, labels, episodes, base, target,
                                               settings, gbm, None)
-    assert set(peaks) == {6, 1, 3} and peaks[best] == min(peaks.values())
+    assert set(means) == {6, 1, 3} and means[best] == min(means.values())
     assert res.extra["accesses_per_episode"] == best
+    # the criterion, recomputed by hand for K=1: the training day's mean DT (not its peak),
+    # from a cold cache, with the threshold tuned to the target
+    times = df["time"].to_numpy()
+    n = int((times < times[0] + 86_400.0).sum())
+    one = score_all(train_policy(training_data(feats, times, labels, episodes, 86_400.0,
+                                               max_position=1), gbm, with_prefetch=False),
+                    feats[:n])["score"]
+    m = tune_threshold(df.slice(0, n), base.replace(warmup_s=0.0), target,
+                       {"score": one}).result.metrics
+    assert means[1] == pytest.approx(m["mean_dt_util"], rel=1e-12)
+    assert means[1] != pytest.approx(m["peak_dt_util"])
     # the rows differ by K: fewer with K=1
     n = {k: len(training_data(feats, df["time"].to_numpy(), labels, episodes, 86_400.0,
                               max_position=k).adm_y) for k in (1, 6)}

@@ -131,7 +131,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--accesses-per-episode", type=positive_ints, default=None,
                    metavar="K[,K...]",
                    help="OPT-labelled GETs per episode in the admission training rows; several: "
-                   "the K whose admission-only model has the lowest peak DT on the training "
+                   "the K whose admission-only model has the lowest mean DT on the training "
                    "day (ties: the first); one value fixes K. Default: the loop's candidates "
                    "(LoopSettings.k_candidates in models/converge.py; the artifact's K=6 wins "
                    "ties)"),
