@@ -170,7 +170,10 @@ class RunDir:
         return self.cache["feats"]
 
     def base(self, s: JobSettings) -> SimConfig:
-        return SimConfig(sample_ratio=self.frame()[1].sample_ratio, cache_gb=s.cache_gb)
+        """The simulator set-up every policy is judged with: the evaluation starts where the
+        training window ends (the first day by default, DEFAULTS.warmup_s)."""
+        return SimConfig(sample_ratio=self.frame()[1].sample_ratio, cache_gb=s.cache_gb,
+                         warmup_s=s.loop.train_seconds)
 
     def learned_base(self, s: JobSettings) -> SimConfig:
         """`base` with the learned policies' peak schedule: the `s.peak.hours` busiest hours
@@ -312,6 +315,26 @@ def episodes(run: RunDir, s: JobSettings, eviction_age_s: float,
          "summary": summary}, default=_json_default)))
 
 
+def check_span(run: RunDir, s: JobSettings, source: Path | None = None) -> None:
+    """UserError (naming `source`, else the run's table) unless the trace outlasts the
+    training window by at least one measurement window: the policies are trained on the
+    window and judged on what follows it."""
+    df, _ = run.frame()
+    t = df["time"]
+    span = float(t.max() - t.min()) if df.height else 0.0
+    train_s, window_s = s.loop.train_seconds, DEFAULTS.window_s
+    if span < train_s + window_s:
+        fit = (span - window_s) / 3600.0
+        hint = (f"give a longer trace, or a shorter training window: --train-hours H with "
+                f"H <= {fit:.2f}" if fit > 0 else "give a longer trace")
+        raise UserError(
+            f"{source or run.table}: the trace spans {span:,.0f} s ({span / 3600:.2f} h), "
+            f"but the main job trains on its first {train_s:,.0f} s and judges the policies "
+            f"on the rest, "
+            f"in {window_s:.0f}-s windows; {hint} (if the trace's time unit is not seconds, "
+            f"see --time-scale)")
+
+
 def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, Any]:
     """Baleen's convergence loop (episodes -> train -> simulate until the eviction age is
     stable) -> the candidate bundle `policy/`, logged to the MLflow run with the admission
@@ -326,6 +349,7 @@ def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
     from flashml.compiler.bundle import save_policy_models
     from flashml.models.converge import run_loop
 
+    check_span(run, s)
     timer = timer or Timer()
     df, _ = run.frame()
     feats = run.features()

@@ -39,6 +39,46 @@ def test_every_command_has_help(cmd: tuple[str, ...], capsys) -> None:
     assert len(out.splitlines()) > 3
 
 
+def test_main_job_on_a_real_trace_shorter_than_a_day(tmp_path: Path, cli,
+                                                    cloudphysics_path: Path) -> None:
+    """The real CloudPhysics sample spans 2 hours: with the default training day the main
+    job stops before any work with an error naming the trace and the way out, leaving no
+    summary and no MLflow run; with --train-hours 0.5 it trains on the first half hour and
+    every policy is judged from there on (the simulator's warm-up = the training window)."""
+    env = {"FLASHML_HOME": str(tmp_path / "state"), "MLFLOW_TRACKING_URI": ""}
+    common = ("--trace", cloudphysics_path, "--format", "cloudphysics", "--engine", "polars",
+              "--sweep-trials", "0", "--no-register", "--no-compile")
+    bad = cli("pipeline", "run", *common, "--out", tmp_path / "bad", env=env)
+    assert bad.returncode != 0
+    assert str(cloudphysics_path) in bad.stderr and "spans 7,200 s" in bad.stderr
+    assert "--train-hours H with H <= 1.83" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "bad" / "summary.json").exists()
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}")
+    assert mlflow.search_runs(search_all_experiments=True, output_format="list") == []
+    assert cli("pipeline", "run", *common, "--out", tmp_path / "x", "--train-hours", "0",
+               env=env).returncode != 0
+
+    work = tmp_path / "ok"
+    cli("pipeline", "run", *common, "--out", work, "--train-hours", "0.5", "--target-write-rate",
+        "0.1", check=True, env=env, timeout=900)
+    summary = json.loads((work / "summary.json").read_text())
+    rx = summary["policies"]["rejectx"]
+    from flashml.pipelines.canonical import read_table
+    from flashml.simulation import SimConfig, simulate
+
+    df, meta = read_table(work / "accesses.parquet")
+    cfg = SimConfig(sample_ratio=meta.sample_ratio, cache_gb=summary["cache_gb"],
+                    admission="rejectx", rejectx_factor=rx["rejectx_factor"])
+    judged = simulate(df, cfg.replace(warmup_s=1800.0)).metrics
+    assert rx["peak_dt_util"] == pytest.approx(judged["peak_dt_util"], rel=1e-12)
+    assert rx["mean_dt_util"] == pytest.approx(judged["mean_dt_util"], rel=1e-12)
+    # not the default day-long warm-up, which leaves no window to judge on this trace
+    assert rx["mean_dt_util"] != pytest.approx(
+        simulate(df, cfg.replace(warmup_s=3600.0)).metrics["mean_dt_util"], rel=1e-6)
+
+
 def test_main_job_end_to_end(tmp_path: Path, cli) -> None:
     """The whole main job on the embedded default trace, with real MLflow (isolated store),
     Optuna, the registry and the compiled policy .so."""

@@ -31,6 +31,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         JobSettings,
         RunDir,
         Timer,
+        check_span,
         ingest_validate,
         open_run,
         run_all,
@@ -42,6 +43,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--target-write-rate must be > 0 MB/s, got {args.target_write_rate}")
     if args.cache_gb <= 0:
         raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
+    if not args.train_hours > 0:
+        raise UserError(f"--train-hours must be > 0, got {args.train_hours}")
     peak = peak_settings(args)
     out: Path = args.out
     run = RunDir(out)
@@ -67,6 +70,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                            loop=_loop_settings(args), peak=peak,
                            sweep_trials=args.sweep_trials, register=not args.no_register,
                            compile=not args.no_compile)
+    check_span(run, settings, raw)  # before any MLflow run is opened
     import mlflow
 
     params = {"trace": str(raw), "sample_ratio": meta.sample_ratio, "cache_gb": args.cache_gb,
@@ -83,6 +87,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         mlflow.log_artifact(str(path))
     print()
     print(report.table(summary["policies"]))
+    tuned = {k: v for k, v in summary["policies"].items() if k != "opt"}
+    short = {k: v["flash_write_rate_mbps"] for k, v in tuned.items()
+             if v.get("reached_target") is False}
+    if short and len(short) == len(tuned) and \
+            max(short.values()) < args.target_write_rate:
+        top = max(short.values())
+        print(f"\nnote: no policy reaches the target write rate {args.target_write_rate:g} "
+              f"MB/s on this trace (at most {top:.3g} MB/s): the write budget does not bind, "
+              f"so the policies differ little; try --target-write-rate below {top:.3g} or a "
+              f"smaller --cache-gb")
+    elif short:
+        print(f"\nnote: {', '.join(short)} cannot be tuned to within 5% of the target "
+              f"write rate {args.target_write_rate:g} MB/s on this trace; they run at "
+              + ", ".join(f"{v:.3g}" for v in short.values()) + " MB/s")
     print(f"\nBaleen vs RejectX peak DT: {summary['baleen_vs_rejectx_peak_reduction']:+.1%} "
           f"reduction; gap to OPT {summary['gap_to_opt']:+.1%}; TCO-chosen write rate "
           f"{summary['chosen_write_rate_mbps']:.1f} MB/s")
@@ -95,10 +113,10 @@ def _loop_settings(args: argparse.Namespace) -> Any:
     from flashml.models.converge import LoopSettings
 
     ks = args.accesses_per_episode
+    train = {"max_iter": args.max_iterations, "train_seconds": args.train_hours * 3600.0}
     if ks is None:
-        return LoopSettings(max_iter=args.max_iterations)
-    return LoopSettings(max_iter=args.max_iterations, accesses_per_episode=ks[0],
-                        k_candidates=ks)
+        return LoopSettings(**train)
+    return LoopSettings(**train, accesses_per_episode=ks[0], k_candidates=ks)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -128,6 +146,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--max-rounds", type=int, default=500, help="LightGBM rounds (max)")
     r.add_argument("--max-iterations", type=int, default=20,
                    help="convergence loop iteration cap")
+    r.add_argument("--train-hours", type=float, default=DEFAULTS.warmup_s / 3600.0,
+                   metavar="H", help="train on the trace's first H hours and judge every "
+                   "policy on the rest (default %(default)g: the first day, as Baleen)")
     r.add_argument("--accesses-per-episode", type=positive_ints, default=None,
                    metavar="K[,K...]",
                    help="OPT-labelled GETs per episode in the admission training rows; several: "
