@@ -235,4 +235,12 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                  "peak DT %.4f", result.tuned.knob, final_base.peak_hours,
                  final_base.peak_bonus, result.tuned.result.metrics["flash_write_rate_mbps"],
                  result.tuned.result.metrics["peak_dt_util"])
+        if not result.tuned.reached:
+            log.warning("the peak schedule cannot meet the target write rate %.2f MB/s: even "
+                        "at threshold %.2f the learned policy writes %.2f MB/s (the peak "
+                        "hours' threshold is %.2f lower); its figures are not comparable with "
+                        "the other policies'; use a smaller --peak-bonus or fewer --peak-hours",
+                        target_mbps, result.tuned.knob,
+                        result.tuned.result.metrics["flash_write_rate_mbps"],
+                        final_base.peak_bonus)
     return result

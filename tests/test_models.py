@@ -157,6 +157,31 @@ def test_when_threshold_is_chosen_on_the_training_day(small_trace) -> None:
         (best, peaks)
 
 
+def test_loop_warns_when_the_peak_schedule_cannot_meet_the_target(small_trace, tmp_path: Path,
+                                                                   caplog) -> None:
+    """A schedule whose peak hours admit more than the whole budget (every hour, threshold
+    1.0 lower: admit-all) cannot be tuned to the target: the loop says so instead of
+    passing off a policy that writes several times the target as comparable."""
+    import logging
+
+    from flashml.features.online import feature_matrix
+    from flashml.pipelines.canonical import read_meta
+    from flashml.simulation import SimConfig
+
+    df, table = small_trace
+    base = SimConfig(sample_ratio=read_meta(table).sample_ratio)
+    gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
+    target = DEFAULTS.target_write_rate_mbps
+    greedy = base.replace(peak_hours=tuple(range(24)), peak_bonus=1.0)
+    with caplog.at_level(logging.WARNING, logger="flashml.models.converge"):
+        res = run_loop(df, table, feature_matrix(df), base, target, tmp_path, gbm,
+                       LoopSettings(max_iter=1, k_candidates=(6,)), with_prefetch=False,
+                       final_base=greedy)
+    assert not res.tuned.reached
+    assert res.tuned.result.metrics["flash_write_rate_mbps"] > 1.1 * target
+    assert "cannot meet the target write rate" in caplog.text
+
+
 def test_accesses_per_episode_chosen_on_the_training_day(small_trace, tmp_path: Path) -> None:
     """With several K, the loop trains one admission-only model per K on the training window
     and keeps the K with the lowest training-day mean DT; its rows are the first K GETs of
