@@ -1,7 +1,7 @@
 """Policy quality across generated traces: the main job (`flashml pipeline run`) on every
 preset and several seeds, Baleen's peak-DT reduction vs RejectX next to OPT's.
 
-    .venv/bin/python bench/bench_quality.py             # both protocols, ~15 minutes
+    .venv/bin/python bench/bench_quality.py             # both protocols, ~20 minutes
     .venv/bin/python bench/bench_quality.py --quick     # region1-like, one seed, 3 days
 
 Two protocols, each run at the default write rate with Polars episodes, no sweep, no
@@ -22,6 +22,10 @@ trained on *every* day of the trace, evaluation days included, with the run's K 
 eviction age, simulated over the same evaluation days. No model trained on the first day
 can be expected to beat a model that has seen the evaluation days' own labels, so this
 bounds what the 18 features can learn from a preset, next to OPT (which knows the future).
+
+For every 7-day run the bench also replays the loop's choice of K by each training-day
+criterion (`k_choice`: mean DT, as the loop does, or peak DT) and reports how much
+evaluation-day peak-DT reduction each criterion loses against the best K.
 
 Target (issue 5): >= 10% (the paper: 12% on average, 5-29% by trace). Figures go to
 bench/results/quality.json.
@@ -107,6 +111,50 @@ def ceiling(out: Path) -> dict:
             "accesses_per_episode": int(k), "write_rate_mbps": m["flash_write_rate_mbps"]}
 
 
+def k_choice(out: Path) -> dict:
+    """How the loop's choice of K (labelled GETs per episode) would go by each training-day
+    criterion: for every candidate K, an admission-only model trained on the first day (the
+    run's final episodes and labels, flat threshold), its training-day mean and peak DT
+    (cold cache, as the loop simulates them) and its evaluation-day peak-DT reduction."""
+    import polars as pl
+
+    from flashml.features.online import feature_matrix
+    from flashml.models.baselines import tune_threshold
+    from flashml.models.converge import LoopSettings
+    from flashml.models.dataset import training_data
+    from flashml.models.learned import score_all, train_policy
+    from flashml.models.train import GbmParams
+    from flashml.pipelines.canonical import read_table
+    from flashml.simulation import SimConfig
+
+    s = json.loads((out / "summary.json").read_text())
+    df, meta = read_table(out / "accesses.parquet")
+    feats, times = feature_matrix(df), df["time"].to_numpy()
+    labels = pl.read_parquet(out / "episodes" / "labels.parquet")
+    episodes = pl.read_parquet(out / "episodes" / "episodes.parquet")
+    day = LoopSettings().train_seconds
+    n = int((times < times[0] + day).sum())
+    base = SimConfig(sample_ratio=meta.sample_ratio, cache_gb=s["cache_gb"])
+    target, rx = s["target_write_rate_mbps"], s["policies"]["rejectx"]["peak_dt_util"]
+    gbm = GbmParams().with_overrides(learning_rate=0.05, num_boost_round=500)  # the CLI's
+    by_k = {}
+    for k in LoopSettings().k_candidates:
+        data = training_data(feats, times, labels, episodes, day, max_position=k)
+        score = score_all(train_policy(data, gbm, with_prefetch=False), feats)["score"]
+        tr = tune_threshold(df.slice(0, n), base.replace(warmup_s=0.0), target,
+                            {"score": score[:n]}).result.metrics
+        ev = tune_threshold(df, base, target, {"score": score}).result.metrics
+        by_k[k] = {"train_mean_dt": tr["mean_dt_util"], "train_peak_dt": tr["peak_dt_util"],
+                   "eval_vs_rejectx": 1.0 - ev["peak_dt_util"] / rx}
+    best = max(v["eval_vs_rejectx"] for v in by_k.values())
+    picks = {c: min(by_k, key=lambda k, c=c: (by_k[k][c], k != 6, k))
+             for c in ("train_mean_dt", "train_peak_dt")}
+    return {"by_k": by_k, "best_eval_vs_rejectx": best,
+            **{f"loss_choosing_by_{c}": best - by_k[k]["eval_vs_rejectx"]
+               for c, k in picks.items()},
+            **{f"k_by_{c}": k for c, k in picks.items()}}
+
+
 def _stats(xs: list[float]) -> dict:
     return {"mean": statistics.fmean(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
@@ -138,6 +186,8 @@ def main() -> int:
     args = ap.parse_args()
     names = ["default"] if args.quick else (args.protocol or list(PROTOCOLS))
     res: dict = {"protocols": {}, "targets": {"min_reduction": TARGET}}
+    if args.protocol and args.out.is_file():  # keep the protocols not re-run
+        res["protocols"] = json.loads(args.out.read_text()).get("protocols", {})
     with tempfile.TemporaryDirectory(prefix="bench-quality-") as d:
         for name in names:
             proto = PROTOCOLS[name]
@@ -148,8 +198,10 @@ def main() -> int:
             runs = []
             for preset, seed in plan:
                 r = run_one(preset, seed, work, proto["days"])
-                if name == "artifact" and seed == 0:
-                    r["ceiling"] = ceiling(work / f"{preset}-{seed}")
+                if name == "artifact":
+                    r["k_choice"] = k_choice(work / f"{preset}-{seed}")
+                    if seed == 0:
+                        r["ceiling"] = ceiling(work / f"{preset}-{seed}")
                 runs.append(r)
                 extra = (f", in-sample ceiling {r['ceiling']['in_sample_vs_rejectx']:+.1%}"
                          if "ceiling" in r else "")
@@ -159,6 +211,19 @@ def main() -> int:
                       f"{r['wall_s']:.0f} s)", flush=True)
             res["protocols"][name] = {"days": proto["days"], "seeds": seeds, "runs": runs,
                                       "summary": summarise(runs)}
+            kc = [r["k_choice"] for r in runs if "k_choice" in r]
+            if kc:
+                res["protocols"][name]["k_choice"] = {
+                    f"by_{c}": {"mean_loss": statistics.fmean(x[f"loss_choosing_by_{c}"]
+                                                                for x in kc),
+                                "max_loss": max(x[f"loss_choosing_by_{c}"] for x in kc),
+                                "worse_picks": sum(x[f"loss_choosing_by_{c}"] > 0.005
+                                                   for x in kc), "runs": len(kc)}
+                    for c in ("train_mean_dt", "train_peak_dt")}
+                print(f"[{name}] choosing K by the training day's mean / peak DT: "
+                      + " / ".join(f"{v['worse_picks']} worse picks (max loss "
+                                   f"{v['max_loss']:.1%})"
+                                   for v in res["protocols"][name]["k_choice"].values()))
     if "default" in res["protocols"]:
         default = res["protocols"]["default"]["runs"][0]
         res["default_trace"] = {"preset": default["preset"], "seed": default["seed"],
