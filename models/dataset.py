@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from flashml.config import DEFAULTS
+from flashml.errors import UserError
 from flashml.features.contract import Contract, contract
 from flashml.models.learned import TrainingData
 
@@ -13,6 +15,22 @@ from flashml.models.learned import TrainingData
 def training_window(times: np.ndarray, train_seconds: float) -> np.ndarray:
     """Rows of the first `train_seconds` of the trace (Baleen trains on the first day)."""
     return times < times[0] + train_seconds
+
+
+def check_span(times: np.ndarray, train_seconds: float, source: object) -> None:
+    """UserError (naming `source`) unless the trace outlasts the training window by at least
+    one measurement window: policies are trained on the window and judged on what follows."""
+    span = float(times[-1] - times[0]) if len(times) else 0.0
+    window_s = DEFAULTS.window_s
+    if span < train_seconds + window_s:
+        fit = (span - window_s) / 3600.0
+        hint = (f"give a longer trace, or a shorter training window: --train-hours H with "
+                f"H <= {fit:.2f}" if fit > 0 else "give a longer trace")
+        raise UserError(
+            f"{source}: the trace spans {span:,.0f} s ({span / 3600:.2f} h), but policies are "
+            f"trained on its first {train_seconds:,.0f} s and judged on the rest, in "
+            f"{window_s:.0f}-s windows; {hint} (if the trace's time unit is not seconds, see "
+            f"--time-scale)")
 
 
 def training_data(feats: np.ndarray, times: np.ndarray, labels: pl.DataFrame,

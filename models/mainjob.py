@@ -317,22 +317,10 @@ def episodes(run: RunDir, s: JobSettings, eviction_age_s: float,
 
 def check_span(run: RunDir, s: JobSettings, source: Path | None = None) -> None:
     """UserError (naming `source`, else the run's table) unless the trace outlasts the
-    training window by at least one measurement window: the policies are trained on the
-    window and judged on what follows it."""
-    df, _ = run.frame()
-    t = df["time"]
-    span = float(t.max() - t.min()) if df.height else 0.0
-    train_s, window_s = s.loop.train_seconds, DEFAULTS.window_s
-    if span < train_s + window_s:
-        fit = (span - window_s) / 3600.0
-        hint = (f"give a longer trace, or a shorter training window: --train-hours H with "
-                f"H <= {fit:.2f}" if fit > 0 else "give a longer trace")
-        raise UserError(
-            f"{source or run.table}: the trace spans {span:,.0f} s ({span / 3600:.2f} h), "
-            f"but the main job trains on its first {train_s:,.0f} s and judges the policies "
-            f"on the rest, "
-            f"in {window_s:.0f}-s windows; {hint} (if the trace's time unit is not seconds, "
-            f"see --time-scale)")
+    training window by at least one measurement window (models/dataset.py)."""
+    from flashml.models.dataset import check_span as check
+
+    check(run.frame()[0]["time"].to_numpy(), s.loop.train_seconds, source or run.table)
 
 
 def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, Any]:

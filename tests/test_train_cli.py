@@ -61,3 +61,21 @@ def test_bad_options(small, cli, args: list[str], fragment: str) -> None:
     assert not (d / "x").exists()
     proc = cli("train", "--trace", d / "missing.trace", "-o", d / "x", env=env)
     assert proc.returncode == 1 and "missing.trace: no such file" in proc.stderr
+
+
+@pytest.mark.parametrize("cmd", ["train", "sweep"])
+def test_trace_shorter_than_the_training_window(small, cli, cloudphysics_path: Path,
+                                                cmd: str) -> None:
+    """The real 2-hour CloudPhysics sample against the default training day: a clear error
+    naming the trace and the largest --train-hours that fits, no output, no traceback."""
+    d, env = small
+    out = d / f"short-{cmd}"
+    proc = cli(cmd, "--trace", cloudphysics_path, "--format", "cloudphysics", "-o", out,
+               env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert str(cloudphysics_path) in proc.stderr and "spans 7,200 s" in proc.stderr
+    assert "--train-hours H with H <= 1.83" in proc.stderr
+    assert not out.exists()
+    proc = cli(cmd, "--trace", cloudphysics_path, "--format", "cloudphysics", "-o", out,
+               "--train-hours", "-1", env=env)
+    assert proc.returncode == 1 and "--train-hours must be > 0" in proc.stderr

@@ -52,6 +52,25 @@ def add_peak_options(p: argparse.ArgumentParser) -> None:
                    help=f"how much lower the threshold is in those hours (default {d.bonus})")
 
 
+def add_train_hours_option(p: argparse.ArgumentParser) -> None:
+    """--train-hours of the commands that train: the training window, after which every
+    policy is judged (the simulator's warm-up)."""
+    from flashml.config import DEFAULTS
+
+    p.add_argument("--train-hours", type=finite_float, default=DEFAULTS.warmup_s / 3600.0,
+                   metavar="H", help="train on the trace's first H hours and judge every "
+                   "policy on the rest (default %(default)g: the first day, as Baleen)")
+
+
+def train_seconds(args: argparse.Namespace) -> float:
+    """--train-hours in seconds (a UserError unless > 0)."""
+    from flashml.errors import UserError
+
+    if not args.train_hours > 0:
+        raise UserError(f"--train-hours must be > 0, got {args.train_hours}")
+    return float(args.train_hours) * 3600.0
+
+
 def peak_settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """PeakSettings from --peak-hours / --peak-bonus (a UserError when out of range)."""
     from flashml.errors import UserError

@@ -17,7 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flashml.commands.argtypes import add_peak_options, peak_settings, positive_ints
+from flashml.commands.argtypes import (
+    add_peak_options,
+    add_train_hours_option,
+    peak_settings,
+    positive_ints,
+    train_seconds,
+)
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
@@ -43,8 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--target-write-rate must be > 0 MB/s, got {args.target_write_rate}")
     if args.cache_gb <= 0:
         raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
-    if not args.train_hours > 0:
-        raise UserError(f"--train-hours must be > 0, got {args.train_hours}")
+    train_seconds(args)  # validated before any work
     peak = peak_settings(args)
     out: Path = args.out
     run = RunDir(out)
@@ -113,7 +118,7 @@ def _loop_settings(args: argparse.Namespace) -> Any:
     from flashml.models.converge import LoopSettings
 
     ks = args.accesses_per_episode
-    train = {"max_iter": args.max_iterations, "train_seconds": args.train_hours * 3600.0}
+    train = {"max_iter": args.max_iterations, "train_seconds": train_seconds(args)}
     if ks is None:
         return LoopSettings(**train)
     return LoopSettings(**train, accesses_per_episode=ks[0], k_candidates=ks)
@@ -146,9 +151,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--max-rounds", type=int, default=500, help="LightGBM rounds (max)")
     r.add_argument("--max-iterations", type=int, default=20,
                    help="convergence loop iteration cap")
-    r.add_argument("--train-hours", type=float, default=DEFAULTS.warmup_s / 3600.0,
-                   metavar="H", help="train on the trace's first H hours and judge every "
-                   "policy on the rest (default %(default)g: the first day, as Baleen)")
+    add_train_hours_option(r)
     r.add_argument("--accesses-per-episode", type=positive_ints, default=None,
                    metavar="K[,K...]",
                    help="OPT-labelled GETs per episode in the admission training rows; several: "

@@ -8,7 +8,12 @@ import logging
 import tempfile
 from pathlib import Path
 
-from flashml.commands.argtypes import add_peak_options, peak_settings
+from flashml.commands.argtypes import (
+    add_peak_options,
+    add_train_hours_option,
+    peak_settings,
+    train_seconds,
+)
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
@@ -17,8 +22,11 @@ log = logging.getLogger("flashml.train")
 
 
 def _prepare(args: argparse.Namespace, work: Path):  # type: ignore[no-untyped-def]
-    """Canonical table on disk (ingesting a raw trace), its frame, metadata and features."""
+    """Canonical table on disk (ingesting a raw trace), its frame, the simulator set-up
+    (judged after the training window) and the features; UserError on bad options or a
+    trace shorter than the training window."""
     from flashml.features.online import feature_matrix
+    from flashml.models.dataset import check_span
     from flashml.pipelines.canonical import write_table
     from flashml.pipelines.ingest import load_trace
     from flashml.simulation import SimConfig
@@ -27,10 +35,12 @@ def _prepare(args: argparse.Namespace, work: Path):  # type: ignore[no-untyped-d
         raise UserError(f"--target-write-rate must be > 0 MB/s, got {args.target_write_rate}")
     if args.cache_gb <= 0:
         raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
+    train_s = train_seconds(args)
     df, meta = load_trace(args.trace, args.format, sample_ratio=args.sample_ratio)
+    check_span(df["time"].to_numpy(), train_s, args.trace)
     table = work / "accesses.parquet"
     write_table(df, table, meta)
-    base = SimConfig(sample_ratio=meta.sample_ratio, cache_gb=args.cache_gb)
+    base = SimConfig(sample_ratio=meta.sample_ratio, cache_gb=args.cache_gb, warmup_s=train_s)
     return df, table, base, feature_matrix(df)
 
 
@@ -54,11 +64,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="flashml-train-") as tmp:
         df, table, base, feats = _prepare(args, Path(tmp))
         # the shipped threshold's peak schedule, from this trace's training window
-        final = with_peak(base, df, peak, LoopSettings().train_seconds)
+        final = with_peak(base, df, peak, base.warmup_s)
         setup()
         with mlflow.start_run(run_name=f"train-{Path(args.trace).name}") as run:
             settings = LoopSettings(start_eviction_age_s=args.eviction_age,
-                                    max_iter=args.max_iterations)
+                                    max_iter=args.max_iterations, train_seconds=base.warmup_s)
             res = run_loop(df, table, feats, base, args.target_write_rate, Path(tmp) / "loop",
                            _gbm(args), settings, with_prefetch=not args.admission_only,
                            final_base=final)
@@ -98,14 +108,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError(f"--trials must be >= 1, got {args.trials}")
     with tempfile.TemporaryDirectory(prefix="flashml-sweep-") as tmp:
         df, table, base, feats = _prepare(args, Path(tmp))
-        final = with_peak(base, df, peak_settings(args), LoopSettings().train_seconds)
+        final = with_peak(base, df, peak_settings(args), base.warmup_s)
         rejectx = tune_rejectx(df, base, DEFAULTS.target_write_rate_mbps)
         peak0 = float(rejectx.result.metrics["peak_dt_util"])
         setup()
         with mlflow.start_run(run_name=f"sweep-{Path(args.trace).name}") as run:
             res = run_sweep(df, table, feats, base, args.target_write_rate, peak0,
                             DEFAULTS.target_write_rate_mbps, Path(tmp) / "sweep", _gbm(args),
-                            LoopSettings(max_iter=args.max_iterations), trials=args.trials,
+                            LoopSettings(max_iter=args.max_iterations,
+                                         train_seconds=base.warmup_s), trials=args.trials,
                             storage=args.storage,
                             study_name=args.study or f"flashml-{run.info.run_id}",
                             rate_range=(args.min_factor, args.max_factor), final_base=final)
@@ -137,6 +148,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--learning-rate", type=float, default=0.05)
     p.add_argument("--max-rounds", type=int, default=500)
     p.add_argument("--max-iterations", type=int, default=20, help="convergence loop cap")
+    add_train_hours_option(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
