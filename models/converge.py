@@ -48,9 +48,9 @@ class LoopSettings:
     #: Several K (labelled GETs per episode) to choose from on the training window, by the
     #: admission-only mean DT there (ties: `accesses_per_episode`, the artifact's 6); one or
     #: none: always `accesses_per_episode`. Mean, not peak: one 10-minute window sets a day's
-    #: peak, and on 15 seven-day traces the training day's mean DT picked the K with the best
-    #: evaluation-day peak DT (or one within 1.6 points of it) every time; its peak DT
-    #: picked a worse K on 4 of them, by up to 15 points (README, "Policy quality").
+    #: peak; on 15 seven-day traces choosing by the training day's peak DT lost 2.0 points of
+    #: evaluation-day peak-DT reduction on average (up to 13.6) against the best K, by its
+    #: mean 0.3 (up to 2.7) (bench/bench_quality.py `k_choice`, README "Policy quality").
     k_candidates: tuple[int, ...] = (6, 1, 2, 4, 12)
     #: ML-When thresholds tried on the training window (1.0: prefetch never pays off).
     when_candidates: tuple[float, ...] = (0.5, 0.7, 0.9, 1.0)
