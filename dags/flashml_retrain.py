@@ -16,6 +16,8 @@ Params (all optional; trigger with `airflow dags trigger flashml_retrain --conf 
                          synthetic `preset` (seed, accesses) -- a demo.
   target_write_rate_mbps flash write-rate target, MB/s at full-node scale
   cache_gb               flash cache size, GB at full-node scale
+  train_hours            train on the trace's first H hours, judge every policy on the rest
+                         (default 24: the first day)
   workdir                run folders (default $FLASHML_RETRAIN_DIR, else $FLASHML_HOME/retrain)
   export_dir             where a promoted bundle is exported (default $FLASHML_EXPORT_DIR,
                          else $FLASHML_HOME/exported): `v<version>/{policy,compiled}` and a
@@ -38,9 +40,11 @@ import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
 DAG_ID = "flashml_retrain"
-# Kept literal (not imported) so parsing the DAG stays cheap; flashml.config has the same.
+# Kept literal (not imported) so parsing the DAG stays cheap; flashml.config has the same
+# (tests/test_dag.py checks them).
 DEFAULT_TARGET_WRITE_RATE_MBPS = 35.599
 DEFAULT_CACHE_GB = 366.475
+DEFAULT_TRAIN_HOURS = 24.0  # flashml.config: DEFAULTS.warmup_s / 3600 (tests/test_dag.py)
 
 PARAMS = {
     "trace": Param("", type="string", description="trace location ({ds}: logical date); "
@@ -50,6 +54,8 @@ PARAMS = {
     "target_write_rate_mbps": Param(DEFAULT_TARGET_WRITE_RATE_MBPS, type="number",
                                     exclusiveMinimum=0),
     "cache_gb": Param(DEFAULT_CACHE_GB, type="number", exclusiveMinimum=0),
+    "train_hours": Param(DEFAULT_TRAIN_HOURS, type="number", exclusiveMinimum=0,
+                         description="train on the trace's first H hours, judge on the rest"),
     "workdir": Param("", type="string"),
     "export_dir": Param("", type="string"),
     "engine": Param("spark", enum=["spark", "polars"]),
@@ -93,7 +99,8 @@ def _settings(p: dict[str, Any]):  # type: ignore[no-untyped-def]
     return JobSettings(cache_gb=float(p["cache_gb"]),
                        target_write_rate_mbps=float(p["target_write_rate_mbps"]),
                        engine=p["engine"], gbm=gbm,
-                       loop=LoopSettings(max_iter=int(p["max_iterations"])),
+                       loop=LoopSettings(max_iter=int(p["max_iterations"]),
+                                         train_seconds=float(p["train_hours"]) * 3600.0),
                        sweep_trials=int(p["sweep_trials"]),
                        candidate_bundle=Path(p["candidate_bundle"])
                        if p["candidate_bundle"] else None)

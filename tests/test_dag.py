@@ -57,6 +57,21 @@ def _py(code: str, *args: str, env: dict[str, str], timeout: float
                           env=env, cwd=REPO, timeout=timeout)
 
 
+def test_dag_defaults_are_flashml_config() -> None:
+    """The DAG keeps its defaults literal (cheap parsing); they must equal flashml.config's."""
+    import ast
+
+    from flashml.config import DEFAULTS
+
+    tree = ast.parse((REPO / "dags" / "flashml_retrain.py").read_text())
+    consts = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+              for t in node.targets if isinstance(t, ast.Name)
+              and isinstance(node.value, ast.Constant)}
+    assert consts["DEFAULT_TARGET_WRITE_RATE_MBPS"] == DEFAULTS.target_write_rate_mbps
+    assert consts["DEFAULT_CACHE_GB"] == DEFAULTS.cache_gb
+    assert consts["DEFAULT_TRAIN_HOURS"] * 3600.0 == DEFAULTS.warmup_s
+
+
 def test_dagbag_imports_without_errors(tmp_path: Path) -> None:
     code = """
 import json, sys
@@ -83,7 +98,8 @@ print("RESULT " + json.dumps({
         "sweep": ["evaluate"], "evaluate": ["compile"], "compile": ["promote"], "promote": [],
     }
     assert res["retries"] == [2]
-    assert {"trace", "target_write_rate_mbps", "cache_gb", "export_dir"} <= set(res["params"])
+    assert {"trace", "target_write_rate_mbps", "cache_gb", "export_dir",
+            "train_hours"} <= set(res["params"])
     assert "0 0 * * *" in res["schedule"] or "daily" in res["schedule"]
     assert res["max_active_runs"] == 1
 
