@@ -80,24 +80,32 @@ def run_one(preset: str, seed: int, work: Path, days: float | None = None) -> di
             "eviction_age_s": s["eviction_age_s"], "wall_s": time.perf_counter() - t0}
 
 
-def ceiling(out: Path) -> dict:
-    """Baleen's admission model trained on every day of the run's trace (evaluation days
-    included: in-sample), with the run's K and OPT labels, at the target write rate."""
+def _load_run(out: Path):  # type: ignore[no-untyped-def]
+    """A finished run's summary, access table, its metadata, features, times, and the OPT
+    labels and episodes of its final eviction age."""
     import polars as pl
 
     from flashml.features.online import feature_matrix
+    from flashml.pipelines.canonical import read_table
+
+    s = json.loads((out / "summary.json").read_text())
+    df, meta = read_table(out / "accesses.parquet")
+    labels = pl.read_parquet(out / "episodes" / "labels.parquet")
+    episodes = pl.read_parquet(out / "episodes" / "episodes.parquet")
+    return s, df, meta, feature_matrix(df), df["time"].to_numpy(), labels, episodes
+
+
+def ceiling(out: Path) -> dict:
+    """Baleen's admission model (the artifact's GBM parameters) trained on every day of the
+    run's trace (evaluation days included: in-sample), with the run's K and OPT labels, at
+    the target write rate."""
     from flashml.models.baselines import tune_threshold
     from flashml.models.dataset import training_data
     from flashml.models.learned import score_all, train_policy
     from flashml.models.train import GbmParams
-    from flashml.pipelines.canonical import read_table
     from flashml.simulation import SimConfig
 
-    s = json.loads((out / "summary.json").read_text())
-    df, meta = read_table(out / "accesses.parquet")
-    feats, times = feature_matrix(df), df["time"].to_numpy()
-    labels = pl.read_parquet(out / "episodes" / "labels.parquet")
-    episodes = pl.read_parquet(out / "episodes" / "episodes.parquet")
+    s, df, meta, feats, times, labels, episodes = _load_run(out)
     k = s["convergence"].get("accesses_per_episode") or 6
     every_day = float(times[-1] - times[0]) + 1.0
     data = training_data(feats, times, labels, episodes, every_day, max_position=k)
@@ -116,38 +124,31 @@ def k_choice(out: Path) -> dict:
     criterion: for every candidate K, an admission-only model trained on the first day (the
     run's final episodes and labels, flat threshold), its training-day mean and peak DT
     (cold cache, as the loop simulates them) and its evaluation-day peak-DT reduction."""
-    import polars as pl
-
-    from flashml.features.online import feature_matrix
     from flashml.models.baselines import tune_threshold
-    from flashml.models.converge import LoopSettings
+    from flashml.models.converge import LoopSettings, training_day
     from flashml.models.dataset import training_data
     from flashml.models.learned import score_all, train_policy
     from flashml.models.train import GbmParams
-    from flashml.pipelines.canonical import read_table
     from flashml.simulation import SimConfig
 
-    s = json.loads((out / "summary.json").read_text())
-    df, meta = read_table(out / "accesses.parquet")
-    feats, times = feature_matrix(df), df["time"].to_numpy()
-    labels = pl.read_parquet(out / "episodes" / "labels.parquet")
-    episodes = pl.read_parquet(out / "episodes" / "episodes.parquet")
-    day = LoopSettings().train_seconds
-    n = int((times < times[0] + day).sum())
+    s, df, meta, feats, times, labels, episodes = _load_run(out)
+    loop = LoopSettings()
     base = SimConfig(sample_ratio=meta.sample_ratio, cache_gb=s["cache_gb"])
+    n, first_day, cold = training_day(df, base, loop.train_seconds)  # as the loop simulates
     target, rx = s["target_write_rate_mbps"], s["policies"]["rejectx"]["peak_dt_util"]
     gbm = GbmParams().with_overrides(learning_rate=0.05, num_boost_round=500)  # the CLI's
     by_k = {}
-    for k in LoopSettings().k_candidates:
-        data = training_data(feats, times, labels, episodes, day, max_position=k)
+    for k in loop.k_candidates:
+        data = training_data(feats, times, labels, episodes, loop.train_seconds,
+                             max_position=k)
         score = score_all(train_policy(data, gbm, with_prefetch=False), feats)["score"]
-        tr = tune_threshold(df.slice(0, n), base.replace(warmup_s=0.0), target,
-                            {"score": score[:n]}).result.metrics
+        tr = tune_threshold(first_day, cold, target, {"score": score[:n]}).result.metrics
         ev = tune_threshold(df, base, target, {"score": score}).result.metrics
         by_k[k] = {"train_mean_dt": tr["mean_dt_util"], "train_peak_dt": tr["peak_dt_util"],
                    "eval_vs_rejectx": 1.0 - ev["peak_dt_util"] / rx}
     best = max(v["eval_vs_rejectx"] for v in by_k.values())
-    picks = {c: min(by_k, key=lambda k, c=c: (by_k[k][c], k != 6, k))
+    # ties as in converge.select_accesses_per_episode: the artifact's K, then the smaller
+    picks = {c: min(by_k, key=lambda k, c=c: (by_k[k][c], k != loop.accesses_per_episode, k))
              for c in ("train_mean_dt", "train_peak_dt")}
     return {"by_k": by_k, "best_eval_vs_rejectx": best,
             **{f"loss_choosing_by_{c}": best - by_k[k]["eval_vs_rejectx"]

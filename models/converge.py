@@ -92,7 +92,7 @@ class LoopResult:
         return "\n".join(lines)
 
 
-def _training_day(df: pl.DataFrame, base: SimConfig,
+def training_day(df: pl.DataFrame, base: SimConfig,
                   train_seconds: float) -> tuple[int, pl.DataFrame, SimConfig]:
     """The training window's row count and rows, and the config that simulates them from a
     cold cache (no warm-up): what every training-day choice is judged on."""
@@ -106,7 +106,7 @@ def select_when_threshold(df: pl.DataFrame, arrays: dict[str, np.ndarray], base:
     """The ML-When threshold with the lowest peak DT on the training window (the first day,
     simulated from a cold cache with no warm-up), each at the target write rate. Chosen on
     training data only, so the evaluation days stay held out."""
-    n, sub, cfg = _training_day(df, base, train_seconds)
+    n, sub, cfg = training_day(df, base, train_seconds)
     if n < 2 or len(candidates) == 1:
         return candidates[0], {}
     sub_arrays = {k: v[:n] for k, v in arrays.items()}
@@ -128,7 +128,7 @@ def select_accesses_per_episode(df: pl.DataFrame, feats: np.ndarray, labels: pl.
     the mean DT by K. Ties go to the artifact's K, then to the smaller one. Training data
     only: the evaluation days stay held out."""
     times = df["time"].to_numpy()
-    n, sub, cfg = _training_day(df, base, settings.train_seconds)
+    n, sub, cfg = training_day(df, base, settings.train_seconds)
     means: dict[int, float] = {}
     for k in settings.k_candidates:
         data = training_data(feats, times, labels, episodes, settings.train_seconds,
