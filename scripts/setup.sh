@@ -42,6 +42,10 @@ deps_hash=$(hash_of pyproject.toml requirements.lock)
 if [ "$(cat "$STAMPS/deps" 2>/dev/null)" != "$deps_hash" ]; then
   say "installing Python dependencies (requirements.lock) and flashml in editable mode"
   VIRTUAL_ENV="$VENV" "$VENV/bin/uv" pip install -q -r requirements.lock -e ".[dev]"
+  # The registry mirror answers every revalidation as modified, so uv re-downloads and
+  # rebuilds the pyspark sdist (~0.5-1.4 GB) on each fresh install and keeps every old copy;
+  # pruning keeps the shared cache at one copy (it had grown to 60 GB and filled the disk).
+  "$VENV/bin/uv" cache prune --ci -q 2>/dev/null || say "uv cache prune failed (ignored)"
   echo "$deps_hash" > "$STAMPS/deps"
 else
   say "Python dependencies up to date"
