@@ -90,11 +90,18 @@ def env(tmp_path_factory):
 
 
 def replay(env, *extra, flash_bytes="64M", policy=None, flash=None, proc_env=None):
+    """One replay; a flash image it made itself is removed afterwards (up to 128 MiB each,
+    and CI's disk is shared)."""
+    own = flash is None
     flash = flash or env["dir"] / f"flash-{os.getpid()}-{time.monotonic_ns()}.img"
     args = ["replay", "--policy", policy or "builtin:admitall", "--trace", env["trace"],
             "--flash", flash, "--flash-bytes", flash_bytes, "--backing", env["backing"],
             "--warmup-s", "0", "--direct", "off", "--json", *extra]
-    p = run(*args, env=proc_env)
+    try:
+        p = run(*args, env=proc_env)
+    finally:
+        if own:
+            Path(flash).unlink(missing_ok=True)
     return p, (json.loads(p.stdout) if p.returncode in (0, 3) and p.stdout else None)
 
 
