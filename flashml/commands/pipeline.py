@@ -49,7 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--target-write-rate must be > 0 MB/s, got {args.target_write_rate}")
     if args.cache_gb <= 0:
         raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
-    train_seconds(args)  # validated before any work
+    train_s = train_seconds(args)  # validated before any work
     peak = peak_settings(args)
     out: Path = args.out
     run = RunDir(out)
@@ -72,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                      num_boost_round=args.max_rounds)
     settings = JobSettings(cache_gb=args.cache_gb, target_write_rate_mbps=args.target_write_rate,
                            engine=args.engine, master=args.master, gbm=gbm,
-                           loop=_loop_settings(args), peak=peak,
+                           loop=_loop_settings(args, train_s), peak=peak,
                            sweep_trials=args.sweep_trials, register=not args.no_register,
                            compile=not args.no_compile)
     check_span(run, settings, raw)  # before any MLflow run is opened
@@ -114,11 +114,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _loop_settings(args: argparse.Namespace) -> Any:
+def _loop_settings(args: argparse.Namespace, train_s: float) -> Any:
     from flashml.models.converge import LoopSettings
 
     ks = args.accesses_per_episode
-    train = {"max_iter": args.max_iterations, "train_seconds": train_seconds(args)}
+    train = {"max_iter": args.max_iterations, "train_seconds": train_s}
     if ks is None:
         return LoopSettings(**train)
     return LoopSettings(**train, accesses_per_episode=ks[0], k_candidates=ks)
