@@ -30,8 +30,9 @@ evaluation-day peak-DT reduction each criterion loses against the best K.
 Target (issue 5): >= 10% (the paper: 12% on average, 5-29% by trace). Next to it, per
 preset and overall, `opt_share`: Baleen's mean reduction / OPT's, the share of OPT's
 headroom the learned policy captures. The paper's Baleen reduces peak DT by 12% with "a
-remaining gap of 16%" to OPT (section 5.6, Fig 13), a share of about 12 / (12 + 16) = 0.43 reading the gap in the same points; a preset
-whose OPT itself is near 10% cannot give an OPT imitator 10%. Figures go to
+remaining gap of 16%" to OPT (section 5.6, Fig 13), a share of about 12 / (12 + 16) = 0.43
+reading the gap in the same points; a preset whose OPT itself is near 10% cannot give an
+OPT imitator 10%. Figures go to
 bench/results/quality.json; `--summarise-only` recomputes the summaries from the runs stored
 there (after a change to this summary, without re-running the pipelines).
 """
