@@ -107,13 +107,14 @@ def ceiling(out: Path) -> dict:
     run's trace (evaluation days included: in-sample), with the run's K and OPT labels, at
     the target write rate."""
     from flashml.models.baselines import tune_threshold
+    from flashml.models.converge import LoopSettings
     from flashml.models.dataset import training_data
     from flashml.models.learned import score_all, train_policy
     from flashml.models.train import GbmParams
     from flashml.simulation import SimConfig
 
     s, df, meta, feats, times, labels, episodes = _load_run(out)
-    k = s["convergence"].get("accesses_per_episode") or 6
+    k = s["convergence"].get("accesses_per_episode") or LoopSettings().accesses_per_episode
     every_day = float(times[-1] - times[0]) + 1.0
     data = training_data(feats, times, labels, episodes, every_day, max_position=k)
     score = score_all(train_policy(data, GbmParams(), with_prefetch=False), feats)["score"]
@@ -260,9 +261,10 @@ def report(res: dict) -> None:
     for name, p in res["protocols"].items():
         s = p["summary"]
         b, o = s["baleen_vs_rejectx"], s["opt_vs_rejectx"]
+        share = {k: f"{v:.2f}" for k, v in s["opt_share"].items()}  # none where OPT <= 0
         print(f"[{name}] peak-DT reduction vs RejectX, baleen / opt (share of OPT): "
               + ", ".join(f"{k} {v['mean']:+.1%} / {o[k]['mean']:+.1%} "
-                          f"({s['opt_share'][k]:.2f})" for k, v in b.items())
+                          f"({share.get(k, 'n/a')})" for k, v in b.items())
               + f"; paper's share {s['opt_share']['paper']:.2f}; meets target "
               f"{s['meets_target']}")
 

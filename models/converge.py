@@ -93,7 +93,7 @@ class LoopResult:
 
 
 def training_day(df: pl.DataFrame, base: SimConfig,
-                  train_seconds: float) -> tuple[int, pl.DataFrame, SimConfig]:
+                 train_seconds: float) -> tuple[int, pl.DataFrame, SimConfig]:
     """The training window's row count and rows, and the config that simulates them from a
     cold cache (no warm-up): what every training-day choice is judged on."""
     n = int(training_window(df["time"].to_numpy(), train_seconds).sum())
