@@ -40,20 +40,22 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # demo_policy: the tests' small real models
 
 from machine import machine  # noqa: E402
 
 from flashml.compiler.build import compile_policy, sha256_file  # noqa: E402
 from flashml.compiler.bundle import save_policy_models  # noqa: E402
-from flashml.compiler.demo import (  # noqa: E402
+from flashml.compiler.loader import load_policy  # noqa: E402
+from flashml.features.contract import contract  # noqa: E402
+from flashml.features.online import feature_matrix  # noqa: E402
+
+from demo_policy import (  # noqa: E402
     demo_labels,
     demo_trace,
     split_by_block,
     train_demo_models,
 )
-from flashml.compiler.loader import load_policy  # noqa: E402
-from flashml.features.contract import contract  # noqa: E402
-from flashml.features.online import feature_matrix  # noqa: E402
 
 DRIVER = r"""
 #define _POSIX_C_SOURCE 199309L

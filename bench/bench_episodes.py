@@ -30,8 +30,8 @@ OUT = ROOT / "bench" / "results" / "episodes.json"
 
 
 def make_trace(n: int, path: Path) -> dict:
-    from flashml.pipelines.canonical import TraceMeta, write_table
-    from flashml.pipelines.generate import PRESETS, _resolve_size, build_accesses
+    from flashml.trace.canonical import TraceMeta, write_table
+    from flashml.trace.generate import PRESETS, _resolve_size, build_accesses
 
     p = PRESETS["region1-like"]
     n, days, ratio = _resolve_size(p, n, None)

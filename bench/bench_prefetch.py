@@ -45,12 +45,12 @@ PRESETS = ("region1-like", "region2-like", "region3-like")
 def ablation(out: Path) -> dict:
     from flashml.features.contract import contract
     from flashml.features.online import feature_matrix
-    from flashml.models.baselines import tune_threshold
-    from flashml.models.learned import score_all
-    from flashml.models.opt import tune_opt
-    from flashml.models.registry import load_policy_dir
-    from flashml.pipelines.canonical import read_table
+    from flashml.jobs.registry import load_policy_dir
+    from flashml.models.baleen import score_all
+    from flashml.policies.baselines import tune_threshold
+    from flashml.policies.opt import tune_opt
     from flashml.simulation import SimConfig
+    from flashml.trace.canonical import read_table
 
     s = json.loads((out / "summary.json").read_text())
     df, meta = read_table(out / "accesses.parquet")

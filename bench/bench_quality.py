@@ -93,7 +93,7 @@ def _load_run(out: Path):  # type: ignore[no-untyped-def]
     import polars as pl
 
     from flashml.features.online import feature_matrix
-    from flashml.pipelines.canonical import read_table
+    from flashml.trace.canonical import read_table
 
     s = json.loads((out / "summary.json").read_text())
     df, meta = read_table(out / "accesses.parquet")
@@ -106,11 +106,11 @@ def ceiling(out: Path) -> dict:
     """Baleen's admission model (the artifact's GBM parameters) trained on every day of the
     run's trace (evaluation days included: in-sample), with the run's K and OPT labels, at
     the target write rate."""
-    from flashml.models.baselines import tune_threshold
+    from flashml.models.baleen import score_all, train_policy
     from flashml.models.converge import LoopSettings
     from flashml.models.dataset import training_data
-    from flashml.models.learned import score_all, train_policy
-    from flashml.models.train import GbmParams
+    from flashml.models.gbm import GbmParams
+    from flashml.policies.baselines import tune_threshold
     from flashml.simulation import SimConfig
 
     s, df, meta, feats, times, labels, episodes = _load_run(out)
@@ -132,11 +132,11 @@ def k_choice(out: Path) -> dict:
     criterion: for every candidate K, an admission-only model trained on the first day (the
     run's final episodes and labels, flat threshold), its training-day mean and peak DT
     (cold cache, as the loop simulates them) and its evaluation-day peak-DT reduction."""
-    from flashml.models.baselines import tune_threshold
+    from flashml.models.baleen import score_all, train_policy
     from flashml.models.converge import LoopSettings, training_day
     from flashml.models.dataset import training_data
-    from flashml.models.learned import score_all, train_policy
-    from flashml.models.train import GbmParams
+    from flashml.models.gbm import GbmParams
+    from flashml.policies.baselines import tune_threshold
     from flashml.simulation import SimConfig
 
     s, df, meta, feats, times, labels, episodes = _load_run(out)

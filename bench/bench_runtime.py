@@ -1,6 +1,6 @@
 """C runtime benchmark (runtime/, `flashrt replay`): decision and hit-path latency, throughput,
 and agreement with the simulator, with a real compiled policy (demo LightGBM models trained on
-the trace by flashml.compiler.demo, compiled by `flashml compile`).
+the trace by demo_policy, compiled by `flashml compile`).
 
     .venv/bin/python bench/bench_runtime.py            # ~1-2 minutes
     .venv/bin/python bench/bench_runtime.py --quick    # smaller trace
@@ -110,8 +110,9 @@ def main() -> int:
     args = ap.parse_args()
     from test_runtime import small_trace
 
-    from flashml.compiler.demo import write_demo_bundle
-    from flashml.pipelines.ingest import load_trace
+    from flashml.trace.ingest import load_trace
+
+    from demo_policy import write_demo_bundle
 
     sh("make", "-s", "-C", "runtime", "all")
     accesses = 8000 if args.quick else 24000
@@ -176,7 +177,7 @@ def main() -> int:
                       "gets": m["gets"], "blocks": prep["blocks"],
                       "backing_bytes_written": prep["bytes_written"],
                       "sample_ratio": m["sample_ratio"]},
-            "policy": "flashml.compiler.demo models (LightGBM, 20 trees) via flashml compile",
+            "policy": "demo_policy models (LightGBM, 20 trees) via flashml compile",
             "cache": {"flash_bytes": flash_bytes, "region_bytes": m["region_bytes"],
                       "regions": m["regions"], "capacity_segments": m["capacity_segments"],
                       "eviction": "lru"},

@@ -6,7 +6,7 @@ pure-Python reference simulator (tests/reference_sim.py) on the same traces.
 
 Figures go to bench/results/sim.json:
   flash_lru_rejectx: accesses/s of flash-cache mode, LRU + RejectX, on a generated trace
-                     (flashml.pipelines.generate region1-like preset, else a numpy Zipf trace)
+                     (flashml.trace.generate region1-like preset, else a numpy Zipf trace)
   object_lru:        requests/s of object-cache mode, LRU, on a Zipf request stream
   vs_reference:      Rust / Python-reference speed ratio on the same (prefix) traces
 Targets (issue 3): flash >= 5M accesses/s, object LRU >= 10M requests/s, on one core.
@@ -39,7 +39,7 @@ SEG = 131072
 def generated_trace(n: int, seed: int) -> tuple[dict[str, np.ndarray], float, str]:
     """(columns, sample ratio, source) of an n-access generated trace."""
     try:
-        from flashml.pipelines.generate import PRESETS, _resolve_size, build_accesses
+        from flashml.trace.generate import PRESETS, _resolve_size, build_accesses
     except ImportError:
         return zipf_trace(n, seed)
     p = PRESETS["region1-like"]
@@ -52,7 +52,7 @@ def generated_trace(n: int, seed: int) -> tuple[dict[str, np.ndarray], float, st
         "size": df["io_size"].to_numpy().astype(np.uint64),
         "op": df["op_name"].to_numpy(),
     }
-    return cols, ratio, f"flashml.pipelines.generate preset region1-like, {days:g} days"
+    return cols, ratio, f"flashml.trace.generate preset region1-like, {days:g} days"
 
 
 def zipf_trace(n: int, seed: int) -> tuple[dict[str, np.ndarray], float, str]:

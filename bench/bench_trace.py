@@ -25,7 +25,7 @@ FLASHML = [sys.executable, "-m", "flashml.cli"]
 
 _INGEST = """
 import json, re, sys, time
-from flashml.pipelines.ingest import ingest
+from flashml.trace.ingest import ingest
 t0 = time.perf_counter()
 r = ingest(sys.argv[1], sys.argv[2], "tectonic", progress=False)
 print(json.dumps({"seconds": time.perf_counter() - t0, "lines": r.lines,
@@ -61,7 +61,7 @@ def python_peer(path: Path, limit: int) -> float:
 
 
 def main() -> None:
-    from flashml.pipelines.generate import generate_trace
+    from flashml.trace.generate import generate_trace
 
     res: dict = {"machine": machine()}
     with tempfile.TemporaryDirectory(prefix="flashml-bench-") as tmp:

@@ -2,7 +2,7 @@
 
     ingest_validate -> episodes -> train -> sweep -> evaluate -> compile -> promote
 
-Each task calls one stage function of flashml.models.mainjob -- the same functions
+Each task calls one stage function of flashml.jobs.baleen -- the same functions
 `flashml pipeline run` runs in one process -- on the run folder
 `<workdir>/<dag_id>/<run_id>/`. Tasks pass only that path between them (a short XCom
 string); every stage records `stages/<stage>.json` and returns the record when it is run
@@ -90,9 +90,9 @@ def run_folder() -> Path:
 
 
 def _settings(p: dict[str, Any]):  # type: ignore[no-untyped-def]
+    from flashml.jobs.baleen import JobSettings
     from flashml.models.converge import LoopSettings
-    from flashml.models.mainjob import JobSettings
-    from flashml.models.train import GbmParams
+    from flashml.models.gbm import GbmParams
 
     gbm = GbmParams().with_overrides(learning_rate=float(p["learning_rate"]),
                                      num_boost_round=int(p["max_rounds"]))
@@ -108,7 +108,7 @@ def _settings(p: dict[str, Any]):  # type: ignore[no-untyped-def]
 
 def _stage(run_dir: str, fn_name: str, *args: Any) -> Any:
     """Run mainjob.<fn_name>(run, settings, ...) inside the run's MLflow run."""
-    from flashml.models import mainjob
+    from flashml.jobs import baleen as mainjob
 
     p = _params()
     run = mainjob.RunDir(run_dir)
@@ -136,7 +136,7 @@ def flashml_retrain() -> None:
     @task
     def ingest_validate() -> str:
         """Trace -> canonical table, validated by Great Expectations (fails the run if not)."""
-        from flashml.models import mainjob
+        from flashml.jobs import baleen as mainjob
 
         p = _params()
         ctx = get_current_context()
@@ -146,7 +146,7 @@ def flashml_retrain() -> None:
             ds = ctx.get("ds") or pendulum.now("UTC").to_date_string()
             raw = Path(p["trace"].replace("{ds}", ds))
         else:
-            from flashml.pipelines.generate import generate_trace
+            from flashml.trace.generate import generate_trace
 
             raw = folder / f"{p['preset']}-seed{p['seed']}.trace"
             if not raw.exists():
@@ -158,7 +158,7 @@ def flashml_retrain() -> None:
     @task
     def episodes(run_dir: str) -> str:
         """Episodes, OPT and labels at the starting eviction age (Spark by default)."""
-        from flashml.models import mainjob
+        from flashml.jobs import baleen as mainjob
 
         s = _settings(_params())
         mainjob.episodes(mainjob.RunDir(run_dir), s, s.loop.start_eviction_age_s)

@@ -29,7 +29,7 @@ from flashml.config import DEFAULTS, UNITS
 
 # Tectonic PUT op codes, the one definition lives with the canonical table.
 try:
-    from flashml.pipelines.canonical import PUT_OPS
+    from flashml.trace.canonical import PUT_OPS
 except ImportError:  # pragma: no cover - canonical always ships with flashml
     PUT_OPS = (3, 4, 6)
 
@@ -206,7 +206,7 @@ def _feature_arrays(table: Any) -> dict[str, np.ndarray]:
 
 
 def _get_ops() -> list[int]:
-    from flashml.pipelines.canonical import GET_OPS
+    from flashml.trace.canonical import GET_OPS
 
     return list(GET_OPS)
 

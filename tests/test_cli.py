@@ -65,8 +65,8 @@ def test_main_job_on_a_real_trace_shorter_than_a_day(tmp_path: Path, cli,
         "0.1", check=True, env=env, timeout=900)
     summary = json.loads((work / "summary.json").read_text())
     rx = summary["policies"]["rejectx"]
-    from flashml.pipelines.canonical import read_table
     from flashml.simulation import SimConfig, simulate
+    from flashml.trace.canonical import read_table
 
     df, meta = read_table(work / "accesses.parquet")
     cfg = SimConfig(sample_ratio=meta.sample_ratio, cache_gb=summary["cache_gb"],

@@ -22,7 +22,6 @@ from flashml.compiler.build import (
     sha256_file,
 )
 from flashml.compiler.bundle import round_range, save_policy_models, when_matrix
-from flashml.compiler.demo import demo_trace, split_by_block, train_demo_models
 from flashml.compiler.loader import load_policy, verify_bundle
 from flashml.features.codegen import ABI_VERSION
 from flashml.features.contract import contract
@@ -34,6 +33,8 @@ from flashml.simulation import (
     simulate,
     simulate_policy,
 )
+
+from demo_policy import demo_trace, split_by_block, train_demo_models
 
 TOL = 1e-6
 #: The test bundle's peak schedule: the threshold is 0.15 lower in these hours (UTC).
@@ -255,7 +256,7 @@ def test_sim_cli_with_policy(bundle, work, cli) -> None:
     r = cli("sim", "run", "--trace", table, "--policy", bundle, "--warmup-s", "3600",
             "--cache-gb", "30", "--json", check=True)
     cli_metrics = json.loads(r.stdout)
-    from flashml.pipelines.canonical import read_table
+    from flashml.trace.canonical import read_table
 
     df, meta = read_table(table)
     res = simulate_policy(df, bundle, SimConfig(sample_ratio=meta.sample_ratio, cache_gb=30.0,

@@ -16,11 +16,12 @@ import pytest
 import flashml_sim
 from flashml.compiler.build import CompileError, compile_policy
 from flashml.compiler.bundle import save_policy_models
-from flashml.compiler.demo import demo_trace, train_demo_models
 from flashml.compiler.loader import PolicyLibrary, load_policy, verify_bundle
 from flashml.errors import UserError
 from flashml.features.contract import contract
 from flashml.simulation import SimConfig, simulate_policy
+
+from demo_policy import demo_trace, train_demo_models
 
 PARAMS = {"admit_threshold": 0.5, "when_threshold": 0.5, "eviction_age_s": 3600.0,
           "target_write_rate_mbps": 35.599}

@@ -130,7 +130,7 @@ def test_environment_switches_the_settings(monkeypatch: pytest.MonkeyPatch,
     assert default_storage() == "postgresql+psycopg2://u:p@postgres/optuna"
     assert config.spark_master() == "spark://spark-master:7077"
     assert tracking.tracking_uri() == "http://mlflow:5000"
-    from flashml.models.mainjob import JobSettings, resolved_master
+    from flashml.jobs.baleen import JobSettings, resolved_master
 
     assert resolved_master(JobSettings()) == "spark://spark-master:7077"
     assert resolved_master(JobSettings(master="local[2]")) == "local[2]"

@@ -105,7 +105,7 @@ print("RESULT " + json.dumps({
 
 
 def test_dag_end_to_end_promotes_then_keeps_champion(tmp_path: Path) -> None:
-    from flashml.pipelines.generate import generate_trace
+    from flashml.trace.generate import generate_trace
 
     env = _env(tmp_path)
     trace = tmp_path / "trace" / "region1-2026.trace"

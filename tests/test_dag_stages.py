@@ -1,4 +1,4 @@
-"""The stage functions the DAG tasks call (flashml.models.mainjob): a recorded stage is not
+"""The stage functions the DAG tasks call (flashml.jobs.baleen): a recorded stage is not
 redone (retries are idempotent), a stage that died half way starts over, promotion exports
 atomically and repoints `champion`, and a failed decision moves nothing."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from flashml.errors import UserError
-from flashml.models import mainjob
-from flashml.models.mainjob import RunDir
+from flashml.jobs import baleen as mainjob
+from flashml.jobs.baleen import RunDir
 
 
 def test_records_reset_and_run_id(tmp_path: Path) -> None:
@@ -28,7 +28,7 @@ def test_records_reset_and_run_id(tmp_path: Path) -> None:
 
 
 def test_ingest_validate_is_idempotent(tmp_path: Path) -> None:
-    from flashml.pipelines.generate import generate_trace
+    from flashml.trace.generate import generate_trace
 
     raw = tmp_path / "t.trace"
     generate_trace("region1-like", 3, raw, accesses=3000, progress=False)

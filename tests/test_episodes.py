@@ -15,9 +15,9 @@ from polars.testing import assert_frame_equal
 from test_episodes_reference import reference
 
 from flashml.config import GB, MB, UNITS
+from flashml.episodes.core import EpisodeParams, build
 from flashml.errors import TraceError, UserError
-from flashml.pipelines.canonical import TraceMeta, write_table
-from flashml.pipelines.episodes import EpisodeParams, build
+from flashml.trace.canonical import TraceMeta, write_table
 
 SEG = UNITS.segment_bytes
 T = UNITS.t_seek_s
@@ -60,7 +60,7 @@ HAND = [
 
 
 def hand_expected():
-    """Worked by hand (module docstring of flashml.pipelines.episodes)."""
+    """Worked by hand (module docstring of flashml.episodes.core)."""
     return {
         # episode_id: (first_row, gets, range, size, get_segs, accessed, replay ios/segs,
         #              saved with prefetch, saved without, score, when_label)
@@ -189,8 +189,8 @@ def test_matches_reference(tmp_path, seed):
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> Path:
-    from flashml.pipelines.generate import generate_trace
-    from flashml.pipelines.ingest import ingest
+    from flashml.trace.generate import generate_trace
+    from flashml.trace.ingest import ingest
 
     d = tmp_path_factory.mktemp("gen")
     generate_trace("region1-like", 7, d / "g.trace", accesses=60_000, days=2, progress=False)

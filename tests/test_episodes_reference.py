@@ -11,7 +11,7 @@ segments * seg_time), as the engines do.
 from __future__ import annotations
 
 from flashml.config import MB, UNITS
-from flashml.pipelines.canonical import GET_OPS
+from flashml.trace.canonical import GET_OPS
 
 
 def reference(rows: list[dict], *, eviction_age_s: float, target: float, k: int,

@@ -10,14 +10,14 @@ import pytest
 from polars.testing import assert_frame_equal
 from test_episodes import HAND, write_trace
 
-from flashml.pipelines.episodes import EpisodeParams, build
+from flashml.episodes.core import EpisodeParams, build
 
 NAMES = ("episodes", "labels", "arrays")
 
 
 @pytest.fixture(scope="module")
 def spark():
-    from flashml.pipelines.episodes_spark import spark_session
+    from flashml.episodes.spark_engine import spark_session
 
     s = spark_session("local[2]", shuffle_partitions=2)
     yield s
@@ -26,8 +26,8 @@ def spark():
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> Path:
-    from flashml.pipelines.generate import generate_trace
-    from flashml.pipelines.ingest import ingest
+    from flashml.trace.generate import generate_trace
+    from flashml.trace.ingest import ingest
 
     d = tmp_path_factory.mktemp("gen")
     generate_trace("region2-like", 3, d / "g.trace", accesses=15_000, days=2, progress=False)

@@ -18,13 +18,13 @@ import pytest
 
 from flashml.compiler.build import compile_policy, margin_band
 from flashml.compiler.bundle import round_range, save_policy_models, when_matrix
-from flashml.compiler.demo import demo_trace, split_by_block, train_demo_models
 from flashml.compiler.fast_trees import cpu_has_fast_trees, plan, reference_margin
 from flashml.compiler.loader import load_policy
 from flashml.features.contract import contract
 from flashml.features.online import feature_matrix
 
 from conftest import run_cli
+from demo_policy import demo_trace, split_by_block, train_demo_models
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ import pytest
 
 from flashml.config import UNITS
 from flashml.errors import UserError
-from flashml.pipelines.canonical import TraceMeta
-from flashml.pipelines.generate import HEADER, PRESETS, generate_trace
-from flashml.pipelines.stats import compute_stats
+from flashml.trace.canonical import TraceMeta
+from flashml.trace.generate import HEADER, PRESETS, generate_trace
+from flashml.trace.stats import compute_stats
 
 FIELDS = HEADER.lstrip("#").split()
 
@@ -171,7 +171,7 @@ def test_puts_are_put_ops_and_temp_put_precedes_gets(name: str,
 
 
 def test_ingest_reads_generated_trace(tmp_path: Path) -> None:
-    ingest = pytest.importorskip("flashml.pipelines.ingest")
+    ingest = pytest.importorskip("flashml.trace.ingest")
     out = tmp_path / "g.trace"
     info = generate_trace("region3-like", 3, out, accesses=8_000, progress=False)
     df, meta = ingest.load_trace(out)

@@ -15,8 +15,8 @@ import pytest
 import zstandard
 
 from flashml.errors import TraceError
-from flashml.pipelines.canonical import CORE_SCHEMA, read_meta, read_table
-from flashml.pipelines.ingest import ingest
+from flashml.trace.canonical import CORE_SCHEMA, read_meta, read_table
+from flashml.trace.ingest import ingest
 
 from conftest import DATA
 
@@ -157,7 +157,7 @@ def test_generic_csv_mapping(tmp_path: Path) -> None:
 
 
 def test_all_formats_share_the_canonical_schema(tmp_path: Path, cloudphysics_path: Path) -> None:
-    from flashml.pipelines.generate import generate_trace
+    from flashml.trace.generate import generate_trace
 
     generated = tmp_path / "generated.trace"
     generate_trace("region1-like", 0, generated, accesses=2000, progress=False)

@@ -62,7 +62,7 @@ def test_malformed_input_names_file_line_field(tmp_path: Path, cli, name: str) -
 
 def test_error_line_numbers_survive_chunking(tmp_path: Path) -> None:
     from flashml.errors import TraceError
-    from flashml.pipelines.ingest import ingest
+    from flashml.trace.ingest import ingest
 
     src = tmp_path / "long.trace"
     body = "".join(f"{i} 0 4096 {1000 + i}.0 1 1 1 1\n" for i in range(5000))

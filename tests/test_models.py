@@ -14,9 +14,9 @@ from flashml.compiler.bundle import round_range
 from flashml.config import DEFAULTS
 from flashml.models.converge import LoopSettings, run_loop, should_stop
 from flashml.models.dataset import training_data
-from flashml.models.tco import tco
-from flashml.models.train import GbmParams, split_by_key
-from flashml.models.tuning import tune_to_write_rate
+from flashml.models.gbm import GbmParams, split_by_key
+from flashml.policies.tco import tco
+from flashml.policies.tuning import tune_to_write_rate
 
 
 def test_tco_formula_by_hand() -> None:
@@ -96,9 +96,9 @@ def test_split_by_key_is_stable_and_near_70_30() -> None:
 
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory) -> tuple[pl.DataFrame, Path]:
-    from flashml.pipelines.canonical import read_table
-    from flashml.pipelines.generate import generate_trace
-    from flashml.pipelines.ingest import ingest
+    from flashml.trace.canonical import read_table
+    from flashml.trace.generate import generate_trace
+    from flashml.trace.ingest import ingest
 
     d = tmp_path_factory.mktemp("loop")
     generate_trace("region1-like", 3, d / "t.trace", accesses=30_000, progress=False)
@@ -108,8 +108,8 @@ def small_trace(tmp_path_factory) -> tuple[pl.DataFrame, Path]:
 
 def test_loop_on_a_small_trace(small_trace, tmp_path: Path) -> None:
     from flashml.features.online import feature_matrix
-    from flashml.pipelines.canonical import read_meta
     from flashml.simulation import SimConfig
+    from flashml.trace.canonical import read_meta
 
     df, table = small_trace
     base = SimConfig(sample_ratio=read_meta(table).sample_ratio)
@@ -137,8 +137,8 @@ def test_loop_on_a_small_trace(small_trace, tmp_path: Path) -> None:
 
 def test_when_threshold_is_chosen_on_the_training_day(small_trace) -> None:
     from flashml.models.converge import select_when_threshold
-    from flashml.pipelines.canonical import read_meta
     from flashml.simulation import SimConfig
+    from flashml.trace.canonical import read_meta
 
     df, table = small_trace
     n = len(df)
@@ -165,8 +165,8 @@ def test_loop_warns_when_the_peak_schedule_cannot_meet_the_target(small_trace, t
     import logging
 
     from flashml.features.online import feature_matrix
-    from flashml.pipelines.canonical import read_meta
     from flashml.simulation import SimConfig
+    from flashml.trace.canonical import read_meta
 
     df, table = small_trace
     base = SimConfig(sample_ratio=read_meta(table).sample_ratio)
@@ -187,11 +187,11 @@ def test_accesses_per_episode_chosen_on_the_training_day(small_trace, tmp_path: 
     and keeps the K with the lowest training-day mean DT; its rows are the first K GETs of
     each episode."""
     from flashml.features.online import feature_matrix
-    from flashml.models.baselines import tune_threshold
+    from flashml.models.baleen import score_all, train_policy
     from flashml.models.converge import select_accesses_per_episode
-    from flashml.models.learned import score_all, train_policy
-    from flashml.pipelines.canonical import read_meta
+    from flashml.policies.baselines import tune_threshold
     from flashml.simulation import SimConfig
+    from flashml.trace.canonical import read_meta
 
     df, table = small_trace
     base = SimConfig(sample_ratio=read_meta(table).sample_ratio)

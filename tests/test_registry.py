@@ -24,13 +24,13 @@ def test_champion_moves_only_for_a_better_candidate(isolated_mlflow: Path) -> No
 
     from flashml.compiler.bundle import save_policy_models
     from flashml.features.online import feature_matrix
+    from flashml.jobs.registry import evaluate, register_and_maybe_promote
     from flashml.models.converge import LoopSettings, run_loop
-    from flashml.models.registry import evaluate, register_and_maybe_promote
-    from flashml.models.train import GbmParams
-    from flashml.pipelines.canonical import read_table
-    from flashml.pipelines.generate import generate_trace
-    from flashml.pipelines.ingest import ingest
+    from flashml.models.gbm import GbmParams
     from flashml.simulation import SimConfig
+    from flashml.trace.canonical import read_table
+    from flashml.trace.generate import generate_trace
+    from flashml.trace.ingest import ingest
     from flashml.tracking import CHAMPION, REGISTERED_MODEL
 
     d = isolated_mlflow

@@ -30,7 +30,7 @@ def pinned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The pinned evaluation trace (as `make regress` generates it) and the compiled
     baseline."""
     from flashml.compiler.build import compile_policy
-    from flashml.pipelines.generate import generate_trace
+    from flashml.trace.generate import generate_trace
 
     s = _settings()
     tmp = tmp_path_factory.mktemp("regress")

@@ -166,7 +166,7 @@ def assert_agrees_with_simulator(env, m: dict, sim_args: list[str], name: str) -
 
 def test_tracker_error_is_bounded_against_exact_counts(env):
     from flashml.features.online import hourly_counts
-    from flashml.pipelines.ingest import load_trace
+    from flashml.trace.ingest import load_trace
 
     df, _ = load_trace(env["trace"], "tectonic")
     exact = hourly_counts(df)
@@ -292,8 +292,9 @@ def test_compiled_policy_and_its_prefetch_hint(env, tmp_path):
     simulator's .so path (separate calls) within 2%, with a peak schedule in force
     (flashml_policy_decide_at: a lower threshold from 10:00 to 16:00 UTC)."""
     from flashml.compiler.build import compile_policy
-    from flashml.compiler.demo import write_demo_bundle
-    from flashml.pipelines.ingest import load_trace
+    from flashml.trace.ingest import load_trace
+
+    from demo_policy import write_demo_bundle
 
     df, _ = load_trace(env["trace"], "tectonic")
     write_demo_bundle(df, tmp_path / "models", peak_hours=tuple(range(10, 16)), peak_bonus=0.2)

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 
 from flashml.errors import UserError
-from flashml.pipelines.canonical import TraceMeta, read_meta
-from flashml.pipelines.sample import sample_by_key
+from flashml.trace.canonical import TraceMeta, read_meta
+from flashml.trace.sample import sample_by_key
 
 
 def random_table(n: int = 5000, keys: int = 400, seed: int = 3) -> pl.DataFrame:
@@ -64,7 +64,7 @@ def test_bad_ranges() -> None:
 
 
 def test_sample_cli_records_ratio(tmp_path: Path, cli) -> None:
-    from flashml.pipelines.canonical import write_table
+    from flashml.trace.canonical import write_table
 
     src = tmp_path / "t.parquet"
     write_table(random_table(), src, TraceMeta(sample_ratio=10.0, source_format="tectonic"))

@@ -12,8 +12,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from flashml.pipelines.canonical import TraceMeta, write_table
 from flashml.simulation import METRIC_KEYS, SimConfig, simulate
+from flashml.trace.canonical import TraceMeta, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flashml.pipelines.objects import read_objects
 from flashml.simulation import parse_capacity, simulate_objects
+from flashml.trace.objects import read_objects
 
 import reference_sim as ref
 

@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from flashml.config import MB, KiB, MiB
-from flashml.pipelines.canonical import GET_OPS, PUT_OPS, TraceMeta
-from flashml.pipelines.stats import (
+from flashml.trace.canonical import GET_OPS, PUT_OPS, TraceMeta
+from flashml.trace.stats import (
     REQUIRED_KEYS,
     compute_stats,
     distinct_get_segments,

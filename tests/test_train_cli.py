@@ -11,7 +11,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    from flashml.pipelines.generate import generate_trace
+    from flashml.trace.generate import generate_trace
 
     d = tmp_path_factory.mktemp("train")
     generate_trace("region1-like", 2, d / "t.trace", accesses=20_000, progress=False)
@@ -31,7 +31,7 @@ def test_train_writes_a_bundle(small, cli) -> None:
     assert params["mlflow_run_id"]
     # the peak schedule: the 4 busiest hours of the first day, by no-cache disk-head time
     from flashml.models.peak import busy_hours
-    from flashml.pipelines.ingest import load_trace
+    from flashml.trace.ingest import load_trace
 
     df, _ = load_trace(d / "t.trace", "tectonic")
     assert params["peak_hours"] == list(busy_hours(df, 86_400.0, 4))

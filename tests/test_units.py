@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from flashml.config import MB, UNITS
-from flashml.pipelines.canonical import read_table
-from flashml.pipelines.generate import generate_trace
-from flashml.pipelines.ingest import ingest
-from flashml.pipelines.stats import compute_stats, distinct_get_segments
 from flashml.simulation import SimConfig, simulate
+from flashml.trace.canonical import read_table
+from flashml.trace.generate import generate_trace
+from flashml.trace.ingest import ingest
+from flashml.trace.stats import compute_stats, distinct_get_segments
 
 
 def test_admit_all_without_evictions_matches_stats(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from flashml.pipelines.canonical import TraceMeta, read_table, write_table
-from flashml.pipelines.ingest import ingest
-from flashml.pipelines.validate import validate_table
+from flashml.trace.canonical import TraceMeta, read_table, write_table
+from flashml.trace.ingest import ingest
+from flashml.trace.validate import validate_table
 
 from conftest import DATA
 

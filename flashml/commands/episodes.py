@@ -11,12 +11,12 @@ from flashml.commands.argtypes import finite_float as _float
 from flashml.commands.argtypes import integer as _int
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
+from flashml.episodes.core import DEFAULT_K, WHEN_EPSILON_S
 from flashml.errors import UserError
-from flashml.pipelines.episodes import DEFAULT_K, WHEN_EPSILON_S
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from flashml.pipelines.episodes import EpisodeParams, build
+    from flashml.episodes.core import EpisodeParams, build
 
     if args.chunks is not None and args.chunks < 1:
         raise UserError(f"--chunks must be >= 1, got {args.chunks}")

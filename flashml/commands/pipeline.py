@@ -5,7 +5,7 @@ Expectations) -> statistics -> features -> episodes + convergence + training -> 
 -> Optuna sweep (Baleen-TCO) -> simulation of every policy -> MLflow (runs, plots, models,
 registry) -> the policy bundle (and its compiled .so).
 
-The stages are the functions of flashml.models.mainjob, the same ones the Airflow DAG
+The stages are the functions of flashml.jobs.baleen, the same ones the Airflow DAG
 (dags/flashml_retrain.py) runs as tasks; here they run in one process over `--out`.
 """
 
@@ -32,8 +32,8 @@ log = logging.getLogger("flashml.pipeline")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from flashml.models import report
-    from flashml.models.mainjob import (
+    from flashml.jobs import report
+    from flashml.jobs.baleen import (
         JobSettings,
         RunDir,
         Timer,
@@ -43,7 +43,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_all,
         write_summary,
     )
-    from flashml.models.train import GbmParams
+    from flashml.models.gbm import GbmParams
 
     if args.target_write_rate <= 0:
         raise UserError(f"--target-write-rate must be > 0 MB/s, got {args.target_write_rate}")
@@ -58,7 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     summary: dict = {}
     if args.trace is None:
-        from flashml.pipelines.generate import generate_trace
+        from flashml.trace.generate import generate_trace
 
         raw = out / f"{args.preset}-seed{args.seed}.trace"
         with timer.stage("generate"):

@@ -94,8 +94,8 @@ def simulate_resolved(pol: Resolved, df: Any, base: Any) -> dict[str, Any]:
             raise UserError(f"{pol.source}: {e}") from None
     from flashml.compiler.bundle import sim_peak
     from flashml.features.online import feature_matrix
-    from flashml.models.learned import score_all
-    from flashml.models.registry import load_policy_dir
+    from flashml.jobs.registry import load_policy_dir
+    from flashml.models.baleen import score_all
 
     try:
         policy = load_policy_dir(pol.path)
@@ -137,8 +137,8 @@ def table(cand: dict[str, Any], base: dict[str, Any]) -> str:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from flashml.pipelines.ingest import load_trace
     from flashml.simulation import SimConfig
+    from flashml.trace.ingest import load_trace
 
     for name in ("tolerance", "write_rate_tolerance"):
         v = getattr(args, name)

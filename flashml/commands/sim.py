@@ -76,8 +76,8 @@ def _policy_arrays(args: argparse.Namespace, df: Any, n: int) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from flashml.pipelines.ingest import load_trace
     from flashml.simulation import SimConfig, capacity_segments, simulate
+    from flashml.trace.ingest import load_trace
 
     if args.cache_gb is not None and args.cache_gb <= 0:
         raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
@@ -140,7 +140,7 @@ def _run_policy(args: argparse.Namespace, df: Any, cfg: Any) -> Any:
 def _write_series(series: dict[str, Any], path: Path) -> None:
     import polars as pl
 
-    from flashml.pipelines.canonical import atomic_path
+    from flashml.trace.canonical import atomic_path
 
     df = pl.DataFrame({k: series[k] for k in ("time", "dt_util", "write_rate_mbps", "warmup")})
     with atomic_path(path) as tmp:
@@ -151,8 +151,8 @@ def _write_series(series: dict[str, Any], path: Path) -> None:
 
 
 def cmd_objects(args: argparse.Namespace) -> int:
-    from flashml.pipelines.objects import read_objects
     from flashml.simulation import parse_capacity, simulate_objects
+    from flashml.trace.objects import read_objects
 
     try:
         capacity, unit = parse_capacity(args.capacity)

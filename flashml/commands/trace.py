@@ -31,7 +31,7 @@ def add_trace_option(p: argparse.ArgumentParser, *, required: bool = True,
 
 def add_trace_input(p: argparse.ArgumentParser, *, with_format: bool = True) -> None:
     """Options every command that reads a trace takes."""
-    from flashml.pipelines.readers import FORMATS
+    from flashml.trace.readers import FORMATS
 
     p.add_argument("trace", type=Path, help="trace file: canonical .parquet, or raw text "
                    "(.gz/.zst read transparently)")
@@ -66,7 +66,7 @@ def reader_options(args: argparse.Namespace) -> dict:
 
 
 def load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from flashml.pipelines.ingest import load_trace
+    from flashml.trace.ingest import load_trace
 
     return load_trace(args.trace, getattr(args, "format", None),
                       sample_ratio=args.sample_ratio, **reader_options(args))
@@ -74,7 +74,7 @@ def load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 # --- handlers ---------------------------------------------------------------------------------
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from flashml.pipelines.ingest import ingest
+    from flashml.trace.ingest import ingest
 
     res = ingest(args.trace, args.output, args.format or "tectonic",
                  sample_ratio=args.sample_ratio, chunk_bytes=args.chunk_mb * 1024 * 1024,
@@ -87,8 +87,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    from flashml.pipelines.canonical import write_table
-    from flashml.pipelines.sample import sample_by_key
+    from flashml.trace.canonical import write_table
+    from flashml.trace.sample import sample_by_key
 
     df, meta = load(args)
     out, meta2 = sample_by_key(df, meta, start=args.start, size=args.size, seed=args.seed)
@@ -100,7 +100,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from flashml.pipelines.generate import PRESETS, generate_trace
+    from flashml.trace.generate import PRESETS, generate_trace
 
     if args.preset not in PRESETS:
         raise UserError(f"unknown preset {args.preset!r}; presets: {', '.join(PRESETS)}")
@@ -111,7 +111,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from flashml.pipelines.stats import compute_stats, format_stats
+    from flashml.trace.stats import compute_stats, format_stats
 
     df, meta = load(args)
     stats = compute_stats(df, meta)
@@ -123,7 +123,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from flashml.pipelines.validate import validate_table
+    from flashml.trace.validate import validate_table
 
     df, meta = load(args)
     report = validate_table(df, meta, context_dir=args.context_dir)

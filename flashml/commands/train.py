@@ -27,9 +27,9 @@ def _prepare(args: argparse.Namespace, work: Path):  # type: ignore[no-untyped-d
     trace shorter than the training window."""
     from flashml.features.online import feature_matrix
     from flashml.models.dataset import check_span
-    from flashml.pipelines.canonical import write_table
-    from flashml.pipelines.ingest import load_trace
     from flashml.simulation import SimConfig
+    from flashml.trace.canonical import write_table
+    from flashml.trace.ingest import load_trace
 
     if args.target_write_rate <= 0:
         raise UserError(f"--target-write-rate must be > 0 MB/s, got {args.target_write_rate}")
@@ -45,7 +45,7 @@ def _prepare(args: argparse.Namespace, work: Path):  # type: ignore[no-untyped-d
 
 
 def _gbm(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from flashml.models.train import GbmParams
+    from flashml.models.gbm import GbmParams
 
     return GbmParams().with_overrides(learning_rate=args.learning_rate,
                                       num_boost_round=args.max_rounds)
@@ -97,11 +97,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import mlflow
 
-    from flashml.models.baselines import tune_rejectx
+    from flashml.jobs.report import plot_tco_curve
     from flashml.models.converge import LoopSettings
     from flashml.models.peak import with_peak
-    from flashml.models.report import plot_tco_curve
     from flashml.models.sweep import run_sweep
+    from flashml.policies.baselines import tune_rejectx
     from flashml.tracking import setup
 
     if args.trials < 1:

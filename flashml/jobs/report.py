@@ -1,0 +1,111 @@
+"""The main job's policy table, TCO and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flashml.policies.tco import tco
+
+#: Policies of the main job, in report order.
+POLICIES = ("rejectx", "coinflip", "cachelib_ml", "baleen_admission_only",
+            "baleen_flat_threshold", "baleen", "opt")
+
+
+def add_tco(policies: dict[str, dict[str, Any]], baseline: str, wr0_mbps: float) -> None:
+    """TCO of every policy relative to `baseline`'s peak DT at the default write rate."""
+    peak0 = policies[baseline]["peak_dt_util"]
+    for m in policies.values():
+        m["tco"] = tco(m["peak_dt_util"], m["flash_write_rate_mbps"], peak0, wr0_mbps)
+
+
+def table(policies: dict[str, dict[str, Any]], baseline: str = "rejectx") -> str:
+    base = policies[baseline]["peak_dt_util"]
+    head = (f"{'policy':24} {'peak DT':>8} {'vs RejectX':>10} {'mean DT':>8} {'write MB/s':>10} "
+            f"{'IO hit':>7} {'TCO':>7}")
+    lines = [head, "-" * len(head)]
+    for name, m in policies.items():
+        red = 1 - m["peak_dt_util"] / base if base > 0 else float("nan")
+        lines.append(f"{name:24} {m['peak_dt_util']:8.4f} {red:+10.1%} {m['mean_dt_util']:8.4f} "
+                     f"{m['flash_write_rate_mbps']:10.2f} {m['io_hit_ratio']:7.3f} "
+                     f"{m.get('tco', float('nan')):7.3f}")
+    return "\n".join(lines)
+
+
+def _plt():  # type: ignore[no-untyped-def]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_write_rate_vs_peak(points: dict[str, list[tuple[float, float]]], out: Path) -> Path:
+    """Peak DT against write rate: one marker per policy, a line for a sweep."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    for name, pts in points.items():
+        pts = sorted(pts)
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        ax.plot(xs, ys, "o-" if len(pts) > 1 else "o", label=name)
+    ax.set_xlabel("flash write rate (MB/s, full node)")
+    ax.set_ylabel("peak DT utilisation")
+    ax.set_title("Write rate vs peak disk-head time")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plot_tco_curve(curve: list[tuple[float, float]], chosen: float, out: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    pts = sorted(curve)
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="Baleen")
+    best = min(pts, key=lambda p: abs(p[0] - chosen))
+    ax.plot([best[0]], [best[1]], "r*", ms=14, label=f"chosen {chosen:.1f} MB/s")
+    ax.set_xlabel("target flash write rate (MB/s)")
+    ax.set_ylabel("TCO (relative to RejectX at the default rate)")
+    ax.set_title("Baleen-TCO")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plot_peak_schedule(profile_s: list[float], hours: tuple[int, ...], bonus: float,
+                       out: Path) -> Path:
+    """The training day's no-cache disk-head time by hour of the day, the peak hours (where
+    the admission threshold is `bonus` lower) highlighted."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    colors = ["tab:red" if h in hours else "tab:gray" for h in range(24)]
+    ax.bar(range(24), profile_s, color=colors)
+    ax.set_xticks(range(0, 24, 2))
+    ax.set_xlabel("hour of the day (UTC)")
+    ax.set_ylabel("no-cache disk-head time, training day (s)")
+    ax.set_title(f"Peak schedule: threshold -{bonus:g} in the red hours" if hours
+                 else "Peak schedule: none (flat threshold)")
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plot_feature_importance(names: list[str], gains: list[float], out: Path) -> Path:
+    plt = _plt()
+    order = sorted(range(len(names)), key=lambda i: gains[i])
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=110)
+    ax.barh([names[i] for i in order], [gains[i] for i in order])
+    ax.set_xlabel("total gain")
+    ax.set_title("Admission model feature importance")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -1,0 +1,104 @@
+"""A learned policy (Baleen): admission GBM + ML-Range (start, end) + ML-When, trained on
+episode labels of the training window, and scored for every access in one pass.
+
+Training rows (baleen-artifact-notes.md "Training facts"):
+- admission: every GET in the training window that carries an OPT label (the first K
+  accesses of each episode), features = the 18 admission features (or a subset, e.g. the
+  CacheLib-ML-like baseline without the size features);
+- ML-Range: one row per OPT-admitted episode (its first access), range features, targets the
+  episode's OPT-Range start and end (inclusive segment indices);
+- ML-When: the same rows, range features plus the predicted range, label = the episode's
+  ML-When label (net prefetch benefit > 5 ms).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import lightgbm as lgb
+import numpy as np
+
+from flashml.compiler.bundle import round_range, when_matrix
+from flashml.features.contract import Contract, contract
+from flashml.models.gbm import GbmParams, fit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingData:
+    """Rows for the three models, already selected from the training window."""
+
+    adm_X: np.ndarray
+    adm_y: np.ndarray
+    adm_keys: np.ndarray
+    ep_X: np.ndarray          # range features of each OPT-admitted episode's first access
+    ep_start: np.ndarray
+    ep_end: np.ndarray
+    ep_when: np.ndarray
+    ep_keys: np.ndarray
+
+
+@dataclass
+class LearnedPolicy:
+    admission: lgb.Booster
+    admission_features: list[str]
+    range_start: lgb.Booster | None = None
+    range_end: lgb.Booster | None = None
+    when: lgb.Booster | None = None
+
+    def boosters(self) -> dict[str, lgb.Booster]:
+        out = {"admission": self.admission}
+        if self.range_start is not None:
+            out |= {"range_start": self.range_start, "range_end": self.range_end,
+                    "when": self.when}
+        return out
+
+
+def train_policy(data: TrainingData, params: GbmParams, *, features: list[str] | None = None,
+                 with_prefetch: bool = True, c: Contract | None = None) -> LearnedPolicy:
+    """Train the admission model (on `features`, default all 18) and, optionally, ML-Range
+    and ML-When."""
+    c = c or contract()
+    names = features or c.names
+    cols = [c.names.index(n) for n in names]
+    adm = fit(data.adm_X[:, cols], data.adm_y, data.adm_keys, "binary", params, names)
+    policy = LearnedPolicy(admission=adm, admission_features=names)
+    if not with_prefetch:
+        return policy
+    if len(data.ep_start) == 0:
+        raise ValueError("no OPT-admitted episodes in the training window: cannot train "
+                         "ML-Range (is the target write rate too low?)")
+    rnames = c.model_features("range")
+    policy.range_start = fit(data.ep_X, data.ep_start.astype(np.float64), data.ep_keys,
+                             "regression", params, rnames)
+    policy.range_end = fit(data.ep_X, data.ep_end.astype(np.float64), data.ep_keys,
+                           "regression", params, rnames)
+    ps, pe = round_range(policy.range_start.predict(data.ep_X),
+                         policy.range_end.predict(data.ep_X))
+    wX = np.column_stack([data.ep_X, ps, pe]).astype(np.float64)
+    if len(np.unique(data.ep_when)) < 2:
+        log.warning("ML-When labels are all %s; training a constant model", data.ep_when[:1])
+        params = params.with_overrides(num_boost_round=1)
+        wy = data.ep_when.astype(np.float64)
+        policy.when = fit(wX, wy, data.ep_keys, "regression", params, c.model_features("when"))
+    else:
+        policy.when = fit(wX, data.ep_when.astype(np.float64), data.ep_keys, "binary", params,
+                          c.model_features("when"))
+    return policy
+
+
+def score_all(policy: LearnedPolicy, feats: np.ndarray, c: Contract | None = None
+              ) -> dict[str, np.ndarray]:
+    """Per-access arrays for the simulator: `score`, and with prefetch models
+    `prefetch_start`, `prefetch_end` and `when_score`."""
+    c = c or contract()
+    cols = [c.names.index(n) for n in policy.admission_features]
+    out = {"score": policy.admission.predict(feats[:, cols])}
+    if policy.range_start is not None:
+        rX = feats[:, c.indices("range")]
+        ps, pe = round_range(policy.range_start.predict(rX), policy.range_end.predict(rX))
+        out |= {"prefetch_start": ps, "prefetch_end": pe,
+                "when_score": policy.when.predict(when_matrix(feats, ps, pe))}
+    return out

@@ -1,0 +1,526 @@
+"""Synthetic Tectonic traces modelled on Baleen's Table 2 (FAST'24).
+
+A preset is a set of *tenants*: populations of blocks that each live in one namespace, are
+touched by a few users and share one reuse behaviour (`Tenant.kind`):
+
+- `hot`: read-mostly blocks re-read in episodes. Per-block GET counts follow a Zipf
+  rank-frequency law (count of the block of popularity rank r ~ r^-alpha, at least 2).
+  Reads fall inside a per-block "hot range" of the block.
+- `scan`: blocks read by large reads, nearly always once (one-hit wonders).
+- `ingest`: blocks written sequentially by PUT_PERM in one or a few chunks, never read
+  (PUT-only blocks).
+- `temp`: blocks written once by PUT_TEMP, then read a few times by GET_TEMP within minutes.
+
+Namespaces, users, pipelines and ops therefore carry real signal for an admission model: the
+same namespace can hold a hot tenant and a scan tenant that differ only by user.
+
+Time: each block gets a lifetime window somewhere in the trace; its accesses come in
+episodes (a new episode starts with probability 1 - burst_prob, at a uniform time in the
+window; inside an episode gaps are exponential with mean burst_gap_s). Windows wrap around
+the end of the trace, so the load is stationary from the first second, as a steady state
+(read blocks) would be. Writes (ingest/temp) never wrap, so a PUT_TEMP precedes its GETs.
+This stationary "virtual" time is then warped by a diurnal intensity
+1 + A cos(2 pi (hour - peak_hour) / 24), giving an hourly peak-to-mean near 1 + A.
+Traces are several days long (default 3); as everywhere in flashml, the first day is the
+warm-up (`DEFAULTS.warmup_s`).
+
+Scale: a preset is a *sample* of a full node, like the artifact's traces. It holds a full-node
+request rate (Table 2) and a sample ratio; accesses = rate x ratio/100 x seconds. With
+`accesses=` given, the sample ratio is derived instead, so rates scaled back to a full node
+stay at Table 2 whatever the size. The ratio is written into the header, where ingest reads it.
+
+Output: Tectonic text, 201910 schema, written atomically; deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+from tqdm import tqdm
+
+from flashml.config import UNITS, KiB, MiB
+from flashml.errors import UserError
+from flashml.trace.canonical import atomic_path
+
+EPOCH_S = 1_572_000_000.0  # 2019-10-25 10:40 UTC, the 201910 traces' month
+DAY_S = 86_400.0
+HEADER = "#block_id io_offset io_size op_time op_name pipeline user_namespace user_name"
+SIZE_ALIGN = 4 * KiB  # access sizes are multiples of this
+OFFSET_ALIGN = 64 * KiB  # access offsets are multiples of this
+EXTENT_ALIGN = UNITS.segment_bytes  # block extents and hot ranges are multiples of this
+MIN_SIZE = 64 * KiB
+MAX_PUTS_PER_BLOCK = 4
+WRITE_CHUNK_ROWS = 1_000_000
+KINDS = ("hot", "scan", "ingest", "temp")
+OP_GET_TEMP, OP_GET_PERM, OP_PUT_TEMP, OP_PUT_PERM = 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One population of blocks with one reuse behaviour (module docstring)."""
+
+    name: str
+    """Label, used in docs only."""
+    kind: str
+    """`hot`, `scan`, `ingest` or `temp`."""
+    namespace: int
+    """`user_namespace` of every access."""
+    users: tuple[int, ...]
+    """`user_name` ids; each block gets one, user i with weight 1/(i+1)."""
+    pipeline: int
+    """`pipeline` field of every access."""
+    access_share: float
+    """Fraction of the trace's accesses (shares of a preset sum to 1)."""
+    mean_count: float
+    """hot: mean GETs per block; scan: mean GETs per block (1 = every block read once);
+    ingest: mean PUTs per block; temp: mean GETs after the block's one PUT."""
+    size_median_mib: float = 2.0
+    """Median GET size, MiB (log-normal, clipped to [64 KiB, hot range])."""
+    size_sigma: float = 0.8
+    """Log-normal sigma of GET sizes."""
+    extent_mib: tuple[float, float] = (2.0, 8.0)
+    """A block's written extent (its size), uniform in this range, MiB ..."""
+    full_extent_prob: float = 0.5
+    """... except with this probability it is the whole block (8 MiB)."""
+    hot_range: tuple[float, float] = (1.0, 1.0)
+    """hot: the fraction of the extent a block's reads stay inside, uniform in this range."""
+    get_temp_prob: float = 0.2
+    """hot/scan: probability a GET is GET_TEMP (op 1) rather than GET_PERM (op 2)."""
+    burst_prob: float = 0.7
+    """Probability that an access continues the current episode rather than starting one."""
+    burst_gap_s: float = 60.0
+    """Mean gap between accesses inside an episode, seconds."""
+    lifetime_s: tuple[float, float] = (3_600.0, 3 * DAY_S)
+    """A block's episodes start inside a window of this length (log-uniform), seconds ..."""
+    episode_spacing_s: float = 600.0
+    """... but at least this many seconds per episode, so popular blocks spread out."""
+    zipf_alpha: float = 0.8
+    """hot: exponent of the rank-frequency law."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A synthetic workload: full-node scale, diurnal shape and its tenants."""
+
+    name: str
+    description: str
+    full_node_rate_per_s: float
+    """Requests per second of the full node (Baleen Table 2, "Request Rate")."""
+    sample_ratio: float
+    """Percent of the full node's blocks the default trace samples."""
+    days: float
+    """Default trace length in days (the first is warm-up)."""
+    diurnal_amplitude: float
+    """A in the intensity 1 + A cos(...): hourly peak-to-mean about 1 + A. Must be < 1."""
+    peak_hour_utc: float
+    """Hour of the day (UTC) of the diurnal peak."""
+    tenants: tuple[Tenant, ...]
+    table2: dict[str, float] = field(default_factory=dict)
+    """The Baleen Table 2 row the preset imitates (stats keys -> value), for reference."""
+    expected: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Documented ranges of `compute_stats` on a default-size trace (tests check them)."""
+
+    def default_accesses(self) -> int:
+        return int(round(self.full_node_rate_per_s * self.sample_ratio / 100.0
+                         * self.days * DAY_S))
+
+
+def _region1() -> Preset:
+    return Preset(
+        name="region1-like",
+        description="Data warehouse, 2019 (Baleen Region1): a Zipf hot set re-read by "
+                    "interactive users, batch scans, ingest writes and short-lived temp data.",
+        full_node_rate_per_s=244.0,
+        sample_ratio=0.1,
+        days=3.0,
+        diurnal_amplitude=0.75,
+        peak_hour_utc=15.0,
+        tenants=(
+            Tenant("warehouse-interactive", "hot", namespace=1, users=(1, 2, 3), pipeline=24,
+                   access_share=0.60, mean_count=32.0, size_median_mib=3.4, size_sigma=0.6,
+                   extent_mib=(3.0, 8.0), full_extent_prob=0.45, hot_range=(0.6, 1.0),
+                   get_temp_prob=0.1, burst_prob=0.75, burst_gap_s=45.0,
+                   lifetime_s=(2 * 3_600.0, 3 * DAY_S)),
+            Tenant("warehouse-etl", "hot", namespace=2, users=(4, 5), pipeline=31,
+                   access_share=0.19, mean_count=11.0, size_median_mib=2.8, size_sigma=0.7,
+                   extent_mib=(2.0, 8.0), full_extent_prob=0.3, hot_range=(0.5, 1.0),
+                   get_temp_prob=0.4, burst_prob=0.6, burst_gap_s=120.0,
+                   lifetime_s=(3_600.0, DAY_S)),
+            Tenant("warehouse-batch-scan", "scan", namespace=1, users=(6, 7), pipeline=24,
+                   access_share=0.04, mean_count=1.02, size_median_mib=4.5, size_sigma=0.5,
+                   extent_mib=(3.0, 8.0), full_extent_prob=0.5, get_temp_prob=0.3),
+            Tenant("ingest", "ingest", namespace=3, users=(8, 9), pipeline=7,
+                   access_share=0.105, mean_count=1.3, extent_mib=(1.0, 8.0),
+                   full_extent_prob=0.4, burst_gap_s=5.0),
+            Tenant("shuffle-temp", "temp", namespace=4, users=(10, 11), pipeline=12,
+                   access_share=0.065, mean_count=2.0, size_median_mib=1.5, size_sigma=0.8,
+                   extent_mib=(1.0, 8.0), full_extent_prob=0.3, burst_gap_s=300.0),
+        ),
+        table2={"request_rate_per_s": 244, "avg_block_size_mib": 5.70, "access_size_mib": 3.41,
+                "compulsory_miss_rate": 0.18, "one_hit_wonder_rate": 0.54,
+                "put_only_block_rate": 0.46, "put_fraction": 0.13,
+                "admit_all_write_rate_mbps": 316},
+        expected={"compulsory_miss_rate": (0.15, 0.21), "one_hit_wonder_rate": (0.48, 0.60),
+                  "put_only_block_rate": (0.40, 0.52), "put_fraction": (0.11, 0.15),
+                  "access_size_mib": (2.9, 3.9), "avg_block_size_mib": (5.0, 6.6),
+                  "request_rate_per_s": (237.0, 251.0), "admit_all_write_rate_mbps": (85, 115),
+                  "peak_to_mean_hourly": (1.7, 2.3)},
+    )
+
+
+def _region2() -> Preset:
+    return Preset(
+        name="region2-like",
+        description="Data warehouse, 2019 (Baleen Region2): scan-dominated, mostly "
+                    "one-hit wonders and write-only blocks around a small, very hot set.",
+        full_node_rate_per_s=106.0,
+        sample_ratio=0.25,
+        days=3.0,
+        diurnal_amplitude=0.75,
+        peak_hour_utc=14.0,
+        tenants=(
+            Tenant("dashboards", "hot", namespace=1, users=(1, 2), pipeline=24,
+                   access_share=0.63, mean_count=13.0, size_median_mib=2.2, size_sigma=0.8,
+                   extent_mib=(2.0, 8.0), full_extent_prob=0.3, hot_range=(0.3, 1.0),
+                   get_temp_prob=0.1, burst_prob=0.7, burst_gap_s=60.0,
+                   lifetime_s=(3_600.0, 2 * DAY_S)),
+            Tenant("adhoc-scan", "scan", namespace=1, users=(3, 4, 5), pipeline=24,
+                   access_share=0.12, mean_count=1.0, size_median_mib=3.5, size_sigma=0.6,
+                   extent_mib=(2.0, 8.0), full_extent_prob=0.4, get_temp_prob=0.3),
+            Tenant("backfill-scan", "scan", namespace=5, users=(6,), pipeline=40,
+                   access_share=0.09, mean_count=1.0, size_median_mib=2.5, size_sigma=0.6,
+                   extent_mib=(1.0, 8.0), full_extent_prob=0.3, get_temp_prob=0.6),
+            Tenant("ingest", "ingest", namespace=3, users=(8, 9), pipeline=7,
+                   access_share=0.13, mean_count=1.05, extent_mib=(1.0, 8.0),
+                   full_extent_prob=0.3, burst_gap_s=5.0),
+            Tenant("shuffle-temp", "temp", namespace=4, users=(10,), pipeline=12,
+                   access_share=0.03, mean_count=2.0, size_median_mib=1.5, size_sigma=0.8,
+                   extent_mib=(1.0, 8.0), full_extent_prob=0.3, burst_gap_s=300.0),
+        ),
+        table2={"request_rate_per_s": 106, "avg_block_size_mib": 5.07, "access_size_mib": 2.85,
+                "compulsory_miss_rate": 0.39, "one_hit_wonder_rate": 0.83,
+                "put_only_block_rate": 0.81, "put_fraction": 0.14,
+                "admit_all_write_rate_mbps": 121},
+        expected={"compulsory_miss_rate": (0.34, 0.44), "one_hit_wonder_rate": (0.77, 0.89),
+                  "put_only_block_rate": (0.27, 0.40), "put_fraction": (0.12, 0.16),
+                  "access_size_mib": (2.3, 3.4), "avg_block_size_mib": (4.3, 6.0),
+                  "request_rate_per_s": (103.0, 109.0), "admit_all_write_rate_mbps": (80, 110),
+                  "peak_to_mean_hourly": (1.7, 2.3)},
+    )
+
+
+def _region3() -> Preset:
+    return Preset(
+        name="region3-like",
+        description="Data warehouse, 2019 (Baleen Region3): big blocks, smaller reads "
+                    "concentrated on narrow hot ranges; low admit-all write rate.",
+        full_node_rate_per_s=139.0,
+        sample_ratio=0.2,
+        days=3.0,
+        diurnal_amplitude=0.75,
+        peak_hour_utc=16.0,
+        tenants=(
+            Tenant("warehouse-interactive", "hot", namespace=1, users=(1, 2, 3), pipeline=24,
+                   access_share=0.62, mean_count=22.0, size_median_mib=1.9, size_sigma=0.7,
+                   extent_mib=(4.0, 8.0), full_extent_prob=0.7, hot_range=(0.3, 0.7),
+                   get_temp_prob=0.1, burst_prob=0.75, burst_gap_s=45.0,
+                   lifetime_s=(2 * 3_600.0, 3 * DAY_S)),
+            Tenant("warehouse-etl", "hot", namespace=2, users=(4, 5), pipeline=31,
+                   access_share=0.14, mean_count=10.0, size_median_mib=1.6, size_sigma=0.7,
+                   extent_mib=(4.0, 8.0), full_extent_prob=0.5, hot_range=(0.25, 0.6),
+                   get_temp_prob=0.4, burst_prob=0.6, burst_gap_s=120.0,
+                   lifetime_s=(3_600.0, DAY_S)),
+            Tenant("warehouse-batch-scan", "scan", namespace=1, users=(6, 7), pipeline=24,
+                   access_share=0.04, mean_count=1.02, size_median_mib=2.0, size_sigma=0.6,
+                   extent_mib=(4.0, 8.0), full_extent_prob=0.6, get_temp_prob=0.3),
+            Tenant("ingest", "ingest", namespace=3, users=(8, 9), pipeline=7,
+                   access_share=0.14, mean_count=1.6, extent_mib=(5.0, 8.0),
+                   full_extent_prob=0.8, burst_gap_s=5.0),
+            Tenant("shuffle-temp", "temp", namespace=4, users=(10, 11), pipeline=12,
+                   access_share=0.06, mean_count=2.0, size_median_mib=1.2, size_sigma=0.8,
+                   extent_mib=(2.0, 8.0), full_extent_prob=0.4, burst_gap_s=300.0),
+        ),
+        table2={"request_rate_per_s": 139, "avg_block_size_mib": 6.71, "access_size_mib": 2.42,
+                "compulsory_miss_rate": 0.19, "one_hit_wonder_rate": 0.48,
+                "put_only_block_rate": 0.46, "put_fraction": 0.16,
+                "admit_all_write_rate_mbps": 45},
+        expected={"compulsory_miss_rate": (0.16, 0.22), "one_hit_wonder_rate": (0.42, 0.54),
+                  "put_only_block_rate": (0.40, 0.52), "put_fraction": (0.14, 0.18),
+                  "access_size_mib": (2.0, 2.9), "avg_block_size_mib": (5.8, 7.6),
+                  "request_rate_per_s": (135.0, 143.0), "admit_all_write_rate_mbps": (34, 48),
+                  "peak_to_mean_hourly": (1.7, 2.3)},
+    )
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (_region1(), _region2(), _region3())}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _align_down(x: np.ndarray, a: int) -> np.ndarray:
+    return (x // a) * a
+
+
+def _align_up(x: np.ndarray, a: int) -> np.ndarray:
+    return -(-x // a) * a
+
+
+def _loguniform(rng: np.random.Generator, lo: float, hi: float, n: int) -> np.ndarray:
+    return np.exp(rng.uniform(np.log(lo), np.log(hi), n))
+
+
+def _zipf_counts(n_keys: int, target: int, alpha: float, min_count: int = 2) -> np.ndarray:
+    """Counts by popularity rank, max(min_count, round(s * r^-alpha)), with s chosen so the
+    sum is as close to `target` as the rounding allows."""
+    r = np.arange(1, n_keys + 1, dtype=np.float64) ** -alpha
+
+    def total(s: float) -> int:
+        return int(np.maximum(min_count, np.rint(s * r)).sum())
+
+    lo, hi = 0.0, float(max(target, 1))
+    while total(hi) < target:
+        hi *= 2.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if total(mid) < target else (lo, mid)
+    return np.maximum(min_count, np.rint(hi * r)).astype(np.int64)
+
+
+def _block_counts(t: Tenant, n_acc: int, rng: np.random.Generator) -> np.ndarray:
+    """Accesses per block of one tenant (about n_acc in total)."""
+    if t.kind == "hot":
+        n_keys = max(1, int(round(n_acc / t.mean_count)))
+        counts = _zipf_counts(n_keys, n_acc, t.zipf_alpha)
+        counts[0] = max(counts[0] + n_acc - int(counts.sum()), 1)  # exact total
+        return rng.permutation(counts)
+    per_key = t.mean_count + (1.0 if t.kind == "temp" else 0.0)
+    n_keys = max(1, int(round(n_acc / per_key)))
+    if t.kind == "temp":
+        return 1 + rng.geometric(1.0 / max(t.mean_count, 1.0), n_keys)
+    counts = rng.geometric(1.0 / max(t.mean_count, 1.0), n_keys)
+    if t.kind == "ingest":
+        counts = np.minimum(counts, MAX_PUTS_PER_BLOCK)
+    return counts
+
+
+@dataclass
+class _Accesses:
+    key: np.ndarray  # global block index
+    vtime: np.ndarray  # stationary ("virtual") time in [0, duration)
+    offset: np.ndarray
+    size: np.ndarray
+    op: np.ndarray
+    user: np.ndarray
+    namespace: np.ndarray
+    pipeline: np.ndarray
+
+
+def _times(t: Tenant, counts: np.ndarray, key: np.ndarray, pos: np.ndarray, dur: float,
+           rng: np.random.Generator) -> np.ndarray:
+    n = key.size
+    ordered = t.kind in ("ingest", "temp")
+    if ordered:
+        is_start = pos == 0
+    else:
+        is_start = (pos == 0) | (rng.random(n) >= t.burst_prob)
+    gaps = np.where(is_start, 0.0, rng.exponential(t.burst_gap_s, n))
+    cs = np.cumsum(gaps)
+    ep = np.cumsum(is_start) - 1
+    elapsed = cs - cs[np.flatnonzero(is_start)][ep]
+    n_keys = counts.size
+    if ordered:
+        span = np.zeros(n_keys)
+        np.maximum.at(span, key, elapsed)
+        start = rng.random(n_keys) * np.maximum(dur - span, 0.0)
+        return np.minimum(start[key] + elapsed, np.nextafter(dur, 0.0))
+    episodes = np.bincount(key[is_start], minlength=n_keys)
+    life = np.minimum(np.maximum(_loguniform(rng, *t.lifetime_s, n_keys),
+                                 episodes * t.episode_spacing_s), dur)
+    key_start = rng.random(n_keys) * dur
+    ep_key = key[is_start]
+    ep_start = key_start[ep_key] + rng.random(ep_key.size) * life[ep_key]
+    return np.mod(ep_start[ep] + elapsed, dur)
+
+
+def _extents(t: Tenant, n_keys: int, rng: np.random.Generator) -> np.ndarray:
+    block = UNITS.block_bytes
+    lo, hi = t.extent_mib
+    e = _align_up((rng.uniform(lo, hi, n_keys) * MiB).astype(np.int64), EXTENT_ALIGN)
+    e = np.where(rng.random(n_keys) < t.full_extent_prob, block, e)
+    return np.clip(e, EXTENT_ALIGN, block)
+
+
+def _get_ranges(t: Tenant, n: int, rng: np.random.Generator, lo_b: np.ndarray,
+                len_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and sizes of GETs inside [lo_b, lo_b + len_b) (per access)."""
+    size = (rng.lognormal(np.log(t.size_median_mib * MiB), t.size_sigma, n)).astype(np.int64)
+    size = np.minimum(np.maximum(_align_up(size, SIZE_ALIGN), MIN_SIZE), len_b)
+    slack = len_b - size
+    off = lo_b + _align_down((rng.random(n) * (slack + 1)).astype(np.int64), OFFSET_ALIGN)
+    return off, size
+
+
+def _tenant_accesses(t: Tenant, n_acc: int, key_base: int, dur: float,
+                     rng: np.random.Generator) -> _Accesses:
+    counts = _block_counts(t, n_acc, rng)
+    n_keys = counts.size
+    total = int(counts.sum())
+    key = np.repeat(np.arange(n_keys), counts)
+    pos = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    vtime = _times(t, counts, key, pos, dur, rng)
+
+    extent = _extents(t, n_keys, rng)
+    if t.kind == "hot":
+        frac = rng.uniform(*t.hot_range, n_keys)
+        rlen = np.clip(_align_up((frac * extent).astype(np.int64), EXTENT_ALIGN),
+                       EXTENT_ALIGN, extent)
+        rlo = _align_down((rng.random(n_keys) * (extent - rlen + 1)).astype(np.int64),
+                          EXTENT_ALIGN)
+    else:
+        rlen, rlo = extent, np.zeros(n_keys, dtype=np.int64)
+    offset, size = _get_ranges(t, total, rng, rlo[key], rlen[key])
+
+    if t.kind == "ingest":  # c PUTs tile the extent in order
+        c, e = counts[key], extent[key]
+        lo = _align_down(e * pos // c, OFFSET_ALIGN)
+        hi = np.where(pos + 1 == c, e, _align_down(e * (pos + 1) // c, OFFSET_ALIGN))
+        offset, size = lo, hi - lo
+        op = np.full(total, OP_PUT_PERM, dtype=np.uint8)
+    elif t.kind == "temp":
+        first = pos == 0
+        offset = np.where(first, 0, offset)
+        size = np.where(first, extent[key], size)
+        op = np.where(first, OP_PUT_TEMP, OP_GET_TEMP).astype(np.uint8)
+    else:
+        op = np.where(rng.random(total) < t.get_temp_prob, OP_GET_TEMP, OP_GET_PERM)
+        op = op.astype(np.uint8)
+
+    users = np.asarray(t.users, dtype=np.uint32)
+    w = 1.0 / np.arange(1, users.size + 1)
+    user = rng.choice(users, size=n_keys, p=w / w.sum())
+    return _Accesses(
+        key=key + key_base, vtime=vtime, offset=offset.astype(np.int64),
+        size=size.astype(np.int64), op=op, user=user[key],
+        namespace=np.full(total, t.namespace, dtype=np.uint32),
+        pipeline=np.full(total, t.pipeline, dtype=np.uint32),
+    )
+
+
+def _diurnal_warp(v: np.ndarray, dur: float, p: Preset) -> np.ndarray:
+    """Map stationary time to diurnal time: the inverse of the normalised cumulative
+    intensity of 1 + A cos(2 pi (t_utc - peak) / day)."""
+    grid = np.linspace(0.0, dur, max(2, int(dur / 60.0) + 1))
+    phase0 = 2.0 * np.pi * (EPOCH_S / DAY_S - p.peak_hour_utc / 24.0)
+    w = 2.0 * np.pi / DAY_S
+    cum = grid + p.diurnal_amplitude / w * (np.sin(phase0 + w * grid) - np.sin(phase0))
+    cum *= dur / cum[-1]
+    return np.interp(v, cum, grid)
+
+
+def _block_ids(idx: np.ndarray, seed: int) -> np.ndarray:
+    """Distinct, scrambled block ids: an odd multiplier is a bijection modulo 2^40."""
+    mult = np.uint64(0x9E3779B97F4A7C15)
+    salt = np.uint64((seed * 0x2545F4914F6CDD1D + 12345) % (1 << 40))
+    mask = np.uint64((1 << 40) - 1)
+    return ((idx.astype(np.uint64) * mult + salt) & mask) + np.uint64(1)
+
+
+def _resolve_size(p: Preset, accesses: int | None, days: float | None) -> tuple[int, float,
+                                                                              float]:
+    """(accesses, days, sample_ratio) from the preset and the overrides."""
+    d = float(days) if days is not None else p.days
+    if d <= 0:
+        raise UserError(f"days must be > 0, got {d}")
+    if accesses is None:
+        ratio = p.sample_ratio
+        n = int(round(p.full_node_rate_per_s * ratio / 100.0 * d * DAY_S))
+    else:
+        n = int(accesses)
+        ratio = 100.0 * n / (p.full_node_rate_per_s * d * DAY_S)
+        if ratio > 100.0:
+            raise UserError(
+                f"{n:,} accesses in {d:g} days exceed the full node's {p.full_node_rate_per_s}"
+                f" req/s (sample ratio {ratio:.1f}% > 100%); ask for more days")
+    if n < 1:
+        raise UserError(f"accesses must be >= 1, got {n}")
+    return n, d, ratio
+
+
+def build_accesses(p: Preset, seed: int, n: int, dur: float) -> pl.DataFrame:
+    """The trace as a DataFrame in Tectonic column order, sorted by time; exactly n rows."""
+    rng = np.random.default_rng([seed, 0xF1A5])
+    shares = np.array([t.access_share for t in p.tenants])
+    targets = shares / shares.sum() * n
+    # Tenants other than `hot` first; the hot tenants then share exactly what is left.
+    rest = [i for i, t in enumerate(p.tenants) if t.kind != "hot"]
+    hot = [i for i, t in enumerate(p.tenants) if t.kind == "hot"]
+    parts: list[_Accesses] = []
+    key_base = 0
+    for k, i in enumerate(rest + hot):
+        target = int(round(targets[i]))
+        if p.tenants[i].kind == "hot":
+            left = n - sum(a.key.size for a in parts)
+            pending = [j for j in hot if j not in (rest + hot)[:k]]
+            target = left if len(pending) == 1 else int(round(
+                left * targets[i] / targets[pending].sum()))
+        part = _tenant_accesses(p.tenants[i], max(target, 1), key_base, dur, rng)
+        key_base = int(part.key.max()) + 1
+        parts.append(part)
+    fields = _Accesses.__dataclass_fields__
+    cat = {f: np.concatenate([getattr(a, f) for a in parts])[:n] for f in fields}
+    t = np.round(EPOCH_S + _diurnal_warp(cat["vtime"], dur, p), 5)
+    order = np.argsort(t, kind="stable")
+    return pl.DataFrame({
+        "block_id": _block_ids(cat["key"][order], seed),
+        "io_offset": cat["offset"][order],
+        "io_size": cat["size"][order],
+        "op_time": t[order],
+        "op_name": cat["op"][order],
+        "pipeline": cat["pipeline"][order],
+        "user_namespace": cat["namespace"][order],
+        "user_name": cat["user"][order],
+    })
+
+
+def _write(df: pl.DataFrame, out: Path, header2: str, progress: bool, desc: str) -> None:
+    with atomic_path(out) as tmp, open(tmp, "wb") as f:
+        f.write(f"{HEADER}\n{header2}\n".encode())
+        with tqdm(total=df.height, desc=desc, unit="acc", unit_scale=True,
+                  disable=not progress) as bar:
+            for start in range(0, df.height, WRITE_CHUNK_ROWS):
+                chunk = df.slice(start, WRITE_CHUNK_ROWS)
+                chunk.write_csv(f, include_header=False, separator=" ", float_precision=5,
+                                quote_style="never")
+                bar.update(chunk.height)
+
+
+def generate_trace(preset: str, seed: int, out: Path, *, accesses: int | None = None,
+                   days: float | None = None, progress: bool = True) -> dict[str, Any]:
+    """Write a synthetic Tectonic (201910 schema) trace of `preset` to `out`, atomically.
+
+    The same (preset, seed, accesses, days) always gives the same bytes. `accesses` and
+    `days` override the preset's size; with `accesses` the sample ratio is derived so that
+    rates scaled to a full node match the preset (module docstring). Returns a summary:
+    path, preset, seed, accesses, keys, days, duration_s, sample_ratio, seconds.
+    """
+    if preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    p = PRESETS[preset]
+    t0 = _time.perf_counter()
+    n, d, ratio = _resolve_size(p, accesses, days)
+    df = build_accesses(p, seed, n, d * DAY_S)
+    header2 = (f"# flashml: preset={p.name} seed={seed} sample_ratio={ratio:.10g} "
+               f"accesses={n} days={d:g} epoch={EPOCH_S:.0f}")
+    _write(df, Path(out), header2, progress, f"generate {p.name}")
+    secs = _time.perf_counter() - t0
+    return {
+        "path": str(out), "preset": p.name, "seed": seed, "accesses": n,
+        "keys": int(df["block_id"].n_unique()), "days": d, "duration_s": d * DAY_S,
+        "sample_ratio": ratio, "seconds": secs, "accesses_per_s": n / secs if secs else None,
+    }

@@ -1,0 +1,215 @@
+"""Raw traces in, canonical access table out (streamed: memory is bounded by the chunk size).
+
+Each chunk of whole lines is parsed by the format's reader (Polars, vectorised), checked row by
+row with errors that name the file, line and field, checked for non-decreasing time, turned
+into canonical rows and appended to the Parquet file as one row group. The output is written
+to a temporary name and renamed only when the whole input was read without error.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from flashml.config import UNITS
+from flashml.errors import TraceError, UserError
+from flashml.trace.canonical import TraceMeta, arrow_schema, atomic_path, resolve_sample_ratio
+from flashml.trace.readers import FORMATS, READERS, Reader
+from flashml.trace.textio import CHUNK_BYTES, first_data_line, iter_chunks, open_binary
+
+log = logging.getLogger(__name__)
+_FLASHML_COMMENT = re.compile(r"^#\s*flashml:\s*(.*)$")
+
+
+@dataclass
+class IngestResult:
+    out: Path
+    meta: TraceMeta
+    rows: int
+    lines: int
+    dropped_zero_size: int
+    seconds: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def lines_per_s(self) -> float:
+        return self.lines / self.seconds if self.seconds > 0 else math.inf
+
+
+def comment_settings(comments: list[str]) -> dict[str, str]:
+    """`# flashml: key=value key=value` comment lines (written by `flashml trace generate`)."""
+    out: dict[str, str] = {}
+    for c in comments:
+        m = _FLASHML_COMMENT.match(c)
+        if m:
+            for tok in m.group(1).split():
+                if "=" in tok:
+                    k, v = tok.split("=", 1)
+                    out[k] = v
+    return out
+
+
+def make_reader(fmt: str, path: Path, *, block_bytes: int = UNITS.block_bytes,
+                **options: Any) -> Reader:
+    if fmt not in READERS:
+        raise UserError(f"unknown trace format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if block_bytes <= 0:
+        raise UserError(f"block size must be > 0 bytes, got {block_bytes}")
+    return READERS[fmt](path, block_bytes=block_bytes, **options)
+
+
+def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
+           sample_ratio: float | None = None, block_bytes: int = UNITS.block_bytes,
+           chunk_bytes: int = CHUNK_BYTES, progress: bool | None = None,
+           **reader_options: Any) -> IngestResult:
+    """Ingest `src` (plain, .gz or .zst) of format `fmt` into the canonical Parquet `out`."""
+    src, out = Path(src), Path(out)
+    started = time.perf_counter()
+    reader = make_reader(fmt, src, block_bytes=block_bytes, **reader_options)
+    first, comments = first_data_line(src)
+    reader.detect(first, comments)
+    from_comments = comment_settings(comments).get("sample_ratio")
+    if sample_ratio is None and from_comments is not None:
+        try:
+            sample_ratio = float(from_comments)
+        except ValueError:
+            raise TraceError(src, f"bad sample_ratio {from_comments!r} in '# flashml:' comment",
+                             field="sample_ratio") from None
+    ratio = resolve_sample_ratio(sample_ratio, src)
+    meta = TraceMeta(sample_ratio=ratio, source_format=fmt, block_bytes=block_bytes,
+                     source_file=src.name)
+
+    stream, raw = open_binary(src)
+    total = src.stat().st_size
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"ingest {src.name}",
+               disable=(not progress) if progress is not None else None, leave=False)
+    rows = lines = 0
+    writer: pq.ParquetWriter | None = None
+    schema: pa.Schema | None = None
+    try:
+        with atomic_path(out) as tmp:
+            header_pending = True
+            last_time: Any = None
+            carry: pl.DataFrame | None = None
+
+            def emit(frame: pl.DataFrame) -> None:
+                nonlocal writer, schema, rows
+                if frame.is_empty():
+                    return
+                table = frame.to_arrow()
+                if schema is None:
+                    schema = arrow_schema(table.schema, meta)
+                    writer = pq.ParquetWriter(tmp, schema, compression="zstd")
+                assert writer is not None
+                writer.write_table(table.select(schema.names).cast(schema))
+                rows += len(frame)
+
+            for chunk in iter_chunks(stream, src, chunk_bytes):
+                bar.update(raw.tell() - bar.n)
+                if header_pending and len(chunk.line_numbers):
+                    head, _, rest = chunk.data.partition(b"\n")
+                    if reader.is_header(head.decode("utf-8", "replace")):
+                        chunk.data, chunk.line_numbers = rest, chunk.line_numbers[1:]
+                    header_pending = False
+                if not len(chunk.line_numbers):
+                    continue
+                lines += len(chunk.line_numbers)
+                df = reader.parse(chunk)
+                reader.validate(df)
+                last_time = _check_time_order(reader, df, last_time)
+                canon = reader.to_canonical(df)
+                horizon = reader.horizon(df)
+                if horizon is None:
+                    emit(canon)
+                    continue
+                frame = canon if carry is None else pl.concat([carry, canon])
+                if (frame["time"].diff() < 0).any():
+                    frame = frame.sort("time", maintain_order=True)
+                emit(frame.filter(pl.col("time") <= horizon))
+                carry = frame.filter(pl.col("time") > horizon)
+            if carry is not None:
+                emit(carry)
+            if rows == 0:
+                raise TraceError(src, "no accesses: the trace has no data lines"
+                                 + (" (all had size 0)" if lines else ""))
+            assert writer is not None
+            writer.close()
+            writer = None
+    finally:
+        if writer is not None:
+            writer.close()
+        bar.close()
+        stream.close()
+        raw.close()
+    result = IngestResult(out=out, meta=meta, rows=rows, lines=lines,
+                          dropped_zero_size=getattr(reader, "dropped_zero_size", 0),
+                          seconds=time.perf_counter() - started,
+                          details={"schema": getattr(reader, "schema", fmt)})
+    log.info("ingested %s (%s%s): %d lines -> %d accesses in %.2fs (%.0f lines/s), "
+             "sample ratio %g%%, %d zero-size IOs dropped -> %s", src, fmt,
+             f" {result.details['schema']}" if result.details["schema"] != fmt else "",
+             lines, rows, result.seconds, result.lines_per_s, ratio, result.dropped_zero_size,
+             out)
+    return result
+
+
+def _check_time_order(reader: Reader, df: pl.DataFrame, last_time: Any) -> Any:
+    """Raise at the first time smaller than its predecessor (in the source's own type, so
+    integer timestamps such as filetimes are compared exactly). Returns the chunk's last time."""
+    t = df[reader.time_column]
+    prev = t.shift(1)
+    bad = (t < prev).fill_null(False)
+    if last_time is not None:
+        bad[0] = bool(t[0] < last_time)
+    idx = bad.arg_true()
+    if len(idx):
+        i = int(idx[0])
+        before = prev[i] if i > 0 else last_time
+        raise TraceError(reader.path, f"time goes backwards: {t[i]!r} after {before!r} "
+                         "(timestamps must be non-decreasing)",
+                         line=int(df["src_line"][i]), field=reader.shown(reader.time_column))
+    return t[-1]
+
+
+def is_parquet(path: Path) -> bool:
+    if path.suffix == ".parquet":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PAR1"
+    except OSError:
+        return False
+
+
+def load_trace(path: str | Path, fmt: str | None = None, *, sample_ratio: float | None = None,
+               **reader_options: Any) -> tuple[pl.DataFrame, TraceMeta]:
+    """Any trace as a canonical DataFrame: canonical Parquet is read as is, a raw trace is
+    ingested first (`fmt`, default tectonic). `sample_ratio` overrides the recorded one."""
+    from dataclasses import replace
+
+    from flashml.trace.canonical import read_table
+
+    path = Path(path)
+    if not path.exists():
+        raise TraceError(path, "no such file")
+    if is_parquet(path) and fmt in (None, "parquet"):
+        df, meta = read_table(path)
+        ratio = resolve_sample_ratio(sample_ratio, path, meta)
+        return df, replace(meta, sample_ratio=ratio)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="flashml-") as tmp:
+        res = ingest(path, Path(tmp) / "trace.parquet", fmt or "tectonic",
+                     sample_ratio=sample_ratio, **reader_options)
+        df = pl.read_parquet(res.out)
+    return df, res.meta

@@ -1,0 +1,75 @@
+"""CloudPhysics block traces as distributed with libCacheSim: `version,time,op,size,lbn`.
+
+`op` is a SCSI opcode in hex: reads (08, 28, 88, a8) become GET_PERM (2), writes (0a, 2a, 8a,
+aa) PUT_PERM (4); any other opcode is an error. `size` is bytes; `lbn` is a logical block
+number of `sector_bytes` (512 by default), so the byte address is lbn * sector_bytes, cut into
+blocks (8 MiB by default). `time` is taken as seconds times `time_scale` (default 1).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from flashml.errors import UserError
+from flashml.trace.readers.base import Check, Column, Reader, finish
+
+READ_OPCODES = ("08", "28", "88", "a8")
+WRITE_OPCODES = ("0a", "2a", "8a", "aa")
+COLUMNS = [Column("version", "int"), Column("time", "float"), Column("op", "str"),
+           Column("size", "int"), Column("lbn", "int")]
+
+
+class CloudPhysicsReader(Reader):
+    format_name = "cloudphysics"
+    separator = ","
+
+    def __init__(self, *args, sector_bytes: int = 512, time_scale: float = 1.0,
+                 **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        if sector_bytes <= 0:
+            raise UserError(f"--sector-bytes must be > 0, got {sector_bytes}")
+        if time_scale <= 0:
+            raise UserError(f"--time-scale must be > 0, got {time_scale}")
+        self.sector_bytes = int(sector_bytes)
+        self.time_scale = float(time_scale)
+        self.columns = list(COLUMNS)
+        self.dropped_zero_size = 0
+
+    def detect(self, first_line: str | None, comments: list[str]) -> None:
+        pass
+
+    def is_header(self, line: str) -> bool:
+        return line.startswith("version")
+
+    @property
+    def time_column(self) -> str:
+        return "time"
+
+    def checks(self) -> list[Check]:
+        known = list(READ_OPCODES + WRITE_OPCODES)
+        return self.size_checks("size") + [
+            Check(pl.col("lbn") < 0, "lbn", "negative lbn {value}"),
+            Check(~pl.col("op").str.to_lowercase().str.zfill(2).is_in(known), "op",
+                  "unknown SCSI opcode {value!r} (reads: " + ", ".join(READ_OPCODES)
+                  + "; writes: " + ", ".join(WRITE_OPCODES) + ")"),
+        ]
+
+    def to_canonical(self, df: pl.DataFrame) -> pl.DataFrame:
+        zero = df["size"] == 0
+        if zero.any():
+            self.dropped_zero_size += int(zero.sum())
+            df = df.filter(~zero)
+        df = df.with_columns(src_io_size=pl.col("size"),
+                             _addr=pl.col("lbn").cast(pl.UInt64) * self.sector_bytes)
+        df = self.split_blocks(df, "_addr", "size")
+        op = pl.col("op").str.to_lowercase().str.zfill(2)
+        df = df.with_columns(
+            key=pl.col("block"),
+            time=pl.col("time") * self.time_scale,
+            op=pl.when(op.is_in(list(READ_OPCODES))).then(2).otherwise(4),
+            namespace=pl.lit(0),
+            user=pl.lit(0),
+            src_lbn=pl.col("lbn"),
+            src_opcode=pl.col("op"),
+        )
+        return finish(df, ["src_lbn", "src_opcode", "src_io_size"])

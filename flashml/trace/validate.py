@@ -1,0 +1,123 @@
+"""The Great Expectations suite for the canonical access table, and its Data Docs.
+
+The suite is defined here, once, and saved into a file Data Context (default
+`.flashml/gx`, next to the other embedded state) where its results and Data Docs also live.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from flashml.config import state_dir
+from flashml.trace.canonical import CORE_COLUMNS, OPS, TraceMeta
+
+log = logging.getLogger(__name__)
+SUITE_NAME = "canonical_accesses"
+
+
+@dataclass(frozen=True)
+class ExpectationOutcome:
+    expectation: str
+    column: str
+    success: bool
+    unexpected_count: int
+    details: str
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    success: bool
+    rows: int
+    outcomes: list[ExpectationOutcome]
+    docs_index: Path | None
+
+    def failures(self) -> list[ExpectationOutcome]:
+        return [o for o in self.outcomes if not o.success]
+
+    def describe(self) -> str:
+        lines = [f"{'ok' if o.success else 'FAILED':6} {o.expectation}({o.column})"
+                 + ("" if o.success else f": {o.unexpected_count} of {self.rows} rows"
+                    + (f" ({o.details})" if o.details else ""))
+                 for o in self.outcomes]
+        return "\n".join(lines)
+
+
+def build_suite(block_bytes: int):  # type: ignore[no-untyped-def]
+    """The expectations every canonical access table must meet."""
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    suite = gx.ExpectationSuite(name=SUITE_NAME)
+    for col in CORE_COLUMNS:
+        suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=col))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeIncreasing(column="time", strictly=False))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="size", min_value=1))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="offset_plus_size",
+                                                            max_value=block_bytes))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="op", value_set=sorted(OPS)))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(
+        column="sample_ratio", min_value=0, max_value=100, strict_min=True))
+    return suite
+
+
+def validate_table(df: pl.DataFrame, meta: TraceMeta, *, context_dir: Path | None = None,
+                   build_docs: bool = True) -> ValidationReport:
+    """Run the suite over `df` (with its metadata) and build the Data Docs."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import great_expectations as gx
+
+    root = Path(context_dir) if context_dir is not None else state_dir() / "gx"
+    root.mkdir(parents=True, exist_ok=True)
+    missing = [c for c in CORE_COLUMNS if c not in df.columns]
+    if missing:
+        return ValidationReport(False, len(df), [ExpectationOutcome(
+            "expect_column_to_exist", c, False, len(df), "column missing") for c in missing],
+            None)
+    frame = df.select(CORE_COLUMNS).with_columns(
+        offset_plus_size=pl.col("offset") + pl.col("size"),
+        sample_ratio=pl.lit(meta.sample_ratio, dtype=pl.Float64),
+    ).to_pandas()
+    context = gx.get_context(mode="file", project_root_dir=str(root))
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    source = context.data_sources.add_or_update_pandas(name="flashml")
+    asset = next((a for a in source.assets if a.name == "accesses"), None) or \
+        source.add_dataframe_asset(name="accesses")
+    batch_def = next((b for b in asset.batch_definitions if b.name == "whole_table"), None) or \
+        asset.add_batch_definition_whole_dataframe("whole_table")
+    suite = context.suites.add_or_update(build_suite(meta.block_bytes))
+    vdef = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=f"{SUITE_NAME}_check", data=batch_def, suite=suite))
+    actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if build_docs else []
+    checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
+        name=f"{SUITE_NAME}_checkpoint", validation_definitions=[vdef], actions=actions,
+        result_format={"result_format": "SUMMARY"}))
+    result = checkpoint.run(batch_parameters={"dataframe": frame})
+    outcomes: list[ExpectationOutcome] = []
+    for run_result in result.run_results.values():
+        for r in run_result.results:
+            cfg = r.expectation_config
+            res = r.result or {}
+            partial = res.get("partial_unexpected_list") or []
+            details = ""
+            if partial:
+                details = "e.g. " + ", ".join(repr(v) for v in partial[:3])
+            if r.exception_info and r.exception_info.get("raised_exception"):
+                details = str(r.exception_info.get("exception_message"))
+            outcomes.append(ExpectationOutcome(
+                expectation=cfg.type, column=str(cfg.kwargs.get("column", "")),
+                success=bool(r.success), unexpected_count=int(res.get("unexpected_count") or 0),
+                details=details))
+    docs = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    return ValidationReport(bool(result.success), len(df), outcomes,
+                            docs if docs.exists() else None)

@@ -1,1 +1,0 @@
-"""flashml.pipelines."""
