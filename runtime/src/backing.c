@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "backing_internal.h"
+#include "device.h"
 #include "flashrt.h"
 #include "internal.h"
 

@@ -1,4 +1,6 @@
-/* cache.c: the flash cache (regions, index, eviction, rate limiter) and its metrics.
+/* engine.c: the flash cache (Navy's BlockCache/Driver): flashrt_open/access/idle/metrics/close
+ * over the flash device (device.h), the region manager (region.h) and the admission side
+ * (admission.h), plus the DT and latency accounting.
  *
  * Model (the simulator's, sim/src/flash.rs, with Navy's storage layout):
  * - GET covering segments s0..s1 of block `key`: a hit iff every covered segment is indexed.
@@ -15,73 +17,36 @@
  * - A flash read error drops the block's covered segments from the index and serves the
  *   access as a miss from the backing device; a write error leaves the segment uncached. */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "admission.h"
 #include "backing_internal.h"
-#include "flashml_policy.h"
+#include "device.h"
 #include "flashrt.h"
 #include "internal.h"
-#include "policy_internal.h"
+#include "region.h"
 
-#define NONE UINT32_MAX
-#define SPB FRT_SEGMENTS_PER_BLOCK
 #define SEG ((uint64_t)FRT_SEGMENT_BYTES)
-
-struct blk {
-    uint64_t key, mask;
-    double last;
-    uint32_t count, next_free;
-    uint32_t loc[SPB]; /* flash slot of each cached segment */
-};
-
-struct region {
-    uint32_t prev, next; /* eviction list (head = most recent) */
-    uint32_t fill, live;
-    int in_list;
-};
-
-struct slotref {
-    uint32_t blk;
-    uint8_t seg, valid;
-};
 
 struct flashrt {
     struct flashrt_config cfg;
-    flashrt_policy *policy;
     flashrt_backing *backing;
-    flashrt_tracker *tracker;
-    int fd, direct;
-    uint64_t nregions, spr, nslots;
-    struct region *reg;
-    struct slotref *slot;
-    uint32_t head, tail, open_region;
-    uint32_t *clean;
-    uint64_t nclean;
-    struct blk *blks;
-    uint32_t free_blk;
-    struct frt_map index;
+    struct frt_device dev;
+    struct frt_regions rm;
+    struct frt_admission adm;
     uint8_t *fbuf, *bbuf, *rawbuf;
     /* accounting */
     int started;
-    double t0, tlast, wall0, wall_last;
+    double t0, tlast, wall0;
     double *win_dt;
     size_t nwin;
     uint64_t gets, puts, hits, get_bytes, hit_bytes, get_segs, hit_segs;
     uint64_t backend_ios, backend_bytes, admitted, prefetched;
-    uint64_t evicted_regions, evicted_segments;
-    double age_sum;
-    uint64_t flash_read_errors, flash_write_errors, rate_limited, nreads, nwrites;
     uint64_t served_bytes;
-    double tokens, tokens_t;
     int raw_flip;
-    struct frt_vec decision_ns, features_ns, policy_ns, hint_ns, hit_us, miss_us, raw_us, over_us, backend_wall_ms, backend_dt_ms;
+    struct frt_vec hit_us, miss_us, raw_us, over_us, backend_wall_ms, backend_dt_ms;
     double backend_wall_s, backend_dt_s;
     char err[FLASHRT_ERR_LEN];
 };
@@ -104,26 +69,6 @@ void flashrt_config_default(struct flashrt_config *c) {
 }
 
 const char *flashrt_error(const flashrt *rt) { return rt->err; }
-
-/* ---- fault-injecting flash IO ---- */
-
-static int flash_read(flashrt *rt, void *buf, size_t n, uint64_t off) {
-    rt->nreads++;
-    if (rt->cfg.fail_read_every && rt->nreads % rt->cfg.fail_read_every == 0) {
-        errno = EIO;
-        return -1;
-    }
-    return frt_pread_full(rt->fd, buf, n, off);
-}
-
-static int flash_write(flashrt *rt, const void *buf, size_t n, uint64_t off) {
-    rt->nwrites++;
-    if (rt->cfg.fail_write_every && rt->nwrites % rt->cfg.fail_write_every == 0) {
-        errno = EIO;
-        return -1;
-    }
-    return frt_pwrite_full(rt->fd, buf, n, off);
-}
 
 /* ---- open / close ---- */
 
@@ -153,65 +98,35 @@ flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
     flashrt *rt = calloc(1, sizeof *rt);
     if (!rt) { frt_seterr(err, errlen, "out of memory"); return NULL; }
     rt->cfg = *cfg;
-    rt->policy = policy;
     rt->backing = backing;
-    rt->fd = -1;
-    struct stat st;
-    int exists = stat(cfg->flash_path, &st) == 0;
-    if (!exists && strncmp(cfg->flash_path, "/dev/", 5) == 0) {
-        frt_seterr(err, errlen, "%s: no such device", cfg->flash_path);
-        goto fail;
-    }
-    rt->fd = frt_open_dev(cfg->flash_path, O_RDWR | (exists ? 0 : O_CREAT), cfg->direct, &rt->direct, err, errlen);
-    if (rt->fd < 0) goto fail;
-    uint64_t size;
-    int bd;
-    if (frt_dev_size(rt->fd, &size, &bd) != 0) {
-        frt_seterr(err, errlen, "%s: not a file or block device (%s)", cfg->flash_path, strerror(errno));
-        goto fail;
-    }
+    rt->dev.fd = -1;
+    rt->dev.fail_read_every = cfg->fail_read_every;
+    rt->dev.fail_write_every = cfg->fail_write_every;
+    if (frt_device_open(&rt->dev, cfg->flash_path, cfg->direct, err, errlen) != 0) goto fail;
+    uint64_t size = rt->dev.size;
     uint64_t want = cfg->flash_bytes ? cfg->flash_bytes : size;
-    if (bd && want > size) {
+    if (rt->dev.is_blockdev && want > size) {
         frt_seterr(err, errlen, "%s: the device has %llu bytes, less than --flash-bytes %llu", cfg->flash_path,
                    (unsigned long long)size, (unsigned long long)want);
         goto fail;
     }
-    rt->spr = cfg->region_bytes / SEG;
-    rt->nregions = want / cfg->region_bytes;
-    if (rt->nregions == 0) {
+    uint64_t spr = cfg->region_bytes / SEG, nregions = want / cfg->region_bytes;
+    if (nregions == 0) {
         frt_seterr(err, errlen, "%s: flash of %llu bytes is too small for one region of %llu bytes",
                    cfg->flash_path, (unsigned long long)want, (unsigned long long)cfg->region_bytes);
         goto fail;
     }
-    if (rt->nregions * rt->spr >= NONE) { frt_seterr(err, errlen, "flash too large"); goto fail; }
-    if (!bd && size < rt->nregions * cfg->region_bytes &&
-        ftruncate(rt->fd, (off_t)(rt->nregions * cfg->region_bytes)) != 0) {
-        frt_seterr(err, errlen, "%s: cannot size it to %llu bytes: %s", cfg->flash_path,
-                   (unsigned long long)(rt->nregions * cfg->region_bytes), strerror(errno));
-        goto fail;
-    }
-    rt->nslots = rt->nregions * rt->spr;
-    rt->reg = calloc(rt->nregions, sizeof *rt->reg);
-    rt->slot = calloc(rt->nslots, sizeof *rt->slot);
-    rt->clean = malloc(rt->nregions * sizeof *rt->clean);
-    rt->blks = malloc(rt->nslots * sizeof *rt->blks); /* a cached block holds >= 1 segment */
+    if (nregions * spr >= FRT_NONE) { frt_seterr(err, errlen, "flash too large"); goto fail; }
+    if (frt_device_reserve(&rt->dev, cfg->flash_path, nregions * cfg->region_bytes, err, errlen) != 0) goto fail;
     rt->fbuf = aligned(FRT_BLOCK_BYTES);
     rt->bbuf = aligned(FRT_BLOCK_BYTES);
     rt->rawbuf = cfg->measure_raw ? aligned(FRT_BLOCK_BYTES) : NULL;
-    if (!rt->reg || !rt->slot || !rt->clean || !rt->blks || !rt->fbuf || !rt->bbuf ||
-        (cfg->measure_raw && !rt->rawbuf) || frt_map_init(&rt->index, 1024) != 0) {
+    if (frt_regions_init(&rt->rm, nregions, spr) != 0 || !rt->fbuf || !rt->bbuf ||
+        (cfg->measure_raw && !rt->rawbuf)) {
         frt_seterr(err, errlen, "out of memory");
         goto fail;
     }
-    for (uint64_t i = 0; i < rt->nregions; i++) rt->clean[i] = (uint32_t)(rt->nregions - 1 - i);
-    rt->nclean = rt->nregions;
-    for (uint64_t i = 0; i < rt->nslots; i++) rt->blks[i].next_free = i + 1 < rt->nslots ? (uint32_t)(i + 1) : NONE;
-    rt->free_blk = 0;
-    rt->head = rt->tail = rt->open_region = NONE;
-    rt->tracker = flashrt_tracker_new(cfg->tracker_width_log2, cfg->tracker_depth, err, errlen);
-    if (!rt->tracker) goto fail;
-    if (frt_policy_prepare(policy, rt->nslots, err, errlen) != 0) goto fail;
-    rt->tokens = cfg->write_rate_mbps * FRT_MB * cfg->sample_ratio / 100.0 * cfg->write_burst_s;
+    if (frt_admission_init(&rt->adm, cfg, policy, rt->rm.nslots, err, errlen) != 0) goto fail;
     return rt;
 fail:
     flashrt_close(rt);
@@ -220,21 +135,13 @@ fail:
 
 void flashrt_close(flashrt *rt) {
     if (!rt) return;
-    if (rt->fd >= 0) close(rt->fd);
-    free(rt->reg);
-    free(rt->slot);
-    free(rt->clean);
-    free(rt->blks);
+    frt_device_close(&rt->dev);
+    frt_regions_free(&rt->rm);
+    frt_admission_free(&rt->adm);
     free(rt->fbuf);
     free(rt->bbuf);
     free(rt->rawbuf);
     free(rt->win_dt);
-    if (rt->index.cap) frt_map_free(&rt->index);
-    flashrt_tracker_free(rt->tracker);
-    frt_vec_free(&rt->decision_ns);
-    frt_vec_free(&rt->features_ns);
-    frt_vec_free(&rt->policy_ns);
-    frt_vec_free(&rt->hint_ns);
     frt_vec_free(&rt->hit_us);
     frt_vec_free(&rt->miss_us);
     frt_vec_free(&rt->raw_us);
@@ -242,111 +149,6 @@ void flashrt_close(flashrt *rt) {
     frt_vec_free(&rt->backend_wall_ms);
     frt_vec_free(&rt->backend_dt_ms);
     free(rt);
-}
-
-/* ---- region list ---- */
-
-static void list_unlink(flashrt *rt, uint32_t r) {
-    struct region *g = &rt->reg[r];
-    if (g->prev != NONE) rt->reg[g->prev].next = g->next; else rt->head = g->next;
-    if (g->next != NONE) rt->reg[g->next].prev = g->prev; else rt->tail = g->prev;
-    g->in_list = 0;
-}
-
-static void list_push_head(flashrt *rt, uint32_t r) {
-    struct region *g = &rt->reg[r];
-    g->prev = NONE;
-    g->next = rt->head;
-    if (rt->head != NONE) rt->reg[rt->head].prev = r; else rt->tail = r;
-    rt->head = r;
-    g->in_list = 1;
-}
-
-static void touch_region(flashrt *rt, uint32_t r) {
-    if (!rt->reg[r].in_list || rt->head == r) return;
-    list_unlink(rt, r);
-    list_push_head(rt, r);
-}
-
-/* ---- index ---- */
-
-static struct blk *find_blk(flashrt *rt, uint64_t key) {
-    uint32_t *v = frt_map_get(&rt->index, key);
-    return v ? &rt->blks[*v] : NULL;
-}
-
-static void drop_segment(flashrt *rt, uint32_t slot_id) {
-    struct slotref *sr = &rt->slot[slot_id];
-    if (!sr->valid) return;
-    struct blk *b = &rt->blks[sr->blk];
-    b->mask &= ~(1ull << sr->seg);
-    b->loc[sr->seg] = NONE;
-    b->count--;
-    sr->valid = 0;
-    rt->reg[slot_id / rt->spr].live--;
-    if (b->count == 0) {
-        frt_map_del(&rt->index, b->key);
-        b->next_free = rt->free_blk;
-        rt->free_blk = sr->blk;
-    }
-}
-
-static void evict_region(flashrt *rt, uint32_t r, double t) {
-    for (uint64_t i = 0; i < rt->spr; i++) {
-        uint32_t id = (uint32_t)(r * rt->spr + i);
-        struct slotref *sr = &rt->slot[id];
-        if (!sr->valid) continue;
-        rt->age_sum += t - rt->blks[sr->blk].last;
-        rt->evicted_segments++;
-        drop_segment(rt, id);
-    }
-    rt->reg[r].fill = rt->reg[r].live = 0;
-    rt->evicted_regions++;
-}
-
-/* The next flash slot, sealing the open region and evicting a whole region as needed. */
-static uint32_t alloc_slot(flashrt *rt, double t) {
-    if (rt->open_region == NONE || rt->reg[rt->open_region].fill == rt->spr) {
-        if (rt->open_region != NONE) list_push_head(rt, rt->open_region); /* seal */
-        if (rt->nclean == 0) {
-            uint32_t victim = rt->tail;
-            list_unlink(rt, victim);
-            evict_region(rt, victim, t);
-            rt->clean[rt->nclean++] = victim;
-        }
-        rt->open_region = rt->clean[--rt->nclean];
-        rt->reg[rt->open_region].fill = rt->reg[rt->open_region].live = 0;
-    }
-    struct region *g = &rt->reg[rt->open_region];
-    return (uint32_t)(rt->open_region * rt->spr + g->fill++);
-}
-
-/* Writes segment s of `key` (data) to flash and indexes it. */
-static void insert_segment(flashrt *rt, uint64_t key, unsigned s, const uint8_t *data, double t) {
-    uint32_t id = alloc_slot(rt, t); /* may evict this very block */
-    if (flash_write(rt, data, SEG, (uint64_t)id * SEG) != 0) {
-        rt->flash_write_errors++;
-        return; /* the slot stays invalid: the segment is simply not cached */
-    }
-    struct blk *b = find_blk(rt, key);
-    if (!b) {
-        uint32_t bi = rt->free_blk; /* never NONE: blocks in use <= valid slots < nslots */
-        b = &rt->blks[bi];
-        rt->free_blk = b->next_free;
-        b->key = key;
-        b->mask = 0;
-        b->count = 0;
-        b->last = t;
-        for (unsigned k = 0; k < SPB; k++) b->loc[k] = NONE;
-        frt_map_put(&rt->index, key, bi);
-    }
-    b->mask |= 1ull << s;
-    b->loc[s] = id;
-    b->count++;
-    rt->slot[id].blk = (uint32_t)(b - rt->blks);
-    rt->slot[id].seg = (uint8_t)s;
-    rt->slot[id].valid = 1;
-    rt->reg[id / rt->spr].live++;
 }
 
 /* ---- accounting ---- */
@@ -369,35 +171,44 @@ static double io_dt(const flashrt *rt, unsigned segs) {
     return rt->cfg.t_seek_s + (double)segs * (double)SEG / rt->cfg.bandwidth_bytes_per_s;
 }
 
-static int rate_ok(flashrt *rt, double t, uint64_t bytes) {
-    if (rt->cfg.write_rate_mbps <= 0) return 1;
-    double rate = rt->cfg.write_rate_mbps * FRT_MB * rt->cfg.sample_ratio / 100.0;
-    double now = rt->cfg.rate_clock == FLASHRT_CLOCK_WALL ? frt_now() : t;
-    if (rt->tokens_t != 0) rt->tokens += (now - rt->tokens_t) * rate;
-    rt->tokens_t = now;
-    double cap = rate * rt->cfg.write_burst_s;
-    if (rt->tokens > cap) rt->tokens = cap;
-    if (rt->tokens < (double)bytes) return 0;
-    rt->tokens -= (double)bytes;
-    return 1;
-}
-
 /* ---- serving ---- */
 
-/* Reads cached segments s0..s1 of b (all indexed) into buf, coalescing adjacent slots. */
-static int read_cached(flashrt *rt, const struct blk *b, unsigned s0, unsigned s1, uint8_t *buf, int raw) {
+/* The mask of segments s0..s0+nseg-1. */
+static inline uint64_t span_of(unsigned s0, unsigned nseg) {
+    return (nseg == 64 ? ~0ull : ((1ull << nseg) - 1)) << s0;
+}
+
+static inline int holds(const struct frt_blk *b, unsigned s) { return b && ((b->mask >> s) & 1); }
+
+/* Reads cached segments s0..s1 of b (all indexed) into buf, coalescing adjacent slots; `raw`:
+ * without fault injection and counting (the --measure-raw reference). */
+static int read_cached(flashrt *rt, const struct frt_blk *b, unsigned s0, unsigned s1, uint8_t *buf, int raw) {
     unsigned s = s0;
     while (s <= s1) {
         unsigned e = s;
         while (e + 1 <= s1 && b->loc[e + 1] == b->loc[e] + 1) e++;
         size_t n = (size_t)(e - s + 1) * SEG;
         uint64_t off = (uint64_t)b->loc[s] * SEG;
-        int r = raw ? frt_pread_full(rt->fd, buf + (size_t)(s - s0) * SEG, n, off)
-                    : flash_read(rt, buf + (size_t)(s - s0) * SEG, n, off);
+        int r = raw ? frt_device_read_raw(&rt->dev, buf + (size_t)(s - s0) * SEG, n, off)
+                    : frt_device_read(&rt->dev, buf + (size_t)(s - s0) * SEG, n, off);
         if (r != 0) return -1;
         s = e + 1;
     }
     return 0;
+}
+
+/* Writes segment s of `key` (data) to a fresh slot and indexes it; a write error leaves it
+ * uncached (the slot stays invalid). */
+static void insert_segment(flashrt *rt, uint64_t key, unsigned s, const uint8_t *data, double t) {
+    uint32_t id = frt_regions_alloc_slot(&rt->rm, t); /* may evict this very block */
+    if (frt_device_write(&rt->dev, data, SEG, (uint64_t)id * SEG) != 0) return;
+    frt_regions_add(&rt->rm, key, s, id, t);
+}
+
+/* The block's access at t: its last-access time, and under LRU its regions' recency. */
+static inline void refresh(flashrt *rt, struct frt_blk *b, double t) {
+    b->last = t;
+    if (rt->cfg.eviction == FLASHRT_LRU) frt_regions_touch_block(&rt->rm, b);
 }
 
 int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_result *res) {
@@ -418,41 +229,33 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         charge(rt, t, io_dt(rt, nseg));
         return 0;
     }
-    frt_tracker_prefetch(rt->tracker, a->key);
-    if (!rt->cfg.no_policy_prefetch) {
-        /* the decision on a miss comes soon: let its code and tables load meanwhile */
-        uint64_t h0 = frt_now_ns();
-        if (frt_policy_warm(rt->policy)) frt_vec_push(&rt->hint_ns, (double)(frt_now_ns() - h0));
-    }
+    frt_admission_arrive(&rt->adm, a->key);
     uint64_t w0 = frt_now_ns();
     rt->gets++;
     rt->get_bytes += a->size;
     rt->get_segs += nseg;
-    struct blk *b;
+    const uint64_t span = span_of(s0, nseg);
+    struct frt_blk *b;
     unsigned cached, m0, m1;
     double raw = -1;
     int raw_first = 0;
     if (rt->cfg.measure_raw && (rt->raw_flip ^= 1)) {
         /* half of the hits time the raw read first, half after: neither order gets the
          * warmer caches every time */
-        b = find_blk(rt, a->key);
-        if (b && (b->mask >> s0 & 1)) {
-            uint64_t span = (nseg == 64 ? ~0ull : ((1ull << nseg) - 1)) << s0;
-            if ((b->mask & span) == span) {
-                uint64_t r0 = frt_now_ns();
-                if (read_cached(rt, b, s0, s1, rt->rawbuf, 1) == 0) raw = (double)(frt_now_ns() - r0);
-                raw_first = 1;
-                w0 = frt_now_ns();
-            }
+        b = frt_regions_find(&rt->rm, a->key);
+        if (holds(b, s0) && (b->mask & span) == span) {
+            uint64_t r0 = frt_now_ns();
+            if (read_cached(rt, b, s0, s1, rt->rawbuf, 1) == 0) raw = (double)(frt_now_ns() - r0);
+            raw_first = 1;
+            w0 = frt_now_ns();
         }
     }
     for (;;) {
-        b = find_blk(rt, a->key);
+        b = frt_regions_find(&rt->rm, a->key);
         cached = 0;
         m0 = s0;
         m1 = s1;
         if (b) {
-            uint64_t span = (nseg == 64 ? ~0ull : ((1ull << nseg) - 1)) << s0;
             uint64_t have = b->mask & span, miss = ~b->mask & span;
             cached = (unsigned)__builtin_popcountll(have);
             if (miss) {
@@ -463,25 +266,14 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         if (!b || cached < nseg) break;
         /* hit */
         if (read_cached(rt, b, s0, s1, rt->fbuf, 0) != 0) {
-            /* flash read error: drop what we hold of this range, serve it as a miss */
-            rt->flash_read_errors++;
+            /* flash read error (counted by the device): drop what we hold of this range,
+             * serve it as a miss */
             for (unsigned s = s0; s <= s1; s++)
-                if ((b->mask >> s) & 1) drop_segment(rt, b->loc[s]);
+                if (holds(b, s)) frt_regions_drop(&rt->rm, b->loc[s]);
             continue;
         }
-        b->last = t;
-        if (rt->cfg.eviction == FLASHRT_LRU) {
-            uint64_t m = b->mask;
-            uint32_t prev = NONE;
-            while (m) {
-                unsigned s = (unsigned)__builtin_ctzll(m);
-                m &= m - 1;
-                uint32_t r = (uint32_t)(b->loc[s] / rt->spr);
-                if (r != prev) touch_region(rt, r);
-                prev = r;
-            }
-        }
-        flashrt_tracker_add(rt->tracker, a);
+        refresh(rt, b, t);
+        frt_admission_observe(&rt->adm, a);
         uint64_t w2 = frt_now_ns();
         if (rt->cfg.measure_raw && !raw_first) {
             uint64_t r0 = frt_now_ns();
@@ -503,41 +295,11 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         return 0;
     }
     /* miss: refresh recency of what the block has, then decide */
-    if (b) {
-        b->last = t;
-        if (rt->cfg.eviction == FLASHRT_LRU) {
-            uint64_t m = b->mask;
-            while (m) {
-                unsigned s = (unsigned)__builtin_ctzll(m);
-                m &= m - 1;
-                touch_region(rt, (uint32_t)(b->loc[s] / rt->spr));
-            }
-        }
-    }
+    if (b) refresh(rt, b, t);
     rt->hit_segs += cached;
-    uint64_t d0 = frt_now_ns();
-    double f[FLASHRT_NUM_FEATURES];
-    int wants = frt_policy_wants_features(rt->policy);
-    if (wants) flashrt_tracker_features(rt->tracker, a, f);
-    uint64_t d1 = frt_now_ns();
     unsigned lo = m0, hi = m1;
-    int32_t p0 = 0, p1 = -1;
-    int dec = frt_policy_decide(rt->policy, a->key, a->time, wants ? f : NULL, &p0, &p1);
-    uint64_t d2 = frt_now_ns();
-    int admit = dec & FLASHML_DECIDE_ADMIT;
-    /* as the simulator: prefetch extends only an admitted miss's IO */
-    if (admit && (dec & FLASHML_DECIDE_PREFETCH)) {
-        if (p0 < 0) p0 = 0;
-        if (p1 > (int32_t)SPB - 1) p1 = (int32_t)SPB - 1;
-        if (p0 <= p1) {
-            if ((unsigned)p0 < lo) lo = (unsigned)p0;
-            if ((unsigned)p1 > hi) hi = (unsigned)p1;
-        }
-    }
-    frt_vec_push(&rt->decision_ns, (double)(d2 - d0));
-    frt_vec_push(&rt->features_ns, (double)(d1 - d0));
-    frt_vec_push(&rt->policy_ns, (double)(d2 - d1));
-    flashrt_tracker_add(rt->tracker, a);
+    int admit = frt_admission_decide(&rt->adm, a, &lo, &hi);
+    frt_admission_observe(&rt->adm, a);
     unsigned io_segs = hi - lo + 1;
     rt->backend_ios++;
     rt->backend_bytes += io_segs * SEG;
@@ -555,31 +317,29 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     rt->backend_wall_s += wall;
     rt->backend_dt_s += dt;
     if (s0 < lo || s1 > hi) {
-        b = find_blk(rt, a->key);
+        b = frt_regions_find(&rt->rm, a->key);
         for (unsigned s = s0; s <= s1; s++) {
             if (s >= lo && s <= hi) continue;
             uint8_t *dst = buf + (size_t)(s - u0) * SEG;
-            if (b && ((b->mask >> s) & 1) && flash_read(rt, dst, SEG, (uint64_t)b->loc[s] * SEG) == 0) continue;
-            /* flash error (or, defensively, not cached): this segment from the backing */
-            if (b && ((b->mask >> s) & 1)) {
-                rt->flash_read_errors++;
-                drop_segment(rt, b->loc[s]);
-                b = find_blk(rt, a->key);
+            if (holds(b, s) && frt_device_read(&rt->dev, dst, SEG, (uint64_t)b->loc[s] * SEG) == 0) continue;
+            /* flash error (counted by the device; or, defensively, not cached): this
+             * segment from the backing */
+            if (holds(b, s)) {
+                frt_regions_drop(&rt->rm, b->loc[s]);
+                b = frt_regions_find(&rt->rm, a->key);
             }
             if (frt_backing_read(rt->backing, a->key, s, s, dst, rt->err, sizeof rt->err) != 0) return -1;
         }
     }
     if (admit) {
-        b = find_blk(rt, a->key);
+        b = frt_regions_find(&rt->rm, a->key);
         unsigned need = 0;
         for (unsigned s = lo; s <= hi; s++)
-            if (!b || !((b->mask >> s) & 1)) need++;
-        if (need && !rate_ok(rt, t, need * SEG)) {
-            rt->rate_limited++;
-        } else {
+            if (!holds(b, s)) need++;
+        if (!need || frt_ratelimit_take(&rt->adm.limit, t, need * SEG)) {
             for (unsigned s = lo; s <= hi; s++) {
-                b = find_blk(rt, a->key); /* an eviction may have freed it */
-                if (b && ((b->mask >> s) & 1)) continue;
+                b = frt_regions_find(&rt->rm, a->key); /* an eviction may have freed it */
+                if (holds(b, s)) continue;
                 insert_segment(rt, a->key, s, buf + (size_t)(s - u0) * SEG, t);
                 rt->admitted++;
                 if (s < s0 || s > s1) rt->prefetched++;
@@ -594,16 +354,12 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     return 0;
 }
 
-void flashrt_idle(flashrt *rt) {
-    if (rt->cfg.no_policy_prefetch) return;
-    uint64_t h0 = frt_now_ns();
-    if (frt_policy_warm(rt->policy)) frt_vec_push(&rt->hint_ns, (double)(frt_now_ns() - h0));
-}
+void flashrt_idle(flashrt *rt) { frt_admission_warm(&rt->adm); }
 
 /* ---- metrics ---- */
 
-void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
-    memset(m, 0, sizeof *m);
+/* The utilisation series: DT per window after the warm-up, at full-node scale per disk. */
+static void dt_util(const flashrt *rt, struct flashrt_metrics *m) {
     const struct flashrt_config *c = &rt->cfg;
     double span = rt->started ? rt->tlast - rt->t0 : 0;
     size_t nw = rt->started ? (size_t)floor(span / c->window_s) + 1 : 0;
@@ -625,37 +381,47 @@ void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
     m->peak_dt_util = nm ? meas[nm - 1] : NAN;
     m->mean_dt_util = nm ? sum / (double)nm : NAN;
     free(meas);
+}
+
+void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
+    memset(m, 0, sizeof *m);
+    const struct flashrt_config *c = &rt->cfg;
+    const struct frt_regions *rm = &rt->rm;
+    struct frt_admission *adm = &rt->adm;
+    double span = rt->started ? rt->tlast - rt->t0 : 0;
+    dt_util(rt, m);
     double scale = 100.0 / c->sample_ratio;
     m->flash_write_rate_mbps = span > 0 ? (double)rt->admitted * (double)SEG / span * scale / FRT_MB : NAN;
-    double cache_full = (double)rt->nslots * (double)SEG * scale;
+    double cache_full = (double)rm->nslots * (double)SEG * scale;
     m->dwpd = m->flash_write_rate_mbps * FRT_MB * 86400.0 / cache_full;
     m->io_hit_ratio = rt->gets ? (double)rt->hits / (double)rt->gets : NAN;
     m->byte_hit_ratio = rt->get_bytes ? (double)rt->hit_bytes / (double)rt->get_bytes : NAN;
     m->segment_hit_ratio = rt->get_segs ? (double)rt->hit_segs / (double)rt->get_segs : NAN;
-    m->avg_eviction_age_s = rt->evicted_segments ? rt->age_sum / (double)rt->evicted_segments : NAN;
+    m->avg_eviction_age_s = rm->evicted_segments ? rm->age_sum / (double)rm->evicted_segments : NAN;
     m->backend_ios = rt->backend_ios;
     m->backend_bytes = rt->backend_bytes;
     m->admitted_segments = rt->admitted;
     m->prefetched_segments = rt->prefetched;
     m->accesses = rt->gets + rt->puts;
     m->wall_s = rt->started ? frt_now() - rt->wall0 : 0;
-    m->flash_read_errors = rt->flash_read_errors;
-    m->flash_write_errors = rt->flash_write_errors;
-    m->device_errors = rt->flash_read_errors + rt->flash_write_errors;
-    m->rate_limited = rt->rate_limited;
+    m->flash_read_errors = rt->dev.read_errors;
+    m->flash_write_errors = rt->dev.write_errors;
+    m->device_errors = rt->dev.read_errors + rt->dev.write_errors;
+    m->rate_limited = adm->limit.limited;
     m->gets = rt->gets;
     m->puts = rt->puts;
     m->hits = rt->hits;
-    m->evicted_regions = rt->evicted_regions;
-    m->evicted_segments = rt->evicted_segments;
-    m->capacity_segments = rt->nslots;
+    m->evicted_regions = rm->evicted_regions;
+    m->evicted_segments = rm->evicted_segments;
+    m->capacity_segments = rm->nslots;
     m->region_bytes = c->region_bytes;
-    m->regions = rt->nregions;
-    m->decision_ns_p50 = frt_percentile(&rt->decision_ns, 0.5);
-    m->decision_ns_p99 = frt_percentile(&rt->decision_ns, 0.99);
-    m->features_ns_p50 = frt_percentile(&rt->features_ns, 0.5);
-    m->policy_ns_p50 = frt_percentile(&rt->policy_ns, 0.5);
-    m->policy_prefetch_ns_p50 = frt_percentile(&rt->hint_ns, 0.5);
+    m->regions = rm->nregions;
+    /* latency percentiles (each call sorts its samples) */
+    m->decision_ns_p50 = frt_percentile(&adm->decision_ns, 0.5);
+    m->decision_ns_p99 = frt_percentile(&adm->decision_ns, 0.99);
+    m->features_ns_p50 = frt_percentile(&adm->features_ns, 0.5);
+    m->policy_ns_p50 = frt_percentile(&adm->policy_ns, 0.5);
+    m->policy_prefetch_ns_p50 = frt_percentile(&adm->hint_ns, 0.5);
     m->hit_path_us_p50 = frt_percentile(&rt->hit_us, 0.5);
     m->hit_path_us_p99 = frt_percentile(&rt->hit_us, 0.99);
     m->miss_path_us_p50 = frt_percentile(&rt->miss_us, 0.5);
@@ -669,5 +435,5 @@ void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
     m->trace_seconds = span;
     m->throughput_accesses_per_s = m->wall_s > 0 ? (double)m->accesses / m->wall_s : NAN;
     m->throughput_mb_per_s = m->wall_s > 0 ? (double)rt->served_bytes / m->wall_s / FRT_MB : NAN;
-    m->direct_io = rt->direct;
+    m->direct_io = rt->dev.direct;
 }

@@ -1,4 +1,6 @@
-/* internal.h: helpers shared by libflashrt's sources (not part of the public API). */
+/* internal.h: helpers shared by libflashrt's sources (not part of the public API): errors,
+ * hashing, clocks, SHA-256, JSON, atomic files; it brings in map.h and stats.h. The cache's
+ * parts have their own headers: device.h, region.h, admission.h (runtime/README.md, Layout). */
 #ifndef FLASHRT_INTERNAL_H
 #define FLASHRT_INTERNAL_H
 
@@ -7,6 +9,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "map.h"
+#include "stats.h"
 #include "units.h"
 
 #if defined(__GNUC__)
@@ -37,33 +41,6 @@ static inline uint64_t frt_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* u64 -> u32 open-addressing hash map (linear probing, backward-shift deletion). */
-struct frt_map {
-    uint64_t *keys;
-    uint32_t *vals;
-    uint8_t *used;
-    size_t cap, len; /* cap is a power of two */
-};
-int frt_map_init(struct frt_map *m, size_t expected);
-void frt_map_free(struct frt_map *m);
-/* Returns a pointer to the value or NULL. */
-uint32_t *frt_map_get(const struct frt_map *m, uint64_t key);
-/* Inserts or overwrites; -1 on allocation failure. */
-int frt_map_put(struct frt_map *m, uint64_t key, uint32_t val);
-int frt_map_del(struct frt_map *m, uint64_t key);
-
-/* Growable array of doubles (timing samples). */
-struct frt_vec {
-    double *v;
-    size_t n, cap;
-};
-void frt_vec_push(struct frt_vec *a, double x);
-void frt_vec_free(struct frt_vec *a);
-/* numpy's default percentile (linear between closest ranks) of a sorted array; NaN if empty */
-double frt_percentile_sorted(const double *sorted, size_t n, double q);
-/* sorts in place, then the percentile */
-double frt_percentile(struct frt_vec *a, double q);
-
 /* SHA-256 */
 void frt_sha256(const void *data, size_t n, uint8_t out[32]);
 int frt_sha256_file(const char *path, char hex[65], char *err, size_t errlen);
@@ -93,14 +70,5 @@ void frt_tracker_prefetch(const struct flashrt_tracker *t, uint64_t key);
 /* Atomic output: writes `text` to PATH via PATH.tmp.PID then rename. */
 int frt_write_file_atomic(const char *path, const char *text, size_t n, char *err,
                           size_t errlen);
-
-/* Opens a device or file for IO with O_DIRECT when asked/possible. *direct gets the result.
- * mode: FLASHRT_DIRECT_*; flags: O_RDONLY / O_RDWR (| O_CREAT). */
-int frt_open_dev(const char *path, int flags, int mode, int *direct, char *err, size_t errlen);
-/* Size of a regular file or block device; -1 on error. */
-int frt_dev_size(int fd, uint64_t *size, int *is_blockdev);
-/* pread/pwrite until done (EINTR, short transfers); returns 0 or -1 with errno set. */
-int frt_pread_full(int fd, void *buf, size_t n, uint64_t off);
-int frt_pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
 
 #endif

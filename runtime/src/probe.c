@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device.h"
 #include "flashrt.h"
 #include "internal.h"
 

@@ -1,0 +1,31 @@
+/* cli.h: what the flashrt command line's files share (main.c, cli_replay.c, cli_util.c). */
+#ifndef FLASHRT_CLI_H
+#define FLASHRT_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* `return ERR("...", ...)`: prints "flashrt: error: ..." and returns exit code 1. */
+#define ERR(...) (fprintf(stderr, "flashrt: error: " __VA_ARGS__), fputc('\n', stderr), 1)
+
+/* 1 if any argument is --help or -h. */
+int cli_want_help(int argc, char **argv);
+/* A byte count with an optional suffix K/KiB/k, M/MiB, G/GiB, T/TiB (powers of 1024). */
+int cli_parse_bytes(const char *s, uint64_t *out);
+/* A finite double / a non-negative decimal integer, the whole string; -1 if not. */
+int cli_parse_double(const char *s, double *out);
+int cli_parse_uint(const char *s, uint64_t *out);
+/* Option `name` at argv[*i]: "--name VALUE" (advances *i; "" when VALUE is missing) or
+ * "--name=VALUE"; NULL when argv[*i] is another option. */
+const char *cli_optval(int argc, char **argv, int *i, const char *name);
+
+/* Members of a JSON object on one line: `first` says whether a comma goes before. Non-finite
+ * numbers print as null. */
+void cli_json_num(FILE *f, const char *k, double v, int *first);
+void cli_json_int(FILE *f, const char *k, uint64_t v, int *first);
+void cli_json_str(FILE *f, const char *k, const char *v, int *first);
+
+/* `flashrt replay` (cli_replay.c); argv holds the options after the command. */
+int cli_replay(int argc, char **argv);
+
+#endif

@@ -1,0 +1,264 @@
+/* cli_replay.c: `flashrt replay`: options, the replay loop with byte verification, and the
+ * metrics as a table or one JSON object. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "flashrt.h"
+
+static const char *REPLAY_HELP =
+    "usage: flashrt replay --policy DIR --trace FILE --flash PATH --flash-bytes N\n"
+    "                      --backing PATH [options]\n"
+    "\n"
+    "Replays the trace through the cache: GETs are served from flash or the backing device and\n"
+    "every returned byte is checked against the deterministic content; PUTs are charged DT.\n"
+    "Prints the simulator's metric keys plus integrity_errors, device_errors, decision_ns_p50\n"
+    "(features + admission + prefetch decision on a miss; its parts features_ns_p50 and\n"
+    "policy_ns_p50), hit_path_us_p50, miss_path_us_p50 and more. Exit 0\n"
+    "when every byte was correct, 3 when some were not, 1 on bad input or a device failure.\n"
+    "\n"
+    "options:\n"
+    "  --policy DIR           policy bundle: DIR/policy.so + DIR/manifest.json (checked: sha256,\n"
+    "                         ABI version, contract hash); or builtin:rejectx, builtin:admitall\n"
+    "  --fallback MODE        none (default): refuse a bad policy; rejectx: serve with RejectX\n"
+    "  --trace FILE           Tectonic text trace\n"
+    "  --flash PATH           flash device or file (a missing file is created)\n"
+    "  --flash-bytes N        bytes of flash to use (suffixes K, M, G = KiB, MiB, GiB); 0 = all\n"
+    "  --backing PATH         backing device or file written by prepare-backing\n"
+    "  --map FILE             backing map (default PATH.map)\n"
+    "  --region-bytes N       flash region size (default 1M; a multiple of 128 KiB)\n"
+    "  --eviction lru|fifo    region eviction (default lru)\n"
+    "  --direct auto|on|off   O_DIRECT on flash and backing (default auto: when supported)\n"
+    "  --sample-ratio X       percent of a full node in the trace (default: the trace's flashml\n"
+    "                         comment, else 100)\n"
+    "  --write-rate-mbps X    write-rate limit at full-node scale, MB/s (default 0 = none)\n"
+    "  --write-burst-s X      limiter bucket depth in seconds of the rate (default 60)\n"
+    "  --rate-clock trace|wall  the limiter's clock (default trace time)\n"
+    "  --warmup-s X           DT warm-up excluded from the series (default 86400)\n"
+    "  --window-s X           DT window (default 600)\n"
+    "  --disks N              disks per node (default 36)\n"
+    "  --tracker-width-log2 N count-min sketch width (default 14)\n"
+    "  --tracker-depth N      count-min sketch rows (default 4)\n"
+    "  --measure-raw          on hits, also time a raw read of the same flash bytes\n"
+    "  --no-policy-prefetch   do not call the policy's prefetch hint (when a GET arrives and\n"
+    "                         between accesses)\n"
+    "  --fail-read-every N    fault injection: every Nth flash read fails (also env\n"
+    "                         FLASHRT_FAULT_FLASH_READ_EVERY)\n"
+    "  --fail-write-every N   fault injection: every Nth flash write fails (also env\n"
+    "                         FLASHRT_FAULT_FLASH_WRITE_EVERY)\n"
+    "  --limit N              stop after N accesses\n"
+    "  --json                 one JSON object instead of a table\n";
+
+struct replay_opts {
+    struct flashrt_config cfg;
+    const char *policy_dir, *trace_path, *backing_path, *map_path, *fallback;
+    int as_json;
+    double sample_ratio; /* 0: from the trace */
+    uint64_t limit;
+};
+
+/* -1 when the options are good, else the exit code. */
+static int parse_replay(int argc, char **argv, struct replay_opts *o) {
+    struct flashrt_config *cfg = &o->cfg;
+    flashrt_config_default(cfg);
+    o->policy_dir = o->trace_path = o->backing_path = o->map_path = NULL;
+    o->fallback = "none";
+    o->as_json = 0;
+    o->sample_ratio = 0;
+    o->limit = UINT64_MAX;
+    int have_bytes = 0;
+    uint64_t u;
+    const char *env;
+    if ((env = getenv("FLASHRT_FAULT_FLASH_READ_EVERY")) && cli_parse_uint(env, &cfg->fail_read_every))
+        return ERR("FLASHRT_FAULT_FLASH_READ_EVERY: expected an integer, got '%s'", env);
+    if ((env = getenv("FLASHRT_FAULT_FLASH_WRITE_EVERY")) && cli_parse_uint(env, &cfg->fail_write_every))
+        return ERR("FLASHRT_FAULT_FLASH_WRITE_EVERY: expected an integer, got '%s'", env);
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        const char *a = argv[i];
+#define OPT(name) (v = cli_optval(argc, argv, &i, name))
+#define BAD(name) do { fprintf(stderr, "flashrt replay: error: %s: invalid value '%s'\n", name, v); return 2; } while (0)
+        if (OPT("--policy")) o->policy_dir = v;
+        else if (OPT("--fallback")) {
+            if (strcmp(v, "none") && strcmp(v, "rejectx")) BAD("--fallback");
+            o->fallback = v;
+        } else if (OPT("--trace")) o->trace_path = v;
+        else if (OPT("--flash-bytes")) {
+            if (cli_parse_bytes(v, &cfg->flash_bytes)) BAD("--flash-bytes");
+            have_bytes = 1;
+        } else if (OPT("--flash")) cfg->flash_path = v;
+        else if (OPT("--backing")) o->backing_path = v;
+        else if (OPT("--map")) o->map_path = v;
+        else if (OPT("--region-bytes")) { if (cli_parse_bytes(v, &cfg->region_bytes)) BAD("--region-bytes"); }
+        else if (OPT("--eviction")) {
+            if (!strcmp(v, "lru")) cfg->eviction = FLASHRT_LRU;
+            else if (!strcmp(v, "fifo")) cfg->eviction = FLASHRT_FIFO;
+            else BAD("--eviction");
+        } else if (OPT("--direct")) {
+            if (!strcmp(v, "auto")) cfg->direct = FLASHRT_DIRECT_AUTO;
+            else if (!strcmp(v, "on")) cfg->direct = FLASHRT_DIRECT_ON;
+            else if (!strcmp(v, "off")) cfg->direct = FLASHRT_DIRECT_OFF;
+            else BAD("--direct");
+        } else if (OPT("--sample-ratio")) { if (cli_parse_double(v, &o->sample_ratio) || !(o->sample_ratio > 0 && o->sample_ratio <= 100)) BAD("--sample-ratio"); }
+        else if (OPT("--write-rate-mbps")) { if (cli_parse_double(v, &cfg->write_rate_mbps) || cfg->write_rate_mbps < 0) BAD("--write-rate-mbps"); }
+        else if (OPT("--write-burst-s")) { if (cli_parse_double(v, &cfg->write_burst_s) || !(cfg->write_burst_s > 0)) BAD("--write-burst-s"); }
+        else if (OPT("--rate-clock")) {
+            if (!strcmp(v, "trace")) cfg->rate_clock = FLASHRT_CLOCK_TRACE;
+            else if (!strcmp(v, "wall")) cfg->rate_clock = FLASHRT_CLOCK_WALL;
+            else BAD("--rate-clock");
+        } else if (OPT("--warmup-s")) { if (cli_parse_double(v, &cfg->warmup_s) || cfg->warmup_s < 0) BAD("--warmup-s"); }
+        else if (OPT("--window-s")) { if (cli_parse_double(v, &cfg->window_s) || !(cfg->window_s > 0)) BAD("--window-s"); }
+        else if (OPT("--disks")) { if (cli_parse_uint(v, &u) || u == 0 || u > 1000000) BAD("--disks"); cfg->disks = (unsigned)u; }
+        else if (OPT("--tracker-width-log2")) { if (cli_parse_uint(v, &u) || u > 24) BAD("--tracker-width-log2"); cfg->tracker_width_log2 = (unsigned)u; }
+        else if (OPT("--tracker-depth")) { if (cli_parse_uint(v, &u) || u > 8) BAD("--tracker-depth"); cfg->tracker_depth = (unsigned)u; }
+        else if (OPT("--fail-read-every")) { if (cli_parse_uint(v, &cfg->fail_read_every)) BAD("--fail-read-every"); }
+        else if (OPT("--fail-write-every")) { if (cli_parse_uint(v, &cfg->fail_write_every)) BAD("--fail-write-every"); }
+        else if (OPT("--limit")) { if (cli_parse_uint(v, &o->limit)) BAD("--limit"); }
+        else if (!strcmp(a, "--measure-raw")) cfg->measure_raw = 1;
+        else if (!strcmp(a, "--no-policy-prefetch")) cfg->no_policy_prefetch = 1;
+        else if (!strcmp(a, "--json")) o->as_json = 1;
+        else {
+            fprintf(stderr, "flashrt replay: error: unknown argument '%s' (see --help)\n", a);
+            return 2;
+        }
+#undef BAD
+#undef OPT
+    }
+    const char *missing = !o->policy_dir ? "--policy" : !o->trace_path ? "--trace" : !cfg->flash_path ? "--flash"
+                        : !have_bytes ? "--flash-bytes" : !o->backing_path ? "--backing" : NULL;
+    if (missing) {
+        fprintf(stderr, "flashrt replay: error: %s is required (see --help)\n", missing);
+        return 2;
+    }
+    return -1;
+}
+
+struct kv {
+    const char *k;
+    int is_int;
+    double d;
+    uint64_t u;
+};
+
+/* The metrics in the simulator's key order, then the runtime's: one JSON object or a table. */
+static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, uint64_t verified_bytes,
+                          double sample_ratio, const char *policy, const char *warning, int as_json) {
+    const struct flashrt_metrics m = *mp;
+    struct kv kvs[] = {
+        {"peak_dt_util", 0, m.peak_dt_util, 0}, {"mean_dt_util", 0, m.mean_dt_util, 0},
+        {"p50_dt_util", 0, m.p50_dt_util, 0}, {"p90_dt_util", 0, m.p90_dt_util, 0},
+        {"p99_dt_util", 0, m.p99_dt_util, 0}, {"flash_write_rate_mbps", 0, m.flash_write_rate_mbps, 0},
+        {"dwpd", 0, m.dwpd, 0}, {"io_hit_ratio", 0, m.io_hit_ratio, 0},
+        {"byte_hit_ratio", 0, m.byte_hit_ratio, 0}, {"segment_hit_ratio", 0, m.segment_hit_ratio, 0},
+        {"avg_eviction_age_s", 0, m.avg_eviction_age_s, 0}, {"backend_ios", 1, 0, m.backend_ios},
+        {"backend_bytes", 1, 0, m.backend_bytes}, {"admitted_segments", 1, 0, m.admitted_segments},
+        {"prefetched_segments", 1, 0, m.prefetched_segments}, {"accesses", 1, 0, m.accesses},
+        {"wall_s", 0, m.wall_s, 0},
+        {"integrity_errors", 1, 0, integrity}, {"verified_bytes", 1, 0, verified_bytes},
+        {"device_errors", 1, 0, m.device_errors}, {"flash_read_errors", 1, 0, m.flash_read_errors},
+        {"flash_write_errors", 1, 0, m.flash_write_errors}, {"rate_limited", 1, 0, m.rate_limited},
+        {"decision_ns_p50", 0, m.decision_ns_p50, 0}, {"decision_ns_p99", 0, m.decision_ns_p99, 0},
+        {"features_ns_p50", 0, m.features_ns_p50, 0}, {"policy_ns_p50", 0, m.policy_ns_p50, 0},
+        {"policy_prefetch_ns_p50", 0, m.policy_prefetch_ns_p50, 0},
+        {"hit_path_us_p50", 0, m.hit_path_us_p50, 0}, {"hit_path_us_p99", 0, m.hit_path_us_p99, 0},
+        {"miss_path_us_p50", 0, m.miss_path_us_p50, 0}, {"miss_path_us_p99", 0, m.miss_path_us_p99, 0},
+        {"raw_read_us_p50", 0, m.raw_read_us_p50, 0}, {"hit_overhead_us_p50", 0, m.hit_overhead_us_p50, 0},
+        {"backend_wall_ms_p50", 0, m.backend_wall_ms_p50, 0}, {"backend_dt_ms_p50", 0, m.backend_dt_ms_p50, 0},
+        {"backend_wall_s", 0, m.backend_wall_s, 0}, {"backend_dt_s", 0, m.backend_dt_s, 0},
+        {"gets", 1, 0, m.gets}, {"puts", 1, 0, m.puts}, {"hits", 1, 0, m.hits},
+        {"evicted_regions", 1, 0, m.evicted_regions}, {"evicted_segments", 1, 0, m.evicted_segments},
+        {"capacity_segments", 1, 0, m.capacity_segments}, {"region_bytes", 1, 0, m.region_bytes},
+        {"regions", 1, 0, m.regions}, {"trace_seconds", 0, m.trace_seconds, 0},
+        {"sample_ratio", 0, sample_ratio, 0},
+        {"throughput_accesses_per_s", 0, m.throughput_accesses_per_s, 0},
+        {"throughput_mb_per_s", 0, m.throughput_mb_per_s, 0}, {"direct_io", 1, 0, (uint64_t)m.direct_io},
+    };
+    size_t nk = sizeof kvs / sizeof kvs[0];
+    if (as_json) {
+        int first = 1;
+        fputc('{', stdout);
+        for (size_t i = 0; i < nk; i++) {
+            if (kvs[i].is_int) cli_json_int(stdout, kvs[i].k, kvs[i].u, &first);
+            else cli_json_num(stdout, kvs[i].k, kvs[i].d, &first);
+        }
+        cli_json_str(stdout, "policy", policy, &first);
+        cli_json_str(stdout, "policy_warning", warning, &first);
+        fputs("}\n", stdout);
+    } else {
+        printf("%-26s  %s\n", "policy", policy);
+        for (size_t i = 0; i < nk; i++) {
+            if (kvs[i].is_int) printf("%-26s  %llu\n", kvs[i].k, (unsigned long long)kvs[i].u);
+            else printf("%-26s  %.6g\n", kvs[i].k, kvs[i].d);
+        }
+    }
+}
+
+int cli_replay(int argc, char **argv) {
+    if (cli_want_help(argc, argv)) { fputs(REPLAY_HELP, stdout); return 0; }
+    struct replay_opts o;
+    int bad = parse_replay(argc, argv, &o);
+    if (bad >= 0) return bad;
+    struct flashrt_config cfg = o.cfg;
+    char err[FLASHRT_ERR_LEN] = "";
+    flashrt_trace *tr = flashrt_trace_open(o.trace_path, err, sizeof err);
+    if (!tr) return ERR("%s", err);
+    flashrt_policy *pol;
+    char warning[FLASHRT_ERR_LEN] = "";
+    if (!strncmp(o.policy_dir, "builtin:", 8)) {
+        pol = flashrt_policy_builtin(o.policy_dir + 8, err, sizeof err);
+    } else {
+        pol = flashrt_policy_load(o.policy_dir, !strcmp(o.fallback, "rejectx") ? FLASHRT_FALLBACK_REJECTX : FLASHRT_FALLBACK_NONE, err, sizeof err);
+        if (pol && err[0]) {
+            snprintf(warning, sizeof warning, "%s", err);
+            fprintf(stderr, "flashrt: warning: %s; serving with the RejectX fallback\n", warning);
+        }
+    }
+    if (!pol) { flashrt_trace_close(tr); return ERR("%s", err); }
+    flashrt_backing *bk = flashrt_backing_open(o.backing_path, o.map_path, cfg.direct, err, sizeof err);
+    if (!bk) { flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
+    /* the sample ratio comes from the trace's comment, read while the header is parsed: read
+     * the first access before opening the cache */
+    struct flashrt_access acc;
+    int r = flashrt_trace_next(tr, &acc, err, sizeof err);
+    if (r < 0) { flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
+    cfg.sample_ratio = o.sample_ratio > 0 ? o.sample_ratio : flashrt_trace_sample_ratio(tr) > 0 ? flashrt_trace_sample_ratio(tr) : 100.0;
+    flashrt *rt = flashrt_open(&cfg, pol, bk, err, sizeof err);
+    if (!rt) { flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
+    uint64_t integrity = 0, n = 0, verified_bytes = 0;
+    int rc = 0;
+    while (r == 1 && n < o.limit) {
+        struct flashrt_result res;
+        if (flashrt_access(rt, &acc, &res) != 0) {
+            rc = ERR("%s:%llu: %s", o.trace_path, (unsigned long long)acc.line, flashrt_error(rt));
+            break;
+        }
+        flashrt_idle(rt);
+        if (res.data) {
+            int64_t bad_at = flashrt_verify(acc.key, acc.offset, res.data, res.len);
+            if (bad_at >= 0) {
+                if (integrity < 10)
+                    fprintf(stderr, "flashrt: integrity error: %s:%llu: block %llu byte %llu differs (%s)\n", o.trace_path,
+                            (unsigned long long)acc.line, (unsigned long long)acc.key,
+                            (unsigned long long)(acc.offset + (uint64_t)bad_at), res.hit ? "flash" : "backing");
+                integrity++;
+            }
+            verified_bytes += res.len;
+        }
+        n++;
+        r = flashrt_trace_next(tr, &acc, err, sizeof err);
+    }
+    if (r < 0 && rc == 0) rc = ERR("%s", err);
+    if (rc == 0) {
+        struct flashrt_metrics m;
+        flashrt_metrics(rt, &m);
+        print_metrics(&m, integrity, verified_bytes, cfg.sample_ratio, flashrt_policy_name(pol), warning, o.as_json);
+        if (integrity) rc = 3;
+    }
+    flashrt_close(rt);
+    flashrt_backing_close(bk);
+    flashrt_policy_free(pol);
+    flashrt_trace_close(tr);
+    return rc;
+}

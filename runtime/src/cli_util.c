@@ -1,0 +1,87 @@
+/* cli_util.c: argument parsing and JSON printing for the flashrt command line (cli.h). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_want_help(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+    return 0;
+}
+
+/* The non-negative decimal integer that starts s; *end: what follows it. */
+static int parse_leading_uint(const char *s, unsigned long long *v, char **end) {
+    errno = 0;
+    if (*s == '-') return -1;
+    *v = strtoull(s, end, 10);
+    return *end == s || errno ? -1 : 0;
+}
+
+int cli_parse_bytes(const char *s, uint64_t *out) {
+    char *end;
+    unsigned long long v;
+    if (parse_leading_uint(s, &v, &end) != 0) return -1;
+    uint64_t mult = 1;
+    if (*end) {
+        if (!strcmp(end, "K") || !strcmp(end, "KiB") || !strcmp(end, "k")) mult = 1ull << 10;
+        else if (!strcmp(end, "M") || !strcmp(end, "MiB")) mult = 1ull << 20;
+        else if (!strcmp(end, "G") || !strcmp(end, "GiB")) mult = 1ull << 30;
+        else if (!strcmp(end, "T") || !strcmp(end, "TiB")) mult = 1ull << 40;
+        else return -1;
+    }
+    if (v > UINT64_MAX / mult) return -1;
+    *out = v * mult;
+    return 0;
+}
+
+int cli_parse_double(const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_uint(const char *s, uint64_t *out) {
+    char *end;
+    unsigned long long v;
+    if (parse_leading_uint(s, &v, &end) != 0 || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+const char *cli_optval(int argc, char **argv, int *i, const char *name) {
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0) return NULL;
+    if (argv[*i][n] == '=') return argv[*i] + n + 1;
+    if (argv[*i][n] != 0) return NULL;
+    if (*i + 1 >= argc) return "";
+    return argv[++*i];
+}
+
+void cli_json_num(FILE *f, const char *k, double v, int *first) {
+    fprintf(f, "%s\"%s\": ", *first ? "" : ", ", k);
+    if (isfinite(v)) fprintf(f, "%.17g", v);
+    else fputs("null", f);
+    *first = 0;
+}
+
+void cli_json_int(FILE *f, const char *k, uint64_t v, int *first) {
+    fprintf(f, "%s\"%s\": %llu", *first ? "" : ", ", k, (unsigned long long)v);
+    *first = 0;
+}
+
+void cli_json_str(FILE *f, const char *k, const char *v, int *first) {
+    fprintf(f, "%s\"%s\": \"", *first ? "" : ", ", k);
+    for (const char *p = v; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if ((unsigned char)*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+    *first = 0;
+}
