@@ -4,8 +4,9 @@
     res = simulate(df, SimConfig(admission="rejectx", cache_gb=366.475, sample_ratio=0.1))
     res.metrics["peak_dt_util"], res.series["dt_util"]
 
-The Rust core (`sim/`, module `flashml_sim`) does the work with the GIL released. Every
-unit and default comes from `flashml.config`; they are passed to Rust explicitly.
+The Rust core (`sim/`, module `flashml_sim`) does the work with the GIL released. The
+configuration's keys, types, defaults and docs are declared once, in Rust (`sim_params!` in
+sim/src/config.rs); `SimConfig` is generated from that declaration here.
 
 Semantics (see `sim/src/flash.rs` for the full statement): an access covers segments
 `offset//seg .. (offset+size-1)//seg` of its block; a GET hits iff all are cached; a miss
@@ -19,24 +20,74 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from flashml.config import DEFAULTS, UNITS
+from flashml.config import DEFAULTS, GET_OPS, PUT_OPS, UNITS
 
-# Tectonic PUT op codes, the one definition lives with the canonical table.
-try:
-    from flashml.trace.canonical import PUT_OPS
-except ImportError:  # pragma: no cover - canonical always ships with flashml
-    PUT_OPS = (3, 4, 6)
 
-EVICTIONS = ("lru", "fifo")
-ADMISSIONS = ("admitall", "coinflip", "rejectx", "opt", "threshold")
-PREFETCHES = ("none", "block", "range")
-PREFETCH_WHENS = ("miss", "partial", "score")
+def _core():
+    try:
+        import flashml_sim
+    except ImportError as e:  # pragma: no cover - setup.sh builds it
+        raise ImportError("the Rust simulator flashml_sim is not built; run "
+                          "`bash scripts/setup.sh`") from e
+    return flashml_sim
+
+
+def _config_fields() -> list[tuple[str, str, Any, str, tuple[str, ...] | None]]:
+    core = _core()
+    if not hasattr(core, "config_fields"):  # pragma: no cover - an extension built before it
+        raise ImportError("the Rust simulator flashml_sim is out of date; run `make setup`")
+    return [tuple(f) for f in core.config_fields()]
+
+
+#: The declaration of every simulator config key, from Rust: (name, type, default, doc,
+#: choices), in declaration order.
+CONFIG_FIELDS = _config_fields()
+_TYPES: dict[str, Any] = {"int": int, "float": float, "bool": bool, "str": str,
+                          "tuple[int, ...]": tuple[int, ...]}
+_SEQUENCES = tuple(name for name, typ, *_ in CONFIG_FIELDS if typ.startswith("tuple"))
+_CHOICES = {name: choices for name, _, _, _, choices in CONFIG_FIELDS if choices}
+
+EVICTIONS: tuple[str, ...] = _CHOICES["eviction"]
+ADMISSIONS: tuple[str, ...] = _CHOICES["admission"]
+PREFETCHES: tuple[str, ...] = _CHOICES["prefetch"]
+PREFETCH_WHENS: tuple[str, ...] = _CHOICES["prefetch_when"]
+
+# The Rust declaration is the one source of SimConfig's defaults. Some of them are also units
+# that Python code uses without the extension (flashml.config: trace stats, features, the run
+# settings Airflow parses); flashml.config keeps those values and this check, at import, makes
+# the two agree, so they cannot drift (change both: sim/src/config.rs and flashml/config.py).
+SHARED_DEFAULTS: dict[str, Any] = {
+    "segment_bytes": UNITS.segment_bytes,
+    "block_bytes": UNITS.block_bytes,
+    "t_seek_s": UNITS.t_seek_s,
+    "bandwidth_bytes_per_s": UNITS.bandwidth_bytes_per_s,
+    "cache_gb": DEFAULTS.cache_gb,
+    "sample_ratio": DEFAULTS.sample_ratio,
+    "disks": DEFAULTS.disks,
+    "window_s": DEFAULTS.window_s,
+    "warmup_s": DEFAULTS.warmup_s,
+    "put_ops": tuple(PUT_OPS),
+}
+
+
+def _check_shared_defaults() -> None:
+    declared = {name: default for name, _, default, _, _ in CONFIG_FIELDS}
+    for name, value in SHARED_DEFAULTS.items():
+        if name not in declared or declared[name] != value:
+            raise ImportError(
+                f"simulator config default {name}={declared.get(name)!r} (sim/src/config.rs) "
+                f"differs from flashml.config's {value!r}; they are one fact: make them equal "
+                "(and run `make setup` after changing sim/)")
+
+
+_check_shared_defaults()
 
 #: The metric keys of flash-cache mode, in report order.
 METRIC_KEYS = (
@@ -59,46 +110,72 @@ TRACE_COLUMNS = {"time": np.float64, "key": np.uint64, "offset": np.uint64,
                  "size": np.uint64, "op": np.uint8}
 
 
-@dataclass(frozen=True)
-class SimConfig:
-    """Every knob of flash-cache mode. Sizes are at full-node scale unless noted."""
+def _post_init(self: Any) -> None:
+    # sequences are stored as tuples of ints, so a config is hashable and compares by value
+    for name in _SEQUENCES:
+        value = getattr(self, name)
+        if not isinstance(value, tuple) or not all(type(v) is int for v in value):
+            object.__setattr__(self, name, tuple(int(v) for v in value))
 
-    cache_gb: float = DEFAULTS.cache_gb
-    sample_ratio: float = DEFAULTS.sample_ratio
-    #: If > 0, the capacity in segments at trace scale (overrides cache_gb).
-    capacity_segments: int = 0
-    eviction: str = "lru"
-    block_level_recency: bool = True
-    admission: str = "admitall"
-    coinflip_p: float = 0.5
-    coinflip_seed: int = 0
-    rejectx_x: int = 1
-    rejectx_factor: float = 2.0
-    threshold: float = 0.5
-    #: Peak-aware admission: in these hours of the day (UTC) the threshold is
-    #: `threshold - peak_bonus` (sim/src/config.rs: PeakSchedule).
-    peak_hours: tuple[int, ...] = ()
-    peak_bonus: float = 0.0
-    prefetch: str = "none"
-    prefetch_when: str = "miss"
-    when_threshold: float = 0.5
-    segment_bytes: int = UNITS.segment_bytes
-    block_bytes: int = UNITS.block_bytes
-    t_seek_s: float = UNITS.t_seek_s
-    bandwidth_bytes_per_s: float = UNITS.bandwidth_bytes_per_s
-    disks: int = DEFAULTS.disks
-    window_s: float = DEFAULTS.window_s
-    warmup_s: float = DEFAULTS.warmup_s
-    put_ops: tuple[int, ...] = tuple(PUT_OPS)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["put_ops"] = list(self.put_ops)
-        d["peak_hours"] = list(self.peak_hours)
-        return d
+def _to_dict(self: Any) -> dict[str, Any]:
+    """The config as the dict `flashml_sim` reads (lists for the sequence keys)."""
+    d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    for name in _SEQUENCES:
+        d[name] = list(d[name])
+    return d
 
-    def replace(self, **changes: Any) -> SimConfig:
-        return dataclasses.replace(self, **changes)
+
+def _replace(self: Any, **changes: Any) -> Any:
+    """A copy with `changes` applied (dataclasses.replace)."""
+    return dataclasses.replace(self, **changes)
+
+
+def _for_trace(cls: type, meta_or_sample_ratio: Any, *, cache_gb: float | None = None,
+               warmup_s: float | None = None, **changes: Any) -> Any:
+    """The config that simulates a canonical table (the one place it is built): the sample
+    ratio (percent) and block size from the table's metadata (`TraceMeta`; a bare number is
+    taken as the sample ratio), then `cache_gb` and `warmup_s` (None: the declared default)
+    and any other key in `changes`. What the metadata gives cannot be given again."""
+    meta = meta_or_sample_ratio
+    ratio = getattr(meta, "sample_ratio", meta)
+    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real):
+        raise TypeError(f"SimConfig.for_trace needs a TraceMeta or a sample ratio, got {meta!r}")
+    kw: dict[str, Any] = {"sample_ratio": float(ratio)}
+    if getattr(meta, "block_bytes", None) is not None:
+        kw["block_bytes"] = int(meta.block_bytes)
+    if clash := sorted(set(kw) & set(changes)):
+        raise TypeError(f"SimConfig.for_trace: the trace's metadata gives {', '.join(clash)}; "
+                        "resolve it there (or .replace() the result)")
+    if cache_gb is not None:
+        kw["cache_gb"] = cache_gb
+    if warmup_s is not None:
+        kw["warmup_s"] = warmup_s
+    return cls(**kw, **changes)
+
+
+def _sim_config_class() -> type:
+    fields = [(name, _TYPES[typ], field(default=default, metadata={"doc": doc,
+                                                                    "choices": choices}))
+              for name, typ, default, doc, choices in CONFIG_FIELDS]
+    doc = "\n".join(
+        ["Every knob of flash-cache mode (sizes at full-node scale unless noted), generated",
+         "from the Rust declaration (sim_params! in sim/src/config.rs). Keyword-only, frozen.",
+         ""]
+        + [f"{name} ({typ} = {default!r}"
+           + (f", one of {', '.join(choices)}" if choices else "") + f"): {d}"
+           for name, typ, default, d, choices in CONFIG_FIELDS])
+    cls = dataclasses.make_dataclass(
+        "SimConfig", fields, frozen=True, kw_only=True,
+        namespace={"__doc__": doc, "__post_init__": _post_init, "to_dict": _to_dict,
+                   "replace": _replace, "for_trace": classmethod(_for_trace)})
+    cls.__module__ = __name__  # pickling finds it here
+    return cls
+
+
+#: Every knob of flash-cache mode, generated from the Rust declaration: a frozen, keyword-only
+#: dataclass with `.to_dict()`, `.replace(**kw)` and `SimConfig.for_trace(meta, ...)`.
+SimConfig = _sim_config_class()
 
 
 @dataclass
@@ -107,15 +184,6 @@ class SimResult:
     series: dict[str, np.ndarray]
     info: dict[str, Any] = field(default_factory=dict)
     config: SimConfig | None = None
-
-
-def _core():
-    try:
-        import flashml_sim
-    except ImportError as e:  # pragma: no cover - setup.sh builds it
-        raise ImportError("the Rust simulator flashml_sim is not built; run "
-                          "`bash scripts/setup.sh`") from e
-    return flashml_sim
 
 
 def _as_array(values: Any, dtype: type, name: str) -> np.ndarray:
@@ -206,8 +274,6 @@ def _feature_arrays(table: Any) -> dict[str, np.ndarray]:
 
 
 def _get_ops() -> list[int]:
-    from flashml.trace.canonical import GET_OPS
-
     return list(GET_OPS)
 
 
@@ -264,7 +330,7 @@ def capacity_segments(config: SimConfig) -> int:
 
 
 def default_core_config() -> dict[str, Any]:
-    """The Rust core's built-in defaults (a test checks they equal SimConfig's)."""
+    """The Rust core's declared defaults, as the dict it reads (what `SimConfig()` holds)."""
     return dict(_core().default_config())
 
 

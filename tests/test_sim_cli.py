@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from flashml.simulation import METRIC_KEYS, SimConfig, simulate
-from flashml.trace.canonical import TraceMeta, write_table
+from flashml.trace.canonical import TraceMeta, read_meta, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -56,7 +56,8 @@ def test_run_json_matches_api(trace, tmp_path):
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout)
     assert list(got) == list(METRIC_KEYS)
-    want = simulate(df, SimConfig(admission="rejectx", cache_gb=50, sample_ratio=0.1)).metrics
+    want = simulate(df, SimConfig.for_trace(read_meta(path), cache_gb=50,
+                                            admission="rejectx")).metrics
     for k in METRIC_KEYS:
         if k != "wall_s":
             assert got[k] == pytest.approx(want[k], rel=1e-12), k

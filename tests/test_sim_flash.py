@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import pickle
 import threading
 import time
 
@@ -11,15 +13,18 @@ import polars as pl
 import pytest
 
 import flashml_sim
-from flashml.config import DEFAULTS, UNITS
+from flashml.config import DEFAULTS, PUT_OPS, UNITS
 from flashml.simulation import (
+    ADMISSIONS,
     METRIC_KEYS,
+    SHARED_DEFAULTS,
     SimConfig,
     capacity_segments,
     default_core_config,
     simulate,
     trace_arrays,
 )
+from flashml.trace.canonical import TraceMeta
 
 from conftest import access_table
 
@@ -167,12 +172,32 @@ def test_artifact_capacity_and_units():
     assert r.series["dt_util"][0] == pytest.approx(0.0674, abs=1e-4)
 
 
-def test_rust_defaults_equal_python_config():
+def test_sim_config_is_generated_from_the_rust_declaration():
+    declared = flashml_sim.config_fields()
+    fields = dataclasses.fields(SimConfig)
+    assert [f.name for f in fields] == [d[0] for d in declared]
+    types = {"int": int, "float": float, "bool": bool, "str": str,
+             "tuple[int, ...]": tuple[int, ...]}
+    for f, (name, typ, default, doc, choices) in zip(fields, declared, strict=True):
+        assert f.type == types[typ], name
+        assert f.default == default and type(f.default) is type(default), name
+        assert doc and f.metadata["doc"] == doc, name
+        assert (typ == "str") == (choices is not None), name
+        if choices:
+            assert default in choices
+    # the dict Rust reads back is the dict Python sends, key for key
     core = default_core_config()
-    py = SimConfig().to_dict()
-    assert set(core) == set(py)
-    for k in py:
-        assert core[k] == py[k], k
+    assert core == SimConfig().to_dict()
+    assert list(core) == [d[0] for d in declared]
+    assert ADMISSIONS == ("admitall", "coinflip", "rejectx", "opt", "threshold")
+
+
+def test_rust_defaults_equal_python_units():
+    # one fact, two declarations: flashml.simulation checks these at import
+    core = default_core_config()
+    assert set(SHARED_DEFAULTS) <= set(core)
+    for k, v in SHARED_DEFAULTS.items():
+        assert core[k] == (list(v) if isinstance(v, tuple) else v), k
     assert core["segment_bytes"] == UNITS.segment_bytes
     assert core["block_bytes"] == UNITS.block_bytes
     assert core["t_seek_s"] == UNITS.t_seek_s
@@ -182,6 +207,69 @@ def test_rust_defaults_equal_python_config():
     assert core["warmup_s"] == DEFAULTS.warmup_s
     assert core["cache_gb"] == DEFAULTS.cache_gb
     assert core["sample_ratio"] == DEFAULTS.sample_ratio
+    assert core["put_ops"] == list(PUT_OPS)
+
+
+def test_import_check_catches_a_drifted_default(monkeypatch):
+    import flashml.simulation as sim
+
+    monkeypatch.setitem(sim.SHARED_DEFAULTS, "disks", DEFAULTS.disks + 1)
+    with pytest.raises(ImportError, match="disks=36"):
+        sim._check_shared_defaults()
+
+
+def test_sim_config_api():
+    c = SimConfig(cache_gb=50, sample_ratio=0.1, peak_hours=[3, 1])
+    assert c.peak_hours == (3, 1) and c.to_dict()["peak_hours"] == [3, 1]
+    assert c.to_dict()["put_ops"] == list(PUT_OPS)
+    assert hash(c) == hash(SimConfig(cache_gb=50, sample_ratio=0.1, peak_hours=(3, 1)))
+    assert pickle.loads(pickle.dumps(c)) == c
+    assert c.replace(warmup_s=0.0).warmup_s == 0.0 and c.warmup_s == DEFAULTS.warmup_s
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.cache_gb = 1.0
+    with pytest.raises(TypeError):
+        SimConfig(cache_size=1.0)
+    with pytest.raises(TypeError):
+        SimConfig(50.0)  # keyword-only: the field order is Rust's
+
+
+def test_sim_config_for_trace():
+    meta = TraceMeta(sample_ratio=0.5, block_bytes=16 << 20)
+    c = SimConfig.for_trace(meta, cache_gb=10.0, warmup_s=3600.0, admission="rejectx")
+    assert c == SimConfig(sample_ratio=0.5, block_bytes=16 << 20, cache_gb=10.0,
+                          warmup_s=3600.0, admission="rejectx")
+    # None (or nothing) keeps the declared default
+    d = SimConfig.for_trace(meta, cache_gb=None, warmup_s=None)
+    assert (d.cache_gb, d.warmup_s) == (DEFAULTS.cache_gb, DEFAULTS.warmup_s)
+    assert SimConfig.for_trace(0.1) == SimConfig(sample_ratio=0.1)
+    assert SimConfig.for_trace(np.float64(0.1)).sample_ratio == 0.1
+    assert SimConfig.for_trace(0.1, block_bytes=SEG * 64).block_bytes == SEG * 64
+    assert capacity_segments(SimConfig.for_trace(TraceMeta(sample_ratio=0.1))) == 3002
+    with pytest.raises(TypeError, match="TraceMeta or a sample ratio"):
+        SimConfig.for_trace("0.1")
+    for key in ("sample_ratio", "block_bytes"):
+        with pytest.raises(TypeError, match=f"metadata gives {key}"):
+            SimConfig.for_trace(meta, **{key: 1})
+    with pytest.raises(TypeError, match="metadata gives sample_ratio"):
+        SimConfig.for_trace(0.1, sample_ratio=1.0)
+
+
+@pytest.mark.parametrize("config, match", [
+    ({"cache_size": 3}, "unknown config key 'cache_size'; known keys: cache_gb"),
+    ({"disks": "many"}, "config 'disks' must be int, got 'many'"),
+    ({"disks": -1}, "config 'disks' must be int, got -1"),
+    ({"disks": 1.5}, "config 'disks' must be int"),
+    ({"cache_gb": "big"}, "config 'cache_gb' must be float"),
+    ({"block_level_recency": 1}, "config 'block_level_recency' must be bool"),
+    ({"eviction": 3}, "config 'eviction' must be str"),
+    ({"peak_hours": "3"}, r"config 'peak_hours' must be tuple\[int, ...\]"),
+    ({"peak_hours": [-1]}, "config 'peak_hours'"),
+    ({"put_ops": [3, 300]}, "put_ops: op code 300"),
+    ({1: 2}, "config key 1 is not a string"),
+])
+def test_config_dict_errors_name_the_key(config, match):
+    with pytest.raises(ValueError, match=match):
+        flashml_sim.capacity_segments(config)
 
 
 GOOD = [(0.0, 1, 0, SEG, GET), (1.0, 1, 0, SEG, GET)]

@@ -10,14 +10,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flashml.simulation import METRIC_KEYS, SimConfig, simulate
+from flashml.simulation import (
+    ADMISSIONS,
+    EVICTIONS,
+    METRIC_KEYS,
+    PREFETCHES,
+    SimConfig,
+    simulate,
+)
+from flashml.simulation import PREFETCH_WHENS as WHENS
 
 import reference_sim as ref
 
-EVICTIONS = ("lru", "fifo")
-ADMISSIONS = ("admitall", "coinflip", "rejectx", "opt", "threshold")
-PREFETCHES = ("none", "block", "range")
-WHENS = ("miss", "partial", "score")
+# Every policy the Rust declaration accepts (sim_params! choices) must be in the reference.
 
 
 def same(a, b) -> bool:

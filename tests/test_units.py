@@ -24,8 +24,8 @@ def test_admit_all_without_evictions_matches_stats(tmp_path: Path) -> None:
     df, meta = read_table(tmp_path / "t.parquet")
     stats = compute_stats(df, meta)
     segs = distinct_get_segments(df)
-    res = simulate(df, SimConfig(sample_ratio=meta.sample_ratio, admission="admitall",
-                                 capacity_segments=segs + 1, warmup_s=0.0))
+    res = simulate(df, SimConfig.for_trace(meta, admission="admitall",
+                                           capacity_segments=segs + 1, warmup_s=0.0))
     assert res.metrics["admitted_segments"] == segs
     assert res.metrics["flash_write_rate_mbps"] == pytest.approx(
         stats["admit_all_write_rate_mbps"], rel=1e-9)

@@ -1,5 +1,5 @@
-//! Simulator configuration. The built-in defaults equal `flashml/config.py` (a Python test
-//! checks it); Python passes every value explicitly anyway.
+//! Simulator configuration: `sim_params!` is the one declaration of every config key, its
+//! type, default and doc; Python's `SimConfig` is generated from it (flashml/simulation.py).
 
 use std::fmt;
 
@@ -30,7 +30,8 @@ impl EvictionKind {
             "lru" => Ok(EvictionKind::Lru),
             "fifo" => Ok(EvictionKind::Fifo),
             _ => err(format!(
-                "unknown eviction policy {s:?}; expected one of lru, fifo"
+                "unknown eviction policy {s:?}; {}",
+                one_of(&EVICTIONS)
             )),
         }
     }
@@ -100,8 +101,6 @@ impl PeakSchedule {
     }
 }
 
-pub const ADMISSION_NAMES: &str = "admitall, coinflip, rejectx, opt, threshold";
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrefetchKind {
     None,
@@ -117,7 +116,8 @@ impl PrefetchKind {
             "block" => Ok(PrefetchKind::Block),
             "range" => Ok(PrefetchKind::Range),
             _ => err(format!(
-                "unknown prefetch policy {s:?}; expected one of none, block, range"
+                "unknown prefetch policy {s:?}; {}",
+                one_of(&PREFETCHES)
             )),
         }
     }
@@ -133,6 +133,156 @@ pub enum WhenKind {
     },
 }
 
+/// The one declaration of the simulator's configuration: every key Python passes (flat,
+/// string-valued where Rust has an enum), its Rust type, its default and its doc. It calls
+/// `$m!` with the field list, so each consumer generates its code from the same list:
+/// [`SimParams`], its `Default` and [`PARAM_FIELDS`] here, the Python dict conversions and
+/// `flashml_sim.config_fields()` in `python.rs`, and from those the Python `SimConfig`
+/// dataclass (flashml/simulation.py). Field syntax:
+/// `/// doc` `name: Type = default_expr` optionally `, one of CHOICES` (a `[&str; N]`), then `;`.
+///
+/// Defaults that are also Python units (segment and block size, the disk model, the
+/// artifact's cache size, disks, window, warm-up, sample ratio) are declared here;
+/// flashml/config.py keeps the same values for the Python code that must not import the
+/// extension, and flashml/simulation.py checks at import that the two agree.
+macro_rules! sim_params {
+    ($m:ident) => {
+        $m! {
+            /// Full-node cache size in GB (2^30 bytes, as the artifact computes it).
+            cache_gb: f64 = 366.475;
+            /// Percent of the full node's traffic in the trace, in (0, 100].
+            sample_ratio: f64 = 100.0;
+            /// If > 0, the cache capacity in segments at trace scale (overrides cache_gb).
+            capacity_segments: u64 = 0;
+            /// Eviction policy.
+            eviction: String = String::from("lru"), one of EVICTIONS;
+            /// Every GET refreshes the recency of all cached segments of its block.
+            block_level_recency: bool = true;
+            /// Admission policy (opt reads the per-access array `admit`, threshold reads
+            /// `score`).
+            admission: String = String::from("admitall"), one of ADMISSIONS;
+            /// CoinFlip: probability of admitting a miss.
+            coinflip_p: f64 = 0.5;
+            /// CoinFlip: seed of its random stream.
+            coinflip_seed: u64 = 0;
+            /// RejectX: admit a key on its x-th miss within the history.
+            rejectx_x: u32 = 1;
+            /// RejectX: history length as a multiple of the capacity in segments.
+            rejectx_factor: f64 = 2.0;
+            /// Threshold admission: admit iff score >= threshold, in [0, 1].
+            threshold: f64 = 0.5;
+            /// Peak-aware admission: in these hours of the day (0..24, UTC) the threshold is
+            /// `threshold - peak_bonus` (PeakSchedule).
+            peak_hours: Vec<u32> = Vec::new();
+            /// How much lower the threshold is in peak hours, in [0, 1].
+            peak_bonus: f64 = 0.0;
+            /// Prefetch policy (range reads `prefetch_start` and `prefetch_end`).
+            prefetch: String = String::from("none"), one of PREFETCHES;
+            /// When to prefetch (score reads `when_score`).
+            prefetch_when: String = String::from("miss"), one of PREFETCH_WHENS;
+            /// Prefetch-when score: prefetch iff score >= when_threshold, in [0, 1].
+            when_threshold: f64 = 0.5;
+            /// Segment size in bytes (the unit of caching).
+            segment_bytes: u64 = 128 * 1024;
+            /// Block size in bytes, a multiple of segment_bytes.
+            block_bytes: u64 = 8 * 1024 * 1024;
+            /// Disk seek time per backend IO in seconds.
+            t_seek_s: f64 = 11.5e-3;
+            /// Disk bandwidth in bytes per second.
+            bandwidth_bytes_per_s: f64 = 143.0 * 1024.0 * 1024.0;
+            /// Backend disks at full-node scale.
+            disks: u32 = 36;
+            /// Length of a disk-time window in seconds.
+            window_s: f64 = 600.0;
+            /// Seconds at the start of the trace that are simulated but not measured.
+            warmup_s: f64 = 86_400.0;
+            /// Op codes that are PUTs (charged disk time, never admitted); all other ops are
+            /// GETs. Equal to flashml.config.PUT_OPS (checked at import).
+            put_ops: Vec<u32> = vec![3, 4, 6];
+        }
+    };
+}
+
+#[cfg(feature = "python")]
+pub(crate) use sim_params;
+
+/// The name, type, doc and choices of a field of [`SimParams`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamField {
+    pub name: &'static str,
+    /// The Python type: int, float, bool, str or tuple[int, ...].
+    pub py_type: &'static str,
+    /// The doc comment, one line per source line.
+    pub doc: &'static str,
+    /// The accepted values of a string field (empty for other fields).
+    pub choices: &'static [&'static str],
+}
+
+/// The Python type of a field's Rust type (what `flashml_sim.config_fields()` reports).
+pub trait ParamType {
+    const PY_TYPE: &'static str;
+}
+
+macro_rules! param_types {
+    ($($t:ty => $py:literal),* $(,)?) => {
+        $(impl ParamType for $t {
+            const PY_TYPE: &'static str = $py;
+        })*
+    };
+}
+
+param_types!(f64 => "float", u64 => "int", u32 => "int", bool => "bool", String => "str",
+    Vec<u32> => "tuple[int, ...]");
+
+/// A field's choices as a slice (none if it has no `one of`).
+macro_rules! choices_of {
+    () => {
+        &[]
+    };
+    ($c:expr) => {
+        &$c
+    };
+}
+
+macro_rules! declare_params {
+    ($($(#[doc = $doc:literal])* $name:ident: $ty:ty = $default:expr $(, one of $choices:expr)?;)*) => {
+        /// The simulator's configuration as Python gives it: flat, with string-valued
+        /// policies (declared once, in `sim_params!`). [`SimParams::build`] validates it
+        /// into the [`FlashConfig`] the simulator runs with.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct SimParams {
+            $($(#[doc = $doc])* pub $name: $ty,)*
+        }
+
+        impl Default for SimParams {
+            fn default() -> Self {
+                SimParams {
+                    $($name: $default,)*
+                }
+            }
+        }
+
+        /// Every field of [`SimParams`], in declaration order.
+        pub const PARAM_FIELDS: &[ParamField] = &[$(ParamField {
+            name: stringify!($name),
+            py_type: <$ty as ParamType>::PY_TYPE,
+            doc: concat!($($doc, "\n"),*),
+            choices: choices_of!($($choices)?),
+        }),*];
+    };
+}
+
+pub const EVICTIONS: [&str; 2] = ["lru", "fifo"];
+pub const ADMISSIONS: [&str; 5] = ["admitall", "coinflip", "rejectx", "opt", "threshold"];
+pub const PREFETCHES: [&str; 3] = ["none", "block", "range"];
+pub const PREFETCH_WHENS: [&str; 3] = ["miss", "partial", "score"];
+
+sim_params!(declare_params);
+
+/// The validated configuration the simulator runs with: [`SimParams`] with its policies
+/// parsed into enums, the peak hours into a bit mask and the op codes into bytes. The plain
+/// fields are copied from [`SimParams`] (their meaning and defaults are documented there);
+/// `FlashConfig::default()` is `SimParams::default().build()`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlashConfig {
     pub segment_bytes: u64,
@@ -142,19 +292,14 @@ pub struct FlashConfig {
     pub disks: u32,
     pub window_s: f64,
     pub warmup_s: f64,
-    /// Percent of the full node's traffic in the trace (0, 100].
     pub sample_ratio: f64,
-    /// Full-node cache size in GB (2^30 bytes, as the artifact computes it).
     pub cache_gb: f64,
-    /// If non-zero, the cache capacity in segments at trace scale (overrides `cache_gb`).
     pub capacity_segments: u64,
     pub eviction: EvictionKind,
-    /// Every GET refreshes the recency of all cached segments of its block.
     pub block_level_recency: bool,
     pub admission: AdmissionKind,
     pub prefetch: PrefetchKind,
     pub prefetch_when: WhenKind,
-    /// Op codes that are PUTs (charged DT, never admitted); all other ops are GETs.
     pub put_ops: Vec<u8>,
 }
 
@@ -162,24 +307,96 @@ pub const GIB: f64 = 1_073_741_824.0;
 
 impl Default for FlashConfig {
     fn default() -> Self {
-        FlashConfig {
-            segment_bytes: 128 * 1024,
-            block_bytes: 8 * 1024 * 1024,
-            t_seek_s: 11.5e-3,
-            bandwidth_bytes_per_s: 143.0 * 1024.0 * 1024.0,
-            disks: 36,
-            window_s: 600.0,
-            warmup_s: 86_400.0,
-            sample_ratio: 100.0,
-            cache_gb: 366.475,
-            capacity_segments: 0,
-            eviction: EvictionKind::Lru,
-            block_level_recency: true,
-            admission: AdmissionKind::AdmitAll,
-            prefetch: PrefetchKind::None,
-            prefetch_when: WhenKind::Miss,
-            put_ops: vec![3, 4, 6],
+        SimParams::default()
+            .build()
+            .expect("the declared defaults are a valid configuration")
+    }
+}
+
+/// "expected one of a, b, c" for an error message.
+fn one_of(names: &[&str]) -> String {
+    format!("expected one of {}", names.join(", "))
+}
+
+/// The bit mask of a list of hours of the day.
+fn peak_mask(hours: &[u32]) -> Result<u32, SimError> {
+    hours.iter().try_fold(0u32, |m, &h| {
+        if h < 24 {
+            Ok(m | 1 << h)
+        } else {
+            err(format!("peak hours must be in 0..24, got {h}"))
         }
+    })
+}
+
+impl SimParams {
+    /// The validated [`FlashConfig`] of these parameters (an error names the bad key).
+    pub fn build(&self) -> Result<FlashConfig, SimError> {
+        let admission = match self.admission.to_ascii_lowercase().as_str() {
+            "admitall" => AdmissionKind::AdmitAll,
+            "coinflip" => AdmissionKind::CoinFlip {
+                p: self.coinflip_p,
+                seed: self.coinflip_seed,
+            },
+            "rejectx" => AdmissionKind::RejectX {
+                x: self.rejectx_x,
+                factor: self.rejectx_factor,
+            },
+            "opt" => AdmissionKind::Opt,
+            "threshold" => AdmissionKind::Threshold {
+                threshold: self.threshold,
+                peak: PeakSchedule {
+                    hours: peak_mask(&self.peak_hours)?,
+                    bonus: self.peak_bonus,
+                },
+            },
+            other => {
+                return err(format!(
+                    "unknown admission policy {other:?}; {}",
+                    one_of(&ADMISSIONS)
+                ))
+            }
+        };
+        let prefetch_when = match self.prefetch_when.to_ascii_lowercase().as_str() {
+            "miss" => WhenKind::Miss,
+            "partial" => WhenKind::PartialHit,
+            "score" => WhenKind::Score {
+                threshold: self.when_threshold,
+            },
+            other => {
+                return err(format!(
+                    "unknown prefetch-when {other:?}; {}",
+                    one_of(&PREFETCH_WHENS)
+                ))
+            }
+        };
+        let put_ops = self
+            .put_ops
+            .iter()
+            .map(|&o| {
+                u8::try_from(o).map_err(|_| SimError(format!("put_ops: op code {o} is not a byte")))
+            })
+            .collect::<Result<Vec<u8>, SimError>>()?;
+        let c = FlashConfig {
+            segment_bytes: self.segment_bytes,
+            block_bytes: self.block_bytes,
+            t_seek_s: self.t_seek_s,
+            bandwidth_bytes_per_s: self.bandwidth_bytes_per_s,
+            disks: self.disks,
+            window_s: self.window_s,
+            warmup_s: self.warmup_s,
+            sample_ratio: self.sample_ratio,
+            cache_gb: self.cache_gb,
+            capacity_segments: self.capacity_segments,
+            eviction: EvictionKind::parse(&self.eviction)?,
+            block_level_recency: self.block_level_recency,
+            admission,
+            prefetch: PrefetchKind::parse(&self.prefetch)?,
+            prefetch_when,
+            put_ops,
+        };
+        c.validate()?;
+        Ok(c)
     }
 }
 
@@ -358,6 +575,63 @@ mod tests {
         assert_eq!(c.capacity(), 3002);
         assert_eq!(c.segments_per_block(), 64);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn declared_fields() {
+        let d = SimParams::default();
+        assert_eq!(FlashConfig::default(), d.build().unwrap());
+        let names: Vec<&str> = PARAM_FIELDS.iter().map(|f| f.name).collect();
+        for (i, f) in PARAM_FIELDS.iter().enumerate() {
+            assert!(!names[..i].contains(&f.name), "{} declared twice", f.name);
+            assert!(!f.doc.trim().is_empty(), "{} has no doc", f.name);
+            assert_eq!(f.choices.is_empty(), f.py_type != "str", "{}", f.name);
+        }
+        let field = |n: &str| PARAM_FIELDS.iter().find(|f| f.name == n).unwrap();
+        assert_eq!(field("disks").py_type, "int");
+        assert_eq!(field("put_ops").py_type, "tuple[int, ...]");
+        // every declared choice parses (and builds, given the arrays it needs at run time)
+        type Access = fn(&mut SimParams) -> &mut String;
+        let strings: [(&str, Access); 4] = [
+            ("eviction", |p| &mut p.eviction),
+            ("admission", |p| &mut p.admission),
+            ("prefetch", |p| &mut p.prefetch),
+            ("prefetch_when", |p| &mut p.prefetch_when),
+        ];
+        for (key, value) in strings {
+            for &c in field(key).choices {
+                let mut p = d.clone();
+                *value(&mut p) = c.into();
+                p.build().unwrap_or_else(|e| panic!("{key}={c}: {e}"));
+                *value(&mut p) = c.to_ascii_uppercase();
+                assert!(p.build().is_ok(), "{key}={c} (upper case)");
+                *value(&mut p) = "nonsense".into();
+                let e = p.build().unwrap_err().0;
+                assert!(e.contains("expected one of") && e.contains(c), "{e}");
+            }
+        }
+        let bad_op = SimParams {
+            put_ops: vec![3, 256],
+            ..d.clone()
+        };
+        assert!(bad_op.build().unwrap_err().0.contains("put_ops"));
+        let peak = SimParams {
+            admission: "threshold".into(),
+            peak_hours: vec![0, 23],
+            peak_bonus: 0.1,
+            ..d.clone()
+        };
+        let want = PeakSchedule {
+            hours: 1 | 1 << 23,
+            bonus: 0.1,
+        };
+        assert!(matches!(peak.build().unwrap().admission,
+            AdmissionKind::Threshold { peak, .. } if peak == want));
+        let bad_hour = SimParams {
+            peak_hours: vec![24],
+            ..peak
+        };
+        assert!(bad_hour.build().unwrap_err().0.contains("0..24"));
     }
 
     #[test]

@@ -4,11 +4,11 @@
 use numpy::{Element, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::config::{
-    AdmissionKind, CapacityUnit, EvictionKind, FlashConfig, ObjectConfig, PeakSchedule,
-    PrefetchKind, SimError, WhenKind, ADMISSION_NAMES,
+    sim_params, CapacityUnit, EvictionKind, FlashConfig, ObjectConfig, ParamType, SimError,
+    SimParams, PARAM_FIELDS,
 };
 use crate::contract::NUM_FEATURES;
 use crate::flash::{self, PolicyArrays, Trace};
@@ -31,184 +31,67 @@ fn value_error(e: SimError) -> PyErr {
     PyValueError::new_err(e.0)
 }
 
-/// Flat, string-keyed configuration (what Python passes), with the built-in defaults.
-#[derive(Debug, Clone)]
-struct Params {
-    cfg: FlashConfig,
-    eviction: String,
-    admission: String,
-    prefetch: String,
-    prefetch_when: String,
-    coinflip_p: f64,
-    coinflip_seed: u64,
-    rejectx_x: u32,
-    rejectx_factor: f64,
-    threshold: f64,
-    when_threshold: f64,
-    peak_hours: Vec<u32>,
-    peak_bonus: f64,
-}
-
-impl Default for Params {
-    fn default() -> Self {
-        Params {
-            cfg: FlashConfig::default(),
-            eviction: "lru".into(),
-            admission: "admitall".into(),
-            prefetch: "none".into(),
-            prefetch_when: "miss".into(),
-            coinflip_p: 0.5,
-            coinflip_seed: 0,
-            rejectx_x: 1,
-            rejectx_factor: 2.0,
-            threshold: 0.5,
-            when_threshold: 0.5,
-            peak_hours: Vec::new(),
-            peak_bonus: 0.0,
-        }
-    }
-}
-
-fn get<'py, T: FromPyObject<'py>>(name: &str, v: &Bound<'py, PyAny>) -> PyResult<T> {
-    v.extract::<T>()
-        .map_err(|e| PyValueError::new_err(format!("config '{name}': {e}")))
-}
-
-impl Params {
-    fn set(&mut self, name: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
-        let c = &mut self.cfg;
-        match name {
-            "segment_bytes" => c.segment_bytes = get(name, v)?,
-            "block_bytes" => c.block_bytes = get(name, v)?,
-            "t_seek_s" => c.t_seek_s = get(name, v)?,
-            "bandwidth_bytes_per_s" => c.bandwidth_bytes_per_s = get(name, v)?,
-            "disks" => c.disks = get(name, v)?,
-            "window_s" => c.window_s = get(name, v)?,
-            "warmup_s" => c.warmup_s = get(name, v)?,
-            "sample_ratio" => c.sample_ratio = get(name, v)?,
-            "cache_gb" => c.cache_gb = get(name, v)?,
-            "capacity_segments" => c.capacity_segments = get(name, v)?,
-            "block_level_recency" => c.block_level_recency = get(name, v)?,
-            "put_ops" => c.put_ops = get::<Vec<u8>>(name, v)?,
-            "eviction" => self.eviction = get(name, v)?,
-            "admission" => self.admission = get(name, v)?,
-            "prefetch" => self.prefetch = get(name, v)?,
-            "prefetch_when" => self.prefetch_when = get(name, v)?,
-            "coinflip_p" => self.coinflip_p = get(name, v)?,
-            "coinflip_seed" => self.coinflip_seed = get(name, v)?,
-            "rejectx_x" => self.rejectx_x = get(name, v)?,
-            "rejectx_factor" => self.rejectx_factor = get(name, v)?,
-            "threshold" => self.threshold = get(name, v)?,
-            "when_threshold" => self.when_threshold = get(name, v)?,
-            "peak_hours" => self.peak_hours = get(name, v)?,
-            "peak_bonus" => self.peak_bonus = get(name, v)?,
-            _ => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown config key '{name}'; known keys: {}",
-                    KEYS.join(", ")
-                )))
-            }
-        }
-        Ok(())
-    }
-
-    fn build(&self) -> Result<FlashConfig, SimError> {
-        let mut c = self.cfg.clone();
-        c.eviction = EvictionKind::parse(&self.eviction)?;
-        c.admission = match self.admission.to_ascii_lowercase().as_str() {
-            "admitall" => AdmissionKind::AdmitAll,
-            "coinflip" => AdmissionKind::CoinFlip {
-                p: self.coinflip_p,
-                seed: self.coinflip_seed,
-            },
-            "rejectx" => AdmissionKind::RejectX {
-                x: self.rejectx_x,
-                factor: self.rejectx_factor,
-            },
-            "opt" => AdmissionKind::Opt,
-            "threshold" => AdmissionKind::Threshold {
-                threshold: self.threshold,
-                peak: PeakSchedule {
-                    hours: peak_mask(&self.peak_hours)?,
-                    bonus: self.peak_bonus,
-                },
-            },
-            other => {
-                return Err(SimError(format!(
-                    "unknown admission policy {other:?}; expected one of {ADMISSION_NAMES}"
-                )))
-            }
-        };
-        c.prefetch = PrefetchKind::parse(&self.prefetch)?;
-        c.prefetch_when = match self.prefetch_when.to_ascii_lowercase().as_str() {
-            "miss" => WhenKind::Miss,
-            "partial" => WhenKind::PartialHit,
-            "score" => WhenKind::Score {
-                threshold: self.when_threshold,
-            },
-            other => {
-                return Err(SimError(format!(
-                    "unknown prefetch-when {other:?}; expected one of miss, partial, score"
-                )))
-            }
-        };
-        c.validate()?;
-        Ok(c)
-    }
-
-    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = &self.cfg;
-        let d = fields_dict!(py, c; segment_bytes, block_bytes, t_seek_s, bandwidth_bytes_per_s,
-            disks, window_s, warmup_s, sample_ratio, cache_gb, capacity_segments,
-            block_level_recency;
-            "put_ops" => c.put_ops.iter().map(|&o| o as u32).collect::<Vec<u32>>());
-        let strings = fields_dict!(py, self; coinflip_p, coinflip_seed, rejectx_x,
-            rejectx_factor, threshold, when_threshold, peak_bonus;
-            "peak_hours" => &self.peak_hours,
-            "eviction" => &self.eviction, "admission" => &self.admission,
-            "prefetch" => &self.prefetch, "prefetch_when" => &self.prefetch_when);
-        d.update(strings.as_mapping())?;
-        Ok(d)
-    }
-}
-
-/// The bit mask of a list of hours of the day.
-fn peak_mask(hours: &[u32]) -> Result<u32, SimError> {
-    hours.iter().try_fold(0u32, |m, &h| {
-        if h < 24 {
-            Ok(m | 1 << h)
-        } else {
-            Err(SimError(format!("peak hours must be in 0..24, got {h}")))
-        }
+/// `config 'name' must be TYPE, got ...` for a value of the wrong type or out of range.
+fn get<'py, T: FromPyObject<'py>>(name: &str, ty: &str, v: &Bound<'py, PyAny>) -> PyResult<T> {
+    v.extract::<T>().map_err(|e| {
+        let got = v
+            .repr()
+            .map(|r| r.to_string())
+            .unwrap_or_else(|_| "?".into());
+        PyValueError::new_err(format!("config '{name}' must be {ty}, got {got}: {e}"))
     })
 }
 
-const KEYS: [&str; 24] = [
-    "segment_bytes",
-    "block_bytes",
-    "t_seek_s",
-    "bandwidth_bytes_per_s",
-    "disks",
-    "window_s",
-    "warmup_s",
-    "sample_ratio",
-    "cache_gb",
-    "capacity_segments",
-    "block_level_recency",
-    "put_ops",
-    "eviction",
-    "admission",
-    "prefetch",
-    "prefetch_when",
-    "coinflip_p",
-    "coinflip_seed",
-    "rejectx_x",
-    "rejectx_factor",
-    "threshold",
-    "when_threshold",
-    "peak_hours",
-    "peak_bonus",
-];
+/// The Python side of `sim_params!` (config.rs): dict -> `SimParams` and `SimParams` -> dict,
+/// generated from the one field list (`config_fields()` reports it with `PARAM_FIELDS`).
+macro_rules! python_params {
+    ($($(#[doc = $doc:literal])* $name:ident: $ty:ty = $default:expr $(, one of $choices:expr)?;)*) => {
+        /// Set one key of `p` from a Python value; ValueError naming the key if it is unknown
+        /// or its value has the wrong type.
+        fn set_param(p: &mut SimParams, key: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
+            match key {
+                $(stringify!($name) => {
+                    p.$name = get::<$ty>(key, <$ty as ParamType>::PY_TYPE, v)?
+                })*
+                _ => {
+                    return Err(PyValueError::new_err(format!(
+                        "unknown config key '{key}'; known keys: {}",
+                        PARAM_FIELDS.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
+                    )))
+                }
+            }
+            Ok(())
+        }
+
+        /// Every key of `p` as a dict (lists for the sequence fields).
+        fn params_dict<'py>(py: Python<'py>, p: &SimParams) -> PyResult<Bound<'py, PyDict>> {
+            let d = PyDict::new(py);
+            $(d.set_item(stringify!($name), &p.$name)?;)*
+            Ok(d)
+        }
+    };
+}
+
+sim_params!(python_params);
+
+/// The parameters a Python config dict gives: the declared defaults, updated by the dict.
+fn params_from(config: Option<&Bound<'_, PyDict>>) -> PyResult<SimParams> {
+    let mut p = SimParams::default();
+    if let Some(d) = config {
+        for (k, v) in d.iter() {
+            let key = k
+                .extract::<String>()
+                .map_err(|_| PyValueError::new_err(format!("config key {k} is not a string")))?;
+            set_param(&mut p, &key, &v)?;
+        }
+    }
+    Ok(p)
+}
+
+/// The validated simulator configuration of a Python config dict.
+fn config_from(config: Option<&Bound<'_, PyDict>>) -> PyResult<FlashConfig> {
+    params_from(config)?.build().map_err(value_error)
+}
 
 fn slice<'a, T: Element>(name: &str, a: &'a PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
     a.as_slice()
@@ -239,23 +122,43 @@ fn opt_slice<'a, T: Element>(
     a.as_ref().map(|a| slice(name, a)).transpose()
 }
 
-/// The built-in defaults of every config key (they equal flashml/config.py).
+/// The declared defaults of every config key, as a dict (sim_params! in config.rs).
 #[pyfunction]
 fn default_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    Params::default().to_dict(py)
+    params_dict(py, &SimParams::default())
+}
+
+/// The declaration of every config key, in order: a list of
+/// (name, type, default, doc, choices) with type one of int, float, bool, str,
+/// tuple[int, ...]; sequence defaults are tuples; choices is the tuple of accepted values of a
+/// string key, else None.
+#[pyfunction]
+fn config_fields(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+    let defaults = default_config(py)?;
+    let out = PyList::empty(py);
+    for f in PARAM_FIELDS {
+        let mut default = defaults.get_item(f.name)?.ok_or_else(|| {
+            PyValueError::new_err(format!("no default for config key '{}'", f.name))
+        })?;
+        if let Ok(list) = default.downcast::<PyList>() {
+            default = list.to_tuple().into_any();
+        }
+        let doc = f.doc.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+        let choices = if f.choices.is_empty() {
+            py.None().into_bound(py)
+        } else {
+            PyTuple::new(py, f.choices)?.into_any()
+        };
+        out.append((f.name, f.py_type, default, doc.trim(), choices))?;
+    }
+    Ok(out)
 }
 
 /// Capacity in segments that a config dict gives (after validation).
 #[pyfunction]
 #[pyo3(signature = (config=None))]
 fn capacity_segments(config: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
-    let mut p = Params::default();
-    if let Some(d) = config {
-        for (k, v) in d.iter() {
-            p.set(&k.extract::<String>()?, &v)?;
-        }
-    }
-    Ok(p.build().map_err(value_error)?.capacity())
+    Ok(config_from(config)?.capacity())
 }
 
 /// Simulate the flash cache over the canonical table's columns.
@@ -282,7 +185,7 @@ fn simulate<'py>(
     prefetch_end: Option<PyReadonlyArray1<'py, i64>>,
     when_score: Option<PyReadonlyArray1<'py, f64>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let cfg = params_from(config)?.build().map_err(value_error)?;
+    let cfg = config_from(config)?;
     let trace = trace_of(&time, &key, &offset, &size, &op)?;
     let arrays = PolicyArrays {
         admit: opt_slice("admit", &admit)?,
@@ -317,16 +220,6 @@ fn result_dict(py: Python<'_>, r: flash::FlashResult) -> PyResult<Bound<'_, PyDi
     Ok(fields_dict!(py, r; ; "metrics" => metrics, "series" => series, "info" => info))
 }
 
-fn params_from(config: Option<&Bound<'_, PyDict>>) -> PyResult<Params> {
-    let mut p = Params::default();
-    if let Some(d) = config {
-        for (k, v) in d.iter() {
-            p.set(&k.extract::<String>()?, &v)?;
-        }
-    }
-    Ok(p)
-}
-
 /// Simulate the flash cache with a compiled policy .so (compiler/) as admission + prefetch:
 /// features computed online from the trace (time, key, offset, size, op, namespace u32,
 /// user u32), the .so called on each miss. The ABI version and contract hash are checked
@@ -352,7 +245,7 @@ fn simulate_policy<'py>(
     when_threshold: Option<f64>,
     get_ops: Option<Vec<u8>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let cfg = params_from(config)?.build().map_err(value_error)?;
+    let cfg = config_from(config)?;
     let trace = trace_of(&time, &key, &offset, &size, &op)?;
     let cols = FeatureColumns {
         namespace: slice("namespace", &namespace)?,
@@ -485,6 +378,7 @@ fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_objects, m)?)?;
     m.add_function(wrap_pyfunction!(default_config, m)?)?;
+    m.add_function(wrap_pyfunction!(config_fields, m)?)?;
     m.add_function(wrap_pyfunction!(capacity_segments, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_policy, m)?)?;
     m.add_function(wrap_pyfunction!(policy_info, m)?)?;
