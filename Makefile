@@ -30,7 +30,7 @@ test-c:
 test: setup lint test-rust test-c test-python
 
 # Model-regression check: a candidate trained by this checkout vs regress/baseline/ (compiled
-# here) on a pinned, generated evaluation trace; exit 1 on a regression (docs/airflow.md).
+# here) on a pinned, generated evaluation trace; exit 1 on a regression (README.md, "Model-regression check").
 regress: setup
 	bash regress/run.sh
 

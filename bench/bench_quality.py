@@ -107,10 +107,9 @@ def ceiling(out: Path) -> dict:
     run's trace (evaluation days included: in-sample), with the run's K and OPT labels, at
     the target write rate."""
     from flashml.models.baleen import score_all, train_policy
-    from flashml.models.converge import LoopSettings
     from flashml.models.dataset import training_data
-    from flashml.models.gbm import GbmParams
     from flashml.policies.baselines import tune_threshold
+    from flashml.settings import GbmParams, LoopSettings
     from flashml.simulation import SimConfig
 
     s, df, meta, feats, times, labels, episodes = _load_run(out)
@@ -133,10 +132,10 @@ def k_choice(out: Path) -> dict:
     run's final episodes and labels, flat threshold), its training-day mean and peak DT
     (cold cache, as the loop simulates them) and its evaluation-day peak-DT reduction."""
     from flashml.models.baleen import score_all, train_policy
-    from flashml.models.converge import LoopSettings, training_day
+    from flashml.models.converge import training_day
     from flashml.models.dataset import training_data
-    from flashml.models.gbm import GbmParams
     from flashml.policies.baselines import tune_threshold
+    from flashml.settings import GbmParams, LoopSettings
     from flashml.simulation import SimConfig
 
     s, df, meta, feats, times, labels, episodes = _load_run(out)

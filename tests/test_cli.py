@@ -111,7 +111,7 @@ def test_main_job_end_to_end(tmp_path: Path, cli) -> None:
     compiled = Path(summary["compiled"]["dir"])
     assert (compiled / "policy.so").exists() and (compiled / "manifest.json").exists()
     # the shipped .so carries the peak schedule the job trained with (models/peak.py)
-    from flashml.models.peak import PeakSettings
+    from flashml.settings import PeakSettings
 
     manifest = json.loads((compiled / "manifest.json").read_text())
     assert len(manifest["peak_hours"]) == PeakSettings().hours

@@ -130,10 +130,10 @@ def test_environment_switches_the_settings(monkeypatch: pytest.MonkeyPatch,
     assert default_storage() == "postgresql+psycopg2://u:p@postgres/optuna"
     assert config.spark_master() == "spark://spark-master:7077"
     assert tracking.tracking_uri() == "http://mlflow:5000"
-    from flashml.jobs.baleen import JobSettings, resolved_master
+    from flashml.settings import BaleenSettings
 
-    assert resolved_master(JobSettings()) == "spark://spark-master:7077"
-    assert resolved_master(JobSettings(master="local[2]")) == "local[2]"
+    assert BaleenSettings().resolved_master() == "spark://spark-master:7077"
+    assert BaleenSettings(master="local[2]").resolved_master() == "local[2]"
 
 
 def test_docker_compose_config_when_available() -> None:

@@ -57,19 +57,35 @@ def _py(code: str, *args: str, env: dict[str, str], timeout: float
                           env=env, cwd=REPO, timeout=timeout)
 
 
-def test_dag_defaults_are_flashml_config() -> None:
-    """The DAG keeps its defaults literal (cheap parsing); they must equal flashml.config's."""
-    import ast
+def test_dag_params_are_the_settings_table(tmp_path: Path) -> None:
+    """The DAG's run settings come from flashml/settings.py: same names, defaults and bounds
+    as `flashml pipeline run`'s options, and every param maps onto BaleenSettings."""
+    code = """
+import json, runpy, sys
+mod = runpy.run_path(sys.argv[1])
+print("RESULT " + json.dumps({k: {"default": p.value, "schema": p.schema}
+                              for k, p in mod["PARAMS"].items()}, default=str))
+"""
+    proc = _py(code, str(REPO / "dags" / "flashml_retrain.py"), env=_env(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    params = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    from flashml.jobs.baleen import CLI_OPTIONS as JOB_OPTIONS
+    from flashml.settings import OPTIONS, BaleenSettings, dag_params
 
-    from flashml.config import DEFAULTS
-
-    tree = ast.parse((REPO / "dags" / "flashml_retrain.py").read_text())
-    consts = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
-              for t in node.targets if isinstance(t, ast.Name)
-              and isinstance(node.value, ast.Constant)}
-    assert consts["DEFAULT_TARGET_WRITE_RATE_MBPS"] == DEFAULTS.target_write_rate_mbps
-    assert consts["DEFAULT_CACHE_GB"] == DEFAULTS.cache_gb
-    assert consts["DEFAULT_TRAIN_HOURS"] * 3600.0 == DEFAULTS.warmup_s
+    d = BaleenSettings()
+    assert params["target_write_rate_mbps"]["default"] == d.target_write_rate_mbps == 35.599
+    assert params["cache_gb"]["default"] == d.cache_gb
+    assert params["train_hours"]["default"] * 3600.0 == d.train_seconds
+    assert params["learning_rate"]["default"] == d.gbm.learning_rate
+    assert params["max_rounds"]["default"] == d.gbm.num_boost_round
+    for name in dag_params():  # every DAG run setting is an option of the pipeline command
+        assert name in JOB_OPTIONS and params[name]["default"] == OPTIONS[name].default
+    # nothing required: the Trigger form works with the defaults (all optional)
+    assert all(p["default"] is not None or "null" in p["schema"].get("type", [])
+               for p in params.values())
+    # every param is understood by the settings
+    s = BaleenSettings.from_dag_params({k: p["default"] for k, p in params.items()})
+    assert s == d.replace(gbm=s.gbm) and s.gbm.learning_rate == d.gbm.learning_rate
 
 
 def test_dagbag_imports_without_errors(tmp_path: Path) -> None:
@@ -93,10 +109,11 @@ print("RESULT " + json.dumps({
     res = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert res["errors"] == {}
     assert "flashml_retrain" in res["dags"]
-    assert res["tasks"] == {
-        "ingest_validate": ["episodes"], "episodes": ["train"], "train": ["sweep"],
-        "sweep": ["evaluate"], "evaluate": ["compile"], "compile": ["promote"], "promote": [],
-    }
+    from flashml.jobs.baleen import STAGES
+
+    names = [st.name for st in STAGES]  # one task per stage of the job, in its order
+    after = names[1:] + [None]
+    assert res["tasks"] == {a: ([b] if b else []) for a, b in zip(names, after, strict=True)}
     assert res["retries"] == [2]
     assert {"trace", "target_write_rate_mbps", "cache_gb", "export_dir",
             "train_hours"} <= set(res["params"])
@@ -138,7 +155,8 @@ def test_dag_end_to_end_promotes_then_keeps_champion(tmp_path: Path) -> None:
         return json.loads((folder / "stages" / f"{stage}.json").read_text())
 
     # run 1: every stage recorded, a fresh store -> the candidate is champion, exported
-    for stage in ("ingest", "episodes", "train", "sweep", "evaluate", "compile", "promote"):
+    for stage in ("ingest", "train", "episodes", "policies", "sweep", "plots", "evaluate",
+                  "compile", "promote"):
         assert (first / "stages" / f"{stage}.json").is_file(), stage
     assert rec(first, "ingest")["validate"]["success"] is True
     assert rec(first, "episodes")["summary"]["engine"] == "spark"

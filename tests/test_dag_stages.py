@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from flashml.errors import UserError
-from flashml.jobs import baleen as mainjob
-from flashml.jobs.baleen import RunDir
+from flashml.jobs import baleen
+from flashml.jobs.baleen import compiled_dir, policy_dir
+from flashml.jobs.run import RunDir, Timer
+from flashml.settings import BaleenSettings
 
 
 def test_records_reset_and_run_id(tmp_path: Path) -> None:
@@ -33,20 +35,22 @@ def test_ingest_validate_is_idempotent(tmp_path: Path) -> None:
     raw = tmp_path / "t.trace"
     generate_trace("region1-like", 3, raw, accesses=3000, progress=False)
     run = RunDir(tmp_path / "r")
-    rec = mainjob.ingest_validate(run, raw)
+    s = BaleenSettings(trace=raw)
+    rec = baleen.ingest(run, s, Timer())
     assert rec["validate"]["success"] is True and rec["stats"]["requests"] == 3000
     stamp = run.table.stat().st_mtime_ns
-    again = mainjob.ingest_validate(RunDir(run.path), raw)  # a retried task, new process
+    again = baleen.ingest(RunDir(run.path), s, Timer())  # a retried task, new process
     assert again == rec and run.table.stat().st_mtime_ns == stamp
     with pytest.raises(UserError, match="no such trace"):
-        mainjob.ingest_validate(RunDir(tmp_path / "r2"), tmp_path / "missing.trace")
+        baleen.ingest(RunDir(tmp_path / "r2"), s.replace(trace=tmp_path / "missing.trace"),
+                      Timer())
 
 
 def _fake_bundle(run: RunDir) -> None:
-    run.policy.mkdir(parents=True)
-    (run.policy / "policy.json").write_text("{}\n")
-    run.compiled.mkdir()
-    (run.compiled / "policy.so").write_bytes(b"\x7fELF")
+    policy_dir(run).mkdir(parents=True)
+    (policy_dir(run) / "policy.json").write_text("{}\n")
+    compiled_dir(run).mkdir()
+    (compiled_dir(run) / "policy.so").write_bytes(b"\x7fELF")
 
 
 def test_export_repoints_champion_atomically(tmp_path: Path) -> None:
@@ -54,27 +58,28 @@ def test_export_repoints_champion_atomically(tmp_path: Path) -> None:
     a, b = RunDir(tmp_path / "a"), RunDir(tmp_path / "b")
     _fake_bundle(a)
     _fake_bundle(b)
-    mainjob.export_bundle(a, export, "v1")
+    baleen.export_bundle(a, export, "v1")
     assert os.readlink(export / "champion") == "v1"
     assert (export / "champion" / "compiled" / "policy.so").is_file()
     umask = os.umask(0)
     os.umask(umask)
     assert (export / "v1").stat().st_mode & 0o777 == 0o777 & ~umask
-    mainjob.export_bundle(b, export, "v2")
+    baleen.export_bundle(b, export, "v2")
     assert os.readlink(export / "champion") == "v2"
     assert json.loads((export / "v2" / "promotion.json").read_text())["run_dir"] == str(b.path)
-    mainjob.export_bundle(b, export, "v2")  # a retried promote: same result
+    baleen.export_bundle(b, export, "v2")  # a retried promote: same result
     assert sorted(p.name for p in export.iterdir()) == ["champion", "v1", "v2"]
 
 
 def test_promote_moves_nothing_when_the_candidate_failed(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "r")
+    s = BaleenSettings(export_dir=tmp_path / "exported")
     with pytest.raises(UserError, match="no evaluate record"):
-        mainjob.promote(run, tmp_path / "exported")
+        baleen.promote(run, s, Timer())
     run.record("evaluate", {"promoted": False, "candidate_version": "2",
                             "candidate_peak": 0.7, "champion_version": "1",
                             "champion_peak": 0.4, "reason": "champion kept"})
-    rec = mainjob.promote(run, tmp_path / "exported")
+    rec = baleen.promote(run, s, Timer())
     assert rec == {"promoted": False, "reason": "champion kept", "version": "2",
                    "exported": None}
     assert not (tmp_path / "exported").exists()

@@ -12,11 +12,12 @@ import pytest
 
 from flashml.compiler.bundle import round_range
 from flashml.config import DEFAULTS
-from flashml.models.converge import LoopSettings, run_loop, should_stop
+from flashml.models.converge import run_loop, should_stop
 from flashml.models.dataset import training_data
-from flashml.models.gbm import GbmParams, split_by_key
+from flashml.models.gbm import split_by_key
 from flashml.policies.tco import tco
 from flashml.policies.tuning import tune_to_write_rate
+from flashml.settings import GbmParams, LoopSettings
 
 
 def test_tco_formula_by_hand() -> None:

@@ -1,273 +1,174 @@
-"""The main job as stage functions over one run folder, shared by `flashml pipeline run`
-(all stages in one process) and the Airflow DAG `dags/flashml_retrain.py` (one task per
-stage, possibly on different workers, retried on failure).
+"""Baleen's main job: learned admission + prefetch, as a list of stages over one run folder.
 
-trace -> validated table -> episodes -> features -> convergence/training -> baselines ->
-sweep -> simulation of every policy, tracked in MLflow; the candidate is evaluated against
-the registry's `champion`, compiled, and promoted only if it won.
+`STAGES` is the one stage list: `flashml pipeline run` runs all of it in one process,
+`flashml train` the stages up to `train`, `flashml sweep` `ingest` + `sweep`, and the Airflow
+DAG (`dags/flashml_retrain.py`) one task per stage. Settings: `flashml.settings.BaleenSettings`.
 
-Policies (all at the same target write rate, on the same simulated cache):
-`rejectx` (history factor tuned), `coinflip` (p tuned), `cachelib_ml` (the admission GBM
-without the size features), `baleen_admission_only`, `baleen` (ML admission + ML-Range +
-ML-When) and `opt` (episodes' OPT with OPT-Range: the bound). Peak DT and all metrics are
-measured on the evaluation days (the first day is the simulator's warm-up and the models'
-training window).
+    ingest -> train -> episodes -> policies -> sweep -> plots -> evaluate -> compile -> promote
 
-The run folder (`RunDir`) is the only thing stages share. Every stage reads its inputs from
-it and writes its outputs into it, then records `stages/<stage>.json` atomically; calling a
-recorded stage again returns the record without redoing the work, so a retried task is
-idempotent. Files of a run folder:
+Policies (all at the same target write rate, on the same simulated cache): `rejectx`
+(history factor tuned), `coinflip` (p tuned), `cachelib_ml` (the admission GBM without the
+size features), `baleen_admission_only`, `baleen_flat_threshold`, `baleen` (ML admission +
+ML-Range + ML-When, peak schedule) and `opt` (episodes' OPT with OPT-Range: the bound). Peak
+DT and all metrics are measured on the evaluation days (the training window, the first day
+by default, is the simulator's warm-up).
+
+Files of a run folder (flashml/jobs/run.py has the common part):
 
 | path                 | written by          | what                                         |
 |----------------------|---------------------|----------------------------------------------|
-| `accesses.parquet`   | ingest_validate     | the canonical, validated access table        |
-| `gx/`                | ingest_validate     | Great Expectations context and Data Docs     |
-| `episodes/`          | episodes            | episodes, labels, OPT arrays, summary (Spark)|
-| `work/`              | train, policies, sweep | convergence-loop iterations, OPT, trials  |
+| `accesses.parquet`   | ingest              | the canonical, validated access table        |
+| `gx/`                | ingest              | Great Expectations context and Data Docs     |
+| `work/`              | train, policies, sweep | loop iterations, OPT, trials, DT series |
 | `policy/`            | train               | the candidate model bundle (compiler/bundle) |
-| `compiled/`          | compile_candidate   | policy.so, flashml_policy.h, manifest.json   |
+| `episodes/`          | episodes            | episodes, labels, OPT arrays, summary (Spark)|
 | `plots/`             | plots               | DT utilisation, TCO curve, ... (PNG)         |
-| `mlflow_run_id`      | open_run            | the MLflow run every stage logs into         |
-| `stages/*.json`      | every stage         | the stage's result (small JSON)              |
+| `compiled/`          | compile             | policy.so, flashml_policy.h, manifest.json   |
+| `mlflow_run_id`      | the first stage     | the MLflow run every stage logs into         |
+| `stages/*.json`      | every stage         | the stage's record (small JSON)              |
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import shutil
 import tempfile
-import time
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
+from flashml.files import write_json
 from flashml.jobs import report
-from flashml.models.converge import LoopSettings
-from flashml.models.gbm import GbmParams
-from flashml.models.peak import PeakSettings, with_peak
+from flashml.jobs.run import RunDir, Stage, Timer
 from flashml.policies.tuning import Tuned
+from flashml.settings import BaleenSettings
 from flashml.simulation import SimConfig
 
 log = logging.getLogger("flashml.pipeline")
 
-
-@dataclass
-class JobSettings:
-    cache_gb: float = DEFAULTS.cache_gb
-    target_write_rate_mbps: float = DEFAULTS.target_write_rate_mbps
-    engine: str = "spark"
-    master: str | None = None
-    gbm: GbmParams = field(default_factory=GbmParams)
-    loop: LoopSettings = field(default_factory=LoopSettings)
-    #: The learned policies' peak schedule (models/peak.py).
-    peak: PeakSettings = field(default_factory=PeakSettings)
-    sweep_trials: int = 6
-    register: bool = True
-    compile: bool = True
-    #: Evaluate (and maybe promote) this model bundle instead of training one.
-    candidate_bundle: Path | None = None
+SERIES_FILE = "policy_series.npz"
 
 
-class Timer:
-    def __init__(self) -> None:
-        self.stages: dict[str, float] = {}
-
-    @contextmanager
-    def stage(self, name: str):  # type: ignore[no-untyped-def]
-        log.info("stage %s ...", name)
-        t0 = time.perf_counter()
-        yield
-        self.stages[name] = round(time.perf_counter() - t0, 2)
-        log.info("stage %s done in %.1fs", name, self.stages[name])
+# --- what the stages share, derived from the run folder ----------------------------------
 
 
-def _json_default(x: Any) -> Any:
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating,)):
-        return float(x)
-    if isinstance(x, Path):
-        return str(x)
-    return str(x)
+def policy_dir(run: RunDir) -> Path:
+    return run.path / "policy"
 
 
-def _atomic_json(path: Path, data: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
-    tmp.replace(path)
-    return path
+def compiled_dir(run: RunDir) -> Path:
+    return run.path / "compiled"
 
 
-class RunDir:
-    """One run's folder. In-process callers (the pipeline) share loaded objects through
-    `cache`; a fresh process (an Airflow task) reloads them from the files."""
+def features(run: RunDir) -> np.ndarray:
+    """The admission features of every access (computed once per process)."""
+    if "feats" not in run.cache:
+        from flashml.features.online import feature_matrix
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.cache: dict[str, Any] = {}
-
-    @property
-    def table(self) -> Path:
-        return self.path / "accesses.parquet"
-
-    @property
-    def policy(self) -> Path:
-        return self.path / "policy"
-
-    @property
-    def compiled(self) -> Path:
-        return self.path / "compiled"
-
-    @property
-    def work(self) -> Path:
-        return self.path / "work"
-
-    def reset(self) -> None:
-        """Forget every stage record and the MLflow run: the next stages start afresh."""
-        shutil.rmtree(self.path / "stages", ignore_errors=True)
-        (self.path / "mlflow_run_id").unlink(missing_ok=True)
-        self.cache.clear()
-
-    def stage_file(self, name: str) -> Path:
-        return self.path / "stages" / f"{name}.json"
-
-    def done(self, name: str) -> dict[str, Any] | None:
-        """The record of a finished stage, or None."""
-        p = self.stage_file(name)
-        if p.is_file():
-            return json.loads(p.read_text())
-        return None
-
-    def record(self, name: str, data: dict[str, Any]) -> dict[str, Any]:
-        _atomic_json(self.stage_file(name), data)
-        return data
-
-    def frame(self) -> tuple[pl.DataFrame, Any]:
-        if "frame" not in self.cache:
-            from flashml.trace.canonical import read_table
-
-            if not self.table.is_file():
-                raise UserError(f"{self.table}: missing; run the ingest stage first")
-            self.cache["frame"] = read_table(self.table)
-        return self.cache["frame"]
-
-    def features(self) -> np.ndarray:
-        if "feats" not in self.cache:
-            from flashml.features.online import feature_matrix
-
-            self.cache["feats"] = feature_matrix(self.frame()[0])
-        return self.cache["feats"]
-
-    def base(self, s: JobSettings) -> SimConfig:
-        """The simulator set-up every policy is judged with: the evaluation starts where the
-        training window ends (the first day by default, DEFAULTS.warmup_s)."""
-        return SimConfig(sample_ratio=self.frame()[1].sample_ratio, cache_gb=s.cache_gb,
-                         warmup_s=s.loop.train_seconds)
-
-    def learned_base(self, s: JobSettings) -> SimConfig:
-        """`base` with the learned policies' peak schedule: the `s.peak.hours` busiest hours
-        of the training window get a threshold `s.peak.bonus` lower (models/peak.py)."""
-        if "learned_base" not in self.cache:
-            self.cache["learned_base"] = with_peak(self.base(s), self.frame()[0], s.peak,
-                                                   s.loop.train_seconds)
-        return self.cache["learned_base"]
-
-    def mlflow_run_id(self) -> str | None:
-        p = self.path / "mlflow_run_id"
-        return p.read_text().strip() if p.is_file() else None
+        run.cache["feats"] = feature_matrix(run.frame()[0])
+    return run.cache["feats"]
 
 
-@contextmanager
-def open_run(run: RunDir, run_name: str, params: dict[str, Any] | None = None):  # type: ignore[no-untyped-def]
-    """The run's MLflow run: created on first use (its id kept in the run folder), resumed
-    by later stages and retries. Nothing is opened if a run is already active."""
-    import mlflow
+def base_config(run: RunDir, s: BaleenSettings) -> SimConfig:
+    """The simulator set-up every policy is judged with: the evaluation starts where the
+    training window ends (the first day by default)."""
+    return SimConfig.for_trace(run.frame()[1], cache_gb=s.cache_gb, warmup_s=s.train_seconds)
 
-    from flashml.tracking import setup
 
-    setup()
-    active = mlflow.active_run()
-    if active is not None:
-        yield active
-        return
-    rid = run.mlflow_run_id()
-    if rid is not None:
-        with mlflow.start_run(run_id=rid) as r:
-            yield r
-        return
-    with mlflow.start_run(run_name=run_name) as r:
-        (run.path / "mlflow_run_id").write_text(r.info.run_id + "\n")
-        if params:
-            mlflow.log_params(params)
-        yield r
+def learned_config(run: RunDir, s: BaleenSettings) -> SimConfig:
+    """`base_config` with the learned policies' peak schedule: the `s.peak.hours` busiest
+    hours of the training window get a threshold `s.peak.bonus` lower (models/peak.py)."""
+    if "learned_base" not in run.cache:
+        from flashml.models.peak import with_peak
+
+        run.cache["learned_base"] = with_peak(base_config(run, s), run.frame()[0], s.peak,
+                                              s.train_seconds)
+    return run.cache["learned_base"]
+
+
+def check_span(run: RunDir, s: BaleenSettings, source: Path | None = None) -> None:
+    """UserError (naming `source`, else the run's table) unless the trace outlasts the
+    training window by at least one measurement window (models/dataset.py)."""
+    from flashml.models.dataset import check_span as check
+
+    check(run.frame()[0]["time"].to_numpy(), s.train_seconds, source or run.table)
 
 
 def _metrics(t: Tuned, knob_name: str) -> dict[str, Any]:
-    m = {k: (float(v) if isinstance(v, float) else v) for k, v in t.result.metrics.items()}
+    m = dict(t.result.metrics)
     m[knob_name] = t.knob
     m["reached_target"] = t.reached
     return m
 
 
-def _finite(d: dict[str, Any]) -> dict[str, float]:
+def _numbers(d: dict[str, Any]) -> dict[str, float]:
+    """The finite numbers of `d` (what MLflow takes as metrics)."""
     return {k: float(v) for k, v in d.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)}
 
 
-def resolved_master(s: JobSettings) -> str | None:
-    from flashml.config import spark_master
+def _learned(run: RunDir) -> Any:
+    """The candidate's LearnedPolicy: in memory after `train`, else from `policy/`."""
+    loop = run.cache.get("loop")
+    if loop is not None:
+        return loop.policy
+    from flashml.jobs.registry import load_policy_dir
 
-    return s.master or spark_master()
+    return load_policy_dir(policy_dir(run))
 
 
-# --- stages ------------------------------------------------------------------------------
+# --- stages --------------------------------------------------------------------------------
 
 
-def ingest_validate(run: RunDir, raw: Path, fmt: str | None = None,
-                    sample_ratio: float | None = None, timer: Timer | None = None
-                    ) -> dict[str, Any]:
-    """Raw trace (or canonical .parquet) -> `accesses.parquet`, validated by Great
-    Expectations (Data Docs in `gx/`), with its statistics. UserError if validation fails."""
+def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """Trace -> `accesses.parquet`, validated by Great Expectations (Data Docs in `gx/`),
+    with its Table 2 statistics; without a trace, the synthetic `s.preset` is generated
+    first (the embedded default). UserError if validation fails or the trace is shorter
+    than the training window."""
     rec = run.done("ingest")
     if rec is not None:
         return rec
     from flashml.trace.canonical import read_table, write_table
-    from flashml.trace.ingest import ingest, is_parquet
+    from flashml.trace.ingest import ingest as ingest_trace
+    from flashml.trace.ingest import is_parquet
     from flashml.trace.stats import compute_stats, format_stats
     from flashml.trace.validate import validate_table
 
-    timer = timer or Timer()
-    raw = Path(raw)
+    out: dict[str, Any] = {}
+    if s.trace is None:
+        from flashml.trace.generate import generate_trace
+
+        raw = run.path / f"{s.preset}-seed{s.seed}.trace"
+        with timer.stage("generate"):
+            out["generate"] = generate_trace(s.preset, s.seed, raw, accesses=s.accesses,
+                                             days=s.days)
+    else:
+        raw = Path(s.trace)
     if not raw.exists():
         raise UserError(f"{raw}: no such trace")
-    out: dict[str, Any] = {}
     table = run.table
     with timer.stage("ingest"):
-        if is_parquet(raw) and fmt in (None, "parquet"):
+        if is_parquet(raw) and s.format in (None, "parquet"):
             if raw.resolve() != table.resolve():
-                tmp = table.with_name(f".{table.name}.tmp")
-                shutil.copyfile(raw, tmp)
-                tmp.replace(table)
+                from flashml.files import atomic_path
+
+                with atomic_path(table) as tmp:
+                    shutil.copyfile(raw, tmp)
         else:
-            res = ingest(raw, table, fmt or "tectonic", sample_ratio=sample_ratio)
+            res = ingest_trace(raw, table, s.format or "tectonic", sample_ratio=s.sample_ratio)
             out["ingest"] = {"rows": res.rows, "lines": res.lines, "seconds": res.seconds}
     run.cache.pop("frame", None)
     df, meta = read_table(table)
-    if sample_ratio is not None and sample_ratio != meta.sample_ratio:
-        meta = replace(meta, sample_ratio=sample_ratio)
+    if s.sample_ratio is not None and s.sample_ratio != meta.sample_ratio:
+        meta = replace(meta, sample_ratio=s.sample_ratio)
         write_table(df, table, meta)
     run.cache["frame"] = (df, meta)
+    check_span(run, s, raw)  # before any training or MLflow run
     with timer.stage("validate"):
         rep = validate_table(df, meta, context_dir=run.path / "gx")
         print(rep.describe())
@@ -278,21 +179,99 @@ def ingest_validate(run: RunDir, raw: Path, fmt: str | None = None,
         stats = compute_stats(df, meta)
         print(format_stats(stats))
     out["stats"] = stats
-    return run.record("ingest", json.loads(json.dumps(out, default=_json_default)))
+    out["trace"] = str(raw)
+    return run.record("ingest", out)
 
 
-def episodes(run: RunDir, s: JobSettings, eviction_age_s: float,
-             timer: Timer | None = None) -> dict[str, Any]:
-    """Episodes, OPT and labels of the table at `eviction_age_s` with `s.engine` (Spark by
-    default; master from `s.master`, else FLASHML_SPARK_MASTER, else local[*])."""
+def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """Baleen's convergence loop (episodes -> train -> simulate until the eviction age is
+    stable) -> the candidate bundle `policy/`, logged to the MLflow run with the admission
+    model. With `s.candidate_bundle`, that bundle is the candidate instead (scored on this
+    trace the way the registry scores a champion)."""
+    rec = run.done("train")
+    if rec is not None:
+        return rec
+    import mlflow
+    from mlflow.models import infer_signature
+
+    from flashml.compiler.bundle import save_policy_models
+    from flashml.models.converge import run_loop
+
+    check_span(run, s)
+    df, _ = run.frame()
+    with timer.stage("features"):
+        feats = features(run)
+    base = learned_config(run, s)
+    target = s.target_write_rate_mbps
+    run_id = mlflow.active_run().info.run_id
+    extra: dict[str, Any] = {}
+    converged = True
+    if s.candidate_bundle is None:
+        with timer.stage("convergence + training (baleen)"):
+            loop = run_loop(df, run.table, feats, base_config(run, s), target,
+                            run.work / "baleen", s.gbm, s.loop, final_base=base,
+                            with_prefetch=s.with_prefetch)
+        print(loop.report())
+        run.cache["loop"] = loop
+        policy, tuned, ea = loop.policy, loop.tuned, loop.eviction_age_s
+        when_threshold = loop.when_threshold
+        converged = loop.converged
+        convergence = {"converged": loop.converged, "reason": loop.reason,
+                       "accesses_per_episode": loop.extra.get("accesses_per_episode"),
+                       "iterations": [asdict(i) for i in loop.iterations]}
+    else:
+        from flashml.compiler.bundle import find_bundle, read_policy_json, sim_peak
+        from flashml.jobs.registry import load_policy_dir
+        from flashml.models.baleen import score_all
+        from flashml.policies.baselines import tune_threshold
+
+        src = find_bundle(Path(s.candidate_bundle))
+        with timer.stage("candidate bundle (given)"):
+            policy = load_policy_dir(src)
+            params = read_policy_json(src)
+            when_threshold = params["when_threshold"]
+            base = base_config(run, s).replace(**sim_peak(params))
+            tuned = tune_threshold(df, base.replace(when_threshold=when_threshold), target,
+                                   score_all(policy, feats), prefetch="range",
+                                   prefetch_when="score")
+        ea = params["eviction_age_s"]
+        convergence = {"converged": True, "reason": f"given candidate bundle {src}",
+                       "iterations": []}
+        extra["candidate_source"] = str(src)
+    m = _metrics(tuned, "threshold")
+    mlflow.log_params({"eviction_age_s": ea, "threshold": m["threshold"]})
+    run.cache["tuned_baleen"] = tuned
+    if not s.with_prefetch:  # admission only: no ML-Range/ML-When, so no shippable bundle
+        return run.record("train", {"eviction_age_s": ea, "metrics": m,
+                                    "convergence": convergence, "mlflow_run_id": run_id})
+    bundle = save_policy_models(
+        policy_dir(run), policy.boosters(), admit_threshold=m["threshold"],
+        when_threshold=when_threshold, eviction_age_s=ea, target_write_rate_mbps=target,
+        metrics={k: v for k, v in _numbers(m).items() if k != "threshold"},
+        mlflow_run_id=run_id, converged=converged, peak_hours=base.peak_hours,
+        peak_bonus=base.peak_bonus)
+    mlflow.log_artifacts(str(bundle), artifact_path="policy")
+    sample = feats[:: max(1, len(feats) // 200)][:200]
+    info = mlflow.lightgbm.log_model(policy.admission, name="admission",
+                                     signature=infer_signature(
+                                         sample, policy.admission.predict(sample)))
+    return run.record("train", {"eviction_age_s": ea, "metrics": m,
+                                "convergence": convergence, "policy_bundle": str(bundle),
+                                "model_uri": info.model_uri, "mlflow_run_id": run_id, **extra})
+
+
+def episodes(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """Episodes, OPT and labels of the table at the converged eviction age (from `train`),
+    with `s.engine` (Spark by default; master `s.master`, else FLASHML_SPARK_MASTER, else
+    local[*]): the recorded episode table of the run."""
+    eviction_age_s = float(train(run, s, timer)["eviction_age_s"])
     rec = run.done("episodes")
     if rec is not None and rec.get("eviction_age_s") == eviction_age_s:
         return rec
     from flashml.episodes.core import EpisodeParams, build
 
-    timer = timer or Timer()
     spark = None
-    master = resolved_master(s)
+    master = s.resolved_master()
     if s.engine == "spark":
         with timer.stage("spark session"):
             from flashml.episodes.spark_engine import spark_session
@@ -310,117 +289,46 @@ def episodes(run: RunDir, s: JobSettings, eviction_age_s: float,
     summary = {k: built.summary.get(k) for k in
                ("episodes", "admitted_episodes", "cutoff_score", "dt_saved_ratio",
                 "littles_law_cache_gb", "engine")}
-    return run.record("episodes", json.loads(json.dumps(
-        {"eviction_age_s": eviction_age_s, "dir": str(run.path / "episodes"),
-         "summary": summary}, default=_json_default)))
+    return run.record("episodes", {"eviction_age_s": eviction_age_s,
+                                   "dir": str(run.path / "episodes"), "summary": summary})
 
 
-def check_span(run: RunDir, s: JobSettings, source: Path | None = None) -> None:
-    """UserError (naming `source`, else the run's table) unless the trace outlasts the
-    training window by at least one measurement window (models/dataset.py)."""
-    from flashml.models.dataset import check_span as check
+def rejectx_peak0(run: RunDir, s: BaleenSettings) -> float:
+    """TCO's PeakDT_0: RejectX's peak DT at the default write rate WR_0 (Baleen eq. 4b), from
+    the `policies` record when the target is WR_0, else simulated here."""
+    wr0 = DEFAULTS.target_write_rate_mbps
+    rec = run.done("policies")
+    if rec is not None and s.target_write_rate_mbps == wr0:
+        return float(rec["policies"]["rejectx"]["peak_dt_util"])
+    if "rejectx_peak0" not in run.cache:
+        from flashml.policies.baselines import tune_rejectx
 
-    check(run.frame()[0]["time"].to_numpy(), s.loop.train_seconds, source or run.table)
+        run.cache["rejectx_peak0"] = float(tune_rejectx(run.frame()[0], base_config(run, s), wr0)
+                                           .result.metrics["peak_dt_util"])
+    return run.cache["rejectx_peak0"]
 
 
-def train(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, Any]:
-    """Baleen's convergence loop (episodes -> train -> simulate until the eviction age is
-    stable) -> the candidate bundle `policy/`, logged to the MLflow run with the admission
-    model. With `s.candidate_bundle`, that bundle is the candidate instead (scored on this
-    trace the way the registry scores a champion)."""
-    rec = run.done("train")
+def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """Every policy tuned to the same target write rate and simulated: the baselines,
+    Baleen admission only, CacheLib-ML-like, Baleen (from `train`) and OPT; TCO relative to
+    RejectX at the default write rate. Each is a nested MLflow run; their DT series go to
+    `work/policy_series.npz` for the plots."""
+    rec = run.done("policies")
     if rec is not None:
         return rec
     import mlflow
-    from mlflow.models import infer_signature
 
-    from flashml.compiler.bundle import save_policy_models
-    from flashml.models.converge import run_loop
-
-    check_span(run, s)
-    timer = timer or Timer()
-    df, _ = run.frame()
-    feats = run.features()
-    base = run.learned_base(s)
-    target = s.target_write_rate_mbps
-    run_id = mlflow.active_run().info.run_id
-    extra: dict[str, Any] = {}
-    if s.candidate_bundle is None:
-        with timer.stage("convergence + training (baleen)"):
-            loop = run_loop(df, run.table, feats, run.base(s), target, run.work / "baleen",
-                            s.gbm, s.loop, final_base=base)
-        print(loop.report())
-        run.cache["loop"] = loop
-        policy, tuned, ea = loop.policy, loop.tuned, loop.eviction_age_s
-        when_threshold = loop.when_threshold
-        convergence = {"converged": loop.converged, "reason": loop.reason,
-                       "accesses_per_episode": loop.extra.get("accesses_per_episode"),
-                       "iterations": [asdict(i) for i in loop.iterations]}
-    else:
-        from flashml.compiler.bundle import find_bundle, read_policy_json, sim_peak
-        from flashml.jobs.registry import load_policy_dir
-        from flashml.models.baleen import score_all
-        from flashml.policies.baselines import tune_threshold
-
-        src = find_bundle(Path(s.candidate_bundle))
-        with timer.stage("candidate bundle (given)"):
-            policy = load_policy_dir(src)
-            params = read_policy_json(src)
-            when_threshold = params["when_threshold"]
-            base = run.base(s).replace(**sim_peak(params))
-            tuned = tune_threshold(df, base.replace(when_threshold=when_threshold), target,
-                                   score_all(policy, feats), prefetch="range",
-                                   prefetch_when="score")
-        ea = params["eviction_age_s"]
-        convergence = {"converged": True, "reason": f"given candidate bundle {src}",
-                       "iterations": []}
-        extra["candidate_source"] = str(src)
-    m = _metrics(tuned, "threshold")
-    bundle = save_policy_models(
-        run.policy, policy.boosters(), admit_threshold=m["threshold"],
-        when_threshold=when_threshold, eviction_age_s=ea, target_write_rate_mbps=target,
-        metrics={k: v for k, v in _finite(m).items() if k != "threshold"},
-        mlflow_run_id=run_id, peak_hours=base.peak_hours, peak_bonus=base.peak_bonus)
-    mlflow.log_artifacts(str(bundle), artifact_path="policy")
-    sample = feats[:: max(1, len(feats) // 200)][:200]
-    info = mlflow.lightgbm.log_model(policy.admission, name="admission",
-                                     signature=infer_signature(
-                                         sample, policy.admission.predict(sample)))
-    run.cache["tuned_baleen"] = tuned
-    return run.record("train", json.loads(json.dumps(
-        {"eviction_age_s": ea, "metrics": m, "convergence": convergence,
-         "policy_bundle": str(bundle), "model_uri": info.model_uri, "mlflow_run_id": run_id,
-         **extra}, default=_json_default)))
-
-
-def _learned(run: RunDir) -> Any:
-    """The candidate's LearnedPolicy: in memory after `train`, else from `policy/`."""
-    loop = run.cache.get("loop")
-    if loop is not None:
-        return loop.policy
-    from flashml.jobs.registry import load_policy_dir
-
-    return load_policy_dir(run.policy)
-
-
-def policies(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, Any]:
-    """Every policy tuned to the same target write rate and simulated: the baselines,
-    Baleen admission only, CacheLib-ML-like, Baleen (from `train`) and OPT; TCO relative to
-    RejectX."""
-    rec = run.done("policies")
-    if rec is not None and "tuned" in run.cache:
-        return rec
+    from flashml.compiler.bundle import read_policy_json
     from flashml.features.contract import contract
     from flashml.models.baleen import score_all
     from flashml.models.converge import run_loop
     from flashml.policies.baselines import tune_coinflip, tune_rejectx, tune_threshold
     from flashml.policies.opt import tune_opt
 
-    timer = timer or Timer()
     df, _ = run.frame()
-    feats = run.features()
-    base = run.base(s)
-    learned_base = run.learned_base(s)
+    feats = features(run)
+    base = base_config(run, s)
+    learned_base = learned_config(run, s)
     target = s.target_write_rate_mbps
     trained = train(run, s, timer)
     ea = trained["eviction_age_s"]
@@ -428,6 +336,13 @@ def policies(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[st
     tuned: dict[str, Tuned] = {}
     if "tuned_baleen" in run.cache:
         tuned["baleen"] = run.cache["tuned_baleen"]
+    else:  # a fresh process: simulate the shipped policy again (same decisions)
+        from flashml.compiler.bundle import sim_peak
+
+        params = read_policy_json(policy_dir(run))
+        tuned["baleen"] = tune_threshold(
+            df, base.replace(when_threshold=params["when_threshold"], **sim_peak(params)),
+            target, score_all(_learned(run), feats), prefetch="range", prefetch_when="score")
     loop = run.cache.get("loop")
     arrays = loop.arrays if loop is not None else score_all(_learned(run), feats)
     with timer.stage("baleen_admission_only"):
@@ -435,9 +350,7 @@ def policies(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[st
                                                         {"score": arrays["score"]})
         pol["baleen_admission_only"] = _metrics(tuned["baleen_admission_only"], "threshold")
     with timer.stage("baleen_flat_threshold"):  # what the peak schedule adds
-        from flashml.compiler.bundle import read_policy_json
-
-        wt = read_policy_json(run.policy)["when_threshold"]
+        wt = read_policy_json(policy_dir(run))["when_threshold"]
         tuned["baleen_flat_threshold"] = tune_threshold(
             df, base.replace(when_threshold=wt), target, arrays, prefetch="range",
             prefetch_when="score")
@@ -458,28 +371,24 @@ def policies(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[st
         tuned["opt"] = tune_opt(df, run.table, base, target, ea, run.work / "opt")
         pol["opt"] = _metrics(tuned["opt"], "episode_target_write_rate_mbps")
     pol = {name: pol[name] for name in report.POLICIES}
-    report.add_tco(pol, "rejectx", DEFAULTS.target_write_rate_mbps)
-    run.cache["tuned"] = tuned
-    return run.record("policies", json.loads(json.dumps({"policies": pol},
-                                                        default=_json_default)))
+    wr0 = DEFAULTS.target_write_rate_mbps
+    peak0 = pol["rejectx"]["peak_dt_util"] if target == wr0 else rejectx_peak0(run, s)
+    report.add_tco(pol, peak0, wr0)
+    run.work.mkdir(parents=True, exist_ok=True)
+    np.savez(run.work / SERIES_FILE, **{f"{n}/{k}": np.asarray(v) for n in report.POLICIES
+                                        for k, v in tuned[n].result.series.items()})
+    for name, m in pol.items():
+        with mlflow.start_run(run_name=name, nested=True):
+            mlflow.log_param("policy", name)
+            mlflow.log_metrics(_numbers(m))
+    return run.record("policies", {"policies": pol})
 
 
-def rejectx_peak(run: RunDir, s: JobSettings) -> float:
-    """RejectX's peak DT at the target (the TCO baseline): from `policies` if it ran."""
-    rec = run.done("policies")
-    if rec is not None:
-        return float(rec["policies"]["rejectx"]["peak_dt_util"])
-    from flashml.policies.baselines import tune_rejectx
-
-    df, _ = run.frame()
-    return float(tune_rejectx(df, run.base(s), s.target_write_rate_mbps)
-                 .result.metrics["peak_dt_util"])
-
-
-def sweep(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, Any]:
+def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     """Optuna over target write rate and starting eviction age, each trial a convergence
-    loop scored by TCO; Baleen-TCO's chosen write rate. Storage: FLASHML_OPTUNA_STORAGE,
-    else sqlite under FLASHML_HOME. With 0 trials, the chosen rate is the target."""
+    loop scored by TCO; Baleen-TCO's chosen write rate. Storage: `s.sweep_storage`, else
+    FLASHML_OPTUNA_STORAGE, else sqlite under FLASHML_HOME. With 0 trials (or a given
+    candidate bundle), the chosen rate is the target."""
     rec = run.done("sweep")
     if rec is not None:
         return rec
@@ -490,64 +399,70 @@ def sweep(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, 
     from flashml.config import optuna_storage
     from flashml.models.sweep import run_sweep
 
-    timer = timer or Timer()
     df, _ = run.frame()
-    peak0 = rejectx_peak(run, s)
+    peak0 = rejectx_peak0(run, s)
     with timer.stage(f"sweep ({s.sweep_trials} Optuna trials)"):
         run_id = mlflow.active_run().info.run_id
-        res = run_sweep(df, run.table, run.features(), run.base(s), s.target_write_rate_mbps,
-                        peak0, DEFAULTS.target_write_rate_mbps, run.work / "sweep", s.gbm,
-                        s.loop, trials=s.sweep_trials, storage=optuna_storage(),
-                        study_name=f"flashml-{run_id}", final_base=run.learned_base(s))
-    run.cache["sweep"] = res
-    return run.record("sweep", json.loads(json.dumps(
-        {"sweep": {"study": res.study_name, "storage": res.storage, "trials": res.trials},
-         "chosen_write_rate_mbps": res.chosen_write_rate_mbps, "chosen_tco": res.chosen_tco},
-        default=_json_default)))
+        res = run_sweep(df, run.table, features(run), base_config(run, s),
+                        s.target_write_rate_mbps, peak0, DEFAULTS.target_write_rate_mbps,
+                        run.work / "sweep", s.gbm, s.loop, trials=s.sweep_trials,
+                        storage=s.sweep_storage or optuna_storage(),
+                        study_name=s.sweep_study or f"flashml-{run_id}",
+                        rate_range=s.sweep_rate_range, final_base=learned_config(run, s))
+    mlflow.log_metric("chosen_write_rate_mbps", res.chosen_write_rate_mbps)
+    mlflow.log_metric("chosen_tco", res.chosen_tco)
+    return run.record("sweep", {
+        "sweep": {"study": res.study_name, "storage": res.storage, "trials": res.trials},
+        "chosen_write_rate_mbps": res.chosen_write_rate_mbps, "chosen_tco": res.chosen_tco})
 
 
-def plots(run: RunDir, s: JobSettings, timer: Timer | None = None) -> list[str]:
-    """The report's plots, logged to the MLflow run (needs `policies` in this process)."""
+def plots(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """The report's plots (PNG in `plots/`), logged to the MLflow run."""
+    rec = run.done("plots")
+    if rec is not None:
+        return rec
     import mlflow
 
-    from flashml.jobs.plots import plot_dt_utilisation
-
-    tuned: dict[str, Tuned] = run.cache["tuned"]
-    pol = run.done("policies")["policies"]
-    sw = run.done("sweep") or {}
-    figs = run.path / "plots"
-    figs.mkdir(parents=True, exist_ok=True)
-    paths = [plot_dt_utilisation({n: tuned[n].result.series for n in report.POLICIES},
-                                 figs / "dt_utilisation.png",
-                                 title="DT utilisation per policy (peak marked)")]
-    points = {n: [(m["flash_write_rate_mbps"], m["peak_dt_util"])] for n, m in pol.items()}
-    if "sweep" in sw:
-        trials = sw["sweep"]["trials"]
-        points["baleen (sweep)"] = [(t["write_rate_mbps"], t["peak_dt_util"])
-                                    for t in trials if t["state"] == "COMPLETE"]
-        curve = [(t["write_rate_mbps"], t["tco"]) for t in trials if t["state"] == "COMPLETE"]
-        paths.append(report.plot_tco_curve(curve, sw["chosen_write_rate_mbps"],
-                                           figs / "tco_curve.png"))
-    paths.append(report.plot_write_rate_vs_peak(points, figs / "write_rate_vs_peak_dt.png"))
     from flashml.models.peak import hourly_dt_profile
 
-    learned = run.learned_base(s)
-    paths.append(report.plot_peak_schedule(
-        list(hourly_dt_profile(run.frame()[0], s.loop.train_seconds)), learned.peak_hours,
-        learned.peak_bonus, figs / "peak_schedule.png"))
-    adm = _learned(run).admission
-    paths.append(report.plot_feature_importance(
-        adm.feature_name(), list(adm.feature_importance("gain")),
-        figs / "feature_importance.png"))
+    pol = policies(run, s, timer)["policies"]
+    sw = run.done("sweep") or {}
+    figs = run.path / "plots"
+    with timer.stage("plots"):
+        with np.load(run.work / SERIES_FILE) as z:
+            series = {n: {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith(f"{n}/")}
+                      for n in report.POLICIES}
+        paths = [report.plot_dt_utilisation(series, figs / "dt_utilisation.png",
+                                            title="DT utilisation per policy (peak marked)")]
+        points = {n: [(m["flash_write_rate_mbps"], m["peak_dt_util"])] for n, m in pol.items()}
+        if "sweep" in sw:
+            trials = [t for t in sw["sweep"]["trials"] if t["state"] == "COMPLETE"]
+            points["baleen (sweep)"] = [(t["write_rate_mbps"], t["peak_dt_util"])
+                                        for t in trials]
+            paths.append(report.plot_tco_curve([(t["write_rate_mbps"], t["tco"])
+                                                for t in trials],
+                                               sw["chosen_write_rate_mbps"],
+                                               figs / "tco_curve.png"))
+        paths.append(report.plot_write_rate_vs_peak(points, figs / "write_rate_vs_peak_dt.png"))
+        learned = learned_config(run, s)
+        paths.append(report.plot_peak_schedule(
+            list(hourly_dt_profile(run.frame()[0], s.train_seconds)), learned.peak_hours,
+            learned.peak_bonus, figs / "peak_schedule.png"))
+        adm = _learned(run).admission
+        paths.append(report.plot_feature_importance(
+            adm.feature_name(), list(adm.feature_importance("gain")),
+            figs / "feature_importance.png"))
     for p in paths:
         mlflow.log_artifact(str(p), artifact_path="plots")
-    return [str(p) for p in paths]
+    return run.record("plots", {"plots": [str(p) for p in paths]})
 
 
-def evaluate(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[str, Any]:
+def evaluate(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     """Register the candidate and judge it against the registry's `champion` on this
-    trace's evaluation days (models/registry.py's rule: both re-tuned to the target, lower
-    peak DT wins, a tie keeps the champion). Records the decision; moves nothing."""
+    trace's evaluation days (flashml/jobs/registry.py's rule: both re-tuned to the target,
+    lower peak DT wins, a tie keeps the champion). Records the decision; moves nothing."""
+    if not s.register:
+        return {"skipped": "the registry is off (--no-register)"}
     rec = run.done("evaluate")
     if rec is not None:
         return rec
@@ -555,41 +470,43 @@ def evaluate(run: RunDir, s: JobSettings, timer: Timer | None = None) -> dict[st
 
     from flashml.jobs.registry import judge
 
-    timer = timer or Timer()
     trained = train(run, s, timer)
     with timer.stage("evaluate against the champion"):
-        df, _ = run.frame()
         d = judge(trained["mlflow_run_id"], trained["model_uri"],
-                  float(trained["metrics"]["peak_dt_util"]), df, run.features(), run.base(s),
-                  s.target_write_rate_mbps)
+                  float(trained["metrics"]["peak_dt_util"]), run.frame()[0], features(run),
+                  base_config(run, s), s.target_write_rate_mbps)
     log.info("registry: %s", d.reason)
     mlflow.log_metric("candidate_passed", float(d.promoted))
     return run.record("evaluate", d.as_dict())
 
 
-def compile_candidate(run: RunDir, timer: Timer | None = None) -> dict[str, Any]:
+def compile_candidate(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     """The candidate bundle -> `compiled/` (policy.so, header, manifest), logged to MLflow."""
+    if not s.compile:
+        return {"skipped": "compiling is off (--no-compile)"}
     rec = run.done("compile")
-    if rec is not None and run.compiled.is_dir():
+    if rec is not None and compiled_dir(run).is_dir():
         return rec
     from flashml.compiler.build import compile_policy
 
-    timer = timer or Timer()
-    if run.compiled.exists():  # left by an attempt that died before recording
-        shutil.rmtree(run.compiled)
-    run_id = run.done("train")["mlflow_run_id"]
+    out = compiled_dir(run)
+    if out.exists():  # left by an attempt that died before recording
+        shutil.rmtree(out)
+    run_id = train(run, s, timer)["mlflow_run_id"]
     with timer.stage("compile"):
-        manifest = compile_policy(run.compiled, run_id=run_id)
-    return run.record("compile", {"dir": str(run.compiled), "sha256": manifest["sha256"],
+        manifest = compile_policy(out, run_id=run_id)
+    return run.record("compile", {"dir": str(out), "sha256": manifest["sha256"],
                                   "size_bytes": manifest["size_bytes"],
                                   "compile_s": round(manifest["build"]["compile_s"], 2)})
 
 
-def promote(run: RunDir, export_dir: Path | None = None) -> dict[str, Any]:
+def promote(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     """If the candidate passed `evaluate`: move alias `champion` to it and, with
-    `export_dir`, export the model bundle and compiled policy to `export_dir/v<version>/`
+    `s.export_dir`, export the model bundle and compiled policy to `export_dir/v<version>/`
     and point `export_dir/champion` at it (a symlink, replaced atomically). Otherwise
     nothing moves. Safe to repeat."""
+    if not s.register:
+        return {"skipped": "the registry is off (--no-register)"}
     from flashml.jobs.registry import Decision
     from flashml.jobs.registry import promote as move_champion
 
@@ -598,10 +515,9 @@ def promote(run: RunDir, export_dir: Path | None = None) -> dict[str, Any]:
         raise UserError(f"{run.path}: no evaluate record; run the evaluate stage first")
     out: dict[str, Any] = {"promoted": bool(d["promoted"]), "reason": d["reason"],
                            "version": d["candidate_version"], "exported": None}
-    if move_champion(Decision(**d)):
-        if export_dir is not None:
-            out["exported"] = str(export_bundle(run, Path(export_dir),
-                                                f"v{d['candidate_version']}"))
+    if move_champion(Decision(**d)) and s.export_dir is not None:
+        out["exported"] = str(export_bundle(run, Path(s.export_dir),
+                                            f"v{d['candidate_version']}"))
     return run.record("promote", out)
 
 
@@ -615,11 +531,11 @@ def export_bundle(run: RunDir, export_dir: Path, name: str) -> Path:
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would hide the export from readers
-        shutil.copytree(run.policy, tmp / "policy")
-        if run.compiled.is_dir():
-            shutil.copytree(run.compiled, tmp / "compiled")
-        _atomic_json(tmp / "promotion.json", {"run_dir": str(run.path),
-                                              "mlflow_run_id": run.mlflow_run_id()})
+        shutil.copytree(policy_dir(run), tmp / "policy")
+        if compiled_dir(run).is_dir():
+            shutil.copytree(compiled_dir(run), tmp / "compiled")
+        write_json(tmp / "promotion.json", {"run_dir": str(run.path),
+                                            "mlflow_run_id": run.mlflow_run_id()})
         tmp.rename(dest)
     link = export_dir / "champion"
     tmp_link = export_dir / f".champion.{os.getpid()}"
@@ -630,51 +546,107 @@ def export_bundle(run: RunDir, export_dir: Path, name: str) -> Path:
     return dest
 
 
-# --- the whole job in one process (flashml pipeline run) -------------------------------------
+#: The one stage list of Baleen's main job (the CLI, `flashml train` and the DAG run it).
+STAGES: tuple[Stage, ...] = (
+    Stage("ingest", ingest),
+    Stage("train", train),
+    Stage("episodes", episodes),
+    Stage("policies", policies),
+    Stage("sweep", sweep),
+    Stage("plots", plots),
+    Stage("evaluate", evaluate),
+    Stage("compile", compile_candidate),
+    Stage("promote", promote),
+)
 
 
-def run_all(run: RunDir, s: JobSettings, timer: Timer) -> dict[str, Any]:
-    """Every stage after `ingest_validate`, in one process, inside an active MLflow run:
-    train -> episodes at the converged eviction age -> policies -> sweep -> plots ->
-    evaluate -> compile -> promote. Returns the summary (without writing it)."""
-    import mlflow
+#: How the CLI names the job: `flashml pipeline run` (flashml/commands/systems.py).
+COMMAND = "pipeline"
+HELP = "Baleen: learned admission + prefetch, trace -> validated table -> policy.so"
+Settings = BaleenSettings
 
-    with timer.stage("features"):
-        run.features()
-    trained = train(run, s, timer)
-    ea = trained["eviction_age_s"]
-    eps = episodes(run, s, ea, timer)
-    pol = policies(run, s, timer)["policies"]
-    peak0 = pol["rejectx"]["peak_dt_util"]
-    sw = sweep(run, s, timer)
-    for name, m in pol.items():
-        with mlflow.start_run(run_name=name, nested=True):
-            mlflow.log_param("policy", name)
-            mlflow.log_metrics(_finite(m))
-    summary: dict[str, Any] = {
+#: The options of `flashml pipeline run` from the settings table (flashml/settings.py).
+CLI_OPTIONS = ("cache_gb", "target_write_rate_mbps", "engine", "master", "learning_rate",
+               "max_rounds", "max_iterations", "train_hours", "accesses_per_episode",
+               "peak_hours", "peak_bonus", "sweep_trials")
+
+
+def add_cli(p: Any) -> None:
+    """The job's command-line options (an argparse parser that already has --trace,
+    --format, --sample-ratio and --out)."""
+    from flashml.settings import add_options
+
+    d = BaleenSettings()
+    p.add_argument("--preset", default=d.preset, help="synthetic preset for the default")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--accesses", type=int, default=None)
+    p.add_argument("--days", type=float, default=None)
+    add_options(p, *CLI_OPTIONS)
+    p.add_argument("--no-register", action="store_true", help="skip the model registry")
+    p.add_argument("--no-compile", action="store_true", help="skip compiling the policy .so")
+
+
+def run_name(s: BaleenSettings) -> str:
+    """The MLflow parent run's name."""
+    return f"pipeline-{s.trace.name if s.trace else f'{s.preset}-seed{s.seed}'}"
+
+
+def mlflow_params(run: RunDir, s: BaleenSettings) -> dict[str, Any]:
+    """The parent run's params (after `ingest`: the trace and its sample ratio)."""
+    return s.mlflow_params() | {"trace": run.done("ingest")["trace"],
+                                "sample_ratio": run.frame()[1].sample_ratio}
+
+
+def summary(records: dict[str, dict[str, Any]], s: BaleenSettings) -> dict[str, Any]:
+    """The job's summary.json from its stage records."""
+    pol = records["policies"]["policies"]
+    trained = records["train"]
+    out: dict[str, Any] = {k: v for k, v in records["ingest"].items() if k != "trace"}
+    out |= {
         "policies": pol,
         "target_write_rate_mbps": s.target_write_rate_mbps,
         "cache_gb": s.cache_gb,
-        "eviction_age_s": ea,
+        "eviction_age_s": trained["eviction_age_s"],
         "convergence": trained["convergence"],
-        "episodes": eps["summary"],
-        "baleen_vs_rejectx_peak_reduction": 1 - pol["baleen"]["peak_dt_util"] / peak0,
+        "episodes": records["episodes"]["summary"],
+        "baleen_vs_rejectx_peak_reduction":
+            1 - pol["baleen"]["peak_dt_util"] / pol["rejectx"]["peak_dt_util"],
         "gap_to_opt": pol["baleen"]["peak_dt_util"] / pol["opt"]["peak_dt_util"] - 1,
     }
-    summary |= sw
-    with timer.stage("plots"):
-        summary["plots"] = plots(run, s, timer)
-    with timer.stage("policy bundle, registry"):
-        summary["policy_bundle"] = trained["policy_bundle"]
-        summary["mlflow_run_id"] = trained["mlflow_run_id"]
-        if s.register:
-            summary["registry"] = evaluate(run, s, timer)
-        if s.compile:
-            summary["compiled"] = compile_candidate(run, timer)
-        if s.register:
-            promote(run)
-    return summary
+    out |= records["sweep"]
+    out["plots"] = records["plots"]["plots"]
+    out["policy_bundle"] = trained.get("policy_bundle")
+    out["mlflow_run_id"] = trained["mlflow_run_id"]
+    if "skipped" not in records["evaluate"]:
+        out["registry"] = records["evaluate"]
+    if "skipped" not in records["compile"]:
+        out["compiled"] = records["compile"]
+    return out
 
 
-def write_summary(out: Path, summary: dict[str, Any]) -> Path:
-    return _atomic_json(out / "summary.json", summary)
+def describe(summary: dict[str, Any], s: BaleenSettings) -> str:
+    """What `flashml pipeline run` prints at the end: the policy table and the headline."""
+    return "\n".join([
+        "", report.table(summary["policies"]),
+        _notes(summary["policies"], s.target_write_rate_mbps),
+        f"\nBaleen vs RejectX peak DT: {summary['baleen_vs_rejectx_peak_reduction']:+.1%} "
+        f"reduction; gap to OPT {summary['gap_to_opt']:+.1%}; TCO-chosen write rate "
+        f"{summary['chosen_write_rate_mbps']:.1f} MB/s"])
+
+
+def _notes(policies: dict[str, dict[str, Any]], target: float) -> str:
+    """What to tell the user when policies cannot be tuned to the target write rate."""
+    tuned = {k: v for k, v in policies.items() if k != "opt"}
+    short = {k: v["flash_write_rate_mbps"] for k, v in tuned.items()
+             if v.get("reached_target") is False}
+    if short and len(short) == len(tuned) and max(short.values()) < target:
+        top = max(short.values())
+        return (f"\nnote: no policy reaches the target write rate {target:g} MB/s on this "
+                f"trace (at most {top:.3g} MB/s): the write budget does not bind, so the "
+                f"policies differ little; try --target-write-rate below {top:.3g} or a "
+                f"smaller --cache-gb")
+    if short:
+        return (f"\nnote: {', '.join(short)} cannot be tuned to within 5% of the target "
+                f"write rate {target:g} MB/s on this trace; they run at "
+                + ", ".join(f"{v:.3g}" for v in short.values()) + " MB/s")
+    return ""

@@ -1,4 +1,4 @@
-"""The main job's policy table, TCO and plots."""
+"""The main job's policy table, TCO and plots (PNG, matplotlib without a display)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ POLICIES = ("rejectx", "coinflip", "cachelib_ml", "baleen_admission_only",
             "baleen_flat_threshold", "baleen", "opt")
 
 
-def add_tco(policies: dict[str, dict[str, Any]], baseline: str, wr0_mbps: float) -> None:
-    """TCO of every policy relative to `baseline`'s peak DT at the default write rate."""
-    peak0 = policies[baseline]["peak_dt_util"]
+def add_tco(policies: dict[str, dict[str, Any]], peak0: float, wr0_mbps: float) -> None:
+    """TCO of every policy relative to RejectX's peak DT `peak0` at the default write rate
+    `wr0_mbps` (Baleen eq. 4b)."""
     for m in policies.values():
         m["tco"] = tco(m["peak_dt_util"], m["flash_write_rate_mbps"], peak0, wr0_mbps)
 
@@ -106,6 +106,39 @@ def plot_feature_importance(names: list[str], gains: list[float], out: Path) -> 
     ax.set_xlabel("total gain")
     ax.set_title("Admission model feature importance")
     fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plot_dt_utilisation(series_by_policy: dict[str, dict[str, Any]], out: Path,
+                        title: str = "Disk-head time utilisation") -> Path:
+    """DT utilisation per window over time, one line per policy, each peak marked."""
+    import numpy as np
+
+    plt = _plt()
+
+    fig, ax = plt.subplots(figsize=(10, 4.5), dpi=110)
+    for k, (name, s) in enumerate(series_by_policy.items()):
+        t = np.asarray(s["time"], dtype=float)
+        u = np.asarray(s["dt_util"], dtype=float)
+        warm = np.asarray(s.get("warmup", np.zeros(len(t), bool)), dtype=bool)
+        hours = (t - t[0]) / 3600.0 if len(t) else t
+        (line,) = ax.plot(hours, u, lw=1, label=name)
+        if (~warm).any():
+            i = int(np.argmax(np.where(warm, -np.inf, u)))
+            ax.plot(hours[i], u[i], "o", color=line.get_color())
+            ax.annotate(f"peak {u[i]:.3f}", (hours[i], u[i]), textcoords="offset points",
+                        xytext=(6, 4 + 11 * k), fontsize=8, color=line.get_color())
+        if warm.any():
+            ax.axvspan(hours[0], hours[warm].max(), color="0.9", zorder=0)
+    ax.set_xlabel("hours since trace start (grey: warm-up, excluded from peak)")
+    ax.set_ylabel("DT utilisation")
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     plt.close(fig)
     return out

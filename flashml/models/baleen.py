@@ -21,7 +21,8 @@ import numpy as np
 
 from flashml.compiler.bundle import round_range, when_matrix
 from flashml.features.contract import Contract, contract
-from flashml.models.gbm import GbmParams, fit
+from flashml.models.gbm import fit
+from flashml.settings import GbmParams
 
 log = logging.getLogger(__name__)
 

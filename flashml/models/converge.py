@@ -26,34 +26,12 @@ import polars as pl
 
 from flashml.models.baleen import LearnedPolicy, score_all, train_policy
 from flashml.models.dataset import training_data, training_window
-from flashml.models.gbm import GbmParams
 from flashml.policies.baselines import tune_threshold
 from flashml.policies.tuning import Tuned
+from flashml.settings import GbmParams, LoopSettings
 from flashml.simulation import SimConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    start_eviction_age_s: float = 7200.0
-    damping: float = 0.5
-    min_move_s: float = 300.0
-    min_move_rel: float = 0.05
-    write_rate_tolerance: float = 0.05
-    max_iter: int = 20
-    train_seconds: float = 86_400.0
-    engine: str = "polars"
-    accesses_per_episode: int = 6
-    #: Several K (labelled GETs per episode) to choose from on the training window, by the
-    #: admission-only mean DT there (ties: `accesses_per_episode`, the artifact's 6); one or
-    #: none: always `accesses_per_episode`. Mean, not peak: one 10-minute window sets a day's
-    #: peak; on 15 seven-day traces choosing by the training day's peak DT lost 2.0 points of
-    #: evaluation-day peak-DT reduction on average (up to 13.6) against the best K, by its
-    #: mean 0.3 (up to 2.7) (bench/bench_quality.py `k_choice`, README "Policy quality").
-    k_candidates: tuple[int, ...] = (6, 1, 2, 4, 12)
-    #: ML-When thresholds tried on the training window (1.0: prefetch never pays off).
-    when_candidates: tuple[float, ...] = (0.5, 0.7, 0.9, 1.0)
 
 
 @dataclass
@@ -152,7 +130,8 @@ def should_stop(assumed_ea: float, new_ea: float, write_rate: float, target: flo
 
 def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
              target_mbps: float, workdir: Path, gbm: GbmParams,
-             settings: LoopSettings = LoopSettings(), *, features: list[str] | None = None,
+             settings: LoopSettings = LoopSettings(),  # noqa: B008 (frozen, shared)
+             *, features: list[str] | None = None,
              with_prefetch: bool = True, spark: Any = None,
              final_base: SimConfig | None = None) -> LoopResult:
     """Iterate episodes -> train -> simulate until the eviction age is stable. With

@@ -8,46 +8,14 @@ block's accesses are on both sides.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 import lightgbm as lgb
 import numpy as np
 
+from flashml.settings import GbmParams
 from flashml.trace.keys import splitmix64
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GbmParams:
-    """Baleen artifact's LightGBM settings (baleen-artifact-notes.md, "Training facts")."""
-
-    num_leaves: int = 63
-    learning_rate: float = 0.005
-    max_bin: int = 255
-    feature_fraction: float = 0.9
-    bagging_fraction: float = 0.9
-    bagging_freq: int = 5
-    min_data_in_leaf: int = 50
-    min_sum_hessian_in_leaf: float = 5.0
-    num_boost_round: int = 2000
-    early_stopping_rounds: int = 25
-    num_threads: int = 2
-    seed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def lgb_params(self, objective: str) -> dict[str, Any]:
-        d = asdict(self)
-        for k in ("num_boost_round", "early_stopping_rounds", "extra"):
-            d.pop(k)
-        return {"objective": objective, "verbosity": -1, "deterministic": True,
-                "force_row_wise": True, **d, **self.extra}
-
-    def with_overrides(self, **kw: Any) -> GbmParams:
-        known = {k: v for k, v in kw.items() if k in self.__dataclass_fields__}
-        extra = {k: v for k, v in kw.items() if k not in self.__dataclass_fields__}
-        return replace(self, **known, extra={**self.extra, **extra})
 
 
 def split_by_key(keys: np.ndarray, train_share: float = 0.7, seed: int = 0) -> np.ndarray:

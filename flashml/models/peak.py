@@ -16,31 +16,16 @@ is the same arithmetic, for tests and reports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import polars as pl
 
 from flashml.config import UNITS
 from flashml.models.dataset import training_window
+from flashml.settings import PeakSettings
 from flashml.simulation import SimConfig
 
 DAY_S = 86_400.0
 HOUR_S = 3_600.0
-
-
-@dataclass(frozen=True)
-class PeakSettings:
-    #: Busy hours of the day given the bonus (0: a flat threshold).
-    hours: int = 9
-    #: How much lower the admission threshold is in those hours.
-    bonus: float = 0.2
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.hours <= 24:
-            raise ValueError(f"peak hours must be in 0..24, got {self.hours}")
-        if not 0.0 <= self.bonus <= 1.0:
-            raise ValueError(f"peak bonus must be in [0, 1], got {self.bonus}")
 
 
 def hour_of_day(t: np.ndarray) -> np.ndarray:

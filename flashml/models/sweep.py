@@ -15,9 +15,9 @@ import numpy as np
 import polars as pl
 
 from flashml.config import optuna_storage
-from flashml.models.converge import LoopSettings, run_loop
-from flashml.models.gbm import GbmParams
+from flashml.models.converge import run_loop
 from flashml.policies.tco import tco
+from flashml.settings import GbmParams, LoopSettings
 from flashml.simulation import SimConfig
 
 log = logging.getLogger(__name__)

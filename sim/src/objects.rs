@@ -123,7 +123,23 @@ fn run_with<E: Eviction>(
     }
 }
 
+/// Object-cache mode with the built-in eviction policy `cfg.eviction`.
 pub fn simulate_objects(
+    keys: &[u64],
+    sizes: &[u64],
+    cfg: &ObjectConfig,
+) -> Result<ObjectResult, SimError> {
+    Ok(match cfg.eviction {
+        EvictionKind::Lru => simulate_objects_with(Lru::new(), keys, sizes, cfg)?,
+        EvictionKind::Fifo => simulate_objects_with(Fifo::new(), keys, sizes, cfg)?,
+    })
+}
+
+/// Object-cache mode with any [`Eviction`] policy (`cfg.eviction` is ignored): how a new
+/// policy runs on the same loop before it has a name (ARCHITECTURE.md; `sim/tests/
+/// toy_eviction.rs` plugs a policy in from outside the crate).
+pub fn simulate_objects_with<E: Eviction>(
+    evict: E,
     keys: &[u64],
     sizes: &[u64],
     cfg: &ObjectConfig,
@@ -139,10 +155,7 @@ pub fn simulate_objects(
     if keys.is_empty() {
         return err("the trace has no requests");
     }
-    Ok(match cfg.eviction {
-        EvictionKind::Lru => run_with(Lru::new(), keys, sizes, cfg),
-        EvictionKind::Fifo => run_with(Fifo::new(), keys, sizes, cfg),
-    })
+    Ok(run_with(evict, keys, sizes, cfg))
 }
 
 #[cfg(test)]

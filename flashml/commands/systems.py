@@ -1,0 +1,60 @@
+"""`flashml <system> run`: every system's main job end to end, one command shape for all.
+
+For each job module in `flashml.jobs.SYSTEMS` (e.g. flashml/jobs/baleen.py, whose command is
+`pipeline`): `--trace/--format/--sample-ratio` and `--out`, the job's own options
+(`add_cli`), settings built once (`Settings.from_cli`, validated before any work), then
+`flashml.jobs.run.run_job`: every stage of `STAGES` over the run folder, one MLflow run,
+`summary.json`, and the job's `describe(summary, settings)` printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+from flashml.commands.trace import add_trace_option
+
+
+def _job(module: str) -> ModuleType:
+    return importlib.import_module(module)
+
+
+def command_name(job: ModuleType) -> str:
+    return getattr(job, "COMMAND", None) or job.__name__.rsplit(".", 1)[1]
+
+
+def _make_run(job: ModuleType):  # type: ignore[no-untyped-def]
+    def cmd_run(args: argparse.Namespace) -> int:
+        from flashml.jobs.run import run_job
+
+        s = job.Settings.from_cli(args)
+        summary, path, timer = run_job(job, s, args.out)
+        print(job.describe(summary, s))
+        print("time per stage (s): " + ", ".join(f"{k} {v}" for k, v in timer.stages.items()))
+        print(f"summary: {path}; MLflow run {summary['mlflow_run_id']}")
+        return 0
+
+    return cmd_run
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from flashml.jobs import SYSTEMS
+
+    for module in SYSTEMS:
+        job = _job(module)
+        name = command_name(job)
+        doc = (job.__doc__ or "").strip()
+        p = sub.add_parser(name, help=job.HELP, description=doc.split("\n\n")[0])
+        psub = p.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND", required=True)
+        r = psub.add_parser("run", help=f"run the {name} job end to end", description=doc,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_trace_option(r, required=False, trace_help="raw trace or canonical .parquet "
+                         "(default: the job's embedded default)")
+        r.add_argument("--out", "--workdir", dest="out", type=Path,
+                       default=Path(f".flashml/runs/{name}/latest" if name != "pipeline"
+                                    else ".flashml/runs/latest"),
+                       help="run folder (stage records, outputs, summary.json)")
+        job.add_cli(r)
+        r.set_defaults(func=_make_run(job))

@@ -1,0 +1,69 @@
+"""Writing results: atomic files and JSON, one definition for every part of flashml.
+
+Every output a user may read while flashml runs, or that must not be left half-written when
+it fails (DESIGN.md "Errors"), goes through `atomic_path`: written under a temporary name in
+the destination's folder, renamed onto it only when complete. `jsonable` is the one JSON
+sanitiser: NumPy scalars become Python numbers, paths strings, non-finite floats null (so
+the output stays valid JSON, e.g. a mean eviction age when nothing was evicted).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path next to `dest`; rename it onto `dest` only if the block succeeds."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        yield tmp_path
+        if tmp_path.exists():
+            os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
+        os.replace(tmp_path, dest)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def jsonable(x: Any) -> Any:
+    """`x` with only JSON types inside: dicts, lists, str, int, float (finite), bool, None."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, bool) or x is None or isinstance(x, (str, int)):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, os.PathLike):
+        return os.fspath(x)
+    if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):  # NumPy scalars and arrays
+        return jsonable(x.tolist())
+    return str(x)
+
+
+def dumps(data: Any, indent: int | None = 2) -> str:
+    """JSON text of `jsonable(data)` (strict: no NaN or Infinity)."""
+    return json.dumps(jsonable(data), indent=indent, allow_nan=False)
+
+
+def write_json(path: str | os.PathLike[str], data: Any) -> Path:
+    """Write `data` as JSON to `path` atomically (a trailing newline); returns the path."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(dumps(data) + "\n")
+    return path

@@ -1,0 +1,180 @@
+"""What every system's main job shares: the run folder with its stage records, the stage
+list runner, the stage timer, the MLflow run, and the summary.
+
+A job (`flashml/jobs/baleen.py`, later `mat.py`, ...) is a tuple of `Stage`s over one
+`RunDir`. Every stage reads its inputs from the run folder and writes its outputs into it,
+then records `stages/<stage>.json` atomically; calling a recorded stage again returns the
+record without redoing the work, so a retried Airflow task is idempotent and the CLI, the
+DAG and `flashml train` run the same functions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flashml.errors import UserError
+from flashml.files import jsonable, write_json
+
+log = logging.getLogger("flashml.jobs")
+
+
+class Timer:
+    """Wall time per stage, in the order the stages ran (logged as each ends)."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        log.info("stage %s ...", name)
+        t0 = time.perf_counter()
+        yield
+        self.stages[name] = round(time.perf_counter() - t0, 2)
+        log.info("stage %s done in %.1fs", name, self.stages[name])
+
+
+class RunDir:
+    """One run's folder. In-process callers share loaded objects through `cache`; a fresh
+    process (an Airflow task) reloads them from the files."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.cache: dict[str, Any] = {}
+
+    @property
+    def table(self) -> Path:
+        """The canonical, validated accesses table every stage reads."""
+        return self.path / "accesses.parquet"
+
+    @property
+    def work(self) -> Path:
+        return self.path / "work"
+
+    def reset(self) -> None:
+        """Forget every stage record and the MLflow run: the next stages start afresh."""
+        shutil.rmtree(self.path / "stages", ignore_errors=True)
+        (self.path / "mlflow_run_id").unlink(missing_ok=True)
+        self.cache.clear()
+
+    def stage_file(self, name: str) -> Path:
+        return self.path / "stages" / f"{name}.json"
+
+    def done(self, name: str) -> dict[str, Any] | None:
+        """The record of a finished stage, or None."""
+        p = self.stage_file(name)
+        if p.is_file():
+            return json.loads(p.read_text())
+        return None
+
+    def record(self, name: str, data: dict[str, Any]) -> dict[str, Any]:
+        """Record a finished stage (atomically) and return the record as JSON would."""
+        data = jsonable(data)
+        write_json(self.stage_file(name), data)
+        return data
+
+    def frame(self) -> tuple[Any, Any]:
+        """The accesses table and its metadata (read once per process)."""
+        if "frame" not in self.cache:
+            from flashml.trace.canonical import read_table
+
+            if not self.table.is_file():
+                raise UserError(f"{self.table}: missing; run the ingest stage first")
+            self.cache["frame"] = read_table(self.table)
+        return self.cache["frame"]
+
+    def mlflow_run_id(self) -> str | None:
+        p = self.path / "mlflow_run_id"
+        return p.read_text().strip() if p.is_file() else None
+
+
+@contextmanager
+def open_run(run: RunDir, run_name: str, params: dict[str, Any] | None = None) -> Iterator[Any]:
+    """The run's MLflow run: created on first use (its id kept in the run folder), resumed
+    by later stages and retries. Nothing is opened if a run is already active."""
+    import mlflow
+
+    from flashml.tracking import setup
+
+    setup()
+    active = mlflow.active_run()
+    if active is not None:
+        yield active
+        return
+    rid = run.mlflow_run_id()
+    if rid is not None:
+        with mlflow.start_run(run_id=rid) as r:
+            yield r
+        return
+    with mlflow.start_run(run_name=run_name) as r:
+        (run.path / "mlflow_run_id").write_text(r.info.run_id + "\n")
+        if params:
+            mlflow.log_params(params)
+        yield r
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of a job: `fn(run, settings, timer)` returns the stage's record (a dict)."""
+
+    name: str
+    fn: Callable[..., Any]
+
+    @property
+    def doc(self) -> str:
+        return (self.fn.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+
+
+def run_stages(stages: Sequence[Stage], run: RunDir, settings: Any,
+               timer: Timer | None = None) -> dict[str, Any]:
+    """Run `stages` in order (each returns its record at once if already recorded); returns
+    {stage name: record}."""
+    timer = timer or Timer()
+    return {st.name: st.fn(run, settings, timer) for st in stages}
+
+
+def select(stages: Sequence[Stage], *names: str) -> tuple[Stage, ...]:
+    """The stages called `names`, in the job's order (KeyError on an unknown name)."""
+    known = {s.name for s in stages}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise KeyError(f"no stage {unknown[0]!r}; stages: {', '.join(sorted(known))}")
+    return tuple(s for s in stages if s.name in names)
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> Path:
+    return write_json(Path(out) / "summary.json", summary)
+
+
+def run_job(job: Any, settings: Any, out: Path) -> tuple[dict[str, Any], Path, Timer]:
+    """Run a system's job (a module of flashml/jobs with `STAGES`, `run_name(s)`,
+    `mlflow_params(run, s)` and `summary(records, s)`) end to end over the run folder `out`
+    in one process: a fresh start (earlier stage records in `out` are forgotten), the first
+    stage before the MLflow run when it is `ingest` (bad input opens no run), the rest inside
+    it; writes and logs `summary.json`. Returns the summary, its path and the timer."""
+    import mlflow
+
+    run = RunDir(out)
+    run.reset()
+    timer = Timer()
+    t0 = time.perf_counter()
+    first = job.STAGES[0]
+    if first.name == "ingest":
+        first.fn(run, settings, timer)
+    with open_run(run, job.run_name(settings), job.mlflow_params(run, settings)) as mlrun:
+        summary = job.summary(run_stages(job.STAGES, run, settings, timer), settings)
+        summary["mlflow_run_id"] = mlrun.info.run_id
+        summary["timings_s"] = timer.stages
+        summary["seconds"] = round(time.perf_counter() - t0, 1)
+        path = write_summary(out, summary)
+        mlflow.log_artifact(str(path))
+    return summary, path, timer

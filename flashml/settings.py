@@ -1,0 +1,349 @@
+"""Run settings: the one typed place for every knob of a job and its default.
+
+The CLI (`flashml pipeline run`, `train`, `sweep`), the Airflow DAG and the benchmarks build
+their settings here: `BaleenSettings.from_values` takes option values by name, and the
+option table `OPTIONS` gives each its command-line flag, type, help and (through the
+dataclass) its default, so a default is written once. Units and definitions (segment size,
+disk model, the artifact's cache size and write-rate target) live in `flashml.config`.
+
+Only the standard library and `flashml.config`/`flashml.errors` are imported: the DAG file
+imports this module when Airflow parses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from flashml.config import DEFAULTS
+from flashml.errors import UserError
+
+
+@dataclass(frozen=True)
+class GbmParams:
+    """LightGBM settings. The defaults are the Baleen artifact's (baleen-artifact-notes.md,
+    "Training facts"); the main job trains faster with `JOB_GBM`."""
+
+    num_leaves: int = 63
+    learning_rate: float = 0.005
+    max_bin: int = 255
+    feature_fraction: float = 0.9
+    bagging_fraction: float = 0.9
+    bagging_freq: int = 5
+    min_data_in_leaf: int = 50
+    min_sum_hessian_in_leaf: float = 5.0
+    num_boost_round: int = 2000
+    early_stopping_rounds: int = 25
+    num_threads: int = 2
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def lgb_params(self, objective: str) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("num_boost_round", "early_stopping_rounds", "extra"):
+            d.pop(k)
+        return {"objective": objective, "verbosity": -1, "deterministic": True,
+                "force_row_wise": True, **d, **self.extra}
+
+    def with_overrides(self, **kw: Any) -> GbmParams:
+        known = {k: v for k, v in kw.items() if k in self.__dataclass_fields__}
+        extra = {k: v for k, v in kw.items() if k not in self.__dataclass_fields__}
+        return replace(self, **known, extra={**self.extra, **extra})
+
+
+#: The main job's LightGBM: a 10x higher learning rate than the artifact's, with at most 500
+#: rounds (early stopping usually ends sooner), so the embedded default runs in about a
+#: minute; `--learning-rate 0.005 --max-rounds 2000` gives the artifact's.
+JOB_GBM = GbmParams(learning_rate=0.05, num_boost_round=500)
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """Baleen's convergence loop (flashml/models/converge.py)."""
+
+    start_eviction_age_s: float = 7200.0
+    damping: float = 0.5
+    min_move_s: float = 300.0
+    min_move_rel: float = 0.05
+    write_rate_tolerance: float = 0.05
+    max_iter: int = 20
+    train_seconds: float = DEFAULTS.warmup_s
+    engine: str = "polars"
+    accesses_per_episode: int = 6
+    #: Several K (labelled GETs per episode) to choose from on the training window, by the
+    #: admission-only mean DT there (ties: `accesses_per_episode`, the artifact's 6); one or
+    #: none: always `accesses_per_episode`. Mean, not peak: one 10-minute window sets a day's
+    #: peak; on 15 seven-day traces choosing by the training day's peak DT lost 2.0 points of
+    #: evaluation-day peak-DT reduction on average (up to 13.6) against the best K, by its
+    #: mean 0.3 (up to 2.7) (bench/bench_quality.py `k_choice`, README "Policy quality").
+    k_candidates: tuple[int, ...] = (6, 1, 2, 4, 12)
+    #: ML-When thresholds tried on the training window (1.0: prefetch never pays off).
+    when_candidates: tuple[float, ...] = (0.5, 0.7, 0.9, 1.0)
+
+
+@dataclass(frozen=True)
+class PeakSettings:
+    """The learned policies' peak schedule (flashml/models/peak.py)."""
+
+    #: Busy hours of the day given the bonus (0: a flat threshold).
+    hours: int = 9
+    #: How much lower the admission threshold is in those hours.
+    bonus: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.hours <= 24:
+            raise ValueError(f"peak hours must be in 0..24, got {self.hours}")
+        if not 0.0 <= self.bonus <= 1.0:
+            raise ValueError(f"peak bonus must be in [0, 1], got {self.bonus}")
+
+
+@dataclass(frozen=True)
+class BaleenSettings:
+    """Everything `flashml pipeline run` (and its stages: `train`, `sweep`, the DAG) needs."""
+
+    #: Raw trace or canonical .parquet; None: generate `preset` (the embedded default).
+    trace: Path | None = None
+    format: str | None = None
+    #: Percent of the full node the trace samples; None: from the trace (canonical.py).
+    sample_ratio: float | None = None
+    preset: str = "region1-like"
+    seed: int = 0
+    accesses: int | None = None
+    days: float | None = None
+    cache_gb: float = DEFAULTS.cache_gb
+    target_write_rate_mbps: float = DEFAULTS.target_write_rate_mbps
+    engine: str = "spark"
+    master: str | None = None
+    gbm: GbmParams = JOB_GBM
+    loop: LoopSettings = field(default_factory=LoopSettings)
+    peak: PeakSettings = field(default_factory=PeakSettings)
+    #: Train ML-Range and ML-When too (False: admission only).
+    with_prefetch: bool = True
+    sweep_trials: int = 6
+    sweep_storage: str | None = None
+    sweep_study: str | None = None
+    #: Write rates the sweep tries, as multiples of the target.
+    sweep_rate_range: tuple[float, float] = (0.25, 4.0)
+    register: bool = True
+    compile: bool = True
+    #: Evaluate (and maybe promote) this model bundle instead of training one.
+    candidate_bundle: Path | None = None
+    #: Where `promote` exports a promoted bundle (None: no export).
+    export_dir: Path | None = None
+
+    @property
+    def train_seconds(self) -> float:
+        return self.loop.train_seconds
+
+    def resolved_master(self) -> str | None:
+        """The Spark master: `master`, else $FLASHML_SPARK_MASTER, else None (local[*])."""
+        from flashml.config import spark_master
+
+        return self.master or spark_master()
+
+    def replace(self, **changes: Any) -> BaleenSettings:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> BaleenSettings:
+        """Settings from option values by name (`OPTIONS`); a missing or None value keeps
+        the default. UserError naming the option on a bad value."""
+        v = {k: x for k, x in values.items() if k in OPTIONS and x is not None}
+        for name, x in v.items():
+            OPTIONS[name].check(x)
+        d = cls()
+        ks = v.get("accesses_per_episode")
+        loop = replace(
+            d.loop, max_iter=int(v.get("max_iterations", d.loop.max_iter)),
+            train_seconds=float(v.get("train_hours", d.loop.train_seconds / 3600.0)) * 3600.0,
+            start_eviction_age_s=float(v.get("eviction_age", d.loop.start_eviction_age_s)))
+        if ks:
+            ks = tuple(int(k) for k in ks)
+            loop = replace(loop, accesses_per_episode=ks[0], k_candidates=ks)
+        try:
+            peak = PeakSettings(hours=int(v.get("peak_hours", d.peak.hours)),
+                                bonus=float(v.get("peak_bonus", d.peak.bonus)))
+        except ValueError as e:
+            raise UserError(f"--peak-hours/--peak-bonus: {e}") from None
+        gbm = d.gbm.with_overrides(
+            learning_rate=float(v.get("learning_rate", d.gbm.learning_rate)),
+            num_boost_round=int(v.get("max_rounds", d.gbm.num_boost_round)))
+        path = (lambda k: Path(v[k]) if v.get(k) else None)  # noqa: E731
+        return cls(
+            trace=path("trace"), format=v.get("format") or None,
+            sample_ratio=v.get("sample_ratio"), preset=v.get("preset", d.preset),
+            seed=int(v.get("seed", d.seed)), accesses=v.get("accesses") or None,
+            days=v.get("days"), cache_gb=float(v.get("cache_gb", d.cache_gb)),
+            target_write_rate_mbps=float(v.get("target_write_rate_mbps",
+                                               d.target_write_rate_mbps)),
+            engine=v.get("engine", d.engine), master=v.get("master") or None, gbm=gbm,
+            loop=loop, peak=peak, with_prefetch=not v.get("admission_only", False),
+            sweep_trials=int(v.get("sweep_trials", d.sweep_trials)),
+            sweep_storage=v.get("storage") or None, sweep_study=v.get("study") or None,
+            sweep_rate_range=(float(v.get("min_factor", d.sweep_rate_range[0])),
+                              float(v.get("max_factor", d.sweep_rate_range[1]))),
+            register=not v.get("no_register", False), compile=not v.get("no_compile", False),
+            candidate_bundle=path("candidate_bundle"), export_dir=path("export_dir"))
+
+    @classmethod
+    def from_cli(cls, args: argparse.Namespace) -> BaleenSettings:
+        return cls.from_values(vars(args))
+
+    @classmethod
+    def from_dag_params(cls, params: Mapping[str, Any]) -> BaleenSettings:
+        """From the DAG's params (`dag_params()`): empty strings and 0 accesses mean unset."""
+        return cls.from_values({k: (None if v == "" else v) for k, v in params.items()})
+
+    def mlflow_params(self) -> dict[str, Any]:
+        """What a run's MLflow parent run records about its settings."""
+        return {"trace": str(self.trace) if self.trace else
+                f"generated:{self.preset}:{self.seed}", "cache_gb": self.cache_gb,
+                "target_write_rate_mbps": self.target_write_rate_mbps, "engine": self.engine,
+                "learning_rate": self.gbm.learning_rate, "num_leaves": self.gbm.num_leaves,
+                "max_rounds": self.gbm.num_boost_round, "train_hours": self.train_seconds / 3600,
+                "sweep_trials": self.sweep_trials, "peak_hours": self.peak.hours,
+                "peak_bonus": self.peak.bonus}
+
+
+# --- the option table ------------------------------------------------------------------------
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a finite number."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def integer(text: str) -> int:
+    """argparse type: an integer."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def positive_ints(text: str) -> tuple[int, ...]:
+    """argparse type: comma-separated integers >= 1, e.g. `1,6,12`."""
+    out = tuple(integer(part.strip()) for part in text.split(","))
+    if any(k < 1 for k in out):
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class Option:
+    """One user-facing setting: its name (argparse dest and DAG param), flag, type and help;
+    `low`/`low_open` bound it from below (inclusive / exclusive)."""
+
+    name: str
+    flag: str
+    type: Callable[[str], Any]
+    default: Any
+    help: str
+    low: float | None = None
+    low_open: bool = False
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    #: Offered as a DAG param (JSON type), None: command line only.
+    dag_type: str | None = None
+
+    def check(self, value: Any) -> None:
+        """UserError naming the flag when `value` is below the bound or not a choice."""
+        if self.choices is not None and value not in self.choices:
+            raise UserError(f"{self.flag} must be one of {', '.join(self.choices)}, got "
+                            f"{value!r}")
+        if self.low is None or isinstance(value, (tuple, list, str, Path)):
+            return
+        if not math.isfinite(float(value)) or (value <= self.low if self.low_open
+                                              else value < self.low):
+            op = ">" if self.low_open else ">="
+            raise UserError(f"{self.flag} must be {op} {self.low:g}, got {value}")
+
+
+_D = BaleenSettings()
+_OPTIONS = (
+    Option("cache_gb", "--cache-gb", finite_float, _D.cache_gb, "flash cache size, GB (2^30 bytes) "
+           "at full-node scale", low=0, low_open=True, dag_type="number", metavar="GB"),
+    Option("target_write_rate_mbps", "--target-write-rate", finite_float,
+           _D.target_write_rate_mbps, "flash write-rate target, MB/s at full-node scale",
+           low=0, low_open=True, dag_type="number", metavar="MBPS"),
+    Option("train_hours", "--train-hours", finite_float, _D.loop.train_seconds / 3600.0,
+           "train on the trace's first H hours and judge every policy on the rest (the "
+           "first day, as Baleen)", low=0, low_open=True, dag_type="number", metavar="H"),
+    Option("engine", "--engine", str, _D.engine, "episodes engine of the recorded episodes "
+           "(the convergence loop's inner iterations use Polars)", choices=("spark", "polars"),
+           dag_type="string"),
+    Option("master", "--master", str, None, "Spark master URL (default $FLASHML_SPARK_MASTER, "
+           "else local[*])"),
+    Option("learning_rate", "--learning-rate", finite_float, _D.gbm.learning_rate,
+           "LightGBM learning rate (the artifact's: 0.005 with up to 2000 rounds)", low=0,
+           low_open=True, dag_type="number"),
+    Option("max_rounds", "--max-rounds", integer, _D.gbm.num_boost_round,
+           "LightGBM boosting rounds (at most; early stopping may end sooner)", low=1,
+           dag_type="integer"),
+    Option("max_iterations", "--max-iterations", integer, _D.loop.max_iter,
+           "convergence loop iteration cap", low=1, dag_type="integer"),
+    Option("eviction_age", "--eviction-age", finite_float, _D.loop.start_eviction_age_s,
+           "starting assumed eviction age of the convergence loop, seconds", low=0,
+           low_open=True, metavar="S"),
+    Option("accesses_per_episode", "--accesses-per-episode", positive_ints, None,
+           "OPT-labelled GETs per episode in the admission training rows; several: the K "
+           "whose admission-only model has the lowest mean DT on the training day (ties: the "
+           "first); one value fixes K (default: LoopSettings.k_candidates, the artifact's K=6 "
+           "wins ties)", metavar="K[,K...]"),
+    Option("peak_hours", "--peak-hours", integer, _D.peak.hours,
+           "peak-aware admission: how many of the busiest hours of the day (no-cache "
+           "disk-head time of the training window) get a lower threshold (0: flat)",
+           dag_type="integer"),
+    Option("peak_bonus", "--peak-bonus", finite_float, _D.peak.bonus,
+           "how much lower the threshold is in those hours", dag_type="number"),
+    Option("sweep_trials", "--sweep-trials", integer, _D.sweep_trials,
+           "Optuna trials of the write-rate sweep (0: no sweep)", low=0, dag_type="integer"),
+)
+OPTIONS: dict[str, Option] = {o.name: o for o in _OPTIONS}
+# Names `from_values` also reads, set by commands' own flags (no table entry needed there).
+for _name in ("trace", "format", "sample_ratio", "preset", "seed", "accesses", "days",
+              "admission_only", "storage", "study", "min_factor", "max_factor", "no_register",
+              "no_compile", "candidate_bundle", "export_dir"):
+    OPTIONS.setdefault(_name, Option(_name, f"--{_name.replace('_', '-')}", str, None, ""))
+
+
+def add_options(parser: argparse.ArgumentParser, *names: str) -> None:
+    """Add the table's options `names` to a command, defaults and help from the table."""
+    for name in names:
+        o = OPTIONS[name]
+        default = f" (default {o.default:g})" if isinstance(o.default, (int, float)) \
+            and not isinstance(o.default, bool) else \
+            (f" (default {o.default})" if o.default is not None else "")
+        parser.add_argument(o.flag, dest=o.name, type=o.type, default=o.default,
+                            choices=o.choices, metavar=o.metavar,
+                            help=o.help + ("" if o.choices else default))
+
+
+def dag_params() -> dict[str, dict[str, Any]]:
+    """The options offered as Airflow params: name -> {default, type, description, bound}."""
+    out: dict[str, dict[str, Any]] = {}
+    for o in _OPTIONS:
+        if o.dag_type is None:
+            continue
+        spec: dict[str, Any] = {"default": o.default, "type": o.dag_type,
+                                "description": o.help}
+        if o.choices:
+            spec["enum"] = list(o.choices)
+        if o.low is not None:
+            spec["exclusiveMinimum" if o.low_open else "minimum"] = o.low
+        out[o.name] = spec
+    return out
+
+
+def settings_fields() -> list[str]:
+    return [f.name for f in fields(BaleenSettings)]
