@@ -19,6 +19,23 @@ GiB = 1024 * MiB
 # artifact's 400/357.45 CacheLib overhead factor. Sizes of accesses and blocks are in MiB.
 MB = 1_000_000
 GB = GiB
+HOUR_S = 3_600.0
+DAY_S = 86_400.0
+
+# Tectonic op codes (baleen-artifact-notes.md): the one definition of op names, and of which
+# ops are GETs (reads: they form episodes, hit or miss) and which PUTs (writes: never admitted).
+OPS: dict[int, str] = {
+    1: "GET_TEMP",
+    2: "GET_PERM",
+    3: "PUT_TEMP",
+    4: "PUT_PERM",
+    5: "GET_NOT_INIT",
+    6: "PUT_NOT_INIT",
+    100: "UNKNOWN",
+}
+OP_CODES: dict[str, int] = {name: code for code, name in OPS.items()}
+GET_OPS: tuple[int, ...] = tuple(c for c, name in OPS.items() if name.startswith("GET_"))
+PUT_OPS: tuple[int, ...] = tuple(c for c, name in OPS.items() if name.startswith("PUT_"))
 
 
 @dataclass(frozen=True)
@@ -47,7 +64,7 @@ class Defaults:
     target_write_rate_mbps: float = 35.599
     disks: int = 36
     window_s: float = 600.0
-    warmup_s: float = 86_400.0
+    warmup_s: float = DAY_S
     sample_ratio: float = 100.0
 
 

@@ -187,14 +187,18 @@ def test_matches_reference(tmp_path, seed):
     assert list(got_arrays) == ref["arrays"]
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory) -> Path:
+def generated_table(d: Path, preset: str, seed: int, accesses: int) -> Path:
+    """A generated 2-day trace of `preset`, ingested into `d`: its canonical table."""
     from flashml.trace.generate import generate_trace
     from flashml.trace.ingest import ingest
 
-    d = tmp_path_factory.mktemp("gen")
-    generate_trace("region1-like", 7, d / "g.trace", accesses=60_000, days=2, progress=False)
+    generate_trace(preset, seed, d / "g.trace", accesses=accesses, days=2, progress=False)
     return ingest(d / "g.trace", d / "g.parquet", progress=False).out
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    return generated_table(tmp_path_factory.mktemp("gen"), "region1-like", 7, 60_000)
 
 
 def _independent_count(path: Path, ea: float) -> int:

@@ -10,8 +10,7 @@ segments * seg_time), as the engines do.
 
 from __future__ import annotations
 
-from flashml.config import MB, UNITS
-from flashml.trace.canonical import GET_OPS
+from flashml.config import GET_OPS, MB, UNITS
 
 
 def reference(rows: list[dict], *, eviction_age_s: float, target: float, k: int,

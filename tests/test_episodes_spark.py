@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
-from test_episodes import HAND, write_trace
+from test_episodes import HAND, generated_table, write_trace
 
 from flashml.episodes.core import EpisodeParams, build
 
@@ -26,12 +26,7 @@ def spark():
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> Path:
-    from flashml.trace.generate import generate_trace
-    from flashml.trace.ingest import ingest
-
-    d = tmp_path_factory.mktemp("gen")
-    generate_trace("region2-like", 3, d / "g.trace", accesses=15_000, days=2, progress=False)
-    return ingest(d / "g.trace", d / "g.parquet", progress=False).out
+    return generated_table(tmp_path_factory.mktemp("gen"), "region2-like", 3, 15_000)
 
 
 def _same(a: Path, b: Path) -> None:

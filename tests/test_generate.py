@@ -11,10 +11,12 @@ import pytest
 from flashml.config import UNITS
 from flashml.errors import UserError
 from flashml.trace.canonical import TraceMeta
-from flashml.trace.generate import HEADER, PRESETS, generate_trace
+from flashml.trace.generate import HEADER, generate_trace
+from flashml.trace.presets import PRESETS, markdown
 from flashml.trace.stats import compute_stats
 
 FIELDS = HEADER.lstrip("#").split()
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def parse(path: Path) -> tuple[list[str], pl.DataFrame]:
@@ -131,6 +133,20 @@ def test_preset_stats_in_documented_ranges(name: str, preset_traces: dict[str, t
     assert set(p.expected) >= {"compulsory_miss_rate", "one_hit_wonder_rate",
                                "put_only_block_rate", "put_fraction", "request_rate_per_s",
                                "peak_to_mean_hourly"}
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_readme_section_is_rendered_from_the_preset(name: str,
+                                                    preset_traces: dict[str, tuple]) -> None:
+    """README.md's section of each preset is exactly `markdown` of its one definition, with
+    the statistics of its default trace as `flashml trace stats` measures them (ingested)."""
+    from flashml.trace.ingest import load_trace
+
+    info, _, _ = preset_traces[name]
+    section = markdown(PRESETS[name], compute_stats(*load_trace(info["path"])))
+    assert section in README.read_text(encoding="utf-8"), (
+        f"README.md's `{name}` section is out of date; paste the output of "
+        "`python -m flashml.trace.presets`")
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

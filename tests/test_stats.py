@@ -9,8 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from flashml.config import MB, KiB, MiB
-from flashml.trace.canonical import GET_OPS, PUT_OPS, TraceMeta
+from flashml.config import GET_OPS, MB, PUT_OPS, KiB, MiB
+from flashml.trace.canonical import TraceMeta
 from flashml.trace.stats import (
     REQUIRED_KEYS,
     compute_stats,

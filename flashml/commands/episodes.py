@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import time
 from pathlib import Path
 
 from flashml.commands.argtypes import finite_float as _float
@@ -13,10 +13,12 @@ from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.episodes.core import DEFAULT_K, WHEN_EPSILON_S
 from flashml.errors import UserError
+from flashml.files import dumps
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     from flashml.episodes.core import EpisodeParams, build
+    from flashml.trace.ingest import canonical_path
 
     if args.chunks is not None and args.chunks < 1:
         raise UserError(f"--chunks must be >= 1, got {args.chunks}")
@@ -27,13 +29,19 @@ def cmd_build(args: argparse.Namespace) -> int:
         time_mode=args.time,
         when_epsilon_s=args.when_epsilon_ms / 1000.0,
     )
-    res = build(args.trace, args.out, params, engine=args.engine, master=args.master,
-                chunks=args.chunks, simulate=args.simulate, cache_gb=args.cache_gb,
-                warmup_s=args.warmup_s, plot=not args.no_plot, sample_ratio=args.sample_ratio,
-                fmt=args.format)
+    params.validate()  # before a raw trace is ingested
+    t0 = time.perf_counter()
+    # A raw trace is ingested first, beside the output (its folder is removed afterwards).
+    with canonical_path(args.trace, args.format, sample_ratio=args.sample_ratio,
+                        workdir=args.out.resolve().parent, progress=False) as (table, ingested):
+        res = build(table, args.out, params, engine=args.engine, master=args.master,
+                    chunks=args.chunks, simulate=args.simulate, cache_gb=args.cache_gb,
+                    warmup_s=args.warmup_s, plot=not args.no_plot,
+                    sample_ratio=args.sample_ratio, source=args.trace,
+                    timings={"ingest_s": time.perf_counter() - t0} if ingested else None)
     s = res.summary
     if args.json:
-        print(json.dumps({k: v for k, v in s.items() if k != "curve"}, default=str))
+        print(dumps({k: v for k, v in s.items() if k != "curve"}, indent=None))
         return 0
     cutoff = "none" if s["cutoff_score"] is None else f"{s['cutoff_score']:.6g} s/segment"
     print(f"{args.out}: {s['episodes']} episodes from {s['gets']} GETs ({args.engine}, "
@@ -53,7 +61,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 EPILOG = """\
-outputs (in -o DIR, written atomically; semantics in flashml/pipelines/episodes.py):
+outputs (in -o DIR, written atomically; semantics in flashml/episodes/core.py):
   episodes.parquet  one row per episode: episode_id, key, first_row, first_time, last_time,
                     gets, range_start, range_end (OPT-Range, inclusive segments),
                     size_segments, get_segments, accessed_segments, replay_ios,

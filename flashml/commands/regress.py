@@ -21,7 +21,6 @@ A policy (RUN_OR_BUNDLE) is any of:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import tempfile
@@ -33,6 +32,7 @@ from flashml.commands.argtypes import finite_float
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
+from flashml.files import dumps
 
 #: Rows of the side-by-side table: metric key, label, format.
 ROWS = (
@@ -160,12 +160,10 @@ def cmd_regress(args: argparse.Namespace) -> int:
     fails = compare(cm, bm, tolerance=args.tolerance, target=target,
                     write_rate_tolerance=args.write_rate_tolerance)
     if args.json:
-        print(json.dumps({"candidate": {"source": cand.source, "kind": cand.kind,
-                                        "metrics": _jsonable(cm)},
-                          "baseline": {"source": basep.source, "kind": basep.kind,
-                                       "metrics": _jsonable(bm)},
-                          "target_write_rate_mbps": target, "tolerance": args.tolerance,
-                          "passed": not fails, "failures": fails}, indent=2))
+        print(dumps({"candidate": {"source": cand.source, "kind": cand.kind, "metrics": cm},
+                     "baseline": {"source": basep.source, "kind": basep.kind, "metrics": bm},
+                     "target_write_rate_mbps": target, "tolerance": args.tolerance,
+                     "passed": not fails, "failures": fails}))
     else:
         print(f"trace: {args.trace} ({df.height} accesses, sample ratio {meta.sample_ratio:g}%,"
               f" cache {args.cache_gb:g} GB, target {target:.3f} MB/s)")
@@ -181,11 +179,6 @@ def cmd_regress(args: argparse.Namespace) -> int:
             print(f"PASS: candidate peak DT within {args.tolerance:.2%} of the baseline and "
                   f"write rate within the target")
     return 1 if fails else 0
-
-
-def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-            for k, v in d.items()}
 
 
 def degrade_bundle(src: str | Path, dst: str | Path) -> Path:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -14,22 +12,13 @@ from flashml.commands.argtypes import integer as _int
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS, UNITS
 from flashml.errors import UserError
-
-
-def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    """NaN (e.g. no eviction happened) becomes null so the output stays valid JSON."""
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, float) and not math.isfinite(v):
-            v = None
-        out[k] = v
-    return out
+from flashml.files import atomic_path, dumps, jsonable
 
 
 def _print_metrics(metrics: dict[str, Any], as_json: bool) -> None:
-    metrics = _jsonable(metrics)
+    metrics = jsonable(metrics)  # NaN (e.g. no eviction happened) becomes null
     if as_json:
-        print(json.dumps(metrics))
+        print(dumps(metrics, indent=None))
         return
     width = max(len(k) for k in metrics)
     for k, v in metrics.items():
@@ -139,8 +128,6 @@ def _run_policy(args: argparse.Namespace, df: Any, cfg: Any) -> Any:
 
 def _write_series(series: dict[str, Any], path: Path) -> None:
     import polars as pl
-
-    from flashml.trace.canonical import atomic_path
 
     df = pl.DataFrame({k: series[k] for k in ("time", "dt_util", "write_rate_mbps", "warmup")})
     with atomic_path(path) as tmp:

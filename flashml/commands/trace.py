@@ -10,7 +10,6 @@ from pathlib import Path
 
 from flashml.commands.argtypes import finite_float
 from flashml.config import UNITS
-from flashml.errors import UserError
 
 log = logging.getLogger("flashml.trace")
 
@@ -100,10 +99,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from flashml.trace.generate import PRESETS, generate_trace
+    from flashml.trace.generate import generate_trace
 
-    if args.preset not in PRESETS:
-        raise UserError(f"unknown preset {args.preset!r}; presets: {', '.join(PRESETS)}")
     info = generate_trace(args.preset, args.seed, args.output, accesses=args.accesses,
                           days=args.days, progress=not args.quiet)
     print(f"{args.output}: " + ", ".join(f"{k}={v}" for k, v in info.items()))

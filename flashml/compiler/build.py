@@ -52,6 +52,7 @@ from flashml.config import UNITS
 from flashml.errors import UserError
 from flashml.features.codegen import ABI_VERSION
 from flashml.features.contract import contract
+from flashml.files import write_json
 
 log = logging.getLogger(__name__)
 
@@ -553,8 +554,7 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
             "segments_per_block": int(segments_per_block),
             "range_rounding": "floor(x + 0.5) clamped to [0, segments_per_block-1], "
                               "end >= start",
-            "metrics": {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
-                        for k, v in params["metrics"].items()},
+            "metrics": params["metrics"],  # non-finite values become null (write_json)
             "models": {n: {"file": i.file, "sha256": i.sha256, "num_trees": i.num_trees,
                            "num_features": i.num_features, "features": i.features,
                            "task": i.task, "postprocessor": i.postprocessor,
@@ -570,7 +570,7 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                       "cc_s": cc_s, "compile_s": time.perf_counter() - started,
                       "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")},
         }
-        (result / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+        write_json(result / MANIFEST_NAME, manifest)
         _replace_dir(result, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -67,7 +67,6 @@ Semantics (the one statement both engines implement; `seg` = segment bytes):
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -82,9 +81,10 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
-from flashml.config import DEFAULTS, GB, MB, UNITS
+from flashml.config import DEFAULTS, GB, GET_OPS, MB, UNITS
 from flashml.errors import TraceError, UserError
-from flashml.trace.canonical import GET_OPS, TraceMeta, read_meta
+from flashml.files import write_json
+from flashml.trace.canonical import TraceMeta, read_meta, with_sample_ratio
 
 log = logging.getLogger(__name__)
 
@@ -536,65 +536,55 @@ class BuildResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def build(trace: Path, out: Path, params: EpisodeParams, *, engine: str = "spark",
+def build(table: Path, out: Path, params: EpisodeParams, *, engine: str = "spark",
           master: str | None = None, spark: Any = None, chunks: int | None = None,
           simulate: bool = False, cache_gb: float | None = None, warmup_s: float = 0.0,
-          plot: bool = True, sample_ratio: float | None = None, fmt: str | None = None,
-          reader_options: dict[str, Any] | None = None) -> BuildResult:
+          plot: bool = True, sample_ratio: float | None = None,
+          source: str | os.PathLike[str] | None = None,
+          timings: dict[str, float] | None = None) -> BuildResult:
     """Build episodes.parquet, labels.parquet, arrays.parquet and summary.json in `out`,
-    atomically. `trace` is a canonical table or a raw trace (ingested into the temp dir)."""
-    from dataclasses import replace
-
-    from flashml.trace.canonical import resolve_sample_ratio
-    from flashml.trace.ingest import ingest, is_parquet
-
+    atomically, from the canonical access table `table` (a raw trace is the caller's to
+    ingest first: `flashml.trace.ingest.canonical_path`). `sample_ratio` overrides the
+    table's (`resolve_sample_ratio`); `simulate` also runs `simulate_opt`. summary.json names
+    `source` (default `table`) as the trace; `timings` are stages the caller ran before
+    (e.g. ingest_s), kept in the summary's timings and counted in its seconds."""
     started = _time.perf_counter()
     params.validate()
     if engine not in ENGINES:
         raise UserError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    trace = Path(trace)
-    if not trace.exists():
-        raise TraceError(trace, "no such file")
-    timings: dict[str, float] = {}
+    table = Path(table)
+    meta = with_sample_ratio(check_input(table), sample_ratio, table)
+    before_s = sum((timings or {}).values())
+    timings = dict(timings or {})
     with OutputDir(out) as od:
         work = od.scratch()
-        if is_parquet(trace) and fmt in (None, "parquet"):
-            src = trace
-            meta = check_input(src)
-            meta = replace(meta, sample_ratio=resolve_sample_ratio(sample_ratio, trace, meta))
-        else:
-            t = _time.perf_counter()
-            res = ingest(trace, work / "trace.parquet", fmt or "tectonic",
-                         sample_ratio=sample_ratio, progress=False, **(reader_options or {}))
-            src, meta = res.out, res.meta
-            timings["ingest_s"] = _time.perf_counter() - t
-        info = trace_info(src, meta, params)
+        info = trace_info(table, meta, params)
         job = Job(params, info)
         t = _time.perf_counter()
         if engine == "polars":
             from flashml.episodes.polars_engine import run_polars
 
-            run_polars(src, od.tmp, job, work, chunks=chunks)
+            run_polars(table, od.tmp, job, work, chunks=chunks)
         else:
             from flashml.episodes.spark_engine import run_spark
 
-            run_spark(src, od.tmp, job, work, master=master, spark=spark)
+            run_spark(table, od.tmp, job, work, master=master, spark=spark)
         timings["engine_s"] = _time.perf_counter() - t
         episodes = pl.read_parquet(od.path("episodes.parquet"))
         summary = summarize(episodes, job)
         summary["engine"] = engine
         if simulate:
             t = _time.perf_counter()
-            summary["simulation"] = simulate_opt(src, meta, od.path("arrays.parquet"), summary,
-                                                 cache_gb=cache_gb, warmup_s=warmup_s)
+            summary["simulation"] = simulate_opt(table, meta, od.path("arrays.parquet"),
+                                                 summary, cache_gb=cache_gb, warmup_s=warmup_s)
             timings["simulate_s"] = _time.perf_counter() - t
         if plot:
             plot_curve(summary, od.path("curve.png"))
         summary["params"] = asdict(params)
-        summary["trace"] = str(trace)
-        summary["seconds"] = _time.perf_counter() - started
+        summary["trace"] = str(table if source is None else source)
+        summary["seconds"] = before_s + _time.perf_counter() - started
         summary["timings"] = timings
-        od.path("summary.json").write_text(json.dumps(_jsonable(summary), indent=2) + "\n")
+        write_json(od.path("summary.json"), summary)
         od.commit()
     return BuildResult(out=Path(out), summary=summary, seconds=summary["seconds"],
                        timings=timings)
@@ -639,15 +629,3 @@ def simulate_opt(src: Path, meta: TraceMeta, arrays_path: Path, summary: dict[st
         "prefetched_segments": m["prefetched_segments"],
         "sim_wall_s": m["wall_s"],
     }
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
-        return _jsonable(x.item())
-    return x

@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from flashml.config import GET_OPS
 from flashml.features.contract import Contract, contract
-from flashml.trace.canonical import GET_OPS
 
 REPO = Path(__file__).resolve().parents[2]
 ABI_VERSION = 1

@@ -11,9 +11,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from flashml.config import UNITS
+from flashml.config import GET_OPS, UNITS
 from flashml.features.contract import Contract, contract
-from flashml.trace.canonical import GET_OPS
 
 
 def base_columns(df: pl.DataFrame, segment_bytes: int = UNITS.segment_bytes) -> pl.DataFrame:

@@ -8,7 +8,7 @@ Columns (in this order), then any `src_*` columns of the source format:
 | `key`       | u64    | cache key: the block (and host/shard where the source has one) |
 | `offset`    | u64    | byte offset of the access inside its block                    |
 | `size`      | u64    | bytes; `offset + size <= block size`                          |
-| `op`        | u8     | Tectonic op code (see `OPS`)                                  |
+| `op`        | u8     | Tectonic op code (`flashml.config.OPS`)                       |
 | `namespace` | u32    | namespace / tenant id                                         |
 | `user`      | u32    | user id                                                       |
 | `src_line`  | u64    | 1-based line number of the source line the access came from   |
@@ -21,10 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -33,19 +30,7 @@ import pyarrow.parquet as pq
 
 from flashml.config import UNITS
 from flashml.errors import TraceError
-
-# Tectonic op codes (baleen-artifact-notes.md). The one definition of op names.
-OPS: dict[int, str] = {
-    1: "GET_TEMP",
-    2: "GET_PERM",
-    3: "PUT_TEMP",
-    4: "PUT_PERM",
-    5: "GET_NOT_INIT",
-    6: "PUT_NOT_INIT",
-    100: "UNKNOWN",
-}
-GET_OPS: tuple[int, ...] = (1, 2, 5)
-PUT_OPS: tuple[int, ...] = (3, 4, 6)
+from flashml.files import atomic_path
 
 CORE_SCHEMA: dict[str, pl.DataType] = {
     "time": pl.Float64(),
@@ -104,12 +89,17 @@ def sample_ratio_from_name(path: str | os.PathLike[str]) -> float | None:
 
 
 def resolve_sample_ratio(explicit: float | None, path: str | os.PathLike[str],
-                         meta: TraceMeta | None = None) -> float:
-    """--sample-ratio if given, else the table's metadata, else the file name, else 100."""
+                         meta: TraceMeta | None = None, *,
+                         recorded: float | None = None) -> float:
+    """The one rule for a trace's sample ratio (percent): --sample-ratio if given, else what
+    the trace records (a canonical table's metadata `meta`, or a raw trace's `# flashml:`
+    comment, `recorded`), else the artifact file name full_<start>_<ratio>.trace, else 100."""
     if explicit is not None:
         ratio = float(explicit)
     elif meta is not None and meta.source_format != "unknown":
         ratio = meta.sample_ratio
+    elif recorded is not None:
+        ratio = float(recorded)
     else:
         ratio = sample_ratio_from_name(path) or 100.0
     if not (0.0 < ratio <= 100.0):
@@ -118,32 +108,18 @@ def resolve_sample_ratio(explicit: float | None, path: str | os.PathLike[str],
     return ratio
 
 
+def with_sample_ratio(meta: TraceMeta, explicit: float | None,
+                      path: str | os.PathLike[str]) -> TraceMeta:
+    """A canonical table's metadata with its sample ratio resolved (`resolve_sample_ratio`)."""
+    return replace(meta, sample_ratio=resolve_sample_ratio(explicit, path, meta))
+
+
 def arrow_schema(extra: pa.Schema | None = None, meta: TraceMeta | None = None) -> pa.Schema:
     fields = [pa.field(n, pl.select(pl.lit(None, dtype=t)).to_arrow().schema[0].type)
               for n, t in CORE_SCHEMA.items()]
     if extra is not None:
         fields += [f for f in extra if f.name not in CORE_SCHEMA]
     return pa.schema(fields, metadata=(meta or TraceMeta()).to_kv())
-
-
-@contextmanager
-def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path next to `dest`; rename it onto `dest` only if the block succeeds."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        yield tmp_path
-        if tmp_path.exists():
-            os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
-        os.replace(tmp_path, dest)
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
 
 
 def read_meta(path: str | os.PathLike[str]) -> TraceMeta:

@@ -30,12 +30,14 @@ request rate (Table 2) and a sample ratio; accesses = rate x ratio/100 x seconds
 stay at Table 2 whatever the size. The ratio is written into the header, where ingest reads it.
 
 Output: Tectonic text, 201910 schema, written atomically; deterministic for a seed.
+
+The presets (and README.md's tables of them) are defined once, in `flashml.trace.presets`.
 """
 
 from __future__ import annotations
 
 import time as _time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +45,17 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from flashml.config import UNITS, KiB, MiB
+from flashml.config import DAY_S, OP_CODES, UNITS, KiB, MiB
 from flashml.errors import UserError
-from flashml.trace.canonical import atomic_path
+from flashml.files import atomic_path
+from flashml.trace.presets import (
+    PRESETS,  # noqa: F401 - re-exported for bench/
+    Preset,
+    Tenant,
+    get_preset,
+)
 
 EPOCH_S = 1_572_000_000.0  # 2019-10-25 10:40 UTC, the 201910 traces' month
-DAY_S = 86_400.0
 HEADER = "#block_id io_offset io_size op_time op_name pipeline user_namespace user_name"
 SIZE_ALIGN = 4 * KiB  # access sizes are multiples of this
 OFFSET_ALIGN = 64 * KiB  # access offsets are multiples of this
@@ -57,207 +64,8 @@ MIN_SIZE = 64 * KiB
 MAX_PUTS_PER_BLOCK = 4
 WRITE_CHUNK_ROWS = 1_000_000
 KINDS = ("hot", "scan", "ingest", "temp")
-OP_GET_TEMP, OP_GET_PERM, OP_PUT_TEMP, OP_PUT_PERM = 1, 2, 3, 4
-
-
-@dataclass(frozen=True)
-class Tenant:
-    """One population of blocks with one reuse behaviour (module docstring)."""
-
-    name: str
-    """Label, used in docs only."""
-    kind: str
-    """`hot`, `scan`, `ingest` or `temp`."""
-    namespace: int
-    """`user_namespace` of every access."""
-    users: tuple[int, ...]
-    """`user_name` ids; each block gets one, user i with weight 1/(i+1)."""
-    pipeline: int
-    """`pipeline` field of every access."""
-    access_share: float
-    """Fraction of the trace's accesses (shares of a preset sum to 1)."""
-    mean_count: float
-    """hot: mean GETs per block; scan: mean GETs per block (1 = every block read once);
-    ingest: mean PUTs per block; temp: mean GETs after the block's one PUT."""
-    size_median_mib: float = 2.0
-    """Median GET size, MiB (log-normal, clipped to [64 KiB, hot range])."""
-    size_sigma: float = 0.8
-    """Log-normal sigma of GET sizes."""
-    extent_mib: tuple[float, float] = (2.0, 8.0)
-    """A block's written extent (its size), uniform in this range, MiB ..."""
-    full_extent_prob: float = 0.5
-    """... except with this probability it is the whole block (8 MiB)."""
-    hot_range: tuple[float, float] = (1.0, 1.0)
-    """hot: the fraction of the extent a block's reads stay inside, uniform in this range."""
-    get_temp_prob: float = 0.2
-    """hot/scan: probability a GET is GET_TEMP (op 1) rather than GET_PERM (op 2)."""
-    burst_prob: float = 0.7
-    """Probability that an access continues the current episode rather than starting one."""
-    burst_gap_s: float = 60.0
-    """Mean gap between accesses inside an episode, seconds."""
-    lifetime_s: tuple[float, float] = (3_600.0, 3 * DAY_S)
-    """A block's episodes start inside a window of this length (log-uniform), seconds ..."""
-    episode_spacing_s: float = 600.0
-    """... but at least this many seconds per episode, so popular blocks spread out."""
-    zipf_alpha: float = 0.8
-    """hot: exponent of the rank-frequency law."""
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A synthetic workload: full-node scale, diurnal shape and its tenants."""
-
-    name: str
-    description: str
-    full_node_rate_per_s: float
-    """Requests per second of the full node (Baleen Table 2, "Request Rate")."""
-    sample_ratio: float
-    """Percent of the full node's blocks the default trace samples."""
-    days: float
-    """Default trace length in days (the first is warm-up)."""
-    diurnal_amplitude: float
-    """A in the intensity 1 + A cos(...): hourly peak-to-mean about 1 + A. Must be < 1."""
-    peak_hour_utc: float
-    """Hour of the day (UTC) of the diurnal peak."""
-    tenants: tuple[Tenant, ...]
-    table2: dict[str, float] = field(default_factory=dict)
-    """The Baleen Table 2 row the preset imitates (stats keys -> value), for reference."""
-    expected: dict[str, tuple[float, float]] = field(default_factory=dict)
-    """Documented ranges of `compute_stats` on a default-size trace (tests check them)."""
-
-    def default_accesses(self) -> int:
-        return int(round(self.full_node_rate_per_s * self.sample_ratio / 100.0
-                         * self.days * DAY_S))
-
-
-def _region1() -> Preset:
-    return Preset(
-        name="region1-like",
-        description="Data warehouse, 2019 (Baleen Region1): a Zipf hot set re-read by "
-                    "interactive users, batch scans, ingest writes and short-lived temp data.",
-        full_node_rate_per_s=244.0,
-        sample_ratio=0.1,
-        days=3.0,
-        diurnal_amplitude=0.75,
-        peak_hour_utc=15.0,
-        tenants=(
-            Tenant("warehouse-interactive", "hot", namespace=1, users=(1, 2, 3), pipeline=24,
-                   access_share=0.60, mean_count=32.0, size_median_mib=3.4, size_sigma=0.6,
-                   extent_mib=(3.0, 8.0), full_extent_prob=0.45, hot_range=(0.6, 1.0),
-                   get_temp_prob=0.1, burst_prob=0.75, burst_gap_s=45.0,
-                   lifetime_s=(2 * 3_600.0, 3 * DAY_S)),
-            Tenant("warehouse-etl", "hot", namespace=2, users=(4, 5), pipeline=31,
-                   access_share=0.19, mean_count=11.0, size_median_mib=2.8, size_sigma=0.7,
-                   extent_mib=(2.0, 8.0), full_extent_prob=0.3, hot_range=(0.5, 1.0),
-                   get_temp_prob=0.4, burst_prob=0.6, burst_gap_s=120.0,
-                   lifetime_s=(3_600.0, DAY_S)),
-            Tenant("warehouse-batch-scan", "scan", namespace=1, users=(6, 7), pipeline=24,
-                   access_share=0.04, mean_count=1.02, size_median_mib=4.5, size_sigma=0.5,
-                   extent_mib=(3.0, 8.0), full_extent_prob=0.5, get_temp_prob=0.3),
-            Tenant("ingest", "ingest", namespace=3, users=(8, 9), pipeline=7,
-                   access_share=0.105, mean_count=1.3, extent_mib=(1.0, 8.0),
-                   full_extent_prob=0.4, burst_gap_s=5.0),
-            Tenant("shuffle-temp", "temp", namespace=4, users=(10, 11), pipeline=12,
-                   access_share=0.065, mean_count=2.0, size_median_mib=1.5, size_sigma=0.8,
-                   extent_mib=(1.0, 8.0), full_extent_prob=0.3, burst_gap_s=300.0),
-        ),
-        table2={"request_rate_per_s": 244, "avg_block_size_mib": 5.70, "access_size_mib": 3.41,
-                "compulsory_miss_rate": 0.18, "one_hit_wonder_rate": 0.54,
-                "put_only_block_rate": 0.46, "put_fraction": 0.13,
-                "admit_all_write_rate_mbps": 316},
-        expected={"compulsory_miss_rate": (0.15, 0.21), "one_hit_wonder_rate": (0.48, 0.60),
-                  "put_only_block_rate": (0.40, 0.52), "put_fraction": (0.11, 0.15),
-                  "access_size_mib": (2.9, 3.9), "avg_block_size_mib": (5.0, 6.6),
-                  "request_rate_per_s": (237.0, 251.0), "admit_all_write_rate_mbps": (85, 115),
-                  "peak_to_mean_hourly": (1.7, 2.3)},
-    )
-
-
-def _region2() -> Preset:
-    return Preset(
-        name="region2-like",
-        description="Data warehouse, 2019 (Baleen Region2): scan-dominated, mostly "
-                    "one-hit wonders and write-only blocks around a small, very hot set.",
-        full_node_rate_per_s=106.0,
-        sample_ratio=0.25,
-        days=3.0,
-        diurnal_amplitude=0.75,
-        peak_hour_utc=14.0,
-        tenants=(
-            Tenant("dashboards", "hot", namespace=1, users=(1, 2), pipeline=24,
-                   access_share=0.63, mean_count=13.0, size_median_mib=2.2, size_sigma=0.8,
-                   extent_mib=(2.0, 8.0), full_extent_prob=0.3, hot_range=(0.3, 1.0),
-                   get_temp_prob=0.1, burst_prob=0.7, burst_gap_s=60.0,
-                   lifetime_s=(3_600.0, 2 * DAY_S)),
-            Tenant("adhoc-scan", "scan", namespace=1, users=(3, 4, 5), pipeline=24,
-                   access_share=0.12, mean_count=1.0, size_median_mib=3.5, size_sigma=0.6,
-                   extent_mib=(2.0, 8.0), full_extent_prob=0.4, get_temp_prob=0.3),
-            Tenant("backfill-scan", "scan", namespace=5, users=(6,), pipeline=40,
-                   access_share=0.09, mean_count=1.0, size_median_mib=2.5, size_sigma=0.6,
-                   extent_mib=(1.0, 8.0), full_extent_prob=0.3, get_temp_prob=0.6),
-            Tenant("ingest", "ingest", namespace=3, users=(8, 9), pipeline=7,
-                   access_share=0.13, mean_count=1.05, extent_mib=(1.0, 8.0),
-                   full_extent_prob=0.3, burst_gap_s=5.0),
-            Tenant("shuffle-temp", "temp", namespace=4, users=(10,), pipeline=12,
-                   access_share=0.03, mean_count=2.0, size_median_mib=1.5, size_sigma=0.8,
-                   extent_mib=(1.0, 8.0), full_extent_prob=0.3, burst_gap_s=300.0),
-        ),
-        table2={"request_rate_per_s": 106, "avg_block_size_mib": 5.07, "access_size_mib": 2.85,
-                "compulsory_miss_rate": 0.39, "one_hit_wonder_rate": 0.83,
-                "put_only_block_rate": 0.81, "put_fraction": 0.14,
-                "admit_all_write_rate_mbps": 121},
-        expected={"compulsory_miss_rate": (0.34, 0.44), "one_hit_wonder_rate": (0.77, 0.89),
-                  "put_only_block_rate": (0.27, 0.40), "put_fraction": (0.12, 0.16),
-                  "access_size_mib": (2.3, 3.4), "avg_block_size_mib": (4.3, 6.0),
-                  "request_rate_per_s": (103.0, 109.0), "admit_all_write_rate_mbps": (80, 110),
-                  "peak_to_mean_hourly": (1.7, 2.3)},
-    )
-
-
-def _region3() -> Preset:
-    return Preset(
-        name="region3-like",
-        description="Data warehouse, 2019 (Baleen Region3): big blocks, smaller reads "
-                    "concentrated on narrow hot ranges; low admit-all write rate.",
-        full_node_rate_per_s=139.0,
-        sample_ratio=0.2,
-        days=3.0,
-        diurnal_amplitude=0.75,
-        peak_hour_utc=16.0,
-        tenants=(
-            Tenant("warehouse-interactive", "hot", namespace=1, users=(1, 2, 3), pipeline=24,
-                   access_share=0.62, mean_count=22.0, size_median_mib=1.9, size_sigma=0.7,
-                   extent_mib=(4.0, 8.0), full_extent_prob=0.7, hot_range=(0.3, 0.7),
-                   get_temp_prob=0.1, burst_prob=0.75, burst_gap_s=45.0,
-                   lifetime_s=(2 * 3_600.0, 3 * DAY_S)),
-            Tenant("warehouse-etl", "hot", namespace=2, users=(4, 5), pipeline=31,
-                   access_share=0.14, mean_count=10.0, size_median_mib=1.6, size_sigma=0.7,
-                   extent_mib=(4.0, 8.0), full_extent_prob=0.5, hot_range=(0.25, 0.6),
-                   get_temp_prob=0.4, burst_prob=0.6, burst_gap_s=120.0,
-                   lifetime_s=(3_600.0, DAY_S)),
-            Tenant("warehouse-batch-scan", "scan", namespace=1, users=(6, 7), pipeline=24,
-                   access_share=0.04, mean_count=1.02, size_median_mib=2.0, size_sigma=0.6,
-                   extent_mib=(4.0, 8.0), full_extent_prob=0.6, get_temp_prob=0.3),
-            Tenant("ingest", "ingest", namespace=3, users=(8, 9), pipeline=7,
-                   access_share=0.14, mean_count=1.6, extent_mib=(5.0, 8.0),
-                   full_extent_prob=0.8, burst_gap_s=5.0),
-            Tenant("shuffle-temp", "temp", namespace=4, users=(10, 11), pipeline=12,
-                   access_share=0.06, mean_count=2.0, size_median_mib=1.2, size_sigma=0.8,
-                   extent_mib=(2.0, 8.0), full_extent_prob=0.4, burst_gap_s=300.0),
-        ),
-        table2={"request_rate_per_s": 139, "avg_block_size_mib": 6.71, "access_size_mib": 2.42,
-                "compulsory_miss_rate": 0.19, "one_hit_wonder_rate": 0.48,
-                "put_only_block_rate": 0.46, "put_fraction": 0.16,
-                "admit_all_write_rate_mbps": 45},
-        expected={"compulsory_miss_rate": (0.16, 0.22), "one_hit_wonder_rate": (0.42, 0.54),
-                  "put_only_block_rate": (0.40, 0.52), "put_fraction": (0.14, 0.18),
-                  "access_size_mib": (2.0, 2.9), "avg_block_size_mib": (5.8, 7.6),
-                  "request_rate_per_s": (135.0, 143.0), "admit_all_write_rate_mbps": (34, 48),
-                  "peak_to_mean_hourly": (1.7, 2.3)},
-    )
-
-
-PRESETS: dict[str, Preset] = {p.name: p for p in (_region1(), _region2(), _region3())}
+OP_GET_TEMP, OP_GET_PERM, OP_PUT_TEMP, OP_PUT_PERM = (
+    OP_CODES[n] for n in ("GET_TEMP", "GET_PERM", "PUT_TEMP", "PUT_PERM"))
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -439,7 +247,7 @@ def _resolve_size(p: Preset, accesses: int | None, days: float | None) -> tuple[
         raise UserError(f"days must be > 0, got {d}")
     if accesses is None:
         ratio = p.sample_ratio
-        n = int(round(p.full_node_rate_per_s * ratio / 100.0 * d * DAY_S))
+        n = p.default_accesses(d)
     else:
         n = int(accesses)
         ratio = 100.0 * n / (p.full_node_rate_per_s * d * DAY_S)
@@ -509,9 +317,7 @@ def generate_trace(preset: str, seed: int, out: Path, *, accesses: int | None = 
     rates scaled to a full node match the preset (module docstring). Returns a summary:
     path, preset, seed, accesses, keys, days, duration_s, sample_ratio, seconds.
     """
-    if preset not in PRESETS:
-        raise UserError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
-    p = PRESETS[preset]
+    p = get_preset(preset)
     t0 = _time.perf_counter()
     n, d, ratio = _resolve_size(p, accesses, days)
     df = build_accesses(p, seed, n, d * DAY_S)

@@ -11,7 +11,10 @@ from __future__ import annotations
 import logging
 import math
 import re
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,14 @@ from tqdm import tqdm
 
 from flashml.config import UNITS
 from flashml.errors import TraceError, UserError
-from flashml.trace.canonical import TraceMeta, arrow_schema, atomic_path, resolve_sample_ratio
+from flashml.files import atomic_path
+from flashml.trace.canonical import (
+    TraceMeta,
+    arrow_schema,
+    read_table,
+    resolve_sample_ratio,
+    with_sample_ratio,
+)
 from flashml.trace.readers import FORMATS, READERS, Reader
 from flashml.trace.textio import CHUNK_BYTES, first_data_line, iter_chunks, open_binary
 
@@ -79,13 +89,15 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
     first, comments = first_data_line(src)
     reader.detect(first, comments)
     from_comments = comment_settings(comments).get("sample_ratio")
-    if sample_ratio is None and from_comments is not None:
+    recorded = None
+    if from_comments is not None:
         try:
-            sample_ratio = float(from_comments)
+            recorded = float(from_comments)
         except ValueError:
-            raise TraceError(src, f"bad sample_ratio {from_comments!r} in '# flashml:' comment",
-                             field="sample_ratio") from None
-    ratio = resolve_sample_ratio(sample_ratio, src)
+            if sample_ratio is None:
+                raise TraceError(src, f"bad sample_ratio {from_comments!r} in '# flashml:' "
+                                 "comment", field="sample_ratio") from None
+    ratio = resolve_sample_ratio(sample_ratio, src, recorded=recorded)
     meta = TraceMeta(sample_ratio=ratio, source_format=fmt, block_bytes=block_bytes,
                      source_file=src.name)
 
@@ -152,7 +164,7 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
         stream.close()
         raw.close()
     result = IngestResult(out=out, meta=meta, rows=rows, lines=lines,
-                          dropped_zero_size=getattr(reader, "dropped_zero_size", 0),
+                          dropped_zero_size=reader.dropped_zero_size,
                           seconds=time.perf_counter() - started,
                           details={"schema": getattr(reader, "schema", fmt)})
     log.info("ingested %s (%s%s): %d lines -> %d accesses in %.2fs (%.0f lines/s), "
@@ -191,25 +203,35 @@ def is_parquet(path: Path) -> bool:
         return False
 
 
-def load_trace(path: str | Path, fmt: str | None = None, *, sample_ratio: float | None = None,
-               **reader_options: Any) -> tuple[pl.DataFrame, TraceMeta]:
-    """Any trace as a canonical DataFrame: canonical Parquet is read as is, a raw trace is
-    ingested first (`fmt`, default tectonic). `sample_ratio` overrides the recorded one."""
-    from dataclasses import replace
-
-    from flashml.trace.canonical import read_table
-
+@contextmanager
+def canonical_path(path: str | Path, fmt: str | None = None, *,
+                   sample_ratio: float | None = None, workdir: str | Path | None = None,
+                   **options: Any) -> Iterator[tuple[Path, IngestResult | None]]:
+    """Any trace as a canonical table on disk, for the `with` block: canonical Parquet is used
+    as is; a raw trace (`fmt`, default tectonic) is ingested into a temporary folder (in
+    `workdir`, else the system's) removed afterwards. Yields (table path, the IngestResult or
+    None). `sample_ratio` and `options` (reader options, `progress`) go to ingest; a canonical
+    table's sample-ratio override is the caller's (`with_sample_ratio`)."""
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "no such file")
     if is_parquet(path) and fmt in (None, "parquet"):
-        df, meta = read_table(path)
-        ratio = resolve_sample_ratio(sample_ratio, path, meta)
-        return df, replace(meta, sample_ratio=ratio)
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="flashml-") as tmp:
+        yield path, None
+        return
+    if workdir is not None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".flashml-ingest-", dir=workdir) as tmp:
         res = ingest(path, Path(tmp) / "trace.parquet", fmt or "tectonic",
-                     sample_ratio=sample_ratio, **reader_options)
-        df = pl.read_parquet(res.out)
-    return df, res.meta
+                     sample_ratio=sample_ratio, **options)
+        yield res.out, res
+
+
+def load_trace(path: str | Path, fmt: str | None = None, *, sample_ratio: float | None = None,
+               **reader_options: Any) -> tuple[pl.DataFrame, TraceMeta]:
+    """Any trace as a canonical DataFrame: canonical Parquet is read as is, a raw trace is
+    ingested first (`fmt`, default tectonic). `sample_ratio` overrides the recorded one."""
+    with canonical_path(path, fmt, sample_ratio=sample_ratio, **reader_options) as (table, res):
+        if res is not None:
+            return pl.read_parquet(table), res.meta
+        df, meta = read_table(table)
+        return df, with_sample_ratio(meta, sample_ratio, table)

@@ -44,10 +44,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from flashml.config import MB, UNITS, MiB
-from flashml.trace.canonical import GET_OPS, PUT_OPS, TraceMeta
+from flashml.config import GET_OPS, HOUR_S, MB, PUT_OPS, UNITS, MiB
+from flashml.trace.canonical import TraceMeta
 
-HOUR_S = 3600.0
 _SHIFT = 1 << 32  # segment indices of one block stay far below this
 
 # The JSON keys the CLI promises (`flashml trace stats --json`); more follow them.

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import polars as pl
 
-from flashml.config import state_dir
-from flashml.trace.canonical import CORE_COLUMNS, OPS, TraceMeta
+from flashml.config import OPS, state_dir
+from flashml.trace.canonical import CORE_COLUMNS, TraceMeta
 
 log = logging.getLogger(__name__)
 SUITE_NAME = "canonical_accesses"

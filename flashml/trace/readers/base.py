@@ -12,9 +12,9 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from flashml.config import UNITS
+from flashml.config import OPS, UNITS
 from flashml.errors import TraceError
-from flashml.trace.canonical import CORE_SCHEMA, OPS
+from flashml.trace.canonical import CORE_SCHEMA
 from flashml.trace.textio import Chunk
 
 Kind = Literal["int", "float", "str"]
@@ -41,25 +41,28 @@ class Reader(ABC):
 
     format_name: str = ""
     separator: str = ","
+    header_prefix: str | None = None
+    """A first data line starting with this is a header line (None: no header)."""
 
     def __init__(self, path: Path, *, block_bytes: int = UNITS.block_bytes) -> None:
         self.path = path
         self.block_bytes = int(block_bytes)
         self.columns: list[Column] = []
         self.display: dict[str, str] = {}  # internal column name -> name shown in errors
+        self.dropped_zero_size = 0  # zero-size IOs `drop_zero_size` left out so far
 
     # --- set-up -----------------------------------------------------------------------------
-    @abstractmethod
-    def detect(self, first_line: str | None, comments: list[str]) -> None:
-        """Choose the column layout from the first data line and the comments before it."""
+    def detect(self, first_line: str | None, comments: list[str]) -> None:  # noqa: ARG002
+        """Choose the column layout from the first data line and the comments before it
+        (formats whose layout is fixed keep the one set in __init__)."""
+        return None
 
-    def is_header(self, line: str) -> bool:  # noqa: ARG002 - formats with a header override
-        return False
+    def is_header(self, line: str) -> bool:
+        return self.header_prefix is not None and line.startswith(self.header_prefix)
 
-    @property
-    @abstractmethod
-    def time_column(self) -> str:
-        """The source column whose values must be non-decreasing."""
+    time_column: str = ""
+    """The source column whose values must be non-decreasing (a property where the layout
+    decides it)."""
 
     # --- per chunk --------------------------------------------------------------------------
     def parse(self, chunk: Chunk) -> pl.DataFrame:
@@ -126,6 +129,14 @@ class Reader(ABC):
         """Canonical columns (CORE_SCHEMA order) followed by `src_*` columns."""
 
     # --- shared helpers ---------------------------------------------------------------------
+    def drop_zero_size(self, df: pl.DataFrame, size: str) -> pl.DataFrame:
+        """`df` without its zero-size IOs (counted in `dropped_zero_size`)."""
+        zero = df[size] == 0
+        if zero.any():
+            self.dropped_zero_size += int(zero.sum())
+            df = df.filter(~zero)
+        return df
+
     def size_checks(self, size: str, offset: str | None = None) -> list[Check]:
         checks = [Check(pl.col(size) < 0, size, "negative size {value}")]
         if offset is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from flashml.config import OP_CODES
 from flashml.errors import UserError
 from flashml.trace.readers.base import Check, Column, Reader, finish
 
@@ -22,6 +23,8 @@ COLUMNS = [Column("version", "int"), Column("time", "float"), Column("op", "str"
 class CloudPhysicsReader(Reader):
     format_name = "cloudphysics"
     separator = ","
+    header_prefix = "version"
+    time_column = "time"
 
     def __init__(self, *args, sector_bytes: int = 512, time_scale: float = 1.0,
                  **kwargs) -> None:  # type: ignore[no-untyped-def]
@@ -33,17 +36,6 @@ class CloudPhysicsReader(Reader):
         self.sector_bytes = int(sector_bytes)
         self.time_scale = float(time_scale)
         self.columns = list(COLUMNS)
-        self.dropped_zero_size = 0
-
-    def detect(self, first_line: str | None, comments: list[str]) -> None:
-        pass
-
-    def is_header(self, line: str) -> bool:
-        return line.startswith("version")
-
-    @property
-    def time_column(self) -> str:
-        return "time"
 
     def checks(self) -> list[Check]:
         known = list(READ_OPCODES + WRITE_OPCODES)
@@ -55,10 +47,7 @@ class CloudPhysicsReader(Reader):
         ]
 
     def to_canonical(self, df: pl.DataFrame) -> pl.DataFrame:
-        zero = df["size"] == 0
-        if zero.any():
-            self.dropped_zero_size += int(zero.sum())
-            df = df.filter(~zero)
+        df = self.drop_zero_size(df, "size")
         df = df.with_columns(src_io_size=pl.col("size"),
                              _addr=pl.col("lbn").cast(pl.UInt64) * self.sector_bytes)
         df = self.split_blocks(df, "_addr", "size")
@@ -66,7 +55,8 @@ class CloudPhysicsReader(Reader):
         df = df.with_columns(
             key=pl.col("block"),
             time=pl.col("time") * self.time_scale,
-            op=pl.when(op.is_in(list(READ_OPCODES))).then(2).otherwise(4),
+            op=pl.when(op.is_in(list(READ_OPCODES))).then(OP_CODES["GET_PERM"])
+            .otherwise(OP_CODES["PUT_PERM"]),
             namespace=pl.lit(0),
             user=pl.lit(0),
             src_lbn=pl.col("lbn"),

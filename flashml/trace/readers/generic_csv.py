@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from flashml.config import OP_CODES, OPS
 from flashml.errors import UserError
-from flashml.trace.canonical import OPS
 from flashml.trace.keys import hash_names
 from flashml.trace.readers.base import Check, Column, Kind, Reader, finish, scoped_keys
 
@@ -22,7 +22,9 @@ FIELDS: dict[str, Kind] = {
     "time": "float", "key": "str", "offset": "int", "address": "int", "size": "int",
     "op": "str", "namespace": "int", "user": "int",
 }
-OP_WORDS = {"read": 2, "r": 2, "get": 2, "write": 4, "w": 4, "put": 4}
+GET_PERM, PUT_PERM = OP_CODES["GET_PERM"], OP_CODES["PUT_PERM"]
+OP_WORDS = {"read": GET_PERM, "r": GET_PERM, "get": GET_PERM,
+            "write": PUT_PERM, "w": PUT_PERM, "put": PUT_PERM}
 
 
 def parse_mapping(spec: str) -> dict[str, str]:
@@ -62,7 +64,6 @@ class GenericCsvReader(Reader):
         self.time_scale = float(time_scale)
         self.src: dict[str, str] = {}  # canonical field -> internal column name
         self._names: dict[str, int] = {}
-        self.dropped_zero_size = 0
 
     def detect(self, first_line: str | None, comments: list[str]) -> None:
         if first_line is None:
@@ -108,13 +109,10 @@ class GenericCsvReader(Reader):
 
     def to_canonical(self, df: pl.DataFrame) -> pl.DataFrame:
         s = self.src
-        zero = df[s["size"]] == 0
-        if zero.any():
-            self.dropped_zero_size += int(zero.sum())
-            df = df.filter(~zero)
+        df = self.drop_zero_size(df, s["size"])
         extra: dict[str, pl.Expr] = {
             "time": pl.col(s["time"]) * self.time_scale,
-            "op": self._op_expr() if "op" in s else pl.lit(2),
+            "op": self._op_expr() if "op" in s else pl.lit(GET_PERM),
             "namespace": pl.col(s["namespace"]) if "namespace" in s else pl.lit(0),
             "user": pl.col(s["user"]) if "user" in s else pl.lit(0),
         }

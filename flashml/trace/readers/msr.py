@@ -12,55 +12,44 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from flashml.config import OP_CODES
 from flashml.trace.keys import hash_names
 from flashml.trace.readers.base import Check, Column, Reader, finish, scoped_keys
 
 FILETIME_UNIX_OFFSET_TICKS = 116_444_736_000_000_000  # 1601-01-01 -> 1970-01-01, 100 ns
 COLUMNS = ["Timestamp", "Hostname", "DiskNumber", "Type", "Offset", "Size", "ResponseTime"]
 _KINDS = {"Hostname": "str", "Type": "str"}
-OP_CODES = {"read": 2, "write": 4}
+OP_TYPES = {"read": OP_CODES["GET_PERM"], "write": OP_CODES["PUT_PERM"]}
 
 
 class MsrReader(Reader):
     format_name = "msr"
     separator = ","
+    header_prefix = "Timestamp"
+    time_column = "Timestamp"
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         self._names: dict[str, int] = {}
-        self.dropped_zero_size = 0
         self.columns = [Column(n, _KINDS.get(n, "int")) for n in COLUMNS]
-
-    def detect(self, first_line: str | None, comments: list[str]) -> None:
-        pass
-
-    def is_header(self, line: str) -> bool:
-        return line.startswith("Timestamp")
-
-    @property
-    def time_column(self) -> str:
-        return "Timestamp"
 
     def checks(self) -> list[Check]:
         return self.size_checks("Size", "Offset") + [
             Check(pl.col("Timestamp") < 0, "Timestamp", "negative timestamp {value}"),
-            Check(~pl.col("Type").str.to_lowercase().is_in(list(OP_CODES)), "Type",
+            Check(~pl.col("Type").str.to_lowercase().is_in(list(OP_TYPES)), "Type",
                   "unknown op {value!r} (expected Read or Write)"),
             self.id_check("DiskNumber"),
         ]
 
     def to_canonical(self, df: pl.DataFrame) -> pl.DataFrame:
-        zero = df["Size"] == 0
-        if zero.any():
-            self.dropped_zero_size += int(zero.sum())
-            df = df.filter(~zero)
+        df = self.drop_zero_size(df, "Size")
         df = self.split_blocks(df, "Offset", "Size")
         scope_names = (df["Hostname"] + ":" + df["DiskNumber"].cast(pl.String)).to_numpy()
         host_hash = hash_names(df["Hostname"].to_numpy(), self._names)
         df = df.with_columns(
             key=scoped_keys(hash_names(scope_names, self._names), df["block"]),
             time=(pl.col("Timestamp") - FILETIME_UNIX_OFFSET_TICKS) / 1e7,
-            op=pl.col("Type").str.to_lowercase().replace_strict(OP_CODES),
+            op=pl.col("Type").str.to_lowercase().replace_strict(OP_TYPES),
             namespace=pl.Series((host_hash & np.uint64(0xFFFFFFFF)).astype(np.uint32)),
             user=pl.col("DiskNumber"),
             src_hostname=pl.col("Hostname"),

@@ -27,12 +27,12 @@ _SCOPE = {"202110": "host_name", "2023": "rs_shard_id"}
 class TectonicReader(Reader):
     format_name = "tectonic"
     separator = " "
+    time_column = "op_time"
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         self.schema = ""
         self._names: dict[str, int] = {}
-        self.dropped_zero_size = 0
 
     def detect(self, first_line: str | None, comments: list[str]) -> None:
         if comments:
@@ -51,10 +51,6 @@ class TectonicReader(Reader):
         if not self.schema:
             self.schema = "201910"
         self.columns = [Column(n, _KINDS.get(n, "int")) for n in SCHEMAS[self.schema]]
-
-    @property
-    def time_column(self) -> str:
-        return "op_time"
 
     def checks(self) -> list[Check]:
         checks = self.size_checks("io_size", "io_offset") + [
@@ -80,10 +76,7 @@ class TectonicReader(Reader):
         return float(df["op_time"][-1])
 
     def to_canonical(self, df: pl.DataFrame) -> pl.DataFrame:
-        zero = df["io_size"] == 0
-        if zero.any():
-            self.dropped_zero_size += int(zero.sum())
-            df = df.filter(~zero)
+        df = self.drop_zero_size(df, "io_size")
         scope = _SCOPE.get(self.schema)
         if scope is None:
             key = pl.col("block_id").cast(pl.UInt64)
