@@ -56,7 +56,7 @@ def ablation(out: Path) -> dict:
     df, meta = read_table(out / "accesses.parquet")
     feats = feature_matrix(df)
     arrays = score_all(load_policy_dir(out / "policy"), feats)
-    base = SimConfig(sample_ratio=meta.sample_ratio, cache_gb=s["cache_gb"])
+    base = SimConfig.for_trace(meta, cache_gb=s["cache_gb"])
     target = s["target_write_rate_mbps"]
     rx = s["policies"]["rejectx"]["peak_dt_util"]
     n = len(feats)

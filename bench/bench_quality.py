@@ -117,7 +117,7 @@ def ceiling(out: Path) -> dict:
     every_day = float(times[-1] - times[0]) + 1.0
     data = training_data(feats, times, labels, episodes, every_day, max_position=k)
     score = score_all(train_policy(data, GbmParams(), with_prefetch=False), feats)["score"]
-    base = SimConfig(sample_ratio=meta.sample_ratio, cache_gb=s["cache_gb"])
+    base = SimConfig.for_trace(meta, cache_gb=s["cache_gb"])
     m = tune_threshold(df, base, s["target_write_rate_mbps"], {"score": score}).result.metrics
     rx = s["policies"]["rejectx"]
     return {"in_sample_vs_rejectx": 1.0 - m["peak_dt_util"] / rx["peak_dt_util"],
@@ -140,7 +140,7 @@ def k_choice(out: Path) -> dict:
 
     s, df, meta, feats, times, labels, episodes = _load_run(out)
     loop = LoopSettings()
-    base = SimConfig(sample_ratio=meta.sample_ratio, cache_gb=s["cache_gb"])
+    base = SimConfig.for_trace(meta, cache_gb=s["cache_gb"])
     n, first_day, cold = training_day(df, base, loop.train_seconds)  # as the loop simulates
     target, rx = s["target_write_rate_mbps"], s["policies"]["rejectx"]["peak_dt_util"]
     gbm = GbmParams().with_overrides(learning_rate=0.05, num_boost_round=500)  # the CLI's

@@ -1,8 +1,9 @@
 """Writing results: atomic files and JSON, one definition for every part of flashml.
 
 Every output a user may read while flashml runs, or that must not be left half-written when
-it fails (DESIGN.md "Errors"), goes through `atomic_path`: written under a temporary name in
-the destination's folder, renamed onto it only when complete. `jsonable` is the one JSON
+it fails (DESIGN.md "Errors"), goes through `atomic_path` (a file) or `atomic_dir` (a
+folder): written under a temporary name in the destination's folder, renamed onto it only
+when complete. `jsonable` is the one JSON
 sanitiser: NumPy scalars become Python numbers, paths strings, non-finite floats null (so
 the output stays valid JSON, e.g. a mean eviction age when nothing was evicted).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +39,55 @@ def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def replace_dir(src: str | os.PathLike[str], dest: str | os.PathLike[str], *,
+                marker: str | None = None, what: str = "output folder",
+                error: type[Exception] | None = None) -> Path:
+    """Move the finished folder `src` onto `dest`, replacing an earlier one there only after
+    `src` is complete (restored if the swap fails). With `marker`, a non-empty `dest`
+    without that file is refused (`error`, default UserError): it is not ours to replace."""
+    from flashml.errors import UserError
+
+    error = error or UserError
+    src, dest = Path(src), Path(dest)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(src, 0o777 & ~umask)  # mkdtemp's 0700 would hide the output from readers
+    if not dest.exists():
+        os.replace(src, dest)
+        return dest
+    if not dest.is_dir():
+        raise error(f"{dest}: exists and is not a directory")
+    if marker is not None and any(dest.iterdir()) and not (dest / marker).exists():
+        raise error(f"{dest}: exists and is not a {what} (no {marker}); refusing to "
+                        "replace it")
+    old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
+    os.replace(dest, old / "x")
+    try:
+        os.replace(src, dest)
+    except BaseException:
+        os.replace(old / "x", dest)
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+@contextmanager
+def atomic_dir(dest: str | os.PathLike[str], *, marker: str | None = None,
+               what: str = "output folder") -> Iterator[Path]:
+    """Yield a temporary folder next to `dest`; when the block succeeds it replaces `dest`
+    (`replace_dir`), when it fails it is removed and `dest` is untouched."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        yield tmp
+        replace_dir(tmp, dest, marker=marker, what=what)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def jsonable(x: Any) -> Any:

@@ -69,8 +69,8 @@ def test_main_job_on_a_real_trace_shorter_than_a_day(tmp_path: Path, cli,
     from flashml.trace.canonical import read_table
 
     df, meta = read_table(work / "accesses.parquet")
-    cfg = SimConfig(sample_ratio=meta.sample_ratio, cache_gb=summary["cache_gb"],
-                    admission="rejectx", rejectx_factor=rx["rejectx_factor"])
+    cfg = SimConfig.for_trace(meta, cache_gb=summary["cache_gb"], admission="rejectx",
+                              rejectx_factor=rx["rejectx_factor"])
     judged = simulate(df, cfg.replace(warmup_s=1800.0)).metrics
     assert rx["peak_dt_util"] == pytest.approx(judged["peak_dt_util"], rel=1e-12)
     assert rx["mean_dt_util"] == pytest.approx(judged["mean_dt_util"], rel=1e-12)

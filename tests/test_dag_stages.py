@@ -41,7 +41,7 @@ def test_ingest_validate_is_idempotent(tmp_path: Path) -> None:
     stamp = run.table.stat().st_mtime_ns
     again = baleen.ingest(RunDir(run.path), s, Timer())  # a retried task, new process
     assert again == rec and run.table.stat().st_mtime_ns == stamp
-    with pytest.raises(UserError, match="no such trace"):
+    with pytest.raises(UserError, match="no such file"):
         baleen.ingest(RunDir(tmp_path / "r2"), s.replace(trace=tmp_path / "missing.trace"),
                       Timer())
 

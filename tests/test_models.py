@@ -113,7 +113,7 @@ def test_loop_on_a_small_trace(small_trace, tmp_path: Path) -> None:
     from flashml.trace.canonical import read_meta
 
     df, table = small_trace
-    base = SimConfig(sample_ratio=read_meta(table).sample_ratio)
+    base = SimConfig.for_trace(read_meta(table))
     gbm = GbmParams(learning_rate=0.1, num_boost_round=60)
     target = DEFAULTS.target_write_rate_mbps
     res = run_loop(df, table, feature_matrix(df), base, target, tmp_path, gbm,
@@ -146,7 +146,7 @@ def test_when_threshold_is_chosen_on_the_training_day(small_trace) -> None:
     rng = np.random.default_rng(0)
     arrays = {"score": rng.random(n), "prefetch_start": np.zeros(n, np.int64),
               "prefetch_end": np.full(n, 63, np.int64), "when_score": rng.random(n)}
-    base = SimConfig(sample_ratio=read_meta(table).sample_ratio)
+    base = SimConfig.for_trace(read_meta(table))
     best, peaks = select_when_threshold(df, arrays, base, 35.599, 86_400.0, (0.5, 0.9, 1.0))
     assert set(peaks) == {0.5, 0.9, 1.0}
     assert peaks[best] == min(peaks.values())
@@ -170,7 +170,7 @@ def test_loop_warns_when_the_peak_schedule_cannot_meet_the_target(small_trace, t
     from flashml.trace.canonical import read_meta
 
     df, table = small_trace
-    base = SimConfig(sample_ratio=read_meta(table).sample_ratio)
+    base = SimConfig.for_trace(read_meta(table))
     gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
     target = DEFAULTS.target_write_rate_mbps
     greedy = base.replace(peak_hours=tuple(range(24)), peak_bonus=1.0)
@@ -195,7 +195,7 @@ def test_accesses_per_episode_chosen_on_the_training_day(small_trace, tmp_path: 
     from flashml.trace.canonical import read_meta
 
     df, table = small_trace
-    base = SimConfig(sample_ratio=read_meta(table).sample_ratio)
+    base = SimConfig.for_trace(read_meta(table))
     gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
     target = DEFAULTS.target_write_rate_mbps
     feats = feature_matrix(df)

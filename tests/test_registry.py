@@ -38,7 +38,7 @@ def test_champion_moves_only_for_a_better_candidate(isolated_mlflow: Path) -> No
     ingest(d / "t.trace", d / "t.parquet", "tectonic", progress=False)
     df, meta = read_table(d / "t.parquet")
     feats = feature_matrix(df)
-    base = SimConfig(sample_ratio=meta.sample_ratio)
+    base = SimConfig.for_trace(meta)
     target = 35.599
     loop = run_loop(df, d / "t.parquet", feats, base, target, d / "w",
                     GbmParams(learning_rate=0.1, num_boost_round=40), LoopSettings(max_iter=1))

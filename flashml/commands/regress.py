@@ -152,7 +152,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         df, meta = load_trace(args.trace, args.format, sample_ratio=args.sample_ratio)
         if df.height == 0:
             raise UserError(f"{args.trace}: no accesses")
-        sim = SimConfig(sample_ratio=meta.sample_ratio, cache_gb=args.cache_gb)
+        sim = SimConfig.for_trace(meta, cache_gb=args.cache_gb)
         cm = simulate_resolved(cand, df, sim)
         bm = simulate_resolved(basep, df, sim)
     target = args.target_write_rate or float(cand.params.get("target_write_rate_mbps") or

@@ -40,7 +40,7 @@ def _run(stage_names: tuple[str, ...], s: BaleenSettings, run_name: str, workdir
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from flashml.files import atomic_path
+    from flashml.files import atomic_dir
     from flashml.jobs.baleen import policy_dir
 
     s = BaleenSettings.from_cli(args).replace(sweep_trials=0, register=False, compile=False)
@@ -54,13 +54,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not s.with_prefetch:
             print(json.dumps(trained["metrics"], indent=2))
             return 0
-        if out.exists() and any(out.iterdir()) and not (out / "policy.json").is_file():
-            raise UserError(f"{out}: exists and is not a policy bundle; choose another -o")
-        with atomic_path(out) as dest:  # replaces an earlier bundle only when complete
-            dest.unlink()
-            shutil.copytree(policy_dir(run), dest)
-            if out.exists():
-                shutil.rmtree(out)
+        with atomic_dir(out, marker="policy.json", what="policy bundle") as dest:
+            shutil.copytree(policy_dir(run), dest, dirs_exist_ok=True)
     print(f"{out}: policy bundle (compile it with `flashml compile --model-dir {out} -o DIR` "
           f"or `--run-id {trained['mlflow_run_id']}`)")
     return 0 if conv["converged"] or not args.require_convergence else 1

@@ -52,7 +52,7 @@ from flashml.config import UNITS
 from flashml.errors import UserError
 from flashml.features.codegen import ABI_VERSION
 from flashml.features.contract import contract
-from flashml.files import write_json
+from flashml.files import replace_dir, write_json
 
 log = logging.getLogger(__name__)
 
@@ -433,26 +433,6 @@ def _versions(cc: str) -> dict[str, str]:
             "flashml": __version__}
 
 
-def _replace_dir(src: Path, dest: Path) -> None:
-    """Move the finished folder `src` to `dest`, replacing an earlier bundle there."""
-    if dest.exists():
-        if not dest.is_dir():
-            raise CompileError(f"{dest}: exists and is not a directory")
-        if any(dest.iterdir()) and not (dest / MANIFEST_NAME).exists():
-            raise CompileError(f"{dest}: exists and is not a policy bundle (no "
-                               f"{MANIFEST_NAME}); refusing to replace it")
-        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-        dest.rename(old)
-        try:
-            src.rename(dest)
-        except BaseException:
-            old.rename(dest)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        src.rename(dest)
-
-
 def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                    run_id: str | None = None, model_dir: str | os.PathLike[str] | None = None,
                    cc: str | None = None,
@@ -571,7 +551,7 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                       "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")},
         }
         write_json(result / MANIFEST_NAME, manifest)
-        _replace_dir(result, out)
+        replace_dir(result, out, marker=MANIFEST_NAME, what="policy bundle", error=CompileError)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if rid and log_to_mlflow and model_dir is None:

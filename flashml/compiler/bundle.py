@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ import numpy as np
 from flashml.config import UNITS
 from flashml.errors import UserError
 from flashml.features.contract import contract
+from flashml.files import atomic_dir
 
 #: Model name -> file name inside a bundle, in ABI order.
 MODEL_FILES: dict[str, str] = {
@@ -121,12 +120,7 @@ def save_policy_models(directory: str | os.PathLike[str], boosters: Mapping[str,
         raise ValueError(f"save_policy_models: missing boosters {missing}; "
                          f"need {list(MODEL_FILES)}")
     out = Path(directory)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)
-    try:
+    with atomic_dir(out) as tmp:
         for name, fname in MODEL_FILES.items():
             want = len(model_features(name))
             got = boosters[name].num_feature()
@@ -147,12 +141,6 @@ def save_policy_models(directory: str | os.PathLike[str], boosters: Mapping[str,
         if mlflow_run_id:
             params["mlflow_run_id"] = mlflow_run_id
         (tmp / POLICY_JSON).write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

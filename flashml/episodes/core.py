@@ -83,7 +83,7 @@ import pyarrow.parquet as pq
 
 from flashml.config import DEFAULTS, GB, GET_OPS, MB, UNITS
 from flashml.errors import TraceError, UserError
-from flashml.files import write_json
+from flashml.files import replace_dir, write_json
 from flashml.trace.canonical import TraceMeta, read_meta, with_sample_ratio
 
 log = logging.getLogger(__name__)
@@ -413,17 +413,7 @@ class OutputDir:
     def commit(self) -> None:
         assert self.tmp is not None
         shutil.rmtree(self.tmp / ".work", ignore_errors=True)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.tmp, 0o777 & ~umask)
-        old = None
-        if self.dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.", suffix=".old",
-                                        dir=self.dest.parent))
-            os.replace(self.dest, old / "x")
-        os.replace(self.tmp, self.dest)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(self.tmp, self.dest)
         self.committed = True
 
     def __exit__(self, *exc: Any) -> None:
@@ -602,9 +592,8 @@ def simulate_opt(src: Path, meta: TraceMeta, arrays_path: Path, summary: dict[st
         cache_gb = DEFAULTS.cache_gb
     if cache_gb <= 0:
         raise UserError(f"--cache-gb must be > 0, got {cache_gb}")
-    cfg = SimConfig(cache_gb=cache_gb, sample_ratio=meta.sample_ratio,
-                    block_bytes=meta.block_bytes, admission="opt", prefetch="range",
-                    warmup_s=warmup_s)
+    cfg = SimConfig.for_trace(meta, cache_gb=cache_gb, warmup_s=warmup_s, admission="opt",
+                              prefetch="range")
     try:
         res = simulate(df, cfg, admit=arr["admit"], prefetch_start=arr["prefetch_start"],
                        prefetch_end=arr["prefetch_end"])

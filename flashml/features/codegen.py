@@ -136,7 +136,7 @@ pub const NUM_FEATURES: usize = {c.num_features};
 pub const HOUR_SECONDS: f64 = {float(c.hour_seconds)!r};
 /// Number of hour buckets.
 pub const HOURS: usize = {c.hours};
-/// Tectonic op codes the count features count as GETs (flashml.trace.canonical.GET_OPS).
+/// Tectonic op codes the count features count as GETs (flashml.config.GET_OPS).
 pub const GET_OPS: [u8; {len(GET_OPS)}] = [{", ".join(str(o) for o in GET_OPS)}];
 /// Admission feature names in order.
 pub const FEATURE_NAMES: [&str; NUM_FEATURES] = [

@@ -33,7 +33,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -41,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from flashml.config import DEFAULTS
-from flashml.errors import UserError
-from flashml.files import write_json
+from flashml.errors import TraceError, UserError
+from flashml.files import atomic_dir, write_json
 from flashml.jobs import report
 from flashml.jobs.run import RunDir, Stage, Timer
 from flashml.policies.tuning import Tuned
@@ -133,7 +132,7 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     rec = run.done("ingest")
     if rec is not None:
         return rec
-    from flashml.trace.canonical import read_table, write_table
+    from flashml.trace.canonical import read_table, with_sample_ratio, write_table
     from flashml.trace.ingest import ingest as ingest_trace
     from flashml.trace.ingest import is_parquet
     from flashml.trace.stats import compute_stats, format_stats
@@ -150,7 +149,7 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     else:
         raw = Path(s.trace)
     if not raw.exists():
-        raise UserError(f"{raw}: no such trace")
+        raise TraceError(raw, "no such file")
     table = run.table
     with timer.stage("ingest"):
         if is_parquet(raw) and s.format in (None, "parquet"):
@@ -164,8 +163,9 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
             out["ingest"] = {"rows": res.rows, "lines": res.lines, "seconds": res.seconds}
     run.cache.pop("frame", None)
     df, meta = read_table(table)
-    if s.sample_ratio is not None and s.sample_ratio != meta.sample_ratio:
-        meta = replace(meta, sample_ratio=s.sample_ratio)
+    resolved = with_sample_ratio(meta, s.sample_ratio, raw)
+    if resolved != meta:
+        meta = resolved
         write_table(df, table, meta)
     run.cache["frame"] = (df, meta)
     check_span(run, s, raw)  # before any training or MLflow run
@@ -527,16 +527,12 @@ def export_bundle(run: RunDir, export_dir: Path, name: str) -> Path:
     export_dir.mkdir(parents=True, exist_ok=True)
     dest = export_dir / name
     if not dest.exists():
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=export_dir))
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would hide the export from readers
-        shutil.copytree(policy_dir(run), tmp / "policy")
-        if compiled_dir(run).is_dir():
-            shutil.copytree(compiled_dir(run), tmp / "compiled")
-        write_json(tmp / "promotion.json", {"run_dir": str(run.path),
-                                            "mlflow_run_id": run.mlflow_run_id()})
-        tmp.rename(dest)
+        with atomic_dir(dest) as tmp:
+            shutil.copytree(policy_dir(run), tmp / "policy")
+            if compiled_dir(run).is_dir():
+                shutil.copytree(compiled_dir(run), tmp / "compiled")
+            write_json(tmp / "promotion.json", {"run_dir": str(run.path),
+                                                "mlflow_run_id": run.mlflow_run_id()})
     link = export_dir / "champion"
     tmp_link = export_dir / f".champion.{os.getpid()}"
     if tmp_link.is_symlink() or tmp_link.exists():

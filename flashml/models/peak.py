@@ -19,13 +19,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from flashml.config import UNITS
+from flashml.config import DAY_S, HOUR_S, UNITS
 from flashml.models.dataset import training_window
 from flashml.settings import PeakSettings
 from flashml.simulation import SimConfig
-
-DAY_S = 86_400.0
-HOUR_S = 3_600.0
 
 
 def hour_of_day(t: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ pub const NUM_FEATURES: usize = 18;
 pub const HOUR_SECONDS: f64 = 3600.0;
 /// Number of hour buckets.
 pub const HOURS: usize = 6;
-/// Tectonic op codes the count features count as GETs (flashml.trace.canonical.GET_OPS).
+/// Tectonic op codes the count features count as GETs (flashml.config.GET_OPS).
 pub const GET_OPS: [u8; 3] = [1, 2, 5];
 /// Admission feature names in order.
 pub const FEATURE_NAMES: [&str; NUM_FEATURES] = [

@@ -15,7 +15,7 @@ use crate::contract::{
 use crate::flash::Trace;
 use crate::hash::{new_map, FastMap};
 
-/// Tectonic GET op codes: the accesses counted (generated from canonical.GET_OPS).
+/// Tectonic GET op codes: the accesses counted (generated from flashml.config.GET_OPS).
 pub use crate::contract::GET_OPS;
 
 /// The columns beyond the simulator's [`Trace`] that the features read.
