@@ -227,11 +227,16 @@ def trace_arrays(table: Any) -> dict[str, np.ndarray]:
     """The simulator's columns of a canonical table (polars DataFrame, pyarrow Table, or a
     mapping of column name -> array) as NumPy arrays, borrowed without copying when the
     columns already have the canonical types and one chunk."""
+    return _columns(table, TRACE_COLUMNS)
+
+
+def _columns(table: Any, wanted: dict[str, type]) -> dict[str, np.ndarray]:
+    """Columns `wanted` (name -> dtype) of a table or mapping, as NumPy arrays."""
     names = getattr(table, "column_names", None) or getattr(table, "columns", None)
     if names is None:
         names = list(table.keys())
     out = {}
-    for name, dtype in TRACE_COLUMNS.items():
+    for name, dtype in wanted.items():
         if name not in names:
             raise ValueError(f"the trace has no column '{name}'")
         col = table.column(name) if hasattr(table, "column_names") else table[name]
@@ -261,16 +266,7 @@ FEATURE_COLUMNS = {"namespace": np.uint32, "user": np.uint32}
 
 def _feature_arrays(table: Any) -> dict[str, np.ndarray]:
     """The simulator's columns plus namespace and user (the features read them)."""
-    cols = trace_arrays(table)
-    names = getattr(table, "column_names", None) or getattr(table, "columns", None)
-    if names is None:
-        names = list(table.keys())
-    for name, dtype in FEATURE_COLUMNS.items():
-        if name not in names:
-            raise ValueError(f"the trace has no column '{name}'")
-        col = table.column(name) if hasattr(table, "column_names") else table[name]
-        cols[name] = _as_array(col, dtype, name)
-    return cols
+    return _columns(table, TRACE_COLUMNS | FEATURE_COLUMNS)
 
 
 def _get_ops() -> list[int]:
