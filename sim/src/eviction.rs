@@ -21,6 +21,17 @@ pub trait Eviction {
     }
 }
 
+/// An eviction order whose tail can be taken off and put back: what MAT (machine learning at
+/// the tail, `crate::mat`) needs of its base heuristic. The tail candidate leaves the order
+/// (`pop_tail`, the paper's `RemoveFromTail`) and is either evicted (the caller drops it) or
+/// kept (`reinsert`, the paper's `Insert(x, rank)` at the head: a second chance).
+pub trait Reinsert: Eviction {
+    /// Remove and return the unit that would be evicted next.
+    fn pop_tail(&mut self) -> Option<u32>;
+    /// Put a unit taken by `pop_tail` back, at the head (the most recently used end).
+    fn reinsert(&mut self, unit: u32);
+}
+
 /// A list of units: each enters at the front, victims come from the back. With
 /// `MOVE_ON_TOUCH` a hit moves the unit to the front (least recently used, [`Lru`]); without
 /// it hits change nothing (first in, first out, [`Fifo`]).
@@ -65,9 +76,41 @@ impl<const MOVE_ON_TOUCH: bool> Eviction for ListOrder<MOVE_ON_TOUCH> {
     }
 }
 
+impl<const MOVE_ON_TOUCH: bool> Reinsert for ListOrder<MOVE_ON_TOUCH> {
+    #[inline]
+    fn pop_tail(&mut self) -> Option<u32> {
+        let u = self.list.back()?;
+        self.list.unlink(u);
+        Some(u)
+    }
+    /// At the front: for LRU the most recently used position; for FIFO, FIFO-reinsertion
+    /// (CLOCK's second chance).
+    #[inline]
+    fn reinsert(&mut self, unit: u32) {
+        self.list.push_front(unit);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pop_tail_and_reinsert() {
+        let mut l = Lru::new();
+        for u in 0..3 {
+            l.insert(u);
+        }
+        assert_eq!(l.pop_tail(), Some(0));
+        assert_eq!(l.len(), 2);
+        l.reinsert(0);
+        assert_eq!(l.victim(), Some(1));
+        assert_eq!(l.pop_tail(), Some(1));
+        assert_eq!(l.pop_tail(), Some(2));
+        assert_eq!(l.pop_tail(), Some(0));
+        assert_eq!(l.pop_tail(), None);
+        assert!(l.is_empty());
+    }
 
     #[test]
     fn lru_vs_fifo() {

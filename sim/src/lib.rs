@@ -5,6 +5,8 @@
 //! * [`contract`]: the feature contract's constants (generated from features/contract.toml).
 //! * Policies live behind traits: [`eviction::Eviction`], [`admission::Admission`],
 //!   [`prefetch::Prefetch`].
+//! * [`mat`]: MAT (learned eviction at the tail of LRU) and Belady in object mode, with LRB's
+//!   eviction features ([`lrb_features`]) and the compiled eviction .so ([`so_evict`]).
 //! * [`so_policy`]: the compiled policy .so (compiler/) as admission + prefetch, with the
 //!   features computed online ([`online_features`]).
 //! * With the `python` feature, a thin PyO3 layer exposes `flashml_sim.simulate`,
@@ -17,9 +19,12 @@ pub mod eviction;
 pub mod flash;
 pub mod hash;
 pub mod list;
+pub mod lrb_features;
+pub mod mat;
 pub mod objects;
 pub mod online_features;
 pub mod prefetch;
+pub mod so_evict;
 pub mod so_policy;
 
 #[cfg(feature = "python")]

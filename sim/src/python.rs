@@ -12,8 +12,11 @@ use crate::config::{
 };
 use crate::contract::NUM_FEATURES;
 use crate::flash::{self, PolicyArrays, Trace};
+use crate::lrb_features::{EVICT_CONTRACT_HASH, EVICT_FEATURE_NAMES, EVICT_NUM_FEATURES};
+use crate::mat::{self, DenseTrace, MatParams, NoPredictor, Oracle};
 use crate::objects;
 use crate::online_features::{self as online, FeatureColumns, GET_OPS};
+use crate::so_evict::{EvictLib, SoPredictor};
 use crate::so_policy::{self, Overrides, PolicyLib};
 
 /// A dict of `src`'s named fields, each keyed by its field name (so a metric's Python key is
@@ -328,7 +331,7 @@ fn online_features<'py>(
 }
 
 /// Simulate an object cache (libCacheSim's model) over (key u64, size u64) requests.
-/// `policy`: lru | fifo; `unit`: bytes | objects. Returns
+/// `policy`: lru | fifo | belady (MIN: evict the farthest next request); `unit`: bytes | objects. Returns
 /// {"miss_ratio", "byte_miss_ratio", "requests", "hits", "evictions", "wall_s"}.
 #[pyfunction]
 #[pyo3(signature = (key, size, capacity, policy="lru", unit="bytes"))]
@@ -345,26 +348,211 @@ fn simulate_objects<'py>(
             "capacity must be > 0, got {capacity}"
         )));
     }
-    let unit = match unit.to_ascii_lowercase().as_str() {
-        "bytes" => CapacityUnit::Bytes,
-        "objects" => CapacityUnit::Objects,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "unknown capacity unit {other:?}; expected bytes or objects"
-            )))
-        }
-    };
+    let unit = capacity_unit(unit)?;
+    let belady = policy.eq_ignore_ascii_case("belady");
     let cfg = ObjectConfig {
-        eviction: EvictionKind::parse(policy).map_err(value_error)?,
+        eviction: if belady {
+            EvictionKind::Lru // unused by simulate_belady
+        } else {
+            EvictionKind::parse(policy)
+                .map_err(|e| PyValueError::new_err(format!("{}, belady", e.0)))?
+        },
         capacity: capacity as u64,
         unit,
     };
     let keys = slice("key", &key)?;
     let sizes = slice("size", &size)?;
     let r = py
-        .allow_threads(|| objects::simulate_objects(keys, sizes, &cfg))
+        .allow_threads(|| {
+            if belady {
+                mat::simulate_belady(keys, sizes, &cfg)
+            } else {
+                objects::simulate_objects(keys, sizes, &cfg)
+            }
+        })
         .map_err(value_error)?;
     Ok(fields_dict!(py, r; miss_ratio, byte_miss_ratio, requests, hits, evictions, wall_s))
+}
+
+fn capacity_unit(unit: &str) -> PyResult<CapacityUnit> {
+    match unit.to_ascii_lowercase().as_str() {
+        "bytes" => Ok(CapacityUnit::Bytes),
+        "objects" => Ok(CapacityUnit::Objects),
+        other => Err(PyValueError::new_err(format!(
+            "unknown capacity unit {other:?}; expected bytes or objects"
+        ))),
+    }
+}
+
+/// Object-mode MAT (learned eviction at the LRU tail, sim/src/mat.rs) over (key u64, size u64)
+/// requests. `predictor`: "none" (evict the LRU tail: exactly LRU, zero predictions),
+/// "oracle" (the true next access), or the path of an eviction policy .so
+/// (`flashml_evict_predict`, sim/src/so_evict.rs). `k`, `max_candidates`, `delta`,
+/// `initial_threshold`: Algorithm 1's knobs; None takes the .so's exported value if any, else
+/// 2, 10, 1e-4 and the number of cached objects at the first eviction. `memory_window`: None
+/// is the eviction contract's. Returns {"miss_ratio", "byte_miss_ratio", "requests", "hits",
+/// "evictions", "predictions", "predictions_per_eviction", "reinsertions",
+/// "ns_per_eviction", "final_threshold", "wall_s", "params": {...}} and, with
+/// `collect_samples`, "samples": {"features" (n, 44) f64, "label", "time", "last",
+/// "censored"}.
+#[pyfunction]
+#[pyo3(signature = (key, size, capacity, unit="bytes", *, predictor="none", k=None,
+                    max_candidates=None, delta=None, initial_threshold=None,
+                    collect_samples=false, memory_window=None))]
+#[allow(clippy::too_many_arguments)]
+fn simulate_objects_mat<'py>(
+    py: Python<'py>,
+    key: PyReadonlyArray1<'py, u64>,
+    size: PyReadonlyArray1<'py, u64>,
+    capacity: i64,
+    unit: &str,
+    predictor: &str,
+    k: Option<f64>,
+    max_candidates: Option<i64>,
+    delta: Option<f64>,
+    initial_threshold: Option<f64>,
+    collect_samples: bool,
+    memory_window: Option<i64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    if capacity <= 0 {
+        return Err(PyValueError::new_err(format!(
+            "capacity must be > 0, got {capacity}"
+        )));
+    }
+    let cfg = ObjectConfig {
+        eviction: EvictionKind::Lru,
+        capacity: capacity as u64,
+        unit: capacity_unit(unit)?,
+    };
+    let keys = slice("key", &key)?;
+    let sizes = slice("size", &size)?;
+    let kind = predictor.to_ascii_lowercase();
+    let lib = match kind.as_str() {
+        "none" | "oracle" => None,
+        _ => Some(EvictLib::load(std::path::Path::new(predictor)).map_err(value_error)?),
+    };
+    let so = lib.as_ref();
+    let max_candidates = match max_candidates.or(so.and_then(|l| l.max_candidates.map(i64::from))) {
+        None => 10,
+        Some(l) if (1..=u32::MAX as i64).contains(&l) => l as u32,
+        Some(l) => {
+            return Err(PyValueError::new_err(format!(
+                "max_candidates must be >= 1, got {l}"
+            )))
+        }
+    };
+    let memory_window = match memory_window {
+        None => crate::lrb_features::MEMORY_WINDOW,
+        Some(w) if w > 0 => w as u64,
+        Some(w) => {
+            return Err(PyValueError::new_err(format!(
+                "memory_window must be > 0, got {w}"
+            )))
+        }
+    };
+    let params = MatParams {
+        k: k.or(so.and_then(|l| l.k)).unwrap_or(2.0),
+        max_candidates,
+        delta: delta.or(so.and_then(|l| l.delta)).unwrap_or(1e-4),
+        initial_threshold: initial_threshold.or(so.and_then(|l| l.initial_threshold)),
+        memory_window,
+        collect_samples,
+    };
+    let r = py
+        .allow_threads(|| {
+            let trace = DenseTrace::new(keys)?;
+            match (kind.as_str(), so) {
+                (_, Some(lib)) => {
+                    mat::simulate_mat(keys, sizes, &cfg, params, SoPredictor { lib }, &trace)
+                }
+                ("oracle", None) => {
+                    let next = trace.next();
+                    mat::simulate_mat(keys, sizes, &cfg, params, Oracle { next: &next }, &trace)
+                }
+                _ => mat::simulate_mat(keys, sizes, &cfg, params, NoPredictor, &trace),
+            }
+        })
+        .map_err(value_error)?;
+    let st = &r.stats;
+    let p = &params;
+    let params_d = fields_dict!(py, p; k, max_candidates, delta, initial_threshold,
+        memory_window, collect_samples; "predictor" => predictor);
+    let d = fields_dict!(py, r; miss_ratio, byte_miss_ratio, requests, hits, final_threshold,
+        wall_s; "evictions" => st.evictions, "predictions" => st.predictions,
+        "predictions_per_eviction" => r.predictions_per_eviction(),
+        "reinsertions" => st.reinsertions, "ns_per_eviction" => r.ns_per_eviction(),
+        "params" => params_d);
+    if let Some(s) = r.samples {
+        let n = s.len();
+        let samples = PyDict::new(py);
+        samples.set_item(
+            "features",
+            PyArray1::from_vec(py, s.features).reshape([n, EVICT_NUM_FEATURES])?,
+        )?;
+        samples.set_item("label", PyArray1::from_vec(py, s.label))?;
+        samples.set_item("time", PyArray1::from_vec(py, s.time))?;
+        samples.set_item("last", PyArray1::from_vec(py, s.last))?;
+        samples.set_item("censored", PyArray1::from_vec(py, s.censored))?;
+        d.set_item("samples", samples)?;
+    }
+    Ok(d)
+}
+
+/// LRB's eviction features of object `key` at logical time `now` (request index), computed
+/// by the simulator's streaming code over requests 0..now of the trace: a (44,) array
+/// (tests compare it with flashml.features.eviction.features).
+#[pyfunction]
+#[pyo3(signature = (key, size, queries, memory_window=None))]
+fn eviction_features<'py>(
+    py: Python<'py>,
+    key: PyReadonlyArray1<'py, u64>,
+    size: PyReadonlyArray1<'py, u64>,
+    queries: Vec<(u64, usize)>,
+    memory_window: Option<u64>,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let keys = slice("key", &key)?;
+    let sizes = slice("size", &size)?;
+    if keys.len() != sizes.len() {
+        return Err(PyValueError::new_err("'key' and 'size' differ in length"));
+    }
+    let w = memory_window.unwrap_or(crate::lrb_features::MEMORY_WINDOW);
+    crate::lrb_features::check_memory_window(w).map_err(value_error)?;
+    let trace = DenseTrace::new(keys).map_err(value_error)?;
+    let mut ids = crate::hash::new_map();
+    for (i, &k) in keys.iter().enumerate() {
+        ids.entry(k).or_insert(trace.ids[i]);
+    }
+    let mut order: Vec<usize> = (0..queries.len()).collect();
+    order.sort_by_key(|&q| queries[q].1);
+    let mut meta = crate::lrb_features::MetaStore::new(trace.objects, w, true);
+    let mut out = vec![0.0; queries.len() * EVICT_NUM_FEATURES];
+    let mut t = 0usize;
+    for q in order {
+        let (k, now) = queries[q];
+        if now > keys.len() {
+            return Err(PyValueError::new_err(format!(
+                "time {now} is past the trace"
+            )));
+        }
+        while t < now {
+            meta.access(trace.ids[t], t as u64, sizes[t]);
+            t += 1;
+        }
+        let id = match ids.get(&k) {
+            Some(&id) if meta.last(id).is_some() => id,
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "key {k} has no request before time {now}"
+                )))
+            }
+        };
+        let row: &mut [f64; EVICT_NUM_FEATURES] = (&mut out
+            [q * EVICT_NUM_FEATURES..(q + 1) * EVICT_NUM_FEATURES])
+            .try_into()
+            .expect("one row");
+        meta.features(id, now as u64, row);
+    }
+    PyArray1::from_vec(py, out).reshape([queries.len(), EVICT_NUM_FEATURES])
 }
 
 #[pymodule]
@@ -383,5 +571,10 @@ fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate_policy, m)?)?;
     m.add_function(wrap_pyfunction!(policy_info, m)?)?;
     m.add_function(wrap_pyfunction!(online_features, m)?)?;
+    m.add("EVICT_NUM_FEATURES", EVICT_NUM_FEATURES)?;
+    m.add("EVICT_CONTRACT_HASH", EVICT_CONTRACT_HASH)?;
+    m.add("EVICT_FEATURE_NAMES", EVICT_FEATURE_NAMES.to_vec())?;
+    m.add_function(wrap_pyfunction!(simulate_objects_mat, m)?)?;
+    m.add_function(wrap_pyfunction!(eviction_features, m)?)?;
     Ok(())
 }

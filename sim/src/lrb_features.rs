@@ -1,0 +1,294 @@
+//! LRB's 44 eviction features (the eviction contract, features/eviction.toml), kept per object
+//! while the trace streams, for MAT (`crate::mat`). Every convention (logical clock,
+//! forgetting after a gap of a memory window, NaN for missing distances, LRB's quantised EDC
+//! decay, size of the request that started the history) is written in the TOML; the slow
+//! reference is `flashml.features.eviction.features`, which the tests compare field by field.
+//!
+//! Memory: 24 bytes per object seen once; objects seen twice or more (within the window) also
+//! own a 208-byte [`Extra`] (the ring of 31 distances and the 10 counters), like LRB's
+//! `MetaExtra`.
+
+/// Number of eviction features (LRB's layout without extra fields).
+pub const EVICT_NUM_FEATURES: usize = 44;
+/// sha256 of the canonical eviction contract (`flashml.features.eviction.contract().hash`).
+/// Until features/codegen.py generates it into `crate::contract`, kept here; a Python test
+/// checks it against the TOML.
+pub const EVICT_CONTRACT_HASH: &str =
+    "758da663fdb3581f6488b8fc9b93a4ba1dae4fe0db85b1341d1bb50096ab3772";
+/// The contract's memory window, logical requests (LRB's default).
+pub const MEMORY_WINDOW: u64 = 67108864;
+/// Past inter-access distances kept (LRB's max_n_past_distances).
+pub const MAX_PAST_DISTANCES: usize = 31;
+/// Number of exponentially decayed counters.
+pub const NUM_EDCS: usize = 10;
+/// log2 of the first counter's window (LRB's base_edc_window): windows are 2^(10+i).
+pub const EDC_BASE_LOG2: u32 = 10;
+/// Index of the age (logical requests since the last access).
+pub const F_AGE: usize = 0;
+/// Index of the most recent inter-access distance (delta_1); delta_j is at F_DELTA1 + j - 1.
+pub const F_DELTA1: usize = 1;
+/// Index of the size in bytes.
+pub const F_SIZE: usize = F_DELTA1 + MAX_PAST_DISTANCES;
+/// Index of n_within (distances whose cumulative sum is below the window).
+pub const F_N_WITHIN: usize = F_SIZE + 1;
+/// Index of edc_0 (window 2^10); edc_i is at F_EDC0 + i.
+pub const F_EDC0: usize = F_N_WITHIN + 1;
+/// Eviction feature names in order.
+pub const EVICT_FEATURE_NAMES: [&str; EVICT_NUM_FEATURES] = [
+    "age", "delta_1", "delta_2", "delta_3", "delta_4", "delta_5", "delta_6", "delta_7", "delta_8",
+    "delta_9", "delta_10", "delta_11", "delta_12", "delta_13", "delta_14", "delta_15", "delta_16",
+    "delta_17", "delta_18", "delta_19", "delta_20", "delta_21", "delta_22", "delta_23", "delta_24",
+    "delta_25", "delta_26", "delta_27", "delta_28", "delta_29", "delta_30", "delta_31", "size",
+    "n_within", "edc_0", "edc_1", "edc_2", "edc_3", "edc_4", "edc_5", "edc_6", "edc_7", "edc_8",
+    "edc_9",
+];
+
+const _: () = assert!(F_EDC0 + NUM_EDCS == EVICT_NUM_FEATURES);
+
+/// One eviction feature vector.
+pub type EvictFeatures = [f64; EVICT_NUM_FEATURES];
+
+/// Object handle meaning "never seen" in `Meta::last`.
+const NEVER: u64 = u64::MAX;
+
+/// 0.5^k, exactly (an exact power of two, subnormal below 2^-1022, 0 below 2^-1074): equal to
+/// Python's `0.5 ** k`.
+#[inline]
+pub fn half_pow(k: u64) -> f64 {
+    if k < 1023 {
+        f64::from_bits((1023 - k) << 52)
+    } else if k <= 1074 {
+        f64::from_bits(1u64 << (1074 - k))
+    } else {
+        0.0
+    }
+}
+
+/// The history beyond the first access: LRB's `MetaExtra`.
+#[derive(Debug, Clone)]
+struct Extra {
+    /// Ring of the most recent distances; `dist[head]` is the most recent.
+    dist: [u32; MAX_PAST_DISTANCES],
+    len: u8,
+    head: u8,
+    /// The counters as of the last access (before decaying by the age).
+    edc: [f64; NUM_EDCS],
+}
+
+#[derive(Debug, Clone)]
+struct Meta {
+    last: u64,
+    size: u64,
+    extra: Option<Box<Extra>>,
+}
+
+/// Per-object metadata over dense object ids `0..n`: the last access time of every object,
+/// and (with `full`) the history the features read.
+#[derive(Debug, Clone)]
+pub struct MetaStore {
+    metas: Vec<Meta>,
+    window: u64,
+    max_decay: u64,
+    full: bool,
+}
+
+impl MetaStore {
+    /// `objects` dense ids; `memory_window` in logical requests (>= 1024; see
+    /// [`check_memory_window`]); `full`: keep the history (else only the last access time).
+    pub fn new(objects: usize, memory_window: u64, full: bool) -> Self {
+        MetaStore {
+            metas: vec![
+                Meta {
+                    last: NEVER,
+                    size: 0,
+                    extra: None,
+                };
+                objects
+            ],
+            window: memory_window,
+            max_decay: (memory_window >> EDC_BASE_LOG2).saturating_sub(1),
+            full,
+        }
+    }
+
+    pub fn memory_window(&self) -> u64 {
+        self.window
+    }
+
+    /// LRB's quantised decay of counter `i` over `d` logical requests.
+    #[inline]
+    fn decay(&self, i: usize, d: u64) -> f64 {
+        half_pow((d >> (EDC_BASE_LOG2 + i as u32)).min(self.max_decay))
+    }
+
+    /// Logical time of `id`'s last access (`None` if never accessed).
+    #[inline]
+    pub fn last(&self, id: u32) -> Option<u64> {
+        let l = self.metas[id as usize].last;
+        (l != NEVER).then_some(l)
+    }
+
+    /// Record an access of `id` (a request of `size` bytes) at logical time `t`, later than
+    /// every earlier one.
+    #[inline]
+    pub fn access(&mut self, id: u32, t: u64, size: u64) {
+        let full = self.full;
+        let window = self.window;
+        let m = &self.metas[id as usize];
+        let last = m.last;
+        if last == NEVER || t - last >= window {
+            let m = &mut self.metas[id as usize];
+            m.last = t;
+            m.size = size;
+            m.extra = None;
+            return;
+        }
+        if !full {
+            self.metas[id as usize].last = t;
+            return;
+        }
+        let d = t - last; // in 1..window, and window < 2^32
+        let mut decays = [0.0; NUM_EDCS];
+        for (i, x) in decays.iter_mut().enumerate() {
+            *x = self.decay(i, d);
+        }
+        let m = &mut self.metas[id as usize];
+        m.last = t;
+        match &mut m.extra {
+            None => {
+                let mut dist = [0u32; MAX_PAST_DISTANCES];
+                dist[0] = d as u32;
+                let mut edc = [0.0; NUM_EDCS];
+                for (e, x) in edc.iter_mut().zip(decays) {
+                    *e = 1.0 * x + 1.0;
+                }
+                m.extra = Some(Box::new(Extra {
+                    dist,
+                    len: 1,
+                    head: 0,
+                    edc,
+                }));
+            }
+            Some(e) => {
+                e.head = ((e.head as usize + 1) % MAX_PAST_DISTANCES) as u8;
+                e.dist[e.head as usize] = d as u32;
+                e.len = (e.len + 1).min(MAX_PAST_DISTANCES as u8);
+                for (c, x) in e.edc.iter_mut().zip(decays) {
+                    *c = *c * x + 1.0;
+                }
+            }
+        }
+    }
+
+    /// The features of `id` (accessed before) at logical time `now` (after its last access).
+    /// Needs a store built with `full`.
+    pub fn features(&self, id: u32, now: u64, out: &mut EvictFeatures) {
+        debug_assert!(self.full);
+        let m = &self.metas[id as usize];
+        debug_assert!(m.last != NEVER && now >= m.last);
+        let age = now - m.last;
+        out[F_AGE] = age as f64;
+        out[F_SIZE] = m.size as f64;
+        let mut within = 0u32;
+        match &m.extra {
+            None => {
+                out[F_DELTA1..F_SIZE].fill(f64::NAN);
+                for i in 0..NUM_EDCS {
+                    out[F_EDC0 + i] = self.decay(i, age);
+                }
+            }
+            Some(e) => {
+                let n = e.len as usize;
+                let mut total = 0u64;
+                for j in 0..n {
+                    let d = e.dist[(e.head as usize + MAX_PAST_DISTANCES - j) % MAX_PAST_DISTANCES];
+                    out[F_DELTA1 + j] = d as f64;
+                    total += d as u64;
+                    if total < self.window {
+                        within += 1;
+                    }
+                }
+                out[F_DELTA1 + n..F_SIZE].fill(f64::NAN);
+                for i in 0..NUM_EDCS {
+                    out[F_EDC0 + i] = e.edc[i] * self.decay(i, age);
+                }
+            }
+        }
+        out[F_N_WITHIN] = within as f64;
+    }
+}
+
+/// The memory window must be at least LRB's first EDC window (1024: its decay clamp
+/// `window / 1024 - 1` must be >= 0) and fit the u32 distances.
+pub fn check_memory_window(w: u64) -> Result<(), crate::config::SimError> {
+    if !(1024..=u32::MAX as u64).contains(&w) {
+        return crate::config::err(format!(
+            "memory_window must be in 1024..=4294967295 logical requests, got {w}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_pow_is_exact() {
+        assert_eq!(half_pow(0), 1.0);
+        assert_eq!(half_pow(3), 0.125);
+        assert_eq!(half_pow(1022), 2f64.powi(-1022));
+        assert_eq!(half_pow(1074), f64::from_bits(1));
+        assert_eq!(half_pow(1075), 0.0);
+        assert_eq!(half_pow(65535), 0.0);
+    }
+
+    #[test]
+    fn hand_example() {
+        // accesses at 0, 5, 7 (sizes 100, 1, 1); features at 10
+        let mut m = MetaStore::new(1, MEMORY_WINDOW, true);
+        m.access(0, 0, 100);
+        m.access(0, 5, 1);
+        m.access(0, 7, 1);
+        let mut f = [0.0; EVICT_NUM_FEATURES];
+        m.features(0, 10, &mut f);
+        assert_eq!(f[F_AGE], 3.0);
+        assert_eq!(f[F_DELTA1], 2.0);
+        assert_eq!(f[F_DELTA1 + 1], 5.0);
+        assert!(f[F_DELTA1 + 2].is_nan() && f[F_SIZE - 1].is_nan());
+        assert_eq!(f[F_SIZE], 100.0);
+        assert_eq!(f[F_N_WITHIN], 2.0);
+        // no distance reaches a window of 1024: every counter counts 3 accesses
+        assert!(f[F_EDC0..].iter().all(|&x| x == 3.0));
+    }
+
+    #[test]
+    fn decay_ring_and_forgetting() {
+        let w = 4096;
+        let mut m = MetaStore::new(1, w, true);
+        let mut t = 0;
+        for _ in 0..40 {
+            m.access(0, t, 8);
+            t += 1024;
+        }
+        let mut f = [0.0; EVICT_NUM_FEATURES];
+        m.features(0, t - 1024 + 2048, &mut f);
+        assert_eq!(f[F_AGE], 2048.0);
+        assert!(f[F_DELTA1..F_SIZE].iter().all(|&d| d == 1024.0)); // 31 kept
+                                                                   // cumulative 1024, 2048, 3072 < 4096
+        assert_eq!(f[F_N_WITHIN], 3.0);
+        // edc_0: each access halves once (1024 / 1024); fixed point 2, then age halves twice
+        let mut e = 1.0;
+        for _ in 1..40 {
+            e = e * 0.5 + 1.0;
+        }
+        assert_eq!(f[F_EDC0], e * 0.25);
+        // a gap of the window forgets the history
+        m.access(0, t - 1024 + w, 9);
+        m.features(0, t - 1024 + w + 1, &mut f);
+        assert_eq!(f[F_SIZE], 9.0);
+        assert!(f[F_DELTA1].is_nan());
+        assert_eq!(f[F_N_WITHIN], 0.0);
+        assert_eq!(f[F_EDC0], 1.0);
+    }
+}

@@ -1,0 +1,139 @@
+//! A compiled eviction policy .so as MAT's predictor (the same artifact the runtime loads).
+//!
+//! Required export:
+//! * `double flashml_evict_predict(const double *features)`: log1p(predicted logical distance
+//!   from the candidate's last access to its next access), reading the eviction contract's
+//!   44 features (features/eviction.toml).
+//!
+//! Optional exports (looked up with dlsym; a caller's explicit value wins over them):
+//! * `int flashml_evict_num_features(void)`, `const char *flashml_evict_contract_hash(void)`:
+//!   checked against this simulator's eviction contract when present (a mismatch is an
+//!   error);
+//! * `double flashml_evict_k(void)`, `int flashml_evict_max_candidates(void)`,
+//!   `double flashml_evict_delta(void)`, `double flashml_evict_initial_threshold(void)`:
+//!   Algorithm 1's knobs the policy was tuned with.
+
+use std::ffi::{c_char, CStr};
+use std::path::Path;
+
+use libloading::Library;
+
+use crate::config::{err, SimError};
+use crate::lrb_features::{EvictFeatures, EVICT_CONTRACT_HASH, EVICT_NUM_FEATURES};
+use crate::mat::Predictor;
+
+type PredictFn = unsafe extern "C" fn(*const f64) -> f64;
+type F64Fn = unsafe extern "C" fn() -> f64;
+type IntFn = unsafe extern "C" fn() -> i32;
+type StrFn = unsafe extern "C" fn() -> *const c_char;
+
+/// A loaded eviction policy whose identity (when it reports one) matches the contract.
+pub struct EvictLib {
+    predict: PredictFn,
+    pub k: Option<f64>,
+    pub max_candidates: Option<i32>,
+    pub delta: Option<f64>,
+    pub initial_threshold: Option<f64>,
+    pub num_features: Option<i32>,
+    pub contract_hash: Option<String>,
+    // Keeps the library mapped while `predict` is used.
+    _lib: Library,
+}
+
+fn optional<T: Copy>(lib: &Library, name: &str) -> Option<T> {
+    // SAFETY: the symbol's type is the one the module docs declare for `name`.
+    unsafe { lib.get::<T>(name.as_bytes()).ok().map(|s| *s) }
+}
+
+impl EvictLib {
+    /// dlopen `path`, find `flashml_evict_predict`, check the optional identity functions.
+    pub fn load(path: &Path) -> Result<Self, SimError> {
+        let p = path.display().to_string();
+        if !path.is_file() {
+            return err(format!("{p}: no such eviction policy .so"));
+        }
+        // SAFETY: loading a shared object runs its initialisers; policy .so files have none
+        // beyond the C runtime's.
+        let lib = unsafe { Library::new(path) }
+            .map_err(|e| SimError(format!("{p}: cannot load policy .so: {e}")))?;
+        let predict: PredictFn = optional(&lib, "flashml_evict_predict").ok_or_else(|| {
+            SimError(format!(
+                "{p}: not an eviction policy: it does not export flashml_evict_predict \
+                 (double flashml_evict_predict(const double *features))"
+            ))
+        })?;
+        // SAFETY (below): ABI functions without arguments.
+        let num_features =
+            optional::<IntFn>(&lib, "flashml_evict_num_features").map(|f| unsafe { f() });
+        if let Some(n) = num_features {
+            if n != EVICT_NUM_FEATURES as i32 {
+                return err(format!(
+                    "{p}: the policy reads {n} eviction features, the eviction contract has \
+                     {EVICT_NUM_FEATURES} (features/eviction.toml)"
+                ));
+            }
+        }
+        let contract_hash = match optional::<StrFn>(&lib, "flashml_evict_contract_hash") {
+            None => None,
+            Some(f) => {
+                let raw = unsafe { f() };
+                if raw.is_null() {
+                    return err(format!("{p}: flashml_evict_contract_hash returned NULL"));
+                }
+                // SAFETY: a NUL-terminated static string inside the library.
+                Some(
+                    unsafe { CStr::from_ptr(raw) }
+                        .to_string_lossy()
+                        .into_owned(),
+                )
+            }
+        };
+        if let Some(h) = &contract_hash {
+            if h != EVICT_CONTRACT_HASH {
+                return err(format!(
+                    "{p}: eviction contract mismatch: the policy was compiled for {}..., this \
+                     simulator has {}... (features/eviction.toml)",
+                    h.chars().take(12).collect::<String>(),
+                    &EVICT_CONTRACT_HASH[..12]
+                ));
+            }
+        }
+        let f64_of = |name: &str| optional::<F64Fn>(&lib, name).map(|f| unsafe { f() });
+        let k = f64_of("flashml_evict_k");
+        let delta = f64_of("flashml_evict_delta");
+        let initial_threshold = f64_of("flashml_evict_initial_threshold");
+        let max_candidates =
+            optional::<IntFn>(&lib, "flashml_evict_max_candidates").map(|f| unsafe { f() });
+        Ok(EvictLib {
+            predict,
+            k,
+            max_candidates,
+            delta,
+            initial_threshold,
+            num_features,
+            contract_hash,
+            _lib: lib,
+        })
+    }
+
+    /// The .so's raw output: log1p(predicted distance).
+    #[inline]
+    pub fn predict(&self, f: &EvictFeatures) -> f64 {
+        // SAFETY: the .so reads EVICT_NUM_FEATURES doubles (the contract; checked when it
+        // reports its count).
+        unsafe { (self.predict)(f.as_ptr()) }
+    }
+}
+
+/// The .so as MAT's [`Predictor`]: distance = expm1(flashml_evict_predict(features)).
+pub struct SoPredictor<'a> {
+    pub lib: &'a EvictLib,
+}
+
+impl Predictor for SoPredictor<'_> {
+    const NEEDS_FEATURES: bool = true;
+    #[inline]
+    fn distance(&mut self, _last: u64, features: &EvictFeatures) -> f64 {
+        self.lib.predict(features).exp_m1()
+    }
+}
