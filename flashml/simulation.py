@@ -370,3 +370,69 @@ def simulate_objects(keys: Any, sizes: Any, capacity: int, policy: str = "lru",
     k = _as_array(keys, np.uint64, "key")
     s = _as_array(sizes, np.uint64, "size")
     return dict(_core().simulate_objects(k, s, int(capacity), policy, unit))
+
+
+def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "bytes", *,
+                         predictor: Any = "none", k: float | None = None,
+                         max_candidates: int | None = None, delta: float | None = None,
+                         initial_threshold: float | None = None, collect_samples: bool = False,
+                         memory_window: int | None = None) -> dict[str, Any]:
+    """Object-mode MAT (issue 16; sim/src/mat.rs): learned eviction at the tail of LRU.
+
+    On each eviction the LRU tail candidate's distance d from its last access to its next
+    access is predicted, TTA = |d - age|; TTA >= T evicts it, else it is re-inserted at the
+    MRU head and the next tail candidate is tried, at most `max_candidates` (L); if none
+    reaches T the largest-TTA one goes. T *= 1 + delta when the victim came at a try < k, *=
+    1 - delta at a try > k (L + 1 on exhaustion).
+
+    predictor: "none" (evict the LRU tail unpredicted: exactly LRU, zero predictions),
+    "oracle" (the true next access, read from the trace ahead of time), or an eviction policy
+    .so exporting `flashml_evict_predict` (log1p of the predicted distance), or a compiled
+    bundle folder holding one as `policy.so`.
+    k, max_candidates, delta, initial_threshold, memory_window: None takes the .so's exported
+    value if it has one, else 2, 10, 1e-4, the number of cached objects at the first eviction
+    (= the capacity with unit "objects") and the eviction contract's window
+    (features/eviction.toml).
+
+    An object larger than the whole cache is never inserted (a miss, no eviction), as in
+    `simulate_objects`; a capacity smaller than every object gives miss ratio 1, no evictions
+    and NaN per-eviction figures.
+
+    Returns miss_ratio, byte_miss_ratio, requests, hits, evictions, predictions,
+    predictions_per_eviction, reinsertions, ns_per_eviction (wall time of the eviction
+    decisions), final_threshold, wall_s, params (the knobs used) and, with collect_samples,
+    samples: {"features": (n, 44) float64 at tag time, "label": log1p(distance) (not back
+    within the window: log1p(2 * window)), "time": tag time, "last": last access at tag time,
+    "censored": window still open at the end of the trace}. ValueError on bad input.
+    """
+    from pathlib import Path
+
+    kk = _as_array(keys, np.uint64, "key")
+    ss = _as_array(sizes, np.uint64, "size")
+    if len(kk) != len(ss):
+        raise ValueError(f"'key' has {len(kk)} elements but 'size' has {len(ss)}")
+    pred = str(predictor)
+    if pred.lower() not in ("none", "oracle"):
+        path = Path(pred)
+        if path.is_dir():
+            path = path / "policy.so"
+        if not path.is_file():
+            raise ValueError(f"predictor {pred!r}: expected 'none', 'oracle', an eviction "
+                             f"policy .so or a bundle folder with policy.so; {path}: no such "
+                             "file")
+        pred = str(path)
+    return dict(_core().simulate_objects_mat(
+        kk, ss, int(capacity), unit, predictor=pred, k=k, max_candidates=max_candidates,
+        delta=delta, initial_threshold=initial_threshold, collect_samples=collect_samples,
+        memory_window=memory_window))
+
+
+def eviction_features(keys: Any, sizes: Any, queries: Any,
+                      memory_window: int | None = None) -> np.ndarray:
+    """LRB's eviction features (features/eviction.toml) of (key, logical time) `queries` as
+    the simulator computes them while streaming requests 0..time-1: a (len(queries), 44)
+    array. The slow reference is flashml.features.eviction.features."""
+    kk = _as_array(keys, np.uint64, "key")
+    ss = _as_array(sizes, np.uint64, "size")
+    q = [(int(key), int(t)) for key, t in queries]
+    return _core().eviction_features(kk, ss, q, memory_window)

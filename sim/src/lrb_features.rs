@@ -5,24 +5,18 @@
 //! reference is `flashml.features.eviction.features`, which the tests compare field by field.
 //!
 //! Memory: 24 bytes per object seen once; objects seen twice or more (within the window) also
-//! own a 208-byte [`Extra`] (the ring of 31 distances and the 10 counters), like LRB's
+//! own a 208-byte `Extra` (the ring of 31 distances and the 10 counters), like LRB's
 //! `MetaExtra`.
 
-/// Number of eviction features (LRB's layout without extra fields).
-pub const EVICT_NUM_FEATURES: usize = 44;
-/// sha256 of the canonical eviction contract (`flashml.features.eviction.contract().hash`).
-/// Until features/codegen.py generates it into `crate::contract`, kept here; a Python test
-/// checks it against the TOML.
-pub const EVICT_CONTRACT_HASH: &str =
-    "758da663fdb3581f6488b8fc9b93a4ba1dae4fe0db85b1341d1bb50096ab3772";
+pub use crate::contract::{EVICT_CONTRACT_HASH, EVICT_FEATURE_NAMES, EVICT_NUM_FEATURES};
 /// The contract's memory window, logical requests (LRB's default).
-pub const MEMORY_WINDOW: u64 = 67108864;
+pub const MEMORY_WINDOW: u64 = crate::contract::EVICT_MEMORY_WINDOW;
 /// Past inter-access distances kept (LRB's max_n_past_distances).
-pub const MAX_PAST_DISTANCES: usize = 31;
+pub const MAX_PAST_DISTANCES: usize = crate::contract::EVICT_MAX_PAST_DISTANCES;
 /// Number of exponentially decayed counters.
-pub const NUM_EDCS: usize = 10;
+pub const NUM_EDCS: usize = crate::contract::EVICT_NUM_EDCS;
 /// log2 of the first counter's window (LRB's base_edc_window): windows are 2^(10+i).
-pub const EDC_BASE_LOG2: u32 = 10;
+pub const EDC_BASE_LOG2: u32 = crate::contract::EVICT_EDC_BASE_LOG2;
 /// Index of the age (logical requests since the last access).
 pub const F_AGE: usize = 0;
 /// Index of the most recent inter-access distance (delta_1); delta_j is at F_DELTA1 + j - 1.
@@ -33,17 +27,14 @@ pub const F_SIZE: usize = F_DELTA1 + MAX_PAST_DISTANCES;
 pub const F_N_WITHIN: usize = F_SIZE + 1;
 /// Index of edc_0 (window 2^10); edc_i is at F_EDC0 + i.
 pub const F_EDC0: usize = F_N_WITHIN + 1;
-/// Eviction feature names in order.
-pub const EVICT_FEATURE_NAMES: [&str; EVICT_NUM_FEATURES] = [
-    "age", "delta_1", "delta_2", "delta_3", "delta_4", "delta_5", "delta_6", "delta_7", "delta_8",
-    "delta_9", "delta_10", "delta_11", "delta_12", "delta_13", "delta_14", "delta_15", "delta_16",
-    "delta_17", "delta_18", "delta_19", "delta_20", "delta_21", "delta_22", "delta_23", "delta_24",
-    "delta_25", "delta_26", "delta_27", "delta_28", "delta_29", "delta_30", "delta_31", "size",
-    "n_within", "edc_0", "edc_1", "edc_2", "edc_3", "edc_4", "edc_5", "edc_6", "edc_7", "edc_8",
-    "edc_9",
-];
 
-const _: () = assert!(F_EDC0 + NUM_EDCS == EVICT_NUM_FEATURES);
+// The layout this code writes is the generated contract's (features/codegen.py).
+const _: () = {
+    use crate::contract::{EF_AGE, EF_DELTA_1, EF_EDC_0, EF_N_WITHIN, EF_SIZE};
+    assert!(F_AGE == EF_AGE && F_DELTA1 == EF_DELTA_1 && F_SIZE == EF_SIZE);
+    assert!(F_N_WITHIN == EF_N_WITHIN && F_EDC0 == EF_EDC_0);
+    assert!(F_EDC0 + NUM_EDCS == EVICT_NUM_FEATURES);
+};
 
 /// One eviction feature vector.
 pub type EvictFeatures = [f64; EVICT_NUM_FEATURES];

@@ -390,7 +390,8 @@ fn capacity_unit(unit: &str) -> PyResult<CapacityUnit> {
 /// (`flashml_evict_predict`, sim/src/so_evict.rs). `k`, `max_candidates`, `delta`,
 /// `initial_threshold`: Algorithm 1's knobs; None takes the .so's exported value if any, else
 /// 2, 10, 1e-4 and the number of cached objects at the first eviction. `memory_window`: None
-/// is the eviction contract's. Returns {"miss_ratio", "byte_miss_ratio", "requests", "hits",
+/// is the .so's (flashml_evict_memory_window) if it exports one, else the eviction
+/// contract's. Returns {"miss_ratio", "byte_miss_ratio", "requests", "hits",
 /// "evictions", "predictions", "predictions_per_eviction", "reinsertions",
 /// "ns_per_eviction", "final_threshold", "wall_s", "params": {...}} and, with
 /// `collect_samples`, "samples": {"features" (n, 44) f64, "label", "time", "last",
@@ -441,7 +442,7 @@ fn simulate_objects_mat<'py>(
             )))
         }
     };
-    let memory_window = match memory_window {
+    let memory_window = match memory_window.or(so.and_then(|l| l.memory_window)) {
         None => crate::lrb_features::MEMORY_WINDOW,
         Some(w) if w > 0 => w as u64,
         Some(w) => {

@@ -11,7 +11,9 @@
 //!   error);
 //! * `double flashml_evict_k(void)`, `int flashml_evict_max_candidates(void)`,
 //!   `double flashml_evict_delta(void)`, `double flashml_evict_initial_threshold(void)`:
-//!   Algorithm 1's knobs the policy was tuned with.
+//!   Algorithm 1's knobs the policy was tuned with;
+//! * `int64_t flashml_evict_memory_window(void)`: the memory window its features were
+//!   computed with (default: the contract's).
 
 use std::ffi::{c_char, CStr};
 use std::path::Path;
@@ -25,6 +27,7 @@ use crate::mat::Predictor;
 type PredictFn = unsafe extern "C" fn(*const f64) -> f64;
 type F64Fn = unsafe extern "C" fn() -> f64;
 type IntFn = unsafe extern "C" fn() -> i32;
+type I64Fn = unsafe extern "C" fn() -> i64;
 type StrFn = unsafe extern "C" fn() -> *const c_char;
 
 /// A loaded eviction policy whose identity (when it reports one) matches the contract.
@@ -34,6 +37,7 @@ pub struct EvictLib {
     pub max_candidates: Option<i32>,
     pub delta: Option<f64>,
     pub initial_threshold: Option<f64>,
+    pub memory_window: Option<i64>,
     pub num_features: Option<i32>,
     pub contract_hash: Option<String>,
     // Keeps the library mapped while `predict` is used.
@@ -104,8 +108,11 @@ impl EvictLib {
         let initial_threshold = f64_of("flashml_evict_initial_threshold");
         let max_candidates =
             optional::<IntFn>(&lib, "flashml_evict_max_candidates").map(|f| unsafe { f() });
+        let memory_window =
+            optional::<I64Fn>(&lib, "flashml_evict_memory_window").map(|f| unsafe { f() });
         Ok(EvictLib {
             predict,
+            memory_window,
             k,
             max_candidates,
             delta,
