@@ -73,20 +73,19 @@ struct Meta {
     extra: Option<Box<Extra>>,
 }
 
-/// Per-object metadata over dense object ids `0..n`: the last access time of every object,
-/// and (with `full`) the history the features read.
+/// Per-object metadata over dense object ids `0..n`: the last access time of every object and
+/// the history the features read.
 #[derive(Debug, Clone)]
 pub struct MetaStore {
     metas: Vec<Meta>,
     window: u64,
     max_decay: u64,
-    full: bool,
 }
 
 impl MetaStore {
     /// `objects` dense ids; `memory_window` in logical requests (>= 1024; see
-    /// [`check_memory_window`]); `full`: keep the history (else only the last access time).
-    pub fn new(objects: usize, memory_window: u64, full: bool) -> Self {
+    /// [`check_memory_window`]).
+    pub fn new(objects: usize, memory_window: u64) -> Self {
         MetaStore {
             metas: vec![
                 Meta {
@@ -98,7 +97,6 @@ impl MetaStore {
             ],
             window: memory_window,
             max_decay: (memory_window >> EDC_BASE_LOG2).saturating_sub(1),
-            full,
         }
     }
 
@@ -123,7 +121,6 @@ impl MetaStore {
     /// every earlier one.
     #[inline]
     pub fn access(&mut self, id: u32, t: u64, size: u64) {
-        let full = self.full;
         let window = self.window;
         let m = &self.metas[id as usize];
         let last = m.last;
@@ -132,10 +129,6 @@ impl MetaStore {
             m.last = t;
             m.size = size;
             m.extra = None;
-            return;
-        }
-        if !full {
-            self.metas[id as usize].last = t;
             return;
         }
         let d = t - last; // in 1..window, and window < 2^32
@@ -172,9 +165,7 @@ impl MetaStore {
     }
 
     /// The features of `id` (accessed before) at logical time `now` (after its last access).
-    /// Needs a store built with `full`.
     pub fn features(&self, id: u32, now: u64, out: &mut EvictFeatures) {
-        debug_assert!(self.full);
         let m = &self.metas[id as usize];
         debug_assert!(m.last != NEVER && now >= m.last);
         let age = now - m.last;
@@ -237,7 +228,7 @@ mod tests {
     #[test]
     fn hand_example() {
         // accesses at 0, 5, 7 (sizes 100, 1, 1); features at 10
-        let mut m = MetaStore::new(1, MEMORY_WINDOW, true);
+        let mut m = MetaStore::new(1, MEMORY_WINDOW);
         m.access(0, 0, 100);
         m.access(0, 5, 1);
         m.access(0, 7, 1);
@@ -256,7 +247,7 @@ mod tests {
     #[test]
     fn decay_ring_and_forgetting() {
         let w = 4096;
-        let mut m = MetaStore::new(1, w, true);
+        let mut m = MetaStore::new(1, w);
         let mut t = 0;
         for _ in 0..40 {
             m.access(0, t, 8);

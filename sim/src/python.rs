@@ -525,7 +525,7 @@ fn eviction_features<'py>(
     }
     let mut order: Vec<usize> = (0..queries.len()).collect();
     order.sort_by_key(|&q| queries[q].1);
-    let mut meta = crate::lrb_features::MetaStore::new(trace.objects, w, true);
+    let mut meta = crate::lrb_features::MetaStore::new(trace.objects, w);
     let mut out = vec![0.0; queries.len() * EVICT_NUM_FEATURES];
     let mut t = 0usize;
     for q in order {
