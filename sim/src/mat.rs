@@ -39,13 +39,91 @@ use std::time::Instant;
 
 use crate::config::{err, CapacityUnit, ObjectConfig, SimError};
 use crate::eviction::{Eviction, Lru, Reinsert};
-use crate::hash::{new_map, FastMap};
 use crate::lrb_features::{
     check_memory_window, EvictFeatures, MetaStore, EVICT_NUM_FEATURES, MEMORY_WINDOW,
 };
 
 /// No next access (in [`DenseTrace::next`]).
 pub const NO_NEXT: u32 = u32::MAX;
+
+/// How many keys ahead [`DenseTrace::new`] prefetches their table slots (the table is far
+/// larger than the CPU caches on big traces: one memory round trip per key otherwise).
+const PREFETCH_AHEAD: usize = 16;
+
+/// key -> dense id, open addressing with linear probing over (key, id + 1) pairs (0 = empty),
+/// at most half full; the multiplicative hash's top bits pick the slot.
+struct IdTable {
+    slots: Vec<(u64, u32)>,
+    shift: u32,
+    len: u32,
+}
+
+impl IdTable {
+    fn new(expected: usize) -> Self {
+        let cap = (expected.max(8) * 2).next_power_of_two();
+        IdTable {
+            slots: vec![(0, 0); cap],
+            shift: 64 - cap.trailing_zeros(),
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn home(&self, k: u64) -> usize {
+        ((k ^ (k >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    #[inline]
+    fn prefetch(&self, k: u64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let p = self.slots.as_ptr().wrapping_add(self.home(k)) as *const i8;
+            // SAFETY: a prefetch hint to an address inside the table; it never faults.
+            unsafe { core::arch::x86_64::_mm_prefetch(p, core::arch::x86_64::_MM_HINT_T0) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = k;
+    }
+
+    /// The id of `k`, a new one (the next integer) if unseen.
+    #[inline]
+    fn id(&mut self, k: u64) -> u32 {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(k);
+        loop {
+            let (key, v) = self.slots[i];
+            if v == 0 {
+                break;
+            }
+            if key == k {
+                return v - 1;
+            }
+            i = (i + 1) & mask;
+        }
+        let id = self.len;
+        self.slots[i] = (k, id + 1);
+        self.len += 1;
+        if self.len as usize * 2 > self.slots.len() {
+            self.grow();
+        }
+        id
+    }
+
+    fn grow(&mut self) {
+        let old = std::mem::take(&mut self.slots);
+        let cap = old.len() * 2;
+        self.slots = vec![(0, 0); cap];
+        self.shift = 64 - cap.trailing_zeros();
+        let mask = cap - 1;
+        for (k, v) in old.into_iter().filter(|e| e.1 != 0) {
+            let mut i = self.home(k);
+            while self.slots[i].1 != 0 {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = (k, v);
+        }
+    }
+}
 
 /// A trace with dense object ids: request i is object `ids[i]`, ids in `0..objects`.
 #[derive(Debug, Clone)]
@@ -63,18 +141,17 @@ impl DenseTrace {
                 keys.len()
             ));
         }
-        let mut map: FastMap<u64, u32> = new_map();
-        map.reserve(keys.len().min(1 << 20));
-        let ids = keys
-            .iter()
-            .map(|k| {
-                let n = map.len() as u32;
-                *map.entry(*k).or_insert(n)
-            })
-            .collect();
+        let mut table = IdTable::new(keys.len().min(1 << 20));
+        let mut ids = Vec::with_capacity(keys.len());
+        for (i, &k) in keys.iter().enumerate() {
+            if let Some(&ahead) = keys.get(i + PREFETCH_AHEAD) {
+                table.prefetch(ahead);
+            }
+            ids.push(table.id(k));
+        }
         Ok(DenseTrace {
             ids,
-            objects: map.len(),
+            objects: table.len as usize,
         })
     }
 
@@ -97,10 +174,20 @@ pub trait Predictor {
     const ACTIVE: bool = true;
     /// Whether [`Predictor::distance`] reads the features (else they are not computed).
     const NEEDS_FEATURES: bool;
+    /// Whether the cache keeps a [`Predictor::note`] of each cached object's last access.
+    const NOTES: bool = false;
+    /// What to remember about the access at logical time `t` (request index) until the
+    /// object is a candidate: e.g. a precomputed per-access value, read in trace order
+    /// instead of at random when the candidate comes up.
+    #[inline]
+    fn note(&self, _t: u64) -> u64 {
+        0
+    }
     /// The predicted logical distance from the candidate's last access (request index
-    /// `last`) to its next access; +inf for "never". `features`: the candidate's eviction
-    /// features now (all zero when not `NEEDS_FEATURES` and no samples are collected).
-    fn distance(&mut self, last: u64, features: &EvictFeatures) -> f64;
+    /// `last`, whose note is `note`) to its next access; +inf for "never". `features`: the
+    /// candidate's eviction features now (all zero when not `NEEDS_FEATURES` and no samples
+    /// are collected).
+    fn distance(&mut self, last: u64, note: u64, features: &EvictFeatures) -> f64;
 }
 
 /// No model: MAT evicts the LRU tail, with zero predictions (the paper's fallback).
@@ -110,12 +197,13 @@ pub struct NoPredictor;
 impl Predictor for NoPredictor {
     const ACTIVE: bool = false;
     const NEEDS_FEATURES: bool = false;
-    fn distance(&mut self, _last: u64, _features: &EvictFeatures) -> f64 {
+    fn distance(&mut self, _last: u64, _note: u64, _features: &EvictFeatures) -> f64 {
         f64::NAN
     }
 }
 
-/// The true distance, read from the trace ahead of time ([`DenseTrace::next`]).
+/// The true distance, read from the trace ahead of time ([`DenseTrace::next`]); the next
+/// access is noted at each access (in trace order), not looked up per candidate.
 #[derive(Debug, Clone, Copy)]
 pub struct Oracle<'a> {
     pub next: &'a [u32],
@@ -123,9 +211,14 @@ pub struct Oracle<'a> {
 
 impl Predictor for Oracle<'_> {
     const NEEDS_FEATURES: bool = false;
+    const NOTES: bool = true;
     #[inline]
-    fn distance(&mut self, last: u64, _features: &EvictFeatures) -> f64 {
-        match self.next[last as usize] {
+    fn note(&self, t: u64) -> u64 {
+        self.next[t as usize] as u64
+    }
+    #[inline]
+    fn distance(&mut self, last: u64, note: u64, _features: &EvictFeatures) -> f64 {
+        match note as u32 {
             NO_NEXT => f64::INFINITY,
             n => (n as u64 - last) as f64,
         }
@@ -137,7 +230,7 @@ pub struct FnPredictor<F: FnMut(u64, &EvictFeatures) -> f64>(pub F);
 
 impl<F: FnMut(u64, &EvictFeatures) -> f64> Predictor for FnPredictor<F> {
     const NEEDS_FEATURES: bool = true;
-    fn distance(&mut self, last: u64, features: &EvictFeatures) -> f64 {
+    fn distance(&mut self, last: u64, _note: u64, features: &EvictFeatures) -> f64 {
         (self.0)(last, features)
     }
 }
@@ -303,25 +396,29 @@ pub struct Slots {
     pub obj: Vec<u32>,
     pub last: Vec<u64>,
     pub size: Vec<u64>,
+    /// The predictor's note of the last access ([`Predictor::note`]; 0 if it keeps none).
+    pub note: Vec<u64>,
     free: Vec<u32>,
 }
 
 impl Slots {
-    /// A slot for object `obj`, accessed at `last`, of `size` capacity units.
+    /// A slot for object `obj`, accessed at `last` (noted `note`), of `size` capacity units.
     #[inline]
-    pub fn alloc(&mut self, obj: u32, last: u64, size: u64) -> u32 {
+    pub fn alloc(&mut self, obj: u32, last: u64, size: u64, note: u64) -> u32 {
         match self.free.pop() {
             Some(s) => {
                 let i = s as usize;
                 self.obj[i] = obj;
                 self.last[i] = last;
                 self.size[i] = size;
+                self.note[i] = note;
                 s
             }
             None => {
                 self.obj.push(obj);
                 self.last.push(last);
                 self.size.push(size);
+                self.note.push(note);
                 (self.obj.len() - 1) as u32
             }
         }
@@ -405,7 +502,9 @@ impl<P: Predictor> Mat<P> {
         for r in 1..=l {
             let (c, last) = self.take(order, now, slots, meta, samples);
             self.stats.predictions += 1;
-            let d = self.predictor.distance(last, &self.features);
+            let d = self
+                .predictor
+                .distance(last, slots.note[c as usize], &self.features);
             let tta = (d - (now - last) as f64).abs();
             if tta >= self.threshold {
                 found = Some((c, r));
@@ -572,6 +671,9 @@ pub fn simulate_mat<P: Predictor>(
         if slot != NIL {
             hits += 1;
             slots.last[slot as usize] = now;
+            if P::NOTES {
+                slots.note[slot as usize] = mat.predictor.note(now);
+            }
             order.touch(slot);
             continue;
         }
@@ -593,7 +695,8 @@ pub fn simulate_mat<P: Predictor>(
             }
             clock.add_since(t0);
         }
-        let s = slots.alloc(id, now, size);
+        let note = if P::NOTES { mat.predictor.note(now) } else { 0 };
+        let s = slots.alloc(id, now, size, note);
         obj_slot[id as usize] = s;
         order.insert(s);
         used += size;
@@ -726,6 +829,17 @@ mod tests {
         assert_eq!(t.ids, vec![0, 1, 0, 2, 1]);
         assert_eq!(t.objects, 3);
         assert_eq!(t.next(), vec![2, 4, NO_NEXT, NO_NEXT, NO_NEXT]);
+        // the table grows past its first size; key 0 and u64::MAX are keys like any other
+        let keys: Vec<u64> = (0..5000u64)
+            .map(|i| (i % 1700).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i % 3 * u64::MAX))
+            .collect();
+        let t = DenseTrace::new(&keys).unwrap();
+        let mut first = std::collections::HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            let n = first.len() as u32;
+            assert_eq!(t.ids[i], *first.entry(*k).or_insert(n));
+        }
+        assert_eq!(t.objects, first.len());
     }
 
     #[test]
@@ -787,7 +901,7 @@ mod tests {
         let mut slots = Slots::default();
         let mut order = Lru::new();
         for o in 0..4u32 {
-            order.insert(slots.alloc(o, o as u64, 1)); // slot o = object o
+            order.insert(slots.alloc(o, o as u64, 1, 0)); // slot o = object o
         }
         // predicted distances by last access: TTA = |d - age|
         let d = [12.0, 9.0, 0.0, 100.0]; // ttas at now=10: 2, 0, 8, 93

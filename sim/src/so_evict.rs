@@ -140,7 +140,7 @@ pub struct SoPredictor<'a> {
 impl Predictor for SoPredictor<'_> {
     const NEEDS_FEATURES: bool = true;
     #[inline]
-    fn distance(&mut self, _last: u64, features: &EvictFeatures) -> f64 {
+    fn distance(&mut self, _last: u64, _note: u64, features: &EvictFeatures) -> f64 {
         self.lib.predict(features).exp_m1()
     }
 }
