@@ -23,7 +23,7 @@ from flashml.compiler.build import (
 )
 from flashml.compiler.bundle import round_range, save_policy_models, when_matrix
 from flashml.compiler.loader import load_policy, verify_bundle
-from flashml.features.codegen import ABI_VERSION
+from flashml.features.codegen import ABI_VERSION, capability_functions
 from flashml.features.contract import contract
 from flashml.features.online import feature_matrix
 from flashml.simulation import (
@@ -104,12 +104,18 @@ def test_so_depends_on_libc_and_libm_only(bundle) -> None:
     needed = readelf_needed(so)
     assert needed, "readelf found no NEEDED entries"
     assert all(n.startswith(("libc.so", "libm.so")) for n in needed), needed
-    # and exports exactly the ABI of the header, nothing of TL2cgen's
-    assert exported_functions(so) == abi_functions()
+    # and exports exactly the ABI of its capabilities (admission + prefetch: every function
+    # of the header but the eviction ones), nothing of TL2cgen's
+    assert exported_functions(so) == capability_functions(["admission", "prefetch"])
+    assert exported_functions(so) == [f for f in abi_functions()
+                                      if not f.startswith("flashml_evict_")]
     assert {"flashml_policy_abi_version", "flashml_policy_num_features",
             "flashml_policy_contract_hash", "flashml_admit_score", "flashml_prefetch_range",
             "flashml_prefetch_when_score", "flashml_admit_threshold",
-            "flashml_prefetch_when_threshold"} <= set(abi_functions())
+            "flashml_prefetch_when_threshold"} <= set(exported_functions(so))
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert m["capabilities"] == ["admission", "prefetch"]
+    assert "evict_contract_hash" not in m and "eviction" not in m
 
 
 def test_identity_and_thresholds(bundle) -> None:

@@ -6,12 +6,16 @@ Steps: Treelite imports each LightGBM text model (thresholds and leaves stay flo
 generates C for it (no quantisation), the generated functions are renamed per model
 (`-Dpredict=flashml_<model>_predict`, ...), a hand-written wrapper (policy_wrapper.c.in,
 compiled with -Wall -Wextra -Werror) exports the ABI of flashml_policy.h with the thresholds,
-contract hash, target write rate and eviction age baked in, and the system C compiler links
-everything into `policy.so` that needs libc and libm only. Output folder:
+contract hashes, target write rate, eviction age and MAT's parameters baked in, and the system
+C compiler links everything into `policy.so` that needs libc and libm only. Output folder:
 
     policy.so          the policy
     flashml_policy.h   its one public header (a copy of compiler/flashml_policy.h)
-    manifest.json      ABI version, contract hash, sha256 of policy.so, MLflow run id, ...
+    manifest.json      ABI version, capabilities, contract hashes, sha256 of policy.so, ...
+
+The .so exports the functions of the capabilities its bundle's models give it
+(features/codegen.py CAPABILITIES): the admission models give "admission" and "prefetch",
+MAT's evict model "eviction"; the manifest lists them under `capabilities`.
 
 Everything is built in a temporary folder beside the output and renamed into place at the
 end, so a failure never leaves a partial bundle.
@@ -24,7 +28,6 @@ import contextlib
 import ctypes
 import datetime as _dt
 import hashlib
-import json
 import logging
 import math
 import os
@@ -41,16 +44,21 @@ from typing import Any
 
 from flashml.compiler.bundle import (
     COMPILED_ARTIFACT_PATH,
+    EVICT_FILE,
+    EVICT_MODEL,
+    EVICT_PARAMS,
     MODEL_FILES,
+    bundle_groups,
     fetch_bundle,
     model_features,
     read_policy_json,
     tracking_uri,
 )
-from flashml.compiler.fast_trees import FastTrees, emit_c, plan
+from flashml.compiler.fast_trees import FastTrees, emit_c, model_header, plan
 from flashml.config import UNITS
 from flashml.errors import UserError
-from flashml.features.codegen import ABI_VERSION
+from flashml.features import eviction
+from flashml.features.codegen import ABI_VERSION, capability_functions
 from flashml.features.contract import contract
 from flashml.files import replace_dir, write_json
 
@@ -105,8 +113,18 @@ def sha256_file(path: Path) -> str:
 
 
 def abi_functions(header: Path = HEADER) -> list[str]:
-    """The function names flashml_policy.h declares (exactly what policy.so exports)."""
+    """The function names flashml_policy.h declares (every capability's)."""
     return sorted(set(_ABI_FN_RE.findall(header.read_text())))
+
+
+#: Every model file a bundle may hold, by model name (the admission group, then MAT's).
+ALL_MODEL_FILES: dict[str, str] = {**MODEL_FILES, EVICT_MODEL: EVICT_FILE}
+
+
+def capabilities_of(groups: dict[str, bool]) -> list[str]:
+    """The capabilities a bundle's model groups give its policy.so (manifest order)."""
+    return (["admission", "prefetch"] if groups["admission"] else []) + \
+        (["eviction"] if groups["eviction"] else [])
 
 
 def find_cc(cc: str | None = None) -> str:
@@ -141,9 +159,14 @@ def load_model(name: str, path: Path) -> tuple[Any, ModelInfo]:
     import treelite
 
     if not path.is_file():
+        if name == EVICT_MODEL:
+            raise CompileError(f"{path}: missing model file; a bundle with an eviction model "
+                               f"('{EVICT_PARAMS}' in policy.json) needs {EVICT_FILE}")
         raise CompileError(f"{path}: missing model file; a policy bundle needs "
                            f"{', '.join(MODEL_FILES.values())}")
     want = model_features(name)
+    contract_file = ("features/eviction.toml" if name == EVICT_MODEL
+                     else "features/contract.toml")
     try:
         model = treelite.frontend.load_lightgbm_model(str(path))
     except Exception as e:  # treelite raises TreeliteError and others for bad files
@@ -151,14 +174,20 @@ def load_model(name: str, path: Path) -> tuple[Any, ModelInfo]:
             from None
     if model.num_feature != len(want):
         raise CompileError(f"{path}: model '{name}' has {model.num_feature} features, the "
-                           f"feature contract gives it {len(want)}: {', '.join(want)}")
+                           f"feature contract gives it {len(want)} ({contract_file}): "
+                           f"{', '.join(want)}")
     names = _lightgbm_feature_names(path)
     generic = names is not None and names == [f"Column_{i}" for i in range(len(names))]
     if names is not None and not generic and names != want:
         raise CompileError(f"{path}: model '{name}' was trained on features {names}, the "
                            f"feature contract gives it {want}")
-    head = json.loads(model.dump_as_json())
-    head.pop("trees", None)
+    zero = _zero_as_missing_splits(path)
+    if zero:
+        raise CompileError(f"{path}: model '{name}' has {zero} splits that treat zero as "
+                           "missing (LightGBM zero_as_missing=true); the compiled code cannot "
+                           "reproduce them exactly: train with zero_as_missing=false (missing "
+                           "values are NaN)")
+    head = model_header(model)
     task, post = head.get("task_type", "?"), head.get("postprocessor", "?")
     if head.get("num_target", 1) != 1 or head.get("num_class", [1]) != [1]:
         raise CompileError(f"{path}: model '{name}' must have one output (binary or "
@@ -171,6 +200,10 @@ def load_model(name: str, path: Path) -> tuple[Any, ModelInfo]:
     if name == "when" and post not in ("sigmoid", "identity"):
         raise CompileError(f"{path}: model '{name}' must be a LightGBM binary classifier "
                            f"or regressor, got task {task}, postprocessor {post}")
+    if name == EVICT_MODEL and post != "identity":
+        raise CompileError(f"{path}: model '{name}' must be a LightGBM regressor (identity "
+                           f"output: log1p of the distance to the next access), got task "
+                           f"{task}, postprocessor {post}")
     if name.startswith("range_") and post != "identity":
         raise CompileError(f"{path}: model '{name}' must be a LightGBM regressor (identity "
                            f"output), got task {task}, postprocessor {post}")
@@ -182,6 +215,18 @@ def load_model(name: str, path: Path) -> tuple[Any, ModelInfo]:
                      features=want, task=task, postprocessor=post,
                      sigmoid_alpha=float(head.get("sigmoid_alpha", 1.0)))
     return model, info
+
+
+def _zero_as_missing_splits(path: Path) -> int:
+    """How many splits of a LightGBM text model have missing_type Zero (decision_type bits
+    2-3 == 1): zero and NaN both go to the default side there, which Treelite does not
+    represent exactly."""
+    n = 0
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith("decision_type="):
+                n += sum(1 for v in line.split("=", 1)[1].split() if (int(v) >> 2) & 3 == 1)
+    return n
 
 
 def _run(cmd: list[str], what: str) -> None:
@@ -250,8 +295,14 @@ def _generate(name: str, model: Any, num_trees: int, gen: Path) -> tuple[list[Pa
     symbols = sorted(symbols)
     if "predict" not in symbols:
         raise CompileError(f"TL2cgen generated no predict() for model '{name}'")
-    defines = [f"-D{s}=flashml_{name}_{s}" for s in symbols]
+    defines = [f"-D{s}={tl2_prefix(name)}{s}" for s in symbols]
     return sorted(gen.glob("*.c")), defines
+
+
+def tl2_prefix(name: str) -> str:
+    """Prefix of a model's renamed TL2cgen symbols: flashml_<model>_ for the admission
+    group's, flashml_tl2_<model>_ for the others (flashml_evict_predict is an ABI name)."""
+    return f"flashml_{name}_" if name in MODEL_FILES else f"flashml_tl2_{name}_"
 
 
 def _targets_x86_64(cc: str) -> bool:
@@ -326,7 +377,62 @@ def _c_double(v: float) -> str:
 
 def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
                   fast: dict[str, str], infos: dict[str, ModelInfo]) -> str:
-    """The wrapper source; `fast` maps model name -> symbol of its fast_trees evaluator."""
+    """The wrapper source; `fast` maps model name -> symbol of its fast_trees evaluator,
+    `infos` holds the bundle's models (the admission group's, MAT's evict model, or both)."""
+    have_adm = "admission" in infos
+    have_evict = EVICT_MODEL in infos
+    values = {
+        "ABI_VERSION": str(ABI_VERSION),
+        "HAVE_ADMISSION": "1" if have_adm else "0",
+        "HAVE_EVICTION": "1" if have_evict else "0",
+        "HAVE_FAST": "1" if fast else "0",
+        "FAST_DECLS": "\n".join(f"double {sym}(const double *x);\n"
+                                f"double {sym}_margin(const double *x);\n"
+                                f"void {sym}_prefetch(void);" for sym in fast.values()),
+    }
+    values.update(_admission_values(params, segments_per_block, fast, infos) if have_adm
+                  else dict.fromkeys(_ADMISSION_PLACEHOLDERS, "0"))
+    if have_evict:
+        ev = params[EVICT_PARAMS]
+        values.update({
+            "EVICT_TL2_PREDICT": f"{tl2_prefix(EVICT_MODEL)}predict",
+            "EVICT_NUM_FEATURES": str(eviction.contract().num_features),
+            "EVICT_CONTRACT_HASH": ev["contract_hash"],
+            "EVICT_K": repr(float(ev["k"])),
+            "EVICT_MAX_CANDIDATES": str(int(ev["max_candidates"])),
+            "EVICT_DELTA": repr(float(ev["delta"])),
+            "EVICT_INITIAL_THRESHOLD": repr(float(ev["initial_threshold"])),
+            "EVICT_MEMORY_WINDOW": f"INT64_C({int(ev['memory_window'])})",
+            "FAST_EVICT": fast.get(EVICT_MODEL, "evict_portable"),
+        })
+    else:
+        values.update(dict.fromkeys(_EVICT_PLACEHOLDERS, "0"))
+    text = WRAPPER.read_text()
+    for k, v in values.items():
+        text = text.replace(f"@{k}@", v)
+    left = re.findall(r"@[A-Z_]+@", text)
+    if left:
+        raise CompileError(f"internal: unfilled wrapper placeholders {left}")
+    return text
+
+
+_ADMISSION_PLACEHOLDERS = (
+    "NUM_FEATURES", "CONTRACT_HASH", "ADMIT_THRESHOLD", "PEAK_HOURS", "PEAK_BONUS",
+    "ADMIT_THRESHOLD_PEAK", "WHEN_THRESHOLD", "TARGET_WRITE_RATE_MBPS", "EVICTION_AGE_S",
+    "SEGMENTS_PER_BLOCK", "RANGE_N", "RANGE_IDX", "FAST_PREFETCH_CALLS", "FAST_ADMISSION",
+    "FAST_RANGE_START", "FAST_RANGE_END", "FAST_WHEN", "FAST_ADMISSION_MARGIN",
+    "FAST_WHEN_MARGIN", "ADMIT_MARGIN_LO", "ADMIT_MARGIN_HI", "ADMIT_PEAK_MARGIN_LO",
+    "ADMIT_PEAK_MARGIN_HI", "WHEN_MARGIN_LO", "WHEN_MARGIN_HI")
+_EVICT_PLACEHOLDERS = (
+    "EVICT_TL2_PREDICT", "EVICT_NUM_FEATURES", "EVICT_CONTRACT_HASH", "EVICT_K",
+    "EVICT_MAX_CANDIDATES", "EVICT_DELTA", "EVICT_INITIAL_THRESHOLD", "EVICT_MEMORY_WINDOW",
+    "FAST_EVICT")
+
+
+def _admission_values(params: dict[str, Any], segments_per_block: int,
+                      fast: dict[str, str], infos: dict[str, ModelInfo]) -> dict[str, str]:
+    """The admission part's placeholders: thresholds, hash, rate, age, range indices, the
+    evaluator of each of the four models and the margin bands of the two classifiers."""
     c = contract()
     range_idx = c.indices("range")
     if c.model_features("when") != c.model_features("range") + ["predicted_start",
@@ -337,7 +443,6 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
         raise CompileError("every 'range' feature must be an admission feature")
     values = {
         "NUM_FEATURES": str(c.num_features),
-        "ABI_VERSION": str(ABI_VERSION),
         "CONTRACT_HASH": params["contract_hash"],
         "ADMIT_THRESHOLD": repr(float(params["admit_threshold"])),
         "PEAK_HOURS": str(peak_mask(params)),
@@ -349,11 +454,8 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
         "SEGMENTS_PER_BLOCK": str(int(segments_per_block)),
         "RANGE_N": str(len(range_idx)),
         "RANGE_IDX": ", ".join(str(i) for i in range_idx),
-        "HAVE_FAST": "1" if fast else "0",
-        "FAST_DECLS": "\n".join(f"double {sym}(const double *x);\n"
-                                f"double {sym}_margin(const double *x);\n"
-                                f"void {sym}_prefetch(void);" for sym in fast.values()),
-        "FAST_PREFETCH_CALLS": "\n".join(f"    {sym}_prefetch();" for sym in fast.values()),
+        "FAST_PREFETCH_CALLS": "\n".join(f"    {sym}_prefetch();" for name, sym in fast.items()
+                                         if name in MODEL_FILES),
     }
     for name in MODEL_FILES:
         values[f"FAST_{name.upper()}"] = fast.get(name, f"tl2_{name}")
@@ -367,13 +469,8 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
         i = infos[name]
         lo, hi = margin_band(i.postprocessor, i.sigmoid_alpha, threshold)
         values[f"{key}_MARGIN_LO"], values[f"{key}_MARGIN_HI"] = _c_double(lo), _c_double(hi)
-    text = WRAPPER.read_text()
-    for k, v in values.items():
-        text = text.replace(f"@{k}@", v)
-    left = re.findall(r"@[A-Z_]+@", text)
-    if left:
-        raise CompileError(f"internal: unfilled wrapper placeholders {left}")
-    return text
+    assert set(values) == set(_ADMISSION_PLACEHOLDERS), set(values) ^ set(_ADMISSION_PLACEHOLDERS)
+    return values
 
 
 def readelf_needed(so: Path) -> list[str]:
@@ -392,30 +489,53 @@ def exported_functions(so: Path) -> list[str]:
                   if len(parts := line.split()) == 3 and parts[1] in ("T", "t", "i"))
 
 
-def _check_so(so: Path, params: dict[str, Any]) -> None:
+def _check_so(so: Path, params: dict[str, Any], capabilities: list[str]) -> None:
     if shutil.which("readelf"):
         bad = [n for n in readelf_needed(so) if not n.startswith(ALLOWED_NEEDED)]
         if bad:
             raise CompileError(f"policy.so depends on {bad}; only libc and libm are allowed")
     if shutil.which("nm"):
-        got, want = exported_functions(so), abi_functions()
+        got, want = exported_functions(so), capability_functions(capabilities)
         if got != want:
-            raise CompileError(f"policy.so exports {got}, the ABI declares {want}")
+            raise CompileError(f"policy.so exports {got}, its capabilities {capabilities} "
+                               f"declare {want}")
     lib = ctypes.CDLL(str(so))
-    lib.flashml_policy_contract_hash.restype = ctypes.c_char_p
-    for fn in ("flashml_admit_threshold", "flashml_prefetch_when_threshold",
-               "flashml_admit_peak_bonus"):
-        getattr(lib, fn).restype = ctypes.c_double
-    lib.flashml_admit_peak_hours.restype = ctypes.c_uint32
-    checks = {
-        "ABI version": (lib.flashml_policy_abi_version(), ABI_VERSION),
-        "feature count": (lib.flashml_policy_num_features(), contract().num_features),
-        "contract hash": (lib.flashml_policy_contract_hash().decode(), params["contract_hash"]),
-        "admit threshold": (lib.flashml_admit_threshold(), params["admit_threshold"]),
-        "when threshold": (lib.flashml_prefetch_when_threshold(), params["when_threshold"]),
-        "peak hours": (lib.flashml_admit_peak_hours(), peak_mask(params)),
-        "peak bonus": (lib.flashml_admit_peak_bonus(), params.get("peak_bonus", 0.0)),
-    }
+    checks: dict[str, tuple[Any, Any]] = {
+        "ABI version": (lib.flashml_policy_abi_version(), ABI_VERSION)}
+    if "admission" in capabilities:
+        lib.flashml_policy_contract_hash.restype = ctypes.c_char_p
+        for fn in ("flashml_admit_threshold", "flashml_prefetch_when_threshold",
+                   "flashml_admit_peak_bonus"):
+            getattr(lib, fn).restype = ctypes.c_double
+        lib.flashml_admit_peak_hours.restype = ctypes.c_uint32
+        checks.update({
+            "feature count": (lib.flashml_policy_num_features(), contract().num_features),
+            "contract hash": (lib.flashml_policy_contract_hash().decode(),
+                              params["contract_hash"]),
+            "admit threshold": (lib.flashml_admit_threshold(), params["admit_threshold"]),
+            "when threshold": (lib.flashml_prefetch_when_threshold(), params["when_threshold"]),
+            "peak hours": (lib.flashml_admit_peak_hours(), peak_mask(params)),
+            "peak bonus": (lib.flashml_admit_peak_bonus(), params.get("peak_bonus", 0.0)),
+        })
+    if "eviction" in capabilities:
+        ev = params[EVICT_PARAMS]
+        lib.flashml_evict_contract_hash.restype = ctypes.c_char_p
+        for fn in ("flashml_evict_k", "flashml_evict_delta", "flashml_evict_initial_threshold"):
+            getattr(lib, fn).restype = ctypes.c_double
+        lib.flashml_evict_memory_window.restype = ctypes.c_int64
+        checks.update({
+            "eviction feature count": (lib.flashml_evict_num_features(),
+                                       eviction.contract().num_features),
+            "eviction contract hash": (lib.flashml_evict_contract_hash().decode(),
+                                       ev["contract_hash"]),
+            "eviction k": (lib.flashml_evict_k(), ev["k"]),
+            "eviction max candidates": (lib.flashml_evict_max_candidates(),
+                                        ev["max_candidates"]),
+            "eviction delta": (lib.flashml_evict_delta(), ev["delta"]),
+            "eviction initial threshold": (lib.flashml_evict_initial_threshold(),
+                                           ev["initial_threshold"]),
+            "eviction memory window": (lib.flashml_evict_memory_window(), ev["memory_window"]),
+        })
     for what, (got, want) in checks.items():
         if got != want:
             raise CompileError(f"policy.so reports {what} {got!r}, expected {want!r}")
@@ -458,18 +578,22 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
         folder, rid, source = fetch_bundle(model_uri=model_uri, run_id=run_id,
                                            model_dir=model_dir, dest=work / "download")
         params = read_policy_json(folder)
-        if params["contract_hash"] != contract().hash:
-            raise CompileError(
-                f"{folder / 'policy.json'}: contract mismatch: the models were trained for "
-                f"feature contract {params['contract_hash'][:12]}..., this flashml has "
-                f"{contract().hash[:12]}... (features/contract.toml); retrain the models")
-        for k in ("admit_threshold", "when_threshold"):
-            if not 0.0 <= params[k] <= 1.0:
-                raise CompileError(f"{folder / 'policy.json'}: '{k}' must be in [0, 1], got "
-                                   f"{params[k]}")
+        groups = bundle_groups(folder, params)
+        capabilities = capabilities_of(groups)
+        if groups["admission"]:
+            _check_admission_params(folder, params)
+        if groups["eviction"]:
+            have = params[EVICT_PARAMS]["contract_hash"]
+            if have != eviction.contract().hash:
+                raise CompileError(
+                    f"{folder / 'policy.json'}: eviction contract mismatch: the evict model "
+                    f"was trained for eviction feature contract {have[:12]}..., this flashml "
+                    f"has {eviction.contract().hash[:12]}... (features/eviction.toml); "
+                    "retrain the model")
         models, infos = {}, {}
-        for name, fname in MODEL_FILES.items():
-            models[name], infos[name] = load_model(name, folder / fname)
+        for name, fname in ALL_MODEL_FILES.items():
+            if groups["eviction" if name == EVICT_MODEL else "admission"]:
+                models[name], infos[name] = load_model(name, folder / fname)
         t_gen = time.perf_counter()
         build = work / "build"
         build.mkdir()
@@ -509,31 +633,42 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
         _run([cc_path, "-shared", "-fPIC", "-Wl,-z,defs", "-Wl,--as-needed", "-o", str(so),
               *map(str, objects), "-lm"], "policy.so (link)")
         cc_s = time.perf_counter() - t_cc
-        _check_so(so, params)
+        _check_so(so, params, capabilities)
         shutil.copy2(HEADER, result / HEADER_NAME)
-        c = contract()
-        manifest = {
+        manifest: dict[str, Any] = {
             "format": MANIFEST_FORMAT,
             "abi_version": ABI_VERSION,
-            "contract_hash": params["contract_hash"],
-            "contract": {"name": c.name, "version": c.version, "num_features": c.num_features,
-                         "features": c.names, "hour_seconds": c.hour_seconds,
-                         "hours": c.hours},
+            "capabilities": capabilities,
+        }
+        if groups["admission"]:
+            c = contract()
+            manifest.update({
+                "contract_hash": params["contract_hash"],
+                "contract": {"name": c.name, "version": c.version,
+                             "num_features": c.num_features, "features": c.names,
+                             "hour_seconds": c.hour_seconds, "hours": c.hours}})
+        if groups["eviction"]:
+            manifest.update(_evict_manifest(params[EVICT_PARAMS]))
+        manifest.update({
             "policy_so": SO_NAME,
             "sha256": sha256_file(so),
             "size_bytes": so.stat().st_size,
             "header": HEADER_NAME,
             "mlflow_run_id": rid,
             "source": source,
-            "eviction_age_s": params["eviction_age_s"],
-            "target_write_rate_mbps": params["target_write_rate_mbps"],
-            "admit_threshold": params["admit_threshold"],
-            "when_threshold": params["when_threshold"],
-            "peak_hours": params["peak_hours"],
-            "peak_bonus": params["peak_bonus"],
-            "segments_per_block": int(segments_per_block),
-            "range_rounding": "floor(x + 0.5) clamped to [0, segments_per_block-1], "
-                              "end >= start",
+        })
+        if groups["admission"]:
+            manifest.update({
+                "eviction_age_s": params["eviction_age_s"],
+                "target_write_rate_mbps": params["target_write_rate_mbps"],
+                "admit_threshold": params["admit_threshold"],
+                "when_threshold": params["when_threshold"],
+                "peak_hours": params["peak_hours"],
+                "peak_bonus": params["peak_bonus"],
+                "segments_per_block": int(segments_per_block),
+                "range_rounding": "floor(x + 0.5) clamped to [0, segments_per_block-1], "
+                                  "end >= start"})
+        manifest.update({
             "metrics": params["metrics"],  # non-finite values become null (write_json)
             "models": {n: {"file": i.file, "sha256": i.sha256, "num_trees": i.num_trees,
                            "num_features": i.num_features, "features": i.features,
@@ -549,7 +684,7 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                       "wrapper_warnings": list(WRAPPER_WARNINGS), "codegen_s": codegen_s,
                       "cc_s": cc_s, "compile_s": time.perf_counter() - started,
                       "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")},
-        }
+        })
         write_json(result / MANIFEST_NAME, manifest)
         replace_dir(result, out, marker=MANIFEST_NAME, what="policy bundle", error=CompileError)
     finally:
@@ -559,6 +694,40 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
     log.info("compiled %s -> %s (%d bytes, %.1f s)", source, out / SO_NAME,
              manifest["size_bytes"], manifest["build"]["compile_s"])
     return manifest
+
+
+def _check_admission_params(folder: Path, params: dict[str, Any]) -> None:
+    if params["contract_hash"] != contract().hash:
+        raise CompileError(
+            f"{folder / 'policy.json'}: contract mismatch: the models were trained for "
+            f"feature contract {params['contract_hash'][:12]}..., this flashml has "
+            f"{contract().hash[:12]}... (features/contract.toml); retrain the models")
+    for k in ("admit_threshold", "when_threshold"):
+        if not 0.0 <= params[k] <= 1.0:
+            raise CompileError(f"{folder / 'policy.json'}: '{k}' must be in [0, 1], got "
+                               f"{params[k]}")
+
+
+def _evict_manifest(ev: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's eviction fields: `evict_contract_hash` (top level, where the C runtime's
+    reader finds it) and `eviction` (the contract, MAT's parameters, the model's metrics)."""
+    e = eviction.contract()
+    return {
+        "evict_contract_hash": ev["contract_hash"],
+        "eviction": {
+            "contract": {"name": e.name, "version": e.version, "num_features": e.num_features,
+                         "features": list(e.names), "memory_window": e.memory_window},
+            "k": ev["k"], "max_candidates": ev["max_candidates"], "delta": ev["delta"],
+            "initial_threshold": ev["initial_threshold"],
+            "memory_window": ev["memory_window"],
+            "prediction": "log1p(logical requests from the last access to the next access); "
+                          "TTA = |expm1(prediction) - age|",
+            "metrics": ev["metrics"],
+            **{k: v for k, v in ev.items() if k not in (
+                "contract_hash", "k", "max_candidates", "delta", "initial_threshold",
+                "memory_window", "metrics")},
+        },
+    }
 
 
 def log_bundle(run_id: str, bundle: Path) -> None:

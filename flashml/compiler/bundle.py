@@ -17,6 +17,18 @@ Prefetch range convention (the policy .so applies it, training must too, use
 rounded half up (`floor(x + 0.5)`), clamped to `[0, segments_per_block - 1]`, and the end is
 raised to the start if it came out below it. ML-When reads the range features followed by
 these rounded, clamped `predicted_start`, `predicted_end`.
+
+A bundle may hold MAT's eviction model instead of, or as well as, the admission models
+(`save_evict_model`); each group is all there or not at all:
+
+| file              | what                                                                  |
+|-------------------|-----------------------------------------------------------------------|
+| `evict.txt`       | LightGBM regressor on the 44 eviction features (features/eviction.toml)|
+|                   | predicting log1p(logical distance from the last access to the next)   |
+| `policy.json`     | `eviction`: {contract_hash, k, max_candidates, delta,                 |
+|                   | initial_threshold, memory_window, metrics}                            |
+
+The admission fields of policy.json are needed only with the admission models.
 """
 
 from __future__ import annotations
@@ -24,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +45,7 @@ import numpy as np
 
 from flashml.config import UNITS
 from flashml.errors import UserError
+from flashml.features import eviction
 from flashml.features.contract import contract
 from flashml.files import atomic_dir
 
@@ -42,6 +56,10 @@ MODEL_FILES: dict[str, str] = {
     "range_end": "range_end.txt",
     "when": "when.txt",
 }
+#: The eviction model (MAT) of a bundle, and its parameters' object in policy.json.
+EVICT_MODEL = "evict"
+EVICT_FILE = "evict.txt"
+EVICT_PARAMS = "eviction"
 POLICY_JSON = "policy.json"
 #: Artifact path of the model bundle inside an MLflow run.
 ARTIFACT_PATH = "policy"
@@ -49,6 +67,9 @@ ARTIFACT_PATH = "policy"
 COMPILED_ARTIFACT_PATH = "policy_so"
 REQUIRED_PARAMS = ("admit_threshold", "when_threshold", "eviction_age_s",
                    "target_write_rate_mbps")
+#: policy.json `eviction` fields (MAT's controller and the features' memory window).
+EVICT_REQUIRED = ("contract_hash", "k", "max_candidates", "delta", "initial_threshold",
+                  "memory_window")
 
 
 def tracking_uri() -> str:
@@ -69,7 +90,19 @@ def model_features(model: str) -> list[str]:
         return c.model_features("range")
     if model == "when":
         return c.model_features("when")
+    if model == EVICT_MODEL:
+        return list(eviction.contract().names)
     raise KeyError(model)
+
+
+def bundle_groups(bundle: Path, params: Mapping[str, Any] | None = None) -> dict[str, bool]:
+    """Which model groups a bundle folder holds: {"admission": ..., "eviction": ...}. A group
+    is there when any of its model files is, or policy.json has its parameters (then all
+    of its files must be: the compiler says which is missing)."""
+    params = params or {}
+    return {"admission": any((bundle / f).exists() for f in MODEL_FILES.values())
+            or "admit_threshold" in params,
+            "eviction": (bundle / EVICT_FILE).exists() or EVICT_PARAMS in params}
 
 
 def round_range(start: Any, end: Any,
@@ -144,30 +177,134 @@ def save_policy_models(directory: str | os.PathLike[str], boosters: Mapping[str,
     return out
 
 
+def save_evict_model(directory: str | os.PathLike[str], booster: Any, *, k: float,
+                     max_candidates: int, delta: float, initial_threshold: float,
+                     memory_window: int | None = None,
+                     metrics: Mapping[str, float] | None = None,
+                     mlflow_run_id: str | None = None, contract_hash: str | None = None,
+                     merge: bool = False, **extra: Any) -> Path:
+    """Write MAT's eviction model into a bundle: `evict.txt` (a LightGBM regressor on the 44
+    eviction features predicting log1p of the logical distance from the last access to the
+    next) and policy.json's `eviction` object: MAT's controller (k: the target number of
+    predictions per eviction, max_candidates: L, delta, initial_threshold: T0 in logical
+    requests), the memory window the features were computed with (default: the contract's),
+    the model's metrics and `extra` fields.
+
+    merge=False writes a bundle with the eviction model only (capabilities ["eviction"]);
+    merge=True adds it to the bundle already in `directory` (e.g. one save_policy_models
+    wrote: one .so then has admission, prefetch and eviction), replacing an earlier
+    eviction model there. Written to a temporary folder first, then renamed.
+    """
+    c = eviction.contract()
+    want = c.num_features
+    got = booster.num_feature()
+    if got != want:
+        raise ValueError(f"save_evict_model: the model has {got} features, the eviction "
+                         f"contract has {want}: {list(c.names)}")
+    ev = {"contract_hash": contract_hash or c.hash, "k": k, "max_candidates": max_candidates,
+          "delta": delta, "initial_threshold": initial_threshold,
+          "memory_window": c.memory_window if memory_window is None else memory_window,
+          "metrics": {name: float(v) for name, v in (metrics or {}).items()}, **extra}
+    try:
+        ev = _checked_evict("save_evict_model", ev)
+    except UserError as e:
+        raise ValueError(str(e)) from None
+    out = Path(directory)
+    params: dict[str, Any] = {"metrics": {}}
+    if merge:
+        if not (out / POLICY_JSON).is_file():
+            raise ValueError(f"save_evict_model(merge=True): {out} holds no {POLICY_JSON}")
+        params = json.loads((out / POLICY_JSON).read_text())
+    with atomic_dir(out) as tmp:
+        if merge:
+            for f in MODEL_FILES.values():
+                if (out / f).is_file():
+                    shutil.copy2(out / f, tmp / f)
+        booster.save_model(str(tmp / EVICT_FILE))
+        params[EVICT_PARAMS] = ev
+        if mlflow_run_id:
+            params["mlflow_run_id"] = mlflow_run_id
+        (tmp / POLICY_JSON).write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
+    return out
+
+
 def read_policy_json(bundle: Path) -> dict[str, Any]:
     """policy.json of a bundle folder, checked: numbers are finite, keys present."""
     path = bundle / POLICY_JSON
     if not path.is_file():
         raise UserError(f"{path}: missing; a policy bundle needs {POLICY_JSON} and "
-                        f"{', '.join(MODEL_FILES.values())}")
+                        f"{', '.join(MODEL_FILES.values())} and/or {EVICT_FILE}")
     try:
         params = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(params, dict):
         raise UserError(f"{path}: expected a JSON object")
+    groups = bundle_groups(bundle, params)
+    if not any(groups.values()):
+        raise UserError(f"{bundle}: no models: a policy bundle holds the admission models "
+                        f"({', '.join(MODEL_FILES.values())}), the eviction model "
+                        f"({EVICT_FILE}), or both")
+    metrics = params.get("metrics") or {}
+    if not isinstance(metrics, dict):
+        raise UserError(f"{path}: field 'metrics': expected an object")
+    params["metrics"] = metrics
+    if groups["eviction"]:
+        params[EVICT_PARAMS] = _checked_evict(str(path), params.get(EVICT_PARAMS))
+    if not groups["admission"]:
+        return params
     for k in REQUIRED_PARAMS + ("contract_hash",):
         if k not in params:
             raise UserError(f"{path}: field '{k}': missing")
     for k in REQUIRED_PARAMS:
         params[k] = _finite(k, params[k])
-    metrics = params.get("metrics") or {}
-    if not isinstance(metrics, dict):
-        raise UserError(f"{path}: field 'metrics': expected an object")
-    params["metrics"] = metrics
     params.update(_checked_peak(str(path), params.get("peak_hours", []),
                                 params.get("peak_bonus", 0.0)))
     return params
+
+
+def _checked_evict(where: str, ev: Any) -> dict[str, Any]:
+    """policy.json's `eviction` object, checked: MAT's k in [1, max_candidates], at least one
+    candidate, delta in (0, 1), a finite initial threshold >= 0 (logical requests), a memory
+    window >= 1 (logical requests)."""
+    if not isinstance(ev, dict):
+        raise UserError(f"{where}: field '{EVICT_PARAMS}': missing or not an object (the "
+                        f"eviction model's parameters: {', '.join(EVICT_REQUIRED)})")
+    for k in EVICT_REQUIRED:
+        if k not in ev:
+            raise UserError(f"{where}: field '{EVICT_PARAMS}.{k}': missing")
+    out = dict(ev)
+    if not isinstance(ev["contract_hash"], str):
+        raise UserError(f"{where}: field '{EVICT_PARAMS}.contract_hash': expected a string")
+
+    def integer(k: str, lo: int) -> int:
+        v = ev[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) \
+                or not lo <= v <= 2**62:
+            raise UserError(f"{where}: field '{EVICT_PARAMS}.{k}': expected an integer >= "
+                            f"{lo}, got {v!r}")
+        return int(v)
+
+    out["max_candidates"] = integer("max_candidates", 1)
+    out["memory_window"] = integer("memory_window", 1)
+    for k in ("k", "delta", "initial_threshold"):
+        if isinstance(ev[k], bool):
+            raise UserError(f"{where}: field '{EVICT_PARAMS}.{k}': expected a number")
+        out[k] = _finite(f"{EVICT_PARAMS}.{k}", ev[k])
+    if not 1.0 <= out["k"] <= out["max_candidates"]:
+        raise UserError(f"{where}: field '{EVICT_PARAMS}.k': expected a number in [1, "
+                        f"max_candidates={out['max_candidates']}], got {ev['k']!r}")
+    if not 0.0 < out["delta"] < 1.0:
+        raise UserError(f"{where}: field '{EVICT_PARAMS}.delta': expected a number in (0, 1), "
+                        f"got {ev['delta']!r}")
+    if out["initial_threshold"] < 0.0:
+        raise UserError(f"{where}: field '{EVICT_PARAMS}.initial_threshold': expected a number "
+                        f">= 0 (logical requests), got {ev['initial_threshold']!r}")
+    metrics = ev.get("metrics") or {}
+    if not isinstance(metrics, dict):
+        raise UserError(f"{where}: field '{EVICT_PARAMS}.metrics': expected an object")
+    out["metrics"] = metrics
+    return out
 
 
 def _checked_peak(where: str, hours: Any, bonus: Any) -> dict[str, Any]:

@@ -22,8 +22,12 @@ where the CPU has AVX-512 VBMI (chosen once, at load time, by an ifunc resolver)
 4. The leaf values are added in tree order, starting from 0.0, then the base score and
    the postprocessor, exactly as TL2cgen and LightGBM do, so scores are bit-identical.
 
-NaN inputs: an eligible model sends a missing value where it sends 0.0 (LightGBM's
-missing_type None; checked per split via Treelite's default_left), so NaN is read as 0.0.
+NaN inputs follow LightGBM's missing-value rules exactly, per split: a feature trained
+without missing values (missing_type None) sends NaN where it sends 0.0, one trained with
+them (missing_type NaN) sends NaN to the split's learned default side (Treelite's
+default_left). When every split is of the first kind NaN is simply read as 0.0; otherwise
+each tree also carries a 64-bit mask of the nodes that send NaN right, and the evaluator
+takes those bits for the nodes whose feature is NaN (one more byte permute per tree).
 
 `reference_margin` evaluates the same tables in numpy: tests use it to check the tables
 and the binning on any CPU, and the C code where the CPU has the instructions.
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +76,10 @@ class FastTrees:
     base_score: float
     postprocessor: str
     sigmoid_alpha: float
+    # uint64 [trees]: bit i set when internal node i sends a missing (NaN) value right. None
+    # when every split sends NaN where it sends 0.0 (LightGBM's missing_type None): then NaN
+    # is simply read as 0.0.
+    nan_right: np.ndarray | None = None
 
     @property
     def num_trees(self) -> int:
@@ -82,9 +91,28 @@ class FastTrees:
         return int(self.feat.shape[1])
 
 
+def model_header(model: Any) -> dict[str, Any]:
+    """A Treelite model's header fields (Treelite's JSON dump without the trees). Treelite
+    writes non-finite numbers (a LightGBM split at +inf: NaN versus the rest) as nothing;
+    they are read as null here, and trees are read through the tree accessor instead."""
+    text = model.dump_as_json()
+    try:
+        head = json.loads(text)
+    except json.JSONDecodeError:
+        head = json.loads(_EMPTY_VALUE_RE.sub(r"\1null", text))
+    head.pop("trees", None)
+    return head
+
+
+#: `"key": ,` (or before `}` / `]`): a value Treelite's JSON dump left empty.
+_EMPTY_VALUE_RE = re.compile(r'("\s*:\s*)(?=[,}\]])')
+#: Treelite's node types and its `<=` operator (tree accessor fields node_type, cmp).
+_LEAF, _NUMERICAL, _LE = 0, 1, 3
+
+
 def plan(model: Any) -> FastTrees | str:
     """FastTrees for a Treelite model, or the reason it cannot use the fast evaluator."""
-    head = json.loads(model.dump_as_json())
+    head = model_header(model)
     nf = int(head["num_feature"])
     if nf > MAX_FEATURES:
         return f"{nf} features (the evaluator indexes at most {MAX_FEATURES})"
@@ -97,22 +125,29 @@ def plan(model: Any) -> FastTrees | str:
         return f"postprocessor {post}"
     if head.get("threshold_type") != "float64" or head.get("leaf_output_type") != "float64":
         return "thresholds or leaves are not float64"
-    trees = head["trees"]
+    trees = []
+    for ti in range(int(model.num_tree)):
+        acc = model.get_tree_accessor(ti)
+        trees.append({k: acc.get_field(k) for k in (
+            "node_type", "cmp", "threshold", "default_left", "split_index", "cleft", "cright",
+            "leaf_value")})
     thr: list[set[float]] = [set() for _ in range(nf)]
+    nan_default = False
     for t in trees:
-        if t.get("has_categorical_split"):
-            return "categorical splits"
-        for n in t["nodes"]:
-            if "leaf_value" in n:
+        for i, kind in enumerate(t["node_type"]):
+            if kind == _LEAF:
                 continue
-            if n.get("node_type") != "numerical_test_node" or n.get("comparison_op") != "<=":
-                return f"a split of type {n.get('node_type')} {n.get('comparison_op')}"
-            th = float(n["threshold"])
+            if kind != _NUMERICAL:
+                return "categorical splits"
+            if t["cmp"][i] != _LE:
+                return f"a split with comparison operator {int(t['cmp'][i])} (not <=)"
+            th = float(t["threshold"][i])
             if math.isnan(th):
                 return "a NaN threshold"
-            if bool(n["default_left"]) != (0.0 <= th):
-                return "a split that sends missing values elsewhere than 0.0"
-            thr[n["split_feature_id"]].add(th)
+            # LightGBM's missing_type None sends NaN where 0.0 goes (Treelite then sets
+            # default_left = 0.0 <= t); missing_type NaN sends it the learned way.
+            nan_default |= bool(t["default_left"][i]) != (0.0 <= th)
+            thr[int(t["split_index"][i])].add(th)
     sorted_thr = [np.array(sorted(s), dtype=np.float64) for s in thr]
     for f, s in enumerate(sorted_thr):
         if len(s) > MAX_THRESHOLDS:
@@ -125,31 +160,33 @@ def plan(model: Any) -> FastTrees | str:
     left = np.tile(ident, (nt, 1))
     right = np.tile(ident, (nt, 1))
     leaf = np.zeros((nt, LANES), np.float64)
+    nan_right = np.zeros(nt, np.uint64)
     depth_max = 1
     internal_max = 1
     for ti, t in enumerate(trees):
-        nodes = {n["node_id"]: n for n in t["nodes"]}
-        internal = sum(1 for n in nodes.values() if "leaf_value" not in n)
-        if internal > LANES - 1 or len(nodes) - internal > LANES:
-            return f"tree {ti} has {len(nodes) - internal} leaves (at most {LANES})"
+        kinds = t["node_type"]
+        internal = int(np.count_nonzero(kinds != _LEAF))
+        if internal > LANES - 1 or len(kinds) - internal > LANES:
+            return f"tree {ti} has {len(kinds) - internal} leaves (at most {LANES})"
         internal_max = max(internal_max, internal)
         counters = [0, 0]  # internal nodes, leaves numbered so far
 
-        def visit(nid: int, depth: int, ti: int = ti, nodes: dict = nodes,
+        def visit(nid: int, depth: int, ti: int = ti, t: dict = t,
                   counters: list[int] = counters) -> tuple[int, int]:
-            n = nodes[nid]
-            if "leaf_value" in n:
+            if t["node_type"][nid] == _LEAF:
                 j = counters[1]
                 counters[1] += 1
-                leaf[ti, j] = float(n["leaf_value"])
+                leaf[ti, j] = float(t["leaf_value"][nid])
                 return LANES + j, depth
             i = counters[0]
             counters[0] += 1
-            f = int(n["split_feature_id"])
+            f = int(t["split_index"][nid])
             feat[ti, i] = f
-            rank[ti, i] = rank_of[f][float(n["threshold"])]
-            left[ti, i], dl = visit(n["left_child"], depth + 1)
-            right[ti, i], dr = visit(n["right_child"], depth + 1)
+            rank[ti, i] = rank_of[f][float(t["threshold"][nid])]
+            if not t["default_left"][nid]:
+                nan_right[ti] |= np.uint64(1) << np.uint64(i)
+            left[ti, i], dl = visit(int(t["cleft"][nid]), depth + 1)
+            right[ti, i], dr = visit(int(t["cright"][nid]), depth + 1)
             return i, max(dl, dr)
 
         root, depth = visit(0, 0)  # Treelite numbers the root 0
@@ -166,7 +203,8 @@ def plan(model: Any) -> FastTrees | str:
                      right=right, leaf=leaf,
                      doublings=max(0, math.ceil(math.log2(depth_max))),
                      base_score=float(base[0]), postprocessor=post,
-                     sigmoid_alpha=float(head.get("sigmoid_alpha", 1.0)))
+                     sigmoid_alpha=float(head.get("sigmoid_alpha", 1.0)),
+                     nan_right=nan_right if nan_default else None)
 
 
 def cpu_has_fast_trees() -> bool:
@@ -197,8 +235,14 @@ def reference_margin(ft: FastTrees, x: np.ndarray) -> np.ndarray:
     bins = _bins(ft, x)
     rows = np.arange(x.shape[0])
     s = np.zeros(x.shape[0], np.float64)
+    isnan = np.isnan(x)
     for t in range(ft.num_trees):
         go_right = bins[:, ft.feat[t]] > ft.rank[t][None, :].astype(np.int64)
+        if ft.nan_right is not None:
+            lanes = np.arange(ft.width, dtype=np.uint64)
+            bits = ((np.uint64(ft.nan_right[t]) >> lanes) & np.uint64(1)).astype(bool)
+            missing = isnan[:, ft.feat[t]]
+            go_right = np.where(missing, bits[None, :], go_right)
         nxt = np.where(go_right, ft.right[t][None, :], ft.left[t][None, :]).astype(np.int64)
         node = np.zeros(x.shape[0], np.int64)
         while True:
@@ -229,6 +273,7 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
     AVX-512 target attribute: call it only where the CPU has ISA (see policy_wrapper.c.in).
     Everything else in the file is static."""
     p = symbol
+    nan_mode = ft.nan_right is not None
     # Per feature: its sorted distinct thresholds padded with +inf to 8, 16 or 256 values.
     # Up to 16 are counted with one or two 8-wide compares; more take two levels: the 16
     # "splitters" t[15], t[31], ..., t[255] pick the block of 16 that holds the answer.
@@ -246,6 +291,8 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
         code.append(f"    {{ /* feature {f}: {n} thresholds */\n"
                     f"        const __m512d v = _mm512_set1_pd(x[{f}] != x[{f}] ? 0.0 : "
                     f"x[{f}]);\n")
+        if nan_mode:
+            code.append(f"        nans[{f}] = (uint8_t)-(x[{f}] != x[{f}]);\n")
         if size == 8:
             code.append(f"        bins[{f}] = (uint8_t)below8({p}_thr + {off}, v);\n")
         elif size == 16:
@@ -259,6 +306,9 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
         code.append("    }\n")
     tree = np.concatenate([ft.feat, ft.rank, ft.left, ft.right], axis=1).reshape(-1)
     w = ft.width
+    nan_doc = "; nans[f] = 0xff where x[f] is NaN" if nan_mode else ""
+    nan_param = ", uint8_t *nans" if nan_mode else ""
+    nan_void = "\n    (void)nans;" if nan_mode else ""
     # a width-w byte vector, zero-extended to 64 lanes (the lanes above w are never used)
     load = {16: "_mm512_zextsi128_si512(_mm_load_si128((const __m128i *)({})))",
             32: "_mm512_zextsi256_si512(_mm256_load_si256((const __m256i *)({})))",
@@ -278,6 +328,9 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
         _array(f"{p}_tree", "uint8_t", [str(int(v)) for v in tree], per_line=32),
         f"/* per tree, {w} leaf values (leaf 64 + j at j) */\n",
         _array(f"{p}_leaf", "double", [_hex(v) for v in ft.leaf.reshape(-1)], per_line=4),
+        ("/* per tree: bit i set when internal node i sends a missing (NaN) value right */\n"
+         + _array(f"{p}_nanr", "uint64_t", [f"{int(v):#x}u" for v in ft.nan_right],
+                  per_line=4) if nan_mode else ""),
         f"""
 /* how many of the 8 (16) sorted values at t are < v (every lane holds v) */
 FT_TARGET static inline int {p}_below8(const double *t, __m512d v) {{
@@ -289,15 +342,30 @@ FT_TARGET static inline int {p}_below16(const double *t, __m512d v) {{
 #define below8 {p}_below8
 #define below16 {p}_below16
 
-/* bins[f] = how many of feature f's thresholds are < x[f] (NaN read as 0.0) */
-FT_TARGET static inline void {p}_bin(const double *x, uint8_t *bins) {{
+/* bins[f] = how many of feature f's thresholds are < x[f] (NaN read as 0.0){nan_doc} */
+FT_TARGET static inline void {p}_bin(const double *x, uint8_t *bins{nan_param}) {{
     (void)x;
-    (void)bins;
+    (void)bins;{nan_void}
 """,
         *code,
         "}\n#undef below8\n#undef below16\n\n",
     ]
     ident_hi = ", ".join(str(i) for i in range(2 * LANES - 1, LANES - 1, -1))
+    if nan_mode:
+        nan_decl = "    uint8_t nans[64] __attribute__((aligned(64))) = {0};\n"
+        nan_arg = ", nans"
+        nan_load = "\n    const __m512i nv = _mm512_load_si512((const void *)nans);"
+        nan_apply = f"""
+        /* nodes whose feature is NaN go to their default side instead */
+        const __mmask64 miss = _mm512_movepi8_mask(_mm512_permutexvar_epi8(feat, nv));
+        go_right = (go_right & ~miss) | (miss & (__mmask64){p}_nanr[i]);"""
+    else:
+        nan_decl = nan_arg = nan_load = nan_apply = ""
+    go_right_decl = ("__mmask64 go_right = _mm512_cmpgt_epu8_mask(\n"
+                     "            _mm512_permutexvar_epi8(feat, bv), rank);" if nan_mode else
+                     "const __mmask64 go_right = _mm512_cmpgt_epu8_mask("
+                     "_mm512_permutexvar_epi8(feat, bv),\n"
+                     "                                                          rank);")
     if ft.postprocessor == "sigmoid":
         post = (f"    return (double)(1) / ((double)(1) + exp(-(double){_hex(ft.sigmoid_alpha)}"
                 f" * s));\n")
@@ -306,8 +374,8 @@ FT_TARGET static inline void {p}_bin(const double *x, uint8_t *bins) {{
     out.append(f"""/* the raw margin: leaves summed in tree order, plus the base score */
 FT_TARGET double {p}_margin(const double *x) {{
     uint8_t bins[64] __attribute__((aligned(64))) = {{0}};
-    {p}_bin(x, bins);
-    const __m512i bv = _mm512_load_si512((const void *)bins);
+{nan_decl}    {p}_bin(x, bins{nan_arg});
+    const __m512i bv = _mm512_load_si512((const void *)bins);{nan_load}
     const __m512i leaves = _mm512_set_epi8({ident_hi});
     const uint8_t *t = {p}_tree;
     double s = 0.0;
@@ -316,8 +384,7 @@ FT_TARGET double {p}_margin(const double *x) {{
         const __m512i rank = {load.format(f"t + {w}")};
         const __m512i l = {load.format(f"t + {2 * w}")};
         const __m512i r = {load.format(f"t + {3 * w}")};
-        const __mmask64 go_right = _mm512_cmpgt_epu8_mask(_mm512_permutexvar_epi8(feat, bv),
-                                                          rank);
+        {go_right_decl}{nan_apply}
         __m512i next = _mm512_mask_blend_epi8(go_right, l, r);
         for (int k = 0; k < {ft.doublings}; ++k) {{
             next = _mm512_permutex2var_epi8(next, next, leaves);
@@ -347,7 +414,8 @@ def _emit_prefetch(ft: FastTrees, p: str, n_thr: int, n_split: int) -> str:
     leaves = max(1, int(max(ft.left.max(), ft.right.max())) - LANES + 1)  # leaf ids: 64 + j
     leaf_lines = -(-min(leaves, w) // 8)
     tree_lines = 4 * w // 64
-    budget = PREFETCH_MAX_LINES - (n_thr + 7) // 8 - (n_split + 7) // 8
+    n_nanr = ft.num_trees if ft.nan_right is not None else 0
+    budget = PREFETCH_MAX_LINES - (n_thr + 7) // 8 - (n_split + 7) // 8 - (n_nanr + 7) // 8
     trees = max(0, min(ft.num_trees, budget // (tree_lines + leaf_lines)))
     body = []
     if n_thr:
@@ -355,6 +423,9 @@ def _emit_prefetch(ft: FastTrees, p: str, n_thr: int, n_split: int) -> str:
     if n_split:
         body.append(f"    for (int i = 0; i < {n_split}; i += 8) "
                     f"__builtin_prefetch({p}_split + i);")
+    if n_nanr:
+        body.append(f"    for (int i = 0; i < {n_nanr}; i += 8) "
+                    f"__builtin_prefetch({p}_nanr + i);")
     body.append(f"""    for (int t = 0; t < {trees}; ++t) {{
         for (int j = 0; j < {4 * w}; j += 64) __builtin_prefetch({p}_tree + t * {4 * w} + j);
         for (int j = 0; j < {leaf_lines * 8}; j += 8) __builtin_prefetch({p}_leaf + t * {w} + j);

@@ -5,7 +5,8 @@
  * Capabilities: a policy .so exports flashml_policy_abi_version (core) and the functions of
  * each capability it has; its manifest.json lists them in `capabilities` (a manifest without
  * the field: admission and prefetch). A loader refuses a bundle that lacks a capability it
- * is asked to use; look optional functions up with dlsym.
+ * is asked to use; look optional functions up with dlsym. Optional (older .so files lack
+ * them): flashml_policy_prefetch, flashml_policy_decide, flashml_policy_decide_at, flashml_admit_peak_hours, flashml_admit_peak_bonus.
  *   core: flashml_policy_abi_version
  *   admission: flashml_policy_num_features, flashml_policy_contract_hash, flashml_admit_score,
  *       flashml_admit_threshold, flashml_target_write_rate_mbps, flashml_eviction_age_s,

@@ -4,6 +4,14 @@
     pol.admit_scores(X)                      # X: rows x 18 float64, contract order
     start, end = pol.prefetch_ranges(X)
     pol.when_scores(X)
+
+    mat = load_policy("out/mat", need=("eviction",))
+    mat.evict_predict(E)                     # E: rows x 44 float64, eviction contract order
+
+A loader is asked for capabilities (`need`; default admission + prefetch, what the
+simulator's and the runtime's admission path use): a bundle whose manifest lacks one
+(`capabilities`; a manifest without the field has admission and prefetch), or whose .so
+lacks its functions, is refused with a UserError naming the bundle and what is missing.
 """
 
 from __future__ import annotations
@@ -18,8 +26,24 @@ import numpy as np
 
 from flashml.compiler.build import MANIFEST_NAME, SO_NAME, sha256_file
 from flashml.errors import UserError
-from flashml.features.codegen import ABI_VERSION
+from flashml.features import eviction
+from flashml.features.codegen import (
+    ABI_VERSION,
+    CAPABILITIES,
+    LEGACY_CAPABILITIES,
+    required_functions,
+)
 from flashml.features.contract import contract
+
+#: What a loader asks for unless told otherwise: Baleen's admission + prefetch.
+DEFAULT_NEED: tuple[str, ...] = ("admission", "prefetch")
+#: How to get a bundle with each capability (for the refusal message).
+_HOW = {"admission": "compile a bundle with the admission models (admission.txt, "
+                     "range_start.txt, range_end.txt, when.txt)",
+        "prefetch": "compile a bundle with the admission models (admission.txt, "
+                    "range_start.txt, range_end.txt, when.txt)",
+        "eviction": "compile a bundle with MAT's eviction model (evict.txt, "
+                    "compiler.bundle.save_evict_model)"}
 
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
 _INT32_P = ctypes.POINTER(ctypes.c_int32)
@@ -35,9 +59,41 @@ def read_manifest(bundle: str | os.PathLike[str]) -> dict[str, Any]:
         raise UserError(f"{path}: not valid JSON ({e})") from None
 
 
-def verify_bundle(bundle: str | os.PathLike[str]) -> dict[str, Any]:
-    """Check a compiled bundle's manifest against this flashml and its policy.so's sha256.
-    Returns the manifest; a mismatch raises UserError (one clear line)."""
+def _checked_need(need: Any) -> tuple[str, ...]:
+    need = (need,) if isinstance(need, str) else tuple(need)
+    bad = [c for c in need if c not in CAPABILITIES or c == "core"]
+    if bad or not need:
+        raise ValueError(f"need: unknown capabilities {bad or need}; known: "
+                         f"{[c for c in CAPABILITIES if c != 'core']}")
+    return need
+
+
+def manifest_capabilities(m: dict[str, Any], where: Any = MANIFEST_NAME) -> list[str]:
+    """The capabilities a manifest declares; one without the field (compiled before
+    capabilities existed) has admission and prefetch."""
+    caps = m.get("capabilities", list(LEGACY_CAPABILITIES))
+    if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
+        raise UserError(f"{where}: field 'capabilities': expected a list of names, got "
+                        f"{caps!r}")
+    return caps
+
+
+def refuse_missing(bundle: Any, have: list[str], need: tuple[str, ...]) -> None:
+    """UserError naming the bundle and the first capability of `need` it lacks."""
+    for c in need:
+        if c not in have:
+            raise UserError(f"{bundle}: refused: the policy bundle has no {c} capability "
+                            f"(it has: {', '.join(have) or 'none'}); {_HOW[c]}")
+
+
+def verify_bundle(bundle: str | os.PathLike[str],
+                  need: tuple[str, ...] | list[str] | str = DEFAULT_NEED) -> dict[str, Any]:
+    """Check a compiled bundle's manifest against this flashml and its policy.so's sha256:
+    the ABI version, the capabilities in `need` (refused if the bundle lacks one) and the
+    contract hash of each (admission/prefetch: features/contract.toml, eviction:
+    features/eviction.toml). Returns the manifest; a mismatch raises UserError (one clear
+    line)."""
+    need = _checked_need(need)
     bundle = Path(bundle)
     m = read_manifest(bundle)
     so = bundle / m.get("policy_so", SO_NAME)
@@ -46,10 +102,16 @@ def verify_bundle(bundle: str | os.PathLike[str]) -> dict[str, Any]:
     if m.get("abi_version") != ABI_VERSION:
         raise UserError(f"{bundle}: ABI version {m.get('abi_version')} in {MANIFEST_NAME}, "
                         f"this flashml speaks ABI {ABI_VERSION}; recompile the policy")
-    if m.get("contract_hash") != contract().hash:
+    refuse_missing(bundle, manifest_capabilities(m, bundle / MANIFEST_NAME), need)
+    if ("admission" in need or "prefetch" in need) and m.get("contract_hash") != contract().hash:
         raise UserError(f"{bundle}: contract mismatch: the policy was compiled for feature "
                         f"contract {str(m.get('contract_hash'))[:12]}..., this flashml has "
                         f"{contract().hash[:12]}...")
+    if "eviction" in need and m.get("evict_contract_hash") != eviction.contract().hash:
+        raise UserError(f"{bundle}: eviction contract mismatch: the policy was compiled for "
+                        f"eviction feature contract "
+                        f"{str(m.get('evict_contract_hash'))[:12]}..., this flashml has "
+                        f"{eviction.contract().hash[:12]}... (features/eviction.toml)")
     digest = sha256_file(so)
     if digest != m.get("sha256"):
         raise UserError(f"{so}: sha256 {digest[:12]}... does not match {MANIFEST_NAME} "
@@ -58,30 +120,48 @@ def verify_bundle(bundle: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 class PolicyLibrary:
-    """A policy .so loaded with ctypes; checks ABI version, feature count, contract hash."""
+    """A policy .so loaded with ctypes; checks its ABI version, that it exports the functions
+    of the capabilities in `need`, and their feature counts and contract hashes."""
 
-    def __init__(self, so: str | os.PathLike[str]) -> None:
+    def __init__(self, so: str | os.PathLike[str],
+                 need: tuple[str, ...] | list[str] | str = DEFAULT_NEED) -> None:
         self.path = Path(so)
+        need = _checked_need(need)
         try:
             lib = ctypes.CDLL(str(self.path.resolve()))
         except OSError as e:
             raise UserError(f"{self.path}: cannot load: {e}") from None
-        try:
-            lib.flashml_policy_contract_hash.restype = ctypes.c_char_p
-            for fn in ("flashml_admit_score", "flashml_prefetch_when_score"):
-                getattr(lib, fn).restype = ctypes.c_double
-                getattr(lib, fn).argtypes = [_DOUBLE_P]
-            for fn in ("flashml_admit_threshold", "flashml_prefetch_when_threshold",
-                       "flashml_target_write_rate_mbps", "flashml_eviction_age_s"):
-                getattr(lib, fn).restype = ctypes.c_double
-            lib.flashml_prefetch_range.restype = None
-            lib.flashml_prefetch_range.argtypes = [_DOUBLE_P, _INT32_P, _INT32_P]
-        except AttributeError as e:
-            raise UserError(f"{self.path}: not a flashml policy ({e})") from None
+        if not hasattr(lib, "flashml_policy_abi_version"):
+            raise UserError(f"{self.path}: not a flashml policy (no flashml_policy_abi_version)")
         self.lib = lib
         abi = lib.flashml_policy_abi_version()
         if abi != ABI_VERSION:
             raise UserError(f"{self.path}: ABI version {abi}, expected {ABI_VERSION}")
+        #: The capabilities whose functions the .so exports (its optional ones aside).
+        self.capabilities = [c for c in CAPABILITIES if c != "core" and all(
+            hasattr(lib, f) for f in required_functions(c))]
+        self.need = need
+        for c in need:
+            if c not in self.capabilities:
+                lacking = [f for f in required_functions(c) if not hasattr(lib, f)]
+                raise UserError(f"{self.path}: refused: the policy has no {c} capability "
+                                f"(no {lacking[0]}; it has: "
+                                f"{', '.join(self.capabilities) or 'none'}); {_HOW[c]}")
+        if "admission" in need or "prefetch" in need:
+            self._bind_admission(lib)
+        if "eviction" in need:
+            self._bind_eviction(lib)
+
+    def _bind_admission(self, lib: Any) -> None:
+        lib.flashml_policy_contract_hash.restype = ctypes.c_char_p
+        for fn in ("flashml_admit_score", "flashml_prefetch_when_score"):
+            getattr(lib, fn).restype = ctypes.c_double
+            getattr(lib, fn).argtypes = [_DOUBLE_P]
+        for fn in ("flashml_admit_threshold", "flashml_prefetch_when_threshold",
+                   "flashml_target_write_rate_mbps", "flashml_eviction_age_s"):
+            getattr(lib, fn).restype = ctypes.c_double
+        lib.flashml_prefetch_range.restype = None
+        lib.flashml_prefetch_range.argtypes = [_DOUBLE_P, _INT32_P, _INT32_P]
         nf = lib.flashml_policy_num_features()
         if nf != contract().num_features:
             raise UserError(f"{self.path}: {nf} features, the contract has "
@@ -105,12 +185,57 @@ class PolicyLibrary:
             self.peak_hours = tuple(h for h in range(24) if mask >> h & 1)
             self.peak_bonus = lib.flashml_admit_peak_bonus()
 
-    def _rows(self, x: Any) -> np.ndarray:
+    def _bind_eviction(self, lib: Any) -> None:
+        e = eviction.contract()
+        lib.flashml_evict_contract_hash.restype = ctypes.c_char_p
+        lib.flashml_evict_predict.restype = ctypes.c_double
+        lib.flashml_evict_predict.argtypes = [_DOUBLE_P]
+        lib.flashml_evict_predict_batch.restype = None
+        lib.flashml_evict_predict_batch.argtypes = [_DOUBLE_P, ctypes.c_int, _DOUBLE_P]
+        for fn in ("flashml_evict_k", "flashml_evict_delta", "flashml_evict_initial_threshold"):
+            getattr(lib, fn).restype = ctypes.c_double
+        lib.flashml_evict_memory_window.restype = ctypes.c_int64
+        nf = lib.flashml_evict_num_features()
+        if nf != e.num_features:
+            raise UserError(f"{self.path}: its eviction model reads {nf} features, the "
+                            f"eviction contract has {e.num_features}")
+        raw = lib.flashml_evict_contract_hash()
+        h = raw.decode(errors="replace") if raw else "(none)"
+        if h != e.hash:
+            raise UserError(f"{self.path}: eviction contract mismatch: {h[:12]}..., this "
+                            f"flashml has {e.hash[:12]}... (features/eviction.toml)")
+        self.evict_contract_hash = h
+        self.evict_k = lib.flashml_evict_k()
+        self.evict_max_candidates = lib.flashml_evict_max_candidates()
+        self.evict_delta = lib.flashml_evict_delta()
+        self.evict_initial_threshold = lib.flashml_evict_initial_threshold()
+        self.evict_memory_window = lib.flashml_evict_memory_window()
+
+    def _rows(self, x: Any, nf: int | None = None) -> np.ndarray:
+        nf = contract().num_features if nf is None else nf
         x = np.ascontiguousarray(x, dtype=np.float64)
-        if x.ndim != 2 or x.shape[1] != contract().num_features:
-            raise ValueError(f"expected rows x {contract().num_features} features, got shape "
-                             f"{x.shape}")
+        if x.ndim != 2 or x.shape[1] != nf:
+            raise ValueError(f"expected rows x {nf} features, got shape {x.shape}")
         return x
+
+    def evict_predict(self, x: Any) -> np.ndarray:
+        """flashml_evict_predict of every row of x (rows x 44, eviction contract order):
+        log1p of the predicted distance from the last access to the next."""
+        x = self._rows(x, eviction.contract().num_features)
+        f = self.lib.flashml_evict_predict
+        base, stride = x.ctypes.data, x.strides[0]
+        return np.fromiter((f(ctypes.cast(base + i * stride, _DOUBLE_P))
+                            for i in range(x.shape[0])), dtype=np.float64, count=x.shape[0])
+
+    def evict_predict_batch(self, x: Any) -> np.ndarray:
+        """The same through one flashml_evict_predict_batch call."""
+        x = self._rows(x, eviction.contract().num_features)
+        out = np.empty(x.shape[0], dtype=np.float64)
+        if x.shape[0] >= 2**31:
+            raise ValueError("at most 2^31 - 1 rows per batch")
+        self.lib.flashml_evict_predict_batch(x.ctypes.data_as(_DOUBLE_P), x.shape[0],
+                                             out.ctypes.data_as(_DOUBLE_P))
+        return out
 
     def _score_rows(self, f: Any, x: Any) -> np.ndarray:
         """`f(features)` of the ABI (a double-returning scorer) for every row of `x`."""
@@ -187,7 +312,9 @@ class PolicyLibrary:
                 "when_score": self.when_scores(x)}
 
 
-def load_policy(bundle: str | os.PathLike[str]) -> PolicyLibrary:
-    """Verify a compiled bundle (manifest, sha256) and load its policy.so."""
-    m = verify_bundle(bundle)
-    return PolicyLibrary(Path(bundle) / m.get("policy_so", SO_NAME))
+def load_policy(bundle: str | os.PathLike[str],
+                need: tuple[str, ...] | list[str] | str = DEFAULT_NEED) -> PolicyLibrary:
+    """Verify a compiled bundle (manifest, sha256, the capabilities in `need`) and load its
+    policy.so for them."""
+    m = verify_bundle(bundle, need)
+    return PolicyLibrary(Path(bundle) / m.get("policy_so", SO_NAME), need)

@@ -57,6 +57,17 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
 }
 #: What a manifest without `capabilities` (compiled before they existed) has.
 LEGACY_CAPABILITIES: tuple[str, ...] = ("admission", "prefetch")
+#: Functions .so files compiled before them lack: a loader looks them up with dlsym and does
+#: without; a capability is there when its other functions all are.
+OPTIONAL_FUNCTIONS: tuple[str, ...] = (
+    "flashml_policy_prefetch", "flashml_policy_decide", "flashml_policy_decide_at",
+    "flashml_admit_peak_hours", "flashml_admit_peak_bonus",
+)
+
+
+def required_functions(capability: str) -> list[str]:
+    """The functions a .so must export to have `capability` (its optional ones aside)."""
+    return [f for f in CAPABILITIES[capability] if f not in OPTIONAL_FUNCTIONS]
 
 
 def capability_functions(capabilities: tuple[str, ...] | list[str]) -> list[str]:
@@ -85,7 +96,8 @@ def render_c_header(c: Contract, e: eviction.Contract) -> str:
  * Capabilities: a policy .so exports flashml_policy_abi_version (core) and the functions of
  * each capability it has; its manifest.json lists them in `capabilities` (a manifest without
  * the field: admission and prefetch). A loader refuses a bundle that lacks a capability it
- * is asked to use; look optional functions up with dlsym.
+ * is asked to use; look optional functions up with dlsym. Optional (older .so files lack
+ * them): {", ".join(OPTIONAL_FUNCTIONS)}.
 {caps}
  *
  * Admission and prefetch: every function that takes `features` reads
@@ -252,6 +264,7 @@ def render_rust(c: Contract, e: eviction.Contract) -> str:
     caps = "\n".join(_rust_str_slice(f"CAP_{cap.upper()}", fns)
                       for cap, fns in CAPABILITIES.items())
     cap_table = "\n".join(f'    ("{cap}", CAP_{cap.upper()}),' for cap in CAPABILITIES)
+    optional = _rust_str_slice("OPTIONAL_FUNCTIONS", OPTIONAL_FUNCTIONS)
     idx = "\n".join(f"pub const F_{f.name.upper()}: usize = {f.index};" for f in c.admission)
     return f"""// {_BANNER}
 //! The feature contracts (features/contract.toml: admission; features/eviction.toml: MAT's
@@ -281,6 +294,9 @@ pub const FEATURE_NAMES: [&str; NUM_FEATURES] = [
 pub const CAPABILITIES: &[(&str, &[&str])] = &[
 {cap_table}
 ];
+/// Functions .so files compiled before them lack (looked up, done without); a capability is
+/// there when its other functions all are.
+{optional}
 
 /// sha256 of the canonical eviction contract (features/eviction.toml); an eviction policy
 /// .so reports it (flashml_evict_contract_hash).

@@ -92,6 +92,15 @@ pub const CAPABILITIES: &[(&str, &[&str])] = &[
     ("prefetch", CAP_PREFETCH),
     ("eviction", CAP_EVICTION),
 ];
+/// Functions .so files compiled before them lack (looked up, done without); a capability is
+/// there when its other functions all are.
+pub const OPTIONAL_FUNCTIONS: &[&str] = &[
+    "flashml_policy_prefetch",
+    "flashml_policy_decide",
+    "flashml_policy_decide_at",
+    "flashml_admit_peak_hours",
+    "flashml_admit_peak_bonus",
+];
 
 /// sha256 of the canonical eviction contract (features/eviction.toml); an eviction policy
 /// .so reports it (flashml_evict_contract_hash).

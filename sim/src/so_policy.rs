@@ -11,6 +11,11 @@
 //!   `flashml_prefetch_range(features)`; else none.
 //!
 //! Thresholds default to the ones baked into the .so and may be overridden.
+//!
+//! Capabilities (compiler/flashml_policy.h): a policy .so exports the functions of the
+//! capabilities its bundle has ([`crate::contract::CAPABILITIES`]). This path uses
+//! admission and prefetch; a .so without them (e.g. MAT's eviction-only bundle) is refused
+//! with an error naming the bundle and the missing capability ([`require_capabilities`]).
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr};
@@ -22,7 +27,7 @@ use crate::admission::{Admission, MissCtx};
 use crate::config::{
     err, AdmissionKind, FlashConfig, PeakSchedule, PrefetchKind, SimError, WhenKind,
 };
-use crate::contract::{ABI_VERSION, CONTRACT_HASH, NUM_FEATURES};
+use crate::contract::{ABI_VERSION, CAPABILITIES, CONTRACT_HASH, NUM_FEATURES, OPTIONAL_FUNCTIONS};
 use crate::flash::{self, FlashResult, Trace};
 use crate::online_features::{FeatureColumns, OnlineFeatures};
 use crate::prefetch::Prefetch;
@@ -60,8 +65,70 @@ fn symbol<T: Copy>(lib: &Library, path: &str, name: &str) -> Result<T, SimError>
     }
 }
 
+/// Whether `lib` exports `name`.
+fn exports(lib: &Library, name: &str) -> bool {
+    // SAFETY: only looks the symbol up; it is never called through this type.
+    unsafe { lib.get::<unsafe extern "C" fn()>(name.as_bytes()).is_ok() }
+}
+
+/// The functions a .so must export to have `capability` (its optional ones aside).
+fn required(capability: &str) -> impl Iterator<Item = &'static str> + '_ {
+    CAPABILITIES
+        .iter()
+        .filter(move |(c, _)| *c == capability)
+        .flat_map(|(_, fns)| fns.iter().copied())
+        .filter(|f| !OPTIONAL_FUNCTIONS.contains(f))
+}
+
+/// The capabilities whose functions `lib` exports ("admission", "prefetch", "eviction").
+pub fn capabilities(lib: &Library) -> Vec<&'static str> {
+    CAPABILITIES
+        .iter()
+        .map(|(c, _)| *c)
+        .filter(|c| *c != "core" && required(c).all(|f| exports(lib, f)))
+        .collect()
+}
+
+/// How a policy .so is named in errors: its bundle folder when it is a bundle's policy.so.
+pub fn bundle_name(path: &Path) -> String {
+    match (path.file_name(), path.parent()) {
+        (Some(f), Some(dir)) if f == "policy.so" && !dir.as_os_str().is_empty() => {
+            dir.display().to_string()
+        }
+        _ => path.display().to_string(),
+    }
+}
+
+/// Refuse a .so that lacks one of the capabilities in `need`, naming the bundle, the missing
+/// capability and what the .so has.
+pub fn require_capabilities(lib: &Library, path: &Path, need: &[&str]) -> Result<(), SimError> {
+    for cap in need {
+        if let Some(missing) = required(cap).find(|f| !exports(lib, f)) {
+            let have = capabilities(lib);
+            let how = if *cap == "eviction" {
+                "compile a bundle with MAT's eviction model (evict.txt)"
+            } else {
+                "compile a bundle with the admission models (admission.txt, range_start.txt, \
+                 range_end.txt, when.txt)"
+            };
+            return err(format!(
+                "{}: refused: the policy bundle has no {cap} capability (policy.so exports no \
+                 {missing}; it has: {}); {how}",
+                bundle_name(path),
+                if have.is_empty() {
+                    "none".to_string()
+                } else {
+                    have.join(", ")
+                }
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl PolicyLib {
-    /// dlopen `path` and check it against this simulator's contract.
+    /// dlopen `path` and check it against this simulator's contract: ABI version, the
+    /// admission and prefetch capabilities, feature count and contract hash.
     pub fn load(path: &Path) -> Result<Self, SimError> {
         let p = path.display().to_string();
         if !path.is_file() {
@@ -80,6 +147,7 @@ impl PolicyLib {
                  recompile the policy (flashml compile)"
             ));
         }
+        require_capabilities(&lib, path, &["admission", "prefetch"])?;
         let nf: IntFn = symbol(&lib, &p, "flashml_policy_num_features")?;
         let num_features = unsafe { nf() };
         if num_features != NUM_FEATURES as i32 {
