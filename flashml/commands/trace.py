@@ -12,6 +12,7 @@ from flashml.commands.argtypes import finite_float
 from flashml.config import UNITS
 
 log = logging.getLogger("flashml.trace")
+OBJECTS_CSV = "objects-csv"  # whole-object traces (flashml/trace/objects.py)
 
 
 def add_trace_option(p: argparse.ArgumentParser, *, required: bool = True,
@@ -28,15 +29,17 @@ def add_trace_option(p: argparse.ArgumentParser, *, required: bool = True,
                    "file name full_<start>_<ratio>.trace, else 100)")
 
 
-def add_trace_input(p: argparse.ArgumentParser, *, with_format: bool = True) -> None:
+def add_trace_input(p: argparse.ArgumentParser, *, with_format: bool = True,
+                    extra_formats: tuple[str, ...] = (), format_help: str = "") -> None:
     """Options every command that reads a trace takes."""
     from flashml.trace.readers import FORMATS
 
     p.add_argument("trace", type=Path, help="trace file: canonical .parquet, or raw text "
                    "(.gz/.zst read transparently)")
     if with_format:
-        p.add_argument("--format", choices=FORMATS, default=None,
-                       help="format of a raw trace (default: tectonic; ignored for .parquet)")
+        p.add_argument("--format", choices=(*FORMATS, *extra_formats), default=None,
+                       help="format of a raw trace (default: tectonic; ignored for .parquet)"
+                       + format_help)
     p.add_argument("--sample-ratio", type=finite_float, default=None, metavar="PERCENT",
                    help="sample ratio of the trace in percent; default: the table's metadata, "
                    "else the artifact file name full_<start>_<ratio>.trace, else 100")
@@ -51,11 +54,16 @@ def add_trace_input(p: argparse.ArgumentParser, *, with_format: bool = True) -> 
                    "op,namespace,user; by header name, or 0-based index with --no-header)")
     p.add_argument("--separator", default=",", help="csv: field separator (default ',')")
     p.add_argument("--no-header", action="store_true", help="csv: the file has no header line")
+    p.add_argument("--skip-bad-lines", action="store_true",
+                   help="leave out lines that do not parse or fail a check (counted in the log "
+                   "and the result) instead of stopping at the first with an error")
 
 
 def reader_options(args: argparse.Namespace) -> dict:
     fmt = getattr(args, "format", None) or "tectonic"
     opts: dict = {"block_bytes": args.block_bytes}
+    if getattr(args, "skip_bad_lines", False):
+        opts["skip_bad_lines"] = True
     if fmt == "cloudphysics":
         opts.update(sector_bytes=args.sector_bytes, time_scale=args.time_scale)
     elif fmt == "csv":
@@ -75,13 +83,32 @@ def load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def cmd_ingest(args: argparse.Namespace) -> int:
     from flashml.trace.ingest import ingest
 
+    if args.format == OBJECTS_CSV:
+        return _ingest_objects(args)
     res = ingest(args.trace, args.output, args.format or "tectonic",
                  sample_ratio=args.sample_ratio, chunk_bytes=args.chunk_mb * 1024 * 1024,
                  **reader_options(args))
     print(f"{res.out}: {res.rows} accesses from {res.lines} lines "
           f"({res.meta.source_format}, sample ratio {res.meta.sample_ratio:g}%), "
-          f"{res.dropped_zero_size} zero-size IOs dropped, {res.seconds:.2f}s "
-          f"({res.lines_per_s / 1e6:.2f} M lines/s)")
+          f"{res.dropped_zero_size} zero-size IOs dropped, "
+          + (f"{res.skipped_lines} bad lines skipped, " if res.skipped_lines else "")
+          + f"{res.seconds:.2f}s ({res.lines_per_s / 1e6:.2f} M lines/s)")
+    return 0
+
+
+def _ingest_objects(args: argparse.Namespace) -> int:
+    """objects-csv -> an object table (Parquet: key, size, time), written atomically: what
+    object-mode readers take as `--format parquet`. Not the canonical block table."""
+    from flashml.files import atomic_path
+    from flashml.trace.objects import read_objects_csv
+
+    df = read_objects_csv(args.trace)
+    out = Path(args.output)
+    with atomic_path(out) as tmp:
+        df.write_parquet(tmp)
+    objects = df["key"].n_unique()
+    print(f"{out}: {df.height} requests, {objects} objects (objects-csv -> object table "
+          "key, size, time; object-mode commands read it with --format parquet)")
     return 0
 
 
@@ -144,8 +171,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = tsub.add_parser("ingest", help="raw trace -> canonical Parquet access table",
                         description="Read a raw trace (tectonic, msr, cloudphysics or csv; plain, "
-                        ".gz or .zst) into the canonical access table (Parquet).")
-    add_trace_input(p)
+                        ".gz or .zst) into the canonical access table (Parquet). An "
+                        "objects-csv trace (time,key,size: the cdn-like/kv-like presets) "
+                        "becomes an object table (key, size, time) for object caches instead.")
+    add_trace_input(p, extra_formats=(OBJECTS_CSV,),
+                    format_help="; objects-csv: whole-object requests time,key,size -> an "
+                    "object table (key, size, time), not the canonical block table")
     p.add_argument("-o", "--output", type=Path, required=True, help="output .parquet")
     p.add_argument("--chunk-mb", type=int, default=16, help="input chunk size (bounds memory)")
     p.set_defaults(func=cmd_ingest)
@@ -160,12 +191,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
     p.set_defaults(func=cmd_sample)
 
-    p = tsub.add_parser("generate", help="write a synthetic Tectonic-format trace",
-                        description="Write a synthetic trace (Tectonic text, 201910 schema) from "
-                        "a preset modelled on Baleen's Table 2.")
-    p.add_argument("--preset", default="region1-like", help="preset name (default region1-like)")
+    from flashml.trace.presets import OBJECT_PRESETS, PRESETS
+
+    p = tsub.add_parser("generate", help="write a synthetic trace from a preset",
+                        description="Write a synthetic trace from a preset: a block trace "
+                        "(Tectonic text, 201910 schema) modelled on Baleen's Table 2 "
+                        f"({', '.join(PRESETS)}), or a whole-object trace as objects-csv "
+                        f"(time,key,size; {', '.join(OBJECT_PRESETS)}) for object caches "
+                        "(`flashml sim objects --format objects-csv`). The same preset, seed "
+                        "and size always give the same bytes.")
+    p.add_argument("--preset", default="region1-like", metavar="NAME",
+                   help="block-trace preset: " + ", ".join(PRESETS) + "; object-trace preset: "
+                   + ", ".join(OBJECT_PRESETS) + " (default region1-like)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--accesses", type=int, default=None, help="number of accesses (override)")
+    p.add_argument("--accesses", type=int, default=None,
+                   help="number of accesses (requests, for an object-trace preset) (override)")
     p.add_argument("--days", type=float, default=None, help="trace length in days (override)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("-o", "--output", type=Path, required=True, help="output trace file")

@@ -45,13 +45,17 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from flashml.config import DAY_S, OP_CODES, UNITS, KiB, MiB
+from flashml.config import DAY_S, HOUR_S, OP_CODES, UNITS, KiB, MiB
 from flashml.errors import UserError
 from flashml.files import atomic_path
 from flashml.trace.presets import (
+    OBJECT_PRESETS,
     PRESETS,  # noqa: F401 - re-exported for bench/
+    ObjectClass,
+    ObjectPreset,
     Preset,
     Tenant,
+    get_object_preset,
     get_preset,
 )
 
@@ -220,7 +224,7 @@ def _tenant_accesses(t: Tenant, n_acc: int, key_base: int, dur: float,
     )
 
 
-def _diurnal_warp(v: np.ndarray, dur: float, p: Preset) -> np.ndarray:
+def _diurnal_warp(v: np.ndarray, dur: float, p: Preset | ObjectPreset) -> np.ndarray:
     """Map stationary time to diurnal time: the inverse of the normalised cumulative
     intensity of 1 + A cos(2 pi (t_utc - peak) / day)."""
     grid = np.linspace(0.0, dur, max(2, int(dur / 60.0) + 1))
@@ -243,7 +247,7 @@ def _resolve_size(p: Preset, accesses: int | None, days: float | None) -> tuple[
                                                                               float]:
     """(accesses, days, sample_ratio) from the preset and the overrides."""
     d = float(days) if days is not None else p.days
-    if d <= 0:
+    if not d > 0:
         raise UserError(f"days must be > 0, got {d}")
     if accesses is None:
         ratio = p.sample_ratio
@@ -310,13 +314,18 @@ def _write(df: pl.DataFrame, out: Path, header2: str, progress: bool, desc: str)
 
 def generate_trace(preset: str, seed: int, out: Path, *, accesses: int | None = None,
                    days: float | None = None, progress: bool = True) -> dict[str, Any]:
-    """Write a synthetic Tectonic (201910 schema) trace of `preset` to `out`, atomically.
+    """Write a synthetic Tectonic (201910 schema) trace of `preset` to `out`, atomically;
+    for an object-trace preset (`OBJECT_PRESETS`: cdn-like, kv-like) an `objects-csv`
+    trace instead (`generate_objects`).
 
     The same (preset, seed, accesses, days) always gives the same bytes. `accesses` and
     `days` override the preset's size; with `accesses` the sample ratio is derived so that
     rates scaled to a full node match the preset (module docstring). Returns a summary:
     path, preset, seed, accesses, keys, days, duration_s, sample_ratio, seconds.
     """
+    if preset in OBJECT_PRESETS:
+        return generate_objects(preset, seed, out, accesses=accesses, days=days,
+                                progress=progress)
     p = get_preset(preset)
     t0 = _time.perf_counter()
     n, d, ratio = _resolve_size(p, accesses, days)
@@ -329,4 +338,126 @@ def generate_trace(preset: str, seed: int, out: Path, *, accesses: int | None = 
         "path": str(out), "preset": p.name, "seed": seed, "accesses": n,
         "keys": int(df["block_id"].n_unique()), "days": d, "duration_s": d * DAY_S,
         "sample_ratio": ratio, "seconds": secs, "accesses_per_s": n / secs if secs else None,
+    }
+
+
+# ------------------------------------------------------------------- object-trace presets
+#
+# Whole-object request streams (time, key, size) for object caches (CDN, key-value), written
+# as `objects-csv` (flashml/trace/objects.py). Per class (presets.ObjectClass): a catalogue
+# of requests / mean_requests objects ranked by popularity; each request picks its class by
+# request share and a rank from the Zipf law P(r) ~ r^-alpha (independent draws, the
+# independent reference model); request times are a diurnally warped Poisson process. Every
+# `shift_every_h` hours of trace time the popularity shifts: `shift_fraction` of the hot set
+# (the top `hot_fraction` of ranks) is given to new objects, and the objects they displace
+# take random ranks of the cold tail, whose objects leave the catalogue. An object's size is
+# drawn once (log-normal, clipped) and kept on every request.
+
+OBJECTS_HEADER = "time,key,size"
+OBJECT_TIME_DECIMALS = 3
+
+
+def _object_class_requests(c: ObjectClass, p: ObjectPreset, epoch: np.ndarray, n_epochs: int,
+                           n_class: int, id_base: int,
+                           rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Global object ids of one class's requests (given each request's shift epoch), and the
+    sizes of every id the class used (index id - id_base)."""
+    n_cat = max(1, int(round(n_class / c.mean_requests)))
+    w = np.arange(1, n_cat + 1, dtype=np.float64) ** -c.zipf_alpha
+    cdf = np.cumsum(w)
+    cdf /= cdf[-1]
+    rank = np.minimum(np.searchsorted(cdf, rng.random(epoch.size), side="right"), n_cat - 1)
+    hot = max(1, int(round(p.hot_fraction * n_cat)))
+    k = min(int(round(p.shift_fraction * hot)), n_cat - hot)
+    perm = np.arange(n_cat, dtype=np.int64)  # rank -> class-local object id
+    ids = np.empty(epoch.size, dtype=np.int64)
+    next_id = n_cat
+    bounds = np.searchsorted(epoch, np.arange(n_epochs + 1))  # epoch is sorted
+    for e in range(n_epochs):
+        if e > 0 and k > 0:
+            new_hot = rng.choice(hot, size=k, replace=False)
+            to_tail = hot + rng.choice(n_cat - hot, size=k, replace=False)
+            perm[to_tail] = perm[new_hot]
+            perm[new_hot] = next_id + np.arange(k)
+            next_id += k
+        lo, hi = bounds[e], bounds[e + 1]
+        ids[lo:hi] = perm[rank[lo:hi]]
+    lo_s, hi_s = c.size_range
+    sizes = rng.lognormal(np.log(c.size_median), c.size_sigma, next_id)
+    sizes = np.clip(np.rint(sizes), lo_s, hi_s).astype(np.int64)
+    return ids + id_base, sizes
+
+
+def build_object_requests(p: ObjectPreset, seed: int, n: int, dur: float) -> pl.DataFrame:
+    """The object trace as a DataFrame (time f64 Unix seconds, key u64, size u64), sorted by
+    time; exactly n rows."""
+    rng = np.random.default_rng([seed, 0x0B1EC7])
+    vt = np.sort(rng.random(n)) * dur
+    t = _diurnal_warp(vt, dur, p)
+    shift_s = p.shift_every_h * HOUR_S
+    n_epochs = max(1, int(np.ceil(dur / shift_s)))
+    epoch = np.minimum((t // shift_s).astype(np.int64), n_epochs - 1)
+    shares = np.array([c.request_share for c in p.classes])
+    cls = rng.choice(len(p.classes), size=n, p=shares / shares.sum())
+    ids = np.empty(n, dtype=np.int64)
+    sizes: list[np.ndarray] = []
+    base = 0
+    for i, c in enumerate(p.classes):
+        sel = np.flatnonzero(cls == i)
+        got, s = _object_class_requests(c, p, epoch[sel], n_epochs, sel.size, base, rng)
+        ids[sel] = got
+        sizes.append(s)
+        base += s.size
+    size_of = np.concatenate(sizes)
+    return pl.DataFrame({
+        "time": np.round(EPOCH_S + t, OBJECT_TIME_DECIMALS),
+        "key": _block_ids(ids, seed),
+        "size": size_of[ids].astype(np.uint64),
+    })
+
+
+def _resolve_object_size(p: ObjectPreset, accesses: int | None,
+                         days: float | None) -> tuple[int, float]:
+    """(requests, days) from the preset and the overrides."""
+    d = float(days) if days is not None else p.days
+    if not d > 0:
+        raise UserError(f"days must be > 0, got {d}")
+    n = p.default_accesses(d) if accesses is None else int(accesses)
+    if n < 1:
+        raise UserError(f"accesses must be >= 1, got {n}")
+    return n, d
+
+
+def _write_objects(df: pl.DataFrame, out: Path, progress: bool, desc: str) -> None:
+    with atomic_path(out) as tmp, open(tmp, "wb") as f:
+        f.write(f"{OBJECTS_HEADER}\n".encode())
+        with tqdm(total=df.height, desc=desc, unit="req", unit_scale=True,
+                  disable=not progress) as bar:
+            for start in range(0, df.height, WRITE_CHUNK_ROWS):
+                chunk = df.slice(start, WRITE_CHUNK_ROWS)
+                chunk.write_csv(f, include_header=False, float_precision=OBJECT_TIME_DECIMALS,
+                                quote_style="never")
+                bar.update(chunk.height)
+
+
+def generate_objects(preset: str, seed: int, out: Path, *, accesses: int | None = None,
+                     days: float | None = None, progress: bool = True) -> dict[str, Any]:
+    """Write a synthetic object trace of object-trace preset `preset` to `out` as
+    `objects-csv` (header `time,key,size`; Unix seconds with 3 decimals, integer keys,
+    bytes), atomically. The same (preset, seed, accesses, days) always gives the same bytes;
+    `accesses` (requests) and `days` override the preset's size (with `accesses` alone the
+    request rate follows). Returns a summary like `generate_trace`'s (format objects-csv,
+    keys = distinct objects, bytes = their total size)."""
+    p = get_object_preset(preset)
+    t0 = _time.perf_counter()
+    n, d = _resolve_object_size(p, accesses, days)
+    df = build_object_requests(p, seed, n, d * DAY_S)
+    _write_objects(df, Path(out), progress, f"generate {p.name}")
+    secs = _time.perf_counter() - t0
+    uniq = df.unique("key")
+    return {
+        "path": str(out), "preset": p.name, "format": "objects-csv", "seed": seed,
+        "accesses": n, "keys": uniq.height, "bytes": int(uniq["size"].sum()), "days": d,
+        "duration_s": d * DAY_S, "seconds": secs,
+        "accesses_per_s": n / secs if secs else None,
     }

@@ -2,21 +2,45 @@
 
 libCacheSim's model: every request is one object; CloudPhysics requests are keyed by `lbn`
 with their `size` in bytes, one row per request (no splitting into blocks).
+
+Formats (`OBJECT_FORMATS`):
+
+- `cloudphysics`: libCacheSim's CloudPhysics CSV `version,time,op,size,lbn` (key = lbn).
+- `objects-csv`: the object-trace presets' output (`flashml trace generate --preset cdn-like`)
+  and the simplest way in for any other object trace: a header line naming the columns
+  `time`, `key` and `size` (in any order; other columns are ignored), then one request per
+  line: `time` seconds (a number, non-decreasing), `key` an unsigned 64-bit integer, `size`
+  bytes (an integer >= 1). A bad row is an error naming the file, its line and the field.
+  `csv` is another name for it.
+- `parquet`: a table with `key` and `size` columns (and `time`, if it has one), such as
+  `flashml trace ingest --format objects-csv` writes.
+
+`read_objects` returns `key` (u64), `size` (u64) and, where the format has it, `time` (f64).
 """
 
 from __future__ import annotations
 
+import csv
+import math
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import polars as pl
 
+from flashml.config import HOUR_S
 from flashml.errors import TraceError
 
-OBJECT_FORMATS = ("cloudphysics", "parquet")
+OBJECT_FORMATS = ("cloudphysics", "objects-csv", "csv", "parquet")
+"""Object-trace formats; `csv` is another name for `objects-csv` (issue 16's `--format
+cloudphysics|csv|parquet`)."""
+OBJECTS_CSV_COLUMNS = ("time", "key", "size")
+U64_MAX = (1 << 64) - 1
 
 
 def read_objects(path: str | Path, fmt: str = "cloudphysics") -> pl.DataFrame:
-    """Return a DataFrame with columns `key` (u64) and `size` (u64), one row per request."""
+    """Return a DataFrame with columns `key` (u64) and `size` (u64), plus `time` (f64) where
+    the format has one, one row per request."""
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "no such file")
@@ -28,12 +52,186 @@ def read_objects(path: str | Path, fmt: str = "cloudphysics") -> pl.DataFrame:
         for col in ("lbn", "size"):
             if col not in df.columns:
                 raise TraceError(path, "missing column", line=1, field=col)
-        return df.select(pl.col("lbn").alias("key"), pl.col("size"))
+        cols = [pl.col("lbn").alias("key"), pl.col("size")]
+        if "time" in df.columns and df.schema["time"].is_numeric():
+            cols.append(pl.col("time").cast(pl.Float64))
+        return df.select(cols)
+    if fmt in ("objects-csv", "csv"):
+        return read_objects_csv(path)
     if fmt == "parquet":
         df = pl.read_parquet(path)
         for col in ("key", "size"):
             if col not in df.columns:
                 raise TraceError(path, "missing column", field=col)
-        return df.select(pl.col("key").cast(pl.UInt64), pl.col("size").cast(pl.UInt64))
+        cols = [pl.col("key").cast(pl.UInt64), pl.col("size").cast(pl.UInt64)]
+        if "time" in df.columns:
+            cols.append(pl.col("time").cast(pl.Float64))
+        return df.select(cols)
     raise TraceError(path, f"unknown object format {fmt!r}; expected one of {OBJECT_FORMATS}",
                      field="format")
+
+
+# --- objects-csv ----------------------------------------------------------------------------
+
+
+def read_objects_csv(path: str | Path) -> pl.DataFrame:
+    """An `objects-csv` trace (module docstring) as (key u64, size u64, time f64); a
+    `TraceError` naming the file, line and field for the first bad row."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceError(path, "no such file")
+    with open(path, "rb") as f:
+        first = f.readline().decode("utf-8", "replace").rstrip("\r\n")
+    if not first.strip():
+        raise TraceError(path, "empty file: expected a header line "
+                         f"'{','.join(OBJECTS_CSV_COLUMNS)}'", line=1)
+    header = [h.strip() for h in first.split(",")]
+    for col in OBJECTS_CSV_COLUMNS:
+        if col not in header:
+            raise TraceError(path, f"missing column (header {first!r}; an objects-csv trace "
+                             f"needs {', '.join(OBJECTS_CSV_COLUMNS)})", line=1, field=col)
+    if len(set(header)) != len(header):
+        dup = next(h for h in header if header.count(h) > 1)
+        raise TraceError(path, "column named twice in the header", line=1, field=dup)
+    types = {"time": pl.Float64, "key": pl.UInt64, "size": pl.UInt64}
+    try:
+        df = pl.read_csv(path, has_header=True, columns=list(OBJECTS_CSV_COLUMNS),
+                         schema_overrides=types, quote_char=None)
+        bad = df.height == 0 or df.null_count().sum_horizontal().item() > 0
+    except (pl.exceptions.ComputeError, pl.exceptions.ShapeError, pl.exceptions.NoDataError):
+        df, bad = None, True
+    if bad:  # the slow path finds the line and field (or confirms there are no requests)
+        _locate_csv_error(path, header)
+        if df is None or df.height == 0:
+            raise TraceError(path, "no requests (only a header line)", line=2)
+        raise TraceError(path, "cannot parse (missing fields)")
+    df = df.with_row_index("_row")
+    checks = [
+        (pl.col("size") == 0, "size", "size must be >= 1 byte, found 0"),
+        (~pl.col("time").is_finite(), "time", "time must be a finite number, found {value}"),
+        (pl.col("time") < pl.col("time").shift(1), "time", "time goes backwards ({value} after "
+         "{prev})"),
+    ]
+    first_bad: tuple[int, str, str] | None = None
+    for expr, field, msg in checks:
+        idx = df.select(pl.arg_where(expr).first()).item()
+        if idx is not None and (first_bad is None or idx < first_bad[0]):
+            first_bad = (idx, field, msg)
+    if first_bad is not None:
+        idx, field, msg = first_bad
+        value = df[field][idx]
+        prev = df[field][idx - 1] if idx > 0 else None
+        raise TraceError(path, msg.format(value=value, prev=prev), line=idx + 2, field=field)
+    return df.select("key", "size", "time")
+
+
+def _locate_csv_error(path: Path, header: list[str]) -> None:
+    """Slow path: raise for the first data line of an objects-csv file that does not parse
+    (wrong field count, a number that is not one, a key or size out of range)."""
+    where = {c: header.index(c) for c in OBJECTS_CSV_COLUMNS}
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        rows = csv.reader(f)
+        next(rows, None)
+        for lineno, row in enumerate(rows, start=2):
+            if len(row) != len(header):
+                field = header[min(len(row), len(header) - 1)]
+                raise TraceError(path, f"expected {len(header)} fields ({','.join(header)}), "
+                                 f"found {len(row)}", line=lineno, field=field)
+            for col in OBJECTS_CSV_COLUMNS:
+                text = row[where[col]].strip()
+                _check_value(path, lineno, col, text)
+
+
+def _check_value(path: Path, lineno: int, col: str, text: str) -> None:
+    if col == "time":
+        try:
+            float(text)
+        except ValueError:
+            raise TraceError(path, f"expected a number (seconds), found {text!r}", line=lineno,
+                             field=col) from None
+        return
+    try:
+        v = int(text)
+    except ValueError:
+        raise TraceError(path, f"expected an integer, found {text!r}", line=lineno,
+                         field=col) from None
+    if v < 0:
+        raise TraceError(path, f"negative {col} {v}", line=lineno, field=col)
+    if v > U64_MAX:
+        raise TraceError(path, f"{col} {v} does not fit in 64 bits", line=lineno, field=col)
+
+
+def write_objects_csv(df: pl.DataFrame, path: str | Path) -> Path:
+    """Write (time, key, size) as an `objects-csv` trace, atomically."""
+    from flashml.files import atomic_path
+
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        df.select(*OBJECTS_CSV_COLUMNS).write_csv(tmp, quote_style="never")
+    return path
+
+
+# --- statistics -----------------------------------------------------------------------------
+
+
+def object_stats(df: pl.DataFrame, *, window_s: float | None = None,
+                 top_k: int = 100) -> dict[str, Any]:
+    """Statistics of an object trace (key, size[, time]): what README's object-preset
+    sections report. Sizes are per object (its first request's size).
+
+    requests, objects, unique_bytes (total size of the distinct objects, the working set),
+    requests_per_object, compulsory_miss_ratio (objects / requests), one_hit_wonder_rate
+    (objects requested once / objects), size_p10/p50/p90/p99/max (bytes, over objects),
+    mean_request_bytes, zipf_slope (minus the slope of log count vs log rank over the 1000
+    most requested objects), top1pct_request_share (requests to the 1% most requested
+    objects), and with `time`: duration_h, request_rate_per_s, peak_to_mean_hourly, and for
+    `window_s`, hot_set_kept (mean over consecutive windows of that length of the fraction
+    of a window's `top_k` most requested objects still among the next window's `top_k`).
+    """
+    per = (df.lazy().group_by("key")
+           .agg(n=pl.len(), size=pl.col("size").first()).collect())
+    counts = np.sort(per["n"].to_numpy())[::-1]
+    sizes = per["size"].to_numpy().astype(np.float64)
+    top = counts[:1000].astype(np.float64)
+    slope = (-float(np.polyfit(np.log(np.arange(1, top.size + 1)), np.log(top), 1)[0])
+             if top.size >= 2 else math.nan)
+    n_top = max(1, int(round(0.01 * counts.size)))
+    p10, p50, p90, p99 = np.percentile(sizes, [10, 50, 90, 99])
+    st: dict[str, Any] = {
+        "requests": df.height,
+        "objects": per.height,
+        "unique_bytes": int(per["size"].sum()),
+        "requests_per_object": df.height / max(per.height, 1),
+        "compulsory_miss_ratio": per.height / max(df.height, 1),
+        "one_hit_wonder_rate": float((counts == 1).mean()),
+        "size_p10": float(p10), "size_p50": float(p50), "size_p90": float(p90),
+        "size_p99": float(p99), "size_max": float(sizes.max()),
+        "mean_request_bytes": float(df["size"].mean()),
+        "zipf_slope": slope,
+        "top1pct_request_share": float(counts[:n_top].sum() / max(df.height, 1)),
+    }
+    if "time" in df.columns:
+        t = df["time"].to_numpy()
+        dur = float(t[-1] - t[0])
+        st["duration_h"] = dur / HOUR_S
+        st["request_rate_per_s"] = df.height / dur if dur > 0 else math.nan
+        hours = np.bincount(((t - t[0]) // HOUR_S).astype(np.int64))
+        full = hours[:-1] if hours.size > 1 else hours  # the last hour is partial
+        st["peak_to_mean_hourly"] = float(full.max() / full.mean())
+        if window_s:
+            st["hot_set_kept"] = _hot_set_kept(df, window_s, top_k)
+    return st
+
+
+def _hot_set_kept(df: pl.DataFrame, window_s: float, top_k: int) -> float:
+    t0 = df["time"][0]
+    tops = (df.lazy()
+            .with_columns(w=((pl.col("time") - t0) // window_s).cast(pl.Int64))
+            .group_by("w", "key").len()
+            .sort(["w", "len", "key"], descending=[False, True, False])
+            .group_by("w", maintain_order=True).head(top_k)
+            .group_by("w").agg(pl.col("key"))
+            .sort("w").collect())
+    sets = [set(k) for k in tops["key"].to_list()]
+    kept = [len(a & b) / max(len(a), 1) for a, b in zip(sets, sets[1:], strict=False)]
+    return float(np.mean(kept)) if kept else math.nan

@@ -1,9 +1,12 @@
-"""The synthetic-trace presets: one definition, modelled on Baleen's Table 2 (FAST'24).
+"""The synthetic-trace presets: one definition, modelled on Baleen's Table 2 (FAST'24) for the
+block traces (`PRESETS`), and on CDN and key-value caches for the whole-object traces
+(`OBJECT_PRESETS`: cdn-like, kv-like; MAT, issue 16).
 
 `generate_trace` (trace/generate.py) builds traces from them, and README.md's preset sections
-("Synthetic traces") are rendered from them by `markdown` (with the measured statistics of each
-preset's default trace, seed 0); tests/test_generate.py checks that README.md says exactly what
-`markdown` renders. To refresh the README after changing a preset:
+("Synthetic traces", "Object-trace presets") are rendered from them by `markdown` and
+`object_markdown` (with the measured statistics of each preset's default trace, seed 0);
+tests/test_generate.py checks that README.md says exactly what they render. To refresh the
+README after changing a preset:
 
     python -m flashml.trace.presets     # prints every preset's section
 """
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flashml.config import DAY_S, HOUR_S, UNITS, MiB
+from flashml.config import DAY_S, HOUR_S, UNITS, KiB, MiB
 from flashml.errors import UserError
 
 
@@ -215,11 +218,152 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
 
 
 
+# --- object-trace presets -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ObjectClass:
+    """One population of whole objects with one popularity law and one size law
+    (trace/generate.py's `build_object_requests`)."""
+
+    name: str
+    """Label, used in docs only."""
+    request_share: float
+    """Fraction of the trace's requests (shares of a preset sum to 1)."""
+    mean_requests: float
+    """Requests per catalogue object: the class's catalogue holds (its requests / this)
+    objects. Objects the Zipf draw never picks do not appear, so the measured requests per
+    object seen are higher."""
+    zipf_alpha: float
+    """Exponent of the rank-popularity law, P(rank r) ~ r^-alpha over the catalogue."""
+    size_median: int
+    """Median object size, bytes (log-normal); an object keeps its size on every request."""
+    size_sigma: float
+    """Log-normal sigma of object sizes."""
+    size_range: tuple[int, int]
+    """Object sizes are clipped to this range, bytes."""
+
+
+@dataclass(frozen=True)
+class ObjectPreset:
+    """A synthetic whole-object workload (CDN, key-value): request rate, diurnal shape,
+    popularity shifts and its classes. Written as an `objects-csv` trace (time,key,size)."""
+
+    name: str
+    description: str
+    request_rate_per_s: float
+    """Mean requests per second of the default trace."""
+    hours: float
+    """Default trace length in hours."""
+    diurnal_amplitude: float
+    """A in the intensity 1 + A cos(...) (as `Preset`). Must be < 1."""
+    peak_hour_utc: float
+    """Hour of the day (UTC) of the diurnal peak."""
+    shift_every_h: float
+    """Popularity shifts every this many hours of trace time ..."""
+    hot_fraction: float
+    """... in the hot set, the top ranks holding this fraction of each class's catalogue ..."""
+    shift_fraction: float
+    """... of which this fraction is replaced by new objects at each shift (the objects they
+    replace drop to random ranks of the cold tail, whose objects leave the catalogue)."""
+    classes: tuple[ObjectClass, ...]
+    expected: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Documented ranges of `object_stats` on a default-size trace (tests check them)."""
+
+    @property
+    def days(self) -> float:
+        """Default length in days (the unit `generate_trace`'s `days=` override takes)."""
+        return self.hours / 24.0
+
+    def default_accesses(self, days: float | None = None) -> int:
+        """Requests of a trace of `days` (default `self.days`) at the preset's rate."""
+        d = self.days if days is None else days
+        return int(round(self.request_rate_per_s * d * DAY_S))
+
+
+#: The object-trace presets, by name (`flashml trace generate --preset NAME` writes them as
+#: `objects-csv`; `flashml sim objects`, `flashml mat run` and bench/bench_mat.py read them).
+OBJECT_PRESETS: dict[str, ObjectPreset] = {p.name: p for p in (
+    ObjectPreset(
+        name="cdn-like",
+        description="CDN edge cache: size-varied objects (web assets of KBs, video segments "
+                    "of about a MiB, downloads of MiBs to tens of MiBs), Zipf popularity "
+                    "0.8-0.95 with small objects the most popular, many one-hit wonders, "
+                    "and new content displacing part of the hot set every 4 hours.",
+        request_rate_per_s=12.0,
+        hours=24.0,
+        diurnal_amplitude=0.5,
+        peak_hour_utc=20.0,
+        shift_every_h=4.0,
+        hot_fraction=0.02,
+        shift_fraction=0.25,
+        classes=(
+            ObjectClass("web-assets", request_share=0.55, mean_requests=4.0, zipf_alpha=0.95,
+                        size_median=24 * KiB, size_sigma=1.2, size_range=(512, 4 * MiB)),
+            ObjectClass("video-segments", request_share=0.35, mean_requests=3.0,
+                        zipf_alpha=0.85, size_median=768 * KiB, size_sigma=0.5,
+                        size_range=(64 * KiB, 8 * MiB)),
+            ObjectClass("downloads", request_share=0.10, mean_requests=1.5, zipf_alpha=0.8,
+                        size_median=6 * MiB, size_sigma=1.0,
+                        size_range=(256 * KiB, 64 * MiB)),
+        ),
+        expected={"compulsory_miss_ratio": (0.18, 0.23), "one_hit_wonder_rate": (0.42, 0.50),
+                  "size_p10": (5 * KiB, 20 * KiB), "size_p50": (350 * KiB, 650 * KiB),
+                  "size_p99": (20 * MiB, 44 * MiB), "zipf_slope": (0.80, 0.95),
+                  "top1pct_request_share": (0.36, 0.45), "request_rate_per_s": (11.9, 12.1),
+                  "peak_to_mean_hourly": (1.3, 1.6), "hot_set_kept": (0.55, 0.80)},
+    ),
+    ObjectPreset(
+        name="kv-like",
+        description="In-memory key-value cache: small values (100 B to 10 KB), highly "
+                    "skewed popularity (Zipf 1.0-1.2), and a hot set of which a fifth is "
+                    "replaced every 3 hours.",
+        request_rate_per_s=24.0,
+        hours=12.0,
+        diurnal_amplitude=0.3,
+        peak_hour_utc=15.0,
+        shift_every_h=3.0,
+        hot_fraction=0.01,
+        shift_fraction=0.2,
+        classes=(
+            ObjectClass("user-records", request_share=0.6, mean_requests=20.0,
+                        zipf_alpha=1.1, size_median=400, size_sigma=0.6,
+                        size_range=(100, 4 * KiB)),
+            ObjectClass("timeline-fragments", request_share=0.3, mean_requests=8.0,
+                        zipf_alpha=1.0, size_median=2 * KiB, size_sigma=0.7,
+                        size_range=(256, 10_000)),
+            ObjectClass("sessions", request_share=0.1, mean_requests=4.0, zipf_alpha=1.2,
+                        size_median=150, size_sigma=0.3, size_range=(100, 1 * KiB)),
+        ),
+        expected={"compulsory_miss_ratio": (0.055, 0.072), "one_hit_wonder_rate": (0.28, 0.38),
+                  "size_p10": (120, 200), "size_p50": (600, 800), "size_p99": (7 * KiB, 9.5 * KiB),
+                  "zipf_slope": (0.95, 1.12), "top1pct_request_share": (0.58, 0.69),
+                  "request_rate_per_s": (23.9, 24.1), "peak_to_mean_hourly": (1.03, 1.15),
+                  "hot_set_kept": (0.62, 0.88)},
+    ),
+)}
+
+#: Every preset name (block-trace presets first), for help texts and errors.
+ALL_PRESETS: tuple[str, ...] = (*PRESETS, *OBJECT_PRESETS)
+
+
 def get_preset(name: str) -> Preset:
-    """The preset called `name`; a UserError naming the presets if there is none."""
+    """The block-trace preset called `name`; a UserError naming the presets if there is none
+    (or if `name` is an object-trace preset: those are `get_object_preset`'s)."""
     if name not in PRESETS:
-        raise UserError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+        if name in OBJECT_PRESETS:
+            raise UserError(f"preset {name!r} is an object-trace preset (objects-csv), not a "
+                            f"block trace; block-trace presets: {', '.join(PRESETS)}")
+        raise UserError(f"unknown preset {name!r}; presets: {', '.join(ALL_PRESETS)}")
     return PRESETS[name]
+
+
+def get_object_preset(name: str) -> ObjectPreset:
+    """The object-trace preset called `name`; a UserError naming the presets if none."""
+    if name not in OBJECT_PRESETS:
+        raise UserError(f"unknown object-trace preset {name!r}; object-trace presets: "
+                        f"{', '.join(OBJECT_PRESETS)}")
+    return OBJECT_PRESETS[name]
 
 
 # --- README.md ----------------------------------------------------------------------------------
@@ -301,8 +445,81 @@ def markdown(p: Preset, stats: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: The statistics table of an object preset's README section: label, `object_stats` key,
+#: format (None: a percentage; "bytes": a size with a binary unit; else a format spec).
+OBJECT_STAT_ROWS: tuple[tuple[str, str, str | None], ...] = (
+    ("Requests per object", "requests_per_object", ".2f"),
+    ("Compulsory miss ratio (objects / requests)", "compulsory_miss_ratio", None),
+    ("One-hit-wonder rate (of objects)", "one_hit_wonder_rate", None),
+    ("Object size p10", "size_p10", "bytes"),
+    ("Object size p50", "size_p50", "bytes"),
+    ("Object size p90", "size_p90", "bytes"),
+    ("Object size p99", "size_p99", "bytes"),
+    ("Object size max", "size_max", "bytes"),
+    ("Mean request size", "mean_request_bytes", "bytes"),
+    ("Zipf slope (1000 most requested)", "zipf_slope", ".3f"),
+    ("Requests to the 1% most requested objects", "top1pct_request_share", None),
+    ("Request rate (/s)", "request_rate_per_s", ".2f"),
+    ("Peak-to-mean (hourly)", "peak_to_mean_hourly", ".2f"),
+    ("Top-100 objects kept across a shift period", "hot_set_kept", None),
+)
+CLASS_COLUMNS = ("class", "share of requests", "requests per catalogue object", "Zipf alpha",
+                 "size median / sigma", "size range")
+
+
+def human_bytes(x: float) -> str:
+    """1536 -> '1.5 KiB' (B, KiB, MiB, GiB, TiB; one decimal above bytes)."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(x) >= scale:
+            return f"{x / scale:.1f} {unit}"
+    return f"{x:.0f} B"
+
+
+def _ofmt(x: float, spec: str | None) -> str:
+    return human_bytes(x) if spec == "bytes" else _num(x, spec)
+
+
+def class_cells(c: ObjectClass) -> list[str]:
+    """An object class's row of the README table."""
+    return [c.name, f"{c.request_share:.2f}", f"{c.mean_requests:g}", f"{c.zipf_alpha:g}",
+            f"{human_bytes(c.size_median)} / {c.size_sigma:g}",
+            f"{human_bytes(c.size_range[0])}{NA}{human_bytes(c.size_range[1])}"]
+
+
+def object_markdown(p: ObjectPreset, stats: dict[str, Any]) -> str:
+    """The README section of object preset `p`; `stats`: `trace.objects.object_stats` of its
+    default trace (seed 0) with `window_s` = its shift period."""
+    lines = [
+        f"### `{p.name}`", "", p.description, "",
+        f"Default trace: {p.hours:g} hours at {p.request_rate_per_s:g} requests/s = "
+        f"{stats['requests']:,} requests, {stats['objects']:,} objects, "
+        f"{human_bytes(stats['unique_bytes'])} of distinct objects. Diurnal amplitude "
+        f"{p.diurnal_amplitude:g} (peak at {p.peak_hour_utc:02.0f}:00 UTC). Every "
+        f"{p.shift_every_h:g} hours {100 * p.shift_fraction:g}% of the hot set (the top "
+        f"{100 * p.hot_fraction:g}% of each class's catalogue) is replaced by new objects.", "",
+        _row(["statistic", "measured (seed 0)", "documented range"]), _rule(3),
+    ]
+    for label, key, spec in OBJECT_STAT_ROWS:
+        lo_hi = p.expected.get(key)
+        lines.append(_row([label, _ofmt(stats[key], spec),
+                           f"{_ofmt(lo_hi[0], spec)} {NA} {_ofmt(lo_hi[1], spec)}"
+                           if lo_hi else ""]))
+    lines += ["", _row(list(CLASS_COLUMNS)), _rule(len(CLASS_COLUMNS))]
+    lines += [_row(class_cells(c)) for c in p.classes]
+    return "\n".join(lines)
+
+
+def object_preset_stats(name: str, path: str | Path) -> dict[str, Any]:
+    """`object_stats` of an object preset's trace at `path`, as README reports them."""
+    from flashml.trace.objects import object_stats, read_objects
+
+    p = OBJECT_PRESETS[name]
+    return object_stats(read_objects(path, "objects-csv"), window_s=p.shift_every_h * HOUR_S)
+
+
 def main() -> int:
-    """Print every preset's README section, measured on its default trace (seed 0)."""
+    """Print every preset's README section, measured on its default trace (seed 0): the
+    block-trace presets, then the object-trace presets."""
     from flashml.trace.generate import generate_trace
     from flashml.trace.ingest import load_trace
     from flashml.trace.stats import compute_stats
@@ -313,6 +530,10 @@ def main() -> int:
             path = Path(tmp) / f"{name}.trace"
             generate_trace(name, 0, path, progress=False)
             sections.append(markdown(p, compute_stats(*load_trace(path))))
+        for name, op in OBJECT_PRESETS.items():
+            path = Path(tmp) / f"{name}.csv"
+            generate_trace(name, 0, path, progress=False)
+            sections.append(object_markdown(op, object_preset_stats(name, path)))
     sys.stdout.write("\n\n".join(sections) + "\n")
     return 0
 
