@@ -49,6 +49,11 @@ impl<const MOVE_ON_TOUCH: bool> ListOrder<MOVE_ON_TOUCH> {
     pub fn new() -> Self {
         ListOrder { list: DList::new() }
     }
+
+    /// Units from the tail (next victim) towards the head.
+    pub fn iter_from_back(&self) -> impl Iterator<Item = u32> + '_ {
+        self.list.iter_from_back()
+    }
 }
 
 impl<const MOVE_ON_TOUCH: bool> Eviction for ListOrder<MOVE_ON_TOUCH> {

@@ -55,6 +55,18 @@ pub fn half_pow(k: u64) -> f64 {
     }
 }
 
+/// A hint to load the cache line at `p` (x86-64 only; never faults).
+#[inline]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch hint; it never faults, whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// The history beyond the first access: LRB's `MetaExtra`.
 #[derive(Debug, Clone)]
 struct Extra {
@@ -115,6 +127,24 @@ impl MetaStore {
     pub fn last(&self, id: u32) -> Option<u64> {
         let l = self.metas[id as usize].last;
         (l != NEVER).then_some(l)
+    }
+
+    /// Start loading `id`'s metadata into the CPU caches (call a few requests ahead).
+    #[inline]
+    pub fn prefetch_meta(&self, id: u32) {
+        prefetch(self.metas.as_ptr().wrapping_add(id as usize));
+    }
+
+    /// Start loading `id`'s history (call after [`MetaStore::prefetch_meta`] had time).
+    #[inline]
+    pub fn prefetch_history(&self, id: u32) {
+        if let Some(e) = &self.metas[id as usize].extra {
+            let p: *const Extra = &**e;
+            prefetch(p);
+            prefetch((p as *const u8).wrapping_add(64));
+            prefetch((p as *const u8).wrapping_add(128));
+            prefetch((p as *const u8).wrapping_add(192));
+        }
     }
 
     /// Record an access of `id` (a request of `size` bytes) at logical time `t`, later than

@@ -470,6 +470,9 @@ impl<P: Predictor> Mat<P> {
         let c = order.pop_tail().expect("an eviction needs a cached object");
         let last = slots.last[c as usize];
         if let Some(m) = meta {
+            if let Some(next) = order.victim() {
+                m.prefetch_history(slots.obj[next as usize]);
+            }
             m.features(slots.obj[c as usize], now, &mut self.features);
         }
         if let Some(s) = samples {
@@ -662,6 +665,13 @@ pub fn simulate_mat<P: Predictor>(
         let now = t as u64;
         req_bytes += raw_size;
         if let Some(m) = &mut meta {
+            // the ids ahead are known: their metadata, then their history, into the caches
+            if let Some(&a) = trace.ids.get(t + 2 * PREFETCH_AHEAD) {
+                m.prefetch_meta(a);
+            }
+            if let Some(&a) = trace.ids.get(t + PREFETCH_AHEAD) {
+                m.prefetch_history(a);
+            }
             if let (Some(s), Some(last)) = (&mut samples, m.last(id)) {
                 s.requested(id, now, last);
             }
@@ -687,6 +697,14 @@ pub fn simulate_mat<P: Predictor>(
         }
         if used + size > capacity {
             let t0 = clock.now();
+            if let Some(m) = &meta {
+                // the candidates' metadata into the caches (the next one's history is
+                // prefetched as each candidate is examined)
+                let l = if P::ACTIVE { params.max_candidates } else { 1 };
+                for s in order.iter_from_back().take(l as usize) {
+                    m.prefetch_meta(slots.obj[s as usize]);
+                }
+            }
             while used + size > capacity {
                 let v = mat.evict(&mut order, now, &slots, meta.as_ref(), &mut samples);
                 obj_slot[slots.obj[v as usize] as usize] = NIL;
