@@ -196,3 +196,216 @@ def test_ingest_reads_generated_trace(tmp_path: Path) -> None:
     a = compute_stats(df, meta)
     b = compute_stats(mine, TraceMeta(sample_ratio=info["sample_ratio"]))
     assert a == pytest.approx(b)
+
+
+# --- object-trace presets (cdn-like, kv-like: objects-csv) --------------------------------------
+
+from flashml.trace.generate import build_object_requests  # noqa: E402
+from flashml.trace.objects import object_stats, read_objects  # noqa: E402
+from flashml.trace.presets import (  # noqa: E402
+    OBJECT_PRESETS,
+    object_markdown,
+    object_preset_stats,
+)
+
+
+def parse_objects(path: Path) -> pl.DataFrame:
+    """Parse an objects-csv trace with plain Python, asserting the line format."""
+    times, keys, sizes = [], [], []
+    with open(path, encoding="ascii") as f:
+        assert f.readline() == "time,key,size\n"
+        for line in f:
+            t, k, s = line.rstrip("\n").split(",")
+            assert len(t.split(".")[-1]) <= 3, line  # milliseconds at most
+            times.append(float(t))
+            keys.append(int(k))
+            sizes.append(int(s))
+    return pl.DataFrame({"time": np.array(times), "key": np.array(keys, dtype=np.uint64),
+                         "size": np.array(sizes, dtype=np.uint64)})
+
+
+@pytest.fixture(scope="module")
+def object_traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
+    """Each object preset at its default size, seed 0 (the documented configuration)."""
+    d = tmp_path_factory.mktemp("object-presets")
+    out = {}
+    for name in OBJECT_PRESETS:
+        path = d / f"{name}.csv"
+        info = generate_trace(name, 0, path, progress=False)
+        out[name] = (info, path, object_preset_stats(name, path))
+    return out
+
+
+def test_object_presets_same_seed_same_bytes(tmp_path: Path) -> None:
+    for name in OBJECT_PRESETS:
+        a, b, c = (tmp_path / f"{name}-{x}.csv" for x in "abc")
+        generate_trace(name, 7, a, accesses=20_000, progress=False)
+        generate_trace(name, 7, b, accesses=20_000, progress=False)
+        generate_trace(name, 8, c, accesses=20_000, progress=False)
+        assert a.read_bytes() == b.read_bytes()
+        assert a.read_bytes() != c.read_bytes()
+    assert len(list(tmp_path.iterdir())) == 3 * len(OBJECT_PRESETS)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECT_PRESETS))
+def test_object_trace_format(name: str, tmp_path: Path) -> None:
+    """objects-csv: header, ms timestamps non-decreasing from the epoch, integer keys, every
+    size inside its classes' range and fixed per object; `read_objects` reads the same."""
+    p = OBJECT_PRESETS[name]
+    path = tmp_path / "t.csv"
+    info = generate_trace(name, 3, path, accesses=30_000, days=0.5, progress=False)
+    mine = parse_objects(path)
+    assert mine.height == info["accesses"] == 30_000
+    t = mine["time"].to_numpy()
+    assert (np.diff(t) >= 0).all() and t[0] >= 1_572_000_000
+    assert t[-1] - t[0] <= 0.5 * 86_400 and t[-1] - t[0] > 0.45 * 86_400
+    lo = min(c.size_range[0] for c in p.classes)
+    hi = max(c.size_range[1] for c in p.classes)
+    assert mine["size"].min() >= lo and mine["size"].max() <= hi
+    assert (mine.group_by("key").agg(pl.col("size").n_unique())["size"] == 1).all()
+    assert info["keys"] == mine["key"].n_unique()
+    assert info["bytes"] == mine.unique("key")["size"].sum()
+    got = read_objects(path, "objects-csv")
+    assert got["key"].to_list() == mine["key"].to_list()
+    assert got["size"].to_list() == mine["size"].to_list()
+    assert np.allclose(got["time"].to_numpy(), t)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECT_PRESETS))
+def test_object_preset_stats_in_documented_ranges(name: str, object_traces: dict) -> None:
+    info, _, st = object_traces[name]
+    p = OBJECT_PRESETS[name]
+    assert info["accesses"] == st["requests"] == p.default_accesses()
+    bad = {k: (st[k], lo, hi) for k, (lo, hi) in p.expected.items() if not lo <= st[k] <= hi}
+    assert not bad, bad
+    assert set(p.expected) >= {"one_hit_wonder_rate", "zipf_slope", "size_p50",
+                               "hot_set_kept", "request_rate_per_s"}
+
+
+@pytest.mark.parametrize("name", sorted(OBJECT_PRESETS))
+def test_object_readme_section_is_rendered_from_the_preset(name: str,
+                                                           object_traces: dict) -> None:
+    _, _, st = object_traces[name]
+    section = object_markdown(OBJECT_PRESETS[name], st)
+    assert section in README.read_text(encoding="utf-8"), (
+        f"README.md's `{name}` section is out of date; paste the output of "
+        "`python -m flashml.trace.presets`")
+
+
+def test_object_presets_size_and_skew_differ() -> None:
+    """cdn-like: KB..MB sizes; kv-like: 100 B..10 KB and more skewed."""
+    cdn, kv = OBJECT_PRESETS["cdn-like"], OBJECT_PRESETS["kv-like"]
+    assert cdn.expected["size_p50"][0] > 100 * kv.expected["size_p50"][1]
+    assert kv.expected["zipf_slope"][0] > cdn.expected["zipf_slope"][0]
+    assert all(100 <= c.size_range[0] and c.size_range[1] <= 10_000 for c in kv.classes)
+    assert all(0.8 <= c.zipf_alpha <= 1.0 for c in cdn.classes)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECT_PRESETS))
+def test_popularity_shifts_replace_part_of_the_hot_set(name: str) -> None:
+    """The same trace without shifts keeps its hot set; with them, new objects enter the
+    hot ranks at each shift, and the objects they displace stay in the trace's tail."""
+    from dataclasses import replace
+
+    p = OBJECT_PRESETS[name]
+    n, dur = 300_000, p.hours * 3600.0
+    window = p.shift_every_h * 3600.0
+    shifted = build_object_requests(p, 1, n, dur)
+    still = build_object_requests(replace(p, shift_fraction=0.0), 1, n, dur)
+    kept_shifted = object_stats(shifted, window_s=window)["hot_set_kept"]
+    kept_still = object_stats(still, window_s=window)["hot_set_kept"]
+    assert kept_still > kept_shifted + 0.1, (kept_still, kept_shifted)
+    # objects first seen after the first shift are among the most requested of the trace
+    t0 = shifted["time"][0]
+    first = shifted.group_by("key").agg(t=pl.col("time").min(), n=pl.len())
+    late = first.filter(pl.col("t") > t0 + window * 1.05)
+    top = first.sort("n", descending=True).head(200)
+    assert top.join(late, on="key").height >= 10
+    assert still["key"].n_unique() < shifted["key"].n_unique()
+
+
+def test_object_preset_overrides_and_errors(tmp_path: Path) -> None:
+    p = OBJECT_PRESETS["kv-like"]
+    out = tmp_path / "kv.csv"
+    info = generate_trace("kv-like", 0, out, days=0.25, progress=False)
+    assert info["accesses"] == round(p.request_rate_per_s * 0.25 * 86_400)
+    assert info["format"] == "objects-csv"
+    with pytest.raises(UserError, match="days"):
+        generate_trace("kv-like", 0, tmp_path / "x.csv", days=-1, progress=False)
+    with pytest.raises(UserError, match="accesses"):
+        generate_trace("cdn-like", 0, tmp_path / "x.csv", accesses=0, progress=False)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["kv.csv"]
+
+
+def test_generate_object_preset_cli(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "cdn.csv"
+    proc = cli("trace", "generate", "--preset", "cdn-like", "--accesses", "5000", "--quiet",
+               "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "format=objects-csv" in proc.stdout
+    assert out.read_text().splitlines()[0] == "time,key,size"
+    proc = cli("trace", "generate", "--preset", "cdn-lik", "-o", tmp_path / "x.csv")
+    assert proc.returncode == 1 and "cdn-like, kv-like" in proc.stderr
+    assert not (tmp_path / "x.csv").exists()
+    # ingest: objects-csv -> the object table that object mode reads as parquet
+    table = tmp_path / "cdn.parquet"
+    proc = cli("trace", "ingest", out, "--format", "objects-csv", "-o", table)
+    assert proc.returncode == 0, proc.stderr
+    a, b = read_objects(table, "parquet"), read_objects(out, "objects-csv")
+    assert a.equals(b)
+
+
+# bad objects-csv input: (content, line, field, message fragment)
+BAD_OBJECTS = {
+    "not an integer key": ("time,key,size\n1.0,5,100\n2.0,x7,100\n", 3, "key",
+                           "expected an integer, found 'x7'"),
+    "negative key": ("time,key,size\n1.0,-5,100\n", 2, "key", "negative key -5"),
+    "key too big": (f"time,key,size\n1.0,{1 << 64},100\n", 2, "key", "does not fit in 64"),
+    "bad time": ("time,key,size\n1.0,5,100\nnoon,6,100\n", 3, "time", "expected a number"),
+    "time backwards": ("time,key,size\n1.0,5,100\n2.0,6,100\n1.5,7,100\n", 4, "time",
+                       "time goes backwards (1.5 after 2.0)"),
+    "size zero": ("time,key,size\n1.0,5,100\n2.0,6,0\n", 3, "size", "size must be >= 1"),
+    "size missing": ("time,key,size\n1.0,5,100\n2.0,6\n", 3, "size", "expected 3 fields"),
+    "size not a number": ("time,key,size\n1.0,5,1e3\n", 2, "size", "expected an integer"),
+    "no size column": ("time,key\n1.0,5\n", 1, "size", "missing column"),
+    "no header": ("1.0,5,100\n", 1, "time", "missing column"),
+    "empty": ("", 1, None, "empty file"),
+    "header only": ("time,key,size\n", 2, None, "no requests"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OBJECTS))
+def test_bad_objects_csv_names_file_line_field(tmp_path: Path, case: str) -> None:
+    from flashml.errors import TraceError
+
+    content, line, field, fragment = BAD_OBJECTS[case]
+    src = tmp_path / "bad.csv"
+    src.write_text(content)
+    with pytest.raises(TraceError) as e:
+        read_objects(src, "objects-csv")
+    assert (e.value.line, e.value.field) == (line, field)
+    assert fragment in str(e.value)
+    assert str(e.value).startswith(f"{src}:{line}")
+
+
+@pytest.mark.parametrize("case", ["not an integer key", "time backwards", "no size column"])
+def test_bad_objects_csv_cli_exit_1_no_output(tmp_path: Path, cli, case: str) -> None:  # type: ignore[no-untyped-def]
+    content, line, field, fragment = BAD_OBJECTS[case]
+    src = tmp_path / "bad.csv"
+    src.write_text(content)
+    out = tmp_path / "out" / "t.parquet"
+    proc = cli("trace", "ingest", src, "--format", "objects-csv", "-o", out)
+    assert proc.returncode == 1, proc.stderr
+    where = f"{src}:{line}" + (f": field '{field}'" if field else "")
+    assert where in proc.stderr and fragment in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+    assert not out.parent.exists() or list(out.parent.iterdir()) == []
+
+
+def test_objects_csv_extra_columns_and_order(tmp_path: Path) -> None:
+    src = tmp_path / "t.csv"
+    src.write_text("size,op,key,time\n100,get,5,1.5\n200,set,6,2\n")
+    df = read_objects(src, "csv")  # `csv` is another name for objects-csv
+    assert df.columns == ["key", "size", "time"]
+    assert df.rows() == [(5, 100, 1.5), (6, 200, 2.0)]
