@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,7 @@ UNITS = ("bytes", "objects")
 ORACLE_DTYPE = np.dtype([("clock_time", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"),
                          ("next_access_vtime", "<i8")])
 MAX_OBJ_SIZE = (1 << 32) - 1  # oracleGeneral's obj_size is 32 bits
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # libCacheSim colours its log lines
 INSTALL_HINT = ("libcachesim is not installed: it is a dev/test dependency "
                 "(`make setup`, or `.venv/bin/uv pip install -r requirements.lock`)")
 
@@ -180,7 +182,8 @@ def _run_one(oracle: Path, policy: str, capacity: int, timeout_s: float | None) 
     wall = time.perf_counter() - t0
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
-        tail = " | ".join(ln for ln in proc.stderr.strip().splitlines()[-3:])
+        text = _ANSI.sub("", proc.stderr).strip().splitlines()
+        tail = " | ".join(ln.strip() for ln in text[-3:] if ln.strip())
         how = (f"killed by signal {-proc.returncode}" if proc.returncode < 0
                else f"exit {proc.returncode}")
         return {"error": f"libCacheSim {POLICIES[policy][0]} failed ({how}): {tail}"}
@@ -192,14 +195,18 @@ def _run_one(oracle: Path, policy: str, capacity: int, timeout_s: float | None) 
 def run_baselines(keys: Any, sizes: Any, capacities: int | Iterable[int], *,
                   unit: str = "bytes", policies: Sequence[str] = DEFAULT_POLICIES,
                   times: Any = None, jobs: int = 1, timeout_s: float | None = None,
+                  isolate: bool = True,
                   workdir: str | Path | None = None) -> dict[int, dict[str, dict[str, Any]]]:
     """Run libCacheSim's `policies` over the stream at each capacity.
 
     Returns {capacity: {policy: row}}; a row is {miss_ratio, byte_miss_ratio (None in
-    object-count mode), seconds (libCacheSim's replay, in the child), wall_s} or {error}
-    when the policy crashed, timed out or is unavailable. `jobs` child processes run at
-    once. Raises BaselineUnavailable if libcachesim is not installed, ValueError on bad
-    input (unknown policy or unit, capacity < 1, sizes libCacheSim cannot take)."""
+    object-count mode), hits, requests, seconds (libCacheSim's replay), wall_s} or {error}
+    when the policy crashed, timed out or is unavailable. `jobs` runs go at once (child
+    processes; with `isolate=False` threads of this process instead, which is faster but
+    lets a libCacheSim abort end the caller: only for policies known not to, such as
+    lru/fifo/belady). Raises BaselineUnavailable if libcachesim is not installed,
+    ValueError on bad input (unknown policy or unit, capacity < 1, sizes libCacheSim cannot
+    take)."""
     caps = [int(capacities)] if isinstance(capacities, int | np.integer) else \
         [int(c) for c in capacities]
     if not caps or min(caps) < 1:
@@ -220,6 +227,9 @@ def run_baselines(keys: Any, sizes: Any, capacities: int | Iterable[int], *,
             c, p = task
             if status[p] is not None:
                 return {"error": status[p]}
+            if not isolate:
+                t0 = time.perf_counter()
+                return _simulate(str(oracle), p, c) | {"wall_s": time.perf_counter() - t0}
             return _run_one(oracle, p, c, timeout_s)
 
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -230,8 +240,8 @@ def run_baselines(keys: Any, sizes: Any, capacities: int | Iterable[int], *,
     return out
 
 
-def _worker(oracle: str, policy: str, capacity: str) -> int:
-    """Child process: run one policy on the oracle trace; print one JSON line."""
+def _simulate(oracle: str, policy: str, capacity: int) -> dict[str, Any]:
+    """libCacheSim's `policy` at `capacity` over the oracle trace, by its own C loop."""
     import libcachesim as lcs
 
     cls, kwargs = POLICIES[policy]
@@ -240,8 +250,14 @@ def _worker(oracle: str, policy: str, capacity: str) -> int:
     t0 = time.perf_counter()
     miss, byte_miss = cache.process_trace(reader)
     secs = time.perf_counter() - t0
-    print(json.dumps({"miss_ratio": miss, "byte_miss_ratio": byte_miss, "seconds": secs,
-                      "requests": int(reader.get_num_of_req())}), flush=True)
+    n = int(reader.get_num_of_req())
+    return {"miss_ratio": miss, "byte_miss_ratio": byte_miss,
+            "hits": int(round((1.0 - miss) * n)), "requests": n, "seconds": secs}
+
+
+def _worker(oracle: str, policy: str, capacity: str) -> int:
+    """Child process: run one policy on the oracle trace; print one JSON line."""
+    print(json.dumps(_simulate(oracle, policy, int(capacity))), flush=True)
     return 0
 
 
