@@ -102,6 +102,22 @@ class PeakSettings:
 
 
 @dataclass(frozen=True)
+class MatParams:
+    """Algorithm 1's knobs (brief §1.1): target predictions per eviction k, at most L
+    candidates, threshold step delta, initial threshold T0 in logical requests (None: the
+    simulator's default)."""
+
+    k: float = 2.0
+    max_candidates: int = 10
+    delta: float = 1e-4
+    initial_threshold: float | None = None
+
+    def sim_kwargs(self) -> dict[str, Any]:
+        return {"k": self.k, "max_candidates": self.max_candidates, "delta": self.delta,
+                "initial_threshold": self.initial_threshold}
+
+
+@dataclass(frozen=True)
 class BaleenSettings:
     """Everything `flashml pipeline run` (and its stages: `train`, `sweep`, the DAG) needs."""
 

@@ -142,3 +142,25 @@ def plot_dt_utilisation(series_by_policy: dict[str, dict[str, Any]], out: Path,
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def plot_miss_ratio_curves(curves: dict[str, list[tuple[float, float]]], out: Path,
+                           xlabel: str = "cache size") -> Path:
+    """Miss ratio against cache size, one line per policy (log-scaled sizes)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    for name, pts in curves.items():
+        pts = sorted(pts)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                lw=2.2 if name == "mat" else 1.0, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("miss ratio")
+    ax.set_title("Miss ratio vs cache size")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -1,0 +1,554 @@
+"""MAT's main job (issue 16): learned eviction at the tail of LRU, in object mode.
+
+    ingest -> samples -> train -> tune -> compile -> evaluate -> plots
+
+`flashml mat run --trace FILE --format cloudphysics|objects-csv|parquet --capacity 1%,5%,10%`
+(default: a generated `cdn-like` object trace). Per capacity: an LRU replay of the training
+window (the first `train_fraction` of the requests) tags every candidate that leaves the
+tail and labels it at its next request; a LightGBM regressor of log1p(distance to the next
+access) is trained on those samples (flashml/models/mat.py) and compiled into a policy .so
+exporting `flashml_evict_predict`; the simulator then runs MAT (Algorithm 1: at most L
+candidates from the LRU tail, evict the first whose predicted time-to-next-access is at
+least the adaptive threshold T) with that .so on the whole trace, beside the baselines (ours:
+LRU, FIFO, Belady; libCacheSim's from the `libcachesim` package where installed).
+
+Capacities are sizes (4MiB, 1000obj) or percentages of the trace's working set (unique
+bytes, or unique objects with `--unit objects`). The summary has per capacity every policy's
+miss ratio, byte miss ratio, predictions per eviction and ns per eviction decision;
+`policies` repeats the middle capacity's table. The policy shipped in `compiled/` is the
+middle capacity's model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flashml.errors import UserError
+from flashml.jobs.run import RunDir, Stage, Timer
+from flashml.settings import MatParams
+
+log = logging.getLogger("flashml.mat")
+
+COMMAND = "mat"
+HELP = "MAT: learned eviction at the tail of LRU (object mode) -> policy.so"
+OBJECTS = "objects.parquet"
+#: The largest k Optuna tries: the issue's budget is <= 2.5 predictions per eviction (LRB: 64).
+K_MAX = 2.5
+
+
+@dataclass(frozen=True)
+class MatSettings:
+    """Everything `flashml mat run` needs."""
+
+    trace: Path | None = None
+    format: str | None = None
+    preset: str = "cdn-like"
+    seed: int = 0
+    accesses: int | None = None
+    #: Sizes (4MiB, 1000obj) or percentages of the working set (5%).
+    capacities: tuple[str, ...] = ("1%", "5%", "10%")
+    unit: str = "bytes"
+    mat: MatParams = MatParams()
+    #: The first fraction of the requests whose LRU replay gives the training samples.
+    train_fraction: float = 0.3
+    #: The next fraction: the validation window on which Optuna tunes T0 and k.
+    val_fraction: float = 0.2
+    #: Optuna trials over (T0, k) per capacity (0: the defaults).
+    trials: int = 16
+    #: LRB's memory window in logical requests; None: the training window's length (what a
+    #: replay of it can observe; LRB's 2^26 suits 100 M-request traces, not short ones).
+    memory_window: int | None = None
+    #: libCacheSim baselines to run beside ours (those its package provides).
+    baselines: tuple[str, ...] = ("lru", "fifo", "lfu", "arc", "s3fifo", "sieve", "lhd",
+                                  "lrb", "glcache", "belady")
+
+    def replace(self, **kw: Any) -> MatSettings:
+        return replace(self, **kw)
+
+    @classmethod
+    def from_cli(cls, args: argparse.Namespace) -> MatSettings:
+        d = cls()
+        caps = tuple(c.strip() for c in (args.capacity or ",".join(d.capacities)).split(",")
+                     if c.strip())
+        if not caps:
+            raise UserError("--capacity: give at least one size, e.g. 4MiB,16MiB or 1%,5%")
+        for c in caps:
+            _check_capacity(c)
+        if not (0.0 < args.train_fraction and 0.0 <= args.val_fraction
+                and args.train_fraction + args.val_fraction < 1.0):
+            raise UserError("--train-fraction and --val-fraction must be > 0 and >= 0 with a "
+                            f"sum below 1, got {args.train_fraction} and {args.val_fraction}")
+        if args.trials < 0:
+            raise UserError(f"--trials must be >= 0, got {args.trials}")
+        if args.memory_window is not None and args.memory_window < 1:
+            raise UserError(f"--memory-window must be >= 1, got {args.memory_window}")
+        if args.k <= 0 or args.max_candidates < 1 or not 0.0 < args.delta < 1.0:
+            raise UserError("--k must be > 0, --max-candidates >= 1 and --delta in (0, 1)")
+        return cls(trace=args.trace, format=args.format, preset=args.preset, seed=args.seed,
+                   accesses=args.accesses, capacities=caps, unit=args.unit,
+                   mat=MatParams(k=args.k, max_candidates=args.max_candidates,
+                                 delta=args.delta, initial_threshold=args.initial_threshold),
+                   train_fraction=args.train_fraction, val_fraction=args.val_fraction,
+                   trials=args.trials, memory_window=args.memory_window,
+                   baselines=tuple(b for b in args.baselines.split(",") if b))
+
+
+def _check_capacity(text: str) -> None:
+    if text.endswith("%"):
+        try:
+            v = float(text[:-1])
+        except ValueError:
+            raise UserError(f"--capacity: cannot read {text!r}") from None
+        if not 0.0 < v <= 100.0:
+            raise UserError(f"--capacity: a percentage must be in (0, 100], got {text!r}")
+        return
+    from flashml.simulation import parse_capacity
+
+    try:
+        parse_capacity(text)
+    except ValueError as e:
+        raise UserError(f"--capacity: {e}") from None
+
+
+def add_cli(p: argparse.ArgumentParser) -> None:
+    d = MatSettings()
+    p.add_argument("--preset", default=d.preset, help="object preset for the default trace")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--accesses", type=int, default=None, help="size of the generated trace")
+    p.add_argument("--capacity", default=None, metavar="SIZE[,SIZE...]",
+                   help="cache sizes: bytes (4MiB), objects (1000obj) or percent of the "
+                   f"working set (5%%); default {','.join(d.capacities)}")
+    p.add_argument("--unit", choices=("bytes", "objects"), default=d.unit,
+                   help="what a percentage capacity counts (objects: sizes ignored)")
+    p.add_argument("--k", type=float, default=d.mat.k, help="target predictions per eviction")
+    p.add_argument("--max-candidates", type=int, default=d.mat.max_candidates,
+                   help="L: tail candidates tried before the largest-TTA one goes")
+    p.add_argument("--delta", type=float, default=d.mat.delta, help="threshold step")
+    p.add_argument("--initial-threshold", type=float, default=None,
+                   help="T0, logical requests (default: the simulator's)")
+    p.add_argument("--train-fraction", type=float, default=d.train_fraction,
+                   help="first fraction of the trace whose LRU replay gives training samples")
+    p.add_argument("--val-fraction", type=float, default=d.val_fraction,
+                   help="the next fraction, on which Optuna tunes T0 and k")
+    p.add_argument("--trials", type=int, default=d.trials,
+                   help="Optuna trials over (T0, k) per capacity (0: defaults)")
+    p.add_argument("--memory-window", type=int, default=None,
+                   help="LRB's memory window, logical requests (default: the training "
+                   "window's length)")
+    p.add_argument("--baselines", default=",".join(d.baselines),
+                   help="libCacheSim baselines beside ours (empty: none)")
+
+
+# --- stages --------------------------------------------------------------------------------
+
+
+def objects(run: RunDir) -> Any:
+    if "objects" not in run.cache:
+        import polars as pl
+
+        run.cache["objects"] = pl.read_parquet(run.path / OBJECTS)
+    return run.cache["objects"]
+
+
+def ingest(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
+    """The object trace (or a generated preset) -> `objects.parquet` (key, size), with its
+    working set; every capacity resolved to a number of bytes or objects."""
+    rec = run.done("ingest")
+    if rec is not None:
+        return rec
+    from flashml.files import atomic_path
+    from flashml.trace.objects import read_objects
+
+    out: dict[str, Any] = {}
+    if s.trace is None:
+        from flashml.trace.generate import generate_trace
+
+        raw = run.path / f"{s.preset}-seed{s.seed}.csv"
+        with timer.stage("generate"):
+            out["generate"] = generate_trace(s.preset, s.seed, raw, accesses=s.accesses)
+        fmt = "objects-csv"
+    else:
+        raw, fmt = Path(s.trace), s.format or "cloudphysics"
+    with timer.stage("ingest"):
+        df = read_objects(raw, fmt)
+        if df.height == 0:
+            raise UserError(f"{raw}: no requests")
+        with atomic_path(run.path / OBJECTS) as tmp:
+            df.write_parquet(tmp)
+    run.cache["objects"] = df
+    uniq = df.unique("key", keep="first")
+    ws = {"requests": df.height, "objects": uniq.height, "bytes": int(uniq["size"].sum())}
+    caps = {c: _resolve(c, s.unit, ws) for c in s.capacities}
+    out |= {"trace": str(raw), "format": fmt, "working_set": ws, "capacities": caps}
+    return run.record("ingest", out)
+
+
+def _resolve(text: str, unit: str, ws: dict[str, int]) -> dict[str, Any]:
+    from flashml.simulation import parse_capacity
+
+    if text.endswith("%"):
+        frac = float(text[:-1]) / 100.0
+        total = ws["objects"] if unit == "objects" else ws["bytes"]
+        return {"capacity": max(1, int(total * frac)), "unit": unit}
+    value, kind = parse_capacity(text)
+    return {"capacity": value, "unit": kind}
+
+
+def samples(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
+    """Per capacity: an LRU replay of the training window (no model: MAT's tail with zero
+    predictions), tagging every candidate that leaves the tail; its samples (LRB's 44
+    features at tag time, label log1p(distance to the next access)) -> `work/samples-*.npz`."""
+    rec = run.done("samples")
+    if rec is not None:
+        return rec
+    from flashml.simulation import simulate_objects_mat
+
+    df = objects(run)
+    n = max(2, int(df.height * s.train_fraction))
+    train = df.slice(0, n)
+    caps = run.done("ingest")["capacities"]
+    window = memory_window(s, n)
+    run.work.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, cap in caps.items():
+        with timer.stage(f"samples at {name}"):
+            r = simulate_objects_mat(train["key"], train["size"], cap["capacity"], cap["unit"],
+                                     predictor="none", collect_samples=True,
+                                     memory_window=window, **_knobs(s.mat))
+        smp = r["samples"]
+        path = run.work / f"samples-{_slug(name)}.npz"
+        np.savez(path, features=smp["features"], label=smp["label"])
+        out[name] = {"file": str(path), "samples": int(len(smp["label"])),
+                     "train_requests": n, "lru_miss_ratio": r["miss_ratio"]}
+    return run.record("samples", {"per_capacity": out, "memory_window": window,
+                                  "train_requests": n})
+
+
+def memory_window(s: MatSettings, train_requests: int) -> int:
+    return int(s.memory_window or train_requests)
+
+
+def _knobs(m: MatParams) -> dict[str, Any]:
+    """The simulator's MAT knobs other than the memory window."""
+    return m.sim_kwargs()
+
+
+def _slug(name: str) -> str:
+    return name.replace("%", "pct").replace(".", "_")
+
+
+def train(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
+    """Per capacity: the TTA regressor on its samples (flashml/models/mat.py), logged to
+    MLflow with its metrics; the model bundle in `work/bundle-*`."""
+    rec = run.done("train")
+    if rec is not None:
+        return rec
+    import mlflow
+
+    from flashml.compiler.bundle import save_evict_model
+    from flashml.features.eviction import contract as evict_contract
+    from flashml.models.mat import train_tta
+
+    names = list(evict_contract().names)
+    ing = run.done("ingest")
+    caps, ws = ing["capacities"], ing["working_set"]
+    out = {}
+    smp = samples(run, s, timer)
+    for name, info in smp["per_capacity"].items():
+        with np.load(info["file"]) as z:
+            x, y = z["features"], z["label"]
+        with timer.stage(f"train at {name}"):
+            model = train_tta(x, y, names)
+        bundle = run.work / f"bundle-{_slug(name)}"
+        save_evict_model(bundle, model.booster, k=s.mat.k,
+                         max_candidates=s.mat.max_candidates, delta=s.mat.delta,
+                         initial_threshold=_initial_threshold(s, caps[name], ws),
+                         memory_window=smp["memory_window"],
+                         metrics=model.metrics, mlflow_run_id=mlflow.active_run().info.run_id)
+        mlflow.log_metrics({f"{_slug(name)}_{k}": v for k, v in model.metrics.items()
+                            if np.isfinite(v)})
+        out[name] = {"bundle": str(bundle), **model.metrics}
+    return run.record("train", {"per_capacity": out})
+
+
+def _initial_threshold(s: MatSettings, cap: dict[str, Any], ws: dict[str, int]) -> float:
+    """T0 in logical requests: `s.mat.initial_threshold`, else the cache's size in objects
+    (brief §1.5: T0 = capacity; a byte capacity over the mean object size of the working
+    set), as the simulator's default for a cache that counts objects."""
+    if s.mat.initial_threshold is not None:
+        return float(s.mat.initial_threshold)
+    if cap["unit"] == "objects":
+        return float(cap["capacity"])
+    return max(1.0, cap["capacity"] / max(1.0, ws["bytes"] / max(1, ws["objects"])))
+
+
+def _window_hits(keys: Any, sizes: Any, cap: dict[str, Any], start: int, end: int,
+                 **kw: Any) -> tuple[float, dict[str, Any]]:
+    """Miss ratio over requests [start, end) of a run from a cold cache at request 0, and
+    the run's result. Exact for causal policies (LRU, FIFO, MAT with a model): the first
+    `start` requests of a run do not depend on what follows them, so the window's hits are
+    the hits of the run to `end` minus those of the run to `start`."""
+    from flashml.simulation import simulate_objects_mat
+
+    full = simulate_objects_mat(keys[:end], sizes[:end], cap["capacity"], cap["unit"], **kw)
+    if start == 0:
+        return full["miss_ratio"], full
+    head = simulate_objects_mat(keys[:start], sizes[:start], cap["capacity"], cap["unit"],
+                                **kw)
+    return 1.0 - (full["hits"] - head["hits"]) / (end - start), full
+
+
+def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
+    """Per capacity: Optuna (TPE, `s.trials` trials) over MAT's initial threshold T0 and k
+    (1..K_MAX),
+    scored by the miss ratio of the validation window (the `val_fraction` of requests after
+    the training window) with the trained model; the defaults are trial 0, so the choice is
+    never worse than them there. The evaluation window after it stays unseen."""
+    rec = run.done("tune")
+    if rec is not None:
+        return rec
+    import mlflow
+
+    from flashml.compiler.build import compile_policy
+
+    df = objects(run)
+    keys, sizes = df["key"].to_numpy(), df["size"].to_numpy()
+    ing, smp = run.done("ingest"), samples(run, s, timer)
+    n_train = smp["train_requests"]
+    n_val = n_train + int(df.height * s.val_fraction)
+    window = smp["memory_window"]
+    out = {}
+    for name, info in train(run, s, timer)["per_capacity"].items():
+        cap = ing["capacities"][name]
+        t0 = _initial_threshold(s, cap, ing["working_set"])
+        so = run.work / f"scratch-{_slug(name)}"
+        compile_policy(so, model_dir=info["bundle"], log_to_mlflow=False)
+        common = {"predictor": str(so), "max_candidates": s.mat.max_candidates,
+                  "delta": s.mat.delta, "memory_window": window}
+        lru_val, _ = _window_hits(keys, sizes, cap, n_train, n_val, predictor="none")
+        default = {"initial_threshold": t0, "k": s.mat.k}
+        if s.trials == 0 or n_val <= n_train:
+            out[name] = {**default, "val_miss_ratio": None, "lru_val_miss_ratio": lru_val,
+                         "trials": 0}
+            continue
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(direction="minimize",
+                                    sampler=optuna.samplers.TPESampler(seed=0))
+        study.enqueue_trial(default)
+        hi = max(4.0 * window, 10.0 * t0)
+
+        def objective(trial: Any, hi: float = hi, cap: dict[str, Any] = cap,
+                      common: dict[str, Any] = common) -> float:
+            kw = {"initial_threshold": trial.suggest_float("initial_threshold", 1.0, hi,
+                                                           log=True),
+                  "k": trial.suggest_float("k", 1.0, K_MAX)}
+            mr, r = _window_hits(keys, sizes, cap, n_train, n_val, **common, **kw)
+            trial.set_user_attr("predictions_per_eviction", r["predictions_per_eviction"])
+            return mr
+
+        with timer.stage(f"tune at {name} ({s.trials} trials)"):
+            study.optimize(objective, n_trials=s.trials)
+        best = study.best_trial
+        out[name] = {**best.params, "val_miss_ratio": best.value,
+                     "default_val_miss_ratio": study.trials[0].value,
+                     "lru_val_miss_ratio": lru_val, "trials": len(study.trials),
+                     "predictions_per_eviction": best.user_attrs["predictions_per_eviction"]}
+        mlflow.log_metrics({f"{_slug(name)}_tuned_val_miss_ratio": best.value,
+                            f"{_slug(name)}_tuned_initial_threshold":
+                                best.params["initial_threshold"],
+                            f"{_slug(name)}_tuned_k": best.params["k"]})
+    return run.record("tune", {"per_capacity": out, "validation": [n_train, n_val]})
+
+
+def compile_models(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
+    """Per capacity: the model with its tuned T0 and k -> a policy .so (Treelite +
+    TL2cgen) exporting `flashml_evict_predict` and MAT's knobs (the simulator predicts
+    through it, as the runtime does); the middle capacity's is the job's `compiled/`."""
+    rec = run.done("compile")
+    if rec is not None:
+        return rec
+    import lightgbm as lgb
+
+    from flashml.compiler.build import compile_policy
+    from flashml.compiler.bundle import save_evict_model
+    from flashml.files import atomic_dir
+
+    out = {}
+    trained = train(run, s, timer)["per_capacity"]
+    tuned = tune(run, s, timer)["per_capacity"]
+    window = samples(run, s, timer)["memory_window"]
+    for name, info in trained.items():
+        bundle = run.work / f"bundle-{_slug(name)}"
+        booster = lgb.Booster(model_file=str(bundle / "evict.txt"))
+        metrics = {k: v for k, v in info.items() if isinstance(v, float) and np.isfinite(v)}
+        save_evict_model(bundle, booster, k=tuned[name]["k"],
+                         max_candidates=s.mat.max_candidates, delta=s.mat.delta,
+                         initial_threshold=tuned[name]["initial_threshold"],
+                         memory_window=window, metrics=metrics,
+                         mlflow_run_id=run.mlflow_run_id())
+        dest = run.work / f"compiled-{_slug(name)}"
+        with timer.stage(f"compile at {name}"):
+            manifest = compile_policy(dest, model_dir=bundle, log_to_mlflow=False)
+        out[name] = {"dir": str(dest), "sha256": manifest["sha256"],
+                     "capabilities": manifest.get("capabilities")}
+    middle = list(trained)[len(trained) // 2]
+    shipped = run.path / "compiled"
+    with atomic_dir(shipped) as tmp:
+        shutil.copytree(out[middle]["dir"], tmp, dirs_exist_ok=True)
+    return run.record("compile", {"per_capacity": out, "shipped": str(shipped),
+                                  "shipped_capacity": middle})
+
+
+def evaluate(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
+    """Per capacity, on the whole trace: MAT with its compiled model, our LRU, FIFO and
+    Belady, and libCacheSim's baselines; each policy's miss ratio, byte miss ratio,
+    predictions per eviction and ns per eviction decision; nested MLflow metrics."""
+    rec = run.done("evaluate")
+    if rec is not None:
+        return rec
+    import mlflow
+
+    from flashml.simulation import simulate_objects
+
+    df = objects(run)
+    keys, sizes = df["key"].to_numpy(), df["size"].to_numpy()
+    caps = run.done("ingest")["capacities"]
+    compiled = compile_models(run, s, timer)["per_capacity"]
+    held_out = tune(run, s, timer)["validation"][1]
+    results: dict[str, dict[str, Any]] = {}
+    for name, cap in caps.items():
+        pol: dict[str, dict[str, Any]] = {}
+        c, unit = cap["capacity"], cap["unit"]
+        with timer.stage(f"evaluate at {name}"):
+            # the .so carries the model, its tuned T0 and k and the memory window
+            mat_kw = {"predictor": compiled[name]["dir"]}
+            heldout_mr, r = _window_hits(keys, sizes, cap, held_out, len(keys), **mat_kw)
+            pol["mat"] = _mat_metrics(r) | {"held_out_miss_ratio": heldout_mr}
+            for p, kw in (("lru", {"predictor": "none"}),):
+                mr, r = _window_hits(keys, sizes, cap, held_out, len(keys), **kw)
+                pol[p] = _mat_metrics(r) | {"held_out_miss_ratio": mr}
+            for p in ("fifo", "belady"):
+                pol[p] = _plain_metrics(simulate_objects(keys, sizes, c, p, unit))
+            pol |= _libcachesim(keys, sizes, c, unit, s.baselines)
+        results[name] = {"capacity": c, "unit": unit, "policies": pol,
+                         "held_out_from_request": held_out}
+        for p, m in pol.items():
+            mlflow.log_metrics({f"{_slug(name)}_{p}_{k}": float(v) for k, v in m.items()
+                                if isinstance(v, (int, float)) and np.isfinite(v)})
+    return run.record("evaluate", {"per_capacity": results})
+
+
+def _mat_metrics(r: dict[str, Any]) -> dict[str, Any]:
+    keep = ("miss_ratio", "byte_miss_ratio", "predictions_per_eviction", "ns_per_eviction",
+            "evictions", "predictions", "reinsertions", "final_threshold", "wall_s")
+    return {k: r[k] for k in keep if k in r}
+
+
+def _plain_metrics(r: dict[str, Any]) -> dict[str, Any]:
+    return {"miss_ratio": r["miss_ratio"], "byte_miss_ratio": r["byte_miss_ratio"],
+            "predictions_per_eviction": 0.0, "evictions": r["evictions"],
+            "wall_s": r["wall_s"]}
+
+
+def _libcachesim(keys: Any, sizes: Any, capacity: int, unit: str,
+                 names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """libCacheSim's baselines (flashml/policies/object_baselines.py), prefixed `lcs_` where
+    ours has the same name (both are reported: ours must equal theirs for LRU/FIFO). A
+    policy libCacheSim cannot run here is left out with a warning saying why."""
+    if not names:
+        return {}
+    from flashml.policies.object_baselines import BaselineUnavailable, run_baselines
+
+    try:
+        rows = run_baselines(np.asarray(keys), np.asarray(sizes), capacity, unit=unit,
+                             policies=names, jobs=2)[capacity]
+    except BaselineUnavailable as e:
+        log.warning("libCacheSim baselines skipped: %s", e)
+        return {}
+    out = {}
+    for n, row in rows.items():
+        if "error" in row:
+            log.warning("libCacheSim %s at %d %s: %s", n, capacity, unit, row["error"])
+            continue
+        out[f"lcs_{n}" if n in ("lru", "fifo", "belady") else n] = {
+            "miss_ratio": row["miss_ratio"], "byte_miss_ratio": row["byte_miss_ratio"],
+            "wall_s": row.get("wall_s")}
+    return out
+
+
+def plots(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
+    """Miss ratio vs cache size per policy (PNG), logged to MLflow."""
+    rec = run.done("plots")
+    if rec is not None:
+        return rec
+    import mlflow
+
+    from flashml.jobs.report import plot_miss_ratio_curves
+
+    res = evaluate(run, s, timer)["per_capacity"]
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for r in res.values():
+        for p, m in r["policies"].items():
+            curves.setdefault(p, []).append((float(r["capacity"]), float(m["miss_ratio"])))
+    unit = next(iter(res.values()))["unit"]
+    path = plot_miss_ratio_curves(curves, run.path / "plots" / "miss_ratio_vs_size.png",
+                                  xlabel=f"cache size ({unit})")
+    mlflow.log_artifact(str(path), artifact_path="plots")
+    return run.record("plots", {"plots": [str(path)]})
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("ingest", ingest),
+    Stage("samples", samples),
+    Stage("train", train),
+    Stage("tune", tune),
+    Stage("compile", compile_models),
+    Stage("evaluate", evaluate),
+    Stage("plots", plots),
+)
+Settings = MatSettings
+
+
+def run_name(s: MatSettings) -> str:
+    return f"mat-{s.trace.name if s.trace else f'{s.preset}-seed{s.seed}'}"
+
+
+def mlflow_params(run: RunDir, s: MatSettings) -> dict[str, Any]:
+    ing = run.done("ingest")
+    return {"trace": ing["trace"], "capacities": ",".join(s.capacities), "unit": s.unit,
+            "k": s.mat.k, "max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
+            "initial_threshold": s.mat.initial_threshold, "train_fraction": s.train_fraction}
+
+
+def summary(records: dict[str, dict[str, Any]], s: MatSettings) -> dict[str, Any]:
+    res = records["evaluate"]["per_capacity"]
+    names = list(res)
+    middle = names[len(names) // 2]
+    out: dict[str, Any] = {k: v for k, v in records["ingest"].items()}
+    out |= {"per_capacity": res, "policies": res[middle]["policies"],
+            "middle_capacity": middle, "samples": records["samples"]["per_capacity"],
+            "models": records["train"]["per_capacity"], "plots": records["plots"]["plots"]}
+    out["compiled"] = records["compile"]["shipped"]
+    return out
+
+
+def describe(summary: dict[str, Any], s: MatSettings) -> str:
+    lines = []
+    for name, r in summary["per_capacity"].items():
+        lines.append(f"\ncapacity {name} ({r['capacity']} {r['unit']}):")
+        lru = r["policies"]["lru"]["miss_ratio"]
+        for p, m in sorted(r["policies"].items(), key=lambda kv: kv[1]["miss_ratio"]):
+            ppe = m.get("predictions_per_eviction")
+            extra = f"  {ppe:.2f} predictions/eviction" if ppe else ""
+            lines.append(f"  {p:10} miss ratio {m['miss_ratio']:.4f}  vs LRU "
+                         f"{m['miss_ratio'] / lru - 1:+.1%}" + extra)
+    return "\n".join(lines)
