@@ -307,7 +307,8 @@ def _window_hits(keys: Any, sizes: Any, cap: dict[str, Any], start: int, end: in
 
 def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     """Per capacity: Optuna (TPE, `s.trials` trials) over MAT's initial threshold T0 and k
-    (1..K_MAX),
+    (1..K_MAX), a trial averaging more than K_MAX predictions per eviction infeasible (the
+    controller balances tries below and above k, so the mean can exceed k),
     scored by the miss ratio of the validation window (the `val_fraction` of requests after
     the training window) with the trained model; the defaults are trial 0, so the choice is
     never worse than them there. The evaluation window after it stays unseen."""
@@ -352,8 +353,10 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
                                                            log=True),
                   "k": trial.suggest_float("k", 1.0, K_MAX)}
             mr, r = _window_hits(keys, sizes, cap, n_train, n_val, **common, **kw)
-            trial.set_user_attr("predictions_per_eviction", r["predictions_per_eviction"])
-            return mr
+            ppe = r["predictions_per_eviction"]
+            trial.set_user_attr("predictions_per_eviction", ppe)
+            # over the budget is infeasible: ranked after every trial within it
+            return mr if not ppe > K_MAX else 1.0 + ppe
 
         with timer.stage(f"tune at {name} ({s.trials} trials)"):
             study.optimize(objective, n_trials=s.trials)
