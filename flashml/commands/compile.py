@@ -13,20 +13,39 @@ EPILOG = """\
 sources (exactly one):
   --model-uri URI   an MLflow artifact URI of the model bundle, e.g. runs:/<run id>/policy
   --run-id ID       an MLflow run; its bundle is at artifact path policy/
-  --model-dir DIR   a local bundle folder (admission.txt, range_start.txt, range_end.txt,
-                    when.txt, policy.json), or a folder holding policy/
+  --model-dir DIR   a local bundle folder, or a folder holding policy/
+
+a bundle holds one or both model groups (each all there or not at all) and policy.json:
+  admission         admission.txt, range_start.txt, range_end.txt, when.txt (Baleen: the
+                    18 admission features); policy.json: contract_hash, admit_threshold,
+                    when_threshold, eviction_age_s, target_write_rate_mbps
+  eviction          evict.txt (MAT: a LightGBM regressor on the 44 eviction features of
+                    features/eviction.toml predicting log1p of the logical distance from
+                    the last access to the next; NaN = missing); policy.json: eviction =
+                    {contract_hash, k, max_candidates, delta, initial_threshold,
+                    memory_window} (compiler.bundle.save_evict_model writes it)
 MLflow: $MLFLOW_TRACKING_URI, default sqlite:///.flashml/mlflow.db. When compiling from a
 run, the compiled bundle is logged back to it under policy_so/ (skip with --no-log).
 
 output folder (replaced atomically; never left half-written):
-  policy.so         the policy; needs libc and libm only. Each model is compiled twice
-                    when it qualifies: TL2cgen's if/else C, and compiler/fast_trees.py's
-                    branch-free AVX-512 VBMI evaluator (about 7x faster for 500 trees);
-                    the .so binds one at load time from the CPU's flags (ifunc), both
-                    give LightGBM's scores bit for bit
+  policy.so         the policy; needs libc and libm only. It exports the functions of its
+                    capabilities (flashml_policy.h): admission + prefetch (flashml_admit_*,
+                    flashml_prefetch_*, flashml_policy_decide*) from the admission models,
+                    eviction (flashml_evict_predict, flashml_evict_predict_batch,
+                    flashml_evict_k, ..._max_candidates, ..._delta,
+                    ..._initial_threshold, ..._memory_window) from evict.txt. Each model is
+                    compiled twice when it qualifies: TL2cgen's if/else C, and
+                    compiler/fast_trees.py's branch-free AVX-512 VBMI evaluator (about 7x
+                    faster for 500 trees); the .so binds one at load time from the CPU's
+                    flags (ifunc), both give LightGBM's scores bit for bit (missing values
+                    included)
   flashml_policy.h  its C ABI
-  manifest.json     ABI version, contract hash, sha256 of policy.so, MLflow run id,
-                    thresholds, eviction age, target write rate, metrics, tool versions
+  manifest.json     ABI version, capabilities (e.g. ["admission", "prefetch",
+                    "eviction"]), contract hashes (contract_hash, evict_contract_hash),
+                    sha256 of policy.so, MLflow run id, thresholds, eviction age, target
+                    write rate, MAT's parameters (eviction), metrics, tool versions
+Loaders (flashml sim run --policy, flashrt replay --policy, compiler.loader) refuse a
+bundle that lacks the capability they use.
 
 example:
   flashml compile --run-id 0123abcd -o out/policy
@@ -45,27 +64,36 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(m))
     else:
+        caps = m["capabilities"]
         print(f"{Path(args.out) / SO_NAME}: {m['size_bytes']} bytes, sha256 {m['sha256'][:16]}, "
-              f"ABI {m['abi_version']}, contract {m['contract_hash'][:12]}, "
+              f"ABI {m['abi_version']}, capabilities {', '.join(caps)}, "
               f"{m['build']['compile_s']:.1f} s"
               + (f", run {m['mlflow_run_id']}" if m["mlflow_run_id"] else ""))
         for name, info in m["models"].items():
             print(f"  {name}: {info['num_trees']} trees, {' + '.join(info['evaluators'])}"
                   + ("" if "fast_trees" in info["evaluators"] else f" ({info['fast_trees']})"))
-        hours = m.get("peak_hours") or []
-        print(f"  thresholds: admit {m['admit_threshold']:.4g}"
-              + (f" ({m['admit_threshold'] - m['peak_bonus']:.4g} in peak hours "
-                 f"{','.join(map(str, hours))} UTC)" if hours else "")
-              + f", when {m['when_threshold']:.4g}")
+        if "admission" in caps:
+            hours = m.get("peak_hours") or []
+            print(f"  admission: contract {m['contract_hash'][:12]}, thresholds: admit "
+                  f"{m['admit_threshold']:.4g}"
+                  + (f" ({m['admit_threshold'] - m['peak_bonus']:.4g} in peak hours "
+                     f"{','.join(map(str, hours))} UTC)" if hours else "")
+                  + f", when {m['when_threshold']:.4g}")
+        if "eviction" in caps:
+            ev = m["eviction"]
+            print(f"  eviction: contract {m['evict_contract_hash'][:12]}, k {ev['k']:g}, "
+                  f"max candidates {ev['max_candidates']}, delta {ev['delta']:g}, initial "
+                  f"threshold {ev['initial_threshold']:g}, memory window {ev['memory_window']}")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compile", help="compile trained policy models into one standalone policy .so",
-        description="Compile the admission, ML-Range and ML-When LightGBM models of a run "
-        "(Treelite + TL2cgen + the system C compiler) into policy.so with the C ABI of "
-        "flashml_policy.h, plus a manifest.",
+        description="Compile the LightGBM models of a run (Baleen's admission, ML-Range and "
+        "ML-When models, MAT's eviction model, or both; Treelite + TL2cgen + the system C "
+        "compiler) into one policy.so with the C ABI of flashml_policy.h, plus a manifest "
+        "listing its capabilities.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model-uri", metavar="URI", help="MLflow URI of the model bundle")

@@ -288,8 +288,9 @@ def _checked_evict(where: str, ev: Any) -> dict[str, Any]:
     out["max_candidates"] = integer("max_candidates", 1)
     out["memory_window"] = integer("memory_window", 1)
     for k in ("k", "delta", "initial_threshold"):
-        if isinstance(ev[k], bool):
-            raise UserError(f"{where}: field '{EVICT_PARAMS}.{k}': expected a number")
+        if isinstance(ev[k], bool) or not isinstance(ev[k], (int, float)):
+            raise UserError(f"{where}: field '{EVICT_PARAMS}.{k}' must be a number, got "
+                            f"{ev[k]!r}")
         out[k] = _finite(f"{EVICT_PARAMS}.{k}", ev[k])
     if not 1.0 <= out["k"] <= out["max_candidates"]:
         raise UserError(f"{where}: field '{EVICT_PARAMS}.k': expected a number in [1, "

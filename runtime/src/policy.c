@@ -1,4 +1,10 @@
-/* policy.c: loading a policy .so against its manifest, and the built-in baselines. */
+/* policy.c: loading a policy .so against its manifest, and the built-in baselines.
+ *
+ * Capabilities (flashml_policy.h): a bundle's policy.so exports the functions of the
+ * capabilities its manifest lists (`capabilities`; a manifest without the field has admission
+ * and prefetch). A loader asks for the capabilities it uses (frt_policy_load_for) and refuses
+ * a bundle that lacks one, before loading its .so; flashrt_policy_load asks for admission and
+ * prefetch. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -30,6 +36,8 @@ struct flashrt_policy {
     uint32_t peak_hours;
     double peak_bonus;
     double admit_threshold, when_threshold, target_wr, eviction_age;
+    unsigned caps; /* FRT_CAP_*: what the policy was loaded for */
+    struct frt_evict_fns evict;
     /* RejectX: the keys of the last `hist` admission queries and their counts */
     uint64_t *ring;
     size_t hist, pos, len;
@@ -73,13 +81,67 @@ static int read_small(const char *path, char **out, size_t *n, char *err, size_t
     return 0;
 }
 
+/* The top-level "capabilities" array of a manifest (already parsed as valid JSON) as FRT_CAP_*
+ * bits and their names; unknown names are ignored. Without the field: admission + prefetch. */
+static int manifest_caps(const char *t, size_t n, unsigned *caps, char *names, size_t names_len,
+                         const char *mf, char *err, size_t errlen) {
+    static const char KEY[] = "\"capabilities\"";
+    int depth = 0;
+    *caps = 0;
+    names[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (c == '"') {
+            size_t start = i;
+            for (i++; i < n && t[i] != '"'; i++)
+                if (t[i] == '\\') i++;
+            /* a key at the top level: "capabilities" followed by ':' */
+            if (depth != 1 || i - start + 1 != sizeof KEY - 1 || memcmp(t + start, KEY, sizeof KEY - 1) != 0)
+                continue;
+            size_t j = i + 1;
+            while (j < n && (t[j] == ' ' || t[j] == '\t' || t[j] == '\n' || t[j] == '\r')) j++;
+            if (j >= n || t[j] != ':') continue;
+            for (j++; j < n && (t[j] == ' ' || t[j] == '\t' || t[j] == '\n' || t[j] == '\r'); j++) {}
+            if (j >= n || t[j] != '[')
+                return frt_seterr(err, errlen, "%s: refused: field 'capabilities': expected a list of names", mf);
+            for (j++; j < n && t[j] != ']'; j++) {
+                if (t[j] == ' ' || t[j] == ',' || t[j] == '\t' || t[j] == '\n' || t[j] == '\r') continue;
+                if (t[j] != '"')
+                    return frt_seterr(err, errlen, "%s: refused: field 'capabilities': expected a list of names", mf);
+                size_t a = ++j;
+                while (j < n && t[j] != '"') j++;
+                size_t len = j - a;
+                if (len == 9 && !memcmp(t + a, "admission", 9)) *caps |= FRT_CAP_ADMISSION;
+                else if (len == 8 && !memcmp(t + a, "prefetch", 8)) *caps |= FRT_CAP_PREFETCH;
+                else if (len == 8 && !memcmp(t + a, "eviction", 8)) *caps |= FRT_CAP_EVICTION;
+                size_t used = strlen(names);
+                if (used + len + 3 < names_len)
+                    snprintf(names + used, names_len - used, "%s%.*s", used ? ", " : "", (int)len, t + a);
+            }
+            return 0;
+        }
+        if (c == '{' || c == '[') depth++;
+        else if (c == '}' || c == ']') depth--;
+    }
+    *caps = FRT_CAP_ADMISSION | FRT_CAP_PREFETCH;
+    snprintf(names, names_len, "admission, prefetch");
+    return 0;
+}
+
+static const char *cap_name(unsigned cap) {
+    return cap == FRT_CAP_ADMISSION ? "admission" : cap == FRT_CAP_PREFETCH ? "prefetch" : "eviction";
+}
+
 static void *sym(flashrt_policy *p, const char *so, const char *name, char *err, size_t errlen) {
     void *s = dlsym(p->dl, name);
     if (!s) frt_seterr(err, errlen, "%s: refused: not a flashml policy (no symbol %s)", so, name);
     return s;
 }
 
-static flashrt_policy *load(const char *dir, char *err, size_t errlen) {
+static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
+                         const char *manifest_hash, char *err, size_t errlen);
+
+static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t errlen) {
     char so[4096], mf[4096];
     snprintf(so, sizeof so, "%s/policy.so", dir);
     snprintf(mf, sizeof mf, "%s/manifest.json", dir);
@@ -93,16 +155,34 @@ static flashrt_policy *load(const char *dir, char *err, size_t errlen) {
     size_t n = 0;
     if (read_small(mf, &text, &n, err, errlen) != 0) return NULL;
     struct frt_json_object m;
-    char jerr[256];
+    char jerr[256], cap_names[256];
+    unsigned have = 0;
     int bad = frt_json_parse_object(text, n, &m, jerr, sizeof jerr);
+    if (bad) {
+        free(text);
+        frt_seterr(err, errlen, "%s: not valid JSON: %s", mf, jerr);
+        return NULL;
+    }
+    bad = manifest_caps(text, n, &have, cap_names, sizeof cap_names, mf, err, errlen);
     free(text);
-    if (bad) { frt_seterr(err, errlen, "%s: not valid JSON: %s", mf, jerr); return NULL; }
+    if (bad) return NULL;
+    const int adm = (need & (FRT_CAP_ADMISSION | FRT_CAP_PREFETCH)) != 0;
     const struct frt_json_member *abi = frt_json_get(&m, "abi_version"),
                                  *hash = frt_json_get(&m, "contract_hash"),
+                                 *ehash = frt_json_get(&m, "evict_contract_hash"),
                                  *sha = frt_json_get(&m, "sha256");
     if (!abi || abi->type != FRT_JSON_NUMBER) { frt_seterr(err, errlen, "%s: field 'abi_version': missing or not a number", mf); return NULL; }
-    if (!hash || hash->type != FRT_JSON_STRING) { frt_seterr(err, errlen, "%s: field 'contract_hash': missing or not a string", mf); return NULL; }
     if (!sha || sha->type != FRT_JSON_STRING) { frt_seterr(err, errlen, "%s: field 'sha256': missing or not a string", mf); return NULL; }
+    for (unsigned cap = FRT_CAP_ADMISSION; cap <= FRT_CAP_EVICTION; cap <<= 1) {
+        if ((need & cap) && !(have & cap)) {
+            frt_seterr(err, errlen, "%s: refused: the policy bundle has no %s capability (%s lists: %s); compile a bundle with %s", dir,
+                       cap_name(cap), mf, cap_names[0] ? cap_names : "none",
+                       cap == FRT_CAP_EVICTION ? "MAT's eviction model (evict.txt)" : "the admission models (admission.txt, range_start.txt, range_end.txt, when.txt)");
+            return NULL;
+        }
+    }
+    if (adm && (!hash || hash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'contract_hash': missing or not a string", mf); return NULL; }
+    if ((need & FRT_CAP_EVICTION) && (!ehash || ehash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'evict_contract_hash': missing or not a string", mf); return NULL; }
     char hex[65];
     if (frt_sha256_file(so, hex, err, errlen) != 0) return NULL;
     if (strcasecmp(hex, sha->str) != 0) {
@@ -113,13 +193,18 @@ static flashrt_policy *load(const char *dir, char *err, size_t errlen) {
         frt_seterr(err, errlen, "%s: refused: field 'abi_version' is %g but this runtime speaks ABI %d", mf, abi->num, FLASHML_POLICY_ABI_VERSION);
         return NULL;
     }
-    if (strcasecmp(hash->str, FLASHML_POLICY_CONTRACT_HASH) != 0) {
+    if (adm && strcasecmp(hash->str, FLASHML_POLICY_CONTRACT_HASH) != 0) {
         frt_seterr(err, errlen, "%s: refused: field 'contract_hash' is %s but this runtime's feature contract is %s", mf, hash->str, FLASHML_POLICY_CONTRACT_HASH);
+        return NULL;
+    }
+    if ((need & FRT_CAP_EVICTION) && strcasecmp(ehash->str, FLASHML_EVICT_CONTRACT_HASH) != 0) {
+        frt_seterr(err, errlen, "%s: refused: field 'evict_contract_hash' is %s but this runtime's eviction contract is %s", mf, ehash->str, FLASHML_EVICT_CONTRACT_HASH);
         return NULL;
     }
     flashrt_policy *p = calloc(1, sizeof *p);
     if (!p) { frt_seterr(err, errlen, "out of memory"); return NULL; }
     p->kind = K_SO;
+    p->caps = need;
     snprintf(p->name, sizeof p->name, "%s", so);
     p->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     if (!p->dl) {
@@ -129,6 +214,16 @@ static flashrt_policy *load(const char *dir, char *err, size_t errlen) {
         return NULL;
     }
     int (*abi_fn)(void) = (int (*)(void))sym(p, so, "flashml_policy_abi_version", err, errlen);
+    if (!abi_fn) goto refuse;
+    if (abi_fn() != FLASHML_POLICY_ABI_VERSION) {
+        frt_seterr(err, errlen, "%s: refused: it speaks ABI %d but this runtime speaks ABI %d", so, abi_fn(), FLASHML_POLICY_ABI_VERSION);
+        goto refuse;
+    }
+    if ((need & FRT_CAP_EVICTION) && bind_eviction(p, so, mf, ehash->str, err, errlen) != 0) goto refuse;
+    if (!adm) {
+        p->target_wr = p->eviction_age = NAN;
+        return p;
+    }
     int (*nf_fn)(void) = abi_fn ? (int (*)(void))sym(p, so, "flashml_policy_num_features", err, errlen) : NULL;
     const char *(*hash_fn)(void) = nf_fn ? (const char *(*)(void))sym(p, so, "flashml_policy_contract_hash", err, errlen) : NULL;
     double (*at)(void) = hash_fn ? (double (*)(void))sym(p, so, "flashml_admit_threshold", err, errlen) : NULL;
@@ -162,10 +257,6 @@ static flashrt_policy *load(const char *dir, char *err, size_t errlen) {
             }
         }
     }
-    if (abi_fn() != FLASHML_POLICY_ABI_VERSION) {
-        frt_seterr(err, errlen, "%s: refused: it speaks ABI %d but this runtime speaks ABI %d", so, abi_fn(), FLASHML_POLICY_ABI_VERSION);
-        goto refuse;
-    }
     if (nf_fn() != FLASHML_POLICY_NUM_FEATURES) {
         frt_seterr(err, errlen, "%s: refused: it reads %d features but the contract has %d", so, nf_fn(), FLASHML_POLICY_NUM_FEATURES);
         goto refuse;
@@ -190,9 +281,71 @@ refuse:
     return NULL;
 }
 
+/* The eviction functions (capability "eviction"), checked against this runtime's eviction
+ * contract and the manifest. */
+static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
+                         const char *manifest_hash, char *err, size_t errlen) {
+    static const char *const NAMES[] = {
+        "flashml_evict_num_features", "flashml_evict_contract_hash", "flashml_evict_predict",
+        "flashml_evict_predict_batch", "flashml_evict_k", "flashml_evict_max_candidates",
+        "flashml_evict_delta", "flashml_evict_initial_threshold", "flashml_evict_memory_window"};
+    void *s[sizeof NAMES / sizeof NAMES[0]];
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
+        s[i] = dlsym(p->dl, NAMES[i]);
+        if (!s[i])
+            return frt_seterr(err, errlen, "%s: refused: %s lists the eviction capability but the .so has no symbol %s", so, mf, NAMES[i]);
+    }
+    int (*nf)(void);
+    const char *(*hash)(void);
+    double (*k)(void), (*delta)(void), (*t0)(void);
+    int (*maxc)(void);
+    int64_t (*window)(void);
+    memcpy(&nf, &s[0], sizeof nf);
+    memcpy(&hash, &s[1], sizeof hash);
+    memcpy(&p->evict.predict, &s[2], sizeof p->evict.predict);
+    memcpy(&p->evict.predict_batch, &s[3], sizeof p->evict.predict_batch);
+    memcpy(&k, &s[4], sizeof k);
+    memcpy(&maxc, &s[5], sizeof maxc);
+    memcpy(&delta, &s[6], sizeof delta);
+    memcpy(&t0, &s[7], sizeof t0);
+    memcpy(&window, &s[8], sizeof window);
+    if (nf() != FLASHML_EVICT_NUM_FEATURES)
+        return frt_seterr(err, errlen, "%s: refused: it reads %d eviction features but the eviction contract has %d", so, nf(), FLASHML_EVICT_NUM_FEATURES);
+    const char *h = hash();
+    if (!h || strcasecmp(h, FLASHML_EVICT_CONTRACT_HASH) != 0)
+        return frt_seterr(err, errlen, "%s: refused: its eviction contract hash is %.80s but this runtime's is %s", so, h ? h : "(null)", FLASHML_EVICT_CONTRACT_HASH);
+    if (strcasecmp(h, manifest_hash) != 0)
+        return frt_seterr(err, errlen, "%s: refused: its eviction contract hash differs from %s", so, mf);
+    p->evict.k = k();
+    p->evict.max_candidates = maxc();
+    p->evict.delta = delta();
+    p->evict.initial_threshold = t0();
+    p->evict.memory_window = window();
+    if (!(p->evict.max_candidates >= 1 && p->evict.k >= 1.0 && p->evict.k <= p->evict.max_candidates &&
+          p->evict.delta > 0.0 && p->evict.delta < 1.0 && p->evict.initial_threshold >= 0.0 &&
+          p->evict.memory_window >= 1))
+        return frt_seterr(err, errlen, "%s: refused: bad eviction parameters (k %g, max candidates %d, delta %g, initial threshold %g, memory window %lld)", so,
+                          p->evict.k, p->evict.max_candidates, p->evict.delta, p->evict.initial_threshold, (long long)p->evict.memory_window);
+    return 0;
+}
+
+flashrt_policy *frt_policy_load_for(const char *dir, unsigned need, char *err, size_t errlen) {
+    if (need == 0 || (need & ~(unsigned)(FRT_CAP_ADMISSION | FRT_CAP_PREFETCH | FRT_CAP_EVICTION))) {
+        frt_seterr(err, errlen, "internal: bad capability set %#x", need);
+        return NULL;
+    }
+    return load(dir, need, err, errlen);
+}
+
+unsigned frt_policy_caps(const flashrt_policy *p) { return p->kind == K_SO ? p->caps : 0; }
+
+const struct frt_evict_fns *frt_policy_evict(const flashrt_policy *p) {
+    return p->kind == K_SO && (p->caps & FRT_CAP_EVICTION) ? &p->evict : NULL;
+}
+
 flashrt_policy *flashrt_policy_load(const char *dir, enum flashrt_fallback fallback, char *err,
                                     size_t errlen) {
-    flashrt_policy *p = load(dir, err, errlen);
+    flashrt_policy *p = load(dir, FRT_CAP_ADMISSION | FRT_CAP_PREFETCH, err, errlen);
     if (p || fallback != FLASHRT_FALLBACK_REJECTX) return p;
     p = builtin(K_REJECTX);
     if (!p) frt_seterr(err, errlen, "out of memory");
@@ -224,7 +377,9 @@ int frt_policy_prepare(flashrt_policy *p, uint64_t capacity_segments, char *err,
     return 0;
 }
 
-int frt_policy_wants_features(const flashrt_policy *p) { return p->kind == K_SO; }
+int frt_policy_wants_features(const flashrt_policy *p) {
+    return p->kind == K_SO && (p->caps & FRT_CAP_ADMISSION);
+}
 
 /* The admission threshold at trace time t: flashml_policy.h's peak rule (the same
  * expression as sim/src/config.rs PeakSchedule::threshold_at). */
@@ -239,8 +394,8 @@ static double threshold_at(const flashrt_policy *p, double t) {
 
 static int admit(flashrt_policy *p, uint64_t key, double t, const double *f) {
     switch (p->kind) {
-    case K_SO:
-        return p->admit_score(f) >= threshold_at(p, t);
+    case K_SO: /* a policy loaded for eviction only admits everything */
+        return !p->admit_score || p->admit_score(f) >= threshold_at(p, t);
     case K_ADMITALL:
         return 1;
     case K_REJECTX: {
@@ -269,7 +424,7 @@ int frt_policy_decide(flashrt_policy *p, uint64_t key, double t, const double *f
     if (p->decide_at) return p->decide_at(f, t, lo, hi);
     if (p->decide && p->peak_hours == 0u) return p->decide(f, lo, hi);
     if (!admit(p, key, t, f)) return 0;
-    if (p->kind != K_SO || !(p->when_score(f) >= p->when_threshold)) return FLASHML_DECIDE_ADMIT;
+    if (p->kind != K_SO || !p->when_score || !(p->when_score(f) >= p->when_threshold)) return FLASHML_DECIDE_ADMIT;
     p->prefetch_range(f, lo, hi);
     return FLASHML_DECIDE_ADMIT | FLASHML_DECIDE_PREFETCH;
 }

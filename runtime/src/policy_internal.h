@@ -2,7 +2,34 @@
 #ifndef FLASHRT_POLICY_INTERNAL_H
 #define FLASHRT_POLICY_INTERNAL_H
 
+#include <stdint.h>
+
 #include "flashrt.h"
+
+/* Capabilities of a policy bundle (flashml_policy.h, manifest.json `capabilities`). */
+enum { FRT_CAP_ADMISSION = 1u, FRT_CAP_PREFETCH = 2u, FRT_CAP_EVICTION = 4u };
+
+/* Loads a policy bundle for the capabilities in `need` (FRT_CAP_* bits): refused, with a
+ * message naming the bundle and the capability, when its manifest lacks one (a manifest
+ * without `capabilities` has admission and prefetch); then the manifest's sha256, ABI version
+ * and the contract hash of each needed capability, and the .so's functions for them. Only
+ * the functions of `need` are used. flashrt_policy_load(dir, ...) asks for
+ * FRT_CAP_ADMISSION | FRT_CAP_PREFETCH. */
+flashrt_policy *frt_policy_load_for(const char *dir, unsigned need, char *err, size_t errlen);
+/* The capabilities a policy was loaded for (0 for a built-in one). One loaded without
+ * FRT_CAP_ADMISSION admits every miss (frt_policy_decide) and reads no features. */
+unsigned frt_policy_caps(const flashrt_policy *p);
+
+/* MAT's eviction functions and parameters of a policy loaded for FRT_CAP_EVICTION (NULL
+ * otherwise); flashml_policy.h documents each. */
+struct frt_evict_fns {
+    double (*predict)(const double *features);
+    void (*predict_batch)(const double *features, int n, double *out);
+    double k, delta, initial_threshold;
+    int max_candidates;
+    int64_t memory_window;
+};
+const struct frt_evict_fns *frt_policy_evict(const flashrt_policy *p);
 
 /* Called by flashrt_open: sizes RejectX's history from the cache capacity. */
 int frt_policy_prepare(flashrt_policy *p, uint64_t capacity_segments, char *err, size_t errlen);
