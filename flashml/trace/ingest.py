@@ -4,6 +4,12 @@ Each chunk of whole lines is parsed by the format's reader (Polars, vectorised),
 row with errors that name the file, line and field, checked for non-decreasing time, turned
 into canonical rows and appended to the Parquet file as one row group. The output is written
 to a temporary name and renamed only when the whole input was read without error.
+
+A bad line (one that does not parse, fails a row check, or goes back in time) stops the
+ingest with an error naming the file, the line and the field, wherever it is: first, middle
+or last chunk, a last line cut short included. With `skip_bad_lines` (`--skip-bad-lines`)
+such lines are left out instead, and counted: in the log (the first few with their reason)
+and in the result (`IngestResult.skipped_lines`).
 """
 
 from __future__ import annotations
@@ -35,9 +41,11 @@ from flashml.trace.canonical import (
     with_sample_ratio,
 )
 from flashml.trace.readers import FORMATS, READERS, Reader
+from flashml.trace.readers.base import BadLines
 from flashml.trace.textio import CHUNK_BYTES, first_data_line, iter_chunks, open_binary
 
 log = logging.getLogger(__name__)
+MAX_BLOCK_BYTES = 1 << 40
 _FLASHML_COMMENT = re.compile(r"^#\s*flashml:\s*(.*)$")
 
 
@@ -50,6 +58,9 @@ class IngestResult:
     dropped_zero_size: int
     seconds: float
     details: dict[str, Any] = field(default_factory=dict)
+    skipped_lines: int = 0
+    """Bad lines left out (`skip_bad_lines`); their first few reasons are in
+    `details["skipped_examples"]`."""
 
     @property
     def lines_per_s(self) -> float:
@@ -73,18 +84,23 @@ def make_reader(fmt: str, path: Path, *, block_bytes: int = UNITS.block_bytes,
                 **options: Any) -> Reader:
     if fmt not in READERS:
         raise UserError(f"unknown trace format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if block_bytes <= 0:
-        raise UserError(f"block size must be > 0 bytes, got {block_bytes}")
+    if not 0 < block_bytes <= MAX_BLOCK_BYTES:
+        raise UserError(f"block size must be in 1..{MAX_BLOCK_BYTES} bytes, got {block_bytes}")
     return READERS[fmt](path, block_bytes=block_bytes, **options)
 
 
 def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
            sample_ratio: float | None = None, block_bytes: int = UNITS.block_bytes,
            chunk_bytes: int = CHUNK_BYTES, progress: bool | None = None,
-           **reader_options: Any) -> IngestResult:
-    """Ingest `src` (plain, .gz or .zst) of format `fmt` into the canonical Parquet `out`."""
+           skip_bad_lines: bool = False, **reader_options: Any) -> IngestResult:
+    """Ingest `src` (plain, .gz or .zst) of format `fmt` into the canonical Parquet `out`.
+    A bad line raises a TraceError naming it; with `skip_bad_lines` it is left out and
+    counted (log and `IngestResult.skipped_lines`)."""
     src, out = Path(src), Path(out)
     started = time.perf_counter()
+    if chunk_bytes <= 0:
+        raise UserError(f"chunk size must be > 0 bytes, got {chunk_bytes}")
+    bad = BadLines(src, skip=skip_bad_lines)
     reader = make_reader(fmt, src, block_bytes=block_bytes, **reader_options)
     first, comments = first_data_line(src)
     reader.detect(first, comments)
@@ -136,9 +152,11 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
                 if not len(chunk.line_numbers):
                     continue
                 lines += len(chunk.line_numbers)
-                df = reader.parse(chunk)
-                reader.validate(df)
-                last_time = _check_time_order(reader, df, last_time)
+                df = reader.parse(chunk, bad)
+                df = reader.validate(df, bad)
+                df, last_time = _check_time_order(reader, df, last_time, bad)
+                if df.is_empty():
+                    continue
                 canon = reader.to_canonical(df)
                 horizon = reader.horizon(df)
                 if horizon is None:
@@ -152,8 +170,13 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
             if carry is not None:
                 emit(carry)
             if rows == 0:
-                raise TraceError(src, "no accesses: the trace has no data lines"
-                                 + (" (all had size 0)" if lines else ""))
+                why = ""
+                if bad.count:
+                    why = f" ({bad.count} bad line(s) skipped, the rest had size 0)" \
+                        if bad.count < lines else f" (all {lines} were bad and skipped)"
+                elif lines:
+                    why = " (all had size 0)"
+                raise TraceError(src, "no accesses: the trace has no data lines" + why)
             assert writer is not None
             writer.close()
             writer = None
@@ -166,31 +189,52 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
     result = IngestResult(out=out, meta=meta, rows=rows, lines=lines,
                           dropped_zero_size=reader.dropped_zero_size,
                           seconds=time.perf_counter() - started,
-                          details={"schema": getattr(reader, "schema", fmt)})
+                          details={"schema": getattr(reader, "schema", fmt),
+                                   "skipped_examples": list(bad.examples)},
+                          skipped_lines=bad.count)
     log.info("ingested %s (%s%s): %d lines -> %d accesses in %.2fs (%.0f lines/s), "
-             "sample ratio %g%%, %d zero-size IOs dropped -> %s", src, fmt,
+             "sample ratio %g%%, %d zero-size IOs dropped, %d bad lines skipped -> %s", src, fmt,
              f" {result.details['schema']}" if result.details["schema"] != fmt else "",
              lines, rows, result.seconds, result.lines_per_s, ratio, result.dropped_zero_size,
-             out)
+             bad.count, out)
+    if bad.count:
+        log.warning("skipped %d bad line(s) of %d in %s (--skip-bad-lines); the first: %s",
+                    bad.count, lines, src, bad.examples[0])
     return result
 
 
-def _check_time_order(reader: Reader, df: pl.DataFrame, last_time: Any) -> Any:
+def _check_time_order(reader: Reader, df: pl.DataFrame, last_time: Any,
+                      bad: BadLines) -> tuple[pl.DataFrame, Any]:
     """Raise at the first time smaller than its predecessor (in the source's own type, so
-    integer timestamps such as filetimes are compared exactly). Returns the chunk's last time."""
+    integer timestamps such as filetimes are compared exactly); in skip mode every access
+    earlier than the latest time before it is counted and left out. Returns the rows kept
+    and the latest time so far."""
+    if df.is_empty():
+        return df, last_time
     t = df[reader.time_column]
-    prev = t.shift(1)
-    bad = (t < prev).fill_null(False)
+    if not bad.skip:
+        prev = t.shift(1)
+        flags = (t < prev).fill_null(False)
+        if last_time is not None:
+            flags[0] = bool(t[0] < last_time)
+        idx = flags.arg_true()
+        if len(idx):
+            i = int(idx[0])
+            before = prev[i] if i > 0 else last_time
+            raise TraceError(reader.path, f"time goes backwards: {t[i]!r} after {before!r} "
+                             "(timestamps must be non-decreasing)",
+                             line=int(df["src_line"][i]), field=reader.shown(reader.time_column))
+        return df, t[-1]
+    latest = t.cum_max().shift(1)
     if last_time is not None:
-        bad[0] = bool(t[0] < last_time)
-    idx = bad.arg_true()
-    if len(idx):
-        i = int(idx[0])
-        before = prev[i] if i > 0 else last_time
-        raise TraceError(reader.path, f"time goes backwards: {t[i]!r} after {before!r} "
-                         "(timestamps must be non-decreasing)",
-                         line=int(df["src_line"][i]), field=reader.shown(reader.time_column))
-    return t[-1]
+        latest = latest.fill_null(last_time).clip(lower_bound=last_time)
+    flags = (t < latest).fill_null(False)
+    for i in flags.arg_true().to_list():
+        bad.reject(TraceError(reader.path, f"time goes backwards: {t[i]!r} after "
+                              f"{latest[i]!r} (timestamps must be non-decreasing)",
+                              line=int(df["src_line"][i]), field=reader.shown(reader.time_column)))
+    df = df.filter(~flags)
+    return df, (df[reader.time_column][-1] if len(df) else last_time)
 
 
 def is_parquet(path: Path) -> bool:

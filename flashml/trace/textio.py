@@ -1,9 +1,17 @@
-"""Streaming text input: transparent .gz/.zst decompression and newline-aligned chunks."""
+"""Streaming text input: transparent .gz/.zst decompression and newline-aligned chunks.
+
+Hostile input is refused with a `TraceError` naming the file (and the line where one is at
+fault): unreadable files, corrupt or truncated compressed streams, a line longer than the
+chunk (no newline: binary data), never a traceback or unbounded memory. A UTF-8 byte-order
+mark at the start of the input is skipped.
+"""
 
 from __future__ import annotations
 
 import gzip
 import io
+import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +22,60 @@ import numpy as np
 from flashml.errors import TraceError
 
 CHUNK_BYTES = 16 * 1024 * 1024
+MIN_LINE_LIMIT = 1024 * 1024
+"""A line may be as long as the chunk size, and at least this long (bytes)."""
+BOM = b"\xef\xbb\xbf"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# A blank (or whitespace-only) line anywhere in a chunk, the last one included.
+_BLANK_LINE = re.compile(rb"(?:^|\n)[ \t]*(?:\n|\Z)")
+
+
+class _ZstdStream(io.RawIOBase):
+    """A zstd stream (one or more frames) that raises on a truncated last frame, where
+    zstandard's own stream reader would stop silently and lose the tail of the trace."""
+
+    def __init__(self, raw: BinaryIO, path: Path) -> None:
+        import zstandard
+
+        self._zstd = zstandard
+        self._raw, self._path = raw, path
+        self._obj = zstandard.ZstdDecompressor().decompressobj()
+        self._started = False
+        self._buf = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        while n < 0 or len(self._buf) < n:
+            data = self._raw.read(1 << 20)
+            if not data:
+                if self._started and not self._obj.eof:
+                    raise EOFError("zstd stream ends in the middle of a frame (truncated)")
+                break
+            while data:
+                if self._obj.eof:  # the next frame
+                    self._obj = self._zstd.ZstdDecompressor().decompressobj()
+                    self._started = False
+                self._started = True
+                self._buf += self._obj.decompress(data)
+                data = self._obj.unused_data if self._obj.eof else b""
+        if n < 0:
+            out, self._buf = self._buf, b""
+        else:
+            out, self._buf = self._buf[:n], self._buf[n:]
+        return out
+
+
+_DECODE_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error)
+
+
+def _decode_errors() -> tuple[type[BaseException], ...]:
+    try:
+        import zstandard
+    except ImportError:  # pragma: no cover - zstandard is a dependency
+        return _DECODE_ERRORS
+    return (*_DECODE_ERRORS, zstandard.ZstdError)
 
 
 def open_binary(path: Path) -> tuple[BinaryIO, BinaryIO]:
@@ -25,16 +87,25 @@ def open_binary(path: Path) -> tuple[BinaryIO, BinaryIO]:
         raise TraceError(path, "no such file")
     if path.is_dir():
         raise TraceError(path, "is a directory, expected a trace file")
-    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through the returned stream
-    magic = raw.read(4)
-    raw.seek(0)
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through the returned stream
+        magic = raw.read(4)
+        raw.seek(0)
+    except OSError as e:
+        raise TraceError(path, f"cannot open ({e.strerror or e})") from None
     if path.suffix == ".gz" or magic[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw, mode="rb"), raw
-    if path.suffix == ".zst" or magic == b"\x28\xb5\x2f\xfd":
-        import zstandard
-
-        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True), raw
+        return gzip.GzipFile(fileobj=raw, mode="rb"), raw  # type: ignore[return-value]
+    if path.suffix == ".zst" or magic == _ZSTD_MAGIC:
+        return _ZstdStream(raw, path), raw  # type: ignore[return-value]
     return raw, raw
+
+
+def read_block(stream: BinaryIO, path: Path, n: int) -> bytes:
+    """`stream.read(n)`, a corrupt or truncated compressed input as a TraceError."""
+    try:
+        return stream.read(n)
+    except _decode_errors() as e:
+        raise TraceError(path, f"cannot decompress/read input ({e})") from None
 
 
 @dataclass
@@ -47,14 +118,26 @@ class Chunk:
 
 
 def iter_chunks(stream: BinaryIO, path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
-    """Yield newline-aligned chunks with comment ('#') and blank lines taken out."""
+    """Yield newline-aligned chunks with comment ('#') and blank lines taken out. The last
+    line may lack its newline. A line longer than max(chunk_bytes, MIN_LINE_LIMIT) is an
+    error (a text trace has short lines; this bounds memory on binary or hostile input)."""
+    if chunk_bytes <= 0:
+        raise ValueError(f"chunk_bytes must be > 0, got {chunk_bytes}")
+    limit = max(chunk_bytes, MIN_LINE_LIMIT)
     next_line = 1
     rest = b""
+    first = True
     while True:
-        try:
-            buf = stream.read(chunk_bytes)
-        except (OSError, EOFError) as e:
-            raise TraceError(path, f"cannot decompress/read input ({e})") from None
+        buf = read_block(stream, path, chunk_bytes)
+        if first and buf:
+            while len(buf) < len(BOM) and BOM.startswith(buf):
+                more = read_block(stream, path, chunk_bytes)
+                if not more:
+                    break
+                buf += more
+            if buf.startswith(BOM):
+                buf = buf[len(BOM):]
+            first = False
         if not buf:
             if rest:
                 yield _split(rest, next_line)
@@ -62,10 +145,16 @@ def iter_chunks(stream: BinaryIO, path: Path, chunk_bytes: int = CHUNK_BYTES) ->
         buf = rest + buf
         cut = buf.rfind(b"\n")
         if cut < 0:
+            if len(buf) > limit:
+                raise TraceError(path, f"line longer than {limit} bytes (no newline): not a "
+                                 "text trace?", line=next_line)
             rest = buf
             continue
         rest = buf[cut + 1:]
         body = buf[: cut + 1]
+        if len(rest) > limit:
+            raise TraceError(path, f"line longer than {limit} bytes (no newline): not a "
+                             "text trace?", line=next_line + body.count(b"\n"))
         chunk = _split(body, next_line)
         next_line += body.count(b"\n")
         yield chunk
@@ -86,7 +175,7 @@ def _split(body: bytes, first_line: int) -> Chunk:
         trimmed, first_line = rest, first_line + 1
     if not trimmed:
         return Chunk(b"", np.zeros(0, dtype=np.uint64), comments)
-    if b"#" not in trimmed and b"\n\n" not in trimmed:
+    if b"#" not in trimmed and _BLANK_LINE.search(trimmed) is None:
         n = trimmed.count(b"\n") + 1
         return Chunk(trimmed, np.arange(first_line, first_line + n, dtype=np.uint64), comments)
     # Comments or blank lines inside the data: the slow, exact path.
@@ -105,19 +194,42 @@ def _split(body: bytes, first_line: int) -> Chunk:
 
 
 def first_data_line(path: Path) -> tuple[str | None, list[str]]:
-    """The first non-comment line (stripped) and the comment lines before it."""
+    """The first non-comment line (stripped) and the comment lines before it (a UTF-8
+    byte-order mark at the start is skipped; bad bytes are replaced, the parser names them)."""
     stream, raw = open_binary(path)
     comments: list[str] = []
     try:
-        for line in io.TextIOWrapper(stream, encoding="utf-8", errors="replace"):
-            s = line.strip()
-            if not s:
-                continue
-            if s.startswith("#"):
-                comments.append(s)
-                continue
-            return s, comments
+        for chunk_lines in _head_lines(stream, path):
+            for line in chunk_lines:
+                s = line.decode("utf-8", "replace").strip()
+                if not s:
+                    continue
+                if s.startswith("#"):
+                    comments.append(s)
+                    continue
+                return s, comments
         return None, comments
     finally:
         stream.close()
         raw.close()
+
+
+def _head_lines(stream: BinaryIO, path: Path) -> Iterator[list[bytes]]:
+    """The input's lines, a block at a time (a long run of comments is fine; one line longer
+    than MIN_LINE_LIMIT is cut there, the chunked reader reports it)."""
+    rest = b""
+    first = True
+    while True:
+        buf = read_block(stream, path, 64 * 1024)
+        if first:
+            buf, first = buf[len(BOM):] if buf.startswith(BOM) else buf, False
+        if not buf:
+            if rest:
+                yield [rest]
+            return
+        lines = (rest + buf).split(b"\n")
+        rest = lines.pop()
+        if len(rest) > MIN_LINE_LIMIT:
+            lines.append(rest)
+            rest = b""
+        yield lines

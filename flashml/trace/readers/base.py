@@ -4,6 +4,9 @@ splitting byte addresses into blocks, and the final canonical column set."""
 from __future__ import annotations
 
 import io
+import logging
+import math
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +16,57 @@ import numpy as np
 import polars as pl
 
 from flashml.config import OPS, UNITS
-from flashml.errors import TraceError
+from flashml.errors import TraceError, UserError
 from flashml.trace.canonical import CORE_SCHEMA
 from flashml.trace.textio import Chunk
 
 Kind = Literal["int", "float", "str"]
 _POLARS = {"int": pl.Int64, "float": pl.Float64, "str": pl.String}
+log = logging.getLogger("flashml.trace.ingest")
+
+MAX_IO_BYTES = 1 << 32
+"""The largest size of one IO (4 GiB): larger is corrupt input, and would be split into
+that many blocks' rows."""
+MAX_ADDRESS = (1 << 63) - 1 - MAX_IO_BYTES
+"""The largest byte address (room for an IO below 2^63, so no sum overflows)."""
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+# What Polars reads as an Int64 / Float64 (leading spaces allowed, trailing ones not).
+_INT = re.compile(r" *[+-]?[0-9]+\Z")
+_FLOAT = re.compile(r" *[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+                    r"|inf|infinity|nan)\Z", re.IGNORECASE)
+
+
+def check_time_scale(time_scale: float) -> None:
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        raise UserError(f"--time-scale must be a finite number > 0, got {time_scale}")
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:40] + "...")
+
+
+class BadLines:
+    """Lines at fault: raised at once (the default), or with `skip` (`--skip-bad-lines`)
+    counted, the first few logged and kept as examples, and left out. Never silent."""
+
+    EXAMPLES = 10
+
+    def __init__(self, path: Path, skip: bool = False) -> None:
+        self.path = path
+        self.skip = skip
+        self.count = 0
+        self.examples: list[str] = []
+
+    def reject(self, err: TraceError) -> None:
+        if not self.skip:
+            raise err
+        self.count += 1
+        if len(self.examples) < self.EXAMPLES:
+            self.examples.append(str(err))
+            log.warning("skipped bad line: %s", err)
+            if len(self.examples) == self.EXAMPLES:
+                log.warning("further bad lines are counted, not shown; the total comes at "
+                            "the end")
 
 
 @dataclass(frozen=True)
@@ -65,56 +113,163 @@ class Reader(ABC):
     decides it)."""
 
     # --- per chunk --------------------------------------------------------------------------
-    def parse(self, chunk: Chunk) -> pl.DataFrame:
-        """Typed source columns plus `src_line`; errors name the line and field."""
-        schema = {c.name: _POLARS[c.kind] for c in self.columns}
-        try:
-            df = pl.read_csv(io.BytesIO(chunk.data), separator=self.separator, has_header=False,
-                             schema=schema, quote_char=None)
-        except (pl.exceptions.ComputeError, pl.exceptions.ShapeError,
-                pl.exceptions.NoDataError) as e:
-            self.locate_parse_error(chunk)
-            raise TraceError(self.path, f"cannot parse ({str(e).splitlines()[0]})") from None
-        if len(df) != len(chunk.line_numbers) or df.null_count().sum_horizontal().item() > 0:
-            self.locate_parse_error(chunk)
-            raise TraceError(self.path, "cannot parse (missing fields)")
-        return df.with_columns(src_line=pl.Series(chunk.line_numbers, dtype=pl.UInt64))
+    def parse(self, chunk: Chunk, bad: BadLines | None = None) -> pl.DataFrame:
+        """Typed source columns plus `src_line`. A line that does not parse (wrong field count,
+        not a number, a non-finite number, not UTF-8) raises a TraceError naming its line and
+        field; with `bad` in skip mode it is counted there and left out instead."""
+        lines: list[bytes] | None = None
+        numbers = chunk.line_numbers
+        df = self._read(chunk.data, len(numbers))
+        if df is None:  # the slow path: find (and maybe skip) the lines at fault
+            lines = chunk.data.split(b"\n")
+            keep = self._sift(lines, numbers.tolist(), bad or BadLines(self.path))
+            lines = [lines[i] for i in keep]
+            numbers = numbers[np.asarray(keep, dtype=np.int64)] if keep else numbers[:0]
+            df = self._read(b"\n".join(lines), len(lines)) if lines else self._empty()
+            if df is None:  # pragma: no cover - _sift leaves only lines that parse
+                raise TraceError(self.path, "cannot parse", line=int(numbers[0]))
+        return df.with_columns(src_line=pl.Series(numbers, dtype=pl.UInt64))
 
-    def locate_parse_error(self, chunk: Chunk) -> None:
-        """Slow path: find the first line of `chunk` that does not parse and raise for it."""
-        lines = chunk.data.split(b"\n")
+    def _schema(self) -> dict[str, pl.DataType]:
+        return {c.name: _POLARS[c.kind] for c in self.columns}
+
+    def _empty(self) -> pl.DataFrame:
+        return pl.DataFrame(schema=self._schema())
+
+    def _read(self, data: bytes, n: int) -> pl.DataFrame | None:
+        """`data` parsed by Polars, or None when any line of it is at fault: Polars refuses
+        it (any of its errors: a short first line is a SchemaError, a long one a
+        ComputeError), a field is missing (null), a row is lost, or a float is not finite."""
+        try:
+            df = pl.read_csv(io.BytesIO(data), separator=self.separator, has_header=False,
+                             schema=self._schema(), quote_char=None)
+        except pl.exceptions.PolarsError:
+            return None
+        if len(df) != n or df.null_count().sum_horizontal().item() > 0:
+            return None
+        floats = [c.name for c in self.columns if c.kind == "float"]
+        if floats and not df.select(pl.all_horizontal(pl.col(floats).is_finite()).all()).item():
+            return None
+        return df
+
+    def line_problem(self, raw: bytes) -> tuple[str, str] | None:
+        """(field, message) for a line that cannot be parsed, None if it looks fine (Polars
+        has the last word: `_sift` asks it about the lines this passes)."""
         n = len(self.columns)
-        for raw, lineno in zip(lines, chunk.line_numbers.tolist(), strict=False):
-            fields = raw.decode("utf-8", "replace").split(self.separator)
-            if len(fields) != n:
-                raise TraceError(self.path, f"expected {n} fields, found {len(fields)}",
-                                 line=lineno,
-                                 field=self.shown(self.columns[min(len(fields), n - 1)].name))
-            for col, text in zip(self.columns, fields, strict=True):
-                if col.kind == "str":
-                    continue
-                try:
-                    int(text) if col.kind == "int" else float(text)
-                except ValueError:
-                    what = "an integer" if col.kind == "int" else "a number"
-                    raise TraceError(self.path, f"expected {what}, found {text!r}",
-                                     line=lineno, field=self.shown(col.name)) from None
+        cells = raw.split(self.separator.encode())
+        if len(cells) != n:
+            col = self.columns[min(len(cells), n - 1)].name
+            tail = " (the line is cut short)" if len(cells) < n else ""
+            return col, f"expected {n} fields, found {len(cells)}{tail}"
+        for col, cell in zip(self.columns, cells, strict=True):
+            try:
+                text = cell.decode("utf-8")
+            except UnicodeDecodeError:
+                return col.name, f"not UTF-8 text: {cell[:40]!r}"
+            if not text:
+                return col.name, "empty field"
+            if col.kind == "int":
+                if not _INT.match(text) or not _I64_MIN <= int(text) <= _I64_MAX:
+                    what = "an integer" if _INT.match(text) is None else \
+                        "an integer that fits in 64 bits"
+                    return col.name, f"expected {what}, found {_shown(text)}"
+            elif col.kind == "float":
+                if not _FLOAT.match(text):
+                    return col.name, f"expected a number, found {_shown(text)}"
+                if not math.isfinite(float(text)):
+                    return col.name, f"expected a finite number, found {_shown(text)}"
+        return None
+
+    def _sift(self, lines: list[bytes], numbers: list[int], bad: BadLines) -> list[int]:
+        """Indices of the lines of a chunk that parse. The first bad line raises (skip mode:
+        every bad line is counted in `bad` and left out). Each line is checked in Python
+        first; Polars then reads the runs of lines between bad ones, and where it disagrees,
+        a bisection finds the line it refuses."""
+        keep: list[int] = []
+        i = 0
+        while i < len(lines):
+            j = i
+            problem = None
+            while j < len(lines):
+                problem = self.line_problem(lines[j])
+                if problem is not None:
+                    break
+                j += 1
+            # lines[i:j] pass the Python checks; does Polars agree?
+            k = self._first_polars_failure(lines, i, j)
+            if k is not None:
+                j, problem = k, self._polars_problem(lines[k])
+            keep.extend(range(i, j))
+            if j < len(lines):
+                field, message = problem or (self.columns[0].name, "cannot parse")
+                bad.reject(TraceError(self.path, message, line=numbers[j],
+                                      field=self.shown(field)))
+            i = j + 1
+        return keep
+
+    def _first_polars_failure(self, lines: list[bytes], lo: int, hi: int) -> int | None:
+        """The first index in [lo, hi) whose line makes Polars fail on lines[lo:idx+1]."""
+        if hi <= lo or self._read(b"\n".join(lines[lo:hi]), hi - lo) is not None:
+            return None
+        a, b = lo + 1, hi  # smallest end e in [a, b] with lines[lo:e] failing
+        while a < b:
+            mid = (a + b) // 2
+            if self._read(b"\n".join(lines[lo:mid]), mid - lo) is None:
+                b = mid
+            else:
+                a = mid + 1
+        return a - 1
+
+    def _polars_problem(self, raw: bytes) -> tuple[str, str]:
+        """(field, message) for one line Polars refuses though the Python checks pass."""
+        try:
+            df = pl.read_csv(io.BytesIO(raw), separator=self.separator, has_header=False,
+                             schema=self._schema(), quote_char=None)
+        except pl.exceptions.PolarsError as e:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            m = re.search(r"column '([^']+)'", msg)
+            field = m.group(1) if m else self.columns[0].name
+            return field, f"cannot parse ({msg[:200]})"
+        for c in self.columns:
+            if df[c.name].null_count():
+                return c.name, "missing or empty field"
+        return self.columns[0].name, "cannot parse"
 
     def checks(self) -> list[Check]:
         return []
 
-    def validate(self, df: pl.DataFrame) -> None:
-        """Raise for the first row that fails any check (earliest line wins)."""
-        first: tuple[int, Check] | None = None
-        for check in self.checks():
-            idx = df.select(pl.arg_where(check.bad).first()).item()
-            if idx is not None and (first is None or idx < first[0]):
-                first = (idx, check)
-        if first is not None:
-            idx, check = first
+    def all_checks(self) -> list[Check]:
+        """The format's row checks, then the time check every reader shares (a scaled float
+        time must stay finite)."""
+        checks = self.checks()
+        scale = float(getattr(self, "time_scale", 1.0))
+        col = self.time_column
+        if scale != 1.0 and any(c.name == col and c.kind == "float" for c in self.columns):
+            checks.append(Check(~(pl.col(col) * scale).is_finite(), col,
+                                f"time {{value}} x time scale {scale:g} is not a finite number"))
+        return checks
+
+    def validate(self, df: pl.DataFrame, bad: BadLines | None = None) -> pl.DataFrame:
+        """Raise for the first row that fails any check (earliest line wins); in skip mode
+        (`bad`) every failing row is counted and left out. Returns the rows kept."""
+        checks = self.all_checks()
+        if not checks or df.is_empty():
+            return df
+        flags = df.select([c.bad.fill_null(True).alias(f"_c{i}") for i, c in enumerate(checks)])
+        any_bad = flags.select(pl.any_horizontal(pl.all())).to_series()
+        if not any_bad.any():
+            return df
+        skip = bad is not None and bad.skip
+        for idx in any_bad.arg_true().to_list():
             row = df.row(idx, named=True)
-            raise TraceError(self.path, check.message.format(value=row.get(check.field)),
+            check = next(c for i, c in enumerate(checks) if flags[f"_c{i}"][idx])
+            err = TraceError(self.path, check.message.format(value=row.get(check.field)),
                              line=int(row["src_line"]), field=self.shown(check.field))
+            if not skip:
+                raise err
+            assert bad is not None
+            bad.reject(err)
+        return df.filter(~any_bad)
 
     def shown(self, column: str) -> str:
         return self.display.get(column, column)
@@ -138,10 +293,19 @@ class Reader(ABC):
         return df
 
     def size_checks(self, size: str, offset: str | None = None) -> list[Check]:
-        checks = [Check(pl.col(size) < 0, size, "negative size {value}")]
+        checks = [Check(pl.col(size) < 0, size, "negative size {value}"),
+                  Check(pl.col(size) > MAX_IO_BYTES, size,
+                        "size {value} larger than " + f"{MAX_IO_BYTES} bytes (one IO)")]
         if offset is not None:
             checks.append(Check(pl.col(offset) < 0, offset, "negative offset {value}"))
         return checks
+
+    @staticmethod
+    def address_check(address: pl.Expr, field: str, what: str = "address") -> Check:
+        """A byte address must leave room for an IO below 2^63 (so address + size and the
+        block arithmetic cannot overflow)."""
+        return Check(address > MAX_ADDRESS, field,
+                     f"{what} {{value}} beyond the largest byte address ({MAX_ADDRESS})")
 
     @staticmethod
     def op_check(op: str) -> Check:

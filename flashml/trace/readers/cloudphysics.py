@@ -12,7 +12,14 @@ import polars as pl
 
 from flashml.config import OP_CODES
 from flashml.errors import UserError
-from flashml.trace.readers.base import Check, Column, Reader, finish
+from flashml.trace.readers.base import (
+    MAX_ADDRESS,
+    Check,
+    Column,
+    Reader,
+    check_time_scale,
+    finish,
+)
 
 READ_OPCODES = ("08", "28", "88", "a8")
 WRITE_OPCODES = ("0a", "2a", "8a", "aa")
@@ -29,10 +36,9 @@ class CloudPhysicsReader(Reader):
     def __init__(self, *args, sector_bytes: int = 512, time_scale: float = 1.0,
                  **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
-        if sector_bytes <= 0:
-            raise UserError(f"--sector-bytes must be > 0, got {sector_bytes}")
-        if time_scale <= 0:
-            raise UserError(f"--time-scale must be > 0, got {time_scale}")
+        if not 0 < sector_bytes <= 1 << 32:
+            raise UserError(f"--sector-bytes must be in 1..2^32, got {sector_bytes}")
+        check_time_scale(time_scale)
         self.sector_bytes = int(sector_bytes)
         self.time_scale = float(time_scale)
         self.columns = list(COLUMNS)
@@ -41,6 +47,9 @@ class CloudPhysicsReader(Reader):
         known = list(READ_OPCODES + WRITE_OPCODES)
         return self.size_checks("size") + [
             Check(pl.col("lbn") < 0, "lbn", "negative lbn {value}"),
+            Check(pl.col("lbn") > MAX_ADDRESS // self.sector_bytes, "lbn",
+                  "lbn {value} x " + f"{self.sector_bytes}-byte sectors is beyond the largest "
+                  f"byte address ({MAX_ADDRESS})"),
             Check(~pl.col("op").str.to_lowercase().str.zfill(2).is_in(known), "op",
                   "unknown SCSI opcode {value!r} (reads: " + ", ".join(READ_OPCODES)
                   + "; writes: " + ", ".join(WRITE_OPCODES) + ")"),

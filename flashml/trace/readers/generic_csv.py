@@ -16,7 +16,15 @@ import polars as pl
 from flashml.config import OP_CODES, OPS
 from flashml.errors import UserError
 from flashml.trace.keys import hash_names
-from flashml.trace.readers.base import Check, Column, Kind, Reader, finish, scoped_keys
+from flashml.trace.readers.base import (
+    Check,
+    Column,
+    Kind,
+    Reader,
+    check_time_scale,
+    finish,
+    scoped_keys,
+)
 
 FIELDS: dict[str, Kind] = {
     "time": "float", "key": "str", "offset": "int", "address": "int", "size": "int",
@@ -56,8 +64,10 @@ class GenericCsvReader(Reader):
         if not columns:
             raise UserError("--format csv needs --columns FIELD=COLUMN,... "
                             "(e.g. time=ts,key=object,size=bytes)")
-        if time_scale <= 0:
-            raise UserError(f"--time-scale must be > 0, got {time_scale}")
+        check_time_scale(time_scale)
+        if len(separator) != 1 or len(separator.encode()) != 1 or separator in "\r\n#":
+            raise UserError(f"--separator must be one single-byte character (not a newline or "
+                            f"'#'), got {separator!r}")
         self.mapping = parse_mapping(columns)
         self.separator = separator
         self.header = header
@@ -73,6 +83,8 @@ class GenericCsvReader(Reader):
         for field, col in self.mapping.items():
             if col not in names:
                 known = ", ".join(names)
+                if len(known) > 200:
+                    known = known[:200] + "..."
                 raise UserError(f"{self.path}: --columns maps {field} to {col!r}, which is not a "
                                 f"column ({'header' if self.header else 'indices'}: {known})")
         kinds = {col: FIELDS[field] for field, col in self.mapping.items()}
@@ -90,8 +102,12 @@ class GenericCsvReader(Reader):
     def checks(self) -> list[Check]:
         s = self.src
         checks = self.size_checks(s["size"], s.get("offset") or s.get("address"))
-        if "offset" in s:
-            checks.append(Check(pl.col(s["offset"]) + pl.col(s["size"]) > self.block_bytes,
+        if "address" in s:
+            checks.append(self.address_check(pl.col(s["address"]), s["address"]))
+        else:  # one block per row: the access must fit in it
+            off = pl.col(s["offset"]) if "offset" in s else pl.lit(0)
+            checks.append(Check((off > self.block_bytes) | (pl.col(s["size"]) > self.block_bytes)
+                                | (off + pl.col(s["size"]) > self.block_bytes),
                                 s["size"], f"offset + size exceeds the block size "
                                 f"({self.block_bytes} bytes): size {{value}}"))
         if "op" in s:

@@ -35,6 +35,7 @@ class MsrReader(Reader):
 
     def checks(self) -> list[Check]:
         return self.size_checks("Size", "Offset") + [
+            self.address_check(pl.col("Offset"), "Offset", "offset"),
             Check(pl.col("Timestamp") < 0, "Timestamp", "negative timestamp {value}"),
             Check(~pl.col("Type").str.to_lowercase().is_in(list(OP_TYPES)), "Type",
                   "unknown op {value!r} (expected Read or Write)"),
@@ -48,7 +49,11 @@ class MsrReader(Reader):
         host_hash = hash_names(df["Hostname"].to_numpy(), self._names)
         df = df.with_columns(
             key=scoped_keys(hash_names(scope_names, self._names), df["block"]),
-            time=(pl.col("Timestamp") - FILETIME_UNIX_OFFSET_TICKS) / 1e7,
+            # NumPy, not a Polars expression: Polars divides a one-row frame exactly but a
+            # longer one by multiplying with 1e-7, so equal filetimes in two chunks could
+            # come out a few ulps apart, and time would seem to go backwards.
+            time=pl.Series((df["Timestamp"].to_numpy() - FILETIME_UNIX_OFFSET_TICKS) / 1e7,
+                           dtype=pl.Float64),
             op=pl.col("Type").str.to_lowercase().replace_strict(OP_TYPES),
             namespace=pl.Series((host_hash & np.uint64(0xFFFFFFFF)).astype(np.uint32)),
             user=pl.col("DiskNumber"),

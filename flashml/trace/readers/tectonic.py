@@ -21,6 +21,8 @@ SCHEMAS: dict[str, list[str]] = {
     "2023": _COMMON + ["user_namespace", "user_name", "rs_shard_id", "op_count", "host_name"],
 }
 _KINDS = {"op_time": "float", "host_name": "str", "rs_shard_id": "str"}
+MAX_OP_COUNT = 1 << 20
+"""The most repeats one line may carry (each becomes a row; more is corrupt input)."""
 _SCOPE = {"202110": "host_name", "2023": "rs_shard_id"}
 
 
@@ -55,7 +57,9 @@ class TectonicReader(Reader):
     def checks(self) -> list[Check]:
         checks = self.size_checks("io_size", "io_offset") + [
             Check(pl.col("block_id") < 0, "block_id", "negative block id {value}"),
-            Check(pl.col("io_offset") + pl.col("io_size") > self.block_bytes, "io_size",
+            Check((pl.col("io_offset") > self.block_bytes)
+                  | (pl.col("io_size") > self.block_bytes)
+                  | (pl.col("io_offset") + pl.col("io_size") > self.block_bytes), "io_size",
                   f"io_offset + io_size exceeds the block size ({self.block_bytes} bytes): "
                   "size {value}"),
             self.op_check("op_name"),
@@ -64,6 +68,8 @@ class TectonicReader(Reader):
         ]
         if "op_count" in self.columns_names:
             checks.append(Check(pl.col("op_count") < 1, "op_count", "op_count {value} < 1"))
+            checks.append(Check(pl.col("op_count") > MAX_OP_COUNT, "op_count",
+                                "op_count {value} > " + f"{MAX_OP_COUNT} (repeats of one line)"))
         return checks
 
     @property
