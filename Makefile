@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export CARGO_TERM_QUIET := true
 
-.PHONY: setup demo test lint test-rust test-c test-python bench clean regress
+.PHONY: setup demo test lint test-rust test-c test-python bench clean regress fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -36,6 +36,18 @@ regress: setup
 
 bench: setup
 	$(PY) bench/run.py
+
+# Fuzzing (README.md, "Fuzzing"; not part of `make test`, which runs a small fixed-seed set):
+# FUZZ_CASES mutated inputs per format through every trace reader, object reader, bundle
+# loader and settings parser (Hypothesis, random seeds); the C runtime's trace and manifest
+# parsers under libFuzzer + ASan/UBSan for FUZZ_SECONDS each (runtime/fuzz/); kill -9 at
+# random points of ingest and of the main job, then a rerun (tests/test_fuzz_kill.py).
+FUZZ_CASES ?= 1000
+FUZZ_SECONDS ?= 600
+fuzz: setup
+	FLASHML_FUZZ_PROFILE=fuzz FLASHML_FUZZ_CASES=$(FUZZ_CASES) $(VENV)/bin/pytest -n 2 \
+		--dist loadfile -q -p no:cacheprovider tests/test_fuzz_traces.py \
+		tests/test_fuzz_inputs.py tests/test_fuzz_cut_lines.py
 
 clean:
 	rm -rf .flashml sim/target

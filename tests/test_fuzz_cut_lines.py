@@ -24,22 +24,35 @@ from conftest import run_cli
 FIELDS_201910 = SCHEMAS["201910"]
 
 
-def _assert_clean_error(proc, src: Path, out: Path, line: int, field: str, fragment: str) -> None:
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr, proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
+def _assert_clean_error(rc: int, stderr: str, src: Path, out: Path, line: int, field: str,
+                        fragment: str) -> None:
+    assert rc == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    last = stderr.strip().splitlines()[-1]
     assert last.startswith(f"flashml: error: {src}:{line}: field '{field}': "), last
     assert fragment in last, last
     assert not out.exists()
     assert [p.name for p in out.parent.iterdir()] == [], "temporary output left behind"
 
 
+def in_process_cli(capsys, *args: object) -> tuple[int, str, str]:
+    """`flashml ARGS` in this process (cli.main: what the subprocess runs, without the
+    interpreter start): (exit code, stdout, stderr)."""
+    from flashml.cli import main
+
+    capsys.readouterr()
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
 @pytest.fixture(scope="module")
 def base_trace(tmp_path_factory) -> Path:
-    """The issue's trace: region1-like, seed 0, 3,000 accesses."""
+    """The issue's trace: region1-like, seed 0, 3,000 accesses (`flashml trace generate`)."""
+    from flashml.trace.generate import generate_trace
+
     d = tmp_path_factory.mktemp("issue23")
-    run_cli("trace", "generate", "--preset", "region1-like", "--seed", "0", "--accesses",
-            "3000", "--quiet", "-o", d / "base.trace", check=True)
+    generate_trace("region1-like", 0, d / "base.trace", accesses=3000, progress=False)
     return d / "base.trace"
 
 
@@ -55,8 +68,8 @@ def test_issue_23_cut_trace_is_a_clear_error(base_trace: Path, tmp_path: Path) -
     out = tmp_path / "out" / "x.parquet"
     out.parent.mkdir()
     proc = run_cli("trace", "ingest", cut, "-o", out, "--format", "tectonic")
-    _assert_clean_error(proc, cut, out, data.count(b"\n") + 1, FIELDS_201910[n],
-                        f"expected 8 fields, found {n}")
+    _assert_clean_error(proc.returncode, proc.stderr, cut, out, data.count(b"\n") + 1,
+                        FIELDS_201910[n], f"expected 8 fields, found {n}")
 
 
 def test_issue_23_skip_bad_lines_counts(base_trace: Path, tmp_path: Path) -> None:
@@ -69,22 +82,22 @@ def test_issue_23_skip_bad_lines_counts(base_trace: Path, tmp_path: Path) -> Non
     assert "skipped 1 bad line(s)" in proc.stderr and "expected 8 fields" in proc.stderr
     complete = tmp_path / "complete.trace"
     complete.write_bytes(data.rsplit(b"\n", 1)[0] + b"\n")
-    ref = tmp_path / "ref.parquet"
-    run_cli("trace", "ingest", complete, "-o", ref, check=True)
-    assert pl.read_parquet(out).equals(pl.read_parquet(ref))
+    ref = ingest(complete, tmp_path / "ref.parquet", progress=False)
+    assert pl.read_parquet(out).equals(pl.read_parquet(ref.out))
 
 
 @pytest.fixture(scope="module")
 def big_trace(tmp_path_factory) -> Path:
     """~3.5 MB: four chunks of --chunk-mb 1."""
+    from flashml.trace.generate import generate_trace
+
     d = tmp_path_factory.mktemp("big")
-    run_cli("trace", "generate", "--preset", "region1-like", "--seed", "1", "--accesses",
-            "65000", "--quiet", "-o", d / "big.trace", check=True)
+    generate_trace("region1-like", 1, d / "big.trace", accesses=65000, progress=False)
     return d / "big.trace"
 
 
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
-def test_short_line_in_every_chunk(big_trace: Path, tmp_path: Path, where: str) -> None:
+def test_short_line_in_every_chunk(big_trace: Path, tmp_path: Path, capsys, where: str) -> None:
     """A short line in the first, a middle or the last chunk (--chunk-mb 1), through the CLI."""
     data = big_trace.read_bytes()
     assert len(data) > 3 << 20
@@ -101,8 +114,8 @@ def test_short_line_in_every_chunk(big_trace: Path, tmp_path: Path, where: str) 
     src.write_bytes(src_bytes)
     out = tmp_path / "out" / "x.parquet"
     out.parent.mkdir()
-    proc = run_cli("trace", "ingest", src, "-o", out, "--chunk-mb", "1")
-    _assert_clean_error(proc, src, out, idx + 1, FIELDS_201910[3], "expected 8 fields, found 3")
+    rc, _, err = in_process_cli(capsys, "trace", "ingest", src, "-o", out, "--chunk-mb", "1")
+    _assert_clean_error(rc, err, src, out, idx + 1, FIELDS_201910[3], "expected 8 fields, found 3")
 
 
 SPECS = {k: v for k, v in fs.specs().items() if not v.objects}
@@ -328,15 +341,16 @@ def test_bad_options_are_user_errors(tmp_path: Path, kwargs: dict, fragment: str
         ingest(src, tmp_path / "o.parquet", progress=False, **kwargs)
 
 
-def test_cli_chunk_mb_zero_and_bad_separator(tmp_path: Path) -> None:
+def test_cli_chunk_mb_zero_and_bad_separator(tmp_path: Path, capsys) -> None:
     src = tmp_path / "t.trace"
     src.write_text(HEADER + "1 0 4096 1.0 1 24 3 5\n")
-    proc = run_cli("trace", "ingest", src, "-o", tmp_path / "o.parquet", "--chunk-mb", "0")
-    assert proc.returncode == 1 and "flashml: error: chunk size must be > 0" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    proc = run_cli("trace", "ingest", src, "-o", tmp_path / "o.parquet", "--format", "csv",
-                   "--columns", "time=a,key=b,size=c", "--separator", "")
-    assert proc.returncode == 1 and "--separator must be one" in proc.stderr
+    rc, _, err = in_process_cli(capsys, "trace", "ingest", src, "-o", tmp_path / "o.parquet",
+                                "--chunk-mb", "0")
+    assert rc == 1 and "flashml: error: chunk size must be > 0" in err
+    rc, _, err = in_process_cli(capsys, "trace", "ingest", src, "-o", tmp_path / "o.parquet",
+                                "--format", "csv", "--columns", "time=a,key=b,size=c",
+                                "--separator", "")
+    assert rc == 1 and "--separator must be one" in err
     assert not (tmp_path / "o.parquet").exists()
 
 

@@ -1,0 +1,442 @@
+"""Fuzzing the other parsed user inputs (issue 23): a policy bundle's manifest.json and its
+policy.so (refused before dlopen when the .so is not the one the manifest names), capacities
+(`flashml.simulation.parse_capacity`) and the run settings' command-line values
+(`flashml.settings`). Each gives a result or a clear error (UserError / ValueError / argparse's
+usage error), never another exception.
+
+The bugs these found in files this suite does not own are pinned by the `xfail` tests at the
+end of each part (non-strict: they pass once fixed) and in README "Fuzzing".
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import shutil
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import fuzz_support as fs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashml.compiler import loader
+from flashml.compiler.build import MANIFEST_FORMAT, sha256_file
+from flashml.errors import UserError
+from flashml.features.codegen import ABI_VERSION
+from flashml.features.contract import contract
+
+# --- policy bundles -----------------------------------------------------------------------------
+FAKE_SO_C = """
+#include <stdint.h>
+int flashml_policy_abi_version(void) { return %(abi)d; }
+int flashml_policy_num_features(void) { return %(nf)d; }
+const char *flashml_policy_contract_hash(void) { return "%(hash)s"; }
+double flashml_admit_score(const double *f) { (void)f; return 1.0; }
+double flashml_admit_threshold(void) { return 0.5; }
+double flashml_target_write_rate_mbps(void) { return 1.0; }
+double flashml_eviction_age_s(void) { return 1.0; }
+void flashml_prefetch_range(const double *f, int32_t *a, int32_t *b) { (void)f; *a = 0; *b = 0; }
+double flashml_prefetch_when_score(const double *f) { (void)f; return 0.0; }
+double flashml_prefetch_when_threshold(void) { return 0.5; }
+"""
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    """A small bundle the loader accepts: a hand-written policy .so and its manifest."""
+    d = tmp_path_factory.mktemp("bundle") / "policy"
+    d.mkdir()
+    c = contract()
+    src = d.parent / "fake.c"
+    src.write_text(FAKE_SO_C % {"abi": ABI_VERSION, "nf": c.num_features, "hash": c.hash})
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(d / "policy.so"), str(src)], check=True)
+    manifest = {"format": MANIFEST_FORMAT, "abi_version": ABI_VERSION,
+                "capabilities": ["admission", "prefetch"], "contract_hash": c.hash,
+                "policy_so": "policy.so", "sha256": sha256_file(d / "policy.so")}
+    (d / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    assert loader.load_policy(d).admit_threshold == 0.5
+    return d
+
+
+@contextmanager
+def dlopen_spy() -> Any:
+    """Records every ctypes.CDLL the loader makes (the .so paths it dlopen()s)."""
+    calls: list[str] = []
+    real = loader.ctypes.CDLL
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, name: str, *a: Any, **kw: Any) -> None:
+            calls.append(str(name))
+            super().__init__(name, *a, **kw)
+
+    loader.ctypes.CDLL = Spy  # type: ignore[misc]
+    try:
+        yield calls
+    finally:
+        loader.ctypes.CDLL = real  # type: ignore[misc]
+
+
+# Known bugs of flashml/compiler/loader.py (reported, issue 23): exception signatures.
+LOADER_BUGS = {
+    "manifest not UTF-8": (UnicodeDecodeError, ""),
+    "manifest not an object": (AttributeError, "object has no attribute 'get'"),
+    "policy_so not a string": (TypeError, "unsupported operand type"),
+    "manifest nested too deep": (RecursionError, ""),
+    "policy_so path too long": (OSError, "File name too long"),
+}
+
+
+def known_loader_bug(e: BaseException) -> str | None:
+    for name, (kind, text) in LOADER_BUGS.items():
+        if isinstance(e, kind) and text in str(e):
+            return name
+    return None
+
+
+def try_bundle(d: Path, so_sha: str | None = None) -> tuple[str, str, list[str]]:
+    """(outcome, message, dlopen calls) of load_policy(d): ok | error | known:<bug> |
+    traceback."""
+    with dlopen_spy() as calls:
+        try:
+            with fs.time_limit(fs.CASE_TIMEOUT_S):
+                loader.load_policy(d)
+        except UserError as e:
+            return "error", str(e), calls
+        except fs.Hang as e:
+            return "hang", str(e), calls
+        except Exception as e:  # noqa: BLE001
+            bug = known_loader_bug(e)
+            return (f"known:{bug}" if bug else "traceback"), f"{type(e).__name__}: {e}", calls
+    return "ok", "", calls
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+    max_leaves=6)
+MANIFEST_KEYS = ["format", "abi_version", "capabilities", "contract_hash", "policy_so",
+                 "sha256", "evict_contract_hash"]
+edits = st.one_of(
+    st.tuples(st.just("delete"), st.sampled_from(MANIFEST_KEYS)),
+    st.tuples(st.just("set"), st.sampled_from(MANIFEST_KEYS), json_values),
+    st.tuples(st.just("set"), st.just("policy_so"),
+              st.sampled_from(["", ".", "..", "../policy.so", "/etc/hostname", "a\x00b",
+                               "manifest.json", "policy.so/", "/dev/zero", "x" * 5000])),
+    st.tuples(st.just("set"), st.just("capabilities"),
+              st.lists(st.sampled_from(["admission", "prefetch", "eviction", "core", "x"]))),
+    st.tuples(st.just("top"), json_values),
+    st.tuples(st.just("cut"), st.integers(0, 400)),
+    st.tuples(st.just("flip"), st.integers(0, 400), st.integers(0, 255)),
+    st.tuples(st.just("deep"), st.sampled_from([10, 200, 100_000])),
+)
+
+
+def apply_edits(manifest: dict[str, Any], ops: list[tuple]) -> bytes:
+    m: Any = dict(manifest)
+    text: bytes | None = None
+    for op in ops:
+        if op[0] == "delete" and isinstance(m, dict):
+            m.pop(op[1], None)
+        elif op[0] == "set" and isinstance(m, dict):
+            m[op[1]] = op[2]
+        elif op[0] == "top":
+            m = op[1]
+        elif op[0] == "deep":
+            text = b"[" * op[1] + b"]" * op[1]
+    data = text if text is not None else json.dumps(m).encode()
+    for op in ops:
+        if op[0] == "cut":
+            data = data[: op[1]]
+        elif op[0] == "flip" and data:
+            b = bytearray(data)
+            b[op[1] % len(b)] = op[2]
+            data = bytes(b)
+    return data
+
+
+def _bug_cases(ops: list[tuple], data: bytes) -> set[str]:
+    """The known bugs an input would hit (so the property can tell them from new ones)."""
+    bugs = set()
+    try:
+        m = json.loads(data)
+    except UnicodeDecodeError:
+        return {"manifest not UTF-8"}
+    except RecursionError:
+        return {"manifest nested too deep"}
+    except ValueError:
+        return bugs
+    if not isinstance(m, dict):
+        bugs.add("manifest not an object")
+    elif "policy_so" in m and not isinstance(m["policy_so"], str):
+        bugs.add("policy_so not a string")
+    elif any(len(part.encode()) > 255 for part in str(m.get("policy_so", "")).split("/")):
+        bugs.add("policy_so path too long")
+    return bugs
+
+
+@settings(**fs.fuzz_settings(40))
+@given(ops=st.lists(edits, min_size=1, max_size=3))
+def test_manifest_mutations_load_or_refuse(bundle: Path, ops: list[tuple]) -> None:
+    """A mutated manifest.json: the bundle loads, or a UserError naming the bundle (or its
+    file) refuses it; a .so whose sha256 is not the manifest's is never dlopen()ed."""
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    data = apply_edits(manifest, ops)
+    with tempfile.TemporaryDirectory() as t:
+        d = Path(t) / "policy"
+        shutil.copytree(bundle, d)
+        (d / "manifest.json").write_bytes(data)
+        outcome, message, calls = try_bundle(d)
+        fs._log(fs.Outcome(outcome.split(":")[0] if outcome != "error" else "error",
+                           "manifest", message), [str(o[0]) for o in ops])
+        shown = repr(ops)[:300]
+        if outcome.startswith("known:"):
+            assert outcome[6:] in _bug_cases(ops, data), (shown, message)
+            return
+        assert outcome in ("ok", "error"), (shown, message)
+        if outcome == "error":  # names the bundle, or the file its manifest points to
+            try:
+                m = json.loads(data)
+            except ValueError:
+                m = None
+            named = str(m.get("policy_so")) if isinstance(m, dict) else str(d)
+            assert str(d) in message or named in message, message
+        so_ok = sha256_file(d / "policy.so") == manifest["sha256"]
+        for c in calls:  # only the bundle's own, unchanged .so is ever loaded
+            assert so_ok and Path(c).resolve() == (d / "policy.so").resolve(), (shown, calls)
+
+
+def _so_variants(good: bytes) -> dict[str, bytes]:
+    foreign = Path("/bin/true").read_bytes()  # an ELF executable, not a policy
+    return {
+        "empty": b"",
+        "truncated-64": good[:64],
+        "truncated-half": good[: len(good) // 2],
+        "truncated-last-byte": good[:-1],
+        "text": b"#!/bin/sh\necho hello\n",
+        "elf-junk": b"\x7fELF" + b"\x00" * 200,
+        "foreign-executable": foreign,
+    }
+
+
+@pytest.mark.parametrize("variant", ["empty", "truncated-64", "truncated-half",
+                                     "truncated-last-byte", "text", "elf-junk",
+                                     "foreign-executable"])
+def test_bad_so_is_refused_before_dlopen(bundle: Path, tmp_path: Path, variant: str) -> None:
+    """A truncated or foreign policy.so under an unchanged manifest: refused by its sha256
+    before dlopen (so no code of it runs)."""
+    d = tmp_path / "policy"
+    shutil.copytree(bundle, d)
+    (d / "policy.so").write_bytes(_so_variants((bundle / "policy.so").read_bytes())[variant])
+    outcome, message, calls = try_bundle(d)
+    assert outcome == "error" and "does not match manifest.json" in message, message
+    assert str(d / "policy.so") in message
+    assert calls == []
+
+
+LOAD_IN_CHILD = """
+import json, sys
+from flashml.compiler.loader import load_policy
+from flashml.errors import UserError
+try:
+    load_policy(sys.argv[1])
+    print(json.dumps({"outcome": "ok"}))
+except UserError as e:
+    print(json.dumps({"outcome": "error", "message": str(e)}))
+"""
+
+
+@pytest.mark.parametrize("variant", [
+    "empty", "truncated-64", "text", "elf-junk", "foreign-executable",
+    pytest.param("truncated-half", marks=pytest.mark.xfail(
+        reason="flashml/compiler/loader.py dlopen()s a truncated ELF the manifest vouches for: "
+        "the process dies of SIGBUS (no ELF check before dlopen; issue 23 report)",
+        strict=False))])
+def test_bad_so_with_matching_manifest_is_a_clear_error(bundle: Path, tmp_path: Path,
+                                                        variant: str) -> None:
+    """The same .so files with a manifest rewritten to match them: dlopen is tried (the
+    manifest vouches for the file) and must fail into a UserError naming it. In a child
+    process: a truncated ELF can kill the process that maps it."""
+    import sys
+
+    d = tmp_path / "policy"
+    shutil.copytree(bundle, d)
+    (d / "policy.so").write_bytes(_so_variants((bundle / "policy.so").read_bytes())[variant])
+    m = json.loads((d / "manifest.json").read_text())
+    m["sha256"] = sha256_file(d / "policy.so")
+    (d / "manifest.json").write_text(json.dumps(m))
+    proc = subprocess.run([sys.executable, "-c", LOAD_IN_CHILD, str(d)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, f"died with {proc.returncode}: {proc.stderr[-500:]}"
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["outcome"] == "error", res
+    assert str(d / "policy.so") in res["message"], res
+
+
+@pytest.mark.parametrize("bug,content", [
+    ("manifest not UTF-8", b'{"abi_version": 1, "x": "\xff"}'),
+    ("manifest not an object", b"[1, 2]"),
+    ("policy_so not a string", b'{"policy_so": 5}'),
+    ("manifest nested too deep", b"[" * 100_000 + b"]" * 100_000),
+    ("policy_so path too long", b'{"policy_so": "' + b"x" * 5000 + b'"}'),
+])
+@pytest.mark.xfail(reason="flashml/compiler/loader.py lets these through as tracebacks "
+                   "(issue 23 report)", strict=False)
+def test_known_loader_bugs(bundle: Path, tmp_path: Path, bug: str, content: bytes) -> None:
+    d = tmp_path / "policy"
+    shutil.copytree(bundle, d)
+    (d / "manifest.json").write_bytes(content)
+    outcome, message, _ = try_bundle(d)
+    assert outcome == "error", f"{bug}: {message}"
+
+
+# --- capacities ---------------------------------------------------------------------------------
+UNITS = ["", "B", "b", "KiB", "kib", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB", "k", "m",
+         "g", "t", "obj", "objs", "object", "objects", "OBJ", "x", "MiBs", "iB", "µB"]
+FACTORS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
+           "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2,
+           "gib": 1024**3, "tib": 1024**4}
+capacity_texts = st.one_of(
+    st.text(max_size=30),
+    st.builds(lambda ws1, num, frac, ws2, unit, ws3: f"{ws1}{num}{frac}{ws2}{unit}{ws3}",
+              st.sampled_from(["", " ", "\t"]), st.integers(0, 10**25).map(str),
+              st.sampled_from(["", ".0", ".5", ".25", ".000001", ".", ".1e3"]),
+              st.sampled_from(["", " "]), st.sampled_from(UNITS), st.sampled_from(["", " "])),
+    st.sampled_from(["-5MiB", "1e5", "nan", "inf", "0", "0.0B", "4,5MiB", "4MiB 4MiB"]),
+)
+
+
+def capacity_reference(text: str) -> tuple[int, str] | None:
+    """What a capacity should parse to, by exact arithmetic (None: not a capacity)."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m:
+        return None
+    num, unit = Fraction(m.group(1)), m.group(2).lower()
+    if unit in ("obj", "objs", "object", "objects"):
+        return (int(num), "objects") if num.denominator == 1 and num > 0 else None
+    if unit not in FACTORS:
+        return None
+    v = math.floor(num * FACTORS[unit])
+    return (v, "bytes") if v > 0 else None
+
+
+@settings(**fs.fuzz_settings(200))
+@given(text=capacity_texts)
+def test_parse_capacity(text: str) -> None:
+    from flashml.simulation import parse_capacity
+
+    try:
+        got: tuple[int, str] | None = parse_capacity(text)
+    except ValueError as e:
+        got = None
+        assert repr(text) in str(e) or "capacity" in str(e)
+    except OverflowError:  # known bug (xfail below): > 308 digits
+        assert sum(ch.isdigit() for ch in text) > 300, text
+        return
+    fs._log(fs.Outcome("ok" if got else "error", "capacity"), [])
+    want = capacity_reference(text)
+    if got is None or want is None:
+        # Known and harmless: Unicode digits ('٣MiB') are digits to Python's \d, and a
+        # fraction of an object count lost in floating point ('5.000000000000001obj') passes.
+        assert got is None or not text.isascii() or (
+            got[1] == "objects" and float(text.strip().rstrip("abcdefghijklmnopqrstuvwxyz"
+                                                                "ABCDEFGHIJKLMNOPQRSTUVWXYZ "))
+            == got[0]), (text, got, want)
+        return
+    assert got[1] == want[1], (text, got, want)
+    # parse_capacity multiplies in floating point: within one byte of the exact value
+    assert abs(got[0] - want[0]) <= max(1, want[0] * 2**-50), (text, got, want)
+
+
+@pytest.mark.parametrize("text", ["9" * 400, "9" * 400 + "obj", "18446744073709551616"])
+@pytest.mark.xfail(reason="flashml/simulation.py parse_capacity: OverflowError past 1e308, "
+                   "and capacities beyond u64 accepted (the simulator then fails with an "
+                   "OverflowError traceback) (issue 23 report)", strict=False)
+def test_known_capacity_bugs(text: str) -> None:
+    from flashml.simulation import parse_capacity
+
+    try:
+        value, _ = parse_capacity(text)
+    except ValueError:
+        return
+    assert value < 2**64
+
+
+# --- run settings -------------------------------------------------------------------------------
+def _option_names() -> list[str]:
+    from flashml.settings import OPTIONS
+
+    return sorted(n for n, o in OPTIONS.items() if o.type is not str)
+
+
+option_values = st.one_of(
+    st.text(max_size=20),
+    st.integers(-10**30, 10**30).map(str),
+    st.floats().map(repr),
+    st.sampled_from(["", "nan", "inf", "-inf", "1e308", "1e309", "-0", "0", "1,2", "1,,2",
+                     "0x10", "1_000", "\u0663", "9" * 400, " 5 ", "5,-1", "24", "-1"]),
+)
+
+
+@settings(**fs.fuzz_settings(150))
+@given(name=st.sampled_from(_option_names()), value=option_values)
+def test_settings_values(name: str, value: str) -> None:
+    """One option's value through its argparse type and the settings' checks: accepted, an
+    argparse usage error naming the option, or a UserError naming it."""
+    from flashml.settings import OPTIONS, BaleenSettings, add_options
+
+    opt = OPTIONS[name]
+    p = argparse.ArgumentParser(exit_on_error=False)
+    add_options(p, name)
+    try:
+        args = p.parse_args([opt.flag, value] if not value.startswith("-")
+                            else [f"{opt.flag}={value}"])
+    except argparse.ArgumentError as e:
+        assert opt.flag in str(e), e
+        return
+    except SystemExit:  # argparse's own exit for some malformed command lines
+        return
+    try:
+        BaleenSettings.from_cli(args)
+    except UserError as e:
+        assert opt.flag in str(e) or opt.flag.split("-")[-1] in str(e), e
+    except OverflowError:  # known bug (xfail below): an integer past 1e308
+        assert len(value.strip().lstrip("+-")) > 300, value
+    fs._log(fs.Outcome("ok", "settings"), [])
+
+
+@pytest.mark.xfail(reason="flashml/settings.py Option.check: float(value) overflows for an "
+                   "integer past 1e308 (issue 23 report)", strict=False)
+def test_known_settings_bug() -> None:
+    from flashml.settings import OPTIONS, BaleenSettings
+
+    with pytest.raises(UserError):
+        BaleenSettings.from_values({"max_rounds": int("9" * 400)})
+    assert OPTIONS["max_rounds"].flag == "--max-rounds"
+
+
+# --- argtypes -----------------------------------------------------------------------------------
+@settings(**fs.fuzz_settings(100))
+@given(value=option_values)
+def test_argtypes(value: str) -> None:
+    from flashml.commands.argtypes import hours_of_day, positive_int, positive_ints
+
+    for f in (hours_of_day, positive_int, positive_ints):
+        try:
+            f(value)
+        except argparse.ArgumentTypeError:
+            pass
+
+
+def test_ctypes_is_the_loaders() -> None:
+    """dlopen_spy patches the loader's own ctypes (the module object the loader uses)."""
+    assert loader.ctypes is ctypes

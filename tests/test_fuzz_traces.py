@@ -1,0 +1,150 @@
+"""Property-based fuzzing of every trace reader (issue 23): valid traces of every format,
+mutated as a careless user, a cut download or a disk error would (tests/fuzz_support.py:
+cut, duplicate, swap, non-numeric, huge, negative, NaN/inf, empty lines, wrong field counts,
+binary junk, CRLF, BOM, compressed-stream damage), give either a valid canonical table or
+one clear `flashml: error:` naming the file (and the line where a line is at fault): no
+traceback, no output file, no hang.
+
+`make test` runs a small fixed-seed set; `make fuzz` runs FLASHML_FUZZ_CASES (1,000) random
+cases per format (FLASHML_FUZZ_PROFILE=fuzz).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import fuzz_support as fs
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashml.trace.ingest import ingest
+from flashml.trace.objects import OBJECT_FORMATS
+
+from conftest import REPO
+
+SPECS = fs.specs()
+INGEST = sorted(n for n, s in SPECS.items() if not s.objects)
+OBJECTS = sorted(n for n, s in SPECS.items() if s.objects)
+
+mutations = st.lists(st.sampled_from(fs.MUTATIONS), min_size=1, max_size=3)
+seeds = st.integers(0, 2**32 - 1)
+chunks = st.sampled_from([64, 200, 4096, 16 << 20])
+
+
+@pytest.mark.parametrize("name", INGEST)
+@settings(**fs.fuzz_settings(20))
+@given(kinds=mutations, seed=seeds, chunk_bytes=chunks, skip=st.booleans())
+def test_mutated_trace_ingests_or_fails_clearly(name: str, kinds: list[str], seed: int,
+                                                chunk_bytes: int, skip: bool) -> None:
+    spec = SPECS[name]
+    o = fs.run_case(spec, kinds, seed, chunk_bytes=chunk_bytes, skip_bad_lines=skip)
+    assert o.fine, fs.describe(o, spec, kinds, seed)
+
+
+# Bugs in flashml/trace/objects.py (not the ingest path), reported in issue 23: the fixed-seed
+# set may hit them; they xfail until that file is fixed (then they pass).
+OBJECT_BUGS = {
+    "objects-parquet": "read_objects lets Polars' errors on a corrupt Parquet file through "
+                       "(ComputeError, InvalidOperationError: a traceback)",
+    "objects-cloudphysics": "read_objects returns null keys/sizes for short or empty fields "
+                            "instead of an error naming the line",
+    "objects-csv": "read_objects_csv's slow path raises csv.Error on a field over 128 KiB",
+}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(reason=OBJECT_BUGS[n], strict=False))
+    if n in OBJECT_BUGS else n for n in OBJECTS])
+@settings(**fs.fuzz_settings(20))
+@given(kinds=mutations, seed=seeds)
+def test_mutated_object_trace_reads_or_fails_clearly(name: str, kinds: list[str],
+                                                     seed: int) -> None:
+    spec = SPECS[name]
+    o = fs.run_case(spec, kinds, seed)
+    assert o.fine, fs.describe(o, spec, kinds, seed)
+
+
+def test_every_format_is_fuzzed() -> None:
+    from flashml.trace.readers import FORMATS
+    from flashml.trace.readers.tectonic import SCHEMAS
+
+    fed = {SPECS[n].fmt for n in INGEST}
+    assert fed == set(FORMATS)
+    assert {SPECS[n].compress for n in INGEST} == {"", "gz", "zst"}
+    assert {n.split("-")[1] for n in INGEST if n.startswith("tectonic-2")} == set(SCHEMAS)
+    # `csv` is read_objects' other name for objects-csv
+    assert {SPECS[n].fmt for n in OBJECTS} == set(OBJECT_FORMATS) - {"csv"}
+
+
+@pytest.mark.parametrize("name", INGEST)
+def test_seeds_are_valid(name: str) -> None:
+    """Each seed ingests whole (so a failure is the mutation's doing)."""
+    spec = SPECS[name]
+    o = fs.run_case(spec, [], 0)
+    assert o.kind == "ok" and o.rows > 0, o
+
+
+BENIGN = ["crlf", "bom", "empty_lines"]
+
+
+@pytest.mark.parametrize("name", INGEST)
+@settings(**fs.fuzz_settings(5, max_examples=max(5, fs.fuzz_cases(5) // 10)))
+@given(kinds=st.lists(st.sampled_from(BENIGN), min_size=1, max_size=3, unique=True), seed=seeds,
+       chunk_bytes=chunks)
+def test_benign_changes_change_nothing(name: str, kinds: list[str], seed: int,
+                                       chunk_bytes: int) -> None:
+    """CRLF line ends, a byte-order mark and blank lines leave the table as it was (but for
+    the source line numbers)."""
+    spec = SPECS[name]
+    kinds = sorted(kinds, key=lambda k: k == "bom")  # a byte-order mark comes first in a file
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        ref_src = d / f"ref{spec.suffix}"
+        ref_src.write_bytes(fs.build_case(spec, [], 0))
+        ref = ingest(ref_src, d / "ref.parquet", spec.fmt, progress=False, **spec.options)
+        src = d / f"m{spec.suffix}"
+        src.write_bytes(fs.build_case(spec, kinds, seed))
+        got = ingest(src, d / "m.parquet", spec.fmt, chunk_bytes=chunk_bytes, progress=False,
+                     **spec.options)
+        a = pl.read_parquet(got.out).drop("src_line")
+        b = pl.read_parquet(ref.out).drop("src_line")
+        assert a.equals(b), (kinds, seed)
+
+
+# The in-process runner mirrors cli.main; these cases check it against the real CLI.
+CLI_CASES = [
+    ("tectonic-201910", ["cut_file"], 5),
+    ("msr-zst", ["cut_compressed"], 3),
+    ("csv", ["binary_junk", "crlf"], 8),
+]
+
+
+@pytest.mark.parametrize("name,kinds,seed", CLI_CASES)
+def test_the_real_cli_agrees(tmp_path: Path, name: str, kinds: list[str], seed: int) -> None:
+    spec = SPECS[name]
+    data = fs.build_case(spec, kinds, seed)
+    (tmp_path / "inproc").mkdir()
+    o = fs.run_ingest(spec, data, tmp_path / "inproc")
+    src = tmp_path / f"in{spec.suffix}"
+    src.write_bytes(data)
+    out = tmp_path / "out" / "t.parquet"
+    args = ["trace", "ingest", str(src), "-o", str(out), "--format", spec.fmt]
+    for k, v in spec.options.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    proc = subprocess.run([sys.executable, "-m", "flashml.cli", *args], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if o.kind == "ok":
+        assert proc.returncode == 0, proc.stderr
+        assert out.exists()
+    else:
+        assert o.kind == "error", o
+        assert proc.returncode == 1, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last == o.message.replace(str(tmp_path / "inproc" / src.name), str(src))
+        assert not out.exists()
