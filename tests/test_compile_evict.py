@@ -324,6 +324,32 @@ def _tamper(src: Path, dst: Path, **manifest) -> Path:
     return dst
 
 
+def test_manifest_without_capabilities(combined, mat_bundle, harness, tmp_path) -> None:
+    """A manifest compiled before capabilities existed has admission and prefetch: such an
+    admission bundle loads everywhere as before; a MAT-only .so under one is still refused
+    (its .so lacks the functions)."""
+    adm, _ = combined
+    old, mat = tmp_path / "old", tmp_path / "oldmat"
+    for src, dst in ((adm, old), (mat_bundle, mat)):
+        shutil.copytree(src, dst)
+        m = json.loads((dst / "manifest.json").read_text())
+        del m["capabilities"]
+        (dst / "manifest.json").write_text(json.dumps(m))
+    assert load_policy(old).capabilities == ["admission", "prefetch"]
+    with pytest.raises(UserError, match="no eviction capability"):
+        verify_bundle(old, need="eviction")
+    with pytest.raises(UserError, match="oldmat: contract mismatch: .* None"):
+        load_policy(mat)  # the legacy manifest claims admission, without its contract
+    with pytest.raises(UserError, match="no admission capability.*it has: eviction"):
+        PolicyLibrary(mat / "policy.so")
+    out = subprocess.run([str(harness), "admission", str(old)], capture_output=True,
+                         text=True).stdout
+    assert out.strip() == "loaded"
+    out = subprocess.run([str(harness), "admission", str(mat)], capture_output=True,
+                         text=True).stdout
+    assert "contract_hash" in out  # the legacy manifest claims admission; its fields lack
+
+
 def _fake_evict_so(tmp_path: Path, hash_: str, nf: int = 44) -> Path:
     src = tmp_path / "fake_evict.c"
     src.write_text(f"""
