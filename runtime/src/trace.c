@@ -12,6 +12,11 @@
 #include "internal.h"
 
 enum { C_BLOCK, C_OFFSET, C_SIZE, C_TIME, C_OP, C_NS, C_USER, C_HOST, C_COUNT, C_N };
+/* Fields per line the reader keeps (the widest schema has 10); a header naming more columns
+ * is refused, so every column index it yields fits the token array. */
+enum { MAX_FIELDS = 16 };
+/* The most repeats one line's op_count may ask for (as flashml's ingest); more is corrupt. */
+#define MAX_OP_COUNT (1ull << 20)
 static const char *COLNAMES[C_N] = {"block_id", "io_offset", "io_size", "op_time", "op_name",
                                     "user_namespace", "user_name", "host_name", "op_count"};
 
@@ -63,6 +68,9 @@ static int parse_header(flashrt_trace *t, const char *line, char *err, size_t er
         if (t->col[c] < 0)
             return frt_seterr(err, errlen, "%s:%llu: header has no column '%s'", t->path,
                               (unsigned long long)t->lineno, COLNAMES[c]);
+    if (n > MAX_FIELDS)
+        return frt_seterr(err, errlen, "%s:%llu: header has %d columns; a Tectonic trace has at most %d",
+                          t->path, (unsigned long long)t->lineno, n, MAX_FIELDS);
     t->nfields = n;
     t->have_header = 1;
     return 0;
@@ -163,11 +171,11 @@ int flashrt_trace_next(flashrt_trace *t, struct flashrt_access *a, char *err, si
             continue;
         }
         if (len == 0) continue;
-        char *tok[16];
+        char *tok[MAX_FIELDS];
         int n = 0;
         char *save = NULL;
         for (char *p = strtok_r(line, " \t", &save); p; p = strtok_r(NULL, " \t", &save)) {
-            if (n < 16) tok[n] = p;
+            if (n < MAX_FIELDS) tok[n] = p;
             n++;
         }
         if (n == 0) continue;
@@ -222,6 +230,9 @@ int flashrt_trace_next(flashrt_trace *t, struct flashrt_access *a, char *err, si
         if (t->col[C_COUNT] >= 0) {
             uint64_t cnt;
             if (parse_u64(t, tok[t->col[C_COUNT]], C_COUNT, &cnt, err, errlen)) return -1;
+            if (cnt > MAX_OP_COUNT)
+                return field_err(t, "op_count", err, errlen, "op_count %llu > %llu (repeats of one line)",
+                                 (unsigned long long)cnt, MAX_OP_COUNT);
             if (cnt > 1) {
                 t->pending = *a;
                 t->pending_total = cnt;
