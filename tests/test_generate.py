@@ -369,6 +369,10 @@ BAD_OBJECTS = {
     "size not a number": ("time,key,size\n1.0,5,1e3\n", 2, "size", "expected an integer"),
     "no size column": ("time,key\n1.0,5\n", 1, "size", "missing column"),
     "no header": ("1.0,5,100\n", 1, "time", "missing column"),
+    "blank line inside": ("time,key,size\n1.0,5,100\n\n2.0,6,7\n", 3, "time", "blank line"),
+    "double carriage return": ("time,key,size\r\n1.0,5,100\r\r\n", 2, "size",
+                               "expected an integer, found '100\\r'"),
+    "not utf-8": ("time,key,size\n1.0,5,100\n2.0,6\udcff,7\n", 3, "key", "not UTF-8"),
     "empty": ("", 1, None, "empty file"),
     "header only": ("time,key,size\n", 2, None, "no requests"),
 }
@@ -380,7 +384,7 @@ def test_bad_objects_csv_names_file_line_field(tmp_path: Path, case: str) -> Non
 
     content, line, field, fragment = BAD_OBJECTS[case]
     src = tmp_path / "bad.csv"
-    src.write_text(content)
+    src.write_bytes(content.encode("utf-8", "surrogateescape"))
     with pytest.raises(TraceError) as e:
         read_objects(src, "objects-csv")
     assert (e.value.line, e.value.field) == (line, field)
@@ -409,3 +413,47 @@ def test_objects_csv_extra_columns_and_order(tmp_path: Path) -> None:
     df = read_objects(src, "csv")  # `csv` is another name for objects-csv
     assert df.columns == ["key", "size", "time"]
     assert df.rows() == [(5, 100, 1.5), (6, 200, 2.0)]
+
+
+def test_objects_csv_line_endings_and_trailing_blank_lines(tmp_path: Path) -> None:
+    src = tmp_path / "t.csv"
+    src.write_bytes(b"time,key,size\r\n1.0,5,100\r\n2.0,6,7\r\n\r\n\n")
+    assert read_objects(src, "objects-csv").rows() == [(5, 100, 1.0), (6, 7, 2.0)]
+
+
+@pytest.mark.parametrize("content, line, field, fragment", [
+    ("version,time,op,size,lbn\n1,5,28,512,7\n1,6,28,512\n", 3, "lbn", "expected 5 fields"),
+    ("version,time,op,size,lbn\n1,5,28,,7\n", 2, "size", "expected an integer, found ''"),
+    ("version,time,op,size,lbn\n1,5,28,512,-7\n", 2, "lbn", "negative lbn -7"),
+    ("version,time,op,size,lbn\n1,inf,28,512,7\n", 2, "time", "finite"),
+    ("version,time,op,size\n1,5,28,512\n", 1, "lbn", "missing column"),
+])
+def test_bad_cloudphysics_object_rows(tmp_path: Path, content: str, line: int, field: str,
+                                      fragment: str) -> None:
+    from flashml.errors import TraceError
+
+    src = tmp_path / "cp.csv"
+    src.write_text(content)
+    with pytest.raises(TraceError) as e:
+        read_objects(src, "cloudphysics")
+    assert (e.value.line, e.value.field) == (line, field) and fragment in str(e.value)
+
+
+def test_bad_object_parquet(tmp_path: Path) -> None:
+    from flashml.errors import TraceError
+
+    src = tmp_path / "t.parquet"
+    src.write_bytes(b"PAR1 not really")
+    with pytest.raises(TraceError, match="cannot read Parquet"):
+        read_objects(src, "parquet")
+    for df, field, fragment in [
+        (pl.DataFrame({"key": [1, None], "size": [1, 2]}), "key", "null key in row 2"),
+        (pl.DataFrame({"key": [1, 2], "size": [1, -2]}), "size", "negative size -2 in row 2"),
+        (pl.DataFrame({"key": ["a"], "size": [1]}), "key", "expected unsigned integers"),
+        (pl.DataFrame({"key": [1], "size": [1], "time": [float("nan")]}), "time", "finite"),
+        (pl.DataFrame({"key": [1]}), "size", "missing column"),
+    ]:
+        df.write_parquet(src)
+        with pytest.raises(TraceError) as e:
+            read_objects(src, "parquet")
+        assert e.value.field == field and fragment in str(e.value), str(e.value)

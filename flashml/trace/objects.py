@@ -20,8 +20,8 @@ Formats (`OBJECT_FORMATS`):
 
 from __future__ import annotations
 
-import csv
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,35 +40,181 @@ U64_MAX = (1 << 64) - 1
 
 def read_objects(path: str | Path, fmt: str = "cloudphysics") -> pl.DataFrame:
     """Return a DataFrame with columns `key` (u64) and `size` (u64), plus `time` (f64) where
-    the format has one, one row per request."""
+    the format has one, one row per request. A `TraceError` naming the file (and the line
+    or row, and the field) for input it cannot take."""
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "no such file")
     if fmt == "cloudphysics":
-        try:
-            df = pl.read_csv(path, schema_overrides={"lbn": pl.UInt64, "size": pl.UInt64})
-        except Exception as e:  # polars raises several error types for bad CSV
-            raise TraceError(path, f"cannot read CloudPhysics CSV: {e}") from None
-        for col in ("lbn", "size"):
-            if col not in df.columns:
-                raise TraceError(path, "missing column", line=1, field=col)
+        df = _read_named_csv(path, {"lbn": "u64", "size": "u64"}, {"time": "f64"},
+                             "CloudPhysics CSV (version,time,op,size,lbn)", allow_empty=True)
         cols = [pl.col("lbn").alias("key"), pl.col("size")]
-        if "time" in df.columns and df.schema["time"].is_numeric():
-            cols.append(pl.col("time").cast(pl.Float64))
+        if "time" in df.columns:
+            _check_finite_time(path, df, first_line=2)
+            cols.append(pl.col("time"))
         return df.select(cols)
     if fmt in ("objects-csv", "csv"):
         return read_objects_csv(path)
     if fmt == "parquet":
-        df = pl.read_parquet(path)
-        for col in ("key", "size"):
-            if col not in df.columns:
-                raise TraceError(path, "missing column", field=col)
-        cols = [pl.col("key").cast(pl.UInt64), pl.col("size").cast(pl.UInt64)]
-        if "time" in df.columns:
-            cols.append(pl.col("time").cast(pl.Float64))
-        return df.select(cols)
+        return _read_objects_parquet(path)
     raise TraceError(path, f"unknown object format {fmt!r}; expected one of {OBJECT_FORMATS}",
                      field="format")
+
+
+def _read_objects_parquet(path: Path) -> pl.DataFrame:
+    try:
+        df = pl.read_parquet(path)
+    except Exception as e:  # polars raises several error types for a corrupt file
+        raise TraceError(path, f"cannot read Parquet: {_first_line(e)}") from None
+    for col in ("key", "size"):
+        if col not in df.columns:
+            raise TraceError(path, "missing column", field=col)
+        s = df[col]
+        if not s.dtype.is_integer():
+            raise TraceError(path, f"column type {s.dtype}, expected unsigned integers",
+                             field=col)
+        if s.null_count():
+            row = int(s.is_null().arg_max() or 0)
+            raise TraceError(path, f"null {col} in row {row + 1}", field=col)
+        if s.dtype.is_signed_integer() and (s < 0).any():
+            row = int((s < 0).arg_max() or 0)
+            raise TraceError(path, f"negative {col} {s[row]} in row {row + 1}", field=col)
+    cols = [pl.col("key").cast(pl.UInt64), pl.col("size").cast(pl.UInt64)]
+    if "time" in df.columns:
+        if not df["time"].dtype.is_numeric():
+            raise TraceError(path, f"column type {df['time'].dtype}, expected numbers",
+                             field="time")
+        df = df.with_columns(pl.col("time").cast(pl.Float64))
+        _check_finite_time(path, df, first_line=None)
+        cols.append(pl.col("time"))
+    return df.select(cols)
+
+
+def _check_finite_time(path: Path, df: pl.DataFrame, first_line: int | None) -> None:
+    """A TraceError for the first time that is null, NaN or infinite (line = row +
+    first_line, or 'row N' for a table)."""
+    bad = ~df["time"].is_finite().fill_null(False)
+    if bad.any():
+        row = int(bad.arg_max() or 0)
+        where = {"line": row + first_line} if first_line else {}
+        what = f" in row {row + 1}" if first_line is None else ""
+        raise TraceError(path, f"time must be a finite number, found {df['time'][row]}{what}",
+                         field="time", **where)
+
+
+# --- CSV with a header naming the columns ------------------------------------------------------
+
+_POLARS = {"u64": pl.UInt64, "f64": pl.Float64}
+_U64 = re.compile(r"[0-9]+")
+_F64 = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+                  r"|[+-]?(?i:inf|infinity|nan)")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _read_named_csv(path: Path, required: dict[str, str], optional: dict[str, str],
+                    what: str, *, allow_empty: bool = False) -> pl.DataFrame:
+    """The `required` and present `optional` columns (name -> 'u64' | 'f64') of a
+    comma-separated file whose first line names its columns; row i is line i + 2. Blank
+    lines at the end are ignored; anything else that does not parse is a TraceError naming
+    the line and the field."""
+    with open(path, "rb") as f:
+        first = f.readline().decode("utf-8", "replace").rstrip("\r\n")
+    if not first.strip():
+        raise TraceError(path, f"empty file: expected a header line naming the columns of a "
+                         f"{what}", line=1)
+    header = first.split(",")
+    if len(set(header)) != len(header):
+        dup = next(h for h in header if header.count(h) > 1)
+        raise TraceError(path, "column named twice in the header", line=1, field=dup)
+    for col in required:
+        if col not in header:
+            raise TraceError(path, f"missing column (header {first!r}; a {what} needs "
+                             f"{', '.join(required)})", line=1, field=col)
+    kinds = {c: k for c, k in (required | optional).items() if c in header}
+    try:
+        df = pl.read_csv(path, has_header=True, columns=list(kinds), quote_char=None,
+                         schema_overrides={c: _POLARS[k] for c, k in kinds.items()})
+    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError):
+        df = None
+    if df is not None:
+        df = _drop_trailing_blank_lines(path, df)
+    if df is None or df.null_count().sum_horizontal().item() > 0:
+        _locate_csv_error(path, header, kinds)  # raises for the first bad line
+        raise TraceError(path, f"cannot parse as a {what}")
+    if df.height == 0 and not allow_empty:
+        raise TraceError(path, "no requests (only a header line)", line=2)
+    return df
+
+
+def _drop_trailing_blank_lines(path: Path, df: pl.DataFrame) -> pl.DataFrame:
+    """Polars reads a blank last line as a row of nulls: drop such rows where the file really
+    ends in that many blank lines."""
+    nulls = df.select(pl.all_horizontal(pl.all().is_null())).to_series()
+    k = 0
+    while k < nulls.len() and nulls[nulls.len() - 1 - k]:
+        k += 1
+    if k == 0:
+        return df
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        f.seek(max(0, f.tell() - 4 * (k + 2) - 4096))
+        tail = f.read().split(b"\n")
+    tail = tail[:-1] if tail and tail[-1] == b"" else tail  # the final newline
+    if len(tail) > k and all(not t.strip() for t in tail[-k:]):
+        return df.head(df.height - k)
+    return df
+
+
+def _locate_csv_error(path: Path, header: list[str], kinds: dict[str, str]) -> None:
+    """Slow path: raise for the first data line that does not parse (wrong field count, a
+    number that is not one, an unsigned integer out of range)."""
+    where = {c: header.index(c) for c in kinds}
+    with open(path, "rb") as f:
+        f.readline()
+        lineno = 1
+        for raw in f:
+            lineno += 1
+            raw = raw[:-1] if raw.endswith(b"\n") else raw
+            raw = raw[:-1] if raw.endswith(b"\r") else raw  # one \r, as Polars strips
+            for i, part in enumerate(raw.split(b",")):
+                try:
+                    part.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise TraceError(path, "not UTF-8 text", line=lineno,
+                                     field=header[min(i, len(header) - 1)]) from None
+            text = raw.decode("utf-8")
+            fields = text.split(",")
+            if len(fields) != len(header):
+                if not text.strip():
+                    if not any(ln.strip() for ln in f):
+                        return  # blank lines at the end
+                    raise TraceError(path, f"blank line (expected {len(header)} fields "
+                                     f"{','.join(header)})", line=lineno, field=header[0])
+                field = header[min(len(fields), len(header) - 1)]
+                raise TraceError(path, f"expected {len(header)} fields ({','.join(header)}), "
+                                 f"found {len(fields)}", line=lineno, field=field)
+            for col, kind in kinds.items():
+                _check_value(path, lineno, col, kind, fields[where[col]])
+
+
+def _check_value(path: Path, lineno: int, col: str, kind: str, text: str) -> None:
+    if kind == "f64":
+        if not _F64.fullmatch(text):
+            raise TraceError(path, f"expected a number, found {text[:40]!r}", line=lineno,
+                             field=col)
+        return
+    if text.startswith("-") and _U64.fullmatch(text[1:]):
+        raise TraceError(path, f"negative {col} {text}", line=lineno, field=col)
+    if not _U64.fullmatch(text):
+        raise TraceError(path, f"expected an integer, found {text[:40]!r}", line=lineno,
+                         field=col)
+    if int(text) > U64_MAX:
+        raise TraceError(path, f"{col} {text} does not fit in 64 bits", line=lineno,
+                         field=col)
 
 
 # --- objects-csv ----------------------------------------------------------------------------
@@ -80,31 +226,8 @@ def read_objects_csv(path: str | Path) -> pl.DataFrame:
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "no such file")
-    with open(path, "rb") as f:
-        first = f.readline().decode("utf-8", "replace").rstrip("\r\n")
-    if not first.strip():
-        raise TraceError(path, "empty file: expected a header line "
-                         f"'{','.join(OBJECTS_CSV_COLUMNS)}'", line=1)
-    header = [h.strip() for h in first.split(",")]
-    for col in OBJECTS_CSV_COLUMNS:
-        if col not in header:
-            raise TraceError(path, f"missing column (header {first!r}; an objects-csv trace "
-                             f"needs {', '.join(OBJECTS_CSV_COLUMNS)})", line=1, field=col)
-    if len(set(header)) != len(header):
-        dup = next(h for h in header if header.count(h) > 1)
-        raise TraceError(path, "column named twice in the header", line=1, field=dup)
-    types = {"time": pl.Float64, "key": pl.UInt64, "size": pl.UInt64}
-    try:
-        df = pl.read_csv(path, has_header=True, columns=list(OBJECTS_CSV_COLUMNS),
-                         schema_overrides=types, quote_char=None)
-        bad = df.height == 0 or df.null_count().sum_horizontal().item() > 0
-    except (pl.exceptions.ComputeError, pl.exceptions.ShapeError, pl.exceptions.NoDataError):
-        df, bad = None, True
-    if bad:  # the slow path finds the line and field (or confirms there are no requests)
-        _locate_csv_error(path, header)
-        if df is None or df.height == 0:
-            raise TraceError(path, "no requests (only a header line)", line=2)
-        raise TraceError(path, "cannot parse (missing fields)")
+    df = _read_named_csv(path, {"time": "f64", "key": "u64", "size": "u64"}, {},
+                         "objects-csv trace (time,key,size)")
     df = df.with_row_index("_row")
     checks = [
         (pl.col("size") == 0, "size", "size must be >= 1 byte, found 0"),
@@ -123,42 +246,6 @@ def read_objects_csv(path: str | Path) -> pl.DataFrame:
         prev = df[field][idx - 1] if idx > 0 else None
         raise TraceError(path, msg.format(value=value, prev=prev), line=idx + 2, field=field)
     return df.select("key", "size", "time")
-
-
-def _locate_csv_error(path: Path, header: list[str]) -> None:
-    """Slow path: raise for the first data line of an objects-csv file that does not parse
-    (wrong field count, a number that is not one, a key or size out of range)."""
-    where = {c: header.index(c) for c in OBJECTS_CSV_COLUMNS}
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        rows = csv.reader(f)
-        next(rows, None)
-        for lineno, row in enumerate(rows, start=2):
-            if len(row) != len(header):
-                field = header[min(len(row), len(header) - 1)]
-                raise TraceError(path, f"expected {len(header)} fields ({','.join(header)}), "
-                                 f"found {len(row)}", line=lineno, field=field)
-            for col in OBJECTS_CSV_COLUMNS:
-                text = row[where[col]].strip()
-                _check_value(path, lineno, col, text)
-
-
-def _check_value(path: Path, lineno: int, col: str, text: str) -> None:
-    if col == "time":
-        try:
-            float(text)
-        except ValueError:
-            raise TraceError(path, f"expected a number (seconds), found {text!r}", line=lineno,
-                             field=col) from None
-        return
-    try:
-        v = int(text)
-    except ValueError:
-        raise TraceError(path, f"expected an integer, found {text!r}", line=lineno,
-                         field=col) from None
-    if v < 0:
-        raise TraceError(path, f"negative {col} {v}", line=lineno, field=col)
-    if v > U64_MAX:
-        raise TraceError(path, f"{col} {v} does not fit in 64 bits", line=lineno, field=col)
 
 
 def write_objects_csv(df: pl.DataFrame, path: str | Path) -> Path:
