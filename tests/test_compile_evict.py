@@ -383,7 +383,7 @@ def test_foreign_truncated_and_mismatched_are_refused(mat_bundle, tmp_path) -> N
     with pytest.raises(UserError, match="no eviction capability"):
         verify_bundle(d, need="eviction")
     # a truncated .so is caught by the sha256 check (before dlopen, which a truncated ELF can
-    # crash); a corrupt one by dlopen
+    # crash), a corrupt one by the ELF check
     d = tmp_path / "trunc"
     shutil.copytree(mat_bundle, d)
     data = (d / "policy.so").read_bytes()
@@ -392,8 +392,17 @@ def test_foreign_truncated_and_mismatched_are_refused(mat_bundle, tmp_path) -> N
         load_policy(d, need="eviction")
     garbage = tmp_path / "garbage.so"
     garbage.write_bytes(b"\x7fELF garbage" * 10)
-    with pytest.raises(UserError, match="cannot load"):
+    with pytest.raises(UserError, match="garbage.so: not a 64-bit ELF shared object"):
         PolicyLibrary(garbage, need="eviction")
+    # a truncated .so under a manifest that vouches for it: refused before dlopen
+    d = tmp_path / "trunc-vouched"
+    shutil.copytree(mat_bundle, d)
+    (d / "policy.so").write_bytes(data[: len(data) // 2])
+    m = json.loads((d / "manifest.json").read_text())
+    m["sha256"] = sha256_file(d / "policy.so")
+    (d / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(UserError, match="policy.so: truncated ELF file"):
+        load_policy(d, need="eviction")
     # a foreign .so (no flashml symbols), and .so files with another eviction contract
     foreign = tmp_path / "foreign.so"
     (tmp_path / "foreign.c").write_text("int foreign(void) { return 1; }\n")

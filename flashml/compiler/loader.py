@@ -50,13 +50,68 @@ _INT32_P = ctypes.POINTER(ctypes.c_int32)
 
 
 def read_manifest(bundle: str | os.PathLike[str]) -> dict[str, Any]:
+    """manifest.json of a compiled bundle: a JSON object (any other content is a UserError
+    naming the file)."""
     path = Path(bundle) / MANIFEST_NAME
     if not path.is_file():
         raise UserError(f"{path}: missing; not a compiled policy bundle (flashml compile -o DIR)")
     try:
-        return json.loads(path.read_text())
+        m = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(m, dict):
+        raise UserError(f"{path}: expected a JSON object, got {type(m).__name__}")
+    return m
+
+
+def policy_so_path(bundle: Path, m: dict[str, Any]) -> Path:
+    """The bundle's policy .so: the manifest's `policy_so`, a file name inside the bundle."""
+    name = m.get("policy_so", SO_NAME)
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name \
+            or "\0" in name or len(name.encode()) > 255:
+        raise UserError(f"{bundle / MANIFEST_NAME}: field 'policy_so': expected the file name "
+                        f"of the policy .so inside the bundle, got {str(name)[:80]!r}")
+    return bundle / name
+
+
+#: ELF identification of the .so files this machine can load: 64-bit little-endian.
+_ELF64_LE = b"\x7fELF\x02\x01"
+
+
+def check_elf(so: Path) -> None:
+    """Refuse (UserError) a file that is not a whole 64-bit ELF shared object before it is
+    dlopen()ed: a truncated one can kill the process that maps it (SIGBUS), even when a
+    manifest vouches for its sha256."""
+    import struct
+
+    try:
+        size = so.stat().st_size
+        with open(so, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or not head.startswith(_ELF64_LE):
+                raise UserError(f"{so}: not a 64-bit ELF shared object; recompile the policy")
+            e_type = struct.unpack_from("<H", head, 16)[0]
+            phoff, shoff = struct.unpack_from("<QQ", head, 32)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 54)
+            if e_type != 3:  # ET_DYN
+                raise UserError(f"{so}: an ELF file but not a shared object; recompile the "
+                                "policy")
+            if phentsize < 56 or phoff + phnum * phentsize > size \
+                    or (shnum and shoff + shnum * shentsize > size):
+                raise UserError(f"{so}: truncated ELF file ({size} bytes); recompile the "
+                                "policy")
+            f.seek(phoff)
+            table = f.read(phnum * phentsize)
+    except OSError as e:
+        raise UserError(f"{so}: cannot read: {e.strerror or e}") from None
+    for i in range(phnum):
+        p_type, _, p_offset = struct.unpack_from("<IIQ", table, i * phentsize)
+        p_filesz = struct.unpack_from("<Q", table, i * phentsize + 32)[0]
+        if p_type == 1 and p_offset + p_filesz > size:  # PT_LOAD past the end of the file
+            raise UserError(f"{so}: truncated ELF file ({size} bytes, a segment ends at "
+                            f"{p_offset + p_filesz}); recompile the policy")
 
 
 def _checked_need(need: Any) -> tuple[str, ...]:
@@ -96,9 +151,12 @@ def verify_bundle(bundle: str | os.PathLike[str],
     need = _checked_need(need)
     bundle = Path(bundle)
     m = read_manifest(bundle)
-    so = bundle / m.get("policy_so", SO_NAME)
-    if not so.is_file():
-        raise UserError(f"{so}: missing")
+    so = policy_so_path(bundle, m)
+    try:
+        if not so.is_file():
+            raise UserError(f"{so}: missing")
+    except OSError as e:
+        raise UserError(f"{so}: cannot read: {e.strerror or e}") from None
     if m.get("abi_version") != ABI_VERSION:
         raise UserError(f"{bundle}: ABI version {m.get('abi_version')} in {MANIFEST_NAME}, "
                         f"this flashml speaks ABI {ABI_VERSION}; recompile the policy")
@@ -127,6 +185,7 @@ class PolicyLibrary:
                  need: tuple[str, ...] | list[str] | str = DEFAULT_NEED) -> None:
         self.path = Path(so)
         need = _checked_need(need)
+        check_elf(self.path)
         try:
             lib = ctypes.CDLL(str(self.path.resolve()))
         except OSError as e:
@@ -317,4 +376,4 @@ def load_policy(bundle: str | os.PathLike[str],
     """Verify a compiled bundle (manifest, sha256, the capabilities in `need`) and load its
     policy.so for them."""
     m = verify_bundle(bundle, need)
-    return PolicyLibrary(Path(bundle) / m.get("policy_so", SO_NAME), need)
+    return PolicyLibrary(policy_so_path(Path(bundle), m), need)
