@@ -48,6 +48,7 @@ fuzz: setup
 	FLASHML_FUZZ_PROFILE=fuzz FLASHML_FUZZ_CASES=$(FUZZ_CASES) $(VENV)/bin/pytest -n 2 \
 		--dist loadfile -q -p no:cacheprovider tests/test_fuzz_traces.py \
 		tests/test_fuzz_inputs.py tests/test_fuzz_cut_lines.py tests/test_fuzz_runtime.py
+	FLASHML_FUZZ_SLOW=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_fuzz_kill.py
 	$(MAKE) -C runtime/fuzz run FUZZ_SECONDS=$(FUZZ_SECONDS)
 
 clean:

@@ -14,6 +14,7 @@ and in the result (`IngestResult.skipped_lines`).
 
 from __future__ import annotations
 
+import glob
 import logging
 import math
 import re
@@ -117,6 +118,7 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
     meta = TraceMeta(sample_ratio=ratio, source_format=fmt, block_bytes=block_bytes,
                      source_file=src.name)
 
+    _remove_stale_temporaries(out)
     stream, raw = open_binary(src)
     total = src.stat().st_size
     bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"ingest {src.name}",
@@ -201,6 +203,26 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
         log.warning("skipped %d bad line(s) of %d in %s (--skip-bad-lines); the first: %s",
                     bad.count, lines, src, bad.examples[0])
     return result
+
+
+STALE_TEMPORARY_S = 600.0
+"""A temporary output untouched this long belongs to an ingest that died (kill -9, power
+loss): a live one gets a row group every chunk, well within a second or two."""
+
+
+def _remove_stale_temporaries(out: Path) -> None:
+    """Remove what killed ingests into `out` left behind (`files.atomic_path`'s temporary
+    `.NAME.*.tmp` beside it); never a finished-looking file, and never a live one."""
+    if not out.parent.is_dir():
+        return
+    now = time.time()
+    for p in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
+        try:
+            if p.is_file() and now - p.stat().st_mtime > STALE_TEMPORARY_S:
+                p.unlink()
+                log.info("removed %s, left by an earlier ingest that did not finish", p)
+        except OSError:
+            pass
 
 
 def _check_time_order(reader: Reader, df: pl.DataFrame, last_time: Any,
