@@ -32,6 +32,15 @@ import numpy as np
 
 CASE_TIMEOUT_S = float(os.environ.get("FLASHML_FUZZ_TIMEOUT", "20"))
 """A case slower than this is a hang (tiny inputs: a real ingest takes ~20 ms)."""
+COUNT_ONLY = os.environ.get("FLASHML_FUZZ_COUNT_ONLY") == "1"
+"""bench/bench_fuzz.py: record every outcome in the log and fail no test, so each format runs
+all its cases and the figures count every bad outcome (not just the first)."""
+
+
+def expect(ok: bool, message: str) -> None:
+    """The fuzz tests' assertion (a no-op when only counting: the log has the outcome)."""
+    if not COUNT_ONLY:
+        assert ok, message
 
 
 # --- Hypothesis settings ------------------------------------------------------------------------
