@@ -13,6 +13,7 @@ from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS, UNITS
 from flashml.errors import UserError
 from flashml.files import atomic_path, dumps, jsonable
+from flashml.trace.objects import OBJECT_FORMATS
 
 
 def _print_metrics(metrics: dict[str, Any], as_json: bool) -> None:
@@ -257,9 +258,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Simulate an object cache over whole-object requests (key, size) and "
         "print the miss ratio. Capacity in bytes (4MiB, 16MB, 1048576) or objects (5000obj).")
     p.add_argument("--trace", required=True, type=Path, metavar="FILE", help="request trace")
-    p.add_argument("--format", choices=("cloudphysics", "parquet"), default="cloudphysics",
-                   help="cloudphysics CSV (key = lbn) or Parquet with key, size columns")
-    p.add_argument("--policy", choices=("lru", "fifo"), default="lru",
+    p.add_argument("--format", choices=OBJECT_FORMATS, default="cloudphysics",
+                   help="cloudphysics CSV (key = lbn), objects-csv (time,key,size) or "
+                   "Parquet with key, size columns")
+    p.add_argument("--policy", choices=("lru", "fifo", "belady"), default="lru",
                    help="eviction policy (default lru)")
     p.add_argument("--capacity", required=True,
                    help="cache capacity: bytes with a unit (4MiB, 16MB, 1GiB, 1048576) or an "

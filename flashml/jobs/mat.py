@@ -124,7 +124,7 @@ def add_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accesses", type=int, default=None, help="size of the generated trace")
     p.add_argument("--capacity", default=None, metavar="SIZE[,SIZE...]",
                    help="cache sizes: bytes (4MiB), objects (1000obj) or percent of the "
-                   f"working set (5%%); default {','.join(d.capacities)}")
+                   f"working set (5%%); default {','.join(d.capacities).replace('%', '%%')}")
     p.add_argument("--unit", choices=("bytes", "objects"), default=d.unit,
                    help="what a percentage capacity counts (objects: sizes ignored)")
     p.add_argument("--k", type=float, default=d.mat.k, help="target predictions per eviction")
