@@ -14,7 +14,7 @@ import pytest
 
 from flashml import cli
 
-from conftest import REPO
+from conftest import REPO, run_cli
 
 TRACE = REPO.parent / "shared" / "traces" / "cloudphysics-sample.csv"
 needs_trace = pytest.mark.skipif(not TRACE.is_file(), reason="../shared/traces is missing")
@@ -28,23 +28,16 @@ def state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def mat_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One `flashml mat run` as a user runs it (a fresh interpreter, its own state folder)."""
     if not TRACE.is_file():
         pytest.skip("../shared/traces is missing")
-    import os
-
     tmp = tmp_path_factory.mktemp("mat")
-    old = os.environ.get("FLASHML_HOME")
-    os.environ["FLASHML_HOME"] = str(tmp / "state")
-    try:
-        rc = cli.main(["mat", "run", "--trace", str(TRACE), "--format", "cloudphysics",
-                       "--capacity", "1000obj,5000obj", "--trials", "16", "--baselines", "lru",
-                       "--out", str(tmp / "run")])
-    finally:
-        if old is None:
-            os.environ.pop("FLASHML_HOME", None)
-        else:
-            os.environ["FLASHML_HOME"] = old
-    assert rc == 0
+    proc = run_cli("mat", "run", "--trace", TRACE, "--format", "cloudphysics", "--capacity",
+                   "1000obj,5000obj", "--trials", "16", "--baselines", "lru", "--out",
+                   tmp / "run", env={"FLASHML_HOME": str(tmp / "state"),
+                                     "MLFLOW_TRACKING_URI": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "capacity 5000obj" in proc.stdout
     return tmp / "run"
 
 
