@@ -116,6 +116,11 @@ def c_fuzz() -> dict:
 
 def main() -> None:
     res: dict = {"machine": machine()}
+    if SKIP and OUT.exists():  # keep the figures of the parts not rerun
+        old = json.loads(OUT.read_text())
+        res.update({k: old[k] for k in ("python", "crash_safety", "c")
+                    if k in old and {"python": "python", "crash_safety": "kill",
+                                     "c": "c"}[k] in SKIP})
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="flashml-bench-fuzz-") as tmp:
         tmp = Path(tmp)

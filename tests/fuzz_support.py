@@ -83,6 +83,7 @@ class Spec:
     options: dict[str, Any] = field(default_factory=dict)  # reader options
     compress: str = ""  # "", "gz" or "zst"
     objects: bool = False  # read by flashml.trace.objects.read_objects
+    canonical: bool = False  # a canonical Parquet table, read by flashml.trace.ingest.load_trace
     separator: str = " "
 
     @property
@@ -178,6 +179,17 @@ def _objects_parquet(rng: random.Random, n: int) -> bytes:
     return buf.getvalue()
 
 
+def _canonical_parquet(text: bytes) -> bytes:
+    """A canonical table (what `flashml trace ingest` writes) of a Tectonic seed."""
+    from flashml.trace.ingest import ingest
+
+    with tempfile.TemporaryDirectory() as d:
+        src, out = Path(d) / "s.trace", Path(d) / "s.parquet"
+        src.write_bytes(text)
+        ingest(src, out, progress=False)
+        return out.read_bytes()
+
+
 def specs(n: int = 40) -> dict[str, Spec]:
     """Every format the fuzzer feeds, each with a valid seed of about `n` lines."""
     rng = random.Random(23)
@@ -196,6 +208,8 @@ def specs(n: int = 40) -> dict[str, Spec]:
         Spec("objects-cloudphysics", "cloudphysics", _cloudphysics(rng, n), objects=True,
              separator=","),
     ]
+    out.append(Spec("canonical-parquet", "parquet", _canonical_parquet(out[1].text),
+                    canonical=True))
     from flashml.trace.objects import OBJECT_FORMATS
 
     if "objects-csv" in OBJECT_FORMATS:
@@ -534,6 +548,45 @@ def run_objects(spec: Spec, data: bytes, workdir: Path, kinds: list[str] | None 
     return o
 
 
+def run_canonical(spec: Spec, data: bytes, workdir: Path, kinds: list[str] | None = None
+                  ) -> Outcome:
+    """A canonical Parquet table as every command takes one (`load_trace`): a valid table, or
+    a TraceError naming the file."""
+    from flashml.errors import UserError
+    from flashml.trace.ingest import load_trace
+
+    src = workdir / "in.parquet"
+    src.write_bytes(data)
+    started = time.perf_counter()
+    try:
+        with time_limit(CASE_TIMEOUT_S):
+            df, meta = load_trace(src)
+    except Hang as e:
+        o = Outcome("hang", spec.name, str(e))
+    except UserError as e:
+        msg = f"flashml: error: {e}"
+        why = judge_error(msg, src, 1)
+        o = Outcome("unclear" if why else "error", spec.name, msg, detail=why or "")
+    except BaseException as e:  # noqa: BLE001 - Polars' PanicException is a BaseException
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        o = Outcome("traceback", spec.name, f"{type(e).__name__}: {e}"[:500],
+                    detail=traceback.format_exc())
+    else:
+        import polars as pl
+
+        from flashml.trace.canonical import CORE_SCHEMA
+
+        bad = [c for c, t in CORE_SCHEMA.items() if df.schema[c] != t or df[c].null_count()]
+        if not bad and not df["time"].cast(pl.Float64).is_finite().all():
+            bad = ["time (not finite)"]
+        o = Outcome("invalid" if bad else "ok", spec.name, f"bad columns {bad}" if bad else "",
+                    rows=df.height)
+    o.seconds = time.perf_counter() - started
+    _log(o, kinds or [])
+    return o
+
+
 def _count_lines(data: bytes, spec: Spec) -> int:
     try:
         if spec.compress == "gz":
@@ -554,6 +607,8 @@ def run_case(spec: Spec, kinds: list[str], seed: int, *, chunk_bytes: int = 16 <
     with tempfile.TemporaryDirectory(prefix="flashml-fuzz-") as d:
         if spec.objects:
             return run_objects(spec, data, Path(d), kinds)
+        if spec.canonical:
+            return run_canonical(spec, data, Path(d), kinds)
         return run_ingest(spec, data, Path(d), chunk_bytes=chunk_bytes,
                           skip_bad_lines=skip_bad_lines, kinds=kinds)
 

@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 
 from flashml.errors import TraceError, UserError
+from flashml.trace.canonical import read_table
 from flashml.trace.ingest import ingest
 from flashml.trace.readers.tectonic import SCHEMAS
 from flashml.trace.textio import iter_chunks
@@ -118,7 +119,7 @@ def test_short_line_in_every_chunk(big_trace: Path, tmp_path: Path, capsys, wher
     _assert_clean_error(rc, err, src, out, idx + 1, FIELDS_201910[3], "expected 8 fields, found 3")
 
 
-SPECS = {k: v for k, v in fs.specs().items() if not v.objects}
+SPECS = {k: v for k, v in fs.specs().items() if not v.objects and not v.canonical}
 
 
 def _chunk_position(data: bytes, line: int, chunk_bytes: int) -> str | None:
@@ -360,3 +361,31 @@ def test_time_scale_overflow_names_the_line(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="not a finite number") as e:
         ingest(src, tmp_path / "o.parquet", "cloudphysics", time_scale=1e10, progress=False)
     assert (e.value.line, e.value.field) == (3, "time")
+
+
+def test_damaged_canonical_table_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    """A canonical .parquet given to any command: Arrow/Polars errors on a damaged file (and
+    wrong column types, nulls) were tracebacks."""
+    src = tmp_path / "t.trace"
+    src.write_text(HEADER + "1 0 4096 1.0 1 24 3 5\n2 0 4096 2.0 1 24 3 5\n")
+    table = ingest(src, tmp_path / "t.parquet", progress=False).out
+    good = table.read_bytes()
+    cases = {"cut": good[: len(good) // 2], "junk": good[:4] + b"\x00" * 64 + good[68:],
+             "not parquet": b"PAR1 hello"}
+    for name, data in cases.items():
+        bad = tmp_path / f"{name.replace(' ', '_')}.parquet"
+        bad.write_bytes(data)
+        rc, _, err = in_process_cli(capsys, "trace", "stats", bad)
+        assert rc == 1, (name, err)
+        assert err.strip().splitlines()[-1].startswith(f"flashml: error: {bad}: "), err
+    df = pl.read_parquet(table)
+    typed = tmp_path / "typed.parquet"
+    df.with_columns(pl.col("time").cast(pl.String) + "x").write_parquet(typed)
+    with pytest.raises(TraceError, match="column time is String") as e:
+        read_table(typed)
+    assert e.value.field == "time"
+    nulls = tmp_path / "nulls.parquet"
+    df.with_columns(size=pl.lit(None, pl.UInt64)).write_parquet(nulls)
+    with pytest.raises(TraceError, match="null value") as e:
+        read_table(nulls)
+    assert e.value.field == "size"

@@ -155,14 +155,20 @@ def test_kill_pipeline_at_random_points(tmp_path: Path) -> None:
     r = random.Random(SEED)
     for i in range(5):
         proc = _popen(*PIPELINE, "--out", out, env=env)
-        time.sleep(r.uniform(1.0, full * 0.95))
+        time.sleep(r.uniform(1.0, full * 0.8))
         rc = _kill(proc)
-        assert not (out / "summary.json").exists(), f"kill {i}: summary.json of a killed run"
         rid = (out / "mlflow_run_id").read_text().strip() if (out / "mlflow_run_id").is_file() \
             else None
+        if (out / "summary.json").exists():
+            # the run got to its very end before the kill: then the summary is its own
+            summary = json.loads((out / "summary.json").read_text())
+            assert summary["mlflow_run_id"] == rid, f"kill {i}: another run's summary.json"
+            _log("ok", "kill-pipeline", f"point {i}: exit {rc}, completed before the kill")
+            out = tmp_path / f"run{i}"  # a finished folder: the next kills start afresh
+            continue  # (a killed rerun over a finished folder: the xfail test below)
         if rid and rc != 0:
             assert _mlflow_status(home, rid) != "FINISHED", f"kill {i}: MLflow run FINISHED"
-        _log("ok", "kill-pipeline", f"point {i}: exit {rc}")
+        _log("ok", "kill-pipeline", f"point {i}: exit {rc}, no summary.json")
     _finish(_popen(*PIPELINE, "--out", out, env=env))
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mlflow_run_id"] == (out / "mlflow_run_id").read_text().strip()

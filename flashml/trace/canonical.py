@@ -122,25 +122,53 @@ def arrow_schema(extra: pa.Schema | None = None, meta: TraceMeta | None = None) 
     return pa.schema(fields, metadata=(meta or TraceMeta()).to_kv())
 
 
+# What a damaged Parquet file can raise from Arrow or Polars (Polars' PanicException, a Rust
+# panic in its reader, is a BaseException).
+_UNREADABLE = (OSError, ValueError, pa.ArrowException, pl.exceptions.PolarsError,
+               pl.exceptions.PanicException)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text[:200]
+
+
 def read_meta(path: str | os.PathLike[str]) -> TraceMeta:
     try:
         md = pq.read_schema(path).metadata
-    except (OSError, pa.ArrowInvalid) as e:
-        raise TraceError(path, f"not a readable Parquet file ({e})") from None
-    return TraceMeta.from_kv(md)
+        return TraceMeta.from_kv(md)
+    except _UNREADABLE as e:  # UnicodeDecodeError and bad numbers are ValueErrors
+        raise TraceError(path, f"not a readable Parquet file ({_short(e)})") from None
 
 
 def read_table(path: str | os.PathLike[str]) -> tuple[pl.DataFrame, TraceMeta]:
-    """Read a canonical table and its metadata; checks that the core columns are present."""
+    """Read a canonical table and its metadata; checks that the core columns are present,
+    of their types (or castable to them) and without nulls. A damaged file is a TraceError
+    naming it."""
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "no such file")
     meta = read_meta(path)
-    df = pl.read_parquet(path)
+    try:
+        df = pl.read_parquet(path)
+    except _UNREADABLE as e:
+        raise TraceError(path, f"not a readable Parquet file ({_short(e)})") from None
     missing = [c for c in CORE_COLUMNS if c not in df.columns]
     if missing:
         raise TraceError(path, f"not a canonical access table: missing column(s) {missing}",
                          field=missing[0])
+    for name, dtype in CORE_SCHEMA.items():
+        if df.schema[name] != dtype:
+            try:
+                df = df.with_columns(df[name].cast(dtype, strict=True))
+            except _UNREADABLE:
+                raise TraceError(path, f"not a canonical access table: column {name} is "
+                                 f"{df.schema[name]}, not {dtype}", field=name) from None
+    nulls = df.select(CORE_COLUMNS).null_count().row(0, named=True)
+    bad = [c for c in CORE_COLUMNS if nulls[c]]
+    if bad:
+        raise TraceError(path, f"not a canonical access table: {nulls[bad[0]]} null value(s)",
+                         field=bad[0])
     return df, meta
 
 

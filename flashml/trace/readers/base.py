@@ -30,6 +30,8 @@ that many blocks' rows."""
 MAX_ADDRESS = (1 << 63) - 1 - MAX_IO_BYTES
 """The largest byte address (room for an IO below 2^63, so no sum overflows)."""
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+# Polars' errors, and its PanicException (a Rust panic; a BaseException, not an Exception).
+_POLARS_ERRORS = (pl.exceptions.PolarsError, pl.exceptions.PanicException)
 # What Polars reads as an Int64 / Float64 (leading spaces allowed, trailing ones not).
 _INT = re.compile(r" *[+-]?[0-9]+\Z")
 _FLOAT = re.compile(r" *[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
@@ -143,7 +145,7 @@ class Reader(ABC):
         try:
             df = pl.read_csv(io.BytesIO(data), separator=self.separator, has_header=False,
                              schema=self._schema(), quote_char=None)
-        except pl.exceptions.PolarsError:
+        except _POLARS_ERRORS:
             return None
         if len(df) != n or df.null_count().sum_horizontal().item() > 0:
             return None
@@ -225,7 +227,7 @@ class Reader(ABC):
         try:
             df = pl.read_csv(io.BytesIO(raw), separator=self.separator, has_header=False,
                              schema=self._schema(), quote_char=None)
-        except pl.exceptions.PolarsError as e:
+        except _POLARS_ERRORS as e:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             m = re.search(r"column '([^']+)'", msg)
             field = m.group(1) if m else self.columns[0].name
