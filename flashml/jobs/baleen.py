@@ -43,7 +43,7 @@ from flashml.config import DEFAULTS
 from flashml.errors import TraceError, UserError
 from flashml.files import atomic_dir, write_json
 from flashml.jobs import report
-from flashml.jobs.run import RunDir, Stage, Timer
+from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
 from flashml.policies.tuning import Tuned
 from flashml.settings import BaleenSettings
 from flashml.simulation import SimConfig
@@ -103,12 +103,6 @@ def _metrics(t: Tuned, knob_name: str) -> dict[str, Any]:
     m[knob_name] = t.knob
     m["reached_target"] = t.reached
     return m
-
-
-def _numbers(d: dict[str, Any]) -> dict[str, float]:
-    """The finite numbers of `d` (what MLflow takes as metrics)."""
-    return {k: float(v) for k, v in d.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)}
 
 
 def _learned(run: RunDir) -> Any:
@@ -247,7 +241,7 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     bundle = save_policy_models(
         policy_dir(run), policy.boosters(), admit_threshold=m["threshold"],
         when_threshold=when_threshold, eviction_age_s=ea, target_write_rate_mbps=target,
-        metrics={k: v for k, v in _numbers(m).items() if k != "threshold"},
+        metrics={k: v for k, v in finite_numbers(m).items() if k != "threshold"},
         mlflow_run_id=run_id, converged=converged, peak_hours=base.peak_hours,
         peak_bonus=base.peak_bonus)
     mlflow.log_artifacts(str(bundle), artifact_path="policy")
@@ -380,7 +374,7 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     for name, m in pol.items():
         with mlflow.start_run(run_name=name, nested=True):
             mlflow.log_param("policy", name)
-            mlflow.log_metrics(_numbers(m))
+            mlflow.log_metrics(finite_numbers(m))
     return run.record("policies", {"policies": pol})
 
 

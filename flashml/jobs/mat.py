@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from flashml.errors import UserError
-from flashml.jobs.run import RunDir, Stage, Timer
+from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
 from flashml.settings import MatParams
 
 log = logging.getLogger("flashml.mat")
@@ -272,8 +272,8 @@ def train(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
                          initial_threshold=_initial_threshold(s, caps[name], ws),
                          memory_window=smp["memory_window"],
                          metrics=model.metrics, mlflow_run_id=mlflow.active_run().info.run_id)
-        mlflow.log_metrics({f"{_slug(name)}_{k}": v for k, v in model.metrics.items()
-                            if np.isfinite(v)})
+        mlflow.log_metrics({f"{_slug(name)}_{k}": v
+                            for k, v in finite_numbers(model.metrics).items()})
         out[name] = {"bundle": str(bundle), **model.metrics}
     return run.record("train", {"per_capacity": out})
 
@@ -392,7 +392,7 @@ def compile_models(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     for name, info in trained.items():
         bundle = run.work / f"bundle-{_slug(name)}"
         booster = lgb.Booster(model_file=str(bundle / "evict.txt"))
-        metrics = {k: v for k, v in info.items() if isinstance(v, float) and np.isfinite(v)}
+        metrics = finite_numbers(info)
         save_evict_model(bundle, booster, k=tuned[name]["k"],
                          max_candidates=s.mat.max_candidates, delta=s.mat.delta,
                          initial_threshold=tuned[name]["initial_threshold"],
@@ -445,8 +445,8 @@ def evaluate(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         results[name] = {"capacity": c, "unit": unit, "policies": pol,
                          "held_out_from_request": held_out}
         for p, m in pol.items():
-            mlflow.log_metrics({f"{_slug(name)}_{p}_{k}": float(v) for k, v in m.items()
-                                if isinstance(v, (int, float)) and np.isfinite(v)})
+            mlflow.log_metrics({f"{_slug(name)}_{p}_{k}": v
+                                for k, v in finite_numbers(m).items()})
     return run.record("evaluate", {"per_capacity": results})
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -132,6 +133,13 @@ class Stage:
     @property
     def doc(self) -> str:
         return (self.fn.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+
+
+def finite_numbers(d: dict[str, Any]) -> dict[str, float]:
+    """The finite numbers of `d` as floats (what MLflow takes as metrics); bools, strings,
+    None, NaN and infinities are left out."""
+    return {k: float(v) for k, v in d.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
 def run_stages(stages: Sequence[Stage], run: RunDir, settings: Any,

@@ -543,6 +543,17 @@ pub enum CapacityUnit {
     Objects,
 }
 
+impl CapacityUnit {
+    /// What a request of `raw_size` bytes occupies in this unit (objects: 1).
+    #[inline]
+    pub fn charge(self, raw_size: u64) -> u64 {
+        match self {
+            CapacityUnit::Bytes => raw_size,
+            CapacityUnit::Objects => 1,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ObjectConfig {
     pub eviction: EvictionKind,

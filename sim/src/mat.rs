@@ -44,11 +44,12 @@
 use std::collections::BinaryHeap;
 use std::time::Instant;
 
-use crate::config::{err, CapacityUnit, ObjectConfig, SimError};
+use crate::config::{err, ObjectConfig, SimError};
 use crate::eviction::{Eviction, Lru, Reinsert};
 use crate::lrb_features::{
     check_memory_window, EvictFeatures, MetaStore, EVICT_NUM_FEATURES, MEMORY_WINDOW,
 };
+use crate::objects::check_trace;
 
 /// No next access (in [`DenseTrace::next`]).
 pub const NO_NEXT: u32 = u32::MAX;
@@ -623,21 +624,6 @@ fn ratio(a: u64, b: u64) -> f64 {
     }
 }
 
-fn check_trace(keys: &[u64], sizes: &[u64], cfg: &ObjectConfig) -> Result<(), SimError> {
-    cfg.validate()?;
-    if keys.len() != sizes.len() {
-        return err(format!(
-            "'key' has {} elements but 'size' has {}",
-            keys.len(),
-            sizes.len()
-        ));
-    }
-    if keys.is_empty() {
-        return err("the trace has no requests");
-    }
-    Ok(())
-}
-
 /// Object-mode MAT over LRU with predictor `predictor` (`cfg.eviction` is ignored).
 /// `trace` must be `DenseTrace::new(keys)`.
 pub fn simulate_mat<P: Predictor>(
@@ -695,10 +681,7 @@ pub fn simulate_mat<P: Predictor>(
             continue;
         }
         miss_bytes += raw_size;
-        let size = match cfg.unit {
-            CapacityUnit::Bytes => raw_size,
-            CapacityUnit::Objects => 1,
-        };
+        let size = cfg.unit.charge(raw_size);
         if size > capacity {
             continue;
         }
@@ -775,10 +758,7 @@ pub fn simulate_belady(
             continue;
         }
         miss_bytes += raw_size;
-        let size = match cfg.unit {
-            CapacityUnit::Bytes => raw_size,
-            CapacityUnit::Objects => 1,
-        };
+        let size = cfg.unit.charge(raw_size);
         if size > capacity {
             continue;
         }
@@ -818,7 +798,7 @@ pub fn simulate_belady(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::EvictionKind;
+    use crate::config::{CapacityUnit, EvictionKind};
     use crate::objects::simulate_objects;
 
     fn cfg(capacity: u64, unit: CapacityUnit) -> ObjectConfig {

@@ -56,10 +56,7 @@ impl<E: Eviction> ObjectCache<E> {
                 continue;
             }
             miss_bytes += raw_size;
-            let size = match unit {
-                CapacityUnit::Bytes => raw_size,
-                CapacityUnit::Objects => 1,
-            };
+            let size = unit.charge(raw_size);
             if size > self.capacity {
                 continue;
             }
@@ -144,6 +141,13 @@ pub fn simulate_objects_with<E: Eviction>(
     sizes: &[u64],
     cfg: &ObjectConfig,
 ) -> Result<ObjectResult, SimError> {
+    check_trace(keys, sizes, cfg)?;
+    Ok(run_with(evict, keys, sizes, cfg))
+}
+
+/// The checks every object-mode simulation makes of its input (the config, equal lengths,
+/// at least one request).
+pub(crate) fn check_trace(keys: &[u64], sizes: &[u64], cfg: &ObjectConfig) -> Result<(), SimError> {
     cfg.validate()?;
     if keys.len() != sizes.len() {
         return err(format!(
@@ -155,7 +159,7 @@ pub fn simulate_objects_with<E: Eviction>(
     if keys.is_empty() {
         return err("the trace has no requests");
     }
-    Ok(run_with(evict, keys, sizes, cfg))
+    Ok(())
 }
 
 #[cfg(test)]
