@@ -61,6 +61,8 @@ def read_manifest(bundle: str | os.PathLike[str]) -> dict[str, Any]:
         raise UserError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:  # json.loads recurses once per nesting level
+        raise UserError(f"{path}: not a policy manifest (JSON nested too deeply)") from None
     if not isinstance(m, dict):
         raise UserError(f"{path}: expected a JSON object, got {type(m).__name__}")
     return m
