@@ -23,6 +23,7 @@ import math
 import numbers
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -332,7 +333,7 @@ def default_core_config() -> dict[str, Any]:
 
 # --- object-cache mode -----------------------------------------------------------------------
 
-_CAP = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[a-zA-Z]*)\s*$")
+_CAP = re.compile(r"^\s*(?P<int>[0-9]+)(?:\.(?P<frac>[0-9]+))?\s*(?P<unit>[a-zA-Z]*)\s*$")
 _BYTE_UNITS = {
     "": 1, "b": 1,
     "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
@@ -340,26 +341,47 @@ _BYTE_UNITS = {
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
 _OBJ_UNITS = ("obj", "objs", "object", "objects")
+#: The largest capacity the simulator takes (its Python binding reads an i64).
+MAX_CAPACITY = 2**63 - 1
+#: More digits than any capacity up to MAX_CAPACITY needs (and far below Python's int limit).
+_MAX_DIGITS = 200
 
 
 def parse_capacity(text: str) -> tuple[int, str]:
-    """'4MiB' -> (4194304, 'bytes'); '5000obj' -> (5000, 'objects'). ValueError if bad."""
+    """'4MiB' -> (4194304, 'bytes'); '5000obj' -> (5000, 'objects'). ValueError if bad.
+
+    Exact: the number is read as a decimal fraction (no floating point), bytes are rounded
+    down, an object count must be whole, and a capacity beyond MAX_CAPACITY (2^63 - 1) is
+    refused."""
     m = _CAP.match(str(text))
     if not m:
         raise ValueError(f"cannot parse capacity {text!r}; examples: 4MiB, 16MB, 1048576, "
                          "5000obj")
-    num, unit = float(m.group("num")), m.group("unit").lower()
-    if unit in _OBJ_UNITS:
-        if num != int(num):
-            raise ValueError(f"object-count capacity must be a whole number, got {text!r}")
-        value, kind = int(num), "objects"
-    elif unit in _BYTE_UNITS:
-        value, kind = int(math.floor(num * _BYTE_UNITS[unit])), "bytes"
-    else:
+    whole = m.group("int").lstrip("0") or "0"
+    frac = (m.group("frac") or "").rstrip("0")
+    unit = m.group("unit").lower()
+    if unit not in _OBJ_UNITS and unit not in _BYTE_UNITS:
         raise ValueError(f"unknown capacity unit {m.group('unit')!r} in {text!r}; use B, KiB, "
                          "MiB, GiB, KB, MB, GB or obj")
+    kind = "objects" if unit in _OBJ_UNITS else "bytes"
+    if len(whole) > _MAX_DIGITS:
+        raise ValueError(f"capacity {str(text).strip()[:30]!r}... ({len(whole)} digits) is too "
+                         f"large: the simulator takes at most 2^63 - 1 = {MAX_CAPACITY} {kind}")
+    if len(frac) > _MAX_DIGITS:
+        raise ValueError(f"capacity {str(text).strip()[:30]!r}... has {len(frac)} decimal "
+                         f"places, at most {_MAX_DIGITS}")
+    if kind == "objects":
+        if frac:
+            raise ValueError(f"object-count capacity must be a whole number, got {text!r}")
+        value = int(whole)
+    else:
+        num = Fraction(int(whole + frac), 10 ** len(frac))
+        value = math.floor(num * _BYTE_UNITS[unit])
     if value <= 0:
         raise ValueError(f"capacity must be > 0, got {text!r}")
+    if value > MAX_CAPACITY:
+        raise ValueError(f"capacity {text!r} is too large: the simulator takes at most "
+                         f"2^63 - 1 = {MAX_CAPACITY} {kind}")
     return value, kind
 
 

@@ -307,16 +307,19 @@ def capacity_reference(text: str) -> tuple[int, str] | None:
         return None
     num, unit = Fraction(m.group(1)), m.group(2).lower()
     if unit in ("obj", "objs", "object", "objects"):
-        return (int(num), "objects") if num.denominator == 1 and num > 0 else None
+        ok = num.denominator == 1 and 0 < num < 2**63
+        return (int(num), "objects") if ok else None
     if unit not in FACTORS:
         return None
     v = math.floor(num * FACTORS[unit])
-    return (v, "bytes") if v > 0 else None
+    return (v, "bytes") if 0 < v < 2**63 else None
 
 
 @settings(**fs.fuzz_settings(200))
 @given(text=capacity_texts)
 def test_parse_capacity(text: str) -> None:
+    """parse_capacity against exact arithmetic: the same value and kind, or both refuse it
+    (a ValueError naming the capacity)."""
     from flashml.simulation import parse_capacity
 
     try:
@@ -324,37 +327,60 @@ def test_parse_capacity(text: str) -> None:
     except ValueError as e:
         got = None
         assert repr(text) in str(e) or "capacity" in str(e)
-    except OverflowError as e:  # known bug (xfail below): > 308 digits
-        fs._log(fs.Outcome("known", "capacity", f"OverflowError: {e}"), [])
-        fs.expect(sum(ch.isdigit() for ch in text) > 300, text)
-        return
     fs._log(fs.Outcome("ok" if got else "error", "capacity"), [])
-    want = capacity_reference(text)
-    if got is None or want is None:
-        # Known and harmless: Unicode digits ('٣MiB') are digits to Python's \d, and a
-        # fraction of an object count lost in floating point ('5.000000000000001obj') passes.
-        assert got is None or not text.isascii() or (
-            got[1] == "objects" and float(text.strip().rstrip("abcdefghijklmnopqrstuvwxyz"
-                                                                "ABCDEFGHIJKLMNOPQRSTUVWXYZ "))
-            == got[0]), (text, got, want)
-        return
-    assert got[1] == want[1], (text, got, want)
-    # parse_capacity multiplies in floating point: within one byte of the exact value
-    assert abs(got[0] - want[0]) <= max(1, want[0] * 2**-50), (text, got, want)
+    assert got == capacity_reference(text), (text, got)
 
 
-@pytest.mark.parametrize("text", ["9" * 400, "9" * 400 + "obj", "18446744073709551616"])
-@pytest.mark.xfail(reason="flashml/simulation.py parse_capacity: OverflowError past 1e308, "
-                   "and capacities beyond u64 accepted (the simulator then fails with an "
-                   "OverflowError traceback) (issue 23 report)", strict=False)
-def test_known_capacity_bugs(text: str) -> None:
+@pytest.mark.parametrize("text,message", [
+    ("9" * 400, "is too large"),                      # was OverflowError (float past 1e308)
+    ("9" * 400 + "obj", "is too large"),              # the same
+    ("1." + "0" * 400 + "1MiB", "decimal places"),
+    ("18446744073709551616", "is too large"),         # 2^64: was accepted
+    ("9223372036854775808", "is too large"),          # 2^63: the simulator's i64 refuses it
+    ("8388608TiB", "is too large"),                   # 2^63 bytes through a unit
+    ("5.000000000000001obj", "whole number"),         # was accepted as 5 objects
+    ("0.5B", "must be > 0"),
+])
+def test_capacity_bugs_found_by_fuzzing(text: str, message: str) -> None:
     from flashml.simulation import parse_capacity
 
-    try:
-        value, _ = parse_capacity(text)
-    except ValueError:
-        return
-    assert value < 2**64
+    with pytest.raises(ValueError, match=message) as e:
+        parse_capacity(text)
+    assert "capacity" in str(e.value)
+
+
+@pytest.mark.parametrize("text,want", [
+    ("9223372036854775807", (2**63 - 1, "bytes")),
+    ("9223372036854775807obj", (2**63 - 1, "objects")),
+    ("8388607.999999999999TiB", (math.floor(Fraction("8388607.999999999999") * 2**40),
+                                 "bytes")),
+    ("5.000obj", (5, "objects")),
+    ("1.5KiB", (1536, "bytes")),
+    ("0.3MB", (300_000, "bytes")),   # exact: 0.3 * 1e6 is 299999.99999999994 in floating point
+])
+def test_capacity_limits_exact(text: str, want: tuple[int, str]) -> None:
+    from flashml.simulation import parse_capacity
+
+    assert parse_capacity(text) == want
+
+
+def test_capacity_too_large_is_a_clear_cli_error(tmp_path: Path, capsys: Any) -> None:
+    """`flashml sim objects --capacity 2^64`: one clear error, exit 1 (the simulator's
+    OverflowError was a traceback); 2^63 - 1 runs."""
+    from flashml import cli
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("version,time,op,size,lbn\n1,1,2a,512,7\n1,2,2a,512,8\n1,3,2a,512,7\n")
+    argv = ["sim", "objects", "--trace", str(trace), "--format", "cloudphysics", "--json",
+            "--capacity"]
+    assert cli.main([*argv, "18446744073709551616"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("flashml: error: --capacity: capacity '18446744073709551616' is too "
+                          "large"), err
+    assert len(err.strip().splitlines()) == 1, err
+    assert cli.main([*argv, str(2**63 - 1)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["capacity"], out["hits"], out["requests"]) == (2**63 - 1, 1, 3)
 
 
 # --- run settings -------------------------------------------------------------------------------
