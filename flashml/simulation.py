@@ -398,7 +398,8 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
                          predictor: Any = "none", k: float | None = None,
                          max_candidates: int | None = None, delta: float | None = None,
                          initial_threshold: float | None = None, collect_samples: bool = False,
-                         memory_window: int | None = None) -> dict[str, Any]:
+                         memory_window: int | None = None,
+                         record_victims: bool = False) -> dict[str, Any]:
     """Object-mode MAT (issue 16; sim/src/mat.rs): learned eviction at the tail of LRU.
 
     On each eviction the LRU tail candidate's distance d from its last access to its next
@@ -425,7 +426,10 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
     decisions), final_threshold, wall_s, params (the knobs used) and, with collect_samples,
     samples: {"features": (n, 44) float64 at tag time, "label": log1p(distance) (not back
     within the window: log1p(2 * window)), "time": tag time, "last": last access at tag time,
-    "censored": window still open at the end of the trace}. ValueError on bad input.
+    "censored": window still open at the end of the trace}; with record_victims, victims:
+    {"time": the request whose miss evicted, "key"} (uint64, one per eviction, in order; the C
+    runtime's `flashrt mat-replay --decisions-out` is compared with it). ValueError on bad
+    input.
     """
     from pathlib import Path
 
@@ -446,7 +450,7 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
     return dict(_core().simulate_objects_mat(
         kk, ss, int(capacity), unit, predictor=pred, k=k, max_candidates=max_candidates,
         delta=delta, initial_threshold=initial_threshold, collect_samples=collect_samples,
-        memory_window=memory_window))
+        memory_window=memory_window, record_victims=record_victims))
 
 
 def eviction_features(keys: Any, sizes: Any, queries: Any,

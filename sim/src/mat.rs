@@ -257,6 +257,9 @@ pub struct MatParams {
     /// The contract's memory window (labels, forgetting, features).
     pub memory_window: u64,
     pub collect_samples: bool,
+    /// Record every victim as (logical time of the miss, key) in [`MatResult::victims`]
+    /// (comparing decision sequences, e.g. with the C runtime); changes no decision.
+    pub record_victims: bool,
 }
 
 impl Default for MatParams {
@@ -268,6 +271,7 @@ impl Default for MatParams {
             initial_threshold: None,
             memory_window: MEMORY_WINDOW,
             collect_samples: false,
+            record_victims: false,
         }
     }
 }
@@ -605,6 +609,8 @@ pub struct MatResult {
     pub final_threshold: f64,
     pub wall_s: f64,
     pub samples: Option<Samples>,
+    /// With `record_victims`: (logical time, key) of each eviction, in order.
+    pub victims: Option<Vec<(u64, u64)>>,
 }
 
 impl MatResult {
@@ -653,6 +659,7 @@ pub fn simulate_mat<P: Predictor>(
     let mut obj_slot = vec![NIL; trace.objects];
     let (mut used, capacity) = (0u64, cfg.capacity);
     let (mut hits, mut miss_bytes, mut req_bytes) = (0u64, 0u64, 0u64);
+    let mut victims = params.record_victims.then(Vec::new);
     let mut clock = DecisionClock::new();
     for (t, (&id, &raw_size)) in trace.ids.iter().zip(sizes).enumerate() {
         let now = t as u64;
@@ -697,6 +704,10 @@ pub fn simulate_mat<P: Predictor>(
             }
             while used + size > capacity {
                 let v = mat.evict(&mut order, now, &slots, meta.as_ref(), &mut samples);
+                if let Some(vs) = &mut victims {
+                    // the victim's last access names its key
+                    vs.push((now, keys[slots.last[v as usize] as usize]));
+                }
                 obj_slot[slots.obj[v as usize] as usize] = NIL;
                 used -= slots.size[v as usize];
                 slots.release(v);
@@ -723,6 +734,7 @@ pub fn simulate_mat<P: Predictor>(
         final_threshold: mat.threshold,
         wall_s: start.elapsed().as_secs_f64(),
         samples: samples.map(|s| s.finish(n as u64)),
+        victims,
     })
 }
 
@@ -1038,6 +1050,37 @@ mod tests {
         assert_eq!(s.censored, vec![false, true]); // 1 + 1024 > 3
         assert_eq!(s.features[0], 1.0); // age of a at t = 1
         assert_eq!(s.features[32], 5.0); // its size
+    }
+
+    #[test]
+    fn record_victims_changes_nothing() {
+        let (k, s) = trace(4_000, 300, 13);
+        let dt = DenseTrace::new(&k).unwrap();
+        let next = dt.next();
+        let c = cfg(30, CapacityUnit::Objects);
+        let p = MatParams::default();
+        let a = simulate_mat(&k, &s, &c, p, Oracle { next: &next }, &dt).unwrap();
+        let rec = MatParams {
+            record_victims: true,
+            ..p
+        };
+        let b = simulate_mat(&k, &s, &c, rec, Oracle { next: &next }, &dt).unwrap();
+        assert_eq!((a.hits, a.stats.predictions), (b.hits, b.stats.predictions));
+        assert_eq!(a.final_threshold, b.final_threshold);
+        assert!(a.victims.is_none());
+        let v = b.victims.unwrap();
+        assert_eq!(v.len() as u64, b.stats.evictions);
+        // capacity 1: a b a evicts a at 1, b at 2
+        let dt = DenseTrace::new(&[7, 9, 7]).unwrap();
+        let r = simulate_mat(
+            &[7, 9, 7],
+            &[1; 3],
+            &cfg(1, CapacityUnit::Objects),
+            rec,
+            NoPredictor,
+            &dt,
+        );
+        assert_eq!(r.unwrap().victims.unwrap(), vec![(1, 7), (2, 9)]);
     }
 
     #[test]

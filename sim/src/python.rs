@@ -395,11 +395,11 @@ fn capacity_unit(unit: &str) -> PyResult<CapacityUnit> {
 /// "evictions", "predictions", "predictions_per_eviction", "reinsertions",
 /// "ns_per_eviction", "final_threshold", "wall_s", "params": {...}} and, with
 /// `collect_samples`, "samples": {"features" (n, 44) f64, "label", "time", "last",
-/// "censored"}.
+/// "censored"}; with `record_victims`, "victims": {"time", "key"} (u64, one per eviction).
 #[pyfunction]
 #[pyo3(signature = (key, size, capacity, unit="bytes", *, predictor="none", k=None,
                     max_candidates=None, delta=None, initial_threshold=None,
-                    collect_samples=false, memory_window=None))]
+                    collect_samples=false, memory_window=None, record_victims=false))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_objects_mat<'py>(
     py: Python<'py>,
@@ -414,6 +414,7 @@ fn simulate_objects_mat<'py>(
     initial_threshold: Option<f64>,
     collect_samples: bool,
     memory_window: Option<i64>,
+    record_victims: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     if capacity <= 0 {
         return Err(PyValueError::new_err(format!(
@@ -458,6 +459,7 @@ fn simulate_objects_mat<'py>(
         initial_threshold: initial_threshold.or(so.and_then(|l| l.initial_threshold)),
         memory_window,
         collect_samples,
+        record_victims,
     };
     let r = py
         .allow_threads(|| {
@@ -495,6 +497,13 @@ fn simulate_objects_mat<'py>(
         samples.set_item("last", PyArray1::from_vec(py, s.last))?;
         samples.set_item("censored", PyArray1::from_vec(py, s.censored))?;
         d.set_item("samples", samples)?;
+    }
+    if let Some(v) = r.victims {
+        let victims = PyDict::new(py);
+        let (time, key): (Vec<u64>, Vec<u64>) = v.into_iter().unzip();
+        victims.set_item("time", PyArray1::from_vec(py, time))?;
+        victims.set_item("key", PyArray1::from_vec(py, key))?;
+        d.set_item("victims", victims)?;
     }
     Ok(d)
 }
