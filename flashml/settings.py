@@ -273,16 +273,52 @@ class Option:
     dag_type: str | None = None
 
     def check(self, value: Any) -> None:
-        """UserError naming the flag when `value` is below the bound or not a choice."""
+        """UserError naming the flag when `value` is below the bound, not a choice, an
+        integer setting beyond MAX_INTEGER or a number beyond floating point."""
         if self.choices is not None and value not in self.choices:
             raise UserError(f"{self.flag} must be one of {', '.join(self.choices)}, got "
                             f"{value!r}")
-        if self.low is None or isinstance(value, (tuple, list, str, Path)):
+        if isinstance(value, (str, Path)) or (
+                self.low is None and self.type not in (integer, finite_float, positive_ints)):
             return
-        if not math.isfinite(float(value)) or (value <= self.low if self.low_open
-                                              else value < self.low):
+        if self.type in (integer, positive_ints):
+            for x in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(x, int) and x > MAX_INTEGER:
+                    raise UserError(f"{self.flag} must be at most {MAX_INTEGER}, got "
+                                    f"{_short(x)}")
+                if isinstance(x, int) and x < -MAX_INTEGER:
+                    low = (f"{'>' if self.low_open else '>='} {self.low:g}"
+                           if self.low is not None else f">= {-MAX_INTEGER}")
+                    raise UserError(f"{self.flag} must be {low}, got {_short(x)}")
+        if isinstance(value, (tuple, list)) and self.type is positive_ints:
+            return
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past 1e308
+            raise UserError(f"{self.flag} must be a finite number, got {_short(value)}"
+                            ) from None
+        except (TypeError, ValueError):
+            raise UserError(f"{self.flag}: expected a number, got {value!r:.80}") from None
+        if self.low is None:
+            return
+        if not math.isfinite(number) or (value <= self.low if self.low_open
+                                         else value < self.low):
             op = ">" if self.low_open else ">="
-            raise UserError(f"{self.flag} must be {op} {self.low:g}, got {value}")
+            raise UserError(f"{self.flag} must be {op} {self.low:g}, got {_short(value)}")
+
+
+#: The largest integer setting (a count: LightGBM's rounds and Optuna's trials are C ints).
+MAX_INTEGER = 2**31 - 1
+
+
+def _short(value: Any) -> str:
+    """`value` for a message: a huge integer by its size (str() of one past 4300 digits is
+    itself an error)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        digits = int(value.bit_length() * math.log10(2)) + 1  # or one more than it has
+        digits -= 10 ** (digits - 1) > abs(value)
+        return f"{'a negative' if value < 0 else 'an'} integer of {digits} digits"
+    return repr(value)
 
 
 _D = BaleenSettings()
