@@ -47,17 +47,9 @@ def test_mutated_trace_ingests_or_fails_clearly(name: str, kinds: list[str], see
     fs.expect(o.fine, fs.describe(o, spec, kinds, seed))
 
 
-# Bugs in flashml/trace/objects.py (not the ingest path) found here and reported in issue 23;
-# fixed there in 798b45b but for one: the fixed-seed set may hit it; it xfails until fixed.
-OBJECT_BUGS = {
-    "objects-parquet": "read_objects lets Polars' PanicException (a BaseException: a Rust "
-                       "panic in its Parquet reader, ~1 in 1,000 damaged files) through",
-}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(reason=OBJECT_BUGS[n], strict=False))
-    if n in OBJECT_BUGS else n for n in OBJECTS])
+# Bugs in flashml/trace/objects.py (not the ingest path) found here: fixed in 798b45b, and
+# Polars' PanicException on a damaged Parquet in issue 23 (the regression test below).
+@pytest.mark.parametrize("name", OBJECTS)
 @settings(**fs.fuzz_settings(20))
 @given(kinds=mutations, seed=seeds)
 def test_mutated_object_trace_reads_or_fails_clearly(name: str, kinds: list[str],
@@ -65,6 +57,33 @@ def test_mutated_object_trace_reads_or_fails_clearly(name: str, kinds: list[str]
     spec = SPECS[name]
     o = fs.run_case(spec, kinds, seed)
     fs.expect(o.fine, fs.describe(o, spec, kinds, seed))
+
+
+# A damaged object Parquet on which Polars' reader panics (the case the fuzzer found).
+PANIC_CASE = ("objects-parquet", ["flip_byte", "flip_byte"], 242913403)
+
+
+def test_object_parquet_that_panics_polars_is_a_clear_error(tmp_path: Path) -> None:
+    """read_objects let Polars' PanicException (a BaseException: a Rust panic in its Parquet
+    reader) through: now a TraceError naming the file, exit 1 from the CLI."""
+    from flashml.errors import TraceError
+    from flashml.trace.objects import read_objects
+
+    name, kinds, seed = PANIC_CASE
+    src = tmp_path / "objects.parquet"
+    src.write_bytes(fs.build_case(SPECS[name], kinds, seed))
+    with pytest.raises(pl.exceptions.PanicException):  # the case still panics Polars
+        pl.read_parquet(src)
+    with pytest.raises(TraceError, match="cannot read Parquet") as e:
+        read_objects(src, "parquet")
+    assert e.value.path == str(src) and str(e.value).startswith(f"{src}: "), str(e.value)
+    proc = subprocess.run([sys.executable, "-m", "flashml.cli", "sim", "objects", "--trace",
+                           str(src), "--format", "parquet", "--capacity", "1MiB"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"flashml: error: {src}: cannot read Parquet"), proc.stderr
 
 
 @pytest.mark.parametrize("name", CANONICAL)

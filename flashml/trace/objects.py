@@ -61,11 +61,22 @@ def read_objects(path: str | Path, fmt: str = "cloudphysics") -> pl.DataFrame:
                      field="format")
 
 
+# What a damaged Parquet file can raise from Polars: several error types, and its
+# PanicException (a Rust panic in its reader; a BaseException, not an Exception).
+_UNREADABLE = (Exception, pl.exceptions.PanicException)
+
+
 def _read_objects_parquet(path: Path) -> pl.DataFrame:
     try:
-        df = pl.read_parquet(path)
-    except Exception as e:  # polars raises several error types for a corrupt file
-        raise TraceError(path, f"cannot read Parquet: {_first_line(e)}") from None
+        return _objects_table(path)
+    except TraceError:
+        raise
+    except _UNREADABLE as e:  # while reading, or on data a damaged file decoded to
+        raise TraceError(path, f"cannot read Parquet: {_first_line(e)[:200]}") from None
+
+
+def _objects_table(path: Path) -> pl.DataFrame:
+    df = pl.read_parquet(path)
     for col in ("key", "size"):
         if col not in df.columns:
             raise TraceError(path, "missing column", field=col)
