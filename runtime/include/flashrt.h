@@ -191,6 +191,110 @@ struct flashrt_metrics {
 void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m);
 void flashrt_close(flashrt *rt);
 
+/* ---- MAT: an object cache with learned eviction at the LRU tail ------------------------ */
+/*
+ * Whole objects (key, size) cached in a file, evicted by MAT (ML at the tail, issue 16):
+ * an LRU list whose tail candidates are asked, one at a time, for their time to next access
+ * (TTA = |expm1(flashml_evict_predict(features)) - age|, LRB's 44 features of the eviction
+ * contract); the first with TTA >= T goes, else it is re-inserted at the head, at most L
+ * candidates, then the largest TTA goes; T *= 1 + delta when the victim came at a try < k,
+ * *= 1 - delta at a try > k (L + 1 on exhaustion). The same decisions as the simulator's
+ * `simulate_objects_mat` (sim/src/mat.rs) on the same requests and capacity.
+ */
+
+/* An object trace read whole: request i is (key[i], size[i]); its line is i + 2. */
+struct flashrt_objects {
+    uint64_t *key, *size;
+    size_t n;
+};
+/* Reads `format` "objects-csv" (alias "csv"; a header naming time, key and size in any
+ * order, other columns ignored; time finite and non-decreasing) or "cloudphysics"
+ * (version,time,op,size,lbn: key = lbn); sizes >= 1. 0, or -1 with a message naming the file,
+ * the line and the field of the first bad row. */
+int flashrt_objects_read(const char *path, const char *format, struct flashrt_objects *out,
+                         char *err, size_t errlen);
+void flashrt_objects_free(struct flashrt_objects *o);
+
+/* Loads a bundle for eviction (capability "eviction": flashml_evict_* checked against this
+ * runtime's eviction contract, flashml_policy.h); refused with a message otherwise. */
+flashrt_policy *flashrt_policy_load_eviction(const char *dir, char *err, size_t errlen);
+
+enum flashrt_mat_unit { FLASHRT_MAT_BYTES = 0, FLASHRT_MAT_OBJECTS = 1 };
+
+/* One tail candidate examined (for tracing: flashrt_mat_config.on_candidate). */
+struct flashrt_mat_candidate {
+    uint64_t time;           /* logical time of the miss (request index) */
+    uint64_t key, last;      /* the candidate and its last access */
+    const double *features;  /* FLASHML_EVICT_NUM_FEATURES doubles, valid during the call */
+    double prediction, tta, threshold;
+};
+
+struct flashrt_mat_config {
+    uint64_t capacity;           /* in `unit`, > 0 */
+    enum flashrt_mat_unit unit;
+    const char *cache_path;      /* the file holding the cached objects' bytes; NULL: none */
+    enum flashrt_direct direct;  /* O_DIRECT on the cache file */
+    /* Algorithm 1's knobs: NaN (k, delta, initial_threshold) or 0 (max_candidates,
+     * memory_window) takes the policy's value; initial_threshold 0: the number of cached
+     * objects at the first eviction. */
+    double k, delta, initial_threshold;
+    uint32_t max_candidates;
+    uint64_t memory_window;
+    int time_decisions;          /* keep each decision's time for percentiles (default 1) */
+    void (*on_candidate)(void *ctx, const struct flashrt_mat_candidate *c);
+    void *ctx;
+};
+void flashrt_mat_config_default(struct flashrt_mat_config *c);
+
+typedef struct flashrt_mat flashrt_mat;
+
+/* Opens the cache cold. `policy` (loaded for eviction) stays owned by the caller and must
+ * outlive it; NULL: no model, the LRU tail is evicted unpredicted (exactly LRU). */
+flashrt_mat *flashrt_mat_open(const struct flashrt_mat_config *cfg, flashrt_policy *policy,
+                              char *err, size_t errlen);
+
+struct flashrt_mat_victim {
+    uint64_t key, size;  /* size in bytes */
+    uint32_t tries;      /* r: the try that found it, L + 1 on exhaustion, 1 without a model */
+    double threshold;    /* T after the decision (NaN without a model) */
+};
+
+struct flashrt_mat_result {
+    const uint8_t *data; /* the object's bytes (NULL without a cache file), valid until the next call */
+    uint64_t len;
+    int hit;
+    int bypassed;        /* larger than the whole cache: served uncached */
+    size_t nvictims;     /* the evictions this request made, in order */
+    const struct flashrt_mat_victim *victims;
+};
+
+/* Serves one request of object `key` of `size` bytes (>= 1): a hit reads its bytes from the
+ * cache file (and refreshes recency; the recorded size never changes); a miss evicts until it
+ * fits, then writes its bytes (deterministic content, flashrt_content(key, 0, ...)) to the
+ * file. -1 on an IO error (message: flashrt_mat_error). */
+int flashrt_mat_get(flashrt_mat *m, uint64_t key, uint64_t size, struct flashrt_mat_result *res);
+const char *flashrt_mat_error(const flashrt_mat *m);
+/* The eviction features of `key` now (after the requests served so far): 0, or -1 if the key
+ * was never requested. out: FLASHML_EVICT_NUM_FEATURES doubles. */
+int flashrt_mat_features(const flashrt_mat *m, uint64_t key, double *out);
+
+struct flashrt_mat_metrics {
+    uint64_t requests, hits, misses, bypassed, evictions, predictions, reinsertions;
+    uint64_t request_bytes, miss_bytes, cached_objects, used, capacity;
+    double miss_ratio, byte_miss_ratio, predictions_per_eviction, final_threshold;
+    double k, delta, initial_threshold;
+    uint32_t max_candidates;
+    uint64_t memory_window;
+    /* one eviction decision = taking the tail candidates, their features and predictions and
+     * the list moves (flashrt_mat_get's evictions, each timed alone) */
+    double decision_ns_mean, decision_ns_p50, decision_ns_p99;
+    uint64_t bytes_written, bytes_read, verified_bytes, integrity_errors, file_bytes;
+    int direct_io;
+    double wall_s;
+};
+void flashrt_mat_metrics(flashrt_mat *m, struct flashrt_mat_metrics *out);
+void flashrt_mat_close(flashrt_mat *m);
+
 /* ---- probe ------------------------------------------------------------------------------ */
 
 struct flashrt_probe {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_mat.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "internal.h"
@@ -18,6 +19,8 @@ static const char *USAGE =
     "commands:\n"
     "  prepare-backing  write deterministic content for every segment a trace touches\n"
     "  replay           replay a trace's GETs through the cache, verifying every byte\n"
+    "  mat-replay       replay an object trace through an object cache with MAT's learned\n"
+    "                   eviction (a compiled bundle), verifying every byte\n"
     "  probe-disk       measure a device's seek time and bandwidth (simulator config JSON)\n"
     "  features         print the tracker's feature vector of every access (CSV)\n"
     "  units            print the units this runtime was built with (JSON)\n"
@@ -190,6 +193,7 @@ int main(int argc, char **argv) {
     argc -= 2;
     argv += 2;
     if (!strcmp(cmd, "replay")) return cli_replay(argc, argv);
+    if (!strcmp(cmd, "mat-replay")) return cli_mat_replay(argc, argv);
     if (!strcmp(cmd, "prepare-backing")) return cmd_prepare(argc, argv);
     if (!strcmp(cmd, "probe-disk")) return cmd_probe(argc, argv);
     if (!strcmp(cmd, "features")) return cmd_features(argc, argv);
