@@ -176,11 +176,8 @@ def test_kill_pipeline_at_random_points(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not SLOW, reason="slow (minutes): make fuzz runs it (FLASHML_FUZZ_SLOW=1)")
-@pytest.mark.xfail(reason="flashml/jobs/run.py run_job keeps the previous run's summary.json "
-                   "until the new one is written: a rerun killed midway leaves a finished-"
-                   "looking folder whose summary describes another run (issue 23 report)",
-                   strict=False)
 def test_killed_rerun_does_not_keep_an_old_summary(tmp_path: Path) -> None:
+    """The pipeline itself (a fast check of the same: the next test)."""
     home, out = tmp_path / "home", tmp_path / "run"
     env = {"FLASHML_HOME": str(home)}
     _finish(_popen(*PIPELINE, "--out", out, env=env))
@@ -192,6 +189,60 @@ def test_killed_rerun_does_not_keep_an_old_summary(tmp_path: Path) -> None:
         summary = json.loads((out / "summary.json").read_text())
         assert summary["mlflow_run_id"] != first["mlflow_run_id"], \
             "the killed rerun's folder still holds the first run's summary.json"
+
+
+# A two-stage job for run_job (`ingest` then `work`): `work` announces itself in the file
+# $TOY_READY and then waits to be killed when $TOY_READY is set.
+TOY_JOB = """
+import os, sys, time
+from pathlib import Path
+from types import SimpleNamespace
+from flashml.jobs.run import Stage, run_job
+
+def ingest(run, s, timer):
+    (run.path / "accesses.txt").write_text(s)
+    return run.done("ingest") or run.record("ingest", {"content": s})
+
+def work(run, s, timer):
+    if os.environ.get("TOY_READY"):
+        Path(os.environ["TOY_READY"]).write_text("summary.json" if run.summary.exists()
+                                                 else "none")
+        time.sleep(600)
+    return run.record("work", {"content": (run.path / "accesses.txt").read_text()})
+
+job = SimpleNamespace(STAGES=(Stage("ingest", ingest), Stage("work", work)),
+                      run_name=lambda s: "toy", mlflow_params=lambda run, s: {},
+                      summary=lambda records, s: {"content": records["work"]["content"]})
+run_job(job, sys.argv[2], Path(sys.argv[1]))
+"""
+
+
+def test_killed_rerun_leaves_no_summary_of_another_run(tmp_path: Path) -> None:
+    """kill -9 of a rerun of a job over a finished run folder: the previous run's
+    summary.json is gone before the rerun changes the folder (it used to survive until the
+    new one was written, describing content the folder no longer had)."""
+    out, home, ready = tmp_path / "run", tmp_path / "home", tmp_path / "ready"
+    env = {**os.environ, "FLASHML_HOME": str(home)}
+    env.pop("TOY_READY", None)
+    subprocess.run([sys.executable, "-c", TOY_JOB, str(out), "first"], cwd=REPO, env=env,
+                   check=True, timeout=300, capture_output=True)
+    assert json.loads((out / "summary.json").read_text())["content"] == "first"
+    proc = subprocess.Popen([sys.executable, "-c", TOY_JOB, str(out), "second"], cwd=REPO,
+                            env={**env, "TOY_READY": str(ready)}, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc.log_path = os.devnull  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 300
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists(), f"the rerun never reached its second stage (exit {proc.poll()})"
+    assert ready.read_text() == "none", "summary.json of the first run during the rerun"
+    assert _kill(proc) == -signal.SIGKILL
+    assert (out / "accesses.txt").read_text() == "second"  # the folder holds the rerun's
+    assert not (out / "summary.json").exists(), "the killed rerun kept the first summary.json"
+    # and a rerun that completes writes its own
+    subprocess.run([sys.executable, "-c", TOY_JOB, str(out), "third"], cwd=REPO, env=env,
+                   check=True, timeout=300, capture_output=True)
+    assert json.loads((out / "summary.json").read_text())["content"] == "third"
 
 
 def test_ingest_removes_what_killed_ingests_left(traces: tuple[Path, Path],

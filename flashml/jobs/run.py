@@ -61,8 +61,17 @@ class RunDir:
     def work(self) -> Path:
         return self.path / "work"
 
+    @property
+    def summary(self) -> Path:
+        """summary.json: written last by `run_job`, removed first by `reset`."""
+        return self.path / "summary.json"
+
     def reset(self) -> None:
-        """Forget every stage record and the MLflow run: the next stages start afresh."""
+        """Forget every stage record and the MLflow run: the next stages start afresh. The
+        previous run's summary.json goes first, before anything of the folder changes (an
+        unlink is atomic): a rerun killed at any point never leaves a folder whose summary
+        describes another run's content."""
+        self.summary.unlink(missing_ok=True)
         shutil.rmtree(self.path / "stages", ignore_errors=True)
         (self.path / "mlflow_run_id").unlink(missing_ok=True)
         self.cache.clear()
