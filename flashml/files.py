@@ -10,23 +10,94 @@ the output stays valid JSON, e.g. a mean eviction age when nothing was evicted).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import re
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+#: A temporary file or folder of a writer that is not alive (or of another host) is
+#: removed once untouched this long; one of a dead writer of this host at once.
+STALE_TEMPORARY_S = 600.0
+_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+# The middle of a temporary name `.NAME.<middle>.tmp`: `p<pid>-<host>.<random>` (this
+# module's), or mkstemp's 8 random characters (written before the pid was in the name).
+_TEMP_MIDDLE = re.compile(r"p(?P<pid>[0-9]{1,10})-(?P<host>[0-9a-f]{8})\.[a-z0-9_]{8}"
+                          r"|(?P<legacy>[a-z0-9_]{8})")
+
+
+def _temp_prefix(dest: Path) -> str:
+    """How this process's temporary names for `dest` begin (then mkstemp's random part and
+    `.tmp`): the writer's pid and host are in the name, so a later writer can tell a
+    leftover of a killed one from a live one's."""
+    return f".{dest.name}.p{os.getpid()}-{_HOST}."
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):  # another user's, or not a pid
+        return pid > 0
+    return True
+
+
+def remove_stale_temporaries(dest: str | os.PathLike[str]) -> list[Path]:
+    """Remove what killed writers of `dest` left beside it: its temporary files or folders
+    (`.NAME.<middle>.tmp` of exactly this NAME). One written by a process of this host that
+    is no longer alive goes at once; one of a live process (maybe writing now) stays; one of
+    another host, or from before the pid was in the name, goes once untouched for
+    STALE_TEMPORARY_S. Returns what was removed."""
+    dest = Path(dest)
+    head, removed = f".{dest.name}.", []
+    try:
+        entries = list(os.scandir(dest.parent))
+    except OSError:
+        return removed
+    now = time.time()
+    for e in entries:
+        if not (e.name.startswith(head) and e.name.endswith(".tmp")):
+            continue
+        m = _TEMP_MIDDLE.fullmatch(e.name[len(head):-len(".tmp")])
+        if m is None:
+            continue
+        try:
+            age = now - e.stat(follow_symlinks=False).st_mtime
+            if m["pid"] is not None and m["host"] == _HOST:
+                stale = not _pid_alive(int(m["pid"]))
+            else:
+                stale = age > STALE_TEMPORARY_S
+            if not stale:
+                continue
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path)
+            else:
+                os.unlink(e.path)
+            removed.append(Path(e.path))
+        except FileNotFoundError:  # another writer removed it first
+            continue
+        except OSError:
+            continue
+    return removed
+
 
 @contextmanager
 def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path next to `dest`; rename it onto `dest` only if the block succeeds."""
+    """Yield a temporary path next to `dest`; rename it onto `dest` only if the block succeeds.
+    Leftovers of killed writers of `dest` are removed first (`remove_stale_temporaries`)."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    remove_stale_temporaries(dest)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(dest), suffix=".tmp", dir=dest.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     umask = os.umask(0)
@@ -78,10 +149,12 @@ def replace_dir(src: str | os.PathLike[str], dest: str | os.PathLike[str], *,
 def atomic_dir(dest: str | os.PathLike[str], *, marker: str | None = None,
                what: str = "output folder") -> Iterator[Path]:
     """Yield a temporary folder next to `dest`; when the block succeeds it replaces `dest`
-    (`replace_dir`), when it fails it is removed and `dest` is untouched."""
+    (`replace_dir`), when it fails it is removed and `dest` is untouched. Leftovers of
+    killed writers of `dest` are removed first (`remove_stale_temporaries`)."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    remove_stale_temporaries(dest)
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dest), suffix=".tmp", dir=dest.parent))
     try:
         yield tmp
         replace_dir(tmp, dest, marker=marker, what=what)

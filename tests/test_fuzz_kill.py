@@ -261,3 +261,91 @@ def test_ingest_removes_what_killed_ingests_left(traces: tuple[Path, Path],
     os.utime(other, (old, old))
     ingest(traces[1], out, progress=False)
     assert not stale.exists() and fresh.exists() and other.exists() and out.exists()
+
+
+# A writer of `dest` (argv[1]) through files.atomic_path that half-writes its temporary file,
+# announces it in argv[2] and waits (to be killed, or to stay alive while another writes).
+HALF_WRITER = """
+import sys, time
+from pathlib import Path
+from flashml.files import atomic_path
+with atomic_path(sys.argv[1]) as tmp:
+    tmp.write_text("half written")
+    Path(sys.argv[2]).write_text(tmp.name)
+    time.sleep(600)
+"""
+
+
+def _half_writer(dest: Path, ready: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-c", HALF_WRITER, str(dest), str(ready)],
+                            cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    proc.log_path = os.devnull  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 120
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ready.exists(), f"the writer did not start (exit {proc.poll()})"
+    return proc, ready.read_text()
+
+
+def test_atomic_writes_remove_what_killed_writers_left(tmp_path: Path) -> None:
+    """files.atomic_path / atomic_dir: the temporary of a writer killed with kill -9 (its pid
+    in the name, that process gone) is removed by the next write of the same target; a live
+    writer's stays, and so does anything not a temporary of exactly that target."""
+    from flashml.files import _HOST, STALE_TEMPORARY_S, atomic_dir, write_json
+
+    out = tmp_path / "out"
+    out.mkdir()
+    dest = out / "t.json"
+    killed, killed_tmp = _half_writer(dest, tmp_path / "ready1")
+    live, live_tmp = _half_writer(dest, tmp_path / "ready2")
+    assert killed_tmp.startswith(f".t.json.p{killed.pid}-{_HOST}.") and killed_tmp != live_tmp
+    assert _kill(killed) == -signal.SIGKILL
+    assert (out / killed_tmp).read_text() == "half written"  # what kill -9 leaves
+    dead = killed.pid
+    old = time.time() - STALE_TEMPORARY_S - 60
+    made = {
+        # removed: a dead writer's of this host (a file, a folder), an old one of another
+        # host, an old one from before the pid was in the names
+        f".t.json.p{dead}-{_HOST}.abcd_123.tmp": ("dir", None),
+        f".t.json.p{dead}-0badc0de.zzzzzzzz.tmp": ("file", old),
+        ".t.json.dead1234.tmp": ("file", old),
+        # kept: another host's or an old-style one still fresh, other targets' (a longer
+        # name, a shorter one), a dead writer's temporary of another file, hidden files that
+        # are not temporaries
+        f".t.json.p{dead}-0badc0de.yyyyyyyy.tmp": ("file", None),
+        ".t.json.live5678.tmp": ("file", None),
+        f".t.json.x.p{dead}-{_HOST}.abcdefgh.tmp": ("file", old),
+        f".t.jso.p{dead}-{_HOST}.abcdefgh.tmp": ("file", old),
+        f".u.json.p{dead}-{_HOST}.abcdefgh.tmp": ("file", old),
+        ".t.json.notes.tmp": ("file", old),
+        ".t.json.dead1234.old": ("file", old),
+    }
+    for name, (kind, mtime) in made.items():
+        p = out / name
+        if kind == "dir":
+            p.mkdir()
+            (p / "half").write_text("x")
+        else:
+            p.write_text("x")
+        if mtime is not None:
+            os.utime(p, (mtime, mtime))
+    before = set(os.listdir(out))
+    write_json(dest, {"a": 1})
+    gone = before - set(os.listdir(out))
+    assert gone == {killed_tmp, f".t.json.p{dead}-{_HOST}.abcd_123.tmp",
+                    f".t.json.p{dead}-0badc0de.zzzzzzzz.tmp", ".t.json.dead1234.tmp"}, gone
+    assert (out / live_tmp).read_text() == "half written"  # a live writer's is untouched
+    assert json.loads(dest.read_text()) == {"a": 1}
+    # once that writer is killed too, the next write (here a folder's) removes its leftover
+    assert _kill(live) == -signal.SIGKILL
+    dest.unlink()
+    with atomic_dir(dest) as tmp:  # the same target name, now as a folder
+        assert tmp.name.startswith(f".t.json.p{os.getpid()}-{_HOST}.")
+        (tmp / "x").write_text("y")
+    assert not (out / live_tmp).exists()
+    assert (dest / "x").read_text() == "y"
+    left = {n for n in os.listdir(out) if n.startswith(".t.json.")}
+    assert left == {f".t.json.p{dead}-0badc0de.yyyyyyyy.tmp", ".t.json.live5678.tmp",
+                    f".t.json.x.p{dead}-{_HOST}.abcdefgh.tmp", ".t.json.notes.tmp",
+                    ".t.json.dead1234.old"}, left
