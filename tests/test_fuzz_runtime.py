@@ -34,3 +34,31 @@ def test_fuzz_corpus_is_committed() -> None:
         assert any((RUNTIME / "fuzz" / "corpus" / target).iterdir()), target
         assert (RUNTIME / "fuzz" / f"fuzz_{target}.c").is_file()
         assert (RUNTIME / "fuzz" / f"{target}.dict").is_file()
+
+
+HEADER_202110 = ("#block_id io_offset io_size op_time op_name user_namespace user_name host_name "
+                 "op_count\n")
+
+
+@pytest.mark.parametrize("lines,line,message", [
+    (["1 0 4096 10 1 2 3 hostA 1", "1 0 4096 11 1 2 3 hostB 0"], 3, "op_count 0 < 1"),
+    (["1 0 0 10 1 2 3 hostA 0"], 2, "op_count 0 < 1"),  # a zero-size IO's too
+    (["1 0 4096 10 1 2 3 hostA 2", "1 0 0 11 1 2 3 hostB 1048577"], 3,
+     "op_count 1048577 > 1048576"),
+])
+def test_runtime_and_ingest_agree_on_op_count(tmp_path: Path, lines: list[str], line: int,
+                                              message: str) -> None:
+    """An op_count below 1 (the C reader took 0 as 1) or above 2^20: the C runtime's reader
+    and flashml's ingest both refuse it, naming the same file, line and field."""
+    build_runtime()
+    src = tmp_path / "t.trace"
+    src.write_text(HEADER_202110 + "\n".join(lines) + "\n")
+    proc = run("prepare-backing", "--backing", tmp_path / "b.img", "--trace", src)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"flashrt: error: {src}:{line}: field 'op_count': "
+                                  f"{message}"), proc.stderr
+    assert not (tmp_path / "b.img").exists()
+    with pytest.raises(TraceError, match=message) as e:
+        ingest(src, tmp_path / "o.parquet", progress=False)
+    assert (e.value.path, e.value.line, e.value.field) == (str(src), line, "op_count")
+    assert not (tmp_path / "o.parquet").exists()

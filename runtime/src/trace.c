@@ -214,6 +214,17 @@ int flashrt_trace_next(flashrt_trace *t, struct flashrt_access *a, char *err, si
                               (unsigned long long)t->lineno, what);
         }
         t->last_time = a->time;
+        /* op_count is checked on every line, a zero-size one too (as flashml's ingest) */
+        uint64_t cnt = 1;
+        if (t->col[C_COUNT] >= 0) {
+            if (parse_u64(t, tok[t->col[C_COUNT]], C_COUNT, &cnt, err, errlen)) return -1;
+            if (cnt < 1)
+                return field_err(t, "op_count", err, errlen, "op_count %llu < 1 (a line is at least one access)",
+                                 (unsigned long long)cnt);
+            if (cnt > MAX_OP_COUNT)
+                return field_err(t, "op_count", err, errlen, "op_count %llu > %llu (repeats of one line)",
+                                 (unsigned long long)cnt, MAX_OP_COUNT);
+        }
         if (a->size == 0) continue; /* zero-size IOs are dropped */
         if (a->offset >= FRT_BLOCK_BYTES || a->size > FRT_BLOCK_BYTES - a->offset) {
             char what[160];
@@ -227,17 +238,10 @@ int flashrt_trace_next(flashrt_trace *t, struct flashrt_access *a, char *err, si
             for (const char *p = tok[t->col[C_HOST]]; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
             a->key = frt_mix64(a->key) ^ h;
         }
-        if (t->col[C_COUNT] >= 0) {
-            uint64_t cnt;
-            if (parse_u64(t, tok[t->col[C_COUNT]], C_COUNT, &cnt, err, errlen)) return -1;
-            if (cnt > MAX_OP_COUNT)
-                return field_err(t, "op_count", err, errlen, "op_count %llu > %llu (repeats of one line)",
-                                 (unsigned long long)cnt, MAX_OP_COUNT);
-            if (cnt > 1) {
-                t->pending = *a;
-                t->pending_total = cnt;
-                t->pending_left = cnt - 1;
-            }
+        if (cnt > 1) {
+            t->pending = *a;
+            t->pending_total = cnt;
+            t->pending_left = cnt - 1;
         }
         return 1;
     }

@@ -202,6 +202,20 @@ static void test_trace(void) {
     snprintf(buf, sizeof buf, "#block_id io_offset io_size op_time op_name user_namespace user_name host_name op_count\n"
                               "1 0 4096 10 1 2 3 hostA 3\n1 0 4096 11 1 2 3 hostB 1\n");
     CHECK(parse_all(buf, err, sizeof err, &n) == 0 && n == 4, "202110 schema with op_count: %d %s", n, err);
+    /* op_count 0 is refused (it was read as 1), as flashml's ingest does: naming file, line,
+     * field; a zero-size line's op_count is checked too (ingest checks every line) */
+    const char *h202110 = "#block_id io_offset io_size op_time op_name user_namespace user_name host_name op_count\n";
+    snprintf(buf, sizeof buf, "%s1 0 4096 10 1 2 3 hostA 1\n1 0 4096 11 1 2 3 hostB 0\n", h202110);
+    CHECK(parse_all(buf, err, sizeof err, &n) < 0 && n == 1 && strstr(err, "t.trace:3: field 'op_count'") && strstr(err, "op_count 0 < 1"),
+          "op_count 0: %d %s", n, err);
+    snprintf(buf, sizeof buf, "%s1 0 0 10 1 2 3 hostA 0\n", h202110);
+    CHECK(parse_all(buf, err, sizeof err, &n) < 0 && strstr(err, "t.trace:2: field 'op_count'") && strstr(err, "op_count 0 < 1"),
+          "op_count 0 of a zero-size IO: %s", err);
+    snprintf(buf, sizeof buf, "%s1 0 0 10 1 2 3 hostA 2000000\n", h202110);
+    CHECK(parse_all(buf, err, sizeof err, &n) < 0 && strstr(err, "t.trace:2: field 'op_count'") && strstr(err, "repeats"),
+          "op_count too large on a zero-size IO: %s", err);
+    snprintf(buf, sizeof buf, "%s1 0 0 10 1 2 3 hostA 5\n1 0 1 11 1 2 3 hostA 2\n", h202110);
+    CHECK(parse_all(buf, err, sizeof err, &n) == 0 && n == 2, "zero-size line dropped whatever its op_count: %d %s", n, err);
     CHECK(flashrt_trace_open("/nonexistent/x.trace", err, sizeof err) == NULL && strstr(err, "No such file"), "missing: %s", err);
 }
 
