@@ -1,0 +1,299 @@
+/* test_mat.c: C unit tests of the MAT object cache (src/mat.c), LRB's features
+ * (src/lrb_features.c) and the object-trace reader (src/objects.c), under ASan+UBSan
+ * (`make test`) and valgrind (`make valgrind`). Usage: test_mat POLICY_BUILD_DIR. The
+ * decisions against the simulator's on real bundles: tests/test_runtime_mat.py. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "flashml_policy.h"
+#include "flashrt.h"
+#include "internal.h"
+#include "lrb_features.h"
+
+static int failures, checks;
+static char TMP[256];
+
+#define CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        checks++;                                                                             \
+        if (!(cond)) {                                                                        \
+            failures++;                                                                       \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                   \
+            fprintf(stderr, __VA_ARGS__);                                                     \
+            fputc('\n', stderr);                                                              \
+        }                                                                                     \
+    } while (0)
+
+static void write_text(const char *p, const char *text) {
+    FILE *f = fopen(p, "w");
+    if (!f) { perror(p); exit(2); }
+    fputs(text, f);
+    fclose(f);
+}
+
+/* ---- features: sim/src/lrb_features.rs's hand examples ---- */
+
+static void test_features(void) {
+    char err[FLASHRT_ERR_LEN];
+    struct frt_lrb s;
+    double f[FRT_EVICT_NF];
+    CHECK(frt_lrb_init(&s, 1000, err, sizeof err) != 0 && strstr(err, "1024"), "%s", err);
+    /* accesses at 0, 5, 7 (sizes 100, 1, 1); features at 10 */
+    CHECK(frt_lrb_init(&s, FLASHML_EVICT_CONTRACT_MEMORY_WINDOW, err, sizeof err) == 0, "%s", err);
+    CHECK(frt_lrb_add(&s) == 0, "add");
+    frt_lrb_access(&s, 0, 0, 100);
+    frt_lrb_access(&s, 0, 5, 1);
+    frt_lrb_access(&s, 0, 7, 1);
+    frt_lrb_features(&s, 0, 10, f);
+    CHECK(f[FLASHML_EVICT_F_AGE] == 3.0, "%g", f[0]);
+    CHECK(f[FLASHML_EVICT_F_DELTA_1] == 2.0 && f[FLASHML_EVICT_F_DELTA_2] == 5.0, "%g %g", f[1], f[2]);
+    CHECK(isnan(f[FLASHML_EVICT_F_DELTA_3]) && isnan(f[FLASHML_EVICT_F_DELTA_31]), "missing distances are NaN");
+    CHECK(f[FLASHML_EVICT_F_SIZE] == 100.0 && f[FLASHML_EVICT_F_N_WITHIN] == 2.0, "%g %g", f[32], f[33]);
+    for (int i = 0; i < FRT_EVICT_NEDC; i++) CHECK(f[FLASHML_EVICT_F_EDC_0 + i] == 3.0, "edc %d %g", i, f[34 + i]);
+    frt_lrb_free(&s);
+    /* window 4096, 40 accesses 1024 apart: the ring keeps 31, n_within 3, edc_0 halves once
+     * per access and twice for the age; a gap of the window forgets the history */
+    const uint64_t w = 4096;
+    CHECK(frt_lrb_init(&s, w, err, sizeof err) == 0 && frt_lrb_add(&s) == 0, "%s", err);
+    uint64_t t = 0;
+    for (int i = 0; i < 40; i++, t += 1024) frt_lrb_access(&s, 0, t, 8);
+    frt_lrb_features(&s, 0, t - 1024 + 2048, f);
+    CHECK(f[FLASHML_EVICT_F_AGE] == 2048.0, "%g", f[0]);
+    for (int j = 0; j < FRT_EVICT_MAXD; j++) CHECK(f[FLASHML_EVICT_F_DELTA_1 + j] == 1024.0, "delta_%d %g", j + 1, f[1 + j]);
+    CHECK(f[FLASHML_EVICT_F_N_WITHIN] == 3.0, "%g", f[33]);
+    double e = 1.0;
+    for (int i = 1; i < 40; i++) e = e * 0.5 + 1.0;
+    CHECK(f[FLASHML_EVICT_F_EDC_0] == e * 0.25, "%.17g vs %.17g", f[34], e * 0.25);
+    frt_lrb_access(&s, 0, t - 1024 + w, 9);
+    frt_lrb_features(&s, 0, t - 1024 + w + 1, f);
+    CHECK(f[FLASHML_EVICT_F_SIZE] == 9.0 && isnan(f[FLASHML_EVICT_F_DELTA_1]), "forgotten: %g %g", f[32], f[1]);
+    CHECK(f[FLASHML_EVICT_F_N_WITHIN] == 0.0 && f[FLASHML_EVICT_F_EDC_0] == 1.0, "%g %g", f[33], f[34]);
+    frt_lrb_free(&s);
+}
+
+/* ---- the object trace reader ---- */
+
+static void test_objects(void) {
+    char p[400], err[FLASHRT_ERR_LEN];
+    struct flashrt_objects o;
+    snprintf(p, sizeof p, "%s/o.csv", TMP);
+    write_text(p, "size,extra,key,time\r\n10,x,7,0.5\r\n20,y,18446744073709551615,0.5\n\n\n");
+    CHECK(flashrt_objects_read(p, "objects-csv", &o, err, sizeof err) == 0, "%s", err);
+    CHECK(o.n == 2 && o.key[0] == 7 && o.size[0] == 10 && o.key[1] == UINT64_MAX && o.size[1] == 20, "n %zu", o.n);
+    flashrt_objects_free(&o);
+    struct { const char *text, *format, *want; } bad[] = {
+        {"time,key,size\n0,1,10\n1,2,x\n", "csv", ":3: field 'size': expected an integer"},
+        {"time,key,size\n0,1,10\n1,2,0\n", "csv", ":3: field 'size': size must be >= 1"},
+        {"time,key,size\n0,-1,10\n", "csv", ":2: field 'key': negative key"},
+        {"time,key,size\n0,18446744073709551616,10\n", "csv", ":2: field 'key': key 18446744073709551616 does not fit"},
+        {"time,key,size\n2,1,10\n1,2,10\n", "csv", ":3: field 'time': time goes backwards"},
+        {"time,key,size\nnan,1,10\n", "csv", ":2: field 'time': time must be a finite number"},
+        {"time,key,size\n0,1\n", "csv", ":2: field 'size': expected 3 fields"},
+        {"time,key,size\n0,1,10\n\n1,2,3\n", "csv", ":3: field 'time': blank line"},
+        {"time,key\n0,1\n", "csv", ":1: field 'size': missing column"},
+        {"time,key,key,size\n", "csv", ":1: field 'key': column named twice"},
+        {"time,key,size\n", "csv", ":2: no requests"},
+        {"", "csv", ":1: empty file"},
+        {"version,time,op,size,lbn\n1,0,r,5,x\n", "cloudphysics", ":2: field 'lbn': expected an integer"},
+        {"time,key,size\n0,1,1\n", "parquet", "field 'format'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(p, bad[i].text);
+        err[0] = 0;
+        int r = flashrt_objects_read(p, bad[i].format, &o, err, sizeof err);
+        CHECK(r != 0 && strstr(err, p) && strstr(err, bad[i].want), "case %zu: %s (want %s)", i, err, bad[i].want);
+        CHECK(o.n == 0 && o.key == NULL, "case %zu leaves nothing", i);
+    }
+    write_text(p, "version,time,op,size,lbn\n1,0,r,5,42\n");
+    CHECK(flashrt_objects_read(p, "cloudphysics", &o, err, sizeof err) == 0 && o.n == 1 && o.key[0] == 42 && o.size[0] == 5, "%s", err);
+    flashrt_objects_free(&o);
+}
+
+/* ---- the cache ---- */
+
+static flashrt_mat *open_cache(uint64_t cap, enum flashrt_mat_unit unit, const char *file, flashrt_policy *p) {
+    struct flashrt_mat_config c;
+    flashrt_mat_config_default(&c);
+    c.capacity = cap;
+    c.unit = unit;
+    c.cache_path = file;
+    c.direct = FLASHRT_DIRECT_OFF;
+    char err[FLASHRT_ERR_LEN];
+    flashrt_mat *m = flashrt_mat_open(&c, p, err, sizeof err);
+    if (!m) { fprintf(stderr, "open: %s\n", err); exit(2); }
+    return m;
+}
+
+static void get(flashrt_mat *m, uint64_t key, uint64_t size, struct flashrt_mat_result *r) {
+    if (flashrt_mat_get(m, key, size, r) != 0) { fprintf(stderr, "get: %s\n", flashrt_mat_error(m)); exit(2); }
+}
+
+/* No model: exactly LRU (a b a c b a at 2 objects: c evicts b, b evicts a, a evicts c), bytes
+ * verified. */
+static void test_lru(void) {
+    char file[400];
+    snprintf(file, sizeof file, "%s/lru.cache", TMP);
+    flashrt_mat *m = open_cache(2, FLASHRT_MAT_OBJECTS, file, NULL);
+    struct flashrt_mat_result r;
+    uint64_t keys[] = {1, 2, 1, 3, 2, 1};
+    int hit[] = {0, 0, 1, 0, 0, 0};
+    uint64_t victim[] = {0, 0, 0, 2, 1, 3};
+    for (int i = 0; i < 6; i++) {
+        get(m, keys[i], 5000 + keys[i], &r);
+        CHECK(r.hit == hit[i], "request %d hit %d", i, r.hit);
+        CHECK(r.nvictims == (victim[i] != 0) && (!r.nvictims || r.victims[0].key == victim[i]), "request %d", i);
+        CHECK(r.len == 5000 + keys[i] && flashrt_verify(keys[i], 0, r.data, r.len) < 0, "request %d bytes", i);
+    }
+    struct flashrt_mat_metrics mt;
+    flashrt_mat_metrics(m, &mt);
+    CHECK(mt.requests == 6 && mt.hits == 1 && mt.evictions == 3 && mt.predictions == 0, "hits %llu evictions %llu",
+          (unsigned long long)mt.hits, (unsigned long long)mt.evictions);
+    CHECK(isnan(mt.final_threshold) && mt.integrity_errors == 0 && mt.verified_bytes == 5001, "T %g", mt.final_threshold);
+    /* two objects of 2 pages each at most: the freed pages are reused */
+    CHECK(mt.file_bytes <= 4 * 4096, "file %llu", (unsigned long long)mt.file_bytes);
+    flashrt_mat_close(m);
+}
+
+static void test_integrity(void) {
+    char file[400];
+    snprintf(file, sizeof file, "%s/bad.cache", TMP);
+    flashrt_mat *m = open_cache(1 << 20, FLASHRT_MAT_BYTES, file, NULL);
+    struct flashrt_mat_result r;
+    get(m, 77, 10000, &r);
+    /* the bytes really are in the file: damage them behind the cache's back */
+    FILE *f = fopen(file, "r+b");
+    CHECK(f != NULL, "open %s", file);
+    if (f) { fseek(f, 4100, SEEK_SET); fputc(0x5a ^ 0xff, f); fputc(0x11, f); fclose(f); }
+    get(m, 77, 10000, &r);
+    CHECK(r.hit && flashrt_verify(77, 0, r.data, r.len) == 4100, "the damage is read back at %lld", (long long)flashrt_verify(77, 0, r.data, r.len));
+    struct flashrt_mat_metrics mt;
+    flashrt_mat_metrics(m, &mt);
+    CHECK(mt.integrity_errors == 1 && mt.bytes_written == 10000 && mt.bytes_read == 10000, "errors %llu", (unsigned long long)mt.integrity_errors);
+    /* an object larger than the cache is served uncached */
+    get(m, 78, 2 << 20, &r);
+    CHECK(r.bypassed && !r.hit && r.nvictims == 0 && flashrt_verify(78, 0, r.data, r.len) < 0, "bypassed");
+    flashrt_mat_close(m);
+}
+
+static flashrt_policy *evict_policy(const char *poldir) {
+    char dir[400], so[600], src[600], man[1200], hex[65], err[FLASHRT_ERR_LEN];
+    snprintf(dir, sizeof dir, "%s/evict-bundle", TMP);
+    snprintf(so, sizeof so, "%s/policy.so", dir);
+    snprintf(src, sizeof src, "%s/evict.so", poldir);
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s'", dir, src, so);
+    if (system(cmd) != 0) { fprintf(stderr, "%s failed\n", cmd); exit(2); }
+    if (frt_sha256_file(so, hex, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); exit(2); }
+    snprintf(man, sizeof man, "{\"abi_version\": %d, \"sha256\": \"%s\", \"evict_contract_hash\": \"%s\", \"capabilities\": [\"eviction\"]}\n",
+             FLASHML_POLICY_ABI_VERSION, hex, FLASHML_EVICT_CONTRACT_HASH);
+    snprintf(cmd, sizeof cmd, "%s/manifest.json", dir);
+    write_text(cmd, man);
+    flashrt_policy *p = flashrt_policy_load_eviction(dir, err, sizeof err);
+    if (!p) { fprintf(stderr, "load: %s\n", err); exit(2); }
+    return p;
+}
+
+static int ncand;
+static void count_candidates(void *ctx, const struct flashrt_mat_candidate *c) {
+    (void)ctx;
+    (void)c;
+    ncand++;
+}
+
+/* sim/src/mat.rs threshold_controller_by_hand, through the cache: L = 3, k = 2, T0 = 10,
+ * delta = 0.5 (the test policy's exports); the predicted distance is the size. */
+static void test_controller(const char *poldir) {
+    flashrt_policy *p = evict_policy(poldir);
+    struct flashrt_mat_config c;
+    flashrt_mat_config_default(&c);
+    c.capacity = 4;
+    c.unit = FLASHRT_MAT_OBJECTS;
+    c.on_candidate = count_candidates;
+    char err[FLASHRT_ERR_LEN];
+    flashrt_mat *m = flashrt_mat_open(&c, p, err, sizeof err);
+    CHECK(m != NULL, "%s", err);
+    if (!m) { flashrt_policy_free(p); return; }
+    struct flashrt_mat_result r;
+    /* t = 0..3: objects 0..3 with d = 6, 3, 10, 100 */
+    uint64_t d[] = {6, 3, 10, 100};
+    for (int i = 0; i < 4; i++) get(m, (uint64_t)i, d[i], &r);
+    /* t = 4: ages 4, 3, 2, 1; TTAs 2, 0, 8 < 10: exhausted, the largest (object 2) goes */
+    get(m, 4, 1, &r);
+    CHECK(r.nvictims == 1 && r.victims[0].key == 2 && r.victims[0].tries == 4 && r.victims[0].threshold == 5.0,
+          "victim %llu tries %u T %g", (unsigned long long)r.victims[0].key, r.victims[0].tries, r.victims[0].threshold);
+    /* t = 5: tail object 3, TTA 96 >= 5 at the first try: T *= 1.5 */
+    get(m, 5, 1, &r);
+    CHECK(r.nvictims == 1 && r.victims[0].key == 3 && r.victims[0].tries == 1 && r.victims[0].threshold == 7.5, "victim %llu",
+          (unsigned long long)r.victims[0].key);
+    /* t = 6: objects 0 (TTA 0), 1 (2), 4 (1): exhausted, object 1 goes */
+    get(m, 6, 1, &r);
+    CHECK(r.nvictims == 1 && r.victims[0].key == 1 && r.victims[0].tries == 4 && r.victims[0].threshold == 3.75, "victim %llu",
+          (unsigned long long)r.victims[0].key);
+    struct flashrt_mat_metrics mt;
+    flashrt_mat_metrics(m, &mt);
+    CHECK(mt.predictions == 7 && ncand == 7 && mt.reinsertions == 4 && mt.evictions == 3, "predictions %llu reinsertions %llu",
+          (unsigned long long)mt.predictions, (unsigned long long)mt.reinsertions);
+    CHECK(mt.k == 2.0 && mt.max_candidates == 3 && mt.delta == 0.5 && mt.memory_window == 4096, "the bundle's knobs");
+    CHECK(mt.decision_ns_p50 > 0 && mt.decision_ns_p50 <= mt.decision_ns_p99, "timing %g %g", mt.decision_ns_p50, mt.decision_ns_p99);
+    double f[FLASHML_EVICT_NUM_FEATURES];
+    CHECK(flashrt_mat_features(m, 0, f) == 0 && f[FLASHML_EVICT_F_AGE] == 7.0 && f[FLASHML_EVICT_F_SIZE] == 6.0, "age %g", f[0]);
+    CHECK(flashrt_mat_features(m, 99, f) != 0, "an unseen key has no features");
+    flashrt_mat_close(m);
+    /* the caller's knobs win; a bad one is refused */
+    c.k = 0.0;
+    CHECK(flashrt_mat_open(&c, p, err, sizeof err) == NULL && strstr(err, "k must be"), "%s", err);
+    c.k = NAN;
+    c.capacity = 0;
+    CHECK(flashrt_mat_open(&c, p, err, sizeof err) == NULL && strstr(err, "capacity"), "%s", err);
+    flashrt_policy_free(p);
+}
+
+static void test_refusals(const char *poldir) {
+    /* an admission-only bundle: no eviction capability */
+    char dir[400], so[600], man[1200], hex[65], err[FLASHRT_ERR_LEN], cmd[2400];
+    snprintf(dir, sizeof dir, "%s/adm-bundle", TMP);
+    snprintf(so, sizeof so, "%s/policy.so", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/admitall.so' '%s'", dir, poldir, so);
+    if (system(cmd) != 0) exit(2);
+    frt_sha256_file(so, hex, err, sizeof err);
+    snprintf(man, sizeof man, "{\"abi_version\": %d, \"contract_hash\": \"%s\", \"sha256\": \"%s\"}\n", FLASHML_POLICY_ABI_VERSION,
+             FLASHML_POLICY_CONTRACT_HASH, hex);
+    snprintf(cmd, sizeof cmd, "%s/manifest.json", dir);
+    write_text(cmd, man);
+    flashrt_policy *p = flashrt_policy_load_eviction(dir, err, sizeof err);
+    CHECK(p == NULL && strstr(err, dir) && strstr(err, "no eviction capability"), "%s", err);
+    flashrt_policy_free(p);
+    /* a policy loaded for admission is not an eviction policy */
+    p = flashrt_policy_load(dir, FLASHRT_FALLBACK_NONE, err, sizeof err);
+    CHECK(p != NULL, "%s", err);
+    struct flashrt_mat_config c;
+    flashrt_mat_config_default(&c);
+    c.capacity = 10;
+    CHECK(flashrt_mat_open(&c, p, err, sizeof err) == NULL && strstr(err, "not loaded for eviction"), "%s", err);
+    flashrt_policy_free(p);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_mat POLICY_BUILD_DIR\n");
+        return 2;
+    }
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(TMP, sizeof TMP, "%s/flashrt-mat-XXXXXX", base);
+    if (!mkdtemp(TMP)) { perror("mkdtemp"); return 2; }
+    test_features();
+    test_objects();
+    test_lru();
+    test_integrity();
+    test_controller(argv[1]);
+    test_refusals(argv[1]);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", TMP);
+    printf("test_mat: %d checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}
