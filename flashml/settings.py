@@ -146,6 +146,9 @@ class BaleenSettings:
     sweep_rate_range: tuple[float, float] = (0.25, 4.0)
     register: bool = True
     compile: bool = True
+    #: Ingest leaves out the raw trace's bad lines (counted, the first logged) instead of
+    #: stopping at the first (`flashml trace ingest --skip-bad-lines`).
+    skip_bad_lines: bool = False
     #: Evaluate (and maybe promote) this model bundle instead of training one.
     candidate_bundle: Path | None = None
     #: Where `promote` exports a promoted bundle (None: no export).
@@ -203,6 +206,7 @@ class BaleenSettings:
             sweep_rate_range=(float(v.get("min_factor", d.sweep_rate_range[0])),
                               float(v.get("max_factor", d.sweep_rate_range[1]))),
             register=not v.get("no_register", False), compile=not v.get("no_compile", False),
+            skip_bad_lines=bool(v.get("skip_bad_lines", d.skip_bad_lines)),
             candidate_bundle=path("candidate_bundle"), export_dir=path("export_dir"))
 
     @classmethod
@@ -222,7 +226,7 @@ class BaleenSettings:
                 "learning_rate": self.gbm.learning_rate, "num_leaves": self.gbm.num_leaves,
                 "max_rounds": self.gbm.num_boost_round, "train_hours": self.train_seconds / 3600,
                 "sweep_trials": self.sweep_trials, "peak_hours": self.peak.hours,
-                "peak_bonus": self.peak.bonus}
+                "peak_bonus": self.peak.bonus, "skip_bad_lines": self.skip_bad_lines}
 
 
 # --- the option table ------------------------------------------------------------------------
@@ -278,6 +282,10 @@ class Option:
         if self.choices is not None and value not in self.choices:
             raise UserError(f"{self.flag} must be one of {', '.join(self.choices)}, got "
                             f"{value!r}")
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise UserError(f"{self.flag} must be true or false, got {value!r:.80}")
+            return
         if isinstance(value, (str, Path)) or (
                 self.low is None and self.type not in (integer, finite_float, positive_ints)):
             return
@@ -360,6 +368,10 @@ _OPTIONS = (
            "how much lower the threshold is in those hours", dag_type="number"),
     Option("sweep_trials", "--sweep-trials", integer, _D.sweep_trials,
            "Optuna trials of the write-rate sweep (0: no sweep)", low=0, dag_type="integer"),
+    Option("skip_bad_lines", "--skip-bad-lines", bool, _D.skip_bad_lines,
+           "ingest: leave out the raw trace's lines that do not parse or fail a check "
+           "(counted in the log and the summary) instead of stopping at the first with an "
+           "error", dag_type="boolean"),
 )
 OPTIONS: dict[str, Option] = {o.name: o for o in _OPTIONS}
 # Names `from_values` also reads, set by commands' own flags (no table entry needed there).
@@ -373,6 +385,10 @@ def add_options(parser: argparse.ArgumentParser, *names: str) -> None:
     """Add the table's options `names` to a command, defaults and help from the table."""
     for name in names:
         o = OPTIONS[name]
+        if o.type is bool:  # a switch: off unless given
+            parser.add_argument(o.flag, dest=o.name, action="store_true", default=o.default,
+                                help=o.help)
+            continue
         default = f" (default {o.default:g})" if isinstance(o.default, (int, float)) \
             and not isinstance(o.default, bool) else \
             (f" (default {o.default})" if o.default is not None else "")

@@ -387,7 +387,7 @@ def test_capacity_too_large_is_a_clear_cli_error(tmp_path: Path, capsys: Any) ->
 def _option_names() -> list[str]:
     from flashml.settings import OPTIONS
 
-    return sorted(n for n, o in OPTIONS.items() if o.type is not str)
+    return sorted(n for n, o in OPTIONS.items() if o.type not in (str, bool))  # bool: a switch
 
 
 option_values = st.one_of(
@@ -486,3 +486,63 @@ def test_argtypes(value: str) -> None:
 def test_ctypes_is_the_loaders() -> None:
     """dlopen_spy patches the loader's own ctypes (the module object the loader uses)."""
     assert loader.ctypes is ctypes
+
+
+# --- the pipeline's ingest: --skip-bad-lines ----------------------------------------------------
+@pytest.fixture(scope="module")
+def trace_with_a_bad_line(tmp_path_factory) -> tuple[Path, Path, int]:
+    """A generated trace (the pipeline's default), the same with one line cut short, and
+    that line's number."""
+    from flashml.trace.generate import generate_trace
+
+    d = tmp_path_factory.mktemp("skip")
+    good = d / "good.trace"
+    generate_trace("region1-like", 0, good, accesses=20_000, progress=False)
+    lines = good.read_bytes().split(b"\n")
+    bad_at = len(lines) // 2
+    lines[bad_at] = b" ".join(lines[bad_at].split(b" ")[:3])
+    bad = d / "bad.trace"
+    bad.write_bytes(b"\n".join(lines))
+    return good, bad, bad_at + 1
+
+
+def test_pipeline_skip_bad_lines_option(trace_with_a_bad_line: tuple[Path, Path, int],
+                                        tmp_path: Path) -> None:
+    """`flashml pipeline run --skip-bad-lines` (and the DAG param): the ingest stage leaves
+    out the bad line (its record, hence summary.json, counts it); without it the stage stops
+    at that line, naming it."""
+    from flashml import cli
+    from flashml.errors import TraceError
+    from flashml.jobs import baleen
+    from flashml.jobs.run import RunDir, Timer
+    from flashml.settings import BaleenSettings, dag_params
+    from flashml.trace.canonical import read_table
+    from flashml.trace.ingest import ingest
+
+    good, bad, line = trace_with_a_bad_line
+    parser = cli.build_parser()
+    args = parser.parse_args(["pipeline", "run", "--trace", str(bad), "--out", "x",
+                              "--skip-bad-lines"])
+    s = BaleenSettings.from_cli(args)
+    assert s.skip_bad_lines and s.mlflow_params()["skip_bad_lines"] is True
+    off = BaleenSettings.from_cli(parser.parse_args(["pipeline", "run", "--trace", str(bad),
+                                                     "--out", "x"]))
+    assert not off.skip_bad_lines
+    assert dag_params()["skip_bad_lines"]["type"] == "boolean"
+    assert dag_params()["skip_bad_lines"]["default"] is False
+    assert BaleenSettings.from_dag_params({"trace": str(bad), "skip_bad_lines": True}) == s
+    with pytest.raises(UserError, match="--skip-bad-lines must be true or false"):
+        BaleenSettings.from_dag_params({"skip_bad_lines": "false"})
+
+    with pytest.raises(TraceError) as e:
+        baleen.ingest(RunDir(tmp_path / "strict"), off, Timer())
+    assert (e.value.path, e.value.line) == (str(bad), line), str(e.value)
+    assert not (tmp_path / "strict" / "accesses.parquet").exists()
+
+    rec = baleen.ingest(RunDir(tmp_path / "skip"), s, Timer())
+    assert rec["ingest"]["skipped_lines"] == 1
+    got, _ = read_table(tmp_path / "skip" / "accesses.parquet")
+    want, _ = read_table(ingest(good, tmp_path / "ref.parquet", progress=False).out)
+    # the good trace's rows but those of the cut line
+    assert line not in set(got["src_line"].to_list()) and line in set(want["src_line"])
+    assert got.equals(want.filter(want["src_line"] != line))

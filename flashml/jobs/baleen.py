@@ -153,8 +153,10 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
                 with atomic_path(table) as tmp:
                     shutil.copyfile(raw, tmp)
         else:
-            res = ingest_trace(raw, table, s.format or "tectonic", sample_ratio=s.sample_ratio)
-            out["ingest"] = {"rows": res.rows, "lines": res.lines, "seconds": res.seconds}
+            res = ingest_trace(raw, table, s.format or "tectonic", sample_ratio=s.sample_ratio,
+                               skip_bad_lines=s.skip_bad_lines)
+            out["ingest"] = {"rows": res.rows, "lines": res.lines, "seconds": res.seconds,
+                             "skipped_lines": res.skipped_lines}
     run.cache.pop("frame", None)
     df, meta = read_table(table)
     resolved = with_sample_ratio(meta, s.sample_ratio, raw)
@@ -558,7 +560,7 @@ Settings = BaleenSettings
 #: The options of `flashml pipeline run` from the settings table (flashml/settings.py).
 CLI_OPTIONS = ("cache_gb", "target_write_rate_mbps", "engine", "master", "learning_rate",
                "max_rounds", "max_iterations", "train_hours", "accesses_per_episode",
-               "peak_hours", "peak_bonus", "sweep_trials")
+               "peak_hours", "peak_bonus", "sweep_trials", "skip_bad_lines")
 
 
 def add_cli(p: Any) -> None:
