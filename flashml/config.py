@@ -13,12 +13,17 @@ from pathlib import Path
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
-# Units as in Baleen's artifact: every rate is in MB/s with MB = 10^6 bytes (write rate =
-# segments x 128 KiB / seconds / 1e6); cache sizes are in GB = 2^30 bytes (366.475 GB at a
-# 0.1% sample = 3002 segments). With these, 35.599 MB/s on 366.475 GB is 7.5 DWPD after the
-# artifact's 400/357.45 CacheLib overhead factor. Sizes of accesses and blocks are in MiB.
+# Units: flashml's rates are in MB/s with MB = 10^6 bytes (write rate = segments x 128 KiB /
+# seconds / 1e6); the simulator also reports the artifact's unit, MiB/s
+# (`flash_write_rate_mibps`: BCacheSim's FlashWriteRate divides by 2^20). Cache sizes are in
+# GB = 2^30 bytes, as the artifact's (366.475 GB at a 0.1% sample = 3002 segments). The
+# artifact's write-rate target, 35.599 "MB/s", is 35.599 MiB/s (= 37.328 MB/s): 7.5 DWPD of
+# 400 GiB, 366.475 GB after the 400/357.45 CacheLib overhead factor. Sizes of accesses and
+# blocks are in MiB.
 MB = 1_000_000
 GB = GiB
+#: The Baleen artifact's flash write-rate target (its configs' 35.599, in MiB/s).
+ARTIFACT_TARGET_MIBPS = 35.599
 HOUR_S = 3_600.0
 DAY_S = 86_400.0
 
@@ -61,7 +66,8 @@ class Defaults:
     """Defaults at full-node scale, as in the artifact."""
 
     cache_gb: float = 366.475
-    target_write_rate_mbps: float = 35.599
+    #: The artifact's target, 35.599 MiB/s, in flashml's MB/s (10^6 B/s): 37.328.
+    target_write_rate_mbps: float = ARTIFACT_TARGET_MIBPS * MiB / MB
     disks: int = 36
     window_s: float = 600.0
     warmup_s: float = DAY_S

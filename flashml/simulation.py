@@ -93,9 +93,11 @@ _check_shared_defaults()
 #: The metric keys of flash-cache mode, in report order.
 METRIC_KEYS = (
     "peak_dt_util", "mean_dt_util", "p50_dt_util", "p90_dt_util", "p99_dt_util",
-    "flash_write_rate_mbps", "dwpd", "io_hit_ratio", "byte_hit_ratio", "segment_hit_ratio",
-    "avg_eviction_age_s", "backend_ios", "backend_bytes", "admitted_segments",
-    "prefetched_segments", "accesses", "wall_s",
+    "peak_dt_util_with_puts", "mean_dt_util_with_puts", "p50_dt_util_with_puts",
+    "p90_dt_util_with_puts", "p99_dt_util_with_puts", "flash_write_rate_mbps",
+    "flash_write_rate_mibps", "dwpd", "io_hit_ratio", "byte_hit_ratio", "segment_hit_ratio",
+    "service_time_saved_ratio", "iops_saved_ratio", "avg_eviction_age_s", "backend_ios",
+    "backend_bytes", "admitted_segments", "prefetched_segments", "accesses", "wall_s",
 )
 
 #: Per-access policy arrays and the NumPy dtype the core reads them as.

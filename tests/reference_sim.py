@@ -4,18 +4,27 @@ It is written for clarity, not speed: dicts, sets and an OrderedDict for the evi
 The property tests demand that the Rust core (flashml_sim) agrees with it exactly, float for
 float, so float expressions are evaluated in the same order as in `sim/src/flash.rs`.
 
-Flash-cache mode, per access i at time t on block `key`, covering segments s0..s1:
-  PUT: one backend IO of (s1-s0+1) segments, DT = t_seek + n*seg_time; cache untouched.
+Flash-cache mode is kept as BCacheSim keeps it: one ordered dict of (block, segment)
+entries (first = next victim), per access i at time t on block `key`, covering s0..s1:
+  PUT: one backend IO of (s1-s0+1) segments, DT = t_seek + n*seg_time (PUT time, apart
+       from GET time); cache untouched.
   GET: hit iff every covered segment is cached.
-    refresh: block-level recency -> the block's last-access time = t, and (LRU) the block
-             moves to the most-recent end; else each cached covered segment (ascending):
-             last-access time = t and (LRU) it moves to the most-recent end.
-    miss:   IO span = first..last missing covered segment, widened to include the prefetch
-            range (clipped to the block) if the prefetch policy gives one; DT charged.
-            Admission is asked once; if it admits, every uncached segment of the span is
-            inserted in ascending order; each insertion first evicts while the cache is full.
-    eviction unit: the block (LRU with block-level recency; the victim block loses its
-            lowest cached segment) or else the segment.
+    1. each cached covered segment (ascending): (LRU) moves to the most-recent end; without
+       block-level recency its last-access time = t.
+    2. miss: IO span = first..last missing covered segment; admission asked once (RejectX:
+       once per missing segment, the artifact's history of (block, segment) keys), widened
+       to the prefetch range (clipped to the block) if admitted and the prefetch policy
+       gives one; DT charged. The admitted missing segments are inserted in ascending
+       order; an insertion that brings the cache to its capacity evicts the first entry
+       (written as: evict first while used + 1 >= capacity, which differs only at
+       capacity 1, where the artifact evicts what it just inserted).
+    3. block-level recency: every cached segment of the block (ascending) moves to the
+       most-recent end (LRU) and the block's last-access time = t.
+    4. the prefetched uncached segments are inserted (ascending), each followed (LRU,
+       block-level) by a refresh of the block. This refresh is flashml's one difference
+       from the artifact: a block's segments are evicted lowest index first, where BCacheSim
+       would evict its prefetched segments after its others.
+    eviction age: t - last access of the block (block-level recency) or of the segment.
 Object-cache mode: libCacheSim's LRU/FIFO over (key, size) with byte or object capacity.
 """
 
@@ -87,17 +96,21 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
     window = c["window_s"]
     n_windows = math.floor(span / window) + 1
     win_dt = [0.0] * n_windows
+    win_put = [0.0] * n_windows
     win_adm = [0] * n_windows
+    get_dt = get_dt_nocache = 0.0
 
     cached: dict[int, set[int]] = {}        # block -> cached segments
-    order: OrderedDict = OrderedDict()      # eviction order: first = next victim
+    order: OrderedDict = OrderedDict()      # (block, segment); first = next victim
     block_last: dict[int, float] = {}
     seg_last: dict[tuple[int, int], float] = {}
     used = 0
     evictions = 0
     age_sum = 0.0
 
-    history: deque[int] = deque()           # RejectX: the last H (+1) queried keys
+    rx_hist: OrderedDict = OrderedDict()    # RejectX: (block, segment) -> count, FIFO
+    rx_window = c["rejectx_factor"] * cap
+    history: deque[int] = deque()           # rejectx_block: the last H (+1) queried keys
     seen: Counter[int] = Counter()          # occurrences of each key in `history`
     h_real = c["rejectx_factor"] * cap
     hist_len = max(1, math.floor(h_real))
@@ -110,7 +123,7 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
             return True
         if a == "coinflip":
             return coinflip_draw(k, i, int(c["coinflip_seed"])) < c["coinflip_p"]
-        if a == "rejectx":
+        if a == "rejectx_block":
             # a window of hist_len + 1 keys with probability hist_frac, else hist_len
             history.append(k)
             seen[k] += 1
@@ -127,6 +140,15 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
             return score[i] >= c["threshold"]
         raise ValueError(a)
 
+    def rejectx_segment(k: int, s: int) -> bool:
+        if len(rx_hist) >= rx_window:
+            rx_hist.popitem(last=False)
+        if (k, s) not in rx_hist:
+            rx_hist[(k, s)] = 1
+            return False
+        rx_hist[(k, s)] += 1
+        return rx_hist[(k, s)] > c["rejectx_x"]
+
     def prefetch_fn(i: int, partial: bool):
         p = c["prefetch"]
         if p == "none":
@@ -142,15 +164,9 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
 
     def evict_one(t: float) -> None:
         nonlocal used, evictions, age_sum
-        unit = next(iter(order))
-        if block_units:
-            k = unit
-            s = min(cached[k])
-            last = block_last[k]
-        else:
-            k, s = unit
-            del order[unit]
-            last = block_last[k] if block_level else seg_last.pop(unit)
+        unit, _ = order.popitem(last=False)
+        k, s = unit
+        last = block_last[k] if block_level else seg_last.pop(unit)
         cached[k].discard(s)
         used -= 1
         evictions += 1
@@ -158,24 +174,26 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
         if not cached[k]:
             del cached[k]
             block_last.pop(k, None)
-            if block_units:
-                del order[k]
 
     def insert(k: int, s: int, t: float) -> None:
         nonlocal used
-        while used >= cap:
+        while used > 0 and used + 1 >= cap:
             evict_one(t)
         if k not in cached:
             cached[k] = set()
             block_last[k] = t
-            if block_units:
-                order[k] = True
         cached[k].add(s)
         used += 1
-        if not block_units:
-            order[(k, s)] = True
-            if not block_level:
-                seg_last[(k, s)] = t
+        order[(k, s)] = True
+        if not block_level:
+            seg_last[(k, s)] = t
+
+    def refresh_block(k: int, t: float) -> None:
+        if k in cached:
+            block_last[k] = t
+            if lru:
+                for s in sorted(cached[k]):
+                    order.move_to_end((k, s))
 
     gets = puts_n = hits = 0
     get_bytes = hit_bytes = get_segs = hit_segs = 0
@@ -191,35 +209,35 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
             puts_n += 1
             backend_ios += 1
             backend_bytes += nseg * seg
-            win_dt[w] += c["t_seek_s"] + nseg * seg_time
+            win_put[w] += c["t_seek_s"] + nseg * seg_time
             continue
+        get_dt_nocache += c["t_seek_s"] + nseg * seg_time
         gets += 1
         get_bytes += sz
         get_segs += nseg
         have = cached.get(k, set())
         covered_cached = [s for s in range(s0, s1 + 1) if s in have]
         missing = [s for s in range(s0, s1 + 1) if s not in have]
-        if k in cached:
-            if block_level:
-                block_last[k] = t
-                if block_units:
-                    order.move_to_end(k)
-                elif lru:
-                    for s in sorted(cached[k]):
-                        order.move_to_end((k, s))
-            else:
-                for s in covered_cached:
-                    seg_last[(k, s)] = t
-                    if lru:
-                        order.move_to_end((k, s))
+        for s in covered_cached:
+            if not block_level:
+                seg_last[(k, s)] = t
+            if lru:
+                order.move_to_end((k, s))
         if not missing:
+            if block_level:
+                refresh_block(k, t)
             hits += 1
             hit_bytes += sz
             hit_segs += nseg
             continue
         hit_segs += len(covered_cached)
         lo, hi = missing[0], missing[-1]
-        admitted_now = admit_fn(i, k)
+        if c["admission"] == "rejectx":
+            take = [s for s in missing if rejectx_segment(k, s)]
+            admitted_now = bool(take)
+        else:
+            admitted_now = admit_fn(i, k)
+            take = missing if admitted_now else []
         # Prefetch extends the IO only for an admitted miss (no point reading what is
         # not going to be written to flash).
         pf = prefetch_fn(i, len(covered_cached) > 0) if admitted_now else None
@@ -230,52 +248,77 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
         io = hi - lo + 1
         backend_ios += 1
         backend_bytes += io * seg
-        win_dt[w] += c["t_seek_s"] + io * seg_time
+        dt = c["t_seek_s"] + io * seg_time
+        win_dt[w] += dt
+        get_dt += dt
+        for s in take:
+            insert(k, s, t)
+            admitted += 1
+            win_adm[w] += 1
+        if block_level:
+            refresh_block(k, t)
         if admitted_now:
-            for s in range(lo, hi + 1):
+            for s in [*range(lo, missing[0]), *range(missing[-1] + 1, hi + 1)]:
                 if s in cached.get(k, ()):
+                    continue
+                if c["admission"] == "rejectx" and not rejectx_segment(k, s):
                     continue
                 insert(k, s, t)
                 admitted += 1
                 win_adm[w] += 1
-                if s < s0 or s > s1:
-                    prefetched += 1
+                prefetched += 1
+                if block_units:
+                    refresh_block(k, t)
 
     sr = c["sample_ratio"]
     sr_scale = 100.0 / sr
-    series = {"time": [], "dt_util": [], "write_rate_mbps": [], "warmup": []}
-    measured = []
+    series = {"time": [], "dt_util": [], "dt_util_with_puts": [], "write_rate_mbps": [],
+              "warmup": []}
+    measured, measured_p = [], []
     for w in range(n_windows):
         util = win_dt[w] / c["disks"] / (sr / 100.0) / window
+        util_p = (win_dt[w] + win_put[w]) / c["disks"] / (sr / 100.0) / window
         wr_w = win_adm[w] * float(seg) / window * sr_scale / 1e6
         warm = w * window < c["warmup_s"]
         series["time"].append(t0 + w * window)
         series["dt_util"].append(util)
+        series["dt_util_with_puts"].append(util_p)
         series["write_rate_mbps"].append(wr_w)
         series["warmup"].append(warm)
         if not warm:
             measured.append(util)
-    acc = 0.0
-    for u in measured:
-        acc += u
-    srt = sorted(measured)
-    wr = admitted * float(seg) / span * sr_scale / 1e6
+            measured_p.append(util_p)
+
+    def stats(vals: list[float]) -> tuple[float, float, float, float, float]:
+        acc = 0.0
+        for u in vals:
+            acc += u
+        srt = sorted(vals)
+        return (srt[-1], acc / len(vals), percentile(srt, 0.5), percentile(srt, 0.9),
+                percentile(srt, 0.99))
+
+    peak, mean, p50, p90, p99 = stats(measured)
+    peak_p, mean_p, p50_p, p90_p, p99_p = stats(measured_p)
+    written = admitted * float(seg) / span * sr_scale
+    wr = written / 1e6
     cache_full = cap * float(seg) * sr_scale
 
     def ratio(a, b):
         return a / b if b else math.nan
 
     metrics = {
-        "peak_dt_util": srt[-1],
-        "mean_dt_util": acc / len(measured),
-        "p50_dt_util": percentile(srt, 0.5),
-        "p90_dt_util": percentile(srt, 0.9),
-        "p99_dt_util": percentile(srt, 0.99),
+        "peak_dt_util": peak, "mean_dt_util": mean, "p50_dt_util": p50, "p90_dt_util": p90,
+        "p99_dt_util": p99, "peak_dt_util_with_puts": peak_p, "mean_dt_util_with_puts": mean_p,
+        "p50_dt_util_with_puts": p50_p, "p90_dt_util_with_puts": p90_p,
+        "p99_dt_util_with_puts": p99_p,
         "flash_write_rate_mbps": wr,
+        "flash_write_rate_mibps": written / 1048576.0,
         "dwpd": wr * 1e6 * 86400.0 / cache_full,
         "io_hit_ratio": ratio(hits, gets),
         "byte_hit_ratio": ratio(hit_bytes, get_bytes),
         "segment_hit_ratio": ratio(hit_segs, get_segs),
+        "service_time_saved_ratio": 1.0 - get_dt / get_dt_nocache if get_dt_nocache else math.nan,
+        "iops_saved_ratio": ratio(hits, gets),
         "avg_eviction_age_s": age_sum / evictions if evictions else math.nan,
         "backend_ios": backend_ios,
         "backend_bytes": backend_bytes,

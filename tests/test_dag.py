@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 
 DRIVER = r"""
@@ -73,7 +75,9 @@ print("RESULT " + json.dumps({k: {"default": p.value, "schema": p.schema}
     from flashml.settings import OPTIONS, BaleenSettings, dag_params
 
     d = BaleenSettings()
-    assert params["target_write_rate_mbps"]["default"] == d.target_write_rate_mbps == 35.599
+    # the artifact's 35.599 MiB/s, in MB/s
+    assert params["target_write_rate_mbps"]["default"] == d.target_write_rate_mbps
+    assert d.target_write_rate_mbps == pytest.approx(35.599 * 2**20 / 1e6)
     assert params["cache_gb"]["default"] == d.cache_gb
     assert params["train_hours"]["default"] * 3600.0 == d.train_seconds
     assert params["learning_rate"]["default"] == d.gbm.learning_rate

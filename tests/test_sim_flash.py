@@ -36,8 +36,9 @@ def table(rows: list[tuple[float, int, int, int, int]]) -> pl.DataFrame:
 
 
 GET, PUT = 1, 3
-# t_seek 10 ms, one segment takes 100 ms (bandwidth = 10 segments/s)
-TINY = SimConfig(capacity_segments=4, t_seek_s=0.01, bandwidth_bytes_per_s=10.0 * SEG, disks=1,
+# t_seek 10 ms, one segment takes 100 ms (bandwidth = 10 segments/s); capacity 5 holds 4
+# segments (the artifact evicts when an insertion reaches the capacity)
+TINY = SimConfig(capacity_segments=5, t_seek_s=0.01, bandwidth_bytes_per_s=10.0 * SEG, disks=1,
                  window_s=10.0, warmup_s=0.0, sample_ratio=100.0)
 
 
@@ -53,12 +54,21 @@ def test_hand_computed_lru_block_level():
     r = simulate(df, TINY)
     m = r.metrics
     assert list(m) == list(METRIC_KEYS)
-    # window 0: DT 0.21 + 0.31 + 0.11 = 0.63 s over 10 s x 1 disk; window 1: 0.11 s
-    assert r.series["dt_util"] == pytest.approx([0.063, 0.011])
+    # window 0: GET DT 0.21 + 0.31 + 0.11 = 0.63 s over 10 s x 1 disk; window 1: a PUT of
+    # 0.11 s, no GET disk time (peak_dt_util and its statistics count GETs only)
+    assert r.series["dt_util"] == pytest.approx([0.063, 0.0])
+    assert r.series["dt_util_with_puts"] == pytest.approx([0.063, 0.011])
     assert m["peak_dt_util"] == pytest.approx(0.063)
-    assert m["mean_dt_util"] == pytest.approx(0.037)
-    assert m["p50_dt_util"] == pytest.approx(0.037)
-    assert m["p90_dt_util"] == pytest.approx(0.011 + 0.9 * 0.052)
+    assert m["mean_dt_util"] == pytest.approx(0.0315)
+    assert m["p50_dt_util"] == pytest.approx(0.0315)
+    assert m["p90_dt_util"] == pytest.approx(0.9 * 0.063)
+    assert m["peak_dt_util_with_puts"] == pytest.approx(0.063)
+    assert m["mean_dt_util_with_puts"] == pytest.approx(0.037)
+    assert m["p50_dt_util_with_puts"] == pytest.approx(0.037)
+    assert m["p90_dt_util_with_puts"] == pytest.approx(0.011 + 0.9 * 0.052)
+    # GET disk time with no cache: 5 GET IOs, 10 segments = 1.05 s
+    assert m["service_time_saved_ratio"] == pytest.approx(1 - 0.63 / 1.05)
+    assert m["iops_saved_ratio"] == m["io_hit_ratio"]
     assert m["io_hit_ratio"] == pytest.approx(2 / 5)
     assert m["byte_hit_ratio"] == pytest.approx(3 / 10)
     assert m["segment_hit_ratio"] == pytest.approx(4 / 10)
@@ -66,7 +76,8 @@ def test_hand_computed_lru_block_level():
     assert m["prefetched_segments"] == 0
     # 6 segments over the 15 s trace
     assert m["flash_write_rate_mbps"] == pytest.approx(6 * SEG / 15 / 1e6)
-    assert m["dwpd"] == pytest.approx(6 * SEG / 15 * 86400 / (4 * SEG))
+    assert m["flash_write_rate_mibps"] == pytest.approx(6 * SEG / 15 / 2**20)
+    assert m["dwpd"] == pytest.approx(6 * SEG / 15 * 86400 / (5 * SEG))
     assert m["avg_eviction_age_s"] == pytest.approx(1.0)  # (2 - 1) and (3 - 2)
     assert m["backend_ios"] == 4
     assert m["backend_bytes"] == 7 * SEG
@@ -77,7 +88,7 @@ def test_hand_computed_lru_block_level():
     assert m["wall_s"] >= 0
 
 
-BLOCK4 = TINY.replace(block_bytes=4 * SEG, capacity_segments=6, sample_ratio=50.0, disks=2,
+BLOCK4 = TINY.replace(block_bytes=4 * SEG, capacity_segments=7, sample_ratio=50.0, disks=2,
                       warmup_s=10.0, prefetch="block")
 PREFETCH_TRACE = [
     (0.0, 7, SEG, SEG, GET),         # miss seg 1, whole-block prefetch: IO 0-3 (0.41 s)
@@ -110,7 +121,7 @@ def test_hand_computed_prefetch_and_scaling(block_level, age):
 def test_fifo_ignores_hits():
     rows = [(0.0, 1, 0, SEG, GET), (1.0, 2, 0, SEG, GET), (2.0, 1, 0, SEG, GET),
             (3.0, 3, 0, SEG, GET), (4.0, 1, 0, SEG, GET), (5.0, 2, 0, SEG, GET)]
-    cfg = TINY.replace(capacity_segments=2)
+    cfg = TINY.replace(capacity_segments=3)  # holds 2
     lru = simulate(table(rows), cfg.replace(eviction="lru")).info["hits"]
     fifo = simulate(table(rows), cfg.replace(eviction="fifo")).info["hits"]
     assert lru == 2  # 1 hit at t=2; 3 evicts 2; 1 hit at t=4; 2 misses
@@ -123,7 +134,7 @@ def test_rejectx_admits_on_second_miss():
     r = simulate(table(rows), cfg)
     # miss (rejected, seen once), miss (admitted), hit
     assert r.metrics["admitted_segments"] == 1 and r.info["hits"] == 1
-    assert r.info["rejectx_history"] == 4
+    assert r.info["rejectx_history"] == 5  # factor 1 x capacity 5
     r2 = simulate(table(rows), cfg.replace(rejectx_x=2))
     assert r2.metrics["admitted_segments"] == 1 and r2.info["hits"] == 0
 
@@ -189,7 +200,10 @@ def test_sim_config_is_generated_from_the_rust_declaration():
     core = default_core_config()
     assert core == SimConfig().to_dict()
     assert list(core) == [d[0] for d in declared]
-    assert ADMISSIONS == ("admitall", "coinflip", "rejectx", "opt", "threshold")
+    assert ADMISSIONS == ("admitall", "coinflip", "rejectx", "rejectx_block", "opt",
+                          "threshold")
+    from flashml.commands.sim import ADMISSION_CHOICES
+    assert ADMISSION_CHOICES == ADMISSIONS
 
 
 def test_rust_defaults_equal_python_units():

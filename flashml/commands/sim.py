@@ -15,6 +15,10 @@ from flashml.errors import UserError
 from flashml.files import atomic_path, dumps, jsonable
 from flashml.trace.objects import OBJECT_FORMATS
 
+#: `--admission` choices: flashml.simulation.ADMISSIONS (declared in sim/src/config.rs),
+#: restated so that `--help` needs no simulator import; tests/test_sim_cli.py checks it.
+ADMISSION_CHOICES = ("admitall", "coinflip", "rejectx", "rejectx_block", "opt", "threshold")
+
 
 def _print_metrics(metrics: dict[str, Any], as_json: bool) -> None:
     metrics = jsonable(metrics)  # NaN (e.g. no eviction happened) becomes null
@@ -203,16 +207,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-block-recency", action="store_true",
                    help="refresh only the accessed segments, not every cached segment of the "
                    "block (block-level recency is on by default, as in the artifact)")
-    p.add_argument("--admission", choices=("admitall", "coinflip", "rejectx", "opt",
-                                            "threshold"), default="admitall",
-                   help="admission policy (default admitall)")
+    p.add_argument("--admission", choices=ADMISSION_CHOICES, default="admitall",
+                   help="admission policy (default admitall): rejectx is the artifact's "
+                   "(history of (block, segment) keys, asked per missed segment), "
+                   "rejectx_block keys the history by block and asks once per miss")
     p.add_argument("--coinflip-p", type=_float, default=0.5, metavar="P",
                    help="coinflip: admit probability in [0, 1] (default 0.5)")
     p.add_argument("--coinflip-seed", type=_int, default=0, help="coinflip: hash seed")
     p.add_argument("--rejectx-x", type=_int, default=1, metavar="X",
-                   help="rejectx: admit once a block was seen X times before (default 1)")
+                   help="rejectx: admit once a key was seen X times before (default 1)")
     p.add_argument("--rejectx-factor", type=_float, default=2.0, metavar="F",
-                   help="rejectx: history of F x capacity keys (default 2)")
+                   help="rejectx: history of F x capacity-in-segments keys (default 2, "
+                   "the artifact's)")
     p.add_argument("--policy", type=Path, default=None, metavar="DIR",
                    help="a compiled policy (`flashml compile -o DIR` folder, or its policy.so): "
                    "admission and prefetch come from the .so, called on each miss with the "

@@ -1,5 +1,8 @@
 //! Admission policies: asked once per GET miss whether the backend IO's uncached segments
-//! (requested and prefetched alike) are written to flash.
+//! (requested and prefetched alike) are written to flash; a segment-keyed policy (the
+//! artifact's RejectX, [`Admission::per_segment`]) is asked once per uncached segment instead.
+
+use std::collections::VecDeque;
 
 use crate::config::PeakSchedule;
 use crate::hash::{new_map, splitmix64, unit_interval, FastMap};
@@ -22,7 +25,19 @@ pub struct MissCtx {
 }
 
 pub trait Admission {
+    /// Admit the uncached segments of this miss's IO?
     fn admit(&mut self, miss: &MissCtx) -> bool;
+    /// True for a policy decided per (block, segment) key: the simulator then calls
+    /// [`Admission::admit_segment`] once per uncached segment of the IO, in the artifact's
+    /// order (requested segments ascending, then prefetched ones), and never `admit`.
+    fn per_segment(&self) -> bool {
+        false
+    }
+    /// Admit segment `seg` of this miss's block (only asked when `per_segment()`).
+    fn admit_segment(&mut self, miss: &MissCtx, seg: u32) -> bool {
+        let _ = seg;
+        self.admit(miss)
+    }
 }
 
 pub struct AdmitAll;
@@ -55,16 +70,76 @@ impl Admission for CoinFlip {
     }
 }
 
-/// RejectX: the history holds the keys of the last `history` admission queries (this one
-/// included); admit iff the key occurs more than `x` times in it, i.e. it was seen at least
-/// `x` times before within the window. Memory: O(history).
+/// RejectX as the Baleen artifact defines it (BCacheSim's `RejectXAP`, asked per missed
+/// segment): the history is a FIFO of distinct (block, segment) keys, each with a count of
+/// the queries since it entered. A query first drops the oldest key if the history holds
+/// `window` or more keys (`window` = factor x capacity in segments, a real number: the test
+/// is `len >= window`), then counts the key: a key not in the history enters with count 1
+/// and is rejected; else its count goes up and it is admitted iff count > x. The count is
+/// never reset while the key stays, and a re-queried key keeps its place in the FIFO.
+/// Memory: O(window).
+pub struct RejectX {
+    x: u32,
+    window: f64,
+    fifo: VecDeque<(u64, u32)>,
+    counts: FastMap<(u64, u32), u32>,
+}
+
+impl RejectX {
+    pub fn new(x: u32, window: f64) -> Self {
+        RejectX {
+            x,
+            window,
+            fifo: VecDeque::new(),
+            counts: new_map(),
+        }
+    }
+}
+
+impl Admission for RejectX {
+    fn admit(&mut self, miss: &MissCtx) -> bool {
+        self.admit_segment(miss, miss.first_missing)
+    }
+
+    fn per_segment(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn admit_segment(&mut self, miss: &MissCtx, seg: u32) -> bool {
+        if self.fifo.len() as f64 >= self.window {
+            if let Some(old) = self.fifo.pop_front() {
+                self.counts.remove(&old);
+            }
+        }
+        let key = (miss.key, seg);
+        match self.counts.get_mut(&key) {
+            Some(c) => {
+                *c += 1;
+                *c > self.x
+            }
+            None => {
+                self.counts.insert(key, 1);
+                self.fifo.push_back(key);
+                false
+            }
+        }
+    }
+}
+
+/// RejectX keyed by block (flashml's first variant, `rejectx_block`): the history holds the
+/// block keys of the last `history` admission queries, one per miss (this one included);
+/// admit iff the key occurs more than `x` times in it, i.e. it was seen at least `x` times
+/// before within the window. Memory: O(history). It admits more bytes per query than the
+/// artifact's segment-keyed [`RejectX`] (a block's first miss on a new segment is admitted
+/// if the block missed before).
 ///
 /// The window is `factor x capacity` keys, a real number; at small sample ratios its integer
 /// part alone moves the write rate in big steps (2 keys vs 3 can be 27 vs 43 MB/s). A
 /// fractional part `frac` dithers it: each query looks back `history + 1` keys with
 /// probability `frac` (a deterministic draw of key and query index, as CoinFlip), else
 /// `history` keys, so the admitted share moves smoothly with the factor.
-pub struct RejectX {
+pub struct RejectXBlock {
     x: u32,
     history: usize,
     frac: f64,
@@ -76,10 +151,10 @@ pub struct RejectX {
 /// Seed of RejectX's dithering draws (fixed: the policy has no seed knob).
 pub const REJECTX_DITHER_SEED: u64 = 0x0052_454a_4543_5458;
 
-impl RejectX {
+impl RejectXBlock {
     pub fn new(x: u32, history: usize, frac: f64) -> Self {
         let history = history.max(1);
-        RejectX {
+        RejectXBlock {
             x,
             history,
             frac: if frac > 0.0 && frac < 1.0 { frac } else { 0.0 },
@@ -90,7 +165,7 @@ impl RejectX {
     }
 }
 
-impl Admission for RejectX {
+impl Admission for RejectXBlock {
     #[inline]
     fn admit(&mut self, miss: &MissCtx) -> bool {
         let key = miss.key;
@@ -171,7 +246,7 @@ mod tests {
 
     #[test]
     fn rejectx_window() {
-        let mut r = RejectX::new(1, 3, 0.0);
+        let mut r = RejectXBlock::new(1, 3, 0.0);
         assert!(!r.admit(&ctx(0, 7))); // [7]
         assert!(r.admit(&ctx(1, 7))); // [7,7]
         assert!(!r.admit(&ctx(2, 8))); // [7,7,8]
@@ -186,7 +261,7 @@ mod tests {
     #[test]
     fn rejectx_dithered_window_equals_slow_definition() {
         for &(history, frac) in &[(1usize, 0.5f64), (2, 0.3), (3, 0.9), (5, 0.01), (4, 0.0)] {
-            let mut r = RejectX::new(1, history, frac);
+            let mut r = RejectXBlock::new(1, history, frac);
             let keys: Vec<u64> = (0..5_000u64)
                 .map(|i| crate::hash::splitmix64(i ^ 0x77) % 9)
                 .collect();
@@ -205,6 +280,47 @@ mod tests {
             }
             assert!(admitted > 0);
         }
+    }
+
+    /// The artifact's RejectX against a transcription of its definition (an insertion-ordered
+    /// map: pop the oldest when len >= window, then count), on random (block, segment) keys
+    /// and windows with fractional parts.
+    #[test]
+    fn rejectx_segment_keys_equal_slow_definition() {
+        for &(window, x) in &[(1.0f64, 1u32), (2.5, 1), (3.0, 2), (7.25, 1), (40.0, 3)] {
+            let mut r = RejectX::new(x, window);
+            assert!(r.per_segment());
+            // the slow one: a Vec of (key, count) in insertion order
+            let mut slow: Vec<((u64, u32), u32)> = Vec::new();
+            let mut admitted = 0;
+            for i in 0..4_000u64 {
+                let h = crate::hash::splitmix64(i ^ 0x5eed);
+                let (block, seg) = (h % 6, ((h >> 8) % 4) as u32);
+                if slow.len() as f64 >= window {
+                    slow.remove(0);
+                }
+                let want = match slow.iter_mut().find(|(k, _)| *k == (block, seg)) {
+                    Some((_, c)) => {
+                        *c += 1;
+                        *c > x
+                    }
+                    None => {
+                        slow.push(((block, seg), 1));
+                        false
+                    }
+                };
+                let got = r.admit_segment(&ctx(i as usize, block), seg);
+                assert_eq!(got, want, "window={window} x={x} i={i}");
+                admitted += usize::from(want);
+            }
+            // a window of one key forgets every key before its next query
+            assert_eq!(admitted > 0, window > 1.0, "window={window}");
+        }
+        // segments of one block are different keys
+        let mut r = RejectX::new(1, 10.0);
+        assert!(!r.admit_segment(&ctx(0, 5), 0));
+        assert!(!r.admit_segment(&ctx(0, 5), 1));
+        assert!(r.admit_segment(&ctx(1, 5), 0));
     }
 
     #[test]

@@ -44,7 +44,13 @@ pub enum AdmissionKind {
         p: f64,
         seed: u64,
     },
+    /// The artifact's RejectX: history keyed by (block, segment), asked per missed segment.
     RejectX {
+        x: u32,
+        factor: f64,
+    },
+    /// RejectX keyed by block, asked once per miss (`admission::RejectXBlock`).
+    RejectXBlock {
         x: u32,
         factor: f64,
     },
@@ -165,9 +171,11 @@ macro_rules! sim_params {
             coinflip_p: f64 = 0.5;
             /// CoinFlip: seed of its random stream.
             coinflip_seed: u64 = 0;
-            /// RejectX: admit a key on its x-th miss within the history.
+            /// RejectX: admit a key (a block's segment; a block for rejectx_block) once it was
+            /// seen x times before within the history.
             rejectx_x: u32 = 1;
-            /// RejectX: history length as a multiple of the capacity in segments.
+            /// RejectX: history length in keys as a multiple of the capacity in segments
+            /// (the artifact's default 2).
             rejectx_factor: f64 = 2.0;
             /// Threshold admission: admit iff score >= threshold, in [0, 1].
             threshold: f64 = 0.5;
@@ -273,7 +281,14 @@ macro_rules! declare_params {
 }
 
 pub const EVICTIONS: [&str; 2] = ["lru", "fifo"];
-pub const ADMISSIONS: [&str; 5] = ["admitall", "coinflip", "rejectx", "opt", "threshold"];
+pub const ADMISSIONS: [&str; 6] = [
+    "admitall",
+    "coinflip",
+    "rejectx",
+    "rejectx_block",
+    "opt",
+    "threshold",
+];
 pub const PREFETCHES: [&str; 3] = ["none", "block", "range"];
 pub const PREFETCH_WHENS: [&str; 3] = ["miss", "partial", "score"];
 
@@ -339,6 +354,10 @@ impl SimParams {
                 seed: self.coinflip_seed,
             },
             "rejectx" => AdmissionKind::RejectX {
+                x: self.rejectx_x,
+                factor: self.rejectx_factor,
+            },
+            "rejectx_block" => AdmissionKind::RejectXBlock {
                 x: self.rejectx_x,
                 factor: self.rejectx_factor,
             },
@@ -490,7 +509,7 @@ impl FlashConfig {
         }
         match self.admission {
             AdmissionKind::CoinFlip { p, .. } => in_unit("coinflip p", p)?,
-            AdmissionKind::RejectX { factor, .. } => {
+            AdmissionKind::RejectX { factor, .. } | AdmissionKind::RejectXBlock { factor, .. } => {
                 if !(factor.is_finite() && factor > 0.0) {
                     return err(format!("rejectx history factor must be > 0, got {factor}"));
                 }
@@ -510,12 +529,23 @@ impl FlashConfig {
         Ok(())
     }
 
-    /// RejectX history length in keys: max(1, floor(factor * capacity)).
+    /// RejectX's history window in keys, factor x capacity (a real number: the artifact's
+    /// test is `len >= window`).
+    pub fn rejectx_window(&self) -> f64 {
+        match self.admission {
+            AdmissionKind::RejectX { factor, .. } | AdmissionKind::RejectXBlock { factor, .. } => {
+                factor * self.capacity() as f64
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// RejectX history length in keys: the most keys it holds, ceil(window) for the
+    /// artifact's RejectX, max(1, floor(window)) for rejectx_block (plus its dithering).
     pub fn rejectx_history(&self) -> usize {
         match self.admission {
-            AdmissionKind::RejectX { factor, .. } => {
-                ((factor * self.capacity() as f64).floor() as usize).max(1)
-            }
+            AdmissionKind::RejectX { .. } => (self.rejectx_window().ceil() as usize).max(1),
+            AdmissionKind::RejectXBlock { .. } => (self.rejectx_window().floor() as usize).max(1),
             _ => 0,
         }
     }
@@ -524,7 +554,7 @@ impl FlashConfig {
     /// queries that look one key further back (see `admission::RejectX`).
     pub fn rejectx_fraction(&self) -> f64 {
         match self.admission {
-            AdmissionKind::RejectX { factor, .. } => {
+            AdmissionKind::RejectXBlock { factor, .. } => {
                 let h = factor * self.capacity() as f64;
                 if h < 1.0 {
                     0.0

@@ -4,17 +4,32 @@
 //! Semantics, per access `i` at time `t` on block `key` covering segments `s0..=s1`:
 //! * PUT (op in `put_ops`): one backend IO of `s1-s0+1` segments is charged; the cache is
 //!   not touched.
-//! * GET: the access hits iff all covered segments are cached. Recency is refreshed first:
-//!   with block-level recency every cached segment of the block is refreshed (LRU: the block
-//!   moves to the front; its last-access time becomes `t`), otherwise only the cached
-//!   covered segments, in ascending order.
-//! * On a miss, the admission policy is asked once. One backend IO spans the first to the
-//!   last missing covered segment; if the miss is admitted it is extended to cover the
-//!   prefetch range (clipped to the block) when the prefetch policy gives one (a rejected
-//!   miss never prefetches: nothing read beyond the request would be kept).
-//!   `DT = t_seek + segments * segment_bytes / bandwidth`. If admitted, every uncached
-//!   segment of the IO span is inserted in ascending order, each insertion first evicting
-//!   until there is room.
+//! * GET: the access hits iff all covered segments are cached. Recency: with block-level
+//!   recency every cached segment of the block is refreshed (LRU: the block moves to the
+//!   front; its last-access time becomes `t`), otherwise only the cached covered segments,
+//!   in ascending order. On a hit this happens at once; on a miss with block-level recency
+//!   it happens after the requested segments are inserted, as in the artifact (BCacheSim
+//!   refreshes the covered segments, inserts the missed ones, then touches the whole block):
+//!   while they are inserted, the block's cached segments outside the request keep their old
+//!   place in the LRU order (and may be evicted from it), those inside are at the front.
+//! * On a miss, the admission policy is asked once (a per-segment policy, the artifact's
+//!   RejectX: once per uncached segment). One backend IO spans the first to the last missing
+//!   covered segment; if the miss is admitted (per segment: any segment) it is extended to
+//!   cover the prefetch range (clipped to the block) when the prefetch policy gives one (a
+//!   rejected miss never prefetches: nothing read beyond the request would be kept).
+//!   `DT = t_seek + segments * segment_bytes / bandwidth`. The admitted requested segments
+//!   are inserted in ascending order, then the block is refreshed, then the uncached
+//!   prefetched segments are inserted in ascending order (the artifact's order).
+//! * Capacity: as the artifact's cache (BCacheSim's `QueueCache.admit`), an insertion that
+//!   brings the cache to its capacity evicts one segment, so at most `capacity - 1`
+//!   segments stay cached between insertions (a capacity of 1 still holds one segment; the
+//!   artifact would evict it at once). One more corner where the two differ: a cache of at
+//!   most one block (capacity <= segments per block) in which the accessed block is the only
+//!   one left; flashml then evicts that block's lowest segment, the artifact its requested
+//!   hits before the segments it just inserted.
+//! * DT is kept per window for GETs and PUTs apart: `peak_dt_util` and its percentiles are
+//!   GET disk-head time only (the artifact's PeakServiceTimeUtil1), the `_with_puts` metrics
+//!   add PUT time (its PeakServiceTimeUsedWithPutUtil1).
 //! * Eviction units: with LRU and block-level recency the unit is the block (its segments
 //!   are contiguous in recency order) and a victim block loses its lowest-index cached segment;
 //!   otherwise the unit is the segment. Eviction age = eviction time - last access time
@@ -22,7 +37,9 @@
 
 use std::time::Instant;
 
-use crate::admission::{Admission, AdmitAll, CoinFlip, MissCtx, Opt, RejectX, Threshold};
+use crate::admission::{
+    Admission, AdmitAll, CoinFlip, MissCtx, Opt, RejectX, RejectXBlock, Threshold,
+};
 use crate::config::{
     err, AdmissionKind, EvictionKind, FlashConfig, PrefetchKind, SimError, WhenKind,
 };
@@ -50,7 +67,9 @@ pub struct PolicyArrays<'a> {
     pub when_score: Option<&'a [f64]>,
 }
 
-/// The metrics, with the names the Python API and CLI report.
+/// The metrics, with the names the Python API and CLI report (README "Metrics" maps each to
+/// BCacheSim's name). DT utilisations are over the measured windows (after the warm-up);
+/// `peak/mean/p50/p90/p99_dt_util` count GET disk-head time, the `_with_puts` ones add PUTs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlashMetrics {
     pub peak_dt_util: f64,
@@ -58,11 +77,25 @@ pub struct FlashMetrics {
     pub p50_dt_util: f64,
     pub p90_dt_util: f64,
     pub p99_dt_util: f64,
+    pub peak_dt_util_with_puts: f64,
+    pub mean_dt_util_with_puts: f64,
+    pub p50_dt_util_with_puts: f64,
+    pub p90_dt_util_with_puts: f64,
+    pub p99_dt_util_with_puts: f64,
+    /// Segments written x segment bytes / trace seconds x 100/sample ratio, in 10^6 B/s.
     pub flash_write_rate_mbps: f64,
+    /// The same in 2^20 B/s (the artifact's FlashWriteRate).
+    pub flash_write_rate_mibps: f64,
     pub dwpd: f64,
     pub io_hit_ratio: f64,
     pub byte_hit_ratio: f64,
     pub segment_hit_ratio: f64,
+    /// 1 - GET disk-head time / GET disk-head time with no cache, whole trace (the
+    /// artifact's ServiceTimeSavedRatio1).
+    pub service_time_saved_ratio: f64,
+    /// GETs that were hits / GETs, whole trace (the artifact's IOPSSavedRatio; equal to
+    /// `io_hit_ratio`, kept under both names).
+    pub iops_saved_ratio: f64,
     pub avg_eviction_age_s: f64,
     pub backend_ios: u64,
     pub backend_bytes: u64,
@@ -77,7 +110,10 @@ pub struct FlashMetrics {
 pub struct Series {
     /// Window start (trace seconds, same clock as the trace's `time`).
     pub time: Vec<f64>,
+    /// GET disk-head time utilisation.
     pub dt_util: Vec<f64>,
+    /// GET + PUT disk-head time utilisation.
+    pub dt_util_with_puts: Vec<f64>,
     pub write_rate_mbps: Vec<f64>,
     pub warmup: Vec<bool>,
 }
@@ -227,7 +263,8 @@ pub fn simulate(
     let mut admission: Box<dyn Admission + '_> = match cfg.admission {
         AdmissionKind::AdmitAll => Box::new(AdmitAll),
         AdmissionKind::CoinFlip { p, seed } => Box::new(CoinFlip { p, seed }),
-        AdmissionKind::RejectX { x, .. } => Box::new(RejectX::new(
+        AdmissionKind::RejectX { x, .. } => Box::new(RejectX::new(x, cfg.rejectx_window())),
+        AdmissionKind::RejectXBlock { x, .. } => Box::new(RejectXBlock::new(
             x,
             cfg.rejectx_history(),
             cfg.rejectx_fraction(),
@@ -333,6 +370,11 @@ struct FlashSim<'c, E: Eviction> {
     prefetched: u64,
     win_admitted: Vec<u64>,
     peak_blocks: u64,
+    /// The block of the current GET miss while its requested segments are inserted (before
+    /// its deferred refresh), with block units: (slot, first and last requested segment).
+    pending: Option<(u32, u32, u32)>,
+    /// Scratch: the requested segments a per-segment policy admitted.
+    seg_admitted: Vec<u32>,
 }
 
 #[inline]
@@ -370,6 +412,8 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
             prefetched: 0,
             win_admitted: Vec::new(),
             peak_blocks: 0,
+            pending: None,
+            seg_admitted: Vec::new(),
         }
     }
 
@@ -405,14 +449,44 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
 
     #[inline]
     fn lowest_cached(&self, slot: u32) -> u32 {
+        self.lowest_cached_outside(slot, 1, 0)
+            .expect("a cached block has at least one segment")
+    }
+
+    /// The lowest cached segment of the block outside s0..=s1 (s0 > s1: anywhere).
+    #[inline]
+    fn lowest_cached_outside(&self, slot: u32, s0: u32, s1: u32) -> Option<u32> {
         let base = slot as usize * self.words;
         for w in 0..self.words {
-            let m = self.masks[base + w];
+            let mut m = self.masks[base + w];
+            if s0 <= s1 {
+                let (lo, hi) = (w as u32 * 64, w as u32 * 64 + 63);
+                if s0 <= hi && s1 >= lo {
+                    m &= !bits(s0.max(lo) - lo, s1.min(hi) - lo);
+                }
+            }
             if m != 0 {
-                return w as u32 * 64 + m.trailing_zeros();
+                return Some(w as u32 * 64 + m.trailing_zeros());
             }
         }
-        unreachable!("a cached block has at least one segment")
+        None
+    }
+
+    /// Refresh a block's recency (block-level): the block moves to the front (block units)
+    /// or its cached segments do in ascending order (an LRU of segments); last access = t.
+    #[inline]
+    fn touch_block(&mut self, sl: u32, t: f64) {
+        self.block_last[sl as usize] = t;
+        if self.block_units {
+            self.evict.touch(sl);
+        } else if E::REORDERS_ON_TOUCH {
+            let base = sl * self.spb;
+            let evict = &mut self.evict;
+            let mbase = sl as usize * self.words;
+            for_cached_in(&self.masks, mbase, 0, self.spb - 1, |s| {
+                evict.touch(base + s)
+            });
+        }
     }
 
     fn alloc(&mut self, key: u64, t: f64) -> u32 {
@@ -446,12 +520,25 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
     /// Evict one segment; returns the slot if its block became empty and was freed.
     #[inline]
     fn evict_one(&mut self, t: f64) -> Option<u32> {
-        let unit = self.evict.victim().expect("cache is full, so not empty");
+        let mut unit = self.evict.victim().expect("cache is full, so not empty");
         let (slot, seg, last) = if self.block_units {
+            let mut seg = None;
+            if let Some((p, s0, s1)) = self.pending {
+                if unit == p {
+                    // The block being accessed: only its segments outside the request are
+                    // still at its old place; with none left it is at the front.
+                    seg = self.lowest_cached_outside(p, s0, s1);
+                    if seg.is_none() {
+                        self.evict.touch(p);
+                        self.pending = None;
+                        unit = self.evict.victim().expect("not empty");
+                    }
+                }
+            }
             let slot = unit;
             (
                 slot,
-                self.lowest_cached(slot),
+                seg.unwrap_or_else(|| self.lowest_cached(slot)),
                 self.block_last[slot as usize],
             )
         } else {
@@ -473,6 +560,9 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
             if self.block_units {
                 self.evict.remove(slot);
             }
+            if matches!(self.pending, Some((p, _, _)) if p == slot) {
+                self.pending = None;
+            }
             self.map.remove(&self.slot_key[slot as usize]);
             self.free.push(slot);
             Some(slot)
@@ -484,7 +574,9 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
     /// Insert segment `s` of `key` (not cached); returns the block's slot afterwards.
     #[inline]
     fn insert(&mut self, key: u64, mut cur: Option<u32>, s: u32, t: f64) -> u32 {
-        while self.used >= self.capacity {
+        // The artifact inserts, then evicts one if the cache reached its capacity: the same
+        // as evicting first while the insertion would reach it.
+        while self.used > 0 && self.used + 1 >= self.capacity {
             if let Some(freed) = self.evict_one(t) {
                 if cur == Some(freed) {
                     cur = None;
@@ -523,6 +615,9 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
         let span = trace.time[n - 1] - t0;
         let n_windows = (span / cfg.window_s).floor() as usize + 1;
         let mut win_dt = vec![0.0f64; n_windows];
+        let mut win_put_dt = vec![0.0f64; n_windows];
+        let (mut get_dt, mut get_dt_nocache) = (0.0f64, 0.0f64);
+        let per_segment = admission.per_segment();
         self.win_admitted = vec![0u64; n_windows];
         let mut is_put = [false; 256];
         for &p in &cfg.put_ops {
@@ -547,9 +642,10 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
                 puts += 1;
                 backend_ios += 1;
                 backend_bytes += nseg as u64 * seg_bytes;
-                win_dt[k] += t_seek + nseg as f64 * seg_time;
+                win_put_dt[k] += t_seek + nseg as f64 * seg_time;
                 continue;
             }
+            get_dt_nocache += t_seek + nseg as f64 * seg_time;
             gets += 1;
             get_bytes += size;
             get_segs += nseg as u64;
@@ -558,18 +654,12 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
                 None => (0, s0, s1),
                 Some(sl) => self.scan(sl, s0, s1),
             };
+            // A miss refreshes its block after inserting the requested segments (below).
+            let deferred = self.block_level && cached < nseg;
             if let Some(sl) = slot {
                 if self.block_level {
-                    self.block_last[sl as usize] = t;
-                    if self.block_units {
-                        self.evict.touch(sl);
-                    } else if E::REORDERS_ON_TOUCH {
-                        let base = sl * self.spb;
-                        let evict = &mut self.evict;
-                        let mbase = sl as usize * self.words;
-                        for_cached_in(&self.masks, mbase, 0, self.spb - 1, |s| {
-                            evict.touch(base + s)
-                        });
+                    if !deferred {
+                        self.touch_block(sl, t);
                     }
                 } else {
                     let spb = self.spb;
@@ -604,7 +694,28 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
                 partial_hit: cached > 0,
             };
             let (mut lo, mut hi) = (m0, m1);
-            let admitted = admission.admit(&ctx);
+            // The requested segments to insert: the missing ones as they were before any
+            // insertion (one may evict a requested hit of the same block: it stays evicted).
+            self.seg_admitted.clear();
+            let admitted = if per_segment {
+                for s in m0..=m1 {
+                    let uncached = slot.is_none_or(|sl| !self.is_cached(sl, s));
+                    if uncached && admission.admit_segment(&ctx, s) {
+                        self.seg_admitted.push(s);
+                    }
+                }
+                !self.seg_admitted.is_empty()
+            } else {
+                let a = admission.admit(&ctx);
+                if a {
+                    for s in m0..=m1 {
+                        if slot.is_none_or(|sl| !self.is_cached(sl, s)) {
+                            self.seg_admitted.push(s);
+                        }
+                    }
+                }
+                a
+            };
             // Prefetch extends the IO only for an admitted miss.
             if admitted {
                 if let Some((p0, p1)) = prefetch.range(&ctx) {
@@ -619,21 +730,41 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
             let io_segs = hi - lo + 1;
             backend_ios += 1;
             backend_bytes += io_segs as u64 * seg_bytes;
-            win_dt[k] += t_seek + io_segs as f64 * seg_time;
+            let dt = t_seek + io_segs as f64 * seg_time;
+            win_dt[k] += dt;
+            get_dt += dt;
+            let mut cur = slot;
             if admitted {
-                let mut cur = slot;
-                for s in lo..=hi {
-                    if let Some(sl) = cur {
-                        if self.is_cached(sl, s) {
-                            continue;
-                        }
+                // the requested segments, with the block at its old place
+                if self.block_units && deferred {
+                    self.pending = slot.map(|sl| (sl, s0, s1));
+                }
+                for i_adm in 0..self.seg_admitted.len() {
+                    let s = self.seg_admitted[i_adm];
+                    cur = Some(self.insert(key, cur, s, t));
+                    self.admitted += 1;
+                    self.win_admitted[k] += 1;
+                }
+                self.pending = None;
+            }
+            if deferred {
+                if let Some(sl) = cur {
+                    self.touch_block(sl, t);
+                }
+            }
+            if admitted && (lo < m0 || hi > m1) {
+                // then the prefetched segments
+                for s in (lo..m0).chain(m1 + 1..=hi) {
+                    if cur.is_some_and(|sl| self.is_cached(sl, s)) {
+                        continue;
+                    }
+                    if per_segment && !admission.admit_segment(&ctx, s) {
+                        continue;
                     }
                     cur = Some(self.insert(key, cur, s, t));
                     self.admitted += 1;
                     self.win_admitted[k] += 1;
-                    if s < s0 || s > s1 {
-                        self.prefetched += 1;
-                    }
+                    self.prefetched += 1;
                 }
             }
         }
@@ -641,24 +772,27 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
         // Metrics.
         let sr_scale = 100.0 / cfg.sample_ratio;
         let mut series = Series::default();
-        let mut measured = Vec::new();
+        let (mut measured, mut measured_puts) = (Vec::new(), Vec::new());
+        let to_util = |dt: f64| dt / cfg.disks as f64 / (cfg.sample_ratio / 100.0) / cfg.window_s;
         for (k, &dt) in win_dt.iter().enumerate() {
-            let util = dt / cfg.disks as f64 / (cfg.sample_ratio / 100.0) / cfg.window_s;
+            let util = to_util(dt);
+            let util_puts = to_util(dt + win_put_dt[k]);
             let wr = self.win_admitted[k] as f64 * seg_bytes as f64 / cfg.window_s * sr_scale / 1e6;
             let warm = (k as f64) * cfg.window_s < cfg.warmup_s;
             series.time.push(t0 + k as f64 * cfg.window_s);
             series.dt_util.push(util);
+            series.dt_util_with_puts.push(util_puts);
             series.write_rate_mbps.push(wr);
             series.warmup.push(warm);
             if !warm {
                 measured.push(util);
+                measured_puts.push(util_puts);
             }
         }
-        let mean = measured.iter().sum::<f64>() / measured.len() as f64;
-        let mut sorted = measured.clone();
-        sorted.sort_by(f64::total_cmp);
-        let peak = *sorted.last().unwrap();
-        let wr = self.admitted as f64 * seg_bytes as f64 / span * sr_scale / 1e6;
+        let (peak, mean, p50, p90, p99) = window_stats(&mut measured);
+        let (peak_p, mean_p, p50_p, p90_p, p99_p) = window_stats(&mut measured_puts);
+        let written = self.admitted as f64 * seg_bytes as f64 / span * sr_scale;
+        let wr = written / 1e6;
         let cache_bytes_full = self.capacity as f64 * seg_bytes as f64 * sr_scale;
         let ratio = |a: u64, b: u64| {
             if b == 0 {
@@ -670,14 +804,26 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
         let metrics = FlashMetrics {
             peak_dt_util: peak,
             mean_dt_util: mean,
-            p50_dt_util: percentile(&sorted, 0.5),
-            p90_dt_util: percentile(&sorted, 0.9),
-            p99_dt_util: percentile(&sorted, 0.99),
+            p50_dt_util: p50,
+            p90_dt_util: p90,
+            p99_dt_util: p99,
+            peak_dt_util_with_puts: peak_p,
+            mean_dt_util_with_puts: mean_p,
+            p50_dt_util_with_puts: p50_p,
+            p90_dt_util_with_puts: p90_p,
+            p99_dt_util_with_puts: p99_p,
             flash_write_rate_mbps: wr,
+            flash_write_rate_mibps: written / 1_048_576.0,
             dwpd: wr * 1e6 * 86_400.0 / cache_bytes_full,
             io_hit_ratio: ratio(hits, gets),
             byte_hit_ratio: ratio(hit_bytes, get_bytes),
             segment_hit_ratio: ratio(hit_segs, get_segs),
+            service_time_saved_ratio: if get_dt_nocache > 0.0 {
+                1.0 - get_dt / get_dt_nocache
+            } else {
+                f64::NAN
+            },
+            iops_saved_ratio: ratio(hits, gets),
             avg_eviction_age_s: if self.evictions == 0 {
                 f64::NAN
             } else {
@@ -709,6 +855,19 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
             info,
         }
     }
+}
+
+/// (peak, mean, p50, p90, p99) of the measured windows' utilisations (sorts them).
+fn window_stats(measured: &mut [f64]) -> (f64, f64, f64, f64, f64) {
+    let mean = measured.iter().sum::<f64>() / measured.len() as f64;
+    measured.sort_by(f64::total_cmp);
+    (
+        *measured.last().unwrap(),
+        mean,
+        percentile(measured, 0.5),
+        percentile(measured, 0.9),
+        percentile(measured, 0.99),
+    )
 }
 
 #[inline]
@@ -769,9 +928,10 @@ mod tests {
         simulate(&t, arrays, cfg)
     }
 
+    /// Capacity 5: holds 4 segments (the artifact's rule).
     fn tiny() -> FlashConfig {
         FlashConfig {
-            capacity_segments: 4,
+            capacity_segments: 5,
             t_seek_s: 0.01,
             bandwidth_bytes_per_s: 10.0 * SEG as f64,
             disks: 1,
@@ -797,9 +957,18 @@ mod tests {
         ]);
         let res = run(&r, &tiny(), &PolicyArrays::default()).unwrap();
         let m = &res.metrics;
-        assert!(close(res.series.dt_util[0], 0.063) && close(res.series.dt_util[1], 0.011));
-        assert!(close(m.peak_dt_util, 0.063));
-        assert!(close(m.mean_dt_util, 0.037));
+        // window 1 has a PUT (0.11 s) and a hit: no GET disk time
+        assert!(close(res.series.dt_util[0], 0.063) && close(res.series.dt_util[1], 0.0));
+        assert!(close(res.series.dt_util_with_puts[1], 0.011));
+        assert!(close(m.peak_dt_util, 0.063) && close(m.peak_dt_util_with_puts, 0.063));
+        assert!(close(m.mean_dt_util, 0.0315) && close(m.mean_dt_util_with_puts, 0.037));
+        assert!(close(
+            m.flash_write_rate_mibps * 1_048_576.0,
+            m.flash_write_rate_mbps * 1e6
+        ));
+        // GET disk time 0.63 s of 1.05 s with no cache (10 GET segments, 5 GET IOs)
+        assert!(close(m.service_time_saved_ratio, 1.0 - 0.63 / 1.05));
+        assert!(close(m.iops_saved_ratio, m.io_hit_ratio));
         assert!(close(m.io_hit_ratio, 0.4));
         assert!(close(m.byte_hit_ratio, 0.3));
         assert!(close(m.segment_hit_ratio, 0.4));
@@ -814,6 +983,58 @@ mod tests {
             (res.info.evictions, res.info.hits, res.info.put_accesses),
             (2, 2, 1)
         );
+    }
+
+    /// The same trace at capacity 4: the artifact holds 3 segments, and a miss refreshes its
+    /// block only after inserting (computed by hand, README "Flash mode vs BCacheSim").
+    #[test]
+    fn hand_computed_artifact_capacity_rule() {
+        let r = rows(&[
+            (0.0, 1, 0, 2 * SEG, 1),
+            (1.0, 1, 0, SEG, 1),
+            (2.0, 2, 3 * SEG, 3 * SEG, 1),
+            (3.0, 1, 0, 2 * SEG, 1),
+            (12.0, 1, 0, SEG, 3),
+            (15.0, 2, 4 * SEG, 2 * SEG, 1),
+        ]);
+        let cfg = FlashConfig {
+            capacity_segments: 4,
+            ..tiny()
+        };
+        let res = run(&r, &cfg, &PolicyArrays::default()).unwrap();
+        let m = &res.metrics;
+        // t2: key 2 evicts key 1's segments 0, 1; t3: key 1 misses both, evicts key 2's 3, 4;
+        // t15: key 2 misses 4; the LRU block is key 2 itself, with nothing outside the
+        // request: it is at the front, and key 1 loses segment 0 (age 12).
+        assert!(close(res.series.dt_util[0], 0.073) && close(res.series.dt_util[1], 0.011));
+        assert!(close(res.series.dt_util_with_puts[1], 0.022));
+        assert!(close(m.io_hit_ratio, 0.2) && close(m.byte_hit_ratio, 0.1));
+        assert!(close(m.segment_hit_ratio, 0.2));
+        assert_eq!(m.admitted_segments, 8);
+        assert!(close(m.avg_eviction_age_s, 16.0 / 5.0));
+        assert_eq!((m.backend_ios, m.backend_bytes), (5, 9 * SEG));
+        assert_eq!((res.info.evictions, res.info.hits), (5, 1));
+    }
+
+    /// A miss's block keeps its old LRU place for its segments outside the request while
+    /// the requested ones are inserted (BCacheSim touches the whole block afterwards).
+    #[test]
+    fn miss_refreshes_its_block_after_inserting() {
+        let r = rows(&[
+            (0.0, 1, 0, 2 * SEG, 1),   // key 1: 0, 1
+            (1.0, 2, 0, SEG, 1),       // key 2: 0 (3 cached: full)
+            (2.0, 1, 2 * SEG, SEG, 1), // key 1 is LRU: its segment 0 goes, not key 2's
+            (3.0, 2, 0, SEG, 1),       // hit
+            (4.0, 1, 0, SEG, 1),       // miss; key 1 is LRU again: its segment 1 goes
+            (5.0, 1, 2 * SEG, SEG, 1), // hit
+        ]);
+        let cfg = FlashConfig {
+            capacity_segments: 4,
+            ..tiny()
+        };
+        let res = run(&r, &cfg, &PolicyArrays::default()).unwrap();
+        assert_eq!((res.info.hits, res.info.evictions), (2, 2));
+        assert!(close(res.metrics.avg_eviction_age_s, 2.0));
     }
 
     #[test]

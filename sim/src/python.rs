@@ -207,13 +207,16 @@ fn simulate<'py>(
 fn result_dict(py: Python<'_>, r: flash::FlashResult) -> PyResult<Bound<'_, PyDict>> {
     let m = &r.metrics;
     let metrics = fields_dict!(py, m; peak_dt_util, mean_dt_util, p50_dt_util, p90_dt_util,
-        p99_dt_util, flash_write_rate_mbps, dwpd, io_hit_ratio, byte_hit_ratio,
-        segment_hit_ratio, avg_eviction_age_s, backend_ios, backend_bytes, admitted_segments,
-        prefetched_segments, accesses, wall_s);
+        p99_dt_util, peak_dt_util_with_puts, mean_dt_util_with_puts, p50_dt_util_with_puts,
+        p90_dt_util_with_puts, p99_dt_util_with_puts, flash_write_rate_mbps,
+        flash_write_rate_mibps, dwpd, io_hit_ratio, byte_hit_ratio, segment_hit_ratio,
+        service_time_saved_ratio, iops_saved_ratio, avg_eviction_age_s, backend_ios,
+        backend_bytes, admitted_segments, prefetched_segments, accesses, wall_s);
     let s = r.series;
     let series = fields_dict!(py, s; ;
         "time" => PyArray1::from_vec(py, s.time),
         "dt_util" => PyArray1::from_vec(py, s.dt_util),
+        "dt_util_with_puts" => PyArray1::from_vec(py, s.dt_util_with_puts),
         "write_rate_mbps" => PyArray1::from_vec(py, s.write_rate_mbps),
         "warmup" => PyArray1::from_vec(py, s.warmup));
     let i = &r.info;
