@@ -261,6 +261,42 @@ def test_bad_so_with_matching_manifest_is_a_clear_error(bundle: Path, tmp_path: 
     assert str(d / "policy.so") in res["message"], res
 
 
+SIM_IN_CHILD = """
+import json, sys
+import flashml_sim
+try:
+    flashml_sim.policy_info(sys.argv[1])
+    print(json.dumps({"outcome": "ok"}))
+except ValueError as e:
+    print(json.dumps({"outcome": "error", "message": str(e)}))
+"""
+
+
+@pytest.mark.parametrize("variant,message", [
+    ("empty", "not a 64-bit ELF shared object"), ("truncated-64", "truncated ELF file"),
+    ("truncated-half", "truncated ELF file"), ("truncated-last-byte", "truncated ELF file"),
+    ("text", "not a 64-bit ELF shared object"), ("elf-junk", "not a 64-bit ELF"),
+])
+def test_bad_so_is_refused_before_dlopen_by_the_simulator(bundle: Path, tmp_path: Path,
+                                                         variant: str, message: str) -> None:
+    """The Rust simulator's loader (sim/src/so_policy.rs, given a .so path: no manifest)
+    checks the ELF file as flashml's loader does before dlopen: a clear ValueError naming
+    the .so, not a SIGBUS. In a child process: a truncated ELF can kill the process that
+    maps it."""
+    import sys
+
+    so = tmp_path / "policy.so"
+    so.write_bytes(_so_variants((bundle / "policy.so").read_bytes())[variant])
+    proc = subprocess.run([sys.executable, "-c", SIM_IN_CHILD, str(so)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, f"died with {proc.returncode}: {proc.stderr[-500:]}"
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["outcome"] == "error", res
+    assert res["message"].startswith(f"{so}: ") and message in res["message"], res
+    with pytest.raises(UserError, match=message):  # and flashml's loader says the same
+        loader.check_elf(so)
+
+
 @pytest.mark.parametrize("bug,content", [
     ("manifest not UTF-8", b'{"abi_version": 1, "x": "\xff"}'),
     ("manifest not an object", b"[1, 2]"),

@@ -141,6 +141,64 @@ static void *sym(flashrt_policy *p, const char *so, const char *name, char *err,
 static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
                          const char *manifest_hash, char *err, size_t errlen);
 
+/* Refuse a file that is not a whole 64-bit ELF shared object before it is dlopen()ed: a
+ * truncated one can kill the process that maps it (SIGBUS), even when its manifest vouches
+ * for its sha256. The checks of flashml's own loader (compiler/loader.py check_elf): the ELF
+ * header, a shared object (ET_DYN), the program and section header tables inside the file,
+ * every loadable segment (PT_LOAD) inside the file. */
+static uint64_t le(const unsigned char *b, int n) {
+    uint64_t x = 0;
+    for (int i = n - 1; i >= 0; i--) x = x << 8 | b[i];
+    return x;
+}
+
+static int inside(uint64_t off, uint64_t len, uint64_t size) { return off <= size && len <= size - off; }
+
+static int check_elf(const char *so, char *err, size_t errlen) {
+    FILE *f = fopen(so, "rb");
+    if (!f) return frt_seterr(err, errlen, "%s: refused: cannot read it: %s", so, strerror(errno));
+    struct stat st;
+    unsigned char h[64];
+    int rc = 0;
+    if (fstat(fileno(f), &st) != 0) {
+        rc = frt_seterr(err, errlen, "%s: refused: cannot read it: %s", so, strerror(errno));
+        goto out;
+    }
+    const uint64_t size = (uint64_t)st.st_size;
+    if (fread(h, 1, sizeof h, f) != sizeof h || memcmp(h, "\x7f" "ELF\x02\x01", 6) != 0) {
+        rc = frt_seterr(err, errlen, "%s: refused: cannot load it: not a 64-bit ELF shared object; recompile the policy", so);
+        goto out;
+    }
+    if (le(h + 16, 2) != 3) { /* ET_DYN */
+        rc = frt_seterr(err, errlen, "%s: refused: cannot load it: an ELF file but not a shared object; recompile the policy", so);
+        goto out;
+    }
+    const uint64_t phoff = le(h + 32, 8), shoff = le(h + 40, 8), phentsize = le(h + 54, 2),
+                   phnum = le(h + 56, 2), shentsize = le(h + 58, 2), shnum = le(h + 60, 2);
+    if (phentsize < 56 || !inside(phoff, phnum * phentsize, size) ||
+        (shnum && !inside(shoff, shnum * shentsize, size))) {
+        rc = frt_seterr(err, errlen, "%s: refused: cannot load it: truncated ELF file (%llu bytes); recompile the policy", so,
+                        (unsigned long long)size);
+        goto out;
+    }
+    for (uint64_t i = 0; i < phnum; i++) {
+        unsigned char e[56];
+        if (fseeko(f, (off_t)(phoff + i * phentsize), SEEK_SET) != 0 || fread(e, 1, sizeof e, f) != sizeof e) {
+            rc = frt_seterr(err, errlen, "%s: refused: cannot read it: %s", so, ferror(f) ? strerror(errno) : "short read");
+            goto out;
+        }
+        const uint64_t off = le(e + 8, 8), filesz = le(e + 32, 8);
+        if (le(e, 4) == 1 && !inside(off, filesz, size)) { /* PT_LOAD past the end */
+            rc = frt_seterr(err, errlen, "%s: refused: cannot load it: truncated ELF file (%llu bytes, a segment of %llu bytes at %llu); recompile the policy",
+                            so, (unsigned long long)size, (unsigned long long)filesz, (unsigned long long)off);
+            goto out;
+        }
+    }
+out:
+    fclose(f);
+    return rc;
+}
+
 static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t errlen) {
     char so[4096], mf[4096];
     snprintf(so, sizeof so, "%s/policy.so", dir);
@@ -201,6 +259,7 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
         frt_seterr(err, errlen, "%s: refused: field 'evict_contract_hash' is %s but this runtime's eviction contract is %s", mf, ehash->str, FLASHML_EVICT_CONTRACT_HASH);
         return NULL;
     }
+    if (check_elf(so, err, errlen) != 0) return NULL;
     flashrt_policy *p = calloc(1, sizeof *p);
     if (!p) { frt_seterr(err, errlen, "out of memory"); return NULL; }
     p->kind = K_SO;

@@ -269,6 +269,61 @@ static void test_policy(void) {
         }
         flashrt_policy_free(p);
     }
+    /* A truncated or damaged .so under a manifest whose sha256 vouches for it: refused before
+     * dlopen (which a truncated ELF can kill with SIGBUS), naming the .so, as flashml's loader */
+    snprintf(so, sizeof so, "%s/admitall.so", POLDIR);
+    FILE *g = fopen(so, "rb");
+    CHECK(g != NULL, "%s", so);
+    static unsigned char good[1 << 22];
+    size_t glen = g ? fread(good, 1, sizeof good, g) : 0;
+    if (g) fclose(g);
+    CHECK(glen > 4096 && glen < sizeof good, "admitall.so: %zu bytes", glen);
+    unsigned char *mod = malloc(glen);
+    struct { const char *name; size_t len; int patch; const char *expect; } bad[] = {
+        {"empty", 0, 0, "not a 64-bit ELF shared object"},
+        {"63", 63, 0, "not a 64-bit ELF shared object"},
+        {"64", 64, 0, "truncated ELF file (64 bytes)"},
+        {"half", 0, 1, "truncated ELF file"},
+        {"lastbyte", 0, 2, "truncated ELF file"},
+        {"exec", 0, 3, "not a shared object"},
+        {"phoff", 0, 4, "truncated ELF file"},
+        {"segment", 0, 5, "a segment of"},
+    };
+    for (size_t i = 0; mod && i < sizeof bad / sizeof bad[0]; i++) {
+        size_t len = bad[i].len;
+        memcpy(mod, good, glen);
+        if (bad[i].patch == 1) len = glen / 2;
+        if (bad[i].patch == 2) len = glen - 1;
+        if (bad[i].patch >= 3) len = glen;
+        if (bad[i].patch == 3) mod[16] = 2; /* ET_EXEC */
+        if (bad[i].patch == 4) memset(mod + 32, 0xff, 8); /* e_phoff near 2^64: no wrap-around */
+        if (bad[i].patch == 5) { /* the first PT_LOAD's p_filesz past the end of the file */
+            uint64_t phoff = 0, phent = (uint64_t)mod[54] | (uint64_t)mod[55] << 8;
+            for (int b = 7; b >= 0; b--) phoff = phoff << 8 | mod[32 + b];
+            unsigned char *e = mod + phoff;
+            while (e[0] != 1) e += phent;
+            memset(e + 32, 0x7f, 8);
+        }
+        char src[600];
+        snprintf(src, sizeof src, "%s/bad_%s.so", TMP, bad[i].name);
+        FILE *w = fopen(src, "wb");
+        if (!w) { perror(src); exit(2); }
+        if (len) fwrite(mod, 1, len, w);
+        fclose(w);
+        snprintf(dir, sizeof dir, "%s/pol_elf_%s", TMP, bad[i].name);
+        make_bundle(dir, src, NULL, 1, H); /* the manifest's sha256 is this file's */
+        err[0] = 0;
+        flashrt_policy *p = flashrt_policy_load(dir, FLASHRT_FALLBACK_NONE, err, sizeof err);
+        char want[700];
+        snprintf(want, sizeof want, "%s/policy.so: refused: cannot load it: ", dir);
+        CHECK(p == NULL && strstr(err, want) == err && strstr(err, bad[i].expect), "%s: expected '%s' in: %s", bad[i].name, bad[i].expect, err);
+        flashrt_policy_free(p);
+        err[0] = 0;
+        p = flashrt_policy_load(dir, FLASHRT_FALLBACK_REJECTX, err, sizeof err);
+        CHECK(p && !strcmp(flashrt_policy_name(p), "rejectx") && strstr(err, bad[i].expect), "%s fallback: %s", bad[i].name, err);
+        flashrt_policy_free(p);
+    }
+    free(mod);
     snprintf(dir, sizeof dir, "%s/pol_none", TMP);
     CHECK(flashrt_policy_load(dir, FLASHRT_FALLBACK_NONE, err, sizeof err) == NULL && strstr(err, "pol_none"), "%s", err);
     CHECK(flashrt_policy_builtin("nope", err, sizeof err) == NULL && strstr(err, "nope"), "%s", err);

@@ -50,12 +50,15 @@ fn optional<T: Copy>(lib: &Library, name: &str) -> Option<T> {
 }
 
 impl EvictLib {
-    /// dlopen `path`, find `flashml_evict_predict`, check the optional identity functions.
+    /// dlopen `path` (refused before that when it is not a whole ELF shared object:
+    /// [`crate::so_policy::check_elf`]), find `flashml_evict_predict`, check the optional
+    /// identity functions.
     pub fn load(path: &Path) -> Result<Self, SimError> {
         let p = path.display().to_string();
         if !path.is_file() {
             return err(format!("{p}: no such eviction policy .so"));
         }
+        crate::so_policy::check_elf(path)?;
         // SAFETY: loading a shared object runs its initialisers; policy .so files have none
         // beyond the C runtime's.
         let lib = unsafe { Library::new(path) }

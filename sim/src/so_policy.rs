@@ -126,14 +126,84 @@ pub fn require_capabilities(lib: &Library, path: &Path, need: &[&str]) -> Result
     Ok(())
 }
 
+/// ELF identification of the .so files this simulator can load: 64-bit little-endian.
+const ELF64_LE: &[u8] = b"\x7fELF\x02\x01";
+
+/// Refuse a file that is not a whole 64-bit ELF shared object before it is dlopen()ed: a
+/// truncated one can kill the process that maps it (SIGBUS), even when a manifest vouches
+/// for its sha256. The checks of flashml's own loader (compiler/loader.py `check_elf`): the
+/// ELF header, a shared object (ET_DYN), the program and section header tables inside the
+/// file, and every loadable segment (PT_LOAD) inside the file.
+pub fn check_elf(path: &Path) -> Result<(), SimError> {
+    use std::io::{Read, Seek, SeekFrom};
+
+    let p = path.display().to_string();
+    let io = |e: std::io::Error| SimError(format!("{p}: cannot read: {e}"));
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let size = f.metadata().map_err(io)?.len();
+    let mut head = [0u8; 64];
+    let mut got = 0;
+    while got < head.len() {
+        match f.read(&mut head[got..]).map_err(io)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    if got < head.len() || !head.starts_with(ELF64_LE) {
+        return err(format!(
+            "{p}: not a 64-bit ELF shared object; recompile the policy"
+        ));
+    }
+    let u16_at = |i: usize| u64::from(u16::from_le_bytes([head[i], head[i + 1]]));
+    let u64_at = |b: &[u8], i: usize| {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(&b[i..i + 8]);
+        u64::from_le_bytes(x)
+    };
+    if u16_at(16) != 3 {
+        return err(format!(
+            "{p}: an ELF file but not a shared object; recompile the policy"
+        ));
+    }
+    let (phoff, shoff) = (u64_at(&head, 32), u64_at(&head, 40));
+    let (phentsize, phnum, shentsize, shnum) = (u16_at(54), u16_at(56), u16_at(58), u16_at(60));
+    // u16 * u16 fits in u64; an offset near 2^64 must not wrap past the size.
+    let inside = |off: u64, len: u64| off.checked_add(len).is_some_and(|end| end <= size);
+    if phentsize < 56
+        || !inside(phoff, phnum * phentsize)
+        || (shnum > 0 && !inside(shoff, shnum * shentsize))
+    {
+        return err(format!(
+            "{p}: truncated ELF file ({size} bytes); recompile the policy"
+        ));
+    }
+    let mut table = vec![0u8; (phnum * phentsize) as usize];
+    f.seek(SeekFrom::Start(phoff)).map_err(io)?;
+    f.read_exact(&mut table).map_err(io)?;
+    for entry in table.chunks_exact(phentsize as usize) {
+        let p_type = u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
+        let (offset, filesz) = (u64_at(entry, 8), u64_at(entry, 32));
+        if p_type == 1 && !inside(offset, filesz) {
+            return err(format!(
+                "{p}: truncated ELF file ({size} bytes, a segment ends at {}); recompile the \
+                 policy",
+                u128::from(offset) + u128::from(filesz)
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl PolicyLib {
     /// dlopen `path` and check it against this simulator's contract: ABI version, the
-    /// admission and prefetch capabilities, feature count and contract hash.
+    /// admission and prefetch capabilities, feature count and contract hash. A file that is
+    /// not a whole ELF shared object is refused before dlopen ([`check_elf`]).
     pub fn load(path: &Path) -> Result<Self, SimError> {
         let p = path.display().to_string();
         if !path.is_file() {
             return err(format!("{p}: no such policy .so"));
         }
+        check_elf(path)?;
         // SAFETY: loading a shared object runs its initialisers; policy .so files have none
         // beyond the C runtime's (compiler/policy_wrapper.c.in).
         let lib = unsafe { Library::new(path) }
@@ -343,4 +413,124 @@ pub fn simulate(
         threshold: when_threshold,
     };
     flash::simulate_with(trace, &base, &mut adm, &mut pf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::so_evict::EvictLib;
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    /// A real shared object (an eviction policy with a 1 MiB table, so it has several
+    /// loadable segments) built with `cc` into a fresh folder.
+    fn build_so(tag: &str) -> (PathBuf, Vec<u8>) {
+        let dir = std::env::temp_dir().join(format!("flashml-elf-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("p.c");
+        std::fs::write(
+            &src,
+            "static double table[131072] = {1.0};\n\
+             double flashml_evict_predict(const double *f) { return table[(int)f[0] & 1]; }\n",
+        )
+        .unwrap();
+        let so = dir.join("good.so");
+        let st = Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&so)
+            .arg(&src)
+            .status()
+            .expect("cc (needed to build a test .so)");
+        assert!(st.success());
+        let bytes = std::fs::read(&so).unwrap();
+        (dir, bytes)
+    }
+
+    fn write(dir: &Path, name: &str, data: &[u8]) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, data).unwrap();
+        p
+    }
+
+    #[test]
+    fn a_whole_so_passes_the_elf_check_and_loads() {
+        let (dir, good) = build_so("good");
+        let so = write(&dir, "whole.so", &good);
+        check_elf(&so).unwrap();
+        let lib = EvictLib::load(&so).unwrap();
+        assert_eq!(
+            lib.predict(&[0.0; crate::lrb_features::EVICT_NUM_FEATURES]),
+            1.0
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn truncated_or_foreign_so_is_refused_before_dlopen() {
+        let (dir, good) = build_so("bad");
+        let mut huge_phoff = good.clone();
+        huge_phoff[32..40].copy_from_slice(&(u64::MAX - 8).to_le_bytes());
+        let mut exec = good.clone();
+        exec[16] = 2; // ET_EXEC
+        let mut big_segment = good.clone(); // the first PT_LOAD's p_filesz past the file
+        let phoff = u64::from_le_bytes(good[32..40].try_into().unwrap()) as usize;
+        let phentsize = u16::from_le_bytes([good[54], good[55]]) as usize;
+        let load = (0..u16::from_le_bytes([good[56], good[57]]) as usize)
+            .map(|i| phoff + i * phentsize)
+            .find(|&o| u32::from_le_bytes(good[o..o + 4].try_into().unwrap()) == 1)
+            .unwrap();
+        big_segment[load + 32..load + 40].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
+        let mut elf32 = good.clone();
+        elf32[4] = 1; // ELFCLASS32
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("empty", vec![], "not a 64-bit ELF shared object"),
+            (
+                "63-bytes",
+                good[..63].to_vec(),
+                "not a 64-bit ELF shared object",
+            ),
+            (
+                "64-bytes",
+                good[..64].to_vec(),
+                "truncated ELF file (64 bytes)",
+            ),
+            (
+                "half",
+                good[..good.len() / 2].to_vec(),
+                "truncated ELF file",
+            ),
+            (
+                "last-byte",
+                good[..good.len() - 1].to_vec(),
+                "truncated ELF file",
+            ),
+            (
+                "text",
+                b"#!/bin/sh\necho hello\n".to_vec(),
+                "not a 64-bit ELF",
+            ),
+            (
+                "elf-junk",
+                [b"\x7fELF".as_slice(), &[0u8; 200]].concat(),
+                "not a 64-bit ELF",
+            ),
+            ("elf32", elf32, "not a 64-bit ELF shared object"),
+            ("exec", exec, "an ELF file but not a shared object"),
+            ("huge-phoff", huge_phoff, "truncated ELF file"),
+            ("segment-past-end", big_segment, "a segment ends at"),
+        ];
+        for (name, data, want) in cases {
+            let so = write(&dir, &format!("{name}.so"), &data);
+            let shown = so.display().to_string();
+            let e = check_elf(&so).expect_err(name).0;
+            assert!(
+                e.starts_with(&format!("{shown}: ")) && e.contains(want),
+                "{name}: {e}"
+            );
+            // both loaders refuse it with the same message (before dlopen: no SIGBUS)
+            assert_eq!(PolicyLib::load(&so).err().expect(name).0, e, "{name}");
+            assert_eq!(EvictLib::load(&so).err().expect(name).0, e, "{name}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
