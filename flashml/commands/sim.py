@@ -173,10 +173,13 @@ columns of the trace table itself):
   prefetch_end     --prefetch range: last segment to prefetch (inclusive)
   when_score       --prefetch-when score: prefetch iff when_score >= --when-threshold
 
-metrics (--json prints them as one JSON object; NaN -> null):
-  peak/mean/p50/p90/p99_dt_util, flash_write_rate_mbps, dwpd, io_hit_ratio,
-  byte_hit_ratio, segment_hit_ratio, avg_eviction_age_s, backend_ios, backend_bytes,
-  admitted_segments, prefetched_segments, accesses, wall_s
+metrics (--json prints them as one JSON object; NaN -> null; README "The simulator" maps
+each to BCacheSim's name):
+  peak/mean/p50/p90/p99_dt_util (GET disk time, the artifact's PeakServiceTimeUtil1 ...),
+  the same _with_puts, flash_write_rate_mbps (10^6 B/s), flash_write_rate_mibps (2^20 B/s,
+  the artifact's FlashWriteRate), dwpd, io_hit_ratio, byte_hit_ratio, segment_hit_ratio,
+  service_time_saved_ratio, iops_saved_ratio, avg_eviction_age_s, backend_ios,
+  backend_bytes, admitted_segments, prefetched_segments, accesses, wall_s
 
 example:
   flashml sim run --trace region1.parquet --admission rejectx --cache-gb 366.475 --json
