@@ -16,7 +16,9 @@
 #define FRT_WARMUP_S 86400.0
 #define FRT_SAMPLE_RATIO 100.0             /* percent of a full node in the trace */
 #define FRT_CACHE_GB 366.475
-#define FRT_TARGET_WRITE_RATE_MBPS 35.599
+#define FRT_ARTIFACT_TARGET_MIBPS 35.599    /* the Baleen artifact's target, MiB/s */
+#define FRT_MIB 1048576.0
+#define FRT_TARGET_WRITE_RATE_MBPS (FRT_ARTIFACT_TARGET_MIBPS * FRT_MIB / FRT_MB) /* 37.328 */
 #define FRT_ALIGN 4096u                    /* buffer and offset alignment for O_DIRECT */
 
 #if FRT_SEGMENTS_PER_BLOCK * FRT_SEGMENT_BYTES != FRT_BLOCK_BYTES
