@@ -74,8 +74,10 @@ class TraceCase:
 def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict[str, Any]]:
     """MAT's row at `capacity` (bytes, or objects) on `trace`: `flashml mat run`'s job
     (flashml/jobs/mat.py) with its defaults at this one capacity: trained on the first 30%
-    of the requests, T0 and k tuned on the next 20%, judged on the whole trace (the row's
-    miss ratios, comparable with libCacheSim's) and on the held-out last 50%."""
+    of the requests, T0, k and the model size tuned on the next 20%, judged on the whole
+    trace (the row's miss ratios, comparable with libCacheSim's) and on the held-out last
+    50%; and its periodic-retraining emulation (4 windows, each of windows 1-3 judged by a
+    model trained on MAT's own tail in the window before)."""
     from flashml.jobs import mat
     from flashml.jobs.run import run_job
 
@@ -87,11 +89,24 @@ def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict
         if "FLASHML_HOME" not in os.environ:  # MLflow/Optuna state for the whole benchmark
             os.environ["FLASHML_HOME"] = tempfile.mkdtemp(prefix="flashml-bench-mat-state-")
         summary, _, _ = run_job(mat, s, Path(tmp) / "run")
-    pol = summary["policies"]
+    res = summary["per_capacity"][cap]
+    pol = res["policies"]
     keep = ("miss_ratio", "byte_miss_ratio", "held_out_miss_ratio", "predictions_per_eviction",
             "ns_per_eviction", "reinsertions")
-    return {"mat": {**{k: pol["mat"].get(k) for k in keep},
-                    "lru_held_out_miss_ratio": pol["lru"]["held_out_miss_ratio"]}}
+    tuned = summary["tuned"][cap]
+    row = {**{k: pol["mat"].get(k) for k in keep},
+           "lru_held_out_miss_ratio": pol["lru"]["held_out_miss_ratio"],
+           "model_size": res["model_size"], "k": tuned["k"],
+           "initial_threshold": tuned["initial_threshold"],
+           "val_predictions_per_eviction": tuned.get("predictions_per_eviction")}
+    if "periodic" in res:
+        per = res["periodic"]
+        row |= {"periodic_miss_ratio": per["mat_miss_ratio"],
+                "periodic_lru_miss_ratio": per["lru_miss_ratio"],
+                "periodic_predictions_per_eviction": per["predictions_per_eviction"],
+                "periodic_window_requests": summary["periodic_window_requests"],
+                "periodic_windows": per["windows"]}
+    return {"mat": row}
 
 
 def load_traces(presets: tuple[str, ...], accesses: int | None, tmp: Path) -> list[TraceCase]:

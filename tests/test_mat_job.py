@@ -1,7 +1,8 @@
-"""`flashml mat run` (flashml/jobs/mat.py) end to end on the real CloudPhysics sample: stage
+"""`flashml mat run` (flashml/jobs/mat.py) end to end on a generated kv-like trace: stage
 records, the shipped eviction-only policy .so, figures that re-simulate exactly, LRU equal
-to libCacheSim's, MAT below LRU on the held-out window; the held-out-window arithmetic
-against a slow obvious LRU; and bad input."""
+to libCacheSim's, MAT below LRU on the held-out window and under periodic retraining within
+the prediction budget; the held-out-window arithmetic against a slow obvious LRU; and bad
+input."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from conftest import REPO, run_cli
 
 TRACE = REPO.parent / "shared" / "traces" / "cloudphysics-sample.csv"
 needs_trace = pytest.mark.skipif(not TRACE.is_file(), reason="../shared/traces is missing")
+SIZES = ("16x16", "32x32")
 
 
 @pytest.fixture
@@ -29,53 +31,72 @@ def state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def mat_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One `flashml mat run` as a user runs it (a fresh interpreter, its own state folder)."""
-    if not TRACE.is_file():
-        pytest.skip("../shared/traces is missing")
     tmp = tmp_path_factory.mktemp("mat")
-    proc = run_cli("mat", "run", "--trace", TRACE, "--format", "cloudphysics", "--capacity",
-                   "1000obj,5000obj", "--trials", "16", "--baselines", "lru", "--out",
-                   tmp / "run", env={"FLASHML_HOME": str(tmp / "state"),
-                                     "MLFLOW_TRACKING_URI": ""})
+    proc = run_cli("mat", "run", "--preset", "kv-like", "--accesses", "120000", "--capacity",
+                   "5%", "--trials", "16", "--model-sizes", ",".join(SIZES), "--windows",
+                   "3", "--baselines", "lru", "--out", tmp / "run",
+                   env={"FLASHML_HOME": str(tmp / "state"), "MLFLOW_TRACKING_URI": ""})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "capacity 5000obj" in proc.stdout
+    assert "capacity 5%" in proc.stdout and "periodic retraining" in proc.stdout
     return tmp / "run"
 
 
 def test_mat_job_records_and_ships_an_eviction_policy(mat_run: Path) -> None:
     s = json.loads((mat_run / "summary.json").read_text())
     assert {p.stem for p in (mat_run / "stages").glob("*.json")} == {
-        "ingest", "samples", "train", "tune", "compile", "evaluate", "plots"}
-    assert s["working_set"]["requests"] == 113_872
-    assert list(s["per_capacity"]) == ["1000obj", "5000obj"]
+        "ingest", "samples", "train", "tune", "compile", "periodic", "evaluate", "plots"}
+    assert s["working_set"]["requests"] == 120_000
+    assert list(s["per_capacity"]) == ["5%"]
     manifest = json.loads((mat_run / "compiled" / "manifest.json").read_text())
     assert manifest["capabilities"] == ["eviction"]
     assert (mat_run / "plots" / "miss_ratio_vs_size.png").stat().st_size > 0
-    for r in s["per_capacity"].values():
+    for name, r in s["per_capacity"].items():
         pol = r["policies"]
         # our LRU is libCacheSim's, and MAT stays within the issue's prediction budget
         assert pol["lru"]["miss_ratio"] == pytest.approx(pol["lcs_lru"]["miss_ratio"],
                                                          abs=1e-12)
         assert 1.0 <= pol["mat"]["predictions_per_eviction"] <= 2.5 + 0.25
-    lru_1000 = s["per_capacity"]["1000obj"]["policies"]["lru"]["miss_ratio"]
-    assert round(lru_1000, 4) == 0.8327  # ../shared/traces/README.md
+        # one model per size was trained; the tuned one is shipped and within its budget
+        assert set(s["models"][name]["models"]) == set(SIZES)
+        assert r["model_size"] == s["tuned"][name]["model_size"] in SIZES
+        assert s["tuned"][name]["feasible"]
+        assert s["tuned"][name]["predictions_per_eviction"] <= 2.5
+        # training rows: only those whose label horizon the replay saw, size-aware label
+        smp = s["samples"][name]
+        assert 0 < smp["rows"] < smp["samples"] and smp["size_exponent"] == 0.5
 
 
 def test_mat_beats_lru_on_the_held_out_window(mat_run: Path) -> None:
     s = json.loads((mat_run / "summary.json").read_text())
-    pol = s["per_capacity"]["5000obj"]["policies"]
-    assert pol["mat"]["held_out_miss_ratio"] < pol["lru"]["held_out_miss_ratio"]
-    assert pol["mat"]["miss_ratio"] < pol["lru"]["miss_ratio"]
+    pol = s["per_capacity"]["5%"]["policies"]
+    assert pol["mat"]["held_out_miss_ratio"] < 0.95 * pol["lru"]["held_out_miss_ratio"]
+    assert pol["mat"]["miss_ratio"] < 0.95 * pol["lru"]["miss_ratio"]
+
+
+def test_periodic_retraining_judges_each_window_with_the_model_before(mat_run: Path) -> None:
+    s = json.loads((mat_run / "summary.json").read_text())
+    per = s["per_capacity"]["5%"]["periodic"]
+    assert s["periodic_window_requests"] == 40_000
+    assert [w["judged_on"] for w in per["windows"]] == [[40_000, 80_000], [80_000, 120_000]]
+    for w in per["windows"]:
+        assert w["trained_on"][1] == w["judged_on"][0] and w["rows"] > 0
+        assert w["mat_miss_ratio"] < w["lru_miss_ratio"]
+    assert per["mat_miss_ratio"] == pytest.approx(
+        np.mean([w["mat_miss_ratio"] for w in per["windows"]]))
+    assert per["predictions_per_eviction"] <= 2.5 + 0.25
 
 
 def test_mat_figures_re_simulate_with_the_shipped_policy(mat_run: Path) -> None:
+    import polars as pl
+
     from flashml.simulation import simulate_objects_mat
-    from flashml.trace.objects import read_objects
 
     s = json.loads((mat_run / "summary.json").read_text())
-    df = read_objects(TRACE, "cloudphysics")
-    r = simulate_objects_mat(df["key"], df["size"], 5000, "objects",
+    df = pl.read_parquet(mat_run / "objects.parquet")
+    cap = s["per_capacity"]["5%"]
+    r = simulate_objects_mat(df["key"], df["size"], cap["capacity"], "bytes",
                              predictor=str(mat_run / "compiled"))
-    mat = s["per_capacity"]["5000obj"]["policies"]["mat"]
+    mat = cap["policies"]["mat"]
     assert r["miss_ratio"] == mat["miss_ratio"]
     assert r["predictions"] == mat["predictions"]
 
@@ -112,6 +133,11 @@ def test_mat_bad_input(state: None, tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--capacity", "150%"], "percentage"),
         (["--train-fraction", "0.9", "--val-fraction", "0.2"], "--train-fraction"),
         (["--k", "0"], "--k"),
+        (["--label-horizon", "0"], "--label-horizon"),
+        (["--size-exponent", "-1"], "--size-exponent"),
+        (["--model-sizes", "32"], "--model-sizes"),
+        (["--model-sizes", "32x1"], "--model-sizes"),
+        (["--windows", "1"], "--windows"),
     ):
         rc = cli.main(["mat", "run", "--trace", str(TRACE), "--format", "cloudphysics",
                        "--out", str(out), *args])

@@ -1,16 +1,21 @@
 """MAT's main job (issue 16): learned eviction at the tail of LRU, in object mode.
 
-    ingest -> samples -> train -> tune -> compile -> evaluate -> plots
+    ingest -> samples -> train -> tune -> compile -> periodic -> evaluate -> plots
 
 `flashml mat run --trace FILE --format cloudphysics|objects-csv|parquet --capacity 1%,5%,10%`
 (default: a generated `cdn-like` object trace). Per capacity: an LRU replay of the training
 window (the first `train_fraction` of the requests) tags every candidate that leaves the
-tail and labels it at its next request; a LightGBM regressor of log1p(distance to the next
-access) is trained on those samples (flashml/models/mat.py) and compiled into a policy .so
-exporting `flashml_evict_predict`; the simulator then runs MAT (Algorithm 1: at most L
-candidates from the LRU tail, evict the first whose predicted time-to-next-access is at
-least the adaptive threshold T) with that .so on the whole trace, beside the baselines (ours:
-LRU, FIFO, Belady; libCacheSim's from the `libcachesim` package where installed).
+tail and labels it at its next request (rows whose label horizon the replay saw whole;
+flashml/models/mat.py `label_samples`: the size-aware label by default); LightGBM regressors
+of the label, one per model size of `model_sizes`, are trained on them; Optuna picks k, T0
+and the model size on the validation window (within the prediction budget); the chosen one
+is compiled into a policy .so exporting `flashml_evict_predict`; the simulator then runs MAT
+(Algorithm 1: at most L candidates from the LRU tail, evict the first whose predicted
+time-to-next-access is at least the adaptive threshold T) with that .so on the whole trace,
+beside the baselines (ours: LRU, FIFO, Belady; libCacheSim's from the `libcachesim` package
+where installed). `periodic` emulates the paper's online retraining: the trace cut into
+`windows` equal windows, the model judging window i+1 is trained on MAT's own tail
+candidates of window i (those of the model before it; LRU's for window 0).
 
 Capacities are sizes (4MiB, 1000obj) or percentages of the trace's working set (unique
 bytes, or unique objects with `--unit objects`). The summary has per capacity every policy's
@@ -65,6 +70,15 @@ class MatSettings:
     #: LRB's memory window in logical requests; None: the training window's length (what a
     #: replay of it can observe; LRB's 2^26 suits 100 M-request traces, not short ones).
     memory_window: int | None = None
+    #: The label horizon H as a fraction of the training window (models/mat.py
+    #: `label_samples`): back within H is labelled by its distance, else "not back".
+    label_horizon: float = 0.25
+    #: The size-aware label's exponent (0: the paper's label, the distance alone).
+    size_exponent: float = 0.5
+    #: Model sizes (trees, leaves) Optuna chooses among; the first is the default trial's.
+    model_sizes: tuple[tuple[int, int], ...] = ((32, 32), (16, 16), (64, 32))
+    #: Equal windows of the whole trace for the periodic-retraining emulation (0: skip it).
+    windows: int = 4
     #: libCacheSim baselines to run beside ours (those its package provides).
     baselines: tuple[str, ...] = ("lru", "fifo", "lfu", "arc", "s3fifo", "sieve", "lhd",
                                   "lrb", "glcache", "belady")
@@ -91,13 +105,40 @@ class MatSettings:
             raise UserError(f"--memory-window must be >= 1, got {args.memory_window}")
         if args.k <= 0 or args.max_candidates < 1 or not 0.0 < args.delta < 1.0:
             raise UserError("--k must be > 0, --max-candidates >= 1 and --delta in (0, 1)")
+        if not 0.0 < args.label_horizon <= 1.0:
+            raise UserError(f"--label-horizon must be in (0, 1], got {args.label_horizon}")
+        if not 0.0 <= args.size_exponent <= 4.0:
+            raise UserError(f"--size-exponent must be in [0, 4], got {args.size_exponent}")
+        if args.windows != 0 and not 2 <= args.windows <= 64:
+            raise UserError(f"--windows must be 0 (off) or 2..64, got {args.windows}")
+        sizes = _model_sizes(args.model_sizes)
         return cls(trace=args.trace, format=args.format, preset=args.preset, seed=args.seed,
                    accesses=args.accesses, capacities=caps, unit=args.unit,
                    mat=MatParams(k=args.k, max_candidates=args.max_candidates,
                                  delta=args.delta, initial_threshold=args.initial_threshold),
                    train_fraction=args.train_fraction, val_fraction=args.val_fraction,
                    trials=args.trials, memory_window=args.memory_window,
+                   label_horizon=args.label_horizon, size_exponent=args.size_exponent,
+                   model_sizes=sizes, windows=args.windows,
                    baselines=tuple(b for b in args.baselines.split(",") if b))
+
+
+def _model_sizes(text: str) -> tuple[tuple[int, int], ...]:
+    """`32x32,16x16` -> ((32, 32), (16, 16))."""
+    out = []
+    for part in (t.strip() for t in text.split(",")):
+        if not part:
+            continue
+        try:
+            trees, leaves = (int(v) for v in part.lower().split("x"))
+        except ValueError:
+            raise UserError(f"--model-sizes: expected TREESxLEAVES, got {part!r}") from None
+        if not (1 <= trees <= 1024 and 2 <= leaves <= 1024):
+            raise UserError(f"--model-sizes: {part!r}: trees in 1..1024, leaves in 2..1024")
+        out.append((trees, leaves))
+    if not out:
+        raise UserError("--model-sizes: give at least one TREESxLEAVES, e.g. 32x32")
+    return tuple(dict.fromkeys(out))
 
 
 def _check_capacity(text: str) -> None:
@@ -142,6 +183,14 @@ def add_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-window", type=int, default=None,
                    help="LRB's memory window, logical requests (default: the training "
                    "window's length)")
+    p.add_argument("--label-horizon", type=float, default=d.label_horizon,
+                   help="label horizon as a fraction of the training window")
+    p.add_argument("--size-exponent", type=float, default=d.size_exponent,
+                   help="size-aware label exponent (0: the paper's label)")
+    p.add_argument("--model-sizes", default=",".join(f"{t}x{lv}" for t, lv in d.model_sizes),
+                   help="TREESxLEAVES model sizes Optuna chooses among")
+    p.add_argument("--windows", type=int, default=d.windows,
+                   help="equal windows for the periodic-retraining emulation (0: off)")
     p.add_argument("--baselines", default=",".join(d.baselines),
                    help="libCacheSim baselines beside ours (empty: none)")
 
@@ -203,11 +252,13 @@ def _resolve(text: str, unit: str, ws: dict[str, int]) -> dict[str, Any]:
 
 def samples(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     """Per capacity: an LRU replay of the training window (no model: MAT's tail with zero
-    predictions), tagging every candidate that leaves the tail; its samples (LRB's 44
-    features at tag time, label log1p(distance to the next access)) -> `work/samples-*.npz`."""
+    predictions), tagging every candidate that leaves the tail; the rows whose label horizon
+    the replay saw whole (LRB's 44 features at tag time; models/mat.py `label_samples`) ->
+    `work/samples-*.npz`."""
     rec = run.done("samples")
     if rec is not None:
         return rec
+    from flashml.models.mat import label_samples
     from flashml.simulation import simulate_objects_mat
 
     df = objects(run)
@@ -215,6 +266,7 @@ def samples(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     train = df.slice(0, n)
     caps = run.done("ingest")["capacities"]
     window = memory_window(s, n)
+    horizon = label_horizon(s, n)
     run.work.mkdir(parents=True, exist_ok=True)
     out = {}
     for name, cap in caps.items():
@@ -222,17 +274,29 @@ def samples(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
             r = simulate_objects_mat(train["key"], train["size"], cap["capacity"], cap["unit"],
                                      predictor="none", collect_samples=True,
                                      memory_window=window, **_knobs(s.mat))
-        smp = r["samples"]
+            rows = label_samples(r["samples"], n, horizon,
+                                 size_exponent=size_exponent(s, cap))
         path = run.work / f"samples-{_slug(name)}.npz"
-        np.savez(path, features=smp["features"], label=smp["label"])
-        out[name] = {"file": str(path), "samples": int(len(smp["label"])),
-                     "train_requests": n, "lru_miss_ratio": r["miss_ratio"]}
+        np.savez(path, features=rows.features, label=rows.label)
+        out[name] = {"file": str(path), "samples": int(len(r["samples"]["label"])),
+                     "train_requests": n, "lru_miss_ratio": r["miss_ratio"], **rows.info()}
     return run.record("samples", {"per_capacity": out, "memory_window": window,
-                                  "train_requests": n})
+                                  "label_horizon": horizon, "train_requests": n})
+
+
+def size_exponent(s: MatSettings, cap: dict[str, Any]) -> float:
+    """The size-aware label's exponent at a capacity: 0 for a cache counting objects (its
+    sizes cost nothing), `s.size_exponent` for one counting bytes."""
+    return s.size_exponent if cap["unit"] == "bytes" else 0.0
 
 
 def memory_window(s: MatSettings, train_requests: int) -> int:
     return int(s.memory_window or train_requests)
+
+
+def label_horizon(s: MatSettings, window_requests: int) -> int:
+    """The label horizon in logical requests for a window of `window_requests`."""
+    return max(1, int(s.label_horizon * window_requests))
 
 
 def _knobs(m: MatParams) -> dict[str, Any]:
@@ -244,38 +308,63 @@ def _slug(name: str) -> str:
     return name.replace("%", "pct").replace(".", "_")
 
 
+def _size_slug(size: tuple[int, int] | list[int]) -> str:
+    return f"{size[0]}x{size[1]}"
+
+
 def train(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
-    """Per capacity: the TTA regressor on its samples (flashml/models/mat.py), logged to
-    MLflow with its metrics; the model bundle in `work/bundle-*`."""
+    """Per capacity and model size (`s.model_sizes`): the TTA regressor on its samples
+    (flashml/models/mat.py), logged to MLflow with its metrics; the model bundles in
+    `work/bundle-<capacity>-<trees>x<leaves>`."""
     rec = run.done("train")
     if rec is not None:
         return rec
+    import mlflow
+
+    from flashml.models.mat import mat_gbm
+
+    ing = run.done("ingest")
+    caps, ws = ing["capacities"], ing["working_set"]
+    out: dict[str, Any] = {}
+    smp = samples(run, s, timer)
+    for name, info in smp["per_capacity"].items():
+        with np.load(info["file"]) as z:
+            x, y = z["features"], z["label"]
+        models = {}
+        for size in s.model_sizes:
+            bundle = run.work / f"bundle-{_slug(name)}-{_size_slug(size)}"
+            with timer.stage(f"train at {name} ({_size_slug(size)})"):
+                metrics = _train_bundle(bundle, x, y, mat_gbm(*size), s,
+                                        initial_threshold=_initial_threshold(s, caps[name], ws),
+                                        memory_window=smp["memory_window"],
+                                        extra={"size_ref": info["size_ref"],
+                                               "size_exponent": info["size_exponent"]})
+            mlflow.log_metrics({f"{_slug(name)}_{_size_slug(size)}_{k}": v
+                                for k, v in finite_numbers(metrics).items()})
+            models[_size_slug(size)] = {"bundle": str(bundle), "trees": size[0],
+                                        "leaves": size[1], **metrics}
+        out[name] = {"models": models}
+    return run.record("train", {"per_capacity": out})
+
+
+def _train_bundle(bundle: Path, x: np.ndarray, y: np.ndarray, params: Any, s: MatSettings, *,
+                  initial_threshold: float, memory_window: int, k: float | None = None,
+                  extra: dict[str, float] | None = None) -> dict[str, float]:
+    """Train one TTA regressor and save it as an eviction bundle; its metrics."""
     import mlflow
 
     from flashml.compiler.bundle import save_evict_model
     from flashml.features.eviction import contract as evict_contract
     from flashml.models.mat import train_tta
 
-    names = list(evict_contract().names)
-    ing = run.done("ingest")
-    caps, ws = ing["capacities"], ing["working_set"]
-    out = {}
-    smp = samples(run, s, timer)
-    for name, info in smp["per_capacity"].items():
-        with np.load(info["file"]) as z:
-            x, y = z["features"], z["label"]
-        with timer.stage(f"train at {name}"):
-            model = train_tta(x, y, names)
-        bundle = run.work / f"bundle-{_slug(name)}"
-        save_evict_model(bundle, model.booster, k=s.mat.k,
-                         max_candidates=s.mat.max_candidates, delta=s.mat.delta,
-                         initial_threshold=_initial_threshold(s, caps[name], ws),
-                         memory_window=smp["memory_window"],
-                         metrics=model.metrics, mlflow_run_id=mlflow.active_run().info.run_id)
-        mlflow.log_metrics({f"{_slug(name)}_{k}": v
-                            for k, v in finite_numbers(model.metrics).items()})
-        out[name] = {"bundle": str(bundle), **model.metrics}
-    return run.record("train", {"per_capacity": out})
+    model = train_tta(x, y, list(evict_contract().names), params)
+    metrics = {**model.metrics, **(extra or {})}
+    active = mlflow.active_run()
+    save_evict_model(bundle, model.booster, k=s.mat.k if k is None else k,
+                     max_candidates=s.mat.max_candidates, delta=s.mat.delta,
+                     initial_threshold=initial_threshold, memory_window=memory_window,
+                     metrics=metrics, mlflow_run_id=active.info.run_id if active else None)
+    return metrics
 
 
 def _initial_threshold(s: MatSettings, cap: dict[str, Any], ws: dict[str, int]) -> float:
@@ -292,26 +381,41 @@ def _initial_threshold(s: MatSettings, cap: dict[str, Any], ws: dict[str, int]) 
 def _window_hits(keys: Any, sizes: Any, cap: dict[str, Any], start: int, end: int,
                  **kw: Any) -> tuple[float, dict[str, Any]]:
     """Miss ratio over requests [start, end) of a run from a cold cache at request 0, and
-    the run's result. Exact for causal policies (LRU, FIFO, MAT with a model): the first
-    `start` requests of a run do not depend on what follows them, so the window's hits are
-    the hits of the run to `end` minus those of the run to `start`."""
+    the run's result, with `window_predictions_per_eviction` (those of the window's own
+    evictions). Exact for causal policies (LRU, FIFO, MAT with a model): the first `start`
+    requests of a run do not depend on what follows them, so the window's hits are the hits
+    of the run to `end` minus those of the run to `start` (and so for predictions and
+    evictions)."""
     from flashml.simulation import simulate_objects_mat
 
     full = simulate_objects_mat(keys[:end], sizes[:end], cap["capacity"], cap["unit"], **kw)
     if start == 0:
-        return full["miss_ratio"], full
+        return full["miss_ratio"], full | {
+            "window_predictions_per_eviction": full["predictions_per_eviction"]}
     head = simulate_objects_mat(keys[:start], sizes[:start], cap["capacity"], cap["unit"],
                                 **kw)
-    return 1.0 - (full["hits"] - head["hits"]) / (end - start), full
+    ev = full["evictions"] - head["evictions"]
+    ppe = (full["predictions"] - head["predictions"]) / ev if ev else float("nan")
+    return (1.0 - (full["hits"] - head["hits"]) / (end - start),
+            full | {"window_predictions_per_eviction": ppe})
+
+
+def _over_budget(r: dict[str, Any]) -> float:
+    """The larger of a run's predictions per eviction and its window's (the budget is on
+    both: the run's include the threshold's start-up, the window's its steady state)."""
+    vals = [v for v in (r["predictions_per_eviction"], r["window_predictions_per_eviction"])
+            if v == v]
+    return max(vals) if vals else 0.0
 
 
 def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
-    """Per capacity: Optuna (TPE, `s.trials` trials) over MAT's initial threshold T0 and k
-    (1..K_MAX), a trial averaging more than K_MAX predictions per eviction infeasible (the
-    controller balances tries below and above k, so the mean can exceed k),
-    scored by the miss ratio of the validation window (the `val_fraction` of requests after
-    the training window) with the trained model; the defaults are trial 0, so the choice is
-    never worse than them there. The evaluation window after it stays unseen."""
+    """Per capacity: Optuna (TPE, `s.trials` trials) over MAT's initial threshold T0, k
+    (1..K_MAX) and the model size (`s.model_sizes`, each trained once), scored by the miss
+    ratio of the validation window (the `val_fraction` of requests after the training
+    window); a trial whose predictions per eviction (over its run, or over the validation
+    window alone) exceed K_MAX is infeasible (the controller balances tries below and above
+    k, so the mean can exceed k). The defaults are trial 0, so the choice is never worse than
+    them there. The evaluation window after it stays unseen."""
     rec = run.done("tune")
     if rec is not None:
         return rec
@@ -329,12 +433,16 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     for name, info in train(run, s, timer)["per_capacity"].items():
         cap = ing["capacities"][name]
         t0 = _initial_threshold(s, cap, ing["working_set"])
-        so = run.work / f"scratch-{_slug(name)}"
-        compile_policy(so, model_dir=info["bundle"], log_to_mlflow=False)
-        common = {"predictor": str(so), "max_candidates": s.mat.max_candidates,
-                  "delta": s.mat.delta, "memory_window": window}
+        sos = {}
+        for size, m in info["models"].items():
+            so = run.work / f"scratch-{_slug(name)}-{size}"
+            compile_policy(so, model_dir=m["bundle"], log_to_mlflow=False)
+            sos[size] = str(so)
+        first = _size_slug(s.model_sizes[0])
+        common = {"max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
+                  "memory_window": window}
         lru_val, _ = _window_hits(keys, sizes, cap, n_train, n_val, predictor="none")
-        default = {"initial_threshold": t0, "k": s.mat.k}
+        default = {"initial_threshold": t0, "k": s.mat.k, "model_size": first}
         if s.trials == 0 or n_val <= n_train:
             out[name] = {**default, "val_miss_ratio": None, "lru_val_miss_ratio": lru_val,
                          "trials": 0}
@@ -348,12 +456,14 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         hi = max(4.0 * window, 10.0 * t0)
 
         def objective(trial: Any, hi: float = hi, cap: dict[str, Any] = cap,
-                      common: dict[str, Any] = common) -> float:
+                      common: dict[str, Any] = common, sos: dict[str, str] = sos) -> float:
             kw = {"initial_threshold": trial.suggest_float("initial_threshold", 1.0, hi,
                                                            log=True),
                   "k": trial.suggest_float("k", 1.0, K_MAX)}
-            mr, r = _window_hits(keys, sizes, cap, n_train, n_val, **common, **kw)
-            ppe = r["predictions_per_eviction"]
+            size = trial.suggest_categorical("model_size", list(sos))
+            mr, r = _window_hits(keys, sizes, cap, n_train, n_val, predictor=sos[size],
+                                 **common, **kw)
+            ppe = _over_budget(r)
             trial.set_user_attr("predictions_per_eviction", ppe)
             # over the budget is infeasible: ranked after every trial within it
             return mr if not ppe > K_MAX else 1.0 + ppe
@@ -364,6 +474,7 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         out[name] = {**best.params, "val_miss_ratio": best.value,
                      "default_val_miss_ratio": study.trials[0].value,
                      "lru_val_miss_ratio": lru_val, "trials": len(study.trials),
+                     "feasible": best.value <= 1.0,
                      "predictions_per_eviction": best.user_attrs["predictions_per_eviction"]}
         mlflow.log_metrics({f"{_slug(name)}_tuned_val_miss_ratio": best.value,
                             f"{_slug(name)}_tuned_initial_threshold":
@@ -373,9 +484,10 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
 
 
 def compile_models(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
-    """Per capacity: the model with its tuned T0 and k -> a policy .so (Treelite +
-    TL2cgen) exporting `flashml_evict_predict` and MAT's knobs (the simulator predicts
-    through it, as the runtime does); the middle capacity's is the job's `compiled/`."""
+    """Per capacity: the chosen model size's model with its tuned T0 and k -> a policy .so
+    (Treelite + TL2cgen) exporting `flashml_evict_predict` and MAT's knobs (the simulator
+    predicts through it, as the runtime does); the middle capacity's is the job's
+    `compiled/`."""
     rec = run.done("compile")
     if rec is not None:
         return rec
@@ -390,9 +502,11 @@ def compile_models(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     tuned = tune(run, s, timer)["per_capacity"]
     window = samples(run, s, timer)["memory_window"]
     for name, info in trained.items():
-        bundle = run.work / f"bundle-{_slug(name)}"
+        size = tuned[name]["model_size"]
+        model = info["models"][size]
+        bundle = Path(model["bundle"])
         booster = lgb.Booster(model_file=str(bundle / "evict.txt"))
-        metrics = finite_numbers(info)
+        metrics = finite_numbers({k: v for k, v in model.items() if k != "bundle"})
         save_evict_model(bundle, booster, k=tuned[name]["k"],
                          max_candidates=s.mat.max_candidates, delta=s.mat.delta,
                          initial_threshold=tuned[name]["initial_threshold"],
@@ -401,7 +515,7 @@ def compile_models(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         dest = run.work / f"compiled-{_slug(name)}"
         with timer.stage(f"compile at {name}"):
             manifest = compile_policy(dest, model_dir=bundle, log_to_mlflow=False)
-        out[name] = {"dir": str(dest), "sha256": manifest["sha256"],
+        out[name] = {"dir": str(dest), "sha256": manifest["sha256"], "model_size": size,
                      "capabilities": manifest.get("capabilities")}
     middle = list(trained)[len(trained) // 2]
     shipped = run.path / "compiled"
@@ -409,6 +523,78 @@ def compile_models(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         shutil.copytree(out[middle]["dir"], tmp, dirs_exist_ok=True)
     return run.record("compile", {"per_capacity": out, "shipped": str(shipped),
                                   "shipped_capacity": middle})
+
+
+def periodic(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
+    """Periodic retraining, emulated (the paper retrains online each time a batch of
+    tail-candidate samples fills): the whole trace in `s.windows` equal request windows;
+    model i is trained on the tail candidates of window i of a replay with model i - 1 (MAT's
+    own tail; window 0: LRU's), labelled with what window i itself shows (the horizon a
+    `label_horizon` fraction of a window), and judges window i + 1: its miss ratio there, from
+    a run with model i from request 0 (the cache warm as that model left it), beside LRU's.
+    The tuned k, T0 and model size; the memory window of the main model. Windows 1.. are
+    thus judged by models that never saw them."""
+    rec = run.done("periodic")
+    if rec is not None:
+        return rec
+    if s.windows < 2:
+        return run.record("periodic", {"windows": 0, "per_capacity": {}})
+    from flashml.compiler.build import compile_policy
+    from flashml.models.mat import label_samples, mat_gbm, window_bounds
+    from flashml.simulation import simulate_objects_mat
+
+    df = objects(run)
+    keys, sizes = df["key"].to_numpy(), df["size"].to_numpy()
+    bounds = window_bounds(len(keys), s.windows)
+    ing = run.done("ingest")
+    window = samples(run, s, timer)["memory_window"]
+    tuned = tune(run, s, timer)["per_capacity"]
+    compile_models(run, s, timer)
+    out = {}
+    for name, cap in ing["capacities"].items():
+        t = tuned[name]
+        size = tuple(int(v) for v in t["model_size"].split("x"))
+        knobs = {"k": t["k"], "initial_threshold": t["initial_threshold"],
+                 "max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
+                 "memory_window": window}
+        rows, predictor, size_ref = [], "none", None
+        with timer.stage(f"periodic at {name} ({s.windows} windows)"):
+            for i, (a, b) in enumerate(bounds[:-1]):
+                r = simulate_objects_mat(keys[:b], sizes[:b], cap["capacity"], cap["unit"],
+                                         predictor=predictor, collect_samples=True,
+                                         **(knobs if predictor != "none" else
+                                            {"memory_window": window}))
+                lab = label_samples(r["samples"], b, label_horizon(s, b - a), start=a,
+                                    size_exponent=size_exponent(s, cap), size_ref=size_ref)
+                size_ref = lab.size_ref  # one scale for every window's label
+                del r
+                bundle = run.work / f"periodic-{_slug(name)}-{i}"
+                metrics = _train_bundle(bundle, lab.features, lab.label, mat_gbm(*size), s,
+                                        k=t["k"], initial_threshold=t["initial_threshold"],
+                                        memory_window=window)
+                so = run.work / f"periodic-{_slug(name)}-{i}-so"
+                compile_policy(so, model_dir=bundle, log_to_mlflow=False)
+                predictor = str(so)
+                a2, b2 = bounds[i + 1]
+                mat_mr, rm = _window_hits(keys, sizes, cap, a2, b2, predictor=predictor,
+                                          **knobs)
+                lru_mr, _ = _window_hits(keys, sizes, cap, a2, b2, predictor="none")
+                rows.append({"trained_on": [a, b], "judged_on": [a2, b2],
+                             "rows": len(lab.label), "mat_miss_ratio": mat_mr,
+                             "lru_miss_ratio": lru_mr,
+                             "predictions_per_eviction": rm["window_predictions_per_eviction"],
+                             "train_spearman": metrics["train_spearman"]})
+        judged = sum(r["judged_on"][1] - r["judged_on"][0] for r in rows)
+
+        def mean(key: str, rows: list[dict[str, Any]] = rows, judged: int = judged) -> float:
+            return sum(r[key] * (r["judged_on"][1] - r["judged_on"][0])
+                       for r in rows) / judged
+
+        out[name] = {"windows": rows, "mat_miss_ratio": mean("mat_miss_ratio"),
+                     "lru_miss_ratio": mean("lru_miss_ratio"),
+                     "predictions_per_eviction": mean("predictions_per_eviction")}
+    return run.record("periodic", {"windows": s.windows, "window_requests":
+                                   bounds[0][1] - bounds[0][0], "per_capacity": out})
 
 
 def evaluate(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
@@ -427,6 +613,7 @@ def evaluate(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     caps = run.done("ingest")["capacities"]
     compiled = compile_models(run, s, timer)["per_capacity"]
     held_out = tune(run, s, timer)["validation"][1]
+    per = periodic(run, s, timer)["per_capacity"]
     results: dict[str, dict[str, Any]] = {}
     for name, cap in caps.items():
         pol: dict[str, dict[str, Any]] = {}
@@ -443,7 +630,10 @@ def evaluate(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
                 pol[p] = _plain_metrics(simulate_objects(keys, sizes, c, p, unit))
             pol |= _libcachesim(keys, sizes, c, unit, s.baselines)
         results[name] = {"capacity": c, "unit": unit, "policies": pol,
-                         "held_out_from_request": held_out}
+                         "held_out_from_request": held_out, "model_size":
+                         compiled[name]["model_size"]}
+        if name in per:
+            results[name]["periodic"] = per[name]
         for p, m in pol.items():
             mlflow.log_metrics({f"{_slug(name)}_{p}_{k}": v
                                 for k, v in finite_numbers(m).items()})
@@ -515,6 +705,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("train", train),
     Stage("tune", tune),
     Stage("compile", compile_models),
+    Stage("periodic", periodic),
     Stage("evaluate", evaluate),
     Stage("plots", plots),
 )
@@ -529,7 +720,10 @@ def mlflow_params(run: RunDir, s: MatSettings) -> dict[str, Any]:
     ing = run.done("ingest")
     return {"trace": ing["trace"], "capacities": ",".join(s.capacities), "unit": s.unit,
             "k": s.mat.k, "max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
-            "initial_threshold": s.mat.initial_threshold, "train_fraction": s.train_fraction}
+            "initial_threshold": s.mat.initial_threshold, "train_fraction": s.train_fraction,
+            "label_horizon": s.label_horizon, "size_exponent": s.size_exponent,
+            "model_sizes": ",".join(_size_slug(z) for z in s.model_sizes),
+            "windows": s.windows}
 
 
 def summary(records: dict[str, dict[str, Any]], s: MatSettings) -> dict[str, Any]:
@@ -541,6 +735,8 @@ def summary(records: dict[str, dict[str, Any]], s: MatSettings) -> dict[str, Any
             "middle_capacity": middle, "samples": records["samples"]["per_capacity"],
             "models": records["train"]["per_capacity"], "plots": records["plots"]["plots"]}
     out["compiled"] = records["compile"]["shipped"]
+    out["tuned"] = records["tune"]["per_capacity"]
+    out["periodic_window_requests"] = records["periodic"].get("window_requests")
     return out
 
 
@@ -554,4 +750,11 @@ def describe(summary: dict[str, Any], s: MatSettings) -> str:
             extra = f"  {ppe:.2f} predictions/eviction" if ppe else ""
             lines.append(f"  {p:10} miss ratio {m['miss_ratio']:.4f}  vs LRU "
                          f"{m['miss_ratio'] / lru - 1:+.1%}" + extra)
+        if "periodic" in r:
+            pr = r["periodic"]
+            lines.append(f"  periodic retraining ({len(pr['windows'])} windows judged by the "
+                         f"model of the window before): MAT {pr['mat_miss_ratio']:.4f} vs LRU "
+                         f"{pr['lru_miss_ratio']:.4f} "
+                         f"({pr['mat_miss_ratio'] / pr['lru_miss_ratio'] - 1:+.1%}), "
+                         f"{pr['predictions_per_eviction']:.2f} predictions/eviction")
     return "\n".join(lines)
