@@ -945,16 +945,21 @@ mod tests {
         (a - b).abs() <= 1e-12 * b.abs().max(1.0)
     }
 
-    #[test]
-    fn hand_computed_lru_block_level() {
-        let r = rows(&[
+    /// The hand-computed trace (two blocks, a PUT in the second window).
+    fn hand_rows() -> Rows {
+        rows(&[
             (0.0, 1, 0, 2 * SEG, 1),
             (1.0, 1, 0, SEG, 1),
             (2.0, 2, 3 * SEG, 3 * SEG, 1),
             (3.0, 1, 0, 2 * SEG, 1),
             (12.0, 1, 0, SEG, 3),
             (15.0, 2, 4 * SEG, 2 * SEG, 1),
-        ]);
+        ])
+    }
+
+    #[test]
+    fn hand_computed_lru_block_level() {
+        let r = hand_rows();
         let res = run(&r, &tiny(), &PolicyArrays::default()).unwrap();
         let m = &res.metrics;
         // window 1 has a PUT (0.11 s) and a hit: no GET disk time
@@ -989,14 +994,7 @@ mod tests {
     /// block only after inserting (computed by hand, README "Flash mode vs BCacheSim").
     #[test]
     fn hand_computed_artifact_capacity_rule() {
-        let r = rows(&[
-            (0.0, 1, 0, 2 * SEG, 1),
-            (1.0, 1, 0, SEG, 1),
-            (2.0, 2, 3 * SEG, 3 * SEG, 1),
-            (3.0, 1, 0, 2 * SEG, 1),
-            (12.0, 1, 0, SEG, 3),
-            (15.0, 2, 4 * SEG, 2 * SEG, 1),
-        ]);
+        let r = hand_rows();
         let cfg = FlashConfig {
             capacity_segments: 4,
             ..tiny()
