@@ -9,6 +9,9 @@
 //!   eviction features ([`lrb_features`]) and the compiled eviction .so ([`so_evict`]).
 //! * [`so_policy`]: the compiled policy .so (compiler/) as admission + prefetch, with the
 //!   features computed online ([`online_features`]).
+//! * [`reuse`]: exact per-stream LRU stack distances and hit/miss-ratio curves (Fenwick tree,
+//!   O(n log n)); [`partition`]: MLCache's partitioned page cache across streams (shared,
+//!   even, static and discrete optimal, predicted shares) and the DP partition search.
 //! * With the `python` feature, a thin PyO3 layer exposes `flashml_sim.simulate`,
 //!   `flashml_sim.simulate_objects` and `flashml_sim.default_config`.
 
@@ -23,7 +26,9 @@ pub mod lrb_features;
 pub mod mat;
 pub mod objects;
 pub mod online_features;
+pub mod partition;
 pub mod prefetch;
+pub mod reuse;
 pub mod so_evict;
 pub mod so_policy;
 

@@ -1,0 +1,982 @@
+//! Partitioned caching across streams (MLCache, issue 18): a cache of `capacity` pages shared
+//! by `k` streams, in object/page mode (every request is one page; sizes play no part).
+//!
+//! * Each stream has its own LRU partition with a quota of pages; a miss inserts the page into
+//!   its stream's partition, evicting that partition's LRU pages while it is over quota (a
+//!   partition of quota 0 caches nothing). The same key in two streams is two pages.
+//! * Every `interval` requests (of those the cache sees) the [`PartitionPolicy`] gives new
+//!   quotas; a partition that shrinks evicts its LRU pages until it fits (the paper's §3.2.3:
+//!   one page at a time, classic LRU); one that grows just gets the room.
+//! * Reads and writes are both cached unless `writes_only` (the paper's Alg. 1: reads go
+//!   around the cache, never counted as hits). The headline is the write hit ratio; the hit
+//!   ratio and the read hit ratio are reported beside it.
+//!
+//! Policies ([`PartitionKind`]): `shared` (one LRU over all streams, no partitions), `even`
+//! (capacity / k each), `static_optimal` (the best fixed split for the whole trace),
+//! `discrete_optimal` (the best split of each interval, in hindsight: the paper's ideal
+//! model and the labels MLCache trains on) and `mlcache` (a predicted share per stream per
+//! interval, supplied as an array; the network comes later).
+//!
+//! The optima come from hit curves: a request hits an LRU partition of `c` pages iff its
+//! per-stream stack distance is `<= c` ([`crate::reuse`]), so the hits of a split are the sum
+//! of each stream's hit curve at its size, and [`best_split`] maximises that sum by dynamic
+//! programming over `steps` equal steps of the capacity (the paper's t = 10). Curves assume a
+//! partition has had its size all along; the real outcome (warm-up after a resize included)
+//! is what the simulation measures.
+
+use std::time::Instant;
+
+use crate::config::{err, SimError};
+use crate::eviction::{Eviction, Lru};
+use crate::hash::{new_map, FastMap};
+use crate::reuse::{interval_histograms, interval_hit_curves, stream_stack_distances};
+
+/// The partition policies by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionKind {
+    Shared,
+    Even,
+    StaticOptimal,
+    DiscreteOptimal,
+    MlCache,
+}
+
+pub const PARTITION_POLICIES: [&str; 5] = [
+    "shared",
+    "even",
+    "static_optimal",
+    "discrete_optimal",
+    "mlcache",
+];
+
+impl PartitionKind {
+    pub fn parse(s: &str) -> Result<Self, SimError> {
+        match s.to_ascii_lowercase().as_str() {
+            "shared" => Ok(PartitionKind::Shared),
+            "even" => Ok(PartitionKind::Even),
+            "static_optimal" => Ok(PartitionKind::StaticOptimal),
+            "discrete_optimal" => Ok(PartitionKind::DiscreteOptimal),
+            "mlcache" => Ok(PartitionKind::MlCache),
+            _ => err(format!(
+                "unknown partition policy {s:?}; expected one of {}",
+                PARTITION_POLICIES.join(", ")
+            )),
+        }
+    }
+}
+
+/// What hits are counted for the optima (and the result's `objective_hits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Objective {
+    /// Every request the cache sees.
+    Hits,
+    /// Writes only (the paper's headline).
+    WriteHits,
+}
+
+impl Objective {
+    pub fn parse(s: &str) -> Result<Self, SimError> {
+        match s.to_ascii_lowercase().as_str() {
+            "hits" => Ok(Objective::Hits),
+            "write_hits" => Ok(Objective::WriteHits),
+            _ => err(format!(
+                "unknown objective {s:?}; expected hits or write_hits"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionConfig {
+    /// Cache capacity in pages.
+    pub capacity: u64,
+    /// Requests (of those the cache sees) per interval.
+    pub interval: usize,
+    /// Equal steps of the capacity for the optima's search and the monitor's histograms
+    /// (the paper's t).
+    pub steps: usize,
+    /// Reads go around the cache (the paper's setting).
+    pub writes_only: bool,
+    pub objective: Objective,
+}
+
+impl Default for PartitionConfig {
+    fn default() -> Self {
+        PartitionConfig {
+            capacity: 1024,
+            interval: 10_000,
+            steps: 10,
+            writes_only: false,
+            objective: Objective::Hits,
+        }
+    }
+}
+
+impl PartitionConfig {
+    pub fn validate(&self) -> Result<(), SimError> {
+        if self.capacity == 0 {
+            return err("capacity must be > 0 pages");
+        }
+        if self.interval == 0 {
+            return err("interval must be > 0 requests");
+        }
+        if self.steps == 0 || self.steps > 100_000 {
+            return err(format!("steps must be in 1..=100000, got {}", self.steps));
+        }
+        Ok(())
+    }
+}
+
+/// A multi-stream page trace: request `i` is page `keys[i]` of stream `streams[i]`
+/// (`< n_streams`), a write iff `writes[i]`.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamTrace<'a> {
+    pub keys: &'a [u64],
+    pub streams: &'a [u32],
+    pub writes: &'a [bool],
+    pub n_streams: usize,
+}
+
+impl StreamTrace<'_> {
+    pub fn validate(&self) -> Result<(), SimError> {
+        let n = self.keys.len();
+        if self.streams.len() != n || self.writes.len() != n {
+            return err(format!(
+                "keys, streams and writes must have one element per request: {n}, {}, {}",
+                self.streams.len(),
+                self.writes.len()
+            ));
+        }
+        if self.n_streams == 0 {
+            return err("n_streams must be >= 1");
+        }
+        if let Some(i) = self
+            .streams
+            .iter()
+            .position(|&s| s as usize >= self.n_streams)
+        {
+            return err(format!(
+                "request {i}: stream {} is not below n_streams = {}",
+                self.streams[i], self.n_streams
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The requests the cache sees (all, or writes only) as their own dense sequence, with each
+/// request's per-stream stack distance and whether the objective counts it.
+pub struct CachedRequests {
+    /// Index into the full trace of each cached request.
+    pub index: Vec<usize>,
+    pub keys: Vec<u64>,
+    pub streams: Vec<u32>,
+    pub counted: Vec<bool>,
+    pub distances: Vec<u64>,
+}
+
+impl CachedRequests {
+    pub fn new(trace: &StreamTrace<'_>, cfg: &PartitionConfig) -> Self {
+        let index: Vec<usize> = (0..trace.keys.len())
+            .filter(|&i| !cfg.writes_only || trace.writes[i])
+            .collect();
+        let keys: Vec<u64> = index.iter().map(|&i| trace.keys[i]).collect();
+        let streams: Vec<u32> = index.iter().map(|&i| trace.streams[i]).collect();
+        let counted = index
+            .iter()
+            .map(|&i| cfg.objective == Objective::Hits || trace.writes[i])
+            .collect();
+        let distances = stream_stack_distances(&keys, &streams, trace.n_streams);
+        CachedRequests {
+            index,
+            keys,
+            streams,
+            counted,
+            distances,
+        }
+    }
+
+    pub fn n_intervals(&self, cfg: &PartitionConfig) -> usize {
+        self.keys.len().div_ceil(cfg.interval)
+    }
+
+    /// Per-interval, per-stream hit curves of the objective on the `steps + 1` grid
+    /// ([`interval_hit_curves`]).
+    pub fn curves(&self, n_streams: usize, cfg: &PartitionConfig) -> Vec<u64> {
+        interval_hit_curves(
+            &self.distances,
+            &self.streams,
+            Some(&self.counted),
+            n_streams,
+            cfg.interval,
+            cfg.steps,
+            cfg.capacity,
+        )
+        .0
+    }
+
+    /// The monitor's histograms (the paper's `A_i`) of every interval over the requests the
+    /// cache sees ([`interval_histograms`]).
+    pub fn histograms(&self, n_streams: usize, cfg: &PartitionConfig) -> Vec<u64> {
+        interval_histograms(
+            &self.distances,
+            &self.streams,
+            None,
+            n_streams,
+            cfg.interval,
+            cfg.steps,
+            cfg.capacity,
+        )
+        .0
+    }
+}
+
+/// The split of `steps` equal steps among streams that maximises total hits: `curves[i][s]`
+/// = hits of stream `i` with `s` steps (`s = 0..=steps`). Dynamic programming over streams
+/// and steps used, O(k * steps^2). Returns (steps per stream, summing to `steps`; the hits).
+/// Ties go to the split found first (fewer steps to later streams).
+pub fn best_split(curves: &[&[u64]], steps: usize) -> (Vec<usize>, u64) {
+    let k = curves.len();
+    assert!(curves.iter().all(|c| c.len() == steps + 1));
+    if k == 0 {
+        return (Vec::new(), 0);
+    }
+    // best[i][b]: the most hits of streams 0..=i with exactly b steps; choice[i][b] its s_i
+    let neg = i128::MIN;
+    let mut best = vec![vec![neg; steps + 1]; k];
+    let mut choice = vec![vec![0usize; steps + 1]; k];
+    for b in 0..=steps {
+        best[0][b] = curves[0][b] as i128;
+        choice[0][b] = b;
+    }
+    for i in 1..k {
+        for b in 0..=steps {
+            for s in 0..=b {
+                let prev = best[i - 1][b - s];
+                if prev == neg {
+                    continue;
+                }
+                let v = prev + curves[i][s] as i128;
+                if v > best[i][b] {
+                    best[i][b] = v;
+                    choice[i][b] = s;
+                }
+            }
+        }
+    }
+    let mut split = vec![0usize; k];
+    let mut b = steps;
+    for i in (0..k).rev() {
+        split[i] = choice[i][b];
+        b -= split[i];
+    }
+    (split, best[k - 1][steps] as u64)
+}
+
+/// Pages for each stream in proportion to `weights`, summing to `capacity` exactly
+/// (largest remainder: each gets `floor(w * C / W)`, the pages left over go one each to the
+/// largest remainders, ties to the lower stream). All-zero weights split evenly.
+pub fn apportion(weights: &[u64], capacity: u64) -> Vec<u64> {
+    let k = weights.len();
+    if k == 0 {
+        return Vec::new();
+    }
+    let total: u128 = weights.iter().map(|&w| w as u128).sum();
+    if total == 0 {
+        return apportion(&vec![1; k], capacity);
+    }
+    let c = capacity as u128;
+    let mut pages: Vec<u64> = weights
+        .iter()
+        .map(|&w| (w as u128 * c / total) as u64)
+        .collect();
+    let left = capacity - pages.iter().sum::<u64>();
+    let mut order: Vec<usize> = (0..k).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(weights[i] as u128 * c % total), i));
+    for &i in order.iter().take(left as usize) {
+        pages[i] += 1;
+    }
+    pages
+}
+
+/// Shares (fractions of the capacity, one per stream) as pages. The paper's constraint check:
+/// a share vector with a non-finite or negative entry, or summing to zero, falls back to an
+/// even split; otherwise shares are normalised to sum 1 (the whole cache is used).
+/// Returns (pages, whether the shares were valid).
+pub fn pages_of_shares(shares: &[f64], capacity: u64) -> (Vec<u64>, bool) {
+    let k = shares.len();
+    let sum: f64 = shares.iter().sum();
+    let valid = shares.iter().all(|s| s.is_finite() && *s >= 0.0) && sum > 0.0 && sum.is_finite();
+    if !valid {
+        return (apportion(&vec![1; k], capacity), false);
+    }
+    let scale = (1u64 << 40) as f64 / sum;
+    let w: Vec<u64> = shares.iter().map(|s| (s * scale).round() as u64).collect();
+    (apportion(&w, capacity), true)
+}
+
+/// What a policy may see when it sets the quotas of an interval.
+pub struct IntervalView<'a> {
+    pub n_streams: usize,
+    pub capacity: u64,
+    pub steps: usize,
+    /// The monitor's histograms of the previous interval (`n_streams * steps`, the paper's
+    /// `A_i`), or None for the first interval.
+    pub prev_histograms: Option<&'a [u64]>,
+}
+
+/// A partition policy: at the start of each interval, the pages of every stream.
+pub trait PartitionPolicy {
+    /// Quotas in pages for interval `iv` (one per stream, summing to at most the capacity),
+    /// or None: one LRU shared by all streams (no partitions).
+    fn allocate(&mut self, iv: usize, view: &IntervalView<'_>) -> Option<Vec<u64>>;
+}
+
+/// One LRU over every stream.
+pub struct Shared;
+
+impl PartitionPolicy for Shared {
+    fn allocate(&mut self, _: usize, _: &IntervalView<'_>) -> Option<Vec<u64>> {
+        None
+    }
+}
+
+/// capacity / k pages each (largest remainder for the rest).
+pub struct Even;
+
+impl PartitionPolicy for Even {
+    fn allocate(&mut self, _: usize, v: &IntervalView<'_>) -> Option<Vec<u64>> {
+        Some(apportion(&vec![1; v.n_streams], v.capacity))
+    }
+}
+
+/// The same quotas every interval.
+pub struct Fixed(pub Vec<u64>);
+
+impl PartitionPolicy for Fixed {
+    fn allocate(&mut self, _: usize, _: &IntervalView<'_>) -> Option<Vec<u64>> {
+        Some(self.0.clone())
+    }
+}
+
+/// Quotas given per interval in advance (`pages[iv]`); past the last, the last one.
+pub struct PerInterval(pub Vec<Vec<u64>>);
+
+impl PartitionPolicy for PerInterval {
+    fn allocate(&mut self, iv: usize, _: &IntervalView<'_>) -> Option<Vec<u64>> {
+        self.0.get(iv).or(self.0.last()).cloned()
+    }
+}
+
+/// The pages of a DP split of `steps` steps: `split[i] / steps` of the capacity each.
+pub fn pages_of_split(split: &[usize], capacity: u64) -> Vec<u64> {
+    let w: Vec<u64> = split.iter().map(|&s| s as u64).collect();
+    apportion(&w, capacity)
+}
+
+/// `static_optimal`: the best fixed split for the whole trace (the sum of every interval's
+/// curves). Returns (steps per stream, the hits the curves give it).
+pub fn static_optimal(curves: &[u64], n_streams: usize, steps: usize) -> (Vec<usize>, u64) {
+    let width = steps + 1;
+    let mut total = vec![vec![0u64; width]; n_streams];
+    for (r, row) in curves.chunks(width).enumerate() {
+        for (j, &h) in row.iter().enumerate() {
+            total[r % n_streams][j] += h;
+        }
+    }
+    let refs: Vec<&[u64]> = total.iter().map(|c| c.as_slice()).collect();
+    best_split(&refs, steps)
+}
+
+/// `discrete_optimal`: the best split of each interval on its own curves (in hindsight).
+/// Returns the steps per stream of every interval.
+pub fn discrete_optimal(curves: &[u64], n_streams: usize, steps: usize) -> Vec<Vec<usize>> {
+    let width = steps + 1;
+    curves
+        .chunks(n_streams * width)
+        .map(|iv| {
+            let refs: Vec<&[u64]> = iv.chunks(width).collect();
+            best_split(&refs, steps).0
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionResult {
+    pub requests: u64,
+    pub hits: u64,
+    pub reads: u64,
+    pub read_hits: u64,
+    pub writes: u64,
+    pub write_hits: u64,
+    pub hit_ratio: f64,
+    pub read_hit_ratio: f64,
+    pub write_hit_ratio: f64,
+    /// Requests the cache saw (all, or the writes with `writes_only`).
+    pub cached_requests: u64,
+    pub intervals: u64,
+    /// Evictions on a miss, and evictions because a partition shrank at a boundary.
+    pub evictions: u64,
+    pub resize_evictions: u64,
+    /// Per stream: requests and hits (of every request, cached or not).
+    pub stream_requests: Vec<u64>,
+    pub stream_hits: Vec<u64>,
+    /// Quotas in pages per interval (`intervals x n_streams`, row-major); empty for `shared`.
+    pub allocations: Vec<u64>,
+    /// Hits per interval (every request of the interval the cache saw).
+    pub interval_hits: Vec<u64>,
+    /// Invalid predicted share vectors replaced by an even split (`mlcache`).
+    pub fallbacks: u64,
+    pub wall_s: f64,
+}
+
+/// The partitioned cache's state: one LRU per partition (one in all when shared).
+struct Partitions {
+    lists: Vec<Lru>,
+    quota: Vec<u64>,
+    used: Vec<u64>,
+    map: FastMap<(u32, u64), u32>,
+    slot_item: Vec<(u32, u64)>,
+    slot_list: Vec<u32>,
+    free: Vec<u32>,
+    shared: bool,
+    evictions: u64,
+}
+
+impl Partitions {
+    fn new(n_streams: usize) -> Self {
+        Partitions {
+            lists: (0..n_streams).map(|_| Lru::new()).collect(),
+            quota: vec![0; n_streams],
+            used: vec![0; n_streams],
+            map: new_map(),
+            slot_item: Vec::new(),
+            slot_list: Vec::new(),
+            free: Vec::new(),
+            shared: false,
+            evictions: 0,
+        }
+    }
+
+    fn evict_from(&mut self, list: usize) {
+        let v = self.lists[list]
+            .victim()
+            .expect("a partition over quota holds a page");
+        self.lists[list].remove(v);
+        self.map.remove(&self.slot_item[v as usize]);
+        self.used[list] -= 1;
+        self.free.push(v);
+    }
+
+    /// Set the quotas (None: one shared LRU of `capacity`); shrinking partitions evict.
+    /// Returns the evictions it took.
+    fn resize(&mut self, quotas: Option<&[u64]>, capacity: u64) -> u64 {
+        let mut n = 0;
+        match quotas {
+            None => {
+                self.shared = true;
+                self.quota.iter_mut().for_each(|q| *q = 0);
+                self.quota[0] = capacity;
+            }
+            Some(q) => {
+                assert!(!self.shared, "a policy switched from shared to partitioned");
+                self.quota.copy_from_slice(q);
+            }
+        }
+        for l in 0..self.lists.len() {
+            while self.used[l] > self.quota[l] {
+                self.evict_from(l);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// One request; true on a hit.
+    fn access(&mut self, stream: u32, key: u64) -> bool {
+        let item = (stream, key);
+        if let Some(&slot) = self.map.get(&item) {
+            let l = self.slot_list[slot as usize] as usize;
+            self.lists[l].touch(slot);
+            return true;
+        }
+        let l = if self.shared { 0 } else { stream as usize };
+        if self.quota[l] == 0 {
+            return false;
+        }
+        while self.used[l] >= self.quota[l] {
+            self.evict_from(l);
+            self.evictions += 1;
+        }
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slot_item[s as usize] = item;
+                self.slot_list[s as usize] = l as u32;
+                s
+            }
+            None => {
+                self.slot_item.push(item);
+                self.slot_list.push(l as u32);
+                (self.slot_item.len() - 1) as u32
+            }
+        };
+        self.map.insert(item, slot);
+        self.lists[l].insert(slot);
+        self.used[l] += 1;
+        false
+    }
+}
+
+/// Run `policy` over `trace`: intervals of `cfg.interval` cached requests, quotas from the
+/// policy at the start of each.
+pub fn simulate_partitioned_with<P: PartitionPolicy>(
+    policy: &mut P,
+    trace: &StreamTrace<'_>,
+    cached: &CachedRequests,
+    cfg: &PartitionConfig,
+) -> Result<PartitionResult, SimError> {
+    cfg.validate()?;
+    trace.validate()?;
+    let start = Instant::now();
+    let k = trace.n_streams;
+    let n_iv = cached.n_intervals(cfg);
+    let hist = cached.histograms(k, cfg);
+    let mut parts = Partitions::new(k);
+    let mut allocations = Vec::new();
+    let mut interval_hits = vec![0u64; n_iv];
+    let mut hit = vec![false; trace.keys.len()];
+    let mut resize_evictions = 0;
+    let mut shared = None;
+    for iv in 0..n_iv {
+        let view = IntervalView {
+            n_streams: k,
+            capacity: cfg.capacity,
+            steps: cfg.steps,
+            prev_histograms: (iv > 0).then(|| &hist[(iv - 1) * k * cfg.steps..iv * k * cfg.steps]),
+        };
+        let quotas = policy.allocate(iv, &view);
+        if *shared.get_or_insert(quotas.is_none()) != quotas.is_none() {
+            return err(format!(
+                "interval {iv}: a policy must be shared in every interval or in none"
+            ));
+        }
+        if let Some(q) = &quotas {
+            if q.len() != k {
+                return err(format!("interval {iv}: {} quotas for {k} streams", q.len()));
+            }
+            let sum: u128 = q.iter().map(|&x| x as u128).sum();
+            if sum > cfg.capacity as u128 {
+                return err(format!(
+                    "interval {iv}: quotas sum to {sum} pages, above the capacity {}",
+                    cfg.capacity
+                ));
+            }
+            allocations.extend_from_slice(q);
+        }
+        resize_evictions += parts.resize(quotas.as_deref(), cfg.capacity);
+        let lo = iv * cfg.interval;
+        let hi = (lo + cfg.interval).min(cached.keys.len());
+        for j in lo..hi {
+            if parts.access(cached.streams[j], cached.keys[j]) {
+                hit[cached.index[j]] = true;
+                interval_hits[iv] += 1;
+            }
+        }
+    }
+    let mut r = PartitionResult {
+        requests: trace.keys.len() as u64,
+        hits: 0,
+        reads: 0,
+        read_hits: 0,
+        writes: 0,
+        write_hits: 0,
+        hit_ratio: f64::NAN,
+        read_hit_ratio: f64::NAN,
+        write_hit_ratio: f64::NAN,
+        cached_requests: cached.keys.len() as u64,
+        intervals: n_iv as u64,
+        evictions: parts.evictions,
+        resize_evictions,
+        stream_requests: vec![0; k],
+        stream_hits: vec![0; k],
+        allocations,
+        interval_hits,
+        fallbacks: 0,
+        wall_s: 0.0,
+    };
+    for (i, &h) in hit.iter().enumerate() {
+        let h = h as u64;
+        let s = trace.streams[i] as usize;
+        r.stream_requests[s] += 1;
+        r.stream_hits[s] += h;
+        r.hits += h;
+        if trace.writes[i] {
+            r.writes += 1;
+            r.write_hits += h;
+        } else {
+            r.reads += 1;
+            r.read_hits += h;
+        }
+    }
+    let ratio = |a: u64, b: u64| if b > 0 { a as f64 / b as f64 } else { f64::NAN };
+    r.hit_ratio = ratio(r.hits, r.requests);
+    r.read_hit_ratio = ratio(r.read_hits, r.reads);
+    r.write_hit_ratio = ratio(r.write_hits, r.writes);
+    r.wall_s = start.elapsed().as_secs_f64();
+    Ok(r)
+}
+
+/// Run a named policy. `shares` (`intervals x n_streams`, row-major, fractions of the
+/// capacity) is what `mlcache` needs: the share of every stream in every interval (an
+/// interval past the given rows keeps the last row; invalid rows fall back to even).
+pub fn simulate_partitioned(
+    kind: PartitionKind,
+    trace: &StreamTrace<'_>,
+    cfg: &PartitionConfig,
+    shares: Option<&[f64]>,
+) -> Result<PartitionResult, SimError> {
+    cfg.validate()?;
+    trace.validate()?;
+    if kind != PartitionKind::MlCache && shares.is_some() {
+        return err("shares are only for policy mlcache");
+    }
+    let cached = CachedRequests::new(trace, cfg);
+    let k = trace.n_streams;
+    let mut fallbacks = 0;
+    let mut r = match kind {
+        PartitionKind::Shared => simulate_partitioned_with(&mut Shared, trace, &cached, cfg)?,
+        PartitionKind::Even => simulate_partitioned_with(&mut Even, trace, &cached, cfg)?,
+        PartitionKind::StaticOptimal => {
+            let curves = cached.curves(k, cfg);
+            let (split, _) = static_optimal(&curves, k, cfg.steps);
+            let mut p = Fixed(pages_of_split(&split, cfg.capacity));
+            simulate_partitioned_with(&mut p, trace, &cached, cfg)?
+        }
+        PartitionKind::DiscreteOptimal => {
+            let curves = cached.curves(k, cfg);
+            let splits = discrete_optimal(&curves, k, cfg.steps);
+            let pages = splits
+                .iter()
+                .map(|s| pages_of_split(s, cfg.capacity))
+                .collect();
+            simulate_partitioned_with(&mut PerInterval(pages), trace, &cached, cfg)?
+        }
+        PartitionKind::MlCache => {
+            let Some(shares) = shares else {
+                return err("policy mlcache needs shares: one row of n_streams per interval");
+            };
+            if shares.is_empty() || shares.len() % k != 0 {
+                return err(format!(
+                    "shares has {} values, not a whole number (>= 1) of rows of {k} streams",
+                    shares.len()
+                ));
+            }
+            let pages = shares
+                .chunks(k)
+                .map(|row| {
+                    let (p, ok) = pages_of_shares(row, cfg.capacity);
+                    fallbacks += u64::from(!ok);
+                    p
+                })
+                .collect();
+            simulate_partitioned_with(&mut PerInterval(pages), trace, &cached, cfg)?
+        }
+    };
+    r.fallbacks = fallbacks;
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            x >> 33
+        }
+    }
+
+    /// Every composition of `steps` into `k` parts.
+    fn compositions(k: usize, steps: usize) -> Vec<Vec<usize>> {
+        if k == 1 {
+            return vec![vec![steps]];
+        }
+        let mut out = Vec::new();
+        for s in 0..=steps {
+            for mut rest in compositions(k - 1, steps - s) {
+                rest.insert(0, s);
+                out.push(rest);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn dp_equals_brute_force() {
+        for seed in 0..60u64 {
+            let mut r = lcg(seed);
+            let k = 1 + (r() % 4) as usize;
+            let steps = 1 + (r() % 7) as usize;
+            // non-decreasing curves, as hit curves are, and arbitrary ones: the DP needs neither
+            let monotone = seed % 2 == 0;
+            let curves: Vec<Vec<u64>> = (0..k)
+                .map(|_| {
+                    let mut acc = 0;
+                    (0..=steps)
+                        .map(|_| {
+                            if monotone {
+                                acc += r() % 50;
+                                acc
+                            } else {
+                                r() % 100
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&[u64]> = curves.iter().map(|c| c.as_slice()).collect();
+            let (split, hits) = best_split(&refs, steps);
+            let value = |s: &[usize]| -> u64 { s.iter().zip(&curves).map(|(&x, c)| c[x]).sum() };
+            let brute = compositions(k, steps)
+                .iter()
+                .map(|s| value(s))
+                .max()
+                .unwrap();
+            assert_eq!(hits, brute, "seed {seed}");
+            assert_eq!(value(&split), hits);
+            assert_eq!(split.iter().sum::<usize>(), steps);
+        }
+    }
+
+    #[test]
+    fn hand_split() {
+        // stream 0 saturates after 1 step, stream 1 keeps gaining: 1 step + 3 steps
+        let a = [0u64, 10, 10, 10, 10];
+        let b = [0u64, 4, 8, 12, 16];
+        assert_eq!(best_split(&[&a, &b], 4), (vec![1, 3], 22));
+    }
+
+    #[test]
+    fn apportion_sums_and_rounds() {
+        assert_eq!(apportion(&[1, 1, 1], 10), vec![4, 3, 3]);
+        assert_eq!(apportion(&[3, 7], 10), vec![3, 7]);
+        assert_eq!(apportion(&[1, 2], 10), vec![3, 7]); // 3.33, 6.67
+        assert_eq!(apportion(&[0, 0], 5), vec![3, 2]);
+        assert_eq!(apportion(&[0, 5], 5), vec![0, 5]);
+        let (p, ok) = pages_of_shares(&[0.5, f64::NAN], 8);
+        assert_eq!((p, ok), (vec![4, 4], false));
+        let (p, ok) = pages_of_shares(&[-0.1, 1.1], 8);
+        assert_eq!((p, ok), (vec![4, 4], false));
+        assert_eq!(pages_of_shares(&[2.0, 6.0], 8), (vec![2, 6], true));
+    }
+
+    /// A slow obvious partitioned LRU: one Vec per stream (front = most recent) or one shared.
+    fn slow_partitioned(
+        keys: &[u64],
+        streams: &[u32],
+        k: usize,
+        interval: usize,
+        quotas: &dyn Fn(usize) -> Option<Vec<u64>>,
+        capacity: u64,
+    ) -> Vec<bool> {
+        let mut lists: Vec<Vec<(u32, u64)>> = vec![Vec::new(); k];
+        let mut shared = false;
+        let mut q = vec![0u64; k];
+        let mut out = Vec::new();
+        for (i, (&key, &s)) in keys.iter().zip(streams).enumerate() {
+            if i % interval == 0 {
+                match quotas(i / interval) {
+                    None => {
+                        shared = true;
+                        q = vec![0; k];
+                        q[0] = capacity;
+                    }
+                    Some(v) => q = v,
+                }
+                for l in 0..k {
+                    lists[l].truncate(q[l] as usize);
+                }
+            }
+            let item = (s, key);
+            let l = if shared { 0 } else { s as usize };
+            let found = lists.iter().position(|x| x.contains(&item));
+            out.push(found.is_some());
+            if let Some(fl) = found {
+                let p = lists[fl].iter().position(|x| *x == item).unwrap();
+                lists[fl].remove(p);
+                lists[fl].insert(0, item);
+            } else if q[l] > 0 {
+                lists[l].insert(0, item);
+                lists[l].truncate(q[l] as usize);
+            }
+        }
+        out
+    }
+
+    fn random_trace(seed: u64, n: usize, k: usize) -> (Vec<u64>, Vec<u32>, Vec<bool>) {
+        let mut r = lcg(seed);
+        let streams: Vec<u32> = (0..n).map(|_| (r() % k as u64) as u32).collect();
+        let keys: Vec<u64> = streams
+            .iter()
+            .map(|&s| r() % (10 + 25 * s as u64))
+            .collect();
+        let writes: Vec<bool> = (0..n).map(|_| r() % 3 != 0).collect();
+        (keys, streams, writes)
+    }
+
+    #[test]
+    fn simulation_equals_slow_reference() {
+        for seed in 0..12u64 {
+            let k = 1 + (seed % 3) as usize;
+            let (keys, streams, writes) = random_trace(seed, 1200, k);
+            let trace = StreamTrace {
+                keys: &keys,
+                streams: &streams,
+                writes: &writes,
+                n_streams: k,
+            };
+            let cfg = PartitionConfig {
+                capacity: 23,
+                interval: 150,
+                steps: 5,
+                writes_only: false,
+                objective: Objective::Hits,
+            };
+            let cached = CachedRequests::new(&trace, &cfg);
+            let curves = cached.curves(k, &cfg);
+            let splits = discrete_optimal(&curves, k, cfg.steps);
+            let disc: Vec<Vec<u64>> = splits.iter().map(|s| pages_of_split(s, 23)).collect();
+            let even = apportion(&vec![1; k], 23);
+            let cases: Vec<(PartitionKind, Box<dyn Fn(usize) -> Option<Vec<u64>>>)> = vec![
+                (PartitionKind::Shared, Box::new(|_| None)),
+                (PartitionKind::Even, Box::new(move |_| Some(even.clone()))),
+                (
+                    PartitionKind::DiscreteOptimal,
+                    Box::new(move |iv| Some(disc[iv].clone())),
+                ),
+            ];
+            for (kind, quotas) in cases {
+                let r = simulate_partitioned(kind, &trace, &cfg, None).unwrap();
+                let want = slow_partitioned(&keys, &streams, k, 150, &*quotas, 23);
+                let hits = want.iter().filter(|&&h| h).count() as u64;
+                let whits = want.iter().zip(&writes).filter(|(&h, &w)| h && w).count() as u64;
+                assert_eq!(
+                    (r.hits, r.write_hits),
+                    (hits, whits),
+                    "{kind:?} seed {seed}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn curves_predict_steady_state_hits() {
+        // With fixed quotas there is no resize, so each partition is an LRU of its size from
+        // the start: the simulated hits equal the curves' sum at those sizes exactly.
+        let k = 3;
+        let (keys, streams, writes) = random_trace(5, 5000, k);
+        let trace = StreamTrace {
+            keys: &keys,
+            streams: &streams,
+            writes: &writes,
+            n_streams: k,
+        };
+        let cfg = PartitionConfig {
+            capacity: 40,
+            interval: 500,
+            steps: 8,
+            writes_only: true,
+            objective: Objective::WriteHits,
+        };
+        let cached = CachedRequests::new(&trace, &cfg);
+        let curves = cached.curves(k, &cfg);
+        let (split, _) = static_optimal(&curves, k, cfg.steps);
+        let total: u64 = split
+            .iter()
+            .enumerate()
+            .map(|(s, &st)| {
+                curves
+                    .chunks(cfg.steps + 1)
+                    .skip(s)
+                    .step_by(k)
+                    .map(|c| c[st])
+                    .sum::<u64>()
+            })
+            .sum();
+        // 40 pages in 8 steps of 5: the split's pages are exactly its steps' capacities
+        let r = simulate_partitioned(PartitionKind::StaticOptimal, &trace, &cfg, None).unwrap();
+        assert_eq!(r.write_hits, total);
+        assert_eq!(r.read_hits, 0);
+        assert_eq!(r.allocations[..k], pages_of_split(&split, 40)[..]);
+        let even = simulate_partitioned(PartitionKind::Even, &trace, &cfg, None).unwrap();
+        assert!(r.write_hits >= even.write_hits);
+    }
+
+    #[test]
+    fn shrinking_evicts_lru_pages() {
+        // stream 0: pages 1, 2, 3 with quota 3; then quota 1 keeps only 3 (the most recent)
+        let keys = [1, 2, 3, 3, 1, 2];
+        let streams = [0u32; 6];
+        let writes = [true; 6];
+        let trace = StreamTrace {
+            keys: &keys,
+            streams: &streams,
+            writes: &writes,
+            n_streams: 2,
+        };
+        let cfg = PartitionConfig {
+            capacity: 4,
+            interval: 3,
+            steps: 4,
+            writes_only: false,
+            objective: Objective::Hits,
+        };
+        let cached = CachedRequests::new(&trace, &cfg);
+        let mut p = PerInterval(vec![vec![3, 1], vec![1, 3]]);
+        let r = simulate_partitioned_with(&mut p, &trace, &cached, &cfg).unwrap();
+        assert_eq!(r.hits, 1); // the second 3
+        assert_eq!(r.resize_evictions, 2);
+        assert_eq!(r.allocations, vec![3, 1, 1, 3]);
+    }
+
+    #[test]
+    fn mlcache_shares_and_errors() {
+        let (keys, streams, writes) = random_trace(9, 600, 2);
+        let trace = StreamTrace {
+            keys: &keys,
+            streams: &streams,
+            writes: &writes,
+            n_streams: 2,
+        };
+        let cfg = PartitionConfig {
+            capacity: 20,
+            interval: 100,
+            steps: 10,
+            writes_only: false,
+            objective: Objective::Hits,
+        };
+        // shares equal to the discrete optimum's reproduce it
+        let cached = CachedRequests::new(&trace, &cfg);
+        let splits = discrete_optimal(&cached.curves(2, &cfg), 2, 10);
+        let shares: Vec<f64> = splits
+            .iter()
+            .flat_map(|s| s.iter().map(|&x| x as f64 / 10.0))
+            .collect();
+        let ml = simulate_partitioned(PartitionKind::MlCache, &trace, &cfg, Some(&shares)).unwrap();
+        let opt = simulate_partitioned(PartitionKind::DiscreteOptimal, &trace, &cfg, None).unwrap();
+        assert_eq!(ml.hits, opt.hits);
+        assert_eq!(ml.allocations, opt.allocations);
+        // a bad row falls back to even
+        let bad = vec![f64::NAN, 1.0];
+        let r = simulate_partitioned(PartitionKind::MlCache, &trace, &cfg, Some(&bad)).unwrap();
+        let even = simulate_partitioned(PartitionKind::Even, &trace, &cfg, None).unwrap();
+        assert_eq!((r.hits, r.fallbacks), (even.hits, 1));
+        assert!(simulate_partitioned(PartitionKind::MlCache, &trace, &cfg, None).is_err());
+        assert!(simulate_partitioned(PartitionKind::MlCache, &trace, &cfg, Some(&[0.5])).is_err());
+        assert!(PartitionKind::parse("nope").is_err());
+    }
+}
