@@ -774,6 +774,8 @@ mod tests {
         assert_eq!(pages_of_shares(&[2.0, 6.0], 8), (vec![2, 6], true));
     }
 
+    type Quotas = Box<dyn Fn(usize) -> Option<Vec<u64>>>;
+
     /// A slow obvious partitioned LRU: one Vec per stream (front = most recent) or one shared.
     fn slow_partitioned(
         keys: &[u64],
@@ -824,7 +826,7 @@ mod tests {
             .iter()
             .map(|&s| r() % (10 + 25 * s as u64))
             .collect();
-        let writes: Vec<bool> = (0..n).map(|_| r() % 3 != 0).collect();
+        let writes: Vec<bool> = (0..n).map(|_| !r().is_multiple_of(3)).collect();
         (keys, streams, writes)
     }
 
@@ -851,7 +853,7 @@ mod tests {
             let splits = discrete_optimal(&curves, k, cfg.steps);
             let disc: Vec<Vec<u64>> = splits.iter().map(|s| pages_of_split(s, 23)).collect();
             let even = apportion(&vec![1; k], 23);
-            let cases: Vec<(PartitionKind, Box<dyn Fn(usize) -> Option<Vec<u64>>>)> = vec![
+            let cases: Vec<(PartitionKind, Quotas)> = vec![
                 (PartitionKind::Shared, Box::new(|_| None)),
                 (PartitionKind::Even, Box::new(move |_| Some(even.clone()))),
                 (

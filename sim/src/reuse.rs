@@ -309,7 +309,7 @@ mod tests {
         let n = 1500;
         let keys: Vec<u64> = (0..n).map(|_| r() % 80).collect();
         let streams: Vec<u32> = (0..n).map(|_| (r() % 2) as u32).collect();
-        let counted: Vec<bool> = (0..n).map(|_| r() % 3 != 0).collect();
+        let counted: Vec<bool> = (0..n).map(|_| !r().is_multiple_of(3)).collect();
         let d = stream_stack_distances(&keys, &streams, 2);
         let (cap, steps, interval) = (37u64, 4usize, 400usize);
         let (curves, n_iv) =
