@@ -73,3 +73,40 @@ def setup(experiment: str = EXPERIMENT) -> str:
             exp_id = exp.experiment_id
     mlflow.set_experiment(experiment_id=exp_id)
     return exp_id
+
+
+def git_commit() -> str | None:
+    """The commit of the flashml checkout this code runs from (with `-dirty` when it has
+    uncommitted changes), None outside a git checkout or without git."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    if not (repo / ".git").exists():
+        return None
+    try:
+        sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{sha}-dirty" if dirty else sha or None
+
+
+def source_tags() -> dict[str, str]:
+    """Tags every flashml MLflow run carries: the git commit (as MLflow's own
+    `mlflow.source.git.commit`, which the UI shows, and `flashml.git_commit` with a `-dirty`
+    mark) and the flashml version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    tags: dict[str, str] = {}
+    commit = git_commit()
+    if commit:
+        tags["mlflow.source.git.commit"] = commit.removesuffix("-dirty")
+        tags["flashml.git_commit"] = commit
+    try:
+        tags["flashml.version"] = version("flashml")
+    except PackageNotFoundError:
+        pass
+    return tags

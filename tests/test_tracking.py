@@ -45,3 +45,47 @@ def test_concurrent_first_runs_share_one_fresh_store(tmp_path: Path) -> None:
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [e[-2000:] for _, e in outs]
     assert len({o.strip() for o, _ in outs}) == 1
+
+
+def test_a_run_never_stays_running(tmp_path: Path) -> None:
+    """A job's MLflow run (flashml.jobs.run.open_run) ends KILLED when the process is
+    stopped by SIGTERM (a benchmark's timeout, `kill`), FAILED on an error (FINISHED
+    otherwise: tests/test_cli.py); a new run carries its name, description, tags and the
+    git commit."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import os, signal, sys, time
+from flashml.jobs.run import RunDir, open_run
+run = RunDir(sys.argv[1])
+with open_run(run, "a run", {"p": 1}, tags={"trace": "t"}, description="what it is"):
+    if sys.argv[2] == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)
+    if sys.argv[2] == "error":
+        raise ValueError("boom")
+"""
+    env = {**os.environ, "FLASHML_HOME": str(tmp_path / "state"), "MLFLOW_TRACKING_URI": ""}
+    cases = {"sigterm": (143, "KILLED"), "error": (1, "FAILED")}
+    procs = {how: subprocess.Popen([sys.executable, "-c", code, str(tmp_path / how), how],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True) for how in cases}
+    for how, p in procs.items():
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == cases[how][0], (how, err[-2000:])
+    import mlflow
+
+    from flashml.tracking import git_commit
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}")
+    commit = git_commit()
+    for how, (_, status) in cases.items():
+        run = mlflow.MlflowClient().get_run((tmp_path / how / "mlflow_run_id").read_text()
+                                            .strip())
+        assert run.info.status == status, how
+        assert run.info.run_name == "a run" and run.data.tags["trace"] == "t"
+        assert run.data.tags["mlflow.note.content"] == "what it is"
+        if commit:
+            assert run.data.tags["mlflow.source.git.commit"] == commit.removesuffix("-dirty")

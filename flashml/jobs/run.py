@@ -108,12 +108,60 @@ class RunDir:
 
 
 @contextmanager
-def open_run(run: RunDir, run_name: str, params: dict[str, Any] | None = None) -> Iterator[Any]:
-    """The run's MLflow run: created on first use (its id kept in the run folder), resumed
-    by later stages and retries. Nothing is opened if a run is already active."""
+def _sigterm_ends_run() -> Iterator[None]:
+    """While a run is open in the main thread, SIGTERM (`timeout`, `kill`, a benchmark's or
+    a scheduler's stop) exits through Python (SystemExit 143) instead of killing the process
+    outright, so the MLflow run ends KILLED rather than staying RUNNING for ever. A handler
+    somebody else installed (Airflow's task runner) is left alone."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextmanager
+def _ended(r: Any) -> Iterator[Any]:
+    """Yield the started MLflow run `r` and end it: FINISHED, KILLED on an interrupt (Ctrl-C,
+    SIGTERM), FAILED on an error; never left RUNNING by a Python exit."""
     import mlflow
 
-    from flashml.tracking import setup
+    status = "FAILED"
+    try:
+        with _sigterm_ends_run():
+            yield r
+        status = "FINISHED"
+    except (KeyboardInterrupt, SystemExit) as e:
+        if not (isinstance(e, SystemExit) and e.code in (0, None)):
+            status = "KILLED"
+        raise
+    finally:
+        if mlflow.active_run() is not None and mlflow.active_run().info.run_id == r.info.run_id:
+            mlflow.end_run(status)
+
+
+@contextmanager
+def open_run(run: RunDir, run_name: str, params: dict[str, Any] | None = None,
+             tags: dict[str, str] | None = None, description: str | None = None
+             ) -> Iterator[Any]:
+    """The run's MLflow run: created on first use (its id kept in the run folder), resumed
+    by later stages and retries. Nothing is opened if a run is already active. A new run
+    gets `tags` with the git commit (flashml.tracking.source_tags) and `description` (the
+    run page's Description); the run ends FINISHED, KILLED (Ctrl-C, SIGTERM) or FAILED."""
+    import mlflow
+
+    from flashml.tracking import setup, source_tags
 
     setup()
     active = mlflow.active_run()
@@ -122,10 +170,11 @@ def open_run(run: RunDir, run_name: str, params: dict[str, Any] | None = None) -
         return
     rid = run.mlflow_run_id()
     if rid is not None:
-        with mlflow.start_run(run_id=rid) as r:
+        with _ended(mlflow.start_run(run_id=rid)) as r:
             yield r
         return
-    with mlflow.start_run(run_name=run_name) as r:
+    with _ended(mlflow.start_run(run_name=run_name, tags=source_tags() | (tags or {}),
+                                 description=description)) as r:
         (run.path / "mlflow_run_id").write_text(r.info.run_id + "\n")
         if params:
             mlflow.log_params(params)
@@ -177,7 +226,9 @@ def run_job(job: Any, settings: Any, out: Path) -> tuple[dict[str, Any], Path, T
     `mlflow_params(run, s)` and `summary(records, s)`) end to end over the run folder `out`
     in one process: a fresh start (earlier stage records in `out` are forgotten), the first
     stage before the MLflow run when it is `ingest` (bad input opens no run), the rest inside
-    it; writes and logs `summary.json`. Returns the summary, its path and the timer."""
+    it; writes and logs `summary.json`. Optional hooks of the job: `mlflow_tags(run, s)`
+    and `describe_run(run, s)` (the new MLflow run's tags and description). Returns the
+    summary, its path and the timer."""
     import mlflow
 
     run = RunDir(out)
@@ -187,7 +238,10 @@ def run_job(job: Any, settings: Any, out: Path) -> tuple[dict[str, Any], Path, T
     first = job.STAGES[0]
     if first.name == "ingest":
         first.fn(run, settings, timer)
-    with open_run(run, job.run_name(settings), job.mlflow_params(run, settings)) as mlrun:
+    tags = job.mlflow_tags(run, settings) if hasattr(job, "mlflow_tags") else None
+    description = job.describe_run(run, settings) if hasattr(job, "describe_run") else None
+    with open_run(run, job.run_name(settings), job.mlflow_params(run, settings), tags=tags,
+                  description=description) as mlrun:
         summary = job.summary(run_stages(job.STAGES, run, settings, timer), settings)
         summary["mlflow_run_id"] = mlrun.info.run_id
         summary["timings_s"] = timer.stages

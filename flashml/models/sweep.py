@@ -1,12 +1,21 @@
 """Optuna sweep over target write rates (and the starting eviction age): each trial runs
 Baleen's convergence loop at its target and is scored by TCO; Baleen-TCO picks the write
 rate with the lowest TCO. sqlite storage under .flashml/ by default, any RDB URL for parallel
-workers; hopeless trials are pruned on the TCO of their first loop iteration."""
+workers; hopeless trials are pruned on the TCO of their first loop iteration.
+
+The write-rate range starts at `rate_range` times the target and grows while the best point
+sits at its top edge (`widened_range`): TCO (Baleen eq. 4b) charges flash wear only 1/36 of
+an HDD's cost per WR_0, so on a trace whose peak keeps falling with more admissions the
+optimum lies well above 4x the target; a fixed range would report its own edge as the
+optimum. It stops growing once the policy cannot write more (a trial falls short of its
+target: the cache admits everything it could) or after `max_widen` steps.
+"""
 
 from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +31,17 @@ from flashml.simulation import SimConfig
 
 log = logging.getLogger(__name__)
 
+#: The study's one objective, as optuna-dashboard and `study.metric_names` show it.
+METRIC = "tco"
+#: MLflow tag of a trial's nested run: its Optuna state (COMPLETE, PRUNED, FAIL).
+STATE_TAG = "optuna.trial_state"
+#: A best trial whose target lies in the top EDGE of the range (on a log scale) is at the edge.
+EDGE = 0.15
+#: Each widening multiplies the top of the range by this.
+WIDEN = 4.0
+#: Fewer trials than this are not a curve: the range is not widened.
+MIN_TRIALS_TO_WIDEN = 4
+
 
 def default_storage() -> str:
     """$FLASHML_OPTUNA_STORAGE, else sqlite under the state dir (flashml.config)."""
@@ -35,9 +55,34 @@ class SweepResult:
     trials: list[dict[str, Any]]
     chosen_write_rate_mbps: float
     chosen_tco: float
+    #: The write-rate range (MB/s) the last trials were drawn from.
+    range_mbps: tuple[float, float] = (math.nan, math.nan)
+    #: How many times the range grew because the best point sat at its top edge.
+    widened: int = 0
 
     def curve(self) -> list[tuple[float, float]]:
         return [(t["write_rate_mbps"], t["tco"]) for t in self.trials if t["state"] == "COMPLETE"]
+
+
+def widened_range(trials: list[dict[str, Any]], lo: float, hi: float,
+                  tolerance: float = 0.05) -> tuple[float, float] | None:
+    """The next write-rate range (MB/s) when the best complete trial's target lies in the
+    top `EDGE` of [lo, hi] on a log scale and the policy reached that target (it could write
+    more); None when the range already brackets the optimum or the policy is saturated."""
+    done = [t for t in trials if t["state"] == "COMPLETE" and t["tco"] is not None]
+    if not done:
+        return None
+    best = min(done, key=lambda t: t["tco"])
+    target, measured = best["target_write_rate_mbps"], best["write_rate_mbps"]
+    if target is None or measured is None or hi <= lo:
+        return None
+    at_edge = math.log(target / lo) >= (1 - EDGE) * math.log(hi / lo)
+    saturated = any(t["write_rate_mbps"] is not None and t["target_write_rate_mbps"]
+                    and t["write_rate_mbps"] < (1 - tolerance) * t["target_write_rate_mbps"]
+                    for t in done)
+    if not at_edge or saturated:
+        return None
+    return max(lo, target / 2), hi * WIDEN
 
 
 def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
@@ -45,10 +90,15 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
               gbm: GbmParams, loop: LoopSettings, *, trials: int = 6,
               storage: str | None = None, study_name: str = "flashml-sweep",
               rate_range: tuple[float, float] = (0.25, 4.0), seed: int = 0,
-              parent_run: Any = None, final_base: SimConfig | None = None) -> SweepResult:
+              parent_run: Any = None, final_base: SimConfig | None = None,
+              user_attrs: dict[str, Any] | None = None, max_widen: int = 2) -> SweepResult:
     """Optuna over target write rate and starting eviction age; each trial is a convergence
     loop scored by TCO. With `final_base` (the peak schedule, models/peak.py) each trial's
-    final threshold is tuned under it, as the shipped policy's is (run_loop)."""
+    final threshold is tuned under it, as the shipped policy's is (run_loop). `user_attrs`
+    go onto the study (trace, target, git commit: what optuna-dashboard shows). When the
+    best point sits at the top of the range (and `trials` >= MIN_TRIALS_TO_WIDEN), up to
+    `max_widen` rounds of max(2, trials // 2) more trials search a range `WIDEN` times
+    higher (`widened_range`)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -58,7 +108,15 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=3,
                                                                    n_warmup_steps=0),
                                 load_if_exists=True)
-    lo, hi = target_mbps * rate_range[0], target_mbps * rate_range[1]
+    with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
+        warnings.simplefilter("ignore")
+        study.set_metric_names([METRIC])
+    attrs = {"target_write_rate_mbps": target_mbps, "peak_dt0": peak0,
+             "write_rate0_mbps": wr0_mbps, "objective": "TCO, Baleen eq. 4b, relative to "
+             "RejectX at the default write rate (lower is better)", **(user_attrs or {})}
+    for k, v in attrs.items():
+        study.set_user_attr(k, v)
+    bounds = [target_mbps * rate_range[0], target_mbps * rate_range[1]]
     # The user's target first, so the default rate is always on the curve.
     study.enqueue_trial({"write_rate_mbps": target_mbps,
                          "start_eviction_age_s": loop.start_eviction_age_s})
@@ -66,27 +124,47 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     def objective(trial: optuna.Trial) -> float:
         import mlflow
 
+        lo, hi = bounds
         wr = trial.suggest_float("write_rate_mbps", lo, hi, log=True)
         ea0 = trial.suggest_float("start_eviction_age_s", 1800.0, 4 * 3600.0, log=True)
         settings = replace(loop, start_eviction_age_s=ea0, max_iter=min(loop.max_iter, 6))
-        with mlflow.start_run(run_name=f"sweep-trial-{trial.number}", nested=True):
-            mlflow.log_params({"write_rate_mbps": wr, "start_eviction_age_s": ea0})
+        mlflow.start_run(run_name=f"sweep-trial-{trial.number}", nested=True,
+                         tags={"optuna.study": study_name,
+                               "optuna.trial": str(trial.number)})
+        status = "FAILED"
+        try:
+            mlflow.log_params({"write_rate_mbps": wr, "start_eviction_age_s": ea0,
+                               "write_rate_range_mbps": f"{lo:.4g}-{hi:.4g}"})
             res = run_loop(df, table, feats, base, wr, workdir / f"trial-{trial.number:03d}",
                            gbm, settings, final_base=final_base)
             for step, it in enumerate(res.iterations):
                 val = tco(it.peak_dt_util, it.write_rate_mbps, peak0, wr0_mbps)
                 trial.report(val, step)
+                mlflow.log_metrics({"loop_tco": val, "loop_peak_dt_util": it.peak_dt_util,
+                                    "loop_write_rate_mbps": it.write_rate_mbps,
+                                    "loop_eviction_age_s": it.measured_eviction_age_s},
+                                   step=step)
             m = res.tuned.result.metrics
             value = tco(m["peak_dt_util"], m["flash_write_rate_mbps"], peak0, wr0_mbps)
             mlflow.log_metrics({k: float(v) for k, v in m.items()
                                 if isinstance(v, (int, float)) and math.isfinite(v)})
-            mlflow.log_metric("tco", value)
+            mlflow.log_metric(METRIC, value)
             trial.set_user_attr("measured_write_rate_mbps", float(m["flash_write_rate_mbps"]))
             trial.set_user_attr("peak_dt_util", float(m["peak_dt_util"]))
             trial.set_user_attr("converged", res.converged)
-            if trial.should_prune():
-                raise optuna.TrialPruned()
-            return value
+            pruned = trial.should_prune()
+            # A pruned trial ran to its end: its nested run is KILLED (stopped by Optuna, not
+            # broken) with its state as a tag; TrialPruned is raised after the run has ended,
+            # so MLflow does not record it as FAILED.
+            mlflow.set_tag(STATE_TAG, "PRUNED" if pruned else "COMPLETE")
+            status = "KILLED" if pruned else "FINISHED"
+        finally:
+            if status == "FAILED":
+                mlflow.set_tag(STATE_TAG, "FAIL")
+            mlflow.end_run(status)
+        if pruned:
+            raise optuna.TrialPruned()
+        return value
 
     from tqdm import tqdm
 
@@ -96,15 +174,32 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         bar.update(1)
 
     study.optimize(objective, n_trials=trials, callbacks=[tick])
+    widened = 0
+    while widened < max_widen and trials >= MIN_TRIALS_TO_WIDEN:
+        nxt = widened_range(_rows(study), *bounds)
+        if nxt is None:
+            break
+        widened += 1
+        log.info("sweep: the best write rate is at the top of %.3g-%.3g MB/s; searching "
+                 "%.3g-%.3g MB/s", *bounds, *nxt)
+        bounds[:] = nxt
+        more = max(2, trials // 2)
+        bar.total += more
+        bar.refresh()
+        study.optimize(objective, n_trials=more, callbacks=[tick])
     bar.close()
-    rows = []
-    for t in study.trials:
-        rows.append({"number": t.number, "state": t.state.name, "tco": t.value,
-                     "target_write_rate_mbps": t.params.get("write_rate_mbps"),
-                     "write_rate_mbps": t.user_attrs.get("measured_write_rate_mbps"),
-                     "peak_dt_util": t.user_attrs.get("peak_dt_util"),
-                     "start_eviction_age_s": t.params.get("start_eviction_age_s"),
-                     "converged": t.user_attrs.get("converged")})
+    study.set_user_attr("write_rate_range_mbps", list(bounds))
+    study.set_user_attr("range_widened", widened)
     best = study.best_trial
-    return SweepResult(study_name, storage, rows,
-                       float(best.user_attrs["measured_write_rate_mbps"]), float(best.value))
+    return SweepResult(study_name, storage, _rows(study),
+                       float(best.user_attrs["measured_write_rate_mbps"]), float(best.value),
+                       (bounds[0], bounds[1]), widened)
+
+
+def _rows(study: Any) -> list[dict[str, Any]]:
+    return [{"number": t.number, "state": t.state.name, "tco": t.value,
+             "target_write_rate_mbps": t.params.get("write_rate_mbps"),
+             "write_rate_mbps": t.user_attrs.get("measured_write_rate_mbps"),
+             "peak_dt_util": t.user_attrs.get("peak_dt_util"),
+             "start_eviction_age_s": t.params.get("start_eviction_age_s"),
+             "converged": t.user_attrs.get("converged")} for t in study.trials]

@@ -1,0 +1,112 @@
+"""The Optuna sweep as its users see it (flashml/models/sweep.py), with the convergence loop
+replaced by a stand-in whose TCO is a known function of the write rate: pruned trials are
+KILLED nested MLflow runs tagged PRUNED (not FAILED), the study carries its objective's name
+and the user attributes, and the write-rate range grows while the best point sits at its
+top edge (and stops where the policy cannot write more)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from flashml.models.sweep import WIDEN, widened_range
+
+DRIVER = r"""
+import json, sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import mlflow
+import numpy as np
+
+import flashml.models.sweep as sweep
+from flashml.settings import JOB_GBM, LoopSettings
+from flashml.tracking import setup
+
+cfg = json.loads(sys.argv[1])
+SAT = cfg["saturation_mbps"]
+
+
+def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=None):
+    # measured write rate: the target, up to what the policy can write; peak DT falls with
+    # the write rate, so TCO (eq. 4b) falls until the saturation point, then rises
+    w = min(wr, SAT)
+    peak = 0.2 + 0.3 * np.exp(-w / cfg["scale_mbps"])
+    its = [SimpleNamespace(peak_dt_util=peak * (1 + 0.2 / (i + 1)), write_rate_mbps=w,
+                           measured_eviction_age_s=3600.0) for i in range(3)]
+    metrics = {"peak_dt_util": peak, "flash_write_rate_mbps": w}
+    return SimpleNamespace(iterations=its, converged=True,
+                           tuned=SimpleNamespace(result=SimpleNamespace(metrics=metrics)))
+
+
+sweep.run_loop = fake_loop
+setup()
+with mlflow.start_run(run_name="parent") as parent:
+    res = sweep.run_sweep(None, Path("t"), None, None, 10.0, 0.4, 10.0, Path(cfg["tmp"]),
+                          JOB_GBM, LoopSettings(), trials=cfg["trials"],
+                          study_name="s", user_attrs={"trace": "t.trace", "git_commit": "abc"})
+import optuna
+study = optuna.load_study(study_name="s", storage=res.storage)
+runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                          filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+print("RESULT " + json.dumps({
+    "trials": res.trials, "range": res.range_mbps, "widened": res.widened,
+    "metric_names": study.metric_names, "user_attrs": study.user_attrs,
+    "runs": [{"name": r.info.run_name, "status": r.info.status,
+              "state": r.data.tags.get(sweep.STATE_TAG)} for r in runs]}))
+"""
+
+
+def _sweep(tmp: Path, **cfg: float) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHML_", "MLFLOW_"))}
+    env |= {"FLASHML_HOME": str(tmp / "state"), "PYTHONPATH": str(REPO / "tests")}
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps({"tmp": str(tmp), **cfg})],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+
+
+def test_pruned_trials_widening_and_study_attributes(tmp_path: Path) -> None:
+    """TCO falls until 120 MB/s, 12x the 10 MB/s target: the first range (2.5-40 MB/s) has
+    its best point at the top edge, so the sweep widens it (x4 a step) until it brackets
+    the minimum; some trials are pruned on the way, and their MLflow runs end KILLED, tagged
+    PRUNED, never FAILED."""
+    res = _sweep(tmp_path, trials=8, saturation_mbps=400.0, scale_mbps=60.0)
+    assert res["widened"] >= 1
+    assert res["range"][1] == pytest.approx(10.0 * 4.0 * WIDEN ** res["widened"])
+    best = min((t for t in res["trials"] if t["state"] == "COMPLETE"), key=lambda t: t["tco"])
+    assert best["target_write_rate_mbps"] > 40.0  # beyond the first range's top
+    # TCO's minimum is at 120 MB/s here: the last range brackets it
+    assert res["range"][0] < 120.0 < res["range"][1]
+    assert res["metric_names"] == ["tco"]
+    assert res["user_attrs"]["trace"] == "t.trace" and res["user_attrs"]["git_commit"] == "abc"
+    assert res["user_attrs"]["target_write_rate_mbps"] == 10.0
+    assert res["user_attrs"]["write_rate_range_mbps"] == pytest.approx(res["range"])
+    states = {t["number"]: t["state"] for t in res["trials"]}
+    assert "PRUNED" in states.values(), states
+    runs = {int(r["name"].rsplit("-", 1)[1]): r for r in res["runs"]}
+    assert set(runs) == set(states)
+    for n, state in states.items():
+        want = {"COMPLETE": ("FINISHED", "COMPLETE"), "PRUNED": ("KILLED", "PRUNED")}[state]
+        assert (runs[n]["status"], runs[n]["state"]) == want, (n, runs[n])
+
+
+def test_widened_range() -> None:
+    def trial(target: float, measured: float, tco: float) -> dict:
+        return {"state": "COMPLETE", "tco": tco, "target_write_rate_mbps": target,
+                "write_rate_mbps": measured}
+
+    edge = [trial(10, 10, 1.0), trial(38, 38, 0.8), trial(20, 20, 0.9)]
+    assert widened_range(edge, 2.5, 40.0) == (19.0, 160.0)
+    inside = [trial(10, 10, 1.0), trial(20, 20, 0.7), trial(38, 38, 0.8)]
+    assert widened_range(inside, 2.5, 40.0) is None
+    # the policy could not write its target: more range would only repeat the same point
+    saturated = edge + [trial(39, 30, 0.85)]
+    assert widened_range(saturated, 2.5, 40.0) is None
+    assert widened_range([], 2.5, 40.0) is None
