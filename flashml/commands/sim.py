@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from flashml.commands.argtypes import finite_float as _float
-from flashml.commands.argtypes import hours_of_day
+from flashml.commands.argtypes import hours_of_day, positive_int
 from flashml.commands.argtypes import integer as _int
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS, UNITS
@@ -164,6 +164,99 @@ def cmd_objects(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- partitioned page cache across streams (MLCache, issue 18) --------------------------------
+
+def _policy_list(text: str) -> tuple[str, ...]:
+    """`all` (every policy that needs only the trace) or a comma-separated list."""
+    from flashml.partitioning import POLICIES, TRACE_POLICIES
+
+    if text.strip().lower() == "all":
+        return TRACE_POLICIES
+    names = tuple(p.strip().lower() for p in text.split(",") if p.strip())
+    bad = [p for p in names if p not in POLICIES]
+    if bad or not names or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"expected 'all' or distinct names from {', '.join(POLICIES)}, got {text!r}")
+    return names
+
+
+def _load_shares(path: Path, n_streams: int) -> Any:
+    import numpy as np
+
+    if not path.is_file():
+        raise UserError(f"{path}: no such file (--shares: a .npy array (intervals, streams))")
+    try:
+        a = np.load(path, allow_pickle=False)
+    except Exception as e:  # numpy raises several error types for a bad file
+        raise UserError(f"{path}: not a readable .npy array ({e})") from None
+    if a.ndim != 2 or a.shape[1] != n_streams or a.shape[0] == 0:
+        raise UserError(f"{path}: shares of shape {a.shape}; expected (intervals, {n_streams}):"
+                        " one row per interval, one column per stream")
+    if not np.issubdtype(a.dtype, np.number):
+        raise UserError(f"{path}: shares of dtype {a.dtype}; expected numbers")
+    return a.astype(np.float64)
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    from flashml.partitioning import compare, page_requests
+    from flashml.trace.ingest import load_trace
+
+    if "mlcache" in args.policy and args.shares is None:
+        raise UserError("--policy mlcache needs --shares FILE.npy (the model comes later)")
+    if args.shares is not None and "mlcache" not in args.policy:
+        raise UserError("--shares is only for --policy mlcache")
+    df, meta = load_trace(args.trace, args.format, sample_ratio=args.sample_ratio)
+    try:
+        trace = page_requests(df, args.streams, args.page_bytes, meta.block_bytes)
+    except ValueError as e:
+        raise UserError(f"{args.trace}: {e}") from None
+    if args.writes_only and not trace.writes.any():
+        raise UserError(f"{args.trace}: field 'op': no writes, and --writes-only caches writes "
+                        "only")
+    shares = None if args.shares is None else _load_shares(args.shares, trace.n_streams)
+    try:
+        res = compare(trace, args.capacity, args.interval, args.policy, steps=args.steps,
+                      writes_only=args.writes_only, objective=args.objective, shares=shares)
+    except ValueError as e:
+        raise UserError(f"{args.trace}: {e}") from None
+    out = {
+        "trace": str(args.trace), "stream_column": args.streams,
+        "streams": list(trace.names), "requests": len(trace),
+        "writes": int(trace.writes.sum()), "capacity_pages": args.capacity,
+        "interval": args.interval, "steps": args.steps, "page_bytes": args.page_bytes,
+        "writes_only": args.writes_only, "objective": args.objective, "policies": res,
+    }
+    if args.json:
+        print(dumps(jsonable(out), indent=None))
+        return 0
+    print(f"{args.trace}: {len(trace)} page requests ({out['writes']} writes) in "
+          f"{trace.n_streams} streams of '{args.streams}'; {args.capacity} pages, intervals of "
+          f"{args.interval} requests")
+    print(f"{'policy':<17} {'hit_ratio':>9} {'write_hit':>9} {'read_hit':>9}  mean shares")
+    for name, r in res.items():
+        shares_txt = ("-" if r["mean_shares"] is None else
+                      " ".join(f"{x:.2f}" for x in r["mean_shares"]))
+        print(f"{name:<17} {r['hit_ratio']:>9.4f} {r['write_hit_ratio']:>9.4f} "
+              f"{r['read_hit_ratio']:>9.4f}  {shares_txt}")
+    return 0
+
+
+PARTITION_EPILOG = """\
+A cache of --capacity pages shared by the streams (the values of --streams) is split into one
+LRU partition per stream, re-divided every --interval requests; a partition that shrinks
+evicts its LRU pages. Every access becomes one request per --page-bytes page it covers; a
+write is a PUT op. Policies: shared (one LRU, no partitions), even, static_optimal (the best
+fixed split for the whole trace), discrete_optimal (the best split of each interval, in
+hindsight: the paper's ideal model), mlcache (shares per interval from --shares). The optima
+search --steps equal steps of the capacity over exact per-stream LRU stack distances.
+
+example:
+  flashml trace mix --streams 4 --requests 200000 -o mix4.parquet
+  flashml sim partition --trace mix4.parquet --streams namespace --capacity 260 \\
+      --interval 5000 --json
+"""
+
+
 RUN_EPILOG = """\
 per-access arrays (from --arrays FILE.parquet, one row per access in trace order, or from
 columns of the trace table itself):
@@ -278,3 +371,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true",
                    help="print miss_ratio, requests, hits, ... as one JSON object")
     p.set_defaults(func=cmd_objects)
+
+    p = ssub.add_parser(
+        "partition", help="partitioned page cache across streams (MLCache): hit ratios of "
+        "shared, even, static_optimal, discrete_optimal",
+        description="Simulate a page cache shared by the streams of a trace, partitioned per "
+        "stream (MLCache, issue 18), and print the hit, write-hit and read-hit ratios of each "
+        "policy.", epilog=PARTITION_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_trace_option(p)
+    p.add_argument("--streams", default="namespace", metavar="COLUMN",
+                   help="the column whose values are the streams: namespace, user, or a "
+                   "src_* column of the format such as src_hostname (default namespace)")
+    p.add_argument("--capacity", type=positive_int, required=True, metavar="PAGES",
+                   help="cache capacity in pages")
+    p.add_argument("--interval", type=positive_int, required=True, metavar="N",
+                   help="requests (of those the cache sees) between re-divisions")
+    p.add_argument("--policy", type=_policy_list, default="all", metavar="NAMES",
+                   help="all (shared, even, static_optimal, discrete_optimal; the default) or "
+                   "a comma-separated list of those and mlcache")
+    p.add_argument("--steps", type=positive_int, default=10, metavar="T",
+                   help="equal steps of the capacity for the optima's search (default 10, the "
+                   "paper's t)")
+    p.add_argument("--page-bytes", type=positive_int, default=8192, metavar="BYTES",
+                   help="page size (default 8192, the paper's)")
+    p.add_argument("--writes-only", action="store_true",
+                   help="cache writes only; reads go around the cache (the paper's setting)")
+    p.add_argument("--objective", choices=("hits", "write_hits"), default="hits",
+                   help="what the optima maximise (default hits)")
+    p.add_argument("--shares", type=Path, default=None, metavar="FILE",
+                   help="mlcache: a .npy array (intervals, streams) of capacity shares")
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    p.set_defaults(func=cmd_partition)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from flashml.commands.argtypes import finite_float
 from flashml.config import UNITS
+from flashml.errors import UserError
 
 log = logging.getLogger("flashml.trace")
 OBJECTS_CSV = "objects-csv"  # whole-object traces (flashml/trace/objects.py)
@@ -134,6 +135,28 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mix(args: argparse.Namespace) -> int:
+    from flashml.trace.multistream import generate_mix, write_mix
+
+    if min(args.streams, args.requests, args.phases) < 1 or args.scale < 5:
+        raise UserError("--streams, --requests and --phases must be >= 1, --scale >= 5")
+    kinds = None
+    if args.kinds:
+        from flashml.trace.multistream import STREAM_KINDS
+
+        kinds = tuple(k.strip() for k in args.kinds.split(","))
+        bad = [k for k in kinds if k not in STREAM_KINDS]
+        if bad or len(kinds) != args.streams:
+            raise UserError(f"--kinds: expected {args.streams} names from "
+                            f"{', '.join(STREAM_KINDS)}, got {args.kinds!r}")
+    df, kinds = generate_mix(args.streams, args.requests, args.seed, kinds=kinds,
+                             phases=args.phases, scale=args.scale)
+    write_mix(df, args.output)
+    print(f"{args.output}: {df.height} page requests, streams (namespace) "
+          + ", ".join(f"{i}={k}" for i, k in enumerate(kinds)))
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     from flashml.trace.stats import compute_stats, format_stats
 
@@ -210,6 +233,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("-o", "--output", type=Path, required=True, help="output trace file")
     p.set_defaults(func=cmd_generate)
+
+    p = tsub.add_parser("mix", help="write a synthetic multi-stream page trace (MLCache)",
+                        description="Write a canonical table of page requests from several "
+                        "streams with distinct reuse profiles (loop, zipf, scan, shift, "
+                        "hotset) and shifting intensities, interleaved by time; the stream is "
+                        "the namespace column (`flashml sim partition --streams namespace`).")
+    p.add_argument("--streams", type=int, default=4, help="number of streams (default 4)")
+    p.add_argument("--requests", type=int, default=200_000,
+                   help="page requests in all (default 200000)")
+    p.add_argument("--kinds", default=None,
+                   help="comma-separated kind of each stream (default: drawn by the seed)")
+    p.add_argument("--phases", type=int, default=8,
+                   help="intensity phases (default 8)")
+    p.add_argument("--scale", type=int, default=200,
+                   help="typical working set in pages (default 200)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("-o", "--output", type=Path, required=True, help="output .parquet")
+    p.set_defaults(func=cmd_mix)
 
     p = tsub.add_parser("stats", help="Baleen Table 2 statistics of a trace",
                         description="Print the Table 2 statistics of a trace (rates scaled to a "
