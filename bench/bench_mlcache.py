@@ -1,0 +1,198 @@
+"""MLCache's first stage (issue 18): exact stack distances / miss-ratio curves, and the
+partition policies on generated multi-stream page traces.
+
+    .venv/bin/python bench/bench_mlcache.py           # full run, about a minute
+    .venv/bin/python bench/bench_mlcache.py --quick   # smaller traces: a smoke test
+
+1. Stack distances (sim/src/reuse.rs, Fenwick tree, O(n log n)) in requests per second: on
+   Zipf traces of 10^5..10^7 requests and on the CloudPhysics sample; against the slow
+   obvious O(n*m) LRU-stack walk (Python, tests/test_partitioning.py's reference) on small n,
+   and against libCacheSim: its Python bindings have no MRC or stack-distance API, so its way
+   to a t-point MRC is t LRU simulations (`object_baselines.run_baselines`, count capacity),
+   timed here for the paper's t = 10 points; the points must equal ours.
+2. Hit ratios of shared, even, static_optimal and discrete_optimal on generated mixes
+   (`flashml.trace.multistream.generate_mix`) of 2, 4 and 8 streams at the paper's cache sizes
+   (220, 260, 680 pages), several seeds each: reads and writes cached (hit and write-hit
+   ratio), and writes only (the paper's Alg. 1: write-hit ratio).
+
+Writes bench/results/mlcache.json and prints the README table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from machine import machine  # noqa: E402
+
+from flashml import partitioning as part  # noqa: E402
+from flashml.files import atomic_path, dumps, jsonable  # noqa: E402
+from flashml.trace.multistream import generate_mix  # noqa: E402
+
+CLOUDPHYSICS = ROOT.parent / "shared" / "traces" / "cloudphysics-sample.csv"
+RESULTS = ROOT / "bench" / "results"
+CAPACITY = {2: 220, 4: 260, 8: 680}  # pages: the paper's Fig. 8a and §4.1
+POLICIES = part.TRACE_POLICIES
+
+
+def zipf_keys(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (rng.zipf(1.2, n) % max(n // 5, 10)).astype(np.uint64)
+
+
+def slow_distances(keys: np.ndarray) -> list[int]:
+    from test_partitioning import slow_distances as slow
+
+    return slow(keys.tolist())
+
+
+def timed(fn, *args, repeat: int = 1) -> tuple[Any, float]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        best = min(best, time.perf_counter() - t0)
+    return out, best
+
+
+def distance_bench(quick: bool) -> dict[str, Any]:
+    rows = []
+    sizes = (10**5, 10**6) if quick else (10**5, 10**6, 10**7)
+    for n in sizes:
+        keys = zipf_keys(n)
+        _, s = timed(part.stack_distances, keys, repeat=1 if n >= 10**7 else 3)
+        grid = np.linspace(0, n // 5, 11).astype(np.uint64)
+        _, s_mrc = timed(lambda k=keys, g=grid: part.miss_ratio_curve(part.stack_distances(k), g))
+        rows.append({"trace": f"zipf-1.2 n={n}", "requests": n,
+                     "distinct": int(np.unique(keys).size), "fast_s": s,
+                     "fast_per_s": n / s, "mrc_11_points_s": s_mrc})
+    cp = pl.read_csv(CLOUDPHYSICS, schema_overrides={"lbn": pl.UInt64})["lbn"].to_numpy()
+    _, s = timed(part.stack_distances, cp, repeat=3)
+    rows.append({"trace": "cloudphysics-sample", "requests": len(cp),
+                 "distinct": int(np.unique(cp).size), "fast_s": s, "fast_per_s": len(cp) / s})
+
+    slow_rows = []
+    for n in (2000, 20000) if not quick else (2000,):
+        keys = zipf_keys(n, seed=1)
+        slow, s_slow = timed(slow_distances, keys)
+        fast, s_fast = timed(part.stack_distances, keys, repeat=5)
+        assert fast.tolist() == slow, "fast and slow stack distances differ"
+        slow_rows.append({"requests": n, "distinct": int(np.unique(keys).size),
+                          "slow_python_s": s_slow, "slow_per_s": n / s_slow,
+                          "fast_s": s_fast, "fast_per_s": n / s_fast,
+                          "speedup": s_slow / s_fast, "equal": True})
+
+    lcs_rows = []
+    try:
+        from flashml.policies import object_baselines as ob
+
+        cases = [("cloudphysics-sample", cp)]
+        if not quick:
+            cases.append(("zipf-1.2 n=1000000", zipf_keys(10**6)))
+        for name, keys in cases:
+            distinct = int(np.unique(keys).size)
+            caps = [max(1, distinct * j // 10) for j in range(1, 11)]
+            t0 = time.perf_counter()
+            rows_l = ob.run_baselines(keys, np.ones(len(keys), np.uint64), caps, unit="objects",
+                                      policies=["lru"], isolate=False)
+            s_lcs = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            ours = part.hit_curve(part.stack_distances(keys), caps)
+            s_ours = time.perf_counter() - t0
+            same = all(rows_l[c]["lru"]["hits"] == h for c, h in zip(caps, ours, strict=True))
+            lcs_rows.append({"trace": name, "requests": len(keys), "points": len(caps),
+                             "libcachesim_lru_sims_s": s_lcs,
+                             "libcachesim_per_s": len(keys) / s_lcs,
+                             "ours_s": s_ours, "ours_per_s": len(keys) / s_ours,
+                             "speedup": s_lcs / s_ours, "points_equal": same})
+    except ImportError as e:  # libcachesim not installed
+        lcs_rows.append({"error": str(e)})
+    return {"fast": rows, "slow": slow_rows, "libcachesim": lcs_rows}
+
+
+def policy_bench(quick: bool) -> dict[str, Any]:
+    seeds = (0, 1) if quick else (0, 1, 2, 3, 4)
+    requests = 50_000 if quick else 200_000
+    interval = 5000
+    rows = []
+    for k, cap in CAPACITY.items():
+        for seed in seeds:
+            df, kinds = generate_mix(k, requests, seed=100 * k + seed)
+            trace = part.page_requests(df, "namespace")
+            both = part.compare(trace, cap, interval)
+            wo = part.compare(trace, cap, interval, writes_only=True)
+            rows.append({
+                "streams": k, "seed": 100 * k + seed, "kinds": list(kinds), "capacity": cap,
+                "interval": interval, "requests": requests,
+                "hit_ratio": {p: both[p]["hit_ratio"] for p in POLICIES},
+                "write_hit_ratio": {p: both[p]["write_hit_ratio"] for p in POLICIES},
+                "writes_only_write_hit_ratio": {p: wo[p]["write_hit_ratio"] for p in POLICIES},
+                "discrete_optimal_mean_shares": both["discrete_optimal"]["mean_shares"],
+            })
+    summary = {}
+    for k in CAPACITY:
+        mine = [r for r in rows if r["streams"] == k]
+        s: dict[str, Any] = {}
+        for metric in ("hit_ratio", "write_hit_ratio", "writes_only_write_hit_ratio"):
+            s[metric] = {p: float(np.mean([r[metric][p] for r in mine])) for p in POLICIES}
+            # the gain of the mean over even's mean (the table), and the mean of the mixes'
+            # own gains (larger: a mix where even does badly counts for more)
+            s[metric + "_gain_over_even"] = {
+                p: s[metric][p] / s[metric]["even"] - 1 for p in POLICIES}
+            s[metric + "_mean_gain_of_mixes"] = {
+                p: float(np.mean([r[metric][p] / r[metric]["even"] - 1 for r in mine]))
+                for p in POLICIES}
+        summary[str(k)] = s
+    return {"rows": rows, "summary": summary, "interval": interval, "requests": requests}
+
+
+def table(res: dict[str, Any]) -> str:
+    lines = ["| streams (pages) | metric | " + " | ".join(POLICIES) + " |",
+             "|---|---|" + "---:|" * len(POLICIES)]
+    for k, s in res["policies"]["summary"].items():
+        for metric, label in (("hit_ratio", "hit ratio (reads + writes)"),
+                              ("write_hit_ratio", "write hit ratio (reads + writes)"),
+                              ("writes_only_write_hit_ratio", "write hit ratio (writes only)")):
+            cells = [f"{s[metric][p]:.3f}" + (
+                "" if p == "even" else f" ({100 * s[metric + '_gain_over_even'][p]:+.0f}%)")
+                for p in POLICIES]
+            lines.append(f"| {k} ({CAPACITY[int(k)]}) | {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller traces (a smoke test)")
+    ap.add_argument("-o", "--output", type=Path, default=RESULTS / "mlcache.json")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    res = {"machine": machine(), "quick": args.quick,
+           "stack_distances": distance_bench(args.quick),
+           "policies": policy_bench(args.quick)}
+    res["wall_s"] = time.perf_counter() - t0
+    with atomic_path(args.output) as tmp:
+        Path(tmp).write_text(dumps(jsonable(res), indent=1) + "\n")
+    for r in res["stack_distances"]["fast"]:
+        print(f"{r['trace']:>24}: {r['fast_per_s'] / 1e6:7.2f} M requests/s ({r['fast_s']:.3f} s)")
+    for r in res["stack_distances"]["slow"]:
+        print(f"slow O(n*m) n={r['requests']}: {r['slow_per_s']:.0f}/s; fast {r['speedup']:.0f}x")
+    for r in res["stack_distances"]["libcachesim"]:
+        print("libcachesim:", json.dumps(r))
+    print(table(res))
+    print(f"wrote {args.output} in {res['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
