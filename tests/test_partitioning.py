@@ -370,3 +370,18 @@ def test_cli_trace_mix(cli, tmp_path) -> None:
     assert pl.read_parquet(out).select(df.columns).equals(df)
     p = cli("trace", "mix", "--streams", "2", "--kinds", "loop,lfu", "-o", tmp_path / "x.pq")
     assert p.returncode != 0 and "--kinds" in p.stderr and not (tmp_path / "x.pq").exists()
+
+
+def test_cli_partition_msr_pages(cli) -> None:
+    """An MSR trace, streams by host: every IO becomes one request per 8 KiB page of each
+    8 MiB block it covers (2 + 1 + (1 + 1) + 8 pages), a write iff the IO is a Write."""
+    from conftest import REPO
+
+    p = cli("sim", "partition", "--trace", REPO / "tests" / "data" / "msr_fixture.csv",
+            "--format", "msr", "--streams", "src_hostname", "--capacity", "8", "--interval",
+            "2", "--json", check=True)
+    out = json.loads(p.stdout)
+    assert out["streams"] == ["prxy", "web"]
+    assert (out["requests"], out["writes"]) == (13, 1)
+    # each page is requested once: nothing can hit
+    assert all(r["hits"] == 0 for r in out["policies"].values())
