@@ -10,7 +10,8 @@ partition policies on generated multi-stream page traces.
    and against libCacheSim: its Python bindings have no MRC or stack-distance API, so its way
    to a t-point MRC is t LRU simulations (`object_baselines.run_baselines`, count capacity),
    timed here for the paper's t = 10 points; the points must equal ours.
-2. Hit ratios of shared, even, static_optimal and discrete_optimal on generated mixes
+2. Hit ratios of shared, even, static_optimal, discrete_optimal and previous_optimal (the
+   `mlcache` hook fed the previous interval's best split) on generated mixes
    (`flashml.trace.multistream.generate_mix`) of 2, 4 and 8 streams at the paper's cache sizes
    (220, 260, 680 pages), several seeds each: reads and writes cached (hit and write-hit
    ratio), and writes only (the paper's Alg. 1: write-hit ratio).
@@ -44,7 +45,29 @@ from flashml.trace.multistream import generate_mix  # noqa: E402
 CLOUDPHYSICS = ROOT.parent / "shared" / "traces" / "cloudphysics-sample.csv"
 RESULTS = ROOT / "bench" / "results"
 CAPACITY = {2: 220, 4: 260, 8: 680}  # pages: the paper's Fig. 8a and §4.1
-POLICIES = part.TRACE_POLICIES
+#: the four trace policies, and `mlcache` fed the previous interval's optimum (the natural
+#: non-learned predictor, other-seeds-notes §2.2: the network has to beat it)
+POLICIES = (*part.TRACE_POLICIES, "previous_optimal")
+
+
+def previous_optimal_shares(trace: part.StreamTrace, capacity: int, interval: int,
+                            writes_only: bool) -> np.ndarray:
+    """Shares for interval i: interval i-1's best split on its own curves (even for the
+    first), i.e. predicting that the next interval looks like the last one."""
+    curves = part.partition_curves(trace, capacity, interval, writes_only=writes_only)["curves"]
+    k = trace.n_streams
+    rows = [np.full(k, 1.0 / k)]
+    rows += [np.array(part.best_split(c)[0], dtype=np.float64) for c in curves[:-1]]
+    return np.vstack(rows)
+
+
+def compare_all(trace: part.StreamTrace, capacity: int, interval: int,
+                writes_only: bool) -> dict[str, dict[str, Any]]:
+    res = part.compare(trace, capacity, interval, writes_only=writes_only)
+    shares = previous_optimal_shares(trace, capacity, interval, writes_only)
+    res["previous_optimal"] = part.compare(trace, capacity, interval, ("mlcache",),
+                                           writes_only=writes_only, shares=shares)["mlcache"]
+    return res
 
 
 def zipf_keys(n: int, seed: int = 0) -> np.ndarray:
@@ -129,8 +152,8 @@ def policy_bench(quick: bool) -> dict[str, Any]:
         for seed in seeds:
             df, kinds = generate_mix(k, requests, seed=100 * k + seed)
             trace = part.page_requests(df, "namespace")
-            both = part.compare(trace, cap, interval)
-            wo = part.compare(trace, cap, interval, writes_only=True)
+            both = compare_all(trace, cap, interval, writes_only=False)
+            wo = compare_all(trace, cap, interval, writes_only=True)
             rows.append({
                 "streams": k, "seed": 100 * k + seed, "kinds": list(kinds), "capacity": cap,
                 "interval": interval, "requests": requests,
