@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export CARGO_TERM_QUIET := true
 
-.PHONY: setup demo test lint test-rust test-c test-python bench clean regress fuzz
+.PHONY: setup demo test lint test-rust test-c test-python bench clean regress fuzz conformance
 
 setup:
 	@bash scripts/setup.sh
@@ -36,6 +36,11 @@ regress: setup
 
 bench: setup
 	$(PY) bench/run.py
+
+# flashml side by side with the Baleen artifact's simulator (README "Flash mode vs BCacheSim"):
+# FLASHML_BCACHESIM=/path/to/BCacheSim (commit ddeb2d8) [FLASHML_BCACHESIM_PYTHON=its python]
+conformance: setup
+	$(PY) bench/bench_conformance.py
 
 # Fuzzing (README.md, "Fuzzing"; not part of `make test`, which runs a small fixed-seed set):
 # FUZZ_CASES mutated inputs per format through every trace reader, object reader, bundle
