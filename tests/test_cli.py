@@ -130,3 +130,78 @@ def test_main_job_end_to_end(tmp_path: Path, cli) -> None:
     assert summary["mlflow_run_id"] in {r.info.run_id for r in runs}
     assert {"baleen", "rejectx", "opt", "sweep-trial-0"} <= names
     assert "peak DT" in proc.stdout and "Baleen vs RejectX" in proc.stdout
+    check_mlflow_as_users_see_it(summary, runs)
+
+
+def check_mlflow_as_users_see_it(summary: dict, runs: list) -> None:
+    """What the MLflow UI shows of one `flashml pipeline run` (issue 22): a parent run named
+    by trace, target and time, described, tagged with the git commit and trace, FINISHED,
+    with the headline metrics to compare runs on, the trace as its input dataset, loop
+    curves as stepped metrics, the admission model's named signature and input example, and
+    the registered version being the policy bundle with its compiled .so."""
+    import mlflow
+
+    from flashml.features.contract import contract
+    from flashml.tracking import REGISTERED_MODEL, git_commit
+
+    client = mlflow.MlflowClient()
+    parent = client.get_run(summary["mlflow_run_id"])
+    assert parent.info.status == "FINISHED"
+    target = summary["target_write_rate_mbps"]
+    assert parent.info.run_name.startswith(f"pipeline region1-like-seed0 {target:.4g}MBps 20")
+    assert parent.data.tags["trace"] == "region1-like-seed0"
+    assert "target write rate" in parent.data.tags["mlflow.note.content"]
+    if git_commit():  # the checkout's commit (HEAD may have moved on since the run)
+        import re
+
+        sha = parent.data.tags["mlflow.source.git.commit"]
+        assert re.fullmatch("[0-9a-f]{40}", sha)
+        assert parent.data.tags["flashml.git_commit"].startswith(sha)
+    m = parent.data.metrics
+    pol = summary["policies"]
+    for name in pol:
+        assert m[f"{name}_peak_dt_util"] == pytest.approx(pol[name]["peak_dt_util"])
+        assert m[f"{name}_tco"] == pytest.approx(pol[name]["tco"])
+        assert f"{name}_flash_write_rate_mbps" in m
+    assert m["baleen_vs_rejectx_peak_reduction"] == pytest.approx(
+        summary["baleen_vs_rejectx_peak_reduction"])
+    assert m["chosen_write_rate_mbps"] == pytest.approx(summary["chosen_write_rate_mbps"])
+    # the trace as the run's dataset
+    (ds,) = parent.inputs.dataset_inputs
+    assert ds.dataset.name == "region1-like-seed0" and json.loads(ds.dataset.profile)
+    assert "region1-like-seed0.trace" in ds.dataset.source
+    # the convergence loop's curve, one step per iteration
+    hist = client.get_metric_history(parent.info.run_id, "loop_peak_dt_util")
+    assert [h.step for h in hist] == list(range(len(summary["convergence"]["iterations"])))
+    # sweep trials: FINISHED (complete) or KILLED (pruned), never FAILED
+    trials = [r for r in runs if r.info.run_name.startswith("sweep-trial-")]
+    assert trials and all(r.info.status in ("FINISHED", "KILLED") for r in trials)
+    # the admission model: named columns and an input example
+    names = list(contract().names)
+    (adm,) = [lm for lm in mlflow.search_logged_models(
+        experiment_ids=[parent.info.experiment_id], output_format="list")
+        if lm.name == "admission" and lm.source_run_id == parent.info.run_id]
+    info = mlflow.models.get_model_info(adm.model_uri)
+    assert info.signature.inputs.input_names() == names
+    assert info.saved_input_example_info is not None
+    # the registered version is the shipped policy: the bundle and its compiled .so
+    (version,) = client.search_model_versions(f"name='{REGISTERED_MODEL}'")
+    assert version.tags["policy_so_sha256"] == summary["compiled"]["sha256"]
+    assert version.tags["trace"] == "region1-like-seed0" and version.description
+    pyfunc = mlflow.pyfunc.load_model(f"models:/{REGISTERED_MODEL}/{version.version}")
+    assert pyfunc.metadata.get_input_schema().input_names() == names
+    local = Path(mlflow.artifacts.download_artifacts(f"models:/{REGISTERED_MODEL}/"
+                                                     f"{version.version}"))
+    assert (local / "artifacts" / "compiled" / "policy.so").is_file()
+    assert (local / "artifacts" / "compiled" / "manifest.json").is_file()
+    import pandas as pd
+
+    from flashml.compiler.loader import load_policy
+    from flashml.features.online import feature_matrix
+    from flashml.trace.canonical import read_table
+
+    feats = feature_matrix(read_table(Path(summary["compiled"]["dir"]).parent
+                                      / "accesses.parquet")[0])[:100]
+    got = pyfunc.predict(pd.DataFrame(feats, columns=names))
+    want = load_policy(summary["compiled"]["dir"]).admit_scores(feats)
+    assert got["score"].to_numpy() == pytest.approx(want)

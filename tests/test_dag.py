@@ -63,14 +63,34 @@ def test_dag_params_are_the_settings_table(tmp_path: Path) -> None:
     """The DAG's run settings come from flashml/settings.py: same names, defaults and bounds
     as `flashml pipeline run`'s options, and every param maps onto BaleenSettings."""
     code = """
-import json, runpy, sys
+import json, os, runpy, sys
 mod = runpy.run_path(sys.argv[1])
-print("RESULT " + json.dumps({k: {"default": p.value, "schema": p.schema}
+homes = {}
+for home in (None, "rel/state"):  # unset, relative: absolute either way
+    os.environ.pop("FLASHML_HOME", None)
+    if home:
+        os.environ["FLASHML_HOME"] = home
+    homes[str(home)] = str(mod["state_home"]())
+print("RESULT " + json.dumps({k: {"default": p.value, "schema": p.schema,
+                                  "description": p.description}
                               for k, p in mod["PARAMS"].items()}, default=str))
+print("DOC " + json.dumps(mod["dag_object"].doc_md))
+print("HOMES " + json.dumps(homes))
 """
-    proc = _py(code, str(REPO / "dags" / "flashml_retrain.py"), env=_env(tmp_path), timeout=300)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    proc = subprocess.run([sys.executable, "-c", code, str(REPO / "dags" / "flashml_retrain.py")],
+                          capture_output=True, text=True, env=_env(tmp_path), cwd=elsewhere,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     params = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    # the Trigger form: every param described; the DAG page's param list is a Markdown list
+    assert all(p["description"] for p in params.values()), params
+    doc = json.loads(proc.stdout.split("DOC ", 1)[1].splitlines()[0])
+    assert "\n- `trace`:" in doc and "\n- `candidate_bundle`:" in doc
+    # the state folder never depends on the worker's working directory
+    homes = json.loads(proc.stdout.split("HOMES ", 1)[1].splitlines()[0])
+    assert homes == {"None": str(REPO / ".flashml"), "rel/state": str(REPO / "rel" / "state")}
     from flashml.jobs.baleen import CLI_OPTIONS as JOB_OPTIONS
     from flashml.settings import OPTIONS, BaleenSettings, dag_params
 
@@ -190,3 +210,13 @@ def test_dag_end_to_end_promotes_then_keeps_champion(tmp_path: Path) -> None:
     assert str(client.get_model_version_by_alias(REGISTERED_MODEL, CHAMPION).version) == "1"
     assert {str(v.version) for v in
             client.search_model_versions(f"name='{REGISTERED_MODEL}'")} == {"1", "2"}
+    # one MLflow run per DAG run, named by the DAG, trace, target and DAG run, ended
+    parent = client.get_run(rec(first, "train")["mlflow_run_id"])
+    from flashml.settings import BaleenSettings
+
+    target = BaleenSettings().target_write_rate_mbps
+    assert parent.info.run_name == \
+        f"flashml_retrain region1-2026.trace {target:.4g}MBps {runs[0]['run_id']}"
+    assert parent.data.tags["airflow.run_id"] == runs[0]["run_id"]
+    assert parent.info.status == "FINISHED"
+    assert "baleen_peak_dt_util" in parent.data.metrics

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from flashml.models.sweep import WIDEN, widened_range
+
+from conftest import REPO
 
 DRIVER = r"""
 import json, sys

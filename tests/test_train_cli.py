@@ -37,6 +37,13 @@ def test_train_writes_a_bundle(small, cli) -> None:
     df, _ = load_trace(d / "t.trace", "tectonic")
     assert params["peak_hours"] == list(busy_hours(df, 86_400.0, 4))
     assert len(params["peak_hours"]) == 4 and params["peak_bonus"] == 0.1
+    # its MLflow run: named by command, trace, target and time; tagged; ended
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{d / 'state' / 'mlflow.db'}")
+    run = mlflow.MlflowClient().get_run(params["mlflow_run_id"])
+    assert run.info.run_name.startswith("train t.trace ") and run.info.status == "FINISHED"
+    assert run.data.tags["flashml.job"] == "train" and run.data.tags["trace"] == "t.trace"
 
 
 def test_sweep_picks_a_write_rate(small, cli) -> None:
@@ -49,6 +56,8 @@ def test_sweep_picks_a_write_rate(small, cli) -> None:
     assert res["chosen_tco"] == min(t["tco"] for t in done)
     assert (d / "sw" / "tco_curve.png").exists()
     assert "Baleen-TCO: write rate" in proc.stdout
+    assert f"optuna-dashboard {res['storage']}" in proc.stdout
+    assert res["study_name"].startswith("t.trace-")  # by trace and target
 
 
 @pytest.mark.parametrize("args,fragment", [

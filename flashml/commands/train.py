@@ -25,16 +25,19 @@ COMMON_OPTIONS = ("cache_gb", "target_write_rate_mbps", "learning_rate", "max_ro
                   "max_iterations", "train_hours", "peak_hours", "peak_bonus")
 
 
-def _run(stage_names: tuple[str, ...], s: BaleenSettings, run_name: str, workdir: Path):  # type: ignore[no-untyped-def]
-    """Run the job's stages `stage_names` over the run folder `workdir` in a new MLflow run;
-    returns the run folder and the records."""
+def _run(stage_names: tuple[str, ...], s: BaleenSettings, kind: str, workdir: Path):  # type: ignore[no-untyped-def]
+    """Run the job's stages `stage_names` over the run folder `workdir` in a new MLflow run
+    (named, tagged and described as a `kind` run: train or sweep); returns the run folder
+    and the records."""
     from flashml.jobs import baleen
     from flashml.jobs.run import RunDir, Timer, open_run, run_stages, select
 
     run = RunDir(workdir)
     timer = Timer()
     baleen.ingest(run, s, timer)  # a short or bad trace fails before any MLflow run
-    with open_run(run, run_name, s.mlflow_params()):
+    with open_run(run, baleen.run_name(s, kind), s.mlflow_params(),
+                  tags=baleen.mlflow_tags(run, s, kind),
+                  description=baleen.describe_run(run, s, kind)):
         records = run_stages(select(baleen.STAGES, *stage_names), run, s, timer)
     return run, records
 
@@ -46,7 +49,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     s = BaleenSettings.from_cli(args).replace(sweep_trials=0, register=False, compile=False)
     out: Path = args.output
     with tempfile.TemporaryDirectory(prefix="flashml-train-") as tmp:
-        run, rec = _run(("ingest", "train"), s, f"train-{Path(args.trace).name}", Path(tmp))
+        run, rec = _run(("ingest", "train"), s, "train", Path(tmp))
         trained = rec["train"]
         conv = trained["convergence"]
         print(f"converged: {conv['converged']} ({conv['reason']}); eviction age "
@@ -69,7 +72,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     args.sweep_trials = args.trials
     s = BaleenSettings.from_cli(args)
     with tempfile.TemporaryDirectory(prefix="flashml-sweep-") as tmp:
-        _, rec = _run(("ingest", "sweep"), s, f"sweep-{Path(args.trace).name}", Path(tmp))
+        _, rec = _run(("ingest", "sweep"), s, "sweep", Path(tmp))
     res = rec["sweep"]
     trials = res["sweep"]["trials"]
     args.output.mkdir(parents=True, exist_ok=True)
@@ -86,6 +89,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"Baleen-TCO: write rate {res['chosen_write_rate_mbps']:.2f} MB/s (TCO "
           f"{res['chosen_tco']:.3f} relative to RejectX at {DEFAULTS.target_write_rate_mbps} "
           f"MB/s); study {res['sweep']['study']} in {res['sweep']['storage']}; plot {png}")
+    lo, hi = res["sweep"].get("range_mbps", (None, None))
+    if lo is not None:
+        print(f"write rates searched: {lo:.3g}-{hi:.3g} MB/s"
+              + (f" (widened {res['sweep']['widened']}x: the best point sat at the top)"
+                 if res["sweep"].get("widened") else ""))
+    print(f"browse the study: optuna-dashboard {res['sweep']['storage']}  "
+          "(pip install optuna-dashboard; then http://127.0.0.1:8080)")
     from flashml.files import write_json
 
     write_json(args.output / "sweep.json", {

@@ -4,7 +4,7 @@
 `flashml train` the stages up to `train`, `flashml sweep` `ingest` + `sweep`, and the Airflow
 DAG (`dags/flashml_retrain.py`) one task per stage. Settings: `flashml.settings.BaleenSettings`.
 
-    ingest -> train -> episodes -> policies -> sweep -> plots -> evaluate -> compile -> promote
+    ingest -> train -> episodes -> policies -> sweep -> plots -> compile -> evaluate -> promote
 
 Policies (all at the same target write rate, on the same simulated cache): `rejectx`
 (history factor tuned), `coinflip` (p tuned), `cachelib_ml` (the admission GBM without the
@@ -115,6 +115,38 @@ def _learned(run: RunDir) -> Any:
     return load_policy_dir(policy_dir(run))
 
 
+def feature_frame(rows: np.ndarray) -> Any:
+    """Feature rows as a pandas DataFrame with the contract's 18 feature names (what the
+    MLflow models' signatures and input examples show)."""
+    import pandas as pd
+
+    from flashml.features.contract import contract
+
+    return pd.DataFrame(np.asarray(rows, dtype=np.float64), columns=list(contract().names))
+
+
+def trace_name(run: RunDir | None, s: BaleenSettings) -> str:
+    """The trace as runs and studies name it: its file name, else the generated preset."""
+    if s.trace is not None:
+        return Path(s.trace).name
+    return f"{s.preset}-seed{s.seed}"
+
+
+def log_dataset(run: RunDir, s: BaleenSettings) -> None:
+    """The validated accesses table as the MLflow run's input dataset (`mlflow.log_input`:
+    name, source, digest, schema and row count on the run page); the first
+    `s.train_seconds` train, the rest judge."""
+    import mlflow
+
+    df, meta = run.frame()
+    rec = run.done("ingest") or {}
+    source = str(Path(rec.get("trace") or run.table).resolve())
+    ds = mlflow.data.from_polars(df, source=source, name=trace_name(run, s))
+    mlflow.log_input(ds, context="training", tags={
+        "train_hours": f"{s.train_seconds / 3600:g}",
+        "sample_ratio": str(getattr(meta, "sample_ratio", ""))})
+
+
 # --- stages --------------------------------------------------------------------------------
 
 
@@ -166,7 +198,7 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     run.cache["frame"] = (df, meta)
     check_span(run, s, raw)  # before any training or MLflow run
     with timer.stage("validate"):
-        rep = validate_table(df, meta, context_dir=run.path / "gx")
+        rep = validate_table(df, meta, context_dir=run.path / "gx", name=raw.name)
         print(rep.describe())
         if not rep.success:
             raise UserError(f"validation failed on {table}; see {rep.docs_index}")
@@ -236,6 +268,11 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
         extra["candidate_source"] = str(src)
     m = _metrics(tuned, "threshold")
     mlflow.log_params({"eviction_age_s": ea, "threshold": m["threshold"]})
+    log_dataset(run, s)
+    for step, it in enumerate(convergence["iterations"]):  # the loop's curve, one step each
+        mlflow.log_metrics(finite_numbers({f"loop_{k}": it[k] for k in (
+            "eviction_age_s", "measured_eviction_age_s", "threshold", "write_rate_mbps",
+            "peak_dt_util")}), step=step)
     run.cache["tuned_baleen"] = tuned
     if not s.with_prefetch:  # admission only: no ML-Range/ML-When, so no shippable bundle
         return run.record("train", {"eviction_age_s": ea, "metrics": m,
@@ -247,10 +284,12 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
         mlflow_run_id=run_id, converged=converged, peak_hours=base.peak_hours,
         peak_bonus=base.peak_bonus)
     mlflow.log_artifacts(str(bundle), artifact_path="policy")
-    sample = feats[:: max(1, len(feats) // 200)][:200]
+    sample = feature_frame(feats[:: max(1, len(feats) // 200)][:200])
+    cols = list(policy.admission_features)
     info = mlflow.lightgbm.log_model(policy.admission, name="admission",
                                      signature=infer_signature(
-                                         sample, policy.admission.predict(sample)))
+                                         sample[cols], policy.admission.predict(sample[cols])),
+                                     input_example=sample[cols].head(5))
     return run.record("train", {"eviction_age_s": ea, "metrics": m,
                                 "convergence": convergence, "policy_bundle": str(bundle),
                                 "model_uri": info.model_uri, "mlflow_run_id": run_id, **extra})
@@ -374,10 +413,26 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     np.savez(run.work / SERIES_FILE, **{f"{n}/{k}": np.asarray(v) for n in report.POLICIES
                                         for k, v in tuned[n].result.series.items()})
     for name, m in pol.items():
-        with mlflow.start_run(run_name=name, nested=True):
+        with mlflow.start_run(run_name=name, nested=True, tags={"policy": name}):
             mlflow.log_param("policy", name)
             mlflow.log_metrics(finite_numbers(m))
+    mlflow.log_metrics(headline_metrics(pol))  # the parent run: what the runs table compares
     return run.record("policies", {"policies": pol})
+
+
+#: Per policy, the parent run's metrics `<policy>_<metric>` (the headline of the table).
+HEADLINE = ("peak_dt_util", "flash_write_rate_mbps", "tco")
+
+
+def headline_metrics(pol: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The parent run's headline metrics: every policy's peak DT, write rate and TCO, and
+    Baleen's peak-DT reduction vs RejectX and gap to OPT (as in summary.json)."""
+    out = {f"{name}_{k}": m[k] for name, m in pol.items() for k in HEADLINE if k in m}
+    if {"baleen", "rejectx", "opt"} <= set(pol):
+        out["baleen_vs_rejectx_peak_reduction"] = \
+            1 - pol["baleen"]["peak_dt_util"] / pol["rejectx"]["peak_dt_util"]
+        out["gap_to_opt"] = pol["baleen"]["peak_dt_util"] / pol["opt"]["peak_dt_util"] - 1
+    return finite_numbers(out)
 
 
 def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
@@ -394,22 +449,42 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
 
     from flashml.config import optuna_storage
     from flashml.models.sweep import run_sweep
+    from flashml.tracking import git_commit
 
     df, _ = run.frame()
     peak0 = rejectx_peak0(run, s)
     with timer.stage(f"sweep ({s.sweep_trials} Optuna trials)"):
         run_id = mlflow.active_run().info.run_id
+        attrs = {"trace": trace_name(run, s), "trace_path": str((run.done("ingest") or {})
+                                                                  .get("trace", run.table)),
+                 "cache_gb": s.cache_gb, "mlflow_run_id": run_id,
+                 "git_commit": git_commit() or "unknown"}
         res = run_sweep(df, run.table, features(run), base_config(run, s),
                         s.target_write_rate_mbps, peak0, DEFAULTS.target_write_rate_mbps,
                         run.work / "sweep", s.gbm, s.loop, trials=s.sweep_trials,
                         storage=s.sweep_storage or optuna_storage(),
-                        study_name=s.sweep_study or f"flashml-{run_id}",
-                        rate_range=s.sweep_rate_range, final_base=learned_config(run, s))
-    mlflow.log_metric("chosen_write_rate_mbps", res.chosen_write_rate_mbps)
-    mlflow.log_metric("chosen_tco", res.chosen_tco)
+                        study_name=s.sweep_study or study_name(run, s, run_id),
+                        rate_range=s.sweep_rate_range, final_base=learned_config(run, s),
+                        user_attrs=attrs)
+    mlflow.log_metrics({"chosen_write_rate_mbps": res.chosen_write_rate_mbps,
+                        "chosen_tco": res.chosen_tco,
+                        "sweep_range_low_mbps": res.range_mbps[0],
+                        "sweep_range_high_mbps": res.range_mbps[1]})
+    mlflow.set_tags({"optuna.study": res.study_name, "optuna.storage": res.storage})
     return run.record("sweep", {
-        "sweep": {"study": res.study_name, "storage": res.storage, "trials": res.trials},
+        "sweep": {"study": res.study_name, "storage": res.storage, "trials": res.trials,
+                  "range_mbps": list(res.range_mbps), "widened": res.widened},
         "chosen_write_rate_mbps": res.chosen_write_rate_mbps, "chosen_tco": res.chosen_tco})
+
+
+def study_name(run: RunDir | None, s: BaleenSettings, run_id: str) -> str:
+    """The Optuna study of a run: `<trace>-<target>MBps-<UTC date and time>-<run id[:8]>`,
+    by trace and target in optuna-dashboard's list, unique per run (a study mixes only one
+    run's trials: TCO is relative to that run's RejectX)."""
+    import datetime as dt
+
+    when = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M")
+    return f"{trace_name(run, s)}-{s.target_write_rate_mbps:.4g}MBps-{when}-{run_id[:8]}"
 
 
 def plots(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
@@ -464,16 +539,34 @@ def evaluate(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
         return rec
     import mlflow
 
+    from flashml.jobs.policy_model import log_policy_model
     from flashml.jobs.registry import judge
 
     trained = train(run, s, timer)
+    compiled = run.done("compile")
+    so_dir = compiled_dir(run) if compiled is not None and compiled_dir(run).is_dir() else None
+    feats = features(run)
+    with timer.stage("log the policy bundle model"):
+        info = log_policy_model(policy_dir(run), so_dir,
+                                feature_frame(feats[:: max(1, len(feats) // 50)][:50]))
+    tags = {"trace": trace_name(run, s),
+            "target_write_rate_mbps": f"{s.target_write_rate_mbps:g}",
+            "peak_dt_util": f"{float(trained['metrics']['peak_dt_util']):.6g}",
+            "compiled": str(so_dir is not None)}
+    if compiled is not None:
+        tags["policy_so_sha256"] = compiled["sha256"]
     with timer.stage("evaluate against the champion"):
-        d = judge(trained["mlflow_run_id"], trained["model_uri"],
-                  float(trained["metrics"]["peak_dt_util"]), run.frame()[0], features(run),
-                  base_config(run, s), s.target_write_rate_mbps)
+        d = judge(trained["mlflow_run_id"], info.model_uri,
+                  float(trained["metrics"]["peak_dt_util"]), run.frame()[0], feats,
+                  base_config(run, s), s.target_write_rate_mbps, tags=tags,
+                  description=f"Baleen policy bundle trained on {trace_name(run, s)} at "
+                  f"{s.target_write_rate_mbps:g} MB/s: LightGBM models + policy.json"
+                  + (" and the compiled policy.so bundle (manifest.json)" if so_dir else ""))
     log.info("registry: %s", d.reason)
-    mlflow.log_metric("candidate_passed", float(d.promoted))
-    return run.record("evaluate", d.as_dict())
+    mlflow.log_metrics(finite_numbers({"candidate_passed": float(d.promoted),
+                                       "candidate_peak_dt_util": d.candidate_peak,
+                                       "champion_peak_dt_util": d.champion_peak}))
+    return run.record("evaluate", d.as_dict() | {"model_uri": info.model_uri})
 
 
 def compile_candidate(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
@@ -511,7 +604,8 @@ def promote(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
         raise UserError(f"{run.path}: no evaluate record; run the evaluate stage first")
     out: dict[str, Any] = {"promoted": bool(d["promoted"]), "reason": d["reason"],
                            "version": d["candidate_version"], "exported": None}
-    if move_champion(Decision(**d)) and s.export_dir is not None:
+    decision = Decision(**{k: d[k] for k in Decision.__dataclass_fields__})
+    if move_champion(decision) and s.export_dir is not None:
         out["exported"] = str(export_bundle(run, Path(s.export_dir),
                                             f"v{d['candidate_version']}"))
     return run.record("promote", out)
@@ -546,8 +640,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("policies", policies),
     Stage("sweep", sweep),
     Stage("plots", plots),
-    Stage("evaluate", evaluate),
     Stage("compile", compile_candidate),
+    Stage("evaluate", evaluate),
     Stage("promote", promote),
 )
 
@@ -578,9 +672,44 @@ def add_cli(p: Any) -> None:
     p.add_argument("--no-compile", action="store_true", help="skip compiling the policy .so")
 
 
-def run_name(s: BaleenSettings) -> str:
-    """The MLflow parent run's name."""
-    return f"pipeline-{s.trace.name if s.trace else f'{s.preset}-seed{s.seed}'}"
+def run_name(s: BaleenSettings, kind: str = "pipeline", when: str | None = None) -> str:
+    """The MLflow parent run's name: `<kind> <trace> <target>MBps <UTC date time>`, distinct
+    and readable in the runs table (e.g. `pipeline region1-like-seed0 35.6MBps
+    2026-01-02 10:30:12`)."""
+    import datetime as dt
+
+    when = when or dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{kind} {trace_name(None, s)} {s.target_write_rate_mbps:.4g}MBps {when}"
+
+
+def mlflow_tags(run: RunDir, s: BaleenSettings, kind: str = "pipeline") -> dict[str, str]:
+    """The parent run's tags (besides the git commit, flashml.tracking.source_tags): the
+    job, the trace and the target, to filter the runs table by."""
+    rec = run.done("ingest") or {}
+    return {"flashml.job": kind, "trace": trace_name(run, s),
+            "trace_path": str(rec.get("trace", s.trace or "")),
+            "target_write_rate_mbps": f"{s.target_write_rate_mbps:g}",
+            "cache_gb": f"{s.cache_gb:g}"}
+
+
+def describe_run(run: RunDir, s: BaleenSettings, kind: str = "pipeline") -> str:
+    """The parent run's description (Markdown, the run page's Description)."""
+    rec = run.done("ingest") or {}
+    what = {"pipeline": "Baleen's main job (`flashml pipeline run`): every policy tuned to "
+            "the target write rate and judged on the evaluation days, the Optuna sweep "
+            "(Baleen-TCO), the compiled policy.so, the registry decision",
+            "train": "`flashml train`: Baleen's convergence loop -> the policy bundle",
+            "sweep": "`flashml sweep`: Optuna over target write rates, scored by TCO",
+            "dag": "Airflow DAG `flashml_retrain`: Baleen's main job, one task per stage"}
+    return (f"{what.get(kind, kind)}.\n\n"
+            f"- trace: `{rec.get('trace', s.trace or trace_name(run, s))}`\n"
+            f"- target write rate: {s.target_write_rate_mbps:g} MB/s; cache "
+            f"{s.cache_gb:g} GB\n"
+            f"- training window: the first {s.train_seconds / 3600:g} h; metrics on the "
+            f"rest\n"
+            "- nested runs: one per policy (`policies`) and per Optuna trial (`sweep`)\n"
+            "- metrics `<policy>_peak_dt_util`, `<policy>_flash_write_rate_mbps`, "
+            "`<policy>_tco`, `baleen_vs_rejectx_peak_reduction`, `chosen_write_rate_mbps`")
 
 
 def mlflow_params(run: RunDir, s: BaleenSettings) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import mlflow.pyfunc
 import numpy as np
+import pandas as pd
 
 #: The model's name in its MLflow run (`runs:/<run>/...` and the LoggedModel's name).
 MODEL_NAME = "policy_bundle"
@@ -44,10 +45,8 @@ class PolicyBundleModel(mlflow.pyfunc.PythonModel):
 
             self.policy = load_policy_dir(Path(art["bundle"]))
 
-    def predict(self, context: Any, model_input: Any, params: dict[str, Any] | None = None
-                ) -> Any:
-        import pandas as pd
-
+    def predict(self, context: Any, model_input: pd.DataFrame,
+                params: dict[str, Any] | None = None) -> pd.DataFrame:
         x = np.ascontiguousarray(pd.DataFrame(model_input)[self.names].to_numpy(np.float64))
         if self.lib is not None:
             arrays = self.lib.arrays(x)

@@ -63,16 +63,21 @@ def evaluate(policy: LearnedPolicy, df: pl.DataFrame, feats: np.ndarray, base: S
 
 
 def judge(run_id: str, model_uri: str, candidate_peak: float, df: pl.DataFrame,
-          feats: np.ndarray, base: SimConfig, target_mbps: float) -> Decision:
-    """Register the candidate as a new version and decide whether it beats the champion.
-    Moves nothing (`promote` does, so a pipeline can compile between the two)."""
+          feats: np.ndarray, base: SimConfig, target_mbps: float,
+          tags: dict[str, str] | None = None, description: str | None = None) -> Decision:
+    """Register the candidate (`model_uri`: the pipeline's pyfunc policy bundle,
+    flashml/jobs/policy_model.py) as a new version, with `tags` and `description`, and
+    decide whether it beats the champion. Moves nothing (`promote` does)."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
     from flashml.compiler.bundle import read_policy_json, sim_peak
 
     client = mlflow.MlflowClient()
-    version = mlflow.register_model(model_uri, REGISTERED_MODEL, tags={"run_id": run_id})
+    version = mlflow.register_model(model_uri, REGISTERED_MODEL,
+                                    tags={"run_id": run_id, **(tags or {})})
+    if description:
+        client.update_model_version(REGISTERED_MODEL, version.version, description=description)
     try:
         champ = client.get_model_version_by_alias(REGISTERED_MODEL, CHAMPION)
     except MlflowException:
