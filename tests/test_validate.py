@@ -25,9 +25,17 @@ def good(tmp_path_factory) -> tuple[pl.DataFrame, TraceMeta]:
 
 def test_good_table_passes_and_writes_data_docs(tmp_path: Path, good) -> None:
     df, meta = good
-    report = validate_table(df, meta, context_dir=tmp_path / "gx")
+    report = validate_table(df, meta, context_dir=tmp_path / "gx", name="tectonic_202110.trace")
     assert report.success, report.describe()
     assert report.docs_index is not None and report.docs_index.exists()
+    # the context folder is the one given (no doubled gx/gx), as `--context-dir` says
+    assert report.docs_index == tmp_path / "gx" / "uncommitted" / "data_docs" / \
+        "local_site" / "index.html"
+    assert (tmp_path / "gx" / "great_expectations.yml").is_file()
+    assert not (tmp_path / "gx" / "gx").exists()
+    # the pages name the trace (the validation run), not `__none__`
+    pages = [p.read_text(errors="ignore") for p in report.docs_index.parent.rglob("*.html")]
+    assert any("tectonic_202110.trace" in p for p in pages)
     assert "canonical_accesses" in report.docs_index.read_text() or any(
         "canonical_accesses" in p.read_text(errors="ignore")
         for p in report.docs_index.parent.rglob("*.html"))

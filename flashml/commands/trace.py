@@ -173,7 +173,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from flashml.trace.validate import validate_table
 
     df, meta = load(args)
-    report = validate_table(df, meta, context_dir=args.context_dir)
+    report = validate_table(df, meta, context_dir=args.context_dir, name=Path(args.trace).name)
     print(report.describe())
     if report.docs_index is not None:
         print(f"Data Docs: {report.docs_index}")
@@ -264,5 +264,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "Expectations suite and write its Data Docs; exit 1 on failure.")
     add_trace_input(p)
     p.add_argument("--context-dir", type=Path, default=None,
-                   help="Great Expectations file context (default .flashml/gx)")
+                   help="Great Expectations file context; its Data Docs go to "
+                   "CONTEXT_DIR/uncommitted/data_docs/local_site/index.html (default "
+                   "$FLASHML_HOME/gx, .flashml/gx)")
     p.set_defaults(func=cmd_validate)

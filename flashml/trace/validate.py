@@ -1,7 +1,11 @@
 """The Great Expectations suite for the canonical access table, and its Data Docs.
 
 The suite is defined here, once, and saved into a file Data Context (default
-`.flashml/gx`, next to the other embedded state) where its results and Data Docs also live.
+`.flashml/gx`, next to the other embedded state) where its results and Data Docs also live:
+`<context>/uncommitted/data_docs/local_site/index.html`, each validation named by its trace
+(the run name of the Data Docs pages). The pages load their CSS and JavaScript from CDNs
+(Great Expectations has no option to serve them locally): offline they are unstyled but
+complete.
 """
 
 from __future__ import annotations
@@ -67,8 +71,10 @@ def build_suite(block_bytes: int):  # type: ignore[no-untyped-def]
 
 
 def validate_table(df: pl.DataFrame, meta: TraceMeta, *, context_dir: Path | None = None,
-                   build_docs: bool = True) -> ValidationReport:
-    """Run the suite over `df` (with its metadata) and build the Data Docs."""
+                   build_docs: bool = True, name: str | None = None) -> ValidationReport:
+    """Run the suite over `df` (with its metadata) and build the Data Docs in the file
+    context `context_dir` (that folder is the context: great_expectations.yml, expectations/,
+    uncommitted/data_docs/); `name` (the trace) names the validation run in the pages."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     with warnings.catch_warnings():
@@ -86,7 +92,7 @@ def validate_table(df: pl.DataFrame, meta: TraceMeta, *, context_dir: Path | Non
         offset_plus_size=pl.col("offset") + pl.col("size"),
         sample_ratio=pl.lit(meta.sample_ratio, dtype=pl.Float64),
     ).to_pandas()
-    context = gx.get_context(mode="file", project_root_dir=str(root))
+    context = gx.get_context(mode="file", context_root_dir=str(root))
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
@@ -102,7 +108,10 @@ def validate_table(df: pl.DataFrame, meta: TraceMeta, *, context_dir: Path | Non
     checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
         name=f"{SUITE_NAME}_checkpoint", validation_definitions=[vdef], actions=actions,
         result_format={"result_format": "SUMMARY"}))
-    result = checkpoint.run(batch_parameters={"dataframe": frame})
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    result = checkpoint.run(batch_parameters={"dataframe": frame},
+                            run_id=RunIdentifier(run_name=name or "flashml"))
     outcomes: list[ExpectationOutcome] = []
     for run_result in result.run_results.values():
         for r in run_result.results:
@@ -118,6 +127,6 @@ def validate_table(df: pl.DataFrame, meta: TraceMeta, *, context_dir: Path | Non
                 expectation=cfg.type, column=str(cfg.kwargs.get("column", "")),
                 success=bool(r.success), unexpected_count=int(res.get("unexpected_count") or 0),
                 details=details))
-    docs = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    docs = root / "uncommitted" / "data_docs" / "local_site" / "index.html"
     return ValidationReport(bool(result.success), len(df), outcomes,
                             docs if docs.exists() else None)
