@@ -111,3 +111,12 @@ def test_widened_range() -> None:
     saturated = edge + [trial(39, 30, 0.85)]
     assert widened_range(saturated, 2.5, 40.0) is None
     assert widened_range([], 2.5, 40.0) is None
+
+
+def test_tco_curve_shows_the_searched_range(tmp_path: Path) -> None:
+    from flashml.jobs.report import plot_tco_curve
+
+    curve = [(37.0, 0.78), (146.0, 0.656), (205.0, 0.685)]
+    plain = plot_tco_curve(curve, 146.0, tmp_path / "a.png").read_bytes()
+    ranged = plot_tco_curve(curve, 146.0, tmp_path / "b.png", bounds=(9.3, 597.0)).read_bytes()
+    assert plain != ranged  # the dashed bounds and their legend entry

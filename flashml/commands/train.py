@@ -78,7 +78,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     args.output.mkdir(parents=True, exist_ok=True)
     png = plot_tco_curve([(t["write_rate_mbps"], t["tco"]) for t in trials
                           if t["state"] == "COMPLETE"], res["chosen_write_rate_mbps"],
-                         args.output / "tco_curve.png")
+                         args.output / "tco_curve.png",
+                         bounds=tuple(res["sweep"]["range_mbps"])
+                         if res["sweep"].get("range_mbps") else None)
     print(f"{'trial':>5} {'state':>9} {'target MB/s':>11} {'write MB/s':>10} {'peak DT':>8} "
           f"{'TCO':>7}")
     for t in trials:
@@ -100,7 +102,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     write_json(args.output / "sweep.json", {
         "study_name": res["sweep"]["study"], "storage": res["sweep"]["storage"],
-        "trials": trials, "chosen_write_rate_mbps": res["chosen_write_rate_mbps"],
+        "trials": trials, "range_mbps": res["sweep"].get("range_mbps"),
+        "widened": res["sweep"].get("widened"),
+        "chosen_write_rate_mbps": res["chosen_write_rate_mbps"],
         "chosen_tco": res["chosen_tco"]})
     return 0
 

@@ -510,10 +510,12 @@ def plots(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
             trials = [t for t in sw["sweep"]["trials"] if t["state"] == "COMPLETE"]
             points["baleen (sweep)"] = [(t["write_rate_mbps"], t["peak_dt_util"])
                                         for t in trials]
+            rng = sw["sweep"].get("range_mbps")
             paths.append(report.plot_tco_curve([(t["write_rate_mbps"], t["tco"])
                                                 for t in trials],
                                                sw["chosen_write_rate_mbps"],
-                                               figs / "tco_curve.png"))
+                                               figs / "tco_curve.png",
+                                               bounds=tuple(rng) if rng else None))
         paths.append(report.plot_write_rate_vs_peak(points, figs / "write_rate_vs_peak_dt.png"))
         learned = learned_config(run, s)
         paths.append(report.plot_peak_schedule(

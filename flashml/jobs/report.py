@@ -63,14 +63,22 @@ def plot_write_rate_vs_peak(points: dict[str, list[tuple[float, float]]], out: P
     return out
 
 
-def plot_tco_curve(curve: list[tuple[float, float]], chosen: float, out: Path) -> Path:
+def plot_tco_curve(curve: list[tuple[float, float]], chosen: float, out: Path,
+                   bounds: tuple[float, float] | None = None) -> Path:
+    """TCO against the measured write rate of each complete trial, the chosen point
+    starred; `bounds`: the target write rates the sweep searched (dashed lines)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     pts = sorted(curve)
     ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="Baleen")
     best = min(pts, key=lambda p: abs(p[0] - chosen))
     ax.plot([best[0]], [best[1]], "r*", ms=14, label=f"chosen {chosen:.1f} MB/s")
-    ax.set_xlabel("target flash write rate (MB/s)")
+    if bounds is not None and all(b is not None for b in bounds):
+        for i, b in enumerate(bounds):
+            ax.axvline(b, color="tab:gray", ls="--", lw=1,
+                       label=f"searched {bounds[0]:.3g}-{bounds[1]:.3g} MB/s" if i == 0
+                       else None)
+    ax.set_xlabel("flash write rate (MB/s)")
     ax.set_ylabel("TCO (relative to RejectX at the default rate)")
     ax.set_title("Baleen-TCO")
     ax.grid(alpha=0.3)
