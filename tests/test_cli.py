@@ -133,6 +133,10 @@ def test_main_job_end_to_end(tmp_path: Path, cli) -> None:
     check_mlflow_as_users_see_it(summary, runs)
 
 
+def stats_rows(summary: dict) -> int:
+    return int(summary["stats"]["requests"])
+
+
 def check_mlflow_as_users_see_it(summary: dict, runs: list) -> None:
     """What the MLflow UI shows of one `flashml pipeline run` (issue 22): a parent run named
     by trace, target and time, described, tagged with the git commit and trace, FINISHED,
@@ -168,7 +172,9 @@ def check_mlflow_as_users_see_it(summary: dict, runs: list) -> None:
     assert m["chosen_write_rate_mbps"] == pytest.approx(summary["chosen_write_rate_mbps"])
     # the trace as the run's dataset
     (ds,) = parent.inputs.dataset_inputs
-    assert ds.dataset.name == "region1-like-seed0" and json.loads(ds.dataset.profile)
+    assert ds.dataset.name == "region1-like-seed0"
+    assert json.loads(ds.dataset.profile)["num_rows"] == stats_rows(summary)
+    assert "key" in {c["name"] for c in json.loads(ds.dataset.schema)["mlflow_colspec"]}
     assert "region1-like-seed0.trace" in ds.dataset.source
     # the convergence loop's curve, one step per iteration
     hist = client.get_metric_history(parent.info.run_id, "loop_peak_dt_util")

@@ -141,7 +141,13 @@ def log_dataset(run: RunDir, s: BaleenSettings) -> None:
     df, meta = run.frame()
     rec = run.done("ingest") or {}
     source = str(Path(rec.get("trace") or run.table).resolve())
+    import polars as pl
+    from mlflow.data.polars_dataset import infer_schema
+
     ds = mlflow.data.from_polars(df, source=source, name=trace_name(run, s))
+    # MLflow's schema has no unsigned integers: the table's schema with them as long
+    ds.__dict__["schema"] = infer_schema(df.head(0).cast(
+        {c: pl.Int64 for c, t in df.schema.items() if t.is_unsigned_integer()}))
     mlflow.log_input(ds, context="training", tags={
         "train_hours": f"{s.train_seconds / 3600:g}",
         "sample_ratio": str(getattr(meta, "sample_ratio", ""))})

@@ -77,7 +77,8 @@ def log_policy_model(bundle: Path, compiled: Path | None, example: Any) -> Any:
     out = probe.predict(ctx, example)
     params = read_policy_json(bundle)
     return mlflow.pyfunc.log_model(
-        name=MODEL_NAME, python_model=PolicyBundleModel(), artifacts=artifacts,
+        name=MODEL_NAME, python_model=str(Path(__file__).with_name("policy_model_code.py")),
+        artifacts=artifacts,
         signature=infer_signature(example, out), input_example=example.head(5),
         # given, not inferred: inference loads the model in a subprocess (seconds)
         pip_requirements=["flashml", f"mlflow=={mlflow.__version__}",
