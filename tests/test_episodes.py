@@ -14,7 +14,7 @@ import pytest
 from polars.testing import assert_frame_equal
 from test_episodes_reference import reference
 
-from flashml.config import GB, MB, UNITS
+from flashml.config import DEFAULTS, GB, MB, UNITS
 from flashml.episodes.core import EpisodeParams, build
 from flashml.errors import TraceError, UserError
 from flashml.trace.canonical import TraceMeta, write_table
@@ -245,7 +245,9 @@ def test_simulated_opt_agrees_with_episode_model(generated, tmp_path):
               simulate=True, plot=False)
     sim = r.summary["simulation"]
     assert sim["within_10pct"], sim
-    assert abs(sim["measured_write_rate_mbps"] / 35.599 - 1) <= 0.10
+    target = r.summary["target_write_rate_mbps"]
+    assert target == DEFAULTS.target_write_rate_mbps
+    assert abs(sim["measured_write_rate_mbps"] / target - 1) <= 0.10
     assert sim["assumed_eviction_age_s"] == 3600
     assert sim["measured_eviction_age_s"] > 0
 
