@@ -133,10 +133,6 @@ def test_main_job_end_to_end(tmp_path: Path, cli) -> None:
     check_mlflow_as_users_see_it(summary, runs)
 
 
-def stats_rows(summary: dict) -> int:
-    return int(summary["stats"]["requests"])
-
-
 def check_mlflow_as_users_see_it(summary: dict, runs: list) -> None:
     """What the MLflow UI shows of one `flashml pipeline run` (issue 22): a parent run named
     by trace, target and time, described, tagged with the git commit and trace, FINISHED,
@@ -173,7 +169,7 @@ def check_mlflow_as_users_see_it(summary: dict, runs: list) -> None:
     # the trace as the run's dataset
     (ds,) = parent.inputs.dataset_inputs
     assert ds.dataset.name == "region1-like-seed0"
-    assert json.loads(ds.dataset.profile)["num_rows"] == stats_rows(summary)
+    assert json.loads(ds.dataset.profile)["num_rows"] == summary["stats"]["requests"]
     assert "key" in {c["name"] for c in json.loads(ds.dataset.schema)["mlflow_colspec"]}
     assert "region1-like-seed0.trace" in ds.dataset.source
     # the convergence loop's curve, one step per iteration
@@ -200,6 +196,12 @@ def check_mlflow_as_users_see_it(summary: dict, runs: list) -> None:
                                                      f"{version.version}"))
     assert (local / "artifacts" / "compiled" / "policy.so").is_file()
     assert (local / "artifacts" / "compiled" / "manifest.json").is_file()
+    # `flashml compile --model-uri models:/flashml-policy/<v>` finds the bundle in it
+    from flashml.compiler.bundle import fetch_bundle
+
+    folder, _, _ = fetch_bundle(model_uri=f"models:/{REGISTERED_MODEL}/{version.version}",
+                                dest=Path(summary["compiled"]["dir"]).parent / "fetched")
+    assert (folder / "policy.json").is_file()
     import pandas as pd
 
     from flashml.compiler.loader import load_policy

@@ -330,8 +330,9 @@ def sim_peak(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def find_bundle(root: Path) -> Path:
-    """The folder under `root` (itself or `policy/`) that holds policy.json."""
-    for cand in (root, root / ARTIFACT_PATH):
+    """The folder under `root` (itself, `policy/`, or `artifacts/policy/` of the registered
+    pyfunc policy model, flashml/jobs/policy_model.py) that holds policy.json."""
+    for cand in (root, root / ARTIFACT_PATH, root / "artifacts" / ARTIFACT_PATH):
         if (cand / POLICY_JSON).is_file():
             return cand
     raise UserError(f"{root}: no {POLICY_JSON} here or under {ARTIFACT_PATH}/; not a policy "

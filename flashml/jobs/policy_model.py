@@ -7,7 +7,8 @@ of the feature contract's 18 named admission features (flashml/features/contract
 returns per row the admission score, the prefetch range, the ML-When score and the admit
 decision at the bundle's threshold, computed by the compiled policy.so when the model has
 one (the code that ships), else by the LightGBM models. Deployments that want the files
-download the model's `artifacts/compiled/` (policy.so, manifest.json) or `artifacts/bundle/`.
+download the model's `artifacts/compiled/` (policy.so, manifest.json) or `artifacts/policy/`
+(MLflow names them by the folders logged: the run folder's `policy/` and `compiled/`).
 """
 
 from __future__ import annotations
