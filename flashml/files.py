@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -90,11 +91,25 @@ def remove_stale_temporaries(dest: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
+def _is_special(path: Path) -> bool:
+    """An existing path that is neither a regular file nor a folder (a device, a FIFO)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 @contextmanager
 def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path next to `dest`; rename it onto `dest` only if the block succeeds.
     Leftovers of killed writers of `dest` are removed first (`remove_stale_temporaries`)."""
     dest = Path(dest)
+    if _is_special(dest):
+        # /dev/null, a FIFO, a terminal: written in place. Renaming a file onto it would
+        # replace the device node itself (as root: /dev/null becomes a regular file).
+        yield dest
+        return
     dest.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(dest)
     fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(dest), suffix=".tmp", dir=dest.parent)

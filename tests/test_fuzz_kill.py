@@ -60,7 +60,9 @@ def _kill(proc: subprocess.Popen) -> int:
     except ProcessLookupError:
         pass
     rc = proc.wait()
-    Path(proc.log_path).unlink(missing_ok=True)  # type: ignore[attr-defined]
+    log = getattr(proc, "log_path", None)
+    if log is not None:  # never os.devnull: as root, unlinking it deletes the device node
+        Path(log).unlink(missing_ok=True)
     return rc
 
 
@@ -230,7 +232,7 @@ def test_killed_rerun_leaves_no_summary_of_another_run(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", TOY_JOB, str(out), "second"], cwd=REPO,
                             env={**env, "TOY_READY": str(ready)}, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    proc.log_path = os.devnull  # type: ignore[attr-defined]
+    proc.log_path = None  # type: ignore[attr-defined]  # (no log file to remove)
     deadline = time.monotonic() + 300
     while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -280,7 +282,7 @@ def _half_writer(dest: Path, ready: Path) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-c", HALF_WRITER, str(dest), str(ready)],
                             cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    proc.log_path = os.devnull  # type: ignore[attr-defined]
+    proc.log_path = None  # type: ignore[attr-defined]  # (no log file to remove)
     deadline = time.monotonic() + 120
     while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
