@@ -162,7 +162,6 @@ def main() -> int:
                 "flashml_sim_wall_s": ours["wall_s"], "flashml_total_wall_s": ours_wall,
                 "speedup_sim": th["SimWallClockTime"] / ours["wall_s"],
                 "speedup_end_to_end": th["_process_wall_s"] / ours_wall,
-                "accesses": th.get("_accesses"),
             })
             print(f"  {tr['name']:<12} {pol['name']:<12} worst rel diff {worst:.2e} "
                   f"(tolerance {tol:g}) {'ok' if worst <= tol else 'FAIL'}; "

@@ -373,8 +373,8 @@ struct FlashSim<'c, E: Eviction> {
     /// The block of the current GET miss while its requested segments are inserted (before
     /// its deferred refresh), with block units: (slot, first and last requested segment).
     pending: Option<(u32, u32, u32)>,
-    /// Scratch: the requested segments a per-segment policy admitted.
-    seg_admitted: Vec<u32>,
+    /// Scratch: the requested segments to insert (the admitted missing ones).
+    to_insert: Vec<u32>,
 }
 
 #[inline]
@@ -413,7 +413,7 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
             win_admitted: Vec::new(),
             peak_blocks: 0,
             pending: None,
-            seg_admitted: Vec::new(),
+            to_insert: Vec::new(),
         }
     }
 
@@ -696,21 +696,21 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
             let (mut lo, mut hi) = (m0, m1);
             // The requested segments to insert: the missing ones as they were before any
             // insertion (one may evict a requested hit of the same block: it stays evicted).
-            self.seg_admitted.clear();
+            self.to_insert.clear();
             let admitted = if per_segment {
                 for s in m0..=m1 {
                     let uncached = slot.is_none_or(|sl| !self.is_cached(sl, s));
                     if uncached && admission.admit_segment(&ctx, s) {
-                        self.seg_admitted.push(s);
+                        self.to_insert.push(s);
                     }
                 }
-                !self.seg_admitted.is_empty()
+                !self.to_insert.is_empty()
             } else {
                 let a = admission.admit(&ctx);
                 if a {
                     for s in m0..=m1 {
                         if slot.is_none_or(|sl| !self.is_cached(sl, s)) {
-                            self.seg_admitted.push(s);
+                            self.to_insert.push(s);
                         }
                     }
                 }
@@ -739,8 +739,8 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
                 if self.block_units && deferred {
                     self.pending = slot.map(|sl| (sl, s0, s1));
                 }
-                for i_adm in 0..self.seg_admitted.len() {
-                    let s = self.seg_admitted[i_adm];
+                for i_adm in 0..self.to_insert.len() {
+                    let s = self.to_insert[i_adm];
                     cur = Some(self.insert(key, cur, s, t));
                     self.admitted += 1;
                     self.win_admitted[k] += 1;

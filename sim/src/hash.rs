@@ -58,6 +58,18 @@ pub fn unit_interval(h: u64) -> f64 {
     (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
+/// A small seeded generator for the tests' random traces (a 64-bit LCG's high bits).
+#[cfg(test)]
+pub(crate) fn lcg(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed;
+    move || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        x >> 33
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

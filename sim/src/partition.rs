@@ -689,16 +689,7 @@ pub fn simulate_partitioned(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lcg(seed: u64) -> impl FnMut() -> u64 {
-        let mut x = seed;
-        move || {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            x >> 33
-        }
-    }
+    use crate::hash::lcg;
 
     /// Every composition of `steps` into `k` parts.
     fn compositions(k: usize, steps: usize) -> Vec<Vec<usize>> {

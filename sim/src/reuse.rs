@@ -204,6 +204,7 @@ pub fn interval_histograms(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hash::lcg;
 
     /// The obvious definition: walk an explicit LRU stack (front = most recent). O(n * m).
     fn slow_distances(keys: &[u64]) -> Vec<u64> {
@@ -239,16 +240,6 @@ mod tests {
             }
         }
         hits
-    }
-
-    fn lcg(seed: u64) -> impl FnMut() -> u64 {
-        let mut x = seed;
-        move || {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            x >> 33
-        }
     }
 
     #[test]
