@@ -13,21 +13,12 @@
 #include "flashrt.h"
 #include "internal.h"
 
-static int failures, checks;
+#include "check.h"
+
 static const char *POLDIR;
 static int QUICK;
 static char TMP[256];
 
-#define CHECK(cond, ...)                                                                      \
-    do {                                                                                      \
-        checks++;                                                                             \
-        if (!(cond)) {                                                                        \
-            failures++;                                                                       \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                   \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fputc('\n', stderr);                                                              \
-        }                                                                                     \
-    } while (0)
 
 static void path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", TMP, name); }
 

@@ -14,19 +14,9 @@
 #include "internal.h"
 #include "lrb_features.h"
 
-static int failures, checks;
-static char TMP[256];
+#include "check.h"
 
-#define CHECK(cond, ...)                                                                      \
-    do {                                                                                      \
-        checks++;                                                                             \
-        if (!(cond)) {                                                                        \
-            failures++;                                                                       \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                   \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fputc('\n', stderr);                                                              \
-        }                                                                                     \
-    } while (0)
+static char TMP[256];
 
 static void write_text(const char *p, const char *text) {
     FILE *f = fopen(p, "w");
