@@ -144,6 +144,9 @@ class BaleenSettings:
     sweep_study: str | None = None
     #: Write rates the sweep tries, as multiples of the target.
     sweep_rate_range: tuple[float, float] = (0.25, 4.0)
+    #: Sweep trials run the convergence loop from scratch (and sweep its starting eviction
+    #: age) instead of starting from the main loop's converged state.
+    sweep_cold: bool = False
     register: bool = True
     compile: bool = True
     #: Ingest leaves out the raw trace's bad lines (counted, the first logged) instead of
@@ -205,6 +208,7 @@ class BaleenSettings:
             sweep_storage=v.get("storage") or None, sweep_study=v.get("study") or None,
             sweep_rate_range=(float(v.get("min_factor", d.sweep_rate_range[0])),
                               float(v.get("max_factor", d.sweep_rate_range[1]))),
+            sweep_cold=bool(v.get("sweep_cold", d.sweep_cold)),
             register=not v.get("no_register", False), compile=not v.get("no_compile", False),
             skip_bad_lines=bool(v.get("skip_bad_lines", d.skip_bad_lines)),
             candidate_bundle=path("candidate_bundle"), export_dir=path("export_dir"))
@@ -369,6 +373,11 @@ _OPTIONS = (
            "how much lower the threshold is in those hours", dag_type="number"),
     Option("sweep_trials", "--sweep-trials", integer, _D.sweep_trials,
            "Optuna trials of the write-rate sweep (0: no sweep)", low=0, dag_type="integer"),
+    Option("sweep_cold", "--sweep-cold", bool, _D.sweep_cold,
+           "sweep trials run the convergence loop from scratch, sweeping its starting "
+           "eviction age too (default: each starts from the main loop's converged eviction "
+           "age, K and model, and retrains only when that model misses the trial's target)",
+           dag_type="boolean"),
     Option("skip_bad_lines", "--skip-bad-lines", bool, _D.skip_bad_lines,
            "ingest: leave out the raw trace's lines that do not parse or fail a check "
            "(counted in the log and the summary) instead of stopping at the first with an "

@@ -134,6 +134,33 @@ def test_loop_on_a_small_trace(small_trace, tmp_path: Path) -> None:
         res2.iterations[-1].eviction_age_s,
         0.5 * res2.iterations[-1].eviction_age_s + 0.5 * res2.iterations[-1]
         .measured_eviction_age_s, res2.iterations[-1].write_rate_mbps, target, LoopSettings())
+    # a warm start from that loop (a sweep trial): at the same target its first iteration
+    # is the given model's, at its eviction age, with the same threshold search (so the
+    # same figures) and no episodes built; it stops where the loop itself would have
+    from flashml.models.converge import WarmStart
+
+    warm = WarmStart.from_loop(res2, 6)
+    res3 = run_loop(df, table, feature_matrix(df), base, target, tmp_path / "c", gbm,
+                    LoopSettings(max_iter=2), warm=warm)
+    first, last = res3.iterations[0], res2.iterations[-1]
+    assert first.warm and first.episodes == 0 and not (tmp_path / "c" / "episodes-00").exists()
+    assert first.eviction_age_s == res2.eviction_age_s == last.eviction_age_s
+    assert (first.threshold, first.write_rate_mbps, first.peak_dt_util,
+            first.measured_eviction_age_s) == (last.threshold, last.write_rate_mbps,
+                                               last.peak_dt_util, last.measured_eviction_age_s)
+    assert res3.converged == res2.converged
+    if res2.converged:
+        assert len(res3.iterations) == 1 and res3.policy is res2.policy
+    # at 3x the target the model admits more, evictions come sooner: the loop goes on
+    # from there, training at the new eviction age with the warm start's K kept
+    res4 = run_loop(df, table, feature_matrix(df), base, 3 * target, tmp_path / "d", gbm,
+                    LoopSettings(max_iter=2), warm=warm)
+    assert res4.iterations[0].warm and res4.iterations[0].write_rate_mbps > 1.5 * target
+    assert res4.iterations[0].measured_eviction_age_s < last.measured_eviction_age_s
+    assert len(res4.iterations) == 2 and not res4.iterations[1].warm
+    assert res4.iterations[1].episodes > 0
+    assert res4.extra["accesses_per_episode"] == warm.accesses_per_episode == res2.extra[
+        "accesses_per_episode"]
 
 
 def test_when_threshold_is_chosen_on_the_training_day(small_trace) -> None:

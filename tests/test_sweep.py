@@ -34,13 +34,13 @@ cfg = json.loads(sys.argv[1])
 SAT = cfg["saturation_mbps"]
 
 
-def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=None):
+def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=None, warm=None):
     # measured write rate: the target, up to what the policy can write; peak DT falls with
     # the write rate, so TCO (eq. 4b) falls until the saturation point, then rises
     w = min(wr, SAT)
     peak = 0.2 + 0.3 * np.exp(-w / cfg["scale_mbps"])
     its = [SimpleNamespace(peak_dt_util=peak * (1 + 0.2 / (i + 1)), write_rate_mbps=w,
-                           measured_eviction_age_s=3600.0) for i in range(3)]
+                           measured_eviction_age_s=3600.0, warm=False) for i in range(3)]
     metrics = {"peak_dt_util": peak, "flash_write_rate_mbps": w}
     return SimpleNamespace(iterations=its, converged=True,
                            tuned=SimpleNamespace(result=SimpleNamespace(metrics=metrics)))

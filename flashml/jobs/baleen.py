@@ -115,6 +115,28 @@ def _learned(run: RunDir) -> Any:
     return load_policy_dir(policy_dir(run))
 
 
+def warm_start(run: RunDir, s: BaleenSettings) -> Any:
+    """The main loop's converged state for the sweep's trials (models/converge.WarmStart):
+    in memory after `train`, else from its record and the policy bundle; None when the run
+    trained no loop (a given candidate bundle) or ships no bundle (admission only)."""
+    from flashml.models.converge import WarmStart
+
+    loop = run.cache.get("loop")
+    if loop is not None:
+        return WarmStart.from_loop(loop, s.loop.accesses_per_episode)
+    rec = run.done("train") or {}
+    if "policy_bundle" not in rec or "candidate_source" in rec:
+        return None
+    from flashml.compiler.bundle import read_policy_json
+    from flashml.models.baleen import score_all
+
+    policy = _learned(run)
+    k = rec.get("convergence", {}).get("accesses_per_episode") or s.loop.accesses_per_episode
+    return WarmStart(float(rec["eviction_age_s"]), int(k), policy,
+                     score_all(policy, features(run)),
+                     float(read_policy_json(policy_dir(run))["when_threshold"]))
+
+
 def feature_frame(rows: np.ndarray) -> Any:
     """Feature rows as a pandas DataFrame with the contract's 18 feature names (what the
     MLflow models' signatures and input examples show)."""
@@ -442,8 +464,9 @@ def headline_metrics(pol: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 
 def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
-    """Optuna over target write rate and starting eviction age, each trial a convergence
-    loop scored by TCO; Baleen-TCO's chosen write rate. Storage: `s.sweep_storage`, else
+    """Optuna over target write rate, each trial a convergence loop scored by TCO started
+    from the main loop's converged state (`--sweep-cold`: from scratch, with the starting
+    eviction age swept too); Baleen-TCO's chosen write rate. Storage: `s.sweep_storage`, else
     FLASHML_OPTUNA_STORAGE, else sqlite under FLASHML_HOME. With 0 trials (or a given
     candidate bundle), the chosen rate is the target."""
     rec = run.done("sweep")
@@ -471,7 +494,7 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
                         storage=s.sweep_storage or optuna_storage(),
                         study_name=s.sweep_study or study_name(run, s, run_id),
                         rate_range=s.sweep_rate_range, final_base=learned_config(run, s),
-                        user_attrs=attrs)
+                        user_attrs=attrs, warm=None if s.sweep_cold else warm_start(run, s))
     mlflow.log_metrics({"chosen_write_rate_mbps": res.chosen_write_rate_mbps,
                         "chosen_tco": res.chosen_tco,
                         "sweep_range_low_mbps": res.range_mbps[0],

@@ -44,6 +44,28 @@ class Iteration:
     episodes: int
     admitted_episodes: int
     seconds: float
+    #: True for a warm start's first iteration: the given model's scores, no episodes built
+    #: and no training (episodes/admitted_episodes are then 0).
+    warm: bool = False
+
+
+@dataclass
+class WarmStart:
+    """A converged loop's state a new loop starts from (a sweep trial at another write
+    rate): its eviction age, its K (kept: not re-chosen), its model's scores for every
+    access and its ML-When threshold, used as the first iteration instead of building
+    episodes and training."""
+
+    eviction_age_s: float
+    accesses_per_episode: int
+    policy: LearnedPolicy
+    arrays: dict[str, np.ndarray]
+    when_threshold: float
+
+    @classmethod
+    def from_loop(cls, loop: LoopResult, default_k: int) -> WarmStart:
+        return cls(loop.eviction_age_s, int(loop.extra.get("accesses_per_episode", default_k)),
+                   loop.policy, loop.arrays, loop.when_threshold)
 
 
 @dataclass
@@ -133,46 +155,59 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
              settings: LoopSettings = LoopSettings(),  # noqa: B008 (frozen, shared)
              *, features: list[str] | None = None,
              with_prefetch: bool = True, spark: Any = None,
-             final_base: SimConfig | None = None) -> LoopResult:
+             final_base: SimConfig | None = None, warm: WarmStart | None = None) -> LoopResult:
     """Iterate episodes -> train -> simulate until the eviction age is stable. With
     `final_base` (e.g. `base` plus a peak schedule, models/peak.py) the last model's
     admission threshold is tuned to the target once more under it: the loop's own choices
-    (eviction age, K, the ML-When threshold) stay those of `base`."""
+    (eviction age, K, the ML-When threshold) stay those of `base`. With `warm` (a converged
+    loop at another target) the loop starts at its eviction age with its model as the first
+    iteration and keeps its K: when that model meets this target at about the same eviction
+    age the loop stops there, with no episodes built and nothing trained."""
     from flashml.episodes.core import EpisodeParams, build
 
     times = df["time"].to_numpy()
-    ea = settings.start_eviction_age_s
+    ea = warm.eviction_age_s if warm is not None else settings.start_eviction_age_s
     history: list[Iteration] = []
     result: LoopResult | None = None
     prefetch = {"prefetch": "range", "prefetch_when": "score"} if with_prefetch else {}
-    k_build = max((settings.accesses_per_episode, *settings.k_candidates))
+    k_fixed = warm.accesses_per_episode if warm is not None else None
+    k_build = k_fixed or max((settings.accesses_per_episode, *settings.k_candidates))
     k_chosen: int | None = None
     for it in range(settings.max_iter):
         t0 = time.perf_counter()
         out = workdir / f"episodes-{it:02d}"
-        built = build(table, out, EpisodeParams(
-            eviction_age_s=ea, target_write_rate_mbps=target_mbps,
-            accesses_per_episode=k_build),
-            engine=settings.engine, spark=spark, plot=False)
-        labels = pl.read_parquet(out / "labels.parquet")
-        episodes = pl.read_parquet(out / "episodes.parquet")
-        k_chosen = settings.accesses_per_episode
-        if len(settings.k_candidates) > 1:
-            k_chosen, kmeans = select_accesses_per_episode(
-                df, feats, labels, episodes, base, target_mbps, settings, gbm, features)
-            log.info("accesses per episode K=%d (training-day mean DT by K: %s)", k_chosen,
-                     {k: round(v, 5) for k, v in kmeans.items()})
-        data = training_data(feats, times, labels, episodes, settings.train_seconds,
-                             max_position=k_chosen)
-        policy = train_policy(data, gbm, features=features, with_prefetch=with_prefetch)
-        arrays = score_all(policy, feats)
-        when_threshold = base.when_threshold
-        if with_prefetch:
-            when_threshold, peaks = select_when_threshold(
-                df, arrays, base, target_mbps, settings.train_seconds,
-                settings.when_candidates)
-            log.info("ML-When threshold %.2f (training-day peak DT by threshold: %s)",
-                     when_threshold, {k: round(v, 4) for k, v in peaks.items()})
+        n_eps = n_admitted = 0
+        if it == 0 and warm is not None:
+            policy, arrays, k_chosen = warm.policy, warm.arrays, warm.accesses_per_episode
+            when_threshold = warm.when_threshold
+            log.info("convergence iteration 0: warm start at EA %.0f s (K=%d, ML-When %.2f)",
+                     ea, k_chosen, when_threshold)
+        else:
+            built = build(table, out, EpisodeParams(
+                eviction_age_s=ea, target_write_rate_mbps=target_mbps,
+                accesses_per_episode=k_build),
+                engine=settings.engine, spark=spark, plot=False)
+            n_eps = int(built.summary["episodes"])
+            n_admitted = int(built.summary["admitted_episodes"])
+            labels = pl.read_parquet(out / "labels.parquet")
+            episodes = pl.read_parquet(out / "episodes.parquet")
+            k_chosen = k_fixed or settings.accesses_per_episode
+            if k_fixed is None and len(settings.k_candidates) > 1:
+                k_chosen, kmeans = select_accesses_per_episode(
+                    df, feats, labels, episodes, base, target_mbps, settings, gbm, features)
+                log.info("accesses per episode K=%d (training-day mean DT by K: %s)",
+                         k_chosen, {k: round(v, 5) for k, v in kmeans.items()})
+            data = training_data(feats, times, labels, episodes, settings.train_seconds,
+                                 max_position=k_chosen)
+            policy = train_policy(data, gbm, features=features, with_prefetch=with_prefetch)
+            arrays = score_all(policy, feats)
+            when_threshold = base.when_threshold
+            if with_prefetch:
+                when_threshold, peaks = select_when_threshold(
+                    df, arrays, base, target_mbps, settings.train_seconds,
+                    settings.when_candidates)
+                log.info("ML-When threshold %.2f (training-day peak DT by threshold: %s)",
+                         when_threshold, {k: round(v, 4) for k, v in peaks.items()})
         tuned = tune_threshold(df, base.replace(when_threshold=when_threshold), target_mbps,
                                arrays, **prefetch)
         m = tuned.result.metrics
@@ -180,9 +215,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         if not np.isfinite(measured):
             measured = ea
         history.append(Iteration(ea, measured, tuned.knob, float(m["flash_write_rate_mbps"]),
-                                 float(m["peak_dt_util"]), int(built.summary["episodes"]),
-                                 int(built.summary["admitted_episodes"]),
-                                 time.perf_counter() - t0))
+                                 float(m["peak_dt_util"]), n_eps, n_admitted,
+                                 time.perf_counter() - t0, warm=it == 0 and warm is not None))
         log.info("convergence iteration %d: EA %.0f s -> measured %.0f s, threshold %.4f, "
                  "%.2f MB/s, peak DT %.4f", it, ea, measured, tuned.knob,
                  m["flash_write_rate_mbps"], m["peak_dt_util"])

@@ -1,7 +1,10 @@
-"""Optuna sweep over target write rates (and the starting eviction age): each trial runs
-Baleen's convergence loop at its target and is scored by TCO; Baleen-TCO picks the write
-rate with the lowest TCO. sqlite storage under .flashml/ by default, any RDB URL for parallel
-workers; hopeless trials are pruned on the TCO of their first loop iteration.
+"""Optuna sweep over target write rates: each trial runs Baleen's convergence loop at its
+target and is scored by TCO; Baleen-TCO picks the write rate with the lowest TCO. Trials
+start from the main loop's converged state (eviction age, K, model: converge.WarmStart) and
+retrain only when that model misses their target at that eviction age; cold (no state
+given), each runs the loop from scratch and the starting eviction age is swept too. sqlite
+storage under .flashml/ by default, any RDB URL for parallel workers; hopeless trials are
+pruned on the TCO of their first loop iteration.
 
 The write-rate range starts at `rate_range` times the target and grows while the best point
 sits at its top edge (`widened_range`): TCO (Baleen eq. 4b) charges flash wear only 1/36 of
@@ -24,7 +27,7 @@ import numpy as np
 import polars as pl
 
 from flashml.config import optuna_storage
-from flashml.models.converge import run_loop
+from flashml.models.converge import WarmStart, run_loop
 from flashml.policies.tco import tco
 from flashml.settings import GbmParams, LoopSettings
 from flashml.simulation import SimConfig
@@ -91,14 +94,18 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
               storage: str | None = None, study_name: str = "flashml-sweep",
               rate_range: tuple[float, float] = (0.25, 4.0), seed: int = 0,
               parent_run: Any = None, final_base: SimConfig | None = None,
-              user_attrs: dict[str, Any] | None = None, max_widen: int = 2) -> SweepResult:
-    """Optuna over target write rate and starting eviction age; each trial is a convergence
-    loop scored by TCO. With `final_base` (the peak schedule, models/peak.py) each trial's
-    final threshold is tuned under it, as the shipped policy's is (run_loop). `user_attrs`
-    go onto the study (trace, target, git commit: what optuna-dashboard shows). When the
-    best point sits at the top of the range (and `trials` >= MIN_TRIALS_TO_WIDEN), up to
-    `max_widen` rounds of max(2, trials // 2) more trials search a range `WIDEN` times
-    higher (`widened_range`)."""
+              user_attrs: dict[str, Any] | None = None, max_widen: int = 2,
+              warm: WarmStart | None = None) -> SweepResult:
+    """Optuna over target write rate (and, without `warm`, the starting eviction age); each
+    trial is a convergence loop scored by TCO. With `warm` (the main loop's converged state)
+    every trial starts from it (run_loop's warm start: its eviction age, K and model first),
+    so a trial whose target the main model already meets at that eviction age costs one
+    threshold search instead of a loop from scratch. With `final_base` (the peak schedule,
+    models/peak.py) each trial's final threshold is tuned under it, as the shipped policy's
+    is (run_loop). `user_attrs` go onto the study (trace, target, git commit: what
+    optuna-dashboard shows). When the best point sits at the top of the range (and `trials`
+    >= MIN_TRIALS_TO_WIDEN), up to `max_widen` rounds of max(2, trials // 2) more trials
+    search a range `WIDEN` times higher (`widened_range`)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -118,15 +125,21 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         study.set_user_attr(k, v)
     bounds = [target_mbps * rate_range[0], target_mbps * rate_range[1]]
     # The user's target first, so the default rate is always on the curve.
-    study.enqueue_trial({"write_rate_mbps": target_mbps,
-                         "start_eviction_age_s": loop.start_eviction_age_s})
+    study.set_user_attr("warm_start", warm is not None)
+    first = {"write_rate_mbps": target_mbps}
+    if warm is None:
+        first["start_eviction_age_s"] = loop.start_eviction_age_s
+    study.enqueue_trial(first)
 
     def objective(trial: optuna.Trial) -> float:
         import mlflow
 
         lo, hi = bounds
         wr = trial.suggest_float("write_rate_mbps", lo, hi, log=True)
-        ea0 = trial.suggest_float("start_eviction_age_s", 1800.0, 4 * 3600.0, log=True)
+        if warm is None:
+            ea0 = trial.suggest_float("start_eviction_age_s", 1800.0, 4 * 3600.0, log=True)
+        else:
+            ea0 = warm.eviction_age_s
         settings = replace(loop, start_eviction_age_s=ea0, max_iter=min(loop.max_iter, 6))
         mlflow.start_run(run_name=f"sweep-trial-{trial.number}", nested=True,
                          tags={"optuna.study": study_name,
@@ -136,7 +149,7 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             mlflow.log_params({"write_rate_mbps": wr, "start_eviction_age_s": ea0,
                                "write_rate_range_mbps": f"{lo:.4g}-{hi:.4g}"})
             res = run_loop(df, table, feats, base, wr, workdir / f"trial-{trial.number:03d}",
-                           gbm, settings, final_base=final_base)
+                           gbm, settings, final_base=final_base, warm=warm)
             for step, it in enumerate(res.iterations):
                 val = tco(it.peak_dt_util, it.write_rate_mbps, peak0, wr0_mbps)
                 trial.report(val, step)
@@ -152,6 +165,8 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             trial.set_user_attr("measured_write_rate_mbps", float(m["flash_write_rate_mbps"]))
             trial.set_user_attr("peak_dt_util", float(m["peak_dt_util"]))
             trial.set_user_attr("converged", res.converged)
+            trial.set_user_attr("loop_iterations", len(res.iterations))
+            trial.set_user_attr("trained", sum(not it.warm for it in res.iterations))
             pruned = trial.should_prune()
             # A pruned trial ran to its end: its nested run is KILLED (stopped by Optuna, not
             # broken) with its state as a tag; TrialPruned is raised after the run has ended,
@@ -202,4 +217,5 @@ def _rows(study: Any) -> list[dict[str, Any]]:
              "write_rate_mbps": t.user_attrs.get("measured_write_rate_mbps"),
              "peak_dt_util": t.user_attrs.get("peak_dt_util"),
              "start_eviction_age_s": t.params.get("start_eviction_age_s"),
-             "converged": t.user_attrs.get("converged")} for t in study.trials]
+             "converged": t.user_attrs.get("converged"),
+             "models_trained": t.user_attrs.get("trained")} for t in study.trials]
