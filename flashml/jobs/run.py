@@ -28,19 +28,55 @@ from flashml.files import jsonable, write_json
 log = logging.getLogger("flashml.jobs")
 
 
+def _peak_rss_mb(reset: bool = False) -> float | None:
+    """This process's peak resident memory (MB) since the last reset (Linux: VmHWM of
+    /proc/self/status, reset by writing 5 to /proc/self/clear_refs); None where unknown."""
+    try:
+        if reset:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 class Timer:
-    """Wall time per stage, in the order the stages ran (logged as each ends)."""
+    """Wall time and this process's peak memory per stage, in the order the stages ran
+    (logged as each ends). A stage inside another counts in both; a child process's memory
+    (the Spark JVM) is not counted."""
 
     def __init__(self) -> None:
         self.stages: dict[str, float] = {}
+        self.peak_rss_mb: dict[str, float] = {}
+        self._open: list[list[float]] = []  # the running peak of each open stage
+
+    def _fold(self) -> None:
+        now = _peak_rss_mb()
+        if now is not None:
+            for frame in self._open:
+                frame[0] = max(frame[0], now)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         log.info("stage %s ...", name)
+        self._fold()  # the enclosing stages keep their peak so far across the reset
+        self._open.append([_peak_rss_mb(reset=True) or 0.0])
         t0 = time.perf_counter()
-        yield
+        try:
+            yield
+        finally:
+            self._fold()
+            peak = self._open.pop()[0]
+            for frame in self._open:
+                frame[0] = max(frame[0], peak)
         self.stages[name] = round(time.perf_counter() - t0, 2)
-        log.info("stage %s done in %.1fs", name, self.stages[name])
+        if peak > 0:
+            self.peak_rss_mb[name] = round(peak, 1)
+        log.info("stage %s done in %.1fs (peak memory %.0f MB)", name, self.stages[name], peak)
 
 
 class RunDir:
@@ -245,6 +281,7 @@ def run_job(job: Any, settings: Any, out: Path) -> tuple[dict[str, Any], Path, T
         summary = job.summary(run_stages(job.STAGES, run, settings, timer), settings)
         summary["mlflow_run_id"] = mlrun.info.run_id
         summary["timings_s"] = timer.stages
+        summary["peak_rss_mb"] = timer.peak_rss_mb
         summary["seconds"] = round(time.perf_counter() - t0, 1)
         path = write_summary(out, summary)
         mlflow.log_artifact(str(path))

@@ -1,0 +1,147 @@
+"""Where the main job's time goes as traces grow (issue 20): `flashml pipeline run` end to end
+on generated region1-like traces of growing size, the time and peak memory of every stage.
+
+    .venv/bin/python bench/bench_pipeline.py                      # 0.1 M and 1 M accesses
+    .venv/bin/python bench/bench_pipeline.py --accesses 100000,1000000,10000000
+    .venv/bin/python bench/bench_pipeline.py --accesses 100000 --sweep both
+
+Each size runs in a fresh process (a run folder, MLflow and Optuna stores of its own under a
+temporary FLASHML_HOME); the figures come from the run's summary.json (`timings_s`,
+`peak_rss_mb`: this process's peak per stage, the Spark JVM not included) and the whole
+process tree's peak (getrusage of the children). `--sweep both` also runs each size with
+`--sweep-cold` (trials from scratch), the sweep's cost before the warm start.
+Writes bench/results/pipeline.json and pipeline.png (seconds per stage vs accesses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from machine import machine  # noqa: E402
+
+from flashml.files import write_json  # noqa: E402
+
+OUT = ROOT / "bench" / "results" / "pipeline.json"
+PLOT = ROOT / "bench" / "results" / "pipeline.png"
+FLASHML = [sys.executable, "-m", "flashml"]
+
+
+def sizes(text: str) -> list[int]:
+    try:
+        out = [int(float(x)) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--accesses: not a list of counts: {text!r}") from None
+    if not out or min(out) < 10_000:
+        raise argparse.ArgumentTypeError("--accesses: counts of at least 10000")
+    return out
+
+
+def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str) -> dict[str, Any]:
+    trace = tmp / f"region1-like-{accesses}.trace"
+    if not trace.exists():
+        subprocess.run([*FLASHML, "trace", "generate", "--preset", "region1-like", "--seed",
+                        "3", "--accesses", str(accesses), "-o", str(trace)], check=True,
+                       cwd=ROOT, stdout=subprocess.DEVNULL)
+    home = tmp / f"home-{accesses}-{'cold' if cold else 'warm'}"
+    out = home / "run"
+    cmd = [*FLASHML, "pipeline", "run", "--trace", str(trace), "--out", str(out),
+           "--engine", engine, "--sweep-trials", str(trials)]
+    if cold:
+        cmd.append("--sweep-cold")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MLFLOW_TRACKING_URI", "FLASHML_OPTUNA_STORAGE")}
+    env["FLASHML_HOME"] = str(home)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
+        raise RuntimeError(f"pipeline run failed at {accesses} accesses:\n{tail}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    summary = json.loads((out / "summary.json").read_text())
+    sweep = (summary.get("sweep") or {})
+    return {
+        "accesses": accesses, "sweep": "cold" if cold else "warm", "sweep_trials": trials,
+        "engine": engine, "wall_s": round(wall, 1),
+        # the largest child so far (kB on Linux); only meaningful when it grew
+        "peak_rss_process_tree_mb": round(after / 1024, 1) if after > before else None,
+        "timings_s": summary.get("timings_s", {}),
+        "peak_rss_mb": summary.get("peak_rss_mb", {}),
+        "models_trained_per_trial": [t.get("models_trained") for t in sweep.get("trials", [])]
+        if isinstance(sweep, dict) else None,
+    }
+
+
+def plot(runs: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    warm = [r for r in runs if r["sweep"] == "warm"]
+    if len(warm) < 1:
+        return
+    stages = sorted({k for r in warm for k in r["timings_s"]},
+                    key=lambda k: -max(r["timings_s"].get(k, 0) for r in warm))[:10]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    xs = [r["accesses"] for r in warm]
+    for st in stages:
+        ax.plot(xs, [r["timings_s"].get(st, 0) for r in warm], marker="o", label=st)
+    ax.plot(xs, [r["wall_s"] for r in warm], "k--", marker="s", label="whole job")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("accesses in the trace")
+    ax.set_ylabel("seconds")
+    ax.set_title("flashml pipeline run: time per stage (10 slowest)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--accesses", type=sizes, default=[100_000, 1_000_000],
+                    help="comma-separated trace sizes (default 100000,1000000)")
+    ap.add_argument("--sweep", choices=["warm", "cold", "both"], default="warm",
+                    help="sweep trials from the main loop's state (warm, the default), from "
+                    "scratch (cold), or both side by side")
+    ap.add_argument("--sweep-trials", type=int, default=6, help="Optuna trials (default 6)")
+    ap.add_argument("--engine", default="spark", choices=["spark", "polars"],
+                    help="episode engine of the job (default spark, as the job's default)")
+    args = ap.parse_args()
+    modes = {"warm": [False], "cold": [True], "both": [False, True]}[args.sweep]
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="flashml-bench-pipeline-") as tmp:
+        for n in args.accesses:
+            for cold in modes:
+                print(f"pipeline: {n:,} accesses, sweep {'cold' if cold else 'warm'} ...",
+                      flush=True)
+                r = run_one(n, Path(tmp), cold=cold, trials=args.sweep_trials,
+                            engine=args.engine)
+                top = sorted(r["timings_s"].items(), key=lambda kv: -kv[1])[:4]
+                print(f"  {r['wall_s']:.0f} s; slowest: "
+                      + ", ".join(f"{k} {v:.0f} s" for k, v in top), flush=True)
+                runs.append(r)
+    write_json(OUT, {"machine": machine(), "runs": runs})
+    plot(runs)
+    print(f"pipeline: {len(runs)} runs -> {OUT.relative_to(ROOT)}, {PLOT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
