@@ -9,11 +9,13 @@ is fetched at run time; without DIR the bench says so and keeps the last results
 
 On generated Tectonic traces (3 presets, 3 days, the presets' sample ratios, cache 366.475 GB,
 LRU, 10-minute windows, the first day skipped), each policy runs in both simulators:
-admit-all, RejectX (X=1) at history factors 0.5 and 2, CoinFlip p=0.3. Every shared metric
-is written with both values and the relative difference to bench/results/conformance.json,
-with the wall time of each simulator and the speed ratio. Targets (issue 15): admit-all and
-RejectX equal to 4 significant digits (both simulators are deterministic); CoinFlip (the
-coins differ) within 1%; flashml >= 1000x BCacheSim's speed.
+admit-all, RejectX (X=1) at history factors 0.5 and 2, CoinFlip p=0.3, OPT given the same
+episode decisions (flashml's episode job writes BCacheSim's offline decisions file), with
+and without OPT-Range prefetch. Every shared metric is written with both values and the
+relative difference to bench/results/conformance.json, with the wall time of each simulator
+and the speed ratio. Targets (issue 15): admit-all, RejectX and OPT (the same decisions)
+equal to 4 significant digits (both simulators are deterministic); CoinFlip with flashml's
+own coin within 2% on whole-trace figures; flashml >= 1000x BCacheSim's speed.
 
 `--record` also writes the BCacheSim figures of the exact policies to
 tests/fixtures/bcachesim_conformance.json, which tests/test_conformance.py checks flashml
@@ -44,8 +46,10 @@ from conformance_cases import (  # noqa: E402
     METRIC_MAP,
     POLICIES,
     TRACES,
+    bcachesim_decisions,
     flashml_metrics,
     generate,
+    opt_episodes,
 )
 from machine import machine  # noqa: E402
 
@@ -71,19 +75,39 @@ def check_checkout(path: Path, python: Path) -> None:
         raise UserError(f"{python}: no such Python for BCacheSim (--bcachesim-python)")
 
 
-def bcachesim_args(policy: dict[str, Any]) -> list[str]:
+def write_decisions(trace: Path, policy: dict[str, Any], out: Path) -> Path:
+    """flashml's OPT episodes as BCacheSim's offline decisions file (a gzipped pickle of
+    plain tuples and dicts: no BCacheSim code involved)."""
+    import gzip
+    import pickle
+
+    from flashml.config import UNITS
+
+    out.mkdir(parents=True, exist_ok=True)
+    labels = opt_episodes(trace, policy["opt_episodes"], out)
+    path = out / "decisions.pkl.gz"
+    with gzip.open(path, "wb") as f:
+        pickle.dump(bcachesim_decisions(labels, UNITS.segment_bytes), f, protocol=4)
+    return path
+
+
+def bcachesim_args(policy: dict[str, Any], trace: Path, work: Path) -> list[str]:
     args = ["--ap", policy["bcachesim_ap"], "--ap-threshold", "1"]
     if "bcachesim_probability" in policy:
         args += ["--ap-probability", repr(policy["bcachesim_probability"])]
+    args += policy.get("bcachesim_args", [])
+    if "opt_episodes" in policy:
+        args += ["--offline-ap-decisions", str(write_decisions(trace, policy, work))]
     return args
 
 
 def run_bcachesim(checkout: Path, python: Path, trace: Path, policy: dict[str, Any],
                   out: Path) -> dict[str, Any]:
     """One BCacheSim run; returns its `results` dict (and the process wall time)."""
+    args = bcachesim_args(policy, trace, out.parent / f"{out.name}-decisions")
     cmd = [str(python), "-m", f"{checkout.name}.cachesim.simulate_ap", "-o", str(out),
            "--size_gb", repr(CACHE_GB), "--log-interval", "600", "--stats-start", "86400",
-           "--eviction-policy", "LRU", "--ignore-existing", *bcachesim_args(policy),
+           "--eviction-policy", "LRU", "--ignore-existing", *args,
            str(trace)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=checkout.parent, capture_output=True, text=True)

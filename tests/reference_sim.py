@@ -11,17 +11,18 @@ entries (first = next victim), per access i at time t on block `key`, covering s
   GET: hit iff every covered segment is cached.
     1. each cached covered segment (ascending): (LRU) moves to the most-recent end; without
        block-level recency its last-access time = t.
-    2. miss: IO span = first..last missing covered segment; admission asked once (RejectX:
-       once per missing segment, the artifact's history of (block, segment) keys), widened
-       to the prefetch range (clipped to the block) if admitted and the prefetch policy
-       gives one; DT charged. The admitted missing segments are inserted in ascending
-       order; an insertion that brings the cache to its capacity evicts the first entry
+    2. miss: admission asked once (RejectX: once per missing segment, the artifact's
+       history of (block, segment) keys). The admitted missing segments are inserted in
+       ascending order; an insertion that brings the cache to its capacity evicts the first entry
        (written as: evict first while used + 1 >= capacity, which differs only at
        capacity 1, where the artifact evicts what it just inserted).
     3. block-level recency: every cached segment of the block (ascending) moves to the
        most-recent end (LRU) and the block's last-access time = t.
-    4. the prefetched uncached segments are inserted (ascending), each followed (LRU,
-       block-level) by a refresh of the block. This refresh is flashml's one difference
+    4. if admitted and the prefetch policy gives a range (clipped to the block): its
+       segments neither cached now nor missing at lookup are inserted (ascending), each
+       followed (LRU, block-level) by a refresh of the block. One backend IO spans the
+       first..last segment read (missing covered ones and prefetched ones); DT charged.
+       Step 4's refresh is flashml's one difference
        from the artifact: a block's segments are evicted lowest index first, where BCacheSim
        would evict its prefetched segments after its others.
     eviction age: t - last access of the block (block-level recency) or of the segment.
@@ -238,28 +239,18 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
         else:
             admitted_now = admit_fn(i, k)
             take = missing if admitted_now else []
-        # Prefetch extends the IO only for an admitted miss (no point reading what is
-        # not going to be written to flash).
+        # Prefetch only for an admitted miss (no point reading what is not going to be
+        # written to flash).
         pf = prefetch_fn(i, len(covered_cached) > 0) if admitted_now else None
-        if pf is not None:
-            p0, p1 = max(pf[0], 0), min(pf[1], spb - 1)
-            if p0 <= p1:
-                lo, hi = min(lo, p0), max(hi, p1)
-        io = hi - lo + 1
-        backend_ios += 1
-        backend_bytes += io * seg
-        dt = c["t_seek_s"] + io * seg_time
-        win_dt[w] += dt
-        get_dt += dt
         for s in take:
             insert(k, s, t)
             admitted += 1
             win_adm[w] += 1
         if block_level:
             refresh_block(k, t)
-        if admitted_now:
-            for s in [*range(lo, missing[0]), *range(missing[-1] + 1, hi + 1)]:
-                if s in cached.get(k, ()):
+        if pf is not None:
+            for s in range(max(pf[0], 0), min(pf[1], spb - 1) + 1):
+                if s in missing or s in cached.get(k, ()):
                     continue
                 if c["admission"] == "rejectx" and not rejectx_segment(k, s):
                     continue
@@ -267,8 +258,15 @@ def simulate(time, key, offset, size, op, config: dict, admit=None, score=None,
                 admitted += 1
                 win_adm[w] += 1
                 prefetched += 1
+                lo, hi = min(lo, s), max(hi, s)
                 if block_units:
                     refresh_block(k, t)
+        io = hi - lo + 1
+        backend_ios += 1
+        backend_bytes += io * seg
+        dt = c["t_seek_s"] + io * seg_time
+        win_dt[w] += dt
+        get_dt += dt
 
     sr = c["sample_ratio"]
     sr_scale = 100.0 / sr

@@ -8,7 +8,7 @@
  *   segments (LRU) and sets the block's last-access time.
  * - Miss: one backend IO from the first to the last missing covered segment, extended by the
  *   policy's prefetch range when the miss is admitted and the when-score passes (a rejected
- *   miss never prefetches); DT = t_seek + bytes / bandwidth. The policy is asked once; if it
+ *   miss never prefetches), less the range's cached edge segments; DT = t_seek + bytes / bandwidth. The policy is asked once; if it
  *   admits (and the write-rate limiter has tokens for the bytes), every uncached segment of
  *   the IO is appended to the open region.
  * - PUT: one backend IO over its segments is charged; the cache is not touched.
@@ -300,6 +300,12 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     unsigned lo = m0, hi = m1;
     int admit = frt_admission_decide(&rt->adm, a, &lo, &hi);
     frt_admission_observe(&rt->adm, a);
+    /* as the simulator (and the artifact): cached segments at the edges of the prefetch
+     * range are not read again */
+    if (b) {
+        while (lo < m0 && holds(b, lo)) lo++;
+        while (hi > m1 && holds(b, hi)) hi--;
+    }
     unsigned io_segs = hi - lo + 1;
     rt->backend_ios++;
     rt->backend_bytes += io_segs * SEG;

@@ -13,13 +13,14 @@
 //!   while they are inserted, the block's cached segments outside the request keep their old
 //!   place in the LRU order (and may be evicted from it), those inside are at the front.
 //! * On a miss, the admission policy is asked once (a per-segment policy, the artifact's
-//!   RejectX: once per uncached segment). One backend IO spans the first to the last missing
-//!   covered segment; if the miss is admitted (per segment: any segment) it is extended to
-//!   cover the prefetch range (clipped to the block) when the prefetch policy gives one (a
-//!   rejected miss never prefetches: nothing read beyond the request would be kept).
-//!   `DT = t_seek + segments * segment_bytes / bandwidth`. The admitted requested segments
-//!   are inserted in ascending order, then the block is refreshed, then the uncached
-//!   prefetched segments are inserted in ascending order (the artifact's order).
+//!   RejectX: once per uncached segment). The admitted requested segments are inserted in
+//!   ascending order, then the block is refreshed; then, if the miss is admitted (per
+//!   segment: any segment) and the prefetch policy gives a range (clipped to the block),
+//!   its segments that are neither cached now nor missing requested ones are prefetched
+//!   and inserted in ascending order (the artifact's order and set; a rejected miss never
+//!   prefetches: nothing read beyond the request would be kept). One backend IO spans the
+//!   first to the last segment read (missing requested or prefetched):
+//!   `DT = t_seek + segments * segment_bytes / bandwidth`.
 //! * Capacity: as the artifact's cache (BCacheSim's `QueueCache.admit`), an insertion that
 //!   brings the cache to its capacity evicts one segment, so at most `capacity - 1`
 //!   segments stay cached between insertions (a capacity of 1 still holds one segment; the
@@ -375,6 +376,8 @@ struct FlashSim<'c, E: Eviction> {
     pending: Option<(u32, u32, u32)>,
     /// Scratch: the requested segments to insert (the admitted missing ones).
     to_insert: Vec<u32>,
+    /// Scratch: the requested segments missing at lookup (admitted or not; ascending).
+    missing: Vec<u32>,
 }
 
 #[inline]
@@ -414,6 +417,7 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
             peak_blocks: 0,
             pending: None,
             to_insert: Vec::new(),
+            missing: Vec::new(),
         }
     }
 
@@ -693,14 +697,19 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
                 last_missing: m1,
                 partial_hit: cached > 0,
             };
-            let (mut lo, mut hi) = (m0, m1);
-            // The requested segments to insert: the missing ones as they were before any
-            // insertion (one may evict a requested hit of the same block: it stays evicted).
+            // The requested segments missing at lookup, and those of them to insert (one
+            // insertion may evict a requested hit of the same block: it stays evicted).
             self.to_insert.clear();
+            self.missing.clear();
+            for s in m0..=m1 {
+                if slot.is_none_or(|sl| !self.is_cached(sl, s)) {
+                    self.missing.push(s);
+                }
+            }
             let admitted = if per_segment {
-                for s in m0..=m1 {
-                    let uncached = slot.is_none_or(|sl| !self.is_cached(sl, s));
-                    if uncached && admission.admit_segment(&ctx, s) {
+                for j in 0..self.missing.len() {
+                    let s = self.missing[j];
+                    if admission.admit_segment(&ctx, s) {
                         self.to_insert.push(s);
                     }
                 }
@@ -708,31 +717,19 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
             } else {
                 let a = admission.admit(&ctx);
                 if a {
-                    for s in m0..=m1 {
-                        if slot.is_none_or(|sl| !self.is_cached(sl, s)) {
-                            self.to_insert.push(s);
-                        }
-                    }
+                    self.to_insert.extend_from_slice(&self.missing);
                 }
                 a
             };
-            // Prefetch extends the IO only for an admitted miss.
-            if admitted {
-                if let Some((p0, p1)) = prefetch.range(&ctx) {
-                    let p0 = p0.max(0);
-                    let p1 = p1.min(self.spb as i64 - 1);
-                    if p0 <= p1 {
-                        lo = lo.min(p0 as u32);
-                        hi = hi.max(p1 as u32);
-                    }
-                }
-            }
-            let io_segs = hi - lo + 1;
-            backend_ios += 1;
-            backend_bytes += io_segs as u64 * seg_bytes;
-            let dt = t_seek + io_segs as f64 * seg_time;
-            win_dt[k] += dt;
-            get_dt += dt;
+            // Prefetch only for an admitted miss (a rejected one keeps nothing it reads).
+            let range = if admitted {
+                prefetch.range(&ctx).and_then(|(p0, p1)| {
+                    let (p0, p1) = (p0.max(0), p1.min(self.spb as i64 - 1));
+                    (p0 <= p1).then_some((p0 as u32, p1 as u32))
+                })
+            } else {
+                None
+            };
             let mut cur = slot;
             if admitted {
                 // the requested segments, with the block at its old place
@@ -752,10 +749,16 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
                     self.touch_block(sl, t);
                 }
             }
-            if admitted && (lo < m0 || hi > m1) {
-                // then the prefetched segments
-                for s in (lo..m0).chain(m1 + 1..=hi) {
-                    if cur.is_some_and(|sl| self.is_cached(sl, s)) {
+            // One backend IO from the first to the last segment read: the missing requested
+            // ones and the prefetched ones (as the artifact: the prefetch range's segments
+            // not cached once the requested ones are in, nor missing requested ones).
+            let (mut lo, mut hi) = (m0, m1);
+            if let Some((p0, p1)) = range {
+                // then the prefetched segments, ascending
+                for s in p0..=p1 {
+                    if self.missing.binary_search(&s).is_ok()
+                        || cur.is_some_and(|sl| self.is_cached(sl, s))
+                    {
                         continue;
                     }
                     if per_segment && !admission.admit_segment(&ctx, s) {
@@ -765,8 +768,16 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
                     self.admitted += 1;
                     self.win_admitted[k] += 1;
                     self.prefetched += 1;
+                    lo = lo.min(s);
+                    hi = hi.max(s);
                 }
             }
+            let io_segs = hi - lo + 1;
+            backend_ios += 1;
+            backend_bytes += io_segs as u64 * seg_bytes;
+            let dt = t_seek + io_segs as f64 * seg_time;
+            win_dt[k] += dt;
+            get_dt += dt;
         }
 
         // Metrics.
