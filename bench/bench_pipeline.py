@@ -35,7 +35,7 @@ from flashml.files import write_json  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "pipeline.json"
 PLOT = ROOT / "bench" / "results" / "pipeline.png"
-FLASHML = [sys.executable, "-m", "flashml"]
+FLASHML = [sys.executable, "-m", "flashml.cli"]
 
 
 def sizes(text: str) -> list[int]:

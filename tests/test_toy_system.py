@@ -56,3 +56,61 @@ def test_toy_system_bad_input_is_a_clear_error(toy: None, tmp_path: Path, capsys
     rc = cli.main(["toy", "run", "--trace", str(TRACE), "--capacity", "lots", "--out",
                    str(tmp_path / "run")])
     assert rc == 1 and "--capacity" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not TRACE.is_file(), reason="../shared/traces is not beside the clone")
+def test_an_interrupted_job_resumes_from_its_last_finished_stage(
+        toy: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """`flashml <system> run --resume`: a job killed in its second stage, run again with
+    --resume, does not redo the first stage, reopens the same MLflow run, and ends with the
+    summary an uninterrupted run gives."""
+    import toy_system.job as toy_job
+
+    args = ["toy", "run", "--trace", str(TRACE), "--capacity", "1MiB"]
+    assert cli.main([*args, "--out", str(tmp_path / "whole")]) == 0
+    whole = json.loads((tmp_path / "whole" / "summary.json").read_text())
+
+    out = tmp_path / "cut"
+    real = toy_job.simulate
+
+    def killed(run, s, timer):  # the process dies half-way through the stage
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(toy_job, "STAGES", (toy_job.STAGES[0],
+                                            toy_job.Stage("simulate", killed)))
+    with pytest.raises(KeyboardInterrupt):
+        cli.main([*args, "--out", str(out)])
+    assert (out / "stages" / "ingest.json").is_file() and not (out / "summary.json").exists()
+    ingest_made = (out / "objects.parquet").stat().st_mtime_ns
+    first_run = (out / "mlflow_run_id").read_text().strip()
+
+    calls = []
+
+    def counted(run, s, timer):
+        calls.append(run.done("ingest") is not None)
+        return real(run, s, timer)
+
+    monkeypatch.setattr(toy_job, "STAGES", (toy_job.STAGES[0],
+                                            toy_job.Stage("simulate", counted)))
+    # other options than the interrupted run's: refused, nothing changed
+    assert cli.main([*args[:-1], "2MiB", "--out", str(out), "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "capacity='1MiB'" in err and "capacity='2MiB'" in err and "--resume" in err
+    assert cli.main([*args, "--out", str(out), "--resume"]) == 0
+    assert calls == [True]  # simulate ran once, on the recorded ingest
+    assert (out / "objects.parquet").stat().st_mtime_ns == ingest_made  # ingest not redone
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["mlflow_run_id"] == first_run
+    volatile = {"mlflow_run_id", "timings_s", "peak_rss_mb", "seconds", "wall_s"}
+
+    def steady(d):  # the summary without wall times and run ids, at every depth
+        if isinstance(d, dict):
+            return {k: steady(v) for k, v in d.items() if k not in volatile}
+        return d
+
+    assert steady(resumed) == steady(whole)
+    assert resumed["policies"]["lru"]["hits"] == whole["policies"]["lru"]["hits"] > 0
+    assert set(resumed["timings_s"]) == {"simulate"}  # only what this process ran
+    # nothing to resume in a fresh folder
+    assert cli.main([*args, "--out", str(tmp_path / "empty"), "--resume"]) == 1
+    assert "nothing to resume" in capsys.readouterr().err

@@ -30,7 +30,7 @@ def _make_run(job: ModuleType):  # type: ignore[no-untyped-def]
         from flashml.jobs.run import run_job
 
         s = job.Settings.from_cli(args)
-        summary, path, timer = run_job(job, s, args.out)
+        summary, path, timer = run_job(job, s, args.out, resume=args.resume)
         print(job.describe(summary, s))
         print("time per stage (s): " + ", ".join(f"{k} {v}" for k, v in timer.stages.items()))
         print(f"summary: {path}; MLflow run {summary['mlflow_run_id']}")
@@ -56,5 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        default=Path(f".flashml/runs/{name}/latest" if name != "pipeline"
                                     else ".flashml/runs/latest"),
                        help="run folder (stage records, outputs, summary.json)")
+        r.add_argument("--resume", action="store_true",
+                       help="go on with an interrupted run in --out from its last finished "
+                       "stage (same options; the same MLflow run) instead of starting over")
         job.add_cli(r)
         r.set_defaults(func=_make_run(job))

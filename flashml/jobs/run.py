@@ -257,18 +257,61 @@ def write_summary(out: Path, summary: dict[str, Any]) -> Path:
     return write_json(Path(out) / "summary.json", summary)
 
 
-def run_job(job: Any, settings: Any, out: Path) -> tuple[dict[str, Any], Path, Timer]:
+#: The settings a run folder's stages were made with (`run_job` writes it at a fresh start
+#: and checks it on `resume`).
+SETTINGS_FILE = "settings.json"
+
+
+def settings_record(settings: Any) -> dict[str, Any]:
+    """A job's settings as JSON (a dataclass's fields, else its attributes)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(settings) and not isinstance(settings, type):
+        data = dataclasses.asdict(settings)
+    else:
+        data = dict(vars(settings))
+    return json.loads(json.dumps(jsonable(data), sort_keys=True, default=str))
+
+
+def _resume_check(run: RunDir, settings: Any) -> None:
+    """A run folder may be resumed only with the settings its stages were made with."""
+    p = run.path / SETTINGS_FILE
+    if not (run.path / "stages").is_dir() or not p.is_file():
+        raise UserError(f"{run.path}: nothing to resume (no stage records or {SETTINGS_FILE}"
+                        "); run without --resume to start")
+    was, now = json.loads(p.read_text()), settings_record(settings)
+    diff = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
+    if diff:
+        k = diff[0]
+        raise UserError(f"{p}: the run was started with {k}={was.get(k)!r}, now "
+                        f"{k}={now.get(k)!r} ({len(diff)} setting(s) differ: "
+                        f"{', '.join(diff)}); resume with the same options, or run without "
+                        "--resume to start over")
+
+
+def run_job(job: Any, settings: Any, out: Path, *,
+            resume: bool = False) -> tuple[dict[str, Any], Path, Timer]:
     """Run a system's job (a module of flashml/jobs with `STAGES`, `run_name(s)`,
     `mlflow_params(run, s)` and `summary(records, s)`) end to end over the run folder `out`
     in one process: a fresh start (earlier stage records in `out` are forgotten), the first
     stage before the MLflow run when it is `ingest` (bad input opens no run), the rest inside
-    it; writes and logs `summary.json`. Optional hooks of the job: `mlflow_tags(run, s)`
-    and `describe_run(run, s)` (the new MLflow run's tags and description). Returns the
-    summary, its path and the timer."""
+    it; writes and logs `summary.json`. With `resume` an interrupted run in `out` goes on
+    from its last finished stage (the recorded stages return their records; the same MLflow
+    run is reopened); its settings must be the ones the run started with. Optional hooks of
+    the job: `mlflow_tags(run, s)` and `describe_run(run, s)` (the new MLflow run's tags and
+    description). Returns the summary, its path and the timer."""
     import mlflow
 
     run = RunDir(out)
-    run.reset()
+    if resume:
+        _resume_check(run, settings)
+        run.summary.unlink(missing_ok=True)
+        log.info("resuming %s: recorded stages %s", run.path,
+                 ", ".join(sorted(p.stem for p in (run.path / "stages").glob("*.json")))
+                 or "none")
+    else:
+        run.reset()
+        write_json(run.path / SETTINGS_FILE, settings_record(settings))
     timer = Timer()
     t0 = time.perf_counter()
     first = job.STAGES[0]
