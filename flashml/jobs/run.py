@@ -263,13 +263,15 @@ SETTINGS_FILE = "settings.json"
 
 
 def settings_record(settings: Any) -> dict[str, Any]:
-    """A job's settings as JSON (a dataclass's fields, else its attributes)."""
+    """A job's settings as JSON (a dataclass's fields, else its attributes, else its text)."""
     import dataclasses
 
     if dataclasses.is_dataclass(settings) and not isinstance(settings, type):
         data = dataclasses.asdict(settings)
-    else:
+    elif hasattr(settings, "__dict__"):
         data = dict(vars(settings))
+    else:
+        data = {"settings": str(settings)}
     return json.loads(json.dumps(jsonable(data), sort_keys=True, default=str))
 
 
