@@ -82,6 +82,11 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str) -
         "peak_rss_mb": summary.get("peak_rss_mb", {}),
         "models_trained_per_trial": [t.get("models_trained") for t in sweep.get("trials", [])]
         if isinstance(sweep, dict) else None,
+        "sweep_range_mbps": sweep.get("range_mbps") if isinstance(sweep, dict) else None,
+        "chosen_write_rate_mbps": summary.get("chosen_write_rate_mbps"),
+        "chosen_tco": summary.get("chosen_tco"),
+        "baleen_peak_dt_util": (summary.get("policies", {}).get("baleen") or {})
+        .get("peak_dt_util"),
     }
 
 

@@ -124,11 +124,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     d = BaleenSettings()
     p = sub.add_parser("sweep", help="Optuna sweep of write rates; Baleen-TCO picks one",
-                       description="Optuna study over target write rates and starting "
-                       "eviction ages; each trial runs the convergence loop and is scored by "
-                       "TCO relative to RejectX at the default write rate.")
+                       description="Optuna study over target write rates; each trial runs "
+                       "the convergence loop from the main loop's converged state (--sweep-"
+                       "cold: from scratch, sweeping the starting eviction age too) and is "
+                       "scored by TCO relative to RejectX at the default write rate.")
     add_trace_option(p)
-    add_options(p, *COMMON_OPTIONS)
+    add_options(p, *COMMON_OPTIONS, "sweep_cold")
     p.add_argument("--trials", type=int, default=8)
     p.add_argument("--storage", default=None,
                    help="Optuna storage URL (default sqlite under .flashml/; an RDB URL "

@@ -482,6 +482,10 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
 
     df, _ = run.frame()
     peak0 = rejectx_peak0(run, s)
+    warm = None
+    if not s.sweep_cold:  # the trials start from the main loop's state (trained if not yet)
+        train(run, s, timer)
+        warm = warm_start(run, s)
     with timer.stage(f"sweep ({s.sweep_trials} Optuna trials)"):
         run_id = mlflow.active_run().info.run_id
         attrs = {"trace": trace_name(run, s), "trace_path": str((run.done("ingest") or {})
@@ -494,7 +498,7 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
                         storage=s.sweep_storage or optuna_storage(),
                         study_name=s.sweep_study or study_name(run, s, run_id),
                         rate_range=s.sweep_rate_range, final_base=learned_config(run, s),
-                        user_attrs=attrs, warm=None if s.sweep_cold else warm_start(run, s))
+                        user_attrs=attrs, warm=warm)
     mlflow.log_metrics({"chosen_write_rate_mbps": res.chosen_write_rate_mbps,
                         "chosen_tco": res.chosen_tco,
                         "sweep_range_low_mbps": res.range_mbps[0],
@@ -685,7 +689,7 @@ Settings = BaleenSettings
 #: The options of `flashml pipeline run` from the settings table (flashml/settings.py).
 CLI_OPTIONS = ("cache_gb", "target_write_rate_mbps", "engine", "master", "learning_rate",
                "max_rounds", "max_iterations", "train_hours", "accesses_per_episode",
-               "peak_hours", "peak_bonus", "sweep_trials", "skip_bad_lines")
+               "peak_hours", "peak_bonus", "sweep_trials", "sweep_cold", "skip_bad_lines")
 
 
 def add_cli(p: Any) -> None:
