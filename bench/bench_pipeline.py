@@ -4,12 +4,14 @@ on generated region1-like traces of growing size, the time and peak memory of ev
     .venv/bin/python bench/bench_pipeline.py                      # 0.1 M and 1 M accesses
     .venv/bin/python bench/bench_pipeline.py --accesses 100000,1000000,10000000
     .venv/bin/python bench/bench_pipeline.py --accesses 100000 --sweep both
+    .venv/bin/python bench/bench_pipeline.py --accesses 1000000 --sweep-workers 1,2
 
 Each size runs in a fresh process (a run folder, MLflow and Optuna stores of its own under a
 temporary FLASHML_HOME); the figures come from the run's summary.json (`timings_s`,
 `peak_rss_mb`: this process's peak per stage, the Spark JVM not included) and the whole
 process tree's peak (getrusage of the children). `--sweep both` also runs each size with
-`--sweep-cold` (trials from scratch), the sweep's cost before the warm start.
+`--sweep-cold` (trials from scratch), the sweep's cost before the warm start;
+`--sweep-workers 1,2` runs each with one and two sweep processes.
 Writes bench/results/pipeline.json and pipeline.png (seconds per stage vs accesses).
 """
 
@@ -48,16 +50,27 @@ def sizes(text: str) -> list[int]:
     return out
 
 
-def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str) -> dict[str, Any]:
+def sizes_small(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of counts: {text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError("counts of at least 1")
+    return out
+
+
+def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
+            workers: int = 1) -> dict[str, Any]:
     trace = tmp / f"region1-like-{accesses}.trace"
     if not trace.exists():
         subprocess.run([*FLASHML, "trace", "generate", "--preset", "region1-like", "--seed",
                         "3", "--accesses", str(accesses), "-o", str(trace)], check=True,
                        cwd=ROOT, stdout=subprocess.DEVNULL)
-    home = tmp / f"home-{accesses}-{'cold' if cold else 'warm'}"
+    home = tmp / f"home-{accesses}-{'cold' if cold else 'warm'}-{workers}"
     out = home / "run"
     cmd = [*FLASHML, "pipeline", "run", "--trace", str(trace), "--out", str(out),
-           "--engine", engine, "--sweep-trials", str(trials)]
+           "--engine", engine, "--sweep-trials", str(trials), "--sweep-workers", str(workers)]
     if cold:
         cmd.append("--sweep-cold")
     env = {k: v for k, v in os.environ.items()
@@ -75,6 +88,7 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str) -
     sweep = (summary.get("sweep") or {})
     return {
         "accesses": accesses, "sweep": "cold" if cold else "warm", "sweep_trials": trials,
+        "sweep_workers": workers,
         "engine": engine, "wall_s": round(wall, 1),
         # the largest child so far (kB on Linux); only meaningful when it grew
         "peak_rss_process_tree_mb": round(after / 1024, 1) if after > before else None,
@@ -126,22 +140,24 @@ def main() -> int:
                     help="sweep trials from the main loop's state (warm, the default), from "
                     "scratch (cold), or both side by side")
     ap.add_argument("--sweep-trials", type=int, default=6, help="Optuna trials (default 6)")
+    ap.add_argument("--sweep-workers", type=sizes_small, default=[1],
+                    help="comma-separated worker counts to run side by side (e.g. 1,2)")
     ap.add_argument("--engine", default="spark", choices=["spark", "polars"],
                     help="episode engine of the job (default spark, as the job's default)")
     args = ap.parse_args()
     modes = {"warm": [False], "cold": [True], "both": [False, True]}[args.sweep]
     runs = []
     with tempfile.TemporaryDirectory(prefix="flashml-bench-pipeline-") as tmp:
-        for n in args.accesses:
-            for cold in modes:
-                print(f"pipeline: {n:,} accesses, sweep {'cold' if cold else 'warm'} ...",
-                      flush=True)
-                r = run_one(n, Path(tmp), cold=cold, trials=args.sweep_trials,
-                            engine=args.engine)
-                top = sorted(r["timings_s"].items(), key=lambda kv: -kv[1])[:4]
-                print(f"  {r['wall_s']:.0f} s; slowest: "
-                      + ", ".join(f"{k} {v:.0f} s" for k, v in top), flush=True)
-                runs.append(r)
+        for n, cold, w in [(n, c, w) for n in args.accesses for c in modes
+                           for w in args.sweep_workers]:
+            print(f"pipeline: {n:,} accesses, sweep {'cold' if cold else 'warm'}, {w} "
+                  "worker(s) ...", flush=True)
+            r = run_one(n, Path(tmp), cold=cold, trials=args.sweep_trials,
+                        engine=args.engine, workers=w)
+            top = sorted(r["timings_s"].items(), key=lambda kv: -kv[1])[:4]
+            print(f"  {r['wall_s']:.0f} s; slowest: "
+                  + ", ".join(f"{k} {v:.0f} s" for k, v in top), flush=True)
+            runs.append(r)
     write_json(OUT, {"machine": machine(), "runs": runs})
     plot(runs)
     print(f"pipeline: {len(runs)} runs -> {OUT.relative_to(ROOT)}, {PLOT.relative_to(ROOT)}")

@@ -147,6 +147,8 @@ class BaleenSettings:
     #: Sweep trials run the convergence loop from scratch (and sweep its starting eviction
     #: age) instead of starting from the main loop's converged state.
     sweep_cold: bool = False
+    #: Processes running the sweep's trials in parallel (1: the job's own process only).
+    sweep_workers: int = 1
     register: bool = True
     compile: bool = True
     #: Ingest leaves out the raw trace's bad lines (counted, the first logged) instead of
@@ -209,6 +211,7 @@ class BaleenSettings:
             sweep_rate_range=(float(v.get("min_factor", d.sweep_rate_range[0])),
                               float(v.get("max_factor", d.sweep_rate_range[1]))),
             sweep_cold=bool(v.get("sweep_cold", d.sweep_cold)),
+            sweep_workers=int(v.get("sweep_workers", d.sweep_workers)),
             register=not v.get("no_register", False), compile=not v.get("no_compile", False),
             skip_bad_lines=bool(v.get("skip_bad_lines", d.skip_bad_lines)),
             candidate_bundle=path("candidate_bundle"), export_dir=path("export_dir"))
@@ -373,6 +376,10 @@ _OPTIONS = (
            "how much lower the threshold is in those hours", dag_type="number"),
     Option("sweep_trials", "--sweep-trials", integer, _D.sweep_trials,
            "Optuna trials of the write-rate sweep (0: no sweep)", low=0, dag_type="integer"),
+    Option("sweep_workers", "--sweep-workers", integer, _D.sweep_workers,
+           "processes running the sweep's trials in parallel on its Optuna storage (sqlite "
+           "on one machine; an RDB URL such as Postgres lets workers elsewhere join)", low=1,
+           dag_type="integer"),
     Option("sweep_cold", "--sweep-cold", bool, _D.sweep_cold,
            "sweep trials run the convergence loop from scratch, sweeping its starting "
            "eviction age too (default: each starts from the main loop's converged eviction "

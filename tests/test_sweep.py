@@ -18,17 +18,14 @@ from flashml.models.sweep import WIDEN, widened_range
 
 from conftest import REPO
 
-DRIVER = r"""
-import json, sys
+FAKE = r"""
+import json, os, sys, time
 from pathlib import Path
 from types import SimpleNamespace
 
-import mlflow
 import numpy as np
 
 import flashml.models.sweep as sweep
-from flashml.settings import JOB_GBM, LoopSettings
-from flashml.tracking import setup
 
 cfg = json.loads(sys.argv[1])
 SAT = cfg["saturation_mbps"]
@@ -41,17 +38,45 @@ def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=Non
     peak = 0.2 + 0.3 * np.exp(-w / cfg["scale_mbps"])
     its = [SimpleNamespace(peak_dt_util=peak * (1 + 0.2 / (i + 1)), write_rate_mbps=w,
                            measured_eviction_age_s=3600.0, warm=False) for i in range(3)]
-    metrics = {"peak_dt_util": peak, "flash_write_rate_mbps": w}
+    metrics = {"peak_dt_util": peak, "flash_write_rate_mbps": w, "pid": os.getpid()}
+    time.sleep(cfg.get("trial_s", 0.0))
     return SimpleNamespace(iterations=its, converged=True,
                            tuned=SimpleNamespace(result=SimpleNamespace(metrics=metrics)))
 
 
 sweep.run_loop = fake_loop
+"""
+
+# A worker process: its share of the study's trials, as flashml/jobs/sweep_worker.py runs them.
+WORKER = FAKE + r"""
+from flashml.settings import JOB_GBM, LoopSettings
+from flashml.tracking import setup
+setup()
+n, lo, hi, seed, parent = sys.argv[2:]
+sweep.work(sweep.TrialSetup(None, Path("t"), None, None, 0.4, 10.0, Path(cfg["tmp"]), JOB_GBM,
+                            LoopSettings(), "s"), cfg["storage"], [float(lo), float(hi)],
+           int(n), int(seed), parent)
+"""
+
+DRIVER = FAKE + r"""
+import subprocess
+import mlflow
+
+from flashml.settings import JOB_GBM, LoopSettings
+from flashml.tracking import setup
+
 setup()
 with mlflow.start_run(run_name="parent") as parent:
+    spawn = None
+    if cfg.get("workers", 1) > 1:
+        def spawn(n, bounds, seed):
+            return subprocess.Popen([sys.executable, "-c", cfg["worker"], json.dumps(cfg),
+                                     str(n), repr(bounds[0]), repr(bounds[1]), str(seed),
+                                     parent.info.run_id])
     res = sweep.run_sweep(None, Path("t"), None, None, 10.0, 0.4, 10.0, Path(cfg["tmp"]),
-                          JOB_GBM, LoopSettings(), trials=cfg["trials"],
-                          study_name="s", user_attrs={"trace": "t.trace", "git_commit": "abc"})
+                          JOB_GBM, LoopSettings(), trials=cfg["trials"], storage=cfg["storage"],
+                          study_name="s", user_attrs={"trace": "t.trace", "git_commit": "abc"},
+                          workers=cfg.get("workers", 1), spawn=spawn)
 import optuna
 study = optuna.load_study(study_name="s", storage=res.storage)
 runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
@@ -60,14 +85,17 @@ print("RESULT " + json.dumps({
     "trials": res.trials, "range": res.range_mbps, "widened": res.widened,
     "metric_names": study.metric_names, "user_attrs": study.user_attrs,
     "runs": [{"name": r.info.run_name, "status": r.info.status,
-              "state": r.data.tags.get(sweep.STATE_TAG)} for r in runs]}))
+              "state": r.data.tags.get(sweep.STATE_TAG),
+              "pid": r.data.metrics.get("pid")} for r in runs]}))
 """
 
 
 def _sweep(tmp: Path, **cfg: float) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHML_", "MLFLOW_"))}
     env |= {"FLASHML_HOME": str(tmp / "state"), "PYTHONPATH": str(REPO / "tests")}
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps({"tmp": str(tmp), **cfg})],
+    cfg = {"tmp": str(tmp), "worker": WORKER,
+           "storage": f"sqlite:///{tmp / 'state' / 'optuna.db'}", **cfg}
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(cfg)],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
@@ -120,3 +148,19 @@ def test_tco_curve_shows_the_searched_range(tmp_path: Path) -> None:
     plain = plot_tco_curve(curve, 146.0, tmp_path / "a.png").read_bytes()
     ranged = plot_tco_curve(curve, 146.0, tmp_path / "b.png", bounds=(9.3, 597.0)).read_bytes()
     assert plain != ranged  # the dashed bounds and their legend entry
+
+
+def test_parallel_workers_share_the_study(tmp_path: Path) -> None:
+    """--sweep-workers 2: the main process and a worker process run the round's trials on
+    one sqlite study, every trial's MLflow run nested under the job's run, the widening
+    rounds shared too."""
+    res = _sweep(tmp_path, trials=6, saturation_mbps=400.0, scale_mbps=60.0, workers=2,
+                 trial_s=0.1)
+    done = [t for t in res["trials"] if t["state"] in ("COMPLETE", "PRUNED")]
+    assert len(done) == len(res["trials"]) == 6 + res["widened"] * 3
+    pids = {r["pid"] for r in res["runs"]}
+    # the main process and one worker per round (a worker is started for each round)
+    assert len(pids) == 2 + res["widened"], pids
+    assert {int(r["name"].rsplit("-", 1)[1]) for r in res["runs"]} == \
+        {t["number"] for t in res["trials"]}
+    assert all(r["status"] in ("FINISHED", "KILLED") for r in res["runs"])

@@ -129,7 +129,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "cold: from scratch, sweeping the starting eviction age too) and is "
                        "scored by TCO relative to RejectX at the default write rate.")
     add_trace_option(p)
-    add_options(p, *COMMON_OPTIONS, "sweep_cold")
+    add_options(p, *COMMON_OPTIONS, "sweep_cold", "sweep_workers")
     p.add_argument("--trials", type=int, default=8)
     p.add_argument("--storage", default=None,
                    help="Optuna storage URL (default sqlite under .flashml/; an RDB URL "

@@ -492,13 +492,15 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
                                                                   .get("trace", run.table)),
                  "cache_gb": s.cache_gb, "mlflow_run_id": run_id,
                  "git_commit": git_commit() or "unknown"}
+        study = s.sweep_study or study_name(run, s, run_id)
+        storage = s.sweep_storage or optuna_storage()
         res = run_sweep(df, run.table, features(run), base_config(run, s),
                         s.target_write_rate_mbps, peak0, DEFAULTS.target_write_rate_mbps,
                         run.work / "sweep", s.gbm, s.loop, trials=s.sweep_trials,
-                        storage=s.sweep_storage or optuna_storage(),
-                        study_name=s.sweep_study or study_name(run, s, run_id),
+                        storage=storage, study_name=study,
                         rate_range=s.sweep_rate_range, final_base=learned_config(run, s),
-                        user_attrs=attrs, warm=warm)
+                        user_attrs=attrs, warm=warm, workers=s.sweep_workers,
+                        spawn=_sweep_spawner(run, s, study, storage, peak0, run_id))
     mlflow.log_metrics({"chosen_write_rate_mbps": res.chosen_write_rate_mbps,
                         "chosen_tco": res.chosen_tco,
                         "sweep_range_low_mbps": res.range_mbps[0],
@@ -508,6 +510,40 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
         "sweep": {"study": res.study_name, "storage": res.storage, "trials": res.trials,
                   "range_mbps": list(res.range_mbps), "widened": res.widened},
         "chosen_write_rate_mbps": res.chosen_write_rate_mbps, "chosen_tco": res.chosen_tco})
+
+
+def _sweep_spawner(run: RunDir, s: BaleenSettings, study: str, storage: str, peak0: float,
+                   run_id: str) -> Any:
+    """How the sweep starts a parallel worker (`--sweep-workers`): a process running
+    `flashml/jobs/sweep_worker.py` on this run folder, its output in
+    `work/sweep/worker-NN.log`; the settings go to the folder for it first."""
+    if s.sweep_workers <= 1:
+        return None
+    import itertools
+    import pickle
+    import subprocess
+    import sys
+
+    from flashml.files import atomic_path
+    from flashml.jobs.sweep_worker import SETTINGS
+
+    path = run.work / SETTINGS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(pickle.dumps(s))
+    numbers = itertools.count(1)
+
+    def spawn(n_trials: int, bounds: list[float], seed: int) -> Any:
+        log_path = path.parent / f"worker-{next(numbers):02d}.log"
+        with open(log_path, "w") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "flashml.jobs.sweep_worker", str(run.path.resolve()),
+                 study, storage, str(n_trials), repr(bounds[0]), repr(bounds[1]), str(seed),
+                 run_id, repr(peak0)], stdout=out, stderr=subprocess.STDOUT)
+        proc.log_path = log_path  # type: ignore[attr-defined]
+        return proc
+
+    return spawn
 
 
 def study_name(run: RunDir | None, s: BaleenSettings, run_id: str) -> str:
@@ -689,7 +725,8 @@ Settings = BaleenSettings
 #: The options of `flashml pipeline run` from the settings table (flashml/settings.py).
 CLI_OPTIONS = ("cache_gb", "target_write_rate_mbps", "engine", "master", "learning_rate",
                "max_rounds", "max_iterations", "train_hours", "accesses_per_episode",
-               "peak_hours", "peak_bonus", "sweep_trials", "sweep_cold", "skip_bad_lines")
+               "peak_hours", "peak_bonus", "sweep_trials", "sweep_cold", "sweep_workers",
+               "skip_bad_lines")
 
 
 def add_cli(p: Any) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -88,77 +89,82 @@ def widened_range(trials: list[dict[str, Any]], lo: float, hi: float,
     return max(lo, target / 2), hi * WIDEN
 
 
-def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
-              target_mbps: float, peak0: float, wr0_mbps: float, workdir: Path,
-              gbm: GbmParams, loop: LoopSettings, *, trials: int = 6,
-              storage: str | None = None, study_name: str = "flashml-sweep",
-              rate_range: tuple[float, float] = (0.25, 4.0), seed: int = 0,
-              parent_run: Any = None, final_base: SimConfig | None = None,
-              user_attrs: dict[str, Any] | None = None, max_widen: int = 2,
-              warm: WarmStart | None = None) -> SweepResult:
-    """Optuna over target write rate (and, without `warm`, the starting eviction age); each
-    trial is a convergence loop scored by TCO. With `warm` (the main loop's converged state)
-    every trial starts from it (run_loop's warm start: its eviction age, K and model first),
-    so a trial whose target the main model already meets at that eviction age costs one
-    threshold search instead of a loop from scratch. With `final_base` (the peak schedule,
-    models/peak.py) each trial's final threshold is tuned under it, as the shipped policy's
-    is (run_loop). `user_attrs` go onto the study (trace, target, git commit: what
-    optuna-dashboard shows). When the best point sits at the top of the range (and `trials`
-    >= MIN_TRIALS_TO_WIDEN), up to `max_widen` rounds of max(2, trials // 2) more trials
-    search a range `WIDEN` times higher (`widened_range`)."""
+@dataclass
+class TrialSetup:
+    """What every trial of one sweep needs: the same in the main process and in a worker
+    process (`work`), which builds it from the run folder."""
+
+    df: pl.DataFrame
+    table: Path
+    feats: np.ndarray
+    base: SimConfig
+    peak0: float
+    wr0_mbps: float
+    workdir: Path
+    gbm: GbmParams
+    loop: LoopSettings
+    study_name: str
+    final_base: SimConfig | None = None
+    warm: WarmStart | None = None
+
+
+def open_study(study_name: str, storage: str, seed: int) -> Any:
+    """The sweep's study (created on first use) with its sampler and pruner. A sqlite
+    storage waits up to a minute for a lock, so parallel workers queue instead of failing."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = storage or default_storage()
-    study = optuna.create_study(study_name=study_name, storage=storage, direction="minimize",
-                                sampler=optuna.samplers.TPESampler(seed=seed),
-                                pruner=optuna.pruners.MedianPruner(n_startup_trials=3,
-                                                                   n_warmup_steps=0),
-                                load_if_exists=True)
-    with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
-        warnings.simplefilter("ignore")
-        study.set_metric_names([METRIC])
-    attrs = {"target_write_rate_mbps": target_mbps, "peak_dt0": peak0,
-             "write_rate0_mbps": wr0_mbps, "objective": "TCO, Baleen eq. 4b, relative to "
-             "RejectX at the default write rate (lower is better)", **(user_attrs or {})}
-    for k, v in attrs.items():
-        study.set_user_attr(k, v)
-    bounds = [target_mbps * rate_range[0], target_mbps * rate_range[1]]
-    # The user's target first, so the default rate is always on the curve.
-    study.set_user_attr("warm_start", warm is not None)
-    first = {"write_rate_mbps": target_mbps}
-    if warm is None:
-        first["start_eviction_age_s"] = loop.start_eviction_age_s
-    study.enqueue_trial(first)
+    store: Any = storage
+    if storage.startswith("sqlite"):
+        store = optuna.storages.RDBStorage(storage,
+                                           engine_kwargs={"connect_args": {"timeout": 60}})
+    return optuna.create_study(study_name=study_name, storage=store, direction="minimize",
+                               sampler=optuna.samplers.TPESampler(seed=seed),
+                               pruner=optuna.pruners.MedianPruner(n_startup_trials=3,
+                                                                  n_warmup_steps=0),
+                               load_if_exists=True)
+
+
+def objective_for(setup: TrialSetup, bounds: list[float],
+                  parent_run_id: str | None = None) -> Any:
+    """The Optuna objective of one round of trials: target write rate drawn from `bounds`
+    (log scale), a convergence loop (warm-started from `setup.warm` if given), TCO. Each
+    trial is an MLflow run nested under the active run, or under `parent_run_id` (a worker
+    process, which has no active run)."""
+    import optuna
 
     def objective(trial: optuna.Trial) -> float:
         import mlflow
 
         lo, hi = bounds
         wr = trial.suggest_float("write_rate_mbps", lo, hi, log=True)
-        if warm is None:
+        if setup.warm is None:
             ea0 = trial.suggest_float("start_eviction_age_s", 1800.0, 4 * 3600.0, log=True)
         else:
-            ea0 = warm.eviction_age_s
+            ea0 = setup.warm.eviction_age_s
+        loop = setup.loop
         settings = replace(loop, start_eviction_age_s=ea0, max_iter=min(loop.max_iter, 6))
         mlflow.start_run(run_name=f"sweep-trial-{trial.number}", nested=True,
-                         tags={"optuna.study": study_name,
+                         parent_run_id=parent_run_id,
+                         tags={"optuna.study": setup.study_name,
                                "optuna.trial": str(trial.number)})
         status = "FAILED"
         try:
             mlflow.log_params({"write_rate_mbps": wr, "start_eviction_age_s": ea0,
                                "write_rate_range_mbps": f"{lo:.4g}-{hi:.4g}"})
-            res = run_loop(df, table, feats, base, wr, workdir / f"trial-{trial.number:03d}",
-                           gbm, settings, final_base=final_base, warm=warm)
+            res = run_loop(setup.df, setup.table, setup.feats, setup.base, wr,
+                           setup.workdir / f"trial-{trial.number:03d}", setup.gbm, settings,
+                           final_base=setup.final_base, warm=setup.warm)
             for step, it in enumerate(res.iterations):
-                val = tco(it.peak_dt_util, it.write_rate_mbps, peak0, wr0_mbps)
+                val = tco(it.peak_dt_util, it.write_rate_mbps, setup.peak0, setup.wr0_mbps)
                 trial.report(val, step)
                 mlflow.log_metrics({"loop_tco": val, "loop_peak_dt_util": it.peak_dt_util,
                                     "loop_write_rate_mbps": it.write_rate_mbps,
                                     "loop_eviction_age_s": it.measured_eviction_age_s},
                                    step=step)
             m = res.tuned.result.metrics
-            value = tco(m["peak_dt_util"], m["flash_write_rate_mbps"], peak0, wr0_mbps)
+            value = tco(m["peak_dt_util"], m["flash_write_rate_mbps"], setup.peak0,
+                        setup.wr0_mbps)
             mlflow.log_metrics({k: float(v) for k, v in m.items()
                                 if isinstance(v, (int, float)) and math.isfinite(v)})
             mlflow.log_metric(METRIC, value)
@@ -181,14 +187,102 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             raise optuna.TrialPruned()
         return value
 
+    return objective
+
+
+def work(setup: TrialSetup, storage: str, bounds: list[float], n_trials: int, seed: int,
+         parent_run_id: str) -> None:
+    """A worker process's share of a round: `n_trials` trials of the study in `storage`,
+    their MLflow runs nested under `parent_run_id`."""
+    study = open_study(setup.study_name, storage, seed)
+    study.optimize(objective_for(setup, bounds, parent_run_id), n_trials=n_trials)
+
+
+#: Starts a worker process for `n_trials` trials drawn from `bounds` with sampler `seed`
+#: (the job knows how a worker rebuilds its TrialSetup: `flashml/jobs/sweep_worker.py`).
+SpawnWorker = Callable[[int, list[float], int], Any]
+
+
+def shares(n: int, workers: int) -> list[int]:
+    """`n` trials split over `workers` processes, the main process's share first."""
+    return [n // workers + (1 if i < n % workers else 0) for i in range(workers)]
+
+
+def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
+              target_mbps: float, peak0: float, wr0_mbps: float, workdir: Path,
+              gbm: GbmParams, loop: LoopSettings, *, trials: int = 6,
+              storage: str | None = None, study_name: str = "flashml-sweep",
+              rate_range: tuple[float, float] = (0.25, 4.0), seed: int = 0,
+              parent_run: Any = None, final_base: SimConfig | None = None,
+              user_attrs: dict[str, Any] | None = None, max_widen: int = 2,
+              warm: WarmStart | None = None, workers: int = 1,
+              spawn: SpawnWorker | None = None) -> SweepResult:
+    """Optuna over target write rate (and, without `warm`, the starting eviction age); each
+    trial is a convergence loop scored by TCO. With `warm` (the main loop's converged state)
+    every trial starts from it (run_loop's warm start: its eviction age, K and model first),
+    so a trial whose target the main model already meets at that eviction age costs one
+    threshold search instead of a loop from scratch. With `final_base` (the peak schedule,
+    models/peak.py) each trial's final threshold is tuned under it, as the shipped policy's
+    is (run_loop). `user_attrs` go onto the study (trace, target, git commit: what
+    optuna-dashboard shows). When the best point sits at the top of the range (and `trials`
+    >= MIN_TRIALS_TO_WIDEN), up to `max_widen` rounds of max(2, trials // 2) more trials
+    search a range `WIDEN` times higher (`widened_range`). With `workers` > 1 and `spawn`,
+    each round's trials are shared with `workers - 1` worker processes on the same storage
+    (an RDB: sqlite here, Postgres across machines), the main process running its share."""
+    import mlflow
+
+    storage = storage or default_storage()
+    study = open_study(study_name, storage, seed)
+    with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
+        warnings.simplefilter("ignore")
+        study.set_metric_names([METRIC])
+    attrs = {"target_write_rate_mbps": target_mbps, "peak_dt0": peak0,
+             "write_rate0_mbps": wr0_mbps, "objective": "TCO, Baleen eq. 4b, relative to "
+             "RejectX at the default write rate (lower is better)", **(user_attrs or {})}
+    for k, v in attrs.items():
+        study.set_user_attr(k, v)
+    bounds = [target_mbps * rate_range[0], target_mbps * rate_range[1]]
+    study.set_user_attr("warm_start", warm is not None)
+    workers = max(1, workers) if spawn is not None else 1
+    study.set_user_attr("workers", workers)
+    # The user's target first, so the default rate is always on the curve.
+    first = {"write_rate_mbps": target_mbps}
+    if warm is None:
+        first["start_eviction_age_s"] = loop.start_eviction_age_s
+    study.enqueue_trial(first)
+    setup = TrialSetup(df, table, feats, base, peak0, wr0_mbps, workdir, gbm, loop, study_name,
+                       final_base, warm)
+
     from tqdm import tqdm
 
     bar = tqdm(total=trials, desc="sweep", unit="trial", disable=None)
 
-    def tick(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    def tick(study: Any, trial: Any) -> None:
         bar.update(1)
 
-    study.optimize(objective, n_trials=trials, callbacks=[tick])
+    def round_of(n: int) -> None:
+        share = shares(n, workers)
+        procs = []
+        if workers > 1:
+            active = mlflow.active_run()
+            if active is None:
+                raise RuntimeError("parallel sweep workers need an active MLflow run")
+            procs = [(spawn(k, list(bounds), seed + 1000 * i), k)  # type: ignore[misc]
+                     for i, k in enumerate(share[1:], 1) if k > 0]
+        try:
+            study.optimize(objective_for(setup, bounds), n_trials=share[0], callbacks=[tick])
+        finally:
+            failed = []
+            for proc, k in procs:
+                rc = proc.wait()
+                bar.update(k)
+                if rc != 0:
+                    failed.append(f"worker pid {proc.pid} exit {rc} (its output: "
+                                  f"{getattr(proc, 'log_path', 'not kept')})")
+        if failed:
+            raise RuntimeError("sweep workers failed: " + "; ".join(failed))
+
+    round_of(trials)
     widened = 0
     while widened < max_widen and trials >= MIN_TRIALS_TO_WIDEN:
         nxt = widened_range(_rows(study), *bounds)
@@ -201,7 +295,7 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         more = max(2, trials // 2)
         bar.total += more
         bar.refresh()
-        study.optimize(objective, n_trials=more, callbacks=[tick])
+        round_of(more)
     bar.close()
     study.set_user_attr("write_rate_range_mbps", list(bounds))
     study.set_user_attr("range_widened", widened)
