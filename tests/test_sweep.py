@@ -1,8 +1,9 @@
 """The Optuna sweep as its users see it (flashml/models/sweep.py), with the convergence loop
-replaced by a stand-in whose TCO is a known function of the write rate: pruned trials are
-KILLED nested MLflow runs tagged PRUNED (not FAILED), the study carries its objective's name
-and the user attributes, and the write-rate range grows while the best point sits at its
-top edge (and stops where the policy cannot write more)."""
+replaced by a stand-in whose TCO is a known function of the write rate: the trials are the
+grid (the target, then log-spaced points over the range), every trial a FINISHED nested
+MLflow run tagged COMPLETE, the study carries its objective's name and the user attributes,
+and the write-rate range grows while the best point sits at its top edge (and stops where
+the policy cannot write more)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from flashml.models.sweep import WIDEN, widened_range
+from flashml.models.sweep import WIDEN, grid, widened_range
 
 from conftest import REPO
 
@@ -101,13 +102,16 @@ def _sweep(tmp: Path, **cfg: float) -> dict:
     return json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
 
 
-def test_pruned_trials_widening_and_study_attributes(tmp_path: Path) -> None:
+def test_grid_widening_and_study_attributes(tmp_path: Path) -> None:
     """TCO falls until 120 MB/s, 12x the 10 MB/s target: the first range (2.5-40 MB/s) has
-    its best point at the top edge, so the sweep widens it (x4 a step) until it brackets
-    the minimum; some trials are pruned on the way, and their MLflow runs end KILLED, tagged
-    PRUNED, never FAILED."""
+    its best point at the top edge (the grid visits 40 MB/s itself), so the sweep widens it
+    (x4 a step, 4 new points above the old top each time) until it brackets the minimum;
+    every trial's MLflow run ends FINISHED, tagged COMPLETE."""
     res = _sweep(tmp_path, trials=8, saturation_mbps=400.0, scale_mbps=60.0)
     assert res["widened"] >= 1
+    targets = [t["target_write_rate_mbps"] for t in res["trials"]]
+    assert targets[:8] == pytest.approx(grid(2.5, 40.0, 8, 10.0))
+    assert targets[8:12] == pytest.approx(grid(40.0, 160.0, 5)[1:])
     assert res["range"][1] == pytest.approx(10.0 * 4.0 * WIDEN ** res["widened"])
     best = min((t for t in res["trials"] if t["state"] == "COMPLETE"), key=lambda t: t["tco"])
     assert best["target_write_rate_mbps"] > 40.0  # beyond the first range's top
@@ -118,12 +122,20 @@ def test_pruned_trials_widening_and_study_attributes(tmp_path: Path) -> None:
     assert res["user_attrs"]["target_write_rate_mbps"] == 10.0
     assert res["user_attrs"]["write_rate_range_mbps"] == pytest.approx(res["range"])
     states = {t["number"]: t["state"] for t in res["trials"]}
-    assert "PRUNED" in states.values(), states
+    assert set(states.values()) == {"COMPLETE"}, states
     runs = {int(r["name"].rsplit("-", 1)[1]): r for r in res["runs"]}
     assert set(runs) == set(states)
-    for n, state in states.items():
-        want = {"COMPLETE": ("FINISHED", "COMPLETE"), "PRUNED": ("KILLED", "PRUNED")}[state]
-        assert (runs[n]["status"], runs[n]["state"]) == want, (n, runs[n])
+    assert all((r["status"], r["state"]) == ("FINISHED", "COMPLETE") for r in runs.values())
+
+
+def test_grid() -> None:
+    """Log-spaced, both ends included; the target replaces its nearest grid point."""
+    assert grid(1.0, 1000.0, 4) == pytest.approx([1.0, 10.0, 100.0, 1000.0])
+    assert grid(2.5, 40.0, 5, 10.0) == pytest.approx([10.0, 2.5, 5.0, 20.0, 40.0])
+    six = grid(9.33, 149.3, 6, 37.33)
+    assert six[0] == 37.33 and six[1] == pytest.approx(9.33) and six[-1] == pytest.approx(149.3)
+    assert len(six) == 6 and len(set(six)) == 6
+    assert grid(1.0, 4.0, 1, 3.0) == [3.0] and grid(1.0, 4.0, 0) == []
 
 
 def test_widened_range() -> None:
@@ -156,11 +168,11 @@ def test_parallel_workers_share_the_study(tmp_path: Path) -> None:
     rounds shared too."""
     res = _sweep(tmp_path, trials=6, saturation_mbps=400.0, scale_mbps=60.0, workers=2,
                  trial_s=0.1)
-    done = [t for t in res["trials"] if t["state"] in ("COMPLETE", "PRUNED")]
+    done = [t for t in res["trials"] if t["state"] == "COMPLETE"]
     assert len(done) == len(res["trials"]) == 6 + res["widened"] * 3
     pids = {r["pid"] for r in res["runs"]}
     # the main process and one worker per round (a worker is started for each round)
     assert len(pids) == 2 + res["widened"], pids
     assert {int(r["name"].rsplit("-", 1)[1]) for r in res["runs"]} == \
         {t["number"] for t in res["trials"]}
-    assert all(r["status"] in ("FINISHED", "KILLED") for r in res["runs"])
+    assert all(r["status"] == "FINISHED" for r in res["runs"])

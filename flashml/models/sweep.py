@@ -3,8 +3,16 @@ target and is scored by TCO; Baleen-TCO picks the write rate with the lowest TCO
 start from the main loop's converged state (eviction age, K, model: converge.WarmStart) and
 retrain only when that model misses their target at that eviction age; cold (no state
 given), each runs the loop from scratch and the starting eviction age is swept too. sqlite
-storage under .flashml/ by default, any RDB URL for parallel workers; hopeless trials are
-pruned on the TCO of their first loop iteration.
+storage under .flashml/ by default, any RDB URL for parallel workers.
+
+The search is over one dimension, so its points are a grid, not TPE's draws: the user's
+target, then points evenly spaced on a log scale from the bottom of the range to its top
+(`grid`), each enqueued in the study (the eviction age of a cold trial is still drawn). Six
+random draws could leave the top of the range unvisited, and the best point and whether the
+range grows would depend on the seed (a warm and a cold sweep of the same trace chose 68 and
+135 MB/s so). Trials are not pruned: a trial's TCO depends first on its write rate, so the
+median of the other trials' first iterations says nothing about it, and every trial runs to
+its end anyway.
 
 The write-rate range starts at `rate_range` times the target and grows while the best point
 sits at its top edge (`widened_range`): TCO (Baleen eq. 4b) charges flash wear only 1/36 of
@@ -109,8 +117,9 @@ class TrialSetup:
 
 
 def open_study(study_name: str, storage: str, seed: int) -> Any:
-    """The sweep's study (created on first use) with its sampler and pruner. A sqlite
-    storage waits up to a minute for a lock, so parallel workers queue instead of failing."""
+    """The sweep's study (created on first use). Its write rates are enqueued (`grid`); the
+    sampler draws only a cold trial's starting eviction age. A sqlite storage waits up to a
+    minute for a lock, so parallel workers queue instead of failing."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -120,8 +129,7 @@ def open_study(study_name: str, storage: str, seed: int) -> Any:
                                            engine_kwargs={"connect_args": {"timeout": 60}})
     return optuna.create_study(study_name=study_name, storage=store, direction="minimize",
                                sampler=optuna.samplers.TPESampler(seed=seed),
-                               pruner=optuna.pruners.MedianPruner(n_startup_trials=3,
-                                                                  n_warmup_steps=0),
+                               pruner=optuna.pruners.NopPruner(),
                                load_if_exists=True)
 
 
@@ -173,18 +181,12 @@ def objective_for(setup: TrialSetup, bounds: list[float],
             trial.set_user_attr("converged", res.converged)
             trial.set_user_attr("loop_iterations", len(res.iterations))
             trial.set_user_attr("trained", sum(not it.warm for it in res.iterations))
-            pruned = trial.should_prune()
-            # A pruned trial ran to its end: its nested run is KILLED (stopped by Optuna, not
-            # broken) with its state as a tag; TrialPruned is raised after the run has ended,
-            # so MLflow does not record it as FAILED.
-            mlflow.set_tag(STATE_TAG, "PRUNED" if pruned else "COMPLETE")
-            status = "KILLED" if pruned else "FINISHED"
+            mlflow.set_tag(STATE_TAG, "COMPLETE")
+            status = "FINISHED"
         finally:
             if status == "FAILED":
                 mlflow.set_tag(STATE_TAG, "FAIL")
             mlflow.end_run(status)
-        if pruned:
-            raise optuna.TrialPruned()
         return value
 
     return objective
@@ -201,6 +203,21 @@ def work(setup: TrialSetup, storage: str, bounds: list[float], n_trials: int, se
 #: Starts a worker process for `n_trials` trials drawn from `bounds` with sampler `seed`
 #: (the job knows how a worker rebuilds its TrialSetup: `flashml/jobs/sweep_worker.py`).
 SpawnWorker = Callable[[int, list[float], int], Any]
+
+
+def grid(lo: float, hi: float, n: int, target: float | None = None) -> list[float]:
+    """`n` write rates for one round: evenly spaced on a log scale from `lo` to `hi`, both
+    ends included; with `target`, the target first in place of the grid point nearest to it
+    (on a log scale), so the user's rate is on the curve."""
+    if n <= 0:
+        return []
+    if n == 1:
+        return [target if target is not None else math.sqrt(lo * hi)]
+    pts = [float(x) for x in np.geomspace(lo, hi, n)]
+    if target is None:
+        return pts
+    near = min(range(n), key=lambda i: (abs(math.log(pts[i] / target)), -i))
+    return [target] + [p for i, p in enumerate(pts) if i != near]
 
 
 def shares(n: int, workers: int) -> list[int]:
@@ -245,11 +262,7 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     study.set_user_attr("warm_start", warm is not None)
     workers = max(1, workers) if spawn is not None else 1
     study.set_user_attr("workers", workers)
-    # The user's target first, so the default rate is always on the curve.
-    first = {"write_rate_mbps": target_mbps}
-    if warm is None:
-        first["start_eviction_age_s"] = loop.start_eviction_age_s
-    study.enqueue_trial(first)
+    study.set_user_attr("design", "grid: the target, then log-spaced points over the range")
     setup = TrialSetup(df, table, feats, base, peak0, wr0_mbps, workdir, gbm, loop, study_name,
                        final_base, warm)
 
@@ -260,7 +273,15 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     def tick(study: Any, trial: Any) -> None:
         bar.update(1)
 
-    def round_of(n: int) -> None:
+    def round_of(points: list[float]) -> None:
+        # every point of the round is enqueued before any process starts: whichever process
+        # asks next takes the next point (the first carries the job's starting eviction age)
+        for i, wr in enumerate(points):
+            params: dict[str, float] = {"write_rate_mbps": wr}
+            if warm is None and i == 0 and not widened:
+                params["start_eviction_age_s"] = loop.start_eviction_age_s
+            study.enqueue_trial(params)
+        n = len(points)
         share = shares(n, workers)
         procs = []
         if workers > 1:
@@ -282,20 +303,22 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         if failed:
             raise RuntimeError("sweep workers failed: " + "; ".join(failed))
 
-    round_of(trials)
     widened = 0
+    round_of(grid(bounds[0], bounds[1], trials, target_mbps))
     while widened < max_widen and trials >= MIN_TRIALS_TO_WIDEN:
         nxt = widened_range(_rows(study), *bounds)
         if nxt is None:
             break
-        widened += 1
         log.info("sweep: the best write rate is at the top of %.3g-%.3g MB/s; searching "
                  "%.3g-%.3g MB/s", *bounds, *nxt)
-        bounds[:] = nxt
         more = max(2, trials // 2)
+        # the new points extend the range upwards: below the old top it has been searched
+        points = grid(bounds[1], nxt[1], more + 1)[1:]
+        widened += 1
+        bounds[:] = nxt
         bar.total += more
         bar.refresh()
-        round_of(more)
+        round_of(points)
     bar.close()
     study.set_user_attr("write_rate_range_mbps", list(bounds))
     study.set_user_attr("range_widened", widened)
