@@ -132,7 +132,8 @@ class BaleenSettings:
     days: float | None = None
     cache_gb: float = DEFAULTS.cache_gb
     target_write_rate_mbps: float = DEFAULTS.target_write_rate_mbps
-    engine: str = "spark"
+    #: Engine of the recorded episodes: auto (by size: flashml.episodes.core.choose_engine).
+    engine: str = "auto"
     master: str | None = None
     gbm: GbmParams = JOB_GBM
     loop: LoopSettings = field(default_factory=LoopSettings)
@@ -347,8 +348,10 @@ _OPTIONS = (
     Option("train_hours", "--train-hours", finite_float, _D.loop.train_seconds / 3600.0,
            "train on the trace's first H hours and judge every policy on the rest (the "
            "first day, as Baleen)", low=0, low_open=True, dag_type="number", metavar="H"),
-    Option("engine", "--engine", str, _D.engine, "episodes engine of the recorded episodes "
-           "(the convergence loop's inner iterations use Polars)", choices=("spark", "polars"),
+    Option("engine", "--engine", str, _D.engine, "episodes engine of the recorded episodes: "
+           "auto (Polars while accesses x 500 B fit in half the available memory, else Spark), "
+           "spark or polars (the convergence loop's inner iterations use Polars)",
+           choices=("auto", "spark", "polars"),
            dag_type="string"),
     Option("master", "--master", str, None, "Spark master URL (default $FLASHML_SPARK_MASTER, "
            "else local[*])"),

@@ -3,6 +3,7 @@ module; Spark start-up is slow, so the tests are few and the traces small)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -55,16 +56,29 @@ def test_spark_hand_example(spark, tmp_path):
     assert r.summary["admitted_episodes"] == 2
 
 
-def test_cli_default_engine_is_spark(spark, tmp_path, capsys):
-    """`flashml episodes build` without --engine runs on Spark (in-process here, so it reuses
-    the module's session instead of starting a second JVM; the fixture itself shows that
-    `spark_session` starts a local Spark with no setup)."""
+def test_cli_auto_engine_by_size(spark, tmp_path, capsys, monkeypatch):
+    """`flashml episodes build` without --engine picks by the table's size: Polars while
+    accesses x POLARS_BYTES_PER_ACCESS fit in half the available memory, Spark beyond (here
+    the machine is made to look full; in-process, so the build reuses the module's Spark
+    session; the fixture itself shows that `spark_session` starts a local Spark with no
+    setup). Both give the same admissions."""
+    import flashml.episodes.core as core
     from flashml.cli import main
 
     trace = write_trace(tmp_path / "hand.parquet", HAND)
-    rc = main(["episodes", "build", "--trace", str(trace), "--eviction-age", "100",
-               "--target-write-rate", "0.001", "-o", str(tmp_path / "o")])
+    args = ["episodes", "build", "--trace", str(trace), "--eviction-age", "100",
+            "--target-write-rate", "0.001", "--no-plot"]
+    assert main([*args, "-o", str(tmp_path / "a")]) == 0
+    assert "(polars," in capsys.readouterr().out
+    rows = len(HAND)
+    # half of this is one byte short of the table's estimate
+    monkeypatch.setattr(core, "available_memory_bytes",
+                        lambda: 2 * rows * core.POLARS_BYTES_PER_ACCESS - 2)
+    monkeypatch.setattr("flashml.episodes.spark_engine.spark_session", lambda master=None: spark)
+    assert main([*args, "-o", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
-    assert rc == 0
     assert "4 episodes" in out and "(spark," in out
-    assert pl.read_parquet(tmp_path / "o" / "arrays.parquet")["admit"].sum() == 5
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert s["engine"] == "spark" and "> 50% of" in s["engine_choice"], s["engine_choice"]
+    for d in ("a", "o"):
+        assert pl.read_parquet(tmp_path / d / "arrays.parquet")["admit"].sum() == 5

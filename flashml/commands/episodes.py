@@ -11,7 +11,7 @@ from flashml.commands.argtypes import finite_float as _float
 from flashml.commands.argtypes import integer as _int
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
-from flashml.episodes.core import DEFAULT_K, WHEN_EPSILON_S
+from flashml.episodes.core import DEFAULT_K, ENGINES, WHEN_EPSILON_S
 from flashml.errors import UserError
 from flashml.files import dumps
 
@@ -44,7 +44,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(dumps({k: v for k, v in s.items() if k != "curve"}, indent=None))
         return 0
     cutoff = "none" if s["cutoff_score"] is None else f"{s['cutoff_score']:.6g} s/segment"
-    print(f"{args.out}: {s['episodes']} episodes from {s['gets']} GETs ({args.engine}, "
+    print(f"{args.out}: {s['episodes']} episodes from {s['gets']} GETs ({s['engine']}, "
           f"{res.seconds:.1f}s); OPT admits {s['admitted_episodes']} at "
           f"{s['opt_write_rate_mbps']:.4g} MB/s <= {s['target_write_rate_mbps']:g} MB/s "
           f"(cutoff score {cutoff}); DT saved ratio {s['dt_saved_ratio']:.3f}; Little's-law "
@@ -93,7 +93,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ep.set_defaults(func=lambda a: (ep.print_help(), 2)[1])
     p = esub.add_parser("build", help="build episodes.parquet, labels.parquet, arrays and "
                         "summary.json", description="Build the episode tables from a trace "
-                        "with Spark (default) or Polars; both give identical tables.",
+                        "with Polars or Spark (by default chosen by the table's size: "
+                        "Polars while it fits in half the free memory); both give identical "
+                        "tables.",
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_trace_option(p)
     p.add_argument("--eviction-age", required=True, type=_float, metavar="SECONDS",
@@ -101,9 +103,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target-write-rate", type=_float, default=DEFAULTS.target_write_rate_mbps,
                    metavar="MBPS", help="flash write rate budget in MB/s (10^6 B) at full-node "
                    f"scale (default {DEFAULTS.target_write_rate_mbps})")
-    p.add_argument("--engine", choices=("spark", "polars"), default="spark",
-                   help="spark (default; local[*] unless --master) or polars (fast on one "
-                   "machine)")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="auto (default: polars while accesses x 500 B fit in half the "
+                   "available memory, else spark), spark (local[*] unless --master) or "
+                   "polars (one process, fast on one machine)")
     p.add_argument("--master", default=None, metavar="URL",
                    help="Spark master URL (default local[*]); sc://HOST:PORT for Spark Connect")
     p.add_argument("--accesses-per-episode", "-k", type=_int, default=DEFAULT_K, metavar="K",

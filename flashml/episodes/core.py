@@ -93,7 +93,14 @@ WHEN_EPSILON_S = 5e-3
 #: OPT labels go on the first K accesses of each episode (paper K=6; artifact K=15).
 DEFAULT_K = 6
 TIME_MODES = ("seconds", "logical")
-ENGINES = ("spark", "polars")
+ENGINES = ("auto", "spark", "polars")
+#: Peak memory of the Polars engine per access of the table, rounded up: 1 M accesses of the
+#: region1-like preset built in 483 MB peak RSS, the interpreter and libraries included
+#: (`/usr/bin/time -v flashml episodes build --engine polars`, issue 20).
+POLARS_BYTES_PER_ACCESS = 500
+#: `auto` runs Polars while its estimated peak stays within this share of the memory
+#: available now, else Spark (which spills to disk and spreads over `--master`'s machines).
+POLARS_MEMORY_SHARE = 0.5
 #: Columns of the canonical table the job reads.
 INPUT_COLUMNS = ("time", "key", "offset", "size", "op")
 #: Points kept in the summary's write-rate curve.
@@ -293,6 +300,37 @@ def _is_spark(c: Callable[[str], Any]) -> bool:
 
 
 # --- input --------------------------------------------------------------------------------
+
+def available_memory_bytes() -> int:
+    """MemAvailable of /proc/meminfo (Linux), else physical memory."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def choose_engine(table: Path, engine: str = "auto",
+                  master: str | None = None) -> tuple[str, str]:
+    """The engine to run and why: `engine` itself unless it is `auto`, which picks Spark
+    when a Spark `master` is given (the user has a cluster), else Polars (one process, no
+    JVM: 4.4x faster than Spark local[*] at 10 M accesses, README) while the table's
+    accesses x POLARS_BYTES_PER_ACCESS fit in POLARS_MEMORY_SHARE of the available memory,
+    Spark beyond (about 24 M accesses on a machine with 24 GiB free)."""
+    if engine != "auto":
+        return engine, f"--engine {engine}"
+    if master:
+        return "spark", f"auto: Spark master {master} given"
+    rows = pq.ParquetFile(table).metadata.num_rows
+    need, avail = rows * POLARS_BYTES_PER_ACCESS, available_memory_bytes()
+    limit = POLARS_MEMORY_SHARE * avail
+    why = (f"auto: {rows:,} accesses x {POLARS_BYTES_PER_ACCESS} B = {need / GB:.2f} GB "
+           f"{'<=' if need <= limit else '>'} {POLARS_MEMORY_SHARE:.0%} of "
+           f"{avail / GB:.1f} GB available")
+    return ("polars" if need <= limit else "spark"), why
+
 
 def check_input(path: Path) -> TraceMeta:
     """A canonical Parquet table with the columns the job reads; its metadata."""
@@ -526,7 +564,7 @@ class BuildResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def build(table: Path, out: Path, params: EpisodeParams, *, engine: str = "spark",
+def build(table: Path, out: Path, params: EpisodeParams, *, engine: str = "auto",
           master: str | None = None, spark: Any = None, chunks: int | None = None,
           simulate: bool = False, cache_gb: float | None = None, warmup_s: float = 0.0,
           plot: bool = True, sample_ratio: float | None = None,
@@ -537,13 +575,19 @@ def build(table: Path, out: Path, params: EpisodeParams, *, engine: str = "spark
     ingest first: `flashml.trace.ingest.canonical_path`). `sample_ratio` overrides the
     table's (`resolve_sample_ratio`); `simulate` also runs `simulate_opt`. summary.json names
     `source` (default `table`) as the trace; `timings` are stages the caller ran before
-    (e.g. ingest_s), kept in the summary's timings and counted in its seconds."""
+    (e.g. ingest_s), kept in the summary's timings and counted in its seconds. `engine`
+    `auto` picks Polars or Spark by the table's size (`choose_engine`); a given `spark`
+    session means Spark."""
     started = _time.perf_counter()
     params.validate()
     if engine not in ENGINES:
         raise UserError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     table = Path(table)
     meta = with_sample_ratio(check_input(table), sample_ratio, table)
+    if engine == "auto" and spark is not None:
+        engine = "spark"
+    engine, why = choose_engine(table, engine, master)
+    log.debug("episodes engine %s (%s)", engine, why)
     before_s = sum((timings or {}).values())
     timings = dict(timings or {})
     with OutputDir(out) as od:
@@ -563,6 +607,7 @@ def build(table: Path, out: Path, params: EpisodeParams, *, engine: str = "spark
         episodes = pl.read_parquet(od.path("episodes.parquet"))
         summary = summarize(episodes, job)
         summary["engine"] = engine
+        summary["engine_choice"] = why
         if simulate:
             t = _time.perf_counter()
             summary["simulation"] = simulate_opt(table, meta, od.path("arrays.parquet"),

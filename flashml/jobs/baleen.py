@@ -325,33 +325,36 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
 
 def episodes(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     """Episodes, OPT and labels of the table at the converged eviction age (from `train`),
-    with `s.engine` (Spark by default; master `s.master`, else FLASHML_SPARK_MASTER, else
-    local[*]): the recorded episode table of the run."""
+    with `s.engine` (auto by default: Polars or Spark by the table's size; Spark's master
+    `s.master`, else FLASHML_SPARK_MASTER, else local[*]): the recorded episode table of the
+    run."""
     eviction_age_s = float(train(run, s, timer)["eviction_age_s"])
     rec = run.done("episodes")
     if rec is not None and rec.get("eviction_age_s") == eviction_age_s:
         return rec
-    from flashml.episodes.core import EpisodeParams, build
+    from flashml.episodes.core import EpisodeParams, build, choose_engine
 
     spark = None
     master = s.resolved_master()
-    if s.engine == "spark":
+    engine, why = choose_engine(run.table, s.engine, master)
+    log.info("episodes engine: %s (%s)", engine, why)
+    if engine == "spark":
         with timer.stage("spark session"):
             from flashml.episodes.spark_engine import spark_session
 
             spark = spark_session(master)
     try:
-        with timer.stage(f"episodes at eviction age {eviction_age_s:.0f} s ({s.engine})"):
+        with timer.stage(f"episodes at eviction age {eviction_age_s:.0f} s ({engine})"):
             built = build(run.table, run.path / "episodes", EpisodeParams(
                 eviction_age_s=eviction_age_s, target_write_rate_mbps=s.target_write_rate_mbps,
                 accesses_per_episode=s.loop.accesses_per_episode),
-                engine=s.engine, spark=spark, master=master)
+                engine=engine, spark=spark, master=master)
     finally:
         if spark is not None:
             spark.stop()
     summary = {k: built.summary.get(k) for k in
                ("episodes", "admitted_episodes", "cutoff_score", "dt_saved_ratio",
-                "littles_law_cache_gb", "engine")}
+                "littles_law_cache_gb", "engine", "engine_choice")}
     return run.record("episodes", {"eviction_age_s": eviction_age_s,
                                    "dir": str(run.path / "episodes"), "summary": summary})
 
