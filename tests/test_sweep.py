@@ -128,6 +128,22 @@ def test_grid_widening_and_study_attributes(tmp_path: Path) -> None:
     assert all((r["status"], r["state"]) == ("FINISHED", "COMPLETE") for r in runs.values())
 
 
+def test_beyond_saturation_reuses_the_saturated_trial(tmp_path: Path) -> None:
+    """The policy writes at most 20 MB/s: the grid point at 23 MB/s falls short (a real
+    trial), and the one at 40 MB/s, above it, is not run again but takes its result."""
+    res = _sweep(tmp_path, trials=6, saturation_mbps=20.0, scale_mbps=60.0)
+    by_target = {round(t["target_write_rate_mbps"], 1): t for t in res["trials"]}
+    assert sorted(by_target) == [2.5, 4.4, 10.0, 13.2, 23.0, 40.0]
+    sat, top = by_target[23.0], by_target[40.0]
+    assert sat["write_rate_mbps"] == pytest.approx(20.0) and sat["same_as_trial"] is None
+    assert top["same_as_trial"] == sat["number"] and top["tco"] == sat["tco"]
+    assert all(t["same_as_trial"] is None for t in res["trials"] if t is not top)
+    assert res["widened"] == 0  # saturated: more range would repeat the same point
+    # no MLflow run for the copied trial: it trained and simulated nothing
+    assert {int(r["name"].rsplit("-", 1)[1]) for r in res["runs"]} == \
+        {t["number"] for t in res["trials"]} - {top["number"]}
+
+
 def test_grid() -> None:
     """Log-spaced, both ends included; the target replaces its nearest grid point."""
     assert grid(1.0, 1000.0, 4) == pytest.approx([1.0, 10.0, 100.0, 1000.0])

@@ -152,6 +152,18 @@ def objective_for(setup: TrialSetup, bounds: list[float],
             ea0 = setup.warm.eviction_age_s
         loop = setup.loop
         settings = replace(loop, start_eviction_age_s=ea0, max_iter=min(loop.max_iter, 6))
+        cap = saturated_below(trial.study, wr)
+        if cap is not None:
+            # the policy already wrote all it could at a lower target: this one ends the same
+            log.info("sweep trial %d: %.4g MB/s is beyond what the policy can write (trial %d "
+                     "reached %.4g of %.4g MB/s); its result is that trial's", trial.number,
+                     wr, cap.number, cap.user_attrs["measured_write_rate_mbps"],
+                     cap.params["write_rate_mbps"])
+            for k, v in cap.user_attrs.items():
+                trial.set_user_attr(k, v)
+            trial.set_user_attr("trained", 0)
+            trial.set_user_attr("same_as_trial", cap.number)
+            return float(cap.value)
         mlflow.start_run(run_name=f"sweep-trial-{trial.number}", nested=True,
                          parent_run_id=parent_run_id,
                          tags={"optuna.study": setup.study_name,
@@ -190,6 +202,20 @@ def objective_for(setup: TrialSetup, bounds: list[float],
         return value
 
     return objective
+
+
+def saturated_below(study: Any, target: float, tolerance: float = 0.05) -> Any:
+    """A complete trial at a target at most `target` that fell short of its own target by
+    more than `tolerance` (the policy admits all it can there), or None."""
+    import optuna
+
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        want = t.params.get("write_rate_mbps")
+        got = t.user_attrs.get("measured_write_rate_mbps")
+        if want is not None and got is not None and want <= target and \
+                got < (1 - tolerance) * want:
+            return t
+    return None
 
 
 def work(setup: TrialSetup, storage: str, bounds: list[float], n_trials: int, seed: int,
@@ -335,4 +361,5 @@ def _rows(study: Any) -> list[dict[str, Any]]:
              "peak_dt_util": t.user_attrs.get("peak_dt_util"),
              "start_eviction_age_s": t.params.get("start_eviction_age_s"),
              "converged": t.user_attrs.get("converged"),
-             "models_trained": t.user_attrs.get("trained")} for t in study.trials]
+             "models_trained": t.user_attrs.get("trained"),
+             "same_as_trial": t.user_attrs.get("same_as_trial")} for t in study.trials]
