@@ -237,6 +237,10 @@ def test_accesses_per_episode_chosen_on_the_training_day(small_trace, tmp_path: 
                                               settings, gbm, None)
     assert set(means) == {6, 1, 3} and means[best] == min(means.values())
     assert res.extra["accesses_per_episode"] == best
+    # the loop kept the chosen K's model from the selection: the same as one trained anew
+    fresh = train_policy(training_data(feats, df["time"].to_numpy(), labels, episodes,
+                                       86_400.0, max_position=best), gbm, with_prefetch=False)
+    assert res.policy.admission.model_to_string() == fresh.admission.model_to_string()
     # the criterion, recomputed by hand for K=1: the training day's mean DT (not its peak),
     # from a cold cache, with the threshold tuned to the target
     times = df["time"].to_numpy()

@@ -58,13 +58,16 @@ class LearnedPolicy:
 
 
 def train_policy(data: TrainingData, params: GbmParams, *, features: list[str] | None = None,
-                 with_prefetch: bool = True, c: Contract | None = None) -> LearnedPolicy:
-    """Train the admission model (on `features`, default all 18) and, optionally, ML-Range
+                 with_prefetch: bool = True, c: Contract | None = None,
+                 admission: lgb.Booster | None = None) -> LearnedPolicy:
+    """Train the admission model (on `features`, default all 18; `admission`: one already
+    trained on these rows with these parameters, kept as it is) and, optionally, ML-Range
     and ML-When."""
     c = c or contract()
     names = features or c.names
     cols = [c.names.index(n) for n in names]
-    adm = fit(data.adm_X[:, cols], data.adm_y, data.adm_keys, "binary", params, names)
+    adm = admission if admission is not None else fit(
+        data.adm_X[:, cols], data.adm_y, data.adm_keys, "binary", params, names)
     policy = LearnedPolicy(admission=adm, admission_features=names)
     if not with_prefetch:
         return policy

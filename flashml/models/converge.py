@@ -122,19 +122,23 @@ def select_when_threshold(df: pl.DataFrame, arrays: dict[str, np.ndarray], base:
 def select_accesses_per_episode(df: pl.DataFrame, feats: np.ndarray, labels: pl.DataFrame,
                                 episodes: pl.DataFrame, base: SimConfig, target_mbps: float,
                                 settings: LoopSettings, gbm: GbmParams,
-                                features: list[str] | None) -> tuple[int, dict[int, float]]:
+                                features: list[str] | None,
+                                keep: dict[int, Any] | None = None) -> tuple[int, dict[int, float]]:
     """The K (labelled GETs per episode) whose admission-only model has the lowest mean DT
     on the training window (simulated from a cold cache, at the target write rate), with
     the mean DT by K. Ties go to the artifact's K, then to the smaller one. Training data
-    only: the evaluation days stay held out."""
+    only: the evaluation days stay held out. `keep` receives each K's admission-only policy
+    (the loop trains the chosen K's admission model once, not twice)."""
     times = df["time"].to_numpy()
     n, sub, cfg = training_day(df, base, settings.train_seconds)
     means: dict[int, float] = {}
     for k in settings.k_candidates:
         data = training_data(feats, times, labels, episodes, settings.train_seconds,
                              max_position=k)
-        score = score_all(train_policy(data, gbm, features=features, with_prefetch=False),
-                          feats[:n])["score"]
+        policy = train_policy(data, gbm, features=features, with_prefetch=False)
+        if keep is not None:
+            keep[k] = policy
+        score = score_all(policy, feats[:n])["score"]
         means[k] = float(tune_threshold(sub, cfg, target_mbps, {"score": score})
                          .result.metrics["mean_dt_util"])
     best = min(means, key=lambda k: (means[k], k != settings.accesses_per_episode, k))
@@ -192,14 +196,22 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             labels = pl.read_parquet(out / "labels.parquet")
             episodes = pl.read_parquet(out / "episodes.parquet")
             k_chosen = k_fixed or settings.accesses_per_episode
+            chosen: dict[int, Any] = {}
             if k_fixed is None and len(settings.k_candidates) > 1:
                 k_chosen, kmeans = select_accesses_per_episode(
-                    df, feats, labels, episodes, base, target_mbps, settings, gbm, features)
-                log.info("accesses per episode K=%d (training-day mean DT by K: %s)",
-                         k_chosen, {k: round(v, 5) for k, v in kmeans.items()})
+                    df, feats, labels, episodes, base, target_mbps, settings, gbm, features,
+                    keep=chosen)
+                log.info("accesses per episode K=%d (training-day mean DT by K: %s); kept "
+                         "for the loop's later iterations", k_chosen,
+                         {k: round(v, 5) for k, v in kmeans.items()})
+                # K is chosen once, in the first iteration: it is a property of the trace's
+                # access pattern (the same K at every iteration of every loop measured, and
+                # the choice costs one training per candidate)
+                k_fixed = k_chosen
             data = training_data(feats, times, labels, episodes, settings.train_seconds,
                                  max_position=k_chosen)
-            policy = train_policy(data, gbm, features=features, with_prefetch=with_prefetch)
+            policy = train_policy(data, gbm, features=features, with_prefetch=with_prefetch,
+                                  admission=getattr(chosen.get(k_chosen), "admission", None))
             arrays = score_all(policy, feats)
             when_threshold = base.when_threshold
             if with_prefetch:
