@@ -142,11 +142,13 @@ def main() -> int:
     ap.add_argument("--sweep-trials", type=int, default=6, help="Optuna trials (default 6)")
     ap.add_argument("--sweep-workers", type=sizes_small, default=[1],
                     help="comma-separated worker counts to run side by side (e.g. 1,2)")
-    ap.add_argument("--engine", default="spark", choices=["spark", "polars"],
-                    help="episode engine of the job (default spark, as the job's default)")
+    ap.add_argument("--engine", default="auto", choices=["auto", "spark", "polars"],
+                    help="episode engine of the job (default auto, as the job's default)")
     args = ap.parse_args()
     modes = {"warm": [False], "cold": [True], "both": [False, True]}[args.sweep]
     runs = []
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                            capture_output=True).stdout.strip() or "unknown"
     with tempfile.TemporaryDirectory(prefix="flashml-bench-pipeline-") as tmp:
         for n, cold, w in [(n, c, w) for n in args.accesses for c in modes
                            for w in args.sweep_workers]:
@@ -157,7 +159,15 @@ def main() -> int:
             top = sorted(r["timings_s"].items(), key=lambda kv: -kv[1])[:4]
             print(f"  {r['wall_s']:.0f} s; slowest: "
                   + ", ".join(f"{k} {v:.0f} s" for k, v in top), flush=True)
+            r["commit"] = commit
+            r["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             runs.append(r)
+    # runs of other sizes or modes measured before are kept (each says its commit and time)
+    key = ("accesses", "sweep", "sweep_workers")
+    new = {tuple(r.get(k, 1) for k in key) for r in runs}
+    kept = [r for r in (json.loads(OUT.read_text()).get("runs", []) if OUT.exists() else [])
+            if tuple(r.get(k, 1) for k in key) not in new]
+    runs = sorted(kept + runs, key=lambda r: (r["accesses"], r["sweep"], r.get("sweep_workers", 1)))
     write_json(OUT, {"machine": machine(), "runs": runs})
     plot(runs)
     print(f"pipeline: {len(runs)} runs -> {OUT.relative_to(ROOT)}, {PLOT.relative_to(ROOT)}")
