@@ -15,7 +15,7 @@ import flashml_sim
 from flashml.config import UNITS
 from flashml.features import codegen
 from flashml.features.contract import CONTRACT_PATH, contract, load
-from flashml.features.online import admission_features, hourly_counts
+from flashml.features.online import admission_features, feature_matrix, hourly_counts
 
 from conftest import access_table
 
@@ -69,6 +69,10 @@ def test_hand_computed_example() -> None:
     assert f["block_count_h5"].to_list()[5] == 0
     assert f["op"].to_list() == [2, 1, 4, 2, 2, 2]
     assert f["namespace"].to_list() == [3.0] * 6
+    # the matrix the models and the C ABI take: the same values, row-major
+    m = feature_matrix(df)
+    assert m.flags["C_CONTIGUOUS"] and m.dtype == np.float64
+    np.testing.assert_array_equal(m, f.to_numpy())
 
 
 @pytest.mark.parametrize("seed", range(5))
