@@ -61,4 +61,8 @@ else
   say "flashml_sim up to date"
 fi
 "$VENV/bin/flashml" --version >/dev/null || die "flashml CLI did not install"
-say "ready: $VENV/bin/flashml"
+
+# --- the C runtime (flashrt, libflashrt; make rebuilds only what changed) --------------------
+say "building the C runtime (runtime/build/flashrt)"
+make -s -C runtime all >&2 || die "the C runtime did not build (runtime/Makefile)"
+say "ready: $VENV/bin/flashml, runtime/build/flashrt"
