@@ -139,3 +139,19 @@ def test_help_texts():
                          (["sim", "objects", "--help"], "5000obj")]:
         p = flashml(*args)
         assert p.returncode == 0 and needle in p.stdout, p.stdout
+
+
+def test_cli_parser_loads_no_heavy_library():
+    """`flashml --help` and every command's --help answer in a fraction of a second because
+    building the parser loads none of the libraries the stages use (NumPy alone is about half
+    a second; bench/bench_cli.py in `make bench` times it). A module that imports one at its
+    top and is reached from a command's `register` fails this."""
+    import sys
+
+    code = ("import sys, flashml.cli as c; c.build_parser(); "
+            "print(','.join(sorted(m for m in ('numpy', 'polars', 'pyarrow', 'pandas', "
+            "'lightgbm', 'mlflow', 'optuna', 'pyspark', 'treelite', 'flashml_sim', "
+            "'matplotlib', 'great_expectations') if m in sys.modules)))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "", f"loaded while building the parser: {p.stdout.strip()}"

@@ -11,7 +11,7 @@ from flashml.commands.argtypes import finite_float as _float
 from flashml.commands.argtypes import integer as _int
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
-from flashml.episodes.core import DEFAULT_K, ENGINES, WHEN_EPSILON_S
+from flashml.episodes.constants import DEFAULT_K, ENGINES, WHEN_EPSILON_S
 from flashml.errors import UserError
 from flashml.files import dumps
 

@@ -13,7 +13,7 @@ from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS, UNITS
 from flashml.errors import UserError
 from flashml.files import atomic_path, dumps, jsonable
-from flashml.trace.objects import OBJECT_FORMATS
+from flashml.trace.formats import OBJECT_FORMATS
 
 #: `--admission` choices: flashml.simulation.ADMISSIONS (declared in sim/src/config.rs),
 #: restated so that `--help` needs no simulator import; tests/test_sim_cli.py checks it.

@@ -33,7 +33,7 @@ def add_trace_option(p: argparse.ArgumentParser, *, required: bool = True,
 def add_trace_input(p: argparse.ArgumentParser, *, with_format: bool = True,
                     extra_formats: tuple[str, ...] = (), format_help: str = "") -> None:
     """Options every command that reads a trace takes."""
-    from flashml.trace.readers import FORMATS
+    from flashml.trace.formats import FORMATS
 
     p.add_argument("trace", type=Path, help="trace file: canonical .parquet, or raw text "
                    "(.gz/.zst read transparently)")

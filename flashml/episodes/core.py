@@ -82,18 +82,13 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from flashml.config import DEFAULTS, GB, GET_OPS, MB, UNITS
+from flashml.episodes.constants import DEFAULT_K, ENGINES, TIME_MODES, WHEN_EPSILON_S
 from flashml.errors import TraceError, UserError
 from flashml.files import replace_dir, write_json
 from flashml.trace.canonical import TraceMeta, read_meta, with_sample_ratio
 
 log = logging.getLogger(__name__)
 
-#: ML-When margin (Baleen §4.2: epsilon = 5 ms, a proxy for the opportunity cost of writes).
-WHEN_EPSILON_S = 5e-3
-#: OPT labels go on the first K accesses of each episode (paper K=6; artifact K=15).
-DEFAULT_K = 6
-TIME_MODES = ("seconds", "logical")
-ENGINES = ("auto", "spark", "polars")
 #: Peak memory of the Polars engine per access of the table, rounded up: 1 M accesses of the
 #: region1-like preset built in 483 MB peak RSS, the interpreter and libraries included
 #: (`/usr/bin/time -v flashml episodes build --engine polars`, issue 20).

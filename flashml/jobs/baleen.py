@@ -35,18 +35,20 @@ import os
 import shutil
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from flashml.config import DEFAULTS
 from flashml.errors import TraceError, UserError
 from flashml.files import atomic_dir, write_json
 from flashml.jobs import report
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
-from flashml.policies.tuning import Tuned
 from flashml.settings import BaleenSettings
-from flashml.simulation import SimConfig
+
+if TYPE_CHECKING:  # numpy, the simulator and the tuner load when a stage runs, not with the CLI
+    import numpy as np
+
+    from flashml.policies.tuning import Tuned
+    from flashml.simulation import SimConfig
 
 log = logging.getLogger("flashml.pipeline")
 
@@ -76,6 +78,8 @@ def features(run: RunDir) -> np.ndarray:
 def base_config(run: RunDir, s: BaleenSettings) -> SimConfig:
     """The simulator set-up every policy is judged with: the evaluation starts where the
     training window ends (the first day by default)."""
+    from flashml.simulation import SimConfig
+
     return SimConfig.for_trace(run.frame()[1], cache_gb=s.cache_gb, warmup_s=s.train_seconds)
 
 
@@ -140,6 +144,7 @@ def warm_start(run: RunDir, s: BaleenSettings) -> Any:
 def feature_frame(rows: np.ndarray) -> Any:
     """Feature rows as a pandas DataFrame with the contract's 18 feature names (what the
     MLflow models' signatures and input examples show)."""
+    import numpy as np
     import pandas as pd
 
     from flashml.features.contract import contract
@@ -383,6 +388,7 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     if rec is not None:
         return rec
     import mlflow
+    import numpy as np
 
     from flashml.compiler.bundle import read_policy_json
     from flashml.features.contract import contract
@@ -565,6 +571,7 @@ def plots(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     if rec is not None:
         return rec
     import mlflow
+    import numpy as np
 
     from flashml.models.peak import hourly_dt_profile
 

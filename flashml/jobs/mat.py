@@ -31,13 +31,14 @@ import logging
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
 from flashml.settings import MatParams
+
+if TYPE_CHECKING:  # numpy loads when a stage runs, not with the CLI
+    import numpy as np
 
 log = logging.getLogger("flashml.mat")
 
@@ -258,6 +259,8 @@ def samples(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     rec = run.done("samples")
     if rec is not None:
         return rec
+    import numpy as np
+
     from flashml.models.mat import label_samples
     from flashml.simulation import simulate_objects_mat
 
@@ -320,6 +323,7 @@ def train(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     if rec is not None:
         return rec
     import mlflow
+    import numpy as np
 
     from flashml.models.mat import mat_gbm
 
@@ -659,6 +663,8 @@ def _libcachesim(keys: Any, sizes: Any, capacity: int, unit: str,
     policy libCacheSim cannot run here is left out with a warning saying why."""
     if not names:
         return {}
+    import numpy as np
+
     from flashml.policies.object_baselines import BaselineUnavailable, run_baselines
 
     try:

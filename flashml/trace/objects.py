@@ -31,9 +31,10 @@ import polars as pl
 from flashml.config import HOUR_S
 from flashml.errors import TraceError
 
-OBJECT_FORMATS = ("cloudphysics", "objects-csv", "csv", "parquet")
-"""Object-trace formats; `csv` is another name for `objects-csv` (issue 16's `--format
-cloudphysics|csv|parquet`)."""
+# Object-trace formats (flashml/trace/formats.py); `csv` is another name for `objects-csv`
+# (issue 16's `--format cloudphysics|csv|parquet`).
+from flashml.trace.formats import OBJECT_FORMATS
+
 OBJECTS_CSV_COLUMNS = ("time", "key", "size")
 U64_MAX = (1 << 64) - 1
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from flashml.trace.formats import FORMATS
 from flashml.trace.readers.base import Reader
 from flashml.trace.readers.cloudphysics import CloudPhysicsReader
 from flashml.trace.readers.generic_csv import GenericCsvReader
@@ -14,6 +15,7 @@ READERS: dict[str, type[Reader]] = {
     "cloudphysics": CloudPhysicsReader,
     "csv": GenericCsvReader,
 }
-FORMATS: tuple[str, ...] = tuple(READERS)
+# one definition of the names: flashml/trace/formats.py
+assert tuple(READERS) == FORMATS, (tuple(READERS), FORMATS)
 
 __all__ = ["FORMATS", "READERS", "Reader"]
