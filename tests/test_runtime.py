@@ -121,6 +121,19 @@ def test_units_match_config():
     c = contract()
     assert u["contract_hash"] == c.hash and u["num_features"] == len(c.admission)
     assert u["hour_seconds"] == c.hour_seconds and u["hours"] == c.hours
+    # numbers in their shortest form that reads back exactly, as Python prints them
+    text = run("units").stdout
+    assert '"cache_gb": 366.475,' in text and f'"t_seek_s": {UNITS.t_seek_s!r},' in text
+    assert f'"target_write_rate_mbps": {DEFAULTS.target_write_rate_mbps!r},' in text
+
+
+def test_version():
+    """`flashrt --version` prints flashml's version (one definition: pyproject.toml)."""
+    import flashml
+
+    build_runtime()
+    p = run("--version")
+    assert p.returncode == 0 and p.stdout.startswith(f"flashrt {flashml.__version__} ")
 
 
 @pytest.mark.parametrize("cmd", ["replay", "prepare-backing", "probe-disk", "features", "units"])

@@ -50,7 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         psub = p.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND", required=True)
         r = psub.add_parser("run", help=f"run the {name} job end to end", description=doc,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-        add_trace_option(r, required=False, trace_help="raw trace or canonical .parquet "
+        add_trace_option(r, required=False, formats=getattr(job, "FORMATS", None),
+                         default_format=getattr(job, "DEFAULT_FORMAT", "tectonic"),
+                         trace_help="raw trace or canonical .parquet "
                          "(default: the job's embedded default)")
         r.add_argument("--out", "--workdir", dest="out", type=Path,
                        default=Path(f".flashml/runs/{name}/latest" if name != "pipeline"

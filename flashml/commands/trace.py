@@ -18,13 +18,18 @@ OBJECTS_CSV = "objects-csv"  # whole-object traces (flashml/trace/objects.py)
 
 def add_trace_option(p: argparse.ArgumentParser, *, required: bool = True,
                      trace_help: str = "canonical .parquet access table, or a raw trace "
-                     "(see --format)") -> None:
+                     "(see --format)", formats: tuple[str, ...] | None = None,
+                     default_format: str = "tectonic") -> None:
     """`--trace FILE`, `--format`, `--sample-ratio`: the trace input of the commands that
-    take other arguments too (episodes, sim, train, sweep, regress, pipeline)."""
+    take other arguments too (episodes, sim, train, sweep, regress, <system> run). `formats`:
+    the choices of --format (default: the block-trace readers')."""
+    from flashml.trace.formats import FORMATS
+
     p.add_argument("--trace", required=required, default=None, type=Path, metavar="FILE",
                    help=trace_help)
-    p.add_argument("--format", default=None,
-                   help="format of a raw trace (default tectonic; ignored for .parquet)")
+    p.add_argument("--format", default=None, choices=formats or FORMATS,
+                   help=f"format of a raw trace (default {default_format}; ignored for "
+                   ".parquet)")
     p.add_argument("--sample-ratio", type=finite_float, default=None, metavar="PERCENT",
                    help="sample ratio in percent (default: the table's metadata, else the "
                    "file name full_<start>_<ratio>.trace, else 100)")

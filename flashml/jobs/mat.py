@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
 from flashml.settings import MatParams
+from flashml.trace.formats import OBJECT_FORMATS
 
 if TYPE_CHECKING:  # numpy loads when a stage runs, not with the CLI
     import numpy as np
@@ -44,6 +45,9 @@ log = logging.getLogger("flashml.mat")
 
 COMMAND = "mat"
 HELP = "MAT: learned eviction at the tail of LRU (object mode) -> policy.so"
+#: --format's choices and default (object traces: flashml/trace/formats.py).
+FORMATS = OBJECT_FORMATS
+DEFAULT_FORMAT = "cloudphysics"
 OBJECTS = "objects.parquet"
 #: The largest k Optuna tries: the issue's budget is <= 2.5 predictions per eviction (LRB: 64).
 K_MAX = 2.5

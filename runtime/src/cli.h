@@ -22,6 +22,9 @@ const char *cli_optval(int argc, char **argv, int *i, const char *name);
 /* Members of a JSON object on one line: `first` says whether a comma goes before. Non-finite
  * numbers print as null. */
 void cli_json_num(FILE *f, const char *k, double v, int *first);
+/* The shortest %g text of v that reads back as v (15 to 17 digits): 366.475, not
+ * 366.47500000000002. buf holds at least 32 bytes. */
+const char *cli_num(char buf[32], double v);
 void cli_json_int(FILE *f, const char *k, uint64_t v, int *first);
 void cli_json_str(FILE *f, const char *k, const char *v, int *first);
 

@@ -63,9 +63,18 @@ const char *cli_optval(int argc, char **argv, int *i, const char *name) {
     return argv[++*i];
 }
 
+const char *cli_num(char buf[32], double v) {
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, 32, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
 void cli_json_num(FILE *f, const char *k, double v, int *first) {
+    char b[32];
     fprintf(f, "%s\"%s\": ", *first ? "" : ", ", k);
-    if (isfinite(v)) fprintf(f, "%.17g", v);
+    if (isfinite(v)) fputs(cli_num(b, v), f);
     else fputs("null", f);
     *first = 0;
 }

@@ -25,7 +25,7 @@ static const char *USAGE =
     "  features         print the tracker's feature vector of every access (CSV)\n"
     "  units            print the units this runtime was built with (JSON)\n"
     "\n"
-    "`flashrt COMMAND --help` describes each command.\n";
+    "`flashrt COMMAND --help` describes each command; `flashrt --version` prints the version.\n";
 
 static const char *PREPARE_HELP =
     "usage: flashrt prepare-backing --backing PATH --trace FILE [--map FILE]\n"
@@ -172,15 +172,19 @@ static int cmd_units(int argc, char **argv) {
             fprintf(stderr, "flashrt units: error: unknown argument '%s' (see --help)\n", argv[i]);
             return 2;
         }
-    printf("{\"segment_bytes\": %u, \"block_bytes\": %u, \"t_seek_s\": %.17g, "
-           "\"bandwidth_bytes_per_s\": %.17g, \"MB\": %.17g, \"GB\": %.17g, \"disks\": %u, "
-           "\"window_s\": %.17g, \"warmup_s\": %.17g, \"sample_ratio\": %.17g, \"cache_gb\": %.17g, "
-           "\"target_write_rate_mbps\": %.17g, \"abi_version\": %d, \"contract_hash\": \"%s\", "
+    char b[10][32];
+    printf("{\"segment_bytes\": %u, \"block_bytes\": %u, \"t_seek_s\": %s, "
+           "\"bandwidth_bytes_per_s\": %s, \"MB\": %s, \"GB\": %s, \"disks\": %u, "
+           "\"window_s\": %s, \"warmup_s\": %s, \"sample_ratio\": %s, \"cache_gb\": %s, "
+           "\"target_write_rate_mbps\": %s, \"abi_version\": %d, \"contract_hash\": \"%s\", "
            "\"num_features\": %d, \"hour_seconds\": %d, \"hours\": %d}\n",
-           FRT_SEGMENT_BYTES, FRT_BLOCK_BYTES, FRT_T_SEEK_S, FRT_BANDWIDTH_BYTES_PER_S, FRT_MB,
-           FRT_GB, FRT_DISKS, FRT_WINDOW_S, FRT_WARMUP_S, FRT_SAMPLE_RATIO, FRT_CACHE_GB,
-           FRT_TARGET_WRITE_RATE_MBPS, FLASHML_POLICY_ABI_VERSION, FLASHML_POLICY_CONTRACT_HASH,
-           FLASHML_POLICY_NUM_FEATURES, FLASHML_POLICY_HOUR_SECONDS, FLASHML_POLICY_HOURS);
+           FRT_SEGMENT_BYTES, FRT_BLOCK_BYTES, cli_num(b[0], FRT_T_SEEK_S),
+           cli_num(b[1], FRT_BANDWIDTH_BYTES_PER_S), cli_num(b[2], FRT_MB), cli_num(b[3], FRT_GB),
+           FRT_DISKS, cli_num(b[4], FRT_WINDOW_S), cli_num(b[5], FRT_WARMUP_S),
+           cli_num(b[6], FRT_SAMPLE_RATIO), cli_num(b[7], FRT_CACHE_GB),
+           cli_num(b[8], FRT_TARGET_WRITE_RATE_MBPS), FLASHML_POLICY_ABI_VERSION,
+           FLASHML_POLICY_CONTRACT_HASH, FLASHML_POLICY_NUM_FEATURES, FLASHML_POLICY_HOUR_SECONDS,
+           FLASHML_POLICY_HOURS);
     return 0;
 }
 
@@ -188,6 +192,11 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        /* FLASHRT_VERSION: flashml's version, from pyproject.toml (runtime/Makefile) */
+        printf("flashrt %s (policy ABI %d)\n", FLASHRT_VERSION, FLASHML_POLICY_ABI_VERSION);
+        return 0;
     }
     const char *cmd = argv[1];
     argc -= 2;
