@@ -144,3 +144,15 @@ def test_docker_compose_config_when_available() -> None:
     proc = subprocess.run([docker, "compose", "-f", str(REPO / "docker-compose.yml"), "config",
                            "--quiet"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_ports_bind_to_loopback_by_default(doc: dict) -> None:
+    """Every published port is on 127.0.0.1 unless FLASHML_BIND says otherwise (the services
+    have default development passwords); the header's reference exists."""
+    ports = [p for svc in doc["services"].values() for p in svc.get("ports", [])]
+    assert ports
+    for p in ports:
+        assert str(p).startswith("${FLASHML_BIND:-127.0.0.1}:"), p
+    first = (REPO / "docker-compose.yml").read_text().splitlines()[0]
+    assert '(README.md, "Scaling out")' in first
+    assert "\n## Scaling out\n" in (REPO / "README.md").read_text()
