@@ -103,7 +103,9 @@ def test_image_versions_match_the_lock(doc: dict) -> None:
     lock = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s;]+)", (REPO / "requirements.lock")
                            .read_text(), re.M))
     s = doc["services"]
-    assert s["mlflow"]["image"].endswith(f":v{lock['mlflow']}")
+    mdf = s["mlflow"]["build"]["dockerfile_inline"]
+    assert f"FROM ghcr.io/mlflow/mlflow:v{lock['mlflow']}\n" in mdf
+    assert f"boto3=={lock['boto3']}" in mdf and "pip install" not in _cmd(s["mlflow"])
     for name in ("spark-master", "spark-worker"):
         assert s[name]["image"] == f"apache/spark:{lock['pyspark']}"
     df = s["airflow-scheduler"]["build"]["dockerfile_inline"]
