@@ -45,18 +45,28 @@ def _plt():  # type: ignore[no-untyped-def]
 
 
 def plot_write_rate_vs_peak(points: dict[str, list[tuple[float, float]]], out: Path) -> Path:
-    """Peak DT against write rate: one marker per policy, a line for a sweep."""
+    """Peak DT against write rate: one marker per policy, a line for a sweep. Policies often
+    share a point (every one is tuned to the same write rate), so each has its own marker
+    shape, the earlier ones drawn larger and hollow ones on top, and the sweep's line sits
+    underneath: no dot hides another."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(8.5, 4.5), dpi=110)
+    shapes = "osD^vPX<>ph*"
+    singles = [(n, p) for n, p in points.items() if len(p) == 1]
     for name, pts in points.items():
-        pts = sorted(pts)
-        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-        ax.plot(xs, ys, "o-" if len(pts) > 1 else "o", label=name)
+        if len(pts) > 1:
+            pts = sorted(pts)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", marker=".", ms=9,
+                    color="0.55", zorder=1, label=name)
+    for k, (name, pts) in enumerate(singles):
+        x, y = pts[0]
+        ax.plot([x], [y], shapes[k % len(shapes)], ms=13 - 6 * k / max(1, len(singles) - 1),
+                mfc="none", mew=1.6, zorder=2 + k, label=name)
     ax.set_xlabel("flash write rate (MB/s, full node)")
     ax.set_ylabel("peak DT utilisation")
     ax.set_title("Write rate vs peak disk-head time")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
@@ -124,13 +134,15 @@ def plot_feature_importance(names: list[str], gains: list[float], out: Path) -> 
 
 def plot_dt_utilisation(series_by_policy: dict[str, dict[str, Any]], out: Path,
                         title: str = "Disk-head time utilisation") -> Path:
-    """DT utilisation per window over time, one line per policy, each peak marked."""
+    """DT utilisation per window over time, one line per policy, each peak marked by a dot
+    in the line's colour; the peaks' values and times are in the legend (outside the axes),
+    not written beside the dots, where they overlapped."""
     import numpy as np
 
     plt = _plt()
 
-    fig, ax = plt.subplots(figsize=(10, 4.5), dpi=110)
-    for k, (name, s) in enumerate(series_by_policy.items()):
+    fig, ax = plt.subplots(figsize=(11, 4.5), dpi=110)
+    for name, s in series_by_policy.items():
         t = np.asarray(s["time"], dtype=float)
         u = np.asarray(s["dt_util"], dtype=float)
         warm = np.asarray(s.get("warmup", np.zeros(len(t), bool)), dtype=bool)
@@ -138,15 +150,15 @@ def plot_dt_utilisation(series_by_policy: dict[str, dict[str, Any]], out: Path,
         (line,) = ax.plot(hours, u, lw=1, label=name)
         if (~warm).any():
             i = int(np.argmax(np.where(warm, -np.inf, u)))
-            ax.plot(hours[i], u[i], "o", color=line.get_color())
-            ax.annotate(f"peak {u[i]:.3f}", (hours[i], u[i]), textcoords="offset points",
-                        xytext=(6, 4 + 11 * k), fontsize=8, color=line.get_color())
+            ax.plot(hours[i], u[i], "o", color=line.get_color(), mec="black", mew=0.6,
+                    zorder=5)
+            line.set_label(f"{name}: peak {u[i]:.3f} at h {hours[i]:.1f}")
         if warm.any():
             ax.axvspan(hours[0], hours[warm].max(), color="0.9", zorder=0)
     ax.set_xlabel("hours since trace start (grey: warm-up, excluded from peak)")
     ax.set_ylabel("DT utilisation")
     ax.set_title(title)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
