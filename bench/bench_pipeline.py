@@ -96,6 +96,11 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
         "peak_rss_mb": summary.get("peak_rss_mb", {}),
         "models_trained_per_trial": [t.get("models_trained") for t in sweep.get("trials", [])]
         if isinstance(sweep, dict) else None,
+        # every trial's point of the TCO curve (to compare warm and cold sweeps point by point)
+        "sweep_trials_detail": [{k: t.get(k) for k in (
+            "number", "state", "target_write_rate_mbps", "write_rate_mbps", "peak_dt_util",
+            "tco", "converged", "models_trained", "start_eviction_age_s", "same_as_trial")}
+            for t in sweep.get("trials", [])] if isinstance(sweep, dict) else None,
         "sweep_range_mbps": sweep.get("range_mbps") if isinstance(sweep, dict) else None,
         "chosen_write_rate_mbps": summary.get("chosen_write_rate_mbps"),
         "chosen_tco": summary.get("chosen_tco"),
