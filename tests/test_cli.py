@@ -175,6 +175,11 @@ def check_mlflow_as_users_see_it(summary: dict, runs: list) -> None:
     # the convergence loop's curve, one step per iteration
     hist = client.get_metric_history(parent.info.run_id, "loop_peak_dt_util")
     assert [h.step for h in hist] == list(range(len(summary["convergence"]["iterations"])))
+    # each shipped model's held-out loss per boosting round; early stopping kept the best
+    curve = client.get_metric_history(parent.info.run_id, "gbm_admission_valid_binary_logloss")
+    assert len(curve) > 1 and [h.step for h in curve] == list(range(len(curve)))
+    assert min(h.value for h in curve) < curve[0].value
+    assert client.get_metric_history(parent.info.run_id, "gbm_range_start_valid_l2")
     # sweep trials: FINISHED, never FAILED
     trials = [r for r in runs if r.info.run_name.startswith("sweep-trial-")]
     assert trials and all(r.info.status == "FINISHED" for r in trials)

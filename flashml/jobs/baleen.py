@@ -141,6 +141,24 @@ def warm_start(run: RunDir, s: BaleenSettings) -> Any:
                      float(read_policy_json(policy_dir(run))["when_threshold"]))
 
 
+def log_training_curves(run_id: str, boosters: dict[str, Any]) -> None:
+    """Each shipped model's held-out loss per boosting round (`gbm.fit`'s record) as the
+    stepped metric `gbm_<model>_<set>_<metric>` of the run, so MLflow plots the curves."""
+    import time as _time
+
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    now = int(_time.time() * 1000)
+    rows = [Metric(f"gbm_{name}_{key}", v, now, i)
+            for name, b in boosters.items()
+            for key, vals in (getattr(b, "flashml_curve", None) or {}).items()
+            for i, v in enumerate(vals)]
+    client = MlflowClient()
+    for k in range(0, len(rows), 1000):  # MLflow's batch limit
+        client.log_batch(run_id, metrics=rows[k:k + 1000])
+
+
 def feature_frame(rows: np.ndarray) -> Any:
     """Feature rows as a pandas DataFrame with the contract's 18 feature names (what the
     MLflow models' signatures and input examples show)."""
@@ -306,6 +324,7 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
         mlflow.log_metrics(finite_numbers({f"loop_{k}": it[k] for k in (
             "eviction_age_s", "measured_eviction_age_s", "threshold", "write_rate_mbps",
             "peak_dt_util")}), step=step)
+    log_training_curves(run_id, policy.boosters())
     run.cache["tuned_baleen"] = tuned
     if not s.with_prefetch:  # admission only: no ML-Range/ML-When, so no shippable bundle
         return run.record("train", {"eviction_age_s": ea, "metrics": m,

@@ -34,7 +34,8 @@ def fit(X: np.ndarray, y: np.ndarray, keys: np.ndarray, objective: str, params: 
         mask = np.ones(len(y), dtype=bool)
     train = lgb.Dataset(X[mask], label=y[mask], feature_name=feature_names,
                         free_raw_data=False)
-    callbacks = [lgb.log_evaluation(period=0)]
+    curve: dict[str, dict[str, list[float]]] = {}
+    callbacks = [lgb.log_evaluation(period=0), lgb.record_evaluation(curve)]
     valid_sets = []
     if (~mask).any():
         valid = lgb.Dataset(X[~mask], label=y[~mask], reference=train)
@@ -44,7 +45,11 @@ def fit(X: np.ndarray, y: np.ndarray, keys: np.ndarray, objective: str, params: 
         raise ValueError("training labels are all one class; cannot train a classifier")
     booster = lgb.train(params.lgb_params(objective), train,
                         num_boost_round=params.num_boost_round, valid_sets=valid_sets,
-                        callbacks=callbacks)
+                        valid_names=["valid"] * len(valid_sets), callbacks=callbacks)
+    # the held-out loss per boosting round (the job logs it to MLflow as a stepped metric)
+    booster.flashml_curve = {f"{ds}_{metric}": [float(v) for v in vals]
+                             for ds, by_metric in curve.items()
+                             for metric, vals in by_metric.items()}
     log.info("trained %s model: %d rows, %d trees", objective, int(mask.sum()),
              booster.num_trees())
     return booster
