@@ -48,9 +48,12 @@ from flashml.compiler.bundle import (
     EVICT_MODEL,
     EVICT_PARAMS,
     MODEL_FILES,
+    PARTITION_FILE,
+    PARTITION_PARAMS,
     bundle_groups,
     fetch_bundle,
     model_features,
+    read_partition_model,
     read_policy_json,
     tracking_uri,
 )
@@ -58,6 +61,7 @@ from flashml.compiler.fast_trees import FastTrees, emit_c, model_header, plan
 from flashml.config import UNITS
 from flashml.errors import UserError
 from flashml.features import eviction
+from flashml.features import partition as partition_contract
 from flashml.features.codegen import ABI_VERSION, capability_functions
 from flashml.features.contract import contract
 from flashml.files import replace_dir, write_json
@@ -67,6 +71,7 @@ log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "flashml_policy.h"
 WRAPPER = HERE / "policy_wrapper.c.in"
+PARTITION_WRAPPER = HERE / "partition_wrapper.c.in"
 SO_NAME = "policy.so"
 HEADER_NAME = "flashml_policy.h"
 MANIFEST_NAME = "manifest.json"
@@ -124,7 +129,8 @@ ALL_MODEL_FILES: dict[str, str] = {**MODEL_FILES, EVICT_MODEL: EVICT_FILE}
 def capabilities_of(groups: dict[str, bool]) -> list[str]:
     """The capabilities a bundle's model groups give its policy.so (manifest order)."""
     return (["admission", "prefetch"] if groups["admission"] else []) + \
-        (["eviction"] if groups["eviction"] else [])
+        (["eviction"] if groups["eviction"] else []) + \
+        (["partition"] if groups.get("partition") else [])
 
 
 def find_cc(cc: str | None = None) -> str:
@@ -536,9 +542,82 @@ def _check_so(so: Path, params: dict[str, Any], capabilities: list[str]) -> None
                                            ev["initial_threshold"]),
             "eviction memory window": (lib.flashml_evict_memory_window(), ev["memory_window"]),
         })
+    if "partition" in capabilities:
+        pc = partition_contract.contract()
+        lib.flashml_partition_contract_hash.restype = ctypes.c_char_p
+        checks.update({
+            "partition feature count": (lib.flashml_partition_num_features(),
+                                        pc.num_features),
+            "partition contract hash": (lib.flashml_partition_contract_hash().decode(),
+                                        params[PARTITION_PARAMS]["contract_hash"]),
+            "partition max streams": (lib.flashml_partition_max_streams(), pc.max_streams),
+            "partition steps": (lib.flashml_partition_steps(), pc.steps),
+        })
     for what, (got, want) in checks.items():
         if got != want:
             raise CompileError(f"policy.so reports {what} {got!r}, expected {want!r}")
+
+
+def _emlearn_include() -> Path:
+    import emlearn
+
+    return Path(emlearn.__file__).resolve().parent
+
+
+def _partition_sources(build: Path, weights: list[Any], biases: list[Any],
+                       contract_hash: str) -> list[tuple[Path, tuple[str, ...]]]:
+    """MLCache's network as C: emlearn's generated layers and its eml_net inference
+    (`partition_net.c`, compiled without warnings like TL2cgen's code: it is a library's
+    output), and the ABI functions around it (`partition_wrapper.c`, -Wall -Wextra
+    -Werror). emlearn's EmlNet keeps its activations in static buffers; the net file gives
+    every call its own on the stack, so flashml_partition is reentrant."""
+    import numpy as np
+    from emlearn.net import c_generate_net_loadable
+
+    c = partition_contract.contract()
+    width = max(int(np.asarray(w).shape[1]) for w in weights)
+    acts = ["relu"] * (len(weights) - 1) + ["identity"]
+    net = c_generate_net_loadable(acts, [np.asarray(w) for w in weights],
+                                  [np.asarray(b) for b in biases], prefix="flashml_pnet")
+    net_c = build / "partition_net.c"
+    net_c.write_text(f"""/* MLCache's partition network: emlearn {_emlearn_version()} output. */
+#include <eml_net.h>
+{net}
+int flashml_partition_net(const float *in, float *out);
+int flashml_partition_net(const float *in, float *out) {{
+    float a1[{width}], a2[{width}];
+    EmlNet m = flashml_pnet;
+    m.activations1 = a1;
+    m.activations2 = a2;
+    return eml_net_regress(&m, in, {c.num_features}, out, {c.max_streams}) == EmlOk ? 0 : -1;
+}}
+""")
+    wrap = build / "partition_wrapper.c"
+    wrap.write_text(PARTITION_WRAPPER.read_text().replace("@PARTITION_CONTRACT_HASH@",
+                                                          contract_hash))
+    return [(net_c, ("-w",)), (wrap, WRAPPER_WARNINGS)]
+
+
+def _emlearn_version() -> str:
+    from importlib.metadata import version
+
+    return version("emlearn")
+
+
+def _partition_manifest(pp: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The manifest's partition fields: `partition_contract_hash` (top level) and
+    `partition` (the contract, the network's shape, its parameters and metrics)."""
+    c = partition_contract.contract()
+    return {
+        "partition_contract_hash": pp["contract_hash"],
+        "partition": {"contract": {"name": c.name, "version": c.version,
+                                   "max_streams": c.max_streams, "steps": c.steps,
+                                   "num_features": c.num_features},
+                      "network": {"file": PARTITION_FILE,
+                                  "sha256": sha256_file(folder / PARTITION_FILE),
+                                  "emlearn": _emlearn_version(), "arithmetic": "float32"},
+                      **pp},
+    }
 
 
 def _versions(cc: str) -> dict[str, str]:
@@ -590,6 +669,15 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                     f"was trained for eviction feature contract {have[:12]}..., this flashml "
                     f"has {eviction.contract().hash[:12]}... (features/eviction.toml); "
                     "retrain the model")
+        if groups["partition"]:
+            have = params[PARTITION_PARAMS]["contract_hash"]
+            if have != partition_contract.contract().hash:
+                raise CompileError(
+                    f"{folder / 'policy.json'}: partition contract mismatch: the network was "
+                    f"trained for partition feature contract {have[:12]}..., this flashml "
+                    f"has {partition_contract.contract().hash[:12]}... "
+                    "(features/partition.toml); retrain the network")
+            net_layers = read_partition_model(folder / PARTITION_FILE)
         models, infos = {}, {}
         for name, fname in ALL_MODEL_FILES.items():
             if groups["eviction" if name == EVICT_MODEL else "admission"]:
@@ -615,6 +703,14 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
             jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-c", str(src), "-o",
                                str(obj)], src.name))
             objects.append(obj)
+        if groups["partition"]:
+            for src, warn in _partition_sources(build, *net_layers,
+                                                params[PARTITION_PARAMS]["contract_hash"]):
+                obj = build / f"{src.stem}.o"
+                jobs_list.append(([cc_path, *CFLAGS, *warn, "-I", str(build), "-I",
+                                   str(_emlearn_include()), "-c", str(src), "-o", str(obj)],
+                                  src.name))
+                objects.append(obj)
         wrapper = build / "policy_wrapper.c"
         wrapper.write_text(_fill_wrapper(params, segments_per_block, fast_syms, infos))
         wobj = build / "policy_wrapper.o"
@@ -649,6 +745,8 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                              "hour_seconds": c.hour_seconds, "hours": c.hours}})
         if groups["eviction"]:
             manifest.update(_evict_manifest(params[EVICT_PARAMS]))
+        if groups["partition"]:
+            manifest.update(_partition_manifest(params[PARTITION_PARAMS], folder))
         manifest.update({
             "policy_so": SO_NAME,
             "sha256": sha256_file(so),

@@ -46,6 +46,7 @@ import numpy as np
 from flashml.config import UNITS
 from flashml.errors import UserError
 from flashml.features import eviction
+from flashml.features import partition as partition_contract
 from flashml.features.contract import contract
 from flashml.files import atomic_dir
 
@@ -60,6 +61,9 @@ MODEL_FILES: dict[str, str] = {
 EVICT_MODEL = "evict"
 EVICT_FILE = "evict.txt"
 EVICT_PARAMS = "eviction"
+#: MLCache's partition network (weights as JSON) and its parameters' object in policy.json.
+PARTITION_FILE = "partition.json"
+PARTITION_PARAMS = "partition"
 POLICY_JSON = "policy.json"
 #: Artifact path of the model bundle inside an MLflow run.
 ARTIFACT_PATH = "policy"
@@ -96,13 +100,15 @@ def model_features(model: str) -> list[str]:
 
 
 def bundle_groups(bundle: Path, params: Mapping[str, Any] | None = None) -> dict[str, bool]:
-    """Which model groups a bundle folder holds: {"admission": ..., "eviction": ...}. A group
+    """Which model groups a bundle folder holds: {"admission": ..., "eviction": ...,
+    "partition": ...}. A group
     is there when any of its model files is, or policy.json has its parameters (then all
     of its files must be: the compiler says which is missing)."""
     params = params or {}
     return {"admission": any((bundle / f).exists() for f in MODEL_FILES.values())
             or "admit_threshold" in params,
-            "eviction": (bundle / EVICT_FILE).exists() or EVICT_PARAMS in params}
+            "eviction": (bundle / EVICT_FILE).exists() or EVICT_PARAMS in params,
+            "partition": (bundle / PARTITION_FILE).exists() or PARTITION_PARAMS in params}
 
 
 def round_range(start: Any, end: Any,
@@ -217,7 +223,7 @@ def save_evict_model(directory: str | os.PathLike[str], booster: Any, *, k: floa
         params = json.loads((out / POLICY_JSON).read_text())
     with atomic_dir(out) as tmp:
         if merge:
-            for f in MODEL_FILES.values():
+            for f in (*MODEL_FILES.values(), PARTITION_FILE):
                 if (out / f).is_file():
                     shutil.copy2(out / f, tmp / f)
         booster.save_model(str(tmp / EVICT_FILE))
@@ -233,7 +239,8 @@ def read_policy_json(bundle: Path) -> dict[str, Any]:
     path = bundle / POLICY_JSON
     if not path.is_file():
         raise UserError(f"{path}: missing; a policy bundle needs {POLICY_JSON} and "
-                        f"{', '.join(MODEL_FILES.values())} and/or {EVICT_FILE}")
+                        f"{', '.join(MODEL_FILES.values())}, {EVICT_FILE} and/or "
+                        f"{PARTITION_FILE}")
     try:
         params = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -244,13 +251,16 @@ def read_policy_json(bundle: Path) -> dict[str, Any]:
     if not any(groups.values()):
         raise UserError(f"{bundle}: no models: a policy bundle holds the admission models "
                         f"({', '.join(MODEL_FILES.values())}), the eviction model "
-                        f"({EVICT_FILE}), or both")
+                        f"({EVICT_FILE}), the partition network ({PARTITION_FILE}), or "
+                        "several")
     metrics = params.get("metrics") or {}
     if not isinstance(metrics, dict):
         raise UserError(f"{path}: field 'metrics': expected an object")
     params["metrics"] = metrics
     if groups["eviction"]:
         params[EVICT_PARAMS] = _checked_evict(str(path), params.get(EVICT_PARAMS))
+    if groups["partition"]:
+        params[PARTITION_PARAMS] = _checked_partition(str(path), params.get(PARTITION_PARAMS))
     if not groups["admission"]:
         return params
     for k in REQUIRED_PARAMS + ("contract_hash",):
@@ -261,6 +271,104 @@ def read_policy_json(bundle: Path) -> dict[str, Any]:
     params.update(_checked_peak(str(path), params.get("peak_hours", []),
                                 params.get("peak_bonus", 0.0)))
     return params
+
+
+def save_partition_model(directory: str | os.PathLike[str], net: Any, *,
+                         metrics: Mapping[str, float] | None = None,
+                         mlflow_run_id: str | None = None, contract_hash: str | None = None,
+                         merge: bool = False, **extra: Any) -> Path:
+    """Write MLCache's partition network into a bundle: `partition.json` (a fitted
+    scikit-learn MLPRegressor's layers: weights (inputs x outputs), biases, activations;
+    float64 as JSON numbers) and policy.json's `partition` object (the contract hash, the
+    hidden layer sizes, the metrics and `extra` fields, e.g. capacity and interval).
+    merge=True adds it to the bundle already in `directory`. Written to a temporary folder
+    first, then renamed."""
+    c = partition_contract.contract()
+    weights = [np.asarray(w, dtype=np.float64) for w in net.coefs_]
+    biases = [np.asarray(b, dtype=np.float64) for b in net.intercepts_]
+    if weights[0].shape[0] != c.num_features or weights[-1].shape[1] != c.max_streams:
+        raise ValueError(f"save_partition_model: the network maps {weights[0].shape[0]} "
+                         f"inputs to {weights[-1].shape[1]} outputs; the partition contract "
+                         f"has {c.num_features} features and {c.max_streams} streams")
+    if net.activation != "relu" or net.out_activation_ != "identity":
+        raise ValueError("save_partition_model: expected ReLU hidden layers and a linear "
+                         f"output, got {net.activation} and {net.out_activation_}")
+    model = {"format": "flashml-mlp/1", "activation": "relu", "out_activation": "identity",
+             "layers": [{"weights": w.tolist(), "biases": b.tolist()}
+                        for w, b in zip(weights, biases, strict=True)]}
+    pp = {"contract_hash": contract_hash or c.hash,
+          "hidden": [int(w.shape[1]) for w in weights[:-1]],
+          "metrics": {name: float(v) for name, v in (metrics or {}).items()}, **extra}
+    out = Path(directory)
+    params: dict[str, Any] = {"metrics": {}}
+    if merge:
+        if not (out / POLICY_JSON).is_file():
+            raise ValueError(f"save_partition_model(merge=True): {out} holds no {POLICY_JSON}")
+        params = json.loads((out / POLICY_JSON).read_text())
+    with atomic_dir(out) as tmp:
+        if merge:
+            for f in (*MODEL_FILES.values(), EVICT_FILE):
+                if (out / f).is_file():
+                    shutil.copy2(out / f, tmp / f)
+        (tmp / PARTITION_FILE).write_text(json.dumps(model) + "\n")
+        params[PARTITION_PARAMS] = pp
+        if mlflow_run_id:
+            params["mlflow_run_id"] = mlflow_run_id
+        (tmp / POLICY_JSON).write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def read_partition_model(path: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The layers of a bundle's partition.json, checked: (weights, biases), float64; a
+    UserError names the file and field of anything malformed."""
+    c = partition_contract.contract()
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing; a bundle with a partition group ('partition' in "
+                        "policy.json) needs it") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(raw, dict) or raw.get("format") != "flashml-mlp/1":
+        raise UserError(f"{path}: field 'format': expected 'flashml-mlp/1'")
+    if raw.get("activation") != "relu" or raw.get("out_activation") != "identity":
+        raise UserError(f"{path}: fields 'activation'/'out_activation': expected relu and "
+                        "identity")
+    layers = raw.get("layers")
+    if not isinstance(layers, list) or len(layers) < 2:
+        raise UserError(f"{path}: field 'layers': expected at least 2 layers (one hidden)")
+    ws, bs = [], []
+    n_in = c.num_features
+    for i, layer in enumerate(layers):
+        try:
+            w = np.asarray(layer["weights"], dtype=np.float64)
+            b = np.asarray(layer["biases"], dtype=np.float64)
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{path}: field 'layers[{i}]': expected 'weights' (a matrix) and "
+                            "'biases' (a vector) of numbers") from None
+        if w.ndim != 2 or w.shape[0] != n_in or b.shape != (w.shape[1],):
+            raise UserError(f"{path}: field 'layers[{i}]': weights {w.shape} and biases "
+                            f"{b.shape}, expected ({n_in}, n) and (n,)")
+        if not (np.isfinite(w).all() and np.isfinite(b).all()):
+            raise UserError(f"{path}: field 'layers[{i}]': non-finite weights or biases")
+        ws.append(w)
+        bs.append(b)
+        n_in = w.shape[1]
+    if n_in != c.max_streams:
+        raise UserError(f"{path}: field 'layers': {n_in} outputs, the partition contract has "
+                        f"{c.max_streams} streams")
+    return ws, bs
+
+
+def _checked_partition(where: str, pp: Any) -> dict[str, Any]:
+    if not isinstance(pp, dict):
+        raise UserError(f"{where}: field '{PARTITION_PARAMS}': expected an object")
+    if not isinstance(pp.get("contract_hash"), str):
+        raise UserError(f"{where}: field '{PARTITION_PARAMS}.contract_hash': missing")
+    m = pp.get("metrics", {})
+    if not isinstance(m, dict):
+        raise UserError(f"{where}: field '{PARTITION_PARAMS}.metrics': expected an object")
+    return {**pp, "metrics": m}
 
 
 def _checked_evict(where: str, ev: Any) -> dict[str, Any]:

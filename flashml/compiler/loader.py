@@ -27,6 +27,7 @@ import numpy as np
 from flashml.compiler.build import MANIFEST_NAME, SO_NAME, sha256_file
 from flashml.errors import UserError
 from flashml.features import eviction
+from flashml.features import partition as partition_contract
 from flashml.features.codegen import (
     ABI_VERSION,
     CAPABILITIES,
@@ -43,7 +44,9 @@ _HOW = {"admission": "compile a bundle with the admission models (admission.txt,
         "prefetch": "compile a bundle with the admission models (admission.txt, "
                     "range_start.txt, range_end.txt, when.txt)",
         "eviction": "compile a bundle with MAT's eviction model (evict.txt, "
-                    "compiler.bundle.save_evict_model)"}
+                    "compiler.bundle.save_evict_model)",
+        "partition": "compile a bundle with MLCache's partition network (partition.json, "
+                     "compiler.bundle.save_partition_model; flashml mlcache run)"}
 
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
 _INT32_P = ctypes.POINTER(ctypes.c_int32)
@@ -167,6 +170,13 @@ def verify_bundle(bundle: str | os.PathLike[str],
         raise UserError(f"{bundle}: contract mismatch: the policy was compiled for feature "
                         f"contract {str(m.get('contract_hash'))[:12]}..., this flashml has "
                         f"{contract().hash[:12]}...")
+    if "partition" in need and \
+            m.get("partition_contract_hash") != partition_contract.contract().hash:
+        raise UserError(f"{bundle}: partition contract mismatch: the policy was compiled for "
+                        f"partition feature contract "
+                        f"{str(m.get('partition_contract_hash'))[:12]}..., this flashml has "
+                        f"{partition_contract.contract().hash[:12]}... "
+                        "(features/partition.toml)")
     if "eviction" in need and m.get("evict_contract_hash") != eviction.contract().hash:
         raise UserError(f"{bundle}: eviction contract mismatch: the policy was compiled for "
                         f"eviction feature contract "
@@ -212,6 +222,42 @@ class PolicyLibrary:
             self._bind_admission(lib)
         if "eviction" in need:
             self._bind_eviction(lib)
+        if "partition" in need:
+            self._bind_partition(lib)
+
+    def _bind_partition(self, lib: Any) -> None:
+        c = partition_contract.contract()
+        lib.flashml_partition_contract_hash.restype = ctypes.c_char_p
+        lib.flashml_partition.restype = ctypes.c_int
+        lib.flashml_partition.argtypes = [_DOUBLE_P, ctypes.c_int, _DOUBLE_P]
+        got = (lib.flashml_partition_num_features(), lib.flashml_partition_max_streams(),
+               lib.flashml_partition_steps())
+        if got != (c.num_features, c.max_streams, c.steps):
+            raise UserError(f"{self.path}: its partition network reads {got[0]} features for "
+                            f"{got[1]} streams and {got[2]} steps; the partition contract has "
+                            f"{c.num_features}, {c.max_streams} and {c.steps}")
+        raw = lib.flashml_partition_contract_hash()
+        h = raw.decode(errors="replace") if raw else "(none)"
+        if h != c.hash:
+            raise UserError(f"{self.path}: partition contract mismatch: {h[:12]}..., this "
+                            f"flashml has {c.hash[:12]}... (features/partition.toml)")
+        self.partition_contract_hash = h
+
+    def partition(self, x: Any, streams: int) -> tuple[np.ndarray, np.ndarray]:
+        """flashml_partition of every row of x (rows x the partition contract's features):
+        the shares (rows, streams) and each call's status (0, or 1 where the network gave
+        no positive share and the split is even)."""
+        x = self._rows(x, partition_contract.contract().num_features)
+        if not 1 <= streams <= partition_contract.contract().max_streams:
+            raise ValueError(f"streams must be in 1..{partition_contract.contract().max_streams}"
+                             f", got {streams}")
+        out = np.empty((x.shape[0], streams), dtype=np.float64)
+        status = np.empty(x.shape[0], dtype=np.int32)
+        f = self.lib.flashml_partition
+        for i in range(x.shape[0]):
+            status[i] = f(x[i].ctypes.data_as(_DOUBLE_P), streams,
+                          out[i].ctypes.data_as(_DOUBLE_P))
+        return out, status
 
     def _bind_admission(self, lib: Any) -> None:
         lib.flashml_policy_contract_hash.restype = ctypes.c_char_p

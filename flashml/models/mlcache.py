@@ -1,0 +1,164 @@
+"""MLCache's partition network (issue 18, `../shared/seeds/mlcache-iccad20.txt`): per
+interval, the monitor's features (features/partition.toml) -> the next interval's share of the
+cache for each stream.
+
+    data = interval_dataset(trace, capacity=260, interval=5000, rng=rng)   # one mix
+    net = train_network([data, ...], hidden=64, seed=0)
+    shares = predict_shares(net, x, streams=4)
+
+Labels are the paper's "discrete optimal partition" of the *next* interval (the best split
+of `steps` equal steps of the capacity on that interval's exact per-stream hit curves,
+flashml.partitioning.best_split): the network sees interval i and is judged on interval i+1
+(other-seeds-notes §2.1: the label alignment the paper leaves open). The streams are shuffled
+among the slots 0..k-1 of every row (the paper's permutation augmentation), and the label's
+split is searched in that shuffled order, so ties are not always broken towards one slot.
+
+The network is scikit-learn's MLPRegressor with one hidden layer of ReLUs (the paper's Fig. 3;
+its text says two layers of 256: `hidden` chooses) and one linear output per slot; its outputs
+become shares by `shares_from_outputs`, the same rule the C function applies: absent slots
+dropped, negatives clipped to 0, normalised to sum 1, and the even split when none is
+positive (the paper's constraint check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flashml.features import partition as pc
+from flashml.partitioning import StreamTrace, best_split, partition_curves
+
+
+@dataclass(frozen=True)
+class IntervalData:
+    """Rows of one trace: x (rows, num_features), y (rows, max_streams) the label shares
+    (zero in absent slots), streams (k), group (an id of the trace, for cross-validation)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    streams: int
+    group: int
+
+
+def seen_streams(trace: StreamTrace, writes_only: bool) -> np.ndarray:
+    """The stream of every request the cache sees (writes only in the paper's setting)."""
+    return trace.streams[trace.writes] if writes_only else trace.streams
+
+
+def trace_features(trace: StreamTrace, capacity: int, interval: int, *,
+                   writes_only: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The features of every interval of a trace (intervals, num_features) and its hit
+    curves (intervals, k, steps + 1), on the contract's grid."""
+    c = pc.contract()
+    cur = partition_curves(trace, capacity, interval, c.steps, writes_only=writes_only)
+    counts = pc.interval_counts(seen_streams(trace, writes_only), trace.n_streams, interval)
+    return pc.interval_features(cur["histograms"], counts, c), cur["curves"]
+
+
+def interval_dataset(trace: StreamTrace, capacity: int, interval: int, *,
+                     rng: np.random.Generator, writes_only: bool = True,
+                     permutations: int = 1, group: int = 0, lead: int = 1) -> IntervalData:
+    """Training rows of one trace: interval i's features -> interval i+1's best split, with
+    the streams shuffled among slots 0..k-1 (`permutations` shuffles of every row)."""
+    c = pc.contract()
+    k = trace.n_streams
+    if k > c.max_streams:
+        raise ValueError(f"{k} streams; the partition contract has at most {c.max_streams}")
+    cur = partition_curves(trace, capacity, interval, c.steps, writes_only=writes_only)
+    hist, curves = cur["histograms"], cur["curves"]
+    counts = pc.interval_counts(seen_streams(trace, writes_only), k, interval)
+    n_iv = len(curves)
+    xs, ys = [], []
+    for _ in range(permutations):
+        perm = np.argsort(rng.random((n_iv - 1, k)), axis=1)
+        h = np.take_along_axis(hist[:-1], perm[:, :, None], axis=1)
+        n = np.take_along_axis(counts[:-1], perm, axis=1)
+        xs.append(pc.interval_features(h, n, c))
+        y = np.zeros((n_iv - 1, c.max_streams))
+        for i in range(n_iv - 1):
+            split, _ = best_split(curves[i + lead][perm[i]])
+            y[i, :k] = np.asarray(split, dtype=np.float64) / c.steps
+        ys.append(y)
+    return IntervalData(np.vstack(xs) if xs else np.zeros((0, c.num_features)),
+                        np.vstack(ys) if ys else np.zeros((0, c.max_streams)), k, group)
+
+
+def shares_from_outputs(out: Any, streams: int) -> tuple[np.ndarray, np.ndarray]:
+    """The network's outputs (rows, max_streams) -> shares (rows, streams) and whether each
+    row fell back to even (no positive output among the streams present)."""
+    o = np.asarray(out, dtype=np.float64)[:, :streams]
+    o = np.where(np.isfinite(o) & (o > 0), o, 0.0)
+    total = o.sum(axis=1, keepdims=True)
+    fallback = total[:, 0] <= 0
+    shares = np.where(fallback[:, None], 1.0 / streams, o / np.where(total > 0, total, 1.0))
+    return shares, fallback
+
+
+def train_network(data: list[IntervalData], *, hidden: tuple[int, ...] = (64,),
+                  seed: int = 0, max_iter: int = 300, alpha: float = 1e-4) -> Any:
+    """Fit the network on the rows of `data` (scikit-learn MLPRegressor, ReLU hidden layers,
+    Adam, early stopping on 10% of the rows)."""
+    from sklearn.neural_network import MLPRegressor
+
+    x = np.vstack([d.x for d in data])
+    y = np.vstack([d.y for d in data])
+    if len(x) < 20:
+        raise ValueError(f"{len(x)} training rows; the network needs at least 20 (longer "
+                         "traces, more mixes or shorter intervals)")
+    net = MLPRegressor(hidden_layer_sizes=hidden, activation="relu", solver="adam",
+                       alpha=alpha, max_iter=max_iter, early_stopping=True,
+                       validation_fraction=0.1, n_iter_no_change=20, random_state=seed)
+    net.fit(x, y)
+    return net
+
+
+def predict_shares(net: Any, x: Any, streams: int) -> np.ndarray:
+    """Shares (rows, streams) of a fitted network (scikit-learn, float64)."""
+    return shares_from_outputs(net.predict(np.asarray(x, dtype=np.float64)), streams)[0]
+
+
+def schedule(next_shares: np.ndarray, streams: int) -> np.ndarray:
+    """The `mlcache` policy's shares per interval from predictions made at the end of each
+    interval: interval 0 has no history (even), interval i+1 gets the prediction of i."""
+    first = np.full((1, streams), 1.0 / streams)
+    return np.vstack([first, np.asarray(next_shares, dtype=np.float64)[:-1]])
+
+
+def previous_optimal_shares(trace: StreamTrace, capacity: int, interval: int,
+                            writes_only: bool) -> np.ndarray:
+    """Shares for interval i: interval i-1's best split on its own curves (even for the
+    first), i.e. predicting that the next interval looks like the last one: the non-learned
+    predictor the network has to beat."""
+    curves = partition_curves(trace, capacity, interval, writes_only=writes_only)["curves"]
+    k = trace.n_streams
+    rows = [np.full(k, 1.0 / k)]
+    rows += [np.array(best_split(c)[0], dtype=np.float64) for c in curves[:-1]]
+    return np.vstack(rows)
+
+
+def cross_validate(data: list[IntervalData], *, hidden: tuple[int, ...], folds: int = 4,
+                   seed: int = 0, max_iter: int = 300) -> dict[str, float]:
+    """Held-out-mix cross-validation: the traces split into `folds` groups; each fold's
+    network is trained on the others and scored on it (mean squared error of the shares and
+    the mean L1 distance between predicted and optimal shares, per row)."""
+    groups = np.array([d.group for d in data])
+    uniq = np.unique(groups)
+    folds = min(folds, len(uniq))
+    if folds < 2:
+        raise ValueError("cross-validation needs traces of at least 2 groups")
+    order = np.random.default_rng(seed).permutation(uniq)
+    mse, l1 = [], []
+    for f in range(folds):
+        held = set(order[f::folds].tolist())
+        train = [d for d in data if d.group not in held]
+        test = [d for d in data if d.group in held]
+        net = train_network(train, hidden=hidden, seed=seed, max_iter=max_iter)
+        for d in test:
+            p = np.zeros_like(d.y)
+            p[:, :d.streams] = predict_shares(net, d.x, d.streams)
+            mse.append(float(((p - d.y) ** 2).sum(axis=1).mean()))
+            l1.append(float(np.abs(p - d.y).sum(axis=1).mean()))
+    return {"cv_folds": float(folds), "cv_mse": float(np.mean(mse)),
+            "cv_l1": float(np.mean(l1))}
