@@ -7,4 +7,4 @@ stage runner, timer; `report`; `registry`).
 """
 
 #: Job modules, one per system (MAT, Pannier, MLCache and KML join here).
-SYSTEMS: list[str] = ["flashml.jobs.baleen", "flashml.jobs.mat"]
+SYSTEMS: list[str] = ["flashml.jobs.baleen", "flashml.jobs.mat", "flashml.jobs.mlcache"]

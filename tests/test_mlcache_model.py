@@ -1,0 +1,178 @@
+"""MLCache's network (flashml/models/mlcache.py, features/partition.py) and its compiled form
+(capability "partition"): the features against a slow obvious monitor, the labels against a
+brute-force split of the next interval, the shares rule, the .so against the network's own
+arithmetic, its fallback and argument checks, and bad bundles."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flashml.compiler.build import compile_policy
+from flashml.compiler.bundle import PARTITION_FILE, save_partition_model
+from flashml.compiler.loader import PolicyLibrary, verify_bundle
+from flashml.errors import UserError
+from flashml.features.partition import contract
+from flashml.models import mlcache as model
+from flashml.partitioning import stream_trace
+
+C = contract()
+
+
+def small_trace(seed: int, n: int = 3000, k: int = 3) -> object:
+    rng = np.random.default_rng(seed)
+    streams = rng.integers(0, k, n)
+    keys = rng.zipf(1.3, n) % (40 + 30 * streams) + 1000 * streams
+    return stream_trace(keys, streams, rng.random(n) < 0.7)
+
+
+def slow_features(tr: object, capacity: int, interval: int) -> np.ndarray:
+    """The monitor walked by hand: per-stream LRU stacks (lists), over the writes."""
+    keys = tr.keys[tr.writes]
+    streams = tr.streams[tr.writes]
+    stacks: dict[int, list[int]] = {}
+    rows = []
+    for start in range(0, len(keys), interval):
+        x = np.zeros((C.max_streams, C.steps + 1))
+        n = min(interval, len(keys) - start)
+        for key, s in zip(keys[start:start + n], streams[start:start + n], strict=True):
+            st = stacks.setdefault(int(s), [])
+            x[s, C.steps] += 1
+            if key in st:
+                d = st.index(key) + 1
+                st.remove(key)
+                if d <= capacity:
+                    x[s, (d - 1) * C.steps // capacity] += 1
+            st.insert(0, key)
+        rows.append((x / n).ravel())
+    return np.array(rows)
+
+
+def brute_split(curves: np.ndarray) -> int:
+    """The most hits over every split of the steps (by enumeration)."""
+    k, t = curves.shape[0], curves.shape[1] - 1
+    return max(sum(curves[i][c[i]] for i in range(k))
+               for c in itertools.product(range(t + 1), repeat=k) if sum(c) == t)
+
+
+def test_features_equal_a_slow_monitor() -> None:
+    tr = small_trace(1)
+    x, _ = model.trace_features(tr, capacity=50, interval=400)
+    np.testing.assert_allclose(x, slow_features(tr, 50, 400), rtol=0, atol=1e-12)
+    assert x.shape[1] == C.num_features == C.max_streams * (C.steps + 1)
+
+
+def test_labels_are_the_next_intervals_best_split_in_shuffled_slots() -> None:
+    tr = small_trace(2)
+    x, curves = model.trace_features(tr, capacity=50, interval=400)
+    d = model.interval_dataset(tr, 50, 400, rng=np.random.default_rng(0), permutations=2)
+    n = len(curves) - 1
+    assert d.x.shape == (2 * n, C.num_features) and d.y.shape == (2 * n, C.max_streams)
+    k = tr.n_streams
+    for row in range(2 * n):
+        i = row % n
+        # recover the slot order from the features: each slot is one stream's block
+        slots = d.x[row].reshape(C.max_streams, C.steps + 1)[:k]
+        orig = x[i].reshape(C.max_streams, C.steps + 1)[:k]
+        perm = [next(j for j in range(k) if np.array_equal(slots[s], orig[j]))
+                for s in range(k)]
+        assert sorted(perm) == list(range(k))
+        steps = np.rint(d.y[row, :k] * C.steps).astype(int)
+        assert steps.sum() == C.steps and not d.y[row, k:].any()
+        got = sum(curves[i + 1][perm[s]][steps[s]] for s in range(k))
+        assert got == brute_split(curves[i + 1]), row
+
+
+def test_shares_rule() -> None:
+    out = np.zeros((3, C.max_streams))
+    out[0, :3] = [1.0, 3.0, -2.0]
+    out[1, :3] = [-1.0, -1.0, np.nan]
+    out[2, :3] = [np.inf, 1.0, 1.0]
+    out[:, 3:] = 5.0  # absent slots never count
+    shares, fb = model.shares_from_outputs(out, 3)
+    np.testing.assert_allclose(shares[0], [0.25, 0.75, 0.0])
+    np.testing.assert_allclose(shares[1], [1 / 3] * 3)
+    np.testing.assert_allclose(shares[2], [0.0, 0.5, 0.5])
+    assert fb.tolist() == [False, True, False]
+    sched = model.schedule(shares, 3)
+    np.testing.assert_allclose(sched[0], [1 / 3] * 3)
+    np.testing.assert_allclose(sched[1:], shares[:-1])
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object, np.ndarray]:
+    tmp = tmp_path_factory.mktemp("partition")
+    data = [model.interval_dataset(small_trace(s), 50, 300, rng=np.random.default_rng(s),
+                                   group=s) for s in range(4)]
+    net = model.train_network(data, hidden=(24,), max_iter=40)
+    save_partition_model(tmp / "bundle", net, metrics={"cv_l1": 0.5}, capacity=50)
+    compile_policy(tmp / "out", model_dir=tmp / "bundle", log_to_mlflow=False)
+    return tmp, net, np.vstack([d.x for d in data])
+
+
+def test_compiled_network_equals_the_network(compiled: tuple) -> None:
+    tmp, net, x = compiled
+    m = verify_bundle(tmp / "out", need="partition")
+    assert m["capabilities"] == ["partition"] and m["partition"]["hidden"] == [24]
+    lib = PolicyLibrary(tmp / "out" / "policy.so", need="partition")
+    for k in (1, 3, C.max_streams):
+        so, status = lib.partition(x, k)
+        py, fb = model.shares_from_outputs(net.predict(x), k)
+        assert np.abs(so - py).max() < 1e-5  # float32 in C, float64 in scikit-learn
+        np.testing.assert_allclose(so.sum(axis=1), 1.0, atol=1e-12)
+        assert (status == fb).all()
+    with pytest.raises(UserError, match="no eviction capability"):
+        PolicyLibrary(tmp / "out" / "policy.so", need="eviction")
+
+
+def test_compiled_network_falls_back_to_even_and_checks_streams(compiled: tuple,
+                                                                tmp_path: Path) -> None:
+    import ctypes
+
+    import copy
+
+    _, net, x = compiled
+    net = copy.deepcopy(net)
+    net.intercepts_[-1][:] = -1.0
+    for w in net.coefs_:
+        w[:] = 0.0
+    save_partition_model(tmp_path / "b", net)
+    compile_policy(tmp_path / "o", model_dir=tmp_path / "b", log_to_mlflow=False)
+    lib = PolicyLibrary(tmp_path / "o" / "policy.so", need="partition")
+    shares, status = lib.partition(x[:5], 4)
+    assert (status == 1).all() and np.allclose(shares, 0.25)
+    buf = (ctypes.c_double * C.max_streams)(*([7.0] * C.max_streams))
+    row = np.ascontiguousarray(x[0])
+    dp = ctypes.POINTER(ctypes.c_double)
+    for bad in (0, C.max_streams + 1, -3):
+        assert lib.lib.flashml_partition(row.ctypes.data_as(dp), bad, buf) == -1
+    assert list(buf) == [7.0] * C.max_streams
+
+
+def test_bad_partition_bundles(compiled: tuple, tmp_path: Path) -> None:
+    tmp, _, _ = compiled
+    import shutil
+
+    for i, (mutate, fragment) in enumerate((
+        (lambda d: d.pop("layers"), "'layers'"),
+        (lambda d: d["layers"][0].update(weights=[[1.0]]), "'layers[0]'"),
+        (lambda d: d["layers"][1].update(biases=[float("nan")] * C.max_streams), "'layers[1]'"),
+        (lambda d: d.update(format="onnx"), "'format'"),
+    )):
+        b = tmp_path / f"b{i}"
+        shutil.copytree(tmp / "bundle", b)
+        raw = json.loads((b / PARTITION_FILE).read_text())
+        mutate(raw)
+        (b / PARTITION_FILE).write_text(json.dumps(raw).replace("NaN", "1e999"))
+        with pytest.raises(UserError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+            compile_policy(tmp_path / "out", model_dir=b, log_to_mlflow=False)
+        assert not (tmp_path / "out").exists()
+    b = tmp_path / "nofile"
+    shutil.copytree(tmp / "bundle", b)
+    (b / PARTITION_FILE).unlink()
+    with pytest.raises(UserError, match="partition.json: missing"):
+        compile_policy(tmp_path / "out", model_dir=b, log_to_mlflow=False)
