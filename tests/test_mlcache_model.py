@@ -131,9 +131,8 @@ def test_compiled_network_equals_the_network(compiled: tuple) -> None:
 
 def test_compiled_network_falls_back_to_even_and_checks_streams(compiled: tuple,
                                                                 tmp_path: Path) -> None:
-    import ctypes
-
     import copy
+    import ctypes
 
     _, net, x = compiled
     net = copy.deepcopy(net)
