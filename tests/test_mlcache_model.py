@@ -175,3 +175,32 @@ def test_bad_partition_bundles(compiled: tuple, tmp_path: Path) -> None:
     (b / PARTITION_FILE).unlink()
     with pytest.raises(UserError, match="partition.json: missing"):
         compile_policy(tmp_path / "out", model_dir=b, log_to_mlflow=False)
+
+
+def test_partition_merges_with_an_eviction_model(compiled: tuple, tmp_path: Path) -> None:
+    """One .so with MAT's eviction model and MLCache's network: both capabilities, exactly
+    their functions, each answering as alone."""
+    import lightgbm as lgb
+
+    from flashml.compiler.build import exported_functions
+    from flashml.compiler.bundle import save_evict_model
+    from flashml.features import eviction
+    from flashml.features.codegen import capability_functions
+
+    tmp, net, x = compiled
+    rng = np.random.default_rng(0)
+    xe = rng.random((300, eviction.contract().num_features))
+    booster = lgb.train({"objective": "regression", "num_leaves": 4, "verbose": -1},
+                        lgb.Dataset(xe, xe[:, 0] * 3), num_boost_round=3)
+    save_evict_model(tmp_path / "b", booster, k=2.0, max_candidates=10, delta=1e-4,
+                     initial_threshold=100.0)
+    save_partition_model(tmp_path / "b", net, merge=True, capacity=50)
+    assert (tmp_path / "b" / "evict.txt").is_file()
+    m = compile_policy(tmp_path / "o", model_dir=tmp_path / "b", log_to_mlflow=False)
+    assert m["capabilities"] == ["eviction", "partition"]
+    so = tmp_path / "o" / "policy.so"
+    assert exported_functions(so) == capability_functions(["eviction", "partition"])
+    lib = PolicyLibrary(so, need=("eviction", "partition"))
+    alone = PolicyLibrary(tmp / "out" / "policy.so", need="partition")
+    assert np.array_equal(lib.partition(x, 3)[0], alone.partition(x, 3)[0])
+    np.testing.assert_allclose(lib.evict_predict(xe), booster.predict(xe), rtol=1e-12)
