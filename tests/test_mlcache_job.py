@@ -89,3 +89,25 @@ def test_mlcache_bad_input(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         err = capsys.readouterr().err
         assert rc == 1 and "cloudphysics-sample.csv" in err and "'namespace'" in err, err
         assert "Traceback" not in err and not (out / "summary.json").exists()
+
+
+def test_sim_partition_with_the_shipped_bundle(mlc_run: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture) -> None:
+    """`flashml sim partition --policy mlcache --bundle` on a judged mix gives the job's
+    figure for it."""
+    s = json.loads((mlc_run / "summary.json").read_text())
+    item = s["judged"][0]
+    mix = tmp_path / "mix.parquet"
+    assert cli.main(["trace", "mix", "--streams", "4", "--requests", "40000", "--seed",
+                     str(item["seed"]), "-o", str(mix)]) == 0
+    capsys.readouterr()
+    assert cli.main(["sim", "partition", "--trace", str(mix), "--capacity", "260",
+                     "--interval", "2000", "--writes-only", "--policy", "mlcache",
+                     "--bundle", str(mlc_run / "compiled"), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["policies"]["mlcache"]
+    want = s["per_trace"][item["name"]]["policies"]["mlcache"]
+    assert got["write_hits"] == want["write_hits"]
+    assert cli.main(["sim", "partition", "--trace", str(mix), "--capacity", "260",
+                     "--interval", "2000", "--policy", "mlcache", "--bundle",
+                     str(tmp_path)]) == 1
+    assert "manifest" in capsys.readouterr().err

@@ -197,14 +197,36 @@ def _load_shares(path: Path, n_streams: int) -> Any:
     return a.astype(np.float64)
 
 
+def _bundle_shares(args: argparse.Namespace, trace: Any) -> Any:
+    """The mlcache policy's shares from a compiled network (flashml_partition), computed at
+    the end of each interval for the next, as the runtime would."""
+    from flashml.compiler.build import SO_NAME
+    from flashml.compiler.loader import PolicyLibrary, verify_bundle
+    from flashml.features.partition import contract
+    from flashml.models.mlcache import schedule, trace_features
+
+    verify_bundle(args.bundle, need="partition")
+    if args.steps != contract().steps:
+        raise UserError(f"--steps {args.steps}: the partition network's features have "
+                        f"{contract().steps} steps (features/partition.toml)")
+    if trace.n_streams > contract().max_streams:
+        raise UserError(f"{args.trace}: field '{args.streams}': {trace.n_streams} streams; the "
+                        f"partition network has {contract().max_streams} slots")
+    lib = PolicyLibrary(Path(args.bundle) / SO_NAME, need="partition")
+    x, _ = trace_features(trace, args.capacity, args.interval, writes_only=args.writes_only)
+    return schedule(lib.partition(x, trace.n_streams)[0], trace.n_streams)
+
+
 def cmd_partition(args: argparse.Namespace) -> int:
     from flashml.partitioning import compare, page_requests
     from flashml.trace.ingest import load_trace
 
-    if "mlcache" in args.policy and args.shares is None:
-        raise UserError("--policy mlcache needs --shares FILE.npy (the model comes later)")
-    if args.shares is not None and "mlcache" not in args.policy:
-        raise UserError("--shares is only for --policy mlcache")
+    if "mlcache" in args.policy and (args.shares is None) == (args.bundle is None):
+        raise UserError("--policy mlcache needs one of --bundle DIR (a compiled policy with "
+                        "the partition capability: flashml mlcache run's compiled/) and "
+                        "--shares FILE.npy")
+    if (args.shares is not None or args.bundle is not None) and "mlcache" not in args.policy:
+        raise UserError("--shares and --bundle are only for --policy mlcache")
     df, meta = load_trace(args.trace, args.format, sample_ratio=args.sample_ratio)
     try:
         trace = page_requests(df, args.streams, args.page_bytes, meta.block_bytes)
@@ -214,6 +236,8 @@ def cmd_partition(args: argparse.Namespace) -> int:
         raise UserError(f"{args.trace}: field 'op': no writes, and --writes-only caches writes "
                         "only")
     shares = None if args.shares is None else _load_shares(args.shares, trace.n_streams)
+    if args.bundle is not None:
+        shares = _bundle_shares(args, trace)
     try:
         res = compare(trace, args.capacity, args.interval, args.policy, steps=args.steps,
                       writes_only=args.writes_only, objective=args.objective, shares=shares)
@@ -247,13 +271,17 @@ LRU partition per stream, re-divided every --interval requests; a partition that
 evicts its LRU pages. Every access becomes one request per --page-bytes page it covers; a
 write is a PUT op. Policies: shared (one LRU, no partitions), even, static_optimal (the best
 fixed split for the whole trace), discrete_optimal (the best split of each interval, in
-hindsight: the paper's ideal model), mlcache (shares per interval from --shares). The optima
+hindsight: the paper's ideal model), mlcache (shares per interval from a compiled network,
+--bundle, or from --shares). The optima
 search --steps equal steps of the capacity over exact per-stream LRU stack distances.
 
 example:
   flashml trace mix --streams 4 --requests 200000 -o mix4.parquet
   flashml sim partition --trace mix4.parquet --streams namespace --capacity 260 \\
       --interval 5000 --json
+  flashml mlcache run --streams 4 --out runs/mlc4
+  flashml sim partition --trace mix4.parquet --capacity 260 --interval 5000 --writes-only \\
+      --policy even,discrete_optimal,mlcache --bundle runs/mlc4/compiled
 """
 
 
@@ -401,5 +429,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="what the optima maximise (default hits)")
     p.add_argument("--shares", type=Path, default=None, metavar="FILE",
                    help="mlcache: a .npy array (intervals, streams) of capacity shares")
+    p.add_argument("--bundle", type=Path, default=None, metavar="DIR",
+                   help="mlcache: a compiled policy with the partition capability (flashml "
+                   "mlcache run's compiled/): its network divides the cache every interval")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.set_defaults(func=cmd_partition)
