@@ -133,7 +133,7 @@ def test_beyond_saturation_reuses_the_saturated_trial(tmp_path: Path) -> None:
     trial), and the one at 40 MB/s, above it, is not run again but takes its result."""
     res = _sweep(tmp_path, trials=6, saturation_mbps=20.0, scale_mbps=60.0)
     by_target = {round(t["target_write_rate_mbps"], 1): t for t in res["trials"]}
-    assert sorted(by_target) == [2.5, 4.4, 10.0, 13.2, 23.0, 40.0]
+    assert sorted(by_target) == [2.5, 4.4, 7.6, 10.0, 23.0, 40.0]
     sat, top = by_target[23.0], by_target[40.0]
     assert sat["write_rate_mbps"] == pytest.approx(20.0) and sat["same_as_trial"] is None
     assert top["same_as_trial"] == sat["number"] and top["tco"] == sat["tco"]
@@ -152,6 +152,9 @@ def test_grid() -> None:
     assert six[0] == 37.33 and six[1] == pytest.approx(9.33) and six[-1] == pytest.approx(149.3)
     assert len(six) == 6 and len(set(six)) == 6
     assert grid(1.0, 4.0, 1, 3.0) == [3.0] and grid(1.0, 4.0, 0) == []
+    # 10 is the geometric middle of 7.58 and 13.19: a tie, which goes to the upper point
+    assert grid(2.5, 40.0, 6, 10.0) == pytest.approx([10.0, 2.5, 4.353, 7.579, 22.97, 40.0],
+                                                     rel=1e-3)
 
 
 def test_widened_range() -> None:

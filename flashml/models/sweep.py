@@ -242,7 +242,9 @@ def grid(lo: float, hi: float, n: int, target: float | None = None) -> list[floa
     pts = [float(x) for x in np.geomspace(lo, hi, n)]
     if target is None:
         return pts
-    near = min(range(n), key=lambda i: (abs(math.log(pts[i] / target)), -i))
+    # a tie (target at the geometric middle of two points) goes to the upper point, decided
+    # on distances rounded to 1e-9 so the last bits of geomspace do not decide it
+    near = min(range(n), key=lambda i: (round(abs(math.log(pts[i] / target)), 9), -i))
     return [target] + [p for i, p in enumerate(pts) if i != near]
 
 
