@@ -1,7 +1,7 @@
-"""MLCache's first stage (issue 18): exact stack distances / miss-ratio curves, and the
-partition policies on generated multi-stream page traces.
+"""MLCache (issue 18): exact stack distances / miss-ratio curves, the partition policies on
+generated multi-stream page traces, and the learned network (`flashml mlcache run`).
 
-    .venv/bin/python bench/bench_mlcache.py           # full run, about a minute
+    .venv/bin/python bench/bench_mlcache.py           # full run, about 10 minutes
     .venv/bin/python bench/bench_mlcache.py --quick   # smaller traces: a smoke test
 
 1. Stack distances (sim/src/reuse.rs, Fenwick tree, O(n log n)) in requests per second: on
@@ -15,14 +15,19 @@ partition policies on generated multi-stream page traces.
    (`flashml.trace.multistream.generate_mix`) of 2, 4 and 8 streams at the paper's cache sizes
    (220, 260, 680 pages), several seeds each: reads and writes cached (hit and write-hit
    ratio), and writes only (the paper's Alg. 1: write-hit ratio).
+3. The network: `flashml mlcache run --streams k` for k = 2, 4, 8 (network_bench): write hit
+   ratios on held-out mixes of even, shared, static_optimal, previous_optimal, mlcache (the
+   compiled network) and discrete_optimal, each one's gain over even and share of the
+   oracle's gain; the job's time and one flashml_partition call's.
 
-Writes bench/results/mlcache.json and prints the README table.
+Writes bench/results/mlcache.json and prints the README tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,6 +45,7 @@ from test_partitioning import slow_distances as _slow  # noqa: E402  (the tests'
 
 from flashml import partitioning as part  # noqa: E402
 from flashml.files import atomic_path, dumps, jsonable  # noqa: E402
+from flashml.models.mlcache import previous_optimal_shares  # noqa: E402
 from flashml.trace.multistream import generate_mix  # noqa: E402
 
 CLOUDPHYSICS = ROOT.parent / "shared" / "traces" / "cloudphysics-sample.csv"
@@ -48,17 +54,6 @@ CAPACITY = {2: 220, 4: 260, 8: 680}  # pages: the paper's Fig. 8a and §4.1
 #: the four trace policies, and `mlcache` fed the previous interval's optimum (the natural
 #: non-learned predictor, other-seeds-notes §2.2: the network has to beat it)
 POLICIES = (*part.TRACE_POLICIES, "previous_optimal")
-
-
-def previous_optimal_shares(trace: part.StreamTrace, capacity: int, interval: int,
-                            writes_only: bool) -> np.ndarray:
-    """Shares for interval i: interval i-1's best split on its own curves (even for the
-    first), i.e. predicting that the next interval looks like the last one."""
-    curves = part.partition_curves(trace, capacity, interval, writes_only=writes_only)["curves"]
-    k = trace.n_streams
-    rows = [np.full(k, 1.0 / k)]
-    rows += [np.array(part.best_split(c)[0], dtype=np.float64) for c in curves[:-1]]
-    return np.vstack(rows)
 
 
 def compare_all(trace: part.StreamTrace, capacity: int, interval: int,
@@ -179,6 +174,59 @@ def policy_bench(quick: bool) -> dict[str, Any]:
     return {"rows": rows, "summary": summary, "interval": interval, "requests": requests}
 
 
+def network_bench(quick: bool) -> dict[str, Any]:
+    """`flashml mlcache run --streams k` for k = 2, 4, 8 at the paper's cache sizes, as a user
+    runs it (a fresh interpreter and state folder each): the network trained on generated
+    mixes (seeds 0..), judged on held-out ones (seeds 10000..) beside even, the oracle and
+    previous_optimal on the same mixes; the time of the job and of one flashml_partition
+    call (from Python through ctypes: an upper bound on the C call)."""
+    import subprocess
+    import tempfile
+
+    from flashml.compiler.loader import PolicyLibrary
+    from flashml.features.partition import contract
+
+    out: dict[str, Any] = {}
+    extra = (["--requests", "50000", "--train-mixes", "6", "--test-mixes", "2", "--max-iter",
+              "60", "--folds", "2"] if quick else ["--test-mixes", "5"])
+    for k in CAPACITY:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**os.environ, "FLASHML_HOME": f"{tmp}/state", "MLFLOW_TRACKING_URI": ""}
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "flashml.cli", "mlcache", "run",
+                                   "--streams", str(k), "--out", f"{tmp}/run", *extra],
+                                  capture_output=True, text=True, env=env)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                raise SystemExit(f"mlcache run --streams {k} failed:\n{proc.stderr[-3000:]}")
+            summ = json.loads(Path(f"{tmp}/run/summary.json").read_text())
+            lib = PolicyLibrary(Path(f"{tmp}/run/compiled/policy.so"), need="partition")
+            x = np.random.default_rng(0).random((20000, contract().num_features)) * 0.1
+            t1 = time.perf_counter()
+            lib.partition(x, k)
+            per_call = (time.perf_counter() - t1) / len(x)
+        out[str(k)] = {"capacity": summ["capacity"], "job_wall_s": wall,
+                       "policies": summ["policies"], "network": summ["network"],
+                       "judged": [j["name"] for j in summ["judged"]],
+                       "so_vs_python_max_abs": summ["so_vs_python_max_abs"],
+                       "partition_call_us_via_ctypes": per_call * 1e6}
+    return out
+
+
+def network_table(net: dict[str, Any]) -> str:
+    pols = ("even", "shared", "static_optimal", "previous_optimal", "mlcache",
+            "discrete_optimal")
+    lines = ["| streams (pages) | " + " | ".join(pols) + " | network | job |",
+             "|---|" + "---:|" * len(pols) + "---|---:|"]
+    for k, r in net.items():
+        cells = [f"{r['policies'][p]['write_hit_ratio']:.3f}" + (
+            "" if p == "even" else f" ({100 * r['policies'][p]['gain_over_even']:+.0f}%, "
+            f"{100 * r['policies'][p]['oracle_gain_fraction']:.0f}%)") for p in pols]
+        lines.append(f"| {k} ({r['capacity']}) | " + " | ".join(cells) +
+                     f" | {r['network']['hidden']} | {r['job_wall_s']:.0f} s |")
+    return "\n".join(lines)
+
+
 def table(res: dict[str, Any]) -> str:
     lines = ["| streams (pages) | metric | " + " | ".join(POLICIES) + " |",
              "|---|---|" + "---:|" * len(POLICIES)]
@@ -201,7 +249,8 @@ def main() -> int:
     t0 = time.perf_counter()
     res = {"machine": machine(), "quick": args.quick,
            "stack_distances": distance_bench(args.quick),
-           "policies": policy_bench(args.quick)}
+           "policies": policy_bench(args.quick),
+           "network": network_bench(args.quick)}
     res["wall_s"] = time.perf_counter() - t0
     with atomic_path(args.output) as tmp:
         Path(tmp).write_text(dumps(jsonable(res), indent=1) + "\n")
@@ -212,6 +261,7 @@ def main() -> int:
     for r in res["stack_distances"]["libcachesim"]:
         print("libcachesim:", json.dumps(r))
     print(table(res))
+    print(network_table(res["network"]))
     print(f"wrote {args.output} in {res['wall_s']:.0f} s")
     return 0
 
