@@ -149,6 +149,20 @@ def page_requests(table: Any, stream_column: str = "namespace",
                        tuple(str(v) for v in values))
 
 
+def write_page_csv(trace: StreamTrace, path: Any) -> Any:
+    """The trace as the C runtime's page CSV (`flashrt partition-replay --trace`): the header
+    stream,page,write, one request per line (stream ids 0..k-1, write 0/1). Written under a
+    temporary name, then renamed."""
+    import polars as pl
+
+    from flashml.files import atomic_path
+
+    with atomic_path(path) as tmp:
+        pl.DataFrame({"stream": trace.streams, "page": trace.keys,
+                      "write": trace.writes.astype(np.uint8)}).write_csv(tmp)
+    return path
+
+
 def partition_curves(trace: StreamTrace, capacity: int, interval: int,
                      steps: int = DEFAULT_STEPS, *, writes_only: bool = False,
                      objective: str = "hits") -> dict[str, np.ndarray]:

@@ -219,6 +219,62 @@ void flashrt_objects_free(struct flashrt_objects *o);
  * runtime's eviction contract, flashml_policy.h); refused with a message otherwise. */
 flashrt_policy *flashrt_policy_load_eviction(const char *dir, char *err, size_t errlen);
 
+/* ---- MLCache: a page cache partitioned by stream -----------------------------------------
+ *
+ * A cache of `capacity` pages shared by `streams` streams, one LRU partition per stream,
+ * re-divided every `interval` requests the cache sees (writes only with writes_only: reads
+ * go around it). At the start of each interval the policy's flashml_partition is asked
+ * with the monitor's features of the interval before (features/partition.toml: per-stream
+ * LRU stack distances bucketed in `steps` equal parts of the capacity, and request shares);
+ * the first interval, or no policy, splits evenly. Shares become pages as the simulator
+ * does (pages_of_shares: scaled to 2^40, rounded, largest remainder); a partition that
+ * shrinks evicts its LRU pages. The same quotas, hits and evictions as the simulator's
+ * `simulate_partitioned(..., "mlcache", shares)` with the shares of the same .so
+ * (flashml.models.mlcache). Each cached page's bytes live in the cache file (page_bytes
+ * each): a miss writes its deterministic content, a hit reads it back and verifies it.
+ */
+struct flashrt_part_config {
+    uint64_t capacity;          /* pages, > 0 */
+    uint64_t interval;          /* requests the cache sees per interval, > 0 */
+    int streams;                /* 1..FLASHML_PARTITION_MAX_STREAMS */
+    int writes_only;            /* cache (and monitor) writes only, the paper's setting */
+    uint32_t page_bytes;        /* bytes per page in the cache file (a multiple of 4096) */
+    const char *cache_path;     /* NULL: keep no bytes */
+    enum flashrt_direct direct; /* O_DIRECT on the cache file */
+};
+typedef struct flashrt_part flashrt_part;
+
+/* Loads a bundle for partitioning (capability "partition": flashml_partition_* checked
+ * against this runtime's partition contract); refused with a message otherwise. */
+flashrt_policy *flashrt_policy_load_partition(const char *dir, char *err, size_t errlen);
+/* Opens the cache cold; `policy` (loaded for partitioning, owned by the caller, outliving
+ * the cache) or NULL: an even split in every interval. NULL with a message on bad input. */
+flashrt_part *flashrt_part_open(const struct flashrt_part_config *cfg, flashrt_policy *policy,
+                                char *err, size_t errlen);
+/* One request of `stream` (0..streams-1) for `page`: 1 on a hit, 0 on a miss, -1 on an IO
+ * error or a bad stream (message: flashrt_part_error). */
+int flashrt_part_get(flashrt_part *p, int stream, uint64_t page, int write);
+const char *flashrt_part_error(const flashrt_part *p);
+struct flashrt_part_metrics {
+    uint64_t requests, hits, reads, read_hits, writes, write_hits, cached_requests;
+    uint64_t intervals, evictions, resize_evictions, fallbacks, partition_calls;
+    double hit_ratio, read_hit_ratio, write_hit_ratio, partition_ns_mean, wall_s;
+    uint64_t bytes_written, bytes_read, verified_bytes, integrity_errors, file_bytes;
+    int direct_io;
+};
+void flashrt_part_metrics(const flashrt_part *p, struct flashrt_part_metrics *out);
+/* The quotas (pages) of every interval so far, row-major intervals x streams. */
+const uint64_t *flashrt_part_allocations(const flashrt_part *p, size_t *intervals);
+void flashrt_part_close(flashrt_part *p);
+
+/* The simulator's share-to-page rules (sim/src/partition.rs), exposed for tests:
+ * apportion: `capacity` pages in proportion to weights[0..k-1] (floor, then the largest
+ * remainders, ties to the lower index; all-zero weights: equal); pages_of_shares: shares
+ * scaled to sum 2^40 and rounded, then apportioned; an invalid share vector (a non-finite or
+ * negative entry, or no positive sum) gives the even split and returns 1. */
+void flashrt_part_apportion(const uint64_t *weights, int k, uint64_t capacity, uint64_t *pages);
+int flashrt_part_pages_of_shares(const double *shares, int k, uint64_t capacity, uint64_t *pages);
+
 enum flashrt_mat_unit { FLASHRT_MAT_BYTES = 0, FLASHRT_MAT_OBJECTS = 1 };
 
 /* One tail candidate examined (for tracing: flashrt_mat_config.on_candidate). */

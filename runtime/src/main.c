@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "cli_mat.h"
+#include "cli_partition.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "internal.h"
@@ -21,6 +22,8 @@ static const char *USAGE =
     "  replay           replay a trace's GETs through the cache, verifying every byte\n"
     "  mat-replay       replay an object trace through an object cache with MAT's learned\n"
     "                   eviction (a compiled bundle), verifying every byte\n"
+    "  partition-replay replay a multi-stream page trace through a page cache partitioned\n"
+    "                   by stream with MLCache's network (a compiled bundle)\n"
     "  probe-disk       measure a device's seek time and bandwidth (simulator config JSON)\n"
     "  features         print the tracker's feature vector of every access (CSV)\n"
     "  units            print the units this runtime was built with (JSON)\n"
@@ -203,6 +206,7 @@ int main(int argc, char **argv) {
     argv += 2;
     if (!strcmp(cmd, "replay")) return cli_replay(argc, argv);
     if (!strcmp(cmd, "mat-replay")) return cli_mat_replay(argc, argv);
+    if (!strcmp(cmd, "partition-replay")) return cli_partition_replay(argc, argv);
     if (!strcmp(cmd, "prepare-backing")) return cmd_prepare(argc, argv);
     if (!strcmp(cmd, "probe-disk")) return cmd_probe(argc, argv);
     if (!strcmp(cmd, "features")) return cmd_features(argc, argv);

@@ -38,6 +38,7 @@ struct flashrt_policy {
     double admit_threshold, when_threshold, target_wr, eviction_age;
     unsigned caps; /* FRT_CAP_*: what the policy was loaded for */
     struct frt_evict_fns evict;
+    frt_partition_fn partition; /* capability "partition" */
     /* RejectX: the keys of the last `hist` admission queries and their counts */
     uint64_t *ring;
     size_t hist, pos, len;
@@ -114,6 +115,7 @@ static int manifest_caps(const char *t, size_t n, unsigned *caps, char *names, s
                 if (len == 9 && !memcmp(t + a, "admission", 9)) *caps |= FRT_CAP_ADMISSION;
                 else if (len == 8 && !memcmp(t + a, "prefetch", 8)) *caps |= FRT_CAP_PREFETCH;
                 else if (len == 8 && !memcmp(t + a, "eviction", 8)) *caps |= FRT_CAP_EVICTION;
+                else if (len == 9 && !memcmp(t + a, "partition", 9)) *caps |= FRT_CAP_PARTITION;
                 size_t used = strlen(names);
                 if (used + len + 3 < names_len)
                     snprintf(names + used, names_len - used, "%s%.*s", used ? ", " : "", (int)len, t + a);
@@ -129,7 +131,7 @@ static int manifest_caps(const char *t, size_t n, unsigned *caps, char *names, s
 }
 
 static const char *cap_name(unsigned cap) {
-    return cap == FRT_CAP_ADMISSION ? "admission" : cap == FRT_CAP_PREFETCH ? "prefetch" : "eviction";
+    return cap == FRT_CAP_ADMISSION ? "admission" : cap == FRT_CAP_PREFETCH ? "prefetch" : cap == FRT_CAP_EVICTION ? "eviction" : "partition";
 }
 
 static void *sym(flashrt_policy *p, const char *so, const char *name, char *err, size_t errlen) {
@@ -140,6 +142,8 @@ static void *sym(flashrt_policy *p, const char *so, const char *name, char *err,
 
 static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
                          const char *manifest_hash, char *err, size_t errlen);
+static int bind_partition(flashrt_policy *p, const char *so, const char *mf,
+                          const char *manifest_hash, char *err, size_t errlen);
 
 /* Refuse a file that is not a whole 64-bit ELF shared object before it is dlopen()ed: a
  * truncated one can kill the process that maps it (SIGBUS), even when its manifest vouches
@@ -228,19 +232,21 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
     const struct frt_json_member *abi = frt_json_get(&m, "abi_version"),
                                  *hash = frt_json_get(&m, "contract_hash"),
                                  *ehash = frt_json_get(&m, "evict_contract_hash"),
+                                 *phash = frt_json_get(&m, "partition_contract_hash"),
                                  *sha = frt_json_get(&m, "sha256");
     if (!abi || abi->type != FRT_JSON_NUMBER) { frt_seterr(err, errlen, "%s: field 'abi_version': missing or not a number", mf); return NULL; }
     if (!sha || sha->type != FRT_JSON_STRING) { frt_seterr(err, errlen, "%s: field 'sha256': missing or not a string", mf); return NULL; }
-    for (unsigned cap = FRT_CAP_ADMISSION; cap <= FRT_CAP_EVICTION; cap <<= 1) {
+    for (unsigned cap = FRT_CAP_ADMISSION; cap <= FRT_CAP_PARTITION; cap <<= 1) {
         if ((need & cap) && !(have & cap)) {
             frt_seterr(err, errlen, "%s: refused: the policy bundle has no %s capability (%s lists: %s); compile a bundle with %s", dir,
                        cap_name(cap), mf, cap_names[0] ? cap_names : "none",
-                       cap == FRT_CAP_EVICTION ? "MAT's eviction model (evict.txt)" : "the admission models (admission.txt, range_start.txt, range_end.txt, when.txt)");
+                       cap == FRT_CAP_EVICTION ? "MAT's eviction model (evict.txt)" : cap == FRT_CAP_PARTITION ? "MLCache's partition network (partition.json; flashml mlcache run)" : "the admission models (admission.txt, range_start.txt, range_end.txt, when.txt)");
             return NULL;
         }
     }
     if (adm && (!hash || hash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'contract_hash': missing or not a string", mf); return NULL; }
     if ((need & FRT_CAP_EVICTION) && (!ehash || ehash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'evict_contract_hash': missing or not a string", mf); return NULL; }
+    if ((need & FRT_CAP_PARTITION) && (!phash || phash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'partition_contract_hash': missing or not a string", mf); return NULL; }
     char hex[65];
     if (frt_sha256_file(so, hex, err, errlen) != 0) return NULL;
     if (strcasecmp(hex, sha->str) != 0) {
@@ -257,6 +263,10 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
     }
     if ((need & FRT_CAP_EVICTION) && strcasecmp(ehash->str, FLASHML_EVICT_CONTRACT_HASH) != 0) {
         frt_seterr(err, errlen, "%s: refused: field 'evict_contract_hash' is %s but this runtime's eviction contract is %s", mf, ehash->str, FLASHML_EVICT_CONTRACT_HASH);
+        return NULL;
+    }
+    if ((need & FRT_CAP_PARTITION) && strcasecmp(phash->str, FLASHML_PARTITION_CONTRACT_HASH) != 0) {
+        frt_seterr(err, errlen, "%s: refused: field 'partition_contract_hash' is %s but this runtime's partition contract is %s", mf, phash->str, FLASHML_PARTITION_CONTRACT_HASH);
         return NULL;
     }
     if (check_elf(so, err, errlen) != 0) return NULL;
@@ -279,6 +289,7 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
         goto refuse;
     }
     if ((need & FRT_CAP_EVICTION) && bind_eviction(p, so, mf, ehash->str, err, errlen) != 0) goto refuse;
+    if ((need & FRT_CAP_PARTITION) && bind_partition(p, so, mf, phash->str, err, errlen) != 0) goto refuse;
     if (!adm) {
         p->target_wr = p->eviction_age = NAN;
         return p;
@@ -340,6 +351,41 @@ refuse:
     return NULL;
 }
 
+/* The partition functions (capability "partition"), checked against this runtime's
+ * partition contract and the manifest. */
+static int bind_partition(flashrt_policy *p, const char *so, const char *mf,
+                          const char *manifest_hash, char *err, size_t errlen) {
+    static const char *const NAMES[] = {
+        "flashml_partition_num_features", "flashml_partition_contract_hash",
+        "flashml_partition_max_streams", "flashml_partition_steps", "flashml_partition"};
+    void *s[sizeof NAMES / sizeof NAMES[0]];
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
+        s[i] = dlsym(p->dl, NAMES[i]);
+        if (!s[i])
+            return frt_seterr(err, errlen, "%s: refused: %s lists the partition capability but the .so has no symbol %s", so, mf, NAMES[i]);
+    }
+    int (*nf)(void), (*streams)(void), (*steps)(void);
+    const char *(*hash)(void);
+    memcpy(&nf, &s[0], sizeof nf);
+    memcpy(&hash, &s[1], sizeof hash);
+    memcpy(&streams, &s[2], sizeof streams);
+    memcpy(&steps, &s[3], sizeof steps);
+    memcpy(&p->partition, &s[4], sizeof p->partition);
+    if (nf() != FLASHML_PARTITION_NUM_FEATURES || streams() != FLASHML_PARTITION_MAX_STREAMS || steps() != FLASHML_PARTITION_STEPS)
+        return frt_seterr(err, errlen, "%s: refused: it reads %d partition features for %d streams and %d steps but the partition contract has %d, %d and %d", so,
+                          nf(), streams(), steps(), FLASHML_PARTITION_NUM_FEATURES, FLASHML_PARTITION_MAX_STREAMS, FLASHML_PARTITION_STEPS);
+    const char *h = hash();
+    if (!h || strcasecmp(h, FLASHML_PARTITION_CONTRACT_HASH) != 0)
+        return frt_seterr(err, errlen, "%s: refused: its partition contract hash is %.80s but this runtime's is %s", so, h ? h : "(null)", FLASHML_PARTITION_CONTRACT_HASH);
+    if (strcasecmp(h, manifest_hash) != 0)
+        return frt_seterr(err, errlen, "%s: refused: its partition contract hash differs from %s", so, mf);
+    return 0;
+}
+
+frt_partition_fn frt_policy_partition(const flashrt_policy *p) {
+    return p->kind == K_SO && (p->caps & FRT_CAP_PARTITION) ? p->partition : NULL;
+}
+
 /* The eviction functions (capability "eviction"), checked against this runtime's eviction
  * contract and the manifest. */
 static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
@@ -389,7 +435,7 @@ static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
 }
 
 flashrt_policy *frt_policy_load_for(const char *dir, unsigned need, char *err, size_t errlen) {
-    if (need == 0 || (need & ~(unsigned)(FRT_CAP_ADMISSION | FRT_CAP_PREFETCH | FRT_CAP_EVICTION))) {
+    if (need == 0 || (need & ~(unsigned)(FRT_CAP_ADMISSION | FRT_CAP_PREFETCH | FRT_CAP_EVICTION | FRT_CAP_PARTITION))) {
         frt_seterr(err, errlen, "internal: bad capability set %#x", need);
         return NULL;
     }

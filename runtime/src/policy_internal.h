@@ -7,7 +7,7 @@
 #include "flashrt.h"
 
 /* Capabilities of a policy bundle (flashml_policy.h, manifest.json `capabilities`). */
-enum { FRT_CAP_ADMISSION = 1u, FRT_CAP_PREFETCH = 2u, FRT_CAP_EVICTION = 4u };
+enum { FRT_CAP_ADMISSION = 1u, FRT_CAP_PREFETCH = 2u, FRT_CAP_EVICTION = 4u, FRT_CAP_PARTITION = 8u };
 
 /* Loads a policy bundle for the capabilities in `need` (FRT_CAP_* bits): refused, with a
  * message naming the bundle and the capability, when its manifest lacks one (a manifest
@@ -30,6 +30,11 @@ struct frt_evict_fns {
     int64_t memory_window;
 };
 const struct frt_evict_fns *frt_policy_evict(const flashrt_policy *p);
+
+/* MLCache's partition function of a policy loaded for FRT_CAP_PARTITION (NULL otherwise):
+ * flashml_partition (flashml_policy.h). */
+typedef int (*frt_partition_fn)(const double *features, int streams, double *shares);
+frt_partition_fn frt_policy_partition(const flashrt_policy *p);
 
 /* Called by flashrt_open: sizes RejectX's history from the cache capacity. */
 int frt_policy_prepare(flashrt_policy *p, uint64_t capacity_segments, char *err, size_t errlen);

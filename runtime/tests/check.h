@@ -1,4 +1,4 @@
-/* check.h: the C tests' assertion macro (one definition for test_flashrt.c and test_mat.c).
+/* check.h: the C tests' assertion macro (one definition for test_flashrt.c, test_mat.c and test_partition.c).
  * CHECK(cond, fmt, ...) counts a check, and on failure counts it, prints where and why, and
  * goes on; each test program ends by reporting `failures` of `checks`. */
 #ifndef FLASHRT_TESTS_CHECK_H
