@@ -10,7 +10,7 @@ import sys
 from flashml import __version__
 
 # Each name is a module in flashml.commands exposing `register(subparsers)`.
-COMMAND_MODULES = ("trace", "sim", "episodes", "train", "compile", "systems", "regress")
+COMMAND_MODULES = ("trace", "sim", "episodes", "train", "compile", "systems", "regress", "ui")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,162 @@
+"""`flashml ui mlflow|optuna|airflow|docs`: the users' own tools on the embedded stores.
+
+Each starts one server on 127.0.0.1 (`--host` to change) against what flashml wrote under
+$FLASHML_HOME (default .flashml): the MLflow UI on the sqlite tracking store and its
+artifacts, optuna-dashboard on the Optuna storage, Airflow 3 (`airflow standalone`: api-server,
+scheduler, dag-processor) with the repository's dags/ and its metadata DB in
+$FLASHML_HOME/airflow, or the Great Expectations Data Docs of `trace validate` and the
+pipeline. It waits until the page answers, prints the URL, and on Ctrl-C (or SIGTERM) stops
+the server and everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from flashml.errors import UserError
+
+TOOLS = ("mlflow", "optuna", "airflow", "docs")
+PORTS = {"mlflow": 5000, "optuna": 8080, "airflow": 8080, "docs": 8000}
+#: How long a server may take to answer its first request (Airflow migrates its DB first).
+READY_S = {"mlflow": 90.0, "optuna": 60.0, "airflow": 300.0, "docs": 20.0}
+REPO = Path(__file__).resolve().parents[2]
+
+
+def docs_dir(context: Path) -> Path:
+    """Where a Great Expectations context keeps its Data Docs site."""
+    return context / "uncommitted" / "data_docs" / "local_site"
+
+
+def command(tool: str, host: str, port: int, context: Path | None = None
+            ) -> tuple[list[str], dict[str, str], str]:
+    """The server's command line, environment and URL."""
+    from flashml.config import optuna_storage, state_dir
+
+    env = dict(os.environ)
+    bindir = Path(sys.executable).parent
+    url = f"http://{host}:{port}/"
+    if tool == "mlflow":
+        from flashml.tracking import artifact_root, tracking_uri
+
+        uri = tracking_uri()
+        if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+            raise UserError(f"{uri.removeprefix('sqlite:///')}: no MLflow store yet; run a job "
+                            "first (e.g. flashml pipeline run), or set MLFLOW_TRACKING_URI")
+        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
+               "--host", host, "--port", str(port), "--workers", "1"]
+        root = artifact_root(uri)
+        if root:
+            cmd += ["--default-artifact-root", root]
+        return cmd, env, url
+    if tool == "optuna":
+        storage = optuna_storage()
+        if storage.startswith("sqlite:///") and \
+                not Path(storage.removeprefix("sqlite:///")).is_file():
+            raise UserError(f"{storage.removeprefix('sqlite:///')}: no Optuna studies yet; run "
+                            "a sweep first (flashml pipeline run, flashml sweep)")
+        return ([str(bindir / "optuna-dashboard"), storage, "--host", host, "--port",
+                 str(port), "--quiet"], env, url)
+    if tool == "airflow":
+        home = (state_dir() / "airflow").resolve()
+        env |= {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__API__HOST": host,
+                "AIRFLOW__API__PORT": str(port)}
+        return [str(bindir / "airflow"), "standalone"], env, url
+    site = docs_dir(context or state_dir() / "gx")
+    if not (site / "index.html").is_file():
+        raise UserError(f"{site / 'index.html'}: no Data Docs yet; run flashml trace validate "
+                        "FILE (or a pipeline) first, or give --context-dir")
+    return ([sys.executable, "-m", "http.server", str(port), "--bind", host, "--directory",
+             str(site)], env, url)
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float) -> bool:
+    """Poll `url` until it answers (any HTTP status) or the server exits or time runs out."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return True
+        except urllib.error.HTTPError:
+            return True  # it answered (e.g. 401 before login)
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.3)
+    return False
+
+
+def stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to the server's process group, SIGKILL after `grace` seconds."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    port = args.port or PORTS[args.tool]
+    cmd, env, url = command(args.tool, args.host, port, args.context_dir)
+    print(f"starting {args.tool} on {url} ...", flush=True)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    # Ctrl-C stops the server even where SIGINT came ignored (a background job of a shell)
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        if not wait_ready(url, proc, READY_S[args.tool]):
+            code = proc.poll()
+            stop(proc)
+            raise UserError(f"{args.tool} did not answer on {url} "
+                            + (f"(it exited with {code}; is the port taken?)" if code is not None
+                               else f"within {READY_S[args.tool]:.0f} s"))
+        extra = ("; login: admin, password in "
+                 f"{env['AIRFLOW_HOME']}/simple_auth_manager_passwords.json.generated"
+                 if args.tool == "airflow" else "")
+        print(f"{args.tool} ready: {url}{extra}  (Ctrl-C stops it)", flush=True)
+        proc.wait()
+        return 0 if proc.returncode in (0, -signal.SIGTERM) else 1
+    except KeyboardInterrupt:
+        # a second Ctrl-C must not leave the server behind half-stopped
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print(f"\nstopping {args.tool} ...", flush=True)
+        stop(proc)
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGINT, old_int)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ui", help="open MLflow, optuna-dashboard, Airflow or the Data Docs on "
+                       "the embedded stores", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  flashml ui mlflow            # http://127.0.0.1:5000/\n"
+                       "  flashml ui optuna --port 8081\n  flashml ui docs\n"
+                       "  FLASHML_HOME=/data/flashml flashml ui airflow")
+    p.add_argument("tool", choices=TOOLS, help="which server")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=None,
+                   help="port (default: mlflow 5000, optuna 8080, airflow 8080, docs 8000)")
+    p.add_argument("--context-dir", type=Path, default=None,
+                   help="docs: the Great Expectations context (default $FLASHML_HOME/gx)")
+    p.set_defaults(func=cmd_ui)

@@ -1,0 +1,117 @@
+"""`flashml ui` (flashml/commands/ui.py): each tool's server starts on 127.0.0.1 against the
+embedded stores, answers with what flashml wrote there, and stops with everything it started
+on Ctrl-C or SIGTERM; a store that does not exist yet is a clear error. Airflow (minutes to
+start: a DB migration and three components) is left to `make demo`'s README steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(tool: str, home: Path, *args: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHML_", "MLFLOW_"))}
+    env["FLASHML_HOME"] = str(home)
+    proc = subprocess.Popen([sys.executable, "-m", "flashml.cli", "ui", tool, "--port",
+                             str(port), *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    return proc, port
+
+
+def wait_ready(proc: subprocess.Popen, timeout: float = 180) -> str:
+    lines = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if " ready: " in line:
+            return line
+    proc.kill()
+    raise AssertionError("".join(lines)[-3000:])
+
+
+def get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return r.read().decode()
+
+
+def stop_and_check(proc: subprocess.Popen, port: int, sig: int) -> None:
+    proc.send_signal(sig)
+    assert proc.wait(timeout=30) == 0
+    with socket.socket() as s:  # the server is gone with it
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_ui_docs(tmp_path: Path) -> None:
+    site = tmp_path / "ctx" / "uncommitted" / "data_docs" / "local_site"
+    site.mkdir(parents=True)
+    (site / "index.html").write_text("<html>flashml data docs marker</html>")
+    proc, port = start("docs", tmp_path, "--context-dir", str(tmp_path / "ctx"))
+    line = wait_ready(proc)
+    assert f"http://127.0.0.1:{port}/" in line
+    assert "marker" in get(f"http://127.0.0.1:{port}/")
+    stop_and_check(proc, port, signal.SIGINT)
+
+
+def test_ui_optuna_lists_the_study(tmp_path: Path) -> None:
+    import optuna
+
+    tmp_path.mkdir(exist_ok=True)
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="flashml-ui-test", storage=storage)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    proc, port = start("optuna", tmp_path)
+    wait_ready(proc)
+    studies = json.loads(get(f"http://127.0.0.1:{port}/api/studies"))
+    assert [s["study_name"] for s in studies["study_summaries"]] == ["flashml-ui-test"]
+    stop_and_check(proc, port, signal.SIGTERM)
+
+
+def test_ui_mlflow_lists_the_runs(tmp_path: Path) -> None:
+    code = ("import mlflow; from flashml import tracking; tracking.setup(); "
+            "r = mlflow.start_run(run_name='ui-test-run'); mlflow.log_metric('peak_dt', 0.5); "
+            "mlflow.end_run()")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHML_", "MLFLOW_"))}
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO,
+                   env=env | {"FLASHML_HOME": str(tmp_path)}, capture_output=True)
+    proc, port = start("mlflow", tmp_path)
+    wait_ready(proc)
+    base = f"http://127.0.0.1:{port}"
+    assert "<html" in get(base + "/").lower()
+    req = urllib.request.Request(base + "/ajax-api/2.0/mlflow/runs/search",
+                                 data=json.dumps({"experiment_ids": ["1"]}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        runs = json.loads(r.read())["runs"]
+    assert [r["info"]["run_name"] for r in runs] == ["ui-test-run"]
+    assert runs[0]["data"]["metrics"][0]["key"] == "peak_dt"
+    stop_and_check(proc, port, signal.SIGINT)
+
+
+@pytest.mark.parametrize("tool, fragment", [("mlflow", "no MLflow store yet"),
+                                            ("optuna", "no Optuna studies yet"),
+                                            ("docs", "no Data Docs yet")])
+def test_ui_without_a_store(tmp_path: Path, tool: str, fragment: str) -> None:
+    proc, _ = start(tool, tmp_path / "empty")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and fragment in out and "Traceback" not in out
