@@ -20,6 +20,10 @@ from flashml.config import state_dir
 EXPERIMENT = "flashml"
 REGISTERED_MODEL = "flashml-policy"
 CHAMPION = "champion"
+#: MLflow 3's UI opens an experiment on its GenAI overview unless this tag says it holds model
+#: training runs; then it opens on the runs table (what flashml's runs are).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
 
 
 def tracking_uri() -> str:
@@ -68,9 +72,13 @@ def setup(experiment: str = EXPERIMENT) -> str:
     with _store_lock(uri):
         exp = mlflow.get_experiment_by_name(experiment)
         if exp is None:
-            exp_id = mlflow.create_experiment(experiment, artifact_location=artifact_root(uri))
+            exp_id = mlflow.create_experiment(experiment, artifact_location=artifact_root(uri),
+                                              tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
         else:
             exp_id = exp.experiment_id
+            if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+                mlflow.MlflowClient().set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG,
+                                                         EXPERIMENT_KIND)
     mlflow.set_experiment(experiment_id=exp_id)
     return exp_id
 

@@ -338,7 +338,7 @@ def test_cli_partition_json(cli, mix_path) -> None:
 @pytest.mark.parametrize("args, message", [
     (("--streams", "nope"), "field 'nope': no such column"),
     (("--streams", "user"), "field 'user': one value"),
-    (("--policy", "mlcache"), "needs --shares"),
+    (("--policy", "mlcache"), "needs one of --bundle DIR"),
     (("--policy", "even", "--shares", "x.npy"), "only for --policy mlcache"),
     (("--policy", "mlcache", "--shares", "missing.npy"), "missing.npy: no such file"),
 ])

@@ -55,7 +55,7 @@ def command(tool: str, host: str, port: int, context: Path | None = None
         root = artifact_root(uri)
         if root:
             cmd += ["--default-artifact-root", root]
-        return cmd, env, url
+        return cmd, env, url + runs_page(uri)
     if tool == "optuna":
         storage = optuna_storage()
         if storage.startswith("sqlite:///") and \
@@ -76,6 +76,18 @@ def command(tool: str, host: str, port: int, context: Path | None = None
                         "FILE (or a pipeline) first, or give --context-dir")
     return ([sys.executable, "-m", "http.server", str(port), "--bind", host, "--directory",
              str(site)], env, url)
+
+
+def runs_page(uri: str) -> str:
+    """The URL fragment of flashml's runs table: MLflow 3's UI opens in its GenAI mode,
+    which hides training runs, unless the URL asks for the model-training workflow."""
+    from mlflow.tracking import MlflowClient
+
+    from flashml.tracking import EXPERIMENT
+
+    exp = MlflowClient(uri).get_experiment_by_name(EXPERIMENT)
+    where = f"#/experiments/{exp.experiment_id}/runs" if exp else "#/experiments"
+    return where + "?workflowType=machine_learning"
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float) -> bool:

@@ -320,8 +320,12 @@ def evaluate(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
                                      shares=model.schedule(shares, t.n_streams))["mlcache"]
             per_trace[item["name"]] = {"policies": res, "fallbacks": int(status.sum()),
                                        "intervals": len(x)}
-    return run.record("evaluate", {"per_trace": per_trace,
-                                   "policies": _means(per_trace),
+    means = _means(per_trace)
+    import mlflow
+
+    mlflow.log_metrics(finite_numbers({f"{p}_{k}": v for p, r in means.items()
+                                       for k, v in r.items()}))
+    return run.record("evaluate", {"per_trace": per_trace, "policies": means,
                                    "so_vs_python_max_abs": _parity(run, s, lib, m)})
 
 

@@ -1,0 +1,77 @@
+"""The pages users open, in a real browser (Debian's Chromium driven by Playwright; `.ci/run`
+installs Chromium, and without it these tests skip saying so): after a real `flashml
+pipeline run`, `flashml ui mlflow` opens on the experiment's runs table, which lists the
+pipeline's run, and the run's page shows its headline metrics."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_ui import start, stop_and_check, wait_ready
+
+from conftest import run_cli
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (apt-get install "
+                                "chromium; .ci/run does): the browser tests need a real browser")
+
+
+def shows(page, text: str, timeout: float = 120.0) -> str:
+    """Wait until the page's visible text contains `text` (React renders after load);
+    returns that text."""
+    import time
+
+    end = time.monotonic() + timeout
+    body = ""
+    while time.monotonic() < end:
+        body = page.inner_text("body")
+        if text in body:
+            return body
+        page.wait_for_timeout(500)
+    raise AssertionError(f"{text!r} not on {page.url}: {body[:1500]}")
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory, cloudphysics_path: Path) -> tuple:
+    home = tmp_path_factory.mktemp("browser")
+    env = {"FLASHML_HOME": str(home / "state"), "MLFLOW_TRACKING_URI": ""}
+    run_cli("pipeline", "run", "--trace", cloudphysics_path, "--format", "cloudphysics",
+            "--engine", "polars", "--sweep-trials", "0", "--no-register", "--no-compile",
+            "--train-hours", "0.5", "--target-write-rate", "0.1", "--out", home / "run",
+            check=True, env=env, timeout=900)
+    return home, json.loads((home / "run" / "summary.json").read_text())
+
+
+def test_mlflow_ui_lists_the_pipeline_run_with_its_metrics(pipeline: tuple) -> None:
+    from mlflow.tracking import MlflowClient
+    from playwright.sync_api import sync_playwright
+
+    home, summary = pipeline
+    client = MlflowClient(f"sqlite:///{home / 'state' / 'mlflow.db'}")
+    run = client.get_run(summary["mlflow_run_id"])
+    assert run.data.metrics, "the pipeline's parent run has no metrics"
+    shown = sorted(run.data.metrics)[:5]
+    proc, port = start("mlflow", home / "state")
+    url = wait_ready(proc).split(" ready: ", 1)[1].split()[0]
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            # the experiment opens on its runs table (not MLflow 3's GenAI overview)
+            # the URL `flashml ui` prints: flashml's runs table in the model-training view
+            assert f"/#/experiments/{run.info.experiment_id}/runs?workflowType=machine_" \
+                   "learning" in url
+            page.goto(url, timeout=120_000)
+            shows(page, run.info.run_name)
+            page.goto(f"{base}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}",
+                      timeout=120_000)
+            text = shows(page, shown[0])
+            browser.close()
+    finally:
+        stop_and_check(proc, port, __import__("signal").SIGINT)
+    assert all(m in text for m in shown), (shown, text[:2000])
+    assert run.info.run_name in text and run.info.run_id in text
