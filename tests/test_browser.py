@@ -1,7 +1,8 @@
 """The pages users open, in a real browser (Debian's Chromium driven by Playwright; `.ci/run`
 installs Chromium, and without it these tests skip saying so): after a real `flashml
 pipeline run`, `flashml ui mlflow` opens on the experiment's runs table, which lists the
-pipeline's run, and the run's page shows its headline metrics."""
+pipeline's run, and the run's page shows its headline metrics; `flashml ui airflow` serves
+the retraining DAG, whose Trigger form accepts its defaults."""
 
 from __future__ import annotations
 
@@ -75,3 +76,49 @@ def test_mlflow_ui_lists_the_pipeline_run_with_its_metrics(pipeline: tuple) -> N
         stop_and_check(proc, port, __import__("signal").SIGINT)
     assert all(m in text for m in shown), (shown, text[:2000])
     assert run.info.run_name in text and run.info.run_id in text
+
+
+def test_airflow_trigger_form_accepts_its_defaults(tmp_path: Path) -> None:
+    """Airflow 3 (airflow standalone through `flashml ui airflow`, its own metadata DB under
+    FLASHML_HOME): the DAG page of flashml_retrain, its Trigger dialog with every parameter
+    at its default, and the dialog's Trigger button enabled (no required field left
+    empty). Everyone is admin here (simple auth manager), so no login page stands between."""
+    import signal
+
+    from playwright.sync_api import sync_playwright
+
+    proc, port = start("airflow", tmp_path,
+                       env_extra={"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"})
+    line = wait_ready(proc, timeout=400)
+    assert "simple_auth_manager_passwords.json.generated" in line
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(f"http://127.0.0.1:{port}/dags/flashml_retrain", timeout=120_000)
+            # the dag-processor parses dags/ shortly after start: reload until it has
+            for _ in range(40):
+                if "flashml_retrain" in page.inner_text("body") and \
+                        page.get_by_role("button", name="Trigger").count():
+                    break
+                page.wait_for_timeout(3000)
+                page.reload()
+            page.get_by_role("button", name="Trigger").first.click()
+            dialog = page.get_by_role("dialog")
+            dialog.wait_for(timeout=60_000)
+            text = shows(page, "Run Parameters")
+            trigger = dialog.get_by_role("button", name="Trigger", exact=True)
+            enabled = trigger.count() == 1 and trigger.is_enabled()
+            browser.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    import psutil
+
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+            if str(tmp_path) in " ".join(p.info["cmdline"] or [])
+            or f"port:{port}" in " ".join(p.info["cmdline"] or [])]
+    assert not left, f"airflow processes left behind: {left}"
+    for param in ("trace", "target_write_rate_mbps", "sweep_trials", "engine"):
+        assert param in text, param
+    assert enabled, text[-1500:]

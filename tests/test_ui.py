@@ -26,10 +26,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(tool: str, home: Path, *args: str) -> tuple[subprocess.Popen, int]:
+def start(tool: str, home: Path, *args: str,
+          env_extra: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHML_", "MLFLOW_"))}
     env["FLASHML_HOME"] = str(home)
+    env |= env_extra or {}
     proc = subprocess.Popen([sys.executable, "-m", "flashml.cli", "ui", tool, "--port",
                              str(port), *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

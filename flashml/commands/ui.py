@@ -12,6 +12,7 @@ the server and everything it started.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -106,18 +107,28 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float) -> bool:
     return False
 
 
-def stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM to the server's process group, SIGKILL after `grace` seconds."""
-    if proc.poll() is not None:
-        return
+def stop(proc: subprocess.Popen, grace: float = 15.0) -> None:
+    """SIGTERM to the server and everything it started (its process group and every
+    descendant: `airflow standalone`'s components outlive it otherwise), SIGKILL to whatever
+    is left after `grace` seconds."""
+    import psutil
+
     try:
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        family = []
+    for p in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
+    _, alive = psutil.wait_procs(family, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
+    proc.wait()
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
