@@ -26,12 +26,21 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         mod.register(sub)
+    from flashml.commands.examples import apply
+
+    apply(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(args, "trace_opt"):  # the trace commands: FILE or --trace FILE, once
+        if args.trace_opt is not None and args.trace is not None:
+            parser.error("give the trace once: FILE or --trace FILE")
+        args.trace = args.trace if args.trace is not None else args.trace_opt
+        if args.trace is None:
+            parser.error("the trace is required: FILE or --trace FILE")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -218,3 +218,62 @@ def check_mlflow_as_users_see_it(summary: dict, runs: list) -> None:
     got = pyfunc.predict(pd.DataFrame(feats, columns=names))
     want = load_policy(summary["compiled"]["dir"]).admit_scores(feats)
     assert got["score"].to_numpy() == pytest.approx(want)
+
+
+def _leaves(parser, path=()):
+    import argparse
+
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items():
+                yield from _leaves(sub, (*path, name))
+            return
+    yield path, parser
+
+
+def test_every_command_has_a_valid_example() -> None:
+    """Every command's help ends with examples, and each example parses as that command
+    (the options exist, required ones are given, choices are valid)."""
+    import shlex
+
+    from flashml.cli import build_parser
+
+    parser = build_parser()
+    leaves = dict(_leaves(parser))
+    assert len(leaves) >= 15
+    for path, p in leaves.items():
+        epilog = p.epilog or ""
+        assert "example" in epilog.lower(), f"flashml {' '.join(path)}: no example"
+        joined = epilog.replace("\\\n", " ")  # shell line continuations
+        lines = [ln.strip().split("  #")[0] for ln in joined.splitlines()
+                 if ln.strip().startswith("flashml ")]
+        assert lines, f"flashml {' '.join(path)}: no example command"
+        for line in lines:
+            argv = shlex.split(line.rstrip("\\ "))[1:]
+            if tuple(argv[:len(path)]) != path:
+                continue  # an example of a follow-up command (e.g. compile after train)
+            try:
+                parser.parse_args(argv)
+            except SystemExit as e:
+                raise AssertionError(f"example does not parse: {line}") from e
+
+
+def test_one_trace_and_output_convention(tmp_path) -> None:
+    """--trace FILE and -o/--out are accepted by every command that reads a trace or writes
+    an output; the trace commands also take the trace positionally (once)."""
+    from flashml.cli import build_parser
+
+    for path, p in _leaves(build_parser()):
+        opts = {s for a in p._actions for s in a.option_strings}
+        if path[0] in ("trace", "sim", "episodes", "train", "sweep", "pipeline", "mat",
+                       "mlcache", "regress") and path != ("trace", "generate") \
+                and path != ("trace", "mix"):
+            assert "--trace" in opts, path
+        if any(o in opts for o in ("--output", "--workdir", "--out", "-o")):
+            assert {"-o", "--out"} <= opts, (path, opts)
+    import pytest as _pytest
+
+    for argv in (["trace", "stats"], ["trace", "stats", "a.parquet", "--trace", "b.parquet"]):
+        with _pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2

@@ -110,7 +110,9 @@ def test_image_versions_match_the_lock(doc: dict) -> None:
         assert s[name]["image"] == f"apache/spark:{lock['pyspark']}"
     df = s["airflow-scheduler"]["build"]["dockerfile_inline"]
     assert f"apache/airflow:{lock['apache-airflow']}-python" in df
-    assert "requirements.lock" in df
+    # the lock constrains the image's versions; its dev tools (pytest, ruff, playwright) stay out
+    assert "-c /opt/flashml/requirements.lock" in df and "-r /opt/flashml/requirements" not in df
+    assert "[dev]" not in df
 
 
 def test_environment_switches_the_settings(monkeypatch: pytest.MonkeyPatch,

@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          default_format=getattr(job, "DEFAULT_FORMAT", "tectonic"),
                          trace_help="raw trace or canonical .parquet "
                          "(default: the job's embedded default)")
-        r.add_argument("--out", "--workdir", dest="out", type=Path,
+        r.add_argument("-o", "--out", "--workdir", dest="out", type=Path,
                        default=Path(f".flashml/runs/{name}/latest" if name != "pipeline"
                                     else ".flashml/runs/latest"),
                        help="run folder (stage records, outputs, summary.json)")

@@ -40,8 +40,11 @@ def add_trace_input(p: argparse.ArgumentParser, *, with_format: bool = True,
     """Options every command that reads a trace takes."""
     from flashml.trace.formats import FORMATS
 
-    p.add_argument("trace", type=Path, help="trace file: canonical .parquet, or raw text "
-                   "(.gz/.zst read transparently)")
+    p.add_argument("trace", type=Path, nargs="?", default=None,
+                   help="trace file: canonical .parquet, or raw text (.gz/.zst read "
+                   "transparently); or --trace FILE, as in every other command")
+    p.add_argument("--trace", dest="trace_opt", type=Path, default=None, metavar="FILE",
+                   help="the trace (the same as the positional FILE)")
     if with_format:
         p.add_argument("--format", choices=(*FORMATS, *extra_formats), default=None,
                        help="format of a raw trace (default: tectonic; ignored for .parquet)"
@@ -205,7 +208,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_trace_input(p, extra_formats=(OBJECTS_CSV,),
                     format_help="; objects-csv: whole-object requests time,key,size -> an "
                     "object table (key, size, time), not the canonical block table")
-    p.add_argument("-o", "--output", type=Path, required=True, help="output .parquet")
+    p.add_argument("-o", "--out", "--output", dest="output", type=Path, required=True,
+                   help="output .parquet")
     p.add_argument("--chunk-mb", type=int, default=16, help="input chunk size (bounds memory)")
     p.set_defaults(func=cmd_ingest)
 
@@ -213,7 +217,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         description="Sample by key as Baleen's artifact does: shuffle keys, keep "
                         "those whose cumulative share of accesses falls in [start, start+size).")
     add_trace_input(p)
-    p.add_argument("-o", "--output", type=Path, required=True, help="output .parquet")
+    p.add_argument("-o", "--out", "--output", dest="output", type=Path, required=True,
+                   help="output .parquet")
     p.add_argument("--start", type=float, default=0.0, help="start percent (default 0)")
     p.add_argument("--size", type=float, required=True, help="sample size in percent")
     p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
@@ -236,7 +241,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="number of accesses (requests, for an object-trace preset) (override)")
     p.add_argument("--days", type=float, default=None, help="trace length in days (override)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("-o", "--output", type=Path, required=True, help="output trace file")
+    p.add_argument("-o", "--out", "--output", dest="output", type=Path, required=True,
+                   help="output trace file")
     p.set_defaults(func=cmd_generate)
 
     p = tsub.add_parser("mix", help="write a synthetic multi-stream page trace (MLCache)",
@@ -254,7 +260,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", type=int, default=200,
                    help="typical working set in pages (default 200)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("-o", "--output", type=Path, required=True, help="output .parquet")
+    p.add_argument("-o", "--out", "--output", dest="output", type=Path, required=True,
+                   help="output .parquet")
     p.set_defaults(func=cmd_mix)
 
     p = tsub.add_parser("stats", help="Baleen Table 2 statistics of a trace",

@@ -119,7 +119,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="no ML-Range/ML-When: print the admission model's metrics, no bundle")
     p.add_argument("--require-convergence", action="store_true",
                    help="exit 1 when the loop does not converge")
-    p.add_argument("-o", "--output", type=Path, required=True, help="bundle folder (new)")
+    p.add_argument("-o", "--out", "--output", dest="output", type=Path, required=True,
+                   help="bundle folder (new)")
     p.set_defaults(func=cmd_train)
 
     d = BaleenSettings()
@@ -138,5 +139,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-factor", type=float, default=d.sweep_rate_range[0],
                    help="lowest write rate as a multiple of the target")
     p.add_argument("--max-factor", type=float, default=d.sweep_rate_range[1])
-    p.add_argument("-o", "--output", type=Path, default=Path(".flashml/sweep"))
+    p.add_argument("-o", "--out", "--output", dest="output", type=Path,
+                   default=Path(".flashml/sweep"), help="sweep folder (default .flashml/sweep)")
     p.set_defaults(func=cmd_sweep)
