@@ -277,3 +277,11 @@ def test_one_trace_and_output_convention(tmp_path) -> None:
         with _pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2
+
+
+def test_every_option_has_help() -> None:
+    from flashml.cli import build_parser
+
+    missing = [(" ".join(path), a.option_strings) for path, p in _leaves(build_parser())
+               for a in p._actions if a.option_strings and a.dest != "help" and not a.help]
+    assert not missing, missing

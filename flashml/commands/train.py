@@ -131,14 +131,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "scored by TCO relative to RejectX at the default write rate.")
     add_trace_option(p)
     add_options(p, *COMMON_OPTIONS, "sweep_cold", "sweep_workers")
-    p.add_argument("--trials", type=int, default=8)
+    p.add_argument("--trials", type=int, default=8,
+                   help="write rates tried (a grid around the target; default 8)")
     p.add_argument("--storage", default=None,
                    help="Optuna storage URL (default sqlite under .flashml/; an RDB URL "
                    "lets several workers share the study)")
     p.add_argument("--study", default=None, help="study name (to resume or share)")
     p.add_argument("--min-factor", type=float, default=d.sweep_rate_range[0],
                    help="lowest write rate as a multiple of the target")
-    p.add_argument("--max-factor", type=float, default=d.sweep_rate_range[1])
+    p.add_argument("--max-factor", type=float, default=d.sweep_rate_range[1],
+                   help="highest write rate as a multiple of the target (widened while the "
+                   "best point sits at the top)")
     p.add_argument("-o", "--out", "--output", dest="output", type=Path,
                    default=Path(".flashml/sweep"), help="sweep folder (default .flashml/sweep)")
     p.set_defaults(func=cmd_sweep)

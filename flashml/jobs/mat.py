@@ -166,7 +166,7 @@ def _check_capacity(text: str) -> None:
 def add_cli(p: argparse.ArgumentParser) -> None:
     d = MatSettings()
     p.add_argument("--preset", default=d.preset, help="object preset for the default trace")
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the generated trace")
     p.add_argument("--accesses", type=int, default=None, help="size of the generated trace")
     p.add_argument("--capacity", default=None, metavar="SIZE[,SIZE...]",
                    help="cache sizes: bytes (4MiB), objects (1000obj) or percent of the "

@@ -146,7 +146,8 @@ def add_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-iter", type=int, default=d.max_iter, help="training epochs, at most")
     p.add_argument("--reads-and-writes", action="store_true",
                    help="cache and monitor reads too (default: writes only, the paper's Alg. 1)")
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help="seed of the slot shuffles and the network's initialisation")
 
 
 # --- stages --------------------------------------------------------------------------------
