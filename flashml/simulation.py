@@ -336,10 +336,12 @@ def default_core_config() -> dict[str, Any]:
 # --- object-cache mode -----------------------------------------------------------------------
 
 _CAP = re.compile(r"^\s*(?P<int>[0-9]+)(?:\.(?P<frac>[0-9]+))?\s*(?P<unit>[a-zA-Z]*)\s*$")
+#: Size units, case-insensitive: the one table of the README ("Sizes"), which the C runtime's
+#: cli_parse_bytes follows too (tests/test_runtime.py checks both agree). Bare K/M/G/T are
+#: refused: they mean 1000^n to some users and 1024^n to others.
 _BYTE_UNITS = {
     "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-    "t": 1000**4, "tb": 1000**4,
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
 _OBJ_UNITS = ("obj", "objs", "object", "objects")
@@ -363,8 +365,9 @@ def parse_capacity(text: str) -> tuple[int, str]:
     frac = (m.group("frac") or "").rstrip("0")
     unit = m.group("unit").lower()
     if unit not in _OBJ_UNITS and unit not in _BYTE_UNITS:
-        raise ValueError(f"unknown capacity unit {m.group('unit')!r} in {text!r}; use B, KiB, "
-                         "MiB, GiB, KB, MB, GB or obj")
+        raise ValueError(f"unknown capacity unit {m.group('unit')!r} in {text!r}; use B, KB, "
+                         "MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024) or "
+                         "obj")
     kind = "objects" if unit in _OBJ_UNITS else "bytes"
     if len(whole) > _MAX_DIGITS:
         raise ValueError(f"capacity {str(text).strip()[:30]!r}... ({len(whole)} digits) is too "

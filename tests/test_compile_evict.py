@@ -632,7 +632,7 @@ def test_flashrt_replay_refuses_mat_only(harness, mat_bundle, work, trace) -> No
 
     raw = next((work / "trace").glob("*.trace"))
     p = subprocess.run([str(FLASHRT), "replay", "--policy", str(mat_bundle), "--trace",
-                        str(raw), "--flash", str(work / "f.img"), "--flash-bytes", "16M",
+                        str(raw), "--flash", str(work / "f.img"), "--flash-bytes", "16MiB",
                         "--backing", str(work / "nobacking.img")],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1, p.stderr

@@ -89,7 +89,7 @@ def env(tmp_path_factory):
     return {"dir": d, "trace": trace, "backing": backing, "count": count}
 
 
-def replay(env, *extra, flash_bytes="64M", policy=None, flash=None, proc_env=None):
+def replay(env, *extra, flash_bytes="64MiB", policy=None, flash=None, proc_env=None):
     """One replay; a flash image it made itself is removed afterwards (up to 128 MiB each,
     and CI's disk is shared)."""
     own = flash is None
@@ -148,7 +148,7 @@ def test_help(cmd):
 
 def test_replay_serves_correct_bytes_and_agrees_with_simulator(env):
     for policy, name in (("builtin:admitall", "admitall"), (str(env["count"]), "count")):
-        p, m = replay(env, policy=policy, flash_bytes="128M")
+        p, m = replay(env, policy=policy, flash_bytes="128MiB")
         assert p.returncode == 0, p.stderr
         assert m["integrity_errors"] == 0 and m["device_errors"] == 0
         assert m["verified_bytes"] > 0 and m["accesses"] > 1000
@@ -210,7 +210,7 @@ def test_flash_faults_fall_back_to_backing(env):
 def test_kill_during_replay_then_restart(env):
     flash = env["dir"] / "killed-flash.img"
     args = [str(FLASHRT), "replay", "--policy", "builtin:admitall", "--trace", str(env["trace"]),
-            "--flash", str(flash), "--flash-bytes", "32M", "--backing", str(env["backing"]),
+            "--flash", str(flash), "--flash-bytes", "32MiB", "--backing", str(env["backing"]),
             "--warmup-s", "0", "--json"]
     killed = False
     for delay in (0.3, 0.1, 0.03):
@@ -222,7 +222,7 @@ def test_kill_during_replay_then_restart(env):
             killed = True
             break
     assert killed, "replay finished before it could be killed"
-    p, m = replay(env, flash=flash, flash_bytes="32M")
+    p, m = replay(env, flash=flash, flash_bytes="32MiB")
     assert p.returncode == 0, p.stderr
     assert m["integrity_errors"] == 0 and m["hits"] > 0
 
@@ -234,12 +234,12 @@ def test_bad_input_is_refused_clearly(env, tmp_path):
     p, _ = replay(env, "--fallback", "none")
     assert p.returncode == 0
     p = run("replay", "--policy", "builtin:admitall", "--trace", trunc, "--flash",
-            tmp_path / "f.img", "--flash-bytes", "8M", "--backing", env["backing"])
+            tmp_path / "f.img", "--flash-bytes", "8MiB", "--backing", env["backing"])
     assert p.returncode == 1 and f"{trunc}:51" in p.stderr and "field 'op_time'" in p.stderr
     assert "truncated" in p.stderr
     p, _ = replay(env, flash=Path("/dev/flashrt-missing-device"))
     assert p.returncode == 1 and "no such device" in p.stderr
-    p, _ = replay(env, flash_bytes="512K")
+    p, _ = replay(env, flash_bytes="512KiB")
     assert p.returncode == 1 and "too small for one region" in p.stderr
     garbage = tmp_path / "garbage.so"
     garbage.write_bytes(b"\x7fELF garbage" * 10)
@@ -253,7 +253,7 @@ def test_bad_input_is_refused_clearly(env, tmp_path):
                           (wronghash, "contract hash")):
         p, _ = replay(env, policy=str(bundle))
         assert p.returncode == 1 and "refused" in p.stderr and words in p.stderr, p.stderr
-        p, m = replay(env, "--fallback", "rejectx", policy=str(bundle), flash_bytes="16M")
+        p, m = replay(env, "--fallback", "rejectx", policy=str(bundle), flash_bytes="16MiB")
         assert p.returncode == 0 and m["policy"] == "rejectx" and words in m["policy_warning"]
         assert m["integrity_errors"] == 0
     p, _ = replay(env, policy=str(tmp_path / "nowhere"))
@@ -266,7 +266,7 @@ def test_bad_input_is_refused_clearly(env, tmp_path):
 def test_probe_disk_writes_simulator_config(env, tmp_path):
     out = tmp_path / "disk.json"
     p = run("probe-disk", "--device", env["backing"], "--out", out, "--reads", "50",
-            "--seq-bytes", "16M")
+            "--seq-bytes", "16MiB")
     assert p.returncode == 0, p.stderr
     d = json.loads(out.read_text())
     assert d["t_seek_s"] >= 0 and d["bandwidth_bytes_per_s"] > 0
@@ -288,10 +288,10 @@ def test_loop_device(env, tmp_path):
         pytest.skip(f"losetup unavailable here: {p.stderr.strip()}")
     dev = p.stdout.strip()
     try:
-        p, m = replay(env, flash=Path(dev), flash_bytes="32M")
+        p, m = replay(env, flash=Path(dev), flash_bytes="32MiB")
         assert p.returncode == 0, p.stderr
         assert m["integrity_errors"] == 0 and m["hits"] > 0
-        p, _ = replay(env, flash=Path(dev), flash_bytes="1G")
+        p, _ = replay(env, flash=Path(dev), flash_bytes="1GiB")
         assert p.returncode == 1 and "less than --flash-bytes" in p.stderr
     finally:
         subprocess.run(["losetup", "-d", dev], check=False)
@@ -314,7 +314,7 @@ def test_compiled_policy_and_its_prefetch_hint(env, tmp_path):
     compile_policy(tmp_path / "policy", model_dir=tmp_path / "models")
     runs = {}
     for name, extra in (("hint", ()), ("no hint", ("--no-policy-prefetch",))):
-        p, m = replay(env, *extra, policy=str(tmp_path / "policy"), flash_bytes="128M")
+        p, m = replay(env, *extra, policy=str(tmp_path / "policy"), flash_bytes="128MiB")
         assert p.returncode == 0, p.stderr
         assert m["integrity_errors"] == 0 and m["verified_bytes"] > 0
         runs[name] = m
@@ -328,3 +328,28 @@ def test_compiled_policy_and_its_prefetch_hint(env, tmp_path):
     assert runs["hint"]["prefetched_segments"] > 0
     assert_agrees_with_simulator(env, runs["hint"], ["--policy", str(tmp_path / "policy")],
                                  "compiled")
+
+
+def test_size_units_are_one_table(tmp_path):
+    """flashrt reads sizes as flashml does (README "Sizes"): the same spellings, the same
+    values, the same refusals (bare K/M/G/T are ambiguous)."""
+    from flashml.simulation import parse_capacity
+
+    build_runtime()
+    trace = tmp_path / "o.csv"
+    trace.write_text("time,key,size\n0,1,1\n")
+
+    def rt(text):
+        p = subprocess.run([str(FLASHRT), "mat-replay", "--no-model", "--no-data", "--trace",
+                            str(trace), "--capacity", text, "--json"], capture_output=True,
+                           text=True)
+        return json.loads(p.stdout)["capacity"] if p.returncode == 0 else None
+
+    for text in ("4096", "7B", "3KB", "2kb", "5MB", "1GB", "2TB", "3KiB", "2mib", "1GiB",
+                 "1TiB"):
+        assert rt(text) == parse_capacity(text)[0], text
+    for text in ("64M", "1G", "512K", "2T", "1.5MiB", "5obj", "MiB", "-1"):
+        assert rt(text) is None, text
+        if text[-1] in "KMGT":
+            with pytest.raises(ValueError, match="powers of 1000"):
+                parse_capacity(text)

@@ -10,7 +10,8 @@
 
 /* 1 if any argument is --help or -h. */
 int cli_want_help(int argc, char **argv);
-/* A byte count with an optional suffix K/KiB/k, M/MiB, G/GiB, T/TiB (powers of 1024). */
+/* A byte count with an optional unit: B, KB/MB/GB/TB (powers of 1000), KiB/MiB/GiB/TiB (powers
+ * of 1024), case-insensitive (README "Sizes", flashml's parse_capacity table). */
 int cli_parse_bytes(const char *s, uint64_t *out);
 /* A finite double / a non-negative decimal integer, the whole string; -1 if not. */
 int cli_parse_double(const char *s, double *out);

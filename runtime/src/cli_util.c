@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 
@@ -22,20 +23,22 @@ static int parse_leading_uint(const char *s, unsigned long long *v, char **end) 
 }
 
 int cli_parse_bytes(const char *s, uint64_t *out) {
+    /* README "Sizes": the table flashml.simulation's parse_capacity reads (case-insensitive;
+     * bare K/M/G/T refused as ambiguous); tests/test_runtime.py checks both agree. */
+    static const struct { const char *unit; uint64_t mult; } UNITS[] = {
+        {"", 1}, {"b", 1},
+        {"kb", 1000ull}, {"mb", 1000000ull}, {"gb", 1000000000ull}, {"tb", 1000000000000ull},
+        {"kib", 1ull << 10}, {"mib", 1ull << 20}, {"gib", 1ull << 30}, {"tib", 1ull << 40}};
     char *end;
     unsigned long long v;
     if (parse_leading_uint(s, &v, &end) != 0) return -1;
-    uint64_t mult = 1;
-    if (*end) {
-        if (!strcmp(end, "K") || !strcmp(end, "KiB") || !strcmp(end, "k")) mult = 1ull << 10;
-        else if (!strcmp(end, "M") || !strcmp(end, "MiB")) mult = 1ull << 20;
-        else if (!strcmp(end, "G") || !strcmp(end, "GiB")) mult = 1ull << 30;
-        else if (!strcmp(end, "T") || !strcmp(end, "TiB")) mult = 1ull << 40;
-        else return -1;
+    for (size_t i = 0; i < sizeof UNITS / sizeof UNITS[0]; i++) {
+        if (strcasecmp(end, UNITS[i].unit) != 0) continue;
+        if (v > UINT64_MAX / UNITS[i].mult) return -1;
+        *out = v * UNITS[i].mult;
+        return 0;
     }
-    if (v > UINT64_MAX / mult) return -1;
-    *out = v * mult;
-    return 0;
+    return -1;
 }
 
 int cli_parse_double(const char *s, double *out) {
