@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,8 @@ def spark_session(master: str | None = None, *, shuffle_partitions: int | None =
     else:
         b = (b.master(master or "local[*]")
              .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
+             # Spark's stage progress bar on a terminal; none in logs and CI output
+             .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
              .config("spark.driver.memory", os.environ.get("FLASHML_SPARK_DRIVER_MEMORY",
                                                            "4g")))
     b = (b.config("spark.sql.shuffle.partitions", str(shuffle_partitions))

@@ -229,8 +229,9 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         history.append(Iteration(ea, measured, tuned.knob, float(m["flash_write_rate_mbps"]),
                                  float(m["peak_dt_util"]), n_eps, n_admitted,
                                  time.perf_counter() - t0, warm=it == 0 and warm is not None))
-        log.info("convergence iteration %d: EA %.0f s -> measured %.0f s, threshold %.4f, "
-                 "%.2f MB/s, peak DT %.4f", it, ea, measured, tuned.knob,
+        log.info("convergence iteration %d of at most %d: EA %.0f s -> measured %.0f s, "
+                 "threshold %.4f, %.2f MB/s, peak DT %.4f", it, settings.max_iter, ea, measured,
+                 tuned.knob,
                  m["flash_write_rate_mbps"], m["peak_dt_util"])
         new_ea = settings.damping * ea + (1 - settings.damping) * measured
         moved = abs(new_ea - ea)
