@@ -185,6 +185,7 @@ def network_bench(quick: bool) -> dict[str, Any]:
 
     from flashml.compiler.loader import PolicyLibrary
     from flashml.features.partition import contract
+    from flashml.jobs.mlcache import TEST_SEED
 
     out: dict[str, Any] = {}
     extra = (["--requests", "50000", "--train-mixes", "6", "--test-mixes", "2", "--max-iter",
@@ -205,11 +206,22 @@ def network_bench(quick: bool) -> dict[str, Any]:
             t1 = time.perf_counter()
             lib.partition(x, k)
             per_call = (time.perf_counter() - t1) / len(x)
+            # from C: the runtime's own timing of each flashml_partition call, on a held-out
+            # mix re-divided every 50 requests (many calls)
+            mix = part.page_requests(generate_mix(k, 50_000, TEST_SEED)[0], "namespace")
+            part.write_page_csv(mix, f"{tmp}/pages.csv")
+            rt = subprocess.run([str(ROOT / "runtime" / "build" / "flashrt"), "partition-replay",
+                                 "--bundle", f"{tmp}/run/compiled", "--trace",
+                                 f"{tmp}/pages.csv", "--capacity", str(CAPACITY[k]),
+                                 "--interval", "50", "--writes-only", "--no-data", "--json"],
+                                capture_output=True, text=True, check=True)
+            c_ns = json.loads(rt.stdout)["partition_ns_mean"]
         out[str(k)] = {"capacity": summ["capacity"], "job_wall_s": wall,
                        "policies": summ["policies"], "network": summ["network"],
                        "judged": [j["name"] for j in summ["judged"]],
                        "so_vs_python_max_abs": summ["so_vs_python_max_abs"],
-                       "partition_call_us_via_ctypes": per_call * 1e6}
+                       "partition_call_us_via_ctypes": per_call * 1e6,
+                       "partition_call_us_from_c": c_ns / 1e3}
     return out
 
 

@@ -204,3 +204,40 @@ def test_partition_merges_with_an_eviction_model(compiled: tuple, tmp_path: Path
     alone = PolicyLibrary(tmp / "out" / "policy.so", need="partition")
     assert np.array_equal(lib.partition(x, 3)[0], alone.partition(x, 3)[0])
     np.testing.assert_allclose(lib.evict_predict(xe), booster.predict(xe), rtol=1e-12)
+
+
+def test_our_loop_equals_emlearns_inference_bit_for_bit(compiled: tuple, tmp_path: Path) -> None:
+    """partition_net.c evaluates emlearn's layers with its own (vectorisable) loop; on the same
+    float32 inputs it gives exactly what emlearn's eml_net_regress gives."""
+    import subprocess
+
+    from flashml.compiler.build import _emlearn_include, _partition_sources
+    from flashml.compiler.bundle import read_partition_model
+
+    tmp, _, x = compiled
+    ws, bs = read_partition_model(tmp / "bundle" / PARTITION_FILE)
+    (net_c, _), _ = _partition_sources(tmp_path, ws, bs, C.hash)
+    harness = tmp_path / "harness.c"
+    harness.write_text(f"""#include <stdio.h>
+#include "{net_c.name}"
+int main(void) {{
+    float in[{C.num_features}], ours[{C.max_streams}], theirs[{C.max_streams}];
+    float b1[256], b2[256];
+    EmlNet m = flashml_pnet;
+    m.activations1 = b1; m.activations2 = b2; m.activations_length = 256;
+    while (fread(in, sizeof in, 1, stdin) == 1) {{
+        if (flashml_partition_net(in, ours) != 0) return 2;
+        if (eml_net_regress(&m, in, {C.num_features}, theirs, {C.max_streams}) != EmlOk) return 3;
+        fwrite(ours, sizeof ours, 1, stdout);
+        fwrite(theirs, sizeof theirs, 1, stdout);
+    }}
+    return 0;
+}}
+""")
+    exe = tmp_path / "harness"
+    subprocess.run(["cc", "-std=c11", "-O2", "-w", "-I", str(tmp_path), "-I",
+                    str(_emlearn_include()), str(harness), "-lm", "-o", str(exe)], check=True)
+    rows = np.ascontiguousarray(x[:300], dtype=np.float32)
+    out = subprocess.run([str(exe)], input=rows.tobytes(), capture_output=True, check=True).stdout
+    both = np.frombuffer(out, dtype=np.float32).reshape(len(rows), 2, C.max_streams)
+    assert np.array_equal(both[:, 0].view(np.uint32), both[:, 1].view(np.uint32))
