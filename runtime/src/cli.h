@@ -29,6 +29,19 @@ const char *cli_num(char buf[32], double v);
 void cli_json_int(FILE *f, const char *k, uint64_t v, int *first);
 void cli_json_str(FILE *f, const char *k, const char *v, int *first);
 
+/* One figure of a command's output: an integer (is_int, u) or a number (d). */
+struct cli_figure {
+    const char *k;
+    int is_int;
+    double d;
+    uint64_t u;
+};
+/* A command's figures on stdout: one JSON object (the figures, then the string members
+ * strs[2i] = key, strs[2i+1] = value, i < nstr; a NULL value is left out), or a table (the
+ * first `ntable` string members, then the figures). */
+void cli_print_figures(const struct cli_figure *fig, size_t n, const char *const *strs,
+                       size_t nstr, size_t ntable, int as_json);
+
 /* `flashrt replay` (cli_replay.c); argv holds the options after the command. */
 int cli_replay(int argc, char **argv);
 

@@ -195,7 +195,7 @@ int cli_mat_replay(int argc, char **argv) {
     if (rc == 0) {
         const char *unit = cfg.unit == FLASHRT_MAT_OBJECTS ? "objects" : "bytes";
         const char *policy = pol ? flashrt_policy_name(pol) : "none";
-        struct { const char *k; int is_int; double d; uint64_t u; } kv[] = {
+        struct cli_figure kv[] = {
             {"requests", 1, 0, mt.requests}, {"hits", 1, 0, mt.hits}, {"misses", 1, 0, mt.misses},
             {"miss_ratio", 0, mt.miss_ratio, 0}, {"byte_miss_ratio", 0, mt.byte_miss_ratio, 0},
             {"evictions", 1, 0, mt.evictions}, {"predictions", 1, 0, mt.predictions},
@@ -213,25 +213,8 @@ int cli_mat_replay(int argc, char **argv) {
             {"cache_file_bytes", 1, 0, mt.file_bytes}, {"direct_io", 1, 0, (uint64_t)mt.direct_io},
             {"wall_s", 0, mt.wall_s, 0},
         };
-        size_t nk = sizeof kv / sizeof kv[0];
-        if (as_json) {
-            int first = 1;
-            fputc('{', stdout);
-            for (size_t i = 0; i < nk; i++) {
-                if (kv[i].is_int) cli_json_int(stdout, kv[i].k, kv[i].u, &first);
-                else cli_json_num(stdout, kv[i].k, kv[i].d, &first);
-            }
-            cli_json_str(stdout, "unit", unit, &first);
-            cli_json_str(stdout, "policy", policy, &first);
-            cli_json_str(stdout, "evict_contract_hash", FLASHML_EVICT_CONTRACT_HASH, &first);
-            fputs("}\n", stdout);
-        } else {
-            printf("%-26s  %s\n%-26s  %s\n", "policy", policy, "unit", unit);
-            for (size_t i = 0; i < nk; i++) {
-                if (kv[i].is_int) printf("%-26s  %llu\n", kv[i].k, (unsigned long long)kv[i].u);
-                else printf("%-26s  %.6g\n", kv[i].k, kv[i].d);
-            }
-        }
+        const char *strs[] = {"policy", policy, "unit", unit, "evict_contract_hash", FLASHML_EVICT_CONTRACT_HASH};
+        cli_print_figures(kv, sizeof kv / sizeof kv[0], strs, 3, 2, as_json);
         if (mt.integrity_errors) {
             fprintf(stderr, "flashrt: integrity error: %llu hits read back wrong bytes from %s\n",
                     (unsigned long long)mt.integrity_errors, cfg.cache_path);

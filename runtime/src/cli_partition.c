@@ -234,7 +234,7 @@ int cli_partition_replay(int argc, char **argv) {
     }
     if (rc == 0) {
         const char *policy = pol ? flashrt_policy_name(pol) : "even";
-        struct { const char *k; int is_int; double d; uint64_t u; } kv[] = {
+        struct cli_figure kv[] = {
             {"requests", 1, 0, mt.requests}, {"hits", 1, 0, mt.hits}, {"hit_ratio", 0, mt.hit_ratio, 0},
             {"reads", 1, 0, mt.reads}, {"read_hits", 1, 0, mt.read_hits}, {"read_hit_ratio", 0, mt.read_hit_ratio, 0},
             {"writes", 1, 0, mt.writes}, {"write_hits", 1, 0, mt.write_hits}, {"write_hit_ratio", 0, mt.write_hit_ratio, 0},
@@ -248,24 +248,8 @@ int cli_partition_replay(int argc, char **argv) {
             {"cache_file_bytes", 1, 0, mt.file_bytes}, {"direct_io", 1, 0, (uint64_t)mt.direct_io},
             {"wall_s", 0, mt.wall_s, 0},
         };
-        size_t nk = sizeof kv / sizeof kv[0];
-        if (as_json) {
-            int first = 1;
-            fputc('{', stdout);
-            for (size_t i = 0; i < nk; i++) {
-                if (kv[i].is_int) cli_json_int(stdout, kv[i].k, kv[i].u, &first);
-                else cli_json_num(stdout, kv[i].k, kv[i].d, &first);
-            }
-            cli_json_str(stdout, "policy", policy, &first);
-            cli_json_str(stdout, "partition_contract_hash", FLASHML_PARTITION_CONTRACT_HASH, &first);
-            fputs("}\n", stdout);
-        } else {
-            printf("%-20s  %s\n", "policy", policy);
-            for (size_t i = 0; i < nk; i++) {
-                if (kv[i].is_int) printf("%-20s  %llu\n", kv[i].k, (unsigned long long)kv[i].u);
-                else printf("%-20s  %.6g\n", kv[i].k, kv[i].d);
-            }
-        }
+        const char *strs[] = {"policy", policy, "partition_contract_hash", FLASHML_PARTITION_CONTRACT_HASH};
+        cli_print_figures(kv, sizeof kv / sizeof kv[0], strs, 2, 1, as_json);
         if (mt.integrity_errors) {
             fprintf(stderr, "flashrt: integrity error: %llu hits read back wrong bytes from %s\n",
                     (unsigned long long)mt.integrity_errors, cfg.cache_path);

@@ -135,18 +135,11 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
     return -1;
 }
 
-struct kv {
-    const char *k;
-    int is_int;
-    double d;
-    uint64_t u;
-};
-
 /* The metrics in the simulator's key order, then the runtime's: one JSON object or a table. */
 static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, uint64_t verified_bytes,
                           double sample_ratio, const char *policy, const char *warning, int as_json) {
     const struct flashrt_metrics m = *mp;
-    struct kv kvs[] = {
+    struct cli_figure kvs[] = {
         {"peak_dt_util", 0, m.peak_dt_util, 0}, {"mean_dt_util", 0, m.mean_dt_util, 0},
         {"p50_dt_util", 0, m.p50_dt_util, 0}, {"p90_dt_util", 0, m.p90_dt_util, 0},
         {"p99_dt_util", 0, m.p99_dt_util, 0}, {"flash_write_rate_mbps", 0, m.flash_write_rate_mbps, 0},
@@ -175,24 +168,8 @@ static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, 
         {"throughput_accesses_per_s", 0, m.throughput_accesses_per_s, 0},
         {"throughput_mb_per_s", 0, m.throughput_mb_per_s, 0}, {"direct_io", 1, 0, (uint64_t)m.direct_io},
     };
-    size_t nk = sizeof kvs / sizeof kvs[0];
-    if (as_json) {
-        int first = 1;
-        fputc('{', stdout);
-        for (size_t i = 0; i < nk; i++) {
-            if (kvs[i].is_int) cli_json_int(stdout, kvs[i].k, kvs[i].u, &first);
-            else cli_json_num(stdout, kvs[i].k, kvs[i].d, &first);
-        }
-        cli_json_str(stdout, "policy", policy, &first);
-        cli_json_str(stdout, "policy_warning", warning, &first);
-        fputs("}\n", stdout);
-    } else {
-        printf("%-26s  %s\n", "policy", policy);
-        for (size_t i = 0; i < nk; i++) {
-            if (kvs[i].is_int) printf("%-26s  %llu\n", kvs[i].k, (unsigned long long)kvs[i].u);
-            else printf("%-26s  %.6g\n", kvs[i].k, kvs[i].d);
-        }
-    }
+    const char *strs[] = {"policy", policy, "policy_warning", warning};
+    cli_print_figures(kvs, sizeof kvs / sizeof kvs[0], strs, 2, 1, as_json);
 }
 
 int cli_replay(int argc, char **argv) {

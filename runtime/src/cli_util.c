@@ -97,3 +97,25 @@ void cli_json_str(FILE *f, const char *k, const char *v, int *first) {
     fputc('"', f);
     *first = 0;
 }
+
+void cli_print_figures(const struct cli_figure *fig, size_t n, const char *const *strs,
+                       size_t nstr, size_t ntable, int as_json) {
+    if (as_json) {
+        int first = 1;
+        fputc('{', stdout);
+        for (size_t i = 0; i < n; i++) {
+            if (fig[i].is_int) cli_json_int(stdout, fig[i].k, fig[i].u, &first);
+            else cli_json_num(stdout, fig[i].k, fig[i].d, &first);
+        }
+        for (size_t i = 0; i < nstr; i++)
+            if (strs[2 * i + 1]) cli_json_str(stdout, strs[2 * i], strs[2 * i + 1], &first);
+        fputs("}\n", stdout);
+        return;
+    }
+    for (size_t i = 0; i < ntable && i < nstr; i++)
+        if (strs[2 * i + 1]) printf("%-26s  %s\n", strs[2 * i], strs[2 * i + 1]);
+    for (size_t i = 0; i < n; i++) {
+        if (fig[i].is_int) printf("%-26s  %llu\n", fig[i].k, (unsigned long long)fig[i].u);
+        else printf("%-26s  %.6g\n", fig[i].k, fig[i].d);
+    }
+}
