@@ -216,7 +216,12 @@ def network_bench(quick: bool) -> dict[str, Any]:
                                  "--interval", "50", "--writes-only", "--no-data", "--json"],
                                 capture_output=True, text=True, check=True)
             c_ns = json.loads(rt.stdout)["partition_ns_mean"]
+        per = summ["per_trace"].values()
+        wh = [(t["policies"]["mlcache"]["write_hit_ratio"],
+               t["policies"]["even"]["write_hit_ratio"]) for t in per]
         out[str(k)] = {"capacity": summ["capacity"], "job_wall_s": wall,
+                       "mixes_mlcache_above_even": sum(m > e for m, e in wh),
+                       "mixes": len(wh),
                        "policies": summ["policies"], "network": summ["network"],
                        "judged": [j["name"] for j in summ["judged"]],
                        "so_vs_python_max_abs": summ["so_vs_python_max_abs"],
