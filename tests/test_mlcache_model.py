@@ -241,3 +241,21 @@ int main(void) {{
     out = subprocess.run([str(exe)], input=rows.tobytes(), capture_output=True, check=True).stdout
     both = np.frombuffer(out, dtype=np.float32).reshape(len(rows), 2, C.max_streams)
     assert np.array_equal(both[:, 0].view(np.uint32), both[:, 1].view(np.uint32))
+
+
+def test_sharpness_in_the_compiled_rule(compiled: tuple, tmp_path: Path) -> None:
+    """The shares' sharpness travels in the bundle: the .so raises the positive outputs to it
+    as shares_from_outputs does; a bad value is refused naming the field."""
+    tmp, net, x = compiled
+    save_partition_model(tmp_path / "b", net, sharpness=2.0)
+    compile_policy(tmp_path / "o", model_dir=tmp_path / "b", log_to_mlflow=False)
+    lib = PolicyLibrary(tmp_path / "o" / "policy.so", need="partition")
+    so, _ = lib.partition(x, 3)
+    sharp, _ = model.shares_from_outputs(net.predict(x), 3, 2.0)
+    flat, _ = model.shares_from_outputs(net.predict(x), 3)
+    assert np.abs(so - sharp).max() < 1e-5 and np.abs(so - flat).max() > 1e-3
+    raw = json.loads((tmp_path / "b" / "policy.json").read_text())
+    raw["partition"]["sharpness"] = 0
+    (tmp_path / "b" / "policy.json").write_text(json.dumps(raw))
+    with pytest.raises(UserError, match="partition.sharpness"):
+        compile_policy(tmp_path / "o2", model_dir=tmp_path / "b", log_to_mlflow=False)

@@ -565,7 +565,8 @@ def _emlearn_include() -> Path:
 
 
 def _partition_sources(build: Path, weights: list[Any], biases: list[Any],
-                       contract_hash: str) -> list[tuple[Path, tuple[str, ...]]]:
+                       contract_hash: str, sharpness: float = 1.0
+                       ) -> list[tuple[Path, tuple[str, ...]]]:
     """MLCache's network as C: emlearn's generated layers and its eml_net inference
     (`partition_net.c`, compiled without warnings like TL2cgen's code: it is a library's
     output), and the ABI functions around it (`partition_wrapper.c`, -Wall -Wextra
@@ -581,8 +582,8 @@ def _partition_sources(build: Path, weights: list[Any], biases: list[Any],
     net = c_generate_net_loadable(acts, [np.asarray(w) for w in weights],
                                   [np.asarray(b) for b in biases], prefix="flashml_pnet")
     net_c = build / "partition_net.c"
-    net_c.write_text(f"""/* MLCache's partition network: emlearn {_emlearn_version()}'s layers (weights,
- * biases, activations), evaluated here. emlearn's own eml_net_forward walks the weights
+    net_c.write_text(f"""/* MLCache's partition network: emlearn {_emlearn_version()}'s layers
+ * (weights, biases, activations), evaluated here. emlearn's own eml_net_forward walks the weights
  * output by output (stride n_outputs) with one dependent add chain per output: ~30 us for the
  * 176 x 64 x 16 network. This loop goes input by input over contiguous weights, so the
  * compiler vectorises across outputs; each output still sums w * x over the inputs in the
@@ -619,8 +620,9 @@ int flashml_partition_net(const float *in, float *out) {{
 }}
 """)
     wrap = build / "partition_wrapper.c"
-    wrap.write_text(PARTITION_WRAPPER.read_text().replace("@PARTITION_CONTRACT_HASH@",
-                                                          contract_hash))
+    wrap.write_text(PARTITION_WRAPPER.read_text()
+                    .replace("@PARTITION_CONTRACT_HASH@", contract_hash)
+                    .replace("@PARTITION_SHARPNESS@", float(sharpness).hex()))
     return [(net_c, ("-w",)), (wrap, WRAPPER_WARNINGS)]
 
 
@@ -730,8 +732,9 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                                str(obj)], src.name))
             objects.append(obj)
         if groups["partition"]:
-            for src, warn in _partition_sources(build, *net_layers,
-                                                params[PARTITION_PARAMS]["contract_hash"]):
+            pp = params[PARTITION_PARAMS]
+            for src, warn in _partition_sources(build, *net_layers, pp["contract_hash"],
+                                                pp["sharpness"]):
                 obj = build / f"{src.stem}.o"
                 jobs_list.append(([cc_path, *CFLAGS, *warn, "-I", str(build), "-I",
                                    str(_emlearn_include()), "-c", str(src), "-o", str(obj)],

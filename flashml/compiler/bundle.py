@@ -276,7 +276,7 @@ def read_policy_json(bundle: Path) -> dict[str, Any]:
 def save_partition_model(directory: str | os.PathLike[str], net: Any, *,
                          metrics: Mapping[str, float] | None = None,
                          mlflow_run_id: str | None = None, contract_hash: str | None = None,
-                         merge: bool = False, **extra: Any) -> Path:
+                         merge: bool = False, sharpness: float = 1.0, **extra: Any) -> Path:
     """Write MLCache's partition network into a bundle: `partition.json` (a fitted
     scikit-learn MLPRegressor's layers: weights (inputs x outputs), biases, activations;
     float64 as JSON numbers) and policy.json's `partition` object (the contract hash, the
@@ -296,7 +296,7 @@ def save_partition_model(directory: str | os.PathLike[str], net: Any, *,
     model = {"format": "flashml-mlp/1", "activation": "relu", "out_activation": "identity",
              "layers": [{"weights": w.tolist(), "biases": b.tolist()}
                         for w, b in zip(weights, biases, strict=True)]}
-    pp = {"contract_hash": contract_hash or c.hash,
+    pp = {"contract_hash": contract_hash or c.hash, "sharpness": float(sharpness),
           "hidden": [int(w.shape[1]) for w in weights[:-1]],
           "metrics": {name: float(v) for name, v in (metrics or {}).items()}, **extra}
     out = Path(directory)
@@ -368,7 +368,11 @@ def _checked_partition(where: str, pp: Any) -> dict[str, Any]:
     m = pp.get("metrics", {})
     if not isinstance(m, dict):
         raise UserError(f"{where}: field '{PARTITION_PARAMS}.metrics': expected an object")
-    return {**pp, "metrics": m}
+    g = pp.get("sharpness", 1.0)
+    if isinstance(g, bool) or not isinstance(g, int | float) or not 0.0 < g <= 16.0:
+        raise UserError(f"{where}: field '{PARTITION_PARAMS}.sharpness': expected a number in "
+                        f"(0, 16], got {g!r}")
+    return {**pp, "metrics": m, "sharpness": float(g)}
 
 
 def _checked_evict(where: str, ev: Any) -> dict[str, Any]:

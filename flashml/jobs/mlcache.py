@@ -249,10 +249,17 @@ def train(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
             log.info("hidden %s: held-out-mix CV %s", name, cv[name])
     best = min(cv, key=lambda n: cv[n]["cv_l1"])
     hidden = tuple(int(n) for n in best.split("x"))
+    with timer.stage("sharpness"):
+        sharp = model.choose_sharpness(
+            data, [_trace(run, s, item, m["streams"]) for item in m["train"]], m["capacity"],
+            s.interval, hidden=hidden, writes_only=s.writes_only, seed=s.seed,
+            max_iter=s.max_iter)
+    log.info("shares' sharpness %s (held-out hit ratio by sharpness: %s)", sharp["sharpness"],
+             sharp["hit_ratio"])
     with timer.stage("fit"):
         net = model.train_network(data, hidden=hidden, seed=s.seed, max_iter=s.max_iter)
     metrics = {"train_rows": float(rows), "epochs": float(net.n_iter_),
-               "final_loss": float(net.loss_), **cv[best]}
+               "final_loss": float(net.loss_), "sharpness": sharp["sharpness"], **cv[best]}
     rid = run.mlflow_run_id()
     if rid:
         client = MlflowClient()
@@ -268,10 +275,11 @@ def train(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
         mlflow.log_metrics({f"mlcache_{k}": v for k, v in finite_numbers(metrics).items()})
     bundle = run.work / "partition-bundle"
     save_partition_model(bundle, net, metrics=finite_numbers(metrics), mlflow_run_id=rid,
-                         capacity=m["capacity"], interval=s.interval,
+                         sharpness=sharp["sharpness"], capacity=m["capacity"],
+                         interval=s.interval,
                          writes_only=s.writes_only, trained_streams=m["streams"])
     return run.record("train", {"bundle": str(bundle), "hidden": list(hidden), "cv": cv,
-                                "metrics": metrics, "rows": rows})
+                                "sharpness": sharp, "metrics": metrics, "rows": rows})
 
 
 def compile_network(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
@@ -346,7 +354,8 @@ def _parity(run: RunDir, s: MlcacheSettings, lib: Any, m: dict[str, Any]) -> flo
         a = a @ w + b
         if i < len(ws) - 1:
             a = np.maximum(a, 0.0)
-    py, _ = model.shares_from_outputs(a, t.n_streams)
+    py, _ = model.shares_from_outputs(a, t.n_streams,
+                                      run.done("train")["sharpness"]["sharpness"])
     so, _ = lib.partition(x, t.n_streams)
     return float(np.abs(py - so).max()) if len(x) else 0.0
 
@@ -457,6 +466,7 @@ def summary(records: dict[str, dict[str, Any]], s: MlcacheSettings) -> dict[str,
             "judged": records["mixes"]["judged"], "policies": ev["policies"],
             "per_trace": ev["per_trace"], "so_vs_python_max_abs": ev["so_vs_python_max_abs"],
             "network": {"hidden": records["train"]["hidden"], "cv": records["train"]["cv"],
+                        "sharpness_hit_ratio": records["train"]["sharpness"]["hit_ratio"],
                         **records["train"]["metrics"]},
             "compiled": records["compile"]["dir"], "plots": records["plots"]["plots"]}
 
@@ -468,7 +478,8 @@ def describe(summary: dict[str, Any], s: MlcacheSettings) -> str:
         lines.append(f"  {p:17} write hit ratio {r['write_hit_ratio']:.4f}  vs even "
                      f"{r['gain_over_even']:+.1%}  of the oracle's gain "
                      f"{r['oracle_gain_fraction']:.0%}")
-    lines.append(f"network {summary['network']['hidden']}: held-out-mix CV L1 "
+    lines.append(f"network {summary['network']['hidden']}, shares' sharpness "
+                 f"{summary['network']['sharpness']}: held-out-mix CV L1 "
                  f"{summary['network']['cv_l1']:.3f}; .so vs scikit-learn shares max diff "
                  f"{summary['so_vs_python_max_abs']:.1e}")
     return "\n".join(lines)
