@@ -43,6 +43,9 @@ def command(tool: str, host: str, port: int, context: Path | None = None
 
     env = dict(os.environ)
     bindir = Path(sys.executable).parent
+    # the servers start their own parts by name (airflow standalone runs `airflow
+    # scheduler`, ...): this interpreter's scripts first on PATH, activated or not
+    env["PATH"] = os.pathsep.join([str(bindir), env.get("PATH", "")])
     url = f"http://{host}:{port}/"
     if tool == "mlflow":
         from flashml.tracking import artifact_root, tracking_uri
