@@ -1,0 +1,2 @@
+"""KML (issue 19): a tiny learned readahead tuner. `testbed`: the real experiment (db_bench on a
+loop device, readahead swept, page cache dropped)."""

@@ -1,0 +1,195 @@
+"""KML's real experiment (issue 19, first stage): RocksDB's `db_bench` on a filesystem on a loop
+device whose readahead we set, the page cache dropped between runs.
+
+    with Testbed(workdir, size_bytes=2 << 30) as tb:       # loop device, ext4, mounted
+        tb.fill(num=200_000)                               # the database, once
+        r = tb.run("readrandom", readahead_kib=8, num=200_000, reads=20_000)
+        r["ops_per_s"]
+
+`sweep(...)` runs every workload at every readahead size and names the best size per
+workload: the labels KML's model learns. Everything needs root, a loop device and
+`db_bench` (Debian's rocksdb-tools); `unavailable()` says which is missing, so callers skip
+with that reason instead of failing half-way. The set-up is idempotent and the clean-up
+(unmount, detach the loop device, remove the backing file) runs even when a step fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from flashml.errors import UserError
+
+#: The paper's workloads (KML Table 2): db_bench benchmarks run on an existing database.
+WORKLOADS = ("readrandom", "readseq", "readreverse", "readrandomwriterandom")
+#: Readahead sizes swept (KiB): 8 KiB .. 1 MiB, powers of two.
+READAHEAD_KIB = (8, 16, 32, 64, 128, 256, 512, 1024)
+_LINE = re.compile(r"^(?P<name>\w+)\s*:\s*(?P<us>[0-9.]+) micros/op (?P<ops>[0-9]+) ops/sec")
+
+
+def unavailable() -> str | None:
+    """Why the testbed cannot run here (None: it can)."""
+    if os.geteuid() != 0:
+        return "needs root (loop devices, mount, readahead, drop_caches)"
+    for tool in ("losetup", "mkfs.ext4", "mount", "umount", "db_bench"):
+        if shutil.which(tool) is None:
+            return (f"{tool} not found" + (" (apt-get install rocksdb-tools)"
+                                           if tool == "db_bench" else ""))
+    if not Path("/dev/loop-control").exists():
+        return "no loop devices (/dev/loop-control missing)"
+    if not os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        return "cannot drop the page cache (/proc/sys/vm/drop_caches is read-only here)"
+    return None
+
+
+def _run(cmd: list[str], what: str, timeout: float = 600) -> str:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{what}: timed out after {timeout:.0f} s") from None
+    if p.returncode != 0:
+        raise UserError(f"{what} failed (exit {p.returncode}): "
+                        f"{(p.stderr or p.stdout).strip()[-500:]}")
+    return p.stdout
+
+
+def drop_caches() -> None:
+    """Write back and drop the page cache, dentries and inodes."""
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def parse_db_bench(text: str, benchmark: str) -> dict[str, float]:
+    """The result line of `benchmark` in db_bench's output: micros/op, ops/sec."""
+    for line in text.splitlines():
+        m = _LINE.match(line.strip())
+        if m and m.group("name") == benchmark:
+            return {"micros_per_op": float(m.group("us")), "ops_per_s": float(m.group("ops"))}
+    raise UserError(f"db_bench printed no result line for {benchmark}: {text.strip()[-300:]}")
+
+
+class Testbed:
+    """A loop device over a sparse file in `workdir`, ext4 on it, mounted; the database of
+    db_bench lives there. A context manager: `__exit__` always cleans up."""
+
+    def __init__(self, workdir: str | os.PathLike[str], size_bytes: int = 2 << 30,
+                 value_size: int = 400) -> None:
+        why = unavailable()
+        if why:
+            raise UserError(f"the KML testbed cannot run here: {why}")
+        if size_bytes < 64 << 20:
+            raise UserError(f"device size {size_bytes} bytes: at least 64 MiB")
+        self.workdir = Path(workdir)
+        self.size_bytes = size_bytes
+        self.value_size = value_size
+        self.backing: Path | None = None
+        self.device: str | None = None
+        self.mount: Path | None = None
+        self.num = 0
+
+    def __enter__(self) -> Testbed:
+        try:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix="kml-", suffix=".img", dir=self.workdir)
+            os.close(fd)
+            self.backing = Path(name)
+            os.truncate(self.backing, self.size_bytes)
+            # direct IO on the backing file: its pages are not cached twice (host + loop)
+            self.device = _run(["losetup", "--find", "--show", "--direct-io=on",
+                                str(self.backing)], "losetup").strip()
+            _run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", self.device], "mkfs.ext4")
+            self.mount = Path(tempfile.mkdtemp(prefix="kml-mnt-", dir=self.workdir))
+            _run(["mount", "-o", "noatime", self.device, str(self.mount)], "mount")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Unmount, detach, remove; each step tried even if an earlier one failed."""
+        if self.mount is not None:
+            if os.path.ismount(self.mount):
+                for args in (["umount", str(self.mount)], ["umount", "-l", str(self.mount)]):
+                    if subprocess.run(args, capture_output=True).returncode == 0:
+                        break
+                    time.sleep(0.5)
+            shutil.rmtree(self.mount, ignore_errors=True)
+            self.mount = None
+        if self.device is not None:
+            subprocess.run(["losetup", "-d", self.device], capture_output=True)
+            self.device = None
+        if self.backing is not None:
+            self.backing.unlink(missing_ok=True)
+            self.backing = None
+
+    @property
+    def sysfs(self) -> Path:
+        assert self.device is not None, "the testbed is not open"
+        return Path("/sys/block") / Path(self.device).name / "queue" / "read_ahead_kb"
+
+    def readahead_kib(self) -> int:
+        return int(self.sysfs.read_text().strip())
+
+    def set_readahead(self, kib: int) -> None:
+        if not 0 <= kib <= 1 << 20:
+            raise UserError(f"readahead {kib} KiB: expected 0..1048576")
+        self.sysfs.write_text(f"{kib}\n")
+        got = self.readahead_kib()
+        if got != kib:
+            raise UserError(f"{self.sysfs}: set {kib} KiB, reads back {got} KiB")
+
+    def _db_bench(self, benchmark: str, *extra: str) -> str:
+        assert self.mount is not None, "the testbed is not open"
+        return _run(["db_bench", f"--benchmarks={benchmark}", f"--db={self.mount / 'db'}",
+                     f"--value_size={self.value_size}", "--compression_type=none",
+                     "--cache_size=1048576", "--threads=1", *extra], f"db_bench {benchmark}",
+                    timeout=1800)
+
+    def fill(self, num: int) -> dict[str, float]:
+        """Write the database: `num` keys in order (fillseq), compacted."""
+        out = self._db_bench("fillseq", f"--num={num}")
+        self.num = num
+        return parse_db_bench(out, "fillseq")
+
+    def run(self, workload: str, readahead_kib: int, reads: int,
+            duration_s: int = 0) -> dict[str, Any]:
+        """One workload on the filled database with the device's readahead set and a cold
+        page cache: ops/s and micros/op as db_bench reports them."""
+        if workload not in WORKLOADS:
+            raise UserError(f"workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
+        if not self.num:
+            raise UserError("fill the database first (Testbed.fill)")
+        self.set_readahead(readahead_kib)
+        drop_caches()
+        extra = [f"--num={self.num}", "--use_existing_db=1", f"--reads={reads}"]
+        if duration_s:
+            extra.append(f"--duration={duration_s}")
+        r = parse_db_bench(self._db_bench(workload, *extra), workload)
+        return {"workload": workload, "readahead_kib": readahead_kib, **r}
+
+
+def sweep(tb: Testbed, workloads: tuple[str, ...] = WORKLOADS,
+          sizes: tuple[int, ...] = READAHEAD_KIB, reads: int = 20_000,
+          repeats: int = 1) -> dict[str, Any]:
+    """Every workload at every readahead size (the median of `repeats` runs); per workload
+    the best size (the label) and each size's ops/s."""
+    import statistics
+
+    out: dict[str, Any] = {}
+    for w in workloads:
+        per = {}
+        for kib in sizes:
+            runs = [tb.run(w, kib, reads)["ops_per_s"] for _ in range(repeats)]
+            per[kib] = statistics.median(runs)
+        best = max(per, key=lambda k: (per[k], -k))
+        out[w] = {"ops_per_s": per, "best_kib": best, "best_ops_per_s": per[best]}
+    return out
