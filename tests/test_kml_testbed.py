@@ -53,10 +53,58 @@ def test_testbed_sweeps_and_cleans_up(tmp_path: Path) -> None:
 
 @needs_testbed
 def test_testbed_cleans_up_after_a_failure(tmp_path: Path) -> None:
-    tb = kml.Testbed(tmp_path, size_bytes=128 << 20)
+    tb = kml.Testbed(tmp_path, size_bytes=128 << 20, memory_limit_bytes=64 << 20)
     with pytest.raises(RuntimeError, match="boom"), tb:
-        img = tb.backing
+        img, cg = tb.backing, tb.cgroup
+        assert cg is not None and cg.is_dir()
         raise RuntimeError("boom")
     assert tb.device is None and not img.exists() and str(img) not in loops_on(img)
+    assert not cg.exists()
     with pytest.raises(UserError, match="at least 64 MiB"):
         kml.Testbed(tmp_path, size_bytes=1 << 20)
+
+
+def test_window_features_by_hand() -> None:
+    from flashml.kml.collect import FEATURES, window_features
+
+    # window 0: pages 10, 12, 11; window 1: 100; (window 2 empty); window 3: 100, 104
+    ev = [(5.0, 1, 10), (5.2, 1, 12), (5.9, 1, 11), (6.5, 1, 100), (8.1, 1, 100),
+          (8.2, 1, 104)]
+    rows = window_features(ev, readahead_kib=64)
+    assert [r["window"] for r in rows] == [0, 1, 3]
+    assert [r["tracepoints"] for r in rows] == [3, 1, 2]
+    assert rows[0]["offset_mean"] == pytest.approx(11.0)
+    assert rows[0]["offset_std"] == pytest.approx((2 / 3) ** 0.5)
+    assert rows[0]["offset_absdiff_mean"] == pytest.approx(1.5)  # |12-10|, |11-12|
+    allp = [10, 12, 11, 100, 100, 104]
+    m = sum(allp) / 6
+    assert rows[2]["offset_mean"] == pytest.approx(m)  # cumulative over the run
+    assert rows[2]["offset_std"] == pytest.approx((sum((p - m) ** 2 for p in allp) / 6) ** .5)
+    assert rows[2]["offset_absdiff_mean"] == pytest.approx(4.0)
+    assert all(r["readahead_kib"] == 64 for r in rows)
+    assert set(FEATURES) <= set(rows[0])
+    assert window_features([], 8) == []
+
+
+@needs_testbed
+def test_tracer_sees_the_workloads_pages(tmp_path: Path) -> None:
+    """The tracepoint of the testbed's device only, in a tracing instance removed after; a
+    sequential read shows small offset jumps, a random read large ones."""
+    from flashml.kml import collect
+
+    if collect.unavailable():
+        pytest.skip(f"page-cache tracing: {collect.unavailable()}")
+    with kml.Testbed(tmp_path, size_bytes=256 << 20) as tb:
+        tb.fill(50_000)
+        feats = {}
+        for w in ("readseq", "readrandom"):
+            tb.set_readahead(8)
+            kml.drop_caches()
+            with collect.PageCacheTracer(tb.device) as tr:
+                tb._db_bench(w, "--num=50000", "--use_existing_db=1", "--reads=5000")
+            assert tr.events, w
+            feats[w] = collect.window_features(tr.events, 8)[0]
+        inst = list(Path("/sys/kernel/tracing/instances").glob("flashml-kml-*")) \
+            if Path("/sys/kernel/tracing/instances").is_dir() else []
+        assert inst == []
+    assert feats["readseq"]["offset_absdiff_mean"] < feats["readrandom"]["offset_absdiff_mean"]

@@ -79,7 +79,7 @@ class Testbed:
     db_bench lives there. A context manager: `__exit__` always cleans up."""
 
     def __init__(self, workdir: str | os.PathLike[str], size_bytes: int = 2 << 30,
-                 value_size: int = 400) -> None:
+                 value_size: int = 400, memory_limit_bytes: int | None = None) -> None:
         why = unavailable()
         if why:
             raise UserError(f"the KML testbed cannot run here: {why}")
@@ -92,6 +92,10 @@ class Testbed:
         self.device: str | None = None
         self.mount: Path | None = None
         self.num = 0
+        #: db_bench runs in a memory cgroup of this size (its page cache is charged there), so
+        #: a database larger than it is read from the device as on a loaded server
+        self.memory_limit_bytes = memory_limit_bytes
+        self.cgroup: Path | None = None
 
     def __enter__(self) -> Testbed:
         try:
@@ -106,6 +110,9 @@ class Testbed:
             _run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", self.device], "mkfs.ext4")
             self.mount = Path(tempfile.mkdtemp(prefix="kml-mnt-", dir=self.workdir))
             _run(["mount", "-o", "noatime", self.device, str(self.mount)], "mount")
+            if self.memory_limit_bytes:
+                self.cgroup = _memory_cgroup(f"flashml-kml-{os.getpid()}-{id(self)}",
+                                             self.memory_limit_bytes)
         except BaseException:
             self.close()
             raise
@@ -116,6 +123,12 @@ class Testbed:
 
     def close(self) -> None:
         """Unmount, detach, remove; each step tried even if an earlier one failed."""
+        if self.cgroup is not None:
+            try:
+                self.cgroup.rmdir()
+            except OSError:
+                pass
+            self.cgroup = None
         if self.mount is not None:
             if os.path.ismount(self.mount):
                 for args in (["umount", str(self.mount)], ["umount", "-l", str(self.mount)]):
@@ -149,7 +162,10 @@ class Testbed:
 
     def _db_bench(self, benchmark: str, *extra: str) -> str:
         assert self.mount is not None, "the testbed is not open"
-        return _run(["db_bench", f"--benchmarks={benchmark}", f"--db={self.mount / 'db'}",
+        # in the memory cgroup: the shell joins it, then becomes db_bench
+        prefix = (["sh", "-c", f'echo $$ > {self.cgroup / "cgroup.procs"} && exec "$@"', "sh"]
+                  if self.cgroup is not None else [])
+        return _run([*prefix, "db_bench", f"--benchmarks={benchmark}", f"--db={self.mount / 'db'}",
                      f"--value_size={self.value_size}", "--compression_type=none",
                      "--cache_size=1048576", "--threads=1", *extra], f"db_bench {benchmark}",
                     timeout=1800)
@@ -175,6 +191,23 @@ class Testbed:
             extra.append(f"--duration={duration_s}")
         r = parse_db_bench(self._db_bench(workload, *extra), workload)
         return {"workload": workload, "readahead_kib": readahead_kib, **r}
+
+
+def _memory_cgroup(name: str, limit: int) -> Path:
+    """A memory cgroup limited to `limit` bytes (cgroup v1's memory controller, else v2)."""
+    v1 = Path("/sys/fs/cgroup/memory")
+    if v1.is_dir():
+        cg = v1 / name
+        cg.mkdir(exist_ok=True)
+        (cg / "memory.limit_in_bytes").write_text(f"{limit}\n")
+        return cg
+    root = Path("/sys/fs/cgroup")
+    if "memory" not in (root / "cgroup.controllers").read_text().split():
+        raise UserError("no memory cgroup controller: cannot limit db_bench's page cache")
+    cg = root / name
+    cg.mkdir(exist_ok=True)
+    (cg / "memory.max").write_text(f"{limit}\n")
+    return cg
 
 
 def sweep(tb: Testbed, workloads: tuple[str, ...] = WORKLOADS,

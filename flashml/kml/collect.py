@@ -1,0 +1,190 @@
+"""KML's data collection in user space (issue 19): the kernel's `mm_filemap_add_to_page_cache`
+tracepoint (each page the page cache adds, with its file offset), for one block device only,
+read through tracefs in its own tracing instance, cut into windows of 1 s of trace time and
+turned into the paper's features.
+
+    with PageCacheTracer("/dev/loop0") as tr:
+        ... run the workload ...
+    rows = window_features(tr.events, readahead_kib=128)
+
+KML reads the same tracepoint in the kernel; here it is read from user space (trace_pipe), so
+the model's inputs are what a user-space tuner can see. Needs root and tracefs (mounted at
+/sys/kernel/tracing, or mounted here for the duration); `unavailable()` says why not.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import select
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from flashml.errors import UserError
+
+EVENT = "filemap/mm_filemap_add_to_page_cache"
+#: The features of one window, in order (the paper's five: tracepoints seen, cumulative
+#: moving mean and standard deviation of page offsets, mean absolute difference of
+#: consecutive offsets, the current readahead).
+FEATURES = ("tracepoints", "offset_mean", "offset_std", "offset_absdiff_mean",
+            "readahead_kib")
+_LINE = re.compile(r"\s(?P<ts>\d+\.\d+): mm_filemap_add_to_page_cache: dev \d+:\d+ "
+                   r"ino (?P<ino>[0-9a-f]+) pfn=0x[0-9a-f]+ ofs=(?P<ofs>\d+)")
+PAGE = 4096
+
+
+def _tracefs() -> Path | None:
+    for p in (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing")):
+        if (p / "events").is_dir():
+            return p
+    return None
+
+
+def unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (tracefs)"
+    if _tracefs() is None and subprocess.run(["grep", "-qw", "tracefs", "/proc/filesystems"]
+                                             ).returncode != 0:
+        return "no tracefs in this kernel"
+    return None
+
+
+def kernel_dev(device: str) -> int:
+    """The kernel's internal dev_t of a block device (major << 20 | minor), as tracepoints
+    print it."""
+    st = os.stat(device)
+    return (os.major(st.st_rdev) << 20) | os.minor(st.st_rdev)
+
+
+class PageCacheTracer:
+    """Records (time s, inode, page index) of every page added to the page cache from
+    `device`'s filesystem while open. A context manager; cleans up its tracing instance
+    (and a tracefs it mounted) even on failure."""
+
+    def __init__(self, device: str) -> None:
+        why = unavailable()
+        if why:
+            raise UserError(f"cannot trace the page cache here: {why}")
+        self.device = device
+        self.events: list[tuple[float, int, int]] = []
+        self._mounted: Path | None = None
+        self._instance: Path | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._fd: int | None = None
+
+    def __enter__(self) -> PageCacheTracer:
+        try:
+            root = _tracefs()
+            if root is None:
+                self._mounted = Path(tempfile.mkdtemp(prefix="flashml-tracefs-"))
+                subprocess.run(["mount", "-t", "tracefs", "nodev", str(self._mounted)],
+                               check=True, capture_output=True)
+                root = self._mounted
+            self._instance = root / "instances" / f"flashml-kml-{os.getpid()}-{id(self)}"
+            self._instance.mkdir()
+            ev = self._instance / "events" / EVENT
+            (ev / "filter").write_text(f"s_dev == {kernel_dev(self.device)}\n")
+            (ev / "enable").write_text("1\n")
+            self._fd = os.open(self._instance / "trace_pipe", os.O_RDONLY | os.O_NONBLOCK)
+            self._thread = threading.Thread(target=self._read, daemon=True)
+            self._thread.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _read(self) -> None:
+        buf = b""
+        assert self._fd is not None
+        while True:
+            ready, _, _ = select.select([self._fd], [], [], 0.1)
+            chunk = b""
+            if ready:
+                try:
+                    chunk = os.read(self._fd, 1 << 16)
+                except BlockingIOError:
+                    chunk = b""
+            if chunk:
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for raw in lines:
+                    m = _LINE.search(raw.decode(errors="replace"))
+                    if m:
+                        self.events.append((float(m.group("ts")), int(m.group("ino"), 16),
+                                            int(m.group("ofs")) // PAGE))
+            elif self._stop.is_set():
+                return
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._instance is not None and self._instance.exists():
+            try:
+                (self._instance / "events" / EVENT / "enable").write_text("0\n")
+            except OSError:
+                pass
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=10)
+            self._thread = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._instance is not None:
+            try:
+                self._instance.rmdir()
+            except OSError:
+                pass
+            self._instance = None
+        if self._mounted is not None:
+            subprocess.run(["umount", str(self._mounted)], capture_output=True)
+            try:
+                self._mounted.rmdir()
+            except OSError:
+                pass
+            self._mounted = None
+
+
+def window_features(events: list[tuple[float, int, int]], readahead_kib: int,
+                    window_s: float = 1.0) -> list[dict[str, Any]]:
+    """The paper's features of every window of `window_s` seconds of trace time (from the
+    first event): tracepoints, the mean and standard deviation of the page offsets
+    (cumulative over the run so far, as KML's moving statistics), the mean absolute
+    difference of consecutive offsets in the window, and the readahead. Windows without
+    events are left out (nothing to classify)."""
+    if not events:
+        return []
+    t0 = events[0][0]
+    rows: list[dict[str, Any]] = []
+    n_all, mean, m2 = 0, 0.0, 0.0  # Welford over the run
+    cur = None
+    win: list[int] = []
+
+    def flush(w: int) -> None:
+        if not win:
+            return
+        diffs = [abs(b - a) for a, b in zip(win, win[1:], strict=False)]
+        rows.append({"window": w, "tracepoints": len(win), "offset_mean": mean,
+                     "offset_std": math.sqrt(m2 / n_all) if n_all > 1 else 0.0,
+                     "offset_absdiff_mean": sum(diffs) / len(diffs) if diffs else 0.0,
+                     "readahead_kib": float(readahead_kib)})
+
+    for ts, _ino, page in events:
+        w = int((ts - t0) // window_s)
+        if cur is not None and w != cur:
+            flush(cur)
+            win = []
+        cur = w
+        win.append(page)
+        n_all += 1
+        d = page - mean
+        mean += d / n_all
+        m2 += d * (page - mean)
+    flush(cur if cur is not None else 0)
+    return rows
