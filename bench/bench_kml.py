@@ -27,8 +27,11 @@ from flashml.kml import testbed as kml  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--num", type=int, default=400_000, help="keys in the database")
-    ap.add_argument("--reads", type=int, default=20_000, help="operations per run")
+    ap.add_argument("--num", type=int, default=1_000_000, help="keys in the database (400 B)")
+    ap.add_argument("--reads", type=int, default=1_000_000, help="operations per run (at most)")
+    ap.add_argument("--duration", type=int, default=4, help="seconds per run (at most)")
+    ap.add_argument("--memory-mib", type=int, default=128,
+                    help="db_bench's memory cgroup (its page cache), MiB")
     ap.add_argument("--repeats", type=int, default=3, help="runs per point (the median)")
     ap.add_argument("--device-gib", type=float, default=2.0)
     ap.add_argument("-o", "--output", type=Path, default=ROOT / "bench" / "results" / "kml.json")
@@ -37,11 +40,14 @@ def main() -> int:
     if res["unavailable"] is None:
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(dir=ROOT / "bench") as tmp, \
-                kml.Testbed(tmp, size_bytes=int(args.device_gib * (1 << 30))) as tb:
+                kml.Testbed(tmp, size_bytes=int(args.device_gib * (1 << 30)),
+                            memory_limit_bytes=args.memory_mib << 20) as tb:
             res["default_readahead_kib"] = tb.readahead_kib()
             res["fill"] = tb.fill(args.num)
-            res["sweep"] = kml.sweep(tb, reads=args.reads, repeats=args.repeats)
+            res["sweep"] = kml.sweep(tb, reads=args.reads, repeats=args.repeats,
+                                     duration_s=args.duration)
         res |= {"num": args.num, "reads": args.reads, "repeats": args.repeats,
+                "duration_s": args.duration, "memory_mib": args.memory_mib,
                 "device_gib": args.device_gib, "wall_s": time.perf_counter() - t0}
     with atomic_path(args.output) as tmp_out:
         Path(tmp_out).write_text(dumps(jsonable(res), indent=1) + "\n")

@@ -212,7 +212,7 @@ def _memory_cgroup(name: str, limit: int) -> Path:
 
 def sweep(tb: Testbed, workloads: tuple[str, ...] = WORKLOADS,
           sizes: tuple[int, ...] = READAHEAD_KIB, reads: int = 20_000,
-          repeats: int = 1) -> dict[str, Any]:
+          repeats: int = 1, duration_s: int = 0) -> dict[str, Any]:
     """Every workload at every readahead size (the median of `repeats` runs); per workload
     the best size (the label) and each size's ops/s."""
     import statistics
@@ -221,7 +221,7 @@ def sweep(tb: Testbed, workloads: tuple[str, ...] = WORKLOADS,
     for w in workloads:
         per = {}
         for kib in sizes:
-            runs = [tb.run(w, kib, reads)["ops_per_s"] for _ in range(repeats)]
+            runs = [tb.run(w, kib, reads, duration_s)["ops_per_s"] for _ in range(repeats)]
             per[kib] = statistics.median(runs)
         best = max(per, key=lambda k: (per[k], -k))
         out[w] = {"ops_per_s": per, "best_kib": best, "best_ops_per_s": per[best]}
