@@ -690,21 +690,12 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
         if groups["admission"]:
             _check_admission_params(folder, params)
         if groups["eviction"]:
-            have = params[EVICT_PARAMS]["contract_hash"]
-            if have != eviction.contract().hash:
-                raise CompileError(
-                    f"{folder / 'policy.json'}: eviction contract mismatch: the evict model "
-                    f"was trained for eviction feature contract {have[:12]}..., this flashml "
-                    f"has {eviction.contract().hash[:12]}... (features/eviction.toml); "
-                    "retrain the model")
+            _check_contract(folder, "eviction", "the evict model", "the model",
+                            params[EVICT_PARAMS]["contract_hash"], eviction.contract().hash)
         if groups["partition"]:
-            have = params[PARTITION_PARAMS]["contract_hash"]
-            if have != partition_contract.contract().hash:
-                raise CompileError(
-                    f"{folder / 'policy.json'}: partition contract mismatch: the network was "
-                    f"trained for partition feature contract {have[:12]}..., this flashml "
-                    f"has {partition_contract.contract().hash[:12]}... "
-                    "(features/partition.toml); retrain the network")
+            _check_contract(folder, "partition", "the network", "the network",
+                            params[PARTITION_PARAMS]["contract_hash"],
+                            partition_contract.contract().hash)
             net_layers = read_partition_model(folder / PARTITION_FILE)
         models, infos = {}, {}
         for name, fname in ALL_MODEL_FILES.items():
@@ -821,6 +812,17 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
     log.info("compiled %s -> %s (%d bytes, %.1f s)", source, out / SO_NAME,
              manifest["size_bytes"], manifest["build"]["compile_s"])
     return manifest
+
+
+def _check_contract(folder: Path, kind: str, model: str, retrain: str, have: str,
+                    want: str) -> None:
+    """A model group trained for another feature contract (features/<kind>.toml) than this
+    flashml's: a CompileError saying to retrain it."""
+    if have != want:
+        raise CompileError(
+            f"{folder / 'policy.json'}: {kind} contract mismatch: {model} was trained for "
+            f"{kind} feature contract {have[:12]}..., this flashml has {want[:12]}... "
+            f"(features/{kind}.toml); retrain {retrain}")
 
 
 def _check_admission_params(folder: Path, params: dict[str, Any]) -> None:

@@ -225,6 +225,16 @@ class PolicyLibrary:
         if "partition" in need:
             self._bind_partition(lib)
 
+    def _contract_hash(self, fn: Any, want: str, kind: str) -> str:
+        """A capability's contract hash as the .so reports it (fn: its ..._contract_hash),
+        refused unless it is `want`, this flashml's (features/<kind>.toml)."""
+        raw = fn()
+        h = raw.decode(errors="replace") if raw else "(none)"
+        if h != want:
+            raise UserError(f"{self.path}: {kind} contract mismatch: {h[:12]}..., this "
+                            f"flashml has {want[:12]}... (features/{kind}.toml)")
+        return h
+
     def _bind_partition(self, lib: Any) -> None:
         c = partition_contract.contract()
         lib.flashml_partition_contract_hash.restype = ctypes.c_char_p
@@ -236,12 +246,8 @@ class PolicyLibrary:
             raise UserError(f"{self.path}: its partition network reads {got[0]} features for "
                             f"{got[1]} streams and {got[2]} steps; the partition contract has "
                             f"{c.num_features}, {c.max_streams} and {c.steps}")
-        raw = lib.flashml_partition_contract_hash()
-        h = raw.decode(errors="replace") if raw else "(none)"
-        if h != c.hash:
-            raise UserError(f"{self.path}: partition contract mismatch: {h[:12]}..., this "
-                            f"flashml has {c.hash[:12]}... (features/partition.toml)")
-        self.partition_contract_hash = h
+        self.partition_contract_hash = self._contract_hash(
+            lib.flashml_partition_contract_hash, c.hash, "partition")
 
     def partition(self, x: Any, streams: int) -> tuple[np.ndarray, np.ndarray]:
         """flashml_partition of every row of x (rows x the partition contract's features):
@@ -306,12 +312,8 @@ class PolicyLibrary:
         if nf != e.num_features:
             raise UserError(f"{self.path}: its eviction model reads {nf} features, the "
                             f"eviction contract has {e.num_features}")
-        raw = lib.flashml_evict_contract_hash()
-        h = raw.decode(errors="replace") if raw else "(none)"
-        if h != e.hash:
-            raise UserError(f"{self.path}: eviction contract mismatch: {h[:12]}..., this "
-                            f"flashml has {e.hash[:12]}... (features/eviction.toml)")
-        self.evict_contract_hash = h
+        self.evict_contract_hash = self._contract_hash(lib.flashml_evict_contract_hash, e.hash,
+                                                       "eviction")
         self.evict_k = lib.flashml_evict_k()
         self.evict_max_candidates = lib.flashml_evict_max_candidates()
         self.evict_delta = lib.flashml_evict_delta()

@@ -313,15 +313,19 @@ def evaluate(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
     verify_bundle(comp["dir"], need="partition")
     lib = PolicyLibrary(Path(comp["dir"]) / "policy.so", need="partition")
     per_trace: dict[str, Any] = {}
+    parity = 0.0
     with timer.stage("simulate"):
-        for item in m["judged"]:
+        for i, item in enumerate(m["judged"]):
             t = _trace(run, s, item, m["streams"])
-            x, _ = model.trace_features(t, m["capacity"], s.interval,
-                                        writes_only=s.writes_only)
+            x, curves = model.trace_features(t, m["capacity"], s.interval,
+                                             writes_only=s.writes_only)
             shares, status = lib.partition(x, t.n_streams)
+            if i == 0:
+                parity = _parity(run, x, shares, t.n_streams)
             res = compare(t, m["capacity"], s.interval, TRACE_POLICIES,
                           writes_only=s.writes_only)
-            prev = model.previous_optimal_shares(t, m["capacity"], s.interval, s.writes_only)
+            prev = model.previous_optimal_shares(t, m["capacity"], s.interval, s.writes_only,
+                                                 curves=curves)
             res["previous_optimal"] = compare(t, m["capacity"], s.interval, ("mlcache",),
                                               writes_only=s.writes_only, shares=prev)["mlcache"]
             res["mlcache"] = compare(t, m["capacity"], s.interval, ("mlcache",),
@@ -335,28 +339,24 @@ def evaluate(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
     mlflow.log_metrics(finite_numbers({f"{p}_{k}": v for p, r in means.items()
                                        for k, v in r.items()}))
     return run.record("evaluate", {"per_trace": per_trace, "policies": means,
-                                   "so_vs_python_max_abs": _parity(run, s, lib, m)})
+                                   "so_vs_python_max_abs": parity})
 
 
-def _parity(run: RunDir, s: MlcacheSettings, lib: Any, m: dict[str, Any]) -> float:
-    """The largest difference between the .so's shares and the scikit-learn network's on the
-    first judged trace (float32 C vs float64 Python)."""
+def _parity(run: RunDir, x: Any, so: Any, streams: int) -> float:
+    """The largest difference between the .so's shares `so` of the features `x` and the
+    network's own, computed here in float64 from its saved layers (float32 C vs float64)."""
     import numpy as np
 
     from flashml.compiler.bundle import read_partition_model
     from flashml.models import mlcache as model
 
-    t = _trace(run, s, m["judged"][0], m["streams"])
-    x, _ = model.trace_features(t, m["capacity"], s.interval, writes_only=s.writes_only)
     ws, bs = read_partition_model(Path(run.done("train")["bundle"]) / "partition.json")
     a = x
     for i, (w, b) in enumerate(zip(ws, bs, strict=True)):
         a = a @ w + b
         if i < len(ws) - 1:
             a = np.maximum(a, 0.0)
-    py, _ = model.shares_from_outputs(a, t.n_streams,
-                                      run.done("train")["sharpness"]["sharpness"])
-    so, _ = lib.partition(x, t.n_streams)
+    py, _ = model.shares_from_outputs(a, streams, run.done("train")["sharpness"]["sharpness"])
     return float(np.abs(py - so).max()) if len(x) else 0.0
 
 

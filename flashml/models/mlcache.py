@@ -138,11 +138,14 @@ def schedule(next_shares: np.ndarray, streams: int) -> np.ndarray:
 
 
 def previous_optimal_shares(trace: StreamTrace, capacity: int, interval: int,
-                            writes_only: bool) -> np.ndarray:
+                            writes_only: bool, curves: Any = None) -> np.ndarray:
     """Shares for interval i: interval i-1's best split on its own curves (even for the
     first), i.e. predicting that the next interval looks like the last one: the non-learned
-    predictor the network has to beat."""
-    curves = partition_curves(trace, capacity, interval, writes_only=writes_only)["curves"]
+    predictor the network has to beat. `curves`: the trace's interval hit curves if already
+    computed (trace_features gives them)."""
+    if curves is None:
+        curves = partition_curves(trace, capacity, interval,
+                                  writes_only=writes_only)["curves"]
     k = trace.n_streams
     rows = [np.full(k, 1.0 / k)]
     rows += [np.array(best_split(c)[0], dtype=np.float64) for c in curves[:-1]]

@@ -45,7 +45,7 @@ struct flashrt_part {
     struct frt_map index[K_MAX];
     uint32_t head[K_MAX], tail[K_MAX];
     uint64_t quota[K_MAX], used[K_MAX];
-    uint32_t *prev, *next, *stream_of, *free_slots;
+    uint32_t *prev, *next, *free_slots;
     uint64_t *page_of;
     size_t nfree;
     struct monitor mon[K_MAX];
@@ -279,10 +279,9 @@ flashrt_part *flashrt_part_open(const struct flashrt_part_config *cfg, flashrt_p
     size_t c = (size_t)cfg->capacity;
     p->prev = malloc(c * sizeof *p->prev);
     p->next = malloc(c * sizeof *p->next);
-    p->stream_of = malloc(c * sizeof *p->stream_of);
     p->free_slots = malloc(c * sizeof *p->free_slots);
     p->page_of = malloc(c * sizeof *p->page_of);
-    int bad = !p->prev || !p->next || !p->stream_of || !p->free_slots || !p->page_of;
+    int bad = !p->prev || !p->next || !p->free_slots || !p->page_of;
     for (int s = 0; s < p->k && !bad; s++) {
         p->head[s] = p->tail[s] = NIL;
         bad = frt_map_init(&p->index[s], 64) != 0 || frt_map_init(&p->mon[s].last, 64) != 0;
@@ -350,7 +349,6 @@ int flashrt_part_get(flashrt_part *p, int s, uint64_t page, int write) {
     }
     uint32_t v = p->free_slots[--p->nfree];
     p->page_of[v] = page;
-    p->stream_of[v] = (uint32_t)s;
     if (frt_map_put(&p->index[s], page, v) != 0) return fail(p, "out of memory");
     lru_push(p, s, v);
     p->used[s]++;
@@ -409,7 +407,6 @@ void flashrt_part_close(flashrt_part *p) {
     frt_device_close(&p->dev);
     free(p->prev);
     free(p->next);
-    free(p->stream_of);
     free(p->free_slots);
     free(p->page_of);
     free(p->alloc);
