@@ -12,25 +12,33 @@
 //! * [`reuse`]: exact per-stream LRU stack distances and hit/miss-ratio curves (Fenwick tree,
 //!   O(n log n)); [`partition`]: MLCache's partitioned page cache across streams (shared,
 //!   even, static and discrete optimal, predicted shares) and the DP partition search.
+//! * [`blocks`]: block mode (Pannier's setting: 4 KiB blocks, reads and writes, flash writes
+//!   and erasures): per-block LRU, S2LRU, MQ and Belady over a page-mapped FTL ([`ftl`]) and
+//!   the container caches LRU+, S2LRU+ and Pannier ([`pannier`]), each optionally gated by
+//!   the TIRE erasure-budget controller ([`tire`]).
 //! * With the `python` feature, a thin PyO3 layer exposes `flashml_sim.simulate`,
 //!   `flashml_sim.simulate_objects` and `flashml_sim.default_config`.
 
 pub mod admission;
+pub mod blocks;
 pub mod config;
 pub mod contract;
 pub mod eviction;
 pub mod flash;
+pub mod ftl;
 pub mod hash;
 pub mod list;
 pub mod lrb_features;
 pub mod mat;
 pub mod objects;
 pub mod online_features;
+pub mod pannier;
 pub mod partition;
 pub mod prefetch;
 pub mod reuse;
 pub mod so_evict;
 pub mod so_policy;
+pub mod tire;
 
 #[cfg(feature = "python")]
 mod python;

@@ -4,13 +4,20 @@
 
 pub const NIL: u32 = u32::MAX;
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct DList {
     prev: Vec<u32>,
     next: Vec<u32>,
     head: u32,
     tail: u32,
     len: usize,
+}
+
+impl Default for DList {
+    /// Empty (head and tail NIL; a derived Default would make them 0, a live handle).
+    fn default() -> Self {
+        DList::new()
+    }
 }
 
 impl DList {
