@@ -22,6 +22,9 @@
 //!   invalidated to 100% is evicted at the very next eviction.
 //! * An expired container whose valid blocks are all still hot is not copied forward whole
 //!   (that would free nothing): its survival is renewed and the cold LRU goes instead.
+//! * The lifetime is the percentile of sampled reuse distances *of hits* (re-accesses of
+//!   blocks still in the cache): over all re-accesses, a heavy-tailed trace's 99th percentile
+//!   is many cache turnovers, and no container would ever outlive its survival time.
 //! * The lifetime starts at one cache turnover (the cache's blocks in insertions) until 32
 //!   reuse distances are sampled; the access threshold starts above 100% (no refill) until 32
 //!   containers are sampled; a block is packed hot when its ghost count exceeds the median of
@@ -601,12 +604,14 @@ impl<P: ContainerPolicy> ContainerCache<P> {
 impl<P: ContainerPolicy> BlockCache for ContainerCache<P> {
     fn access(&mut self, page: u64, write: bool, _pos: usize) -> bool {
         let count = self.st.ghost.touch(page);
+        let found = self.st.index.get(&page).copied();
         if self.kind == ContainerKind::Pannier && self.st.cfg.sampled(page) {
             if let Some(last) = self.st.last_access.insert(page, self.st.now) {
-                self.st.reuse.push(self.st.now - last);
+                if found.is_some() {
+                    self.st.reuse.push(self.st.now - last);
+                }
             }
         }
-        let found = self.st.index.get(&page).copied();
         if !write {
             self.st.c.page_reads += 1;
             let Some(l) = found else {

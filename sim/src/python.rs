@@ -6,6 +6,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use crate::blocks;
 use crate::config::{
     sim_params, CapacityUnit, EvictionKind, FlashConfig, ObjectConfig, ParamType, SimError,
     SimParams, PARAM_FIELDS,
@@ -786,6 +787,106 @@ fn simulate_partitioned<'py>(
     Ok(d)
 }
 
+/// Block mode (Pannier's setting; sim/src/blocks.rs): replay a block-level trace (request i at
+/// `times[i]` s covers blocks `pages[i] .. pages[i] + lens[i]`, a write iff `writes[i]`)
+/// through one policy: lru, s2lru, mq, belady (per block, over an FTL with `op`
+/// over-provisioning), lru_plus, s2lru_plus or pannier (containers of `container_bytes`).
+/// `tire_epbpd`: gate insertions with TIRE at that many erasures per erase block per day.
+/// Returns the counts, ratios and flash figures, and the quanta (start_s, credit, erasures,
+/// blocked) as arrays.
+#[pyfunction]
+#[pyo3(signature = (times, pages, lens, writes, policy, cache_bytes, *, page_bytes=4096,
+                    container_bytes=2_097_152, op=0.07, tire_epbpd=None, tire_slack=4.0,
+                    tire_steps=3, quantum_s=300.0, promotion_pct=5.0, sample_pct=3.0,
+                    lifetime_pct=99.0, ghost_factor=2.0, survival=true, aging=true,
+                    invalidation_aware=true, packing=true, fixed_lifetime=None))]
+#[allow(clippy::too_many_arguments)]
+fn simulate_blocks<'py>(
+    py: Python<'py>,
+    times: PyReadonlyArray1<'py, f64>,
+    pages: PyReadonlyArray1<'py, u64>,
+    lens: PyReadonlyArray1<'py, u32>,
+    writes: PyReadonlyArray1<'py, bool>,
+    policy: &str,
+    cache_bytes: u64,
+    page_bytes: u64,
+    container_bytes: u64,
+    op: f64,
+    tire_epbpd: Option<f64>,
+    tire_slack: f64,
+    tire_steps: u32,
+    quantum_s: f64,
+    promotion_pct: f64,
+    sample_pct: f64,
+    lifetime_pct: f64,
+    ghost_factor: f64,
+    survival: bool,
+    aging: bool,
+    invalidation_aware: bool,
+    packing: bool,
+    fixed_lifetime: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let kind = blocks::BlockPolicy::parse(policy).map_err(value_error)?;
+    let cfg = blocks::BlockConfig {
+        cache_bytes,
+        page_bytes,
+        container_bytes,
+        op,
+        tire_epbpd,
+        tire_slack,
+        tire_steps,
+        quantum_s,
+        promotion_pct,
+        sample_pct,
+        lifetime_pct,
+        ghost_factor,
+        survival,
+        aging,
+        invalidation_aware,
+        packing,
+        fixed_lifetime,
+    };
+    let (t, p, l, w) = (
+        times.as_slice()?,
+        pages.as_slice()?,
+        lens.as_slice()?,
+        writes.as_slice()?,
+    );
+    let trace = blocks::BlockTrace {
+        times: t,
+        pages: p,
+        lens: l,
+        writes: w,
+    };
+    let r = py
+        .allow_threads(|| blocks::simulate_blocks(kind, &trace, &cfg))
+        .map_err(value_error)?;
+    let d = fields_dict!(py, r; tire, requests, reads, read_hits, writes, write_hits,
+        read_hit_ratio, write_hit_ratio, page_reads, page_read_hits, page_writes,
+        inserted_pages, rejected_pages, bypassed_pages, copied_forward_pages, evictions,
+        flash_read_bytes, host_write_bytes, internal_write_bytes, flash_write_bytes, erasures,
+        erase_blocks, fue, write_amplification, days, dwpd, epbpd, quota, final_credit,
+        lifetime, wall_s, requests_per_s, blocks_per_s; "policy" => r.policy.clone());
+    let q = &r.quanta;
+    d.set_item(
+        "quanta_start_s",
+        PyArray1::from_vec(py, q.iter().map(|x| x.start_s).collect()),
+    )?;
+    d.set_item(
+        "quanta_credit",
+        PyArray1::from_vec(py, q.iter().map(|x| x.credit).collect()),
+    )?;
+    d.set_item(
+        "quanta_erasures",
+        PyArray1::from_vec(py, q.iter().map(|x| x.erasures).collect()),
+    )?;
+    d.set_item(
+        "quanta_blocked",
+        PyArray1::from_vec(py, q.iter().map(|x| x.blocked).collect()),
+    )?;
+    Ok(d)
+}
+
 #[pymodule]
 fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -813,5 +914,6 @@ fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(partition_curves, m)?)?;
     m.add_function(wrap_pyfunction!(best_split, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_partitioned, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_blocks, m)?)?;
     Ok(())
 }
