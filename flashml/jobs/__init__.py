@@ -6,5 +6,6 @@ stage runner, timer; `report`; `registry`).
 (flashml/commands/systems.py). ARCHITECTURE.md says what a job module provides.
 """
 
-#: Job modules, one per system (MAT, Pannier, MLCache and KML join here).
-SYSTEMS: list[str] = ["flashml.jobs.baleen", "flashml.jobs.mat", "flashml.jobs.mlcache"]
+#: Job modules, one per system (KML joins here).
+SYSTEMS: list[str] = ["flashml.jobs.baleen", "flashml.jobs.mat", "flashml.jobs.pannier",
+                       "flashml.jobs.mlcache"]

@@ -1,0 +1,411 @@
+"""Pannier's main job (issue 17): a container flash cache with the TIRE write budget, judged
+against per-block and container policies on block traces with reads and overwrites.
+
+    ingest -> simulate -> plots
+
+`flashml pannier run [--trace FILE --format msr|cloudphysics|csv|...] [--cache-size SIZE|PCT%]
+[--lifespan-dwpd N] -o DIR`: without `--trace`, the block presets (flashml/trace/blockgen.py:
+prn0-like, src11-like, map-like, web-like) at their default size; each judged trace at each
+cache size (default 2.5%, 5% and 10% of its working set, the paper's Fig. 6) through the
+per-block policies (lru, s2lru, mq, belady: single 4 KiB blocks over a page-mapped FTL with
+greedy GC and 7% over-provisioning) and the container policies (lru_plus, s2lru_plus, pannier:
+2 MiB containers = erase blocks), the container ones also with TIRE (`*_tire`) at a lifespan
+target: `--lifespan-dwpd` erasures per erase block per day, by default half of what Pannier
+without TIRE does on that trace and size (the paper's Fig. 12 setting: a budget that binds).
+
+The summary: `policies` -> name -> {read_hit_ratio, write_hit_ratio, fue, erasures,
+flash_write_bytes, dwpd, epbpd, ...} (the mean over the judged traces and sizes; `per_run`
+has each), `pannier_vs_lru_plus` (relative read-hit and FUE gains), `tire` (per TIRE run: the
+quota, the worst quantum against K x quota, the final credit), and the plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from flashml.errors import UserError
+from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
+
+log = logging.getLogger("flashml.pannier")
+
+COMMAND = "pannier"
+HELP = "Pannier: container flash cache with the TIRE write budget (block traces)"
+DEFAULT_FORMAT = "msr"
+#: The paper's cache sizes in % of the working set (Fig. 6).
+PAPER_SIZES = ("2.5%", "5%", "10%")
+TIRE_OF = ("lru_plus", "s2lru_plus", "pannier")
+
+
+@dataclass(frozen=True)
+class PannierSettings:
+    """Everything `flashml pannier run` needs."""
+
+    trace: Path | None = None
+    format: str | None = None
+    sample_ratio: float | None = None
+    presets: tuple[str, ...] = ("prn0-like", "src11-like", "map-like", "web-like")
+    requests: int | None = None
+    seed: int = 0
+    cache_sizes: tuple[str, ...] = PAPER_SIZES
+    lifespan_epbpd: float | None = None
+    page_bytes: int = 4096
+    container_bytes: int = 2 * 1024 * 1024
+    tire_slack: float = 4.0
+    quantum_s: float = 300.0
+    promotion_pct: float = 5.0
+
+    def replace(self, **kw: Any) -> PannierSettings:
+        return replace(self, **kw)
+
+    @classmethod
+    def from_cli(cls, args: argparse.Namespace) -> PannierSettings:
+        from flashml.trace.blockgen import BLOCK_PRESETS
+
+        sizes = tuple(x.strip() for x in args.cache_size.split(",") if x.strip())
+        if not sizes:
+            raise UserError("--cache-size: give at least one size, e.g. 10% or 256MiB")
+        for x in sizes:
+            _cache_bytes(x, 1 << 40)  # validates
+        presets = tuple(x.strip() for x in args.presets.split(",") if x.strip())
+        bad = [p for p in presets if p not in BLOCK_PRESETS]
+        if bad or not presets:
+            raise UserError(f"--presets: unknown {bad[0] if bad else 'empty list'!r}; block "
+                            f"presets: {', '.join(BLOCK_PRESETS)}")
+        if args.lifespan_dwpd is not None and not args.lifespan_dwpd > 0:
+            raise UserError(f"--lifespan-dwpd must be > 0 erasures per block per day, got "
+                            f"{args.lifespan_dwpd}: with no erasures allowed nothing could be "
+                            "cached")
+        if args.requests is not None and args.requests < 1000:
+            raise UserError(f"--requests must be >= 1000, got {args.requests}")
+        from flashml.simulation import parse_capacity
+
+        try:
+            container = parse_capacity(args.container_size)[0]
+        except ValueError as e:
+            raise UserError(f"--container-size: {e}") from None
+        if container < args.page_bytes:
+            raise UserError(f"--container-size ({container} bytes) is smaller than a block "
+                            f"(--page-bytes {args.page_bytes})")
+        if container % args.page_bytes:
+            raise UserError(f"--container-size ({container} bytes) is not a whole number of "
+                            f"{args.page_bytes}-byte blocks")
+        if not 0 <= args.promotion_pct <= 100:
+            raise UserError(f"--promotion-pct must be in [0, 100], got {args.promotion_pct}")
+        return cls(trace=args.trace, format=args.format, sample_ratio=args.sample_ratio,
+                   presets=presets, requests=args.requests, seed=args.seed,
+                   cache_sizes=sizes, lifespan_epbpd=args.lifespan_dwpd,
+                   page_bytes=args.page_bytes, container_bytes=container,
+                   promotion_pct=args.promotion_pct)
+
+
+def add_cli(p: argparse.ArgumentParser) -> None:
+    d = PannierSettings()
+    p.epilog = ("examples:\n  flashml pannier run -o runs/pannier\n"
+                "  flashml pannier run --trace prn0.csv --format msr --cache-size 10% "
+                "--lifespan-dwpd 5 -o runs/prn0")
+    p.add_argument("--cache-size", default=",".join(d.cache_sizes), metavar="SIZE|PCT%",
+                   help="flash cache sizes, comma-separated: bytes (256MiB, 1GB) or a "
+                   "percentage of each trace's working set (default: the paper's 2.5%%, 5%%, "
+                   "10%%)")
+    p.add_argument("--lifespan-dwpd", type=float, default=None, metavar="N",
+                   help="TIRE's lifespan target: erasures per erase block per day (= drive "
+                   "writes per day for erase-aligned containers; the paper: 5 or 8.3); "
+                   "default: half of Pannier's own rate without TIRE on each trace and size")
+    p.add_argument("--presets", default=",".join(d.presets),
+                   help="without --trace: the block presets to judge on (flashml/trace/"
+                   "blockgen.py)")
+    p.add_argument("--requests", type=int, default=None,
+                   help="without --trace: requests per preset trace (default: the preset's)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the preset traces")
+    p.add_argument("--page-bytes", type=int, default=d.page_bytes,
+                   help="block size: the unit of insert, read and invalidate")
+    p.add_argument("--container-size", default="2MiB",
+                   help="container = flash erase block (default 2MiB)")
+    p.add_argument("--promotion-pct", type=float, default=d.promotion_pct,
+                   help="S2LRU*: accesses to promote a cold container, in %% of its blocks")
+
+
+def _cache_bytes(text: str, working_set: int) -> int:
+    """'10%' of the working set, or a size ('256MiB'), in bytes."""
+    if text.endswith("%"):
+        try:
+            v = float(text[:-1])
+        except ValueError:
+            raise UserError(f"--cache-size: cannot read {text!r}") from None
+        if not 0.0 < v <= 100.0:
+            raise UserError(f"--cache-size: a percentage must be in (0, 100], got {text!r}")
+        return int(working_set * v / 100.0)
+    from flashml.simulation import parse_capacity
+
+    try:
+        n, kind = parse_capacity(text)
+    except ValueError as e:
+        raise UserError(f"--cache-size: {e}") from None
+    if kind != "bytes":
+        raise UserError(f"--cache-size: {text!r} is an object count; give bytes or a %")
+    return n
+
+
+# --- stages --------------------------------------------------------------------------------
+
+
+def _preset_requests(s: PannierSettings, name: str) -> Any:
+    from flashml.blockcache import from_arrays
+    from flashml.trace.blockgen import get_block_preset, generate_block_requests
+
+    r = generate_block_requests(get_block_preset(name), s.seed, s.requests)
+    return from_arrays(r["time"], r["block"], r["blocks"], r["write"], s.page_bytes)
+
+
+def _requests(run: RunDir, s: PannierSettings, name: str) -> Any:
+    key = f"req-{name}"
+    if key not in run.cache:
+        if s.trace is not None:
+            from flashml.blockcache import block_requests
+            from flashml.trace.ingest import load_trace
+
+            df, meta = load_trace(s.trace, s.format, sample_ratio=s.sample_ratio)
+            try:
+                run.cache[key] = block_requests(df, meta.block_bytes, s.page_bytes)
+            except ValueError as e:
+                raise UserError(f"{s.trace}: {e}") from None
+        else:
+            run.cache[key] = _preset_requests(s, name)
+    return run.cache[key]
+
+
+def ingest(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
+    """The judged traces (the user's, or the block presets): requests, blocks, read share,
+    working set, span; and the cache sizes in bytes for each."""
+    rec = run.done("ingest")
+    if rec is not None:
+        return rec
+    names = [Path(s.trace).name] if s.trace is not None else list(s.presets)
+    traces: dict[str, Any] = {}
+    for name in names:
+        with timer.stage("ingest"):
+            req = _requests(run, s, name)
+        ws = req.working_set_bytes()
+        sizes = {x: _cache_bytes(x, ws) for x in s.cache_sizes}
+        for x, b in sizes.items():
+            if b < 2 * s.container_bytes:
+                raise UserError(f"{name}: --cache-size {x} is {b} bytes, fewer than 2 "
+                                f"containers of {s.container_bytes} bytes (working set "
+                                f"{ws} bytes)")
+        span = float(req.times[-1] - req.times[0])
+        traces[name] = {"requests": len(req), "blocks": req.blocks,
+                        "read_share": float(1.0 - req.writes.mean()),
+                        "working_set_bytes": ws, "span_s": span, "cache_bytes": sizes}
+        log.info("%s: %d requests, %d blocks, %.0f%% reads, working set %.2f GiB, %.1f h",
+                 name, len(req), req.blocks, 100 * (1 - req.writes.mean()), ws / 2**30,
+                 span / 3600)
+    return run.record("ingest", {"trace": str(s.trace) if s.trace else "block presets",
+                                 "traces": traces})
+
+
+def _knobs(s: PannierSettings) -> dict[str, Any]:
+    return {"container_bytes": s.container_bytes, "tire_slack": s.tire_slack,
+            "quantum_s": s.quantum_s, "promotion_pct": s.promotion_pct}
+
+
+def simulate(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
+    """Every policy at every cache size of every judged trace; the container policies also
+    under TIRE at the lifespan target."""
+    rec = run.done("simulate")
+    if rec is not None:
+        return rec
+    import mlflow
+
+    from flashml.blockcache import POLICIES, brief, simulate as sim
+
+    ing = ingest(run, s, timer)
+    per_run: list[dict[str, Any]] = []
+    total = sum(len(t["cache_bytes"]) for t in ing["traces"].values())
+    i = 0
+    with timer.stage("simulate"):
+        for name, t in ing["traces"].items():
+            req = _requests(run, s, name)
+            for size, cache in t["cache_bytes"].items():
+                i += 1
+                log.info("[%d/%d] %s at %s (%.2f GiB)", i, total, name, size, cache / 2**30)
+                res: dict[str, Any] = {}
+                quanta: dict[str, Any] = {}
+                for p in POLICIES:
+                    try:
+                        r = sim(req, p, cache, **_knobs(s))
+                    except ValueError as e:
+                        raise UserError(f"{name}: {e}") from None
+                    res[p] = brief(r)
+                target = s.lifespan_epbpd or res["pannier"]["epbpd"] / 2.0
+                for p in TIRE_OF:
+                    r = sim(req, p, cache, tire_epbpd=target, **_knobs(s))
+                    res[f"{p}_tire"] = brief(r)
+                    res[f"{p}_tire"]["max_quantum_erasures"] = int(r["quanta_erasures"].max())
+                    quanta[f"{p}_tire"] = {"start_s": r["quanta_start_s"].tolist(),
+                                           "credit": r["quanta_credit"].tolist(),
+                                           "erasures": r["quanta_erasures"].tolist()}
+                per_run.append({"trace": name, "size": size, "cache_bytes": cache,
+                                "lifespan_epbpd": target, "policies": res})
+                run.work.mkdir(parents=True, exist_ok=True)
+                from flashml.files import write_json
+
+                write_json(run.work / f"quanta-{_slug(name)}-{_slug(size)}.json", quanta)
+                mlflow.log_metrics({f"{_slug(name)}_{_slug(size)}_{p}_{k}": v
+                                    for p, m in res.items()
+                                    for k, v in finite_numbers(m).items()
+                                    if k in ("read_hit_ratio", "fue", "erasures")})
+    return run.record("simulate", {"per_run": per_run})
+
+
+def _slug(x: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in x).strip("_")
+
+
+def _means(per_run: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    names = per_run[0]["policies"].keys()
+    out: dict[str, dict[str, float]] = {}
+    for p in names:
+        keys = per_run[0]["policies"][p].keys()
+        out[p] = {k: sum(float(r["policies"][p][k]) for r in per_run) / len(per_run)
+                  for k in keys}
+    return out
+
+
+def _gains(per_run: list[dict[str, Any]], a: str, b: str) -> dict[str, float]:
+    """Mean relative gain of `a` over `b` in read-hit ratio and FUE, and how many runs `a`
+    is ahead in read-hit ratio."""
+    rhr = [r["policies"][a]["read_hit_ratio"] / max(r["policies"][b]["read_hit_ratio"], 1e-12)
+           - 1 for r in per_run]
+    fue = [r["policies"][a]["fue"] / max(r["policies"][b]["fue"], 1e-12) - 1 for r in per_run]
+    ahead = sum(r["policies"][a]["read_hit_ratio"] > r["policies"][b]["read_hit_ratio"]
+                for r in per_run)
+    return {"read_hit_gain": sum(rhr) / len(rhr), "read_hit_gain_max": max(rhr),
+            "fue_gain": sum(fue) / len(fue), "runs_ahead": ahead, "runs": len(per_run)}
+
+
+def _tire_check(per_run: list[dict[str, Any]], slack: float) -> list[dict[str, Any]]:
+    rows = []
+    for r in per_run:
+        for p in TIRE_OF:
+            m, base = r["policies"][f"{p}_tire"], r["policies"][p]
+            rows.append({"trace": r["trace"], "size": r["size"], "policy": f"{p}_tire",
+                         "quota": m["quota"], "max_quantum_erasures": m["max_quantum_erasures"],
+                         "within_slack": m["max_quantum_erasures"] <= slack * m["quota"] + 1,
+                         "final_credit": m["final_credit"], "epbpd": m["epbpd"],
+                         "target_epbpd": r["lifespan_epbpd"],
+                         "read_hit_loss": 1 - m["read_hit_ratio"]
+                         / max(base["read_hit_ratio"], 1e-12)})
+    return rows
+
+
+def plots(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
+    """Read-hit ratio and FUE per policy for every trace and size; TIRE's erasure credit and
+    erasures per quantum over time (PNG), logged to MLflow."""
+    rec = run.done("plots")
+    if rec is not None:
+        return rec
+    import json
+
+    import mlflow
+
+    from flashml.jobs.report import _plt
+
+    per_run = simulate(run, s, timer)["per_run"]
+    plt = _plt()
+    out = run.path / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    names = list(per_run[0]["policies"])
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), dpi=110)
+    labels = [f"{r['trace']}\n{r['size']}" for r in per_run]
+    width = 0.8 / len(names)
+    for j, p in enumerate(names):
+        xs = [i + j * width for i in range(len(per_run))]
+        for ax, k in zip(axes, ("read_hit_ratio", "fue"), strict=True):
+            ax.bar(xs, [r["policies"][p][k] for r in per_run], width, label=p)
+    for ax, k in zip(axes, ("read-hit ratio", "FUE (flash bytes read / written)"), strict=True):
+        ax.set_xticks([i + 0.4 for i in range(len(per_run))], labels, fontsize=6)
+        ax.set_ylabel(k)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    p1 = out / "read_hit_and_fue.png"
+    fig.savefig(p1)
+    plt.close(fig)
+    paths.append(p1)
+    r0 = per_run[-1]
+    q = json.loads((run.work / f"quanta-{_slug(r0['trace'])}-{_slug(r0['size'])}.json")
+                   .read_text())
+    fig, axes = plt.subplots(2, 1, figsize=(9, 6), dpi=110, sharex=True)
+    for p, series in q.items():
+        t = [(x - series["start_s"][0]) / 3600 for x in series["start_s"]]
+        axes[0].plot(t, series["credit"], label=p)
+        axes[1].plot(t, series["erasures"], label=p, lw=0.8)
+    quota = r0["policies"]["pannier_tire"]["quota"]
+    axes[1].axhline(quota, color="k", ls="--", lw=0.8, label="quota q")
+    axes[1].axhline(s.tire_slack * quota, color="r", ls=":", lw=0.8, label="K x q")
+    axes[0].set_ylabel("erasure credit")
+    axes[1].set_ylabel("erasures per quantum")
+    axes[1].set_xlabel("hours")
+    axes[0].set_title(f"TIRE on {r0['trace']} at {r0['size']}")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    p2 = out / "tire_credit.png"
+    fig.savefig(p2)
+    plt.close(fig)
+    paths.append(p2)
+    for p in paths:
+        mlflow.log_artifact(str(p), artifact_path="plots")
+    return run.record("plots", {"plots": [str(p) for p in paths]})
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("ingest", ingest),
+    Stage("simulate", simulate),
+    Stage("plots", plots),
+)
+Settings = PannierSettings
+
+
+def run_name(s: PannierSettings) -> str:
+    return f"pannier-{Path(s.trace).name if s.trace else 'presets'}"
+
+
+def mlflow_params(run: RunDir, s: PannierSettings) -> dict[str, Any]:
+    return {"trace": str(s.trace or ",".join(s.presets)), "cache_sizes": ",".join(s.cache_sizes),
+            "lifespan_epbpd": s.lifespan_epbpd or "half of pannier's",
+            "page_bytes": s.page_bytes, "container_bytes": s.container_bytes,
+            "tire_slack": s.tire_slack, "quantum_s": s.quantum_s,
+            "promotion_pct": s.promotion_pct, "seed": s.seed}
+
+
+def summary(records: dict[str, dict[str, Any]], s: PannierSettings) -> dict[str, Any]:
+    per_run = records["simulate"]["per_run"]
+    return {"traces": records["ingest"]["traces"], "policies": _means(per_run),
+            "pannier_vs_lru_plus": _gains(per_run, "pannier", "lru_plus"),
+            "pannier_vs_mq": _gains(per_run, "pannier", "mq"),
+            "tire": _tire_check(per_run, s.tire_slack), "per_run": per_run,
+            "plots": records["plots"]["plots"]}
+
+
+def describe(summary: dict[str, Any], s: PannierSettings) -> str:
+    lines = [f"{len(summary['per_run'])} runs (traces x sizes); means:",
+             f"  {'policy':18} {'read-hit':>9} {'FUE':>7} {'erasures':>10} {'DWPD':>7}"]
+    for p, m in summary["policies"].items():
+        lines.append(f"  {p:18} {m['read_hit_ratio']:9.4f} {m['fue']:7.3f} "
+                     f"{m['erasures']:10.0f} {m['dwpd']:7.2f}")
+    g = summary["pannier_vs_lru_plus"]
+    lines.append(f"pannier vs lru_plus: read-hit {g['read_hit_gain']:+.1%} (max "
+                 f"{g['read_hit_gain_max']:+.1%}, ahead in {g['runs_ahead']}/{g['runs']}), "
+                 f"FUE {g['fue_gain']:+.1%}")
+    t = [r for r in summary["tire"] if r["policy"] == "pannier_tire"]
+    ok = sum(r["within_slack"] for r in t)
+    lines.append(f"TIRE (pannier): worst quantum within K x quota in {ok}/{len(t)} runs; "
+                 f"read-hit loss vs no TIRE {sum(r['read_hit_loss'] for r in t) / len(t):.1%}")
+    return "\n".join(lines)
