@@ -155,7 +155,7 @@ def _cache_bytes(text: str, working_set: int) -> int:
 
 def _preset_requests(s: PannierSettings, name: str) -> Any:
     from flashml.blockcache import from_arrays
-    from flashml.trace.blockgen import get_block_preset, generate_block_requests
+    from flashml.trace.blockgen import generate_block_requests, get_block_preset
 
     r = generate_block_requests(get_block_preset(name), s.seed, s.requests)
     return from_arrays(r["time"], r["block"], r["blocks"], r["write"], s.page_bytes)
@@ -220,7 +220,8 @@ def simulate(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
         return rec
     import mlflow
 
-    from flashml.blockcache import POLICIES, brief, simulate as sim
+    from flashml.blockcache import POLICIES, brief
+    from flashml.blockcache import simulate as sim
 
     ing = ingest(run, s, timer)
     per_run: list[dict[str, Any]] = []
