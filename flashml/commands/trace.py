@@ -135,6 +135,21 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from flashml.trace.blockgen import BLOCK_PRESETS
+
+    if args.preset in BLOCK_PRESETS:
+        from flashml.trace.blockgen import get_block_preset, write_block_msr
+
+        if args.days is not None:
+            raise UserError(f"--days: the block preset {args.preset} has a fixed span "
+                            f"({BLOCK_PRESETS[args.preset].hours:g} h); set --accesses")
+        p = get_block_preset(args.preset, zipf=args.zipf, overwrites=args.overwrites)
+        info = write_block_msr(p, args.seed, args.output, requests=args.accesses)
+        print(f"{args.output}: " + ", ".join(f"{k}={v}" for k, v in info.items()))
+        return 0
+    if args.zipf is not None or args.overwrites is not None:
+        raise UserError("--zipf and --overwrites apply to the block presets only: "
+                        + ", ".join(BLOCK_PRESETS))
     from flashml.trace.generate import generate_trace
 
     info = generate_trace(args.preset, args.seed, args.output, accesses=args.accesses,
@@ -224,18 +239,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
     p.set_defaults(func=cmd_sample)
 
+    from flashml.trace.blockgen import BLOCK_PRESETS
     from flashml.trace.presets import OBJECT_PRESETS, PRESETS
 
     p = tsub.add_parser("generate", help="write a synthetic trace from a preset",
                         description="Write a synthetic trace from a preset: a block trace "
                         "(Tectonic text, 201910 schema) modelled on Baleen's Table 2 "
-                        f"({', '.join(PRESETS)}), or a whole-object trace as objects-csv "
+                        f"({', '.join(PRESETS)}), a whole-object trace as objects-csv "
                         f"(time,key,size; {', '.join(OBJECT_PRESETS)}) for object caches "
-                        "(`flashml sim objects --format objects-csv`). The same preset, seed "
+                        "(`flashml sim objects --format objects-csv`), or a 4 KiB block "
+                        f"trace with reads and overwrites as MSR CSV ({', '.join(BLOCK_PRESETS)}"
+                        "; Pannier, `flashml pannier run --format msr`). The same preset, seed "
                         "and size always give the same bytes.")
     p.add_argument("--preset", default="region1-like", metavar="NAME",
                    help="block-trace preset: " + ", ".join(PRESETS) + "; object-trace preset: "
-                   + ", ".join(OBJECT_PRESETS) + " (default region1-like)")
+                   + ", ".join(OBJECT_PRESETS) + "; MSR-CSV block preset: "
+                   + ", ".join(BLOCK_PRESETS) + " (default region1-like)")
+    p.add_argument("--zipf", type=float, default=None,
+                   help="MSR-CSV block presets: the Zipf exponent of popularity (web-like: "
+                   "0.5-1, the paper's Fig. 13)")
+    p.add_argument("--overwrites", type=float, default=None, metavar="FRACTION",
+                   help="MSR-CSV block presets: the fraction of requests that overwrite "
+                   "(the paper's Fig. 13b: 0-1 at Zipf 0.8)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--accesses", type=int, default=None,
                    help="number of accesses (requests, for an object-trace preset) (override)")

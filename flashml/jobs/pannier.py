@@ -1,7 +1,7 @@
 """Pannier's main job (issue 17): a container flash cache with the TIRE write budget, judged
 against per-block and container policies on block traces with reads and overwrites.
 
-    ingest -> simulate -> plots
+    ingest -> tune -> simulate -> plots
 
 `flashml pannier run [--trace FILE --format msr|cloudphysics|csv|...] [--cache-size SIZE|PCT%]
 [--lifespan-dwpd N] -o DIR`: without `--trace`, the block presets (flashml/trace/blockgen.py:
@@ -12,6 +12,9 @@ greedy GC and 7% over-provisioning) and the container policies (lru_plus, s2lru_
 2 MiB containers = erase blocks), the container ones also with TIRE (`*_tire`) at a lifespan
 target: `--lifespan-dwpd` erasures per erase block per day, by default half of what Pannier
 without TIRE does on that trace and size (the paper's Fig. 12 setting: a budget that binds).
+`--trials N`: Optuna tunes Pannier's knobs per trace under that target on the trace's first
+half and exports the winner as a knobs-only policy bundle (`compiled/<trace>/manifest.json`),
+judged on the whole trace as `pannier_tuned` (TIRE at the target, the tuned knobs).
 
 The summary: `policies` -> name -> {read_hit_ratio, write_hit_ratio, fue, erasures,
 flash_write_bytes, dwpd, epbpd, ...} (the mean over the judged traces and sizes; `per_run`
@@ -57,6 +60,7 @@ class PannierSettings:
     tire_slack: float = 4.0
     quantum_s: float = 300.0
     promotion_pct: float = 5.0
+    trials: int = 16
 
     def replace(self, **kw: Any) -> PannierSettings:
         return replace(self, **kw)
@@ -95,11 +99,13 @@ class PannierSettings:
                             f"{args.page_bytes}-byte blocks")
         if not 0 <= args.promotion_pct <= 100:
             raise UserError(f"--promotion-pct must be in [0, 100], got {args.promotion_pct}")
+        if args.trials < 0:
+            raise UserError(f"--trials must be >= 0, got {args.trials}")
         return cls(trace=args.trace, format=args.format, sample_ratio=args.sample_ratio,
                    presets=presets, requests=args.requests, seed=args.seed,
                    cache_sizes=sizes, lifespan_epbpd=args.lifespan_dwpd,
                    page_bytes=args.page_bytes, container_bytes=container,
-                   promotion_pct=args.promotion_pct)
+                   promotion_pct=args.promotion_pct, trials=args.trials)
 
 
 def add_cli(p: argparse.ArgumentParser) -> None:
@@ -127,6 +133,9 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    help="container = flash erase block (default 2MiB)")
     p.add_argument("--promotion-pct", type=float, default=d.promotion_pct,
                    help="S2LRU*: accesses to promote a cold container, in %% of its blocks")
+    p.add_argument("--trials", type=int, default=d.trials,
+                   help="Optuna trials per trace tuning Pannier's knobs under the lifespan "
+                   "target (0: no tuning; the paper's defaults ship)")
 
 
 def _cache_bytes(text: str, working_set: int) -> int:
@@ -224,6 +233,7 @@ def simulate(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
     from flashml.blockcache import simulate as sim
 
     ing = ingest(run, s, timer)
+    tun = tune(run, s, timer)["per_trace"]
     per_run: list[dict[str, Any]] = []
     total = sum(len(t["cache_bytes"]) for t in ing["traces"].values())
     i = 0
@@ -242,6 +252,9 @@ def simulate(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
                         raise UserError(f"{name}: {e}") from None
                     res[p] = brief(r)
                 target = s.lifespan_epbpd or res["pannier"]["epbpd"] / 2.0
+                tuned = tun[name]["params"]
+                r = sim(req, "pannier", cache, tire_epbpd=target, **_tuned_knobs(s, tuned))
+                res["pannier_tuned"] = brief(r)
                 for p in TIRE_OF:
                     r = sim(req, p, cache, tire_epbpd=target, **_knobs(s))
                     res[f"{p}_tire"] = brief(r)
@@ -260,6 +273,126 @@ def simulate(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
                                     for k, v in finite_numbers(m).items()
                                     if k in ("read_hit_ratio", "fue", "erasures")})
     return run.record("simulate", {"per_run": per_run})
+
+
+#: The knobs `tune` searches, with the paper's defaults (Table 3; trial 0).
+TUNED_DEFAULTS: dict[str, Any] = {"erase_blocks_per_container": 1, "promotion_pct": 5.0,
+                                  "lifetime_pct": 99.0, "ghost_factor": 2.0,
+                                  "tire_slack": 4.0, "tire_steps": 3, "quantum_s": 300.0}
+
+
+def _tuned_knobs(s: PannierSettings, params: dict[str, Any]) -> dict[str, Any]:
+    """The simulator's knobs of a tuned parameter set: the container is a whole number of
+    erase blocks (`--container-size` is the erase block)."""
+    return {"container_bytes": int(params["erase_blocks_per_container"]) * s.container_bytes,
+            "erase_bytes": s.container_bytes,
+            "promotion_pct": float(params["promotion_pct"]),
+            "lifetime_pct": float(params["lifetime_pct"]),
+            "ghost_factor": float(params["ghost_factor"]),
+            "tire_slack": float(params["tire_slack"]), "tire_steps": int(params["tire_steps"]),
+            "quantum_s": float(params["quantum_s"])}
+
+
+def _window(req: Any, fraction: float) -> Any:
+    from flashml.blockcache import from_arrays
+
+    n = max(int(len(req) * fraction), 1)
+    return from_arrays(req.times[:n], req.pages[:n], req.lens[:n], req.writes[:n],
+                       req.page_bytes)
+
+
+def tune(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
+    """Per trace, at its middle cache size: Optuna (TPE, `s.trials` trials; trial 0 = the
+    paper's defaults) over Pannier's knobs (container size in erase blocks, promotion
+    threshold, lifetime percentile, ghost size, TIRE's slack K, intervals and quantum) for
+    the best read-hit ratio of Pannier + TIRE on the first half of the trace (the tuning
+    window) with the lifespan target as TIRE's quota; a trial whose erasures per erase block
+    per day exceed the target by more than 5% is ranked below every trial within it. Each
+    trace's winner is exported as a policy bundle (manifest.json with the knobs; no model, no
+    policy.so) under `compiled/<trace>/`, and judged on the whole trace as `pannier_tuned` by
+    `simulate`."""
+    rec = run.done("tune")
+    if rec is not None:
+        return rec
+    import mlflow
+
+    from flashml.blockcache import simulate as sim
+
+    ing = ingest(run, s, timer)
+    out: dict[str, Any] = {}
+    for i, (name, t) in enumerate(ing["traces"].items()):
+        sizes = list(t["cache_bytes"])
+        size = sizes[len(sizes) // 2]
+        cache = t["cache_bytes"][size]
+        req = _requests(run, s, name)
+        head = _window(req, 0.5)
+        base = sim(head, "pannier", cache, **_knobs(s))
+        target = s.lifespan_epbpd or base["epbpd"] / 2.0
+        best = dict(TUNED_DEFAULTS)
+        value = None
+        trials = 0
+        if s.trials > 0:
+            import optuna
+
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            study = optuna.create_study(direction="maximize",
+                                        sampler=optuna.samplers.TPESampler(seed=s.seed + i))
+            study.enqueue_trial(TUNED_DEFAULTS)
+
+            def objective(trial: Any, head: Any = head, cache: int = cache,
+                          target: float = target) -> float:
+                m = trial.suggest_categorical("erase_blocks_per_container", [1, 2, 4])
+                if cache < 2 * m * s.container_bytes:
+                    raise optuna.TrialPruned()
+                params = {"erase_blocks_per_container": m,
+                          "promotion_pct": trial.suggest_float("promotion_pct", 0.0, 12.0),
+                          "lifetime_pct": trial.suggest_float("lifetime_pct", 90.0, 99.9),
+                          "ghost_factor": trial.suggest_float("ghost_factor", 0.5, 4.0),
+                          "tire_slack": trial.suggest_float("tire_slack", 1.1, 16.0, log=True),
+                          "tire_steps": trial.suggest_int("tire_steps", 1, 5),
+                          "quantum_s": trial.suggest_float("quantum_s", 60.0, 900.0)}
+                k = _tuned_knobs(s, params)
+                r = sim(head, "pannier", cache, tire_epbpd=target, **k)
+                trial.set_user_attr("epbpd", r["epbpd"])
+                over = r["epbpd"] / max(target, 1e-12) - 1.0
+                return r["read_hit_ratio"] if over <= 0.05 else -over
+
+            with timer.stage(f"tune {name} ({s.trials} trials)"):
+                study.optimize(objective, n_trials=s.trials)
+            done = [x for x in study.trials if x.value is not None]
+            trials = len(done)
+            b = max(done, key=lambda x: x.value)
+            best, value = {**TUNED_DEFAULTS, **b.params}, b.value
+            mlflow.log_metrics({f"{_slug(name)}_tuned_read_hit_ratio": float(b.value),
+                                f"{_slug(name)}_default_read_hit_ratio":
+                                    float(done[0].value)})
+        folder = _export_bundle(run, s, name, best, target)
+        out[name] = {"size": size, "cache_bytes": cache, "target_epbpd": target,
+                     "params": best, "tuning_read_hit_ratio": value, "trials": trials,
+                     "bundle": str(folder)}
+        log.info("%s: tuned %s -> read-hit %s on the tuning window", name, best, value)
+    return run.record("tune", {"per_trace": out, "tuning_fraction": 0.5})
+
+
+BUNDLE_FORMAT = "flashml-policy-bundle/1"
+
+
+def _export_bundle(run: RunDir, s: PannierSettings, name: str, params: dict[str, Any],
+                   target: float) -> Path:
+    """A knobs-only policy bundle: manifest.json (format, system, capabilities [] -- no
+    policy.so -- and the knobs the simulator and the runtime take)."""
+    from flashml import __version__
+    from flashml.files import atomic_dir, write_json
+
+    folder = run.path / "compiled" / _slug(name)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    manifest = {"format": BUNDLE_FORMAT, "system": "pannier", "capabilities": [],
+                "knobs": {**_tuned_knobs(s, params), "page_bytes": s.page_bytes,
+                          "lifespan_epbpd": target},
+                "tuned_on": name, "flashml_version": __version__}
+    with atomic_dir(folder) as tmp:
+        write_json(Path(tmp) / "manifest.json", manifest)
+    return folder
 
 
 def _slug(x: str) -> str:
@@ -368,6 +501,7 @@ def plots(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
 
 STAGES: tuple[Stage, ...] = (
     Stage("ingest", ingest),
+    Stage("tune", tune),
     Stage("simulate", simulate),
     Stage("plots", plots),
 )
@@ -383,7 +517,7 @@ def mlflow_params(run: RunDir, s: PannierSettings) -> dict[str, Any]:
             "lifespan_epbpd": s.lifespan_epbpd or "half of pannier's",
             "page_bytes": s.page_bytes, "container_bytes": s.container_bytes,
             "tire_slack": s.tire_slack, "quantum_s": s.quantum_s,
-            "promotion_pct": s.promotion_pct, "seed": s.seed}
+            "promotion_pct": s.promotion_pct, "seed": s.seed, "trials": s.trials}
 
 
 def summary(records: dict[str, dict[str, Any]], s: PannierSettings) -> dict[str, Any]:
@@ -392,6 +526,7 @@ def summary(records: dict[str, dict[str, Any]], s: PannierSettings) -> dict[str,
             "pannier_vs_lru_plus": _gains(per_run, "pannier", "lru_plus"),
             "pannier_vs_mq": _gains(per_run, "pannier", "mq"),
             "tire": _tire_check(per_run, s.tire_slack), "per_run": per_run,
+            "tuned": records["tune"]["per_trace"],
             "plots": records["plots"]["plots"]}
 
 
@@ -405,6 +540,10 @@ def describe(summary: dict[str, Any], s: PannierSettings) -> str:
     lines.append(f"pannier vs lru_plus: read-hit {g['read_hit_gain']:+.1%} (max "
                  f"{g['read_hit_gain_max']:+.1%}, ahead in {g['runs_ahead']}/{g['runs']}), "
                  f"FUE {g['fue_gain']:+.1%}")
+    for name, t in summary["tuned"].items():
+        if t["trials"]:
+            lines.append(f"tuned on {name} ({t['trials']} trials, first half, {t['size']}): "
+                         f"{t['params']} -> bundle {t['bundle']}")
     t = [r for r in summary["tire"] if r["policy"] == "pannier_tire"]
     ok = sum(r["within_slack"] for r in t)
     lines.append(f"TIRE (pannier): worst quantum within K x quota in {ok}/{len(t)} runs; "

@@ -160,8 +160,11 @@ pub struct BlockConfig {
     pub cache_bytes: u64,
     /// The block (page) size: the unit of insert, read and invalidate.
     pub page_bytes: u64,
-    /// The container size = the flash erase block (2 MiB).
+    /// The container size (2 MiB): written and evicted whole.
     pub container_bytes: u64,
+    /// The flash erase block; None: the container size (the paper's alignment). A container
+    /// must be a whole number of erase blocks; per-block policies' FTL uses it too.
+    pub erase_bytes: Option<u64>,
     /// Over-provisioning of the per-block policies' FTL (0.07).
     pub op: f64,
     /// TIRE's lifespan target in erasures per erase block per day; None: no TIRE.
@@ -196,6 +199,7 @@ impl Default for BlockConfig {
             cache_bytes: 1 << 30,
             page_bytes: 4096,
             container_bytes: 2 << 20,
+            erase_bytes: None,
             op: 0.07,
             tire_epbpd: None,
             tire_slack: 4.0,
@@ -229,6 +233,20 @@ impl BlockConfig {
             return err(format!(
                 "container size {} bytes is not a whole number of {}-byte blocks",
                 self.container_bytes, self.page_bytes
+            ));
+        }
+        let erase = self.erase_block_bytes();
+        if erase < self.page_bytes || !erase.is_multiple_of(self.page_bytes) {
+            return err(format!(
+                "erase block {erase} bytes is not a whole number of {}-byte blocks",
+                self.page_bytes
+            ));
+        }
+        if !self.container_bytes.is_multiple_of(erase) {
+            return err(format!(
+                "container size {} bytes is not a whole number of {erase}-byte erase blocks \
+                 (a container that is not erase-aligned would need the FTL's garbage collection)",
+                self.container_bytes
             ));
         }
         if self.container_bytes / self.page_bytes > 1 << 20 {
@@ -290,6 +308,19 @@ impl BlockConfig {
 
     pub fn pages_per_container(&self) -> u32 {
         (self.container_bytes / self.page_bytes) as u32
+    }
+
+    pub fn erase_block_bytes(&self) -> u64 {
+        self.erase_bytes.unwrap_or(self.container_bytes)
+    }
+
+    pub fn pages_per_erase_block(&self) -> u32 {
+        (self.erase_block_bytes() / self.page_bytes) as u32
+    }
+
+    /// Erase blocks of a container.
+    pub fn erase_blocks_per_container(&self) -> u64 {
+        self.container_bytes / self.erase_block_bytes()
     }
 
     pub fn cache_pages(&self) -> u32 {
@@ -769,7 +800,7 @@ pub struct PerBlock<O: PageOrder> {
 impl<O: PageOrder> PerBlock<O> {
     pub fn new(order: O, cfg: &BlockConfig) -> Self {
         let capacity = cfg.cache_pages();
-        let ftl = Ftl::new(capacity, cfg.pages_per_container(), cfg.op);
+        let ftl = Ftl::new(capacity, cfg.pages_per_erase_block(), cfg.op);
         let gate = cfg.gate(ftl.erase_blocks());
         PerBlock {
             order,

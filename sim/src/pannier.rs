@@ -144,7 +144,7 @@ impl Store {
             now: 0,
             seal_seq: 0,
             ghost: Ghost::new((cfg.ghost_factor * cfg.cache_pages() as f64) as usize),
-            gate: cfg.gate(slots),
+            gate: cfg.gate(slots * cfg.erase_blocks_per_container() as u32),
             c: FlashCounters::default(),
             packing,
             copy_forward,
@@ -596,7 +596,7 @@ impl<P: ContainerPolicy> ContainerCache<P> {
         st.containers[v as usize] = c;
         st.free_ids.push(v);
         st.sealed -= 1;
-        st.c.erasures += 1;
+        st.c.erasures += st.cfg.erase_blocks_per_container();
         st.c.evictions += 1;
     }
 }
@@ -669,7 +669,7 @@ impl<P: ContainerPolicy> BlockCache for ContainerCache<P> {
     }
 
     fn erase_blocks(&self) -> u32 {
-        self.st.slots
+        self.st.slots * self.st.cfg.erase_blocks_per_container() as u32
     }
 
     fn gate_mut(&mut self) -> &mut Gate {
@@ -737,6 +737,31 @@ mod tests {
         assert_eq!(c.st.c.erasures, 1);
         assert!(read(&mut c, 2));
         assert!(!read(&mut c, 5));
+    }
+
+    #[test]
+    fn containers_of_several_erase_blocks() {
+        // 2 containers of 8 blocks, each 4 erase blocks of 2 blocks.
+        let four = BlockConfig {
+            erase_bytes: Some(2 * 4096),
+            ..cfg(2, 8)
+        };
+        four.validate().unwrap();
+        let mut c = ContainerCache::lru_plus(&four);
+        assert_eq!(c.erase_blocks(), 8);
+        for p in 0..24 {
+            read(&mut c, p);
+        }
+        assert_eq!(c.st.c.erasures, 4); // one container evicted = 4 erase blocks
+        let bad = BlockConfig {
+            erase_bytes: Some(3 * 4096),
+            ..cfg(2, 8)
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .0
+            .contains("whole number of 12288-byte erase blocks"));
     }
 
     #[test]

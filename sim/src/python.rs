@@ -790,13 +790,14 @@ fn simulate_partitioned<'py>(
 /// Block mode (Pannier's setting; sim/src/blocks.rs): replay a block-level trace (request i at
 /// `times[i]` s covers blocks `pages[i] .. pages[i] + lens[i]`, a write iff `writes[i]`)
 /// through one policy: lru, s2lru, mq, belady (per block, over an FTL with `op`
-/// over-provisioning), lru_plus, s2lru_plus or pannier (containers of `container_bytes`).
+/// over-provisioning), lru_plus, s2lru_plus or pannier (containers of `container_bytes`,
+/// each a whole number of `erase_bytes` erase blocks; default: one).
 /// `tire_epbpd`: gate insertions with TIRE at that many erasures per erase block per day.
 /// Returns the counts, ratios and flash figures, and the quanta (start_s, credit, erasures,
 /// blocked) as arrays.
 #[pyfunction]
 #[pyo3(signature = (times, pages, lens, writes, policy, cache_bytes, *, page_bytes=4096,
-                    container_bytes=2_097_152, op=0.07, tire_epbpd=None, tire_slack=4.0,
+                    container_bytes=2_097_152, erase_bytes=None, op=0.07, tire_epbpd=None, tire_slack=4.0,
                     tire_steps=3, quantum_s=300.0, promotion_pct=5.0, sample_pct=3.0,
                     lifetime_pct=99.0, ghost_factor=2.0, survival=true, aging=true,
                     invalidation_aware=true, packing=true, fixed_lifetime=None))]
@@ -811,6 +812,7 @@ fn simulate_blocks<'py>(
     cache_bytes: u64,
     page_bytes: u64,
     container_bytes: u64,
+    erase_bytes: Option<u64>,
     op: f64,
     tire_epbpd: Option<f64>,
     tire_slack: f64,
@@ -831,6 +833,7 @@ fn simulate_blocks<'py>(
         cache_bytes,
         page_bytes,
         container_bytes,
+        erase_bytes,
         op,
         tire_epbpd,
         tire_slack,
