@@ -349,6 +349,15 @@ impl BlockConfig {
         )
     }
 
+    /// The ghost cache's size in blocks: 0 (off) when nothing reads its counts (no TIRE, and
+    /// no hot/cold packing).
+    pub fn ghost_blocks(&self, packs: bool) -> usize {
+        if self.tire_epbpd.is_none() && !(packs && self.packing) {
+            return 0;
+        }
+        (self.ghost_factor * self.cache_pages() as f64) as usize
+    }
+
     /// Whether a key is in the 3% (sample_pct) sample.
     #[inline]
     pub fn sampled(&self, key: u64) -> bool {
@@ -397,70 +406,85 @@ pub trait BlockCache {
     }
 }
 
-/// The ghost cache: key -> access count (saturating at 255) for the most recently accessed
-/// `cap` keys (LRU by lazy deletion: a re-access queues the key again; stale queue entries are
-/// skipped on the way out and compacted when the queue doubles).
+/// The ghost cache: an approximate access count for every key seen recently, over about
+/// `cap` keys (the paper: 2x the cache's blocks). Pannier's ghost is a key -> 8-bit count
+/// table [§3.1]; a hash table of that size costs three lookups on every cold access, so this
+/// one is a count-min sketch with conservative update and periodic halving (TinyLFU's way to
+/// count recent accesses in O(1) without keys): 4 rows of `next_pow2(cap)` 8-bit counters,
+/// a key's count is the minimum of its 4 counters (never below its true count since the last
+/// halving), and after every `cap` accesses all counters halve (older accesses fade).
 #[derive(Debug, Clone)]
 pub struct Ghost {
     cap: usize,
-    seq: u64,
-    map: FastMap<u64, (u8, u64)>,
-    queue: VecDeque<(u64, u64)>,
+    mask: usize,
+    rows: Vec<u8>,
+    since_halving: usize,
 }
+
+const GHOST_ROWS: usize = 4;
 
 impl Ghost {
     pub fn new(cap: usize) -> Self {
+        let width = if cap == 0 {
+            0
+        } else {
+            cap.next_power_of_two().max(64)
+        };
         Ghost {
             cap,
-            seq: 0,
-            map: new_map(),
-            queue: VecDeque::new(),
+            mask: width.saturating_sub(1),
+            rows: vec![0; width * GHOST_ROWS],
+            since_halving: 0,
         }
     }
 
-    /// Record an access; returns the count of earlier accesses.
+    #[inline]
+    fn slots(&self, key: u64) -> [usize; GHOST_ROWS] {
+        let h1 = splitmix64(key);
+        let h2 = splitmix64(key ^ 0x6A09_E667_F3BC_C909) | 1;
+        let w = self.mask + 1;
+        let mut out = [0; GHOST_ROWS];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = i * w + (h1.wrapping_add((i as u64).wrapping_mul(h2)) as usize & self.mask);
+        }
+        out
+    }
+
+    /// Record an access; returns the (approximate) count of earlier accesses.
+    #[inline]
     pub fn touch(&mut self, key: u64) -> u32 {
         if self.cap == 0 {
             return 0;
         }
-        self.seq += 1;
-        let seq = self.seq;
-        let prev = match self.map.get_mut(&key) {
-            Some(e) => {
-                let c = e.0;
-                *e = (c.saturating_add(1), seq);
-                c as u32
-            }
-            None => {
-                self.map.insert(key, (1, seq));
-                0
-            }
-        };
-        self.queue.push_back((key, seq));
-        while self.map.len() > self.cap {
-            let (k, s) = self.queue.pop_front().expect("every key is queued");
-            if self.map.get(&k).is_some_and(|e| e.1 == s) {
-                self.map.remove(&k);
+        let idx = self.slots(key);
+        let prev = idx.iter().map(|&i| self.rows[i]).min().unwrap_or(0);
+        if prev < u8::MAX {
+            for &i in &idx {
+                if self.rows[i] == prev {
+                    self.rows[i] = prev + 1;
+                }
             }
         }
-        if self.queue.len() > 2 * self.cap + 16 {
-            let map = &self.map;
-            self.queue
-                .retain(|(k, s)| map.get(k).is_some_and(|e| e.1 == *s));
+        self.since_halving += 1;
+        if self.since_halving >= self.cap {
+            self.since_halving = 0;
+            for c in self.rows.iter_mut() {
+                *c >>= 1;
+            }
         }
-        prev
+        prev as u32
     }
 
+    /// The key's count (0 for a key never seen or long faded).
     pub fn count(&self, key: u64) -> u32 {
-        self.map.get(&key).map_or(0, |e| e.0 as u32)
-    }
-
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        if self.cap == 0 {
+            return 0;
+        }
+        self.slots(key)
+            .iter()
+            .map(|&i| self.rows[i])
+            .min()
+            .unwrap_or(0) as u32
     }
 }
 
@@ -811,7 +835,7 @@ impl<O: PageOrder> PerBlock<O> {
             capacity,
             ftl,
             gate,
-            ghost: Ghost::new((cfg.ghost_factor * capacity as f64) as usize),
+            ghost: Ghost::new(cfg.ghost_blocks(false)),
             c: FlashCounters::default(),
         }
     }
@@ -1142,22 +1166,35 @@ mod tests {
     }
 
     #[test]
-    fn ghost_counts_and_capacity() {
-        let mut g = Ghost::new(2);
+    fn ghost_counts_and_halving() {
+        let mut g = Ghost::new(1000);
         assert_eq!(g.touch(1), 0);
         assert_eq!(g.touch(1), 1);
         assert_eq!(g.touch(2), 0);
-        // 1 is more recent than... 2 is most recent; adding 3 drops the LRU key (1).
-        g.touch(1);
-        assert_eq!(g.touch(3), 0);
-        assert_eq!(g.len(), 2);
-        assert_eq!(g.count(2), 0);
-        assert_eq!(g.count(1), 3);
-        for _ in 0..1000 {
-            g.touch(1);
+        assert_eq!(g.touch(1), 2);
+        assert_eq!((g.count(1), g.count(2), g.count(3)), (3, 1, 0));
+        // Never below the true count (conservative update only overestimates on collisions).
+        let mut x = 9u64;
+        let mut truth = std::collections::HashMap::new();
+        for _ in 0..900 {
+            x = splitmix64(x);
+            let k = x % 300;
+            let c = truth.entry(k).or_insert(0u32);
+            assert!(g.touch(k + 10) >= *c);
+            *c += 1;
         }
-        assert_eq!(g.count(1), 255);
-        assert!(g.queue.len() <= 2 * 2 + 16 + 1);
+        // 1000 accesses in all (4 + 900 < 1000: no halving yet); 96 more halve every count.
+        let before = g.count(1);
+        for k in 0..96 {
+            g.touch(1_000_000 + k);
+        }
+        assert_eq!(g.count(1), before / 2);
+        let mut s = Ghost::new(10);
+        for _ in 0..300 {
+            s.touch(5);
+        }
+        assert!(s.count(5) <= 20); // halved every 10 accesses: recent accesses only
+        assert_eq!(Ghost::new(0).touch(5), 0);
     }
 
     #[test]

@@ -143,7 +143,7 @@ impl Store {
             open: [NIL; OPEN],
             now: 0,
             seal_seq: 0,
-            ghost: Ghost::new((cfg.ghost_factor * cfg.cache_pages() as f64) as usize),
+            ghost: Ghost::new(cfg.ghost_blocks(packing)),
             gate: cfg.gate(slots * cfg.erase_blocks_per_container() as u32),
             c: FlashCounters::default(),
             packing,
