@@ -18,8 +18,13 @@ import pytest
 
 from flashml.blockcache import POLICIES, block_requests, from_arrays, simulate
 from flashml.config import OP_CODES
-from flashml.trace.blockgen import (BLOCK_BYTES, BLOCK_PRESETS, generate_block_requests,
-                                    get_block_preset, write_block_msr)
+from flashml.trace.blockgen import (
+    BLOCK_BYTES,
+    BLOCK_PRESETS,
+    generate_block_requests,
+    get_block_preset,
+    write_block_msr,
+)
 
 MiB = 1 << 20
 
