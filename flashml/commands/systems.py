@@ -25,10 +25,37 @@ def command_name(job: ModuleType) -> str:
     return getattr(job, "COMMAND", None) or job.__name__.rsplit(".", 1)[1]
 
 
+def _system_parser(job: ModuleType) -> argparse.ArgumentParser:
+    """A `flashml <system> run` parser for `job` (its options and their defaults)."""
+    p = argparse.ArgumentParser(prog=f"flashml {command_name(job)} run")
+    add_trace_option(p, required=False, formats=getattr(job, "FORMATS", None),
+                     default_format=getattr(job, "DEFAULT_FORMAT", "tectonic"))
+    job.add_cli(p)
+    return p
+
+
 def _make_run(job: ModuleType):  # type: ignore[no-untyped-def]
     def cmd_run(args: argparse.Namespace) -> int:
         from flashml.jobs.run import run_job
 
+        system = getattr(args, "system", None)
+        if system and system != command_name(job):
+            # `flashml pipeline run --system NAME`: that system's job on its embedded
+            # default (its own options at their defaults; --trace/--format passed on)
+            from flashml.jobs import SYSTEMS
+
+            other = next(_job(m) for m in SYSTEMS if command_name(_job(m)) == system)
+            passed = []
+            if args.trace is not None:
+                passed += ["--trace", str(args.trace)]
+            if args.format is not None:
+                passed += ["--format", args.format]
+            oargs = _system_parser(other).parse_args(passed)
+            s = other.Settings.from_cli(oargs)
+            summary, path, timer = run_job(other, s, args.out, resume=args.resume)
+            print(other.describe(summary, s))
+            print(f"summary: {path}; MLflow run {summary['mlflow_run_id']}")
+            return 0
         s = job.Settings.from_cli(args)
         summary, path, timer = run_job(job, s, args.out, resume=args.resume)
         print(job.describe(summary, s))
@@ -62,4 +89,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="go on with an interrupted run in --out from its last finished "
                        "stage (same options; the same MLflow run) instead of starting over")
         job.add_cli(r)
+        if name == "pipeline":
+            names = [command_name(_job(m)) for m in SYSTEMS]
+            r.add_argument("--system", choices=names, default="pipeline",
+                           help="run another system's job end to end on its embedded default "
+                           "instead (its options at their defaults; `flashml SYSTEM run` takes "
+                           "them all): " + ", ".join(n for n in names if n != "pipeline"))
         r.set_defaults(func=_make_run(job))
