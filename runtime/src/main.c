@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "cli_mat.h"
+#include "cli_pannier.h"
 #include "cli_partition.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
@@ -24,6 +25,8 @@ static const char *USAGE =
     "                   eviction (a compiled bundle), verifying every byte\n"
     "  partition-replay replay a multi-stream page trace through a page cache partitioned\n"
     "                   by stream with MLCache's network (a compiled bundle)\n"
+    "  pannier-replay   replay a block trace through Pannier's container flash cache (LRU+\n"
+    "                   or Pannier, optionally TIRE), verifying every byte; survives kill -9\n"
     "  probe-disk       measure a device's seek time and bandwidth (simulator config JSON)\n"
     "  features         print the tracker's feature vector of every access (CSV)\n"
     "  units            print the units this runtime was built with (JSON)\n"
@@ -207,6 +210,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "replay")) return cli_replay(argc, argv);
     if (!strcmp(cmd, "mat-replay")) return cli_mat_replay(argc, argv);
     if (!strcmp(cmd, "partition-replay")) return cli_partition_replay(argc, argv);
+    if (!strcmp(cmd, "pannier-replay")) return cli_pannier_replay(argc, argv);
     if (!strcmp(cmd, "prepare-backing")) return cmd_prepare(argc, argv);
     if (!strcmp(cmd, "probe-disk")) return cmd_probe(argc, argv);
     if (!strcmp(cmd, "features")) return cmd_features(argc, argv);
