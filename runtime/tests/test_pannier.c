@@ -1,0 +1,234 @@
+/* test_pannier.c: C unit tests of Pannier's container cache (src/pannier.c) under ASan+UBSan
+ * (`make test`) and valgrind (`make valgrind`): the hand examples of sim/src/pannier.rs and
+ * sim/src/tire.rs (a fully invalidated container goes first, aging by elapsed lifetimes,
+ * promotion after ceil(5%) of the blocks, TIRE's levels at q, 2q, 3q, 4q), nearest-rank, the
+ * bytes, and recovery (the index rebuilt, an overwritten block never served). The decisions on
+ * whole traces against the simulator's: tests/test_runtime_pannier.py. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pannier.h"
+
+#include "check.h"
+
+/* A cache of `containers` containers of `ppc` 4 KiB blocks; decisions only. */
+static frt_pn *cache(uint64_t containers, uint64_t ppc, enum frt_pn_policy pol, uint64_t life) {
+    struct frt_pn_config c;
+    frt_pn_config_default(&c);
+    c.policy = pol;
+    c.cache_bytes = containers * ppc * 4096;
+    c.container_bytes = ppc * 4096;
+    c.fixed_lifetime = life;
+    c.packing = 0;
+    char err[256];
+    frt_pn *p = frt_pn_open(&c, err, sizeof err);
+    CHECK(p != NULL, "%s", err);
+    return p;
+}
+
+static int rd(frt_pn *c, uint64_t b) { return frt_pn_request(c, 0.0, b, 1, 0); }
+static int wr(frt_pn *c, uint64_t b) { return frt_pn_request(c, 0.0, b, 1, 1); }
+
+static void test_lru_plus(void) {
+    frt_pn *c = cache(2, 4, FRT_PN_LRU_PLUS, 0);
+    if (!c) return;
+    for (uint64_t p = 0; p < 4; p++) CHECK(rd(c, p) == 0, "cold miss");
+    CHECK(frt_pn_counters(c)->host_write_pages == 4, "sealed");
+    CHECK(rd(c, 0) == 1, "hit");
+    for (uint64_t p = 4; p < 8; p++) rd(c, p);
+    CHECK(rd(c, 1) == 1, "hit keeps the first container");
+    for (uint64_t p = 8; p < 12; p++) rd(c, p);
+    CHECK(frt_pn_counters(c)->erasures == 1, "one eviction");
+    CHECK(rd(c, 2) == 1, "the first container stayed");
+    CHECK(rd(c, 5) == 0, "the second went");
+    frt_pn_close(c);
+}
+
+static void test_fully_invalidated_first(void) {
+    frt_pn *c = cache(3, 2, FRT_PN_PANNIER, 1000);
+    if (!c) return;
+    for (uint64_t p = 0; p < 6; p++) rd(c, p);
+    int64_t second = frt_pn_container_of(c, 2);
+    CHECK(second >= 0, "cached");
+    wr(c, 2);
+    CHECK(frt_pn_container_survival(c, (uint32_t)second) == frt_pn_now(c) + 500, "half valid: now + 1000/2");
+    wr(c, 3);
+    CHECK(frt_pn_container_survival(c, (uint32_t)second) == frt_pn_now(c), "0%% valid: now");
+    CHECK(frt_pn_counters(c)->erasures == 1, "the overwrites' container evicted one");
+    CHECK(frt_pn_container_state(c, (uint32_t)second) == 0, "the invalid one is free");
+    CHECK(rd(c, 0) == 1, "the LRU container stayed");
+    CHECK(rd(c, 2) == 1, "the new copy");
+    int64_t fresh = frt_pn_container_of(c, 3);
+    CHECK(fresh >= 0 && frt_pn_container_state(c, (uint32_t)fresh) == 2, "sealed");
+    CHECK(frt_pn_container_of(c, 2) == fresh, "2 and 3 together");
+    frt_pn_close(c);
+}
+
+static void test_aging(void) {
+    frt_pn *c = cache(8, 4, FRT_PN_PANNIER, 10);
+    if (!c) return;
+    for (uint64_t p = 0; p < 4; p++) rd(c, p);
+    uint32_t id = (uint32_t)frt_pn_container_of(c, 0);
+    for (int i = 0; i < 5; i++) rd(c, 0);
+    rd(c, 1);
+    rd(c, 1);
+    CHECK(frt_pn_container_freq(c, id, 0) == 5 && frt_pn_container_freq(c, id, 1) == 2, "freq 5 2");
+    /* decay point 4 + 10 = 14; at 35: ceil(21 / 10) = 3 steps */
+    CHECK(frt_pn_container_decay(c, id) == 14, "%llu", (unsigned long long)frt_pn_container_decay(c, id));
+    frt_pn_set_now(c, 35);
+    frt_pn_age(c, id);
+    CHECK(frt_pn_container_freq(c, id, 0) == 2 && frt_pn_container_freq(c, id, 1) == 0, "aged by 3");
+    CHECK(frt_pn_container_accessed(c, id) == 1, "one accessed block");
+    CHECK(frt_pn_container_decay(c, id) == 45, "next decay point");
+    frt_pn_set_now(c, 45);
+    frt_pn_age(c, id);
+    CHECK(frt_pn_container_freq(c, id, 0) == 2, "not yet");
+    frt_pn_close(c);
+}
+
+static void test_copy_forward(void) {
+    frt_pn *c = cache(3, 4, FRT_PN_PANNIER, 8);
+    if (!c) return;
+    for (uint64_t p = 0; p < 4; p++) rd(c, p);
+    rd(c, 1);
+    rd(c, 1);
+    for (uint64_t p = 4; p < 16; p++) rd(c, p);
+    CHECK(frt_pn_counters(c)->copied_forward_pages == 1, "%llu", (unsigned long long)frt_pn_counters(c)->copied_forward_pages);
+    CHECK(frt_pn_counters(c)->erasures == 1, "one erasure");
+    CHECK(frt_pn_container_of(c, 1) >= 0 && frt_pn_container_of(c, 0) < 0, "1 copied, 0 dropped");
+    CHECK(rd(c, 1) == 1, "hit");
+    frt_pn_close(c);
+}
+
+static void test_promotion(void) {
+    frt_pn *c = cache(8, 512, FRT_PN_PANNIER, 0);
+    if (!c) return;
+    CHECK(frt_pn_promote_at(c) == 26, "ceil(0.05 x 512) = %u", frt_pn_promote_at(c));
+    frt_pn_close(c);
+    struct frt_pn_config k;
+    frt_pn_config_default(&k);
+    k.cache_bytes = 8 * 512 * 4096;
+    k.promotion_pct = 1.0;
+    char err[256];
+    c = frt_pn_open(&k, err, sizeof err);
+    CHECK(c && frt_pn_promote_at(c) == 6, "ceil(5.12) = 6");
+    frt_pn_close(c);
+}
+
+static void test_tire_levels(void) {
+    /* q = 10 * 288 * 300 / 86400 = 10 erasures per quantum: 288 one-block containers */
+    struct frt_pn_config k;
+    frt_pn_config_default(&k);
+    k.container_bytes = 4096;
+    k.cache_bytes = 288 * 4096;
+    k.has_tire = 1;
+    k.tire_epbpd = 10.0;
+    char err[256];
+    frt_pn *c = frt_pn_open(&k, err, sizeof err);
+    CHECK(c != NULL, "%s", err);
+    if (!c) return;
+    CHECK(fabs(frt_pn_quota(c) - 10.0) < 1e-12, "quota %g", frt_pn_quota(c));
+    frt_pn_tick(c, 0.0);
+    const uint64_t e[] = {0, 10, 11, 20, 21, 30, 31, 40, 41};
+    const uint32_t lv[] = {0, 0, 1, 1, 2, 2, 3, 3, 4};
+    for (int i = 0; i < 9; i++) CHECK(frt_pn_tire_level(c, e[i]) == lv[i], "erasures %llu: level %u", (unsigned long long)e[i], frt_pn_tire_level(c, e[i]));
+    frt_pn_close(c);
+    k.tire_epbpd = 0.0;
+    CHECK(frt_pn_open(&k, err, sizeof err) == NULL && strstr(err, "lifespan target must be > 0"), "%s", err);
+    k.has_tire = 0;
+    k.container_bytes = 1024;
+    CHECK(frt_pn_open(&k, err, sizeof err) == NULL && strstr(err, "smaller than a block"), "%s", err);
+}
+
+static void test_nearest_rank(void) {
+    uint64_t xs[100];
+    for (int i = 0; i < 100; i++) xs[i] = (uint64_t)(100 - i);
+    CHECK(frt_pn_nearest_rank(xs, 100, 99.0) == 99, "p99");
+    CHECK(frt_pn_nearest_rank(xs, 100, 50.0) == 50, "p50");
+    CHECK(frt_pn_nearest_rank(xs, 100, 100.0) == 100, "p100");
+    uint64_t one = 5;
+    CHECK(frt_pn_nearest_rank(&one, 1, 1.0) == 5, "one");
+}
+
+static frt_pn *data_cache(const char *dir, int recover, int journal) {
+    static char flash[512], backing[512];
+    snprintf(flash, sizeof flash, "%s/pn.flash", dir);
+    snprintf(backing, sizeof backing, "%s/pn.backing", dir);
+    if (!journal) {
+        char j[600];
+        snprintf(j, sizeof j, "%s.journal", flash);
+        unlink(j);
+    }
+    struct frt_pn_config k;
+    frt_pn_config_default(&k);
+    k.policy = FRT_PN_LRU_PLUS;
+    k.cache_bytes = 4 * 4 * 4096;
+    k.container_bytes = 4 * 4096;
+    k.flash_path = flash;
+    k.backing_path = backing;
+    k.recover = recover;
+    char err[512];
+    frt_pn *c = frt_pn_open(&k, err, sizeof err);
+    CHECK(c != NULL, "%s", err);
+    return c;
+}
+
+static void test_bytes_and_recovery(const char *dir, int journal) {
+    char path[600];
+    const char *names[] = {"pn.flash", "pn.flash.journal", "pn.backing", "pn.backing.versions"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    frt_pn *c = data_cache(dir, 0, 1);
+    if (!c) return;
+    for (uint64_t p = 0; p < 12; p++) rd(c, p); /* 3 sealed containers */
+    CHECK(rd(c, 0) == 1 && rd(c, 4) == 1, "hits");
+    wr(c, 1); /* invalidates 1 in a sealed container; the new version is in RAM only */
+    CHECK(rd(c, 1) == 1, "the new version from RAM");
+    wr(c, 13); /* not cached: version 1 in RAM */
+    wr(c, 13); /* updated in place in RAM: version 2 */
+    CHECK(rd(c, 13) == 1, "hit in RAM");
+    const struct frt_pn_counters *k = frt_pn_counters(c);
+    CHECK(k->verify_failures == 0 && k->verified_blocks > 0, "%llu failures", (unsigned long long)k->verify_failures);
+    CHECK(k->flash_reads == 2, "%llu flash reads", (unsigned long long)k->flash_reads);
+    frt_pn_close(c); /* no flush of anything: as kill -9 leaves it */
+
+    c = data_cache(dir, 1, journal);
+    if (!c) return;
+    k = frt_pn_counters(c);
+    CHECK(k->recovered_containers == 3 && k->recovered_blocks == 11, "%llu containers %llu blocks",
+          (unsigned long long)k->recovered_containers, (unsigned long long)k->recovered_blocks);
+    CHECK(frt_pn_container_of(c, 1) < 0, "the overwritten block is not in the index");
+    CHECK(rd(c, 0) == 1 && rd(c, 11) == 1, "recovered hits");
+    CHECK(rd(c, 1) == 0, "the overwritten block: a miss (its new version was in RAM)");
+    CHECK(rd(c, 13) == 0, "13 was only in RAM");
+    CHECK(k->recovered_hits == 2, "%llu", (unsigned long long)k->recovered_hits);
+    CHECK(k->verify_failures == 0, "%llu failures after recovery", (unsigned long long)k->verify_failures);
+    frt_pn_close(c);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : ".";
+    test_lru_plus();
+    test_fully_invalidated_first();
+    test_aging();
+    test_copy_forward();
+    test_promotion();
+    test_tire_levels();
+    test_nearest_rank();
+    test_bytes_and_recovery(dir, 1);
+    test_bytes_and_recovery(dir, 0); /* without the journal: the version log alone */
+    char path[600];
+    const char *names[] = {"pn.flash", "pn.flash.journal", "pn.backing", "pn.backing.versions"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    printf("test_pannier: %d checks, %d failures\n", checks, failures);
+    return failures != 0;
+}
