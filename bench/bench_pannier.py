@@ -9,7 +9,11 @@
    policy's read-hit ratio, FUE, erasures and DWPD; Pannier against LRU+ and MQ; TIRE at half
    of Pannier's own erasure rate (worst quantum against K x quota, final credit, read-hit
    loss).
-2. Speed: block accesses per second of every policy on a 2 M-request src11-like trace, and
+2. Pannier's parts (the paper's Fig. 8): S2LRU+ -> S2LRU* (promotion threshold, hot/cold
+   packing) -> + survival queue -> + invalidation-awareness -> + ageing (= Pannier), read-hit
+   ratio on src11-, prn0- and map-like at 5% of the working set; and overwrites (Fig. 13b):
+   web-like at Zipf 0.8 with 0, 0.5 and 1 overwrite per read, LRU+, S2LRU+, Pannier and MQ.
+3. Speed: block accesses per second of every policy on a 2 M-request src11-like trace, and
    per-block LRU side by side with libCacheSim's LRU on the same block stream (reads only,
    count capacity; the hits must be equal).
 
@@ -107,6 +111,32 @@ def speed(quick: bool) -> dict[str, Any]:
     return out
 
 
+def parts(quick: bool) -> dict[str, Any]:
+    n = 50_000 if quick else 200_000
+    steps = {"s2lru_plus": ("s2lru_plus", {}),
+             "s2lru_star": ("pannier", {"survival": False, "aging": False,
+                                        "invalidation_aware": False}),
+             "survival": ("pannier", {"aging": False, "invalidation_aware": False}),
+             "invalidation": ("pannier", {"aging": False}),
+             "aging (pannier)": ("pannier", {})}
+    out: dict[str, Any] = {"ablation": {}, "overwrites": {}}
+    for pre in ("src11-like", "prn0-like", "map-like"):
+        r = generate_block_requests(get_block_preset(pre), 0, n)
+        req = from_arrays(r["time"], r["block"], r["blocks"], r["write"])
+        c = int(req.working_set_bytes() * 0.05)
+        out["ablation"][pre] = {k: simulate(req, p, c, **kw)["read_hit_ratio"]
+                                for k, (p, kw) in steps.items()}
+        print(f"  {pre}: " + ", ".join(f"{k} {v:.4f}" for k, v in out["ablation"][pre].items()))
+    for ow in (0.0, 0.5, 1.0):
+        r = generate_block_requests(get_block_preset("web-like", overwrites=ow), 0, n)
+        req = from_arrays(r["time"], r["block"], r["blocks"], r["write"])
+        c = int(req.working_set_bytes() * 0.05)
+        out["overwrites"][str(ow)] = {p: simulate(req, p, c)["read_hit_ratio"]
+                                      for p in ("lru_plus", "s2lru_plus", "pannier", "mq")}
+        print(f"  web-like, {ow} overwrites per read: {out['overwrites'][str(ow)]}")
+    return out
+
+
 def readme(res: dict[str, Any]) -> str:
     s = res["table"]["presets"]
     lines = ["| policy | read-hit ratio | FUE | erasures | DWPD |", "|---|---|---|---|---|"]
@@ -125,9 +155,11 @@ def main() -> int:
     t0 = time.perf_counter()
     print("speed:")
     sp = speed(args.quick)
+    print("Pannier's parts and overwrites:")
+    pa = parts(args.quick)
     print("comparison table (flashml pannier run):")
     tab = table(args.quick, work)
-    res = {"machine": machine(), "quick": args.quick, "speed": sp, "table": tab,
+    res = {"machine": machine(), "quick": args.quick, "speed": sp, "parts": pa, "table": tab,
            "seconds": time.perf_counter() - t0}
     for name, s in tab.items():
         g, m = s["pannier_vs_lru_plus"], s["pannier_vs_mq"]

@@ -183,14 +183,19 @@ def test_bad_knobs_are_clear():
         simulate(req, "arc", 64 * MiB)
 
 
-def test_pannier_run_end_to_end(tmp_path: Path, monkeypatch):
-    from flashml.cli import main
+def _run(tmp_path: Path, *args: object) -> None:
+    """`flashml ARGS` as a user runs it: a fresh interpreter with its own state."""
+    from conftest import run_cli
 
-    monkeypatch.chdir(tmp_path)
+    proc = run_cli(*args, env={"FLASHML_HOME": str(tmp_path / "state"),
+                               "MLFLOW_TRACKING_URI": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_pannier_run_end_to_end(tmp_path: Path):
     out = tmp_path / "run"
-    rc = main(["pannier", "run", "--presets", "web-like,src11-like", "--requests", "20000",
-               "--cache-size", "10%", "-o", str(out)])
-    assert rc == 0
+    _run(tmp_path, "pannier", "run", "--presets", "web-like,src11-like", "--requests", "20000",
+         "--cache-size", "10%", "-o", out)
     s = json.loads((out / "summary.json").read_text())
     names = {"lru", "s2lru", "mq", "belady", "lru_plus", "s2lru_plus", "pannier",
              "pannier_tire"}
@@ -214,3 +219,19 @@ def test_pannier_run_bad_input(tmp_path: Path, capsys):
         assert rc != 0
         assert msg in capsys.readouterr().err
         assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_pipeline_run_system_pannier_on_a_users_trace(tmp_path: Path):
+    """`flashml pipeline run --system pannier --trace F --format msr`: the Pannier job with its
+    defaults (three sizes, tuning, TIRE) on the given trace, from the main command."""
+    write_block_msr(get_block_preset("web-like", overwrites=0.3), 2, tmp_path / "web.csv",
+                    requests=15_000)
+    out = tmp_path / "run"
+    _run(tmp_path, "pipeline", "run", "--system", "pannier", "--trace", tmp_path / "web.csv",
+         "--format", "msr", "-o", out)
+    s = json.loads((out / "summary.json").read_text())
+    assert [r["size"] for r in s["per_run"]] == ["2.5%", "5%", "10%"]
+    assert "pannier_tuned" in s["policies"]
+    manifest = json.loads((out / "compiled" / "web_csv" / "manifest.json").read_text())
+    assert manifest["system"] == "pannier" and manifest["capabilities"] == []
+    assert manifest["knobs"]["container_bytes"] % manifest["knobs"]["erase_bytes"] == 0

@@ -258,9 +258,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--zipf", type=float, default=None,
                    help="MSR-CSV block presets: the Zipf exponent of popularity (web-like: "
                    "0.5-1, the paper's Fig. 13)")
-    p.add_argument("--overwrites", type=float, default=None, metavar="FRACTION",
-                   help="MSR-CSV block presets: the fraction of requests that overwrite "
-                   "(the paper's Fig. 13b: 0-1 at Zipf 0.8)")
+    p.add_argument("--overwrites", type=float, default=None, metavar="R",
+                   help="MSR-CSV block presets: overwrites per read, 0-1 (the paper's "
+                   "Fig. 13b: 0-100%% overwrites at Zipf 0.8)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--accesses", type=int, default=None,
                    help="number of accesses (requests, for an object-trace preset) (override)")

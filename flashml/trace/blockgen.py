@@ -96,8 +96,9 @@ BLOCK_PRESETS: dict[str, BlockPreset] = {p.name: p for p in (
 
 def get_block_preset(name: str, *, zipf: float | None = None,
                      overwrites: float | None = None) -> BlockPreset:
-    """The preset `name`; `zipf` sets its read (and write) Zipf exponent, `overwrites` the
-    fraction of requests that overwrite (web-like; others: of writes among requests)."""
+    """The preset `name`; `zipf` sets its read (and write) Zipf exponent; `overwrites` R adds
+    R overwrites per read (the paper's Fig. 13b "0-100% overwrites": R in [0, 1]), each
+    rewriting an extent chosen by the same popularity law."""
     if name not in BLOCK_PRESETS:
         raise UserError(f"unknown block preset {name!r}; block presets: "
                         f"{', '.join(BLOCK_PRESETS)}")
@@ -108,8 +109,9 @@ def get_block_preset(name: str, *, zipf: float | None = None,
         p = replace(p, read_alpha=zipf, write_alpha=zipf)
     if overwrites is not None:
         if not 0.0 <= overwrites <= 1.0:
-            raise UserError(f"--overwrites must be in [0, 1], got {overwrites}")
-        p = replace(p, read_share=1.0 - overwrites, overwrite_share=1.0)
+            raise UserError(f"--overwrites must be in [0, 1] (overwrites per read), got "
+                            f"{overwrites}")
+        p = replace(p, read_share=1.0 / (1.0 + overwrites), overwrite_share=1.0)
     return p
 
 
