@@ -15,7 +15,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("flashml.trace",),
     ("flashml.features",),
     ("flashml.compiler",),
-    ("flashml.simulation", "flashml.partitioning", "flashml.kml"),
+    ("flashml.simulation", "flashml.partitioning", "flashml.blockcache", "flashml.kml"),
     ("flashml.episodes",),
     ("flashml.policies",),
     ("flashml.models",),
