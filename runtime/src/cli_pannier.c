@@ -353,8 +353,19 @@ int cli_pannier_replay(int argc, char **argv) {
     }
     char err[600] = "";
     if (frt_pn_config_check(&cfg, err, sizeof err) != 0) {
-        const char *src = bundle ? " (flags and the bundle's knobs)" : "";
-        return ERR("%s%s", err, src);
+        /* the flag (or the bundle's knob) each check is about */
+        static const struct { const char *prefix, *flag; } FLAGS[] = {
+            {"block size", "--page-bytes"}, {"container size", "--container-bytes"},
+            {"erase block", "--erase-bytes"}, {"more than 2^20", "--container-bytes"},
+            {"cache size", "--flash-bytes"}, {"the cache has", "--flash-bytes"},
+            {"promotion", "--promotion-pct"}, {"sample", "--sample-pct"},
+            {"lifetime", "--lifetime-pct"}, {"ghost", "--ghost-factor"},
+            {"lifespan", "--tire-epbpd"}, {"TIRE slack", "--tire-slack"},
+            {"TIRE steps", "--tire-steps"}, {"TIRE quantum", "--quantum-s"}};
+        const char *flag = "options";
+        for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++)
+            if (!strncmp(err, FLAGS[i].prefix, strlen(FLAGS[i].prefix))) { flag = FLAGS[i].flag; break; }
+        return ERR("%s: %s%s", flag, err, bundle ? " (the flags over the bundle's knobs)" : "");
     }
     struct block_trace tr;
     if (trace_read(trace, &tr, cfg.page_bytes, !no_data) != 0) return 1;
