@@ -15,11 +15,11 @@ import subprocess
 import time
 from pathlib import Path
 
-import flashml_sim
 import numpy as np
 import pytest
 from test_runtime import FLASHRT, build_runtime
 
+import flashml_sim
 from flashml.trace.blockgen import generate_block_requests, get_block_preset
 
 CONTAINER = 256 * 1024  # 64 blocks
@@ -114,7 +114,7 @@ def test_an_overwrite_then_a_read_serves_the_new_version(tmp_path: Path) -> None
     # containers so the new copy is sealed, read it from flash.
     rows = [(0.0, 0, 64, 0), (1.0, 5, 1, 1), (2.0, 5, 1, 1), (3.0, 5, 1, 0),
             (4.0, 1000, 128, 0), (5.0, 5, 1, 0), (6.0, 0, 4, 0)]
-    t, b, n, w = (np.array(c) for c in zip(*rows))
+    t, b, n, w = (np.array(c) for c in zip(*rows, strict=True))
     csv = write_csv(tmp_path / "o.csv", t, b, n, w)
     rt = replay(tmp_path, csv, "--policy", "lru_plus", name="o")
     assert rt["verify_failures"] == 0
