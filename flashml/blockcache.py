@@ -19,7 +19,7 @@ from flashml.config import PUT_OPS
 
 #: Per-block policies (over the FTL) and container policies, in the order tables show them.
 PER_BLOCK = ("lru", "s2lru", "mq", "belady")
-CONTAINER = ("lru_plus", "s2lru_plus", "pannier")
+CONTAINER = ("lru_plus", "s2lru_plus", "ripq_plus", "pannier")
 POLICIES = PER_BLOCK + CONTAINER
 #: Defaults of the simulator's knobs (sim/src/blocks.rs BlockConfig), for help texts.
 PAGE_BYTES = 4096

@@ -8,8 +8,8 @@ against per-block and container policies on block traces with reads and overwrit
 prn0-like, src11-like, map-like, web-like) at their default size; each judged trace at each
 cache size (default 2.5%, 5% and 10% of its working set, the paper's Fig. 6) through the
 per-block policies (lru, s2lru, mq, belady: single 4 KiB blocks over a page-mapped FTL with
-greedy GC and 7% over-provisioning) and the container policies (lru_plus, s2lru_plus, pannier:
-2 MiB containers = erase blocks), the container ones also with TIRE (`*_tire`) at a lifespan
+greedy GC and 7% over-provisioning) and the container policies (lru_plus, s2lru_plus,
+ripq_plus, pannier: 2 MiB containers = erase blocks), the container ones also with TIRE (`*_tire`) at a lifespan
 target: `--lifespan-dwpd` erasures per erase block per day, by default half of what Pannier
 without TIRE does on that trace and size (the paper's Fig. 12 setting: a budget that binds).
 `--trials N`: Optuna tunes Pannier's knobs per trace under that target on the trace's first
@@ -40,7 +40,7 @@ HELP = "Pannier: container flash cache with the TIRE write budget (block traces)
 DEFAULT_FORMAT = "msr"
 #: The paper's cache sizes in % of the working set (Fig. 6).
 PAPER_SIZES = ("2.5%", "5%", "10%")
-TIRE_OF = ("lru_plus", "s2lru_plus", "pannier")
+TIRE_OF = ("lru_plus", "s2lru_plus", "ripq_plus", "pannier")
 
 
 @dataclass(frozen=True)

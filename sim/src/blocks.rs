@@ -10,8 +10,8 @@
 //!   - per-block policies ([`PerBlock`] over a [`PageOrder`]: LRU, S2LRU, MQ, Belady with
 //!     bypass) write single blocks into cache slots, which a page-mapped FTL with greedy GC
 //!     and 7% over-provisioning ([`crate::ftl`]) turns into flash writes and erasures;
-//!   - container policies ([`crate::pannier`]: LRU+, S2LRU+, Pannier) pack blocks into
-//!     erase-block-sized containers, written and erased whole.
+//!   - container policies ([`crate::pannier`]: LRU+, S2LRU+, Pannier; [`crate::ripq`]: RIPQ+)
+//!     pack blocks into erase-block-sized containers, written and erased whole.
 //! * Either can be gated by TIRE ([`crate::tire`]), fed by the erasures the cache causes.
 //! * Metrics: read- and write-hit ratios, flash bytes read and written (host and internal),
 //!   erasures, FUE (flash bytes read / written), DWPD, erasures per erase block per day
@@ -111,16 +111,18 @@ pub enum BlockPolicy {
     Belady,
     LruPlus,
     S2lruPlus,
+    RipqPlus,
     Pannier,
 }
 
-pub const BLOCK_POLICIES: [(&str, BlockPolicy); 7] = [
+pub const BLOCK_POLICIES: [(&str, BlockPolicy); 8] = [
     ("lru", BlockPolicy::Lru),
     ("s2lru", BlockPolicy::S2lru),
     ("mq", BlockPolicy::Mq),
     ("belady", BlockPolicy::Belady),
     ("lru_plus", BlockPolicy::LruPlus),
     ("s2lru_plus", BlockPolicy::S2lruPlus),
+    ("ripq_plus", BlockPolicy::RipqPlus),
     ("pannier", BlockPolicy::Pannier),
 ];
 
@@ -1067,6 +1069,7 @@ pub fn simulate_blocks(
         }
         BlockPolicy::LruPlus => run(&mut ContainerCache::lru_plus(cfg), trace, cfg, name),
         BlockPolicy::S2lruPlus => run(&mut ContainerCache::s2lru_plus(cfg), trace, cfg, name),
+        BlockPolicy::RipqPlus => run(&mut ContainerCache::ripq_plus(cfg), trace, cfg, name),
         BlockPolicy::Pannier => run(&mut ContainerCache::pannier(cfg), trace, cfg, name),
     })
 }

@@ -36,6 +36,7 @@ pub mod pannier;
 pub mod partition;
 pub mod prefetch;
 pub mod reuse;
+pub mod ripq;
 pub mod so_evict;
 pub mod so_policy;
 pub mod tire;

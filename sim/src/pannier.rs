@@ -44,6 +44,7 @@ use crate::tire::{Gate, InsertKind};
 pub enum ContainerKind {
     LruPlus,
     S2lruPlus,
+    RipqPlus,
     Pannier,
 }
 
@@ -73,6 +74,10 @@ pub struct Container {
     pub state: State,
     pub hot: bool,
     pub reinsertion: bool,
+    /// Blocks copied forward into it (internal writes when sealed).
+    pub n_copied: u32,
+    /// The open-container slot it was packed in (RIPQ+: its section).
+    pub open_slot: u8,
 }
 
 impl Container {
@@ -84,6 +89,7 @@ impl Container {
         self.n_accessed = 0;
         self.n_invalid = 0;
         self.hits = 0;
+        self.n_copied = 0;
         self.state = State::Free;
     }
 
@@ -93,7 +99,8 @@ impl Container {
     }
 }
 
-/// Open container slots: insertion cold/hot, reinsertion cold/hot.
+/// Open container slots of Pannier (and LRU+/S2LRU+, which use the first): insertion cold/hot,
+/// reinsertion cold/hot. A policy may ask for more (`ContainerPolicy::open_slots`).
 const OPEN: usize = 4;
 
 /// The state every container policy shares.
@@ -105,7 +112,7 @@ pub struct Store {
     free_ids: Vec<u32>,
     pub sealed: u32,
     index: FastMap<u64, u64>,
-    open: [u32; OPEN],
+    open: Vec<u32>,
     pub now: u64,
     seal_seq: u64,
     pub ghost: Ghost,
@@ -140,7 +147,7 @@ impl Store {
             free_ids: Vec::new(),
             sealed: 0,
             index: new_map(),
-            open: [NIL; OPEN],
+            open: vec![NIL; OPEN],
             now: 0,
             seal_seq: 0,
             ghost: Ghost::new(cfg.ghost_blocks(packing)),
@@ -200,7 +207,7 @@ impl Store {
         c.decay_point = now + life;
     }
 
-    fn alloc(&mut self, reinsertion: bool, hot: bool) -> u32 {
+    fn alloc(&mut self, reinsertion: bool, hot: bool, open_slot: usize) -> u32 {
         let id = match self.free_ids.pop() {
             Some(id) => id,
             None => {
@@ -214,10 +221,11 @@ impl Store {
         c.state = State::Open;
         c.reinsertion = reinsertion;
         c.hot = hot;
+        c.open_slot = open_slot as u8;
         id
     }
 
-    fn hot(&self, count: u32) -> bool {
+    pub fn hot(&self, count: u32) -> bool {
         self.packing && count as u64 > self.counts.value().unwrap_or(0)
     }
 }
@@ -232,6 +240,23 @@ pub trait ContainerPolicy {
     fn on_invalidate(&mut self, _st: &mut Store, _id: u32) {}
     /// Choose the next victim and take it out of the order; true: copy its hot blocks forward.
     fn victim(&mut self, st: &mut Store) -> (u32, bool);
+    /// Open containers the policy packs into (at least Pannier's 4 slots are kept).
+    fn open_slots(&self) -> usize {
+        OPEN
+    }
+    /// The open slot a newly inserted block goes to (default: cold 0 / hot 1 by packing).
+    fn insert_slot(&self, st: &Store, count: u32) -> usize {
+        st.hot(count) as usize
+    }
+    /// Where a valid block of a victim chosen for copy-forward goes (None: dropped); default:
+    /// blocks with frequency > 0, to the reinsertion slots (cold 2 / hot 3 by packing).
+    fn copy_slot(&mut self, st: &Store, _key: u64, freq: u8, count: u32) -> Option<usize> {
+        (freq > 0).then(|| 2 + st.hot(count) as usize)
+    }
+    /// A read hit on block `page` of sealed container `id` (before `on_hit`).
+    fn on_block_hit(&mut self, _st: &Store, _page: u64, _id: u32) {}
+    /// Block `page` was overwritten (its cached copy invalidated).
+    fn on_block_invalidate(&mut self, _page: u64) {}
 }
 
 /// Container LRU.
@@ -476,6 +501,13 @@ impl ContainerCache<S2lruPlus> {
     }
 }
 
+impl ContainerCache<crate::ripq::RipqPlus> {
+    pub fn ripq_plus(cfg: &BlockConfig) -> Self {
+        let p = crate::ripq::RipqPlus::new(cfg.containers() as usize);
+        ContainerCache::with(ContainerKind::RipqPlus, p, cfg)
+    }
+}
+
 impl ContainerCache<PannierPolicy> {
     pub fn pannier(cfg: &BlockConfig) -> Self {
         ContainerCache::with(ContainerKind::Pannier, PannierPolicy::new(cfg), cfg)
@@ -485,12 +517,18 @@ impl ContainerCache<PannierPolicy> {
 impl<P: ContainerPolicy> ContainerCache<P> {
     pub fn with(kind: ContainerKind, policy: P, cfg: &BlockConfig) -> Self {
         let pannier = kind == ContainerKind::Pannier;
-        let st = Store::new(cfg, pannier && cfg.packing, pannier);
+        let copies = pannier || kind == ContainerKind::RipqPlus;
+        let mut st = Store::new(cfg, pannier && cfg.packing, copies);
+        st.open = vec![NIL; policy.open_slots().max(OPEN)];
         ContainerCache { st, policy, kind }
     }
 
     pub fn store(&self) -> &Store {
         &self.st
+    }
+
+    pub fn policy(&self) -> &P {
+        &self.policy
     }
 
     fn insert(&mut self, page: u64, kind: InsertKind, count: u32) {
@@ -502,20 +540,25 @@ impl<P: ContainerPolicy> ContainerCache<P> {
         if self.st.packing && self.st.cfg.sampled(page) {
             self.st.counts.push(count as u64);
         }
-        let hot = self.st.hot(count);
-        self.add(page, false, hot, 0);
+        let slot = self.policy.insert_slot(&self.st, count);
+        self.add(page, slot, false, 0);
     }
 
-    /// Put a block into the open container of its kind; seal it when full.
-    fn add(&mut self, page: u64, reinsertion: bool, hot: bool, freq: u8) {
-        let slot_kind = (reinsertion as usize) * 2 + hot as usize;
+    /// Put a block into open container `slot_kind`; seal it when full. Pannier's slots: 0/1
+    /// insertion cold/hot, 2/3 reinsertion cold/hot.
+    fn add(&mut self, page: u64, slot_kind: usize, copied: bool, freq: u8) {
         let mut id = self.st.open[slot_kind];
         if id == NIL {
-            id = self.st.alloc(reinsertion, hot);
+            id = self.st.alloc(
+                (2..OPEN).contains(&slot_kind),
+                slot_kind % 2 == 1,
+                slot_kind,
+            );
             self.st.open[slot_kind] = id;
         }
         let c = &mut self.st.containers[id as usize];
         let slot = c.keys.len() as u32;
+        c.n_copied += copied as u32;
         c.keys.push(page);
         c.valid.push(true);
         c.freq.push(freq);
@@ -552,11 +595,8 @@ impl<P: ContainerPolicy> ContainerCache<P> {
         c.seal_time = st.now;
         c.seal_seq = st.seal_seq;
         st.sealed += 1;
-        if c.reinsertion {
-            st.c.internal_write_pages += st.ppc as u64;
-        } else {
-            st.c.host_write_pages += st.ppc as u64;
-        }
+        st.c.internal_write_pages += c.n_copied as u64;
+        st.c.host_write_pages += (st.ppc - c.n_copied) as u64;
         self.policy.on_seal(&mut self.st, id);
     }
 
@@ -575,16 +615,18 @@ impl<P: ContainerPolicy> ContainerCache<P> {
             }
             let key = c.keys[i];
             self.st.index.remove(&key);
-            if copy && self.st.copy_forward && c.freq[i] > 0 {
-                let count = self.st.ghost.count(key);
+            if !(copy && self.st.copy_forward) {
+                continue;
+            }
+            let count = self.st.ghost.count(key);
+            if let Some(slot) = self.policy.copy_slot(&self.st, key, c.freq[i], count) {
                 if self
                     .st
                     .gate
                     .admit(InsertKind::Reinsertion, count, self.st.c.erasures)
                 {
                     self.st.c.copied_forward_pages += 1;
-                    let hot = self.st.hot(count);
-                    self.add(key, true, hot, c.freq[i]);
+                    self.add(key, slot, true, c.freq[i]);
                 } else {
                     self.st.c.rejected_pages += 1;
                 }
@@ -630,6 +672,7 @@ impl<P: ContainerPolicy> BlockCache for ContainerCache<P> {
             *f = f.saturating_add(1);
             if c.state == State::Sealed {
                 self.st.c.flash_read_pages += 1;
+                self.policy.on_block_hit(&self.st, page, id);
                 self.policy.on_hit(&mut self.st, id, before);
             }
             return true;
@@ -655,6 +698,7 @@ impl<P: ContainerPolicy> BlockCache for ContainerCache<P> {
         }
         c.freq[s] = 0;
         self.st.index.remove(&page);
+        self.policy.on_block_invalidate(page);
         self.policy.on_invalidate(&mut self.st, id);
         self.insert(page, InsertKind::ClientWrite, count);
         true
