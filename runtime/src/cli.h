@@ -2,6 +2,7 @@
 #ifndef FLASHRT_CLI_H
 #define FLASHRT_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -16,6 +17,14 @@ int cli_parse_bytes(const char *s, uint64_t *out);
 /* A finite double / a non-negative decimal integer, the whole string; -1 if not. */
 int cli_parse_double(const char *s, double *out);
 int cli_parse_uint(const char *s, uint64_t *out);
+/* The `len` characters at s as a non-negative decimal integer (a CSV field); -1 if not. */
+int cli_parse_u64n(const char *s, size_t len, uint64_t *out);
+/* Read the CSV file `path` whose first line must be `header`: row(ctx, line, lineno) for every
+ * other non-empty line (end-of-line characters removed; the line may be modified). Stops at the
+ * first non-zero return of row and returns it; errors (cannot open, wrong header, read error,
+ * empty file) are printed as ERR does and return 1. */
+int cli_read_csv(const char *path, const char *header,
+                 int (*row)(void *ctx, char *line, unsigned long long lineno), void *ctx);
 /* Option `name` at argv[*i]: "--name VALUE" (advances *i; "" when VALUE is missing) or
  * "--name=VALUE"; NULL when argv[*i] is another option. */
 const char *cli_optval(int argc, char **argv, int *i, const char *name);

@@ -67,99 +67,74 @@ static void trace_free(struct block_trace *t) {
     free(t->write);
 }
 
-static int parse_u64(const char *s, size_t len, uint64_t *out) {
-    if (len == 0 || len > 20) return -1;
-    uint64_t v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9') return -1;
-        uint64_t d = (uint64_t)(s[i] - '0');
-        if (v > (UINT64_MAX - d) / 10) return -1;
-        v = v * 10 + d;
+struct pn_rows {
+    const char *path;
+    struct block_trace *t;
+    uint64_t page_bytes;
+    int data;
+};
+
+/* One `time,block,blocks,write` row into the trace. */
+static int pn_row(void *ctx, char *line, unsigned long long lineno) {
+    const struct pn_rows *r = ctx;
+    const char *path = r->path;
+    struct block_trace *t = r->t;
+    uint64_t page_bytes = r->page_bytes;
+    int data = r->data;
+    char *f1 = line, *c1 = strchr(f1, ','), *c2 = c1 ? strchr(c1 + 1, ',') : NULL, *c3 = c2 ? strchr(c2 + 1, ',') : NULL;
+    if (!c1 || !c2 || !c3 || strchr(c3 + 1, ',')) {
+        return ERR("%s:%llu: expected 4 fields (time,block,blocks,write)", path, lineno);
     }
-    *out = v;
+    *c1 = 0;
+    double tm;
+    uint64_t b, n, w;
+    if (cli_parse_double(f1, &tm) != 0) {
+        return ERR("%s:%llu: field 'time': expected a finite number of seconds, got '%.40s'", path, lineno, f1);
+    }
+    if (t->n && tm < t->time[t->n - 1]) {
+        return ERR("%s:%llu: field 'time': %.17g is before the previous request's %.17g (sort the trace by time)", path, lineno, tm, t->time[t->n - 1]);
+    }
+    if (cli_parse_u64n(c1 + 1, (size_t)(c2 - c1 - 1), &b)) {
+        return ERR("%s:%llu: field 'block': expected a non-negative integer, got '%.*s'", path, lineno, (int)(c2 - c1 - 1), c1 + 1);
+    }
+    if (cli_parse_u64n(c2 + 1, (size_t)(c3 - c2 - 1), &n) || n == 0 || n > UINT32_MAX) {
+        return ERR("%s:%llu: field 'blocks': expected an integer >= 1, got '%.*s'", path, lineno, (int)(c3 - c2 - 1), c2 + 1);
+    }
+    if (b > UINT64_MAX - n || (data && (b + n) > (uint64_t)INT64_MAX / page_bytes)) {
+        return ERR("%s:%llu: field 'block': block %llu + %llu is beyond the backing's byte offsets", path, lineno,
+                 (unsigned long long)b, (unsigned long long)n);
+    }
+    if (cli_parse_u64n(c3 + 1, strlen(c3 + 1), &w) || w > 1) {
+        return ERR("%s:%llu: field 'write': expected 0 or 1, got '%.20s'", path, lineno, c3 + 1);
+    }
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 4096;
+        double *a = realloc(t->time, cap * sizeof *a);
+        if (a) t->time = a;
+        uint64_t *bb = realloc(t->block, cap * sizeof *bb);
+        if (bb) t->block = bb;
+        uint32_t *cc = realloc(t->blocks, cap * sizeof *cc);
+        if (cc) t->blocks = cc;
+        uint8_t *d = realloc(t->write, cap);
+        if (d) t->write = d;
+        if (!a || !bb || !cc || !d) {
+            return ERR("%s: out of memory at line %llu", path, lineno);
+        }
+        t->cap = cap;
+    }
+    t->time[t->n] = tm;
+    t->block[t->n] = b;
+    t->blocks[t->n] = (uint32_t)n;
+    t->write[t->n] = (uint8_t)w;
+    t->n++;
     return 0;
 }
 
 static int trace_read(const char *path, struct block_trace *t, uint64_t page_bytes, int data) {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "r");
-    if (!f) return ERR("%s: cannot open: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t lcap = 0;
-    ssize_t len;
-    unsigned long long ln = 0;
-    int rc = 0;
-    while ((len = getline(&line, &lcap, f)) >= 0) {
-        ln++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (ln == 1) {
-            if (strcmp(line, "time,block,blocks,write") != 0) {
-                rc = ERR("%s:1: expected the header time,block,blocks,write, got '%.80s'", path, line);
-                break;
-            }
-            continue;
-        }
-        if (len == 0) continue;
-        char *f1 = line, *c1 = strchr(f1, ','), *c2 = c1 ? strchr(c1 + 1, ',') : NULL, *c3 = c2 ? strchr(c2 + 1, ',') : NULL;
-        if (!c1 || !c2 || !c3 || strchr(c3 + 1, ',')) {
-            rc = ERR("%s:%llu: expected 4 fields (time,block,blocks,write)", path, ln);
-            break;
-        }
-        *c1 = 0;
-        double tm;
-        uint64_t b, n, w;
-        if (cli_parse_double(f1, &tm) != 0) {
-            rc = ERR("%s:%llu: field 'time': expected a finite number of seconds, got '%.40s'", path, ln, f1);
-            break;
-        }
-        if (t->n && tm < t->time[t->n - 1]) {
-            rc = ERR("%s:%llu: field 'time': %.17g is before the previous request's %.17g (sort the trace by time)", path, ln, tm, t->time[t->n - 1]);
-            break;
-        }
-        if (parse_u64(c1 + 1, (size_t)(c2 - c1 - 1), &b)) {
-            rc = ERR("%s:%llu: field 'block': expected a non-negative integer, got '%.*s'", path, ln, (int)(c2 - c1 - 1), c1 + 1);
-            break;
-        }
-        if (parse_u64(c2 + 1, (size_t)(c3 - c2 - 1), &n) || n == 0 || n > UINT32_MAX) {
-            rc = ERR("%s:%llu: field 'blocks': expected an integer >= 1, got '%.*s'", path, ln, (int)(c3 - c2 - 1), c2 + 1);
-            break;
-        }
-        if (b > UINT64_MAX - n || (data && (b + n) > (uint64_t)INT64_MAX / page_bytes)) {
-            rc = ERR("%s:%llu: field 'block': block %llu + %llu is beyond the backing's byte offsets", path, ln,
-                     (unsigned long long)b, (unsigned long long)n);
-            break;
-        }
-        if (parse_u64(c3 + 1, strlen(c3 + 1), &w) || w > 1) {
-            rc = ERR("%s:%llu: field 'write': expected 0 or 1, got '%.20s'", path, ln, c3 + 1);
-            break;
-        }
-        if (t->n == t->cap) {
-            size_t cap = t->cap ? t->cap * 2 : 4096;
-            double *a = realloc(t->time, cap * sizeof *a);
-            if (a) t->time = a;
-            uint64_t *bb = realloc(t->block, cap * sizeof *bb);
-            if (bb) t->block = bb;
-            uint32_t *cc = realloc(t->blocks, cap * sizeof *cc);
-            if (cc) t->blocks = cc;
-            uint8_t *d = realloc(t->write, cap);
-            if (d) t->write = d;
-            if (!a || !bb || !cc || !d) {
-                rc = ERR("%s: out of memory at line %llu", path, ln);
-                break;
-            }
-            t->cap = cap;
-        }
-        t->time[t->n] = tm;
-        t->block[t->n] = b;
-        t->blocks[t->n] = (uint32_t)n;
-        t->write[t->n] = (uint8_t)w;
-        t->n++;
-    }
-    if (rc == 0 && ferror(f)) rc = ERR("%s: read error: %s", path, strerror(errno));
-    if (rc == 0 && ln == 0) rc = ERR("%s: empty (expected the header time,block,blocks,write)", path);
+    struct pn_rows ctx = {path, t, page_bytes, data};
+    int rc = cli_read_csv(path, "time,block,blocks,write", pn_row, &ctx);
     if (rc == 0 && t->n == 0) rc = ERR("%s: the trace has no requests", path);
-    free(line);
-    fclose(f);
     if (rc) trace_free(t);
     return rc;
 }

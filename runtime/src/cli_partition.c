@@ -63,84 +63,57 @@ static void trace_free(struct page_trace *t) {
     free(t->write);
 }
 
-static int parse_field(const char *s, size_t len, uint64_t *out) {
-    if (len == 0 || len > 20) return -1;
-    uint64_t v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9') return -1;
-        uint64_t d = (uint64_t)(s[i] - '0');
-        if (v > (UINT64_MAX - d) / 10) return -1;
-        v = v * 10 + d;
+struct part_rows {
+    const char *path;
+    struct page_trace *t;
+};
+
+/* One `stream,page,write` row into the trace. */
+static int part_row(void *ctx, char *line, unsigned long long lineno) {
+    const char *path = ((struct part_rows *)ctx)->path;
+    struct page_trace *t = ((struct part_rows *)ctx)->t;
+    char *c1 = strchr(line, ','), *c2 = c1 ? strchr(c1 + 1, ',') : NULL;
+    if (!c1 || !c2 || strchr(c2 + 1, ',')) {
+        return ERR("%s:%llu: expected 3 fields (stream,page,write)", path, lineno);
     }
-    *out = v;
+    uint64_t s, pg, w;
+    if (cli_parse_u64n(line, (size_t)(c1 - line), &s) || s >= FLASHML_PARTITION_MAX_STREAMS) {
+        return ERR("%s:%llu: field 'stream': expected 0..%d, got '%.*s'", path, lineno, FLASHML_PARTITION_MAX_STREAMS - 1,
+                 (int)(c1 - line), line);
+    }
+    if (cli_parse_u64n(c1 + 1, (size_t)(c2 - c1 - 1), &pg)) {
+        return ERR("%s:%llu: field 'page': expected a non-negative integer, got '%.*s'", path, lineno, (int)(c2 - c1 - 1), c1 + 1);
+    }
+    if (cli_parse_u64n(c2 + 1, strlen(c2 + 1), &w) || w > 1) {
+        return ERR("%s:%llu: field 'write': expected 0 or 1, got '%.20s'", path, lineno, c2 + 1);
+    }
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 4096;
+        int *a = realloc(t->stream, cap * sizeof *a);
+        if (a) t->stream = a;
+        uint64_t *b = realloc(t->page, cap * sizeof *b);
+        if (b) t->page = b;
+        uint8_t *c = realloc(t->write, cap);
+        if (c) t->write = c;
+        if (!a || !b || !c) {
+            return ERR("%s: out of memory at line %llu", path, lineno);
+        }
+        t->cap = cap;
+    }
+    t->stream[t->n] = (int)s;
+    t->page[t->n] = pg;
+    t->write[t->n] = (uint8_t)w;
+    t->n++;
+    if ((int)s > t->max_stream) t->max_stream = (int)s;
     return 0;
 }
 
 static int trace_read(const char *path, struct page_trace *t) {
     memset(t, 0, sizeof *t);
     t->max_stream = -1;
-    FILE *f = fopen(path, "r");
-    if (!f) return ERR("%s: cannot open: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t lcap = 0;
-    ssize_t len;
-    unsigned long long lineno = 0;
-    int rc = 0;
-    while ((len = getline(&line, &lcap, f)) >= 0) {
-        lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (lineno == 1) {
-            if (strcmp(line, "stream,page,write") != 0) {
-                rc = ERR("%s:1: expected the header stream,page,write, got '%.80s'", path, line);
-                break;
-            }
-            continue;
-        }
-        if (len == 0) continue;
-        char *c1 = strchr(line, ','), *c2 = c1 ? strchr(c1 + 1, ',') : NULL;
-        if (!c1 || !c2 || strchr(c2 + 1, ',')) {
-            rc = ERR("%s:%llu: expected 3 fields (stream,page,write)", path, lineno);
-            break;
-        }
-        uint64_t s, pg, w;
-        if (parse_field(line, (size_t)(c1 - line), &s) || s >= FLASHML_PARTITION_MAX_STREAMS) {
-            rc = ERR("%s:%llu: field 'stream': expected 0..%d, got '%.*s'", path, lineno, FLASHML_PARTITION_MAX_STREAMS - 1,
-                     (int)(c1 - line), line);
-            break;
-        }
-        if (parse_field(c1 + 1, (size_t)(c2 - c1 - 1), &pg)) {
-            rc = ERR("%s:%llu: field 'page': expected a non-negative integer, got '%.*s'", path, lineno, (int)(c2 - c1 - 1), c1 + 1);
-            break;
-        }
-        if (parse_field(c2 + 1, strlen(c2 + 1), &w) || w > 1) {
-            rc = ERR("%s:%llu: field 'write': expected 0 or 1, got '%.20s'", path, lineno, c2 + 1);
-            break;
-        }
-        if (t->n == t->cap) {
-            size_t cap = t->cap ? t->cap * 2 : 4096;
-            int *a = realloc(t->stream, cap * sizeof *a);
-            if (a) t->stream = a;
-            uint64_t *b = realloc(t->page, cap * sizeof *b);
-            if (b) t->page = b;
-            uint8_t *c = realloc(t->write, cap);
-            if (c) t->write = c;
-            if (!a || !b || !c) {
-                rc = ERR("%s: out of memory at line %llu", path, lineno);
-                break;
-            }
-            t->cap = cap;
-        }
-        t->stream[t->n] = (int)s;
-        t->page[t->n] = pg;
-        t->write[t->n] = (uint8_t)w;
-        t->n++;
-        if ((int)s > t->max_stream) t->max_stream = (int)s;
-    }
-    if (rc == 0 && ferror(f)) rc = ERR("%s: read error: %s", path, strerror(errno));
-    if (rc == 0 && lineno == 0) rc = ERR("%s: empty (expected the header stream,page,write)", path);
+    struct part_rows ctx = {path, t};
+    int rc = cli_read_csv(path, "stream,page,write", part_row, &ctx);
     if (rc == 0 && t->n == 0) rc = ERR("%s: no requests", path);
-    free(line);
-    fclose(f);
     if (rc) trace_free(t);
     return rc;
 }

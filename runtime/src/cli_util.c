@@ -57,6 +57,48 @@ int cli_parse_uint(const char *s, uint64_t *out) {
     return 0;
 }
 
+int cli_parse_u64n(const char *s, size_t len, uint64_t *out) {
+    if (len == 0 || len > 20) return -1;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        uint64_t d = (uint64_t)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10) return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_read_csv(const char *path, const char *header,
+                 int (*row)(void *ctx, char *line, unsigned long long lineno), void *ctx) {
+    FILE *f = fopen(path, "r");
+    if (!f) return ERR("%s: cannot open: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    unsigned long long lineno = 0;
+    int rc = 0;
+    while ((len = getline(&line, &lcap, f)) >= 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (lineno == 1) {
+            if (strcmp(line, header) != 0) {
+                rc = ERR("%s:1: expected the header %s, got '%.80s'", path, header, line);
+                break;
+            }
+            continue;
+        }
+        if (len == 0) continue;
+        if ((rc = row(ctx, line, lineno)) != 0) break;
+    }
+    if (rc == 0 && ferror(f)) rc = ERR("%s: read error: %s", path, strerror(errno));
+    if (rc == 0 && lineno == 0) rc = ERR("%s: empty (expected the header %s)", path, header);
+    free(line);
+    fclose(f);
+    return rc;
+}
+
 const char *cli_optval(int argc, char **argv, int *i, const char *name) {
     size_t n = strlen(name);
     if (strncmp(argv[*i], name, n) != 0) return NULL;
