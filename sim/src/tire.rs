@@ -137,15 +137,7 @@ impl Gate {
         if now_s < start + self.quantum_s {
             return;
         }
-        let q = self.cfg.map_or(0.0, |c| c.quota);
-        let used = erasures - self.erasures_at_start;
-        self.series.push(Quantum {
-            start_s: start,
-            credit: self.credit,
-            erasures: used,
-            blocked: self.blocked,
-        });
-        self.credit += q - used as f64;
+        let q = self.close(start, erasures);
         let elapsed = ((now_s - start) / self.quantum_s).floor();
         // Quanta with no requests at all used nothing: each adds q.
         let idle = (elapsed as u64).saturating_sub(1);
@@ -158,16 +150,23 @@ impl Gate {
     /// Close the last (partial) quantum at the end of the trace.
     pub fn finish(&mut self, erasures: u64) {
         if let Some(start) = self.start_s {
-            let used = erasures - self.erasures_at_start;
-            self.series.push(Quantum {
-                start_s: start,
-                credit: self.credit,
-                erasures: used,
-                blocked: self.blocked,
-            });
-            self.credit += self.cfg.map_or(0.0, |c| c.quota) - used as f64;
+            self.close(start, erasures);
             self.start_s = None;
         }
+    }
+
+    /// Record the quantum that started at `start` and carry its unused quota over; returns q.
+    fn close(&mut self, start: f64, erasures: u64) -> f64 {
+        let q = self.cfg.map_or(0.0, |c| c.quota);
+        let used = erasures - self.erasures_at_start;
+        self.series.push(Quantum {
+            start_s: start,
+            credit: self.credit,
+            erasures: used,
+            blocked: self.blocked,
+        });
+        self.credit += q - used as f64;
+        q
     }
 
     /// The credit after the quanta closed so far.
