@@ -909,6 +909,13 @@ static void evict_one(struct frt_pn *c) {
     c->c.evictions++;
 }
 
+/* Store::open_in_use: open containers holding blocks */
+static uint32_t open_in_use(const struct frt_pn *c) {
+    uint32_t n = 0;
+    for (int i = 0; i < OPEN; i++) n += c->open[i] != NIL;
+    return n;
+}
+
 /* ContainerCache::seal */
 static void seal(struct frt_pn *c, uint32_t id) {
     c->pending[c->npending++] = id;
@@ -916,7 +923,8 @@ static void seal(struct frt_pn *c, uint32_t id) {
     c->sealing = 1;
     while (c->npending) {
         uint32_t k = c->pending[--c->npending];
-        while (c->sealed >= c->slots) evict_one(c);
+        /* the cache size covers the RAM open containers too: sealed + open <= slots */
+        while (c->sealed > 0 && c->sealed + open_in_use(c) >= c->slots) evict_one(c);
         write_sealed(c, k);
     }
     c->sealing = 0;

@@ -29,7 +29,10 @@
 //!   reuse distances are sampled; the access threshold starts above 100% (no refill) until 32
 //!   containers are sampled; a block is packed hot when its ghost count exceeds the median of
 //!   sampled counts.
-//! * Reads served from an open (RAM) container are hits but not flash reads.
+//! * Reads served from an open (RAM) container are hits but not flash reads; the cache size
+//!   covers the open containers too (sealed + open <= the cache's containers), so a policy with
+//!   more open containers (Pannier's 4, RIPQ+'s 8) has that much less flash, and none gets
+//!   more cache than the per-block policies, which have no RAM buffer.
 //! * Open containers: 4 for Pannier (insertion and reinsertion, each hot and cold; the
 //!   paper's clean/dirty split is not modelled: writes are write-through), 1 for LRU+/S2LRU+.
 
@@ -223,6 +226,11 @@ impl Store {
         c.hot = hot;
         c.open_slot = open_slot as u8;
         id
+    }
+
+    /// Open containers holding blocks (in RAM).
+    pub fn open_in_use(&self) -> u32 {
+        self.open.iter().filter(|&&id| id != NIL).count() as u32
     }
 
     pub fn hot(&self, count: u32) -> bool {
@@ -579,7 +587,9 @@ impl<P: ContainerPolicy> ContainerCache<P> {
         }
         self.st.sealing = true;
         while let Some(c) = self.st.pending.pop() {
-            while self.st.sealed >= self.st.slots {
+            // The cache size covers the RAM open containers too (per-block policies have no
+            // RAM buffer): sealed + open <= slots.
+            while self.st.sealed > 0 && self.st.sealed + self.st.open_in_use() >= self.st.slots {
                 self.evict_one();
             }
             self.write_sealed(c);
@@ -908,12 +918,16 @@ mod tests {
         }
         // The fourth container seals at clock 16 with the flash full: the survival top (the
         // first container, 12 <= 16) is aged by ceil((16 - 12) / 8) = 1 (block 1: freq 1),
-        // then evicted with block 1 copied forward; 0, 2 and 3 (freq 0) are dropped.
+        // then evicted with block 1 copied forward; 0, 2 and 3 (freq 0) are dropped. The
+        // copy opens a reinsertion container in RAM, which counts against the cache: the next
+        // survival top (the second container, 8 + 8 = 16 <= 16, nothing hot) goes too.
         for p in 12..16 {
             read(&mut c, p);
         }
         assert_eq!(c.st.c.copied_forward_pages, 1);
-        assert_eq!(c.st.c.erasures, 1);
+        assert_eq!(c.st.c.erasures, 2);
+        assert!(!c.st.index.contains_key(&4));
+        assert!(c.st.index.contains_key(&8));
         assert!(c.st.index.contains_key(&1));
         assert!(!c.st.index.contains_key(&0));
         assert!(read(&mut c, 1));
