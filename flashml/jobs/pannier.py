@@ -9,9 +9,10 @@ prn0-like, src11-like, map-like, web-like) at their default size; each judged tr
 cache size (default 2.5%, 5% and 10% of its working set, the paper's Fig. 6) through the
 per-block policies (lru, s2lru, mq, belady: single 4 KiB blocks over a page-mapped FTL with
 greedy GC and 7% over-provisioning) and the container policies (lru_plus, s2lru_plus,
-ripq_plus, pannier: 2 MiB containers = erase blocks), the container ones also with TIRE (`*_tire`) at a lifespan
-target: `--lifespan-dwpd` erasures per erase block per day, by default half of what Pannier
-without TIRE does on that trace and size (the paper's Fig. 12 setting: a budget that binds).
+ripq_plus, pannier: 2 MiB containers = erase blocks), the container ones also with TIRE
+(`*_tire`) at a lifespan target: `--lifespan-dwpd` erasures per erase block per day, by
+default half of what Pannier without TIRE does on that trace and size (the paper's Fig. 12
+setting: a budget that binds).
 `--trials N`: Optuna tunes Pannier's knobs per trace under that target on the trace's first
 half and exports the winner as a knobs-only policy bundle (`compiled/<trace>/manifest.json`),
 judged on the whole trace as `pannier_tuned` (TIRE at the target, the tuned knobs).
