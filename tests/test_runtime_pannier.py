@@ -66,8 +66,9 @@ def clean(tmp: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize("policy", ["lru_plus", "pannier"])
-@pytest.mark.parametrize("tire", [False, True])
-def test_runtime_makes_the_simulators_decisions(trace, policy: str, tire: bool) -> None:
+@pytest.mark.parametrize("tire,open_in_cache", [(False, False), (True, False), (False, True)])
+def test_runtime_makes_the_simulators_decisions(trace, policy: str, tire: bool,
+                                                open_in_cache: bool) -> None:
     tmp, csv, (t, b, n, w) = trace
     epbpd = None
     if tire:  # half of Pannier's own rate: TIRE binds
@@ -75,10 +76,12 @@ def test_runtime_makes_the_simulators_decisions(trace, policy: str, tire: bool) 
                                            container_bytes=CONTAINER)
         epbpd = base["epbpd"] / 2
     sim = flashml_sim.simulate_blocks(t, b, n, w, policy, CACHE, page_bytes=4096,
-                                      container_bytes=CONTAINER, tire_epbpd=epbpd)
-    name = f"{policy}-{tire}"
+                                      container_bytes=CONTAINER, tire_epbpd=epbpd,
+                                      open_in_cache=open_in_cache)
+    name = f"{policy}-{tire}-{open_in_cache}"
     clean(tmp, name)
-    extra = ["--policy", policy] + (["--tire-epbpd", repr(epbpd)] if tire else [])
+    extra = ["--policy", policy] + (["--tire-epbpd", repr(epbpd)] if tire else []) + \
+        (["--open-in-cache"] if open_in_cache else [])
     rt = replay(tmp, csv, *extra, name=name)
     assert {k: rt[k] for k in KEYS} == {k: sim[k] for k in KEYS}
     assert rt["quanta_erasures"] == list(sim["quanta_erasures"])

@@ -62,6 +62,8 @@ class PannierSettings:
     quantum_s: float = 300.0
     promotion_pct: float = 5.0
     trials: int = 16
+    #: charge the RAM open containers to the cache size (default: the paper's model)
+    open_in_cache: bool = False
 
     def replace(self, **kw: Any) -> PannierSettings:
         return replace(self, **kw)
@@ -106,7 +108,8 @@ class PannierSettings:
                    presets=presets, requests=args.requests, seed=args.seed,
                    cache_sizes=sizes, lifespan_epbpd=args.lifespan_dwpd,
                    page_bytes=args.page_bytes, container_bytes=container,
-                   promotion_pct=args.promotion_pct, trials=args.trials)
+                   promotion_pct=args.promotion_pct, trials=args.trials,
+                   open_in_cache=args.open_in_cache)
 
 
 def add_cli(p: argparse.ArgumentParser) -> None:
@@ -134,6 +137,10 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    help="container = flash erase block (default 2MiB)")
     p.add_argument("--promotion-pct", type=float, default=d.promotion_pct,
                    help="S2LRU*: accesses to promote a cold container, in %% of its blocks")
+    p.add_argument("--open-in-cache", action="store_true",
+                   help="charge the RAM open containers to the cache size (sealed + open <= "
+                   "the cache's containers: Pannier's 4 and RIPQ+'s 8 get no more cache than "
+                   "LRU+'s 1); default: RAM beside the flash, as in the paper's prototype")
     p.add_argument("--trials", type=int, default=d.trials,
                    help="Optuna trials per trace tuning Pannier's knobs under the lifespan "
                    "target (0: no tuning; the paper's defaults ship)")
@@ -219,7 +226,8 @@ def ingest(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
 
 def _knobs(s: PannierSettings) -> dict[str, Any]:
     return {"container_bytes": s.container_bytes, "tire_slack": s.tire_slack,
-            "quantum_s": s.quantum_s, "promotion_pct": s.promotion_pct}
+            "quantum_s": s.quantum_s, "promotion_pct": s.promotion_pct,
+            "open_in_cache": s.open_in_cache}
 
 
 def simulate(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
@@ -291,7 +299,7 @@ def _tuned_knobs(s: PannierSettings, params: dict[str, Any]) -> dict[str, Any]:
             "lifetime_pct": float(params["lifetime_pct"]),
             "ghost_factor": float(params["ghost_factor"]),
             "tire_slack": float(params["tire_slack"]), "tire_steps": int(params["tire_steps"]),
-            "quantum_s": float(params["quantum_s"])}
+            "quantum_s": float(params["quantum_s"]), "open_in_cache": s.open_in_cache}
 
 
 def _window(req: Any, fraction: float) -> Any:
@@ -518,7 +526,8 @@ def mlflow_params(run: RunDir, s: PannierSettings) -> dict[str, Any]:
             "lifespan_epbpd": s.lifespan_epbpd or "half of pannier's",
             "page_bytes": s.page_bytes, "container_bytes": s.container_bytes,
             "tire_slack": s.tire_slack, "quantum_s": s.quantum_s,
-            "promotion_pct": s.promotion_pct, "seed": s.seed, "trials": s.trials}
+            "promotion_pct": s.promotion_pct, "seed": s.seed, "trials": s.trials,
+            "open_in_cache": s.open_in_cache}
 
 
 def summary(records: dict[str, dict[str, Any]], s: PannierSettings) -> dict[str, Any]:

@@ -38,6 +38,8 @@ static const char *PN_HELP =
     "  --flash-bytes SIZE      the flash cache's size (container slots = SIZE / container size)\n"
     "  --backing PATH          the backing file (sparse; created when missing); PATH.versions\n"
     "  --no-data               no files, no bytes: decisions only (--flash/--backing unused)\n"
+    "  --open-in-cache         charge the RAM open containers to --flash-bytes (sealed + open\n"
+    "                          <= slots; default: RAM beside the flash, the paper's model)\n"
     "  --policy lru_plus|pannier   (default pannier)\n"
     "  --bundle DIR            knobs from DIR/manifest.json (flashml pannier's compiled/;\n"
     "                          format flashml-policy-bundle/1, system pannier); flags override\n"
@@ -305,6 +307,7 @@ int cli_pannier_replay(int argc, char **argv) {
         else if (!strcmp(a, "--recover")) cfg.recover = 1;
         else if (!strcmp(a, "--sync")) cfg.sync = 1;
         else if (!strcmp(a, "--no-data")) no_data = 1;
+        else if (!strcmp(a, "--open-in-cache")) cfg.open_in_cache = 1;
         else if (!strcmp(a, "--json")) as_json = 1;
         else {
             fprintf(stderr, "flashrt pannier-replay: error: unknown argument '%s' (see --help)\n", a);

@@ -923,8 +923,9 @@ static void seal(struct frt_pn *c, uint32_t id) {
     c->sealing = 1;
     while (c->npending) {
         uint32_t k = c->pending[--c->npending];
-        /* the cache size covers the RAM open containers too: sealed + open <= slots */
-        while (c->sealed > 0 && c->sealed + open_in_use(c) >= c->slots) evict_one(c);
+        /* open_in_cache: the cache size covers the RAM open containers too (sealed + open <= slots) */
+        while (c->sealed > 0 && c->sealed + (c->cfg.open_in_cache ? open_in_use(c) : 0) >= c->slots)
+            evict_one(c);
         write_sealed(c, k);
     }
     c->sealing = 0;

@@ -26,6 +26,7 @@ struct frt_pn_config {
     uint32_t tire_steps;
     int survival, aging, invalidation_aware, packing;
     uint64_t fixed_lifetime; /* 0: the sampled percentile */
+    int open_in_cache;       /* charge the RAM open containers to cache_bytes (BlockConfig) */
     /* Files: NULL flash_path = decisions only (no bytes, no files). */
     const char *flash_path;   /* containers; FLASH.journal: the invalidation journal */
     const char *backing_path; /* BACKING.versions: the version log */

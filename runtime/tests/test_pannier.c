@@ -16,9 +16,11 @@
 #include "check.h"
 
 /* A cache of `containers` containers of `ppc` 4 KiB blocks; decisions only. */
-static frt_pn *cache(uint64_t containers, uint64_t ppc, enum frt_pn_policy pol, uint64_t life) {
+static frt_pn *cache_with(uint64_t containers, uint64_t ppc, enum frt_pn_policy pol, uint64_t life,
+                          int open_in_cache) {
     struct frt_pn_config c;
     frt_pn_config_default(&c);
+    c.open_in_cache = open_in_cache;
     c.policy = pol;
     c.cache_bytes = containers * ppc * 4096;
     c.container_bytes = ppc * 4096;
@@ -28,6 +30,10 @@ static frt_pn *cache(uint64_t containers, uint64_t ppc, enum frt_pn_policy pol, 
     frt_pn *p = frt_pn_open(&c, err, sizeof err);
     CHECK(p != NULL, "%s", err);
     return p;
+}
+
+static frt_pn *cache(uint64_t containers, uint64_t ppc, enum frt_pn_policy pol, uint64_t life) {
+    return cache_with(containers, ppc, pol, life, 0);
 }
 
 static int rd(frt_pn *c, uint64_t b) { return frt_pn_request(c, 0.0, b, 1, 0); }
@@ -91,7 +97,7 @@ static void test_aging(void) {
 }
 
 static void test_copy_forward(void) {
-    frt_pn *c = cache(3, 4, FRT_PN_PANNIER, 8);
+    frt_pn *c = cache_with(3, 4, FRT_PN_PANNIER, 8, 1);
     if (!c) return;
     for (uint64_t p = 0; p < 4; p++) rd(c, p);
     rd(c, 1);

@@ -193,6 +193,10 @@ pub struct BlockConfig {
     pub packing: bool,
     /// A fixed lifetime in insertions instead of the sampled percentile (tests, tuning).
     pub fixed_lifetime: Option<u64>,
+    /// Charge the RAM open containers to the cache size (sealed + open <= its containers), so
+    /// that a policy with more open containers gets no more cache; off: the paper's model
+    /// (open containers in RAM beside the flash).
+    pub open_in_cache: bool,
 }
 
 impl Default for BlockConfig {
@@ -216,6 +220,7 @@ impl Default for BlockConfig {
             invalidation_aware: true,
             packing: true,
             fixed_lifetime: None,
+            open_in_cache: false,
         }
     }
 }

@@ -29,10 +29,11 @@
 //!   reuse distances are sampled; the access threshold starts above 100% (no refill) until 32
 //!   containers are sampled; a block is packed hot when its ghost count exceeds the median of
 //!   sampled counts.
-//! * Reads served from an open (RAM) container are hits but not flash reads; the cache size
-//!   covers the open containers too (sealed + open <= the cache's containers), so a policy with
-//!   more open containers (Pannier's 4, RIPQ+'s 8) has that much less flash, and none gets
-//!   more cache than the per-block policies, which have no RAM buffer.
+//! * Reads served from an open (RAM) container are hits but not flash reads. The open
+//!   containers are RAM beside the flash (the paper's prototype), unless `open_in_cache`
+//!   charges them to the cache size (sealed + open <= the cache's containers), so that a
+//!   policy with more open containers (Pannier's 4, RIPQ+'s 8) gets no more cache than LRU+
+//!   (1) or the per-block policies (none).
 //! * Open containers: 4 for Pannier (insertion and reinsertion, each hot and cold; the
 //!   paper's clean/dirty split is not modelled: writes are write-through), 1 for LRU+/S2LRU+.
 
@@ -231,6 +232,15 @@ impl Store {
     /// Open containers holding blocks (in RAM).
     pub fn open_in_use(&self) -> u32 {
         self.open.iter().filter(|&&id| id != NIL).count() as u32
+    }
+
+    /// The containers of cache the RAM open containers take (`open_in_cache`), else 0.
+    fn ram_charge(&self) -> u32 {
+        if self.cfg.open_in_cache {
+            self.open_in_use()
+        } else {
+            0
+        }
     }
 
     pub fn hot(&self, count: u32) -> bool {
@@ -587,9 +597,9 @@ impl<P: ContainerPolicy> ContainerCache<P> {
         }
         self.st.sealing = true;
         while let Some(c) = self.st.pending.pop() {
-            // The cache size covers the RAM open containers too (per-block policies have no
-            // RAM buffer): sealed + open <= slots.
-            while self.st.sealed > 0 && self.st.sealed + self.st.open_in_use() >= self.st.slots {
+            // With open_in_cache the cache size covers the RAM open containers too (per-block
+            // policies have no RAM buffer): sealed + open <= slots.
+            while self.st.sealed > 0 && self.st.sealed + self.st.ram_charge() >= self.st.slots {
                 self.evict_one();
             }
             self.write_sealed(c);
@@ -907,6 +917,7 @@ mod tests {
     #[test]
     fn expired_container_copies_its_hot_blocks_forward() {
         let mut c = pannier(3, 4, 8);
+        c.st.cfg.open_in_cache = true;
         for p in 0..4 {
             read(&mut c, p);
         }

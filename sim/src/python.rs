@@ -800,7 +800,8 @@ fn simulate_partitioned<'py>(
                     container_bytes=2_097_152, erase_bytes=None, op=0.07, tire_epbpd=None, tire_slack=4.0,
                     tire_steps=3, quantum_s=300.0, promotion_pct=5.0, sample_pct=3.0,
                     lifetime_pct=99.0, ghost_factor=2.0, survival=true, aging=true,
-                    invalidation_aware=true, packing=true, fixed_lifetime=None))]
+                    invalidation_aware=true, packing=true, fixed_lifetime=None,
+                    open_in_cache=false))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_blocks<'py>(
     py: Python<'py>,
@@ -827,6 +828,7 @@ fn simulate_blocks<'py>(
     invalidation_aware: bool,
     packing: bool,
     fixed_lifetime: Option<u64>,
+    open_in_cache: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let kind = blocks::BlockPolicy::parse(policy).map_err(value_error)?;
     let cfg = blocks::BlockConfig {
@@ -848,6 +850,7 @@ fn simulate_blocks<'py>(
         invalidation_aware,
         packing,
         fixed_lifetime,
+        open_in_cache,
     };
     let (t, p, l, w) = (
         times.as_slice()?,
