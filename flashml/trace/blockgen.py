@@ -26,14 +26,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from flashml.config import KiB
 from flashml.errors import UserError
-from flashml.files import atomic_path
-from flashml.trace.readers.msr import FILETIME_UNIX_OFFSET_TICKS
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# NumPy and the MSR reader are imported inside the functions: `flashml --help` builds its
+# parser from BLOCK_PRESETS and must not load them (tests/test_sim_cli.py).
 
 #: The block (page) size of the presets' address space and of Pannier's cache.
 BLOCK_BYTES = 4 * KiB
@@ -116,6 +118,8 @@ def get_block_preset(name: str, *, zipf: float | None = None,
 
 
 def _zipf_ranks(rng: np.random.Generator, n: int, m: int, alpha: float) -> np.ndarray:
+    import numpy as np
+
     w = 1.0 / np.arange(1, m + 1, dtype=np.float64) ** alpha
     cdf = np.cumsum(w)
     return np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right").clip(0, m - 1)
@@ -125,6 +129,8 @@ def generate_block_requests(p: BlockPreset, seed: int = 0, requests: int | None 
                             ) -> dict[str, np.ndarray]:
     """The requests of preset `p`: `time` (Unix s), `block` (first 4 KiB block), `blocks`
     (count), `write` (bool), sorted by time. Deterministic in (p, seed, requests)."""
+    import numpy as np
+
     n = int(requests or p.requests)
     if n < 1:
         raise UserError(f"requests must be >= 1, got {n}")
@@ -182,6 +188,11 @@ def write_block_msr(p: BlockPreset, seed: int, out: str | Path, requests: int | 
     """Write preset `p` as an MSR Cambridge CSV (Timestamp as a Windows filetime, host = the
     preset's name, disk 0, Read/Write, byte offset and size, response time 0), atomically.
     Returns a summary: path, preset, seed, requests, reads, writes, blocks (accessed)."""
+    import numpy as np
+
+    from flashml.files import atomic_path
+    from flashml.trace.readers.msr import FILETIME_UNIX_OFFSET_TICKS
+
     r = generate_block_requests(p, seed, requests)
     ticks = (np.round(r["time"] * 1e7).astype(np.int64) + FILETIME_UNIX_OFFSET_TICKS)
     off = r["block"].astype(np.int64) * BLOCK_BYTES
