@@ -13,7 +13,9 @@
    packing) -> + survival queue -> + invalidation-awareness -> + ageing (= Pannier), read-hit
    ratio on src11-, prn0- and map-like at 5% of the working set; and overwrites (Fig. 13b):
    web-like at Zipf 0.8 with 0, 0.5 and 1 overwrite per read, LRU+, S2LRU+, Pannier and MQ.
-3. Speed: block accesses per second of every policy on a 2 M-request src11-like trace, and
+3. TIRE's budget: on the four presets at 2.5/5/10%, Pannier under TIRE at 50% and 75% of its
+   own erasure rate: the read-hit loss against no TIRE and the worst quantum against K x q.
+4. Speed: block accesses per second of every policy on a 2 M-request src11-like trace, and
    per-block LRU side by side with libCacheSim's LRU on the same block stream (reads only,
    count capacity; the hits must be equal).
 
@@ -137,6 +139,32 @@ def parts(quick: bool) -> dict[str, Any]:
     return out
 
 
+def tire_budgets(quick: bool) -> dict[str, Any]:
+    n = 50_000 if quick else None
+    rows: dict[str, list[dict[str, Any]]] = {"0.5": [], "0.75": []}
+    for pre in ("prn0-like", "src11-like", "map-like", "web-like"):
+        r = generate_block_requests(get_block_preset(pre), 0, n)
+        req = from_arrays(r["time"], r["block"], r["blocks"], r["write"])
+        ws = req.working_set_bytes()
+        for pct in (0.025, 0.05, 0.10):
+            c = int(ws * pct)
+            free = simulate(req, "pannier", c)
+            for frac in rows:
+                t = simulate(req, "pannier", c, tire_epbpd=free["epbpd"] * float(frac))
+                rows[frac].append({
+                    "trace": pre, "size": pct,
+                    "loss": 1 - t["read_hit_ratio"] / free["read_hit_ratio"],
+                    "within": bool(t["quanta_erasures"].max() <= 4 * t["quota"] + 1)})
+    out = {f: {"mean_loss": float(np.mean([x["loss"] for x in v])),
+               "max_loss": float(np.max([x["loss"] for x in v])),
+               "within": sum(x["within"] for x in v), "runs": len(v), "rows": v}
+           for f, v in rows.items()}
+    for f, v in out.items():
+        print(f"  TIRE at {f} of Pannier's rate: read-hit loss {v['mean_loss']:.1%} mean, "
+              f"{v['max_loss']:.1%} max; within K x q {v['within']}/{v['runs']}")
+    return out
+
+
 def readme(res: dict[str, Any]) -> str:
     s = res["table"]["presets"]
     lines = ["| policy | read-hit ratio | FUE | erasures | DWPD |", "|---|---|---|---|---|"]
@@ -157,9 +185,12 @@ def main() -> int:
     sp = speed(args.quick)
     print("Pannier's parts and overwrites:")
     pa = parts(args.quick)
+    print("TIRE's budget:")
+    tb = tire_budgets(args.quick)
     print("comparison table (flashml pannier run):")
     tab = table(args.quick, work)
-    res = {"machine": machine(), "quick": args.quick, "speed": sp, "parts": pa, "table": tab,
+    res = {"machine": machine(), "quick": args.quick, "speed": sp, "parts": pa,
+           "tire_budgets": tb, "table": tab,
            "seconds": time.perf_counter() - t0}
     for name, s in tab.items():
         g, m = s["pannier_vs_lru_plus"], s["pannier_vs_mq"]
