@@ -469,7 +469,9 @@ def plots(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
     for j, p in enumerate(names):
         xs = [i + j * width for i in range(len(per_run))]
         for ax, k in zip(axes, ("read_hit_ratio", "fue"), strict=True):
-            ax.bar(xs, [r["policies"][p][k] for r in per_run], width, label=p)
+            # tab20: one colour per policy (the default cycle repeats after 10)
+            ax.bar(xs, [r["policies"][p][k] for r in per_run], width, label=p,
+                   color=plt.get_cmap("tab20")(j % 20))
     for ax, k in zip(axes, ("read-hit ratio", "FUE (flash bytes read / written)"), strict=True):
         ax.set_xticks([i + 0.4 for i in range(len(per_run))], labels, fontsize=6)
         ax.set_ylabel(k)
