@@ -199,13 +199,19 @@ static inline void ghost_slots(const struct ghost *g, uint64_t key, size_t out[G
     for (size_t i = 0; i < GHOST_ROWS; i++) out[i] = i * w + ((size_t)(h1 + (uint64_t)i * h2) & g->mask);
 }
 
+/* Ghost::min_of: a key's count, the smallest of its counters */
+static inline uint8_t ghost_min(const struct ghost *g, const size_t idx[GHOST_ROWS]) {
+    uint8_t m = 255;
+    for (int i = 0; i < GHOST_ROWS; i++)
+        if (g->rows[idx[i]] < m) m = g->rows[idx[i]];
+    return m;
+}
+
 static uint32_t ghost_touch(struct ghost *g, uint64_t key) {
     if (g->cap == 0) return 0;
     size_t idx[GHOST_ROWS];
     ghost_slots(g, key, idx);
-    uint8_t prev = 255;
-    for (int i = 0; i < GHOST_ROWS; i++)
-        if (g->rows[idx[i]] < prev) prev = g->rows[idx[i]];
+    uint8_t prev = ghost_min(g, idx);
     if (prev < 255)
         for (int i = 0; i < GHOST_ROWS; i++)
             if (g->rows[idx[i]] == prev) g->rows[idx[i]] = (uint8_t)(prev + 1);
@@ -220,10 +226,7 @@ static uint32_t ghost_count(const struct ghost *g, uint64_t key) {
     if (g->cap == 0) return 0;
     size_t idx[GHOST_ROWS];
     ghost_slots(g, key, idx);
-    uint8_t m = 255;
-    for (int i = 0; i < GHOST_ROWS; i++)
-        if (g->rows[idx[i]] < m) m = g->rows[idx[i]];
-    return m;
+    return ghost_min(g, idx);
 }
 
 /* ---------- tire.rs: Gate ---------- */

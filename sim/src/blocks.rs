@@ -403,7 +403,7 @@ pub trait BlockCache {
     fn access(&mut self, page: u64, write: bool, pos: usize) -> bool;
     /// Time passes (TIRE's quanta).
     fn tick(&mut self, now_s: f64);
-    fn counters(&self) -> &FlashCounters;
+    fn counters(&self) -> FlashCounters;
     /// Erase blocks of the flash the cache uses (for EPBPD).
     fn erase_blocks(&self) -> u32;
     fn gate_mut(&mut self) -> &mut Gate;
@@ -464,7 +464,7 @@ impl Ghost {
             return 0;
         }
         let idx = self.slots(key);
-        let prev = idx.iter().map(|&i| self.rows[i]).min().unwrap_or(0);
+        let prev = self.min_of(&idx);
         if prev < u8::MAX {
             for &i in &idx {
                 if self.rows[i] == prev {
@@ -487,11 +487,13 @@ impl Ghost {
         if self.cap == 0 {
             return 0;
         }
-        self.slots(key)
-            .iter()
-            .map(|&i| self.rows[i])
-            .min()
-            .unwrap_or(0) as u32
+        self.min_of(&self.slots(key)) as u32
+    }
+
+    /// A key's count: the smallest of its counters.
+    #[inline]
+    fn min_of(&self, idx: &[usize; GHOST_ROWS]) -> u8 {
+        idx.iter().map(|&i| self.rows[i]).min().unwrap_or(0)
     }
 }
 
@@ -873,13 +875,6 @@ impl<O: PageOrder> PerBlock<O> {
         self.ftl.write(slot);
         self.order.insert(slot, page, pos);
         self.c.inserted_pages += 1;
-        self.sync();
-    }
-
-    fn sync(&mut self) {
-        self.c.host_write_pages = self.ftl.host_writes;
-        self.c.internal_write_pages = self.ftl.gc_writes;
-        self.c.erasures = self.ftl.erasures;
     }
 }
 
@@ -914,8 +909,14 @@ impl<O: PageOrder> BlockCache for PerBlock<O> {
     fn tick(&mut self, now_s: f64) {
         self.gate.tick(now_s, self.ftl.erasures);
     }
-    fn counters(&self) -> &FlashCounters {
-        &self.c
+    /// The cache's counts with the FTL's writes and erasures.
+    fn counters(&self) -> FlashCounters {
+        FlashCounters {
+            host_write_pages: self.ftl.host_writes,
+            internal_write_pages: self.ftl.gc_writes,
+            erasures: self.ftl.erasures,
+            ..self.c.clone()
+        }
     }
     fn erase_blocks(&self) -> u32 {
         self.ftl.erase_blocks()
@@ -1002,10 +1003,9 @@ pub fn run<C: BlockCache>(
             r.read_hits += all as u64;
         }
     }
-    let erasures = cache.counters().erasures;
-    cache.gate_mut().finish(erasures);
+    let c = cache.counters();
+    cache.gate_mut().finish(c.erasures);
     let wall = t0.elapsed().as_secs_f64();
-    let c = cache.counters().clone();
     let pb = cfg.page_bytes;
     r.requests = trace.len() as u64;
     r.read_hit_ratio = ratio(r.read_hits, r.reads);
@@ -1080,9 +1080,10 @@ pub fn simulate_blocks(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
+    /// 4 KiB blocks, containers of `ppc` blocks, a cache of `cache_pages` blocks.
     pub(crate) fn small_cfg(cache_pages: u64, ppc: u64) -> BlockConfig {
         BlockConfig {
             cache_bytes: cache_pages * 4096,

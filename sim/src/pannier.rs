@@ -76,12 +76,15 @@ pub struct Container {
     pub decay_point: u64,
     pub survival: u64,
     pub state: State,
-    pub hot: bool,
-    pub reinsertion: bool,
     /// Blocks copied forward into it (internal writes when sealed).
     pub n_copied: u32,
-    /// The open-container slot it was packed in (RIPQ+: its section).
+    /// The open-container slot it was packed in (Pannier: `packed_hot`; RIPQ+: its section).
     pub open_slot: u8,
+}
+
+/// Whether Pannier's open slot `slot` packs hot blocks (slots 1 and 3; 0 and 2 are cold).
+fn packed_hot(slot: u8) -> bool {
+    slot % 2 == 1
 }
 
 impl Container {
@@ -123,7 +126,6 @@ pub struct Store {
     pub gate: Gate,
     pub c: FlashCounters,
     packing: bool,
-    copy_forward: bool,
     cfg: BlockConfig,
     last_access: FastMap<u64, u64>,
     reuse: Sampler,
@@ -142,7 +144,7 @@ fn unloc(l: u64) -> (u32, u32) {
 }
 
 impl Store {
-    fn new(cfg: &BlockConfig, packing: bool, copy_forward: bool) -> Self {
+    fn new(cfg: &BlockConfig, packing: bool) -> Self {
         let slots = cfg.containers();
         Store {
             ppc: cfg.pages_per_container(),
@@ -158,7 +160,6 @@ impl Store {
             gate: cfg.gate(slots * cfg.erase_blocks_per_container() as u32),
             c: FlashCounters::default(),
             packing,
-            copy_forward,
             cfg: cfg.clone(),
             last_access: new_map(),
             reuse: Sampler::new(cfg.lifetime_pct, 1 << 14, 1024),
@@ -211,7 +212,7 @@ impl Store {
         c.decay_point = now + life;
     }
 
-    fn alloc(&mut self, reinsertion: bool, hot: bool, open_slot: usize) -> u32 {
+    fn alloc(&mut self, open_slot: usize) -> u32 {
         let id = match self.free_ids.pop() {
             Some(id) => id,
             None => {
@@ -223,8 +224,6 @@ impl Store {
         let c = &mut self.containers[id as usize];
         c.keys.reserve(ppc);
         c.state = State::Open;
-        c.reinsertion = reinsertion;
-        c.hot = hot;
         c.open_slot = open_slot as u8;
         id
     }
@@ -452,7 +451,7 @@ impl ContainerPolicy for PannierPolicy {
         let c = &mut st.containers[id as usize];
         c.decay_point = c.seal_time + life;
         c.survival = c.seal_time + life;
-        let hot = c.hot;
+        let hot = packed_hot(c.open_slot);
         if self.use_survival {
             self.survival.insert((c.survival, id));
         }
@@ -535,8 +534,7 @@ impl ContainerCache<PannierPolicy> {
 impl<P: ContainerPolicy> ContainerCache<P> {
     pub fn with(kind: ContainerKind, policy: P, cfg: &BlockConfig) -> Self {
         let pannier = kind == ContainerKind::Pannier;
-        let copies = pannier || kind == ContainerKind::RipqPlus;
-        let mut st = Store::new(cfg, pannier && cfg.packing, copies);
+        let mut st = Store::new(cfg, pannier && cfg.packing);
         st.open = vec![NIL; policy.open_slots().max(OPEN)];
         ContainerCache { st, policy, kind }
     }
@@ -567,11 +565,7 @@ impl<P: ContainerPolicy> ContainerCache<P> {
     fn add(&mut self, page: u64, slot_kind: usize, copied: bool, freq: u8) {
         let mut id = self.st.open[slot_kind];
         if id == NIL {
-            id = self.st.alloc(
-                (2..OPEN).contains(&slot_kind),
-                slot_kind % 2 == 1,
-                slot_kind,
-            );
+            id = self.st.alloc(slot_kind);
             self.st.open[slot_kind] = id;
         }
         let c = &mut self.st.containers[id as usize];
@@ -635,7 +629,7 @@ impl<P: ContainerPolicy> ContainerCache<P> {
             }
             let key = c.keys[i];
             self.st.index.remove(&key);
-            if !(copy && self.st.copy_forward) {
+            if !copy {
                 continue;
             }
             let count = self.st.ghost.count(key);
@@ -728,8 +722,8 @@ impl<P: ContainerPolicy> BlockCache for ContainerCache<P> {
         self.st.gate.tick(now_s, self.st.c.erasures);
     }
 
-    fn counters(&self) -> &FlashCounters {
-        &self.st.c
+    fn counters(&self) -> FlashCounters {
+        self.st.c.clone()
     }
 
     fn erase_blocks(&self) -> u32 {
@@ -751,12 +745,7 @@ mod tests {
     use crate::blocks::{simulate_blocks, BlockPolicy, BlockTrace};
 
     fn cfg(containers: u64, ppc: u64) -> BlockConfig {
-        BlockConfig {
-            cache_bytes: containers * ppc * 4096,
-            page_bytes: 4096,
-            container_bytes: ppc * 4096,
-            ..Default::default()
-        }
+        crate::blocks::tests::small_cfg(containers * ppc, ppc)
     }
 
     fn read<P: ContainerPolicy>(c: &mut ContainerCache<P>, p: u64) -> bool {

@@ -106,17 +106,11 @@ impl ContainerPolicy for RipqPlus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blocks::{BlockCache, BlockConfig};
+    use crate::blocks::BlockCache;
     use crate::pannier::ContainerCache;
 
     fn cache(containers: u64, ppc: u64) -> ContainerCache<RipqPlus> {
-        let cfg = BlockConfig {
-            cache_bytes: containers * ppc * 4096,
-            page_bytes: 4096,
-            container_bytes: ppc * 4096,
-            ..Default::default()
-        };
-        ContainerCache::ripq_plus(&cfg)
+        ContainerCache::ripq_plus(&crate::blocks::tests::small_cfg(containers * ppc, ppc))
     }
 
     #[test]
