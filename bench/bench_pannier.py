@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from machine import machine  # noqa: E402
 
-from flashml.blockcache import POLICIES, from_arrays, simulate  # noqa: E402
+from flashml.blockcache import POLICIES, preset_requests, simulate  # noqa: E402
 from flashml.files import atomic_path, dumps, jsonable  # noqa: E402
-from flashml.trace.blockgen import generate_block_requests, get_block_preset, write_block_msr  # noqa: E402
+from flashml.trace.blockgen import get_block_preset, write_block_msr  # noqa: E402
 
 CLOUDPHYSICS = ROOT.parent / "shared" / "traces" / "cloudphysics-sample.csv"
 RESULTS = ROOT / "bench" / "results"
@@ -73,8 +73,7 @@ def table(quick: bool, work: Path) -> dict[str, Any]:
 
 def speed(quick: bool) -> dict[str, Any]:
     n = 200_000 if quick else 2_000_000
-    r = generate_block_requests(get_block_preset("src11-like"), 0, n)
-    req = from_arrays(r["time"], r["block"], r["blocks"], r["write"])
+    req = preset_requests(get_block_preset("src11-like"), 0, n)
     cache = int(req.working_set_bytes() * 0.05)
     rows: dict[str, Any] = {}
     for p in POLICIES:
@@ -91,11 +90,8 @@ def speed(quick: bool) -> dict[str, Any]:
     try:
         from flashml.policies.object_baselines import run_baselines
 
-        reads = ~req.writes
-        rq = from_arrays(req.times[reads], req.pages[reads], req.lens[reads], req.writes[reads])
-        keys = np.repeat(rq.pages, rq.lens.astype(np.int64)) + (
-            np.arange(rq.blocks) - np.repeat(np.cumsum(rq.lens.astype(np.int64)) - rq.lens,
-                                             rq.lens.astype(np.int64))).astype(np.uint64)
+        rq = req.subset(~req.writes)
+        keys = rq.block_keys()
         blocks = cache // 4096
         t0 = time.perf_counter()
         ours = simulate(rq, "lru", blocks * 4096, container_bytes=1 << 20)
@@ -123,15 +119,13 @@ def parts(quick: bool) -> dict[str, Any]:
              "aging (pannier)": ("pannier", {})}
     out: dict[str, Any] = {"ablation": {}, "overwrites": {}}
     for pre in ("src11-like", "prn0-like", "map-like"):
-        r = generate_block_requests(get_block_preset(pre), 0, n)
-        req = from_arrays(r["time"], r["block"], r["blocks"], r["write"])
+        req = preset_requests(get_block_preset(pre), 0, n)
         c = int(req.working_set_bytes() * 0.05)
         out["ablation"][pre] = {k: simulate(req, p, c, **kw)["read_hit_ratio"]
                                 for k, (p, kw) in steps.items()}
         print(f"  {pre}: " + ", ".join(f"{k} {v:.4f}" for k, v in out["ablation"][pre].items()))
     for ow in (0.0, 0.5, 1.0):
-        r = generate_block_requests(get_block_preset("web-like", overwrites=ow), 0, n)
-        req = from_arrays(r["time"], r["block"], r["blocks"], r["write"])
+        req = preset_requests(get_block_preset("web-like", overwrites=ow), 0, n)
         c = int(req.working_set_bytes() * 0.05)
         out["overwrites"][str(ow)] = {p: simulate(req, p, c)["read_hit_ratio"]
                                       for p in ("lru_plus", "s2lru_plus", "pannier", "mq")}
@@ -143,8 +137,7 @@ def tire_budgets(quick: bool) -> dict[str, Any]:
     n = 50_000 if quick else None
     rows: dict[str, list[dict[str, Any]]] = {"0.5": [], "0.75": []}
     for pre in ("prn0-like", "src11-like", "map-like", "web-like"):
-        r = generate_block_requests(get_block_preset(pre), 0, n)
-        req = from_arrays(r["time"], r["block"], r["blocks"], r["write"])
+        req = preset_requests(get_block_preset(pre), 0, n)
         ws = req.working_set_bytes()
         for pct in (0.025, 0.05, 0.10):
             c = int(ws * pct)

@@ -43,12 +43,21 @@ class BlockRequests:
     def blocks(self) -> int:
         return int(self.lens.sum())
 
-    def working_set_bytes(self) -> int:
-        """Bytes of the distinct blocks the trace touches."""
+    def subset(self, sel: Any) -> BlockRequests:
+        """The requests `sel` selects (a slice or a boolean mask), in order."""
+        return from_arrays(self.times[sel], self.pages[sel], self.lens[sel], self.writes[sel],
+                           self.page_bytes)
+
+    def block_keys(self) -> np.ndarray:
+        """Every block access in trace order (request i's blocks pages[i] .. + lens[i])."""
         n = self.lens.astype(np.int64)
         first = np.repeat(self.pages, n)
         step = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
-        return int(len(np.unique(first + step.astype(np.uint64)))) * self.page_bytes
+        return first + step.astype(np.uint64)
+
+    def working_set_bytes(self) -> int:
+        """Bytes of the distinct blocks the trace touches."""
+        return int(len(np.unique(self.block_keys()))) * self.page_bytes
 
 
 def block_requests(table: Any, block_bytes: int, page_bytes: int = PAGE_BYTES) -> BlockRequests:
@@ -89,6 +98,15 @@ def from_arrays(times: Any, pages: Any, lens: Any, writes: Any,
                          np.ascontiguousarray(pages, dtype=np.uint64),
                          np.ascontiguousarray(lens, dtype=np.uint32),
                          np.ascontiguousarray(writes, dtype=bool), page_bytes)
+
+
+def preset_requests(preset: Any, seed: int = 0, requests: int | None = None,
+                    page_bytes: int = PAGE_BYTES) -> BlockRequests:
+    """The requests of a block preset (`flashml.trace.blockgen.BlockPreset`)."""
+    from flashml.trace.blockgen import generate_block_requests
+
+    r = generate_block_requests(preset, seed, requests)
+    return from_arrays(r["time"], r["block"], r["blocks"], r["write"], page_bytes)
 
 
 def simulate(req: BlockRequests, policy: str, cache_bytes: int, **knobs: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from flashml.blockcache import POLICIES, block_requests, from_arrays, simulate
+from flashml.blockcache import POLICIES, block_requests, preset_requests, simulate
 from flashml.config import OP_CODES
 from flashml.trace.blockgen import (
     BLOCK_BYTES,
@@ -51,8 +51,7 @@ def _slow_lru(req, cache_blocks: int) -> tuple[int, int]:
 
 
 def _small(preset: str = "src11-like", n: int = 30_000, seed: int = 1, **kw):
-    r = generate_block_requests(get_block_preset(preset, **kw), seed, n)
-    return from_arrays(r["time"], r["block"], r["blocks"], r["write"])
+    return preset_requests(get_block_preset(preset, **kw), seed, n)
 
 
 def test_lru_matches_slow_reference():
@@ -71,10 +70,11 @@ def test_lru_matches_libcachesim():
     from flashml.policies.object_baselines import run_baselines
 
     req = _small("map-like", 20_000, zipf=0.8)
-    reads = ~req.writes
-    req = from_arrays(req.times[reads], req.pages[reads], req.lens[reads], req.writes[reads])
+    req = req.subset(~req.writes)
+    # the block stream, spelled out independently of BlockRequests.block_keys
     keys = np.concatenate([np.arange(p, p + n, dtype=np.uint64)
                            for p, n in zip(req.pages.tolist(), req.lens.tolist(), strict=True)])
+    assert np.array_equal(keys, req.block_keys())
     blocks = 2048
     ours = simulate(req, "lru", blocks * BLOCK_BYTES, container_bytes=1 * MiB)
     theirs = run_baselines(keys, np.ones(len(keys), dtype=np.int64), blocks, unit="objects",

@@ -170,14 +170,6 @@ def _cache_bytes(text: str, working_set: int) -> int:
 # --- stages --------------------------------------------------------------------------------
 
 
-def _preset_requests(s: PannierSettings, name: str) -> Any:
-    from flashml.blockcache import from_arrays
-    from flashml.trace.blockgen import generate_block_requests, get_block_preset
-
-    r = generate_block_requests(get_block_preset(name), s.seed, s.requests)
-    return from_arrays(r["time"], r["block"], r["blocks"], r["write"], s.page_bytes)
-
-
 def _requests(run: RunDir, s: PannierSettings, name: str) -> Any:
     key = f"req-{name}"
     if key not in run.cache:
@@ -191,7 +183,11 @@ def _requests(run: RunDir, s: PannierSettings, name: str) -> Any:
             except ValueError as e:
                 raise UserError(f"{s.trace}: {e}") from None
         else:
-            run.cache[key] = _preset_requests(s, name)
+            from flashml.blockcache import preset_requests
+            from flashml.trace.blockgen import get_block_preset
+
+            run.cache[key] = preset_requests(get_block_preset(name), s.seed, s.requests,
+                                             s.page_bytes)
     return run.cache[key]
 
 
@@ -302,14 +298,6 @@ def _tuned_knobs(s: PannierSettings, params: dict[str, Any]) -> dict[str, Any]:
             "quantum_s": float(params["quantum_s"]), "open_in_cache": s.open_in_cache}
 
 
-def _window(req: Any, fraction: float) -> Any:
-    from flashml.blockcache import from_arrays
-
-    n = max(int(len(req) * fraction), 1)
-    return from_arrays(req.times[:n], req.pages[:n], req.lens[:n], req.writes[:n],
-                       req.page_bytes)
-
-
 def tune(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
     """Per trace, at its middle cache size: Optuna (TPE, `s.trials` trials; trial 0 = the
     paper's defaults) over Pannier's knobs (container size in erase blocks, promotion
@@ -334,9 +322,8 @@ def tune(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
         size = sizes[len(sizes) // 2]
         cache = t["cache_bytes"][size]
         req = _requests(run, s, name)
-        head = _window(req, 0.5)
-        base = sim(head, "pannier", cache, **_knobs(s))
-        target = s.lifespan_epbpd or base["epbpd"] / 2.0
+        head = req.subset(slice(0, max(len(req) // 2, 1)))
+        target = s.lifespan_epbpd or sim(head, "pannier", cache, **_knobs(s))["epbpd"] / 2.0
         best = dict(TUNED_DEFAULTS)
         value = None
         trials = 0
