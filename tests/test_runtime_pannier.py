@@ -162,10 +162,16 @@ def test_kill_9_then_recover(trace, policy: str) -> None:
     args = [str(FLASHRT), "pannier-replay", "--trace", str(csv), "--flash",
             str(tmp / f"{name}.flash"), "--backing", str(tmp / f"{name}.backing"),
             "--flash-bytes", str(CACHE), "--container-bytes", "256KiB", "--policy", policy]
-    for delay in (0.3, 0.6):
-        proc = subprocess.Popen(args + (["--recover"] if delay > 0.3 else []),
+    log = tmp / f"{name}.backing.versions"
+    for recover, records in ((False, 600), (True, 1200)):
+        proc = subprocess.Popen(args + (["--recover"] if recover else []),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(delay)
+        # kill mid-run once enough client writes are logged (12 bytes each) for containers
+        # to have been sealed, however slow the machine is (a fixed sleep flaked under load)
+        deadline = time.monotonic() + 30
+        while (proc.poll() is None and time.monotonic() < deadline
+               and (log.stat().st_size if log.exists() else 0) < 12 * records):
+            time.sleep(0.01)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
