@@ -14,7 +14,6 @@ the model's inputs are what a user-space tuner can see. Needs root and tracefs (
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import select
@@ -25,13 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from flashml.errors import UserError
+from flashml.features.readahead import window_features  # noqa: F401  (the features of events)
 
 EVENT = "filemap/mm_filemap_add_to_page_cache"
-#: The features of one window, in order (the paper's five: tracepoints seen, cumulative
-#: moving mean and standard deviation of page offsets, mean absolute difference of
-#: consecutive offsets, the current readahead).
-FEATURES = ("tracepoints", "offset_mean", "offset_std", "offset_absdiff_mean",
-            "readahead_kib")
 _LINE = re.compile(r"\s(?P<ts>\d+\.\d+): mm_filemap_add_to_page_cache: dev \d+:\d+ "
                    r"ino (?P<ino>[0-9a-f]+) pfn=0x[0-9a-f]+ ofs=(?P<ofs>\d+)")
 PAGE = 4096
@@ -149,42 +144,3 @@ class PageCacheTracer:
             except OSError:
                 pass
             self._mounted = None
-
-
-def window_features(events: list[tuple[float, int, int]], readahead_kib: int,
-                    window_s: float = 1.0) -> list[dict[str, Any]]:
-    """The paper's features of every window of `window_s` seconds of trace time (from the
-    first event): tracepoints, the mean and standard deviation of the page offsets
-    (cumulative over the run so far, as KML's moving statistics), the mean absolute
-    difference of consecutive offsets in the window, and the readahead. Windows without
-    events are left out (nothing to classify)."""
-    if not events:
-        return []
-    t0 = events[0][0]
-    rows: list[dict[str, Any]] = []
-    n_all, mean, m2 = 0, 0.0, 0.0  # Welford over the run
-    cur = None
-    win: list[int] = []
-
-    def flush(w: int) -> None:
-        if not win:
-            return
-        diffs = [abs(b - a) for a, b in zip(win, win[1:], strict=False)]
-        rows.append({"window": w, "tracepoints": len(win), "offset_mean": mean,
-                     "offset_std": math.sqrt(m2 / n_all) if n_all > 1 else 0.0,
-                     "offset_absdiff_mean": sum(diffs) / len(diffs) if diffs else 0.0,
-                     "readahead_kib": float(readahead_kib)})
-
-    for ts, _ino, page in events:
-        w = int((ts - t0) // window_s)
-        if cur is not None and w != cur:
-            flush(cur)
-            win = []
-        cur = w
-        win.append(page)
-        n_all += 1
-        d = page - mean
-        mean += d / n_all
-        m2 += d * (page - mean)
-    flush(cur if cur is not None else 0)
-    return rows

@@ -79,7 +79,9 @@ class Testbed:
     db_bench lives there. A context manager: `__exit__` always cleans up."""
 
     def __init__(self, workdir: str | os.PathLike[str], size_bytes: int = 2 << 30,
-                 value_size: int = 400, memory_limit_bytes: int | None = None) -> None:
+                 value_size: int = 400, memory_limit_bytes: int | None = None,
+                 read_iops: int | None = None, read_bps: int | None = None,
+                 db_bench_flags: tuple[str, ...] = ()) -> None:
         why = unavailable()
         if why:
             raise UserError(f"the KML testbed cannot run here: {why}")
@@ -95,7 +97,13 @@ class Testbed:
         #: db_bench runs in a memory cgroup of this size (its page cache is charged there), so
         #: a database larger than it is read from the device as on a loaded server
         self.memory_limit_bytes = memory_limit_bytes
-        self.cgroup: Path | None = None
+        #: db_bench's reads of the device throttled to these IOs/s and bytes/s (blkio cgroup),
+        #: so the loop device over this machine's fast disk behaves like a slower SSD where
+        #: readahead matters: every IO costs (IOPS limit), and so does every byte (bandwidth)
+        self.read_iops = read_iops
+        self.read_bps = read_bps
+        self.cgroups: list[Path] = []
+        self.db_bench_flags = tuple(db_bench_flags)
 
     def __enter__(self) -> Testbed:
         try:
@@ -110,9 +118,11 @@ class Testbed:
             _run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", self.device], "mkfs.ext4")
             self.mount = Path(tempfile.mkdtemp(prefix="kml-mnt-", dir=self.workdir))
             _run(["mount", "-o", "noatime", self.device, str(self.mount)], "mount")
+            name = f"flashml-kml-{os.getpid()}-{id(self)}"
             if self.memory_limit_bytes:
-                self.cgroup = _memory_cgroup(f"flashml-kml-{os.getpid()}-{id(self)}",
-                                             self.memory_limit_bytes)
+                self.cgroups.append(_memory_cgroup(name, self.memory_limit_bytes))
+            if self.read_iops or self.read_bps:
+                self.cgroups.append(_io_cgroup(name, self.device, self.read_iops, self.read_bps))
         except BaseException:
             self.close()
             raise
@@ -123,12 +133,12 @@ class Testbed:
 
     def close(self) -> None:
         """Unmount, detach, remove; each step tried even if an earlier one failed."""
-        if self.cgroup is not None:
+        for cg in self.cgroups:
             try:
-                self.cgroup.rmdir()
+                cg.rmdir()
             except OSError:
                 pass
-            self.cgroup = None
+        self.cgroups = []
         if self.mount is not None:
             if os.path.ismount(self.mount):
                 for args in (["umount", str(self.mount)], ["umount", "-l", str(self.mount)]):
@@ -162,12 +172,12 @@ class Testbed:
 
     def _db_bench(self, benchmark: str, *extra: str) -> str:
         assert self.mount is not None, "the testbed is not open"
-        # in the memory cgroup: the shell joins it, then becomes db_bench
-        prefix = (["sh", "-c", f'echo $$ > {self.cgroup / "cgroup.procs"} && exec "$@"', "sh"]
-                  if self.cgroup is not None else [])
+        # in the cgroups: the shell joins them, then becomes db_bench
+        joins = " && ".join(f'echo $$ > {cg / "cgroup.procs"}' for cg in self.cgroups)
+        prefix = (["sh", "-c", f'{joins} && exec "$@"', "sh"] if self.cgroups else [])
         return _run([*prefix, "db_bench", f"--benchmarks={benchmark}", f"--db={self.mount / 'db'}",
                      f"--value_size={self.value_size}", "--compression_type=none",
-                     "--cache_size=1048576", "--threads=1", *extra], f"db_bench {benchmark}",
+                     "--cache_size=1048576", "--threads=1", *self.db_bench_flags, *extra], f"db_bench {benchmark}",
                     timeout=1800)
 
     def fill(self, num: int) -> dict[str, float]:
@@ -207,6 +217,30 @@ def _memory_cgroup(name: str, limit: int) -> Path:
     cg = root / name
     cg.mkdir(exist_ok=True)
     (cg / "memory.max").write_text(f"{limit}\n")
+    return cg
+
+
+def _io_cgroup(name: str, device: str, iops: int | None, bps: int | None) -> Path:
+    """A blkio cgroup throttling reads of `device` (cgroup v1's blkio, else v2's io.max)."""
+    st = os.stat(device)
+    dev = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    v1 = Path("/sys/fs/cgroup/blkio")
+    if v1.is_dir():
+        cg = v1 / name
+        cg.mkdir(exist_ok=True)
+        if iops:
+            (cg / "blkio.throttle.read_iops_device").write_text(f"{dev} {iops}\n")
+        if bps:
+            (cg / "blkio.throttle.read_bps_device").write_text(f"{dev} {bps}\n")
+        return cg
+    root = Path("/sys/fs/cgroup")
+    if "io" not in (root / "cgroup.controllers").read_text().split():
+        raise UserError("no io cgroup controller: cannot throttle the loop device")
+    cg = root / name
+    cg.mkdir(exist_ok=True)
+    limits = " ".join(x for x in (f"riops={iops}" if iops else "", f"rbps={bps}" if bps else "")
+                      if x)
+    (cg / "io.max").write_text(f"{dev} {limits}\n")
     return cg
 
 
