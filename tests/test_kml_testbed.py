@@ -53,19 +53,24 @@ def test_testbed_sweeps_and_cleans_up(tmp_path: Path) -> None:
 
 @needs_testbed
 def test_testbed_cleans_up_after_a_failure(tmp_path: Path) -> None:
-    tb = kml.Testbed(tmp_path, size_bytes=128 << 20, memory_limit_bytes=64 << 20)
+    tb = kml.Testbed(tmp_path, size_bytes=128 << 20, memory_limit_bytes=64 << 20,
+                     read_iops=500, read_bps=8 << 20)
     with pytest.raises(RuntimeError, match="boom"), tb:
-        img, cg = tb.backing, tb.cgroup
-        assert cg is not None and cg.is_dir()
+        img, cgs = tb.backing, list(tb.cgroups)
+        assert cgs and all(cg.is_dir() for cg in cgs)
+        throttles = [(cg / f).read_text() for cg in cgs for f in (
+            "blkio.throttle.read_iops_device", "io.max") if (cg / f).exists()]
+        assert any("500" in t for t in throttles), throttles  # the loop device is throttled
         raise RuntimeError("boom")
     assert tb.device is None and not img.exists() and str(img) not in loops_on(img)
-    assert not cg.exists()
+    assert not any(cg.exists() for cg in cgs)
     with pytest.raises(UserError, match="at least 64 MiB"):
         kml.Testbed(tmp_path, size_bytes=1 << 20)
 
 
 def test_window_features_by_hand() -> None:
-    from flashml.kml.collect import FEATURES, window_features
+    from flashml.features.readahead import contract
+    from flashml.kml.collect import window_features
 
     # window 0: pages 10, 12, 11; window 1: 100; (window 2 empty); window 3: 100, 104
     ev = [(5.0, 1, 10), (5.2, 1, 12), (5.9, 1, 11), (6.5, 1, 100), (8.1, 1, 100),
@@ -82,7 +87,7 @@ def test_window_features_by_hand() -> None:
     assert rows[2]["offset_std"] == pytest.approx((sum((p - m) ** 2 for p in allp) / 6) ** .5)
     assert rows[2]["offset_absdiff_mean"] == pytest.approx(4.0)
     assert all(r["readahead_kib"] == 64 for r in rows)
-    assert set(FEATURES) <= set(rows[0])
+    assert set(contract().names) <= set(rows[0])
     assert window_features([], 8) == []
 
 

@@ -50,6 +50,8 @@ def _make_run(job: ModuleType):  # type: ignore[no-untyped-def]
                 passed += ["--trace", str(args.trace)]
             if args.format is not None:
                 passed += ["--format", args.format]
+            # a job may say what its embedded default is (KML: the offline twin)
+            passed += list(getattr(other, "PIPELINE_ARGS", ()))
             oargs = _system_parser(other).parse_args(passed)
             s = other.Settings.from_cli(oargs)
             summary, path, timer = run_job(other, s, args.out, resume=args.resume)

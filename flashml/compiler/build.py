@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flashml.compiler import readahead as ra
 from flashml.compiler.bundle import (
     COMPILED_ARTIFACT_PATH,
     EVICT_FILE,
@@ -62,6 +63,7 @@ from flashml.config import UNITS
 from flashml.errors import UserError
 from flashml.features import eviction
 from flashml.features import partition as partition_contract
+from flashml.features import readahead as readahead_contract
 from flashml.features.codegen import ABI_VERSION, capability_functions
 from flashml.features.contract import contract
 from flashml.files import replace_dir, write_json
@@ -130,7 +132,8 @@ def capabilities_of(groups: dict[str, bool]) -> list[str]:
     """The capabilities a bundle's model groups give its policy.so (manifest order)."""
     return (["admission", "prefetch"] if groups["admission"] else []) + \
         (["eviction"] if groups["eviction"] else []) + \
-        (["partition"] if groups.get("partition") else [])
+        (["partition"] if groups.get("partition") else []) + \
+        (["readahead"] if groups.get("readahead") else [])
 
 
 def find_cc(cc: str | None = None) -> str:
@@ -542,6 +545,15 @@ def _check_so(so: Path, params: dict[str, Any], capabilities: list[str]) -> None
                                            ev["initial_threshold"]),
             "eviction memory window": (lib.flashml_evict_memory_window(), ev["memory_window"]),
         })
+    if "readahead" in capabilities:
+        rc = readahead_contract.contract()
+        lib.flashml_readahead_contract_hash.restype = ctypes.c_char_p
+        checks.update({
+            "readahead feature count": (lib.flashml_readahead_num_features(), rc.num_features),
+            "readahead contract hash": (lib.flashml_readahead_contract_hash().decode(),
+                                        params[ra.READAHEAD_PARAMS]["contract_hash"]),
+            "readahead window": (lib.flashml_readahead_window_ms(), rc.window_ms),
+        })
     if "partition" in capabilities:
         pc = partition_contract.contract()
         lib.flashml_partition_contract_hash.restype = ctypes.c_char_p
@@ -697,6 +709,11 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                             params[PARTITION_PARAMS]["contract_hash"],
                             partition_contract.contract().hash)
             net_layers = read_partition_model(folder / PARTITION_FILE)
+        if groups["readahead"]:
+            _check_contract(folder, "readahead", "the model", "the model",
+                            params[ra.READAHEAD_PARAMS]["contract_hash"],
+                            readahead_contract.contract().hash)
+            ra_doc = ra.read_readahead_model(folder / ra.READAHEAD_FILE)
         models, infos = {}, {}
         for name, fname in ALL_MODEL_FILES.items():
             if groups["eviction" if name == EVICT_MODEL else "admission"]:
@@ -731,6 +748,13 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                                    str(_emlearn_include()), "-c", str(src), "-o", str(obj)],
                                   src.name))
                 objects.append(obj)
+        if groups["readahead"]:
+            src = build / "readahead_model.c"
+            src.write_text(ra.c_source(ra_doc, params[ra.READAHEAD_PARAMS]["contract_hash"]))
+            obj = build / "readahead_model.o"
+            jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-I", str(build), "-c",
+                               str(src), "-o", str(obj)], src.name))
+            objects.append(obj)
         wrapper = build / "policy_wrapper.c"
         wrapper.write_text(_fill_wrapper(params, segments_per_block, fast_syms, infos))
         wobj = build / "policy_wrapper.o"
@@ -767,6 +791,8 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
             manifest.update(_evict_manifest(params[EVICT_PARAMS]))
         if groups["partition"]:
             manifest.update(_partition_manifest(params[PARTITION_PARAMS], folder))
+        if groups["readahead"]:
+            manifest.update(ra.manifest_fields(params, folder))
         manifest.update({
             "policy_so": SO_NAME,
             "sha256": sha256_file(so),

@@ -43,6 +43,12 @@ from typing import Any
 
 import numpy as np
 
+# KML's readahead model lives in its own module (compiler/readahead.py); its names here too
+from flashml.compiler.readahead import (  # noqa: E402
+    READAHEAD_FILE,
+    READAHEAD_PARAMS,
+)
+from flashml.compiler.readahead import checked_params as _checked_readahead  # noqa: E402
 from flashml.config import UNITS
 from flashml.errors import UserError
 from flashml.features import eviction
@@ -101,14 +107,15 @@ def model_features(model: str) -> list[str]:
 
 def bundle_groups(bundle: Path, params: Mapping[str, Any] | None = None) -> dict[str, bool]:
     """Which model groups a bundle folder holds: {"admission": ..., "eviction": ...,
-    "partition": ...}. A group
+    "partition": ..., "readahead": ...}. A group
     is there when any of its model files is, or policy.json has its parameters (then all
     of its files must be: the compiler says which is missing)."""
     params = params or {}
     return {"admission": any((bundle / f).exists() for f in MODEL_FILES.values())
             or "admit_threshold" in params,
             "eviction": (bundle / EVICT_FILE).exists() or EVICT_PARAMS in params,
-            "partition": (bundle / PARTITION_FILE).exists() or PARTITION_PARAMS in params}
+            "partition": (bundle / PARTITION_FILE).exists() or PARTITION_PARAMS in params,
+            "readahead": (bundle / READAHEAD_FILE).exists() or READAHEAD_PARAMS in params}
 
 
 def round_range(start: Any, end: Any,
@@ -239,8 +246,8 @@ def read_policy_json(bundle: Path) -> dict[str, Any]:
     path = bundle / POLICY_JSON
     if not path.is_file():
         raise UserError(f"{path}: missing; a policy bundle needs {POLICY_JSON} and "
-                        f"{', '.join(MODEL_FILES.values())}, {EVICT_FILE} and/or "
-                        f"{PARTITION_FILE}")
+                        f"{', '.join(MODEL_FILES.values())}, {EVICT_FILE}, "
+                        f"{PARTITION_FILE} and/or {READAHEAD_FILE}")
     try:
         params = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -251,8 +258,8 @@ def read_policy_json(bundle: Path) -> dict[str, Any]:
     if not any(groups.values()):
         raise UserError(f"{bundle}: no models: a policy bundle holds the admission models "
                         f"({', '.join(MODEL_FILES.values())}), the eviction model "
-                        f"({EVICT_FILE}), the partition network ({PARTITION_FILE}), or "
-                        "several")
+                        f"({EVICT_FILE}), the partition network ({PARTITION_FILE}), the "
+                        f"readahead model ({READAHEAD_FILE}), or several")
     metrics = params.get("metrics") or {}
     if not isinstance(metrics, dict):
         raise UserError(f"{path}: field 'metrics': expected an object")
@@ -261,6 +268,8 @@ def read_policy_json(bundle: Path) -> dict[str, Any]:
         params[EVICT_PARAMS] = _checked_evict(str(path), params.get(EVICT_PARAMS))
     if groups["partition"]:
         params[PARTITION_PARAMS] = _checked_partition(str(path), params.get(PARTITION_PARAMS))
+    if groups["readahead"]:
+        params[READAHEAD_PARAMS] = _checked_readahead(str(path), params.get(READAHEAD_PARAMS))
     if not groups["admission"]:
         return params
     for k in REQUIRED_PARAMS + ("contract_hash",):

@@ -28,6 +28,7 @@ from flashml.compiler.build import MANIFEST_NAME, SO_NAME, sha256_file
 from flashml.errors import UserError
 from flashml.features import eviction
 from flashml.features import partition as partition_contract
+from flashml.features import readahead as readahead_contract
 from flashml.features.codegen import (
     ABI_VERSION,
     CAPABILITIES,
@@ -46,7 +47,9 @@ _HOW = {"admission": "compile a bundle with the admission models (admission.txt,
         "eviction": "compile a bundle with MAT's eviction model (evict.txt, "
                     "compiler.bundle.save_evict_model)",
         "partition": "compile a bundle with MLCache's partition network (partition.json, "
-                     "compiler.bundle.save_partition_model; flashml mlcache run)"}
+                     "compiler.bundle.save_partition_model; flashml mlcache run)",
+        "readahead": "compile a bundle with KML's readahead model (readahead.json, "
+                     "compiler.readahead.save_readahead_model; flashml kml run)"}
 
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
 _INT32_P = ctypes.POINTER(ctypes.c_int32)
@@ -177,6 +180,13 @@ def verify_bundle(bundle: str | os.PathLike[str],
                         f"{str(m.get('partition_contract_hash'))[:12]}..., this flashml has "
                         f"{partition_contract.contract().hash[:12]}... "
                         "(features/partition.toml)")
+    if "readahead" in need and \
+            m.get("readahead_contract_hash") != readahead_contract.contract().hash:
+        raise UserError(f"{bundle}: readahead contract mismatch: the policy was compiled for "
+                        f"readahead feature contract "
+                        f"{str(m.get('readahead_contract_hash'))[:12]}..., this flashml has "
+                        f"{readahead_contract.contract().hash[:12]}... "
+                        "(features/readahead.toml)")
     if "eviction" in need and m.get("evict_contract_hash") != eviction.contract().hash:
         raise UserError(f"{bundle}: eviction contract mismatch: the policy was compiled for "
                         f"eviction feature contract "
@@ -224,6 +234,8 @@ class PolicyLibrary:
             self._bind_eviction(lib)
         if "partition" in need:
             self._bind_partition(lib)
+        if "readahead" in need:
+            self._bind_readahead(lib)
 
     def _contract_hash(self, fn: Any, want: str, kind: str) -> str:
         """A capability's contract hash as the .so reports it (fn: its ..._contract_hash),
@@ -248,6 +260,25 @@ class PolicyLibrary:
                             f"{c.num_features}, {c.max_streams} and {c.steps}")
         self.partition_contract_hash = self._contract_hash(
             lib.flashml_partition_contract_hash, c.hash, "partition")
+
+    def _bind_readahead(self, lib: Any) -> None:
+        c = readahead_contract.contract()
+        lib.flashml_readahead_contract_hash.restype = ctypes.c_char_p
+        lib.flashml_readahead_kib.restype = ctypes.c_int
+        lib.flashml_readahead_kib.argtypes = [_DOUBLE_P]
+        got = (lib.flashml_readahead_num_features(), lib.flashml_readahead_window_ms())
+        if got != (c.num_features, c.window_ms):
+            raise UserError(f"{self.path}: its readahead model reads {got[0]} features of "
+                            f"{got[1]} ms windows; the readahead contract has "
+                            f"{c.num_features} of {c.window_ms} ms")
+        self.readahead_contract_hash = self._contract_hash(
+            lib.flashml_readahead_contract_hash, c.hash, "readahead")
+
+    def readahead_kib(self, x: Any) -> np.ndarray:
+        """flashml_readahead_kib of every row of x (rows x the readahead features), KiB."""
+        x = self._rows(x, readahead_contract.contract().num_features)
+        f = self.lib.flashml_readahead_kib
+        return np.array([f(row.ctypes.data_as(_DOUBLE_P)) for row in x], dtype=np.int64)
 
     def partition(self, x: Any, streams: int) -> tuple[np.ndarray, np.ndarray]:
         """flashml_partition of every row of x (rows x the partition contract's features):

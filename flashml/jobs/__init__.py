@@ -6,6 +6,6 @@ stage runner, timer; `report`; `registry`).
 (flashml/commands/systems.py). ARCHITECTURE.md says what a job module provides.
 """
 
-#: Job modules, one per system (KML joins here).
+#: Job modules, one per system.
 SYSTEMS: list[str] = ["flashml.jobs.baleen", "flashml.jobs.mat", "flashml.jobs.pannier",
-                       "flashml.jobs.mlcache"]
+                       "flashml.jobs.mlcache", "flashml.jobs.kml"]

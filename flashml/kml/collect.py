@@ -21,7 +21,6 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
 
 from flashml.errors import UserError
 from flashml.features.readahead import window_features  # noqa: F401  (the features of events)

@@ -28,6 +28,17 @@ from flashml.errors import UserError
 
 #: The paper's workloads (KML Table 2): db_bench benchmarks run on an existing database.
 WORKLOADS = ("readrandom", "readseq", "readreverse", "readrandomwriterandom")
+#: Workloads the model is not trained on (issue 19): updaterandom, and mixgraph as a mix of
+#: random gets, puts and short scans over skewed keys (MIXGRAPH_FLAGS).
+HELD_OUT = ("updaterandom", "mixgraph")
+#: mixgraph's mix: 60% gets, 10% puts, 30% seeks with scans of up to 100 keys; the key
+#: distribution of RocksDB's published ZippyDB model (db_bench's --key_dist_a/b).
+MIXGRAPH_FLAGS = ("--mix_get_ratio=0.6", "--mix_put_ratio=0.1", "--mix_seek_ratio=0.3",
+                  "--mix_max_scan_len=100", "--key_dist_a=0.002312", "--key_dist_b=0.3467")
+#: db_bench reads the SST files through mmap with the kernel's readahead in charge (RocksDB
+#: otherwise advises the files random on open, which turns the kernel's readahead off, and
+#: prefetches scans itself): the setting where the device's readahead decides the IO sizes.
+DB_BENCH_FLAGS = ("--mmap_read=1", "--advise_random_on_open=false")
 #: Readahead sizes swept (KiB): 8 KiB .. 1 MiB, powers of two.
 READAHEAD_KIB = (8, 16, 32, 64, 128, 256, 512, 1024)
 _LINE = re.compile(r"^(?P<name>\w+)\s*:\s*(?P<us>[0-9.]+) micros/op (?P<ops>[0-9]+) ops/sec")
@@ -81,7 +92,7 @@ class Testbed:
     def __init__(self, workdir: str | os.PathLike[str], size_bytes: int = 2 << 30,
                  value_size: int = 400, memory_limit_bytes: int | None = None,
                  read_iops: int | None = None, read_bps: int | None = None,
-                 db_bench_flags: tuple[str, ...] = ()) -> None:
+                 db_bench_flags: tuple[str, ...] = DB_BENCH_FLAGS) -> None:
         why = unavailable()
         if why:
             raise UserError(f"the KML testbed cannot run here: {why}")
@@ -177,8 +188,8 @@ class Testbed:
         prefix = (["sh", "-c", f'{joins} && exec "$@"', "sh"] if self.cgroups else [])
         return _run([*prefix, "db_bench", f"--benchmarks={benchmark}", f"--db={self.mount / 'db'}",
                      f"--value_size={self.value_size}", "--compression_type=none",
-                     "--cache_size=1048576", "--threads=1", *self.db_bench_flags, *extra], f"db_bench {benchmark}",
-                    timeout=1800)
+                     "--cache_size=1048576", "--threads=1", *self.db_bench_flags, *extra],
+                    f"db_bench {benchmark}", timeout=1800)
 
     def fill(self, num: int) -> dict[str, float]:
         """Write the database: `num` keys in order (fillseq), compacted."""
@@ -186,19 +197,27 @@ class Testbed:
         self.num = num
         return parse_db_bench(out, "fillseq")
 
-    def run(self, workload: str, readahead_kib: int, reads: int,
-            duration_s: int = 0) -> dict[str, Any]:
-        """One workload on the filled database with the device's readahead set and a cold
-        page cache: ops/s and micros/op as db_bench reports them."""
-        if workload not in WORKLOADS:
-            raise UserError(f"workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
+    def run(self, workload: str, readahead_kib: int | None, reads: int,
+            duration_s: int = 0, report_file: Path | None = None) -> dict[str, Any]:
+        """One workload on the filled database with the device's readahead set (None: left
+        as it is, e.g. for a tuner to set) and a cold page cache: ops/s and micros/op as
+        db_bench reports them; with `report_file` db_bench also writes its ops/s every
+        second there (CSV secs_elapsed,interval_qps)."""
+        if workload not in WORKLOADS + HELD_OUT:
+            raise UserError(f"workload {workload!r}: expected one of "
+                            f"{', '.join(WORKLOADS + HELD_OUT)}")
         if not self.num:
             raise UserError("fill the database first (Testbed.fill)")
-        self.set_readahead(readahead_kib)
+        if readahead_kib is not None:
+            self.set_readahead(readahead_kib)
         drop_caches()
         extra = [f"--num={self.num}", "--use_existing_db=1", f"--reads={reads}"]
         if duration_s:
             extra.append(f"--duration={duration_s}")
+        if report_file is not None:
+            extra += ["--report_interval_seconds=1", f"--report_file={report_file}"]
+        if workload == "mixgraph":
+            extra += MIXGRAPH_FLAGS
         r = parse_db_bench(self._db_bench(workload, *extra), workload)
         return {"workload": workload, "readahead_kib": readahead_kib, **r}
 

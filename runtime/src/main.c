@@ -8,6 +8,7 @@
 #include "cli_mat.h"
 #include "cli_pannier.h"
 #include "cli_partition.h"
+#include "cli_readahead.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "internal.h"
@@ -27,6 +28,8 @@ static const char *USAGE =
     "                   by stream with MLCache's network (a compiled bundle)\n"
     "  pannier-replay   replay a block trace through Pannier's container flash cache (LRU+\n"
     "                   or Pannier, optionally TIRE), verifying every byte; survives kill -9\n"
+    "  tune-readahead   set a block device's readahead every window with KML's model (a\n"
+    "                   compiled bundle) from the page cache's activity; restores it on exit\n"
     "  probe-disk       measure a device's seek time and bandwidth (simulator config JSON)\n"
     "  features         print the tracker's feature vector of every access (CSV)\n"
     "  units            print the units this runtime was built with (JSON)\n"
@@ -211,6 +214,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "mat-replay")) return cli_mat_replay(argc, argv);
     if (!strcmp(cmd, "partition-replay")) return cli_partition_replay(argc, argv);
     if (!strcmp(cmd, "pannier-replay")) return cli_pannier_replay(argc, argv);
+    if (!strcmp(cmd, "tune-readahead")) return cli_tune_readahead(argc, argv);
     if (!strcmp(cmd, "prepare-backing")) return cmd_prepare(argc, argv);
     if (!strcmp(cmd, "probe-disk")) return cmd_probe(argc, argv);
     if (!strcmp(cmd, "features")) return cmd_features(argc, argv);

@@ -19,6 +19,7 @@
 #include "flashrt.h"
 #include "internal.h"
 #include "policy_internal.h"
+#include "readahead.h"
 
 enum kind { K_SO, K_REJECTX, K_ADMITALL };
 
@@ -39,6 +40,7 @@ struct flashrt_policy {
     unsigned caps; /* FRT_CAP_*: what the policy was loaded for */
     struct frt_evict_fns evict;
     frt_partition_fn partition; /* capability "partition" */
+    struct frt_readahead_fns readahead; /* capability "readahead" */
     /* RejectX: the keys of the last `hist` admission queries and their counts */
     uint64_t *ring;
     size_t hist, pos, len;
@@ -116,6 +118,7 @@ static int manifest_caps(const char *t, size_t n, unsigned *caps, char *names, s
                 else if (len == 8 && !memcmp(t + a, "prefetch", 8)) *caps |= FRT_CAP_PREFETCH;
                 else if (len == 8 && !memcmp(t + a, "eviction", 8)) *caps |= FRT_CAP_EVICTION;
                 else if (len == 9 && !memcmp(t + a, "partition", 9)) *caps |= FRT_CAP_PARTITION;
+                else if (len == 9 && !memcmp(t + a, "readahead", 9)) *caps |= FRT_CAP_READAHEAD;
                 size_t used = strlen(names);
                 if (used + len + 3 < names_len)
                     snprintf(names + used, names_len - used, "%s%.*s", used ? ", " : "", (int)len, t + a);
@@ -131,7 +134,8 @@ static int manifest_caps(const char *t, size_t n, unsigned *caps, char *names, s
 }
 
 static const char *cap_name(unsigned cap) {
-    return cap == FRT_CAP_ADMISSION ? "admission" : cap == FRT_CAP_PREFETCH ? "prefetch" : cap == FRT_CAP_EVICTION ? "eviction" : "partition";
+    return cap == FRT_CAP_ADMISSION ? "admission" : cap == FRT_CAP_PREFETCH ? "prefetch" : cap == FRT_CAP_EVICTION ? "eviction"
+         : cap == FRT_CAP_PARTITION ? "partition" : "readahead";
 }
 
 static void *sym(flashrt_policy *p, const char *so, const char *name, char *err, size_t errlen) {
@@ -143,6 +147,8 @@ static void *sym(flashrt_policy *p, const char *so, const char *name, char *err,
 static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
                          const char *manifest_hash, char *err, size_t errlen);
 static int bind_partition(flashrt_policy *p, const char *so, const char *mf,
+                          const char *manifest_hash, char *err, size_t errlen);
+static int bind_readahead(flashrt_policy *p, const char *so, const char *mf,
                           const char *manifest_hash, char *err, size_t errlen);
 
 /* Refuse a file that is not a whole 64-bit ELF shared object before it is dlopen()ed: a
@@ -233,20 +239,23 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
                                  *hash = frt_json_get(&m, "contract_hash"),
                                  *ehash = frt_json_get(&m, "evict_contract_hash"),
                                  *phash = frt_json_get(&m, "partition_contract_hash"),
+                                 *rhash = frt_json_get(&m, "readahead_contract_hash"),
                                  *sha = frt_json_get(&m, "sha256");
     if (!abi || abi->type != FRT_JSON_NUMBER) { frt_seterr(err, errlen, "%s: field 'abi_version': missing or not a number", mf); return NULL; }
     if (!sha || sha->type != FRT_JSON_STRING) { frt_seterr(err, errlen, "%s: field 'sha256': missing or not a string", mf); return NULL; }
-    for (unsigned cap = FRT_CAP_ADMISSION; cap <= FRT_CAP_PARTITION; cap <<= 1) {
+    for (unsigned cap = FRT_CAP_ADMISSION; cap <= FRT_CAP_READAHEAD; cap <<= 1) {
         if ((need & cap) && !(have & cap)) {
             frt_seterr(err, errlen, "%s: refused: the policy bundle has no %s capability (%s lists: %s); compile a bundle with %s", dir,
                        cap_name(cap), mf, cap_names[0] ? cap_names : "none",
-                       cap == FRT_CAP_EVICTION ? "MAT's eviction model (evict.txt)" : cap == FRT_CAP_PARTITION ? "MLCache's partition network (partition.json; flashml mlcache run)" : "the admission models (admission.txt, range_start.txt, range_end.txt, when.txt)");
+                       cap == FRT_CAP_EVICTION ? "MAT's eviction model (evict.txt)" : cap == FRT_CAP_PARTITION ? "MLCache's partition network (partition.json; flashml mlcache run)"
+                       : cap == FRT_CAP_READAHEAD ? "KML's readahead model (features/readahead.toml)" : "the admission models (admission.txt, range_start.txt, range_end.txt, when.txt)");
             return NULL;
         }
     }
     if (adm && (!hash || hash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'contract_hash': missing or not a string", mf); return NULL; }
     if ((need & FRT_CAP_EVICTION) && (!ehash || ehash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'evict_contract_hash': missing or not a string", mf); return NULL; }
     if ((need & FRT_CAP_PARTITION) && (!phash || phash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'partition_contract_hash': missing or not a string", mf); return NULL; }
+    if ((need & FRT_CAP_READAHEAD) && (!rhash || rhash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'readahead_contract_hash': missing or not a string", mf); return NULL; }
     char hex[65];
     if (frt_sha256_file(so, hex, err, errlen) != 0) return NULL;
     if (strcasecmp(hex, sha->str) != 0) {
@@ -267,6 +276,10 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
     }
     if ((need & FRT_CAP_PARTITION) && strcasecmp(phash->str, FLASHML_PARTITION_CONTRACT_HASH) != 0) {
         frt_seterr(err, errlen, "%s: refused: field 'partition_contract_hash' is %s but this runtime's partition contract is %s", mf, phash->str, FLASHML_PARTITION_CONTRACT_HASH);
+        return NULL;
+    }
+    if ((need & FRT_CAP_READAHEAD) && strcasecmp(rhash->str, FLASHML_READAHEAD_CONTRACT_HASH) != 0) {
+        frt_seterr(err, errlen, "%s: refused: field 'readahead_contract_hash' is %s but this runtime's readahead contract is %s", mf, rhash->str, FLASHML_READAHEAD_CONTRACT_HASH);
         return NULL;
     }
     if (check_elf(so, err, errlen) != 0) return NULL;
@@ -290,6 +303,7 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
     }
     if ((need & FRT_CAP_EVICTION) && bind_eviction(p, so, mf, ehash->str, err, errlen) != 0) goto refuse;
     if ((need & FRT_CAP_PARTITION) && bind_partition(p, so, mf, phash->str, err, errlen) != 0) goto refuse;
+    if ((need & FRT_CAP_READAHEAD) && bind_readahead(p, so, mf, rhash->str, err, errlen) != 0) goto refuse;
     if (!adm) {
         p->target_wr = p->eviction_age = NAN;
         return p;
@@ -386,6 +400,43 @@ frt_partition_fn frt_policy_partition(const flashrt_policy *p) {
     return p->kind == K_SO && (p->caps & FRT_CAP_PARTITION) ? p->partition : NULL;
 }
 
+/* The readahead functions (capability "readahead"), checked against this runtime's readahead
+ * contract and the manifest. */
+static int bind_readahead(flashrt_policy *p, const char *so, const char *mf,
+                          const char *manifest_hash, char *err, size_t errlen) {
+    static const char *const NAMES[] = {
+        "flashml_readahead_num_features", "flashml_readahead_contract_hash",
+        "flashml_readahead_window_ms", "flashml_readahead_kib"};
+    void *s[sizeof NAMES / sizeof NAMES[0]];
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
+        s[i] = dlsym(p->dl, NAMES[i]);
+        if (!s[i])
+            return frt_seterr(err, errlen, "%s: refused: %s lists the readahead capability but the .so has no symbol %s", so, mf, NAMES[i]);
+    }
+    int (*nf)(void), (*window)(void);
+    const char *(*hash)(void);
+    memcpy(&nf, &s[0], sizeof nf);
+    memcpy(&hash, &s[1], sizeof hash);
+    memcpy(&window, &s[2], sizeof window);
+    memcpy(&p->readahead.kib, &s[3], sizeof p->readahead.kib);
+    if (nf() != FLASHML_READAHEAD_NUM_FEATURES)
+        return frt_seterr(err, errlen, "%s: refused: it reads %d readahead features but the readahead contract has %d", so, nf(), FLASHML_READAHEAD_NUM_FEATURES);
+    const char *h = hash();
+    if (!h || strcasecmp(h, FLASHML_READAHEAD_CONTRACT_HASH) != 0)
+        return frt_seterr(err, errlen, "%s: refused: its readahead contract hash is %.80s but this runtime's is %s", so, h ? h : "(null)", FLASHML_READAHEAD_CONTRACT_HASH);
+    if (strcasecmp(h, manifest_hash) != 0)
+        return frt_seterr(err, errlen, "%s: refused: its readahead contract hash differs from %s", so, mf);
+    p->readahead.window_ms = window();
+    /* the contract's bounds on a window (features/readahead.py load) */
+    if (p->readahead.window_ms < 1 || p->readahead.window_ms > 3600000)
+        return frt_seterr(err, errlen, "%s: refused: bad readahead window %d ms (expected 1..3600000)", so, p->readahead.window_ms);
+    return 0;
+}
+
+const struct frt_readahead_fns *frt_policy_readahead(const flashrt_policy *p) {
+    return p->kind == K_SO && (p->caps & FRT_CAP_READAHEAD) ? &p->readahead : NULL;
+}
+
 /* The eviction functions (capability "eviction"), checked against this runtime's eviction
  * contract and the manifest. */
 static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
@@ -435,7 +486,7 @@ static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
 }
 
 flashrt_policy *frt_policy_load_for(const char *dir, unsigned need, char *err, size_t errlen) {
-    if (need == 0 || (need & ~(unsigned)(FRT_CAP_ADMISSION | FRT_CAP_PREFETCH | FRT_CAP_EVICTION | FRT_CAP_PARTITION))) {
+    if (need == 0 || (need & ~(unsigned)(FRT_CAP_ADMISSION | FRT_CAP_PREFETCH | FRT_CAP_EVICTION | FRT_CAP_PARTITION | FRT_CAP_READAHEAD))) {
         frt_seterr(err, errlen, "internal: bad capability set %#x", need);
         return NULL;
     }

@@ -7,7 +7,8 @@
 #include "flashrt.h"
 
 /* Capabilities of a policy bundle (flashml_policy.h, manifest.json `capabilities`). */
-enum { FRT_CAP_ADMISSION = 1u, FRT_CAP_PREFETCH = 2u, FRT_CAP_EVICTION = 4u, FRT_CAP_PARTITION = 8u };
+enum { FRT_CAP_ADMISSION = 1u, FRT_CAP_PREFETCH = 2u, FRT_CAP_EVICTION = 4u, FRT_CAP_PARTITION = 8u,
+       FRT_CAP_READAHEAD = 16u /* readahead.h: frt_readahead_load, frt_policy_readahead */ };
 
 /* Loads a policy bundle for the capabilities in `need` (FRT_CAP_* bits): refused, with a
  * message naming the bundle and the capability, when its manifest lacks one (a manifest

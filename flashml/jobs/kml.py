@@ -1,0 +1,482 @@
+"""KML's main job (issue 19): a tiny learned readahead tuner, trained offline, run in process.
+
+    sweep -> train -> compile -> evaluate -> plots
+
+`flashml kml run [--device-size SIZE] -o DIR`: on a machine with root and loop devices the
+real experiment (`--mode real`; `auto`, the default, falls back to the twin and says why):
+RocksDB's db_bench (Debian's rocksdb-tools) on ext4 on a loop device throttled to a slower
+SSD (`--read-iops`, `--read-mbps`), page cache dropped before every run. The sweep runs
+every workload (the paper's readrandom, readseq, readreverse, readrandomwriterandom; held
+out: updaterandom and mixgraph) at every readahead size of `--sizes` and at the device's
+default, tracing the page cache (kernel tracepoint, user space) into the paper's five
+window features; the best fixed size per workload is its label. The paper's network (one
+hidden layer of sigmoid units) and a decision tree learn the workload class from the
+training workloads' windows (MLflow), are compiled into two policy .so files
+(`flashml_readahead_kib`), and `flashrt tune-readahead` runs each beside db_bench, setting
+the device's readahead every second. Every workload is then measured under `default` (the
+device's own readahead), `best_fixed`, `kml` and `kml_tree`, alternating, `--repeats` times.
+
+`--mode twin` (and `flashml pipeline run --system kml`) runs the same stages on the offline
+twin (flashml/kml/twin.py: the simulator's page cache with Linux-like readahead over
+generated db_bench-like traces), for users without root.
+
+The summary: `workloads` -> name -> {default, best_fixed, kml, kml_tree (ops/s, medians),
+best_fixed_kib, kml_vs_best_fixed, kml_vs_default, ...}, the models' cross-validation, the
+compiled bundles, plots (the paper's Figure 2: ops/s and the chosen readahead over time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from flashml.errors import UserError
+from flashml.jobs.run import RunDir, Stage, Timer
+
+log = logging.getLogger("flashml.kml")
+
+COMMAND = "kml"
+HELP = "KML: a learned readahead tuner (db_bench on a real device, or the twin) -> policy.so"
+#: `flashml pipeline run --system kml` runs the offline part on the embedded default.
+PIPELINE_ARGS = ("--mode", "twin")
+MODES = ("auto", "real", "twin")
+POLICIES = ("default", "best_fixed", "kml", "kml_tree")
+#: The paper's workloads, trained on; then the held-out ones (judged only).
+TRAIN_WORKLOADS = ("readrandom", "readseq", "readreverse", "readrandomwriterandom")
+HELD_OUT = ("updaterandom", "mixgraph")
+SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class KmlSettings:
+    """Everything `flashml kml run` needs."""
+
+    mode: str = "twin"
+    device_bytes: int = 2 << 30
+    num: int = 1_000_000
+    memory_mib: int = 128
+    read_iops: int = 2000
+    read_mbps: float = 64.0
+    duration_s: int = 6
+    reads: int = 200_000
+    repeats: int = 2
+    sizes: tuple[int, ...] = SIZES
+    hidden: int = 16
+    depth: int = 6
+    folds: int = 10
+    #: the twin: requests per generated workload trace, page-cache pages
+    twin_requests: int = 400_000
+    twin_cache_pages: int = 32_768
+    seed: int = 0
+    workdir: Path | None = None
+
+    def replace(self, **kw: Any) -> KmlSettings:
+        return replace(self, **kw)
+
+    @classmethod
+    def from_cli(cls, args: argparse.Namespace) -> KmlSettings:
+        from flashml.simulation import parse_capacity
+
+        if getattr(args, "trace", None) is not None:
+            raise UserError("flashml kml run takes no --trace: its workloads are db_bench's "
+                            "(real mode) or generated db_bench-like traces (twin mode)")
+        try:
+            dev, unit = parse_capacity(args.device_size)
+        except ValueError as e:
+            raise UserError(f"--device-size: {e}") from None
+        if unit != "bytes" or dev < 256 << 20:
+            raise UserError(f"--device-size: at least 256MiB of bytes, got {args.device_size!r}")
+        try:
+            sizes = tuple(sorted({int(x) for x in args.sizes.split(",") if x.strip()}))
+        except ValueError:
+            raise UserError(f"--sizes: comma-separated KiB like 8,64,512, got {args.sizes!r}"
+                            ) from None
+        if len(sizes) < 2 or not all(4 <= k <= 1 << 20 for k in sizes):
+            raise UserError(f"--sizes: at least two sizes in 4..1048576 KiB, got {args.sizes!r}")
+        checks = {"--num": (args.num, 10_000), "--memory-mib": (args.memory_mib, 16),
+                  "--read-iops": (args.read_iops, 1), "--read-mbps": (args.read_mbps, 0.1),
+                  "--duration": (args.duration, 1), "--reads": (args.reads, 100),
+                  "--repeats": (args.repeats, 1), "--hidden": (args.hidden, 1),
+                  "--depth": (args.depth, 1), "--folds": (args.folds, 2),
+                  "--twin-requests": (args.twin_requests, 10_000),
+                  "--twin-cache-pages": (args.twin_cache_pages, 16)}
+        for flag, (v, lo) in checks.items():
+            if v < lo:
+                raise UserError(f"{flag} must be >= {lo}, got {v}")
+        return cls(mode=args.mode, device_bytes=dev, num=args.num, memory_mib=args.memory_mib,
+                   read_iops=args.read_iops, read_mbps=args.read_mbps,
+                   duration_s=args.duration, reads=args.reads, repeats=args.repeats,
+                   sizes=sizes, hidden=args.hidden, depth=args.depth, folds=args.folds,
+                   twin_requests=args.twin_requests, twin_cache_pages=args.twin_cache_pages,
+                   seed=args.seed, workdir=args.device_dir)
+
+
+def add_cli(p: argparse.ArgumentParser) -> None:
+    d = KmlSettings()
+    p.epilog = ("examples:\n  sudo flashml kml run --device-size 2GiB -o runs/kml\n"
+                "  flashml kml run --mode twin -o runs/kml-twin")
+    p.add_argument("--mode", choices=MODES, default="auto",
+                   help="real: db_bench on a loop device (root); twin: the offline twin; "
+                   "auto: real where it can run, else the twin (default)")
+    p.add_argument("--device-size", default="2GiB",
+                   help="the loop device's size (its sparse backing file; default 2GiB)")
+    p.add_argument("--device-dir", type=Path, default=None,
+                   help="folder of the loop device's backing file (default: the run folder)")
+    p.add_argument("--num", type=int, default=d.num, help="keys in the database (400 B values)")
+    p.add_argument("--memory-mib", type=int, default=d.memory_mib,
+                   help="db_bench's memory cgroup (its page cache), MiB")
+    p.add_argument("--read-iops", type=int, default=d.read_iops,
+                   help="the device's read IOs/s (blkio throttle)")
+    p.add_argument("--read-mbps", type=float, default=d.read_mbps,
+                   help="the device's read bandwidth, MiB/s (blkio throttle)")
+    p.add_argument("--duration", type=int, default=d.duration_s,
+                   help="seconds per db_bench run, at most")
+    p.add_argument("--reads", type=int, default=d.reads, help="operations per run, at most")
+    p.add_argument("--repeats", type=int, default=d.repeats,
+                   help="measured runs per workload and policy (alternating; the median)")
+    p.add_argument("--sizes", default=",".join(map(str, d.sizes)),
+                   help="readahead sizes swept, KiB")
+    p.add_argument("--hidden", type=int, default=d.hidden, help="the network's hidden units")
+    p.add_argument("--depth", type=int, default=d.depth, help="the decision tree's depth")
+    p.add_argument("--folds", type=int, default=d.folds, help="cross-validation folds")
+    p.add_argument("--twin-requests", type=int, default=d.twin_requests,
+                   help="twin: requests per generated workload")
+    p.add_argument("--twin-cache-pages", type=int, default=d.twin_cache_pages,
+                   help="twin: page-cache pages (4 KiB)")
+    p.add_argument("--seed", type=int, default=d.seed)
+
+
+# --- the runner of a mode ------------------------------------------------------------------
+
+
+def _mode(s: KmlSettings) -> tuple[str, str | None]:
+    """The mode this run uses and, for auto falling back to the twin, why."""
+    if s.mode == "twin":
+        return "twin", None
+    from flashml.kml import collect, testbed
+
+    why = testbed.unavailable() or collect.unavailable()
+    if why is None:
+        try:
+            from flashml.kml.experiment import flashrt_binary
+
+            flashrt_binary()
+        except UserError as e:
+            why = str(e)
+    if why is None:
+        return "real", None
+    if s.mode == "real":
+        raise UserError(f"--mode real: the KML testbed cannot run here: {why}")
+    log.warning("the real KML testbed cannot run here (%s): running the offline twin", why)
+    return "twin", why
+
+
+def _runner(run: RunDir, s: KmlSettings, mode: str) -> Any:
+    from flashml.kml.experiment import RealDevice, RealRunner, TwinDevice, TwinRunner
+
+    if mode == "real":
+        workdir = s.workdir or run.path / "device"
+        workdir.mkdir(parents=True, exist_ok=True)
+        return RealRunner(workdir, RealDevice(
+            device_bytes=s.device_bytes, num=s.num, memory_bytes=s.memory_mib << 20,
+            read_iops=s.read_iops, read_bps=int(s.read_mbps * (1 << 20)),
+            duration_s=s.duration_s, reads=s.reads))
+    return TwinRunner(TwinDevice(requests=s.twin_requests, cache_pages=s.twin_cache_pages,
+                                 riops=float(s.read_iops), rbps=s.read_mbps * (1 << 20),
+                                 seed=s.seed))
+
+
+# --- stages --------------------------------------------------------------------------------
+
+
+def sweep(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
+    """Every workload at every size and at the device's default, traced: ops/s, the best
+    fixed size (the label) and the page-cache windows (training rows, sweep_windows.parquet)."""
+    rec = run.done("sweep")
+    if rec is not None:
+        return rec
+    import polars as pl
+
+    from flashml.files import atomic_path
+
+    mode, why = _mode(s)
+    rows: list[dict[str, Any]] = []
+    table: dict[str, dict[str, float]] = {}
+    with timer.stage("sweep"), _runner(run, s, mode) as r:
+        default = int(r.default_kib)
+        sizes = sorted({*s.sizes, default})
+        total = len(TRAIN_WORKLOADS + HELD_OUT) * len(sizes)
+        done = 0
+        for w in TRAIN_WORKLOADS + HELD_OUT:
+            table[w] = {}
+            for kib in sizes:
+                o = r.run(w, kib=kib, trace=w in TRAIN_WORKLOADS)
+                table[w][str(kib)] = o.ops_per_s
+                rows += [{"workload": w, "run_kib": kib, **win} for win in o.windows]
+                done += 1
+                log.info("sweep %d/%d: %s at %d KiB: %.0f ops/s, %d windows", done, total, w,
+                         kib, o.ops_per_s, len(o.windows))
+    best = {w: int(max(t, key=lambda k: (t[k], -int(k)))) for w, t in table.items()}
+    path = run.path / "sweep_windows.parquet"
+    with atomic_path(path) as tmp:
+        pl.DataFrame(rows).write_parquet(tmp)
+    return run.record("sweep", {"mode": mode, "twin_because": why, "default_kib": default,
+                                "sizes": sizes, "ops_per_s": table, "best_fixed_kib": best,
+                                "windows": str(path), "rows": len(rows)})
+
+
+def train(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
+    """The network and the tree on the training workloads' windows (class = workload, its
+    size = its best fixed size); stratified k-fold accuracy; bundles under models/."""
+    rec = run.done("train")
+    if rec is not None:
+        return rec
+    import mlflow
+    import polars as pl
+
+    from flashml.compiler.readahead import save_readahead_model
+    from flashml.models import kml as model
+
+    sw = sweep(run, s, timer)
+    df = pl.read_parquet(sw["windows"])
+    rows = {w: df.filter(pl.col("workload") == w).to_dicts() for w in TRAIN_WORKLOADS}
+    data = model.dataset(rows, sw["best_fixed_kib"])
+    out: dict[str, Any] = {"rows": int(len(data.y)), "classes_kib": dict(
+        zip(data.workloads, data.classes_kib, strict=True)), "models": {}}
+    with timer.stage("train"):
+        for kind in model.KINDS:
+            est, metrics = model.train(data, kind, folds=s.folds, seed=s.seed,
+                                       **({"hidden": s.hidden} if kind == "mlp"
+                                          else {"depth": s.depth}))
+            doc = model.model_doc(est, data)
+            folder = run.path / "models" / f"kml_{kind}"
+            save_readahead_model(folder, doc, metrics=metrics, workloads=list(data.workloads))
+            mlflow.log_metrics({f"{kind}_{k}": v for k, v in metrics.items()})
+            mlflow.log_artifacts(str(folder), artifact_path=f"models/kml_{kind}")
+            out["models"][kind] = {"bundle": str(folder), **metrics}
+            log.info("%s: %d-fold accuracy %.3f (train %.3f) on %d windows", kind,
+                     int(metrics["cv_folds"]), metrics["cv_accuracy"],
+                     metrics["train_accuracy"], len(data.y))
+    return run.record("train", out)
+
+
+def compile_models(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
+    """Both models -> compiled/kml and compiled/kml_tree (flashml_readahead_kib); the .so's
+    choice checked against the model's on every training window."""
+    rec = run.done("compile")
+    if rec is not None:
+        return rec
+    import numpy as np
+    import polars as pl
+
+    from flashml.compiler.build import compile_policy
+    from flashml.compiler.loader import PolicyLibrary
+    from flashml.compiler.readahead import predict_kib, read_readahead_model
+    from flashml.features.readahead import contract
+
+    tr = train(run, s, timer)
+    x = pl.read_parquet(sweep(run, s, timer)["windows"]).select(
+        list(contract().names)).to_numpy().astype(np.float64)
+    out: dict[str, Any] = {}
+    with timer.stage("compile"):
+        for kind, name in (("mlp", "kml"), ("tree", "kml_tree")):
+            src = Path(tr["models"][kind]["bundle"])
+            dest = run.path / "compiled" / name
+            manifest = compile_policy(dest, model_dir=src, log_to_mlflow=False)
+            lib = PolicyLibrary(dest / "policy.so", need="readahead")
+            doc = read_readahead_model(src / "readahead.json")
+            agree = float(np.mean(lib.readahead_kib(x) == predict_kib(doc, x))) if len(x) else 1.0
+            if agree < 1.0:
+                raise UserError(f"{dest}/policy.so disagrees with its model on "
+                                f"{1 - agree:.2%} of the windows")
+            out[name] = {"dir": str(dest), "sha256": manifest["sha256"],
+                         "model_bytes": _model_bytes(doc), "so_vs_model_agreement": agree}
+    return run.record("compile", out)
+
+
+def _model_bytes(doc: dict[str, Any]) -> int:
+    """The model's tables in the .so: doubles (8 B) and ints (4 B)."""
+    n = 2 * len(doc["mean"]) * 8 + len(doc["classes_kib"]) * 4
+    if doc["kind"] == "mlp":
+        n += sum(8 * (len(layer["biases"]) + sum(len(r) for r in layer["weights"]))
+                 for layer in doc["layers"])
+    else:
+        n += len(doc["tree"]["left"]) * (4 * 4 + 8)
+    return n
+
+
+def evaluate(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
+    """Every workload under default, best_fixed, kml and kml_tree, alternating, `repeats`
+    times; medians and ratios; the runs' timelines (timelines.json) for the plots."""
+    rec = run.done("evaluate")
+    if rec is not None:
+        return rec
+    import statistics
+
+    from flashml.files import atomic_path, dumps
+
+    sw = sweep(run, s, timer)
+    comp = compile_models(run, s, timer)
+    per: dict[str, dict[str, list[float]]] = {}
+    timelines: dict[str, dict[str, Any]] = {}
+    decisions: dict[str, dict[str, dict[str, int]]] = {}
+    tuner_ns: list[float] = []
+    with timer.stage("evaluate"), _runner(run, s, sw["mode"]) as r:
+        for w in TRAIN_WORKLOADS + HELD_OUT:
+            per[w] = {p: [] for p in POLICIES}
+            for rep in range(s.repeats):
+                for p in POLICIES:
+                    if p in ("kml", "kml_tree"):
+                        o = r.run(w, bundle=Path(comp[p]["dir"]))
+                        decisions.setdefault(w, {})[p] = o.decisions
+                        ns = o.extra.get("tuner", {}).get("mean_inference_ns")
+                        if ns:
+                            tuner_ns.append(float(ns))
+                    else:
+                        kib = sw["default_kib"] if p == "default" else sw["best_fixed_kib"][w]
+                        o = r.run(w, kib=kib)
+                    per[w][p].append(o.ops_per_s)
+                    if rep == 0:
+                        timelines.setdefault(w, {})[p] = o.timeline
+                log.info("evaluate %s repeat %d: %s", w, rep + 1, ", ".join(
+                    f"{p} {per[w][p][-1]:.0f}" for p in POLICIES))
+    workloads: dict[str, Any] = {}
+    for w, runs in per.items():
+        med = {p: statistics.median(v) for p, v in runs.items()}
+        workloads[w] = {**med, "best_fixed_kib": sw["best_fixed_kib"][w],
+                        "runs": runs, "trained_on": w in TRAIN_WORKLOADS,
+                        "kml_vs_best_fixed": med["kml"] / med["best_fixed"],
+                        "kml_vs_default": med["kml"] / med["default"],
+                        "kml_tree_vs_best_fixed": med["kml_tree"] / med["best_fixed"],
+                        "kml_tree_vs_default": med["kml_tree"] / med["default"],
+                        "decisions": decisions.get(w, {})}
+    tl = run.path / "timelines.json"
+    with atomic_path(tl) as tmp:
+        Path(tmp).write_text(dumps(timelines) + "\n")
+    return run.record("evaluate", {
+        "workloads": workloads, "timelines": str(tl),
+        "tuner_mean_inference_ns": statistics.mean(tuner_ns) if tuner_ns else None})
+
+
+def plots(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
+    """The paper's Figure 2 per workload (ops/s over time under default, best_fixed and kml,
+    and the readahead kml chose), and the ratios to best_fixed and default."""
+    rec = run.done("plots")
+    if rec is not None:
+        return rec
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import mlflow
+
+    ev = evaluate(run, s, timer)
+    tls = json.loads(Path(ev["timelines"]).read_text())
+    out_dir = run.path / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = list(ev["workloads"])
+    fig, axes = plt.subplots(2, len(names), figsize=(3.2 * len(names), 5), sharex="col",
+                             squeeze=False)
+    colours = {"default": "#999", "best_fixed": "#2ca02c", "kml": "#1f77b4",
+               "kml_tree": "#ff7f0e"}
+    for j, w in enumerate(names):
+        top, bottom = axes[0][j], axes[1][j]
+        for p in POLICIES:
+            pts = tls.get(w, {}).get(p, [])
+            if pts:
+                top.plot([q["t"] for q in pts], [q["ops_per_s"] for q in pts], label=p,
+                         color=colours[p], lw=1.2)
+                if p in ("kml", "kml_tree"):
+                    bottom.step([q["t"] for q in pts], [q["readahead_kib"] for q in pts],
+                                where="post", label=p, color=colours[p])
+        top.set_title(w, fontsize=9)
+        bottom.set_yscale("log", base=2)
+        bottom.set_xlabel("time (s)")
+    axes[0][0].set_ylabel("ops/s")
+    axes[1][0].set_ylabel("readahead chosen (KiB)")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(f"KML ({sweep(run, s, timer)['mode']}): throughput and readahead over time")
+    fig.tight_layout()
+    fig2 = out_dir / "figure2_over_time.png"
+    fig.savefig(fig2, dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    width = 0.2
+    for i, (key, label) in enumerate((("kml_vs_best_fixed", "kml / best fixed"),
+                                      ("kml_vs_default", "kml / default"),
+                                      ("kml_tree_vs_best_fixed", "tree / best fixed"),
+                                      ("kml_tree_vs_default", "tree / default"))):
+        ax.bar([k + (i - 1.5) * width for k in range(len(names))],
+               [ev["workloads"][w][key] for w in names], width, label=label)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(0.95, color="k", lw=0.5, ls="--")
+    ax.set_xticks(range(len(names)), names, rotation=15, fontsize=8)
+    ax.set_yscale("log", base=2)
+    ax.set_ylabel("ops/s ratio")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    ratios = out_dir / "ratios.png"
+    fig.savefig(ratios, dpi=110)
+    plt.close(fig)
+    for p in (fig2, ratios):
+        mlflow.log_artifact(str(p), artifact_path="plots")
+    return run.record("plots", {"plots": [str(fig2), str(ratios)]})
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("sweep", sweep),
+    Stage("train", train),
+    Stage("compile", compile_models),
+    Stage("evaluate", evaluate),
+    Stage("plots", plots),
+)
+Settings = KmlSettings
+
+
+def run_name(s: KmlSettings) -> str:
+    return f"kml-{s.mode}"
+
+
+def mlflow_params(run: RunDir, s: KmlSettings) -> dict[str, Any]:
+    return {"mode": s.mode, "device_bytes": s.device_bytes, "num": s.num,
+            "memory_mib": s.memory_mib, "read_iops": s.read_iops, "read_mbps": s.read_mbps,
+            "duration_s": s.duration_s, "reads": s.reads, "repeats": s.repeats,
+            "sizes": ",".join(map(str, s.sizes)), "hidden": s.hidden, "depth": s.depth,
+            "folds": s.folds, "twin_requests": s.twin_requests,
+            "twin_cache_pages": s.twin_cache_pages, "seed": s.seed,
+            "cpus": os.cpu_count() or 0}
+
+
+def summary(records: dict[str, dict[str, Any]], s: KmlSettings) -> dict[str, Any]:
+    sw, tr, comp, ev = (records[k] for k in ("sweep", "train", "compile", "evaluate"))
+    return {"mode": sw["mode"], "twin_because": sw["twin_because"],
+            "default_kib": sw["default_kib"], "workloads": ev["workloads"],
+            "sweep": sw["ops_per_s"], "classes_kib": tr["classes_kib"],
+            "models": {name: {**{k: v for k, v in tr["models"][kind].items() if k != "bundle"},
+                              **comp[name]}
+                       for kind, name in (("mlp", "kml"), ("tree", "kml_tree"))},
+            "tuner_mean_inference_ns": ev["tuner_mean_inference_ns"],
+            "plots": records["plots"]["plots"]}
+
+
+def describe(summary: dict[str, Any], s: KmlSettings) -> str:
+    lines = [f"KML ({summary['mode']}; the device's default readahead "
+             f"{summary['default_kib']} KiB), ops/s:"]
+    lines.append(f"  {'workload':22} {'default':>9} {'best fixed':>14} {'kml':>9} "
+                 f"{'kml_tree':>9}  kml/best  kml/default")
+    for w, r in summary["workloads"].items():
+        lines.append(f"  {w + ('' if r['trained_on'] else ' *'):22} {r['default']:9.0f} "
+                     f"{r['best_fixed']:9.0f} ({r['best_fixed_kib']:>4}) {r['kml']:9.0f} "
+                     f"{r['kml_tree']:9.0f}  {r['kml_vs_best_fixed']:8.2f}  "
+                     f"{r['kml_vs_default']:11.2f}")
+    m = summary["models"]
+    lines.append(f"  (* held out)  network: {m['kml']['cv_accuracy']:.1%} "
+                 f"{int(m['kml']['cv_folds'])}-fold accuracy, {m['kml']['model_bytes']} B; tree: "
+                 f"{m['kml_tree']['cv_accuracy']:.1%}, {m['kml_tree']['model_bytes']} B")
+    return "\n".join(lines)

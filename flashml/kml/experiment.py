@@ -1,0 +1,207 @@
+"""KML's experiment runners (issue 19): one workload under one readahead policy, measured.
+
+    with RealRunner(workdir, RealDevice()) as r:           # db_bench on a throttled loop device
+        o = r.run("readrandom", kib=16, trace=True)        # a fixed size; page-cache windows
+        o = r.run("readrandom", bundle=Path("compiled/kml"))   # flashrt tune-readahead
+    with TwinRunner(TwinDevice()) as r:                     # the offline twin (no root)
+        ...
+
+A policy is a fixed size (`kib`) or a compiled bundle with the readahead capability
+(`bundle`): on the real device `flashrt tune-readahead` runs beside db_bench and sets the
+device's readahead every window; in the twin the same .so is called every window. An
+`Outcome` holds the ops/s, the page-cache windows (the five features, for training) when
+traced, and a timeline (ops/s and readahead over time: the paper's Figure 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flashml.errors import UserError
+from flashml.kml import testbed as tb_mod
+
+REPO = Path(__file__).resolve().parents[2]
+#: Every workload the experiment runs: the paper's four (trained on), then the held-out two.
+WORKLOADS = tb_mod.WORKLOADS + tb_mod.HELD_OUT
+
+
+def flashrt_binary() -> Path:
+    """The C runtime's CLI: $FLASHML_FLASHRT, this checkout's runtime/build/flashrt (make
+    setup builds it), or `flashrt` on PATH."""
+    for cand in (os.environ.get("FLASHML_FLASHRT"), REPO / "runtime" / "build" / "flashrt",
+                 shutil.which("flashrt")):
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return Path(cand)
+    raise UserError("flashrt not found: run `make setup` (builds runtime/build/flashrt) or set "
+                    "FLASHML_FLASHRT")
+
+
+@dataclass
+class Outcome:
+    """One measured run."""
+
+    workload: str
+    policy: str
+    ops_per_s: float
+    #: page-cache windows (features.readahead.window_features rows) when traced
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    #: [{"t": s, "ops_per_s": ..., "readahead_kib": ...}] over the run
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    #: the tuner's decisions by KiB (bundle policies)
+    decisions: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RealDevice:
+    """The real testbed's shape: a loop device of `device_bytes` over a sparse file, throttled
+    to `read_iops` and `read_bps` (a slower SSD than this machine's disk, so readahead
+    matters as on the paper's SATA SSD), db_bench in a memory cgroup of `memory_bytes`, a
+    database of `num` keys; runs of at most `duration_s` seconds and `reads` operations."""
+
+    device_bytes: int = 2 << 30
+    num: int = 1_000_000
+    memory_bytes: int = 128 << 20
+    read_iops: int = 2000
+    read_bps: int = 64 << 20
+    duration_s: int = 6
+    reads: int = 200_000
+
+
+class RealRunner:
+    """db_bench on the throttled loop device (flashml/kml/testbed.py); a context manager
+    that opens the testbed and fills the database once."""
+
+    mode = "real"
+
+    def __init__(self, workdir: str | os.PathLike[str], device: RealDevice) -> None:
+        self.workdir = Path(workdir)
+        self.dev = device
+        self.tb: tb_mod.Testbed | None = None
+        self.default_kib = 0
+
+    def __enter__(self) -> RealRunner:
+        self.tb = tb_mod.Testbed(self.workdir, size_bytes=self.dev.device_bytes,
+                                 memory_limit_bytes=self.dev.memory_bytes,
+                                 read_iops=self.dev.read_iops, read_bps=self.dev.read_bps)
+        self.tb.__enter__()
+        try:
+            self.default_kib = self.tb.readahead_kib()
+            self.tb.fill(self.dev.num)
+        except BaseException:
+            self.tb.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
+
+    def run(self, workload: str, *, kib: int | None = None, bundle: Path | None = None,
+            trace: bool = False) -> Outcome:
+        from flashml.features.readahead import window_features
+        from flashml.kml.collect import PageCacheTracer
+
+        tb = self.tb
+        assert tb is not None and tb.device is not None, "the runner is not open"
+        if (kib is None) == (bundle is None):
+            raise ValueError("give a fixed size (kib) or a bundle, not both")
+        with tempfile.TemporaryDirectory(prefix="kml-run-", dir=self.workdir) as tmp:
+            report = Path(tmp) / "report.csv"
+            tuner, tlog = None, Path(tmp) / "tuner.jsonl"
+            if bundle is not None:
+                tb.set_readahead(self.default_kib)
+                tuner = subprocess.Popen(
+                    [str(flashrt_binary()), "tune-readahead", "--device", tb.device,
+                     "--bundle", str(bundle), "--log", str(tlog), "--json"],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                time.sleep(0.3)  # its tracefs instance is up before db_bench starts
+                if tuner.poll() is not None:
+                    raise UserError(f"flashrt tune-readahead exited at once: "
+                                    f"{tuner.stderr.read().strip()[-400:] if tuner.stderr else ''}")
+            started = time.time()
+            try:
+                if trace:
+                    with PageCacheTracer(tb.device) as tr:
+                        r = tb.run(workload, kib, self.dev.reads, self.dev.duration_s, report)
+                    events = tr.events
+                else:
+                    r = tb.run(workload, kib, self.dev.reads, self.dev.duration_s, report)
+                    events = []
+            finally:
+                summary = _stop_tuner(tuner) if tuner is not None else {}
+            ops = _report(report)
+            decisions: dict[str, int] = {}
+            timeline = [{"t": t, "ops_per_s": q, "readahead_kib": kib} for t, q in ops]
+            if tuner is not None:
+                steps = _tuner_log(tlog)
+                decisions = {str(k): int(v) for k, v in summary.get("decisions", {}).items()}
+                timeline = [{"t": t, "ops_per_s": q,
+                             "readahead_kib": _kib_at(steps, started, t, self.default_kib)}
+                            for t, q in ops]
+            windows = window_features(events, kib) if trace and kib is not None else []
+            return Outcome(workload=workload, policy=f"{kib}" if kib else str(bundle),
+                           ops_per_s=float(r["ops_per_s"]), windows=windows,
+                           timeline=timeline, decisions=decisions,
+                           extra={"micros_per_op": r["micros_per_op"],
+                                  "tuner": summary} if summary else
+                           {"micros_per_op": r["micros_per_op"]})
+
+
+def _stop_tuner(p: subprocess.Popen[str]) -> dict[str, Any]:
+    """SIGTERM the tuner (it restores the readahead and prints its summary); its JSON."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+    try:
+        out, err = p.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise UserError("flashrt tune-readahead did not stop within 20 s of SIGTERM") from None
+    if p.returncode != 0:
+        raise UserError(f"flashrt tune-readahead failed (exit {p.returncode}): "
+                        f"{err.strip()[-400:]}")
+    try:
+        return json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def _report(path: Path) -> list[tuple[float, float]]:
+    """db_bench's --report_file: (seconds elapsed, ops/s in that second)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines()[1:]:
+        parts = line.split(",")
+        if len(parts) >= 2:
+            try:
+                rows.append((float(parts[0]), float(parts[1])))
+            except ValueError:
+                continue
+    return rows
+
+
+def _tuner_log(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _kib_at(steps: list[dict[str, Any]], started: float, t: float, default: int) -> int:
+    """The readahead the tuner had set `t` s after db_bench started (its log's wall times)."""
+    kib = default
+    for s in steps:
+        if float(s.get("wall", s.get("t", 0.0))) - started <= t:
+            kib = int(s.get("kib", kib))
+    return kib

@@ -1,0 +1,117 @@
+"""KML's readahead models (issue 19, `../shared/seeds/kml-hotstorage21.txt`): the workload
+class from one window's five features (features/readahead.toml), the class -> the best
+readahead size of that workload (the sweep's label).
+
+    data = dataset(rows_by_workload, best_kib)          # windows of every training workload
+    mlp, cv = train(data, kind="mlp", seed=0)           # the paper's network, 10-fold CV
+    doc = model_doc(mlp, data)                          # -> compiler.readahead.save_readahead_model
+
+The paper's network: the features Z-scored, one hidden layer of sigmoid units, a softmax
+over the workload classes ("3-layer": input, hidden, output); its comparison: a decision tree.
+Both are scikit-learn estimators; `cv` is stratified k-fold accuracy over the windows (the
+paper's 10-fold figure, 95.5%).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flashml.features import readahead as rc
+
+KINDS = ("mlp", "tree")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Training windows: x (rows, 5 raw features), y (rows,) the workload's class index,
+    workloads (class index -> name), classes_kib (class index -> readahead KiB), mean and
+    std (the Z-score of x; std floored so constant features do not divide by 0)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    workloads: tuple[str, ...]
+    classes_kib: tuple[int, ...]
+    mean: np.ndarray
+    std: np.ndarray
+
+    @property
+    def z(self) -> np.ndarray:
+        return (self.x - self.mean) / self.std
+
+
+def dataset(rows: Mapping[str, Sequence[Mapping[str, Any]]], best_kib: Mapping[str, int]
+            ) -> Dataset:
+    """Windows of each workload (dicts with the contract's features, as
+    `features.readahead.window_features` gives them) -> a Dataset; the class of a workload
+    is its position in `rows`, its size `best_kib[workload]`."""
+    names = tuple(rows)
+    if len(names) < 2:
+        raise ValueError(f"at least two workloads to tell apart, got {list(names)}")
+    xs, ys = [], []
+    for i, w in enumerate(names):
+        if not rows[w]:
+            raise ValueError(f"workload {w}: no windows with page-cache events")
+        xs.append(np.array([rc.feature_vector(r) for r in rows[w]], dtype=np.float64))
+        ys.append(np.full(len(rows[w]), i, dtype=np.int64))
+    x = np.vstack(xs)
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    std = np.where(std > 1e-9 * np.maximum(1.0, np.abs(mean)), std, 1.0)
+    return Dataset(x=x, y=np.concatenate(ys), workloads=names,
+                   classes_kib=tuple(int(best_kib[w]) for w in names), mean=mean, std=std)
+
+
+def estimator(kind: str, *, hidden: int = 16, depth: int = 6, seed: int = 0,
+              max_iter: int = 2000) -> Any:
+    """An unfitted model of `kind`: the paper's network (one hidden layer of `hidden`
+    sigmoid units, softmax output) or a decision tree of at most `depth` levels."""
+    if kind == "mlp":
+        from sklearn.neural_network import MLPClassifier
+
+        return MLPClassifier(hidden_layer_sizes=(hidden,), activation="logistic",
+                             max_iter=max_iter, random_state=seed, tol=1e-5)
+    if kind == "tree":
+        from sklearn.tree import DecisionTreeClassifier
+
+        return DecisionTreeClassifier(max_depth=depth, random_state=seed)
+    raise ValueError(f"kind {kind!r}: expected one of {KINDS}")
+
+
+def train(data: Dataset, kind: str, *, folds: int = 10, seed: int = 0, **kw: Any
+          ) -> tuple[Any, dict[str, float]]:
+    """Fit `kind` on every window (Z-scored) and measure its stratified `folds`-fold
+    accuracy (folds capped by the smallest class). Returns the model and {cv_accuracy,
+    cv_folds, train_accuracy, rows}."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+
+    k = int(min(folds, np.bincount(data.y).min()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        cv = (cross_val_score(estimator(kind, seed=seed, **kw), data.z, data.y,
+                              cv=StratifiedKFold(k, shuffle=True, random_state=seed))
+              if k >= 2 else np.array([np.nan]))
+        model = estimator(kind, seed=seed, **kw).fit(data.z, data.y)
+    return model, {"cv_accuracy": float(np.mean(cv)), "cv_folds": float(k),
+                   "train_accuracy": float(model.score(data.z, data.y)),
+                   "rows": float(len(data.y))}
+
+
+def model_doc(model: Any, data: Dataset) -> dict[str, Any]:
+    """The bundle's readahead.json document of a fitted model (compiler/readahead.py)."""
+    from flashml.compiler.readahead import model_json
+
+    kib = [data.classes_kib[int(c)] for c in model.classes_]
+    return model_json(model, mean=data.mean, std=data.std, classes_kib=kib)
+
+
+def predict_kib(model: Any, data: Dataset, x: Any) -> np.ndarray:
+    """scikit-learn's own choice (KiB) for raw feature rows: the reference the compiled
+    flashml_readahead_kib must equal."""
+    z = (np.atleast_2d(np.asarray(x, dtype=np.float64)) - data.mean) / data.std
+    return np.asarray(data.classes_kib)[model.predict(z)]

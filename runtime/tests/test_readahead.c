@@ -1,0 +1,224 @@
+/* test_readahead.c: C unit tests of KML's readahead tuner, the library part (src/readahead.c)
+ * under ASan+UBSan (`make test`) and valgrind (`make valgrind`): the window features against
+ * a slow recomputation from every stored offset, the trace line parser on this kernel's lines
+ * and on malformed ones, and loading a readahead bundle (the test policy
+ * tests/policies/readahead.c) with the loader's refusals. The features against Python's
+ * window_features, and the command: tests/test_runtime_readahead.py. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "flashml_policy.h"
+#include "flashrt.h"
+#include "internal.h"
+#include "policy_internal.h"
+#include "readahead.h"
+
+#include "check.h"
+
+static char TMP[256];
+
+static void write_text(const char *p, const char *text) {
+    FILE *f = fopen(p, "w");
+    if (!f) { perror(p); exit(2); }
+    fputs(text, f);
+    fclose(f);
+}
+
+static int close_to(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fmax(fabs(a), fabs(b))); }
+
+/* ---- the accumulator against the definitions, recomputed from scratch every window ---- */
+
+static void test_accumulator(void) {
+    struct frt_ra_acc a;
+    frt_ra_init(&a);
+    double f[FLASHML_READAHEAD_NUM_FEATURES];
+    CHECK(frt_ra_count(&a) == 0, "empty at start");
+    /* by hand: 10, 14, 2 -> mean 26/3, population std sqrt(((4/3)^2 + (16/3)^2 + (20/3)^2)/3),
+     * absdiff (4 + 12) / 2 = 8 */
+    frt_ra_add(&a, 10);
+    frt_ra_add(&a, 14);
+    frt_ra_add(&a, 2);
+    CHECK(frt_ra_count(&a) == 3, "count");
+    frt_ra_window(&a, f, 128.0);
+    CHECK(f[0] == 3.0 && close_to(f[1], 26.0 / 3.0) && close_to(f[2], sqrt((16.0 / 9 + 256.0 / 9 + 400.0 / 9) / 3.0)) &&
+          f[3] == 8.0 && f[4] == 128.0, "%g %g %g %g %g", f[0], f[1], f[2], f[3], f[4]);
+    CHECK(frt_ra_count(&a) == 0, "the window is reset");
+    /* one event: no consecutive pair in the window (0), the std runs over all 4 events */
+    frt_ra_add(&a, 1000);
+    frt_ra_window(&a, f, 16.0);
+    CHECK(f[0] == 1.0 && f[3] == 0.0 && close_to(f[1], 1026.0 / 4.0) && f[2] > 0.0 && f[4] == 16.0, "%g %g", f[1], f[3]);
+    /* the first event alone: std 0 */
+    frt_ra_init(&a);
+    frt_ra_add(&a, 7);
+    frt_ra_window(&a, f, 4.0);
+    CHECK(f[0] == 1.0 && f[1] == 7.0 && f[2] == 0.0 && f[3] == 0.0, "single event");
+
+    /* a random stream: windows of 0..40 events (empty ones skipped, as the tuner skips them),
+     * pages sequential runs or random jumps, some near 2^40 */
+    frt_ra_init(&a);
+    enum { MAXN = 20000 };
+    uint64_t *all = malloc(MAXN * sizeof *all);
+    size_t n = 0, windows = 0, empty = 0;
+    uint64_t x = 12345;
+    while (n < MAXN - 64) {
+        x = frt_mix64(x);
+        size_t k = x % 41;
+        if (k < 5) k = 0; /* plenty of empty windows */
+        size_t w0 = n;
+        for (size_t i = 0; i < k; i++) {
+            x = frt_mix64(x);
+            uint64_t page = (x & 3) == 0 ? (x >> 24) : (x & 3) == 1 ? (x >> 8) % 5000 : (n ? all[n - 1] + 1 : 0);
+            all[n++] = page;
+            frt_ra_add(&a, page);
+        }
+        CHECK(frt_ra_count(&a) == k, "count %zu", k);
+        if (k == 0) { empty++; continue; }
+        frt_ra_window(&a, f, (double)k);
+        windows++;
+        double s = 0.0, ss = 0.0, ad = 0.0;
+        for (size_t i = 0; i < n; i++) s += (double)all[i];
+        const double mean = s / (double)n;
+        for (size_t i = 0; i < n; i++) ss += ((double)all[i] - mean) * ((double)all[i] - mean);
+        for (size_t i = w0 + 1; i < n; i++) ad += fabs((double)all[i] - (double)all[i - 1]);
+        const double std = n > 1 ? sqrt(ss / (double)n) : 0.0, absdiff = k > 1 ? ad / (double)(k - 1) : 0.0;
+        CHECK(f[0] == (double)k && close_to(f[1], mean) && close_to(f[2], std) && close_to(f[3], absdiff) && f[4] == (double)k,
+              "window %zu: %g %g %g vs %g %g %g", windows, f[1], f[2], f[3], mean, std, absdiff);
+    }
+    CHECK(windows > 100 && empty > 20, "windows %zu, empty %zu", windows, empty);
+    free(all);
+}
+
+/* ---- the trace line parser ---- */
+
+static void test_parser(void) {
+    struct frt_ra_event e;
+    /* this kernel's (6.x) lines: a raw loop device read, and a filesystem page */
+    CHECK(frt_ra_parse_line("              dd-29088   [001] ..... 20327.259977: mm_filemap_add_to_page_cache: dev 0:3 ino 700000 pfn=0x129bae ofs=4096 order=0", &e) == 0 &&
+              e.t == 20327.259977 && e.major == 0 && e.minor == 3 && e.ino == 0x700000 && e.ofs == 4096 && e.order == 0,
+          "real line: %g %u:%u %llx %llu %d", e.t, e.major, e.minor, (unsigned long long)e.ino, (unsigned long long)e.ofs, e.order);
+    CHECK(frt_ra_parse_line("            bash-29081   [001] ..... 20327.247847: mm_filemap_add_to_page_cache: dev 254:1 ino fe00000 pfn=0x1895e4 ofs=6433427456 order=8\n", &e) == 0 &&
+              e.major == 254 && e.minor == 1 && e.ino == 0xfe00000 && e.ofs == 6433427456ull && e.order == 8,
+          "newline, order 8");
+    /* older kernels end at ofs; newer fields after it are ignored; a task name with spaces */
+    CHECK(frt_ra_parse_line("  kworker/u8:2 x-17 [000] .... 5.000100: mm_filemap_add_to_page_cache: dev 7:3 ino 1a pfn=0xff ofs=0", &e) == 0 &&
+              e.t == 5.0001 && e.minor == 3 && e.ino == 26 && e.ofs == 0 && e.order == -1,
+          "no order");
+    CHECK(frt_ra_parse_line(" a-1 [000] .... 5.5: mm_filemap_add_to_page_cache: dev 7:3 ino 1a pfn=0xff ofs=8192 order=1 extra=3", &e) == 0 &&
+              e.ofs == 8192 && e.order == 1,
+          "extra fields");
+    static const char *const BAD[] = {
+        "",
+        "CPU:1 [LOST 120 EVENTS]",
+        " a-1 [000] .... 5.5: mm_filemap_delete_from_page_cache: dev 7:3 ino 1a pfn=0xff ofs=8192 order=0",
+        " a-1 [000] .... 5.5: mm_filemap_add_to_page_cache: dev 7:3 ino 1a pfn=0xff ofs=12x order=0",   /* ofs not a number */
+        " a-1 [000] .... 5.5: mm_filemap_add_to_page_cache: dev 7:3 ino 1g pfn=0xff ofs=12 order=0",    /* ino not hex */
+        " a-1 [000] .... 5.5: mm_filemap_add_to_page_cache: dev 7 ino 1a pfn=0xff ofs=12",              /* no minor */
+        " a-1 [000] .... 5.5: mm_filemap_add_to_page_cache: dev 7:3 ino 1a ofs=12",                     /* no pfn */
+        " a-1 [000] .... 5.5: mm_filemap_add_to_page_cache: dev 7:3 ino 1a pfn=0xff ofs=",              /* empty ofs */
+        " a-1 [000] .... 5.5: mm_filemap_add_to_page_cache: dev 7:3 ino 1a pfn=0xff ofs=99999999999999999999", /* > 2^64 */
+        " a-1 [000] .... 5.5: mm_filemap_add_to_page_cache: dev 4096:3 ino 1a pfn=0xff ofs=1",          /* major > 12 bits */
+        " a-1 [000] .... 5.5: mm_filemap_add_to_page_cache: dev 7:3 ino 1a pfn=0xff ofs=1 order=x",
+        " a-1 [000] .... 55: mm_filemap_add_to_page_cache: dev 7:3 ino 1a pfn=0xff ofs=1",              /* no fraction */
+        " a-1 [000] .... .5: mm_filemap_add_to_page_cache: dev 7:3 ino 1a pfn=0xff ofs=1",              /* no seconds */
+        "5.5: mm_filemap_add_to_page_cache: dev 7:3 ino 1a pfn=0xff ofs=1",                             /* no space before */
+        " a-1 [000] .... 5.5: mm_filemap_add_to_page_cache: dev 7:3 ino 1a pfn=0xff",                   /* truncated */
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++)
+        CHECK(frt_ra_parse_line(BAD[i], &e) == -1, "malformed line %zu accepted: %s", i, BAD[i]);
+}
+
+/* ---- loading a readahead bundle ---- */
+
+/* A bundle TMP/name holding poldir/so_name as policy.so, its manifest listing `caps` with
+ * readahead_contract_hash `rhash` (left out when NULL). */
+static void bundle(const char *name, const char *poldir, const char *so_name, const char *caps, const char *rhash, char *dir, size_t dirlen) {
+    char so[600], man[1600], hex[65], err[FLASHRT_ERR_LEN], cmd[2400];
+    snprintf(dir, dirlen, "%s/%s", TMP, name);
+    snprintf(so, sizeof so, "%s/policy.so", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/%s' '%s'", dir, poldir, so_name, so);
+    if (system(cmd) != 0) { fprintf(stderr, "%s failed\n", cmd); exit(2); }
+    if (frt_sha256_file(so, hex, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); exit(2); }
+    int n = snprintf(man, sizeof man, "{\"abi_version\": %d, \"sha256\": \"%s\", \"capabilities\": [%s]", FLASHML_POLICY_ABI_VERSION, hex, caps);
+    if (rhash) n += snprintf(man + n, sizeof man - (size_t)n, ", \"readahead_contract_hash\": \"%s\"", rhash);
+    snprintf(man + n, sizeof man - (size_t)n, "}\n");
+    snprintf(cmd, sizeof cmd, "%s/manifest.json", dir);
+    write_text(cmd, man);
+}
+
+static void test_loader(const char *poldir) {
+    char dir[400], err[FLASHRT_ERR_LEN];
+    bundle("ra", poldir, "readahead.so", "\"readahead\"", FLASHML_READAHEAD_CONTRACT_HASH, dir, sizeof dir);
+    flashrt_policy *p = frt_readahead_load(dir, err, sizeof err);
+    CHECK(p != NULL, "%s", err);
+    if (p) {
+        const struct frt_readahead_fns *fns = frt_policy_readahead(p);
+        CHECK(fns && fns->window_ms == FLASHML_READAHEAD_WINDOW_MS, "window");
+        CHECK(frt_policy_caps(p) == FRT_CAP_READAHEAD && !frt_policy_evict(p) && !frt_policy_partition(p), "caps");
+        if (fns) {
+            double f[FLASHML_READAHEAD_NUM_FEATURES] = {10, 100, 5, 63.5, 128};
+            CHECK(fns->kib(f) == 1024, "the rule: close pages");
+            f[FLASHML_RA_F_OFFSET_ABSDIFF_MEAN] = 64.0;
+            CHECK(fns->kib(f) == 16, "the rule: far pages");
+        }
+        flashrt_policy_free(p);
+    }
+    /* the manifest's contract hash differs */
+    bundle("ra-manifest-hash", poldir, "readahead.so", "\"readahead\"",
+           "2222222222222222222222222222222222222222222222222222222222222222", dir, sizeof dir);
+    p = frt_readahead_load(dir, err, sizeof err);
+    CHECK(!p && strstr(err, dir) && strstr(err, "readahead_contract_hash") && strstr(err, "2222") && strstr(err, FLASHML_READAHEAD_CONTRACT_HASH), "%s", err);
+    flashrt_policy_free(p);
+    /* the .so's contract hash differs (the manifest is right) */
+    bundle("ra-so-hash", poldir, "readahead_wronghash.so", "\"readahead\"", FLASHML_READAHEAD_CONTRACT_HASH, dir, sizeof dir);
+    p = frt_readahead_load(dir, err, sizeof err);
+    CHECK(!p && strstr(err, dir) && strstr(err, "readahead contract hash is 1111") && strstr(err, FLASHML_READAHEAD_CONTRACT_HASH), "%s", err);
+    flashrt_policy_free(p);
+    /* ... and both agree on the wrong hash */
+    bundle("ra-both-hash", poldir, "readahead_wronghash.so", "\"readahead\"",
+           "1111111111111111111111111111111111111111111111111111111111111111", dir, sizeof dir);
+    p = frt_readahead_load(dir, err, sizeof err);
+    CHECK(!p && strstr(err, "field 'readahead_contract_hash' is 1111"), "%s", err);
+    flashrt_policy_free(p);
+    /* no readahead capability in the manifest */
+    bundle("ra-nocap", poldir, "readahead.so", "\"eviction\"", FLASHML_READAHEAD_CONTRACT_HASH, dir, sizeof dir);
+    p = frt_readahead_load(dir, err, sizeof err);
+    CHECK(!p && strstr(err, dir) && strstr(err, "no readahead capability") && strstr(err, "lists: eviction"), "%s", err);
+    flashrt_policy_free(p);
+    /* the capability without the manifest's hash */
+    bundle("ra-nohash", poldir, "readahead.so", "\"readahead\"", NULL, dir, sizeof dir);
+    p = frt_readahead_load(dir, err, sizeof err);
+    CHECK(!p && strstr(err, "field 'readahead_contract_hash': missing"), "%s", err);
+    flashrt_policy_free(p);
+    /* the capability listed but a .so without the functions */
+    bundle("ra-nosym", poldir, "evict.so", "\"readahead\"", FLASHML_READAHEAD_CONTRACT_HASH, dir, sizeof dir);
+    p = frt_readahead_load(dir, err, sizeof err);
+    CHECK(!p && strstr(err, "no symbol flashml_readahead_num_features"), "%s", err);
+    flashrt_policy_free(p);
+    /* a readahead bundle is not an eviction one */
+    bundle("ra-for-evict", poldir, "readahead.so", "\"readahead\"", FLASHML_READAHEAD_CONTRACT_HASH, dir, sizeof dir);
+    p = flashrt_policy_load_eviction(dir, err, sizeof err);
+    CHECK(!p && strstr(err, "no eviction capability") && strstr(err, "lists: readahead"), "%s", err);
+    flashrt_policy_free(p);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_readahead POLICY_BUILD_DIR\n");
+        return 2;
+    }
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(TMP, sizeof TMP, "%s/flashrt-ra-XXXXXX", base);
+    if (!mkdtemp(TMP)) { perror("mkdtemp"); return 2; }
+    test_accumulator();
+    test_parser();
+    test_loader(argv[1]);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", TMP);
+    printf("test_readahead: %d checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,128 @@
+"""KML's readahead models (flashml/models/kml.py) and their compiled form (capability
+"readahead", flashml/compiler/readahead.py): the .so's choice equals scikit-learn's on every
+row, for the network and the tree; the bundle's files are checked field by field; loaders
+refuse a bundle of another contract or without the capability."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flashml.compiler import readahead as ra
+from flashml.errors import UserError
+from flashml.features import readahead as rc
+from flashml.models import kml as model
+
+
+def windows(rng: np.random.Generator, n: int, absdiff: float, tp: float) -> list[dict]:
+    """Windows like a workload's: the offset jump and the tracepoint count tell it apart."""
+    return [{"tracepoints": rng.normal(tp, tp / 5), "offset_mean": rng.normal(8000, 500),
+             "offset_std": rng.normal(4000, 300), "offset_absdiff_mean": abs(
+                 rng.normal(absdiff, absdiff / 4)),
+             "readahead_kib": float(rng.choice([8, 64, 512, 2560]))} for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def data() -> model.Dataset:
+    rng = np.random.default_rng(7)
+    rows = {"readrandom": windows(rng, 150, 5000, 400), "readseq": windows(rng, 150, 1.2, 3000),
+            "readreverse": windows(rng, 150, 40, 900), "mixed": windows(rng, 150, 2000, 1500)}
+    return model.dataset(rows, {"readrandom": 16, "readseq": 1024, "readreverse": 128,
+                                "mixed": 32})
+
+
+def test_dataset_classes_and_standardisation(data: model.Dataset) -> None:
+    assert data.workloads == ("readrandom", "readseq", "readreverse", "mixed")
+    assert data.classes_kib == (16, 1024, 128, 32)
+    assert data.x.shape == (600, rc.contract().num_features)
+    np.testing.assert_allclose(data.z.mean(axis=0), 0, atol=1e-9)
+    np.testing.assert_allclose(data.z.std(axis=0), 1, atol=1e-9)
+    const = model.dataset({"a": [dict(r, readahead_kib=8.0) for r in windows(
+        np.random.default_rng(1), 5, 1, 10)], "b": [dict(r, readahead_kib=8.0) for r in windows(
+            np.random.default_rng(2), 5, 100, 10)]}, {"a": 8, "b": 16})
+    assert const.std[4] == 1.0  # a constant feature is not divided by 0
+    with pytest.raises(ValueError, match="at least two workloads"):
+        model.dataset({"a": [{}]}, {"a": 8})
+
+
+@pytest.mark.parametrize("kind", model.KINDS)
+def test_compiled_model_equals_scikit_learn(kind: str, data: model.Dataset,
+                                            tmp_path: Path) -> None:
+    from flashml.compiler.build import compile_policy
+    from flashml.compiler.loader import PolicyLibrary, verify_bundle
+
+    est, metrics = model.train(data, kind, folds=5, seed=0)
+    assert metrics["cv_accuracy"] > 0.9 and metrics["cv_folds"] == 5
+    doc = model.model_doc(est, data)
+    ra.save_readahead_model(tmp_path / "b", doc, metrics=metrics)
+    manifest = compile_policy(tmp_path / "c", model_dir=tmp_path / "b", log_to_mlflow=False)
+    assert manifest["capabilities"] == ["readahead"]
+    assert manifest["readahead_contract_hash"] == rc.contract().hash
+    verify_bundle(tmp_path / "c", need=("readahead",))
+    lib = PolicyLibrary(tmp_path / "c" / "policy.so", need="readahead")
+    # the training rows and fresh rows around (and beyond) them
+    rng = np.random.default_rng(3)
+    x = np.vstack([data.x, data.x * rng.uniform(0.5, 1.5, data.x.shape),
+                   rng.uniform(-1e6, 1e6, (200, data.x.shape[1]))])
+    want = model.predict_kib(est, data, x)
+    np.testing.assert_array_equal(lib.readahead_kib(x), want)
+    np.testing.assert_array_equal(ra.predict_kib(doc, x), want)
+    assert set(np.unique(want)) <= set(data.classes_kib)
+
+
+def test_bundle_errors_name_the_file_and_field(data: model.Dataset, tmp_path: Path) -> None:
+    from flashml.compiler.build import compile_policy
+
+    est, _ = model.train(data, "tree", folds=2)
+    doc = model.model_doc(est, data)
+    n = len(doc["tree"]["left"])
+    cases = {"format": dict(doc, format="x"), "kind": dict(doc, kind="forest"),
+             "std": dict(doc, std=[1, 1, 0, 1, 1]),
+             "classes_kib": dict(doc, classes_kib=[8, 0, 16, 32]),
+             "tree[0]": dict(doc, tree=dict(doc["tree"], feature=[99] * n))}
+    for field, bad in cases.items():
+        folder = tmp_path / field
+        ra.save_readahead_model(folder, doc)
+        (folder / ra.READAHEAD_FILE).write_text(json.dumps(bad))
+        with pytest.raises(UserError, match=re.escape(f"readahead.json: field '{field}")):
+            compile_policy(tmp_path / f"out-{field}", model_dir=folder, log_to_mlflow=False)
+        assert not (tmp_path / f"out-{field}").exists()  # no half-written output
+    folder = tmp_path / "nohash"
+    ra.save_readahead_model(folder, doc)
+    pj = json.loads((folder / "policy.json").read_text())
+    pj["readahead"]["contract_hash"] = "0" * 64
+    (folder / "policy.json").write_text(json.dumps(pj))
+    with pytest.raises(UserError, match="contract"):
+        compile_policy(tmp_path / "out-nohash", model_dir=folder, log_to_mlflow=False)
+
+
+def test_model_json_refuses_what_the_c_cannot_run(data: model.Dataset) -> None:
+    from sklearn.neural_network import MLPClassifier
+
+    relu = MLPClassifier((4,), activation="relu", max_iter=500).fit(data.z, data.y)
+    with pytest.raises(ValueError, match="logistic"):
+        ra.model_json(relu, mean=data.mean, std=data.std, classes_kib=data.classes_kib)
+    est, _ = model.train(data, "mlp", folds=2, max_iter=200)
+    with pytest.raises(ValueError, match="classes_kib"):
+        ra.model_json(est, mean=data.mean, std=data.std, classes_kib=[8, 16])
+
+
+def test_loaders_refuse_another_contract_or_capability(data: model.Dataset,
+                                                      tmp_path: Path) -> None:
+    from flashml.compiler.build import compile_policy
+    from flashml.compiler.loader import verify_bundle
+
+    est, _ = model.train(data, "tree", folds=2)
+    ra.save_readahead_model(tmp_path / "b", model.model_doc(est, data))
+    compile_policy(tmp_path / "c", model_dir=tmp_path / "b", log_to_mlflow=False)
+    with pytest.raises(UserError, match="no eviction capability|eviction"):
+        verify_bundle(tmp_path / "c", need=("eviction",))
+    m = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    m["readahead_contract_hash"] = "f" * 64
+    (tmp_path / "c" / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(UserError, match="readahead contract mismatch"):
+        verify_bundle(tmp_path / "c", need=("readahead",))

@@ -1,0 +1,343 @@
+"""The C runtime's readahead tuner (`flashrt tune-readahead`, runtime/src/cli_readahead.c and
+readahead.c; KML, issue 19) with the hand-written test policy runtime/tests/policies/readahead.c
+(1024 KiB when the window's consecutive pages are < 64 pages apart, else 16 KiB): replaying an
+event file, the features it logs are `flashml.features.readahead.window_features`'s and its
+decisions the rule's; the original readahead is back after a normal end, SIGTERM, SIGINT and an
+error; on a real loop device (root, tracefs) it traces the page cache, sets the readahead during
+the run and restores it; bad input is refused with a message naming it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_runtime import BUILD, FLASHRT, build_runtime
+
+from flashml.features.readahead import contract, window_features
+
+POLICIES = BUILD / "policies"
+
+
+def rule(absdiff_mean: float) -> int:
+    return 1024 if absdiff_mean < 64 else 16
+
+
+def make_bundle(dest: Path, so: str = "readahead.so", capabilities: tuple[str, ...] = ("readahead",),
+                readahead_hash: str | None = None) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(POLICIES / so, dest / "policy.so")
+    manifest = {"abi_version": 1,
+                "sha256": hashlib.sha256((dest / "policy.so").read_bytes()).hexdigest(),
+                "capabilities": list(capabilities),
+                "readahead_contract_hash": readahead_hash or contract().hash}
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    return dest
+
+
+def tune(*args: object, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(FLASHRT), "tune-readahead", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def write_events(path: Path, events: list[tuple[float, int, int]], bad: str | None = None,
+                 bad_at: int = -1) -> None:
+    with open(path, "w") as f:
+        f.write("time_s,inode,page\n")
+        for i, (t, ino, page) in enumerate(events):
+            if i == bad_at:
+                f.write(bad + "\n")
+            f.write(f"{t!r},{ino},{page}\n")
+
+
+def random_events(n: int, seed: int) -> list[tuple[float, int, int]]:
+    """Bursts of sequential reads and of random reads, with idle gaps (empty windows)."""
+    rng = random.Random(seed)
+    events, t, page = [], 1000.123, 0
+    while len(events) < n:
+        if rng.random() < 0.15:
+            t += rng.uniform(0.3, 2.0)  # idle: one or more empty windows
+        sequential = rng.random() < 0.5
+        page = rng.randrange(0, 1 << 20)
+        for _ in range(rng.randrange(1, 200)):
+            t += rng.expovariate(2000.0)
+            page = page + 1 if sequential else rng.randrange(0, 1 << 20)
+            events.append((t, rng.randrange(1, 50), page))
+    return events[:n]
+
+
+def read_log(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    build_runtime()
+    return make_bundle(tmp_path_factory.mktemp("rabundle") / "bundle")
+
+
+def rel_close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+# ---- (a) replay: the features are window_features', the decisions the rule's ----
+
+@pytest.mark.parametrize("interval_ms", [250, 1000])
+def test_replay_features_and_decisions(bundle: Path, tmp_path: Path, interval_ms: int) -> None:
+    events = random_events(30_000, seed=interval_ms)
+    write_events(tmp_path / "ev.csv", events)
+    ra = tmp_path / "ra"
+    ra.write_text("128\n")
+    log = tmp_path / "log.jsonl"
+    proc = tune("--bundle", bundle, "--events", tmp_path / "ev.csv", "--readahead-file", ra,
+                "--interval-ms", interval_ms, "--log", log, "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    want = window_features(events, readahead_kib=128, window_s=interval_ms / 1000)
+    got = read_log(log)
+    assert len(got) == len(want) == summary["windows_classified"]
+    assert summary["windows"] == want[-1]["window"] + 1 > len(want)  # some windows were empty
+    names = contract().names
+    current = 128
+    for g, w in zip(got, want, strict=True):
+        assert g["window"] == w["window"]
+        assert g["t"] == pytest.approx(w["window"] * interval_ms / 1000)
+        for n in names[:4]:
+            assert rel_close(g[n], w[n]), (w["window"], n, g[n], w[n])
+        assert g["events"] == w["tracepoints"]
+        # the readahead feature is the one in force during the window: the decision before
+        assert g["readahead_kib"] == current
+        assert g["kib"] == g["model_kib"] == g["set_kib"] == rule(w["offset_absdiff_mean"])
+        assert g["clamped"] is False
+        current = g["kib"]
+    counts: dict[str, int] = {}
+    for g in got:
+        counts[str(g["kib"])] = counts.get(str(g["kib"]), 0) + 1
+    assert summary["decisions"] == counts and set(counts) == {"16", "1024"}
+    assert summary["events"] == len(events) and summary["original_kib"] == 128
+    assert summary["final_kib"] == current and summary["restored"] is True
+    assert summary["stopped_by"] == "end" and summary["mean_inference_ns"] > 0
+    assert ra.read_text().strip() == "128"
+
+
+def test_replay_duration_is_trace_time(bundle: Path, tmp_path: Path) -> None:
+    events = random_events(5_000, seed=7)
+    write_events(tmp_path / "ev.csv", events)
+    ra = tmp_path / "ra"
+    ra.write_text("64")
+    proc = tune("--bundle", bundle, "--events", tmp_path / "ev.csv", "--readahead-file", ra,
+                "--duration", 2.5, "--interval-ms", 500, "--log", tmp_path / "log", "--json")
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    kept = [e for e in events if e[0] - events[0][0] < 2.5]
+    want = window_features(kept, readahead_kib=64, window_s=0.5)
+    assert s["stopped_by"] == "duration" and s["events"] == len(kept) < len(events)
+    assert [g["offset_mean"] for g in read_log(tmp_path / "log")] == pytest.approx(
+        [w["offset_mean"] for w in want], rel=1e-9)
+    assert ra.read_text().strip() == "64"
+
+
+def test_clamped(tmp_path: Path) -> None:
+    build_runtime()
+    b = make_bundle(tmp_path / "huge", so="readahead_huge.so")
+    write_events(tmp_path / "ev.csv", random_events(500, seed=3))
+    ra = tmp_path / "ra"
+    ra.write_text("128")
+    proc = tune("--bundle", b, "--events", tmp_path / "ev.csv", "--readahead-file", ra,
+                "--log", tmp_path / "log", "--json")
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    log = read_log(tmp_path / "log")
+    assert log and all(g["clamped"] and g["kib"] == 1048576 and g["model_kib"] == 2000000000
+                       for g in log)
+    assert s["clamped"] == len(log) and s["decisions"] == {"1048576": len(log)}
+    assert ra.read_text().strip() == "128"
+
+
+# ---- (b) the original readahead is restored on every exit ----
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_restored_after_a_signal(bundle: Path, tmp_path: Path, sig: signal.Signals) -> None:
+    # one event per 10 ms window: a decision (write, read back, log line) per event
+    n = 400_000
+    with open(tmp_path / "ev.csv", "w") as f:
+        f.write("time_s,inode,page\n")
+        for i in range(n):
+            f.write(f"{i * 0.01 + 0.001!r},1,{(i * 7919) % 100_000}\n")
+    ra, log = tmp_path / "ra", tmp_path / "log"
+    ra.write_text("128\n")
+    proc = subprocess.Popen([str(FLASHRT), "tune-readahead", "--bundle", str(bundle), "--events",
+                             str(tmp_path / "ev.csv"), "--readahead-file", str(ra),
+                             "--interval-ms", "10", "--log", str(log), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while (not log.exists() or log.stat().st_size < 20_000) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.01)
+        # the tuner has changed it (a read may fall between its truncate and its write)
+        assert any(ra.read_text().strip() in ("16", "1024") for _ in range(100))
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    s = json.loads(out)
+    assert s["stopped_by"] == sig.name and s["restored"] is True
+    assert 0 < s["windows_classified"] < n and s["original_kib"] == 128
+    assert ra.read_text().strip() == "128"
+
+
+def test_restored_after_an_error(bundle: Path, tmp_path: Path) -> None:
+    events = random_events(20_000, seed=11)
+    write_events(tmp_path / "ev.csv", events, bad="1e9,3,notapage", bad_at=15_000)
+    ra, log = tmp_path / "ra", tmp_path / "log"
+    ra.write_text("128")
+    proc = tune("--bundle", bundle, "--events", tmp_path / "ev.csv", "--readahead-file", ra,
+                "--interval-ms", 100, "--log", log, "--json")
+    assert proc.returncode == 1
+    assert f"{tmp_path / 'ev.csv'}:15002: field 'page'" in proc.stderr and proc.stdout == ""
+    assert len(read_log(log)) > 10  # decisions were made before the bad line
+    assert ra.read_text().strip() == "128"
+    # a readahead file that cannot be written: the error names it, nothing to restore
+    ro = tmp_path / "ro"
+    ro.write_text("128")
+    ro.chmod(0o444)
+    if os.geteuid() != 0:  # root writes anyway
+        proc = tune("--bundle", bundle, "--events", tmp_path / "ev.csv", "--readahead-file", ro)
+        assert proc.returncode == 1 and str(ro) in proc.stderr
+
+
+def test_restored_after_a_normal_end(bundle: Path, tmp_path: Path) -> None:
+    write_events(tmp_path / "ev.csv", random_events(3_000, seed=5))
+    ra = tmp_path / "ra"
+    ra.write_text("128")
+    proc = tune("--bundle", bundle, "--events", tmp_path / "ev.csv", "--readahead-file", ra)
+    assert proc.returncode == 0, proc.stderr
+    assert "windows_classified" in proc.stdout and "(restored)" in proc.stdout
+    assert ra.read_text().strip() == "128"
+
+
+# ---- (c) live, on a loop device ----
+
+def live_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (tracefs, losetup, read_ahead_kb)"
+    if shutil.which("losetup") is None or not Path("/dev/loop-control").exists():
+        return "no loop devices (losetup, /dev/loop-control)"
+    if "tracefs" not in Path("/proc/filesystems").read_text():
+        return "no tracefs in this kernel"
+    return None
+
+
+WHY_NOT_LIVE = live_unavailable()
+
+
+@pytest.mark.skipif(WHY_NOT_LIVE is not None, reason=f"live readahead tuning: {WHY_NOT_LIVE}")
+def test_live_loop_device(bundle: Path, tmp_path: Path) -> None:
+    img = tmp_path / "disk.img"
+    with open(img, "wb") as f:
+        f.truncate(64 << 20)
+    dev = subprocess.run(["losetup", "-f", "--show", str(img)], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    try:
+        sysfs = Path(f"/sys/block/{Path(dev).name}/queue/read_ahead_kb")
+        original = int(sysfs.read_text())
+        mounts_before = Path("/proc/mounts").read_text().count("tracefs")
+        log = tmp_path / "live.jsonl"
+        proc = subprocess.Popen([str(FLASHRT), "tune-readahead", "--device", dev, "--bundle",
+                                 str(bundle), "--duration", "3", "--interval-ms", "500", "--log",
+                                 str(log), "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen: list[tuple[float, int]] = []
+        try:
+            time.sleep(0.6)
+            for _ in range(2):  # two cold reads of the whole raw device, a window apart
+                Path("/proc/sys/vm/drop_caches").write_text("3\n")
+                subprocess.run(["dd", f"if={dev}", "of=/dev/null", "bs=4k"], check=True,
+                               capture_output=True)
+                t_end = time.monotonic() + 0.7
+                while time.monotonic() < t_end:
+                    seen.append((time.monotonic(), int(sysfs.read_text())))
+                    time.sleep(0.02)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, err
+        s = json.loads(out)
+        got = read_log(log)
+        assert s["mode"] == "live" and s["stopped_by"] == "duration" and s["restored"] is True
+        assert s["windows"] == 6 and s["windows_classified"] == len(got) >= 1
+        assert s["events"] >= sum(g["events"] for g in got) > 0
+        for g in got:
+            assert g["kib"] == rule(g["offset_absdiff_mean"])
+            assert g["set_kib"] <= g["kib"]  # read back (whole pages)
+        # during the run the device had the tuner's readahead, after it the original again
+        assert got[-1]["set_kib"] in {v for _, v in seen}
+        assert all(v in {original} | {g["set_kib"] for g in got} for _, v in seen)
+        assert int(sysfs.read_text()) == original
+        assert Path("/proc/mounts").read_text().count("tracefs") == mounts_before
+        for root in (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing")):
+            if (root / "instances").is_dir():
+                assert not [p for p in (root / "instances").iterdir()
+                            if p.name.startswith("flashrt-readahead-")]
+    finally:
+        subprocess.run(["losetup", "-d", dev], capture_output=True)
+
+
+# ---- (d) errors ----
+
+def test_errors(bundle: Path, tmp_path: Path) -> None:
+    ra = tmp_path / "ra"
+    ra.write_text("128")
+    write_events(tmp_path / "ev.csv", random_events(100, seed=1))
+    base = ("--events", tmp_path / "ev.csv", "--readahead-file", ra)
+    other = make_bundle(tmp_path / "nocap", capabilities=("eviction",))
+    wrong = make_bundle(tmp_path / "wrong", readahead_hash="3" * 64)
+    cases = [
+        (("--device", "/dev/flashrt-no-such-device", "--bundle", bundle),
+         "/dev/flashrt-no-such-device: no such device"),
+        (("--device", "flashrt-no-such-device", "--bundle", bundle),
+         "/dev/flashrt-no-such-device: no such device"),
+        (("--device", "/dev/null", "--bundle", bundle), "/dev/null: not a block device"),
+        (("--bundle", other, *base), "no readahead capability"),
+        (("--bundle", wrong, *base), "readahead_contract_hash' is 3333"),
+        (("--bundle", tmp_path / "none", *base), str(tmp_path / "none")),
+    ]
+    for name, text, fragment in (
+        ("header.csv", "t,inode,page\n1,1,1\n", ":1: expected the header time_s,inode,page"),
+        ("time.csv", "time_s,inode,page\n1.0,1,1\nx,1,1\n", ":3: field 'time_s'"),
+        ("back.csv", "time_s,inode,page\n2.0,1,1\n1.0,1,1\n", ":3: field 'time_s'"),
+        ("inode.csv", "time_s,inode,page\n1.0,-1,1\n", ":2: field 'inode'"),
+        ("page.csv", "time_s,inode,page\n1.0,1,1.5\n", ":2: field 'page'"),
+        ("fields.csv", "time_s,inode,page\n1.0,1\n", ":2: expected 3 fields"),
+    ):
+        (tmp_path / name).write_text(text)
+        cases.append((("--bundle", bundle, "--events", tmp_path / name, "--readahead-file", ra),
+                      f"{tmp_path / name}{fragment}"))
+    for args, fragment in cases:
+        proc = tune(*args)
+        assert proc.returncode == 1 and fragment in proc.stderr, (args, proc.stderr)
+        assert proc.stdout == ""
+        assert ra.read_text().strip() == "128"
+    for args in ((*base,), ("--bundle", bundle, "--events", tmp_path / "ev.csv"),
+                 ("--bundle", bundle, "--interval-ms", "0", *base),
+                 ("--bundle", bundle, "--duration", "-1", *base),
+                 ("--bundle", bundle, "--nope", *base)):
+        assert tune(*args).returncode == 2, args
+    help_ = tune("--help")
+    assert help_.returncode == 0 and "--readahead-file" in help_.stdout
+    assert "tune-readahead" in subprocess.run([str(FLASHRT), "--help"], capture_output=True,
+                                              text=True).stdout
