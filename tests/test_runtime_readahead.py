@@ -31,7 +31,8 @@ def rule(absdiff_mean: float) -> int:
     return 1024 if absdiff_mean < 64 else 16
 
 
-def make_bundle(dest: Path, so: str = "readahead.so", capabilities: tuple[str, ...] = ("readahead",),
+def make_bundle(dest: Path, so: str = "readahead.so",
+                capabilities: tuple[str, ...] = ("readahead",),
                 readahead_hash: str | None = None) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(POLICIES / so, dest / "policy.so")

@@ -300,22 +300,23 @@ int flashml_partition(const double *features, int streams, double *shares);
  * standardises them with its model's statistics), in this order (contract "flashml-kml-readahead"
  * v1):
  *
- *   [0] tracepoints         pages added to the page cache in the window
+ *   [0] tracepoints         tracepoint events (folios added to the page cache) in the window
  *   [1] offset_mean         mean page offset of every event since the start
  *   [2] offset_std          population standard deviation of the page offsets since the start
  *   [3] offset_absdiff_mean mean absolute difference of consecutive page offsets in the window
  *   [4] readahead_kib       the device's readahead in the window, KiB
  *
- * An event is a page added to the page cache from the tuned device's filesystem (readahead
- * pages included); its offset is the page's index in its file (byte offset / 4096). A
- * window is FLASHML_READAHEAD_WINDOW_MS ms; windows without events are not classified. The
+ * An event is one mm_filemap_add_to_page_cache tracepoint of the tuned device: a folio added
+ * to the page cache (readahead included; one event however many pages the folio has); its
+ * offset is its first page's index in its file (byte offset / 4096). A window is
+ * FLASHML_READAHEAD_WINDOW_MS ms; windows without events are not classified. The
  * mean and standard deviation (population) run over every event since the tuner started;
  * the absolute difference over consecutive events of the window (0 with fewer than two).
  * Returns the readahead to set for the next window, KiB (> 0). Reentrant: no state between
  * calls. A loader refuses a .so whose feature count or contract hash differ from its own.
  */
 #define FLASHML_READAHEAD_NUM_FEATURES 5
-#define FLASHML_READAHEAD_CONTRACT_HASH "9c54080a0c840c633377f7961428c448782ca82ca5486746a5b8b1ba71c43dce"
+#define FLASHML_READAHEAD_CONTRACT_HASH "14ff1a0da8aee2bcd91ee1f7f1a4db9541a5baf3b18578a6179c4b9054e77da3"
 #define FLASHML_READAHEAD_WINDOW_MS 1000
 #define FLASHML_READAHEAD_PAGE_BYTES 4096
 enum flashml_readahead_feature {

@@ -275,9 +275,10 @@ int flashml_partition(const double *features, int streams, double *shares);
  *
 {r_order}
  *
- * An event is a page added to the page cache from the tuned device's filesystem (readahead
- * pages included); its offset is the page's index in its file (byte offset / {r.page_bytes}). A
- * window is FLASHML_READAHEAD_WINDOW_MS ms; windows without events are not classified. The
+ * An event is one mm_filemap_add_to_page_cache tracepoint of the tuned device: a folio added
+ * to the page cache (readahead included; one event however many pages the folio has); its
+ * offset is its first page's index in its file (byte offset / {r.page_bytes}). A window is
+ * FLASHML_READAHEAD_WINDOW_MS ms; windows without events are not classified. The
  * mean and standard deviation (population) run over every event since the tuner started;
  * the absolute difference over consecutive events of the window (0 with fewer than two).
  * Returns the readahead to set for the next window, KiB (> 0). Reentrant: no state between

@@ -68,6 +68,8 @@ class KmlSettings:
     hidden: int = 16
     depth: int = 6
     folds: int = 10
+    #: training windows per workload, at most (a random sample)
+    max_windows: int = 2000
     #: the twin: requests per generated workload trace, page-cache pages
     twin_requests: int = 400_000
     twin_cache_pages: int = 32_768
@@ -102,6 +104,7 @@ class KmlSettings:
                   "--duration": (args.duration, 1), "--reads": (args.reads, 100),
                   "--repeats": (args.repeats, 1), "--hidden": (args.hidden, 1),
                   "--depth": (args.depth, 1), "--folds": (args.folds, 2),
+                  "--max-windows": (args.max_windows, 10),
                   "--twin-requests": (args.twin_requests, 10_000),
                   "--twin-cache-pages": (args.twin_cache_pages, 16)}
         for flag, (v, lo) in checks.items():
@@ -111,6 +114,7 @@ class KmlSettings:
                    read_iops=args.read_iops, read_mbps=args.read_mbps,
                    duration_s=args.duration, reads=args.reads, repeats=args.repeats,
                    sizes=sizes, hidden=args.hidden, depth=args.depth, folds=args.folds,
+                   max_windows=args.max_windows,
                    twin_requests=args.twin_requests, twin_cache_pages=args.twin_cache_pages,
                    seed=args.seed, workdir=args.device_dir)
 
@@ -143,6 +147,8 @@ def add_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden", type=int, default=d.hidden, help="the network's hidden units")
     p.add_argument("--depth", type=int, default=d.depth, help="the decision tree's depth")
     p.add_argument("--folds", type=int, default=d.folds, help="cross-validation folds")
+    p.add_argument("--max-windows", type=int, default=d.max_windows,
+                   help="training windows per workload, at most (a random sample)")
     p.add_argument("--twin-requests", type=int, default=d.twin_requests,
                    help="twin: requests per generated workload")
     p.add_argument("--twin-cache-pages", type=int, default=d.twin_cache_pages,
@@ -244,7 +250,8 @@ def train(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
     sw = sweep(run, s, timer)
     df = pl.read_parquet(sw["windows"])
     rows = {w: df.filter(pl.col("workload") == w).to_dicts() for w in TRAIN_WORKLOADS}
-    data = model.dataset(rows, sw["best_fixed_kib"])
+    data = model.dataset(rows, sw["best_fixed_kib"], max_per_workload=s.max_windows,
+                         seed=s.seed)
     out: dict[str, Any] = {"rows": int(len(data.y)), "classes_kib": dict(
         zip(data.workloads, data.classes_kib, strict=True)), "models": {}}
     with timer.stage("train"):
@@ -448,7 +455,7 @@ def mlflow_params(run: RunDir, s: KmlSettings) -> dict[str, Any]:
             "memory_mib": s.memory_mib, "read_iops": s.read_iops, "read_mbps": s.read_mbps,
             "duration_s": s.duration_s, "reads": s.reads, "repeats": s.repeats,
             "sizes": ",".join(map(str, s.sizes)), "hidden": s.hidden, "depth": s.depth,
-            "folds": s.folds, "twin_requests": s.twin_requests,
+            "folds": s.folds, "max_windows": s.max_windows, "twin_requests": s.twin_requests,
             "twin_cache_pages": s.twin_cache_pages, "seed": s.seed,
             "cpus": os.cpu_count() or 0}
 

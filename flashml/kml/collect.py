@@ -82,7 +82,11 @@ class PageCacheTracer:
             self._instance = root / "instances" / f"flashml-kml-{os.getpid()}-{id(self)}"
             self._instance.mkdir()
             ev = self._instance / "events" / EVENT
-            (ev / "filter").write_text(f"s_dev == {kernel_dev(self.device)}\n")
+            # the device's filesystem's pages (s_dev), and the raw device's own pages: those
+            # belong to the device's inode in the kernel's block-device filesystem (s_dev
+            # 0:N), whose inode number is the device's dev_t (as flashrt tune-readahead does)
+            k = kernel_dev(self.device)
+            (ev / "filter").write_text(f"s_dev == {k} || (s_dev < 1048576 && i_ino == {k})\n")
             (ev / "enable").write_text("1\n")
             self._fd = os.open(self._instance / "trace_pipe", os.O_RDONLY | os.O_NONBLOCK)
             self._thread = threading.Thread(target=self._read, daemon=True)

@@ -205,3 +205,82 @@ def _kib_at(steps: list[dict[str, Any]], started: float, t: float, default: int)
         if float(s.get("wall", s.get("t", 0.0))) - started <= t:
             kib = int(s.get("kib", kib))
     return kib
+
+
+@dataclass(frozen=True)
+class TwinDevice:
+    """The offline twin's shape (flashml/kml/twin.py): generated db_bench-like traces of
+    `requests` requests, a page cache of `cache_pages` pages, a device of `riops` IOs/s and
+    `rbps` bytes/s (the real testbed's throttle by default); the device's default readahead
+    is Linux's for a disk, 128 KiB."""
+
+    requests: int = 400_000
+    cache_pages: int = 32_768
+    riops: float = 2000.0
+    rbps: float = float(64 << 20)
+    seed: int = 0
+    default_kib: int = 128
+
+
+class TwinRunner:
+    """The experiment on the offline twin: the same runs, simulated; a bundle's .so is
+    called every window (through the compiler's loader) as the tuner calls it."""
+
+    mode = "twin"
+
+    def __init__(self, device: TwinDevice) -> None:
+        self.dev = device
+        self.default_kib = device.default_kib
+        self._traces: dict[str, Any] = {}
+
+    def __enter__(self) -> TwinRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._traces.clear()
+
+    def trace(self, workload: str) -> Any:
+        from flashml.kml import twin
+
+        if workload not in self._traces:
+            self._traces[workload] = twin.workload_trace(
+                workload, requests=self.dev.requests,
+                seed=self.dev.seed + WORKLOADS.index(workload))
+        return self._traces[workload]
+
+    def run(self, workload: str, *, kib: int | None = None, bundle: Path | None = None,
+            trace: bool = False) -> Outcome:
+        import numpy as np
+
+        from flashml.compiler.loader import PolicyLibrary
+        from flashml.features.readahead import contract
+        from flashml.kml import twin
+
+        if (kib is None) == (bundle is None):
+            raise ValueError("give a fixed size (kib) or a bundle, not both")
+        decisions: dict[str, int] = {}
+        policy: Any = kib
+        if bundle is not None:
+            lib = PolicyLibrary(Path(bundle) / "policy.so", need="readahead")
+
+            def policy(features: list[float]) -> int:
+                k = int(lib.readahead_kib(np.asarray([features]))[0])
+                decisions[str(k)] = decisions.get(str(k), 0) + 1
+                return k
+
+        r = twin.evaluate(self.trace(workload), policy, cache_pages=self.dev.cache_pages,
+                          initial_kib=self.default_kib, riops=self.dev.riops,
+                          rbps=self.dev.rbps)
+        names = contract().names
+        windows = [{"window": w["window"], **dict(zip(names, w["features"], strict=True))}
+                   for w in r["windows"] if not w["empty"]] if trace else []
+        t, timeline = 0.0, []
+        for w in r["windows"]:
+            if w["elapsed_s"] > 0:
+                t += w["elapsed_s"]
+                timeline.append({"t": t, "ops_per_s": w["requests"] / w["elapsed_s"],
+                                 "readahead_kib": w["kib"]})
+        return Outcome(workload=workload, policy=str(kib if kib else bundle),
+                       ops_per_s=float(r["ops_per_s"]), windows=windows, timeline=timeline,
+                       decisions=decisions,
+                       extra={"hit_ratio": r["hit_ratio"], "ios": r["ios"]})

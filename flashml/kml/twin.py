@@ -117,7 +117,8 @@ def _sim(trace: dict[str, Any], cache_pages: int, device: dict[str, Any]) -> Any
     if missing:
         raise ValueError(f"trace lacks {', '.join(missing)} (needs {', '.join(TRACE_KEYS)})")
     dtypes = (np.uint32, np.uint64, np.uint32, np.bool_)
-    cols = [np.ascontiguousarray(trace[k], dtype=t) for k, t in zip(TRACE_KEYS, dtypes)]
+    cols = [np.ascontiguousarray(trace[k], dtype=t)
+            for k, t in zip(TRACE_KEYS, dtypes, strict=True)]
     return flashml_sim.ReadaheadSim(*cols, cache_pages=cache_pages, **device)
 
 

@@ -43,20 +43,26 @@ class Dataset:
         return (self.x - self.mean) / self.std
 
 
-def dataset(rows: Mapping[str, Sequence[Mapping[str, Any]]], best_kib: Mapping[str, int]
-            ) -> Dataset:
+def dataset(rows: Mapping[str, Sequence[Mapping[str, Any]]], best_kib: Mapping[str, int],
+            *, max_per_workload: int | None = None, seed: int = 0) -> Dataset:
     """Windows of each workload (dicts with the contract's features, as
     `features.readahead.window_features` gives them) -> a Dataset; the class of a workload
-    is its position in `rows`, its size `best_kib[workload]`."""
+    is its position in `rows`, its size `best_kib[workload]`. With `max_per_workload` a
+    workload with more windows keeps a random sample of that many (slow workloads give many
+    more windows per run than fast ones; the classes stay balanced)."""
     names = tuple(rows)
     if len(names) < 2:
         raise ValueError(f"at least two workloads to tell apart, got {list(names)}")
+    rng = np.random.default_rng(seed)
     xs, ys = [], []
     for i, w in enumerate(names):
         if not rows[w]:
             raise ValueError(f"workload {w}: no windows with page-cache events")
-        xs.append(np.array([rc.feature_vector(r) for r in rows[w]], dtype=np.float64))
-        ys.append(np.full(len(rows[w]), i, dtype=np.int64))
+        x = np.array([rc.feature_vector(r) for r in rows[w]], dtype=np.float64)
+        if max_per_workload is not None and len(x) > max_per_workload:
+            x = x[np.sort(rng.choice(len(x), max_per_workload, replace=False))]
+        xs.append(x)
+        ys.append(np.full(len(x), i, dtype=np.int64))
     x = np.vstack(xs)
     mean, std = x.mean(axis=0), x.std(axis=0)
     std = np.where(std > 1e-9 * np.maximum(1.0, np.abs(mean)), std, 1.0)
@@ -71,8 +77,10 @@ def estimator(kind: str, *, hidden: int = 16, depth: int = 6, seed: int = 0,
     if kind == "mlp":
         from sklearn.neural_network import MLPClassifier
 
+        # L-BFGS: scikit-learn's choice for small data (a few thousand windows): converges in
+        # a second where Adam takes minutes
         return MLPClassifier(hidden_layer_sizes=(hidden,), activation="logistic",
-                             max_iter=max_iter, random_state=seed, tol=1e-5)
+                             solver="lbfgs", max_iter=max_iter, random_state=seed)
     if kind == "tree":
         from sklearn.tree import DecisionTreeClassifier
 

@@ -23,6 +23,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -56,7 +57,7 @@ static const char *RA_HELP =
     "                        with --events, S seconds of the file's time column\n"
     "  --log FILE            JSON lines, one per classified window: window, t (its start, s\n"
     "                        from the first window), events, the five features, model_kib,\n"
-    "                        kib (set), clamped, set_kib (read back)\n"
+    "                        kib (set), clamped, set_kib (read back), wall (Unix time set)\n"
     "  --json                a summary as one JSON object on stdout at the end\n"
     "  --events FILE         replay: a CSV time_s,inode,page (seconds, non-decreasing) instead\n"
     "                        of tracing; windows are cut by its time column, no waiting\n"
@@ -93,13 +94,15 @@ static int read_kib(const char *path, uint64_t *out) {
 }
 
 /* Writes kib and reads it back into *now; the kernel keeps whole pages, so it may read back
- * rounded down to a multiple of the page size. A regular file (--readahead-file) is replaced
- * whole (temporary name, rename), so a reader never finds it truncated and empty. */
+ * rounded down to a multiple of the page size. A regular file outside sysfs (--readahead-file)
+ * is replaced whole (temporary name, rename), so a reader never finds it truncated and empty;
+ * a sysfs attribute (also S_ISREG) takes the value in one write. */
 static int write_kib(const char *path, uint64_t kib, uint64_t *now) {
     char buf[32];
     int n = snprintf(buf, sizeof buf, "%llu\n", (unsigned long long)kib);
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+    struct statfs fs;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && statfs(path, &fs) == 0 && fs.f_type != 0x62656572 /* SYSFS_MAGIC */) {
         char err[FLASHRT_ERR_LEN];
         if (frt_write_file_atomic(path, buf, (size_t)n, err, sizeof err) != 0)
             return ERR("cannot set the readahead to %llu KiB: %s", (unsigned long long)kib, err);
@@ -180,6 +183,9 @@ static int classify(struct tuner *t, uint64_t window, double start) {
         cli_json_int(t->log, "kib", kib, &first);
         fprintf(t->log, ", \"clamped\": %s", clamped ? "true" : "false");
         cli_json_int(t->log, "set_kib", now, &first);
+        struct timespec wall; /* when it was set, Unix time (to line the log up with a workload's) */
+        clock_gettime(CLOCK_REALTIME, &wall);
+        cli_json_num(t->log, "wall", (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9, &first);
         fputs("}\n", t->log);
         fflush(t->log); /* a line per window, readable while the tuner runs */
     }
