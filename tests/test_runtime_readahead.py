@@ -342,3 +342,101 @@ def test_errors(bundle: Path, tmp_path: Path) -> None:
     assert help_.returncode == 0 and "--readahead-file" in help_.stdout
     assert "tune-readahead" in subprocess.run([str(FLASHRT), "--help"], capture_output=True,
                                               text=True).stdout
+
+
+# ---- (e) the runtime's own backing reads: `flashrt replay --readahead-bundle` ----
+
+SEG = 128 * 1024
+BLOCK = 8 * 1024 * 1024
+
+
+def hook_expected(reads: list[tuple[float, int, int]], window_s: float = 1.0) -> dict:
+    """ra_hook.c's decisions and hints for backing reads (time, block, segment) of one segment
+    each with the test rule: a stream per block starting at 128 KiB, windows of trace time
+    from the first read, a stream's window decided by its next read in a later window."""
+    t0 = reads[0][0]
+    state: dict[int, dict] = {}
+    decisions: dict[str, int] = {}
+    hints = hinted = 0
+    for t, block, seg in reads:
+        w = math.floor((t - t0) / window_s)
+        s = state.setdefault(block, {"window": w, "kib": 128, "pages": []})
+        if w > s["window"]:
+            p = s["pages"]
+            absdiff = sum(abs(b - a) for a, b in zip(p, p[1:])) / (len(p) - 1) if len(p) > 1 else 0.0
+            s["kib"] = rule(absdiff)
+            decisions[str(s["kib"])] = decisions.get(str(s["kib"]), 0) + 1
+            s["window"], s["pages"] = w, []
+        s["pages"].append(seg * SEG // 4096)
+        room = BLOCK - (seg + 1) * SEG
+        if room > 0:
+            hints += 1
+            hinted += min(s["kib"] * 1024, room)
+    return {"streams": len(state), "windows": sum(decisions.values()), "decisions": decisions,
+            "hints": hints, "hinted_bytes": hinted}
+
+
+def test_replay_backing_readahead(bundle: Path, tmp_path: Path) -> None:
+    """Block 1 read segment after segment, block 2 at a random order of its segments, both for
+    6.4 s of trace time (every read a miss: AdmitAll caches them and none comes back): every
+    window the sequential block's stream gets the rule's 1024 KiB and the random one 16 KiB,
+    the hints follow, and the bytes served are still verified."""
+    rng = random.Random(3)
+    perm = list(range(64))
+    rng.shuffle(perm)
+    reads: list[tuple[float, int, int]] = []
+    for i in range(64):
+        reads.append((i / 10, 1, i))
+        reads.append((i / 10 + 0.05, 2, perm[i]))
+    trace = tmp_path / "ra.trace"
+    # 201910 columns: block_id io_offset io_size op_time op_name pipeline user_namespace user_name
+    trace.write_text("".join(f"{b} {s * SEG} {SEG} {t:.3f} 1 0 1 1\n" for t, b, s in reads))
+    backing = tmp_path / "backing.img"
+    p = subprocess.run([str(FLASHRT), "prepare-backing", "--backing", str(backing), "--trace",
+                        str(trace)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+
+    def replay(*extra: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(FLASHRT), "replay", "--policy", "builtin:admitall", "--trace", str(trace),
+             "--flash", str(tmp_path / "flash.img"), "--flash-bytes", "64MiB", "--backing",
+             str(backing), "--warmup-s", "0", "--direct", "off", "--json", *map(str, extra)],
+            capture_output=True, text=True, timeout=120)
+
+    proc = replay("--readahead-bundle", bundle)
+    assert proc.returncode == 0, proc.stderr
+    m = json.loads(proc.stdout)
+    assert m["integrity_errors"] == 0 and m["verified_bytes"] == 128 * SEG
+    assert m["backend_ios"] == 128 and m["hits"] == 0
+    ra = m["readahead"]
+    want = hook_expected([(t, b, s) for t, b, s in reads])
+    assert want["decisions"] == {"16": 6, "1024": 6}
+    for k in ("streams", "windows", "decisions", "hints", "hinted_bytes"):
+        assert ra[k] == want[k], (k, ra[k], want[k])
+    assert ra["reads"] == 128 and ra["live_streams"] == 2 and ra["stream_evictions"] == 0
+    assert ra["window_ms"] == 1000 and ra["hinting"] == "fadvise" and ra["hint_errors"] == 0
+    assert ra["clamped"] == 0 and ra["decisions_other"] == 0 and ra["mean_inference_ns"] > 0
+    # deterministic: the same trace, the same decisions and hints
+    again = json.loads(replay("--readahead-bundle", bundle).stdout)["readahead"]
+    assert {k: again[k] for k in want} == {k: ra[k] for k in want}
+    # a shorter window: more windows; without the option no hook
+    short = json.loads(replay("--readahead-bundle", bundle, "--readahead-window-ms", 500).stdout)
+    assert short["readahead"]["window_ms"] == 500
+    assert short["readahead"]["windows"] == hook_expected(reads, 0.5)["windows"] > ra["windows"]
+    # O_DIRECT on the backing (auto, where the file system has it): decisions, no hints
+    auto = json.loads(subprocess.run(
+        [str(FLASHRT), "replay", "--policy", "builtin:admitall", "--trace", str(trace), "--flash",
+         str(tmp_path / "flash.img"), "--flash-bytes", "64MiB", "--backing", str(backing),
+         "--warmup-s", "0", "--json", "--readahead-bundle", str(bundle)],
+        capture_output=True, text=True, timeout=120).stdout)
+    assert auto["integrity_errors"] == 0 and auto["readahead"]["windows"] == want["windows"]
+    if auto["readahead"]["hinting"] != "fadvise":
+        assert auto["readahead"]["hinting"].startswith("off: O_DIRECT")
+        assert auto["readahead"]["hints"] == auto["readahead"]["hinted_bytes"] == 0
+    plain = json.loads(replay().stdout)
+    assert "readahead" not in plain and plain["integrity_errors"] == 0
+    # a bundle without the readahead capability is refused, naming it
+    other = make_bundle(tmp_path / "nocap", capabilities=("eviction",))
+    bad = replay("--readahead-bundle", other)
+    assert bad.returncode == 1 and "no readahead capability" in bad.stderr and bad.stdout == ""
+    assert replay("--readahead-window-ms", 0, "--readahead-bundle", bundle).returncode == 2

@@ -65,6 +65,8 @@ class KmlSettings:
     reads: int = 200_000
     repeats: int = 2
     sizes: tuple[int, ...] = SIZES
+    #: sizes within this fraction of the best ops/s tie; the smallest is the best fixed size
+    tie: float = 0.03
     hidden: int = 16
     depth: int = 6
     folds: int = 10
@@ -110,11 +112,13 @@ class KmlSettings:
         for flag, (v, lo) in checks.items():
             if v < lo:
                 raise UserError(f"{flag} must be >= {lo}, got {v}")
+        if not 0.0 <= args.tie < 0.5:
+            raise UserError(f"--tie must be in [0, 0.5), got {args.tie}")
         return cls(mode=args.mode, device_bytes=dev, num=args.num, memory_mib=args.memory_mib,
                    read_iops=args.read_iops, read_mbps=args.read_mbps,
                    duration_s=args.duration, reads=args.reads, repeats=args.repeats,
                    sizes=sizes, hidden=args.hidden, depth=args.depth, folds=args.folds,
-                   max_windows=args.max_windows,
+                   max_windows=args.max_windows, tie=args.tie,
                    twin_requests=args.twin_requests, twin_cache_pages=args.twin_cache_pages,
                    seed=args.seed, workdir=args.device_dir)
 
@@ -144,6 +148,9 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    help="measured runs per workload and policy (alternating; the median)")
     p.add_argument("--sizes", default=",".join(map(str, d.sizes)),
                    help="readahead sizes swept, KiB")
+    p.add_argument("--tie", type=float, default=d.tie,
+                   help="sizes within this fraction of the sweep's best ops/s tie; the "
+                   "smallest of them is the best fixed size (the label)")
     p.add_argument("--hidden", type=int, default=d.hidden, help="the network's hidden units")
     p.add_argument("--depth", type=int, default=d.depth, help="the decision tree's depth")
     p.add_argument("--folds", type=int, default=d.folds, help="cross-validation folds")
@@ -226,13 +233,22 @@ def sweep(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
                 done += 1
                 log.info("sweep %d/%d: %s at %d KiB: %.0f ops/s, %d windows", done, total, w,
                          kib, o.ops_per_s, len(o.windows))
-    best = {w: int(max(t, key=lambda k: (t[k], -int(k)))) for w, t in table.items()}
+    best = {w: best_size(t, s.tie) for w, t in table.items()}
     path = run.path / "sweep_windows.parquet"
     with atomic_path(path) as tmp:
         pl.DataFrame(rows).write_parquet(tmp)
     return run.record("sweep", {"mode": mode, "twin_because": why, "default_kib": default,
                                 "sizes": sizes, "ops_per_s": table, "best_fixed_kib": best,
                                 "windows": str(path), "rows": len(rows)})
+
+
+def best_size(ops: dict[str, float], tie: float) -> int:
+    """The best fixed size of a sweep row ({KiB: ops/s}): the smallest size within `tie`
+    (a fraction) of the highest ops/s. Sizes that tie within the runs' noise (every size
+    from 32 KiB up streams a sequential scan at the device's bandwidth) go to the smaller
+    readahead, which wastes less memory and bandwidth when the workload changes."""
+    top = max(ops.values())
+    return min(int(k) for k, v in ops.items() if v >= (1.0 - tie) * top)
 
 
 def train(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
@@ -454,7 +470,7 @@ def mlflow_params(run: RunDir, s: KmlSettings) -> dict[str, Any]:
     return {"mode": s.mode, "device_bytes": s.device_bytes, "num": s.num,
             "memory_mib": s.memory_mib, "read_iops": s.read_iops, "read_mbps": s.read_mbps,
             "duration_s": s.duration_s, "reads": s.reads, "repeats": s.repeats,
-            "sizes": ",".join(map(str, s.sizes)), "hidden": s.hidden, "depth": s.depth,
+            "sizes": ",".join(map(str, s.sizes)), "tie": s.tie, "hidden": s.hidden, "depth": s.depth,
             "folds": s.folds, "max_windows": s.max_windows, "twin_requests": s.twin_requests,
             "twin_cache_pages": s.twin_cache_pages, "seed": s.seed,
             "cpus": os.cpu_count() or 0}

@@ -193,6 +193,7 @@ struct flashrt_backing {
     int fd, direct;
     uint64_t nblocks;
     struct frt_map slots;
+    frt_ra_hook *ra; /* optional, the caller's (frt_backing_set_readahead) */
     char path[4096];
 };
 
@@ -261,6 +262,7 @@ fail:
 
 uint64_t flashrt_backing_blocks(const flashrt_backing *b) { return b->nblocks; }
 int frt_backing_direct(const flashrt_backing *b) { return b->direct; }
+void frt_backing_set_readahead(flashrt_backing *b, frt_ra_hook *h) { b->ra = h; }
 
 void flashrt_backing_close(flashrt_backing *b) {
     if (!b) return;
@@ -270,7 +272,7 @@ void flashrt_backing_close(flashrt_backing *b) {
 }
 
 int frt_backing_read(flashrt_backing *b, uint64_t key, unsigned lo, unsigned hi, uint8_t *buf,
-                     char *err, size_t errlen) {
+                     double t, char *err, size_t errlen) {
     uint32_t *slot = frt_map_get(&b->slots, key);
     if (!slot)
         return frt_seterr(err, errlen, "block %llu is not on the backing device %s (prepare it with this trace)",
@@ -279,5 +281,9 @@ int frt_backing_read(flashrt_backing *b, uint64_t key, unsigned lo, unsigned hi,
     size_t n = (size_t)(hi - lo + 1) * FRT_SEGMENT_BYTES;
     if (frt_pread_full(b->fd, buf, n, off) != 0)
         return frt_seterr(err, errlen, "%s: read of %zu bytes at %llu failed: %s", b->path, n, (unsigned long long)off, strerror(errno));
+    /* the stream is the block (ra_hook.h: a block is the backing's file) */
+    if (b->ra)
+        frt_ra_hook_read(b->ra, key, t, b->fd, (uint64_t)*slot * FRT_BLOCK_BYTES, FRT_BLOCK_BYTES,
+                         (uint64_t)lo * FRT_SEGMENT_BYTES, n);
     return 0;
 }

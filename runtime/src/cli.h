@@ -50,6 +50,11 @@ struct cli_figure {
  * first `ntable` string members, then the figures). */
 void cli_print_figures(const struct cli_figure *fig, size_t n, const char *const *strs,
                        size_t nstr, size_t ntable, int as_json);
+/* The same, then more(ctx, as_json, &first) adds members of its own (JSON: after the string
+ * members, before the closing brace; a table: its lines at the end). */
+void cli_print_figures_more(const struct cli_figure *fig, size_t n, const char *const *strs,
+                            size_t nstr, size_t ntable, int as_json,
+                            void (*more)(void *ctx, int as_json, int *first), void *ctx);
 
 /* `flashrt replay` (cli_replay.c); argv holds the options after the command. */
 int cli_replay(int argc, char **argv);

@@ -5,8 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backing_internal.h"
 #include "cli.h"
 #include "flashrt.h"
+#include "ra_hook.h"
+#include "readahead.h"
 
 static const char *REPLAY_HELP =
     "usage: flashrt replay --policy DIR --trace FILE --flash PATH --flash-bytes N\n"
@@ -49,11 +52,19 @@ static const char *REPLAY_HELP =
     "  --fail-write-every N   fault injection: every Nth flash write fails (also env\n"
     "                         FLASHRT_FAULT_FLASH_WRITE_EVERY)\n"
     "  --limit N              stop after N accesses\n"
+    "  --readahead-bundle DIR KML's readahead model (capability \"readahead\") on the backing\n"
+    "                         reads: per stream (the block) every window of trace time its\n"
+    "                         flashml_readahead_kib sizes a posix_fadvise(WILLNEED) of the\n"
+    "                         block's next bytes after each backing read (no hint under\n"
+    "                         O_DIRECT); stats under \"readahead\"\n"
+    "  --readahead-window-ms N  its window (default: the bundle's flashml_readahead_window_ms)\n"
     "  --json                 one JSON object instead of a table\n";
 
 struct replay_opts {
     struct flashrt_config cfg;
     const char *policy_dir, *trace_path, *backing_path, *map_path, *fallback;
+    const char *ra_bundle; /* --readahead-bundle, NULL: no readahead hook */
+    uint64_t ra_window_ms; /* 0: the bundle's */
     int as_json;
     double sample_ratio; /* 0: from the trace */
     uint64_t limit;
@@ -65,6 +76,8 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
     flashrt_config_default(cfg);
     o->policy_dir = o->trace_path = o->backing_path = o->map_path = NULL;
     o->fallback = "none";
+    o->ra_bundle = NULL;
+    o->ra_window_ms = 0;
     o->as_json = 0;
     o->sample_ratio = 0;
     o->limit = UINT64_MAX;
@@ -116,6 +129,8 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
         else if (OPT("--fail-read-every")) { if (cli_parse_uint(v, &cfg->fail_read_every)) BAD("--fail-read-every"); }
         else if (OPT("--fail-write-every")) { if (cli_parse_uint(v, &cfg->fail_write_every)) BAD("--fail-write-every"); }
         else if (OPT("--limit")) { if (cli_parse_uint(v, &o->limit)) BAD("--limit"); }
+        else if (OPT("--readahead-bundle")) { if (!*v) BAD("--readahead-bundle"); o->ra_bundle = v; }
+        else if (OPT("--readahead-window-ms")) { if (cli_parse_uint(v, &o->ra_window_ms) || o->ra_window_ms == 0 || o->ra_window_ms > 86400000) BAD("--readahead-window-ms"); }
         else if (!strcmp(a, "--measure-raw")) cfg->measure_raw = 1;
         else if (!strcmp(a, "--no-policy-prefetch")) cfg->no_policy_prefetch = 1;
         else if (!strcmp(a, "--json")) o->as_json = 1;
@@ -135,9 +150,62 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
     return -1;
 }
 
+/* The readahead hook's figures: a "readahead" object (JSON) or readahead_* lines (table). */
+static void print_readahead(void *ctx, int as_json, int *first) {
+    const frt_ra_hook *h = ctx;
+    const struct frt_ra_hook_stats *st = frt_ra_hook_stats(h);
+    /* the decisions by KiB, ascending */
+    size_t order[FRT_RA_HOOK_MAX_SIZES];
+    for (size_t i = 0; i < st->nsizes; i++) {
+        size_t j = i;
+        for (; j > 0 && st->decisions[order[j - 1]].kib > st->decisions[i].kib; j--) order[j] = order[j - 1];
+        order[j] = i;
+    }
+    double mean_ns = st->windows ? (double)st->infer_ns / (double)st->windows : 0.0;
+    const char *hinting = frt_ra_hook_hinting(h) ? "fadvise" : "off: O_DIRECT backing (page-cache hints do not apply)";
+    if (!as_json) {
+        printf("%-26s  %s\n", "readahead_hinting", hinting);
+        printf("%-26s  %d\n", "readahead_window_ms", frt_ra_hook_window_ms(h));
+        printf("%-26s  %llu\n%-26s  %llu\n%-26s  %llu\n%-26s  %llu\n", "readahead_reads", (unsigned long long)st->reads,
+               "readahead_streams", (unsigned long long)st->streams, "readahead_windows", (unsigned long long)st->windows,
+               "readahead_hints", (unsigned long long)st->hints);
+        printf("%-26s  %llu\n%-26s  %.6g\n", "readahead_hinted_bytes", (unsigned long long)st->hinted_bytes,
+               "readahead_inference_ns", mean_ns);
+        for (size_t i = 0; i < st->nsizes; i++)
+            printf("readahead_kib %-12llu  %llu\n", (unsigned long long)st->decisions[order[i]].kib,
+                   (unsigned long long)st->decisions[order[i]].n);
+        return;
+    }
+    printf("%s\"readahead\": {", *first ? "" : ", ");
+    *first = 0;
+    int f = 1;
+    cli_json_int(stdout, "streams", st->streams, &f);
+    cli_json_int(stdout, "live_streams", st->live_streams, &f);
+    cli_json_int(stdout, "stream_evictions", st->stream_evictions, &f);
+    cli_json_int(stdout, "table_streams", FRT_RA_HOOK_STREAMS, &f);
+    cli_json_int(stdout, "reads", st->reads, &f);
+    cli_json_int(stdout, "window_ms", (uint64_t)frt_ra_hook_window_ms(h), &f);
+    cli_json_int(stdout, "windows", st->windows, &f);
+    fputs(", \"decisions\": {", stdout);
+    for (size_t i = 0; i < st->nsizes; i++)
+        printf("%s\"%llu\": %llu", i ? ", " : "", (unsigned long long)st->decisions[order[i]].kib,
+               (unsigned long long)st->decisions[order[i]].n);
+    fputc('}', stdout);
+    cli_json_int(stdout, "decisions_other", st->decisions_other, &f);
+    cli_json_int(stdout, "clamped", st->clamped, &f);
+    cli_json_int(stdout, "initial_kib", FRT_RA_HOOK_INITIAL_KIB, &f);
+    cli_json_str(stdout, "hinting", hinting, &f);
+    cli_json_int(stdout, "hints", st->hints, &f);
+    cli_json_int(stdout, "hinted_bytes", st->hinted_bytes, &f);
+    cli_json_int(stdout, "hint_errors", st->hint_errors, &f);
+    cli_json_num(stdout, "mean_inference_ns", mean_ns, &f);
+    fputc('}', stdout);
+}
+
 /* The metrics in the simulator's key order, then the runtime's: one JSON object or a table. */
 static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, uint64_t verified_bytes,
-                          double sample_ratio, const char *policy, const char *warning, int as_json) {
+                          double sample_ratio, const char *policy, const char *warning, int as_json,
+                          const frt_ra_hook *ra) {
     const struct flashrt_metrics m = *mp;
     struct cli_figure kvs[] = {
         {"peak_dt_util", 0, m.peak_dt_util, 0}, {"mean_dt_util", 0, m.mean_dt_util, 0},
@@ -169,7 +237,7 @@ static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, 
         {"throughput_mb_per_s", 0, m.throughput_mb_per_s, 0}, {"direct_io", 1, 0, (uint64_t)m.direct_io},
     };
     const char *strs[] = {"policy", policy, "policy_warning", warning};
-    cli_print_figures(kvs, sizeof kvs / sizeof kvs[0], strs, 2, 1, as_json);
+    cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 2, 1, as_json, ra ? print_readahead : NULL, (void *)ra);
 }
 
 int cli_replay(int argc, char **argv) {
@@ -195,14 +263,28 @@ int cli_replay(int argc, char **argv) {
     if (!pol) { flashrt_trace_close(tr); return ERR("%s", err); }
     flashrt_backing *bk = flashrt_backing_open(o.backing_path, o.map_path, cfg.direct, err, sizeof err);
     if (!bk) { flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
+    /* the readahead hook: the model's bundle and the controller, attached to the backing */
+    flashrt_policy *ra_pol = NULL;
+    frt_ra_hook *ra = NULL;
+    if (o.ra_bundle) {
+        ra_pol = frt_readahead_load(o.ra_bundle, err, sizeof err);
+        const struct frt_readahead_fns *fns = ra_pol ? frt_policy_readahead(ra_pol) : NULL;
+        if (fns) ra = frt_ra_hook_new(fns, o.ra_window_ms ? (int)o.ra_window_ms : fns->window_ms, !frt_backing_direct(bk), err, sizeof err);
+        if (!ra) {
+            flashrt_policy_free(ra_pol);
+            flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr);
+            return ERR("%s", err);
+        }
+        frt_backing_set_readahead(bk, ra);
+    }
     /* the sample ratio comes from the trace's comment, read while the header is parsed: read
      * the first access before opening the cache */
     struct flashrt_access acc;
     int r = flashrt_trace_next(tr, &acc, err, sizeof err);
-    if (r < 0) { flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
+    if (r < 0) { frt_ra_hook_free(ra); flashrt_policy_free(ra_pol); flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
     cfg.sample_ratio = o.sample_ratio > 0 ? o.sample_ratio : flashrt_trace_sample_ratio(tr) > 0 ? flashrt_trace_sample_ratio(tr) : 100.0;
     flashrt *rt = flashrt_open(&cfg, pol, bk, err, sizeof err);
-    if (!rt) { flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
+    if (!rt) { frt_ra_hook_free(ra); flashrt_policy_free(ra_pol); flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
     uint64_t integrity = 0, n = 0, verified_bytes = 0;
     int rc = 0;
     while (r == 1 && n < o.limit) {
@@ -230,11 +312,13 @@ int cli_replay(int argc, char **argv) {
     if (rc == 0) {
         struct flashrt_metrics m;
         flashrt_metrics(rt, &m);
-        print_metrics(&m, integrity, verified_bytes, cfg.sample_ratio, flashrt_policy_name(pol), warning, o.as_json);
+        print_metrics(&m, integrity, verified_bytes, cfg.sample_ratio, flashrt_policy_name(pol), warning, o.as_json, ra);
         if (integrity) rc = 3;
     }
     flashrt_close(rt);
     flashrt_backing_close(bk);
+    frt_ra_hook_free(ra);
+    flashrt_policy_free(ra_pol);
     flashrt_policy_free(pol);
     flashrt_trace_close(tr);
     return rc;

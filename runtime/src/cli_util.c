@@ -142,6 +142,12 @@ void cli_json_str(FILE *f, const char *k, const char *v, int *first) {
 
 void cli_print_figures(const struct cli_figure *fig, size_t n, const char *const *strs,
                        size_t nstr, size_t ntable, int as_json) {
+    cli_print_figures_more(fig, n, strs, nstr, ntable, as_json, NULL, NULL);
+}
+
+void cli_print_figures_more(const struct cli_figure *fig, size_t n, const char *const *strs,
+                            size_t nstr, size_t ntable, int as_json,
+                            void (*more)(void *ctx, int as_json, int *first), void *ctx) {
     if (as_json) {
         int first = 1;
         fputc('{', stdout);
@@ -151,6 +157,7 @@ void cli_print_figures(const struct cli_figure *fig, size_t n, const char *const
         }
         for (size_t i = 0; i < nstr; i++)
             if (strs[2 * i + 1]) cli_json_str(stdout, strs[2 * i], strs[2 * i + 1], &first);
+        if (more) more(ctx, 1, &first);
         fputs("}\n", stdout);
         return;
     }
@@ -159,5 +166,9 @@ void cli_print_figures(const struct cli_figure *fig, size_t n, const char *const
     for (size_t i = 0; i < n; i++) {
         if (fig[i].is_int) printf("%-26s  %llu\n", fig[i].k, (unsigned long long)fig[i].u);
         else printf("%-26s  %.6g\n", fig[i].k, fig[i].d);
+    }
+    if (more) {
+        int first = 1;
+        more(ctx, 0, &first);
     }
 }

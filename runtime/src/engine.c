@@ -316,7 +316,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     unsigned u0 = lo < s0 ? lo : s0;
     uint8_t *buf = rt->bbuf;
     uint64_t r0 = frt_now_ns();
-    if (frt_backing_read(rt->backing, a->key, lo, hi, buf + (size_t)(lo - u0) * SEG, rt->err, sizeof rt->err) != 0) return -1;
+    if (frt_backing_read(rt->backing, a->key, lo, hi, buf + (size_t)(lo - u0) * SEG, t, rt->err, sizeof rt->err) != 0) return -1;
     double wall = (double)(frt_now_ns() - r0) / 1e9;
     frt_vec_push(&rt->backend_wall_ms, wall * 1e3);
     frt_vec_push(&rt->backend_dt_ms, dt * 1e3);
@@ -334,7 +334,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
                 frt_regions_drop(&rt->rm, b->loc[s]);
                 b = frt_regions_find(&rt->rm, a->key);
             }
-            if (frt_backing_read(rt->backing, a->key, s, s, dst, rt->err, sizeof rt->err) != 0) return -1;
+            if (frt_backing_read(rt->backing, a->key, s, s, dst, t, rt->err, sizeof rt->err) != 0) return -1;
         }
     }
     if (admit) {

@@ -2,9 +2,12 @@
  * under ASan+UBSan (`make test`) and valgrind (`make valgrind`): the window features against
  * a slow recomputation from every stored offset, the trace line parser on this kernel's lines
  * and on malformed ones, and loading a readahead bundle (the test policy
- * tests/policies/readahead.c) with the loader's refusals. The features against Python's
+ * tests/policies/readahead.c) with the loader's refusals, and the per-stream controller of the
+ * backing reads (src/ra_hook.c: decisions per stream, determinism, the table's reuse, the
+ * hints on a real backing). The features against Python's
  * window_features, and the command: tests/test_runtime_readahead.py. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +17,9 @@
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "internal.h"
+#include "backing_internal.h"
 #include "policy_internal.h"
+#include "ra_hook.h"
 #include "readahead.h"
 
 #include "check.h"
@@ -205,6 +210,213 @@ static void test_loader(const char *poldir) {
     flashrt_policy_free(p);
 }
 
+/* ---- the per-stream controller of the backing reads (src/ra_hook.c) ---- */
+
+#define KIB128 (128u * 1024u)
+
+/* A sparse file of `blocks` 8 MiB blocks, open for reading. */
+static int sparse_file(const char *name, unsigned blocks) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/%s", TMP, name);
+    FILE *f = fopen(p, "w");
+    if (!f || ftruncate(fileno(f), (off_t)blocks * FRT_BLOCK_BYTES) != 0) { perror(p); exit(2); }
+    fclose(f);
+    int fd = open(p, O_RDONLY);
+    if (fd < 0) { perror(p); exit(2); }
+    return fd;
+}
+
+static uint64_t decided(const struct frt_ra_hook_stats *st, uint64_t kib) {
+    for (size_t i = 0; i < st->nsizes; i++)
+        if (st->decisions[i].kib == kib) return st->decisions[i].n;
+    return 0;
+}
+
+/* Two streams in one window, one reading its block sequentially, the other at random: the
+ * same size before their first window closes, the rule's sizes (1024 and 16 KiB) after; the
+ * hints cover the next `kib` of the block, bounded by its end. */
+static void test_hook_two_streams(const struct frt_readahead_fns *fns) {
+    char err[FLASHRT_ERR_LEN];
+    int fd = sparse_file("ra-two.img", 2);
+    frt_ra_hook *h = frt_ra_hook_new(fns, 1000, 1, err, sizeof err);
+    CHECK(h != NULL, "%s", err);
+    if (!h) { close(fd); return; }
+    const uint64_t SEQ = 7, RND = 9, B = FRT_BLOCK_BYTES;
+    static const unsigned rnd_pages[10] = {1500, 32, 1984, 640, 96, 1216, 2016, 320, 1760, 0};
+    uint64_t want_hinted = 0;
+    for (unsigned i = 0; i < 10; i++) {
+        double t = 100.0 + 0.05 * i;
+        CHECK(frt_ra_hook_read(h, SEQ, t, fd, 0, B, (uint64_t)i * KIB128, KIB128) == FRT_RA_HOOK_INITIAL_KIB, "seq %u", i);
+        want_hinted += KIB128;
+        uint64_t off = (uint64_t)rnd_pages[i] * 4096;
+        CHECK(frt_ra_hook_read(h, RND, t + 0.01, fd, B, B, off, KIB128) == FRT_RA_HOOK_INITIAL_KIB, "rnd %u", i);
+        uint64_t room = B - (off + KIB128);
+        want_hinted += room < KIB128 ? room : KIB128;
+    }
+    const struct frt_ra_hook_stats *st = frt_ra_hook_stats(h);
+    CHECK(st->windows == 0 && st->reads == 20 && st->streams == 2 && st->live_streams == 2, "first window: %llu windows",
+          (unsigned long long)st->windows);
+    CHECK(frt_ra_hook_stream_kib(h, SEQ) == 128 && frt_ra_hook_stream_kib(h, RND) == 128, "initial sizes");
+    /* page 2016 + 32 pages ends at the block's end: no hint for that read */
+    CHECK(st->hints == 19 && st->hinted_bytes == want_hinted && st->hint_errors == 0, "hints %llu bytes %llu (want %llu)",
+          (unsigned long long)st->hints, (unsigned long long)st->hinted_bytes, (unsigned long long)want_hinted);
+    /* the next window: each stream's first read closes its window */
+    uint64_t hinted0 = st->hinted_bytes;
+    CHECK(frt_ra_hook_read(h, SEQ, 101.2, fd, 0, B, 10 * KIB128, KIB128) == 1024, "sequential -> 1024 KiB");
+    CHECK(st->hinted_bytes - hinted0 == 1024 * 1024, "a 1 MiB hint: %llu", (unsigned long long)(st->hinted_bytes - hinted0));
+    CHECK(frt_ra_hook_read(h, RND, 101.3, fd, B, B, 0, KIB128) == 16, "random -> 16 KiB");
+    CHECK(frt_ra_hook_stream_kib(h, SEQ) == 1024 && frt_ra_hook_stream_kib(h, RND) == 16, "sizes after the window");
+    CHECK(st->windows == 2 && decided(st, 1024) == 1 && decided(st, 16) == 1 && st->clamped == 0, "decisions");
+    /* near the block's end the hint is bounded by it */
+    hinted0 = st->hinted_bytes;
+    CHECK(frt_ra_hook_read(h, SEQ, 101.4, fd, 0, B, B - 2 * KIB128, KIB128) == 1024, "same window");
+    CHECK(st->hinted_bytes - hinted0 == KIB128 && st->windows == 2, "bounded: %llu", (unsigned long long)(st->hinted_bytes - hinted0));
+    /* a later window without reads of RND leaves RND alone; SEQ's window (pages 320, then 1984:
+     * a jump) decides 16 */
+    CHECK(frt_ra_hook_read(h, SEQ, 105.0, fd, 0, B, 0, KIB128) == 16 && st->windows == 3, "one more window");
+    CHECK(frt_ra_hook_stream_kib(h, RND) == 16, "an idle stream keeps its size");
+    frt_ra_hook_free(h);
+    /* no hints (an O_DIRECT backing): the same decisions, nothing hinted */
+    h = frt_ra_hook_new(fns, 1000, 0, err, sizeof err);
+    if (h) {
+        frt_ra_hook_read(h, SEQ, 0.0, fd, 0, B, 0, KIB128);
+        frt_ra_hook_read(h, SEQ, 0.5, fd, 0, B, KIB128, KIB128);
+        CHECK(frt_ra_hook_read(h, SEQ, 1.0, fd, 0, B, 2 * KIB128, KIB128) == 1024, "decides without hints");
+        st = frt_ra_hook_stats(h);
+        CHECK(st->hints == 0 && st->hinted_bytes == 0 && st->windows == 1 && !frt_ra_hook_hinting(h), "no hints");
+        frt_ra_hook_free(h);
+    }
+    close(fd);
+    CHECK(!frt_ra_hook_new(fns, 0, 1, err, sizeof err) && strstr(err, "window"), "window 0 refused: %s", err);
+    CHECK(!frt_ra_hook_new(NULL, 1000, 1, err, sizeof err), "no model refused");
+}
+
+/* 40 streams (even ids read their block page after page, odd ones at random pages) over 30 s
+ * of trace time. */
+static frt_ra_hook *run_mix(const struct frt_readahead_fns *fns, int fd, uint64_t seed) {
+    char err[FLASHRT_ERR_LEN];
+    frt_ra_hook *h = frt_ra_hook_new(fns, 1000, 1, err, sizeof err);
+    if (!h) return NULL;
+    uint64_t next[40] = {0}, x = seed;
+    double t = 50.0;
+    for (int i = 0; i < 20000; i++) {
+        x = frt_mix64(x);
+        uint64_t id = x % 40;
+        t += (double)((x >> 8) % 3000) * 1e-6;
+        uint64_t page;
+        if (id % 2 == 0) { page = next[id]; next[id] = (next[id] + 1) % 2048; }
+        else page = (x >> 20) % 2048;
+        frt_ra_hook_read(h, id, t, fd, 0, FRT_BLOCK_BYTES, page * 4096, 4096);
+    }
+    return h;
+}
+
+/* The decisions depend on the reads and their trace times only. */
+static void test_hook_deterministic(const struct frt_readahead_fns *fns) {
+    int fd = sparse_file("ra-det.img", 1);
+    frt_ra_hook *a = run_mix(fns, fd, 77), *b = run_mix(fns, fd, 77);
+    CHECK(a && b, "hooks");
+    if (a && b) {
+        const struct frt_ra_hook_stats *x = frt_ra_hook_stats(a), *y = frt_ra_hook_stats(b);
+        CHECK(x->windows > 40 && x->windows == y->windows && x->reads == y->reads && x->hints == y->hints &&
+              x->hinted_bytes == y->hinted_bytes && x->nsizes == y->nsizes &&
+              memcmp(x->decisions, y->decisions, sizeof x->decisions) == 0, "the same decisions twice: %llu / %llu windows",
+              (unsigned long long)x->windows, (unsigned long long)y->windows);
+        int same = 1, rule = 1;
+        for (uint64_t id = 0; id < 40; id++) {
+            same &= frt_ra_hook_stream_kib(a, id) == frt_ra_hook_stream_kib(b, id);
+            rule &= frt_ra_hook_stream_kib(a, id) == (id % 2 == 0 ? 1024u : 16u);
+        }
+        CHECK(same, "the same sizes per stream");
+        CHECK(rule, "sequential streams 1024 KiB, random ones 16");
+        CHECK(decided(x, 1024) > 0 && decided(x, 16) > 0 && decided(x, 1024) + decided(x, 16) == x->windows, "the rule's sizes only");
+    }
+    frt_ra_hook_free(a);
+    frt_ra_hook_free(b);
+    close(fd);
+}
+
+/* The fixed table: more streams than slots drop the least recently read of a set; a stream
+ * read all along stays; a dropped one starts afresh. */
+static void test_hook_table_reuse(const struct frt_readahead_fns *fns) {
+    char err[FLASHRT_ERR_LEN];
+    frt_ra_hook *h = frt_ra_hook_new(fns, 1000, 0, err, sizeof err);
+    CHECK(h != NULL, "%s", err);
+    if (!h) return;
+    const uint64_t X = 42, Y = 43;
+    frt_ra_hook_read(h, X, 0.0, -1, 0, FRT_BLOCK_BYTES, 0, KIB128);
+    frt_ra_hook_read(h, Y, 0.0, -1, 0, FRT_BLOCK_BYTES, 0, KIB128);
+    frt_ra_hook_read(h, X, 1.0, -1, 0, FRT_BLOCK_BYTES, KIB128, KIB128);
+    frt_ra_hook_read(h, Y, 1.0, -1, 0, FRT_BLOCK_BYTES, KIB128, KIB128);
+    CHECK(frt_ra_hook_stream_kib(h, X) == 1024 && frt_ra_hook_stream_kib(h, Y) == 1024, "decided");
+    /* 8000 other streams, Y read between every two of them, X never */
+    for (uint64_t i = 0; i < 8000; i++) {
+        frt_ra_hook_read(h, 100000 + i, 1.5, -1, 0, FRT_BLOCK_BYTES, 0, KIB128);
+        frt_ra_hook_read(h, Y, 1.5, -1, 0, FRT_BLOCK_BYTES, KIB128, KIB128);
+    }
+    const struct frt_ra_hook_stats *st = frt_ra_hook_stats(h);
+    CHECK(st->live_streams == FRT_RA_HOOK_STREAMS, "the table is full: %llu", (unsigned long long)st->live_streams);
+    CHECK(st->streams == 8002 && st->stream_evictions == st->streams - st->live_streams, "streams %llu evictions %llu",
+          (unsigned long long)st->streams, (unsigned long long)st->stream_evictions);
+    CHECK(frt_ra_hook_stream_kib(h, X) == 0, "X was dropped");
+    CHECK(frt_ra_hook_stream_kib(h, Y) == 1024, "Y, read all along, kept its state");
+    /* X back: a new stream at the initial size (its first read decides nothing) */
+    uint64_t w = st->windows;
+    CHECK(frt_ra_hook_read(h, X, 2.5, -1, 0, FRT_BLOCK_BYTES, 0, KIB128) == FRT_RA_HOOK_INITIAL_KIB && st->windows == w &&
+          st->streams == 8003, "X afresh");
+    frt_ra_hook_free(h);
+}
+
+/* The hook on a real backing: prepare-backing of a small trace, reads through
+ * frt_backing_read feed it (stream = the block) and hint. */
+static void test_hook_backing(const struct frt_readahead_fns *fns) {
+    char trace[400], back[400], err[FLASHRT_ERR_LEN];
+    snprintf(trace, sizeof trace, "%s/ra.trace", TMP);
+    snprintf(back, sizeof back, "%s/ra-backing.img", TMP);
+    /* 201910 columns: block_id io_offset io_size op_time op_name pipeline user_namespace user_name */
+    write_text(trace, "5 0 8388608 10.0 1 0 1 1\n6 0 8388608 10.0 1 0 1 1\n");
+    struct flashrt_prepare_stats ps;
+    CHECK(flashrt_prepare_backing(back, NULL, trace, &ps, err, sizeof err) == 0, "%s", err);
+    flashrt_backing *bk = flashrt_backing_open(back, NULL, FLASHRT_DIRECT_OFF, err, sizeof err);
+    CHECK(bk != NULL, "%s", err);
+    frt_ra_hook *h = frt_ra_hook_new(fns, 1000, 1, err, sizeof err);
+    uint8_t *buf = NULL;
+    if (bk && h && posix_memalign((void **)&buf, 4096, 4 * KIB128) == 0) {
+        frt_backing_set_readahead(bk, h);
+        for (unsigned s = 0; s < 8; s++) {
+            CHECK(frt_backing_read(bk, 5, s, s, buf, 10.0 + 0.1 * s, err, sizeof err) == 0, "%s", err);
+            CHECK(flashrt_verify(5, (uint64_t)s * KIB128, buf, KIB128) == -1, "bytes of block 5");
+        }
+        CHECK(frt_backing_read(bk, 6, 60, 63, buf, 11.0, err, sizeof err) == 0, "%s", err); /* to the block's end */
+        CHECK(frt_backing_read(bk, 5, 8, 8, buf, 11.0, err, sizeof err) == 0, "%s", err);
+        const struct frt_ra_hook_stats *st = frt_ra_hook_stats(h);
+        CHECK(st->reads == 10 && st->streams == 2 && st->windows == 1 && decided(st, 1024) == 1, "reads %llu streams %llu windows %llu",
+              (unsigned long long)st->reads, (unsigned long long)st->streams, (unsigned long long)st->windows);
+        CHECK(st->hints == 9 && st->hinted_bytes == 8 * (uint64_t)KIB128 + 1024 * 1024 && st->hint_errors == 0, "hints %llu bytes %llu",
+              (unsigned long long)st->hints, (unsigned long long)st->hinted_bytes);
+        CHECK(frt_ra_hook_stream_kib(h, 5) == 1024 && frt_ra_hook_stream_kib(h, 6) == 128, "per block");
+        frt_backing_set_readahead(bk, NULL);
+        CHECK(frt_backing_read(bk, 5, 9, 9, buf, 12.0, err, sizeof err) == 0 && st->reads == 10, "detached");
+    }
+    free(buf);
+    frt_ra_hook_free(h);
+    flashrt_backing_close(bk);
+}
+
+static void test_hook(const char *poldir) {
+    char dir[400], err[FLASHRT_ERR_LEN];
+    bundle("ra-hook", poldir, "readahead.so", "\"readahead\"", FLASHML_READAHEAD_CONTRACT_HASH, dir, sizeof dir);
+    flashrt_policy *p = frt_readahead_load(dir, err, sizeof err);
+    CHECK(p != NULL, "%s", err);
+    if (!p) return;
+    const struct frt_readahead_fns *fns = frt_policy_readahead(p);
+    test_hook_two_streams(fns);
+    test_hook_deterministic(fns);
+    test_hook_table_reuse(fns);
+    test_hook_backing(fns);
+    flashrt_policy_free(p);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_readahead POLICY_BUILD_DIR\n");
@@ -216,6 +428,7 @@ int main(int argc, char **argv) {
     test_accumulator();
     test_parser();
     test_loader(argv[1]);
+    test_hook(argv[1]);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", TMP);

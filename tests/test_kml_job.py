@@ -1,0 +1,104 @@
+"""`flashml kml run` (flashml/jobs/kml.py), the offline part end to end on the twin: the sweep
+names the best fixed size per workload, the network and the tree are trained, compiled and
+called every window, and the summary holds every workload's four policies. The real
+experiment (db_bench on a throttled loop device) runs in `make bench` (bench/bench_kml.py);
+its parts have their own tests (test_kml_testbed.py, test_runtime_readahead.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+def _run(tmp_path: Path, *args: object) -> None:
+    """`flashml ARGS` as a user runs it: a fresh interpreter with its own state."""
+    from conftest import run_cli
+
+    proc = run_cli(*args, env={"FLASHML_HOME": str(tmp_path / "state"),
+                               "MLFLOW_TRACKING_URI": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_kml_run_twin_end_to_end(tmp_path: Path) -> None:
+    from flashml.compiler.loader import PolicyLibrary
+
+    out = tmp_path / "run"
+    _run(tmp_path, "kml", "run", "--mode", "twin", "--twin-requests", "60000",
+         "--sizes", "8,64,1024", "--repeats", "1", "--folds", "3", "-o", out)
+    s = json.loads((out / "summary.json").read_text())
+    assert s["mode"] == "twin" and s["default_kib"] == 128
+    names = ("readrandom", "readseq", "readreverse", "readrandomwriterandom", "updaterandom",
+             "mixgraph")
+    assert tuple(s["workloads"]) == names
+    for w, r in s["workloads"].items():
+        # best_fixed is the sweep's best size (of 8, 64, 1024 and the default), measured again
+        sweep = {int(k): v for k, v in s["sweep"][w].items()}
+        assert set(sweep) == {8, 64, 128, 1024}
+        top = max(sweep.values())  # the smallest size within --tie (3%) of the best
+        assert r["best_fixed_kib"] == min(k for k, v in sweep.items() if v >= 0.97 * top)
+        assert r["best_fixed"] == pytest.approx(sweep[r["best_fixed_kib"]])
+        assert r["default"] == pytest.approx(sweep[128])
+        assert r["kml_vs_best_fixed"] == pytest.approx(r["kml"] / r["best_fixed"])
+        # the twin is deterministic: nothing beats the best fixed size by much, and the tuner
+        # chose only the classes' sizes
+        assert r["kml"] <= 1.2 * r["best_fixed"]
+        assert set(map(int, r["decisions"]["kml"])) <= set(s["classes_kib"].values())
+        assert r["trained_on"] == (w not in ("updaterandom", "mixgraph"))
+    # random reads want small readahead, sequential ones large (the labels)
+    assert s["classes_kib"]["readrandom"] < s["classes_kib"]["readseq"]
+    assert s["workloads"]["readrandom"]["kml_vs_default"] > 1.5
+    for name in ("kml", "kml_tree"):
+        m = s["models"][name]
+        assert m["cv_accuracy"] > 0.6 and m["so_vs_model_agreement"] == 1.0
+        assert m["model_bytes"] < 64 << 10
+        lib = PolicyLibrary(Path(m["dir"]) / "policy.so", need="readahead")
+        assert lib.readahead_kib([[100, 5000, 3000, 2.0, 128]])[0] in set(
+            s["classes_kib"].values())
+    for p in s["plots"]:
+        assert Path(p).stat().st_size > 10_000
+
+
+def test_kml_run_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from flashml.cli import main
+
+    for args, msg in ((["--device-size", "1MiB"], "at least 256MiB"),
+                      (["--device-size", "2 parsecs"], "--device-size"),
+                      (["--sizes", "8"], "at least two sizes"),
+                      (["--sizes", "8,x"], "comma-separated KiB"),
+                      (["--repeats", "0"], "--repeats must be >= 1"),
+                      (["--trace", "x.csv"], "takes no --trace")):
+        rc = main(["kml", "run", "--mode", "twin", *args, "-o", str(tmp_path / "r")])
+        assert rc != 0
+        assert msg in capsys.readouterr().err
+        assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_kml_mode_real_says_why_it_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flashml.errors import UserError
+    from flashml.jobs import kml
+    from flashml.kml import testbed
+
+    monkeypatch.setattr(testbed, "unavailable", lambda: "needs root (test)")
+    with pytest.raises(UserError, match="cannot run here: needs root"):
+        kml._mode(kml.KmlSettings(mode="real"))
+    assert kml._mode(kml.KmlSettings(mode="auto")) == ("twin", "needs root (test)")
+
+
+def test_pipeline_system_kml_runs_the_twin(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    """`flashml pipeline run --system kml` is the offline part: the twin, on its defaults."""
+    from flashml import cli
+    from flashml.jobs import run as run_mod
+
+    seen = {}
+
+    def fake_run_job(job, s, out, resume=False):  # type: ignore[no-untyped-def]
+        seen["job"], seen["settings"] = job.__name__, s
+        raise SystemExit(0)
+
+    monkeypatch.setattr(run_mod, "run_job", fake_run_job)
+    with pytest.raises(SystemExit):
+        cli.main(["pipeline", "run", "--system", "kml", "-o", str(tmp_path / "r")])
+    assert seen["job"] == "flashml.jobs.kml" and seen["settings"].mode == "twin"
