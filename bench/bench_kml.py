@@ -65,11 +65,11 @@ def inference_ns(so: Path, calls: int = 2_000_000) -> float:
 
 
 def run(mode: str, out: Path, extra: list[str]) -> dict[str, Any]:
+    from flashml.commands.systems import system_parser
     from flashml.jobs import kml
     from flashml.jobs.run import run_job
-    from flashml.commands.systems import _system_parser
 
-    args = _system_parser(kml).parse_args(["--mode", mode, *extra])
+    args = system_parser(kml).parse_args(["--mode", mode, *extra])
     s = kml.Settings.from_cli(args)
     t0 = time.perf_counter()
     summary, _, _ = run_job(kml, s, out)

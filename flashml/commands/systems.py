@@ -25,7 +25,7 @@ def command_name(job: ModuleType) -> str:
     return getattr(job, "COMMAND", None) or job.__name__.rsplit(".", 1)[1]
 
 
-def _system_parser(job: ModuleType) -> argparse.ArgumentParser:
+def system_parser(job: ModuleType) -> argparse.ArgumentParser:
     """A `flashml <system> run` parser for `job` (its options and their defaults)."""
     p = argparse.ArgumentParser(prog=f"flashml {command_name(job)} run")
     add_trace_option(p, required=False, formats=getattr(job, "FORMATS", None),
@@ -52,7 +52,7 @@ def _make_run(job: ModuleType):  # type: ignore[no-untyped-def]
                 passed += ["--format", args.format]
             # a job may say what its embedded default is (KML: the offline twin)
             passed += list(getattr(other, "PIPELINE_ARGS", ()))
-            oargs = _system_parser(other).parse_args(passed)
+            oargs = system_parser(other).parse_args(passed)
             s = other.Settings.from_cli(oargs)
             summary, path, timer = run_job(other, s, args.out, resume=args.resume)
             print(other.describe(summary, s))

@@ -74,7 +74,7 @@ class RealDevice:
     read_iops: int = 2000
     read_bps: int = 64 << 20
     duration_s: int = 6
-    reads: int = 200_000
+    reads: int = 1_000_000
 
 
 class RealRunner:

@@ -20,8 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -62,7 +64,12 @@ static const char *RA_HELP =
     "  --events FILE         replay: a CSV time_s,inode,page (seconds, non-decreasing) instead\n"
     "                        of tracing; windows are cut by its time column, no waiting\n"
     "  --readahead-file PATH the file holding the readahead in KiB instead of the device's\n"
-    "                        /sys/.../queue/read_ahead_kb (then --device may be omitted)\n";
+    "                        /sys/.../queue/read_ahead_kb (then --device may be omitted)\n"
+    "  --no-propagate        leave the files already open on the device alone (by default\n"
+    "                        each change is also given to them: the kernel copies a device's\n"
+    "                        readahead into a file only when it is opened; this resets their\n"
+    "                        readahead with POSIX_FADV_NORMAL through pidfd_getfd(2), which\n"
+    "                        also clears a POSIX_FADV_RANDOM an application set)\n";
 
 #define RA_MIN_KIB 4ull
 #define RA_MAX_KIB 1048576ull
@@ -122,6 +129,72 @@ static int write_kib(const char *path, uint64_t kib, uint64_t *now) {
     return 0;
 }
 
+/* ---- the readahead of the files already open on the device ---- */
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+/* The kernel copies a device's readahead into each file's own readahead state when the file
+ * is opened (file_ra_state_init), so a new read_ahead_kb reaches only files opened after it;
+ * a database keeps its files open for its life (measured: db_bench readrandom stays at the
+ * readahead it started with). So after every change, each process's descriptors of files on
+ * the device (or of the device itself) are duplicated with pidfd_getfd(2), which shares the
+ * open file description, and POSIX_FADV_NORMAL resets that file's readahead to the device's
+ * (mm/fadvise.c: file->f_ra.ra_pages = bdi->ra_pages; mmap faults read the same state). It
+ * also clears a POSIX_FADV_RANDOM the application had set: --no-propagate leaves open files
+ * alone. Returns the files updated; *errors counts descriptors that could not be. */
+static uint64_t propagate(unsigned major, unsigned minor, uint64_t *errors) {
+    const dev_t want = makedev(major, minor);
+    const pid_t self = getpid();
+    uint64_t updated = 0;
+    DIR *proc = opendir("/proc");
+    if (!proc) {
+        (*errors)++;
+        return 0;
+    }
+    struct dirent *pe;
+    while ((pe = readdir(proc)) != NULL) {
+        char *end;
+        long pid = strtol(pe->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == self) continue;
+        char fddir[64];
+        snprintf(fddir, sizeof fddir, "/proc/%ld/fd", pid);
+        DIR *fds = opendir(fddir);
+        if (!fds) continue; /* gone, or a kernel thread */
+        int pidfd = -1;
+        struct dirent *fe;
+        while ((fe = readdir(fds)) != NULL) {
+            long fd = strtol(fe->d_name, &end, 10);
+            if (*end || fd < 0) continue;
+            char link[96];
+            struct stat st;
+            snprintf(link, sizeof link, "%s/%ld", fddir, fd);
+            if (stat(link, &st) != 0) continue;
+            if (st.st_dev != want && !(S_ISBLK(st.st_mode) && st.st_rdev == want)) continue;
+            if (pidfd < 0 && (pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0)) < 0) {
+                (*errors)++;
+                break;
+            }
+            int dup = (int)syscall(SYS_pidfd_getfd, pidfd, (int)fd, 0);
+            if (dup < 0) {
+                (*errors)++;
+                continue;
+            }
+            if (posix_fadvise(dup, 0, 0, POSIX_FADV_NORMAL) == 0) updated++;
+            else (*errors)++;
+            close(dup);
+        }
+        if (pidfd >= 0) close(pidfd);
+        closedir(fds);
+    }
+    closedir(proc);
+    return updated;
+}
+
 /* ---- the tuner: windows -> decisions ---- */
 
 struct kib_count {
@@ -138,7 +211,19 @@ struct tuner {
     struct kib_count *dec;
     size_t ndec, capdec;
     uint64_t infer_ns;
+    /* live mode on a device: the readahead is also given to the files already open on it */
+    int propagate;
+    unsigned major, minor;
+    uint64_t files_updated, propagate_errors, last_files;
 };
+
+/* Set the readahead (and, live, hand it to the files already open on the device). */
+static int set_readahead(struct tuner *t, uint64_t kib, uint64_t *now) {
+    if (write_kib(t->ra_path, kib, now) != 0) return 1;
+    t->last_files = t->propagate ? propagate(t->major, t->minor, &t->propagate_errors) : 0;
+    t->files_updated += t->last_files;
+    return 0;
+}
 
 /* The current window's features -> the model's readahead -> the device. `t` is the window's
  * start (s from the first window), for the log. */
@@ -153,7 +238,7 @@ static int classify(struct tuner *t, uint64_t window, double start) {
     int clamped = (int64_t)kib != (int64_t)model;
     t->clamped += (uint64_t)clamped;
     uint64_t now;
-    if (write_kib(t->ra_path, kib, &now) != 0) return 1;
+    if (set_readahead(t, kib, &now) != 0) return 1;
     t->current_kib = now;
     size_t i = 0;
     while (i < t->ndec && t->dec[i].kib != kib) i++;
@@ -183,6 +268,7 @@ static int classify(struct tuner *t, uint64_t window, double start) {
         cli_json_int(t->log, "kib", kib, &first);
         fprintf(t->log, ", \"clamped\": %s", clamped ? "true" : "false");
         cli_json_int(t->log, "set_kib", now, &first);
+        cli_json_int(t->log, "files", t->last_files, &first);
         struct timespec wall; /* when it was set, Unix time (to line the log up with a workload's) */
         clock_gettime(CLOCK_REALTIME, &wall);
         cli_json_num(t->log, "wall", (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9, &first);
@@ -474,7 +560,7 @@ int cli_tune_readahead(int argc, char **argv) {
     const char *dev = NULL, *bundle = NULL, *log_path = NULL, *events = NULL, *ra_file = NULL;
     uint64_t interval_ms = 0;
     double duration = 0.0;
-    int as_json = 0;
+    int as_json = 0, no_propagate = 0;
     for (int i = 0; i < argc; i++) {
         const char *v, *a = argv[i];
 #define OPT(name) (v = cli_optval(argc, argv, &i, name))
@@ -487,6 +573,7 @@ int cli_tune_readahead(int argc, char **argv) {
         else if (OPT("--events")) { if (!*v) BAD("--events"); events = v; }
         else if (OPT("--readahead-file")) { if (!*v) BAD("--readahead-file"); ra_file = v; }
         else if (!strcmp(a, "--json")) as_json = 1;
+        else if (!strcmp(a, "--no-propagate")) no_propagate = 1;
         else {
             fprintf(stderr, "flashrt tune-readahead: error: unknown argument '%s' (see --help)\n", a);
             return 2;
@@ -507,7 +594,9 @@ int cli_tune_readahead(int argc, char **argv) {
     char err[FLASHRT_ERR_LEN] = "";
     flashrt_policy *pol = frt_readahead_load(bundle, err, sizeof err);
     if (!pol) return ERR("%s", err);
-    struct tuner t = {.fns = frt_policy_readahead(pol), .ra_path = ra_file ? ra_file : sys_ra};
+    struct tuner t = {.fns = frt_policy_readahead(pol), .ra_path = ra_file ? ra_file : sys_ra,
+                      .propagate = !events && !ra_file && !no_propagate, .major = lv.major,
+                      .minor = lv.minor};
     frt_ra_init(&t.acc);
     if (!interval_ms) interval_ms = (uint64_t)t.fns->window_ms;
     const double window_s = (double)interval_ms / 1000.0;
@@ -543,7 +632,7 @@ int cli_tune_readahead(int argc, char **argv) {
     int restored = 0;
     if (have_original) {
         uint64_t back;
-        restored = write_kib(t.ra_path, original, &back) == 0;
+        restored = set_readahead(&t, original, &back) == 0;
         if (!restored) {
             fprintf(stderr, "flashrt: error: %s: could not restore the original readahead %llu KiB\n", t.ra_path, (unsigned long long)original);
             rc = 1;
@@ -585,6 +674,9 @@ int cli_tune_readahead(int argc, char **argv) {
             cli_json_int(stdout, "final_kib", final_kib, &first);
             fprintf(stdout, ", \"restored\": %s", restored ? "true" : "false");
             cli_json_num(stdout, "mean_inference_ns", mean_ns, &first);
+            fprintf(stdout, ", \"propagate\": %s", t.propagate ? "true" : "false");
+            cli_json_int(stdout, "files_updated", t.files_updated, &first);
+            cli_json_int(stdout, "propagate_errors", t.propagate_errors, &first);
             if (!events) {
                 cli_json_int(stdout, "other_lines", lv.foreign, &first);
                 cli_json_str(stdout, "trace_clock", lv.mono ? "mono" : "read time", &first);
