@@ -90,6 +90,10 @@ def main() -> int:
     ap.add_argument("--twin-only", action="store_true", help="skip the real experiment")
     ap.add_argument("-o", "--output", type=Path, default=ROOT / "bench" / "results" / "kml.json")
     args = ap.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.INFO, datefmt="%H:%M:%S",
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from flashml.kml import collect, testbed
 
     why = testbed.unavailable() or collect.unavailable()

@@ -12,6 +12,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 CONTRACT_PATH = Path(__file__).resolve().parent / "contract.toml"
 SOURCES = ("op", "namespace", "user", "segment_start", "segment_end", "size", "block_count",
@@ -54,6 +55,15 @@ class Contract:
         return [pos[n] for n in self.models[model] if n in pos]
 
 
+
+def canonical_hash(obj: Any) -> str:
+    """sha256 of a contract's canonical JSON (sorted keys, no spaces): every contract's hash
+    (admission, eviction, partition, readahead), so one change of wording anywhere in a
+    contract's fields changes it."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True,
+                                     separators=(",", ":")).encode()).hexdigest()
+
+
 def _canonical(raw: dict) -> dict:
     return {"contract": raw["contract"], "admission": raw["admission"], "models": raw["models"]}
 
@@ -74,8 +84,7 @@ def load(path: Path = CONTRACT_PATH) -> Contract:
     names = [f.name for f in feats]
     if len(set(names)) != len(names):
         raise ValueError(f"{path}: duplicate feature names")
-    digest = hashlib.sha256(json.dumps(_canonical(raw), sort_keys=True,
-                                       separators=(",", ":")).encode()).hexdigest()
+    digest = canonical_hash(_canonical(raw))
     return Contract(name=head["name"], version=int(head["version"]),
                     hour_seconds=int(head["hour_seconds"]), hours=int(head["hours"]),
                     admission=tuple(feats),

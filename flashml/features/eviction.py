@@ -12,13 +12,13 @@ plain Python floats, following the conventions written at the top of eviction.to
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from flashml.features.contract import canonical_hash
 
 EVICTION_PATH = Path(__file__).resolve().parent / "eviction.toml"
 
@@ -68,8 +68,7 @@ def load(path: Path = EVICTION_PATH) -> Contract:
             *(f"edc_{i}" for i in range(e)))
     if names != want:
         raise ValueError(f"{path}: the features must be LRB's layout {want}, got {names}")
-    digest = hashlib.sha256(json.dumps(_canonical(raw), sort_keys=True,
-                                       separators=(",", ":")).encode()).hexdigest()
+    digest = canonical_hash(_canonical(raw))
     return Contract(name=head["name"], version=int(head["version"]),
                     memory_window=int(head["memory_window"]), max_past_distances=m,
                     edc_base_log2=int(head["edc_base_log2"]), num_edcs=e, names=names,

@@ -8,8 +8,6 @@ and request share, laid out as the network and `flashml_partition` read them.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import tomllib
 from dataclasses import dataclass
 from functools import cache
@@ -17,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from flashml.features.contract import canonical_hash
 
 PARTITION_PATH = Path(__file__).resolve().parent / "partition.toml"
 
@@ -54,8 +54,7 @@ def load(path: Path = PARTITION_PATH) -> Contract:
     if not (1 <= m <= 256 and 1 <= t <= 256):
         raise ValueError(f"{path}: max_streams and steps must be in 1..256, got {m}, {t}")
     canonical = {"contract": head, "slot_feature": raw["slot_feature"]}
-    digest = hashlib.sha256(json.dumps(canonical, sort_keys=True,
-                                       separators=(",", ":")).encode()).hexdigest()
+    digest = canonical_hash(canonical)
     return Contract(name=head["name"], version=int(head["version"]), max_streams=m, steps=t,
                     hash=digest)
 

@@ -7,8 +7,6 @@ themselves: per window of page-cache events, the paper's five inputs in the cont
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import tomllib
 from collections.abc import Iterable
@@ -16,6 +14,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from flashml.features.contract import canonical_hash
 
 READAHEAD_PATH = Path(__file__).resolve().parent / "readahead.toml"
 
@@ -51,8 +51,7 @@ def load(path: Path = READAHEAD_PATH) -> Contract:
         raise ValueError(f"{path}: window_ms in 1..3600000 and page_bytes a page size, "
                          f"got {w}, {pb}")
     canonical = {"contract": head, "feature": raw["feature"]}
-    digest = hashlib.sha256(json.dumps(canonical, sort_keys=True,
-                                       separators=(",", ":")).encode()).hexdigest()
+    digest = canonical_hash(canonical)
     return Contract(name=head["name"], version=int(head["version"]), window_ms=w,
                     page_bytes=pb, names=names, docs=tuple(f["doc"] for f in raw["feature"]),
                     hash=digest)

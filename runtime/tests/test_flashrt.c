@@ -22,13 +22,6 @@ static char TMP[256];
 
 static void path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", TMP, name); }
 
-static void write_text(const char *p, const char *text) {
-    FILE *f = fopen(p, "w");
-    if (!f) { perror(p); exit(2); }
-    fputs(text, f);
-    fclose(f);
-}
-
 static void copy_file(const char *src, const char *dst) {
     FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
     if (!a || !b) { perror(src); exit(2); }

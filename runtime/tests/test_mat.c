@@ -18,13 +18,6 @@
 
 static char TMP[256];
 
-static void write_text(const char *p, const char *text) {
-    FILE *f = fopen(p, "w");
-    if (!f) { perror(p); exit(2); }
-    fputs(text, f);
-    fclose(f);
-}
-
 /* ---- features: sim/src/lrb_features.rs's hand examples ---- */
 
 static void test_features(void) {

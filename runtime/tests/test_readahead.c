@@ -26,13 +26,6 @@
 
 static char TMP[256];
 
-static void write_text(const char *p, const char *text) {
-    FILE *f = fopen(p, "w");
-    if (!f) { perror(p); exit(2); }
-    fputs(text, f);
-    fclose(f);
-}
-
 static int close_to(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fmax(fabs(a), fabs(b))); }
 
 /* ---- the accumulator against the definitions, recomputed from scratch every window ---- */
