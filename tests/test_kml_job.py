@@ -24,13 +24,18 @@ def _run(tmp_path: Path, *args: object) -> None:
 def test_kml_run_twin_end_to_end(tmp_path: Path) -> None:
     from flashml.compiler.loader import PolicyLibrary
 
+    from flashml.trace.blockgen import get_block_preset, write_block_msr
+
+    write_block_msr(get_block_preset("prn0-like"), 1, tmp_path / "prn0.csv", requests=20_000)
     out = tmp_path / "run"
-    _run(tmp_path, "kml", "run", "--mode", "twin", "--twin-requests", "60000",
-         "--sizes", "8,64,1024", "--repeats", "1", "--folds", "3", "-o", out)
+    # --trace: the user's block trace judged on the twin as one more held-out workload
+    _run(tmp_path, "kml", "run", "--twin-requests", "60000", "--sizes", "8,64,1024",
+         "--repeats", "1", "--folds", "3", "--trace", tmp_path / "prn0.csv", "--format", "msr",
+         "-o", out)
     s = json.loads((out / "summary.json").read_text())
     assert s["mode"] == "twin" and s["default_kib"] == 128
     names = ("readrandom", "readseq", "readreverse", "readrandomwriterandom", "updaterandom",
-             "mixgraph")
+             "mixgraph", "trace:prn0.csv")
     assert tuple(s["workloads"]) == names
     for w, r in s["workloads"].items():
         # best_fixed is the sweep's best size (of 8, 64, 1024 and the default), measured again
@@ -45,7 +50,7 @@ def test_kml_run_twin_end_to_end(tmp_path: Path) -> None:
         # chose only the classes' sizes
         assert r["kml"] <= 1.2 * r["best_fixed"]
         assert set(map(int, r["decisions"]["kml"])) <= set(s["classes_kib"].values())
-        assert r["trained_on"] == (w not in ("updaterandom", "mixgraph"))
+        assert r["trained_on"] == (w in names[:4])
     # random reads want small readahead, sequential ones large (the labels)
     assert s["classes_kib"]["readrandom"] < s["classes_kib"]["readseq"]
     assert s["workloads"]["readrandom"]["kml_vs_default"] > 1.5
@@ -68,7 +73,7 @@ def test_kml_run_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
                       (["--sizes", "8"], "at least two sizes"),
                       (["--sizes", "8,x"], "comma-separated KiB"),
                       (["--repeats", "0"], "--repeats must be >= 1"),
-                      (["--trace", "x.csv"], "takes no --trace")):
+                      (["--trace", "x.csv", "--mode", "real"], "judged on the offline twin")):
         rc = main(["kml", "run", "--mode", "twin", *args, "-o", str(tmp_path / "r")])
         assert rc != 0
         assert msg in capsys.readouterr().err

@@ -420,6 +420,24 @@ def test_errors(bundle: Path, tmp_path: Path) -> None:
                                               text=True).stdout
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to run the tuner as an ordinary user")
+def test_live_tuning_without_root_is_refused(bundle: Path, tmp_path: Path) -> None:
+    """An ordinary user asking to tune a real device: a clear refusal before anything is
+    touched (tracefs and read_ahead_kb need root)."""
+    loops = sorted(Path("/dev").glob("loop[0-9]*"))
+    if not loops:
+        pytest.skip("no loop device node to name")
+    shutil.copytree(bundle, tmp_path / "b")
+    os.chmod(tmp_path, 0o755)
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           str(FLASHRT), "tune-readahead", "--device", str(loops[0]),
+                           "--bundle", str(tmp_path / "b")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "need root" in proc.stderr and str(loops[0]) in proc.stderr
+
+
 # ---- (e) the runtime's own backing reads: `flashrt replay --readahead-bundle` ----
 
 SEG = 128 * 1024

@@ -18,7 +18,10 @@ device's own readahead), `best_fixed`, `kml` and `kml_tree`, alternating, `--rep
 
 `--mode twin` (and `flashml pipeline run --system kml`) runs the same stages on the offline
 twin (flashml/kml/twin.py: the simulator's page cache with Linux-like readahead over
-generated db_bench-like traces), for users without root.
+generated db_bench-like traces), for users without root. With `--trace FILE` (a block
+trace: MSR, CloudPhysics, csv, Tectonic) the twin also judges the tuner on that trace (its
+reads and writes replayed closed-loop; each block a file, offsets in pages), as one more
+held-out workload named `trace:FILE`.
 
 The summary: `workloads` -> name -> {default, best_fixed, kml, kml_tree (ops/s, medians),
 best_fixed_kib, kml_vs_best_fixed, kml_vs_default, ...}, the models' cross-validation, the
@@ -40,6 +43,7 @@ from flashml.jobs.run import RunDir, Stage, Timer
 log = logging.getLogger("flashml.kml")
 
 COMMAND = "kml"
+DEFAULT_FORMAT = "msr"
 HELP = "KML: a learned readahead tuner (db_bench on a real device, or the twin) -> policy.so"
 #: `flashml pipeline run --system kml` runs the offline part on the embedded default.
 PIPELINE_ARGS = ("--mode", "twin")
@@ -79,6 +83,10 @@ class KmlSettings:
     twin_cache_pages: int = 32_768
     seed: int = 0
     workdir: Path | None = None
+    #: a block trace the twin also judges the tuner on (twin mode)
+    trace: Path | None = None
+    format: str | None = None
+    sample_ratio: float | None = None
 
     def replace(self, **kw: Any) -> KmlSettings:
         return replace(self, **kw)
@@ -87,9 +95,13 @@ class KmlSettings:
     def from_cli(cls, args: argparse.Namespace) -> KmlSettings:
         from flashml.simulation import parse_capacity
 
-        if getattr(args, "trace", None) is not None:
-            raise UserError("flashml kml run takes no --trace: its workloads are db_bench's "
-                            "(real mode) or generated db_bench-like traces (twin mode)")
+        trace = getattr(args, "trace", None)
+        mode = args.mode
+        if trace is not None:
+            if mode == "real":
+                raise UserError("--trace: a trace is judged on the offline twin; the real "
+                                "experiment runs db_bench (use --mode twin)")
+            mode = "twin"
         try:
             dev, unit = parse_capacity(args.device_size)
         except ValueError as e:
@@ -116,7 +128,8 @@ class KmlSettings:
                 raise UserError(f"{flag} must be >= {lo}, got {v}")
         if not 0.0 <= args.tie < 0.5:
             raise UserError(f"--tie must be in [0, 0.5), got {args.tie}")
-        return cls(mode=args.mode, device_bytes=dev, num=args.num, memory_mib=args.memory_mib,
+        return cls(mode=mode, trace=trace, format=getattr(args, "format", None),
+                   sample_ratio=getattr(args, "sample_ratio", None), device_bytes=dev, num=args.num, memory_mib=args.memory_mib,
                    read_iops=args.read_iops, read_mbps=args.read_mbps,
                    duration_s=args.duration, reads=args.reads, repeats=args.repeats,
                    sizes=sizes, hidden=args.hidden, depth=args.depth, folds=args.folds,
@@ -168,6 +181,37 @@ def add_cli(p: argparse.ArgumentParser) -> None:
 # --- the runner of a mode ------------------------------------------------------------------
 
 
+def _workloads(s: KmlSettings) -> tuple[str, ...]:
+    """Every judged workload: the training ones, the held-out ones, the user's trace."""
+    return TRAIN_WORKLOADS + HELD_OUT + ((f"trace:{Path(s.trace).name}",) if s.trace else ())
+
+
+def _user_trace(s: KmlSettings) -> dict[str, Any]:
+    """The user's block trace as the twin's requests: each block a file, its offsets in
+    pages, reads and writes in trace order."""
+    import numpy as np
+
+    from flashml.config import PUT_OPS
+    from flashml.trace.ingest import load_trace
+
+    assert s.trace is not None
+    df, _ = load_trace(s.trace, s.format, sample_ratio=s.sample_ratio)
+    if df.height == 0:
+        raise UserError(f"{s.trace}: no requests")
+    off = df["offset"].to_numpy().astype(np.uint64)
+    end = off + np.maximum(df["size"].to_numpy().astype(np.uint64), np.uint64(1))
+    first = off // np.uint64(4096)
+    import polars as pl
+
+    keys = df["key"].rank("dense").cast(pl.UInt64).to_numpy() - np.uint64(1)
+    if int(keys.max()) >= 2**32:
+        raise UserError(f"{s.trace}: more than 2^32 blocks; sample it (--sample-ratio)")
+    return {"files": keys.astype(np.uint32), "pages": first,
+            "npages": ((end - np.uint64(1)) // np.uint64(4096) - first + np.uint64(1)
+                       ).astype(np.uint32),
+            "writes": df["op"].is_in(list(PUT_OPS)).to_numpy()}
+
+
 def _mode(s: KmlSettings) -> tuple[str, str | None]:
     """The mode this run uses and, for auto falling back to the twin, why."""
     if s.mode == "twin":
@@ -200,9 +244,10 @@ def _runner(run: RunDir, s: KmlSettings, mode: str) -> Any:
             device_bytes=s.device_bytes, num=s.num, memory_bytes=s.memory_mib << 20,
             read_iops=s.read_iops, read_bps=int(s.read_mbps * (1 << 20)),
             duration_s=s.duration_s, reads=s.reads))
+    extra = {_workloads(s)[-1]: _user_trace(s)} if s.trace else {}
     return TwinRunner(TwinDevice(requests=s.twin_requests, cache_pages=s.twin_cache_pages,
                                  riops=float(s.read_iops), rbps=s.read_mbps * (1 << 20),
-                                 seed=s.seed))
+                                 seed=s.seed), traces=extra)
 
 
 # --- stages --------------------------------------------------------------------------------
@@ -224,9 +269,9 @@ def sweep(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
     with timer.stage("sweep"), _runner(run, s, mode) as r:
         default = int(r.default_kib)
         sizes = sorted({*s.sizes, default})
-        total = len(TRAIN_WORKLOADS + HELD_OUT) * len(sizes)
+        total = len(_workloads(s)) * len(sizes)
         done = 0
-        for w in TRAIN_WORKLOADS + HELD_OUT:
+        for w in _workloads(s):
             table[w] = {}
             for kib in sizes:
                 o = r.run(w, kib=kib, trace=w in TRAIN_WORKLOADS)
@@ -351,7 +396,7 @@ def evaluate(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
     decisions: dict[str, dict[str, dict[str, int]]] = {}
     tuner_ns: list[float] = []
     with timer.stage("evaluate"), _runner(run, s, sw["mode"]) as r:
-        for w in TRAIN_WORKLOADS + HELD_OUT:
+        for w in _workloads(s):
             per[w] = {p: [] for p in POLICIES}
             for rep in range(s.repeats):
                 for p in POLICIES:
@@ -476,6 +521,7 @@ def mlflow_params(run: RunDir, s: KmlSettings) -> dict[str, Any]:
             "depth": s.depth,
             "folds": s.folds, "max_windows": s.max_windows, "twin_requests": s.twin_requests,
             "twin_cache_pages": s.twin_cache_pages, "seed": s.seed,
+            "trace": str(s.trace) if s.trace else "",
             "cpus": os.cpu_count() or 0}
 
 

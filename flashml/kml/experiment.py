@@ -228,10 +228,11 @@ class TwinRunner:
 
     mode = "twin"
 
-    def __init__(self, device: TwinDevice) -> None:
+    def __init__(self, device: TwinDevice, traces: dict[str, Any] | None = None) -> None:
         self.dev = device
         self.default_kib = device.default_kib
-        self._traces: dict[str, Any] = {}
+        #: traces by workload name besides the generated ones (a user's block trace)
+        self._traces: dict[str, Any] = dict(traces or {})
 
     def __enter__(self) -> TwinRunner:
         return self
