@@ -23,7 +23,6 @@ def _run(tmp_path: Path, *args: object) -> None:
 
 def test_kml_run_twin_end_to_end(tmp_path: Path) -> None:
     from flashml.compiler.loader import PolicyLibrary
-
     from flashml.trace.blockgen import get_block_preset, write_block_msr
 
     write_block_msr(get_block_preset("prn0-like"), 1, tmp_path / "prn0.csv", requests=20_000)

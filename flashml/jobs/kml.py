@@ -129,7 +129,8 @@ class KmlSettings:
         if not 0.0 <= args.tie < 0.5:
             raise UserError(f"--tie must be in [0, 0.5), got {args.tie}")
         return cls(mode=mode, trace=trace, format=getattr(args, "format", None),
-                   sample_ratio=getattr(args, "sample_ratio", None), device_bytes=dev, num=args.num, memory_mib=args.memory_mib,
+                   sample_ratio=getattr(args, "sample_ratio", None), device_bytes=dev,
+                   num=args.num, memory_mib=args.memory_mib,
                    read_iops=args.read_iops, read_mbps=args.read_mbps,
                    duration_s=args.duration, reads=args.reads, repeats=args.repeats,
                    sizes=sizes, hidden=args.hidden, depth=args.depth, folds=args.folds,
