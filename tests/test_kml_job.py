@@ -62,6 +62,10 @@ def test_kml_run_twin_end_to_end(tmp_path: Path) -> None:
             s["classes_kib"].values())
     for p in s["plots"]:
         assert Path(p).stat().st_size > 10_000
+    # the tuner's windows of every kml run are kept: features and the size chosen
+    log = json.loads((out / "tuner_logs" / "readseq-kml-1.jsonl").read_text().splitlines()[0])
+    assert {"kib", "tracepoints", "offset_absdiff_mean"} <= set(log)
+    assert log["kib"] in set(s["classes_kib"].values()) | {128}
 
 
 def test_kml_run_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

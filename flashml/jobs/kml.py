@@ -66,6 +66,9 @@ class KmlSettings:
     read_iops: int = 2000
     read_mbps: float = 64.0
     duration_s: int = 6
+    #: seconds per evaluated run, at most (longer than the sweep's: the tuner's first window
+    #: runs at the device's default, a start-up cost a short run would weigh too much)
+    eval_duration_s: int = 20
     #: operations per run, at most: the whole database, so a scan reads it once (random
     #: workloads stop at the duration first)
     reads: int = 1_000_000
@@ -117,7 +120,8 @@ class KmlSettings:
             raise UserError(f"--sizes: at least two sizes in 4..1048576 KiB, got {args.sizes!r}")
         checks = {"--num": (args.num, 10_000), "--memory-mib": (args.memory_mib, 16),
                   "--read-iops": (args.read_iops, 1), "--read-mbps": (args.read_mbps, 0.1),
-                  "--duration": (args.duration, 1), "--reads": (args.reads, 100),
+                  "--duration": (args.duration, 1),
+                  "--eval-duration": (args.eval_duration, 1), "--reads": (args.reads, 100),
                   "--repeats": (args.repeats, 1), "--hidden": (args.hidden, 1),
                   "--depth": (args.depth, 1), "--folds": (args.folds, 2),
                   "--max-windows": (args.max_windows, 10),
@@ -132,7 +136,8 @@ class KmlSettings:
                    sample_ratio=getattr(args, "sample_ratio", None), device_bytes=dev,
                    num=args.num, memory_mib=args.memory_mib,
                    read_iops=args.read_iops, read_mbps=args.read_mbps,
-                   duration_s=args.duration, reads=args.reads, repeats=args.repeats,
+                   duration_s=args.duration, eval_duration_s=args.eval_duration,
+                   reads=args.reads, repeats=args.repeats,
                    sizes=sizes, hidden=args.hidden, depth=args.depth, folds=args.folds,
                    max_windows=args.max_windows, tie=args.tie,
                    twin_requests=args.twin_requests, twin_cache_pages=args.twin_cache_pages,
@@ -159,6 +164,8 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    help="the device's read bandwidth, MiB/s (blkio throttle)")
     p.add_argument("--duration", type=int, default=d.duration_s,
                    help="seconds per db_bench run, at most")
+    p.add_argument("--eval-duration", type=int, default=d.eval_duration_s,
+                   help="seconds per evaluated db_bench run, at most (the sweep's: --duration)")
     p.add_argument("--reads", type=int, default=d.reads, help="operations per run, at most")
     p.add_argument("--repeats", type=int, default=d.repeats,
                    help="measured runs per workload and policy (alternating; the median)")
@@ -235,7 +242,8 @@ def _mode(s: KmlSettings) -> tuple[str, str | None]:
     return "twin", why
 
 
-def _runner(run: RunDir, s: KmlSettings, mode: str) -> Any:
+def _runner(run: RunDir, s: KmlSettings, mode: str, duration_s: int | None = None) -> Any:
+    """The mode's runner; real runs last at most `duration_s` (default --duration)."""
     from flashml.kml.experiment import RealDevice, RealRunner, TwinDevice, TwinRunner
 
     if mode == "real":
@@ -244,7 +252,7 @@ def _runner(run: RunDir, s: KmlSettings, mode: str) -> Any:
         return RealRunner(workdir, RealDevice(
             device_bytes=s.device_bytes, num=s.num, memory_bytes=s.memory_mib << 20,
             read_iops=s.read_iops, read_bps=int(s.read_mbps * (1 << 20)),
-            duration_s=s.duration_s, reads=s.reads))
+            duration_s=duration_s or s.duration_s, reads=s.reads))
     extra = {_workloads(s)[-1]: _user_trace(s)} if s.trace else {}
     return TwinRunner(TwinDevice(requests=s.twin_requests, cache_pages=s.twin_cache_pages,
                                  riops=float(s.read_iops), rbps=s.read_mbps * (1 << 20),
@@ -396,14 +404,19 @@ def evaluate(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
     timelines: dict[str, dict[str, Any]] = {}
     decisions: dict[str, dict[str, dict[str, int]]] = {}
     tuner_ns: list[float] = []
-    with timer.stage("evaluate"), _runner(run, s, sw["mode"]) as r:
+    logs = run.path / "tuner_logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with timer.stage("evaluate"), _runner(run, s, sw["mode"], s.eval_duration_s) as r:
         for w in _workloads(s):
             per[w] = {p: [] for p in POLICIES}
             for rep in range(s.repeats):
                 for p in POLICIES:
                     if p in ("kml", "kml_tree"):
-                        o = r.run(w, bundle=Path(comp[p]["dir"]))
-                        decisions.setdefault(w, {})[p] = o.decisions
+                        o = r.run(w, bundle=Path(comp[p]["dir"]),
+                                  log_to=logs / f"{w.replace(':', '_')}-{p}-{rep + 1}.jsonl")
+                        d = decisions.setdefault(w, {}).setdefault(p, {})
+                        for k, n in o.decisions.items():
+                            d[k] = d.get(k, 0) + n
                         ns = o.extra.get("tuner", {}).get("mean_inference_ns")
                         if ns:
                             tuner_ns.append(float(ns))
@@ -517,7 +530,8 @@ def run_name(s: KmlSettings) -> str:
 def mlflow_params(run: RunDir, s: KmlSettings) -> dict[str, Any]:
     return {"mode": s.mode, "device_bytes": s.device_bytes, "num": s.num,
             "memory_mib": s.memory_mib, "read_iops": s.read_iops, "read_mbps": s.read_mbps,
-            "duration_s": s.duration_s, "reads": s.reads, "repeats": s.repeats,
+            "duration_s": s.duration_s, "eval_duration_s": s.eval_duration_s,
+            "reads": s.reads, "repeats": s.repeats,
             "sizes": ",".join(map(str, s.sizes)), "tie": s.tie, "hidden": s.hidden,
             "depth": s.depth,
             "folds": s.folds, "max_windows": s.max_windows, "twin_requests": s.twin_requests,

@@ -108,7 +108,9 @@ class RealRunner:
             self.tb = None
 
     def run(self, workload: str, *, kib: int | None = None, bundle: Path | None = None,
-            trace: bool = False) -> Outcome:
+            trace: bool = False, log_to: Path | None = None) -> Outcome:
+        """One db_bench run; with a bundle, the tuner's log (one JSON line per window) is
+        kept at `log_to`."""
         from flashml.features.readahead import window_features
         from flashml.kml.collect import PageCacheTracer
 
@@ -145,6 +147,8 @@ class RealRunner:
             timeline = [{"t": t, "ops_per_s": q, "readahead_kib": kib} for t, q in ops]
             if tuner is not None:
                 steps = _tuner_log(tlog)
+                if log_to is not None and tlog.is_file():
+                    shutil.copyfile(tlog, log_to)
                 decisions = {str(k): int(v) for k, v in summary.get("decisions", {}).items()}
                 timeline = [{"t": t, "ops_per_s": q,
                              "readahead_kib": _kib_at(steps, started, t, self.default_kib)}
@@ -250,7 +254,9 @@ class TwinRunner:
         return self._traces[workload]
 
     def run(self, workload: str, *, kib: int | None = None, bundle: Path | None = None,
-            trace: bool = False) -> Outcome:
+            trace: bool = False, log_to: Path | None = None) -> Outcome:
+        """One simulated run; with a bundle, its windows (features, the size chosen) are
+        written to `log_to` as JSON lines, as the tuner logs them."""
         import numpy as np
 
         from flashml.compiler.loader import PolicyLibrary
@@ -273,6 +279,10 @@ class TwinRunner:
                           initial_kib=self.default_kib, riops=self.dev.riops,
                           rbps=self.dev.rbps)
         names = contract().names
+        if log_to is not None and bundle is not None:
+            log_to.write_text("".join(json.dumps({"window": w["window"], "kib": w["kib"], **dict(
+                zip(names, w["features"], strict=True))}) + "\n"
+                for w in r["windows"] if not w["empty"]))
         windows = [{"window": w["window"], **dict(zip(names, w["features"], strict=True))}
                    for w in r["windows"] if not w["empty"]] if trace else []
         t, timeline = 0.0, []
