@@ -105,11 +105,12 @@ def test_so_depends_on_libc_and_libm_only(bundle) -> None:
     assert needed, "readelf found no NEEDED entries"
     assert all(n.startswith(("libc.so", "libm.so")) for n in needed), needed
     # and exports exactly the ABI of its capabilities (admission + prefetch: every function
-    # of the header but the eviction and partition ones), nothing of TL2cgen's
+    # of the header but the eviction, partition and readahead ones), nothing of TL2cgen's
     assert exported_functions(so) == capability_functions(["admission", "prefetch"])
     assert exported_functions(so) == [f for f in abi_functions()
                                       if not f.startswith(("flashml_evict_",
-                                                           "flashml_partition"))]
+                                                           "flashml_partition",
+                                                           "flashml_readahead"))]
     assert {"flashml_policy_abi_version", "flashml_policy_num_features",
             "flashml_policy_contract_hash", "flashml_admit_score", "flashml_prefetch_range",
             "flashml_prefetch_when_score", "flashml_admit_threshold",

@@ -273,7 +273,8 @@ def test_combined_bundle_exports_both(combined, booster, data, trace) -> None:
     assert m["capabilities"] == ["admission", "prefetch", "eviction"]
     assert set(m["models"]) == {"admission", "range_start", "range_end", "when", "evict"}
     assert exported_functions(both / "policy.so") == [
-        f for f in abi_functions() if not f.startswith("flashml_partition")]
+        f for f in abi_functions() if not f.startswith(("flashml_partition",
+                                                        "flashml_readahead"))]
     assert json.loads((adm / "manifest.json").read_text())["capabilities"] == [
         "admission", "prefetch"]
     pol = load_policy(both, need=("admission", "prefetch", "eviction"))
@@ -316,6 +317,8 @@ def test_mat_only_bundle_refused_for_admission(mat_bundle, trace, work) -> None:
     r = run_cli("sim", "run", "--trace", parquet, "--policy", mat_bundle)
     assert r.returncode == 1 and msg in r.stderr and str(mat_bundle) in r.stderr, r.stderr
     with pytest.raises(ValueError, match="unknown capabilities"):
+        verify_bundle(mat_bundle, need=("telepathy",))
+    with pytest.raises(UserError, match="no readahead capability"):
         verify_bundle(mat_bundle, need=("readahead",))
 
 

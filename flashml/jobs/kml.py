@@ -183,7 +183,8 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    help="twin: requests per generated workload")
     p.add_argument("--twin-cache-pages", type=int, default=d.twin_cache_pages,
                    help="twin: page-cache pages (4 KiB)")
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help="seed of the models, the training-window sample and the twin's traces")
 
 
 # --- the runner of a mode ------------------------------------------------------------------
