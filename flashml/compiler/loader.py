@@ -173,25 +173,15 @@ def verify_bundle(bundle: str | os.PathLike[str],
         raise UserError(f"{bundle}: contract mismatch: the policy was compiled for feature "
                         f"contract {str(m.get('contract_hash'))[:12]}..., this flashml has "
                         f"{contract().hash[:12]}...")
-    if "partition" in need and \
-            m.get("partition_contract_hash") != partition_contract.contract().hash:
-        raise UserError(f"{bundle}: partition contract mismatch: the policy was compiled for "
-                        f"partition feature contract "
-                        f"{str(m.get('partition_contract_hash'))[:12]}..., this flashml has "
-                        f"{partition_contract.contract().hash[:12]}... "
-                        "(features/partition.toml)")
-    if "readahead" in need and \
-            m.get("readahead_contract_hash") != readahead_contract.contract().hash:
-        raise UserError(f"{bundle}: readahead contract mismatch: the policy was compiled for "
-                        f"readahead feature contract "
-                        f"{str(m.get('readahead_contract_hash'))[:12]}..., this flashml has "
-                        f"{readahead_contract.contract().hash[:12]}... "
-                        "(features/readahead.toml)")
-    if "eviction" in need and m.get("evict_contract_hash") != eviction.contract().hash:
-        raise UserError(f"{bundle}: eviction contract mismatch: the policy was compiled for "
-                        f"eviction feature contract "
-                        f"{str(m.get('evict_contract_hash'))[:12]}..., this flashml has "
-                        f"{eviction.contract().hash[:12]}... (features/eviction.toml)")
+    for cap, key, module, toml in (
+            ("partition", "partition_contract_hash", partition_contract, "partition"),
+            ("readahead", "readahead_contract_hash", readahead_contract, "readahead"),
+            ("eviction", "evict_contract_hash", eviction, "eviction")):
+        want = module.contract().hash
+        if cap in need and m.get(key) != want:
+            raise UserError(f"{bundle}: {cap} contract mismatch: the policy was compiled for "
+                            f"{cap} feature contract {str(m.get(key))[:12]}..., this flashml "
+                            f"has {want[:12]}... (features/{toml}.toml)")
     digest = sha256_file(so)
     if digest != m.get("sha256"):
         raise UserError(f"{so}: sha256 {digest[:12]}... does not match {MANIFEST_NAME} "
