@@ -269,7 +269,8 @@ def read_policy_json(bundle: Path) -> dict[str, Any]:
     if groups["partition"]:
         params[PARTITION_PARAMS] = _checked_partition(str(path), params.get(PARTITION_PARAMS))
     if groups["readahead"]:
-        params[READAHEAD_PARAMS] = _checked_readahead(str(path), params.get(READAHEAD_PARAMS))
+        params[READAHEAD_PARAMS] = _checked_readahead(
+            str(path), _checked_group(str(path), READAHEAD_PARAMS, params.get(READAHEAD_PARAMS)))
     if not groups["admission"]:
         return params
     for k in REQUIRED_PARAMS + ("contract_hash",):
@@ -369,19 +370,26 @@ def read_partition_model(path: Path) -> tuple[list[np.ndarray], list[np.ndarray]
     return ws, bs
 
 
-def _checked_partition(where: str, pp: Any) -> dict[str, Any]:
-    if not isinstance(pp, dict):
-        raise UserError(f"{where}: field '{PARTITION_PARAMS}': expected an object")
-    if not isinstance(pp.get("contract_hash"), str):
-        raise UserError(f"{where}: field '{PARTITION_PARAMS}.contract_hash': missing")
-    m = pp.get("metrics", {})
+def _checked_group(where: str, key: str, obj: Any) -> dict[str, Any]:
+    """A model group's object in policy.json (`key`), checked for what every group has: an
+    object with its contract's hash and (optional) metrics."""
+    if not isinstance(obj, dict):
+        raise UserError(f"{where}: field '{key}': expected an object")
+    if not isinstance(obj.get("contract_hash"), str):
+        raise UserError(f"{where}: field '{key}.contract_hash': missing")
+    m = obj.get("metrics", {})
     if not isinstance(m, dict):
-        raise UserError(f"{where}: field '{PARTITION_PARAMS}.metrics': expected an object")
+        raise UserError(f"{where}: field '{key}.metrics': expected an object")
+    return {**obj, "metrics": m}
+
+
+def _checked_partition(where: str, pp: Any) -> dict[str, Any]:
+    pp = _checked_group(where, PARTITION_PARAMS, pp)
     g = pp.get("sharpness", 1.0)
     if isinstance(g, bool) or not isinstance(g, int | float) or not 0.0 < g <= 16.0:
         raise UserError(f"{where}: field '{PARTITION_PARAMS}.sharpness': expected a number in "
                         f"(0, 16], got {g!r}")
-    return {**pp, "metrics": m, "sharpness": float(g)}
+    return {**pp, "sharpness": float(g)}
 
 
 def _checked_evict(where: str, ev: Any) -> dict[str, Any]:

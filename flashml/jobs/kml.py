@@ -197,28 +197,27 @@ def _workloads(s: KmlSettings) -> tuple[str, ...]:
 
 def _user_trace(s: KmlSettings) -> dict[str, Any]:
     """The user's block trace as the twin's requests: each block a file, its offsets in
-    pages, reads and writes in trace order."""
+    pages, reads and writes in trace order (the block mode's requests, blockcache.py, with
+    each block's pages numbered from 0 again)."""
     import numpy as np
 
-    from flashml.config import PUT_OPS
+    from flashml.blockcache import block_requests
+    from flashml.features.readahead import contract
     from flashml.trace.ingest import load_trace
 
     assert s.trace is not None
-    df, _ = load_trace(s.trace, s.format, sample_ratio=s.sample_ratio)
-    if df.height == 0:
-        raise UserError(f"{s.trace}: no requests")
-    off = df["offset"].to_numpy().astype(np.uint64)
-    end = off + np.maximum(df["size"].to_numpy().astype(np.uint64), np.uint64(1))
-    first = off // np.uint64(4096)
-    import polars as pl
-
-    keys = df["key"].rank("dense").cast(pl.UInt64).to_numpy() - np.uint64(1)
-    if int(keys.max()) >= 2**32:
+    page = contract().page_bytes
+    df, meta = load_trace(s.trace, s.format, sample_ratio=s.sample_ratio)
+    try:
+        req = block_requests(df, meta.block_bytes, page)
+    except ValueError as e:
+        raise UserError(f"{s.trace}: {e}") from None
+    per_block = np.uint64(-(-meta.block_bytes // page))
+    files = req.pages // per_block
+    if int(files.max()) >= 2**32:
         raise UserError(f"{s.trace}: more than 2^32 blocks; sample it (--sample-ratio)")
-    return {"files": keys.astype(np.uint32), "pages": first,
-            "npages": ((end - np.uint64(1)) // np.uint64(4096) - first + np.uint64(1)
-                       ).astype(np.uint32),
-            "writes": df["op"].is_in(list(PUT_OPS)).to_numpy()}
+    return {"files": files.astype(np.uint32), "pages": req.pages % per_block,
+            "npages": req.lens, "writes": req.writes}
 
 
 def _mode(s: KmlSettings) -> tuple[str, str | None]:

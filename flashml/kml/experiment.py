@@ -15,6 +15,7 @@ traced, and a timeline (ops/s and readahead over time: the paper's Figure 2).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -133,33 +134,23 @@ class RealRunner:
                                     f"{tuner.stderr.read().strip()[-400:] if tuner.stderr else ''}")
             started = time.time()
             try:
-                if trace:
-                    with PageCacheTracer(tb.device) as tr:
-                        r = tb.run(workload, kib, self.dev.reads, self.dev.duration_s, report)
-                    events = tr.events
-                else:
+                with PageCacheTracer(tb.device) if trace else contextlib.nullcontext() as tr:
                     r = tb.run(workload, kib, self.dev.reads, self.dev.duration_s, report)
-                    events = []
             finally:
                 summary = _stop_tuner(tuner) if tuner is not None else {}
-            ops = _report(report)
-            decisions: dict[str, int] = {}
-            timeline = [{"t": t, "ops_per_s": q, "readahead_kib": kib} for t, q in ops]
-            if tuner is not None:
-                steps = _tuner_log(tlog)
-                if log_to is not None and tlog.is_file():
-                    shutil.copyfile(tlog, log_to)
-                decisions = {str(k): int(v) for k, v in summary.get("decisions", {}).items()}
-                timeline = [{"t": t, "ops_per_s": q,
-                             "readahead_kib": _kib_at(steps, started, t, self.default_kib)}
-                            for t, q in ops]
-            windows = window_features(events, kib) if trace and kib is not None else []
+            steps = _tuner_log(tlog)
+            if log_to is not None and tlog.is_file():
+                shutil.copyfile(tlog, log_to)
+            timeline = [{"t": t, "ops_per_s": q, "readahead_kib": kib if kib is not None else
+                         _kib_at(steps, started, t, self.default_kib)} for t, q in _report(report)]
+            windows = window_features(tr.events, kib) if trace and kib is not None else []
             return Outcome(workload=workload, policy=f"{kib}" if kib else str(bundle),
                            ops_per_s=float(r["ops_per_s"]), windows=windows,
-                           timeline=timeline, decisions=decisions,
+                           timeline=timeline,
+                           decisions={str(k): int(v)
+                                      for k, v in summary.get("decisions", {}).items()},
                            extra={"micros_per_op": r["micros_per_op"],
-                                  "tuner": summary} if summary else
-                           {"micros_per_op": r["micros_per_op"]})
+                                  **({"tuner": summary} if summary else {})})
 
 
 def _stop_tuner(p: subprocess.Popen[str]) -> dict[str, Any]:

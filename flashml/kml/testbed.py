@@ -133,7 +133,9 @@ class Testbed:
             if self.memory_limit_bytes:
                 self.cgroups.append(_memory_cgroup(name, self.memory_limit_bytes))
             if self.read_iops or self.read_bps:
-                self.cgroups.append(_io_cgroup(name, self.device, self.read_iops, self.read_bps))
+                cg = _io_cgroup(name, self.device, self.read_iops, self.read_bps)
+                if cg not in self.cgroups:  # cgroup v2: the memory cgroup itself
+                    self.cgroups.append(cg)
         except BaseException:
             self.close()
             raise
@@ -222,20 +224,24 @@ class Testbed:
         return {"workload": workload, "readahead_kib": readahead_kib, **r}
 
 
+def _cgroup(name: str, v1_controller: str, v2_controller: str, why: str) -> tuple[Path, bool]:
+    """A new cgroup `name` under cgroup v1's hierarchy of `v1_controller` where mounted, else
+    under cgroup v2's root (which must offer `v2_controller`); and whether it is v1."""
+    v1 = Path("/sys/fs/cgroup") / v1_controller
+    if v1.is_dir():
+        (v1 / name).mkdir(exist_ok=True)
+        return v1 / name, True
+    root = Path("/sys/fs/cgroup")
+    if v2_controller not in (root / "cgroup.controllers").read_text().split():
+        raise UserError(f"no {v2_controller} cgroup controller: cannot {why}")
+    (root / name).mkdir(exist_ok=True)
+    return root / name, False
+
+
 def _memory_cgroup(name: str, limit: int) -> Path:
     """A memory cgroup limited to `limit` bytes (cgroup v1's memory controller, else v2)."""
-    v1 = Path("/sys/fs/cgroup/memory")
-    if v1.is_dir():
-        cg = v1 / name
-        cg.mkdir(exist_ok=True)
-        (cg / "memory.limit_in_bytes").write_text(f"{limit}\n")
-        return cg
-    root = Path("/sys/fs/cgroup")
-    if "memory" not in (root / "cgroup.controllers").read_text().split():
-        raise UserError("no memory cgroup controller: cannot limit db_bench's page cache")
-    cg = root / name
-    cg.mkdir(exist_ok=True)
-    (cg / "memory.max").write_text(f"{limit}\n")
+    cg, v1 = _cgroup(name, "memory", "memory", "limit db_bench's page cache")
+    (cg / ("memory.limit_in_bytes" if v1 else "memory.max")).write_text(f"{limit}\n")
     return cg
 
 
@@ -243,23 +249,16 @@ def _io_cgroup(name: str, device: str, iops: int | None, bps: int | None) -> Pat
     """A blkio cgroup throttling reads of `device` (cgroup v1's blkio, else v2's io.max)."""
     st = os.stat(device)
     dev = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-    v1 = Path("/sys/fs/cgroup/blkio")
-    if v1.is_dir():
-        cg = v1 / name
-        cg.mkdir(exist_ok=True)
+    cg, v1 = _cgroup(name, "blkio", "io", "throttle the loop device")
+    if v1:
         if iops:
             (cg / "blkio.throttle.read_iops_device").write_text(f"{dev} {iops}\n")
         if bps:
             (cg / "blkio.throttle.read_bps_device").write_text(f"{dev} {bps}\n")
-        return cg
-    root = Path("/sys/fs/cgroup")
-    if "io" not in (root / "cgroup.controllers").read_text().split():
-        raise UserError("no io cgroup controller: cannot throttle the loop device")
-    cg = root / name
-    cg.mkdir(exist_ok=True)
-    limits = " ".join(x for x in (f"riops={iops}" if iops else "", f"rbps={bps}" if bps else "")
-                      if x)
-    (cg / "io.max").write_text(f"{dev} {limits}\n")
+    else:
+        limits = " ".join(x for x in (f"riops={iops}" if iops else "",
+                                      f"rbps={bps}" if bps else "") if x)
+        (cg / "io.max").write_text(f"{dev} {limits}\n")
     return cg
 
 

@@ -731,32 +731,22 @@ mod tests {
         let mut next = crate::hash::lcg(7);
         let n = 4_000_000usize;
         let files: Vec<u32> = (0..n).map(|_| (next() % 16) as u32).collect();
-        let pages: Vec<u64> = (0..n).map(|_| next() % 16384).collect();
-        let tr = ReadaheadTrace::new(files, pages, vec![1; n], vec![false; n]).unwrap();
-        let mut sim = ReadaheadSim::new(tr, ReadaheadConfig::default()).unwrap();
-        for ra in [8u64, 128, 1024] {
-            let t0 = std::time::Instant::now();
-            let t = sim.run_fixed(ra).unwrap();
-            let dt = t0.elapsed().as_secs_f64();
-            println!(
-                "readrandom ra {ra} KiB: {:.2} M page accesses/s, {:.1} M pages added/s",
-                n as f64 / dt / 1e6,
-                t.events as f64 / dt / 1e6
-            );
-        }
-        // readseq: ~10 requests per page.
-        let pages: Vec<u64> = (0..n as u64).map(|i| i * 400 / 4096).collect();
-        let tr = ReadaheadTrace::new(vec![0; n], pages, vec![1; n], vec![false; n]).unwrap();
-        let mut sim = ReadaheadSim::new(tr, ReadaheadConfig::default()).unwrap();
-        for ra in [8u64, 128, 1024] {
-            let t0 = std::time::Instant::now();
-            let t = sim.run_fixed(ra).unwrap();
-            let dt = t0.elapsed().as_secs_f64();
-            println!(
-                "readseq ra {ra} KiB: {:.2} M page accesses/s, {:.1} M pages added/s",
-                n as f64 / dt / 1e6,
-                t.events as f64 / dt / 1e6
-            );
+        let random: Vec<u64> = (0..n).map(|_| next() % 16384).collect();
+        // readseq: ~10 requests per page
+        let seq: Vec<u64> = (0..n as u64).map(|i| i * 400 / 4096).collect();
+        for (name, files, pages) in [("readrandom", files, random), ("readseq", vec![0; n], seq)] {
+            let tr = ReadaheadTrace::new(files, pages, vec![1; n], vec![false; n]).unwrap();
+            let mut sim = ReadaheadSim::new(tr, ReadaheadConfig::default()).unwrap();
+            for ra in [8u64, 128, 1024] {
+                let t0 = std::time::Instant::now();
+                let t = sim.run_fixed(ra).unwrap();
+                let dt = t0.elapsed().as_secs_f64();
+                println!(
+                    "{name} ra {ra} KiB: {:.2} M page accesses/s, {:.1} M pages added/s",
+                    n as f64 / dt / 1e6,
+                    t.events as f64 / dt / 1e6
+                );
+            }
         }
     }
 }
