@@ -259,3 +259,21 @@ def test_sharpness_in_the_compiled_rule(compiled: tuple, tmp_path: Path) -> None
     (tmp_path / "b" / "policy.json").write_text(json.dumps(raw))
     with pytest.raises(UserError, match="partition.sharpness"):
         compile_policy(tmp_path / "o2", model_dir=tmp_path / "b", log_to_mlflow=False)
+
+
+def test_compiling_leaves_numpys_error_state_alone() -> None:
+    """emlearn's bayes module sets numpy.seterr(all='raise') at import; compiling a partition
+    network (which imports emlearn) must not leak that into the process (it turned a later MLP
+    predict's harmless underflow into a FloatingPointError). Fresh interpreter: emlearn may
+    already be imported in this one."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np\n"
+            "from flashml.compiler import build\n"
+            "before = np.geterr()\n"
+            "build._emlearn_include()\n"
+            "build._emlearn().net.c_generate_net_loadable\n"
+            "assert np.geterr() == before, np.geterr()\n"
+            "np.ones((2, 2)) * 1e-320 @ np.ones((2, 2)) * 1e-10\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -570,10 +570,20 @@ def _check_so(so: Path, params: dict[str, Any], capabilities: list[str]) -> None
             raise CompileError(f"policy.so reports {what} {got!r}, expected {want!r}")
 
 
-def _emlearn_include() -> Path:
-    import emlearn
+def _emlearn() -> Any:
+    """emlearn, imported without its side effect: `emlearn.bayes` calls
+    `numpy.seterr(all='raise')` at import, which would turn every later underflow in the
+    process (scikit-learn's MLP predict, for one) into a FloatingPointError."""
+    import numpy as np
 
-    return Path(emlearn.__file__).resolve().parent
+    with np.errstate():  # restores numpy's error state on exit
+        import emlearn
+        import emlearn.net
+    return emlearn
+
+
+def _emlearn_include() -> Path:
+    return Path(_emlearn().__file__).resolve().parent
 
 
 def _partition_sources(build: Path, weights: list[Any], biases: list[Any],
@@ -586,8 +596,8 @@ def _partition_sources(build: Path, weights: list[Any], biases: list[Any],
     results; see its comment) and activations on the stack, so flashml_partition is
     reentrant."""
     import numpy as np
-    from emlearn.net import c_generate_net_loadable
 
+    c_generate_net_loadable = _emlearn().net.c_generate_net_loadable
     c = partition_contract.contract()
     width = max(int(np.asarray(w).shape[1]) for w in weights)
     acts = ["relu"] * (len(weights) - 1) + ["identity"]
