@@ -57,6 +57,7 @@ def test_compiled_model_equals_scikit_learn(kind: str, data: model.Dataset,
 
     est, metrics = model.train(data, kind, folds=5, seed=0)
     assert metrics["cv_accuracy"] > 0.9 and metrics["cv_folds"] == 5
+    assert metrics["cv_size_accuracy"] >= metrics["cv_accuracy"]  # a right class is a right size
     doc = model.model_doc(est, data)
     ra.save_readahead_model(tmp_path / "b", doc, metrics=metrics)
     manifest = compile_policy(tmp_path / "c", model_dir=tmp_path / "b", log_to_mlflow=False)

@@ -81,10 +81,10 @@ def test_window_features_by_hand() -> None:
     assert rows[0]["offset_mean"] == pytest.approx(11.0)
     assert rows[0]["offset_std"] == pytest.approx((2 / 3) ** 0.5)
     assert rows[0]["offset_absdiff_mean"] == pytest.approx(1.5)  # |12-10|, |11-12|
-    allp = [10, 12, 11, 100, 100, 104]
-    m = sum(allp) / 6
-    assert rows[2]["offset_mean"] == pytest.approx(m)  # cumulative over the run
-    assert rows[2]["offset_std"] == pytest.approx((sum((p - m) ** 2 for p in allp) / 6) ** .5)
+    # the mean and std are the window's own (KML's collector: Welford over the window)
+    assert (rows[1]["offset_mean"], rows[1]["offset_std"]) == (100.0, 0.0)
+    assert rows[2]["offset_mean"] == pytest.approx(102.0)
+    assert rows[2]["offset_std"] == pytest.approx(2.0)
     assert rows[2]["offset_absdiff_mean"] == pytest.approx(4.0)
     assert all(r["readahead_kib"] == 64 for r in rows)
     assert set(contract().names) <= set(rows[0])

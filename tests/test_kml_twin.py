@@ -101,6 +101,7 @@ class SlowTwin:
         self.s = dict.fromkeys(("requests", "hits", "misses", "ios", "read_bytes", "events",
                                 "write_pages"), 0)
         self.wcount, self.wabs, self.wlast = 0, 0.0, 0
+        self.n_all, self.mean, self.m2 = 0, 0.0, 0.0
         while self.pos < len(self.reqs):
             self._request(*self.reqs[self.pos], ra)
             self.pos += 1

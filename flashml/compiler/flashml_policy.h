@@ -298,11 +298,11 @@ int flashml_partition(const double *features, int streams, double *shares);
  *
  * flashml_readahead_kib reads FLASHML_READAHEAD_NUM_FEATURES doubles, raw (the .so
  * standardises them with its model's statistics), in this order (contract "flashml-kml-readahead"
- * v1):
+ * v2):
  *
  *   [0] tracepoints         tracepoint events (folios added to the page cache) in the window
- *   [1] offset_mean         mean page offset of every event since the start
- *   [2] offset_std          population standard deviation of the page offsets since the start
+ *   [1] offset_mean         mean page offset of the window's events
+ *   [2] offset_std          population standard deviation of the window's page offsets
  *   [3] offset_absdiff_mean mean absolute difference of consecutive page offsets in the window
  *   [4] readahead_kib       the device's readahead in the window, KiB
  *
@@ -316,7 +316,7 @@ int flashml_partition(const double *features, int streams, double *shares);
  * calls. A loader refuses a .so whose feature count or contract hash differ from its own.
  */
 #define FLASHML_READAHEAD_NUM_FEATURES 5
-#define FLASHML_READAHEAD_CONTRACT_HASH "14ff1a0da8aee2bcd91ee1f7f1a4db9541a5baf3b18578a6179c4b9054e77da3"
+#define FLASHML_READAHEAD_CONTRACT_HASH "835136845dfef106c41214ca79610e968966305cb5649b85f79f5257daff64b0"
 #define FLASHML_READAHEAD_WINDOW_MS 1000
 #define FLASHML_READAHEAD_PAGE_BYTES 4096
 enum flashml_readahead_feature {

@@ -67,9 +67,9 @@ def window_features(events: Iterable[tuple[float, int, int]], readahead_kib: flo
                     window_s: float | None = None) -> list[dict[str, Any]]:
     """The contract's features of every window of `window_s` seconds (default: the
     contract's window) from the first event, for events (time s, inode, page offset) in time
-    order: tracepoints, the cumulative mean and population standard deviation of the page
-    offsets (every event so far, Welford), the mean absolute difference of consecutive
-    offsets within the window, and the readahead. Windows without events are left out.
+    order: tracepoints, the mean and population standard deviation of the window's page
+    offsets (Welford), the mean absolute difference of its consecutive offsets, and the
+    readahead. Windows without events are left out.
     Each row also carries `window` (its index from the first event)."""
     window_s = contract().window_ms / 1000 if window_s is None else window_s
     rows: list[dict[str, Any]] = []
@@ -91,6 +91,7 @@ def window_features(events: Iterable[tuple[float, int, int]], readahead_kib: flo
         if cur is not None and w != cur:
             flush(cur)
             count, absdiff = 0, 0.0
+            n_all, mean, m2 = 0, 0.0, 0.0
         if count:
             absdiff += abs(page - last)
         cur, last = w, page

@@ -1,6 +1,6 @@
 """KML's experiment runners (issue 19): one workload under one readahead policy, measured.
 
-    with RealRunner(workdir, RealDevice()) as r:           # db_bench on a throttled loop device
+    with RealRunner(workdir, device) as r:                 # db_bench on a throttled loop device
         o = r.run("readrandom", kib=16, trace=True)        # a fixed size; page-cache windows
         o = r.run("readrandom", bundle=Path("compiled/kml"))   # flashrt tune-readahead
     with TwinRunner(TwinDevice()) as r:                     # the offline twin (no root)
@@ -67,15 +67,16 @@ class RealDevice:
     """The real testbed's shape: a loop device of `device_bytes` over a sparse file, throttled
     to `read_iops` and `read_bps` (a slower SSD than this machine's disk, so readahead
     matters as on the paper's SATA SSD), db_bench in a memory cgroup of `memory_bytes`, a
-    database of `num` keys; runs of at most `duration_s` seconds and `reads` operations."""
+    database of `num` keys; runs of at most `duration_s` seconds and `reads` operations. No
+    defaults here: they live once, in flashml.jobs.kml.KmlSettings."""
 
-    device_bytes: int = 2 << 30
-    num: int = 1_000_000
-    memory_bytes: int = 128 << 20
-    read_iops: int = 2000
-    read_bps: int = 64 << 20
-    duration_s: int = 6
-    reads: int = 1_000_000
+    device_bytes: int
+    num: int
+    memory_bytes: int
+    read_iops: int
+    read_bps: int
+    duration_s: int
+    reads: int
 
 
 class RealRunner:

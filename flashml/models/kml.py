@@ -90,22 +90,30 @@ def estimator(kind: str, *, hidden: int = 16, depth: int = 6, seed: int = 0,
 
 def train(data: Dataset, kind: str, *, folds: int = 10, seed: int = 0, **kw: Any
           ) -> tuple[Any, dict[str, float]]:
-    """Fit `kind` on every window (Z-scored) and measure its stratified `folds`-fold
-    accuracy (folds capped by the smallest class). Returns the model and {cv_accuracy,
-    cv_folds, train_accuracy, rows}."""
+    """Fit `kind` on every window (Z-scored) and measure it by stratified `folds`-fold
+    cross-validation (folds capped by the smallest class): `cv_accuracy`, the share of
+    windows whose workload is told right, and `cv_size_accuracy`, the share whose readahead
+    is (two workloads with the same best size may be told apart or not: KML's choice is the
+    same). Returns the model and {cv_accuracy, cv_size_accuracy, cv_folds, train_accuracy,
+    rows}."""
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
-    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
     k = int(min(folds, np.bincount(data.y).min()))
+    kib = np.asarray(data.classes_kib)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        cv = (cross_val_score(estimator(kind, seed=seed, **kw), data.z, data.y,
-                              cv=StratifiedKFold(k, shuffle=True, random_state=seed))
-              if k >= 2 else np.array([np.nan]))
+        if k >= 2:
+            pred = cross_val_predict(estimator(kind, seed=seed, **kw), data.z, data.y,
+                                     cv=StratifiedKFold(k, shuffle=True, random_state=seed))
+            acc = float(np.mean(pred == data.y))
+            size_acc = float(np.mean(kib[pred] == kib[data.y]))
+        else:
+            acc = size_acc = float("nan")
         model = estimator(kind, seed=seed, **kw).fit(data.z, data.y)
-    return model, {"cv_accuracy": float(np.mean(cv)), "cv_folds": float(k),
+    return model, {"cv_accuracy": acc, "cv_size_accuracy": size_acc, "cv_folds": float(k),
                    "train_accuracy": float(model.score(data.z, data.y)),
                    "rows": float(len(data.y))}
 

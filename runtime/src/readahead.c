@@ -33,6 +33,9 @@ void frt_ra_window(struct frt_ra_acc *a, double out[FLASHML_READAHEAD_NUM_FEATUR
     out[FLASHML_RA_F_READAHEAD_KIB] = readahead_kib;
     a->count = 0;
     a->absdiff = 0.0;
+    a->n_all = 0;
+    a->mean = 0.0;
+    a->m2 = 0.0;
 }
 
 /* ---- the trace line ---- */

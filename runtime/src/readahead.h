@@ -14,10 +14,10 @@
 
 /* The features of flashml.features.readahead.window_features, computed the same way (same
  * operations in the same order, so the doubles are equal, not just close): Welford's running
- * mean and M2 over every event since init (never reset), and the window's event count and sum
- * of |p_i - p_{i-1}| over its consecutive events (reset by frt_ra_window). */
+ * mean and M2 over the window's events, its event count and its sum of |p_i - p_{i-1}| over
+ * consecutive events (all reset by frt_ra_window). */
 struct frt_ra_acc {
-    uint64_t n_all;  /* events since init */
+    uint64_t n_all;  /* events in the window (for Welford) */
     double mean, m2; /* Welford over their page offsets */
     uint64_t count;  /* events in the current window */
     double absdiff;  /* sum of |p_i - p_{i-1}| within the window (a double, as Python's) */
@@ -30,8 +30,7 @@ void frt_ra_add(struct frt_ra_acc *a, uint64_t page);
 /* Events in the current window: a window with none is not classified (the contract). */
 static inline uint64_t frt_ra_count(const struct frt_ra_acc *a) { return a->count; }
 /* The current window's features in the contract's order (flashml_readahead_feature), with
- * `readahead_kib` the device's readahead during the window; then starts the next window (the
- * cumulative mean and std keep running). */
+ * `readahead_kib` the device's readahead during the window; then starts the next window. */
 void frt_ra_window(struct frt_ra_acc *a, double out[FLASHML_READAHEAD_NUM_FEATURES], double readahead_kib);
 
 /* One mm_filemap_add_to_page_cache line of trace_pipe, e.g.

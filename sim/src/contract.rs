@@ -200,7 +200,7 @@ pub const PARTITION_NUM_FEATURES: usize = 176;
 /// sha256 of the canonical readahead contract (features/readahead.toml); a readahead policy
 /// .so reports it (flashml_readahead_contract_hash).
 pub const READAHEAD_CONTRACT_HASH: &str =
-    "14ff1a0da8aee2bcd91ee1f7f1a4db9541a5baf3b18578a6179c4b9054e77da3";
+    "835136845dfef106c41214ca79610e968966305cb5649b85f79f5257daff64b0";
 /// Number of readahead features.
 pub const READAHEAD_NUM_FEATURES: usize = 5;
 /// A feature window, ms.

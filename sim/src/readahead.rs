@@ -300,7 +300,7 @@ pub struct ReadaheadSim {
     /// Per file: its last readahead window (start, size).
     windows: FastMap<u32, (u64, u64)>,
     ra: u64,
-    // Events: cumulative Welford statistics and the current window's consecutive differences.
+    // Events: the current window's Welford statistics and consecutive differences.
     n_all: u64,
     mean: f64,
     m2: f64,
@@ -460,6 +460,9 @@ impl ReadaheadSim {
         };
         self.win_count = 0;
         self.win_absdiff = 0.0;
+        self.n_all = 0;
+        self.mean = 0.0;
+        self.m2 = 0.0;
         while self.pos < self.trace.len() {
             let i = self.pos;
             self.request(i);
@@ -669,12 +672,10 @@ mod tests {
         assert_eq!(s.features[4], 64.0);
         assert!(s.done && !s.empty && s.requests == 4);
         assert!((s.elapsed - 4.0 * 5e-6).abs() < 1e-15);
-        // Another window on a finished trace: empty, cumulative statistics kept.
+        // Another window on a finished trace: empty, every statistic the empty window's.
         let e = sim.run_window(8).unwrap();
         assert!(e.empty && e.done && e.requests == 0);
-        assert_eq!(e.features[0], 0.0);
-        assert_eq!(e.features[1], s.features[1]);
-        assert_eq!(e.features[3], 0.0);
+        assert_eq!(e.features[..4], [0.0; 4]);
     }
 
     #[test]
