@@ -21,6 +21,7 @@ import numpy as np
 
 from flashml.compiler.bundle import round_range, when_matrix
 from flashml.features.contract import Contract, contract
+from flashml.models.forest import predict
 from flashml.models.gbm import fit
 from flashml.settings import GbmParams
 
@@ -79,8 +80,8 @@ def train_policy(data: TrainingData, params: GbmParams, *, features: list[str] |
                              "regression", params, rnames)
     policy.range_end = fit(data.ep_X, data.ep_end.astype(np.float64), data.ep_keys,
                            "regression", params, rnames)
-    ps, pe = round_range(policy.range_start.predict(data.ep_X),
-                         policy.range_end.predict(data.ep_X))
+    ps, pe = round_range(predict(policy.range_start, data.ep_X),
+                         predict(policy.range_end, data.ep_X))
     wX = np.column_stack([data.ep_X, ps, pe]).astype(np.float64)
     if len(np.unique(data.ep_when)) < 2:
         log.warning("ML-When labels are all %s; training a constant model", data.ep_when[:1])
@@ -99,10 +100,10 @@ def score_all(policy: LearnedPolicy, feats: np.ndarray, c: Contract | None = Non
     `prefetch_start`, `prefetch_end` and `when_score`."""
     c = c or contract()
     cols = [c.names.index(n) for n in policy.admission_features]
-    out = {"score": policy.admission.predict(feats[:, cols])}
+    out = {"score": predict(policy.admission, feats[:, cols])}
     if policy.range_start is not None:
         rX = feats[:, c.indices("range")]
-        ps, pe = round_range(policy.range_start.predict(rX), policy.range_end.predict(rX))
+        ps, pe = round_range(predict(policy.range_start, rX), predict(policy.range_end, rX))
         out |= {"prefetch_start": ps, "prefetch_end": pe,
-                "when_score": policy.when.predict(when_matrix(feats, ps, pe))}
+                "when_score": predict(policy.when, when_matrix(feats, ps, pe))}
     return out

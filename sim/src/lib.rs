@@ -27,6 +27,7 @@ pub mod config;
 pub mod contract;
 pub mod eviction;
 pub mod flash;
+pub mod forest;
 pub mod ftl;
 pub mod hash;
 pub mod list;

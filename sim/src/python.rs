@@ -1,7 +1,10 @@
 //! The thin PyO3 layer: NumPy arrays are borrowed (never copied), the GIL is released while
 //! the simulation runs, and every invalid input becomes a Python `ValueError`.
 
-use numpy::{Element, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
+use numpy::{
+    Element, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
+    PyUntypedArrayMethods,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -13,6 +16,7 @@ use crate::config::{
 };
 use crate::contract::NUM_FEATURES;
 use crate::flash::{self, PolicyArrays, Trace};
+use crate::forest::{self, TreeArrays};
 use crate::lrb_features::{EVICT_CONTRACT_HASH, EVICT_FEATURE_NAMES, EVICT_NUM_FEATURES};
 use crate::mat::{self, DenseTrace, MatParams, NoPredictor, Oracle};
 use crate::objects;
@@ -1055,5 +1059,91 @@ fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate_partitioned, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_blocks, m)?)?;
     m.add_class::<PyReadaheadSim>()?;
+    m.add_class::<PyForest>()?;
     Ok(())
+}
+
+/// One tree's node arrays as Treelite's accessor gives them: (is_leaf, split_feature,
+/// threshold, default_left, left child, right child, leaf_value).
+type TreeTuple<'py> = (
+    PyReadonlyArray1<'py, bool>,
+    PyReadonlyArray1<'py, u32>,
+    PyReadonlyArray1<'py, f64>,
+    PyReadonlyArray1<'py, bool>,
+    PyReadonlyArray1<'py, i32>,
+    PyReadonlyArray1<'py, i32>,
+    PyReadonlyArray1<'py, f64>,
+);
+
+/// `Forest(trees, n_features, base_score=0.0, sigmoid_alpha=None, cols=None)`: a tree
+/// ensemble scored exactly as LightGBM scores it (forest.rs); `predict(x, threads=2)` for a
+/// C-contiguous float64 matrix whose column `cols[i]` is the model's feature i.
+#[pyclass(name = "Forest", module = "flashml_sim", frozen)]
+struct PyForest {
+    forest: forest::Forest,
+}
+
+#[pymethods]
+impl PyForest {
+    #[new]
+    #[pyo3(signature = (trees, n_features, base_score=0.0, sigmoid_alpha=None, cols=None))]
+    fn new(
+        trees: Vec<TreeTuple<'_>>,
+        n_features: usize,
+        base_score: f64,
+        sigmoid_alpha: Option<f64>,
+        cols: Option<Vec<usize>>,
+    ) -> PyResult<Self> {
+        let parts = trees
+            .iter()
+            .map(|t| -> PyResult<TreeArrays<'_>> {
+                Ok(TreeArrays {
+                    is_leaf: slice("is_leaf", &t.0)?,
+                    split_feature: slice("split_feature", &t.1)?,
+                    threshold: slice("threshold", &t.2)?,
+                    default_left: slice("default_left", &t.3)?,
+                    left: slice("left", &t.4)?,
+                    right: slice("right", &t.5)?,
+                    leaf_value: slice("leaf_value", &t.6)?,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let bad = |e: forest::ForestError| PyValueError::new_err(e.0);
+        let mut f =
+            forest::Forest::new(&parts, n_features, base_score, sigmoid_alpha).map_err(bad)?;
+        if let Some(c) = cols {
+            f = f.with_columns(c).map_err(bad)?;
+        }
+        Ok(PyForest { forest: f })
+    }
+
+    #[pyo3(signature = (x, threads=2))]
+    fn predict<'py>(
+        &self,
+        py: Python<'py>,
+        x: PyReadonlyArray2<'py, f64>,
+        threads: usize,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let width = x.shape()[1];
+        // as_slice also takes a Fortran-ordered matrix (columns first): refused here
+        let data = x
+            .as_slice()
+            .ok()
+            .filter(|_| x.is_c_contiguous())
+            .ok_or_else(|| PyValueError::new_err("x must be a C-contiguous float64 matrix"))?;
+        let out = py
+            .allow_threads(|| self.forest.predict(data, width, threads))
+            .map_err(|e| PyValueError::new_err(e.0))?;
+        Ok(PyArray1::from_vec(py, out))
+    }
+
+    #[getter]
+    fn num_trees(&self) -> usize {
+        self.forest.num_trees()
+    }
+
+    #[getter]
+    fn num_features(&self) -> usize {
+        self.forest.num_features()
+    }
 }
