@@ -1076,8 +1076,9 @@ type TreeTuple<'py> = (
 );
 
 /// `Forest(trees, n_features, base_score=0.0, sigmoid_alpha=None, cols=None)`: a tree
-/// ensemble scored exactly as LightGBM scores it (forest.rs); `predict(x, threads=2)` for a
-/// C-contiguous float64 matrix whose column `cols[i]` is the model's feature i.
+/// ensemble scored exactly as LightGBM scores it (forest.rs); `predict(x, threads=2,
+/// vector=True)` for a C-contiguous float64 matrix whose column `cols[i]` is the model's
+/// feature i (`vector=False`: the scalar walk even where the byte-vector evaluator runs).
 #[pyclass(name = "Forest", module = "flashml_sim", frozen)]
 struct PyForest {
     forest: forest::Forest,
@@ -1117,12 +1118,13 @@ impl PyForest {
         Ok(PyForest { forest: f })
     }
 
-    #[pyo3(signature = (x, threads=2))]
+    #[pyo3(signature = (x, threads=2, vector=true))]
     fn predict<'py>(
         &self,
         py: Python<'py>,
         x: PyReadonlyArray2<'py, f64>,
         threads: usize,
+        vector: bool,
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let width = x.shape()[1];
         // as_slice also takes a Fortran-ordered matrix (columns first): refused here
@@ -1132,7 +1134,7 @@ impl PyForest {
             .filter(|_| x.is_c_contiguous())
             .ok_or_else(|| PyValueError::new_err("x must be a C-contiguous float64 matrix"))?;
         let out = py
-            .allow_threads(|| self.forest.predict(data, width, threads))
+            .allow_threads(|| self.forest.predict(data, width, threads, vector))
             .map_err(|e| PyValueError::new_err(e.0))?;
         Ok(PyArray1::from_vec(py, out))
     }
@@ -1145,5 +1147,11 @@ impl PyForest {
     #[getter]
     fn num_features(&self) -> usize {
         self.forest.num_features()
+    }
+
+    /// Whether predict(vector=True) runs the byte-vector evaluator here.
+    #[getter]
+    fn vectorised(&self) -> bool {
+        self.forest.vectorised()
     }
 }
