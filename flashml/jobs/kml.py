@@ -331,18 +331,25 @@ def train(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
         zip(data.workloads, data.classes_kib, strict=True)), "models": {}}
     with timer.stage("train"):
         for kind in model.KINDS:
-            est, metrics = model.train(data, kind, folds=s.folds, seed=s.seed,
-                                       **({"hidden": s.hidden} if kind == "mlp"
-                                          else {"depth": s.depth}))
-            doc = model.model_doc(est, data)
+            t = model.fit(data, kind, folds=s.folds, seed=s.seed,
+                          **({"hidden": s.hidden} if kind == "mlp" else {"depth": s.depth}))
+            kib, rel = model.sizes_for_confusions(data, t.cv_pred, sw["ops_per_s"],
+                                                  list(s.sizes))
+            metrics = {**t.metrics, **rel}
+            doc = model.model_doc(t.model, replace(data, classes_kib=kib))
             folder = run.path / "models" / f"kml_{kind}"
             save_readahead_model(folder, doc, metrics=metrics, workloads=list(data.workloads))
             mlflow.log_metrics({f"{kind}_{k}": v for k, v in metrics.items()})
             mlflow.log_artifacts(str(folder), artifact_path=f"models/kml_{kind}")
-            out["models"][kind] = {"bundle": str(folder), **metrics}
+            out["models"][kind] = {"bundle": str(folder), **metrics, "classes_kib": dict(
+                zip(data.workloads, kib, strict=True))}
             log.info("%s: %d-fold accuracy %.3f, of the readahead size %.3f (train %.3f) on "
-                     "%d windows", kind, int(metrics["cv_folds"]), metrics["cv_accuracy"],
-                     metrics["cv_size_accuracy"], metrics["train_accuracy"], len(data.y))
+                     "%d windows; class sizes %s for its confusions (held-out relative "
+                     "throughput %.3f, with each class's own size %.3f)", kind,
+                     int(metrics["cv_folds"]), metrics["cv_accuracy"],
+                     metrics["cv_size_accuracy"], metrics["train_accuracy"], len(data.y),
+                     out["models"][kind]["classes_kib"], rel["cv_relative_throughput"],
+                     rel["cv_relative_throughput_own"])
     return run.record("train", out)
 
 

@@ -3,8 +3,9 @@ class from one window's five features (features/readahead.toml), the class -> th
 readahead size of that workload (the sweep's label).
 
     data = dataset(rows_by_workload, best_kib)          # windows of every training workload
-    mlp, cv = train(data, kind="mlp", seed=0)           # the paper's network, 10-fold CV
-    doc = model_doc(mlp, data)                          # -> compiler.readahead.save_readahead_model
+    t = fit(data, kind="mlp", seed=0)                   # the paper's network, 10-fold CV
+    kib, _ = sizes_for_confusions(data, t.cv_pred, sweep_ops, sizes)  # class -> readahead
+    doc = model_doc(t.model, replace(data, classes_kib=kib))  # -> save_readahead_model
 
 The paper's network: the features Z-scored, one hidden layer of sigmoid units, a softmax
 over the workload classes ("3-layer": input, hidden, output); its comparison: a decision tree.
@@ -88,14 +89,22 @@ def estimator(kind: str, *, hidden: int = 16, depth: int = 6, seed: int = 0,
     raise ValueError(f"kind {kind!r}: expected one of {KINDS}")
 
 
-def train(data: Dataset, kind: str, *, folds: int = 10, seed: int = 0, **kw: Any
-          ) -> tuple[Any, dict[str, float]]:
+@dataclass(frozen=True)
+class Trained:
+    """A fitted model, its cross-validation figures and the class it was given for every
+    window when that window was held out (`cv_pred`, aligned with the dataset's rows)."""
+
+    model: Any
+    metrics: dict[str, float]
+    cv_pred: np.ndarray
+
+
+def fit(data: Dataset, kind: str, *, folds: int = 10, seed: int = 0, **kw: Any) -> Trained:
     """Fit `kind` on every window (Z-scored) and measure it by stratified `folds`-fold
     cross-validation (folds capped by the smallest class): `cv_accuracy`, the share of
     windows whose workload is told right, and `cv_size_accuracy`, the share whose readahead
     is (two workloads with the same best size may be told apart or not: KML's choice is the
-    same). Returns the model and {cv_accuracy, cv_size_accuracy, cv_folds, train_accuracy,
-    rows}."""
+    same); `train_accuracy` and `rows` beside them."""
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
@@ -111,11 +120,60 @@ def train(data: Dataset, kind: str, *, folds: int = 10, seed: int = 0, **kw: Any
             acc = float(np.mean(pred == data.y))
             size_acc = float(np.mean(kib[pred] == kib[data.y]))
         else:
+            pred = np.full(len(data.y), -1, dtype=np.int64)
             acc = size_acc = float("nan")
         model = estimator(kind, seed=seed, **kw).fit(data.z, data.y)
-    return model, {"cv_accuracy": acc, "cv_size_accuracy": size_acc, "cv_folds": float(k),
-                   "train_accuracy": float(model.score(data.z, data.y)),
-                   "rows": float(len(data.y))}
+    return Trained(model, {"cv_accuracy": acc, "cv_size_accuracy": size_acc,
+                           "cv_folds": float(k),
+                           "train_accuracy": float(model.score(data.z, data.y)),
+                           "rows": float(len(data.y))}, pred)
+
+
+def train(data: Dataset, kind: str, *, folds: int = 10, seed: int = 0, **kw: Any
+          ) -> tuple[Any, dict[str, float]]:
+    """`fit`'s model and metrics."""
+    t = fit(data, kind, folds=folds, seed=seed, **kw)
+    return t.model, t.metrics
+
+
+def sizes_for_confusions(data: Dataset, cv_pred: np.ndarray,
+                         ops: Mapping[str, Mapping[Any, float]], sizes: Sequence[int]
+                         ) -> tuple[tuple[int, ...], dict[str, float]]:
+    """The readahead of each class for a model that confuses classes: the paper gives a
+    class its own workload's best size, so two workloads the features cannot tell apart
+    window by window (readrandom and readrandomwriterandom) whose best sizes differ within
+    the sweep's noise make the tuner flip between them. Here each class j gets the size s
+    (of `sizes`) with the highest expected relative throughput over the held-out windows the
+    model put in j: sum over workloads i of n(i -> j) * ops_i(s) / max ops_i (`ops`: the
+    sweep, workload -> {KiB: ops/s}); ties go to the smaller size; a class the model never
+    chose keeps its own size. Identical to the paper's mapping when nothing is confused.
+    Returns the sizes and {cv_relative_throughput_own, cv_relative_throughput}: the mean
+    relative throughput of the held-out windows under the paper's sizes and under these."""
+    n = len(data.workloads)
+    held = cv_pred >= 0
+    conf = np.zeros((n, n))
+    np.add.at(conf, (data.y[held], cv_pred[held]), 1.0)
+    rel = np.array([[float(ops[w][str(s)] if str(s) in ops[w] else ops[w][s])
+                     / max(ops[w].values()) for s in sizes] for w in data.workloads])
+    own = np.array([list(sizes).index(k) if k in sizes else -1 for k in data.classes_kib])
+    out = []
+    for j in range(n):
+        if conf[:, j].sum() == 0 or own[j] < 0:
+            out.append(int(data.classes_kib[j]))
+            continue
+        score = conf[:, j] @ rel  # per size
+        best = max(range(len(sizes)), key=lambda m: (round(score[m], 12), -sizes[m]))
+        out.append(int(sizes[best]))
+    total = conf.sum()
+
+    def mean_rel(kib: Sequence[int]) -> float:
+        idx = [list(sizes).index(k) for k in kib]
+        return float(sum(conf[i, j] * rel[i, idx[j]] for i in range(n) for j in range(n))
+                     / total) if total and min(idx) >= 0 else float("nan")
+
+    return tuple(out), {"cv_relative_throughput_own": mean_rel(data.classes_kib)
+                        if (own >= 0).all() else float("nan"),
+                        "cv_relative_throughput": mean_rel(out)}
 
 
 def model_doc(model: Any, data: Dataset) -> dict[str, Any]:
