@@ -133,18 +133,29 @@ def test_sizes_for_confusions_by_hand() -> None:
     """Two workloads A (best 16 KiB) and B (best 8 KiB, 16 within 1%): a model that never
     confuses them keeps the paper's sizes; one that confuses them half the time gives both
     classes 16 KiB, the size with the best expected relative throughput."""
-    d = model.Dataset(x=np.zeros((20, 5)), y=np.repeat([0, 1], 10), workloads=("A", "B"),
+    x = np.zeros((24, 5))
+    x[:, 4] = [16] * 10 + [8] * 10 + [32] * 4  # the readahead each window was recorded at
+    d = model.Dataset(x=x, y=np.repeat([0, 1, 1], [10, 10, 4]), workloads=("A", "B"),
                       classes_kib=(16, 8), mean=np.zeros(5), std=np.ones(5))
     ops = {"A": {"8": 95.0, "16": 100.0, "32": 50.0}, "B": {"8": 100.0, "16": 99.0, "32": 20.0}}
     sure = d.y.copy()
     kib, rel = model.sizes_for_confusions(d, sure, ops, [8, 16, 32])
     assert kib == (16, 8) and rel["cv_relative_throughput"] == rel[
         "cv_relative_throughput_own"] == 1.0
-    coin = np.array([0, 1] * 10)  # each workload's windows half A, half B
+    coin = np.array([0, 1] * 12)  # each workload's windows half A, half B
     kib, rel = model.sizes_for_confusions(d, coin, ops, [8, 16, 32])
     assert kib == (16, 16)
     assert rel["cv_relative_throughput_own"] == pytest.approx((5 + 4.75 + 4.95 + 5) / 20)
     assert rel["cv_relative_throughput"] == pytest.approx((10 + 9.9) / 20)
     # a class the model never chose keeps its own size
-    kib, _ = model.sizes_for_confusions(d, np.zeros(20, dtype=np.int64), ops, [8, 16, 32])
+    kib, _ = model.sizes_for_confusions(d, np.zeros(24, dtype=np.int64), ops, [8, 16, 32])
     assert kib[1] == 8
+    # only steady-state windows count (B's 4 windows at 32 KiB, all put in class A, would
+    # otherwise pull A's size: with them A's best is still 16, so weigh them heavily)
+    heavy = model.Dataset(x=np.vstack([x, np.tile(x[-1:], (96, 1))]),
+                          y=np.concatenate([d.y, np.ones(96, dtype=np.int64)]),
+                          workloads=d.workloads, classes_kib=d.classes_kib, mean=d.mean,
+                          std=d.std)
+    pred = np.concatenate([d.y, np.zeros(96, dtype=np.int64)])
+    pred[20:24] = 0
+    assert model.sizes_for_confusions(heavy, pred, ops, [8, 16, 32])[0] == (16, 8)

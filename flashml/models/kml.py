@@ -143,14 +143,20 @@ def sizes_for_confusions(data: Dataset, cv_pred: np.ndarray,
     class its own workload's best size, so two workloads the features cannot tell apart
     window by window (readrandom and readrandomwriterandom) whose best sizes differ within
     the sweep's noise make the tuner flip between them. Here each class j gets the size s
-    (of `sizes`) with the highest expected relative throughput over the held-out windows the
-    model put in j: sum over workloads i of n(i -> j) * ops_i(s) / max ops_i (`ops`: the
-    sweep, workload -> {KiB: ops/s}); ties go to the smaller size; a class the model never
-    chose keeps its own size. Identical to the paper's mapping when nothing is confused.
-    Returns the sizes and {cv_relative_throughput_own, cv_relative_throughput}: the mean
-    relative throughput of the held-out windows under the paper's sizes and under these."""
+    (of `sizes`) with the highest expected relative throughput over the held-out steady-state
+    windows the model put in j: sum over workloads i of n(i -> j) * ops_i(s) / max ops_i
+    (`ops`: the sweep, workload -> {KiB: ops/s}); ties go to the smaller size; a class the
+    model never chose keeps its own size. Identical to the paper's mapping when nothing is
+    confused. Steady state: only a workload's windows recorded at its own best size count
+    (the tuner, once it has settled, classifies those). Counting every window of the sweep
+    measured the wrong thing: a scan at 8 KiB looks random, so random classes were pulled to
+    32 KiB, where the next window would have corrected the scan anyway, and mixgraph at 32 KiB
+    runs at half its speed. Returns the sizes and {cv_relative_throughput_own,
+    cv_relative_throughput}: the mean relative throughput of those windows under the
+    paper's sizes and under these."""
     n = len(data.workloads)
-    held = cv_pred >= 0
+    ra = data.x[:, rc.contract().names.index("readahead_kib")]
+    held = (cv_pred >= 0) & (ra == np.asarray(data.classes_kib, dtype=np.float64)[data.y])
     conf = np.zeros((n, n))
     np.add.at(conf, (data.y[held], cv_pred[held]), 1.0)
     rel = np.array([[float(ops[w][str(s)] if str(s) in ops[w] else ops[w][s])
