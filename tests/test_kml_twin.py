@@ -31,19 +31,18 @@ class SlowTwin:
         self.win: dict[int, tuple[int, int]] = {}
         self.clock, self.pos = 0.0, 0
         self.events: list[tuple[float, int, int]] = []
-        self.n_all, self.mean, self.m2 = 0, 0.0, 0.0
+        self.mean, self.m2 = 0.0, 0.0
 
     def _event(self, f, page, now):
         self.events.append((now, f, page))
         self.s["events"] += 1
-        self.n_all += 1
-        d = page - self.mean
-        self.mean += d / self.n_all
-        self.m2 += d * (page - self.mean)
         if self.wcount:
             self.wabs += abs(page - self.wlast)
         self.wlast = page
         self.wcount += 1
+        d = page - self.mean
+        self.mean += d / self.wcount
+        self.m2 += d * (page - self.mean)
 
     def _add(self, key, mark):
         if key in self.cache:
@@ -101,7 +100,7 @@ class SlowTwin:
         self.s = dict.fromkeys(("requests", "hits", "misses", "ios", "read_bytes", "events",
                                 "write_pages"), 0)
         self.wcount, self.wabs, self.wlast = 0, 0.0, 0
-        self.n_all, self.mean, self.m2 = 0, 0.0, 0.0
+        self.mean, self.m2 = 0.0, 0.0
         while self.pos < len(self.reqs):
             self._request(*self.reqs[self.pos], ra)
             self.pos += 1
@@ -111,7 +110,7 @@ class SlowTwin:
         c = self.wcount
         return {**self.s, "window": int(k), "empty": c == 0,
                 "features": [float(c), self.mean,
-                             math.sqrt(self.m2 / self.n_all) if self.n_all > 1 else 0.0,
+                             math.sqrt(self.m2 / c) if c > 1 else 0.0,
                              self.wabs / (c - 1) if c > 1 else 0.0, float(ra_kib)],
                 "elapsed_s": self.clock - start, "clock_s": self.clock,
                 "done": self.pos >= len(self.reqs)}

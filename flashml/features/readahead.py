@@ -73,14 +73,14 @@ def window_features(events: Iterable[tuple[float, int, int]], readahead_kib: flo
     Each row also carries `window` (its index from the first event)."""
     window_s = contract().window_ms / 1000 if window_s is None else window_s
     rows: list[dict[str, Any]] = []
-    n_all, mean, m2 = 0, 0.0, 0.0
+    mean, m2 = 0.0, 0.0
     t0: float | None = None
     cur: int | None = None
     count, absdiff, last = 0, 0.0, 0
 
     def flush(w: int) -> None:
         rows.append({"window": w, "tracepoints": count, "offset_mean": mean,
-                     "offset_std": math.sqrt(m2 / n_all) if n_all > 1 else 0.0,
+                     "offset_std": math.sqrt(m2 / count) if count > 1 else 0.0,
                      "offset_absdiff_mean": absdiff / (count - 1) if count > 1 else 0.0,
                      "readahead_kib": float(readahead_kib)})
 
@@ -90,15 +90,13 @@ def window_features(events: Iterable[tuple[float, int, int]], readahead_kib: flo
         w = int((ts - t0) // window_s)
         if cur is not None and w != cur:
             flush(cur)
-            count, absdiff = 0, 0.0
-            n_all, mean, m2 = 0, 0.0, 0.0
+            count, absdiff, mean, m2 = 0, 0.0, 0.0, 0.0
         if count:
             absdiff += abs(page - last)
         cur, last = w, page
         count += 1
-        n_all += 1
         d = page - mean
-        mean += d / n_all
+        mean += d / count
         m2 += d * (page - mean)
     if cur is not None:
         flush(cur)

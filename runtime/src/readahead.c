@@ -19,21 +19,19 @@ void frt_ra_add(struct frt_ra_acc *a, uint64_t page) {
     if (a->count) a->absdiff += (double)(page > a->last ? page - a->last : a->last - page);
     a->last = page;
     a->count++;
-    a->n_all++;
     const double p = (double)page, d = p - a->mean;
-    a->mean += d / (double)a->n_all;
+    a->mean += d / (double)a->count;
     a->m2 += d * (p - a->mean);
 }
 
 void frt_ra_window(struct frt_ra_acc *a, double out[FLASHML_READAHEAD_NUM_FEATURES], double readahead_kib) {
     out[FLASHML_RA_F_TRACEPOINTS] = (double)a->count;
     out[FLASHML_RA_F_OFFSET_MEAN] = a->mean;
-    out[FLASHML_RA_F_OFFSET_STD] = a->n_all > 1 ? sqrt(a->m2 / (double)a->n_all) : 0.0;
+    out[FLASHML_RA_F_OFFSET_STD] = a->count > 1 ? sqrt(a->m2 / (double)a->count) : 0.0;
     out[FLASHML_RA_F_OFFSET_ABSDIFF_MEAN] = a->count > 1 ? a->absdiff / (double)(a->count - 1) : 0.0;
     out[FLASHML_RA_F_READAHEAD_KIB] = readahead_kib;
     a->count = 0;
     a->absdiff = 0.0;
-    a->n_all = 0;
     a->mean = 0.0;
     a->m2 = 0.0;
 }

@@ -17,8 +17,7 @@
  * mean and M2 over the window's events, its event count and its sum of |p_i - p_{i-1}| over
  * consecutive events (all reset by frt_ra_window). */
 struct frt_ra_acc {
-    uint64_t n_all;  /* events in the window (for Welford) */
-    double mean, m2; /* Welford over their page offsets */
+    double mean, m2; /* Welford over the window's page offsets */
     uint64_t count;  /* events in the current window */
     double absdiff;  /* sum of |p_i - p_{i-1}| within the window (a double, as Python's) */
     uint64_t last;   /* the window's last page offset */

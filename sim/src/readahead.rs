@@ -301,7 +301,6 @@ pub struct ReadaheadSim {
     windows: FastMap<u32, (u64, u64)>,
     ra: u64,
     // Events: the current window's Welford statistics and consecutive differences.
-    n_all: u64,
     mean: f64,
     m2: f64,
     win_count: u64,
@@ -322,7 +321,6 @@ impl ReadaheadSim {
             clock: 0.0,
             windows: FastMap::default(),
             ra: 1,
-            n_all: 0,
             mean: 0.0,
             m2: 0.0,
             win_count: 0,
@@ -370,16 +368,15 @@ impl ReadaheadSim {
     #[inline]
     fn event(&mut self, page: u64) {
         self.stats.events += 1;
-        self.n_all += 1;
-        let x = page as f64;
-        let d = x - self.mean;
-        self.mean += d / self.n_all as f64;
-        self.m2 += d * (x - self.mean);
         if self.win_count > 0 {
             self.win_absdiff += page.abs_diff(self.last) as f64;
         }
         self.last = page;
         self.win_count += 1;
+        let x = page as f64;
+        let d = x - self.mean;
+        self.mean += d / self.win_count as f64;
+        self.m2 += d * (x - self.mean);
     }
 
     /// Add the uncached pages of [start, start + ra) of `file` in ascending order, marking
@@ -460,7 +457,6 @@ impl ReadaheadSim {
         };
         self.win_count = 0;
         self.win_absdiff = 0.0;
-        self.n_all = 0;
         self.mean = 0.0;
         self.m2 = 0.0;
         while self.pos < self.trace.len() {
@@ -477,8 +473,8 @@ impl ReadaheadSim {
         s.features = [
             c as f64,
             self.mean,
-            if self.n_all > 1 {
-                (self.m2 / self.n_all as f64).sqrt()
+            if c > 1 {
+                (self.m2 / c as f64).sqrt()
             } else {
                 0.0
             },
