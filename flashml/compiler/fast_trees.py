@@ -107,15 +107,17 @@ def model_header(model: Any) -> dict[str, Any]:
 #: `"key": ,` (or before `}` / `]`): a value Treelite's JSON dump left empty.
 _EMPTY_VALUE_RE = re.compile(r'("\s*:\s*)(?=[,}\]])')
 #: Treelite's node types and its `<=` operator (tree accessor fields node_type, cmp).
-_LEAF, _NUMERICAL, _LE = 0, 1, 3
+LEAF, _NUMERICAL, _LE = 0, 1, 3
 
 
-def plan(model: Any) -> FastTrees | str:
-    """FastTrees for a Treelite model, or the reason it cannot use the fast evaluator."""
-    head = model_header(model)
-    nf = int(head["num_feature"])
-    if nf > MAX_FEATURES:
-        return f"{nf} features (the evaluator indexes at most {MAX_FEATURES})"
+#: The tree accessor's fields an evaluator reads (node arrays indexed by node id, root 0).
+TREE_FIELDS = ("node_type", "cmp", "threshold", "default_left", "split_index", "cleft",
+               "cright", "leaf_value")
+
+
+def header_refusal(head: dict[str, Any]) -> str | None:
+    """Why an exact evaluator of one float64 output (identity or sigmoid) cannot take a
+    model with this header (`model_header`), or None."""
     if head.get("average_tree_output"):
         return "averaged tree outputs (random forest mode)"
     if head.get("num_target", 1) != 1 or head.get("num_class", [1]) != [1]:
@@ -125,22 +127,50 @@ def plan(model: Any) -> FastTrees | str:
         return f"postprocessor {post}"
     if head.get("threshold_type") != "float64" or head.get("leaf_output_type") != "float64":
         return "thresholds or leaves are not float64"
-    trees = []
+    return None
+
+
+def tree_arrays(model: Any) -> list[dict[str, np.ndarray]]:
+    """Every tree's TREE_FIELDS, as NumPy arrays."""
+    out = []
     for ti in range(int(model.num_tree)):
         acc = model.get_tree_accessor(ti)
-        trees.append({k: acc.get_field(k) for k in (
-            "node_type", "cmp", "threshold", "default_left", "split_index", "cleft", "cright",
-            "leaf_value")})
+        out.append({k: np.asarray(acc.get_field(k)) for k in TREE_FIELDS})
+    return out
+
+
+def split_refusal(trees: list[dict[str, np.ndarray]]) -> str | None:
+    """Why an evaluator of numerical `<=` splits cannot take these trees, or None."""
+    for t in trees:
+        inner = t["node_type"] != LEAF
+        if (t["node_type"][inner] != _NUMERICAL).any():
+            return "categorical splits"
+        cmp = t["cmp"][inner]
+        if (cmp != _LE).any():
+            return f"a split with comparison operator {int(cmp[cmp != _LE][0])} (not <=)"
+    return None
+
+
+def plan(model: Any) -> FastTrees | str:
+    """FastTrees for a Treelite model, or the reason it cannot use the fast evaluator."""
+    head = model_header(model)
+    nf = int(head["num_feature"])
+    if nf > MAX_FEATURES:
+        return f"{nf} features (the evaluator indexes at most {MAX_FEATURES})"
+    why = header_refusal(head)
+    if why:
+        return why
+    post = head["postprocessor"]
+    trees = tree_arrays(model)
+    why = split_refusal(trees)
+    if why:
+        return why
     thr: list[set[float]] = [set() for _ in range(nf)]
     nan_default = False
     for t in trees:
         for i, kind in enumerate(t["node_type"]):
-            if kind == _LEAF:
+            if kind == LEAF:
                 continue
-            if kind != _NUMERICAL:
-                return "categorical splits"
-            if t["cmp"][i] != _LE:
-                return f"a split with comparison operator {int(t['cmp'][i])} (not <=)"
             th = float(t["threshold"][i])
             if math.isnan(th):
                 return "a NaN threshold"
@@ -165,7 +195,7 @@ def plan(model: Any) -> FastTrees | str:
     internal_max = 1
     for ti, t in enumerate(trees):
         kinds = t["node_type"]
-        internal = int(np.count_nonzero(kinds != _LEAF))
+        internal = int(np.count_nonzero(kinds != LEAF))
         if internal > LANES - 1 or len(kinds) - internal > LANES:
             return f"tree {ti} has {len(kinds) - internal} leaves (at most {LANES})"
         internal_max = max(internal_max, internal)
@@ -173,7 +203,7 @@ def plan(model: Any) -> FastTrees | str:
 
         def visit(nid: int, depth: int, ti: int = ti, t: dict = t,
                   counters: list[int] = counters) -> tuple[int, int]:
-            if t["node_type"][nid] == _LEAF:
+            if t["node_type"][nid] == LEAF:
                 j = counters[1]
                 counters[1] += 1
                 leaf[ti, j] = float(t["leaf_value"][nid])

@@ -20,8 +20,6 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-#: Treelite's node types and its `<=` operator (the tree accessor's node_type and cmp).
-_LEAF, _NUMERICAL, _LE = 0, 1, 3
 #: The attribute a booster keeps its evaluator in (or the reason it has none).
 _ATTR = "_flashml_forest"
 
@@ -46,41 +44,33 @@ def forest_of(booster: Any) -> tuple[Any, str | None]:
 def _build(booster: Any) -> tuple[Any, str | None]:
     import treelite
 
-    from flashml.compiler.fast_trees import model_header
+    from flashml.compiler.fast_trees import (
+        LEAF,
+        header_refusal,
+        model_header,
+        split_refusal,
+        tree_arrays,
+    )
     from flashml_sim import Forest
 
     model = treelite.frontend.from_lightgbm(booster)
     head = model_header(model)
-    if head.get("num_target", 1) != 1 or head.get("num_class", [1]) != [1]:
-        return None, "more than one output"
-    if head.get("average_tree_output"):
-        return None, "averaged tree outputs"
-    post = head.get("postprocessor")
-    if post not in ("identity", "sigmoid"):
-        return None, f"postprocessor {post}"
+    why = header_refusal(head)
     base = [float(b) for b in np.ravel(head.get("base_scores", [0.0]))]
-    if len(base) != 1 or not math.isfinite(base[0]):
-        return None, f"base scores {base}"
-    trees = []
-    for ti in range(int(model.num_tree)):
-        acc = model.get_tree_accessor(ti)
-        kind = np.asarray(acc.get_field("node_type"))
-        inner = kind != _LEAF
-        if (kind[inner] != _NUMERICAL).any():
-            return None, "categorical splits"
-        if (np.asarray(acc.get_field("cmp"))[inner] != _LE).any():
-            return None, "a split other than <="
-        trees.append((
-            np.ascontiguousarray(~inner),
-            np.ascontiguousarray(acc.get_field("split_index"), dtype=np.uint32),
-            np.ascontiguousarray(acc.get_field("threshold"), dtype=np.float64),
-            np.ascontiguousarray(acc.get_field("default_left"), dtype=bool),
-            np.ascontiguousarray(acc.get_field("cleft"), dtype=np.int32),
-            np.ascontiguousarray(acc.get_field("cright"), dtype=np.int32),
-            np.ascontiguousarray(acc.get_field("leaf_value"), dtype=np.float64)))
-    alpha = float(head.get("sigmoid_alpha", 1.0)) if post == "sigmoid" else None
+    if why is None and (len(base) != 1 or not math.isfinite(base[0])):
+        why = f"base scores {base}"
+    trees = tree_arrays(model) if why is None else []
+    why = why or split_refusal(trees)
+    if why:
+        return None, why
+    args = [(np.ascontiguousarray(t["node_type"] == LEAF),
+             *(np.ascontiguousarray(t[k], dtype=d) for k, d in (
+                 ("split_index", np.uint32), ("threshold", np.float64),
+                 ("default_left", bool), ("cleft", np.int32), ("cright", np.int32),
+                 ("leaf_value", np.float64)))) for t in trees]
+    alpha = float(head.get("sigmoid_alpha", 1.0)) if head["postprocessor"] == "sigmoid" else None
     try:
-        return Forest(trees, int(head["num_feature"]), base_score=base[0],
+        return Forest(args, int(head["num_feature"]), base_score=base[0],
                       sigmoid_alpha=alpha), None
     except ValueError as e:
         return None, str(e)

@@ -466,15 +466,13 @@ mod vbmi {
                         stack.push((node.left, d + 1, Some((inner - 1, false))));
                         inner - 1
                     };
+                    // (a one-leaf tree has no parent: lane 0's children are leaf 0 already)
                     if let Some((p, right)) = parent {
                         if right {
                             t.right[ti][p] = lane as u8;
                         } else {
                             t.left[ti][p] = lane as u8;
                         }
-                    } else if is_leaf {
-                        // a one-leaf tree: lane 0 goes to leaf 0 in one step
-                        t.left[ti][0] = LANES as u8;
                     }
                 }
                 // next() is one step; each squaring doubles the steps: 2^K >= depth
