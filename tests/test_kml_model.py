@@ -55,7 +55,8 @@ def test_compiled_model_equals_scikit_learn(kind: str, data: model.Dataset,
     from flashml.compiler.build import compile_policy
     from flashml.compiler.loader import PolicyLibrary, verify_bundle
 
-    est, metrics = model.train(data, kind, folds=5, seed=0)
+    t = model.fit(data, kind, folds=5, seed=0)
+    est, metrics = t.model, t.metrics
     assert metrics["cv_accuracy"] > 0.9 and metrics["cv_folds"] == 5
     assert metrics["cv_size_accuracy"] >= metrics["cv_accuracy"]  # a right class is a right size
     doc = model.model_doc(est, data)
@@ -78,7 +79,7 @@ def test_compiled_model_equals_scikit_learn(kind: str, data: model.Dataset,
 def test_bundle_errors_name_the_file_and_field(data: model.Dataset, tmp_path: Path) -> None:
     from flashml.compiler.build import compile_policy
 
-    est, _ = model.train(data, "tree", folds=2)
+    est = model.fit(data, "tree", folds=2).model
     doc = model.model_doc(est, data)
     n = len(doc["tree"]["left"])
     cases = {"format": dict(doc, format="x"), "kind": dict(doc, kind="forest"),
@@ -107,7 +108,7 @@ def test_model_json_refuses_what_the_c_cannot_run(data: model.Dataset) -> None:
     relu = MLPClassifier((4,), activation="relu", max_iter=500).fit(data.z, data.y)
     with pytest.raises(ValueError, match="logistic"):
         ra.model_json(relu, mean=data.mean, std=data.std, classes_kib=data.classes_kib)
-    est, _ = model.train(data, "mlp", folds=2, max_iter=200)
+    est = model.fit(data, "mlp", folds=2, max_iter=200).model
     with pytest.raises(ValueError, match="classes_kib"):
         ra.model_json(est, mean=data.mean, std=data.std, classes_kib=[8, 16])
 
@@ -117,7 +118,7 @@ def test_loaders_refuse_another_contract_or_capability(data: model.Dataset,
     from flashml.compiler.build import compile_policy
     from flashml.compiler.loader import verify_bundle
 
-    est, _ = model.train(data, "tree", folds=2)
+    est = model.fit(data, "tree", folds=2).model
     ra.save_readahead_model(tmp_path / "b", model.model_doc(est, data))
     compile_policy(tmp_path / "c", model_dir=tmp_path / "b", log_to_mlflow=False)
     with pytest.raises(UserError, match="no eviction capability|eviction"):

@@ -129,13 +129,6 @@ def fit(data: Dataset, kind: str, *, folds: int = 10, seed: int = 0, **kw: Any) 
                            "rows": float(len(data.y))}, pred)
 
 
-def train(data: Dataset, kind: str, *, folds: int = 10, seed: int = 0, **kw: Any
-          ) -> tuple[Any, dict[str, float]]:
-    """`fit`'s model and metrics."""
-    t = fit(data, kind, folds=folds, seed=seed, **kw)
-    return t.model, t.metrics
-
-
 def sizes_for_confusions(data: Dataset, cv_pred: np.ndarray,
                          ops: Mapping[str, Mapping[Any, float]], sizes: Sequence[int]
                          ) -> tuple[tuple[int, ...], dict[str, float]]:
@@ -143,29 +136,29 @@ def sizes_for_confusions(data: Dataset, cv_pred: np.ndarray,
     class its own workload's best size, so two workloads the features cannot tell apart
     window by window (readrandom and readrandomwriterandom) whose best sizes differ within
     the sweep's noise make the tuner flip between them. Here each class j gets the size s
-    (of `sizes`) with the highest expected relative throughput over the held-out steady-state
-    windows the model put in j: sum over workloads i of n(i -> j) * ops_i(s) / max ops_i
-    (`ops`: the sweep, workload -> {KiB: ops/s}); ties go to the smaller size; a class the
-    model never chose keeps its own size. Identical to the paper's mapping when nothing is
-    confused. Steady state: only a workload's windows recorded at its own best size count
-    (the tuner, once it has settled, classifies those). Counting every window of the sweep
-    measured the wrong thing: a scan at 8 KiB looks random, so random classes were pulled to
-    32 KiB, where the next window would have corrected the scan anyway, and mixgraph at 32 KiB
-    runs at half its speed. Returns the sizes and {cv_relative_throughput_own,
-    cv_relative_throughput}: the mean relative throughput of those windows under the
-    paper's sizes and under these."""
+    (of `sizes`) with the highest expected relative throughput over the held-out
+    steady-state windows the model put in j: sum over workloads i of n(i -> j) * ops_i(s) /
+    max ops_i (`ops`: the sweep's record, workload -> {KiB as text: ops/s}); ties go to the
+    smaller size; a class the model never chose keeps its own size. Identical to the
+    paper's mapping when nothing is confused. Steady state: only a workload's windows
+    recorded at its own best size count (the tuner, once it has settled, classifies those).
+    Counting every window of the sweep measured the wrong thing: a scan at 8 KiB looks
+    random, so random classes were pulled to 32 KiB, where the next window would have
+    corrected the scan anyway, and mixgraph at 32 KiB runs at half its speed. Returns the
+    sizes and {cv_relative_throughput_own, cv_relative_throughput}: the mean relative
+    throughput of those windows under the paper's sizes and under these."""
     n = len(data.workloads)
     ra = data.x[:, rc.contract().names.index("readahead_kib")]
     held = (cv_pred >= 0) & (ra == np.asarray(data.classes_kib, dtype=np.float64)[data.y])
     conf = np.zeros((n, n))
     np.add.at(conf, (data.y[held], cv_pred[held]), 1.0)
-    rel = np.array([[float(ops[w][str(s)] if str(s) in ops[w] else ops[w][s])
-                     / max(ops[w].values()) for s in sizes] for w in data.workloads])
-    own = np.array([list(sizes).index(k) if k in sizes else -1 for k in data.classes_kib])
+    col = {int(k): m for m, k in enumerate(sizes)}
+    rel = np.array([[ops[w][str(k)] / max(ops[w].values()) for k in sizes]
+                    for w in data.workloads])
     out = []
-    for j in range(n):
-        if conf[:, j].sum() == 0 or own[j] < 0:
-            out.append(int(data.classes_kib[j]))
+    for j, own in enumerate(data.classes_kib):
+        if conf[:, j].sum() == 0 or own not in col:
+            out.append(int(own))
             continue
         score = conf[:, j] @ rel  # per size
         best = max(range(len(sizes)), key=lambda m: (round(score[m], 12), -sizes[m]))
@@ -173,12 +166,11 @@ def sizes_for_confusions(data: Dataset, cv_pred: np.ndarray,
     total = conf.sum()
 
     def mean_rel(kib: Sequence[int]) -> float:
-        idx = [list(sizes).index(k) for k in kib]
-        return float(sum(conf[i, j] * rel[i, idx[j]] for i in range(n) for j in range(n))
-                     / total) if total and min(idx) >= 0 else float("nan")
+        if not total or any(k not in col for k in kib):
+            return float("nan")
+        return float(sum(conf[:, j] @ rel[:, col[k]] for j, k in enumerate(kib)) / total)
 
-    return tuple(out), {"cv_relative_throughput_own": mean_rel(data.classes_kib)
-                        if (own >= 0).all() else float("nan"),
+    return tuple(out), {"cv_relative_throughput_own": mean_rel(data.classes_kib),
                         "cv_relative_throughput": mean_rel(out)}
 
 
