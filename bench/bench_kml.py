@@ -11,6 +11,7 @@ session), the models' cross-validation and sizes, and ns per flashml_readahead_k
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -89,6 +90,10 @@ def main() -> int:
     ap.add_argument("--duration", type=int, default=6, help="seconds per db_bench run, at most")
     ap.add_argument("--twin-only", action="store_true", help="skip the real experiment")
     ap.add_argument("-o", "--output", type=Path, default=ROOT / "bench" / "results" / "kml.json")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="keep the run folders here (real/, twin/) to look at the windows, "
+                         "the tuner's logs and plots; a re-run resumes their finished stages "
+                         "(default: a temporary folder, removed)")
     args = ap.parse_args()
     import logging
 
@@ -98,7 +103,8 @@ def main() -> int:
 
     why = testbed.unavailable() or collect.unavailable()
     res: dict[str, Any] = {"machine": machine(), "real_unavailable": why}
-    with tempfile.TemporaryDirectory(dir=ROOT / "bench") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.work or stack.enter_context(tempfile.TemporaryDirectory(dir=ROOT / "bench"))
         if not args.twin_only and why is None:
             res["real"] = run("real", Path(tmp) / "real", ["--repeats", str(args.repeats),
                                                            "--duration", str(args.duration)])

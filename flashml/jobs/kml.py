@@ -334,7 +334,8 @@ def train(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
             t = model.fit(data, kind, folds=s.folds, seed=s.seed,
                           **({"hidden": s.hidden} if kind == "mlp" else {"depth": s.depth}))
             kib, rel = model.sizes_for_confusions(data, t.cv_pred, sw["ops_per_s"],
-                                                  list(s.sizes))
+                                                  list(s.sizes),
+                                                  start_kib=int(sw["default_kib"]))
             metrics = {**t.metrics, **rel}
             doc = model.model_doc(t.model, replace(data, classes_kib=kib))
             folder = run.path / "models" / f"kml_{kind}"

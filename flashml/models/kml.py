@@ -130,48 +130,87 @@ def fit(data: Dataset, kind: str, *, folds: int = 10, seed: int = 0, **kw: Any) 
 
 
 def sizes_for_confusions(data: Dataset, cv_pred: np.ndarray,
-                         ops: Mapping[str, Mapping[Any, float]], sizes: Sequence[int]
+                         ops: Mapping[str, Mapping[Any, float]], sizes: Sequence[int], *,
+                         start_kib: int | None = None, windows: int = 30
                          ) -> tuple[tuple[int, ...], dict[str, float]]:
-    """The readahead of each class for a model that confuses classes: the paper gives a
-    class its own workload's best size, so two workloads the features cannot tell apart
-    window by window (readrandom and readrandomwriterandom) whose best sizes differ within
-    the sweep's noise make the tuner flip between them. Here each class j gets the size s
-    (of `sizes`) with the highest expected relative throughput over the held-out
-    steady-state windows the model put in j: sum over workloads i of n(i -> j) * ops_i(s) /
-    max ops_i (`ops`: the sweep's record, workload -> {KiB as text: ops/s}); ties go to the
-    smaller size; a class the model never chose keeps its own size. Identical to the
-    paper's mapping when nothing is confused. Steady state: only a workload's windows
-    recorded at its own best size count (the tuner, once it has settled, classifies those).
-    Counting every window of the sweep measured the wrong thing: a scan at 8 KiB looks
-    random, so random classes were pulled to 32 KiB, where the next window would have
-    corrected the scan anyway, and mixgraph at 32 KiB runs at half its speed. Returns the
-    sizes and {cv_relative_throughput_own, cv_relative_throughput}: the mean relative
-    throughput of those windows under the paper's sizes and under these."""
+    """The readahead of each class for a model that confuses classes, chosen by the tuner's
+    closed loop. The paper gives a class its own workload's best size; but the tuner feeds
+    its choice back (the current readahead is a feature, and a workload's windows look
+    different at another size): a reverse scan told "random" once runs at the random
+    classes' 16 KiB, and if its windows at 16 KiB look random too, it stays there (a trap
+    the per-window accuracy does not show: 0.85x of the best on a real readreverse run).
+
+    The loop as a Markov chain over readahead sizes, per training workload i: from size s the
+    next window's class is j with the probability the held-out predictions give workload i's
+    windows recorded at s (`cv_pred`; a size with no such window takes the nearest recorded
+    size's, in log2), and the next size is the class's size. Its expected relative
+    throughput is the mean of ops_i(size) / max ops_i over `windows` windows from
+    `start_kib` (the device's default; None: each workload's own best size). Every
+    assignment of `sizes` to the classes is scored by the geometric mean over the workloads
+    (a loss on one workload weighs more than the same loss spread) and the best is returned;
+    ties go to the paper's sizes, then to smaller ones. `ops`: the sweep's record, workload
+    -> {KiB as text: ops/s}. Returns the sizes and {cv_relative_throughput_own,
+    cv_relative_throughput} (the chain's geometric mean with the paper's sizes and with
+    these) and cv_relative_throughput_min (the worst workload with these)."""
+    from itertools import product
+
     n = len(data.workloads)
-    ra = data.x[:, rc.contract().names.index("readahead_kib")]
-    held = (cv_pred >= 0) & (ra == np.asarray(data.classes_kib, dtype=np.float64)[data.y])
-    conf = np.zeros((n, n))
-    np.add.at(conf, (data.y[held], cv_pred[held]), 1.0)
-    col = {int(k): m for m, k in enumerate(sizes)}
-    rel = np.array([[ops[w][str(k)] / max(ops[w].values()) for k in sizes]
+    own = tuple(int(k) for k in data.classes_kib)
+    held = cv_pred >= 0
+    if not held.any():
+        return own, {"cv_relative_throughput_own": float("nan"),
+                     "cv_relative_throughput": float("nan"),
+                     "cv_relative_throughput_min": float("nan")}
+    states = sorted({int(k) for w in data.workloads for k in ops[w]} | {int(k) for k in sizes})
+    idx = {k: m for m, k in enumerate(states)}
+    rel = np.array([[ops[w].get(str(k), np.nan) / max(ops[w].values()) for k in states]
                     for w in data.workloads])
-    out = []
-    for j, own in enumerate(data.classes_kib):
-        if conf[:, j].sum() == 0 or own not in col:
-            out.append(int(own))
-            continue
-        score = conf[:, j] @ rel  # per size
-        best = max(range(len(sizes)), key=lambda m: (round(score[m], 12), -sizes[m]))
-        out.append(int(sizes[best]))
-    total = conf.sum()
+    ra = data.x[:, rc.contract().names.index("readahead_kib")]
+    # p[i, s, j]: workload i's held-out windows recorded at size s put in class j
+    p = np.zeros((n, len(states), n))
+    for i in range(n):
+        mine = held & (data.y == i)
+        recorded = sorted({int(r) for r in ra[mine]})
+        for si, s in enumerate(states):
+            near = min(recorded, key=lambda r: (abs(np.log2(r) - np.log2(s)), r))
+            sel = mine & (ra == near)
+            p[i, si] = np.bincount(cv_pred[sel], minlength=n)[:n] / sel.sum()
+    cand = [idx[int(k)] for k in sizes if int(k) in idx]
 
-    def mean_rel(kib: Sequence[int]) -> float:
-        if not total or any(k not in col for k in kib):
-            return float("nan")
-        return float(sum(conf[:, j] @ rel[:, col[k]] for j, k in enumerate(kib)) / total)
+    def chain(assign: Sequence[int]) -> np.ndarray:
+        """Each workload's expected relative throughput with class j -> states[assign[j]]."""
+        out = np.empty(n)
+        for i in range(n):
+            t = np.zeros((len(states), len(states)))
+            for j, a in enumerate(assign):
+                t[:, a] += p[i, :, j]
+            d = np.zeros(len(states))
+            d[idx[start_kib] if start_kib in idx else idx[own[i]]] = 1.0
+            acc = np.zeros(len(states))
+            for _ in range(windows):
+                d = d @ t
+                acc += d
+            r = np.where(np.isnan(rel[i]), 0.0, rel[i])
+            out[i] = float(acc @ r / windows)
+        return out
 
-    return tuple(out), {"cv_relative_throughput_own": mean_rel(data.classes_kib),
-                        "cv_relative_throughput": mean_rel(out)}
+    def score(r: np.ndarray) -> float:
+        return float(np.mean(np.log(np.maximum(r, 1e-9))))
+
+    paper = [idx[k] for k in own] if all(k in idx for k in own) else None
+    best_r = chain(paper) if paper is not None else None
+    best, best_s = paper, score(best_r) if best_r is not None else -np.inf
+    for assign in product(cand, repeat=n):
+        r = chain(assign)
+        s = score(r)
+        if s > best_s + 1e-12 or (abs(s - best_s) <= 1e-12 and best is not None
+                                  and best != paper and list(assign) < list(best)):
+            best, best_s, best_r = list(assign), s, r
+    own_r = chain(paper) if paper is not None else np.full(n, np.nan)
+    return (tuple(states[a] for a in best),
+            {"cv_relative_throughput_own": float(np.exp(score(own_r))),
+             "cv_relative_throughput": float(np.exp(best_s)),
+             "cv_relative_throughput_min": float(np.min(best_r))})
 
 
 def model_doc(model: Any, data: Dataset) -> dict[str, Any]:
