@@ -14,6 +14,10 @@ costs one backend IO from the first to the last missing segment, extended by the
 range; `DT = t_seek + segments * segment_bytes / bandwidth`; PUTs cost one IO over their
 segments and never touch the cache. Admission is asked once per miss and applies to every
 uncached segment of the IO (prefetched ones included).
+
+`simulate(..., partition=FlashPartition(...))` divides the cache among streams (per-stream
+eviction orders and quotas that change per interval; `interval_bounds_by_time` gives
+intervals of fixed length).
 """
 
 from __future__ import annotations
@@ -247,17 +251,125 @@ def _columns(table: Any, wanted: dict[str, type]) -> dict[str, np.ndarray]:
     return out
 
 
+def _index_array(values: Any, dtype: type, name: str) -> np.ndarray:
+    """A C-contiguous 1-D array of non-negative integers as `dtype` (ValueError naming the
+    array if it is not one, or a value does not fit)."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"partition '{name}' must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        arr = arr.astype(dtype)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"partition '{name}' must hold integers, got dtype {arr.dtype}")
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) > np.iinfo(dtype).max):
+        raise ValueError(f"partition '{name}' has values outside 0..{np.iinfo(dtype).max}: "
+                         f"{int(arr.min())}..{int(arr.max())}")
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class FlashPartition:
+    """Partitioned flash cache (issue 18, MLCache in flash mode; sim/src/flash.rs,
+    "Partitioned mode"): the cache is divided among k streams (e.g. namespaces), each with its
+    own eviction order and its own quota of segments.
+
+    stream: per access (GETs and PUTs), its stream in 0..k (uint32).
+    bounds: access indices where the intervals start (bounds[0] = 0, non-decreasing, each
+        below the number of accesses; equal bounds make an empty interval whose quotas are
+        applied and at once replaced); `interval_bounds_by_time` gives them for intervals of
+        fixed length.
+    shares: (intervals, k): each interval's share of the capacity per stream, turned into
+        segments by largest remainder (a row with a negative or non-finite entry, or summing
+        to 0, is an even split, counted in info["fallbacks"]).
+
+    A block belongs to the stream that inserted it; an access of another stream to it is
+    treated as the owner's (its insertions use the owner's quota) but counted as that other
+    stream's GET. A stream's partition holds at most quota - 1 segments (the cache's capacity
+    rule); a quota of 0 or 1 caches nothing. A shrinking quota evicts at the interval's start
+    (info["resize_evictions"]).
+    """
+
+    stream: np.ndarray
+    bounds: np.ndarray
+    shares: np.ndarray
+
+    def __post_init__(self) -> None:
+        stream = _index_array(self.stream, np.uint32, "stream")
+        bounds = _index_array(self.bounds, np.uint64, "bounds")
+        try:
+            shares = np.asarray(self.shares, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"partition 'shares' must be numbers: {e}") from e
+        if shares.ndim != 2 or shares.shape[1] == 0:
+            raise ValueError("partition 'shares' must be a 2-D array (intervals, streams) with "
+                             f"at least one stream, got shape {shares.shape}")
+        if shares.shape[0] != len(bounds):
+            raise ValueError(f"partition 'shares' has {shares.shape[0]} rows (intervals) but "
+                             f"'bounds' starts {len(bounds)} intervals")
+        object.__setattr__(self, "stream", stream)
+        object.__setattr__(self, "bounds", bounds)
+        object.__setattr__(self, "shares", np.ascontiguousarray(shares))
+
+    @property
+    def streams(self) -> int:
+        """The number of streams k (the columns of `shares`)."""
+        return int(self.shares.shape[1])
+
+    @property
+    def intervals(self) -> int:
+        return len(self.bounds)
+
+
+#: At most this many intervals from `interval_bounds_by_time` (as the simulator's windows).
+MAX_INTERVALS = 10_000_000
+
+
+def interval_bounds_by_time(time: np.ndarray, interval_s: float) -> np.ndarray:
+    """The access index where each interval of `interval_s` seconds starts (int64), counted
+    from the first access's time: interval j holds the accesses with
+    floor((time - time[0]) / interval_s) == j (the simulator's window rule), from j = 0 to the
+    last access's. An interval with no accesses starts where the next one does (equal bounds).
+    `time` must be sorted; ValueError otherwise."""
+    t = np.asarray(time, dtype=np.float64)
+    if t.ndim != 1 or t.size == 0:
+        raise ValueError(f"'time' must be a non-empty 1-D array, got shape {t.shape}")
+    if not (isinstance(interval_s, numbers.Real) and not isinstance(interval_s, bool)
+            and math.isfinite(interval_s)
+            and interval_s > 0):
+        raise ValueError(f"interval_s must be a finite number of seconds > 0, got {interval_s!r}")
+    if not np.all(np.isfinite(t)):
+        raise ValueError("'time' has non-finite values")
+    if np.any(np.diff(t) < 0):
+        raise ValueError("'time' must be sorted (non-decreasing)")
+    index = np.floor((t - t[0]) / interval_s)
+    n_intervals = int(index[-1]) + 1
+    if n_intervals > MAX_INTERVALS:
+        raise ValueError(f"the trace spans {float(t[-1] - t[0])} s: {n_intervals} intervals of "
+                         f"{interval_s} s, more than {MAX_INTERVALS}")
+    return np.searchsorted(index, np.arange(n_intervals), side="left").astype(np.int64)
+
+
 def simulate(table: Any, config: SimConfig | None = None, *, admit: Any = None,
              score: Any = None, prefetch_start: Any = None, prefetch_end: Any = None,
-             when_score: Any = None) -> SimResult:
-    """Run flash-cache mode on a canonical table; invalid input raises ValueError."""
+             when_score: Any = None, partition: FlashPartition | None = None) -> SimResult:
+    """Run flash-cache mode on a canonical table; invalid input raises ValueError.
+
+    `partition` (a `FlashPartition`) divides the cache among streams; every metric stays
+    whole-cache and info gains "streams", "stream_gets", "stream_hits",
+    "stream_admitted_segments", "stream_evictions" (arrays of k), "quotas" ((intervals, k)
+    segments applied), "resize_evictions" and "fallbacks"."""
     config = config or SimConfig()
     cols = trace_arrays(table)
-    policy = {}
+    policy: dict[str, Any] = {}
     for name, values in (("admit", admit), ("score", score), ("prefetch_start", prefetch_start),
                          ("prefetch_end", prefetch_end), ("when_score", when_score)):
         if values is not None:
             policy[name] = _as_array(values, POLICY_ARRAYS[name], name)
+    if partition is not None:
+        if not isinstance(partition, FlashPartition):
+            raise TypeError(f"partition must be a FlashPartition, got {type(partition).__name__}")
+        policy.update(stream=partition.stream, bounds=partition.bounds,
+                      shares=partition.shares.ravel(), streams=partition.streams)
     out = _core().simulate(cols["time"], cols["key"], cols["offset"], cols["size"], cols["op"],
                            config.to_dict(), **policy)
     return SimResult(metrics=out["metrics"], series=out["series"], info=out["info"],

@@ -35,6 +35,31 @@
 //!   are contiguous in recency order) and a victim block loses its lowest-index cached segment;
 //!   otherwise the unit is the segment. Eviction age = eviction time - last access time
 //!   (of the block under block-level recency, else of the segment).
+//!
+//! Partitioned mode (optional, [`StreamPartition`]; issue 18, MLCache in flash mode): the
+//! cache is divided among `k` streams (e.g. namespaces), each with its own eviction order (of
+//! the same kind and units as above) and its own quota of segments; the quotas change at
+//! given interval boundaries. Every metric stays whole-cache; `Info::streams` adds per-stream
+//! counts and the quotas applied.
+//! * A block belongs to the partition of the stream whose access inserted it while it was
+//!   not cached (stored per block). An access of stream `s` to a block owned by another
+//!   stream is treated as that owner's: its recency and its insertions (the missing and the
+//!   prefetched segments) go to the owner's order and quota. Keys normally belong to one
+//!   namespace; the access is still counted as a GET (and hit) of `s`, while the admitted
+//!   segments and the evictions are counted under the partition (the owner).
+//! * Capacity per partition: the global rule applied to the quota; inserting into partition
+//!   `p` evicts from `p`'s own order while `used[p] > 0 && used[p] + 1 >= quota[p]`, so `p`
+//!   holds at most `quota[p] - 1` segments. A partition whose quota is 0 or 1 caches
+//!   nothing: its misses are asked to the admission policy as usual, then treated as
+//!   rejected (nothing inserted, nothing prefetched, not counted as admitted). This differs
+//!   from the unpartitioned cache at capacity 1, which holds one segment.
+//! * Interval `j` starts before access `bounds[j]`: the quotas become
+//!   `partition::pages_of_shares(shares[j], capacity)` (an invalid row: an even split,
+//!   counted in `fallbacks`), and every partition holding at least its new quota evicts from
+//!   its own order (LRU end) until it holds at most `quota - 1` (none when the quota is <= 1).
+//!   These count as evictions (their age is taken at the time of access `bounds[j]`) and
+//!   also as `resize_evictions`. Equal bounds make an empty interval: its quotas are applied,
+//!   then at once the next interval's.
 
 use std::time::Instant;
 
@@ -46,6 +71,7 @@ use crate::config::{
 };
 use crate::eviction::{Eviction, Fifo, Lru};
 use crate::hash::{new_map, FastMap};
+use crate::partition::pages_of_shares;
 use crate::prefetch::{GivenRange, NoPrefetch, Prefetch, Triggered, When, WholeBlock};
 
 /// The canonical table's columns the simulator reads (borrowed, never copied).
@@ -66,6 +92,75 @@ pub struct PolicyArrays<'a> {
     pub prefetch_start: Option<&'a [i64]>,
     pub prefetch_end: Option<&'a [i64]>,
     pub when_score: Option<&'a [f64]>,
+}
+
+/// The optional partitioned mode's inputs (module docs, "Partitioned mode"): `streams` (k)
+/// partitions, the stream of every access, the intervals and each interval's shares.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamPartition<'a> {
+    /// The number of streams, k >= 1.
+    pub streams: u32,
+    /// Per access (GETs and PUTs alike): its stream, in 0..k.
+    pub stream: &'a [u32],
+    /// Access indices where the intervals start: `bounds[0] == 0`, non-decreasing, each below
+    /// the number of accesses; interval j covers accesses `bounds[j]..bounds[j+1]` (the last
+    /// one to the end of the trace).
+    pub bounds: &'a [u64],
+    /// Interval j's share of the capacity for each stream: `bounds.len() x k`, row-major.
+    pub shares: &'a [f64],
+}
+
+/// Check the partitioned mode's inputs against a trace of `n` accesses; O(n), no allocation.
+pub fn validate_partition(n: usize, part: &StreamPartition) -> Result<(), SimError> {
+    let k = part.streams;
+    if k == 0 {
+        return err("partitioned mode needs at least one stream ('streams' is 0)");
+    }
+    if part.stream.len() != n {
+        return err(format!(
+            "array 'stream' has {} elements but the trace has {n} accesses",
+            part.stream.len()
+        ));
+    }
+    if let Some((i, s)) = part.stream.iter().enumerate().find(|(_, &s)| s >= k) {
+        return err(format!(
+            "array 'stream': access {i} has stream {s}, but there are {k} streams (0..{k})"
+        ));
+    }
+    let b = part.bounds;
+    match b.first() {
+        None => return err("array 'bounds' is empty; it needs at least the first interval's start, 0"),
+        Some(&b0) if b0 != 0 => {
+            return err(format!(
+                "array 'bounds' must start at 0 (the first interval starts with the first access), got {b0}"
+            ))
+        }
+        Some(_) => {}
+    }
+    if let Some(j) = (1..b.len()).find(|&j| b[j] < b[j - 1]) {
+        return err(format!(
+            "array 'bounds' must be ascending: bounds[{j}] = {} is below bounds[{}] = {}",
+            b[j],
+            j - 1,
+            b[j - 1]
+        ));
+    }
+    let last = b[b.len() - 1];
+    if last >= n as u64 {
+        return err(format!(
+            "array 'bounds': bounds[{}] = {last} is not below the trace's {n} accesses",
+            b.len() - 1
+        ));
+    }
+    let want = b.len() as u128 * k as u128;
+    if part.shares.len() as u128 != want {
+        return err(format!(
+            "array 'shares' has {} elements but intervals x streams = {} x {k} = {want}",
+            part.shares.len(),
+            b.len()
+        ));
+    }
+    Ok(())
 }
 
 /// The metrics, with the names the Python API and CLI report (README "Metrics" maps each to
@@ -133,6 +228,29 @@ pub struct Info {
     pub measured_windows: u64,
     pub rejectx_history: u64,
     pub peak_cached_blocks: u64,
+    /// Partitioned mode's per-stream counts (None without partitions).
+    pub streams: Option<StreamInfo>,
+}
+
+/// Per-stream counts of a partitioned run (vectors of length k, indexed by stream).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StreamInfo {
+    pub streams: u32,
+    /// GETs of each stream (by the access's own stream).
+    pub gets: Vec<u64>,
+    /// GET hits of each stream (by the access's own stream).
+    pub hits: Vec<u64>,
+    /// Segments inserted into each stream's partition (requested and prefetched).
+    pub admitted_segments: Vec<u64>,
+    /// Segments evicted from each stream's partition (on insertion and on resize).
+    pub evictions: Vec<u64>,
+    /// The quotas applied, in segments: one row of k per interval (`intervals x k`).
+    pub quotas: Vec<u64>,
+    /// Evictions because a partition's quota shrank at an interval boundary (also counted
+    /// in `evictions` and `Info::evictions`).
+    pub resize_evictions: u64,
+    /// Share rows that were invalid and replaced by an even split.
+    pub fallbacks: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -258,8 +376,22 @@ pub fn simulate(
     arrays: &PolicyArrays,
     cfg: &FlashConfig,
 ) -> Result<FlashResult, SimError> {
+    simulate_partitioned(trace, arrays, cfg, None)
+}
+
+/// Run the flash-cache simulation, partitioned among streams when `part` is given (module
+/// docs, "Partitioned mode"); with None exactly `simulate`.
+pub fn simulate_partitioned(
+    trace: &Trace,
+    arrays: &PolicyArrays,
+    cfg: &FlashConfig,
+    part: Option<&StreamPartition>,
+) -> Result<FlashResult, SimError> {
     let start = Instant::now();
     validate(trace, arrays, cfg)?;
+    if let Some(p) = part {
+        validate_partition(trace.time.len(), p)?;
+    }
     let spb = cfg.segments_per_block();
     let mut admission: Box<dyn Admission + '_> = match cfg.admission {
         AdmissionKind::AdmitAll => Box::new(AdmitAll),
@@ -303,7 +435,7 @@ pub fn simulate(
             when,
         }),
     };
-    let mut result = run_policies(trace, cfg, admission.as_mut(), prefetch.as_mut());
+    let mut result = run_policies(trace, cfg, admission.as_mut(), prefetch.as_mut(), part);
     result.metrics.wall_s = start.elapsed().as_secs_f64();
     Ok(result)
 }
@@ -319,39 +451,206 @@ pub fn simulate_with(
 ) -> Result<FlashResult, SimError> {
     let start = Instant::now();
     validate(trace, &PolicyArrays::default(), cfg)?;
-    let mut result = run_policies(trace, cfg, admission, prefetch);
+    let mut result = run_policies(trace, cfg, admission, prefetch, None);
     result.metrics.wall_s = start.elapsed().as_secs_f64();
     Ok(result)
 }
 
+/// Run a validated trace (and partition) with the eviction kind of `cfg`.
 fn run_policies(
     trace: &Trace,
     cfg: &FlashConfig,
     admission: &mut dyn Admission,
     prefetch: &mut dyn Prefetch,
+    part: Option<&StreamPartition>,
 ) -> FlashResult {
-    let spb = cfg.segments_per_block();
-    let cap = cfg.capacity();
-    let block_units = cfg.eviction == EvictionKind::Lru && cfg.block_level_recency;
     let mut result = match cfg.eviction {
-        EvictionKind::Lru => {
-            let mut sim = FlashSim::new(cfg, Lru::new(), cap, spb, block_units);
-            sim.run(trace, admission, prefetch)
-        }
-        EvictionKind::Fifo => {
-            let mut sim = FlashSim::new(cfg, Fifo::new(), cap, spb, block_units);
-            sim.run(trace, admission, prefetch)
-        }
+        EvictionKind::Lru => run_orders(Lru::new, trace, cfg, admission, prefetch, part),
+        EvictionKind::Fifo => run_orders(Fifo::new, trace, cfg, admission, prefetch, part),
     };
     result.info.rejectx_history = cfg.rejectx_history() as u64;
     result
 }
 
-/// The cache state plus counters; generic over the eviction policy (static dispatch in the
-/// hot loop), with admission and prefetch as trait objects (called on misses only).
-struct FlashSim<'c, E: Eviction> {
+/// Run with one eviction order of `new`'s kind for the whole cache, or one per stream.
+fn run_orders<E: Eviction>(
+    new: fn() -> E,
+    trace: &Trace,
+    cfg: &FlashConfig,
+    admission: &mut dyn Admission,
+    prefetch: &mut dyn Prefetch,
+    part: Option<&StreamPartition>,
+) -> FlashResult {
+    match part {
+        None => FlashSim::new(cfg, Whole(new()), 1).run(trace, admission, prefetch, None),
+        Some(p) => {
+            let block_units = cfg.eviction == EvictionKind::Lru && cfg.block_level_recency;
+            let upb = if block_units {
+                1
+            } else {
+                cfg.segments_per_block()
+            };
+            let orders = PerStream::new((0..p.streams).map(|_| new()).collect(), upb);
+            FlashSim::new(cfg, orders, p.streams as usize).run(trace, admission, prefetch, part)
+        }
+    }
+}
+
+/// Where the cache's eviction order(s) live: one for the whole cache ([`Whole`]) or one per
+/// stream ([`PerStream`]). Units are the cache's handles, `slot * units_per_block + segment`
+/// (block units: the slot). `FlashSim` is generic over it, and every piece of per-stream
+/// work is behind the constant `PARTITIONED` or in `PerStream`, so the unpartitioned loop
+/// compiles to the plain calls on one order.
+trait Orders<E: Eviction> {
+    const PARTITIONED: bool;
+    /// The partition that owns block `slot` (0 with one order).
+    fn part_of(&self, slot: u32) -> u32;
+    /// Block `slot` (free until now) now belongs to partition `p`.
+    fn assign(&mut self, slot: u32, p: u32);
+    /// Block `slot` was freed (its units have left the order).
+    fn release(&mut self, slot: u32);
+    fn insert(&mut self, p: u32, unit: u32);
+    fn touch(&mut self, p: u32, unit: u32);
+    fn victim(&self, p: u32) -> Option<u32>;
+    fn remove(&mut self, p: u32, unit: u32);
+}
+
+/// One eviction order for the whole cache (the unpartitioned mode).
+struct Whole<E>(E);
+
+impl<E: Eviction> Orders<E> for Whole<E> {
+    const PARTITIONED: bool = false;
+    #[inline(always)]
+    fn part_of(&self, _: u32) -> u32 {
+        0
+    }
+    #[inline(always)]
+    fn assign(&mut self, _: u32, _: u32) {}
+    #[inline(always)]
+    fn release(&mut self, _: u32) {}
+    #[inline(always)]
+    fn insert(&mut self, _: u32, unit: u32) {
+        self.0.insert(unit)
+    }
+    #[inline(always)]
+    fn touch(&mut self, _: u32, unit: u32) {
+        self.0.touch(unit)
+    }
+    #[inline(always)]
+    fn victim(&self, _: u32) -> Option<u32> {
+        self.0.victim()
+    }
+    #[inline(always)]
+    fn remove(&mut self, _: u32, unit: u32) {
+        self.0.remove(unit)
+    }
+}
+
+/// One eviction order per stream (the partitioned mode). Each order sees dense local
+/// handles (a partition's own block numbering): an order's storage grows with the blocks
+/// its partition holds, not with every block of the cache, so k partitions cost about what
+/// one cache does.
+struct PerStream<E> {
+    orders: Vec<E>,
+    /// Units per block: 1 (block units) or segments per block.
+    upb: u32,
+    /// log2(upb) when upb is a power of two (the usual case): shifts instead of divisions.
+    shift: Option<u32>,
+    /// Per block slot: its partition and its local number there.
+    slot_part: Vec<u32>,
+    slot_local: Vec<u32>,
+    /// Per partition: each local number's block slot, and the free local numbers.
+    local_slot: Vec<Vec<u32>>,
+    local_free: Vec<Vec<u32>>,
+}
+
+impl<E: Eviction> PerStream<E> {
+    fn new(orders: Vec<E>, upb: u32) -> Self {
+        let k = orders.len();
+        PerStream {
+            orders,
+            upb,
+            shift: upb.is_power_of_two().then(|| upb.trailing_zeros()),
+            slot_part: Vec::new(),
+            slot_local: Vec::new(),
+            local_slot: vec![Vec::new(); k],
+            local_free: vec![Vec::new(); k],
+        }
+    }
+
+    /// (block, segment) of a unit (global or local).
+    #[inline]
+    fn split(&self, unit: u32) -> (u32, u32) {
+        match self.shift {
+            Some(sh) => (unit >> sh, unit & (self.upb - 1)),
+            None => (unit / self.upb, unit % self.upb),
+        }
+    }
+
+    /// The local handle of a (global) unit.
+    #[inline]
+    fn local(&self, unit: u32) -> u32 {
+        let (slot, s) = self.split(unit);
+        self.slot_local[slot as usize] * self.upb + s
+    }
+}
+
+impl<E: Eviction> Orders<E> for PerStream<E> {
+    const PARTITIONED: bool = true;
+    #[inline]
+    fn part_of(&self, slot: u32) -> u32 {
+        self.slot_part[slot as usize]
+    }
+    fn assign(&mut self, slot: u32, p: u32) {
+        let i = slot as usize;
+        if i >= self.slot_part.len() {
+            self.slot_part.resize(i + 1, 0);
+            self.slot_local.resize(i + 1, 0);
+        }
+        let local = match self.local_free[p as usize].pop() {
+            Some(l) => l,
+            None => {
+                self.local_slot[p as usize].push(0);
+                (self.local_slot[p as usize].len() - 1) as u32
+            }
+        };
+        self.local_slot[p as usize][local as usize] = slot;
+        self.slot_part[i] = p;
+        self.slot_local[i] = local;
+    }
+    fn release(&mut self, slot: u32) {
+        let p = self.slot_part[slot as usize] as usize;
+        self.local_free[p].push(self.slot_local[slot as usize]);
+    }
+    #[inline]
+    fn insert(&mut self, p: u32, unit: u32) {
+        let l = self.local(unit);
+        self.orders[p as usize].insert(l)
+    }
+    #[inline]
+    fn touch(&mut self, p: u32, unit: u32) {
+        let l = self.local(unit);
+        self.orders[p as usize].touch(l)
+    }
+    #[inline]
+    fn victim(&self, p: u32) -> Option<u32> {
+        let (local, s) = self.split(self.orders[p as usize].victim()?);
+        Some(self.local_slot[p as usize][local as usize] * self.upb + s)
+    }
+    #[inline]
+    fn remove(&mut self, p: u32, unit: u32) {
+        let l = self.local(unit);
+        self.orders[p as usize].remove(l)
+    }
+}
+
+/// The cache state plus counters; generic over the eviction policy and where its orders live
+/// (static dispatch in the hot loop), with admission and prefetch as trait objects (called
+/// on misses only).
+struct FlashSim<'c, E: Eviction, L: Orders<E>> {
     cfg: &'c FlashConfig,
-    evict: E,
+    orders: L,
+    _order_kind: std::marker::PhantomData<E>,
     spb: u32,
     words: usize,
     capacity: u64,
@@ -378,6 +677,14 @@ struct FlashSim<'c, E: Eviction> {
     to_insert: Vec<u32>,
     /// Scratch: the requested segments missing at lookup (admitted or not; ascending).
     missing: Vec<u32>,
+    // Partitioned mode only (left empty otherwise):
+    /// The partition of the current access: its block's owner, else its own stream.
+    part: u32,
+    /// Each partition's quota and the segments it holds.
+    quota: Vec<u64>,
+    part_used: Vec<u64>,
+    /// The per-stream counts reported in `Info::streams`.
+    streams: StreamInfo,
 }
 
 #[inline]
@@ -391,16 +698,21 @@ fn bits(lo: u32, hi: u32) -> u64 {
     }
 }
 
-impl<'c, E: Eviction> FlashSim<'c, E> {
-    fn new(cfg: &'c FlashConfig, evict: E, capacity: u64, spb: u32, block_units: bool) -> Self {
+impl<'c, E: Eviction, L: Orders<E>> FlashSim<'c, E, L> {
+    /// A cache of `cfg`'s capacity and units with `orders` (of `k` partitions when
+    /// partitioned).
+    fn new(cfg: &'c FlashConfig, orders: L, k: usize) -> Self {
+        let spb = cfg.segments_per_block();
+        let k = if L::PARTITIONED { k } else { 0 };
         FlashSim {
             cfg,
-            evict,
+            orders,
+            _order_kind: std::marker::PhantomData,
             spb,
             words: spb.div_ceil(64) as usize,
-            capacity,
+            capacity: cfg.capacity(),
             used: 0,
-            block_units,
+            block_units: cfg.eviction == EvictionKind::Lru && cfg.block_level_recency,
             block_level: cfg.block_level_recency,
             map: new_map(),
             slot_key: Vec::new(),
@@ -418,6 +730,33 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
             pending: None,
             to_insert: Vec::new(),
             missing: Vec::new(),
+            part: 0,
+            quota: vec![0; k],
+            part_used: vec![0; k],
+            streams: StreamInfo {
+                streams: k as u32,
+                gets: vec![0; k],
+                hits: vec![0; k],
+                admitted_segments: vec![0; k],
+                evictions: vec![0; k],
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Start an interval: apply its shares' quotas, then shrink every partition holding at
+    /// least its new quota to `quota - 1` segments (none when the quota is <= 1), evicting
+    /// from its own order at time `t`.
+    fn set_quotas(&mut self, shares: &[f64], t: f64) {
+        let (quotas, valid) = pages_of_shares(shares, self.capacity);
+        self.streams.fallbacks += u64::from(!valid);
+        self.streams.quotas.extend_from_slice(&quotas);
+        for (p, &q) in quotas.iter().enumerate() {
+            self.quota[p] = q;
+            while self.part_used[p] > 0 && self.part_used[p] >= q {
+                self.evict_one(p as u32, t);
+                self.streams.resize_evictions += 1;
+            }
         }
     }
 
@@ -481,14 +820,15 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
     #[inline]
     fn touch_block(&mut self, sl: u32, t: f64) {
         self.block_last[sl as usize] = t;
+        let part = self.orders.part_of(sl);
         if self.block_units {
-            self.evict.touch(sl);
+            self.orders.touch(part, sl);
         } else if E::REORDERS_ON_TOUCH {
             let base = sl * self.spb;
-            let evict = &mut self.evict;
+            let orders = &mut self.orders;
             let mbase = sl as usize * self.words;
             for_cached_in(&self.masks, mbase, 0, self.spb - 1, |s| {
-                evict.touch(base + s)
+                orders.touch(part, base + s)
             });
         }
     }
@@ -513,18 +853,23 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
         self.slot_key[i] = key;
         self.slot_count[i] = 0;
         self.block_last[i] = t;
+        self.orders.assign(slot, self.part);
         self.map.insert(key, slot);
         if self.block_units {
-            self.evict.insert(slot);
+            self.orders.insert(self.part, slot);
         }
         self.peak_blocks = self.peak_blocks.max(self.map.len() as u64);
         slot
     }
 
-    /// Evict one segment; returns the slot if its block became empty and was freed.
+    /// Evict one segment of partition `part` (any, without partitions); returns the slot if
+    /// its block became empty and was freed.
     #[inline]
-    fn evict_one(&mut self, t: f64) -> Option<u32> {
-        let mut unit = self.evict.victim().expect("cache is full, so not empty");
+    fn evict_one(&mut self, part: u32, t: f64) -> Option<u32> {
+        let mut unit = self
+            .orders
+            .victim(part)
+            .expect("cache is full, so not empty");
         let (slot, seg, last) = if self.block_units {
             let mut seg = None;
             if let Some((p, s0, s1)) = self.pending {
@@ -533,9 +878,9 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
                     // still at its old place; with none left it is at the front.
                     seg = self.lowest_cached_outside(p, s0, s1);
                     if seg.is_none() {
-                        self.evict.touch(p);
+                        self.orders.touch(part, p);
                         self.pending = None;
-                        unit = self.evict.victim().expect("not empty");
+                        unit = self.orders.victim(part).expect("not empty");
                     }
                 }
             }
@@ -546,7 +891,7 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
                 self.block_last[slot as usize],
             )
         } else {
-            self.evict.remove(unit);
+            self.orders.remove(part, unit);
             let slot = unit / self.spb;
             let last = if self.block_level {
                 self.block_last[slot as usize]
@@ -560,10 +905,15 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
         self.used -= 1;
         self.evictions += 1;
         self.age_sum += t - last;
+        if L::PARTITIONED {
+            self.part_used[part as usize] -= 1;
+            self.streams.evictions[part as usize] += 1;
+        }
         if self.slot_count[slot as usize] == 0 {
             if self.block_units {
-                self.evict.remove(slot);
+                self.orders.remove(part, slot);
             }
+            self.orders.release(slot);
             if matches!(self.pending, Some((p, _, _)) if p == slot) {
                 self.pending = None;
             }
@@ -575,13 +925,25 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
         }
     }
 
-    /// Insert segment `s` of `key` (not cached); returns the block's slot afterwards.
+    /// Insert segment `s` of `key` (not cached) into the current access's partition
+    /// (`self.part`, with partitions: its quota is > 1); returns the block's slot afterwards.
     #[inline]
     fn insert(&mut self, key: u64, mut cur: Option<u32>, s: u32, t: f64) -> u32 {
         // The artifact inserts, then evicts one if the cache reached its capacity: the same
-        // as evicting first while the insertion would reach it.
-        while self.used > 0 && self.used + 1 >= self.capacity {
-            if let Some(freed) = self.evict_one(t) {
+        // as evicting first while the insertion would reach it. With partitions, the same
+        // rule with the partition's quota.
+        let part = self.part;
+        loop {
+            let full = if L::PARTITIONED {
+                let used = self.part_used[part as usize];
+                used > 0 && used + 1 >= self.quota[part as usize]
+            } else {
+                self.used > 0 && self.used + 1 >= self.capacity
+            };
+            if !full {
+                break;
+            }
+            if let Some(freed) = self.evict_one(part, t) {
                 if cur == Some(freed) {
                     cur = None;
                 }
@@ -594,21 +956,27 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
         self.masks[slot as usize * self.words + (s / 64) as usize] |= 1u64 << (s % 64);
         self.slot_count[slot as usize] += 1;
         self.used += 1;
+        if L::PARTITIONED {
+            self.part_used[part as usize] += 1;
+            self.streams.admitted_segments[part as usize] += 1;
+        }
         if !self.block_units {
             let unit = slot * self.spb + s;
             if !self.block_level {
                 self.seg_last[unit as usize] = t;
             }
-            self.evict.insert(unit);
+            self.orders.insert(part, unit);
         }
         slot
     }
 
+    /// Simulate the (validated) trace; `part` is the partition when `L::PARTITIONED`.
     fn run(
         &mut self,
         trace: &Trace,
         admission: &mut dyn Admission,
         prefetch: &mut dyn Prefetch,
+        part: Option<&StreamPartition>,
     ) -> FlashResult {
         let cfg = self.cfg;
         let n = trace.time.len();
@@ -632,9 +1000,23 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
         let (mut get_bytes, mut hit_bytes) = (0u64, 0u64);
         let (mut get_segs, mut hit_segs) = (0u64, 0u64);
         let (mut backend_ios, mut backend_bytes) = (0u64, 0u64);
+        let (stream_of, bounds, shares): (&[u32], &[u64], &[f64]) = match part {
+            Some(p) if L::PARTITIONED => (p.stream, p.bounds, p.shares),
+            _ => (&[], &[], &[]),
+        };
+        let n_streams = self.quota.len();
+        // The next interval to start.
+        let mut next_iv = 0usize;
 
         for i in 0..n {
             let t = trace.time[i];
+            if L::PARTITIONED {
+                while next_iv < bounds.len() && bounds[next_iv] == i as u64 {
+                    let row = &shares[next_iv * n_streams..(next_iv + 1) * n_streams];
+                    self.set_quotas(row, t);
+                    next_iv += 1;
+                }
+            }
             let key = trace.key[i];
             let off = trace.offset[i];
             let size = trace.size[i];
@@ -654,6 +1036,15 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
             get_bytes += size;
             get_segs += nseg as u64;
             let slot = self.map.get(&key).copied();
+            let stream = if L::PARTITIONED {
+                let s = stream_of[i];
+                self.streams.gets[s as usize] += 1;
+                // the block's owner, if cached, else the access's stream
+                self.part = slot.map_or(s, |sl| self.orders.part_of(sl));
+                s as usize
+            } else {
+                0
+            };
             let (cached, m0, m1) = match slot {
                 None => (0, s0, s1),
                 Some(sl) => self.scan(sl, s0, s1),
@@ -668,19 +1059,23 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
                 } else {
                     let spb = self.spb;
                     let base = sl * spb;
-                    let (seg_last, evict) = (&mut self.seg_last, &mut self.evict);
+                    let part = self.orders.part_of(sl);
+                    let (seg_last, orders) = (&mut self.seg_last, &mut self.orders);
                     let masks = &self.masks;
                     let words = self.words;
                     for_cached_in(masks, sl as usize * words, s0, s1, |s| {
                         let u = base + s;
                         seg_last[u as usize] = t;
                         if E::REORDERS_ON_TOUCH {
-                            evict.touch(u);
+                            orders.touch(part, u);
                         }
                     });
                 }
             }
             if cached == nseg {
+                if L::PARTITIONED {
+                    self.streams.hits[stream] += 1;
+                }
                 hits += 1;
                 hit_bytes += size;
                 hit_segs += nseg as u64;
@@ -721,6 +1116,8 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
                 }
                 a
             };
+            // A partition whose quota is <= 1 caches nothing: the miss is treated as rejected.
+            let admitted = admitted && (!L::PARTITIONED || self.quota[self.part as usize] > 1);
             // Prefetch only for an admitted miss (a rejected one keeps nothing it reads).
             let range = if admitted {
                 prefetch.range(&ctx).and_then(|(p0, p1)| {
@@ -859,6 +1256,7 @@ impl<'c, E: Eviction> FlashSim<'c, E> {
             measured_windows: measured.len() as u64,
             rejectx_history: 0,
             peak_cached_blocks: self.peak_blocks,
+            streams: L::PARTITIONED.then(|| std::mem::take(&mut self.streams)),
         };
         FlashResult {
             metrics,
@@ -1105,5 +1503,349 @@ mod tests {
         assert_eq!(percentile(&v, 0.5), 3.0);
         assert!(close(percentile(&v, 0.9), 4.0 + 4.0 * 0.7));
         assert_eq!(percentile(&[5.0], 0.99), 5.0);
+    }
+
+    // --- Partitioned mode ------------------------------------------------------------------
+
+    fn run_part(
+        r: &Rows,
+        cfg: &FlashConfig,
+        stream: &[u32],
+        bounds: &[u64],
+        shares: &[f64],
+        streams: u32,
+    ) -> Result<FlashResult, SimError> {
+        let t = Trace {
+            time: &r.time,
+            key: &r.key,
+            offset: &r.offset,
+            size: &r.size,
+            op: &r.op,
+        };
+        let part = StreamPartition {
+            streams,
+            stream,
+            bounds,
+            shares,
+        };
+        simulate_partitioned(&t, &PolicyArrays::default(), cfg, Some(&part))
+    }
+
+    /// A random trace of `n` accesses (one in ten a PUT), each of a random stream of `k`;
+    /// keys are disjoint between streams (stream s: `s * 1000 + 0..keys`). Each access reads
+    /// 1-3 segments from the block's first 6. Returns the rows and each access's stream.
+    fn random_streams(seed: u64, n: usize, k: u32, keys: u64) -> (Rows, Vec<u32>) {
+        let mut r = crate::hash::lcg(seed);
+        let mut rows_v = Vec::with_capacity(n);
+        let mut stream = Vec::with_capacity(n);
+        for i in 0..n {
+            let s = (r() % k as u64) as u32;
+            // skewed keys: the square of a uniform draw favours low ranks
+            let u = r() % keys;
+            let key = s as u64 * 1000 + u * u / keys;
+            let s0 = r() % 4;
+            let len = 1 + r() % 3;
+            let op = if r().is_multiple_of(10) { 3 } else { 1 };
+            rows_v.push((i as f64 * 0.5, key, s0 * SEG, len * SEG, op));
+            stream.push(s);
+        }
+        (rows(&rows_v), stream)
+    }
+
+    /// The rows of stream `s` alone.
+    fn rows_of(r: &Rows, stream: &[u32], s: u32) -> Rows {
+        let keep: Vec<usize> = (0..stream.len()).filter(|&i| stream[i] == s).collect();
+        Rows {
+            time: keep.iter().map(|&i| r.time[i]).collect(),
+            key: keep.iter().map(|&i| r.key[i]).collect(),
+            offset: keep.iter().map(|&i| r.offset[i]).collect(),
+            size: keep.iter().map(|&i| r.size[i]).collect(),
+            op: keep.iter().map(|&i| r.op[i]).collect(),
+        }
+    }
+
+    /// The eviction configurations: LRU with block units, LRU with segment units (also with
+    /// a block of 6 segments, not a power of two), FIFO (with and without block-level
+    /// recency), and LRU with whole-block prefetch.
+    fn eviction_configs(capacity: u64) -> Vec<(&'static str, FlashConfig)> {
+        let base = FlashConfig {
+            capacity_segments: capacity,
+            ..tiny()
+        };
+        vec![
+            ("lru blocks", base.clone()),
+            (
+                "lru segments",
+                FlashConfig {
+                    block_level_recency: false,
+                    ..base.clone()
+                },
+            ),
+            (
+                "fifo",
+                FlashConfig {
+                    eviction: EvictionKind::Fifo,
+                    ..base.clone()
+                },
+            ),
+            (
+                "fifo segment recency",
+                FlashConfig {
+                    eviction: EvictionKind::Fifo,
+                    block_level_recency: false,
+                    ..base.clone()
+                },
+            ),
+            (
+                "lru segments, 6 segments per block",
+                FlashConfig {
+                    block_level_recency: false,
+                    block_bytes: 6 * SEG,
+                    ..base.clone()
+                },
+            ),
+            (
+                "lru blocks, prefetch block",
+                FlashConfig {
+                    prefetch: PrefetchKind::Block,
+                    ..base
+                },
+            ),
+        ]
+    }
+
+    /// Debug text: equal iff every float is bit-identical (NaN included).
+    fn bits_of<T: std::fmt::Debug>(x: &T) -> String {
+        format!("{x:?}")
+    }
+
+    /// One stream owning the whole cache is the unpartitioned cache: every metric, series
+    /// and count, over several intervals (one with an invalid share row: an even split of
+    /// one stream is the whole cache too).
+    #[test]
+    fn one_stream_with_the_whole_cache_is_unpartitioned() {
+        let (r, _) = random_streams(11, 3000, 1, 90);
+        let n = r.time.len();
+        let stream = vec![0u32; n];
+        let bounds = [0, 700, 700, 2100];
+        let shares = [1.0, 0.25, f64::NAN, 3.0];
+        let mut configs = eviction_configs(40);
+        configs.push((
+            "rejectx",
+            FlashConfig {
+                admission: AdmissionKind::RejectX { x: 1, factor: 2.0 },
+                capacity_segments: 40,
+                ..tiny()
+            },
+        ));
+        for (name, cfg) in configs {
+            let mut want = run(&r, &cfg, &PolicyArrays::default()).unwrap();
+            let mut got = run_part(&r, &cfg, &stream, &bounds, &shares, 1).unwrap();
+            assert!(
+                want.info.evictions > 100,
+                "{name}: the cache must be under pressure"
+            );
+            want.metrics.wall_s = 0.0;
+            got.metrics.wall_s = 0.0;
+            assert_eq!(bits_of(&got.metrics), bits_of(&want.metrics), "{name}");
+            assert_eq!(bits_of(&got.series), bits_of(&want.series), "{name}");
+            let st = got.info.streams.take().expect("per-stream counts");
+            assert_eq!(bits_of(&got.info), bits_of(&want.info), "{name}");
+            assert_eq!(st.streams, 1);
+            assert_eq!(st.gets, [want.info.get_accesses], "{name}");
+            assert_eq!(st.hits, [want.info.hits], "{name}");
+            assert_eq!(st.admitted_segments, [want.metrics.admitted_segments]);
+            assert_eq!(st.evictions, [want.info.evictions], "{name}");
+            assert_eq!(st.quotas, [40; 4]);
+            assert_eq!((st.resize_evictions, st.fallbacks), (0, 1), "{name}");
+        }
+    }
+
+    /// Two streams with disjoint keys and fixed shares: each stream's counts are those of
+    /// the unpartitioned cache run on its accesses alone with its quota as the capacity.
+    #[test]
+    fn fixed_partitions_are_independent_caches() {
+        let (r, stream) = random_streams(5, 4000, 2, 70);
+        let bounds = [0, 1000, 2500];
+        let shares = [0.3, 0.7, 3.0, 7.0, 0.3, 0.7];
+        let (quotas, valid) = pages_of_shares(&shares[..2], 40);
+        assert!(valid);
+        assert_eq!(quotas, [12, 28]);
+        for (name, cfg) in eviction_configs(40) {
+            let got = run_part(&r, &cfg, &stream, &bounds, &shares, 2).unwrap();
+            let st = got.info.streams.as_ref().unwrap();
+            assert_eq!(st.quotas, [12, 28, 12, 28, 12, 28]);
+            assert_eq!((st.resize_evictions, st.fallbacks), (0, 0));
+            for s in 0..2u32 {
+                let alone = rows_of(&r, &stream, s);
+                let cfg_s = FlashConfig {
+                    capacity_segments: quotas[s as usize],
+                    ..cfg.clone()
+                };
+                let want = run(&alone, &cfg_s, &PolicyArrays::default()).unwrap();
+                let i = s as usize;
+                assert!(
+                    want.info.evictions > 50,
+                    "{name}: stream {s} under pressure"
+                );
+                assert_eq!(st.gets[i], want.info.get_accesses, "{name}: stream {s}");
+                assert_eq!(st.hits[i], want.info.hits, "{name}: stream {s}");
+                assert_eq!(
+                    st.admitted_segments[i], want.metrics.admitted_segments,
+                    "{name}: stream {s}"
+                );
+                assert_eq!(st.evictions[i], want.info.evictions, "{name}: stream {s}");
+            }
+            // whole-cache counts are the streams' sums
+            assert_eq!(got.info.hits, st.hits.iter().sum::<u64>());
+            assert_eq!(got.info.evictions, st.evictions.iter().sum::<u64>());
+            assert_eq!(
+                got.metrics.admitted_segments,
+                st.admitted_segments.iter().sum::<u64>()
+            );
+        }
+    }
+
+    /// A quota drops at an interval boundary: the stream's least recently used units are
+    /// evicted at once (computed by hand), the other stream keeps its content.
+    #[test]
+    fn hand_computed_shrink_at_a_boundary() {
+        // Capacity 10: quotas 5, 5 then 2, 8 (stream 0 may hold 4, then 1 segment).
+        let r = rows(&[
+            (0.0, 1, 0, SEG, 1),   // s0: miss
+            (1.0, 2, 0, SEG, 1),   // s0: miss
+            (2.0, 3, 0, SEG, 1),   // s0: miss
+            (3.0, 4, 0, SEG, 1),   // s0: miss (holds 4)
+            (4.0, 100, 0, SEG, 1), // s1: miss
+            (5.0, 1, 0, SEG, 1),   // s0: hit; LRU order 2, 3, 4, 1
+            // interval 1 (quota 2): keys 2, 3, 4 go (ages 9, 8, 7)
+            (10.0, 1, 0, SEG, 1),   // s0: hit
+            (11.0, 100, 0, SEG, 1), // s1: hit
+            (12.0, 4, 0, SEG, 1),   // s0: miss, evicts key 1 (age 2)
+            (13.0, 1, 0, SEG, 1),   // s0: miss, evicts key 4 (age 1)
+        ]);
+        let stream = [0, 0, 0, 0, 1, 0, 0, 1, 0, 0];
+        let bounds = [0, 6];
+        let shares = [0.5, 0.5, 0.2, 0.8];
+        for block_level in [true, false] {
+            let cfg = FlashConfig {
+                capacity_segments: 10,
+                block_level_recency: block_level,
+                ..tiny()
+            };
+            let res = run_part(&r, &cfg, &stream, &bounds, &shares, 2).unwrap();
+            let st = res.info.streams.as_ref().unwrap();
+            assert_eq!(st.quotas, [5, 5, 2, 8]);
+            assert_eq!(st.resize_evictions, 3);
+            assert_eq!(st.gets, [8, 2]);
+            assert_eq!(st.hits, [2, 1]);
+            assert_eq!(st.admitted_segments, [6, 1]);
+            assert_eq!(st.evictions, [5, 0]);
+            assert_eq!((res.info.evictions, res.info.hits), (5, 3));
+            assert!(close(res.metrics.avg_eviction_age_s, 27.0 / 5.0));
+            assert_eq!(res.metrics.admitted_segments, 7);
+        }
+    }
+
+    /// A stream whose quota is 0 or 1 caches nothing (its misses are rejected), and a
+    /// quota dropping to 1 empties the partition.
+    #[test]
+    fn quota_of_one_or_less_caches_nothing() {
+        // stream 1 reads key 9 over and over; stream 0 reads key 1
+        let r = rows(&[
+            (0.0, 9, 0, SEG, 1),
+            (1.0, 9, 0, SEG, 1),
+            (2.0, 1, 0, 2 * SEG, 1),
+            (3.0, 9, 0, SEG, 1),
+            (4.0, 9, 0, SEG, 1), // interval 1: quota 4 (holds key 9 after this miss)
+            (5.0, 9, 0, SEG, 1), // hit
+            (6.0, 9, 0, SEG, 1), // interval 2: quota 1, key 9 evicted at the boundary: miss
+            (7.0, 9, 0, SEG, 1), // miss
+            (8.0, 1, 0, 2 * SEG, 1),
+        ]);
+        let stream = [1, 1, 0, 1, 1, 1, 1, 1, 0];
+        let bounds = [0, 4, 6];
+        // capacity 4: [4, 0], then [0, 4] (stream 0's 2 segments go), then [3, 1]
+        let shares = [1.0, 0.0, 0.0, 1.0, 0.75, 0.25];
+        let cfg = FlashConfig {
+            capacity_segments: 4,
+            ..tiny()
+        };
+        let res = run_part(&r, &cfg, &stream, &bounds, &shares, 2).unwrap();
+        let st = res.info.streams.as_ref().unwrap();
+        assert_eq!(st.quotas, [4, 0, 0, 4, 3, 1]);
+        assert_eq!(st.gets, [2, 7]);
+        assert_eq!(st.hits, [0, 1]);
+        assert_eq!(st.admitted_segments, [4, 1]);
+        // stream 0 shrinks to 0 at access 4 (2 segments), stream 1 to 1 at access 6 (1)
+        assert_eq!(st.evictions, [2, 1]);
+        assert_eq!(st.resize_evictions, 3);
+        assert_eq!(res.info.hits, 1);
+        assert_eq!(res.metrics.admitted_segments, 5);
+        // every miss still reads from the backend
+        assert_eq!(res.metrics.backend_ios, 8);
+    }
+
+    /// An access to a block another stream inserted is the owner's: its insertions go to
+    /// the owner's partition, while its GET and hit count for its own stream.
+    #[test]
+    fn an_access_to_another_streams_block_is_the_owners() {
+        let r = rows(&[
+            (0.0, 1, 0, SEG, 1),   // s0: miss, key 1 is stream 0's
+            (1.0, 1, 0, SEG, 1),   // s1: hit (a hit of stream 1)
+            (2.0, 1, SEG, SEG, 1), // s1: miss; segment 1 goes into stream 0's partition
+            (3.0, 2, 0, SEG, 1),   // s1: keys 2-5 fill stream 1's partition (4 segments)
+            (4.0, 3, 0, SEG, 1),
+            (5.0, 4, 0, SEG, 1),
+            (6.0, 5, 0, SEG, 1),
+            (7.0, 6, 0, SEG, 1), // s1: evicts key 2 from stream 1's partition only
+            (8.0, 1, 0, 2 * SEG, 1), // s0: hit on both segments
+        ]);
+        let stream = [0, 1, 1, 1, 1, 1, 1, 1, 0];
+        for block_level in [true, false] {
+            let cfg = FlashConfig {
+                capacity_segments: 10,
+                block_level_recency: block_level,
+                ..tiny()
+            };
+            let res = run_part(&r, &cfg, &stream, &[0], &[0.5, 0.5], 2).unwrap();
+            let st = res.info.streams.as_ref().unwrap();
+            assert_eq!(st.quotas, [5, 5]);
+            assert_eq!(st.gets, [2, 7]);
+            assert_eq!(st.hits, [1, 1]);
+            assert_eq!(st.admitted_segments, [2, 5]);
+            assert_eq!(st.evictions, [0, 1]);
+        }
+    }
+
+    #[test]
+    fn partition_errors_name_the_array() {
+        let r = rows(&[
+            (0.0, 1, 0, SEG, 1),
+            (1.0, 1, 0, SEG, 1),
+            (2.0, 2, 0, SEG, 1),
+        ]);
+        let cfg = tiny();
+        let e = |stream: &[u32], bounds: &[u64], shares: &[f64], k: u32| {
+            run_part(&r, &cfg, stream, bounds, shares, k).unwrap_err().0
+        };
+        let ok_shares = [0.5, 0.5];
+        assert!(e(&[0, 0], &[0], &ok_shares, 2).contains("array 'stream' has 2 elements"));
+        assert!(e(&[0, 2, 0], &[0], &ok_shares, 2).contains("array 'stream': access 1"));
+        assert!(e(&[0, 1, 0], &[], &[], 2).contains("array 'bounds' is empty"));
+        assert!(e(&[0, 1, 0], &[1], &ok_shares, 2).contains("array 'bounds' must start at 0"));
+        let four = [0.5; 6];
+        assert!(e(&[0, 1, 0], &[0, 2, 1], &four, 2).contains("array 'bounds' must be ascending"));
+        assert!(e(&[0, 1, 0], &[0, 3], &[0.5; 4], 2).contains("not below the trace's 3"));
+        assert!(e(&[0, 1, 0], &[0, 1], &ok_shares, 2).contains("array 'shares' has 2 elements"));
+        assert!(e(&[0, 0, 0], &[0], &[], 0).contains("at least one stream"));
+        // the trace's own checks come first
+        let bad = FlashConfig {
+            warmup_s: 100.0,
+            ..tiny()
+        };
+        assert!(run_part(&r, &bad, &[0, 1, 0], &[0], &ok_shares, 2).is_err());
+        // valid: equal bounds make an empty interval
+        assert!(run_part(&r, &cfg, &[0, 1, 0], &[0, 1, 1], &four, 2).is_ok());
     }
 }

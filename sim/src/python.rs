@@ -176,11 +176,17 @@ fn capacity_segments(config: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
 ///
 /// Arrays: time f64, key u64, offset u64, size u64, op u8 (C-contiguous; borrowed, not
 /// copied); per-access policy arrays admit u8, score f64, prefetch_start/prefetch_end i64
-/// (inclusive segment indices), when_score f64. Returns
-/// {"metrics": {...}, "series": {"time", "dt_util", "write_rate_mbps", "warmup"}, "info": {...}}.
+/// (inclusive segment indices), when_score f64. Partitioned mode (all four or none):
+/// `streams` k, `stream` u32 per access, `bounds` u64 (interval starts), `shares` f64
+/// (intervals x k, flattened row-major); see sim/src/flash.rs. Returns
+/// {"metrics": {...}, "series": {"time", "dt_util", "write_rate_mbps", "warmup"}, "info": {...}};
+/// partitioned, info also has "streams", "stream_gets", "stream_hits",
+/// "stream_admitted_segments", "stream_evictions" (arrays of k), "quotas" ((intervals, k)
+/// segments), "resize_evictions" and "fallbacks".
 #[pyfunction]
 #[pyo3(signature = (time, key, offset, size, op, config=None, *, admit=None, score=None,
-                    prefetch_start=None, prefetch_end=None, when_score=None))]
+                    prefetch_start=None, prefetch_end=None, when_score=None, stream=None,
+                    bounds=None, shares=None, streams=None))]
 #[allow(clippy::too_many_arguments)]
 fn simulate<'py>(
     py: Python<'py>,
@@ -195,6 +201,10 @@ fn simulate<'py>(
     prefetch_start: Option<PyReadonlyArray1<'py, i64>>,
     prefetch_end: Option<PyReadonlyArray1<'py, i64>>,
     when_score: Option<PyReadonlyArray1<'py, f64>>,
+    stream: Option<PyReadonlyArray1<'py, u32>>,
+    bounds: Option<PyReadonlyArray1<'py, u64>>,
+    shares: Option<PyReadonlyArray1<'py, f64>>,
+    streams: Option<i64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = config_from(config)?;
     let trace = trace_of(&time, &key, &offset, &size, &op)?;
@@ -205,8 +215,38 @@ fn simulate<'py>(
         prefetch_end: opt_slice("prefetch_end", &prefetch_end)?,
         when_score: opt_slice("when_score", &when_score)?,
     };
+    let part = match (&stream, &bounds, &shares, streams) {
+        (None, None, None, None) => None,
+        (Some(st), Some(b), Some(sh), Some(k)) => Some(flash::StreamPartition {
+            streams: u32::try_from(k).ok().filter(|&k| k >= 1).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "'streams' must be a number of streams in 1..2^32, got {k}"
+                ))
+            })?,
+            stream: slice("stream", st)?,
+            bounds: slice("bounds", b)?,
+            shares: slice("shares", sh)?,
+        }),
+        _ => {
+            let missing: Vec<&str> = [
+                ("stream", stream.is_none()),
+                ("bounds", bounds.is_none()),
+                ("shares", shares.is_none()),
+                ("streams", streams.is_none()),
+            ]
+            .iter()
+            .filter(|(_, m)| *m)
+            .map(|(name, _)| *name)
+            .collect();
+            return Err(PyValueError::new_err(format!(
+                "partitioned mode needs 'stream', 'bounds', 'shares' and 'streams' together; \
+                 missing: {}",
+                missing.join(", ")
+            )));
+        }
+    };
     let r = py
-        .allow_threads(|| flash::simulate(&trace, &arrays, &cfg))
+        .allow_threads(|| flash::simulate_partitioned(&trace, &arrays, &cfg, part.as_ref()))
         .map_err(value_error)?;
     result_dict(py, r)
 }
@@ -231,6 +271,24 @@ fn result_dict(py: Python<'_>, r: flash::FlashResult) -> PyResult<Bound<'_, PyDi
     let info = fields_dict!(py, i; capacity_segments, segments_per_block, get_accesses,
         put_accesses, hits, evictions, trace_seconds, windows, measured_windows,
         rejectx_history, peak_cached_blocks);
+    if let Some(st) = r.info.streams {
+        let k = st.streams as usize;
+        let rows = st.quotas.len() / k.max(1);
+        info.set_item("streams", st.streams)?;
+        info.set_item("stream_gets", PyArray1::from_vec(py, st.gets))?;
+        info.set_item("stream_hits", PyArray1::from_vec(py, st.hits))?;
+        info.set_item(
+            "stream_admitted_segments",
+            PyArray1::from_vec(py, st.admitted_segments),
+        )?;
+        info.set_item("stream_evictions", PyArray1::from_vec(py, st.evictions))?;
+        info.set_item(
+            "quotas",
+            PyArray1::from_vec(py, st.quotas).reshape([rows, k])?,
+        )?;
+        info.set_item("resize_evictions", st.resize_evictions)?;
+        info.set_item("fallbacks", st.fallbacks)?;
+    }
     Ok(fields_dict!(py, r; ; "metrics" => metrics, "series" => series, "info" => info))
 }
 
