@@ -45,6 +45,7 @@ from test_partitioning import slow_distances as _slow  # noqa: E402  (the tests'
 
 from flashml import partitioning as part  # noqa: E402
 from flashml.files import atomic_path, dumps, jsonable  # noqa: E402
+from flashml.jobs.mlcache import MlcacheSettings  # noqa: E402
 from flashml.models.mlcache import previous_optimal_shares  # noqa: E402
 from flashml.trace.multistream import generate_mix  # noqa: E402
 
@@ -141,7 +142,7 @@ def distance_bench(quick: bool) -> dict[str, Any]:
 def policy_bench(quick: bool) -> dict[str, Any]:
     seeds = (0, 1) if quick else (0, 1, 2, 3, 4)
     requests = 50_000 if quick else 200_000
-    interval = 5000
+    interval = MlcacheSettings().interval  # the job's default: one definition
     rows = []
     for k, cap in CAPACITY.items():
         for seed in seeds:

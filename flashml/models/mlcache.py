@@ -6,12 +6,15 @@ cache for each stream.
     net = train_network([data, ...], hidden=64, seed=0)
     shares = predict_shares(net, x, streams=4)
 
-Labels are the paper's "discrete optimal partition" of the *next* interval (the best split
-of `steps` equal steps of the capacity on that interval's exact per-stream hit curves,
-flashml.partitioning.best_split): the network sees interval i and is judged on interval i+1
-(other-seeds-notes §2.1: the label alignment the paper leaves open). The streams are shuffled
-among the slots 0..k-1 of every row (the paper's permutation augmentation), and the label's
-split is searched in that shuffled order, so ties are not always broken towards one slot.
+Labels are the paper's "discrete optimal partition" (the best split of `steps` equal steps
+of the capacity on an interval's exact per-stream hit curves, flashml.partitioning.best_split)
+of the same interval (`lead` 0, the job's default) or of the next (`lead` 1): the network sees
+interval i and is judged on interval i+1 either way (other-seeds-notes §2.1: the label
+alignment the paper leaves open; the same interval's split is a function of the features, the
+next one's is a noisier target, and on held-out mixes the first judged better). The streams
+are shuffled among the slots 0..k-1 of every row (the paper's permutation augmentation), and
+the label's split is searched in that shuffled order, so ties are not always broken towards
+one slot.
 
 The network is scikit-learn's MLPRegressor with one hidden layer of ReLUs (the paper's Fig. 3;
 its text says two layers of 256: `hidden` chooses) and one linear output per slot; its outputs
@@ -60,8 +63,11 @@ def trace_features(trace: StreamTrace, capacity: int, interval: int, *,
 def interval_dataset(trace: StreamTrace, capacity: int, interval: int, *,
                      rng: np.random.Generator, writes_only: bool = True,
                      permutations: int = 1, group: int = 0, lead: int = 1) -> IntervalData:
-    """Training rows of one trace: interval i's features -> interval i+1's best split, with
-    the streams shuffled among slots 0..k-1 (`permutations` shuffles of every row)."""
+    """Training rows of one trace: interval i's features -> interval i+lead's best split
+    (lead 1: the next interval's, 0: its own), with the streams shuffled among slots 0..k-1
+    (`permutations` shuffles of every row)."""
+    if lead not in (0, 1):
+        raise ValueError(f"lead must be 0 or 1, got {lead}")
     c = pc.contract()
     k = trace.n_streams
     if k > c.max_streams:
@@ -69,15 +75,15 @@ def interval_dataset(trace: StreamTrace, capacity: int, interval: int, *,
     cur = partition_curves(trace, capacity, interval, c.steps, writes_only=writes_only)
     hist, curves = cur["histograms"], cur["curves"]
     counts = pc.interval_counts(seen_streams(trace, writes_only), k, interval)
-    n_iv = len(curves)
+    rows = len(curves) - lead
     xs, ys = [], []
     for _ in range(permutations):
-        perm = np.argsort(rng.random((n_iv - 1, k)), axis=1)
-        h = np.take_along_axis(hist[:-1], perm[:, :, None], axis=1)
-        n = np.take_along_axis(counts[:-1], perm, axis=1)
+        perm = np.argsort(rng.random((rows, k)), axis=1)
+        h = np.take_along_axis(hist[:rows], perm[:, :, None], axis=1)
+        n = np.take_along_axis(counts[:rows], perm, axis=1)
         xs.append(pc.interval_features(h, n, c))
-        y = np.zeros((n_iv - 1, c.max_streams))
-        for i in range(n_iv - 1):
+        y = np.zeros((rows, c.max_streams))
+        for i in range(rows):
             split, _ = best_split(curves[i + lead][perm[i]])
             y[i, :k] = np.asarray(split, dtype=np.float64) / c.steps
         ys.append(y)
