@@ -1,6 +1,6 @@
 """MLCache's main job (issue 18): learned partitioning of a page cache across streams.
 
-    mixes -> train -> compile -> evaluate -> plots
+    mixes -> train -> compile -> evaluate -> flash -> plots
 
 `flashml mlcache run [--streams K] [--capacity PAGES] [--interval N] [--out DIR]`: generated
 multi-stream mixes (flashml/trace/multistream.py: loop, zipf, scan, shift and hotset streams
@@ -20,6 +20,30 @@ The summary: `policies` -> name -> the mean over the judged traces of hit_ratio,
 write_hit_ratio, read_hit_ratio and the gain over even; `oracle_gain_fraction` (how much of
 discrete_optimal's gain over even each policy gets), per trace results, the network's
 cross-validation and the shipped bundle in `compiled/`.
+
+Flash mode (`--flash`, only with `--trace`): Baleen's flash cache split per namespace, judged
+by peak disk-head time (DT) and flash write rate (flashml/flash_partition.py):
+
+    flashml mlcache run --trace region1.trace --stream-column namespace --flash \
+        --capacity 1000 [--cache-gb GB] [--flash-write-fraction 0.5] [--warmup-s S]
+
+The flash cache's config is `SimConfig.for_trace` of the trace's metadata (the builder every
+flash command uses): `--capacity N` makes it N segments at trace scale, else `--cache-gb` (the
+full-node size of `flashml sim run --cache-gb`, default 366.475, scaled by the trace's sample
+ratio) gives its segments. The network's page cache has exactly as many pages as the flash
+cache has segments (one page = one segment, so a share means the same in both; the training
+mixes, the object-mode evaluation and the flash stage all use that capacity). The `flash`
+stage, after `evaluate`, takes the GETs' segments as the monitor's page requests (reads: the
+flash cache caches what GETs read), intervals of `--interval` page requests mapped to access
+indices, and runs shared (no partition), even, static_optimal, discrete_optimal (each
+interval's best page-LRU split in hindsight), previous_optimal and mlcache (the compiled .so's
+shares) with admit-all, then again with CoinFlip admission bisected so every policy writes the
+same rate: `--flash-write-fraction` (default 0.5) of shared's admit-all write rate. The
+summary's `flash`: `policies` (admit-all) and `same_write_rate` -> name -> peak_dt_util,
+mean_dt_util, flash_write_rate_mbps, io_hit_ratio, byte_hit_ratio, resize_evictions, quotas
+(mean/min/max segments per stream), stream_hit_ratio (and p, achieved_write_mbps, within at
+the same rate); `headline`: mlcache's vs shared's peak DT at the same write rate. The text
+output ends with that table.
 """
 
 from __future__ import annotations
@@ -79,6 +103,16 @@ class MlcacheSettings:
     max_iter: int = 300
     writes_only: bool = True
     seed: int = 0
+    #: Flash mode (with a trace): the flash stage judges the split flash cache (module doc).
+    flash: bool = False
+    #: The same write rate of the flash stage: this fraction of shared's admit-all rate.
+    flash_write_fraction: float = 0.5
+    #: Flash cache size at full-node scale, GB (None: the simulator's default) unless
+    #: --capacity gives its segments.
+    cache_gb: float | None = None
+    #: Seconds at the start of the trace excluded from the DT statistics (None: the
+    #: simulator's default, a day).
+    warmup_s: float | None = None
 
     def replace(self, **kw: Any) -> MlcacheSettings:
         return replace(self, **kw)
@@ -113,6 +147,23 @@ class MlcacheSettings:
                             f"got {args.hidden!r}") from None
         if not hidden or any(n < 1 for h in hidden for n in h):
             raise UserError(f"--hidden: give at least one size >= 1, got {args.hidden!r}")
+        if args.flash and args.trace is None:
+            raise UserError("--flash judges a trace's flash cache: give it with --trace FILE "
+                            "(and --stream-column)")
+        if not args.flash:
+            for flag, v in (("--cache-gb", args.cache_gb), ("--warmup-s", args.warmup_s)):
+                if v is not None:
+                    raise UserError(f"{flag} is a flash-mode option: add --flash")
+        if not 0 < args.flash_write_fraction <= 1:
+            raise UserError(f"--flash-write-fraction must be in (0, 1], got "
+                            f"{args.flash_write_fraction}")
+        if args.flash and args.capacity is not None and args.cache_gb is not None:
+            raise UserError("--capacity (segments) and --cache-gb both size the flash cache: "
+                            "give one")
+        if args.cache_gb is not None and not args.cache_gb > 0:
+            raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
+        if args.warmup_s is not None and not args.warmup_s >= 0:
+            raise UserError(f"--warmup-s must be >= 0, got {args.warmup_s}")
         return cls(trace=args.trace, format=args.format, sample_ratio=args.sample_ratio,
                    stream_column=args.stream_column, page_bytes=args.page_bytes,
                    streams=args.streams, capacity=args.capacity, interval=args.interval,
@@ -120,14 +171,18 @@ class MlcacheSettings:
                    test_mixes=args.test_mixes, permutations=args.permutations, hidden=hidden,
                    label=args.label,
                    folds=args.folds, max_iter=args.max_iter,
-                   writes_only=not args.reads_and_writes, seed=args.seed)
+                   writes_only=not args.reads_and_writes, seed=args.seed,
+                   flash=args.flash, flash_write_fraction=args.flash_write_fraction,
+                   cache_gb=args.cache_gb, warmup_s=args.warmup_s)
 
 
 def add_cli(p: argparse.ArgumentParser) -> None:
     d = MlcacheSettings()
     p.epilog = ("examples:\n  flashml mlcache run --streams 4 --out runs/mlc4\n"
                 "  flashml mlcache run --trace msr.csv --format msr --stream-column "
-                "src_hostname --page-bytes 8192 --capacity 4096")
+                "src_hostname --page-bytes 8192 --capacity 4096\n"
+                "  flashml mlcache run --trace region1.trace --stream-column namespace "
+                "--flash --capacity 1000")
     p.add_argument("--streams", type=int, default=d.streams,
                    help="streams per generated mix (with --trace: the trace's own count is "
                    "used for the training mixes)")
@@ -138,7 +193,8 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    "one page per access)")
     p.add_argument("--capacity", type=int, default=None, metavar="PAGES",
                    help="cache pages (default: the paper's 220/260/680 for 2/4/8 streams, "
-                   "else 65 per stream)")
+                   "else 65 per stream); with --flash: the flash cache's segments at trace "
+                   "scale, which the network's pages equal")
     p.add_argument("--interval", type=int, default=d.interval,
                    help="requests the cache sees per interval (the partition is re-divided "
                    "after each)")
@@ -163,6 +219,20 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    help="cache and monitor reads too (default: writes only, the paper's Alg. 1)")
     p.add_argument("--seed", type=int, default=d.seed,
                    help="seed of the slot shuffles and the network's initialisation")
+    p.add_argument("--flash", action="store_true",
+                   help="with --trace: also judge the policies on Baleen's flash cache split "
+                   "per stream (peak DT and write rate; the network's pages = the flash "
+                   "cache's segments)")
+    p.add_argument("--flash-write-fraction", type=float, default=d.flash_write_fraction,
+                   metavar="F", help="--flash: every policy is also judged at the same write "
+                   "rate, F (0 < F <= 1) of shared's admit-all rate (CoinFlip admission)")
+    p.add_argument("--cache-gb", type=float, default=None, metavar="GB",
+                   help="--flash: flash cache size at full-node scale, GB of 2^30 bytes, "
+                   "scaled by the trace's sample ratio (default 366.475; or --capacity "
+                   "segments)")
+    p.add_argument("--warmup-s", type=float, default=None, metavar="S",
+                   help="--flash: seconds at the start excluded from the DT statistics "
+                   "(default 86400)")
 
 
 # --- stages --------------------------------------------------------------------------------
@@ -176,12 +246,53 @@ def _mix(s: MlcacheSettings, streams: int, seed: int) -> Any:
     return page_requests(df, "namespace")
 
 
+def _user_table(run: RunDir, s: MlcacheSettings) -> tuple[Any, Any]:
+    """The user's trace as a canonical table and its metadata (loaded once per process)."""
+    if "user_table" not in run.cache:
+        from flashml.trace.ingest import load_trace
+
+        run.cache["user_table"] = load_trace(s.trace, s.format, sample_ratio=s.sample_ratio)
+    return run.cache["user_table"]
+
+
+def _flash_config(run: RunDir, s: MlcacheSettings) -> Any:
+    """The flash cache of --flash: SimConfig.for_trace (the trace's sample ratio and block
+    size) with --capacity segments, or --cache-gb at full-node scale, and --warmup-s."""
+    from flashml.simulation import SimConfig, capacity_segments
+
+    _, meta = _user_table(run, s)
+    kw: dict[str, Any] = {}
+    if s.capacity is not None:
+        kw["capacity_segments"] = s.capacity
+    try:
+        cfg = SimConfig.for_trace(meta, cache_gb=s.cache_gb, warmup_s=s.warmup_s, **kw)
+        capacity_segments(cfg)  # validates the config
+    except ValueError as e:
+        raise UserError(f"{s.trace}: flash cache: {e}") from None
+    return cfg
+
+
+def _flash_view(run: RunDir, s: MlcacheSettings) -> Any:
+    """The flash monitor's view of the user's trace (flash_partition.monitor_view)."""
+    if "flash_view" not in run.cache:
+        from flashml.flash_partition import monitor_view
+
+        df, _ = _user_table(run, s)
+        cfg = _flash_config(run, s)
+        try:
+            run.cache["flash_view"] = monitor_view(df, s.stream_column,
+                                                   segment_bytes=cfg.segment_bytes,
+                                                   block_bytes=cfg.block_bytes)
+        except ValueError as e:
+            raise UserError(f"{s.trace}: {e}") from None
+    return run.cache["flash_view"]
+
+
 def _user_trace(run: RunDir, s: MlcacheSettings) -> Any:
     if "user_trace" not in run.cache:
         from flashml.partitioning import page_requests
-        from flashml.trace.ingest import load_trace
 
-        df, meta = load_trace(s.trace, s.format, sample_ratio=s.sample_ratio)
+        df, meta = _user_table(run, s)
         try:
             t = page_requests(df, s.stream_column, s.page_bytes, meta.block_bytes)
         except ValueError as e:
@@ -212,13 +323,24 @@ def mixes(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
         streams = t.n_streams
         judged.append({"name": Path(s.trace).name, "trace": str(s.trace),
                        "streams": list(t.names), "requests": len(t)})
+    capacity = s.pages
+    flash: dict[str, Any] | None = None
+    if s.flash:
+        from flashml.simulation import capacity_segments
+
+        with timer.stage("flash view"):
+            view = _flash_view(run, s)
+        # one page of the network's cache = one segment of the flash cache
+        capacity = capacity_segments(_flash_config(run, s))
+        flash = {"capacity_segments": capacity, "streams": list(view.trace.names),
+                 "page_requests": len(view.trace)}
     else:
         judged += [{"name": f"mix{streams}-seed{TEST_SEED + i}", "seed": TEST_SEED + i}
                    for i in range(s.test_mixes)]
     train = [{"name": f"mix{streams}-seed{i}", "seed": i} for i in range(s.train_mixes)]
-    return run.record("mixes", {"streams": streams, "capacity": s.pages, "train": train,
+    return run.record("mixes", {"streams": streams, "capacity": capacity, "train": train,
                                 "judged": judged, "interval": s.interval,
-                                "writes_only": s.writes_only})
+                                "writes_only": s.writes_only, "flash": flash})
 
 
 def _trace(run: RunDir, s: MlcacheSettings, item: dict[str, Any], streams: int) -> Any:
@@ -393,6 +515,49 @@ def _means(per_trace: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def flash(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
+    """--flash: every policy on the user's trace's flash cache split per stream, with admit-all
+    and at the same write rate (--flash-write-fraction of shared's), mlcache's shares from the
+    compiled .so (flashml/flash_partition.py)."""
+    rec = run.done("flash")
+    if rec is not None:
+        return rec
+    if not s.flash:
+        return run.record("flash", {"skipped": "no --flash"})
+    import mlflow
+
+    from flashml.flash_partition import FLASH_POLICIES, compare_flash
+    from flashml.simulation import simulate
+
+    evaluate(run, s, timer)
+    comp = compile_network(run, s, timer)
+    df, _ = _user_table(run, s)
+    cfg = _flash_config(run, s)
+    view = _flash_view(run, s)
+    with timer.stage("flash"):
+        shared = simulate(df, cfg.replace(admission="admitall")).metrics
+        target = s.flash_write_fraction * float(shared["flash_write_rate_mbps"])
+        res = compare_flash(df, cfg, FLASH_POLICIES, stream_column=s.stream_column,
+                            interval=s.interval, bundle=comp["dir"], target_write_mbps=target,
+                            view=view)
+    same = res["same_write_rate"]
+    ml, sh = same["mlcache"], same["shared"]
+    res["headline"] = {
+        "target_write_mbps": target, "write_fraction": s.flash_write_fraction,
+        "mlcache_peak_dt_util": ml["peak_dt_util"], "shared_peak_dt_util": sh["peak_dt_util"],
+        "mlcache_vs_shared_peak_dt": (ml["peak_dt_util"] / sh["peak_dt_util"] - 1.0
+                                      if sh["peak_dt_util"] > 0 else float("nan")),
+        "both_within_1pct": bool(ml["within"] and sh["within"])}
+    res["config"] = {k: v for k, v in cfg.to_dict().items()
+                     if k in ("cache_gb", "sample_ratio", "capacity_segments", "segment_bytes",
+                              "block_bytes", "warmup_s", "window_s", "disks")}
+    metrics = {f"flash_{p}_{k}": v for p, r in res["policies"].items() for k, v in r.items()}
+    metrics |= {f"flash_same_{p}_{k}": v for p, r in same.items() for k, v in r.items()}
+    metrics |= {f"flash_{k}": v for k, v in res["headline"].items()}
+    mlflow.log_metrics(finite_numbers(metrics))
+    return run.record("flash", res)
+
+
 def plots(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
     """Write hit ratio per policy (mean over the judged traces), and the allocation over time
     of the first judged trace by mlcache and by the oracle (the paper's Fig. 7)."""
@@ -457,6 +622,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("train", train),
     Stage("compile", compile_network),
     Stage("evaluate", evaluate),
+    Stage("flash", flash),
     Stage("plots", plots),
 )
 Settings = MlcacheSettings
@@ -468,11 +634,17 @@ def run_name(s: MlcacheSettings) -> str:
 
 def mlflow_params(run: RunDir, s: MlcacheSettings) -> dict[str, Any]:
     return {"trace": str(s.trace or f"generated mix of {s.streams} streams"),
-            "capacity_pages": s.pages, "interval": s.interval, "requests": s.requests,
+            "capacity_pages": (s.pages if not s.flash else
+                               s.capacity or "the flash cache's segments"),
+            "interval": s.interval, "requests": s.requests,
             "train_mixes": s.train_mixes, "test_mixes": s.test_mixes,
             "permutations": s.permutations, "label": s.label,
             "hidden": ",".join("x".join(map(str, h)) for h in s.hidden),
-            "writes_only": s.writes_only, "seed": s.seed}
+            "writes_only": s.writes_only, "seed": s.seed, "flash": s.flash,
+            **({"flash_write_fraction": s.flash_write_fraction,
+                "cache_gb": s.cache_gb if s.cache_gb is not None else "default",
+                "warmup_s": s.warmup_s if s.warmup_s is not None else "default"}
+               if s.flash else {})}
 
 
 def summary(records: dict[str, dict[str, Any]], s: MlcacheSettings) -> dict[str, Any]:
@@ -484,18 +656,49 @@ def summary(records: dict[str, dict[str, Any]], s: MlcacheSettings) -> dict[str,
             "network": {"hidden": records["train"]["hidden"], "cv": records["train"]["cv"],
                         "sharpness_hit_ratio": records["train"]["sharpness"]["hit_ratio"],
                         **records["train"]["metrics"]},
-            "compiled": records["compile"]["dir"], "plots": records["plots"]["plots"]}
+            "compiled": records["compile"]["dir"], "plots": records["plots"]["plots"],
+            **({"flash": records["flash"]} if "skipped" not in records["flash"] else {})}
+
+
+def _fmt(v: Any, spec: str) -> str:
+    """`v` formatted by `spec`, or "n/a" for what JSON gives back for NaN (None): e.g. the
+    oracle's gain fraction when the oracle gains nothing over even."""
+    return "n/a" if v is None else format(v, spec)
 
 
 def describe(summary: dict[str, Any], s: MlcacheSettings) -> str:
     lines = [f"{summary['streams']} streams, {summary['capacity']} pages, intervals of "
              f"{summary['interval']} requests, {len(summary['judged'])} judged trace(s):"]
     for p, r in summary["policies"].items():
-        lines.append(f"  {p:17} write hit ratio {r['write_hit_ratio']:.4f}  vs even "
-                     f"{r['gain_over_even']:+.1%}  of the oracle's gain "
-                     f"{r['oracle_gain_fraction']:.0%}")
+        lines.append(f"  {p:17} write hit ratio {_fmt(r['write_hit_ratio'], '.4f')}  vs even "
+                     f"{_fmt(r['gain_over_even'], '+.1%')}  of the oracle's gain "
+                     f"{_fmt(r['oracle_gain_fraction'], '.0%')}")
     lines.append(f"network {summary['network']['hidden']}, shares' sharpness "
                  f"{summary['network']['sharpness']}: held-out-mix CV L1 "
                  f"{summary['network']['cv_l1']:.3f}; .so vs scikit-learn shares max diff "
                  f"{summary['so_vs_python_max_abs']:.1e}")
+    if "flash" in summary:
+        lines += describe_flash(summary["flash"])
     return "\n".join(lines)
+
+
+def describe_flash(f: dict[str, Any]) -> list[str]:
+    """The flash stage's table: peak DT, mean DT, write rate, IO hit ratio per policy with
+    admit-all and at the same write rate."""
+    h = f["headline"]
+    lines = [f"flash cache of {f['capacity_segments']} segments split among "
+             f"{len(f['streams'])} streams, intervals of {f['interval']} page requests "
+             f"({f['intervals']}):",
+             f"  {'policy':17} {'admit-all: peak DT':>18} {'mean DT':>8} {'MB/s':>8} "
+             f"{'IO hit':>7} | {'same rate: p':>12} {'MB/s':>8} {'peak DT':>8} {'IO hit':>7}"]
+    for p, r in f["policies"].items():
+        q = f["same_write_rate"][p]
+        mark = "" if q["within"] else " (" + (q["note"] or "not within 1%") + ")"
+        lines.append(f"  {p:17} {r['peak_dt_util']:18.4f} {r['mean_dt_util']:8.4f} "
+                     f"{r['flash_write_rate_mbps']:8.2f} {r['io_hit_ratio']:7.4f} | "
+                     f"{q['p']:12.4f} {q['achieved_write_mbps']:8.2f} "
+                     f"{q['peak_dt_util']:8.4f} {q['io_hit_ratio']:7.4f}{mark}")
+    lines.append(f"at {h['target_write_mbps']:.2f} MB/s ({h['write_fraction']:.0%} of shared's "
+                 f"admit-all rate): mlcache peak DT {h['mlcache_peak_dt_util']:.4f} vs shared "
+                 f"{h['shared_peak_dt_util']:.4f} ({h['mlcache_vs_shared_peak_dt']:+.1%})")
+    return lines
