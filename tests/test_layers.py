@@ -18,7 +18,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("flashml.simulation", "flashml.partitioning", "flashml.blockcache", "flashml.kml"),
     ("flashml.episodes",),
     ("flashml.policies",),
-    ("flashml.models",),
+    ("flashml.models", "flashml.flash_partition"),
     ("flashml.jobs",),
     ("flashml.commands", "flashml.cli"),
 )
