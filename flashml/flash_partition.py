@@ -97,7 +97,7 @@ def monitor_view(table: Any, stream_column: str = "namespace", *,
     import polars as pl
 
     from flashml.config import UNITS
-    from flashml.partitioning import StreamTrace, page_requests
+    from flashml.partitioning import StreamTrace, page_requests, page_rows
 
     df = table if isinstance(table, pl.DataFrame) else pl.DataFrame(table)
     seg = int(segment_bytes or UNITS.segment_bytes)
@@ -119,16 +119,10 @@ def monitor_view(table: Any, stream_column: str = "namespace", *,
     if len(get_rows) == 0:
         raise ValueError("field 'op': no GETs; a flash cache caches what GETs read")
     gets = df[get_rows]
-    # the pages of each GET, as page_requests numbers them (its row-expansion rule)
-    off = gets["offset"].to_numpy().astype(np.uint64)
-    size = np.maximum(gets["size"].to_numpy().astype(np.uint64), np.uint64(1))
-    count = ((off + size - np.uint64(1)) // np.uint64(seg) - off // np.uint64(seg)
-             + np.uint64(1)).astype(np.int64)
-    rows = np.repeat(get_rows, count)
+    # the access of each page request (page_requests' own expansion rule)
+    rows = get_rows[page_rows(gets, seg)]
     # page_requests numbers streams over the GETs' values only; renumber over the table's
     pt = page_requests(gets, stream_column, seg, block_bytes)
-    if len(pt) != len(rows):  # pragma: no cover - the two expansions are one rule
-        raise AssertionError(f"{len(pt)} page requests but {len(rows)} rows")
     names = tuple(str(v) for v in values.to_list())
     trace = StreamTrace(np.ascontiguousarray(pt.keys, dtype=np.uint64),
                         np.ascontiguousarray(access_stream[rows], dtype=np.uint32),

@@ -128,10 +128,7 @@ def page_requests(table: Any, stream_column: str = "namespace",
     else:
         if page_bytes <= 0:
             raise ValueError(f"page_bytes must be > 0, got {page_bytes}")
-        off = df["offset"].to_numpy().astype(np.uint64)
-        size = np.maximum(df["size"].to_numpy().astype(np.uint64), np.uint64(1))
-        first = off // np.uint64(page_bytes)
-        last = (off + size - np.uint64(1)) // np.uint64(page_bytes)
+        first, last = _page_span(df, page_bytes)
         per_block = int(last.max()) + 1
         if block_bytes is not None:
             per_block = max(per_block, -(-block_bytes // page_bytes))
@@ -147,6 +144,24 @@ def page_requests(table: Any, stream_column: str = "namespace",
     return StreamTrace(np.ascontiguousarray(keys, dtype=np.uint64), dense.astype(np.uint32),
                        np.ascontiguousarray(writes, dtype=bool),
                        tuple(str(v) for v in values))
+
+
+def _page_span(df: Any, page_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first and last page of every access (offset, size; a size of 0 is one byte)."""
+    off = df["offset"].to_numpy().astype(np.uint64)
+    size = np.maximum(df["size"].to_numpy().astype(np.uint64), np.uint64(1))
+    return off // np.uint64(page_bytes), (off + size - np.uint64(1)) // np.uint64(page_bytes)
+
+
+def page_rows(table: Any, page_bytes: int) -> np.ndarray:
+    """The row of `table` each of `page_requests(table, ..., page_bytes)`'s requests comes
+    from (int64, non-decreasing): one definition of how an access becomes pages."""
+    import polars as pl
+
+    df = table if isinstance(table, pl.DataFrame) else pl.DataFrame(table)
+    first, last = _page_span(df, page_bytes)
+    return np.repeat(np.arange(df.height, dtype=np.int64),
+                     (last - first + np.uint64(1)).astype(np.int64))
 
 
 def write_page_csv(trace: StreamTrace, path: Any) -> Any:

@@ -163,7 +163,8 @@ def sizes_for_confusions(data: Dataset, cv_pred: np.ndarray,
                      "cv_relative_throughput_min": float("nan")}
     states = sorted({int(k) for w in data.workloads for k in ops[w]} | {int(k) for k in sizes})
     idx = {k: m for m, k in enumerate(states)}
-    rel = np.array([[ops[w].get(str(k), np.nan) / max(ops[w].values()) for k in states]
+    # a size the sweep did not run for a workload earns nothing there
+    rel = np.array([[ops[w].get(str(k), 0.0) / max(ops[w].values()) for k in states]
                     for w in data.workloads])
     ra = data.x[:, rc.contract().names.index("readahead_kib")]
     # p[i, s, j]: workload i's held-out windows recorded at size s put in class j
@@ -190,23 +191,21 @@ def sizes_for_confusions(data: Dataset, cv_pred: np.ndarray,
             for _ in range(windows):
                 d = d @ t
                 acc += d
-            r = np.where(np.isnan(rel[i]), 0.0, rel[i])
-            out[i] = float(acc @ r / windows)
+            out[i] = float(acc @ rel[i] / windows)
         return out
 
     def score(r: np.ndarray) -> float:
         return float(np.mean(np.log(np.maximum(r, 1e-9))))
 
     paper = [idx[k] for k in own] if all(k in idx for k in own) else None
-    best_r = chain(paper) if paper is not None else None
-    best, best_s = paper, score(best_r) if best_r is not None else -np.inf
+    own_r = chain(paper) if paper is not None else np.full(n, np.nan)
+    best, best_s, best_r = paper, score(own_r) if paper is not None else -np.inf, own_r
     for assign in product(cand, repeat=n):
         r = chain(assign)
         s = score(r)
         if s > best_s + 1e-12 or (abs(s - best_s) <= 1e-12 and best is not None
                                   and best != paper and list(assign) < list(best)):
             best, best_s, best_r = list(assign), s, r
-    own_r = chain(paper) if paper is not None else np.full(n, np.nan)
     return (tuple(states[a] for a in best),
             {"cv_relative_throughput_own": float(np.exp(score(own_r))),
              "cv_relative_throughput": float(np.exp(best_s)),
