@@ -117,3 +117,20 @@ def test_pipeline_system_kml_runs_the_twin(monkeypatch: pytest.MonkeyPatch,
     with pytest.raises(SystemExit):
         cli.main(["pipeline", "run", "--system", "kml", "-o", str(tmp_path / "r")])
     assert seen["job"] == "flashml.jobs.kml" and seen["settings"].mode == "twin"
+
+
+def test_run_order_cancels_a_drift_over_each_pair_of_repeats() -> None:
+    """Write workloads age the database run by run: over two repeats every policy sits at
+    the same mean position, so a throughput falling linearly with each run costs them all
+    the same; the order is POLICIES first, and repeats 3, 4 are 1, 2 again."""
+    from flashml.jobs.kml import POLICIES, run_order
+
+    assert run_order(0) == POLICIES and run_order(2) == POLICIES
+    assert run_order(1) == run_order(3)
+    runs = [p for rep in range(2) for p in run_order(rep)]
+    assert sorted(runs) == sorted(POLICIES * 2)
+    mean_at = {p: sum(i for i, q in enumerate(runs) if q == p) / 2 for p in POLICIES}
+    assert len(set(mean_at.values())) == 1
+    # a drift of -10% per run: every policy measures the same mean relative throughput
+    seen = {p: sum(1 - 0.1 * i for i, q in enumerate(runs) if q == p) / 2 for p in POLICIES}
+    assert max(seen.values()) - min(seen.values()) < 1e-12
