@@ -73,7 +73,9 @@ def run(mode: str, out: Path, extra: list[str]) -> dict[str, Any]:
     args = system_parser(kml).parse_args(["--mode", mode, *extra])
     s = kml.Settings.from_cli(args)
     t0 = time.perf_counter()
-    summary, _, _ = run_job(kml, s, out)
+    # a folder with recorded stages (--work, an earlier run) goes on from them
+    resume = (out / "stages").is_dir() and any((out / "stages").glob("*.json"))
+    summary, _, _ = run_job(kml, s, out, resume=resume)
     summary["wall_s"] = time.perf_counter() - t0
     for name in ("kml", "kml_tree"):
         m = summary["models"][name]

@@ -277,3 +277,34 @@ def test_compiling_leaves_numpys_error_state_alone() -> None:
             "assert np.geterr() == before, np.geterr()\n"
             "np.ones((2, 2)) * 1e-320 @ np.ones((2, 2)) * 1e-10\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cross_validation_judges_each_fold_network_on_its_held_out_mixes() -> None:
+    """cross_validate's hit ratios are those of each fold's network (trained on the other
+    mixes) running mlcache's schedule on the mixes it did not see, simulated one by one here;
+    the sharpness it returns is the best of them."""
+    from flashml.partitioning import simulate_partitioned
+
+    cap, iv = 60, 300
+    traces = [small_trace(s) for s in range(4)]
+    rng = np.random.default_rng(0)
+    data = [model.interval_dataset(t, cap, iv, rng=rng, permutations=2, group=g, lead=0)
+            for g, t in enumerate(traces)]
+    cv = model.cross_validate(data, traces, cap, iv, hidden=(8,), folds=2, max_iter=40)
+    order = np.random.default_rng(0).permutation(4)
+    want: dict[float, list[float]] = {g: [] for g in model.SHARPNESS}
+    for f in range(2):
+        held = set(order[f::2].tolist())
+        net = model.train_network([d for d in data if d.group not in held], hidden=(8,),
+                                  max_iter=40)
+        for g in sorted(held):
+            t = traces[g]
+            x, _ = model.trace_features(t, cap, iv)
+            for sh in model.SHARPNESS:
+                shares = model.schedule(model.predict_shares(net, x, 3, sh), 3)
+                r = simulate_partitioned(t, cap, iv, "mlcache", writes_only=True, shares=shares)
+                want[sh].append(r["hits"] / r["cached_requests"])
+    assert cv["hit_ratio"] == pytest.approx({g: np.mean(v) for g, v in want.items()}, abs=1e-12)
+    assert cv["cv_hit_ratio"] == max(cv["hit_ratio"].values())
+    assert cv["hit_ratio"][cv["sharpness"]] == cv["cv_hit_ratio"] and cv["cv_folds"] == 2
+    assert 0 < cv["cv_l1"] <= 2 and 0 < cv["cv_mse"] <= 2

@@ -353,9 +353,10 @@ def _trace(run: RunDir, s: MlcacheSettings, item: dict[str, Any], streams: int) 
 
 
 def train(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
-    """Rows of every training mix (next-interval discrete-optimal labels, shuffled slots),
-    cross-validation over the hidden sizes (held-out mixes), the chosen size fitted on all
-    rows; its loss curve to MLflow; the bundle (partition.json + policy.json)."""
+    """Rows of every training mix (discrete-optimal labels of `--label`'s interval, shuffled
+    slots), cross-validation over the hidden sizes (held-out mixes: the size and the shares'
+    sharpness whose fold networks hit most there), the chosen size fitted on all rows; its
+    loss curve to MLflow; the bundle (partition.json + policy.json)."""
     rec = run.done("train")
     if rec is not None:
         return rec
@@ -368,10 +369,10 @@ def train(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
 
     m = mixes(run, s, timer)
     rng = np.random.default_rng(s.seed)
+    traces = [_trace(run, s, item, m["streams"]) for item in m["train"]]
     data = []
     with timer.stage("training rows"):
-        for g, item in enumerate(m["train"]):
-            t = _trace(run, s, item, m["streams"])
+        for g, t in enumerate(traces):
             data.append(model.interval_dataset(t, m["capacity"], s.interval, rng=rng,
                                                writes_only=s.writes_only,
                                                permutations=s.permutations, group=g,
@@ -382,22 +383,23 @@ def train(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
     with timer.stage("cross-validation"):
         for h in s.hidden:
             name = "x".join(map(str, h))
-            cv[name] = model.cross_validate(data, hidden=h, folds=min(s.folds, len(data)),
-                                            seed=s.seed, max_iter=s.max_iter)
+            cv[name] = model.cross_validate(data, traces, m["capacity"], s.interval, hidden=h,
+                                            folds=min(s.folds, len(data)),
+                                            writes_only=s.writes_only, seed=s.seed,
+                                            max_iter=s.max_iter)
             log.info("hidden %s: held-out-mix CV %s", name, cv[name])
-    best = min(cv, key=lambda n: cv[n]["cv_l1"])
+    # the hidden sizes and the shares' sharpness whose fold networks hit most on their
+    # held-out mixes (ties: the first size given)
+    best = max(cv, key=lambda n: cv[n]["cv_hit_ratio"])
     hidden = tuple(int(n) for n in best.split("x"))
-    with timer.stage("sharpness"):
-        sharp = model.choose_sharpness(
-            data, [_trace(run, s, item, m["streams"]) for item in m["train"]], m["capacity"],
-            s.interval, hidden=hidden, writes_only=s.writes_only, seed=s.seed,
-            max_iter=s.max_iter)
-    log.info("shares' sharpness %s (held-out hit ratio by sharpness: %s)", sharp["sharpness"],
-             sharp["hit_ratio"])
+    sharp = {"sharpness": cv[best]["sharpness"], "hit_ratio": cv[best]["hit_ratio"]}
+    log.info("hidden %s, shares' sharpness %s (held-out hit ratio by sharpness: %s)", best,
+             sharp["sharpness"], sharp["hit_ratio"])
     with timer.stage("fit"):
         net = model.train_network(data, hidden=hidden, seed=s.seed, max_iter=s.max_iter)
     metrics = {"train_rows": float(rows), "epochs": float(net.n_iter_),
-               "final_loss": float(net.loss_), "sharpness": sharp["sharpness"], **cv[best]}
+               "final_loss": float(net.loss_), "sharpness": sharp["sharpness"],
+               **{k: v for k, v in cv[best].items() if k.startswith("cv_")}}
     rid = run.mlflow_run_id()
     if rid:
         client = MlflowClient()
