@@ -23,7 +23,8 @@ generated multi-stream page traces, and the learned network (`flashml mlcache ru
    trace with 4 namespaces (region1-like, seed 3, 300k accesses): peak DT, write rate and IO
    hit ratio of shared, even, static_optimal, discrete_optimal, previous_optimal and mlcache
    with admit-all and at the same write rate (half of shared's). Alone:
-   `.venv/bin/python bench/bench_mlcache.py --only flash` (merged into the results file).
+   `.venv/bin/python bench/bench_mlcache.py --only flash` (merged into the results file; also
+   `--only network`).
 
 Writes bench/results/mlcache.json and prints the README tables.
 """
@@ -195,7 +196,7 @@ def network_bench(quick: bool) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     extra = (["--requests", "50000", "--train-mixes", "6", "--test-mixes", "2", "--max-iter",
-              "60", "--folds", "2"] if quick else ["--test-mixes", "5"])
+              "60", "--folds", "2"] if quick else ["--test-mixes", "10"])
     for k in CAPACITY:
         with tempfile.TemporaryDirectory() as tmp:
             env = {**os.environ, "FLASHML_HOME": f"{tmp}/state", "MLFLOW_TRACKING_URI": ""}
@@ -322,17 +323,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller traces (a smoke test)")
     ap.add_argument("-o", "--output", type=Path, default=RESULTS / "mlcache.json")
-    ap.add_argument("--only", choices=("flash",), default=None,
+    ap.add_argument("--only", choices=("network", "flash"), default=None,
                     help="run one section and merge it into the results file")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    if args.only == "flash":
+    if args.only is not None:
         old = json.loads(args.output.read_text()) if args.output.is_file() else {}
-        old["flash"] = flash_bench(args.quick)
+        section, bench, show = {"network": ("network", network_bench, network_table),
+                                "flash": ("flash", flash_bench, flash_table)}[args.only]
+        old[section] = bench(args.quick)
+        old.setdefault("section_machine", {})[section] = machine()
         with atomic_path(args.output) as tmp:
             Path(tmp).write_text(dumps(jsonable(old), indent=1) + "\n")
-        print(flash_table(old["flash"]))
-        print(f"wrote {args.output} (flash) in {time.perf_counter() - t0:.0f} s")
+        print(show(old[section]))
+        print(f"wrote {args.output} ({section}) in {time.perf_counter() - t0:.0f} s")
         return 0
     res = {"machine": machine(), "quick": args.quick,
            "stack_distances": distance_bench(args.quick),

@@ -614,6 +614,10 @@ def _partition_sources(build: Path, weights: list[Any], biases: list[Any],
 #include <eml_net.h>
 {net}
 #define FLASHML_PNET_WIDTH {width}
+/* One body per ISA (GCC's target_clones: the loader's ifunc picks the widest the CPU has, so
+ * the .so stays portable); -ffp-contract=off (the build's flags) keeps separate multiplies
+ * and adds, so every width gives the same bits. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static void flashml_pnet_layer(const EmlNetLayer *l, const float *in, float *out) {{
     for (int o = 0; o < l->n_outputs; o++) out[o] = 0.0f;
     for (int i = 0; i < l->n_inputs; i++) {{
@@ -645,7 +649,7 @@ int flashml_partition_net(const float *in, float *out) {{
     wrap.write_text(PARTITION_WRAPPER.read_text()
                     .replace("@PARTITION_CONTRACT_HASH@", contract_hash)
                     .replace("@PARTITION_SHARPNESS@", float(sharpness).hex()))
-    return [(net_c, ("-w",)), (wrap, WRAPPER_WARNINGS)]
+    return [(net_c, ("-w", "-O3", "-ffp-contract=off")), (wrap, WRAPPER_WARNINGS)]
 
 
 def _emlearn_version() -> str:

@@ -98,8 +98,14 @@ class MlcacheSettings:
     label: str = "same"
     test_mixes: int = 6
     permutations: int = 4
-    hidden: tuple[tuple[int, ...], ...] = ((64,),)
-    folds: int = 4
+    #: Three layers of 256 ReLUs (the paper's text: two of 256; its figure: one). On 10
+    #: held-out mixes (96 training mixes): one layer of 64 took 79% of the oracle's gain at 4
+    #: streams, 256x256 88%, 512x512 88%, 128x128x128 90%, 256x256x256 91% (97% at 2
+    #: streams, 92% at 8).
+    hidden: tuple[tuple[int, ...], ...] = ((256, 256, 256),)
+    #: Held-out-mix folds: they choose the shares' sharpness (and the hidden sizes if
+    #: several are given); each costs a network.
+    folds: int = 2
     max_iter: int = 300
     writes_only: bool = True
     seed: int = 0
