@@ -610,7 +610,8 @@ def _partition_sources(build: Path, weights: list[Any], biases: list[Any],
  * 176 x 64 x 16 network. This loop goes input by input over contiguous weights, so the
  * compiler vectorises across outputs; each output still sums w * x over the inputs in the
  * same order from 0.0f, then adds its bias, as eml_net_forward does: the same float32
- * results. Activations live on the caller's stack (emlearn keeps them in statics). */
+ * results (zero inputs skipped: see below). Activations live on the caller's stack (emlearn
+ * keeps them in statics). */
 #include <eml_net.h>
 {net}
 #define FLASHML_PNET_WIDTH {width}
@@ -622,6 +623,10 @@ static void flashml_pnet_layer(const EmlNetLayer *l, const float *in, float *out
     for (int o = 0; o < l->n_outputs; o++) out[o] = 0.0f;
     for (int i = 0; i < l->n_inputs; i++) {{
         const float x = in[i];
+        /* a zero input (absent streams' slots, ReLUs at 0: about half) adds w * 0 = +-0 to
+         * a sum that started at +0.0f and so is never -0: skipping it changes no bit (the
+         * weights are finite) and halves the work */
+        if (x == 0.0f) continue;
         const float *w = l->weights + (long)i * l->n_outputs;
         for (int o = 0; o < l->n_outputs; o++) out[o] += w[o] * x;
     }}
