@@ -329,8 +329,9 @@ def main() -> int:
     t0 = time.perf_counter()
     if args.only is not None:
         old = json.loads(args.output.read_text()) if args.output.is_file() else {}
-        section, bench, show = {"network": ("network", network_bench, network_table),
-                                "flash": ("flash", flash_bench, flash_table)}[args.only]
+        section = args.only
+        bench, show = {"network": (network_bench, network_table),
+                       "flash": (flash_bench, flash_table)}[section]
         old[section] = bench(args.quick)
         old.setdefault("section_machine", {})[section] = machine()
         with atomic_path(args.output) as tmp:
