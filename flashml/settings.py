@@ -83,6 +83,10 @@ class LoopSettings:
     k_candidates: tuple[int, ...] = (6, 1, 2, 4, 12)
     #: ML-When thresholds tried on the training window (1.0: prefetch never pays off).
     when_candidates: tuple[float, ...] = (0.5, 0.7, 0.9, 1.0)
+    #: At most this many admission training rows (a sample of the keys beyond it: models/
+    #: dataset.py training_data). A 1 M-access region1-like trace has ~120 k, under it; a
+    #: 10 M one ~1.2 M, where each training would take 4x longer for little gain.
+    max_training_rows: int | None = 300_000
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,9 @@ class BaleenSettings:
         loop = replace(
             d.loop, max_iter=int(v.get("max_iterations", d.loop.max_iter)),
             train_seconds=float(v.get("train_hours", d.loop.train_seconds / 3600.0)) * 3600.0,
-            start_eviction_age_s=float(v.get("eviction_age", d.loop.start_eviction_age_s)))
+            start_eviction_age_s=float(v.get("eviction_age", d.loop.start_eviction_age_s)),
+            max_training_rows=(int(v["max_training_rows"]) or None)
+            if "max_training_rows" in v else d.loop.max_training_rows)
         if ks:
             ks = tuple(int(k) for k in ks)
             loop = replace(loop, accesses_per_episode=ks[0], k_candidates=ks)
@@ -361,6 +367,9 @@ _OPTIONS = (
     Option("max_rounds", "--max-rounds", integer, _D.gbm.num_boost_round,
            "LightGBM boosting rounds (at most; early stopping may end sooner)", low=1,
            dag_type="integer"),
+    Option("max_training_rows", "--max-training-rows", integer, _D.loop.max_training_rows,
+           "at most this many admission training rows: beyond it, the rows of a sample of the "
+           "blocks (0: every row)", low=0, dag_type="integer", metavar="N"),
     Option("max_iterations", "--max-iterations", integer, _D.loop.max_iter,
            "convergence loop iteration cap", low=1, dag_type="integer"),
     Option("eviction_age", "--eviction-age", finite_float, _D.loop.start_eviction_age_s,

@@ -41,7 +41,7 @@ fi
 deps_hash=$(hash_of pyproject.toml requirements.lock)
 if [ "$(cat "$STAMPS/deps" 2>/dev/null)" != "$deps_hash" ]; then
   say "installing Python dependencies (requirements.lock) and flashml in editable mode"
-  VIRTUAL_ENV="$VENV" "$VENV/bin/uv" pip install -q -r requirements.lock -e ".[dev]"
+  VIRTUAL_ENV="$VENV" "$VENV/bin/uv" pip install -q --compile-bytecode -r requirements.lock -e ".[dev]"
   # The registry mirror answers every revalidation as modified, so uv re-downloads and
   # rebuilds the pyspark sdist (~0.5-1.4 GB) on each fresh install and keeps every old copy;
   # pruning keeps the shared cache at one copy (it had grown to 60 GB and filled the disk).
@@ -50,6 +50,17 @@ if [ "$(cat "$STAMPS/deps" 2>/dev/null)" != "$deps_hash" ]; then
 else
   say "Python dependencies up to date"
 fi
+
+# Bytecode for every installed module, written once here: uv installs none by default, and with
+# PYTHONDONTWRITEBYTECODE set (as on some CI images) every process would compile mlflow,
+# great_expectations, optuna... from source again: 11.5 s per `import mlflow, ...` instead of 5.
+if [ "$(cat "$STAMPS/bytecode" 2>/dev/null)" != "$deps_hash" ]; then
+  say "compiling the installed packages to bytecode"
+  "$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 \
+    || say "compileall reported errors (some vendored test files do not compile; ignored)"
+  echo "$deps_hash" > "$STAMPS/bytecode"
+fi
+"$VENV/bin/python" -m compileall -q -j 0 flashml >/dev/null 2>&1 || true
 
 # --- the Rust simulator ---------------------------------------------------------------------
 sim_hash=$(hash_of sim/Cargo.toml sim/Cargo.lock sim/pyproject.toml $(find sim/src -type f | sort))

@@ -3,6 +3,7 @@ the convergence loop on a small generated trace."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -46,6 +47,35 @@ def test_tuning_finds_the_largest_rate_not_above_target() -> None:
     # unreachable: even the lowest setting writes too much
     t = tune_to_write_rate(fake(lambda p: 50 + p), 35.0, 0.0, 1.0, increasing=True)
     assert not t.reached and t.knob == 0.0
+    # a rate linear in the knob: one interpolation after the two ends lands on it (the
+    # bisection this replaced took 7 simulations to get within 1%)
+    t = tune_to_write_rate(fake(lambda p: 100 * p), 35.0, 0.0, 1.0, increasing=True)
+    assert t.evaluations == 3 and t.knob == pytest.approx(0.35)
+    # a convex rate (most writes from the last tenth of the knob): still within 1%, and
+    # the Illinois halving keeps it within a dozen simulations
+    t = tune_to_write_rate(fake(lambda p: 200 * p ** 6), 35.0, 0.0, 1.0, increasing=True)
+    assert t.reached and 35.0 * 0.99 <= t.write_rate <= 35.0 * 1.01 and t.evaluations <= 12
+    # on a log scale (RejectX's factor) the interpolation is in log(knob): a rate linear in
+    # it lands at once
+    t = tune_to_write_rate(fake(lambda f: 40 + 5 * math.log(f)), 35.0, 1e-3, 1e3,
+                           increasing=True, log_scale=True)
+    assert t.evaluations == 3 and t.knob == pytest.approx(math.exp(-1.0))
+
+
+def test_share_to_threshold() -> None:
+    from flashml.policies.baselines import share_to_threshold
+
+    score = np.array([0.9, 0.1, 0.5, 0.5, 0.3])
+    knob = share_to_threshold(score)
+    assert knob(0.0) == 1.0 and knob(1.0) == 0.0
+    qs = np.linspace(0, 1, 1001)
+    ts = [knob(q) for q in qs]
+    assert all(a >= b for a, b in zip(ts, ts[1:], strict=False))  # more share, lower bar
+    # continuous: every threshold in [0, 1] is reachable (a peak schedule lowers it)
+    assert max(abs(a - b) for a, b in zip(ts, ts[1:], strict=False)) < 0.01
+    # about a share q of the scores at or above it
+    for q in (0.2, 0.4, 0.6, 0.8):
+        assert abs(float((score >= knob(q) - 1e-12).mean()) - q) <= 1 / len(score) + 1e-9
 
 
 def test_stopping_rule() -> None:
@@ -86,6 +116,37 @@ def test_training_rows_from_labels() -> None:
         position=pl.Series([0, 1, 0, 2, 0, 0, 1])), episodes, train_seconds=86_400,
         max_position=1)
     assert d1.adm_X[:, 0].tolist() == [0.0, 36.0] and d1.adm_y.tolist() == [1, 0]
+
+
+def test_training_rows_beyond_the_cap_are_a_sample_of_the_keys() -> None:
+    from flashml.models.dataset import key_sample
+
+    rng = np.random.default_rng(1)
+    n_keys, per_key = 4_000, 10
+    keys = np.repeat(np.arange(n_keys, dtype=np.uint64), per_key)
+    rows = rng.permutation(len(keys)).astype(np.uint64)  # rows of the trace, any order
+    feats = np.column_stack([np.arange(len(keys), dtype=np.float64)] * 18)
+    times = np.zeros(len(keys))  # all inside the training window
+    labels = pl.DataFrame({"row": rows, "key": keys,
+                           "opt_label": rng.integers(0, 2, len(keys))})
+    episodes = pl.DataFrame({
+        "key": np.arange(n_keys, dtype=np.uint64), "first_row": rows[::per_key],
+        "admitted": np.ones(n_keys, bool), "range_start": np.zeros(n_keys, np.int64),
+        "range_end": np.ones(n_keys, np.int64), "when_label": np.zeros(n_keys, np.int64)})
+    full = training_data(feats, times, labels, episodes, 86_400)
+    assert len(full.adm_y) == len(keys)
+    assert len(training_data(feats, times, labels, episodes, 86_400,
+                             max_rows=len(keys)).adm_y) == len(keys)  # at the cap: all
+    d = training_data(feats, times, labels, episodes, 86_400, max_rows=10_000)
+    assert 9_000 < len(d.adm_y) < 11_000
+    # whole keys: each kept key with all its rows, the same keys' episodes, their labels
+    kept, counts = np.unique(d.adm_keys, return_counts=True)
+    assert (counts == per_key).all()
+    assert sorted(d.ep_keys.tolist()) == kept.tolist()
+    by_row = dict(zip(rows.tolist(), labels["opt_label"].to_list(), strict=True))
+    assert d.adm_y.tolist() == [by_row[int(r)] for r in d.adm_X[:, 0]]
+    assert (key_sample(kept, 0.25)).all()  # the sample's rule, stable across calls
+    assert 0.22 < key_sample(np.arange(100_000, dtype=np.uint64), 0.25).mean() < 0.28
 
 
 def test_split_by_key_is_stable_and_near_70_30() -> None:
@@ -159,8 +220,33 @@ def test_loop_on_a_small_trace(small_trace, tmp_path: Path) -> None:
     assert res4.iterations[0].measured_eviction_age_s < last.measured_eviction_age_s
     assert len(res4.iterations) == 2 and not res4.iterations[1].warm
     assert res4.iterations[1].episodes > 0
+    # the warm model's measurement at the new target is taken as it is, not damped
+    assert res4.iterations[1].eviction_age_s == res4.iterations[0].measured_eviction_age_s
     assert res4.extra["accesses_per_episode"] == warm.accesses_per_episode == res2.extra[
         "accesses_per_episode"]
+
+
+def test_a_saturated_loop_stops_once_its_eviction_age_holds(small_trace, tmp_path: Path) -> None:
+    """A target beyond what the policy can write: every iteration admits everything
+    (threshold 0), so the measured eviction age does not depend on the model; the loop
+    moves to it undamped and stops when it holds, instead of walking there by halves."""
+    from flashml.features.online import feature_matrix
+    from flashml.simulation import SimConfig
+    from flashml.trace.canonical import read_meta
+
+    df, table = small_trace
+    base = SimConfig.for_trace(read_meta(table))
+    gbm = GbmParams(learning_rate=0.1, num_boost_round=60)
+    target = 100 * DEFAULTS.target_write_rate_mbps
+    res = run_loop(df, table, feature_matrix(df), base, target, tmp_path, gbm,
+                   LoopSettings(max_iter=6, k_candidates=(6,)))
+    its = res.iterations
+    assert all(it.threshold == 0.0 and it.write_rate_mbps < 0.5 * target for it in its)
+    assert its[1].eviction_age_s == its[0].measured_eviction_age_s != its[0].eviction_age_s
+    assert len(its) < 6 and not res.converged and res.reason.startswith("saturated")
+    last = its[-1]
+    assert abs(last.measured_eviction_age_s - last.eviction_age_s) < max(
+        300.0, 0.05 * last.measured_eviction_age_s)
 
 
 def test_when_threshold_is_chosen_on_the_training_day(small_trace) -> None:

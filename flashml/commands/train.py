@@ -22,7 +22,8 @@ from flashml.settings import BaleenSettings, add_options
 log = logging.getLogger("flashml.train")
 
 COMMON_OPTIONS = ("cache_gb", "target_write_rate_mbps", "learning_rate", "max_rounds",
-                  "max_iterations", "train_hours", "peak_hours", "peak_bonus")
+                  "max_iterations", "max_training_rows", "train_hours", "peak_hours",
+                  "peak_bonus")
 
 
 def _run(stage_names: tuple[str, ...], s: BaleenSettings, kind: str, workdir: Path):  # type: ignore[no-untyped-def]

@@ -80,6 +80,10 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "flashml-policy-bundle/1"
 CFLAGS = ("-std=c11", "-O2", "-fPIC", "-fvisibility=hidden")
 WRAPPER_WARNINGS = ("-Wall", "-Wextra", "-Werror")
+#: TL2cgen's generated trees (nested ifs, one per node) at -O1: gcc spends 2.3x longer on them
+#: at -O2 (a 94-tree model: 7.6 s vs 3.3 s, most of a 1 M-access job's compile stage) for
+#: branchy code that -O2 does not speed up; the AVX-512 evaluator and the wrapper keep -O2.
+TL2CGEN_OPT = "-O1"
 #: Shared libraries policy.so may depend on (sonames start with these).
 ALLOWED_NEEDED = ("libc.so", "libm.so")
 #: The one layout of TL2cgen's input union the wrapper assumes.
@@ -91,7 +95,7 @@ _GLOBAL_DEF_RE = re.compile(
     r"[A-Za-z_][\w \t\*]*?\b([A-Za-z_]\w*)\s*(?:\(|\[|=)", re.M)
 _ABI_FN_RE = re.compile(r"^[A-Za-z_][\w \t\*]*?\b(flashml_\w+)\s*\(", re.M)
 #: Trees per generated translation unit (compiled in parallel).
-TREES_PER_UNIT = 50
+TREES_PER_UNIT = 25
 
 
 class CompileError(UserError):
@@ -747,7 +751,8 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
             sources, defines = _generate(name, model, infos[name].num_trees, build / name)
             for src in sources:
                 obj = build / f"{name}_{src.stem}.o"
-                jobs_list.append(([cc_path, *CFLAGS, "-w", *defines, "-c", str(src),
+                flags = [TL2CGEN_OPT if f == "-O2" else f for f in CFLAGS]
+                jobs_list.append(([cc_path, *flags, "-w", *defines, "-c", str(src),
                                    "-o", str(obj)], f"{name}/{src.name}"))
                 objects.append(obj)
         evaluators, fast_syms = _fast_trees(models, cc_path, fast)
@@ -843,7 +848,7 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                                           "used where the CPU has AVX-512 VBMI"
                                           if n in fast_syms else "disabled (--no-fast-trees)")}
                        for n, i in infos.items()},
-            "build": {**_versions(cc_path), "cflags": list(CFLAGS),
+            "build": {**_versions(cc_path), "cflags": list(CFLAGS), "tl2cgen_opt": TL2CGEN_OPT,
                       "wrapper_warnings": list(WRAPPER_WARNINGS), "codegen_s": codegen_s,
                       "cc_s": cc_s, "compile_s": time.perf_counter() - started,
                       "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")},

@@ -341,7 +341,12 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     info = mlflow.lightgbm.log_model(policy.admission, name="admission",
                                      signature=infer_signature(
                                          sample[cols], policy.admission.predict(sample[cols])),
-                                     input_example=sample[cols].head(5))
+                                     input_example=sample[cols].head(5),
+                                     # the flavour's own list, not inferred: inference
+                                     # loads the model in a subprocess that imports mlflow
+                                     # again (~8 s at 1 M accesses)
+                                     pip_requirements=mlflow.lightgbm
+                                     .get_default_pip_requirements())
     return run.record("train", {"eviction_age_s": ea, "metrics": m,
                                 "convergence": convergence, "policy_bundle": str(bundle),
                                 "model_uri": info.model_uri, "mlflow_run_id": run_id, **extra})
@@ -446,9 +451,14 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
             df, base.replace(when_threshold=wt), target, arrays, prefetch="range",
             prefetch_when="score")
         pol["baleen_flat_threshold"] = _metrics(tuned["baleen_flat_threshold"], "threshold")
+    # CacheLib-ML-like is trained on the episodes of Baleen's converged eviction age and K
+    # (one training instead of one per K candidate): the baselines differ in features only
+    k = trained.get("convergence", {}).get("accesses_per_episode")
+    cl_loop = replace(s.loop, start_eviction_age_s=ea, max_iter=1)
+    if k:
+        cl_loop = replace(cl_loop, accesses_per_episode=int(k), k_candidates=(int(k),))
     with timer.stage("cachelib_ml"):
-        cl = run_loop(df, run.table, feats, base, target, run.work / "cachelib", s.gbm,
-                      replace(s.loop, start_eviction_age_s=ea, max_iter=1),
+        cl = run_loop(df, run.table, feats, base, target, run.work / "cachelib", s.gbm, cl_loop,
                       features=list(contract().models["cachelib_like"]), with_prefetch=False,
                       final_base=learned_base)
         tuned["cachelib_ml"] = cl.tuned
@@ -753,9 +763,9 @@ Settings = BaleenSettings
 
 #: The options of `flashml pipeline run` from the settings table (flashml/settings.py).
 CLI_OPTIONS = ("cache_gb", "target_write_rate_mbps", "engine", "master", "learning_rate",
-               "max_rounds", "max_iterations", "train_hours", "accesses_per_episode",
-               "peak_hours", "peak_bonus", "sweep_trials", "sweep_cold", "sweep_workers",
-               "skip_bad_lines")
+               "max_rounds", "max_iterations", "max_training_rows", "train_hours",
+               "accesses_per_episode", "peak_hours", "peak_bonus", "sweep_trials", "sweep_cold",
+               "sweep_workers", "skip_bad_lines")
 
 
 def add_cli(p: Any) -> None:

@@ -10,6 +10,7 @@ from flashml.config import DEFAULTS
 from flashml.errors import UserError
 from flashml.features.contract import Contract, contract
 from flashml.models.baleen import TrainingData
+from flashml.trace.keys import splitmix64
 
 
 def training_window(times: np.ndarray, train_seconds: float) -> np.ndarray:
@@ -35,9 +36,14 @@ def check_span(times: np.ndarray, train_seconds: float, source: object) -> None:
 
 def training_data(feats: np.ndarray, times: np.ndarray, labels: pl.DataFrame,
                   episodes: pl.DataFrame, train_seconds: float,
-                  c: Contract | None = None, max_position: int | None = None) -> TrainingData:
+                  c: Contract | None = None, max_position: int | None = None,
+                  max_rows: int | None = None) -> TrainingData:
     """Admission rows: the labelled GETs (the first K of each episode) of the training window,
-    or only the first `max_position` of them."""
+    or only the first `max_position` of them. With more than `max_rows` admission rows, the
+    rows of a sample of the keys (blocks) are kept, about `max_rows` of them, with the
+    ML-Range/ML-When rows of the same keys: a key sample, as the artifact's traces are
+    (baleen-artifact-notes.md "Samples are taken by key"), so every kept block keeps its
+    whole history."""
     c = c or contract()
     window = training_window(times, train_seconds)
     lab = labels.filter(pl.col("opt_label") >= 0)
@@ -45,12 +51,19 @@ def training_data(feats: np.ndarray, times: np.ndarray, labels: pl.DataFrame,
         lab = lab.filter(pl.col("position") < max_position)
     rows = lab["row"].to_numpy().astype(np.int64)
     keep = window[rows]
+    adm_keys = lab["key"].to_numpy()
+    share = 1.0
+    if max_rows is not None and int(keep.sum()) > max_rows:
+        share = max_rows / int(keep.sum())
+        keep &= key_sample(adm_keys, share)
     rows = rows[keep]
     adm_y = lab["opt_label"].to_numpy()[keep].astype(np.float64)
-    adm_keys = lab["key"].to_numpy()[keep]
+    adm_keys = adm_keys[keep]
     eps = episodes.filter(pl.col("admitted"))
     first = eps["first_row"].to_numpy().astype(np.int64)
     ekeep = window[first]
+    if share < 1.0:
+        ekeep &= key_sample(eps["key"].to_numpy(), share)
     first = first[ekeep]
     return TrainingData(
         adm_X=feats[rows], adm_y=adm_y, adm_keys=adm_keys,
@@ -60,3 +73,13 @@ def training_data(feats: np.ndarray, times: np.ndarray, labels: pl.DataFrame,
         ep_when=eps["when_label"].to_numpy()[ekeep],
         ep_keys=eps["key"].to_numpy()[ekeep],
     )
+
+
+#: Seed of the training-row key sample (not the train/valid split's: gbm.split_by_key).
+SAMPLE_SEED = 0x5A17
+
+
+def key_sample(keys: np.ndarray, share: float) -> np.ndarray:
+    """Mask of the rows whose key falls in a stable `share` of all keys (splitmix64 hash)."""
+    h = splitmix64(keys.astype(np.uint64) ^ np.uint64(SAMPLE_SEED))
+    return (h >> np.uint64(11)).astype(np.float64) < share * float(1 << 53)

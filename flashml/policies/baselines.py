@@ -3,6 +3,8 @@ plus a threshold tuner for any per-access score (learned models)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -28,5 +30,30 @@ def tune_threshold(df: pl.DataFrame, base: SimConfig, target_mbps: float,
                    arrays: dict[str, np.ndarray], **prefetch: Any) -> Tuned:
     """Admission threshold on `arrays['score']` (with any prefetch arrays) at the target."""
     cfg = base.replace(admission="threshold", **prefetch)
-    return tune_to_write_rate(lambda t: simulate(df, cfg.replace(threshold=t), **arrays),
-                              target_mbps, 0.0, 1.0, increasing=False)
+    knob = share_to_threshold(arrays["score"])
+    tuned = tune_to_write_rate(
+        lambda q: simulate(df, cfg.replace(threshold=knob(q)), **arrays),
+        target_mbps, 0.0, 1.0, increasing=True)
+    return replace(tuned, knob=knob(tuned.knob))
+
+
+def share_to_threshold(score: np.ndarray) -> Callable[[float], float]:
+    """The threshold that admits about a share q of the accesses by score (q = 0: 1.0, none;
+    q = 1: 0.0, all), interpolated between the ranked scores so that every threshold in
+    [0, 1] stays reachable (a peak schedule's lowered threshold falls between them): the
+    write rate is close to linear in q, not in the threshold (scores bunch near 0 and 1), so
+    the tuner's interpolation lands near the target in a few steps."""
+    ranked = np.concatenate(([0.0], np.sort(np.clip(np.asarray(score, dtype=np.float64),
+                                                    0.0, 1.0)), [1.0]))
+    top = float(len(ranked) - 1)
+
+    def threshold(q: float) -> float:
+        if q <= 0.0:
+            return 1.0
+        if q >= 1.0:
+            return 0.0
+        x = (1.0 - q) * top
+        i = min(int(x), len(ranked) - 2)
+        return float(ranked[i] + (x - i) * (ranked[i + 1] - ranked[i]))
+
+    return threshold

@@ -4,6 +4,7 @@ with the episode job's target adjusted until the simulated write rate meets the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +27,51 @@ def opt_arrays(table: Path, out: Path, eviction_age_s: float, target_mbps: float
             "prefetch_end": arr["prefetch_end"].to_numpy()}
 
 
+def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark: Any = None,
+                engine: str = "polars") -> Callable[[float], dict[str, np.ndarray]]:
+    """OPT's arrays at any episode target from one episode build: an episode is admitted
+    when its score is positive and the write rate of the episodes ranked above it and itself
+    (`cum_write_rate_mbps`, independent of the target) is within the target
+    (episodes/core.py `ranked_stages`), so the ranking is built once and each target is a
+    cut of it, equal to `opt_arrays` at that target (tests/test_opt.py)."""
+    from flashml.episodes.core import EpisodeParams, build
+
+    build(table, out, EpisodeParams(eviction_age_s=eviction_age_s), engine=engine,
+          spark=spark, plot=False)
+    eps = pl.read_parquet(out / "episodes.parquet", columns=[
+        "episode_id", "score", "cum_write_rate_mbps", "range_start", "range_end"])
+    per = pl.read_parquet(out / "labels.parquet", columns=["row", "episode_id"]).join(
+        eps, on="episode_id", how="left")
+    at = per["row"].to_numpy().astype(np.int64)
+    cut = np.full(rows, np.inf)  # PUTs: never admitted
+    cut[at] = np.where(per["score"].to_numpy() > 0, per["cum_write_rate_mbps"].to_numpy(),
+                       np.inf)
+    start = np.full(rows, -1, dtype=np.int64)
+    end = np.full(rows, -1, dtype=np.int64)
+    start[at] = per["range_start"].to_numpy()
+    end[at] = per["range_end"].to_numpy()
+
+    def arrays(target_mbps: float) -> dict[str, np.ndarray]:
+        admit = cut <= target_mbps
+        return {"admit": admit.astype(np.uint8),
+                "prefetch_start": np.where(admit, start, -1),
+                "prefetch_end": np.where(admit, end, -1)}
+
+    return arrays
+
+
 def tune_opt(df: pl.DataFrame, table: Path, base: SimConfig, target_mbps: float,
              eviction_age_s: float, workdir: Path, *, prefetch: bool = True,
              engine: str = "polars", spark: Any = None) -> Tuned:
-    """OPT (with OPT-Range prefetch by default) at the target write rate in simulation."""
+    """OPT (with OPT-Range prefetch by default) at the target write rate in simulation: the
+    episode target is tuned (the episodes' write rate assumes an eviction age; the simulated
+    cache has its own), each one a cut of one ranking (`opt_ranking`)."""
     cfg = base.replace(admission="opt", prefetch="range" if prefetch else "none")
-    calls = 0
+    ranking = opt_ranking(table, workdir / "opt-ranking", eviction_age_s, df.height,
+                          spark=spark, engine=engine)
 
     def run(episode_target: float) -> SimResult:
-        nonlocal calls
-        calls += 1
-        arrays = opt_arrays(table, workdir / f"opt-{calls:02d}", eviction_age_s, episode_target,
-                            spark=spark, engine=engine)
+        arrays = ranking(episode_target)
         if not prefetch:
             arrays = {"admit": arrays["admit"]}
         return simulate(df, cfg, **arrays)
