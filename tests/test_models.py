@@ -62,6 +62,27 @@ def test_tuning_finds_the_largest_rate_not_above_target() -> None:
     assert t.evaluations == 3 and t.knob == pytest.approx(math.exp(-1.0))
 
 
+def test_tuning_starts_from_an_earlier_searchs_points() -> None:
+    f = fake(lambda p: 100 * p)
+    first = tune_to_write_rate(f, 35.0, 0.0, 1.0, increasing=True)
+    assert [x for x, _ in first.points] == [0.0, 1.0, pytest.approx(0.35)]
+    # a new target between the measured points: no ends, one interpolation
+    t = tune_to_write_rate(f, 60.0, 0.0, 1.0, increasing=True, known=first.points)
+    assert t.evaluations == 1 and t.knob == pytest.approx(0.6) and t.reached
+    assert len(t.points) == 4  # the known ones and its own
+    # the same target again: the known point on target, simulated once more for its figures
+    t = tune_to_write_rate(f, 35.0, 0.0, 1.0, increasing=True, known=first.points)
+    assert t.evaluations == 1 and t.knob == first.knob
+    # decreasing knobs (a threshold): "below" the target is the higher knob
+    g = fake(lambda th: 100 * (1 - th))
+    first = tune_to_write_rate(g, 35.0, 0.0, 1.0, increasing=False)
+    t = tune_to_write_rate(g, 60.0, 0.0, 1.0, increasing=False, known=first.points)
+    assert t.evaluations == 1 and t.knob == pytest.approx(0.4)
+    # points that contradict a monotone rate are not trusted: a search from scratch
+    t = tune_to_write_rate(f, 60.0, 0.0, 1.0, increasing=True, known=[(0.2, 90.0), (0.8, 10.0)])
+    assert t.knob == pytest.approx(0.6) and t.evaluations == 3
+
+
 def test_share_to_threshold() -> None:
     from flashml.policies.baselines import share_to_threshold
 

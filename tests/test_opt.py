@@ -36,3 +36,25 @@ def test_a_cut_of_one_ranking_equals_a_build_at_that_target(table, tmp_path: Pat
         admitted.append(int(got["admit"].sum()))
     # more budget, more admitted accesses; the last admits every positive-score episode
     assert admitted == sorted(admitted) and 0 < admitted[0] < admitted[-1]
+
+
+def test_a_finished_build_is_reused_only_where_it_serves(table, tmp_path: Path) -> None:
+    from flashml.episodes.core import EpisodeParams, build, reusable
+    from flashml.policies.opt import opt_ranking
+
+    path, rows = table
+    params = EpisodeParams(eviction_age_s=5400.0, target_write_rate_mbps=30.0,
+                           accesses_per_episode=6)
+    built = build(path, tmp_path / "b", params, engine="polars", plot=False)
+    assert reusable(built.out, params).summary == built.summary
+    assert reusable(built.out, EpisodeParams(5400.0, 30.0, 4)) is not None  # K <= 6's labels
+    assert reusable(built.out, EpisodeParams(5400.0, 30.0, 12)) is None  # labels too short
+    assert reusable(built.out, EpisodeParams(5401.0, 30.0, 6)) is None
+    assert reusable(built.out, EpisodeParams(5400.0, 31.0, 6)) is None  # labels depend on it
+    assert reusable(tmp_path / "nothing", params) is None and reusable(None, params) is None
+    # OPT's ranking depends on neither K nor the target: any build at the eviction age
+    fresh = opt_ranking(path, tmp_path / "fresh", 5400.0, rows)(25.0)
+    reused = opt_ranking(path, tmp_path / "unused", 5400.0, rows, built=built.out)(25.0)
+    assert not (tmp_path / "unused").exists()
+    for name in fresh:
+        assert np.array_equal(fresh[name], reused[name])

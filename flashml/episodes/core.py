@@ -67,6 +67,7 @@ Semantics (the one statement both engines implement; `seg` = segment bytes):
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -74,7 +75,7 @@ import shutil
 import tempfile
 import time as _time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -557,6 +558,24 @@ class BuildResult:
     summary: dict[str, Any]
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
+
+
+def reusable(folder: Path | None, params: EpisodeParams) -> BuildResult | None:
+    """A finished build in `folder` that serves `params`: built with the same parameters
+    but K (labels for the first K accesses of each episode; a larger K's labels hold a
+    smaller K's, training filters by position), or None. The caller knows it was built
+    from the same table (a run's own folders)."""
+    if folder is None:
+        return None
+    try:
+        summary = json.loads((Path(folder) / "summary.json").read_text())
+        done = EpisodeParams(**summary["params"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if replace(done, accesses_per_episode=params.accesses_per_episode) != params or \
+            done.accesses_per_episode < params.accesses_per_episode:
+        return None
+    return BuildResult(out=Path(folder), summary=summary, seconds=0.0)
 
 
 def build(table: Path, out: Path, params: EpisodeParams, *, engine: str = "auto",

@@ -420,6 +420,7 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     from flashml.models.converge import run_loop
     from flashml.policies.baselines import tune_coinflip, tune_rejectx, tune_threshold
     from flashml.policies.opt import tune_opt
+    from flashml.policies.tuning import parallel_map
 
     df, _ = run.frame()
     feats = features(run)
@@ -460,16 +461,20 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     with timer.stage("cachelib_ml"):
         cl = run_loop(df, run.table, feats, base, target, run.work / "cachelib", s.gbm, cl_loop,
                       features=list(contract().models["cachelib_like"]), with_prefetch=False,
-                      final_base=learned_base)
+                      final_base=learned_base,
+                      prebuilt=loop.episodes_dir if loop is not None else None)
         tuned["cachelib_ml"] = cl.tuned
         pol["cachelib_ml"] = _metrics(cl.tuned, "threshold")
-    with timer.stage("baselines (rejectx, coinflip)"):
-        tuned["rejectx"] = tune_rejectx(df, base, target)
+    with timer.stage("baselines (rejectx, coinflip)"):  # two searches side by side
+        tuned["rejectx"], tuned["coinflip"] = parallel_map(
+            lambda tune: tune(df, base, target), [tune_rejectx, tune_coinflip])
         pol["rejectx"] = _metrics(tuned["rejectx"], "rejectx_factor")
-        tuned["coinflip"] = tune_coinflip(df, base, target)
         pol["coinflip"] = _metrics(tuned["coinflip"], "coinflip_p")
     with timer.stage("opt"):
-        tuned["opt"] = tune_opt(df, run.table, base, target, ea, run.work / "opt")
+        # the ranking of the recorded episodes (same eviction age) when the stage built them
+        rec_eps = run.done("episodes") or {}
+        tuned["opt"] = tune_opt(df, run.table, base, target, ea, run.work / "opt",
+                                built=Path(rec_eps["dir"]) if "dir" in rec_eps else None)
         pol["opt"] = _metrics(tuned["opt"], "episode_target_write_rate_mbps")
     pol = {name: pol[name] for name in report.POLICIES}
     wr0 = DEFAULTS.target_write_rate_mbps
@@ -538,6 +543,7 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
                         storage=storage, study_name=study,
                         rate_range=s.sweep_rate_range, final_base=learned_config(run, s),
                         user_attrs=attrs, warm=warm, workers=s.sweep_workers,
+                        threads=s.sweep_threads,
                         spawn=_sweep_spawner(run, s, study, storage, peak0, run_id))
     mlflow.log_metrics({"chosen_write_rate_mbps": res.chosen_write_rate_mbps,
                         "chosen_tco": res.chosen_tco,
@@ -765,7 +771,7 @@ Settings = BaleenSettings
 CLI_OPTIONS = ("cache_gb", "target_write_rate_mbps", "engine", "master", "learning_rate",
                "max_rounds", "max_iterations", "max_training_rows", "train_hours",
                "accesses_per_episode", "peak_hours", "peak_bonus", "sweep_trials", "sweep_cold",
-               "sweep_workers", "skip_bad_lines")
+               "sweep_workers", "sweep_threads", "skip_bad_lines")
 
 
 def add_cli(p: Any) -> None:

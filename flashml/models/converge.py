@@ -27,7 +27,7 @@ import polars as pl
 from flashml.models.baleen import LearnedPolicy, score_all, train_policy
 from flashml.models.dataset import training_data, training_window
 from flashml.policies.baselines import tune_threshold
-from flashml.policies.tuning import Tuned
+from flashml.policies.tuning import Tuned, parallel_map
 from flashml.settings import GbmParams, LoopSettings
 from flashml.simulation import SimConfig
 
@@ -61,11 +61,15 @@ class WarmStart:
     policy: LearnedPolicy
     arrays: dict[str, np.ndarray]
     when_threshold: float
+    #: (admitted share, write rate) points measured with these arrays at the loop's config
+    #: (`Tuned.points`): each trial's first threshold search starts from them and adds its
+    #: own, so later trials in the same process bracket their target at once.
+    points: list[tuple[float, float]] = field(default_factory=list)
 
     @classmethod
     def from_loop(cls, loop: LoopResult, default_k: int) -> WarmStart:
         return cls(loop.eviction_age_s, int(loop.extra.get("accesses_per_episode", default_k)),
-                   loop.policy, loop.arrays, loop.when_threshold)
+                   loop.policy, loop.arrays, loop.when_threshold, list(loop.points))
 
 
 @dataclass
@@ -80,6 +84,8 @@ class LoopResult:
     reason: str
     when_threshold: float = 0.5
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The last iteration's threshold-search points (`Tuned.points`, before `final_base`).
+    points: list[tuple[float, float]] = field(default_factory=list)
 
     def report(self) -> str:
         lines = [f"{'iter':>4} {'assumed EA s':>13} {'measured EA s':>14} {'threshold':>10} "
@@ -110,11 +116,13 @@ def select_when_threshold(df: pl.DataFrame, arrays: dict[str, np.ndarray], base:
     if n < 2 or len(candidates) == 1:
         return candidates[0], {}
     sub_arrays = {k: v[:n] for k, v in arrays.items()}
-    peaks: dict[float, float] = {}
-    for wt in candidates:
+
+    def peak(wt: float) -> float:
         t = tune_threshold(sub, cfg.replace(when_threshold=wt), target_mbps, sub_arrays,
                            prefetch="range", prefetch_when="score")
-        peaks[wt] = float(t.result.metrics["peak_dt_util"])
+        return float(t.result.metrics["peak_dt_util"])
+
+    peaks = dict(zip(candidates, parallel_map(peak, candidates), strict=True))
     best = min(candidates, key=lambda w: (peaks[w], w))
     return best, peaks
 
@@ -131,16 +139,21 @@ def select_accesses_per_episode(df: pl.DataFrame, feats: np.ndarray, labels: pl.
     (the loop trains the chosen K's admission model once, not twice)."""
     times = df["time"].to_numpy()
     n, sub, cfg = training_day(df, base, settings.train_seconds)
-    means: dict[int, float] = {}
-    for k in settings.k_candidates:
+    scores: dict[int, np.ndarray] = {}
+    for k in settings.k_candidates:  # LightGBM trains on every core: one at a time
         data = training_data(feats, times, labels, episodes, settings.train_seconds,
                              max_position=k, max_rows=settings.max_training_rows)
         policy = train_policy(data, gbm, features=features, with_prefetch=False)
         if keep is not None:
             keep[k] = policy
-        score = score_all(policy, feats[:n])["score"]
-        means[k] = float(tune_threshold(sub, cfg, target_mbps, {"score": score})
-                         .result.metrics["mean_dt_util"])
+        scores[k] = score_all(policy, feats[:n])["score"]
+
+    def mean_dt(k: int) -> float:
+        return float(tune_threshold(sub, cfg, target_mbps, {"score": scores[k]})
+                     .result.metrics["mean_dt_util"])
+
+    ks = list(settings.k_candidates)
+    means = dict(zip(ks, parallel_map(mean_dt, ks), strict=True))
     best = min(means, key=lambda k: (means[k], k != settings.accesses_per_episode, k))
     return best, means
 
@@ -159,15 +172,19 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
              settings: LoopSettings = LoopSettings(),  # noqa: B008 (frozen, shared)
              *, features: list[str] | None = None,
              with_prefetch: bool = True, spark: Any = None,
-             final_base: SimConfig | None = None, warm: WarmStart | None = None) -> LoopResult:
+             final_base: SimConfig | None = None, warm: WarmStart | None = None,
+             prebuilt: Path | None = None) -> LoopResult:
     """Iterate episodes -> train -> simulate until the eviction age is stable. With
     `final_base` (e.g. `base` plus a peak schedule, models/peak.py) the last model's
     admission threshold is tuned to the target once more under it: the loop's own choices
     (eviction age, K, the ML-When threshold) stay those of `base`. With `warm` (a converged
     loop at another target) the loop starts at its eviction age with its model as the first
     iteration and keeps its K: when that model meets this target at about the same eviction
-    age the loop stops there, with no episodes built and nothing trained."""
-    from flashml.episodes.core import EpisodeParams, build
+    age the loop stops there, with no episodes built and nothing trained. `prebuilt`: a
+    folder of episodes of this table (another loop's, `LoopResult.episodes_dir`) that the
+    first iteration uses instead of building when its parameters serve it
+    (`episodes.core.reusable`)."""
+    from flashml.episodes.core import EpisodeParams, build, reusable
 
     times = df["time"].to_numpy()
     ea = warm.eviction_age_s if warm is not None else settings.start_eviction_age_s
@@ -187,10 +204,11 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             log.info("convergence iteration 0: warm start at EA %.0f s (K=%d, ML-When %.2f)",
                      ea, k_chosen, when_threshold)
         else:
-            built = build(table, out, EpisodeParams(
-                eviction_age_s=ea, target_write_rate_mbps=target_mbps,
-                accesses_per_episode=k_build),
-                engine=settings.engine, spark=spark, plot=False)
+            params = EpisodeParams(eviction_age_s=ea, target_write_rate_mbps=target_mbps,
+                                   accesses_per_episode=k_build)
+            built = (reusable(prebuilt, params) if it == 0 else None) or build(
+                table, out, params, engine=settings.engine, spark=spark, plot=False)
+            out = built.out
             n_eps = int(built.summary["episodes"])
             n_admitted = int(built.summary["admitted_episodes"])
             labels = pl.read_parquet(out / "labels.parquet")
@@ -220,15 +238,18 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                     settings.when_candidates)
                 log.info("ML-When threshold %.2f (training-day peak DT by threshold: %s)",
                          when_threshold, {k: round(v, 4) for k, v in peaks.items()})
+        warm_it = it == 0 and warm is not None
         tuned = tune_threshold(df, base.replace(when_threshold=when_threshold), target_mbps,
-                               arrays, **prefetch)
+                               arrays, known=warm.points if warm_it else None, **prefetch)
+        if warm_it:
+            warm.points[:] = tuned.points
         m = tuned.result.metrics
         measured = float(m["avg_eviction_age_s"])
         if not np.isfinite(measured):
             measured = ea
         history.append(Iteration(ea, measured, tuned.knob, float(m["flash_write_rate_mbps"]),
                                  float(m["peak_dt_util"]), n_eps, n_admitted,
-                                 time.perf_counter() - t0, warm=it == 0 and warm is not None))
+                                 time.perf_counter() - t0, warm=warm_it))
         log.info("convergence iteration %d of at most %d: EA %.0f s -> measured %.0f s, "
                  "threshold %.4f, %.2f MB/s, peak DT %.4f", it, settings.max_iter, ea, measured,
                  tuned.knob,
@@ -241,12 +262,12 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         # instead of 2 on a sweep trial at 1/4 of the target) and a saturated policy (it
         # admits everything, so the EA no longer depends on the model's admissions).
         # (the stopping rule keeps the artifact's damped step)
-        undamped = (it == 0 and warm is not None) or saturated
+        undamped = warm_it or saturated
         new_ea = settings.damping * ea + (1 - settings.damping) * measured
         moved = abs(new_ea - ea)
         result = LoopResult(False, history, policy, arrays, tuned, ea, out, "",
                             when_threshold=when_threshold,
-                            extra={"accesses_per_episode": k_chosen})
+                            extra={"accesses_per_episode": k_chosen}, points=tuned.points)
         if saturated and len(history) > 1 and history[-2].threshold == 0.0 and \
                 abs(measured - history[-2].measured_eviction_age_s) < max(
                     settings.min_move_s, settings.min_move_rel * measured) and \

@@ -261,7 +261,7 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
               parent_run: Any = None, final_base: SimConfig | None = None,
               user_attrs: dict[str, Any] | None = None, max_widen: int = 2,
               warm: WarmStart | None = None, workers: int = 1,
-              spawn: SpawnWorker | None = None) -> SweepResult:
+              spawn: SpawnWorker | None = None, threads: int = 1) -> SweepResult:
     """Optuna over target write rate (and, without `warm`, the starting eviction age); each
     trial is a convergence loop scored by TCO. With `warm` (the main loop's converged state)
     every trial starts from it (run_loop's warm start: its eviction age, K and model first),
@@ -273,7 +273,10 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     >= MIN_TRIALS_TO_WIDEN), up to `max_widen` rounds of max(2, trials // 2) more trials
     search a range `WIDEN` times higher (`widened_range`). With `workers` > 1 and `spawn`,
     each round's trials are shared with `workers - 1` worker processes on the same storage
-    (an RDB: sqlite here, Postgres across machines), the main process running its share."""
+    (an RDB: sqlite here, Postgres across machines), the main process running its share;
+    with `threads` > 1 the main process runs `threads` of its trials at a time (Optuna's
+    n_jobs: threads sharing the trace, features and warm start; each trial's MLflow run is
+    nested under the active run by id, threads having no active run of their own)."""
     import mlflow
 
     storage = storage or default_storage()
@@ -290,6 +293,7 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     study.set_user_attr("warm_start", warm is not None)
     workers = max(1, workers) if spawn is not None else 1
     study.set_user_attr("workers", workers)
+    study.set_user_attr("threads", threads)
     study.set_user_attr("design", "grid: the target, then log-spaced points over the range")
     setup = TrialSetup(df, table, feats, base, peak0, wr0_mbps, workdir, gbm, loop, study_name,
                        final_base, warm)
@@ -318,8 +322,11 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                 raise RuntimeError("parallel sweep workers need an active MLflow run")
             procs = [(spawn(k, list(bounds), seed + 1000 * i), k)  # type: ignore[misc]
                      for i, k in enumerate(share[1:], 1) if k > 0]
+        threads_here = max(1, min(threads, share[0]))
+        parent = mlflow.active_run() if threads_here > 1 else None
         try:
-            study.optimize(objective_for(setup, bounds), n_trials=share[0], callbacks=[tick])
+            study.optimize(objective_for(setup, bounds, parent.info.run_id if parent else None),
+                           n_trials=share[0], n_jobs=threads_here, callbacks=[tick])
         finally:
             failed = []
             for proc, k in procs:

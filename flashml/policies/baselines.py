@@ -27,13 +27,16 @@ def tune_coinflip(df: pl.DataFrame, base: SimConfig, target_mbps: float) -> Tune
 
 
 def tune_threshold(df: pl.DataFrame, base: SimConfig, target_mbps: float,
-                   arrays: dict[str, np.ndarray], **prefetch: Any) -> Tuned:
-    """Admission threshold on `arrays['score']` (with any prefetch arrays) at the target."""
+                   arrays: dict[str, np.ndarray], *,
+                   known: list[tuple[float, float]] | None = None, **prefetch: Any) -> Tuned:
+    """Admission threshold on `arrays['score']` (with any prefetch arrays) at the target.
+    The search runs over the share of accesses admitted (`share_to_threshold`); `known` and
+    the result's `points` are (share, write rate) pairs of these arrays and config."""
     cfg = base.replace(admission="threshold", **prefetch)
     knob = share_to_threshold(arrays["score"])
     tuned = tune_to_write_rate(
         lambda q: simulate(df, cfg.replace(threshold=knob(q)), **arrays),
-        target_mbps, 0.0, 1.0, increasing=True)
+        target_mbps, 0.0, 1.0, increasing=True, known=known)
     return replace(tuned, knob=knob(tuned.knob))
 
 
@@ -43,8 +46,11 @@ def share_to_threshold(score: np.ndarray) -> Callable[[float], float]:
     [0, 1] stays reachable (a peak schedule's lowered threshold falls between them): the
     write rate is close to linear in q, not in the threshold (scores bunch near 0 and 1), so
     the tuner's interpolation lands near the target in a few steps."""
-    ranked = np.concatenate(([0.0], np.sort(np.clip(np.asarray(score, dtype=np.float64),
-                                                    0.0, 1.0)), [1.0]))
+    score = np.asarray(score, dtype=np.float64)
+    # every n/2^18-th score: quantiles within ~0.2% (the map only has to be monotone and
+    # near linear), a 4 ms sort instead of 1 s at 10 M accesses
+    step = max(1, len(score) >> 18)
+    ranked = np.concatenate(([0.0], np.sort(np.clip(score[::step], 0.0, 1.0)), [1.0]))
     top = float(len(ranked) - 1)
 
     def threshold(q: float) -> float:

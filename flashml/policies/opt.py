@@ -28,16 +28,22 @@ def opt_arrays(table: Path, out: Path, eviction_age_s: float, target_mbps: float
 
 
 def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark: Any = None,
-                engine: str = "polars") -> Callable[[float], dict[str, np.ndarray]]:
+                engine: str = "polars", built: Path | None = None
+                ) -> Callable[[float], dict[str, np.ndarray]]:
     """OPT's arrays at any episode target from one episode build: an episode is admitted
     when its score is positive and the write rate of the episodes ranked above it and itself
     (`cum_write_rate_mbps`, independent of the target) is within the target
     (episodes/core.py `ranked_stages`), so the ranking is built once and each target is a
-    cut of it, equal to `opt_arrays` at that target (tests/test_opt.py)."""
+    cut of it, equal to `opt_arrays` at that target (tests/test_opt.py). `built`: a folder
+    of episodes already built from `table` at this eviction age (any target and K: the
+    ranking depends on neither), used instead of building them again."""
     from flashml.episodes.core import EpisodeParams, build
 
-    build(table, out, EpisodeParams(eviction_age_s=eviction_age_s), engine=engine,
-          spark=spark, plot=False)
+    if built is not None and built_at(built) == eviction_age_s:
+        out = built
+    else:
+        build(table, out, EpisodeParams(eviction_age_s=eviction_age_s), engine=engine,
+              spark=spark, plot=False)
     eps = pl.read_parquet(out / "episodes.parquet", columns=[
         "episode_id", "score", "cum_write_rate_mbps", "range_start", "range_end"])
     per = pl.read_parquet(out / "labels.parquet", columns=["row", "episode_id"]).join(
@@ -60,15 +66,26 @@ def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark:
     return arrays
 
 
+def built_at(folder: Path) -> float | None:
+    """The eviction age a finished episodes folder was built at (its summary.json), or None."""
+    import json
+
+    try:
+        return float(json.loads((folder / "summary.json").read_text())["params"]
+                     ["eviction_age_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def tune_opt(df: pl.DataFrame, table: Path, base: SimConfig, target_mbps: float,
              eviction_age_s: float, workdir: Path, *, prefetch: bool = True,
-             engine: str = "polars", spark: Any = None) -> Tuned:
+             engine: str = "polars", spark: Any = None, built: Path | None = None) -> Tuned:
     """OPT (with OPT-Range prefetch by default) at the target write rate in simulation: the
     episode target is tuned (the episodes' write rate assumes an eviction age; the simulated
     cache has its own), each one a cut of one ranking (`opt_ranking`)."""
     cfg = base.replace(admission="opt", prefetch="range" if prefetch else "none")
     ranking = opt_ranking(table, workdir / "opt-ranking", eviction_age_s, df.height,
-                          spark=spark, engine=engine)
+                          spark=spark, engine=engine, built=built)
 
     def run(episode_target: float) -> SimResult:
         arrays = ranking(episode_target)

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from flashml.simulation import SimResult
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -25,6 +31,9 @@ class Tuned:
     evaluations: int
     #: False when even the knob's extreme cannot reach the target (result is that extreme).
     reached: bool
+    #: Every (knob, write rate) this search and the `known` ones it was given measured: a
+    #: later search on the same function (same policy arrays and config) starts from them.
+    points: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def write_rate(self) -> float:
@@ -33,7 +42,8 @@ class Tuned:
 
 def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo: float,
                        hi: float, *, increasing: bool, log_scale: bool = False,
-                       rel_tol: float = 0.01, max_iter: int = 30) -> Tuned:
+                       rel_tol: float = 0.01, max_iter: int = 30,
+                       known: list[tuple[float, float]] | None = None) -> Tuned:
     """Search `knob` in [lo, hi] for the largest write rate <= target (within rel_tol).
 
     The ends first (the target may be out of reach), then regula falsi with the Illinois
@@ -43,34 +53,66 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
     bracket on both sides. Where the rate is nearly linear in the knob (a threshold mapped
     to the share of accesses it admits: `tune_threshold`) it needs 2-4 simulations where
     bisection needed 7-12 (bench/bench_pipeline.py); a step is kept at least 1% of the
-    bracket from its ends, so the worst case stays near bisection's."""
+    bracket from its ends, so the worst case stays near bisection's.
+
+    `known`: (knob, write rate) points an earlier search of the same function measured (its
+    `Tuned.points`, e.g. a sweep trial's first, warm-started iteration after the main loop's
+    search): the bracket starts between the nearest of them on either side of the target,
+    and the ends are simulated only when no point lies beyond them (1-3 simulations instead
+    of 6-8 when the target lies between measured points)."""
     if target_mbps <= 0:
         raise ValueError(f"target write rate must be > 0 MB/s, got {target_mbps}")
     if not lo < hi:
         raise ValueError(f"empty knob range [{lo}, {hi}]")
     evals = 0
+    points = list(known or [])
+    upper = target_mbps * (1 + rel_tol)
 
     def wr(x: float) -> tuple[float, SimResult]:
         nonlocal evals
         evals += 1
         r = run(x)
-        return float(r.metrics["flash_write_rate_mbps"]), r
+        w = float(r.metrics["flash_write_rate_mbps"])
+        points.append((x, w))
+        return w, r
 
-    # The knob end that writes least / most.
+    def done(knob: float, r: SimResult, reached: bool) -> Tuned:
+        return Tuned(knob, r, evals, reached=reached, points=points)
+
+    # The knob end that writes least / most; "below" a knob writes less.
     low_end, high_end = (lo, hi) if increasing else (hi, lo)
-    w_low, r_low = wr(low_end)
-    if w_low > target_mbps * (1 + rel_tol):
-        return Tuned(low_end, r_low, evals, reached=False)
-    w_high, r_high = wr(high_end)
-    if w_high <= target_mbps * (1 + rel_tol):
-        return Tuned(high_end, r_high, evals, reached=w_high >= target_mbps * (1 - rel_tol))
+    sign = 1.0 if increasing else -1.0
+    inside = [(x, w) for x, w in points if lo <= x <= hi]
+    feasible = [(x, w) for x, w in inside if w <= upper]
+    over = [(x, w) for x, w in inside if w > upper]
+    if feasible and over and max(sign * x for x, _ in feasible) >= min(sign * x for x, _ in over):
+        feasible, over = [], []  # not monotone (another function's points?): start afresh
+    best: tuple[float, float, SimResult | None]
+    if feasible:
+        x_a, w_a = max(feasible, key=lambda p: (sign * p[0], p[1]))
+        if w_a >= target_mbps * (1 - rel_tol):  # already on target: its figures only
+            w, r = wr(x_a)
+            return done(x_a, r, abs(w - target_mbps) <= target_mbps * 0.05)
+        best = (x_a, w_a, None)
+    else:
+        w_low, r_low = wr(low_end)
+        if w_low > upper:
+            return done(low_end, r_low, False)
+        x_a, w_a = low_end, w_low
+        best = (low_end, w_low, r_low)
+    if over:
+        x_b, w_b = min(over, key=lambda p: sign * p[0])
+    else:
+        w_high, r_high = wr(high_end)
+        if w_high <= upper:
+            return done(high_end, r_high, w_high >= target_mbps * (1 - rel_tol))
+        x_b, w_b = high_end, w_high
     use_log = log_scale and lo > 0
     to_pos = (lambda x: math.log(x)) if use_log else (lambda x: x)
     from_pos = (lambda u: math.exp(u)) if use_log else (lambda u: u)
-    best = (low_end, w_low, r_low)
     # bracket in position space: (position, write rate - target); fa <= 0 < fb
-    a, fa = to_pos(low_end), w_low - target_mbps
-    b, fb = to_pos(high_end), w_high - target_mbps
+    a, fa = to_pos(x_a), w_a - target_mbps
+    b, fb = to_pos(x_b), w_b - target_mbps
     side = 0  # which end the last step replaced: -1 a, +1 b
     for _ in range(max_iter):
         t = fa / (fa - fb) if fb != fa else 0.5
@@ -81,8 +123,8 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
             break
         w, r = wr(mid)
         f = w - target_mbps
-        if w <= target_mbps * (1 + rel_tol):
-            if w >= best[1]:
+        if w <= upper:
+            if w >= best[1] or best[2] is None:
                 best = (mid, w, r)
             if w >= target_mbps * (1 - rel_tol):
                 break
@@ -96,6 +138,20 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
                 fa /= 2
             side = 1
     knob, w, r = best
+    if r is None:  # the best point is a known one: simulate it again for its figures
+        w, r = wr(knob)
     log.debug("tuned knob=%g -> %.3f MB/s (target %.3f) in %d simulations", knob, w,
               target_mbps, evals)
-    return Tuned(knob, r, evals, reached=abs(w - target_mbps) <= target_mbps * 0.05)
+    return done(knob, r, abs(w - target_mbps) <= target_mbps * 0.05)
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """`[fn(x) for x in items]` on one thread per available CPU: for independent threshold
+    searches (the simulator releases the GIL, so two searches on two cores take the time of
+    one). Exceptions propagate; the results keep the items' order."""
+    workers = min(len(items), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                  else os.cpu_count() or 1)
+    if workers <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        return list(ex.map(fn, items))
