@@ -81,8 +81,9 @@ MANIFEST_FORMAT = "flashml-policy-bundle/1"
 CFLAGS = ("-std=c11", "-O2", "-fPIC", "-fvisibility=hidden")
 WRAPPER_WARNINGS = ("-Wall", "-Wextra", "-Werror")
 #: TL2cgen's generated trees (nested ifs, one per node) at -O1: gcc spends 2.3x longer on them
-#: at -O2 (a 94-tree model: 7.6 s vs 3.3 s, most of a 1 M-access job's compile stage) for
-#: branchy code that -O2 does not speed up; the AVX-512 evaluator and the wrapper keep -O2.
+#: at -O2 (a 94-tree model: 7.6 s vs 3.3 s; bench_compile.py's 500 trees: 10 s vs 16-19 s)
+#: for branchy code -O2 hardly speeds up (one decision through TL2cgen's code: 16.6 us vs
+#: 15.0-16.3 us, measured side by side); the AVX-512 evaluator and the wrapper keep -O2.
 TL2CGEN_OPT = "-O1"
 #: Shared libraries policy.so may depend on (sonames start with these).
 ALLOWED_NEEDED = ("libc.so", "libm.so")

@@ -94,6 +94,39 @@ def learned_config(run: RunDir, s: BaleenSettings) -> SimConfig:
     return run.cache["learned_base"]
 
 
+#: The main job's peak memory: a fixed part and a part per access (bench_pipeline.py: 1.5 GB
+#: at 1 M accesses, 7.6 GB at 10 M; the feature matrix alone is 144 B per access).
+JOB_BASE_BYTES = 800 * 2**20
+JOB_BYTES_PER_ACCESS = 700
+
+
+def check_memory(run: RunDir, available: int | None = None) -> None:
+    """UserError, before the first model is trained, when the trace's accesses would not fit
+    in the available memory (`available`, default MemAvailable): the job keeps every
+    access's features, scores and the simulator's columns in memory, so a trace too large
+    would be killed half-way instead."""
+    import pyarrow.parquet as pq
+
+    from flashml.episodes.core import available_memory_bytes
+
+    rows = pq.ParquetFile(run.table).metadata.num_rows
+    need = JOB_BASE_BYTES + rows * JOB_BYTES_PER_ACCESS
+    avail = available_memory_bytes() if available is None else available
+    if need <= avail:
+        return
+    fit = max(0, (avail - JOB_BASE_BYTES) // JOB_BYTES_PER_ACCESS)
+    share = 100.0 * fit / rows
+    raise UserError(
+        f"{run.table}: the main job on {rows:,} accesses needs about {need / 2**30:.1f} GiB "
+        f"(the features, scores and simulator columns of every access: ~"
+        f"{JOB_BYTES_PER_ACCESS} B each, plus {JOB_BASE_BYTES / 2**30:.1f} GiB), and "
+        f"{avail / 2**30:.1f} GiB are available. Sample the trace by key to about {fit:,} "
+        f"accesses (`flashml trace sample TRACE --size {max(share, 0.01):.2g} -o "
+        f"sample.parquet`: the sample keeps whole blocks, as the artifact's traces do), or "
+        f"build the episodes alone, which scale out on Spark (`flashml episodes build "
+        f"--engine spark`)")
+
+
 def check_span(run: RunDir, s: BaleenSettings, source: Path | None = None) -> None:
     """UserError (naming `source`, else the run's table) unless the trace outlasts the
     training window by at least one measurement window (models/dataset.py)."""
@@ -277,6 +310,7 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     from flashml.models.converge import run_loop
 
     check_span(run, s)
+    check_memory(run)
     df, _ = run.frame()
     with timer.stage("features"):
         feats = features(run)

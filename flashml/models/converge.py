@@ -10,7 +10,8 @@ age the learned policy produces in simulation at the target write rate.
         stop when |EA' - EA| < max(300 s, 5% of EA) and the write rate is within tolerance
 
 The artifact simulates three thresholds and interpolates; the Rust simulator is fast
-enough to bisect the threshold instead, which hits the target more precisely.
+enough to search the threshold instead (policies/tuning.py), which hits the target more
+precisely.
 """
 
 from __future__ import annotations
