@@ -5,7 +5,6 @@ on generated region1-like traces of growing size, the time and peak memory of ev
     .venv/bin/python bench/bench_pipeline.py --accesses 100000,1000000,10000000
     .venv/bin/python bench/bench_pipeline.py --accesses 100000 --sweep both
     .venv/bin/python bench/bench_pipeline.py --accesses 1000000 --sweep-workers 1,2
-    .venv/bin/python bench/bench_pipeline.py --accesses 1000000 --sweep-threads 1,2
 
 Each size runs in a fresh process (a run folder, MLflow and Optuna stores of its own under a
 temporary FLASHML_HOME); the figures come from the run's summary.json (`timings_s`,
@@ -62,17 +61,16 @@ def sizes_small(text: str) -> list[int]:
 
 
 def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
-            workers: int = 1, threads: int = 1) -> dict[str, Any]:
+            workers: int = 1) -> dict[str, Any]:
     trace = tmp / f"region1-like-{accesses}.trace"
     if not trace.exists():
         subprocess.run([*FLASHML, "trace", "generate", "--preset", "region1-like", "--seed",
                         "3", "--accesses", str(accesses), "-o", str(trace)], check=True,
                        cwd=ROOT, stdout=subprocess.DEVNULL)
-    home = tmp / f"home-{accesses}-{'cold' if cold else 'warm'}-{workers}-{threads}"
+    home = tmp / f"home-{accesses}-{'cold' if cold else 'warm'}-{workers}"
     out = home / "run"
     cmd = [*FLASHML, "pipeline", "run", "--trace", str(trace), "--out", str(out),
-           "--engine", engine, "--sweep-trials", str(trials), "--sweep-workers", str(workers),
-           "--sweep-threads", str(threads)]
+           "--engine", engine, "--sweep-trials", str(trials), "--sweep-workers", str(workers)]
     if cold:
         cmd.append("--sweep-cold")
     env = {k: v for k, v in os.environ.items()
@@ -90,7 +88,7 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
     sweep = (summary.get("sweep") or {})
     return {
         "accesses": accesses, "sweep": "cold" if cold else "warm", "sweep_trials": trials,
-        "sweep_workers": workers, "sweep_threads": threads,
+        "sweep_workers": workers,
         "engine": engine, "wall_s": round(wall, 1),
         # the largest child so far (kB on Linux); only meaningful when it grew
         "peak_rss_process_tree_mb": round(after / 1024, 1) if after > before else None,
@@ -153,8 +151,6 @@ def main() -> int:
     ap.add_argument("--sweep-trials", type=int, default=6, help="Optuna trials (default 6)")
     ap.add_argument("--sweep-workers", type=sizes_small, default=[1],
                     help="comma-separated worker counts to run side by side (e.g. 1,2)")
-    ap.add_argument("--sweep-threads", type=sizes_small, default=[1],
-                    help="comma-separated thread counts of the job's process (e.g. 1,2)")
     ap.add_argument("--engine", default="auto", choices=["auto", "spark", "polars"],
                     help="episode engine of the job (default auto, as the job's default)")
     args = ap.parse_args()
@@ -163,12 +159,12 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
                             capture_output=True).stdout.strip() or "unknown"
     with tempfile.TemporaryDirectory(prefix="flashml-bench-pipeline-") as tmp:
-        for n, cold, w, th in [(n, c, w, th) for n in args.accesses for c in modes
-                               for w in args.sweep_workers for th in args.sweep_threads]:
+        for n, cold, w in [(n, c, w) for n in args.accesses for c in modes
+                           for w in args.sweep_workers]:
             print(f"pipeline: {n:,} accesses, sweep {'cold' if cold else 'warm'}, {w} "
-                  f"worker(s), {th} thread(s) ...", flush=True)
+                  "worker(s) ...", flush=True)
             r = run_one(n, Path(tmp), cold=cold, trials=args.sweep_trials,
-                        engine=args.engine, workers=w, threads=th)
+                        engine=args.engine, workers=w)
             top = sorted(r["timings_s"].items(), key=lambda kv: -kv[1])[:4]
             print(f"  {r['wall_s']:.0f} s; slowest: "
                   + ", ".join(f"{k} {v:.0f} s" for k, v in top), flush=True)
@@ -176,7 +172,7 @@ def main() -> int:
             r["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             runs.append(r)
     # runs of other sizes or modes measured before are kept (each says its commit and time)
-    key = ("accesses", "sweep", "sweep_workers", "sweep_threads")
+    key = ("accesses", "sweep", "sweep_workers")
     new = {tuple(r.get(k, 1) for k in key) for r in runs}
     kept = [r for r in (json.loads(OUT.read_text()).get("runs", []) if OUT.exists() else [])
             if tuple(r.get(k, 1) for k in key) not in new]

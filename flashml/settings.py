@@ -154,10 +154,6 @@ class BaleenSettings:
     sweep_cold: bool = False
     #: Processes running the sweep's trials in parallel (1: the job's own process only).
     sweep_workers: int = 1
-    #: Trials each of those processes runs at a time, in threads sharing its memory (the
-    #: trace, features and warm start are loaded once; the simulator, LightGBM and Polars
-    #: run outside the GIL).
-    sweep_threads: int = 1
     register: bool = True
     compile: bool = True
     #: Ingest leaves out the raw trace's bad lines (counted, the first logged) instead of
@@ -223,7 +219,6 @@ class BaleenSettings:
                               float(v.get("max_factor", d.sweep_rate_range[1]))),
             sweep_cold=bool(v.get("sweep_cold", d.sweep_cold)),
             sweep_workers=int(v.get("sweep_workers", d.sweep_workers)),
-            sweep_threads=int(v.get("sweep_threads", d.sweep_threads)),
             register=not v.get("no_register", False), compile=not v.get("no_compile", False),
             skip_bad_lines=bool(v.get("skip_bad_lines", d.skip_bad_lines)),
             candidate_bundle=path("candidate_bundle"), export_dir=path("export_dir"))
@@ -397,10 +392,7 @@ _OPTIONS = (
            "processes running the sweep's trials in parallel on its Optuna storage (sqlite "
            "on one machine; an RDB URL such as Postgres lets workers elsewhere join)", low=1,
            dag_type="integer"),
-    Option("sweep_threads", "--sweep-threads", integer, _D.sweep_threads,
-           "trials the job's process runs at a time, in threads sharing its memory (on one "
-           "machine, cheaper than --sweep-workers: nothing is loaded twice)", low=1,
-           dag_type="integer"),
+
     Option("sweep_cold", "--sweep-cold", bool, _D.sweep_cold,
            "sweep trials run the convergence loop from scratch, sweeping its starting "
            "eviction age too (default: each starts from the main loop's converged eviction "

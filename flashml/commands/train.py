@@ -131,8 +131,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "cold: from scratch, sweeping the starting eviction age too) and is "
                        "scored by TCO relative to RejectX at the default write rate.")
     add_trace_option(p)
-    add_options(p, *COMMON_OPTIONS, "sweep_cold", "sweep_workers",
-                "sweep_threads")
+    add_options(p, *COMMON_OPTIONS, "sweep_cold", "sweep_workers")
     p.add_argument("--trials", type=int, default=8,
                    help="write rates tried (a grid around the target; default 8)")
     p.add_argument("--storage", default=None,

@@ -20,6 +20,7 @@ SETTINGS = Path("sweep") / "settings.pkl"
 
 def main(argv: list[str]) -> int:
     from flashml.config import DEFAULTS
+    from flashml.cores import machine
     from flashml.jobs import baleen
     from flashml.jobs.run import RunDir
     from flashml.models.sweep import TrialSetup, work
@@ -37,7 +38,8 @@ def main(argv: list[str]) -> int:
     setup = TrialSetup(df, run.table, baleen.features(run), baleen.base_config(run, s),
                        float(peak0), DEFAULTS.target_write_rate_mbps, run.work / "sweep",
                        s.gbm, s.loop, study, baleen.learned_config(run, s),
-                       None if s.sweep_cold else baleen.warm_start(run, s))
+                       None if s.sweep_cold else baleen.warm_start(run, s),
+                       cores=max(1, machine() // max(1, s.sweep_workers)))
     work(setup, storage, [float(lo), float(hi)], int(n), int(seed), parent)
     return 0
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from typing import Any
 
 import numpy as np
@@ -25,11 +24,10 @@ _ATTR = "_flashml_forest"
 
 
 def threads() -> int:
-    """Scoring threads: the cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    """Scoring threads: the cores this work may use (flashml/cores.py)."""
+    from flashml.cores import available
+
+    return available()
 
 
 def forest_of(booster: Any) -> tuple[Any, str | None]:

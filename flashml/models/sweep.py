@@ -36,6 +36,8 @@ import numpy as np
 import polars as pl
 
 from flashml.config import optuna_storage
+from flashml.cores import limited as limited_cores
+from flashml.cores import machine as machine_cores
 from flashml.models.converge import WarmStart, run_loop
 from flashml.policies.tco import tco
 from flashml.settings import GbmParams, LoopSettings
@@ -114,6 +116,9 @@ class TrialSetup:
     study_name: str
     final_base: SimConfig | None = None
     warm: WarmStart | None = None
+    #: Cores one trial may use (None: all): the machine's shared by the trials that run at
+    #: the same time on it (flashml/cores.py; the results do not depend on it).
+    cores: int | None = None
 
 
 def open_study(study_name: str, storage: str, seed: int) -> Any:
@@ -172,9 +177,13 @@ def objective_for(setup: TrialSetup, bounds: list[float],
         try:
             mlflow.log_params({"write_rate_mbps": wr, "start_eviction_age_s": ea0,
                                "write_rate_range_mbps": f"{lo:.4g}-{hi:.4g}"})
-            res = run_loop(setup.df, setup.table, setup.feats, setup.base, wr,
-                           setup.workdir / f"trial-{trial.number:03d}", setup.gbm, settings,
-                           final_base=setup.final_base, warm=setup.warm)
+            cores = setup.cores or machine_cores()
+            with limited_cores(cores):
+                res = run_loop(setup.df, setup.table, setup.feats, setup.base, wr,
+                               setup.workdir / f"trial-{trial.number:03d}",
+                               replace(setup.gbm, num_threads=min(setup.gbm.num_threads,
+                                                                  cores)),
+                               settings, final_base=setup.final_base, warm=setup.warm)
             for step, it in enumerate(res.iterations):
                 val = tco(it.peak_dt_util, it.write_rate_mbps, setup.peak0, setup.wr0_mbps)
                 trial.report(val, step)
@@ -261,7 +270,7 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
               parent_run: Any = None, final_base: SimConfig | None = None,
               user_attrs: dict[str, Any] | None = None, max_widen: int = 2,
               warm: WarmStart | None = None, workers: int = 1,
-              spawn: SpawnWorker | None = None, threads: int = 1) -> SweepResult:
+              spawn: SpawnWorker | None = None) -> SweepResult:
     """Optuna over target write rate (and, without `warm`, the starting eviction age); each
     trial is a convergence loop scored by TCO. With `warm` (the main loop's converged state)
     every trial starts from it (run_loop's warm start: its eviction age, K and model first),
@@ -273,10 +282,8 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     >= MIN_TRIALS_TO_WIDEN), up to `max_widen` rounds of max(2, trials // 2) more trials
     search a range `WIDEN` times higher (`widened_range`). With `workers` > 1 and `spawn`,
     each round's trials are shared with `workers - 1` worker processes on the same storage
-    (an RDB: sqlite here, Postgres across machines), the main process running its share;
-    with `threads` > 1 the main process runs `threads` of its trials at a time (Optuna's
-    n_jobs: threads sharing the trace, features and warm start; each trial's MLflow run is
-    nested under the active run by id, threads having no active run of their own)."""
+    (an RDB: sqlite here, Postgres across machines), the main process running its share.
+    Trials running at once on this machine share its cores (`TrialSetup.cores`)."""
     import mlflow
 
     storage = storage or default_storage()
@@ -293,10 +300,11 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     study.set_user_attr("warm_start", warm is not None)
     workers = max(1, workers) if spawn is not None else 1
     study.set_user_attr("workers", workers)
-    study.set_user_attr("threads", threads)
     study.set_user_attr("design", "grid: the target, then log-spaced points over the range")
+    # trials running at once on this machine share its cores (workers: same machine assumed)
     setup = TrialSetup(df, table, feats, base, peak0, wr0_mbps, workdir, gbm, loop, study_name,
-                       final_base, warm)
+                       final_base, warm,
+                       cores=max(1, machine_cores() // workers) if workers > 1 else None)
 
     from tqdm import tqdm
 
@@ -322,11 +330,8 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                 raise RuntimeError("parallel sweep workers need an active MLflow run")
             procs = [(spawn(k, list(bounds), seed + 1000 * i), k)  # type: ignore[misc]
                      for i, k in enumerate(share[1:], 1) if k > 0]
-        threads_here = max(1, min(threads, share[0]))
-        parent = mlflow.active_run() if threads_here > 1 else None
         try:
-            study.optimize(objective_for(setup, bounds, parent.info.run_id if parent else None),
-                           n_trials=share[0], n_jobs=threads_here, callbacks=[tick])
+            study.optimize(objective_for(setup, bounds), n_trials=share[0], callbacks=[tick])
         finally:
             failed = []
             for proc, k in procs:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -149,8 +148,9 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     """`[fn(x) for x in items]` on one thread per available CPU: for independent threshold
     searches (the simulator releases the GIL, so two searches on two cores take the time of
     one). Exceptions propagate; the results keep the items' order."""
-    workers = min(len(items), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                  else os.cpu_count() or 1)
+    from flashml.cores import available
+
+    workers = min(len(items), available())
     if workers <= 1:
         return [fn(x) for x in items]
     with ThreadPoolExecutor(max_workers=workers) as ex:
