@@ -195,4 +195,3 @@ def test_parallel_workers_share_the_study(tmp_path: Path) -> None:
     assert {int(r["name"].rsplit("-", 1)[1]) for r in res["runs"]} == \
         {t["number"] for t in res["trials"]}
     assert all(r["status"] == "FINISHED" for r in res["runs"])
-
