@@ -453,3 +453,25 @@ def test_a_trace_too_large_for_memory_is_refused_before_training(small_trace,
     # the suggested sample fits: its size is what the available memory holds
     fit = (need - 1 - JOB_BASE_BYTES) // JOB_BYTES_PER_ACCESS
     assert f"about {fit:,} accesses" in msg
+
+
+def test_features_are_computed_once_per_table_and_contract(small_trace, tmp_path: Path) -> None:
+    import shutil
+
+    from flashml.features.online import feature_matrix
+    from flashml.jobs.baleen import features, features_file
+    from flashml.jobs.run import RunDir
+
+    df, table = small_trace
+    run = RunDir(tmp_path / "run")
+    shutil.copy(table, run.table)
+    first = features(run)
+    assert np.array_equal(first, feature_matrix(df))
+    assert list(run.work.glob("features-*.npy")) == [features_file(run)]
+    mapped = features(RunDir(run.path))  # a fresh process: a resumed job, a sweep worker
+    assert isinstance(mapped, np.memmap) and np.array_equal(mapped, first)
+    # other bytes in the table: another key (the old file is not read for it)
+    key = features_file(run)
+    with open(run.table, "ab") as f:
+        f.write(b"x")
+    assert features_file(run) != key
