@@ -19,7 +19,7 @@ Files of a run folder (flashml/jobs/run.py has the common part):
 |----------------------|---------------------|----------------------------------------------|
 | `accesses.parquet`   | ingest              | the canonical, validated access table        |
 | `gx/`                | ingest              | Great Expectations context and Data Docs     |
-| `work/`              | train, policies, sweep | loop iterations, OPT, trials, DT series |
+| `work/`              | train, policies, sweep | features, loops, OPT, trials, DT series |
 | `policy/`            | train               | the candidate model bundle (compiler/bundle) |
 | `episodes/`          | episodes            | episodes, labels, OPT arrays, summary (Spark)|
 | `plots/`             | plots               | DT utilisation, TCO curve, ... (PNG)         |
