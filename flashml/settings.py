@@ -392,7 +392,6 @@ _OPTIONS = (
            "processes running the sweep's trials in parallel on its Optuna storage (sqlite "
            "on one machine; an RDB URL such as Postgres lets workers elsewhere join)", low=1,
            dag_type="integer"),
-
     Option("sweep_cold", "--sweep-cold", bool, _D.sweep_cold,
            "sweep trials run the convergence loop from scratch, sweeping its starting "
            "eviction age too (default: each starts from the main loop's converged eviction "

@@ -748,12 +748,12 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
         shutil.copy2(HEADER, build / HEADER_NAME)
         jobs_list: list[tuple[list[str], str]] = []
         objects: list[Path] = []
+        tl2_flags = [TL2CGEN_OPT if f == "-O2" else f for f in CFLAGS]
         for name, model in models.items():
             sources, defines = _generate(name, model, infos[name].num_trees, build / name)
             for src in sources:
                 obj = build / f"{name}_{src.stem}.o"
-                flags = [TL2CGEN_OPT if f == "-O2" else f for f in CFLAGS]
-                jobs_list.append(([cc_path, *flags, "-w", *defines, "-c", str(src),
+                jobs_list.append(([cc_path, *tl2_flags, "-w", *defines, "-c", str(src),
                                    "-o", str(obj)], f"{name}/{src.name}"))
                 objects.append(obj)
         evaluators, fast_syms = _fast_trees(models, cc_path, fast)

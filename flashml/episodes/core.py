@@ -560,18 +560,27 @@ class BuildResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+def finished_build(folder: Path | None) -> tuple[EpisodeParams, dict[str, Any]] | None:
+    """The parameters and summary of a finished build in `folder` (its summary.json), or
+    None when there is none."""
+    if folder is None:
+        return None
+    try:
+        summary = json.loads((Path(folder) / "summary.json").read_text())
+        return EpisodeParams(**summary["params"]), summary
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def reusable(folder: Path | None, params: EpisodeParams) -> BuildResult | None:
     """A finished build in `folder` that serves `params`: built with the same parameters
     but K (labels for the first K accesses of each episode; a larger K's labels hold a
     smaller K's, training filters by position), or None. The caller knows it was built
     from the same table (a run's own folders)."""
-    if folder is None:
+    found = finished_build(folder)
+    if found is None:
         return None
-    try:
-        summary = json.loads((Path(folder) / "summary.json").read_text())
-        done = EpisodeParams(**summary["params"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    done, summary = found
     if replace(done, accesses_per_episode=params.accesses_per_episode) != params or \
             done.accesses_per_episode < params.accesses_per_episode:
         return None

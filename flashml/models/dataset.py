@@ -10,7 +10,10 @@ from flashml.config import DEFAULTS
 from flashml.errors import UserError
 from flashml.features.contract import Contract, contract
 from flashml.models.baleen import TrainingData
-from flashml.trace.keys import splitmix64
+from flashml.models.gbm import split_by_key
+
+#: Seed of the training-row key sample (the train/valid split uses the GBM seed, 0 by default).
+SAMPLE_SEED = 0x5A17
 
 
 def training_window(times: np.ndarray, train_seconds: float) -> np.ndarray:
@@ -55,7 +58,7 @@ def training_data(feats: np.ndarray, times: np.ndarray, labels: pl.DataFrame,
     share = 1.0
     if max_rows is not None and int(keep.sum()) > max_rows:
         share = max_rows / int(keep.sum())
-        keep &= key_sample(adm_keys, share)
+        keep &= split_by_key(adm_keys, share, seed=SAMPLE_SEED)
     rows = rows[keep]
     adm_y = lab["opt_label"].to_numpy()[keep].astype(np.float64)
     adm_keys = adm_keys[keep]
@@ -63,7 +66,7 @@ def training_data(feats: np.ndarray, times: np.ndarray, labels: pl.DataFrame,
     first = eps["first_row"].to_numpy().astype(np.int64)
     ekeep = window[first]
     if share < 1.0:
-        ekeep &= key_sample(eps["key"].to_numpy(), share)
+        ekeep &= split_by_key(eps["key"].to_numpy(), share, seed=SAMPLE_SEED)
     first = first[ekeep]
     return TrainingData(
         adm_X=feats[rows], adm_y=adm_y, adm_keys=adm_keys,
@@ -73,13 +76,3 @@ def training_data(feats: np.ndarray, times: np.ndarray, labels: pl.DataFrame,
         ep_when=eps["when_label"].to_numpy()[ekeep],
         ep_keys=eps["key"].to_numpy()[ekeep],
     )
-
-
-#: Seed of the training-row key sample (not the train/valid split's: gbm.split_by_key).
-SAMPLE_SEED = 0x5A17
-
-
-def key_sample(keys: np.ndarray, share: float) -> np.ndarray:
-    """Mask of the rows whose key falls in a stable `share` of all keys (splitmix64 hash)."""
-    h = splitmix64(keys.astype(np.uint64) ^ np.uint64(SAMPLE_SEED))
-    return (h >> np.uint64(11)).astype(np.float64) < share * float(1 << 53)

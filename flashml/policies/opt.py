@@ -37,9 +37,10 @@ def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark:
     cut of it, equal to `opt_arrays` at that target (tests/test_opt.py). `built`: a folder
     of episodes already built from `table` at this eviction age (any target and K: the
     ranking depends on neither), used instead of building them again."""
-    from flashml.episodes.core import EpisodeParams, build
+    from flashml.episodes.core import EpisodeParams, build, finished_build
 
-    if built is not None and built_at(built) == eviction_age_s:
+    found = finished_build(built)
+    if built is not None and found is not None and found[0].eviction_age_s == eviction_age_s:
         out = built
     else:
         build(table, out, EpisodeParams(eviction_age_s=eviction_age_s), engine=engine,
@@ -64,17 +65,6 @@ def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark:
                 "prefetch_end": np.where(admit, end, -1)}
 
     return arrays
-
-
-def built_at(folder: Path) -> float | None:
-    """The eviction age a finished episodes folder was built at (its summary.json), or None."""
-    import json
-
-    try:
-        return float(json.loads((folder / "summary.json").read_text())["params"]
-                     ["eviction_age_s"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def tune_opt(df: pl.DataFrame, table: Path, base: SimConfig, target_mbps: float,

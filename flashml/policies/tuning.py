@@ -50,9 +50,9 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
     the bracket's ends (on a log scale with `log_scale`), and an end kept twice in a row has
     its excess over the target halved, so a curved or step-like rate still shrinks the
     bracket on both sides. Where the rate is nearly linear in the knob (a threshold mapped
-    to the share of accesses it admits: `tune_threshold`) it needs 2-4 simulations where
-    bisection needed 7-12 (bench/bench_pipeline.py); a step is kept at least 1% of the
-    bracket from its ends, so the worst case stays near bisection's.
+    to the share of accesses it admits: `tune_threshold`) it took 6-8 simulations where
+    bisection took 9-20 (the 1 M-access region1-like job's learned policies); a step is kept
+    at least 1% of the bracket from its ends, so the worst case stays near bisection's.
 
     `known`: (knob, write rate) points an earlier search of the same function measured (its
     `Tuned.points`, e.g. a sweep trial's first, warm-started iteration after the main loop's
