@@ -41,7 +41,7 @@ fi
 deps_hash=$(hash_of pyproject.toml requirements.lock)
 if [ "$(cat "$STAMPS/deps" 2>/dev/null)" != "$deps_hash" ]; then
   say "installing Python dependencies (requirements.lock) and flashml in editable mode"
-  VIRTUAL_ENV="$VENV" "$VENV/bin/uv" pip install -q --compile-bytecode -r requirements.lock -e ".[dev]"
+  VIRTUAL_ENV="$VENV" "$VENV/bin/uv" pip install -q -r requirements.lock -e ".[dev]"
   # The registry mirror answers every revalidation as modified, so uv re-downloads and
   # rebuilds the pyspark sdist (~0.5-1.4 GB) on each fresh install and keeps every old copy;
   # pruning keeps the shared cache at one copy (it had grown to 60 GB and filled the disk).
@@ -51,7 +51,8 @@ else
   say "Python dependencies up to date"
 fi
 
-# Bytecode for every installed module, written once here: uv installs none by default, and with
+# Bytecode for every installed module, written once here (for a fresh install and for a venv
+# installed before this step existed): uv installs none by default, and with
 # PYTHONDONTWRITEBYTECODE set (as on some CI images) every process would compile mlflow,
 # great_expectations, optuna... from source again: 11.5 s per `import mlflow, ...` instead of 5.
 if [ "$(cat "$STAMPS/bytecode" 2>/dev/null)" != "$deps_hash" ]; then
