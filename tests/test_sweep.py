@@ -48,15 +48,22 @@ def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=Non
 sweep.run_loop = fake_loop
 """
 
-# A worker process: its share of the study's trials, as flashml/jobs/sweep_worker.py runs them.
+# A worker process: serves the points it is sent, as flashml/jobs/sweep_worker.py does.
 WORKER = FAKE + r"""
 from flashml.settings import JOB_GBM, LoopSettings
 from flashml.tracking import setup
 setup()
-n, lo, hi, seed, parent = sys.argv[2:]
-sweep.work(sweep.TrialSetup(None, Path("t"), None, None, 0.4, 10.0, Path(cfg["tmp"]), JOB_GBM,
-                            LoopSettings(), "s"), cfg["storage"], [float(lo), float(hi)],
-           int(n), int(seed), parent)
+seed, parent = sys.argv[2:]
+if cfg.get("worker_fails_at"):
+    real = sweep.run_loop
+    def failing(*a, **k):
+        if a[4] > cfg["worker_fails_at"]:
+            raise ValueError("a broken trial")
+        return real(*a, **k)
+    sweep.run_loop = failing
+sweep.serve(sweep.TrialSetup(None, Path("t"), None, None, 0.4, 10.0, Path(cfg["tmp"]), JOB_GBM,
+                             LoopSettings(), "s"), cfg["storage"], int(seed), parent,
+            sys.stdin, sys.stdout)
 """
 
 DRIVER = FAKE + r"""
@@ -70,10 +77,10 @@ setup()
 with mlflow.start_run(run_name="parent") as parent:
     spawn = None
     if cfg.get("workers", 1) > 1:
-        def spawn(n, bounds, seed):
+        def spawn(seed):
             return subprocess.Popen([sys.executable, "-c", cfg["worker"], json.dumps(cfg),
-                                     str(n), repr(bounds[0]), repr(bounds[1]), str(seed),
-                                     parent.info.run_id])
+                                     str(seed), parent.info.run_id], text=True,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     res = sweep.run_sweep(None, Path("t"), None, None, 10.0, 0.4, 10.0, Path(cfg["tmp"]),
                           JOB_GBM, LoopSettings(), trials=cfg["trials"], storage=cfg["storage"],
                           study_name="s", user_attrs={"trace": "t.trace", "git_commit": "abc"},
@@ -91,13 +98,16 @@ print("RESULT " + json.dumps({
 """
 
 
-def _sweep(tmp: Path, **cfg: float) -> dict:
+def _sweep(tmp: Path, fails: bool = False, **cfg: float) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHML_", "MLFLOW_"))}
     env |= {"FLASHML_HOME": str(tmp / "state"), "PYTHONPATH": str(REPO / "tests")}
     cfg = {"tmp": str(tmp), "worker": WORKER,
            "storage": f"sqlite:///{tmp / 'state' / 'optuna.db'}", **cfg}
     proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(cfg)],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    if fails:
+        assert proc.returncode != 0
+        return {"stderr": proc.stderr}
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
 
@@ -184,14 +194,29 @@ def test_tco_curve_shows_the_searched_range(tmp_path: Path) -> None:
 def test_parallel_workers_share_the_study(tmp_path: Path) -> None:
     """--sweep-workers 2: the main process and a worker process run the round's trials on
     one sqlite study, every trial's MLflow run nested under the job's run, the widening
-    rounds shared too."""
+    rounds shared too, by the same worker (started once), each point run once."""
     res = _sweep(tmp_path, trials=6, saturation_mbps=400.0, scale_mbps=60.0, workers=2,
-                 trial_s=0.1)
+                 trial_s=1.0)
+    assert res["widened"] >= 1
     done = [t for t in res["trials"] if t["state"] == "COMPLETE"]
     assert len(done) == len(res["trials"]) == 6 + res["widened"] * 3
+    targets = [t["target_write_rate_mbps"] for t in res["trials"]]
+    assert sorted(targets[:6]) == pytest.approx(sorted(grid(2.5, 40.0, 6, 10.0)))
+    assert len(set(targets)) == len(targets)
     pids = {r["pid"] for r in res["runs"]}
-    # the main process and one worker per round (a worker is started for each round)
-    assert len(pids) == 2 + res["widened"], pids
+    # the main process and the one worker, which took trials from every round
+    assert len(pids) == 2, pids
+    by_pid = {p: sum(r["pid"] == p for r in res["runs"]) for p in pids}
+    assert min(by_pid.values()) >= 2, by_pid
     assert {int(r["name"].rsplit("-", 1)[1]) for r in res["runs"]} == \
         {t["number"] for t in res["trials"]}
     assert all(r["status"] == "FINISHED" for r in res["runs"])
+
+
+def test_a_failing_worker_fails_the_sweep(tmp_path: Path) -> None:
+    """A worker whose trial raises: the sweep stops with an error naming the worker and the
+    trial's error, instead of hanging or finishing without that point."""
+    res = _sweep(tmp_path, fails=True, trials=6, saturation_mbps=400.0, scale_mbps=60.0,
+                 workers=2, trial_s=1.0, worker_fails_at=5.0)
+    assert "sweep workers failed" in res["stderr"]
+    assert "ValueError: a broken trial" in res["stderr"]

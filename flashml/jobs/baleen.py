@@ -617,8 +617,9 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
 def _sweep_spawner(run: RunDir, s: BaleenSettings, study: str, storage: str, peak0: float,
                    run_id: str) -> Any:
     """How the sweep starts a parallel worker (`--sweep-workers`): a process running
-    `flashml/jobs/sweep_worker.py` on this run folder, its output in
-    `work/sweep/worker-NN.log`; the settings go to the folder for it first."""
+    `flashml/jobs/sweep_worker.py` on this run folder, points in on its stdin and trial
+    numbers out on its stdout, its log in `work/sweep/worker-NN.log`; the settings go to the
+    folder for it first."""
     if s.sweep_workers <= 1:
         return None
     import itertools
@@ -635,13 +636,13 @@ def _sweep_spawner(run: RunDir, s: BaleenSettings, study: str, storage: str, pea
         tmp.write_bytes(pickle.dumps(s))
     numbers = itertools.count(1)
 
-    def spawn(n_trials: int, bounds: list[float], seed: int) -> Any:
+    def spawn(seed: int) -> Any:
         log_path = path.parent / f"worker-{next(numbers):02d}.log"
         with open(log_path, "w") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "flashml.jobs.sweep_worker", str(run.path.resolve()),
-                 study, storage, str(n_trials), repr(bounds[0]), repr(bounds[1]), str(seed),
-                 run_id, repr(peak0)], stdout=out, stderr=subprocess.STDOUT)
+                 study, storage, str(seed), run_id, repr(peak0)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out, text=True)
         proc.log_path = log_path  # type: ignore[attr-defined]
         return proc
 

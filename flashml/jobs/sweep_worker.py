@@ -1,15 +1,19 @@
 """A parallel worker of the main job's Optuna sweep (`flashml pipeline run --sweep-workers N`):
 
-    python -m flashml.jobs.sweep_worker RUN_DIR STUDY STORAGE N_TRIALS LO HI SEED PARENT_RUN PEAK0
+    python -m flashml.jobs.sweep_worker RUN_DIR STUDY STORAGE SEED PARENT_RUN PEAK0
 
 rebuilds the sweep's trial set-up from the run folder (the settings the sweep stage pickled,
-the accesses table, the features, the trained policy bundle for the warm start) and runs
-N_TRIALS trials of the study in STORAGE drawn from LO..HI MB/s, their MLflow runs nested
-under PARENT_RUN. The sweep stage starts it; it is not meant to be run by hand.
+the accesses table, the features, the trained policy bundle for the warm start), then serves
+points: each line on stdin is a point (JSON, `flashml.models.sweep.serve`), whose trial runs
+in the study in STORAGE with its MLflow run nested under PARENT_RUN; its trial number goes
+back as a line on stdout. Everything else the process prints goes to stderr (the sweep keeps
+it in `work/sweep/worker-NN.log`). It ends when stdin closes. The sweep stage starts it; it is
+not meant to be run by hand.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 from pathlib import Path
@@ -19,17 +23,22 @@ SETTINGS = Path("sweep") / "settings.pkl"
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) != 6:
+        print(__doc__, file=sys.stderr)
+        return 2
+    # stdout carries the replies only: whatever a library prints (Python or C) goes to stderr
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
     from flashml.config import DEFAULTS
     from flashml.cores import machine
     from flashml.jobs import baleen
     from flashml.jobs.run import RunDir
-    from flashml.models.sweep import TrialSetup, work
+    from flashml.models.sweep import TrialSetup, serve
     from flashml.tracking import setup as tracking_setup
 
-    if len(argv) != 9:
-        print(__doc__, file=sys.stderr)
-        return 2
-    run_dir, study, storage, n, lo, hi, seed, parent, peak0 = argv
+    run_dir, study, storage, seed, parent, peak0 = argv
     run = RunDir(run_dir)
     with open(run.work / SETTINGS, "rb") as f:
         s = pickle.load(f)
@@ -40,7 +49,7 @@ def main(argv: list[str]) -> int:
                        s.gbm, s.loop, study, baleen.learned_config(run, s),
                        None if s.sweep_cold else baleen.warm_start(run, s),
                        cores=max(1, machine() // max(1, s.sweep_workers)))
-    work(setup, storage, [float(lo), float(hi)], int(n), int(seed), parent)
+    serve(setup, storage, int(seed), parent, sys.stdin, replies)
     return 0
 
 

@@ -24,13 +24,16 @@ target: the cache admits everything it could) or after `max_widen` steps.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import threading
 import warnings
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import polars as pl
@@ -227,17 +230,105 @@ def saturated_below(study: Any, target: float, tolerance: float = 0.05) -> Any:
     return None
 
 
-def work(setup: TrialSetup, storage: str, bounds: list[float], n_trials: int, seed: int,
-         parent_run_id: str) -> None:
-    """A worker process's share of a round: `n_trials` trials of the study in `storage`,
-    their MLflow runs nested under `parent_run_id`."""
+def run_point(setup: TrialSetup, study: Any, bounds: list[float], params: dict[str, float],
+              parent_run_id: str | None = None) -> int:
+    """One trial of `study` at `params` (its write rate; a cold sweep's first trial also its
+    starting eviction age), the rest drawn by the study's sampler; returns its number. The
+    point is given to this process, not taken from a queue the processes share, so two
+    processes never run the same point nor leave one waiting (Optuna's enqueued trials are
+    popped by a read-then-update on the storage, which threads on sqlite were seen to race)."""
+    import optuna
+
+    base = study.sampler
+    with warnings.catch_warnings():  # experimental since Optuna 2.4, stable in use
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.sampler = optuna.samplers.PartialFixedSampler(params, base)
+    try:
+        numbers: list[int] = []
+        study.optimize(objective_for(setup, bounds, parent_run_id), n_trials=1,
+                       callbacks=[lambda _s, t: numbers.append(t.number)])
+    finally:
+        study.sampler = base
+    return numbers[0]
+
+
+def serve(setup: TrialSetup, storage: str, seed: int, parent_run_id: str,
+          commands: IO[str], replies: IO[str]) -> None:
+    """A worker process's loop: once set up it says so (`{"ready": true}`); then each line of
+    `commands` is a point (JSON: `params`, `bounds`) whose trial runs (`run_point`), its
+    number going back as a line of `replies` (`{"trial": N}`); an error goes back as
+    `{"error": ...}` and ends the loop by raising. Ends at the end of `commands` (the sweep
+    closes them when no point is left)."""
     study = open_study(setup.study_name, storage, seed)
-    study.optimize(objective_for(setup, bounds, parent_run_id), n_trials=n_trials)
+    replies.write(json.dumps({"ready": True}) + "\n")
+    replies.flush()
+    for line in commands:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        try:
+            number = run_point(setup, study, list(msg["bounds"]), dict(msg["params"]),
+                               parent_run_id)
+        except BaseException as e:
+            replies.write(json.dumps({"error": f"{type(e).__name__}: {e}"}) + "\n")
+            replies.flush()
+            raise
+        replies.write(json.dumps({"trial": number}) + "\n")
+        replies.flush()
 
 
-#: Starts a worker process for `n_trials` trials drawn from `bounds` with sampler `seed`
-#: (the job knows how a worker rebuilds its TrialSetup: `flashml/jobs/sweep_worker.py`).
-SpawnWorker = Callable[[int, list[float], int], Any]
+class Worker:
+    """A sweep worker process started by a `SpawnWorker` (stdin and stdout pipes, text): it
+    serves points (`serve`) until its stdin closes; it is started once per sweep and loads the
+    run's data once, while the main process already runs trials."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc = proc
+        self._ready = False
+
+    def where(self) -> str:
+        return (f"worker pid {self.proc.pid} (its output: "
+                f"{getattr(self.proc, 'log_path', 'not kept')})")
+
+    def ready(self) -> None:
+        """Wait until it has loaded what its trials need (it takes no point before: the
+        other processes take them meanwhile). Raises if it fails first."""
+        if not self._ready:
+            self._reply()
+            self._ready = True
+
+    def _reply(self) -> dict[str, Any]:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"sweep {self.where()} exited {self.proc.wait()}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"sweep {self.where()} failed: {reply['error']}")
+        return reply
+
+    def run(self, params: dict[str, float], bounds: list[float]) -> int:
+        """Run one point there; its trial number. Raises if the worker fails or dies."""
+        try:
+            self.proc.stdin.write(json.dumps({"params": params, "bounds": bounds}) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise RuntimeError(f"sweep {self.where()} is gone") from None
+        return int(self._reply()["trial"])
+
+    def close(self) -> str | None:
+        """Close its stdin and wait for it; why it failed, or None."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        rc = self.proc.wait()
+        return None if rc == 0 else f"{self.where()} exit {rc}"
+
+
+#: Starts a worker process with sampler `seed`: a Popen with text pipes on stdin and stdout
+#: running `serve` (the job knows how a worker rebuilds its TrialSetup:
+#: `flashml/jobs/sweep_worker.py`).
+SpawnWorker = Callable[[int], Any]
 
 
 def grid(lo: float, hi: float, n: int, target: float | None = None) -> list[float]:
@@ -255,11 +346,6 @@ def grid(lo: float, hi: float, n: int, target: float | None = None) -> list[floa
     # on distances rounded to 1e-9 so the last bits of geomspace do not decide it
     near = min(range(n), key=lambda i: (round(abs(math.log(pts[i] / target)), 9), -i))
     return [target] + [p for i, p in enumerate(pts) if i != near]
-
-
-def shares(n: int, workers: int) -> list[int]:
-    """`n` trials split over `workers` processes, the main process's share first."""
-    return [n // workers + (1 if i < n % workers else 0) for i in range(workers)]
 
 
 def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
@@ -281,9 +367,11 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     optuna-dashboard shows). When the best point sits at the top of the range (and `trials`
     >= MIN_TRIALS_TO_WIDEN), up to `max_widen` rounds of max(2, trials // 2) more trials
     search a range `WIDEN` times higher (`widened_range`). With `workers` > 1 and `spawn`,
-    each round's trials are shared with `workers - 1` worker processes on the same storage
-    (an RDB: sqlite here, Postgres across machines), the main process running its share.
-    Trials running at once on this machine share its cores (`TrialSetup.cores`)."""
+    `workers - 1` worker processes (started once, at the first round) share the trials with
+    the main process on the same storage (an RDB: sqlite here, Postgres across machines):
+    each point goes to whichever process is free next (`serve`, `run_point`), so a process
+    that drew cheap trials (a saturated point costs nothing, a retrained one most) takes
+    more. Trials running at once on this machine share its cores (`TrialSetup.cores`)."""
     import mlflow
 
     storage = storage or default_storage()
@@ -310,56 +398,85 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
 
     bar = tqdm(total=trials, desc="sweep", unit="trial", disable=None)
 
-    def tick(study: Any, trial: Any) -> None:
-        bar.update(1)
+    pool: list[Worker] = []
 
     def round_of(points: list[float]) -> None:
-        # every point of the round is enqueued before any process starts: whichever process
-        # asks next takes the next point (the first carries the job's starting eviction age)
+        # the points go to whichever process is free next, the main process included (the
+        # first point carries a cold sweep's starting eviction age); the worker processes are
+        # started at the first round and serve every round
+        todo: deque[dict[str, float]] = deque()
         for i, wr in enumerate(points):
             params: dict[str, float] = {"write_rate_mbps": wr}
             if warm is None and i == 0 and not widened:
                 params["start_eviction_age_s"] = loop.start_eviction_age_s
-            study.enqueue_trial(params)
-        n = len(points)
-        share = shares(n, workers)
-        procs = []
-        if workers > 1:
-            active = mlflow.active_run()
-            if active is None:
+            todo.append(params)
+        if workers > 1 and not pool:
+            if mlflow.active_run() is None:
                 raise RuntimeError("parallel sweep workers need an active MLflow run")
-            procs = [(spawn(k, list(bounds), seed + 1000 * i), k)  # type: ignore[misc]
-                     for i, k in enumerate(share[1:], 1) if k > 0]
+            pool.extend(Worker(spawn(seed + 1000 * i))  # type: ignore[misc]
+                        for i in range(1, workers))
+        lock = threading.Lock()
+        failed: list[str] = []
+
+        def take() -> dict[str, float] | None:
+            with lock:
+                return todo.popleft() if todo and not failed else None
+
+        def feed(w: Worker) -> None:
+            try:
+                w.ready()
+            except Exception as e:
+                with lock:
+                    failed.append(str(e))
+                return
+            while (params := take()) is not None:
+                try:
+                    w.run(params, list(bounds))
+                except Exception as e:  # the worker failed or died: the sweep fails
+                    with lock:
+                        failed.append(str(e))
+                    return
+                with lock:
+                    bar.update(1)
+
+        feeders = [threading.Thread(target=feed, args=(w,), daemon=True) for w in pool]
+        for f in feeders:
+            f.start()
         try:
-            study.optimize(objective_for(setup, bounds), n_trials=share[0], callbacks=[tick])
+            while (params := take()) is not None:
+                run_point(setup, study, list(bounds), params)
+                with lock:
+                    bar.update(1)
         finally:
-            failed = []
-            for proc, k in procs:
-                rc = proc.wait()
-                bar.update(k)
-                if rc != 0:
-                    failed.append(f"worker pid {proc.pid} exit {rc} (its output: "
-                                  f"{getattr(proc, 'log_path', 'not kept')})")
+            with lock:
+                todo.clear()  # on an error here the workers end after their current trial
+            for f in feeders:
+                f.join()
         if failed:
             raise RuntimeError("sweep workers failed: " + "; ".join(failed))
 
     widened = 0
-    round_of(grid(bounds[0], bounds[1], trials, target_mbps))
-    while widened < max_widen and trials >= MIN_TRIALS_TO_WIDEN:
-        nxt = widened_range(_rows(study), *bounds)
-        if nxt is None:
-            break
-        log.info("sweep: the best write rate is at the top of %.3g-%.3g MB/s; searching "
-                 "%.3g-%.3g MB/s", *bounds, *nxt)
-        more = max(2, trials // 2)
-        # the new points extend the range upwards: below the old top it has been searched
-        points = grid(bounds[1], nxt[1], more + 1)[1:]
-        widened += 1
-        bounds[:] = nxt
-        bar.total += more
-        bar.refresh()
-        round_of(points)
-    bar.close()
+    try:
+        round_of(grid(bounds[0], bounds[1], trials, target_mbps))
+        while widened < max_widen and trials >= MIN_TRIALS_TO_WIDEN:
+            nxt = widened_range(_rows(study), *bounds)
+            if nxt is None:
+                break
+            log.info("sweep: the best write rate is at the top of %.3g-%.3g MB/s; searching "
+                     "%.3g-%.3g MB/s", *bounds, *nxt)
+            more = max(2, trials // 2)
+            # the new points extend the range upwards: below the old top it has been searched
+            points = grid(bounds[1], nxt[1], more + 1)[1:]
+            widened += 1
+            bounds[:] = nxt
+            bar.total += more
+            bar.refresh()
+            round_of(points)
+    finally:
+        bar.close()
+        why = [w for w in (p.close() for p in pool) if w]
+    if why:
+        raise RuntimeError("sweep workers failed: " + "; ".join(why))
     study.set_user_attr("write_rate_range_mbps", list(bounds))
     study.set_user_attr("range_widened", widened)
     best = study.best_trial
