@@ -17,7 +17,8 @@ uncached segment of the IO (prefetched ones included).
 
 `simulate(..., partition=FlashPartition(...))` divides the cache among streams (per-stream
 eviction orders and quotas that change per interval; `interval_bounds_by_time` gives
-intervals of fixed length).
+intervals of fixed length). `simulate_mat_flash` runs the same mode with MAT (learned
+eviction at the tail of the block LRU, sim/src/flash_mat.rs) as the eviction.
 """
 
 from __future__ import annotations
@@ -548,26 +549,95 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
     runtime's `flashrt mat-replay --decisions-out` is compared with it). ValueError on bad
     input.
     """
-    from pathlib import Path
-
     kk = _as_array(keys, np.uint64, "key")
     ss = _as_array(sizes, np.uint64, "size")
     if len(kk) != len(ss):
         raise ValueError(f"'key' has {len(kk)} elements but 'size' has {len(ss)}")
-    pred = str(predictor)
-    if pred.lower() not in ("none", "oracle"):
-        path = Path(pred)
-        if path.is_dir():
-            path = path / "policy.so"
-        if not path.is_file():
-            raise ValueError(f"predictor {pred!r}: expected 'none', 'oracle', an eviction "
-                             f"policy .so or a bundle folder with policy.so; {path}: no such "
-                             "file")
-        pred = str(path)
+    pred = _evict_predictor(predictor)
     return dict(_core().simulate_objects_mat(
         kk, ss, int(capacity), unit, predictor=pred, k=k, max_candidates=max_candidates,
         delta=delta, initial_threshold=initial_threshold, collect_samples=collect_samples,
         memory_window=memory_window, record_victims=record_victims))
+
+
+def _evict_predictor(predictor: Any) -> str:
+    """MAT's predictor as the core takes it: "none", "oracle" or the path of an eviction
+    policy .so (a bundle folder: its policy.so); ValueError if the file does not exist."""
+    from pathlib import Path
+
+    pred = str(predictor)
+    if pred.lower() in ("none", "oracle"):
+        return pred
+    path = Path(pred)
+    if path.is_dir():
+        path = path / "policy.so"
+    if not path.is_file():
+        raise ValueError(f"predictor {pred!r}: expected 'none', 'oracle', an eviction "
+                         f"policy .so or a bundle folder with policy.so; {path}: no such "
+                         "file")
+    return str(path)
+
+
+#: The knobs `simulate_mat_flash(mat=...)` takes (None or absent: the .so's value, else the
+#: default).
+MAT_KNOBS = ("k", "max_candidates", "delta", "initial_threshold", "memory_window")
+
+#: The MAT figures `simulate_mat_flash` adds to the flash metrics.
+MAT_METRIC_KEYS = ("mat_predictions", "mat_decisions", "mat_reinsertions",
+                   "mat_evicted_segments", "predictions_per_eviction", "ns_per_eviction",
+                   "final_threshold")
+
+
+@dataclass
+class MatSimResult(SimResult):
+    """`simulate_mat_flash`'s result: a `SimResult` whose metrics also hold MAT_METRIC_KEYS,
+    and the training samples when collected."""
+
+    samples: dict[str, np.ndarray] | None = None
+
+
+def simulate_mat_flash(table: Any, config: SimConfig | None = None, *, admit: Any = None,
+                       score: Any = None, prefetch_start: Any = None, prefetch_end: Any = None,
+                       when_score: Any = None, mat: dict[str, Any] | None = None,
+                       predictor: Any = "none", collect_samples: bool = False) -> MatSimResult:
+    """Flash-cache mode with MAT as the eviction (sim/src/flash_mat.rs): learned eviction at
+    the tail of the block LRU, with any admission/prefetch policy of `config` (and their
+    per-access arrays, as `simulate`). Needs eviction "lru" with block-level recency (the
+    defaults); ValueError otherwise, or on bad input.
+
+    When the cache must evict and no block is condemned, Algorithm 1 (as
+    `simulate_objects_mat`) picks a victim block over the LRU order, with logical time = the
+    access index (GETs and PUTs) and LRB's 44 features of each block's GET history; the chosen
+    block is condemned and its segments leave one per eviction (lowest first) until it is
+    empty or a GET refreshes it. `mat`: {"k", "max_candidates", "delta",
+    "initial_threshold", "memory_window"} (each optional; None: the .so's exported value,
+    else 2, 10, 1e-4, the number of cached blocks at the first decision, the eviction
+    contract's window). `predictor`: "none" (exactly flash LRU), "oracle" (the block's next
+    GET), an eviction policy .so or a bundle folder holding one.
+
+    Returns a `MatSimResult`: metrics = `simulate`'s plus mat_predictions, mat_decisions
+    (condemned blocks), mat_reinsertions, mat_evicted_segments, predictions_per_eviction and
+    ns_per_eviction (per decision), final_threshold; info also has "mat_params"; with
+    `collect_samples`, samples = {"features": (n, 44), "label", "time", "last", "censored"}
+    as `simulate_objects_mat` gives them (a candidate tagged when it leaves the tail,
+    labelled log1p(its block's next GET - its last GET))."""
+    config = config or SimConfig()
+    knobs = dict(mat or {})
+    if unknown := sorted(set(knobs) - set(MAT_KNOBS)):
+        raise ValueError(f"unknown MAT knob(s) {', '.join(map(repr, unknown))}; known: "
+                         f"{', '.join(MAT_KNOBS)}")
+    cols = trace_arrays(table)
+    policy: dict[str, Any] = {}
+    for name, values in (("admit", admit), ("score", score), ("prefetch_start", prefetch_start),
+                         ("prefetch_end", prefetch_end), ("when_score", when_score)):
+        if values is not None:
+            policy[name] = _as_array(values, POLICY_ARRAYS[name], name)
+    out = _core().simulate_mat_flash(
+        cols["time"], cols["key"], cols["offset"], cols["size"], cols["op"], config.to_dict(),
+        **policy, predictor=_evict_predictor(predictor), collect_samples=bool(collect_samples),
+        **knobs)
+    return MatSimResult(metrics=out["metrics"], series=out["series"], info=out["info"],
+                        config=config, samples=out.get("samples"))
 
 
 def eviction_features(keys: Any, sizes: Any, queries: Any,

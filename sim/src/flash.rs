@@ -36,6 +36,9 @@
 //!   otherwise the unit is the segment. Eviction age = eviction time - last access time
 //!   (of the block under block-level recency, else of the segment).
 //!
+//! MAT (learned eviction at the tail of the block LRU) is another eviction of this mode, in
+//! `crate::flash_mat` (LRU with block-level recency only; same loop, its own `Orders`).
+//!
 //! Partitioned mode (optional, [`StreamPartition`]; issue 18, MLCache in flash mode): the
 //! cache is divided among `k` streams (e.g. namespaces), each with its own eviction order (of
 //! the same kind and units as above) and its own quota of segments; the quotas change at
@@ -392,8 +395,19 @@ pub fn simulate_partitioned(
     if let Some(p) = part {
         validate_partition(trace.time.len(), p)?;
     }
+    let (mut admission, mut prefetch) = policies(cfg, arrays);
+    let mut result = run_policies(trace, cfg, admission.as_mut(), prefetch.as_mut(), part);
+    result.metrics.wall_s = start.elapsed().as_secs_f64();
+    Ok(result)
+}
+
+/// The admission and prefetch policies `cfg` names, reading `arrays` (validated).
+pub(crate) fn policies<'a>(
+    cfg: &FlashConfig,
+    arrays: &PolicyArrays<'a>,
+) -> (Box<dyn Admission + 'a>, Box<dyn Prefetch + 'a>) {
     let spb = cfg.segments_per_block();
-    let mut admission: Box<dyn Admission + '_> = match cfg.admission {
+    let admission: Box<dyn Admission + 'a> = match cfg.admission {
         AdmissionKind::AdmitAll => Box::new(AdmitAll),
         AdmissionKind::CoinFlip { p, seed } => Box::new(CoinFlip { p, seed }),
         AdmissionKind::RejectX { x, .. } => Box::new(RejectX::new(x, cfg.rejectx_window())),
@@ -419,7 +433,7 @@ pub fn simulate_partitioned(
             threshold,
         },
     };
-    let mut prefetch: Box<dyn Prefetch + '_> = match cfg.prefetch {
+    let prefetch: Box<dyn Prefetch + 'a> = match cfg.prefetch {
         PrefetchKind::None => Box::new(NoPrefetch),
         PrefetchKind::Block => Box::new(Triggered {
             inner: WholeBlock {
@@ -435,9 +449,7 @@ pub fn simulate_partitioned(
             when,
         }),
     };
-    let mut result = run_policies(trace, cfg, admission.as_mut(), prefetch.as_mut(), part);
-    result.metrics.wall_s = start.elapsed().as_secs_f64();
-    Ok(result)
+    (admission, prefetch)
 }
 
 /// Run the flash-cache simulation with caller-supplied admission and prefetch policies
@@ -500,9 +512,21 @@ fn run_orders<E: Eviction>(
 /// stream ([`PerStream`]). Units are the cache's handles, `slot * units_per_block + segment`
 /// (block units: the slot). `FlashSim` is generic over it, and every piece of per-stream
 /// work is behind the constant `PARTITIONED` or in `PerStream`, so the unpartitioned loop
-/// compiles to the plain calls on one order.
-trait Orders<E: Eviction> {
+/// compiles to the plain calls on one order. MAT (`crate::flash_mat`) is one more
+/// implementation, with its own hooks (`on_get`; no-ops here).
+pub(crate) trait Orders<E: Eviction> {
     const PARTITIONED: bool;
+    /// A GET (access index `i`) starts; `slot`: its block's slot if the block is cached.
+    /// Called before the lookup's recency refresh, once per GET.
+    #[inline(always)]
+    fn on_get(&mut self, _i: usize, _slot: Option<u32>) {}
+    /// With block units: a GET miss on a cached block none of whose cached segments lies
+    /// outside the request refreshes the block's place in the order at once instead of at
+    /// the deferred refresh. Nothing of such a block is left at its old place, so the
+    /// evictions are the same either way (LRU reaching it at the tail moves it to the front
+    /// and takes the next block); a victim chooser (MAT) then never ranks it there. Off for
+    /// the plain orders: no extra work in their loop.
+    const EARLY_REFRESH: bool = false;
     /// The partition that owns block `slot` (0 with one order).
     fn part_of(&self, slot: u32) -> u32;
     /// Block `slot` (free until now) now belongs to partition `p`.
@@ -511,7 +535,8 @@ trait Orders<E: Eviction> {
     fn release(&mut self, slot: u32);
     fn insert(&mut self, p: u32, unit: u32);
     fn touch(&mut self, p: u32, unit: u32);
-    fn victim(&self, p: u32) -> Option<u32>;
+    /// The next victim of partition `p` (`&mut`: a chooser may decide and remember here).
+    fn victim(&mut self, p: u32) -> Option<u32>;
     fn remove(&mut self, p: u32, unit: u32);
 }
 
@@ -537,7 +562,7 @@ impl<E: Eviction> Orders<E> for Whole<E> {
         self.0.touch(unit)
     }
     #[inline(always)]
-    fn victim(&self, _: u32) -> Option<u32> {
+    fn victim(&mut self, _: u32) -> Option<u32> {
         self.0.victim()
     }
     #[inline(always)]
@@ -633,7 +658,7 @@ impl<E: Eviction> Orders<E> for PerStream<E> {
         self.orders[p as usize].touch(l)
     }
     #[inline]
-    fn victim(&self, p: u32) -> Option<u32> {
+    fn victim(&mut self, p: u32) -> Option<u32> {
         let (local, s) = self.split(self.orders[p as usize].victim()?);
         Some(self.local_slot[p as usize][local as usize] * self.upb + s)
     }
@@ -647,9 +672,9 @@ impl<E: Eviction> Orders<E> for PerStream<E> {
 /// The cache state plus counters; generic over the eviction policy and where its orders live
 /// (static dispatch in the hot loop), with admission and prefetch as trait objects (called
 /// on misses only).
-struct FlashSim<'c, E: Eviction, L: Orders<E>> {
+pub(crate) struct FlashSim<'c, E: Eviction, L: Orders<E>> {
     cfg: &'c FlashConfig,
-    orders: L,
+    pub(crate) orders: L,
     _order_kind: std::marker::PhantomData<E>,
     spb: u32,
     words: usize,
@@ -701,7 +726,7 @@ fn bits(lo: u32, hi: u32) -> u64 {
 impl<'c, E: Eviction, L: Orders<E>> FlashSim<'c, E, L> {
     /// A cache of `cfg`'s capacity and units with `orders` (of `k` partitions when
     /// partitioned).
-    fn new(cfg: &'c FlashConfig, orders: L, k: usize) -> Self {
+    pub(crate) fn new(cfg: &'c FlashConfig, orders: L, k: usize) -> Self {
         let spb = cfg.segments_per_block();
         let k = if L::PARTITIONED { k } else { 0 };
         FlashSim {
@@ -742,6 +767,12 @@ impl<'c, E: Eviction, L: Orders<E>> FlashSim<'c, E, L> {
                 ..Default::default()
             },
         }
+    }
+
+    /// The slots of the cached blocks (tests).
+    #[cfg(test)]
+    pub(crate) fn cached_slots(&self) -> Vec<u32> {
+        self.map.values().copied().collect()
     }
 
     /// Start an interval: apply its shares' quotas, then shrink every partition holding at
@@ -971,7 +1002,7 @@ impl<'c, E: Eviction, L: Orders<E>> FlashSim<'c, E, L> {
     }
 
     /// Simulate the (validated) trace; `part` is the partition when `L::PARTITIONED`.
-    fn run(
+    pub(crate) fn run(
         &mut self,
         trace: &Trace,
         admission: &mut dyn Admission,
@@ -1036,6 +1067,7 @@ impl<'c, E: Eviction, L: Orders<E>> FlashSim<'c, E, L> {
             get_bytes += size;
             get_segs += nseg as u64;
             let slot = self.map.get(&key).copied();
+            self.orders.on_get(i, slot);
             let stream = if L::PARTITIONED {
                 let s = stream_of[i];
                 self.streams.gets[s as usize] += 1;
@@ -1055,6 +1087,13 @@ impl<'c, E: Eviction, L: Orders<E>> FlashSim<'c, E, L> {
                 if self.block_level {
                     if !deferred {
                         self.touch_block(sl, t);
+                    } else if L::EARLY_REFRESH
+                        && self.block_units
+                        && self.slot_count[sl as usize] == cached
+                    {
+                        // only the order: the last access is set by the deferred refresh
+                        let part = self.orders.part_of(sl);
+                        self.orders.touch(part, sl);
                     }
                 } else {
                     let spb = self.spb;

@@ -6,7 +6,8 @@
 //! * Policies live behind traits: [`eviction::Eviction`], [`admission::Admission`],
 //!   [`prefetch::Prefetch`].
 //! * [`mat`]: MAT (learned eviction at the tail of LRU) and Belady in object mode, with LRB's
-//!   eviction features ([`lrb_features`]) and the compiled eviction .so ([`so_evict`]).
+//!   eviction features ([`lrb_features`]) and the compiled eviction .so ([`so_evict`]);
+//!   [`flash_mat`]: MAT as the eviction of flash-cache mode (block units).
 //! * [`so_policy`]: the compiled policy .so (compiler/) as admission + prefetch, with the
 //!   features computed online ([`online_features`]).
 //! * [`reuse`]: exact per-stream LRU stack distances and hit/miss-ratio curves (Fenwick tree,
@@ -27,6 +28,7 @@ pub mod config;
 pub mod contract;
 pub mod eviction;
 pub mod flash;
+pub mod flash_mat;
 pub mod forest;
 pub mod ftl;
 pub mod hash;

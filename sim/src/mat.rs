@@ -350,7 +350,7 @@ impl SampleBuf {
         }
     }
 
-    fn tag(&mut self, id: u32, now: u64, last: u64, f: &EvictFeatures) {
+    pub(crate) fn tag(&mut self, id: u32, now: u64, last: u64, f: &EvictFeatures) {
         let i = self.s.label.len() as u32;
         self.s.features.extend_from_slice(f);
         self.s.label.push(f64::NAN);
@@ -363,7 +363,7 @@ impl SampleBuf {
 
     /// `id` is requested at `t`; `last` is its previous access.
     #[inline]
-    fn requested(&mut self, id: u32, t: u64, last: u64) {
+    pub(crate) fn requested(&mut self, id: u32, t: u64, last: u64) {
         let mut i = self.open_head[id as usize];
         if i == NIL {
             return;
@@ -377,7 +377,7 @@ impl SampleBuf {
     }
 
     /// The trace has `n` requests: close the open samples.
-    fn finish(mut self, n: u64) -> Samples {
+    pub(crate) fn finish(mut self, n: u64) -> Samples {
         let not_back = self.label_of(self.window);
         for i in 0..self.s.label.len() {
             if self.s.label[i].is_nan() {
@@ -439,6 +439,26 @@ impl Slots {
     #[inline]
     pub fn release(&mut self, slot: u32) {
         self.free.push(slot);
+    }
+
+    /// Set `slot` (a handle the caller numbers, e.g. the flash cache's block slots, growing
+    /// the vectors as needed) to object `obj`, accessed at `last` (noted `note`), of `size`
+    /// capacity units. Not for use together with [`Slots::alloc`] (which numbers the slots
+    /// itself).
+    #[inline]
+    pub fn set(&mut self, slot: u32, obj: u32, last: u64, size: u64, note: u64) {
+        let i = slot as usize;
+        if i >= self.obj.len() {
+            let n = (i + 1).max(self.obj.len() * 2).max(16);
+            self.obj.resize(n, 0);
+            self.last.resize(n, 0);
+            self.size.resize(n, 0);
+            self.note.resize(n, 0);
+        }
+        self.obj[i] = obj;
+        self.last[i] = last;
+        self.size[i] = size;
+        self.note[i] = note;
     }
 }
 
@@ -550,14 +570,14 @@ impl<P: Predictor> Mat<P> {
 /// ~25-50 ns for two `Instant::now` per decision), converted to ns by the ratio of wall time
 /// to ticks over the whole run (the TSC is invariant on x86-64 CPUs of the last decade);
 /// `Instant` elsewhere.
-struct DecisionClock {
+pub(crate) struct DecisionClock {
     start: Instant,
     start_ticks: u64,
     ticks: u64,
 }
 
 impl DecisionClock {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let start = Instant::now();
         let mut c = DecisionClock {
             start,
@@ -569,7 +589,7 @@ impl DecisionClock {
     }
 
     #[inline]
-    fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: RDTSC exists on every x86-64 CPU and has no preconditions.
@@ -582,12 +602,12 @@ impl DecisionClock {
     }
 
     #[inline]
-    fn add_since(&mut self, t0: u64) {
+    pub(crate) fn add_since(&mut self, t0: u64) {
         self.ticks += self.now().wrapping_sub(t0);
     }
 
     /// The decisions' total, ns.
-    fn total_ns(&self) -> u64 {
+    pub(crate) fn total_ns(&self) -> u64 {
         let wall_ns = self.start.elapsed().as_nanos() as f64;
         let wall_ticks = self.now().wrapping_sub(self.start_ticks) as f64;
         if wall_ticks <= 0.0 {
@@ -622,7 +642,7 @@ impl MatResult {
     }
 }
 
-fn ratio(a: u64, b: u64) -> f64 {
+pub(crate) fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 {
         f64::NAN
     } else {

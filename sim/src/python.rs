@@ -16,6 +16,7 @@ use crate::config::{
 };
 use crate::contract::NUM_FEATURES;
 use crate::flash::{self, PolicyArrays, Trace};
+use crate::flash_mat;
 use crate::forest::{self, TreeArrays};
 use crate::lrb_features::{EVICT_CONTRACT_HASH, EVICT_FEATURE_NAMES, EVICT_NUM_FEATURES};
 use crate::mat::{self, DenseTrace, MatParams, NoPredictor, Oracle};
@@ -497,39 +498,20 @@ fn simulate_objects_mat<'py>(
     };
     let keys = slice("key", &key)?;
     let sizes = slice("size", &size)?;
-    let kind = predictor.to_ascii_lowercase();
-    let lib = match kind.as_str() {
-        "none" | "oracle" => None,
-        _ => Some(EvictLib::load(std::path::Path::new(predictor)).map_err(value_error)?),
-    };
+    let (kind, lib) = evict_predictor(predictor)?;
     let so = lib.as_ref();
-    let max_candidates = match max_candidates.or(so.and_then(|l| l.max_candidates.map(i64::from))) {
-        None => 10,
-        Some(l) if (1..=u32::MAX as i64).contains(&l) => l as u32,
-        Some(l) => {
-            return Err(PyValueError::new_err(format!(
-                "max_candidates must be >= 1, got {l}"
-            )))
-        }
-    };
-    let memory_window = match memory_window.or(so.and_then(|l| l.memory_window)) {
-        None => crate::lrb_features::MEMORY_WINDOW,
-        Some(w) if w > 0 => w as u64,
-        Some(w) => {
-            return Err(PyValueError::new_err(format!(
-                "memory_window must be > 0, got {w}"
-            )))
-        }
-    };
-    let params = MatParams {
-        k: k.or(so.and_then(|l| l.k)).unwrap_or(2.0),
-        max_candidates,
-        delta: delta.or(so.and_then(|l| l.delta)).unwrap_or(1e-4),
-        initial_threshold: initial_threshold.or(so.and_then(|l| l.initial_threshold)),
-        memory_window,
+    let params = mat_params(
+        so,
+        MatKnobs {
+            k,
+            max_candidates,
+            delta,
+            initial_threshold,
+            memory_window,
+        },
         collect_samples,
         record_victims,
-    };
+    )?;
     let r = py
         .allow_threads(|| {
             let trace = DenseTrace::new(keys)?;
@@ -555,17 +537,7 @@ fn simulate_objects_mat<'py>(
         "reinsertions" => st.reinsertions, "ns_per_eviction" => r.ns_per_eviction(),
         "params" => params_d);
     if let Some(s) = r.samples {
-        let n = s.len();
-        let samples = PyDict::new(py);
-        samples.set_item(
-            "features",
-            PyArray1::from_vec(py, s.features).reshape([n, EVICT_NUM_FEATURES])?,
-        )?;
-        samples.set_item("label", PyArray1::from_vec(py, s.label))?;
-        samples.set_item("time", PyArray1::from_vec(py, s.time))?;
-        samples.set_item("last", PyArray1::from_vec(py, s.last))?;
-        samples.set_item("censored", PyArray1::from_vec(py, s.censored))?;
-        d.set_item("samples", samples)?;
+        d.set_item("samples", samples_dict(py, s)?)?;
     }
     if let Some(v) = r.victims {
         let victims = PyDict::new(py);
@@ -573,6 +545,184 @@ fn simulate_objects_mat<'py>(
         victims.set_item("time", PyArray1::from_vec(py, time))?;
         victims.set_item("key", PyArray1::from_vec(py, key))?;
         d.set_item("victims", victims)?;
+    }
+    Ok(d)
+}
+
+/// Algorithm 1's knobs as Python passes them (None: the .so's value, else the default).
+struct MatKnobs {
+    k: Option<f64>,
+    max_candidates: Option<i64>,
+    delta: Option<f64>,
+    initial_threshold: Option<f64>,
+    memory_window: Option<i64>,
+}
+
+/// The predictor named by `predictor`: ("none" | "oracle" | the path, lowercased) and the
+/// loaded eviction .so when it is a path.
+fn evict_predictor(predictor: &str) -> PyResult<(String, Option<EvictLib>)> {
+    let kind = predictor.to_ascii_lowercase();
+    let lib = match kind.as_str() {
+        "none" | "oracle" => None,
+        _ => Some(EvictLib::load(std::path::Path::new(predictor)).map_err(value_error)?),
+    };
+    Ok((kind, lib))
+}
+
+/// MAT's parameters: each knob given, else the .so's exported one, else the default (2, 10,
+/// 1e-4, the number of cached units at the first decision, the contract's window).
+fn mat_params(
+    so: Option<&EvictLib>,
+    knobs: MatKnobs,
+    collect_samples: bool,
+    record_victims: bool,
+) -> PyResult<MatParams> {
+    let max_candidates = match knobs
+        .max_candidates
+        .or(so.and_then(|l| l.max_candidates.map(i64::from)))
+    {
+        None => 10,
+        Some(l) if (1..=u32::MAX as i64).contains(&l) => l as u32,
+        Some(l) => {
+            return Err(PyValueError::new_err(format!(
+                "max_candidates must be >= 1, got {l}"
+            )))
+        }
+    };
+    let memory_window = match knobs.memory_window.or(so.and_then(|l| l.memory_window)) {
+        None => crate::lrb_features::MEMORY_WINDOW,
+        Some(w) if w > 0 => w as u64,
+        Some(w) => {
+            return Err(PyValueError::new_err(format!(
+                "memory_window must be > 0, got {w}"
+            )))
+        }
+    };
+    Ok(MatParams {
+        k: knobs.k.or(so.and_then(|l| l.k)).unwrap_or(2.0),
+        max_candidates,
+        delta: knobs.delta.or(so.and_then(|l| l.delta)).unwrap_or(1e-4),
+        initial_threshold: knobs
+            .initial_threshold
+            .or(so.and_then(|l| l.initial_threshold)),
+        memory_window,
+        collect_samples,
+        record_victims,
+    })
+}
+
+/// MAT's training samples as a dict of NumPy arrays: "features" (n, 44) f64, "label",
+/// "time", "last", "censored".
+fn samples_dict(py: Python<'_>, s: mat::Samples) -> PyResult<Bound<'_, PyDict>> {
+    let n = s.len();
+    let samples = PyDict::new(py);
+    samples.set_item(
+        "features",
+        PyArray1::from_vec(py, s.features).reshape([n, EVICT_NUM_FEATURES])?,
+    )?;
+    samples.set_item("label", PyArray1::from_vec(py, s.label))?;
+    samples.set_item("time", PyArray1::from_vec(py, s.time))?;
+    samples.set_item("last", PyArray1::from_vec(py, s.last))?;
+    samples.set_item("censored", PyArray1::from_vec(py, s.censored))?;
+    Ok(samples)
+}
+
+/// Flash-cache mode with MAT as the eviction (learned eviction at the tail of the block LRU,
+/// sim/src/flash_mat.rs): the arguments of `simulate` (no partitioned mode) plus MAT's, as
+/// `simulate_objects_mat` takes them (`predictor` "none" | "oracle" | an eviction .so path;
+/// the oracle reads the next GET of the block). The config must have eviction "lru" with
+/// block-level recency (ValueError otherwise). Returns the dict of `simulate`, with MAT's
+/// figures added to "metrics": "mat_predictions", "mat_decisions" (condemned blocks),
+/// "mat_reinsertions", "mat_evicted_segments", "predictions_per_eviction" and
+/// "ns_per_eviction" (per decision), "final_threshold"; "info" gains "mat_params" (the knobs
+/// used); with `collect_samples`, "samples" as `simulate_objects_mat` gives them.
+#[pyfunction]
+#[pyo3(signature = (time, key, offset, size, op, config=None, *, admit=None, score=None,
+                    prefetch_start=None, prefetch_end=None, when_score=None,
+                    predictor="none", k=None, max_candidates=None, delta=None,
+                    initial_threshold=None, memory_window=None, collect_samples=false))]
+#[allow(clippy::too_many_arguments)]
+fn simulate_mat_flash<'py>(
+    py: Python<'py>,
+    time: PyReadonlyArray1<'py, f64>,
+    key: PyReadonlyArray1<'py, u64>,
+    offset: PyReadonlyArray1<'py, u64>,
+    size: PyReadonlyArray1<'py, u64>,
+    op: PyReadonlyArray1<'py, u8>,
+    config: Option<&Bound<'py, PyDict>>,
+    admit: Option<PyReadonlyArray1<'py, u8>>,
+    score: Option<PyReadonlyArray1<'py, f64>>,
+    prefetch_start: Option<PyReadonlyArray1<'py, i64>>,
+    prefetch_end: Option<PyReadonlyArray1<'py, i64>>,
+    when_score: Option<PyReadonlyArray1<'py, f64>>,
+    predictor: &str,
+    k: Option<f64>,
+    max_candidates: Option<i64>,
+    delta: Option<f64>,
+    initial_threshold: Option<f64>,
+    memory_window: Option<i64>,
+    collect_samples: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cfg = config_from(config)?;
+    let trace = trace_of(&time, &key, &offset, &size, &op)?;
+    let arrays = PolicyArrays {
+        admit: opt_slice("admit", &admit)?,
+        score: opt_slice("score", &score)?,
+        prefetch_start: opt_slice("prefetch_start", &prefetch_start)?,
+        prefetch_end: opt_slice("prefetch_end", &prefetch_end)?,
+        when_score: opt_slice("when_score", &when_score)?,
+    };
+    let (kind, lib) = evict_predictor(predictor)?;
+    let so = lib.as_ref();
+    let knobs = MatKnobs {
+        k,
+        max_candidates,
+        delta,
+        initial_threshold,
+        memory_window,
+    };
+    let params = mat_params(so, knobs, collect_samples, false)?;
+    let r = py
+        .allow_threads(|| {
+            let dense = DenseTrace::new(trace.key)?;
+            let (t, a, c) = (&trace, &arrays, &cfg);
+            match (kind.as_str(), so) {
+                (_, Some(lib)) => {
+                    flash_mat::simulate_mat_flash(t, a, c, params, SoPredictor { lib }, &dense)
+                }
+                ("oracle", None) => {
+                    let next = flash_mat::next_gets(t, c, &dense);
+                    let oracle = Oracle { next: &next };
+                    flash_mat::simulate_mat_flash(t, a, c, params, oracle, &dense)
+                }
+                _ => flash_mat::simulate_mat_flash(t, a, c, params, NoPredictor, &dense),
+            }
+        })
+        .map_err(value_error)?;
+    let st = r.stats;
+    let extra = (
+        r.predictions_per_eviction(),
+        r.ns_per_eviction(),
+        r.final_threshold,
+    );
+    let evicted = r.flash.info.evictions;
+    let d = result_dict(py, r.flash)?;
+    let metrics = d.get_item("metrics")?.expect("result_dict has metrics");
+    metrics.set_item("mat_predictions", st.predictions)?;
+    metrics.set_item("mat_decisions", st.evictions)?;
+    metrics.set_item("mat_reinsertions", st.reinsertions)?;
+    metrics.set_item("mat_evicted_segments", evicted)?;
+    metrics.set_item("predictions_per_eviction", extra.0)?;
+    metrics.set_item("ns_per_eviction", extra.1)?;
+    metrics.set_item("final_threshold", extra.2)?;
+    let p = &params;
+    let params_d = fields_dict!(py, p; k, max_candidates, delta, initial_threshold,
+        memory_window, collect_samples; "predictor" => predictor);
+    d.get_item("info")?
+        .expect("result_dict has info")
+        .set_item("mat_params", params_d)?;
+    if let Some(s) = r.samples {
+        d.set_item("samples", samples_dict(py, s)?)?;
     }
     Ok(d)
 }
@@ -1108,6 +1258,7 @@ fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("EVICT_CONTRACT_HASH", EVICT_CONTRACT_HASH)?;
     m.add("EVICT_FEATURE_NAMES", EVICT_FEATURE_NAMES.to_vec())?;
     m.add_function(wrap_pyfunction!(simulate_objects_mat, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_mat_flash, m)?)?;
     m.add_function(wrap_pyfunction!(eviction_features, m)?)?;
     m.add("COLD_DISTANCE", reuse::COLD)?;
     m.add("PARTITION_POLICIES", partition::PARTITION_POLICIES.to_vec())?;
