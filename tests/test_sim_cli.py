@@ -85,6 +85,26 @@ def test_run_with_arrays_and_prefetch(trace, tmp_path):
     assert "peak_dt_util" in p.stdout and "{" not in p.stdout
 
 
+def test_run_with_mat_eviction(trace):
+    """--mat none is flash LRU exactly (every metric of the plain run, RejectX admitting);
+    --mat oracle (every miss admitted) evicts by each block's next GET, hits more and reports
+    MAT's counters."""
+    path, _ = trace
+    base = ["sim", "run", "--trace", path, "--cache-gb", "50", "--json"]
+    rejectx = [*base, "--admission", "rejectx"]
+    plain, none = flashml(*rejectx), flashml(*rejectx, "--mat", "none")
+    lru, oracle = flashml(*base), flashml(*base, "--mat", "oracle", "--mat-k", "2")
+    for p in (plain, none, lru, oracle):
+        assert p.returncode == 0, p.stderr
+    plain_m, none_m, lru_m, oracle_m = (json.loads(p.stdout) for p in (plain, none, lru, oracle))
+    for k in METRIC_KEYS:
+        if k != "wall_s":
+            assert none_m[k] == pytest.approx(plain_m[k], rel=1e-12, nan_ok=True), k
+    assert none_m["mat_predictions"] == 0 and none_m["mat_decisions"] > 0
+    assert oracle_m["mat_predictions"] >= oracle_m["mat_decisions"] > 0
+    assert oracle_m["io_hit_ratio"] > lru_m["io_hit_ratio"]
+
+
 def test_objects_json():
     p = flashml("sim", "objects", "--trace", CLOUDPHYSICS, "--format", "cloudphysics",
                 "--policy", "lru", "--capacity", "1MiB", "--json")
@@ -115,6 +135,11 @@ def test_objects_json():
     (["sim", "run", "--trace", "{trace}", "--admission", "rejectx", "--rejectx-factor", "nan"],
      2, "--rejectx-factor"),
     (["sim", "run", "--trace", "{trace}", "--admission", "rejectx_blocks"], 2, "invalid choice"),
+    (["sim", "run", "--trace", "{trace}", "--mat", "{missing}"], 1, "no such eviction policy"),
+    (["sim", "run", "--trace", "{trace}", "--mat-k", "2"], 1, "--mat-k needs --mat"),
+    (["sim", "run", "--trace", "{trace}", "--mat", "oracle", "--eviction", "fifo"], 1, "MAT"),
+    (["sim", "run", "--trace", "{trace}", "--mat", "oracle", "--policy", "{short}"], 1,
+     "--mat with --policy"),
     (["sim", "objects", "--trace", "{cp}", "--capacity", "4XB"], 1, "unknown capacity unit"),
     (["sim", "objects", "--trace", "{cp}", "--capacity", "0obj"], 1, "capacity must be > 0"),
     (["sim", "objects", "--trace", "{missing}", "--capacity", "4MiB"], 1, "no such file"),

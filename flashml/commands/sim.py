@@ -103,18 +103,40 @@ def cmd_run(args: argparse.Namespace) -> int:
         capacity_segments(cfg)  # validates the whole config before anything else is read
     except ValueError as e:
         raise UserError(str(e)) from None
+    if args.mat is not None and args.policy is not None:
+        raise UserError("--mat with --policy: MAT's eviction runs with per-access admission "
+                        "arrays; give the scores with --admission threshold --arrays FILE")
+    if args.mat_k is not None and args.mat is None:
+        raise UserError("--mat-k needs --mat")
     if args.policy is not None:
         res = _run_policy(args, df, cfg)
     else:
         arrays = _policy_arrays(args, df, df.height)
         try:
-            res = simulate(df, cfg, **arrays)
+            if args.mat is not None:
+                res = _run_mat(args, df, cfg, arrays)
+            else:
+                res = simulate(df, cfg, **arrays)
         except ValueError as e:
             raise UserError(f"{args.trace}: {e}") from None
     if args.series_out is not None:
         _write_series(res.series, Path(args.series_out))
     _print_metrics(res.metrics, args.json)
     return 0
+
+
+def _run_mat(args: argparse.Namespace, df: Any, cfg: Any, arrays: dict[str, Any]) -> Any:
+    """--mat PREDICTOR: MAT evicts at the tail of the block LRU (simulate_mat_flash)."""
+    from flashml.simulation import simulate_mat_flash
+
+    pred: Any = args.mat
+    if pred not in ("none", "oracle"):
+        pred = Path(pred)
+        if not pred.exists():
+            raise UserError(f"{pred}: no such eviction policy (a `flashml compile -o DIR` "
+                            "folder of a bundle with an eviction model, or its .so)")
+    knobs = {} if args.mat_k is None else {"k": args.mat_k}
+    return simulate_mat_flash(df, cfg, **arrays, predictor=pred, mat=knobs)
 
 
 def _run_policy(args: argparse.Namespace, df: Any, cfg: Any) -> Any:
@@ -328,6 +350,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="cache capacity in segments at trace scale (overrides --cache-gb)")
     p.add_argument("--eviction", choices=("lru", "fifo"), default="lru",
                    help="eviction policy (default lru)")
+    p.add_argument("--mat", default=None, metavar="PREDICTOR",
+                   help="evict by MAT at the tail of the block LRU (learned eviction; needs "
+                   "--eviction lru and block recency): none (exactly LRU), oracle (each "
+                   "block's next GET) or a compiled policy folder/.so with an eviction model; "
+                   "adds mat_decisions, predictions_per_eviction, ns_per_eviction")
+    p.add_argument("--mat-k", type=_float, default=None, metavar="K",
+                   help="MAT's target predictions per eviction (default: the policy's, else 2)")
     p.add_argument("--no-block-recency", action="store_true",
                    help="refresh only the accessed segments, not every cached segment of the "
                    "block (block-level recency is on by default, as in the artifact)")
