@@ -271,3 +271,19 @@ def test_sim_cli_with_policy(bundle, work, cli) -> None:
                                                 warmup_s=3600.0))
     cli_metrics.pop("wall_s")
     assert cli_metrics == json.loads(json.dumps(_metrics(res)))
+
+
+def test_when_matrix_is_the_range_features_then_the_range() -> None:
+    """ML-When's rows: the contract's range features of each row, then its predicted start
+    and end (a slow obvious column_stack), the same from the features or from the range
+    features already taken out."""
+    from flashml.features.contract import contract
+
+    rng = np.random.default_rng(3)
+    feats = rng.random((50, contract().num_features))
+    start, end = rng.integers(0, 60, 50), rng.integers(0, 60, 50)
+    idx = contract().indices("range")
+    want = np.column_stack([feats[:, idx], start.astype(float), end.astype(float)])
+    assert np.array_equal(when_matrix(feats, start, end), want)
+    assert np.array_equal(when_matrix(None, start, end, range_x=feats[:, idx]), want)
+    assert when_matrix(feats, start, end).flags.c_contiguous

@@ -139,6 +139,7 @@ def test_mat_bad_input(state: None, tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--model-sizes", "32"], "--model-sizes"),
         (["--model-sizes", "32x1"], "--model-sizes"),
         (["--windows", "1"], "--windows"),
+        (["--baselines", "lru,nope"], "--baselines: unknown 'nope'"),
     ):
         rc = cli.main(["mat", "run", "--trace", str(TRACE), "--format", "cloudphysics",
                        "--out", str(out), *args])

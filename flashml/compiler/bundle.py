@@ -131,12 +131,20 @@ def round_range(start: Any, end: Any,
     return s.astype(np.int64), np.maximum(e, s).astype(np.int64)
 
 
-def when_matrix(features: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """ML-When's input rows: the range features of the admission matrix + predicted range."""
-    idx = contract().indices("range")
-    x = np.asarray(features, dtype=np.float64)[:, idx]
-    return np.ascontiguousarray(np.column_stack([x, np.asarray(start, dtype=np.float64),
-                                                 np.asarray(end, dtype=np.float64)]))
+def when_matrix(features: np.ndarray | None, start: np.ndarray, end: np.ndarray, *,
+                range_x: np.ndarray | None = None) -> np.ndarray:
+    """ML-When's input rows: the range features of the admission matrix + predicted range.
+    `range_x`: those range features already taken out of `features` (then `features` is
+    not read). One output array filled in place (at 10 M rows a gather, a column_stack and
+    a copy took 2.4 s)."""
+    if range_x is None:
+        range_x = np.asarray(features, dtype=np.float64)[:, contract().indices("range")]
+    r = range_x.shape[1]
+    out = np.empty((range_x.shape[0], r + 2), dtype=np.float64)
+    out[:, :r] = range_x
+    out[:, r] = start
+    out[:, r + 1] = end
+    return out
 
 
 def _finite(name: str, v: Any) -> float:

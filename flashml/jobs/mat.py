@@ -125,7 +125,20 @@ class MatSettings:
                    trials=args.trials, memory_window=args.memory_window,
                    label_horizon=args.label_horizon, size_exponent=args.size_exponent,
                    model_sizes=sizes, windows=args.windows,
-                   baselines=tuple(b for b in args.baselines.split(",") if b))
+                   baselines=_baselines(args.baselines))
+
+
+def _baselines(text: str) -> tuple[str, ...]:
+    """`lru,lrb` -> ("lru", "lrb"); empty or `none`: no libCacheSim baselines."""
+    from flashml.policies.object_baselines import POLICIES
+
+    names = tuple(dict.fromkeys(b.strip().lower() for b in text.split(",") if b.strip()))
+    if names in ((), ("none",)):
+        return ()
+    if unknown := [b for b in names if b not in POLICIES]:
+        raise UserError(f"--baselines: unknown {', '.join(map(repr, unknown))}; known: "
+                        f"{', '.join(POLICIES)} (or none)")
+    return names
 
 
 def _model_sizes(text: str) -> tuple[tuple[int, int], ...]:
@@ -197,7 +210,8 @@ def add_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--windows", type=int, default=d.windows,
                    help="equal windows for the periodic-retraining emulation (0: off)")
     p.add_argument("--baselines", default=",".join(d.baselines),
-                   help="libCacheSim baselines beside ours (empty: none)")
+                   help="libCacheSim baselines beside ours, comma-separated (none or empty: "
+                   "none)")
 
 
 # --- stages --------------------------------------------------------------------------------

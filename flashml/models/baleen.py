@@ -105,8 +105,10 @@ def score_all(policy: LearnedPolicy, feats: np.ndarray, c: Contract | None = Non
     x = feats if cols == list(range(feats.shape[1])) else feats[:, cols]
     out = {"score": predict(policy.admission, x)}
     if policy.range_start is not None:
-        rX = feats[:, c.indices("range")]
+        rX = np.ascontiguousarray(feats[:, c.indices("range")], dtype=np.float64)
         ps, pe = round_range(predict(policy.range_start, rX), predict(policy.range_end, rX))
+        wm = when_matrix(None, ps, pe, range_x=rX)
+        del rX
         out |= {"prefetch_start": ps, "prefetch_end": pe,
-                "when_score": predict(policy.when, when_matrix(feats, ps, pe))}
+                "when_score": predict(policy.when, wm)}
     return out
