@@ -350,6 +350,13 @@ def interval_bounds_by_time(time: np.ndarray, interval_s: float) -> np.ndarray:
     return np.searchsorted(index, np.arange(n_intervals), side="left").astype(np.int64)
 
 
+def _policy_arrays(**given: Any) -> dict[str, np.ndarray]:
+    """The per-access policy arrays given (None: not given), typed as the simulator reads
+    them (POLICY_ARRAYS)."""
+    return {name: _as_array(values, POLICY_ARRAYS[name], name)
+            for name, values in given.items() if values is not None}
+
+
 def simulate(table: Any, config: SimConfig | None = None, *, admit: Any = None,
              score: Any = None, prefetch_start: Any = None, prefetch_end: Any = None,
              when_score: Any = None, partition: FlashPartition | None = None) -> SimResult:
@@ -361,11 +368,9 @@ def simulate(table: Any, config: SimConfig | None = None, *, admit: Any = None,
     segments applied), "resize_evictions" and "fallbacks"."""
     config = config or SimConfig()
     cols = trace_arrays(table)
-    policy: dict[str, Any] = {}
-    for name, values in (("admit", admit), ("score", score), ("prefetch_start", prefetch_start),
-                         ("prefetch_end", prefetch_end), ("when_score", when_score)):
-        if values is not None:
-            policy[name] = _as_array(values, POLICY_ARRAYS[name], name)
+    policy: dict[str, Any] = _policy_arrays(
+        admit=admit, score=score, prefetch_start=prefetch_start, prefetch_end=prefetch_end,
+        when_score=when_score)
     if partition is not None:
         if not isinstance(partition, FlashPartition):
             raise TypeError(f"partition must be a FlashPartition, got {type(partition).__name__}")
@@ -627,11 +632,8 @@ def simulate_mat_flash(table: Any, config: SimConfig | None = None, *, admit: An
         raise ValueError(f"unknown MAT knob(s) {', '.join(map(repr, unknown))}; known: "
                          f"{', '.join(MAT_KNOBS)}")
     cols = trace_arrays(table)
-    policy: dict[str, Any] = {}
-    for name, values in (("admit", admit), ("score", score), ("prefetch_start", prefetch_start),
-                         ("prefetch_end", prefetch_end), ("when_score", when_score)):
-        if values is not None:
-            policy[name] = _as_array(values, POLICY_ARRAYS[name], name)
+    policy = _policy_arrays(admit=admit, score=score, prefetch_start=prefetch_start,
+                            prefetch_end=prefetch_end, when_score=when_score)
     out = _core().simulate_mat_flash(
         cols["time"], cols["key"], cols["offset"], cols["size"], cols["op"], config.to_dict(),
         **policy, predictor=_evict_predictor(predictor), collect_samples=bool(collect_samples),

@@ -134,6 +134,23 @@ fn opt_slice<'a, T: Element>(
     a.as_ref().map(|a| slice(name, a)).transpose()
 }
 
+/// The per-access policy arrays given to a flash-mode simulation (each optional).
+fn policy_arrays<'a>(
+    admit: &'a Option<PyReadonlyArray1<'_, u8>>,
+    score: &'a Option<PyReadonlyArray1<'_, f64>>,
+    prefetch_start: &'a Option<PyReadonlyArray1<'_, i64>>,
+    prefetch_end: &'a Option<PyReadonlyArray1<'_, i64>>,
+    when_score: &'a Option<PyReadonlyArray1<'_, f64>>,
+) -> PyResult<PolicyArrays<'a>> {
+    Ok(PolicyArrays {
+        admit: opt_slice("admit", admit)?,
+        score: opt_slice("score", score)?,
+        prefetch_start: opt_slice("prefetch_start", prefetch_start)?,
+        prefetch_end: opt_slice("prefetch_end", prefetch_end)?,
+        when_score: opt_slice("when_score", when_score)?,
+    })
+}
+
 /// The declared defaults of every config key, as a dict (sim_params! in config.rs).
 #[pyfunction]
 fn default_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -209,13 +226,7 @@ fn simulate<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = config_from(config)?;
     let trace = trace_of(&time, &key, &offset, &size, &op)?;
-    let arrays = PolicyArrays {
-        admit: opt_slice("admit", &admit)?,
-        score: opt_slice("score", &score)?,
-        prefetch_start: opt_slice("prefetch_start", &prefetch_start)?,
-        prefetch_end: opt_slice("prefetch_end", &prefetch_end)?,
-        when_score: opt_slice("when_score", &when_score)?,
-    };
+    let arrays = policy_arrays(&admit, &score, &prefetch_start, &prefetch_end, &when_score)?;
     let part = match (&stream, &bounds, &shares, streams) {
         (None, None, None, None) => None,
         (Some(st), Some(b), Some(sh), Some(k)) => Some(flash::StreamPartition {
@@ -665,13 +676,7 @@ fn simulate_mat_flash<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = config_from(config)?;
     let trace = trace_of(&time, &key, &offset, &size, &op)?;
-    let arrays = PolicyArrays {
-        admit: opt_slice("admit", &admit)?,
-        score: opt_slice("score", &score)?,
-        prefetch_start: opt_slice("prefetch_start", &prefetch_start)?,
-        prefetch_end: opt_slice("prefetch_end", &prefetch_end)?,
-        when_score: opt_slice("when_score", &when_score)?,
-    };
+    let arrays = policy_arrays(&admit, &score, &prefetch_start, &prefetch_end, &when_score)?;
     let (kind, lib) = evict_predictor(predictor)?;
     let so = lib.as_ref();
     let knobs = MatKnobs {
