@@ -32,10 +32,9 @@ def main(argv: list[str]) -> int:
     sys.stdout = sys.stderr
 
     from flashml.config import DEFAULTS
-    from flashml.cores import machine
     from flashml.jobs import baleen
     from flashml.jobs.run import RunDir
-    from flashml.models.sweep import TrialSetup, serve
+    from flashml.models.sweep import TrialSetup, serve, trial_cores
     from flashml.tracking import setup as tracking_setup
 
     run_dir, study, storage, seed, parent, peak0 = argv
@@ -48,7 +47,7 @@ def main(argv: list[str]) -> int:
                        float(peak0), DEFAULTS.target_write_rate_mbps, run.work / "sweep",
                        s.gbm, s.loop, study, baleen.learned_config(run, s),
                        None if s.sweep_cold else baleen.warm_start(run, s),
-                       cores=max(1, machine() // max(1, s.sweep_workers)))
+                       cores=trial_cores(s.sweep_workers))
     serve(setup, storage, int(seed), parent, sys.stdin, replies)
     return 0
 

@@ -124,6 +124,12 @@ class TrialSetup:
     cores: int | None = None
 
 
+def trial_cores(workers: int) -> int | None:
+    """`TrialSetup.cores` for a sweep of `workers` processes on this machine (the same machine
+    assumed): the machine's cores shared by the trials that run at once; None with one."""
+    return max(1, machine_cores() // workers) if workers > 1 else None
+
+
 def open_study(study_name: str, storage: str, seed: int) -> Any:
     """The sweep's study (created on first use). Its write rates are enqueued (`grid`); the
     sampler draws only a cold trial's starting eviction age. A sqlite storage waits up to a
@@ -389,10 +395,8 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     workers = max(1, workers) if spawn is not None else 1
     study.set_user_attr("workers", workers)
     study.set_user_attr("design", "grid: the target, then log-spaced points over the range")
-    # trials running at once on this machine share its cores (workers: same machine assumed)
     setup = TrialSetup(df, table, feats, base, peak0, wr0_mbps, workdir, gbm, loop, study_name,
-                       final_base, warm,
-                       cores=max(1, machine_cores() // workers) if workers > 1 else None)
+                       final_base, warm, cores=trial_cores(workers))
 
     from tqdm import tqdm
 
@@ -425,19 +429,13 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         def feed(w: Worker) -> None:
             try:
                 w.ready()
-            except Exception as e:
+                while (params := take()) is not None:
+                    w.run(params, list(bounds))
+                    with lock:
+                        bar.update(1)
+            except Exception as e:  # the worker failed or died: the sweep fails
                 with lock:
                     failed.append(str(e))
-                return
-            while (params := take()) is not None:
-                try:
-                    w.run(params, list(bounds))
-                except Exception as e:  # the worker failed or died: the sweep fails
-                    with lock:
-                        failed.append(str(e))
-                    return
-                with lock:
-                    bar.update(1)
 
         feeders = [threading.Thread(target=feed, args=(w,), daemon=True) for w in pool]
         for f in feeders:

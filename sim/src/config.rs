@@ -25,6 +25,14 @@ pub enum EvictionKind {
 }
 
 impl EvictionKind {
+    /// The name `parse` reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            EvictionKind::Lru => "lru",
+            EvictionKind::Fifo => "fifo",
+        }
+    }
+
     pub fn parse(s: &str) -> Result<Self, SimError> {
         match s.to_ascii_lowercase().as_str() {
             "lru" => Ok(EvictionKind::Lru),

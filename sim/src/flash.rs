@@ -476,12 +476,10 @@ fn run_policies(
     prefetch: &mut dyn Prefetch,
     part: Option<&StreamPartition>,
 ) -> FlashResult {
-    let mut result = match cfg.eviction {
+    match cfg.eviction {
         EvictionKind::Lru => run_orders(Lru::new, trace, cfg, admission, prefetch, part),
         EvictionKind::Fifo => run_orders(Fifo::new, trace, cfg, admission, prefetch, part),
-    };
-    result.info.rejectx_history = cfg.rejectx_history() as u64;
-    result
+    }
 }
 
 /// Run with one eviction order of `new`'s kind for the whole cache, or one per stream.
@@ -1293,7 +1291,7 @@ impl<'c, E: Eviction, L: Orders<E>> FlashSim<'c, E, L> {
             trace_seconds: span,
             windows: n_windows as u64,
             measured_windows: measured.len() as u64,
-            rejectx_history: 0,
+            rejectx_history: self.cfg.rejectx_history() as u64,
             peak_cached_blocks: self.peak_blocks,
             streams: L::PARTITIONED.then(|| std::mem::take(&mut self.streams)),
         };

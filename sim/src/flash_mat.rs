@@ -300,10 +300,7 @@ pub fn simulate_mat_flash<P: Predictor>(
         return err(format!(
             "MAT in flash mode needs LRU eviction with block-level recency (its eviction unit \
              is the block); got eviction {} with block_level_recency = {}",
-            match cfg.eviction {
-                EvictionKind::Lru => "lru",
-                EvictionKind::Fifo => "fifo",
-            },
+            cfg.eviction.name(),
             cfg.block_level_recency
         ));
     }
@@ -319,7 +316,6 @@ pub fn simulate_mat_flash<P: Predictor>(
     let orders = MatOrders::new(params, predictor, dense, trace.size);
     let mut sim: FlashSim<'_, Lru, MatOrders<'_, P>> = FlashSim::new(cfg, orders, 1);
     let mut flash = sim.run(trace, admission.as_mut(), prefetch.as_mut(), None);
-    flash.info.rejectx_history = cfg.rejectx_history() as u64;
     let mut o = sim.orders;
     o.mat.stats.decision_ns = o.clock.total_ns();
     flash.metrics.wall_s = start.elapsed().as_secs_f64();
