@@ -14,7 +14,10 @@
    ratio on src11-, prn0- and map-like at 5% of the working set; and overwrites (Fig. 13b):
    web-like at Zipf 0.8 with 0, 0.5 and 1 overwrite per read, LRU+, S2LRU+, Pannier and MQ.
 3. TIRE's budget: on the four presets at 2.5/5/10%, Pannier under TIRE at 50% and 75% of its
-   own erasure rate: the read-hit loss against no TIRE and the worst quantum against K x q.
+   own erasure rate (the issue's target, loss < 10%, is stated at 75%): the read-hit loss
+   against no TIRE, the worst quantum against K x q, the total against the budget (final
+   credit >= 0: at most q per quantum plus the one-quantum starting credit) and the quanta
+   blocked whole (credit <= 0 at their start).
 4. Speed: block accesses per second of every policy on a 2 M-request src11-like trace, and
    per-block LRU side by side with libCacheSim's LRU on the same block stream (reads only,
    count capacity; the hits must be equal).
@@ -147,14 +150,26 @@ def tire_budgets(quick: bool) -> dict[str, Any]:
                 rows[frac].append({
                     "trace": pre, "size": pct,
                     "loss": 1 - t["read_hit_ratio"] / free["read_hit_ratio"],
-                    "within": bool(t["quanta_erasures"].max() <= 4 * t["quota"] + 1)})
+                    "within": bool(t["quanta_erasures"].max() <= 4 * t["quota"] + 1),
+                    "max_quantum_erasures": int(t["quanta_erasures"].max()),
+                    "quota": float(t["quota"]), "erasures": int(t["erasures"]),
+                    "erasure_cut": 1 - t["erasures"] / max(free["erasures"], 1),
+                    "final_credit": float(t["final_credit"]),
+                    "within_budget": bool(t["final_credit"] >= 0),
+                    "blocked_quanta": int(np.sum(t["quanta_blocked"])),
+                    "quanta": len(t["quanta_erasures"])})
     out = {f: {"mean_loss": float(np.mean([x["loss"] for x in v])),
                "max_loss": float(np.max([x["loss"] for x in v])),
-               "within": sum(x["within"] for x in v), "runs": len(v), "rows": v}
+               "within": sum(x["within"] for x in v),
+               "within_budget": sum(x["within_budget"] for x in v),
+               "blocked_quanta": sum(x["blocked_quanta"] for x in v), "runs": len(v),
+               "rows": v}
            for f, v in rows.items()}
     for f, v in out.items():
         print(f"  TIRE at {f} of Pannier's rate: read-hit loss {v['mean_loss']:.1%} mean, "
-              f"{v['max_loss']:.1%} max; within K x q {v['within']}/{v['runs']}")
+              f"{v['max_loss']:.1%} max (target < 10% at 0.75); within K x q "
+              f"{v['within']}/{v['runs']}, within the budget {v['within_budget']}/{v['runs']}, "
+              f"{v['blocked_quanta']} quanta blocked whole")
     return out
 
 

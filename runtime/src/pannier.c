@@ -230,7 +230,9 @@ static uint32_t ghost_count(const struct ghost *g, uint64_t key) {
 }
 
 /* ---------- tire.rs: Gate ---------- */
-enum kind { K_CLIENT_WRITE, K_READ_MISS, K_REINSERTION };
+/* K_OVERWRITE: a client write of a block cached in flash, gated like a reinsertion (TIRE's
+ * first interval refuses only writes of blocks the cache does not hold). */
+enum kind { K_CLIENT_WRITE, K_READ_MISS, K_OVERWRITE, K_REINSERTION };
 
 struct gate {
     int on;
@@ -286,14 +288,21 @@ static int gate_finish(struct gate *g, uint64_t erasures) {
     return rc;
 }
 
+/* The quantum's allowance b = min(q, credit at its start): a credit below q scales the ladder
+ * (b, K b] down to it (tire.rs). */
+static double gate_allowance(const struct gate *g) {
+    return g->on ? fmin(g->quota, g->credit) : 0.0;
+}
+
 static uint32_t gate_level(const struct gate *g, uint64_t erasures) {
     if (!g->on) return 0;
     if (g->blocked) return g->steps + 1;
+    double b = gate_allowance(g);
     double e = (double)(erasures - g->e0);
-    if (e <= g->quota) return 0;
-    if (e > g->slack * g->quota) return g->steps + 1;
-    double width = (g->slack - 1.0) * g->quota / (double)g->steps;
-    double x = ceil((e - g->quota) / width); /* Rust's `as u32` saturates (NaN -> 0) */
+    if (e <= b) return 0;
+    if (e > g->slack * b) return g->steps + 1;
+    double width = (g->slack - 1.0) * b / (double)g->steps;
+    double x = ceil((e - b) / width); /* Rust's `as u32` saturates (NaN -> 0) */
     uint32_t i = x != x || x < 0 ? 0 : x >= 4294967295.0 ? UINT32_MAX : (uint32_t)x;
     return i < 1 ? 1 : i > g->steps ? g->steps : i;
 }
@@ -1026,7 +1035,7 @@ static int access_block(struct frt_pn *c, uint64_t page, int write) {
             fail(c, "cannot append", "the invalidation journal");
     }
     pol_on_invalidate(c, id);
-    insert(c, page, K_CLIENT_WRITE, count, c->blk, ver);
+    insert(c, page, K_OVERWRITE, count, c->blk, ver);
     return 1;
 }
 

@@ -1,7 +1,8 @@
 /* test_pannier.c: C unit tests of Pannier's container cache (src/pannier.c) under ASan+UBSan
  * (`make test`) and valgrind (`make valgrind`): the hand examples of sim/src/pannier.rs and
  * sim/src/tire.rs (a fully invalidated container goes first, aging by elapsed lifetimes,
- * promotion after ceil(5%) of the blocks, TIRE's levels at q, 2q, 3q, 4q), nearest-rank, the
+ * promotion after ceil(5%) of the blocks, TIRE's levels at q, 2q, 3q, 4q, overwrites of cached
+ * blocks in interval 1, the ladder scaled to a credit below q), nearest-rank, the
  * bytes, and recovery (the index rebuilt, an overwritten block never served). The decisions on
  * whole traces against the simulator's: tests/test_runtime_pannier.py. */
 #define _GNU_SOURCE
@@ -153,6 +154,40 @@ static void test_tire_levels(void) {
     CHECK(frt_pn_open(&k, err, sizeof err) == NULL && strstr(err, "smaller than a block"), "%s", err);
 }
 
+static void test_tire_overwrites_and_low_credit(void) {
+    /* q = 10 (288 one-block containers), LRU+. Quantum 0: 288 read misses fill the cache, 16
+     * more evict 16 (erasure 11..16 are interval 1 (10, 20]: read misses still go in). In
+     * interval 1 an overwrite of a cached block is admitted (one more seal, erasure 17), a
+     * write of a block not in the cache is refused. Quantum 1 starts with credit
+     * 10 + (10 - 17) = 3 < q: the ladder is (3, 12] in intervals of 3 (tire.rs). */
+    struct frt_pn_config k;
+    frt_pn_config_default(&k);
+    k.policy = FRT_PN_LRU_PLUS;
+    k.container_bytes = 4096;
+    k.cache_bytes = 288 * 4096;
+    k.has_tire = 1;
+    k.tire_epbpd = 10.0;
+    char err[256];
+    frt_pn *c = frt_pn_open(&k, err, sizeof err);
+    CHECK(c != NULL, "%s", err);
+    if (!c) return;
+    frt_pn_tick(c, 0.0);
+    for (uint64_t p = 0; p < 304; p++) CHECK(rd(c, p) == 0, "cold miss %llu", (unsigned long long)p);
+    CHECK(frt_pn_counters(c)->erasures == 16, "%llu erasures", (unsigned long long)frt_pn_counters(c)->erasures);
+    CHECK(frt_pn_tire_level(c, 16) == 1, "interval 1");
+    CHECK(wr(c, 303) == 1, "an overwrite of a cached block");
+    CHECK(frt_pn_counters(c)->rejected_pages == 0 && frt_pn_counters(c)->erasures == 17, "admitted");
+    CHECK(wr(c, 5000) == 0, "a new write");
+    CHECK(frt_pn_counters(c)->rejected_pages == 1, "refused");
+    CHECK(rd(c, 303) == 1, "303 still cached");
+    frt_pn_tick(c, 300.0);
+    CHECK(fabs(frt_pn_credit(c) - 3.0) < 1e-12, "credit %g", frt_pn_credit(c));
+    const uint64_t e[] = {0, 3, 4, 6, 7, 9, 10, 12, 13};
+    const uint32_t lv[] = {0, 0, 1, 1, 2, 2, 3, 3, 4};
+    for (int i = 0; i < 9; i++) CHECK(frt_pn_tire_level(c, 17 + e[i]) == lv[i], "17 + %llu erasures: level %u", (unsigned long long)e[i], frt_pn_tire_level(c, 17 + e[i]));
+    frt_pn_close(c);
+}
+
 static void test_nearest_rank(void) {
     uint64_t xs[100];
     for (int i = 0; i < 100; i++) xs[i] = (uint64_t)(100 - i);
@@ -229,6 +264,7 @@ int main(int argc, char **argv) {
     test_copy_forward();
     test_promotion();
     test_tire_levels();
+    test_tire_overwrites_and_low_credit();
     test_nearest_rank();
     test_bytes_and_recovery(dir, 1);
     test_bytes_and_recovery(dir, 0); /* without the journal: the version log alone */

@@ -714,7 +714,9 @@ impl<P: ContainerPolicy> BlockCache for ContainerCache<P> {
         self.st.index.remove(&page);
         self.policy.on_block_invalidate(page);
         self.policy.on_invalidate(&mut self.st, id);
-        self.insert(page, InsertKind::ClientWrite, count);
+        // The new data of a block cached in flash: gated as an overwrite (TIRE's first
+        // interval still admits it; only writes of blocks not in the cache are new writes).
+        self.insert(page, InsertKind::Overwrite, count);
         true
     }
 
@@ -829,6 +831,38 @@ mod tests {
         read(&mut c, 9);
         assert!(read(&mut c, 1));
         assert!(!read(&mut c, 2));
+    }
+
+    #[test]
+    fn tire_interval_1_keeps_overwrites_of_cached_blocks_but_not_new_writes() {
+        // LRU+ with 3 containers of 2 blocks; TIRE with q = 1 erasure per quantum, K = 4, 3
+        // intervals: (1, 2] is interval 1.
+        let mut c = ContainerCache::lru_plus(&cfg(3, 2));
+        for p in 0..6 {
+            read(&mut c, p);
+        }
+        let tire = crate::tire::TireConfig {
+            quota: 1.0,
+            slack: 4.0,
+            steps: 3,
+            quantum_s: 300.0,
+        };
+        c.st.gate = Gate::new(Some(tire), 300.0);
+        c.tick(0.0);
+        // Two more containers evict {0,1} then {2,3}: 2 erasures -> interval 1.
+        for p in 6..10 {
+            read(&mut c, p);
+        }
+        assert_eq!(c.st.c.erasures, 2);
+        assert_eq!(c.st.gate.level(2), 1);
+        // Block 4 is cached in flash: its overwrite is admitted (to the open container).
+        assert!(write(&mut c, 4));
+        assert_eq!(c.st.c.rejected_pages, 0);
+        // Block 100 is not cached: a new write, refused.
+        assert!(!write(&mut c, 100));
+        assert_eq!(c.st.c.rejected_pages, 1);
+        assert!(read(&mut c, 4));
+        assert!(!read(&mut c, 100));
     }
 
     /// A Pannier cache with a fixed lifetime and no packing, for hand examples.

@@ -3,19 +3,33 @@
 //!
 //! Time is split into quanta (5 min). The erasure credit carries unused quota over:
 //! `credit(t) = credit(t-1) + (q - E(t-1))`, where E is the erasures of the quantum. Within a
-//! quantum, with `e` the erasures so far:
+//! quantum, with `e` the erasures so far and `b = min(q, credit(t))` the quantum's allowance:
 //!
 //! | condition                  | admitted                                                |
 //! |----------------------------|---------------------------------------------------------|
 //! | credit <= 0 at its start   | nothing this quantum                                    |
-//! | e <= q                     | everything                                              |
-//! | (q, K q] in `steps` equal intervals: 1st | read misses and reinsertions, no client writes |
-//! | 2nd, 3rd, ...              | read misses and reinsertions with access count >= 1, 2, ... |
-//! | e > K q                    | nothing until the next quantum                          |
+//! | e <= b                     | everything                                              |
+//! | (b, K b] in `steps` equal intervals: 1st | read misses, overwrites, reinsertions; no new writes |
+//! | 2nd, 3rd, ...              | the same with access count >= 1, 2, ...                 |
+//! | e > K b                    | nothing until the next quantum                          |
 //!
-//! Choices where the paper is silent, stated here once: the credit starts at one quantum's
-//! quota (a credit of 0 would block the first quantum); the access count is the number of
-//! earlier accesses of the block the ghost cache remembers (not counting the current one).
+//! With a credit of at least q this is the paper's Table 1 as printed (b = q). Choices where
+//! the paper is silent or ambiguous, stated here once:
+//! * The credit starts at one quantum's quota (a credit of 0 would block the first quantum).
+//! * The access count is the number of earlier accesses of the block the ghost cache
+//!   remembers (not counting the current one).
+//! * A credit in (0, q) at a quantum's start scales the whole ladder down to it (b = credit:
+//!   everything up to `credit` erasures, the steps over (credit, K credit]). The credit is
+//!   "the running credit of erasures allowed" (§3.1); Table 1 reads literally (b = q) lets a
+//!   quantum that starts with almost no credit spend q unthrottled plus the slack, drive the
+//!   credit negative and block the whole next quantum, so under a binding budget the
+//!   controller alternates between a full slack and a blocked quantum. Rule 1 (credit <= 0:
+//!   nothing) is the limit b <= 0 of the same rule. The per-quantum bound K b <= K q holds.
+//! * "Writes (new dirty data from a client)", refused from the first interval on, are writes
+//!   of blocks the cache does not hold. An overwrite of a block cached in flash
+//!   ([`InsertKind::Overwrite`]) keeps a block that is already cached (its old copy is
+//!   invalidated either way) and is gated like a reinsertion: refusing it drops a cached,
+//!   often hot, block, which the next read of it has to bring back as a read miss.
 
 use crate::config::{err, SimError};
 
@@ -26,6 +40,9 @@ pub enum InsertKind {
     ClientWrite,
     /// A block read from the backend after a read miss.
     ReadMiss,
+    /// A client write of a block cached in flash (the old copy is invalidated; the new data
+    /// keeps the block cached): gated like a reinsertion, not like a new write.
+    Overwrite,
     /// A block copied forward from an evicted container (or by the FTL's own GC: never gated).
     Reinsertion,
 }
@@ -174,6 +191,11 @@ impl Gate {
         self.credit
     }
 
+    /// The quantum's allowance b = min(q, credit at its start) (0 without TIRE).
+    pub fn allowance(&self) -> f64 {
+        self.cfg.map_or(0.0, |c| c.quota.min(self.credit))
+    }
+
     /// The step the controller is at with `erasures` so far: 0 = admit all, 1..=steps the
     /// throttled intervals, steps + 1 = admit nothing (also when blocked).
     pub fn level(&self, erasures: u64) -> u32 {
@@ -181,16 +203,17 @@ impl Gate {
         if self.blocked {
             return c.steps + 1;
         }
+        let b = self.allowance();
         let e = (erasures - self.erasures_at_start) as f64;
-        if e <= c.quota {
+        if e <= b {
             return 0;
         }
-        if e > c.slack * c.quota {
+        if e > c.slack * b {
             return c.steps + 1;
         }
-        let width = (c.slack - 1.0) * c.quota / c.steps as f64;
-        // e in (q + (i-1) w, q + i w] -> step i.
-        let i = ((e - c.quota) / width).ceil() as u32;
+        let width = (c.slack - 1.0) * b / c.steps as f64;
+        // e in (b + (i-1) w, b + i w] -> step i.
+        let i = ((e - b) / width).ceil() as u32;
         i.clamp(1, c.steps)
     }
 
@@ -276,6 +299,71 @@ mod tests {
         assert!(g.series[1].blocked);
         g.finish(40);
         assert_eq!(g.series.last().unwrap().erasures, 5);
+    }
+
+    #[test]
+    fn overwrites_of_cached_blocks_pass_interval_1_new_writes_do_not() {
+        // q = 10, K = 4, 3 intervals (credit 10 = q, so b = q).
+        let g = gate(10.0);
+        use InsertKind::*;
+        assert_eq!(g.allowance(), 10.0);
+        // Interval 1 (10, 20]: a write of a block not in the cache is refused, an overwrite of
+        // a cached one is admitted whatever its count, as a read miss would be.
+        assert!(!g.admit(ClientWrite, 9, 15));
+        assert!(g.admit(Overwrite, 0, 15));
+        // Intervals 2 and 3: overwrites need access count >= 1, 2 like read misses.
+        assert!(!g.admit(Overwrite, 0, 25));
+        assert!(g.admit(Overwrite, 1, 25));
+        assert!(!g.admit(Overwrite, 1, 35));
+        assert!(g.admit(Overwrite, 2, 35));
+        assert!(!g.admit(Overwrite, 255, 41));
+    }
+
+    #[test]
+    fn a_credit_below_q_scales_the_ladder_down() {
+        // q = 10: quantum 0 uses 16 erasures -> credit 10 + (10 - 16) = 4 at quantum 1's
+        // start, so b = min(10, 4) = 4: everything up to 4 erasures, then (4, 16] in three
+        // intervals of width (4 - 1) x 4 / 3 = 4: (4, 8], (8, 12], (12, 16]; beyond K b = 16
+        // nothing. (Table 1 as printed would admit everything up to 10 and stop at 40.)
+        let mut g = gate(10.0);
+        g.tick(300.0, 16);
+        assert_eq!(g.credit(), 4.0);
+        assert_eq!(g.allowance(), 4.0);
+        use InsertKind::*;
+        for (e, level) in [
+            (0, 0),
+            (4, 0),
+            (5, 1),
+            (8, 1),
+            (9, 2),
+            (12, 2),
+            (13, 3),
+            (16, 3),
+            (17, 4),
+        ] {
+            assert_eq!(g.level(16 + e), level, "erasures {e} into quantum 1");
+        }
+        assert!(g.admit(ClientWrite, 0, 16 + 4));
+        assert!(!g.admit(ClientWrite, 9, 16 + 5));
+        assert!(g.admit(ReadMiss, 0, 16 + 5));
+        assert!(!g.admit(ReadMiss, 0, 16 + 9));
+        assert!(g.admit(Reinsertion, 1, 16 + 9));
+        assert!(!g.admit(Overwrite, 1, 16 + 13));
+        assert!(g.admit(Overwrite, 2, 16 + 16));
+        assert!(!g.admit(ReadMiss, 255, 16 + 17));
+        // Quantum 1 uses 6: credit 4 + (10 - 6) = 8; quantum 2 uses 0: credit 18. A credit
+        // above q does not raise the allowance: b = q = 10 as in Table 1.
+        g.tick(600.0, 22);
+        assert_eq!(g.allowance(), 8.0);
+        g.tick(900.0, 22);
+        assert_eq!(g.credit(), 18.0);
+        assert_eq!(g.allowance(), 10.0);
+        assert_eq!(g.level(22 + 10), 0);
+        assert_eq!(g.level(22 + 11), 1);
+        assert_eq!(g.level(22 + 40), 3);
+        assert_eq!(g.level(22 + 41), 4);
+        // Without TIRE there is no allowance.
+        assert_eq!(Gate::new(None, 300.0).allowance(), 0.0);
     }
 
     #[test]
