@@ -502,14 +502,18 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     loop = run.cache.get("loop")
     arrays = loop.arrays if loop is not None else score_all(_learned(run), feats)
     with timer.stage("baleen_admission_only"):
-        tuned["baleen_admission_only"] = tune_threshold(df, learned_base, target,
-                                                        {"score": arrays["score"]})
+        # aimed by the shipped policy's search (the same scores with prefetch)
+        tuned["baleen_admission_only"] = tune_threshold(
+            df, learned_base, target, {"score": arrays["score"]},
+            hint=loop.tuned.points if loop is not None else None)
         pol["baleen_admission_only"] = _metrics(tuned["baleen_admission_only"], "threshold")
     with timer.stage("baleen_flat_threshold"):  # what the peak schedule adds
         wt = read_policy_json(policy_dir(run))["when_threshold"]
+        # the loop's own last search is this one (same arrays, config and target): its
+        # points put it on target at once
         tuned["baleen_flat_threshold"] = tune_threshold(
             df, base.replace(when_threshold=wt), target, arrays, prefetch="range",
-            prefetch_when="score")
+            prefetch_when="score", known=loop.points if loop is not None else None)
         pol["baleen_flat_threshold"] = _metrics(tuned["baleen_flat_threshold"], "threshold")
     # CacheLib-ML-like is trained on the episodes of Baleen's converged eviction age and K
     # (one training instead of one per K candidate): the baselines differ in features only

@@ -66,11 +66,18 @@ class WarmStart:
     #: (`Tuned.points`): each trial's first threshold search starts from them and adds its
     #: own, so later trials in the same process bracket their target at once.
     points: list[tuple[float, float]] = field(default_factory=list)
+    #: The loop's last ML-When choice's search points by candidate (a trial's own choice,
+    #: with its retrained model, aims with them).
+    when_points: dict[float, list[tuple[float, float]]] = field(default_factory=dict)
+    #: The loop's final search's points (under `final_base`): a trial's final search aims
+    #: with them (the peak schedule shapes the rate more than the model does).
+    final_points: list[tuple[float, float]] = field(default_factory=list)
 
     @classmethod
     def from_loop(cls, loop: LoopResult, default_k: int) -> WarmStart:
         return cls(loop.eviction_age_s, int(loop.extra.get("accesses_per_episode", default_k)),
-                   loop.policy, loop.arrays, loop.when_threshold, list(loop.points))
+                   loop.policy, loop.arrays, loop.when_threshold, list(loop.points),
+                   dict(loop.when_points), list(loop.final_points))
 
 
 @dataclass
@@ -87,6 +94,10 @@ class LoopResult:
     extra: dict[str, Any] = field(default_factory=dict)
     #: The last iteration's threshold-search points (`Tuned.points`, before `final_base`).
     points: list[tuple[float, float]] = field(default_factory=list)
+    #: The last ML-When choice's threshold-search points by candidate.
+    when_points: dict[float, list[tuple[float, float]]] = field(default_factory=dict)
+    #: The final search's points (under `final_base`; empty without one).
+    final_points: list[tuple[float, float]] = field(default_factory=list)
 
     def report(self) -> str:
         lines = [f"{'iter':>4} {'assumed EA s':>13} {'measured EA s':>14} {'threshold':>10} "
@@ -109,21 +120,42 @@ def training_day(df: pl.DataFrame, base: SimConfig,
 
 def select_when_threshold(df: pl.DataFrame, arrays: dict[str, np.ndarray], base: SimConfig,
                           target_mbps: float, train_seconds: float,
-                          candidates: tuple[float, ...]) -> tuple[float, dict[float, float]]:
+                          candidates: tuple[float, ...],
+                          points: dict[float, list[tuple[float, float]]] | None = None
+                          ) -> tuple[float, dict[float, float]]:
     """The ML-When threshold with the lowest peak DT on the training window (the first day,
     simulated from a cold cache with no warm-up), each at the target write rate. Chosen on
-    training data only, so the evaluation days stay held out."""
+    training data only, so the evaluation days stay held out. `points`: by candidate, the
+    threshold-search points of an earlier choice (another model's: its searches aim with
+    them, `tune_to_write_rate`'s hint), replaced by this choice's."""
     n, sub, cfg = training_day(df, base, train_seconds)
     if n < 2 or len(candidates) == 1:
         return candidates[0], {}
     sub_arrays = {k: v[:n] for k, v in arrays.items()}
+    hints = dict(points or {})
+    found: dict[float, list[tuple[float, float]]] = {}
 
-    def peak(wt: float) -> float:
+    def peak(wt: float, hint: list[tuple[float, float]] | None) -> float:
         t = tune_threshold(sub, cfg.replace(when_threshold=wt), target_mbps, sub_arrays,
-                           prefetch="range", prefetch_when="score")
+                           hint=hint, prefetch="range", prefetch_when="score")
+        found[wt] = t.points
         return float(t.result.metrics["peak_dt_util"])
 
-    peaks = dict(zip(candidates, parallel_map(peak, candidates), strict=True))
+    # Two searches at a time, whatever the cores (so the hints, and the results, do not
+    # depend on them): the first two aim with the earlier choice's points, each later one
+    # with the points of the candidate two before it (the same model and day, only when
+    # prefetches land differs: 1-3 simulations instead of 6-9)
+    def aimed(j: int) -> float:
+        wt = candidates[j]
+        return peak(wt, hints.get(wt) if j < 2 else found[candidates[j - 2]])
+
+    vals: list[float] = []
+    for i in range(0, len(candidates), 2):
+        vals += parallel_map(aimed, range(i, min(i + 2, len(candidates))))
+    if points is not None:
+        points.clear()
+        points.update(found)
+    peaks = dict(zip(candidates, vals, strict=True))
     best = min(candidates, key=lambda w: (peaks[w], w))
     return best, peaks
 
@@ -195,6 +227,10 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     k_fixed = warm.accesses_per_episode if warm is not None else None
     k_build = k_fixed or max((settings.accesses_per_episode, *settings.k_candidates))
     k_chosen: int | None = None
+    # Each threshold search aims with the one before it at this target (a model trained at
+    # a nearby eviction age admits a similar share): `tune_to_write_rate`'s hint
+    when_points = dict(warm.when_points) if warm is not None else {}
+    last_points: list[tuple[float, float]] | None = None
     for it in range(settings.max_iter):
         t0 = time.perf_counter()
         out = workdir / f"episodes-{it:02d}"
@@ -236,12 +272,14 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             if with_prefetch:
                 when_threshold, peaks = select_when_threshold(
                     df, arrays, base, target_mbps, settings.train_seconds,
-                    settings.when_candidates)
+                    settings.when_candidates, points=when_points)
                 log.info("ML-When threshold %.2f (training-day peak DT by threshold: %s)",
                          when_threshold, {k: round(v, 4) for k, v in peaks.items()})
         warm_it = it == 0 and warm is not None
         tuned = tune_threshold(df, base.replace(when_threshold=when_threshold), target_mbps,
-                               arrays, known=warm.points if warm_it else None, **prefetch)
+                               arrays, known=warm.points if warm_it else None,
+                               hint=last_points, **prefetch)
+        last_points = tuned.points
         if warm_it:
             warm.points[:] = tuned.points
         m = tuned.result.metrics
@@ -268,7 +306,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         moved = abs(new_ea - ea)
         result = LoopResult(False, history, policy, arrays, tuned, ea, out, "",
                             when_threshold=when_threshold,
-                            extra={"accesses_per_episode": k_chosen}, points=tuned.points)
+                            extra={"accesses_per_episode": k_chosen}, points=tuned.points,
+                            when_points=dict(when_points))
         if saturated and len(history) > 1 and history[-2].threshold == 0.0 and \
                 abs(measured - history[-2].measured_eviction_age_s) < max(
                     settings.min_move_s, settings.min_move_rel * measured) and \
@@ -296,8 +335,13 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                          f"{last.write_rate_mbps:.2f} MB/s vs target {target_mbps:.2f}")
         log.warning("convergence loop did not converge: %s", result.reason)
     if final_base is not None and final_base != base:
+        # aimed by the warm start's final search (the same schedule: its rate at share 0 is
+        # already most of a low target's), else by this model's search without it
         result.tuned = tune_threshold(df, final_base.replace(when_threshold=result.when_threshold),
-                                      target_mbps, result.arrays, **prefetch)
+                                      target_mbps, result.arrays, **prefetch,
+                                      hint=(warm.final_points if warm is not None and
+                                            warm.final_points else result.points))
+        result.final_points = result.tuned.points
         log.info("final threshold %.4f under the peak schedule %s (bonus %g): %.2f MB/s, "
                  "peak DT %.4f", result.tuned.knob, final_base.peak_hours,
                  final_base.peak_bonus, result.tuned.result.metrics["flash_write_rate_mbps"],

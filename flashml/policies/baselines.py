@@ -28,15 +28,17 @@ def tune_coinflip(df: pl.DataFrame, base: SimConfig, target_mbps: float) -> Tune
 
 def tune_threshold(df: pl.DataFrame, base: SimConfig, target_mbps: float,
                    arrays: dict[str, np.ndarray], *,
-                   known: list[tuple[float, float]] | None = None, **prefetch: Any) -> Tuned:
+                   known: list[tuple[float, float]] | None = None,
+                   hint: list[tuple[float, float]] | None = None, **prefetch: Any) -> Tuned:
     """Admission threshold on `arrays['score']` (with any prefetch arrays) at the target.
     The search runs over the share of accesses admitted (`share_to_threshold`); `known` and
-    the result's `points` are (share, write rate) pairs of these arrays and config."""
+    the result's `points` are (share, write rate) pairs of these arrays and config; `hint`:
+    such pairs of similar arrays or config, to aim with (`tune_to_write_rate`)."""
     cfg = base.replace(admission="threshold", **prefetch)
     knob = share_to_threshold(arrays["score"])
     tuned = tune_to_write_rate(
         lambda q: simulate(df, cfg.replace(threshold=knob(q)), **arrays),
-        target_mbps, 0.0, 1.0, increasing=True, known=known)
+        target_mbps, 0.0, 1.0, increasing=True, known=known, hint=hint)
     return replace(tuned, knob=knob(tuned.knob))
 
 

@@ -42,7 +42,9 @@ class Tuned:
 def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo: float,
                        hi: float, *, increasing: bool, log_scale: bool = False,
                        rel_tol: float = 0.01, max_iter: int = 30,
-                       known: list[tuple[float, float]] | None = None) -> Tuned:
+                       known: list[tuple[float, float]] | None = None,
+                       hint: list[tuple[float, float]] | None = None,
+                       x_tol: float = 1e-4) -> Tuned:
     """Search `knob` in [lo, hi] for the largest write rate <= target (within rel_tol).
 
     The ends first (the target may be out of reach), then regula falsi with the Illinois
@@ -58,13 +60,29 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
     `Tuned.points`, e.g. a sweep trial's first, warm-started iteration after the main loop's
     search): the bracket starts between the nearest of them on either side of the target,
     and the ends are simulated only when no point lies beyond them (1-3 simulations instead
-    of 6-8 when the target lies between measured points)."""
+    of 6-8 when the target lies between measured points).
+
+    `hint`: (knob, write rate) points of a *similar* function (the previous model's search at
+    this target, the same model without its peak schedule, another ML-When threshold): not
+    trusted as this function's, only used to aim. The first probe is where the hint's rate
+    crosses the target; while a probe misses by more than `rel_tol` and no two probes lie on
+    both sides of it, the next steps to the target along the hint's slope, then along the
+    secant of the last two probes (at most three probes). The probes are this function's
+    points from then on (as `known`: the interpolation starts from their bracket, simulating
+    an end only when they have none). A bad hint costs at most three simulations; a good one
+    ends the search in 1-3 instead of 6-9.
+
+    `x_tol`: the search also stops when the bracket is narrower than this share of the knob
+    range (of its log with `log_scale`): a rate with a step at the target (many accesses with
+    one score) has no knob within `rel_tol` of it, and the bracket would shrink to one float
+    (25 simulations were seen under a peak schedule) for a point no better than this one."""
     if target_mbps <= 0:
         raise ValueError(f"target write rate must be > 0 MB/s, got {target_mbps}")
     if not lo < hi:
         raise ValueError(f"empty knob range [{lo}, {hi}]")
     evals = 0
     points = list(known or [])
+    results: dict[float, SimResult] = {}  # this search's own simulations by knob
     upper = target_mbps * (1 + rel_tol)
 
     def wr(x: float) -> tuple[float, SimResult]:
@@ -73,14 +91,43 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
         r = run(x)
         w = float(r.metrics["flash_write_rate_mbps"])
         points.append((x, w))
+        results[x] = r
         return w, r
 
     def done(knob: float, r: SimResult, reached: bool) -> Tuned:
+        log.debug("tuned knob=%g -> %.3f MB/s (target %.3f) in %d simulations", knob,
+                  float(r.metrics["flash_write_rate_mbps"]), target_mbps, evals)
         return Tuned(knob, r, evals, reached=reached, points=points)
 
     # The knob end that writes least / most; "below" a knob writes less.
     low_end, high_end = (lo, hi) if increasing else (hi, lo)
     sign = 1.0 if increasing else -1.0
+    use_log = log_scale and lo > 0
+    to_pos = (lambda x: math.log(x)) if use_log else (lambda x: x)
+    from_pos = (lambda u: math.exp(u)) if use_log else (lambda u: u)
+    on_target = target_mbps * (1 - rel_tol)
+    aim = _aim(hint, target_mbps, sign, to_pos) if hint and not _settled(
+        points, lo, hi, on_target, upper) else None
+    if aim is not None:
+        p_lo, p_hi = sorted((to_pos(lo), to_pos(hi)))
+        pos, slope = min(max(aim[0], p_lo), p_hi), aim[1]
+        probes: list[tuple[float, float]] = []
+        for _ in range(3):
+            x = from_pos(pos)
+            w, r = wr(x)
+            if on_target <= w <= upper:
+                return done(x, r, True)
+            probes.append((pos, w))
+            if len({w > upper for _, w in probes}) == 2:
+                break  # a bracket: the interpolation below takes it from here
+            if len(probes) >= 2:  # this function's own slope (secant) from now on
+                (p0, w0), (p1, w1) = probes[-2:]
+                if w1 != w0 and p1 != p0 and (w1 - w0) / (p1 - p0) * slope > 0:
+                    slope = (w1 - w0) / (p1 - p0)
+            nxt = min(max(pos + (target_mbps - w) / slope, p_lo), p_hi)
+            if nxt == pos:
+                break
+            pos = nxt
     inside = [(x, w) for x, w in points if lo <= x <= hi]
     feasible = [(x, w) for x, w in inside if w <= upper]
     over = [(x, w) for x, w in inside if w > upper]
@@ -92,7 +139,7 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
         if w_a >= target_mbps * (1 - rel_tol):  # already on target: its figures only
             w, r = wr(x_a)
             return done(x_a, r, abs(w - target_mbps) <= target_mbps * 0.05)
-        best = (x_a, w_a, None)
+        best = (x_a, w_a, results.get(x_a))
     else:
         w_low, r_low = wr(low_end)
         if w_low > upper:
@@ -106,14 +153,14 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
         if w_high <= upper:
             return done(high_end, r_high, w_high >= target_mbps * (1 - rel_tol))
         x_b, w_b = high_end, w_high
-    use_log = log_scale and lo > 0
-    to_pos = (lambda x: math.log(x)) if use_log else (lambda x: x)
-    from_pos = (lambda u: math.exp(u)) if use_log else (lambda u: u)
     # bracket in position space: (position, write rate - target); fa <= 0 < fb
     a, fa = to_pos(x_a), w_a - target_mbps
     b, fb = to_pos(x_b), w_b - target_mbps
     side = 0  # which end the last step replaced: -1 a, +1 b
+    narrow = x_tol * abs(to_pos(hi) - to_pos(lo))
     for _ in range(max_iter):
+        if abs(b - a) < narrow:
+            break
         t = fa / (fa - fb) if fb != fa else 0.5
         t = min(max(t, 0.01), 0.99)
         mid_pos = a + t * (b - a)
@@ -139,9 +186,35 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
     knob, w, r = best
     if r is None:  # the best point is a known one: simulate it again for its figures
         w, r = wr(knob)
-    log.debug("tuned knob=%g -> %.3f MB/s (target %.3f) in %d simulations", knob, w,
-              target_mbps, evals)
     return done(knob, r, abs(w - target_mbps) <= target_mbps * 0.05)
+
+
+def _settled(points: list[tuple[float, float]], lo: float, hi: float, on_target: float,
+             upper: float) -> bool:
+    """Whether `points` (this function's) already hold a point on target, or points on both
+    sides of it, inside [lo, hi]: a hint would not save a simulation."""
+    inside = [w for x, w in points if lo <= x <= hi]
+    return any(on_target <= w <= upper for w in inside) or (
+        any(w <= upper for w in inside) and any(w > upper for w in inside))
+
+
+def _aim(hint: list[tuple[float, float]], target: float, sign: float,
+         to_pos: Callable[[float], float]) -> tuple[float, float] | None:
+    """Where the hint's rate first crosses `target` (a position, linear between the two hint
+    points around it) and its slope there (rate per position), or None when it does not."""
+    pts = []
+    for x, w in hint:
+        try:
+            p = to_pos(x)
+        except ValueError:  # log of a knob <= 0
+            continue
+        if math.isfinite(p) and math.isfinite(w):
+            pts.append((p, w))
+    pts.sort(key=lambda pw: sign * pw[0])
+    for (p0, w0), (p1, w1) in zip(pts, pts[1:], strict=False):
+        if w0 <= target <= w1 and w1 > w0 and p1 != p0:
+            return p0 + (target - w0) / (w1 - w0) * (p1 - p0), (w1 - w0) / (p1 - p0)
+    return None
 
 
 def parallel_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
