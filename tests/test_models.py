@@ -83,6 +83,57 @@ def test_tuning_starts_from_an_earlier_searchs_points() -> None:
     assert t.knob == pytest.approx(0.6) and t.evaluations == 3
 
 
+def test_tuning_aims_with_a_similar_searchs_points() -> None:
+    """`hint`: another function's points only aim the first probes; the result is this
+    function's, within 1% of the target, in fewer simulations than from the ends."""
+    first = tune_to_write_rate(fake(lambda p: 100 * p), 35.0, 0.0, 1.0, increasing=True)
+    # a model that writes 8% more at every share: the hint's crossing (0.35) writes 37.8,
+    # one step along the hint's slope lands within 1%
+    t = tune_to_write_rate(fake(lambda p: 108 * p), 35.0, 0.0, 1.0, increasing=True,
+                           hint=first.points)
+    assert t.reached and 35.0 * 0.99 <= t.write_rate <= 35.0 * 1.01
+    assert t.evaluations == 2 and t.knob == pytest.approx(0.35 - 2.8 / 100)
+    # a convex rate: 9 simulations from the ends, 2-3 aimed by a similar one's points
+    convex = tune_to_write_rate(fake(lambda p: 200 * p ** 6), 35.0, 0.0, 1.0, increasing=True)
+    t = tune_to_write_rate(fake(lambda p: 230 * p ** 6), 35.0, 0.0, 1.0, increasing=True,
+                           hint=convex.points)
+    assert t.reached and t.evaluations <= 3 < convex.evaluations
+    # the hint's points are not this function's: never returned as the result
+    assert all(x != t.knob for x, _ in convex.points)
+    # a misleading hint (crossing at 0.05): at most three probes, then the ends; still found
+    t = tune_to_write_rate(fake(lambda p: 100 * p), 35.0, 0.0, 1.0, increasing=True,
+                           hint=[(0.0, 0.0), (0.05, 100.0)])
+    assert t.reached and 35.0 * 0.99 <= t.write_rate <= 35.0 * 1.01
+    # a hint that never crosses the target is ignored
+    t = tune_to_write_rate(fake(lambda p: 100 * p), 35.0, 0.0, 1.0, increasing=True,
+                           hint=[(0.0, 50.0), (1.0, 90.0)])
+    assert t.evaluations == 3 and t.knob == pytest.approx(0.35)
+    # decreasing knobs and log scales aim the same way
+    g = tune_to_write_rate(fake(lambda th: 100 * (1 - th)), 35.0, 0.0, 1.0, increasing=False)
+    t = tune_to_write_rate(fake(lambda th: 104 * (1 - th)), 35.0, 0.0, 1.0, increasing=False,
+                           hint=g.points)
+    assert t.reached and t.evaluations <= 2
+    r = tune_to_write_rate(fake(lambda f: 40 + 5 * math.log(f)), 35.0, 1e-3, 1e3,
+                           increasing=True, log_scale=True)
+    t = tune_to_write_rate(fake(lambda f: 41 + 5 * math.log(f)), 35.0, 1e-3, 1e3,
+                           increasing=True, log_scale=True, hint=r.points)
+    assert t.reached and t.evaluations <= 2 and t.knob == pytest.approx(math.exp(-1.2), rel=0.05)
+
+
+def test_tuning_stops_on_a_step_at_the_target() -> None:
+    """A rate with a step across the target (26 below share 0.3, 43 from it): no knob lands
+    within 1%, so the search stops once the bracket is narrower than 1e-4 of the range, with
+    the best feasible point, instead of halving it down to one float."""
+    t = tune_to_write_rate(fake(lambda p: 26.0 if p < 0.3 else 43.0), 35.0, 0.0, 1.0,
+                           increasing=True)
+    assert t.write_rate == 26.0 and not t.reached
+    assert 0.3 - 1e-4 <= t.knob < 0.3
+    assert t.evaluations <= 20
+    wide = tune_to_write_rate(fake(lambda p: 26.0 if p < 0.3 else 43.0), 35.0, 0.0, 1.0,
+                              increasing=True, x_tol=0.0)
+    assert wide.evaluations > t.evaluations and wide.write_rate == 26.0
+
+
 def test_share_to_threshold() -> None:
     from flashml.policies.baselines import share_to_threshold
 

@@ -902,7 +902,13 @@ impl<O: PageOrder> BlockCache for PerBlock<O> {
                 }
                 None => false,
             };
-            self.insert(page, pos, InsertKind::ClientWrite, count);
+            // as in the container caches (tire.rs): new data of a cached block is an overwrite
+            let kind = if cached {
+                InsertKind::Overwrite
+            } else {
+                InsertKind::ClientWrite
+            };
+            self.insert(page, pos, kind, count);
             cached
         }
     }
