@@ -40,12 +40,16 @@ def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=Non
     its = [SimpleNamespace(peak_dt_util=peak * (1 + 0.2 / (i + 1)), write_rate_mbps=w,
                            measured_eviction_age_s=3600.0, warm=False) for i in range(3)]
     metrics = {"peak_dt_util": peak, "flash_write_rate_mbps": w, "pid": os.getpid()}
-    time.sleep(cfg.get("trial_s", 0.0))
+    time.sleep(cfg.get("main_trial_s", cfg.get("trial_s", 0.0)) if ROLE == "main"
+               else cfg.get("trial_s", 0.0))
     return SimpleNamespace(iterations=its, converged=True,
                            tuned=SimpleNamespace(result=SimpleNamespace(metrics=metrics)))
 
 
 sweep.run_loop = fake_loop
+ROLE = "worker"
+# a warm sweep's trials start from the main loop's eviction age (all a trial reads of it here)
+WARM = SimpleNamespace(eviction_age_s=3600.0) if cfg.get("warm") else None
 """
 
 # A worker process: serves the points it is sent, as flashml/jobs/sweep_worker.py does.
@@ -62,8 +66,8 @@ if cfg.get("worker_fails_at"):
         return real(*a, **k)
     sweep.run_loop = failing
 sweep.serve(sweep.TrialSetup(None, Path("t"), None, None, 0.4, 10.0, Path(cfg["tmp"]), JOB_GBM,
-                             LoopSettings(), "s"), cfg["storage"], int(seed), parent,
-            sys.stdin, sys.stdout)
+                             LoopSettings(), "s", warm=WARM), cfg["storage"], int(seed),
+            parent, sys.stdin, sys.stdout)
 """
 
 DRIVER = FAKE + r"""
@@ -74,6 +78,7 @@ from flashml.settings import JOB_GBM, LoopSettings
 from flashml.tracking import setup
 
 setup()
+ROLE = "main"
 with mlflow.start_run(run_name="parent") as parent:
     spawn = None
     if cfg.get("workers", 1) > 1:
@@ -84,7 +89,7 @@ with mlflow.start_run(run_name="parent") as parent:
     res = sweep.run_sweep(None, Path("t"), None, None, 10.0, 0.4, 10.0, Path(cfg["tmp"]),
                           JOB_GBM, LoopSettings(), trials=cfg["trials"], storage=cfg["storage"],
                           study_name="s", user_attrs={"trace": "t.trace", "git_commit": "abc"},
-                          workers=cfg.get("workers", 1), spawn=spawn)
+                          workers=cfg.get("workers", 1), spawn=spawn, warm=WARM)
 import optuna
 study = optuna.load_study(study_name="s", storage=res.storage)
 runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
@@ -94,6 +99,7 @@ print("RESULT " + json.dumps({
     "metric_names": study.metric_names, "user_attrs": study.user_attrs,
     "runs": [{"name": r.info.run_name, "status": r.info.status,
               "state": r.data.tags.get(sweep.STATE_TAG),
+              "ran_ahead": r.data.tags.get("flashml.ran_ahead") == "true",
               "pid": r.data.metrics.get("pid")} for r in runs]}))
 """
 
@@ -220,3 +226,38 @@ def test_a_failing_worker_fails_the_sweep(tmp_path: Path) -> None:
                  workers=2, trial_s=1.0, worker_fails_at=5.0)
     assert "sweep workers failed" in res["stderr"]
     assert "ValueError: a broken trial" in res["stderr"]
+
+
+def _same_trials(a: dict, b: dict) -> None:
+    """The same points with the same results, a copied one copying the same point (trial
+    numbers follow the order the trials started in, which two processes change)."""
+    def rows(res: dict) -> list:
+        target = {t["number"]: t["target_write_rate_mbps"] for t in res["trials"]}
+        return sorted((t["target_write_rate_mbps"], t["write_rate_mbps"], t["tco"],
+                       target.get(t["same_as_trial"])) for t in res["trials"])
+    assert rows(a) == rows(b)
+
+
+@pytest.mark.parametrize("saturation", [400.0, 30.0])
+def test_a_free_worker_runs_the_next_rounds_first_point_ahead(tmp_path: Path,
+                                                              saturation: float) -> None:
+    """A warm sweep with a worker process: when the worker has no point left while the main
+    process still runs the round's last one, it runs the next round's first point ahead of
+    time. If the range widens, that point's trial takes the loop already run (tagged
+    flashml.ran_ahead) and goes first, so the points above it that it saturates are copied as
+    with one process; if it does not widen, the worker is stopped and the sweep ends as it
+    would have. Either way the trials are those of the one-process sweep."""
+    cfg = dict(trials=6, saturation_mbps=saturation, scale_mbps=60.0, warm=True, trial_s=0.3)
+    one = _sweep(tmp_path / "one", **cfg)
+    # the main process's trials take longer, so the worker runs out of points first (unless
+    # it needs longer to start than the main process to run all six)
+    two = _sweep(tmp_path / "two", workers=2, main_trial_s=5.0, **cfg)
+    _same_trials(one, two)
+    ahead = [r for r in two["runs"] if r["ran_ahead"]]
+    if saturation == 400.0:  # the best point sits at the top: the range widens
+        assert two["widened"] >= 1 and len(ahead) >= 1
+        assert all(r["status"] == "FINISHED" for r in two["runs"])
+        assert not any(r["ran_ahead"] for r in one["runs"])
+    else:  # saturated inside the first range: no second round, nothing ran ahead is kept
+        assert two["widened"] == 0 and ahead == []
+        assert len(two["trials"]) == 6

@@ -194,9 +194,17 @@ def warm_start(run: RunDir, s: BaleenSettings) -> Any:
 
     policy = _learned(run)
     k = rec.get("convergence", {}).get("accesses_per_episode") or s.loop.accesses_per_episode
+    pts = rec.get("search_points") or {}
+
+    def pairs(xs: Any) -> list[tuple[float, float]]:
+        return [(float(x), float(w)) for x, w in xs or []]
+
     return WarmStart(float(rec["eviction_age_s"]), int(k), policy,
                      score_all(policy, features(run)),
-                     float(read_policy_json(policy_dir(run))["when_threshold"]))
+                     float(read_policy_json(policy_dir(run))["when_threshold"]),
+                     points=pairs(pts.get("points")),
+                     when_points={float(c): pairs(v) for c, v in pts.get("when_points", [])},
+                     final_points=pairs(pts.get("final_points")))
 
 
 def log_training_curves(run_id: str, boosters: dict[str, Any]) -> None:
@@ -344,6 +352,7 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     run_id = mlflow.active_run().info.run_id
     extra: dict[str, Any] = {}
     converged = True
+    loop = None
     if s.candidate_bundle is None:
         with timer.stage("convergence + training (baleen)"):
             loop = run_loop(df, run.table, feats, base_config(run, s), target,
@@ -406,6 +415,10 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
                                      # again (~8 s at 1 M accesses)
                                      pip_requirements=mlflow.lightgbm
                                      .get_default_pip_requirements())
+    if loop is not None:  # what the sweep's trials aim their searches with (warm_start)
+        extra["search_points"] = {
+            "points": loop.points, "final_points": loop.final_points,
+            "when_points": [[k, v] for k, v in loop.when_points.items()]}
     return run.record("train", {"eviction_age_s": ea, "metrics": m,
                                 "convergence": convergence, "policy_bundle": str(bundle),
                                 "model_uri": info.model_uri, "mlflow_run_id": run_id, **extra})

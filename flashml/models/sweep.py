@@ -147,12 +147,37 @@ def open_study(study_name: str, storage: str, seed: int) -> Any:
                                load_if_exists=True)
 
 
+def loop_at(setup: TrialSetup, wr: float, ea0: float, workdir: Path) -> Any:
+    """A trial's convergence loop at target `wr` from eviction age `ea0` (`run_loop`, within
+    the trial's cores)."""
+    loop = setup.loop
+    settings = replace(loop, start_eviction_age_s=ea0, max_iter=min(loop.max_iter, 6))
+    cores = setup.cores or machine_cores()
+    with limited_cores(cores):
+        return run_loop(setup.df, setup.table, setup.feats, setup.base, wr, workdir,
+                        replace(setup.gbm, num_threads=min(setup.gbm.num_threads, cores)),
+                        settings, final_base=setup.final_base, warm=setup.warm)
+
+
+def ahead_of_time(setup: TrialSetup, wr: float) -> Any:
+    """The loop a warm trial at `wr` will run, run before its trial exists (a point of the
+    sweep's next round, on a process that would otherwise wait for the others at the end of
+    this round): its trial takes it from `objective_for`'s `ready` instead of running it.
+    Only warm sweeps (a cold trial's starting eviction age is drawn when the trial starts)."""
+    if setup.warm is None:
+        raise ValueError("only a warm sweep's trials can run ahead of time")
+    return loop_at(setup, wr, setup.warm.eviction_age_s, setup.workdir / f"ahead-{wr:.6g}")
+
+
 def objective_for(setup: TrialSetup, bounds: list[float],
-                  parent_run_id: str | None = None) -> Any:
+                  parent_run_id: str | None = None,
+                  ready: dict[float, Any] | None = None) -> Any:
     """The Optuna objective of one round of trials: target write rate drawn from `bounds`
     (log scale), a convergence loop (warm-started from `setup.warm` if given), TCO. Each
     trial is an MLflow run nested under the active run, or under `parent_run_id` (a worker
-    process, which has no active run)."""
+    process, which has no active run). `ready`: loops run ahead of time by target
+    (`ahead_of_time`); a trial at one of them takes it (and removes it) instead of running
+    it again."""
     import optuna
 
     def objective(trial: optuna.Trial) -> float:
@@ -164,8 +189,7 @@ def objective_for(setup: TrialSetup, bounds: list[float],
             ea0 = trial.suggest_float("start_eviction_age_s", 1800.0, 4 * 3600.0, log=True)
         else:
             ea0 = setup.warm.eviction_age_s
-        loop = setup.loop
-        settings = replace(loop, start_eviction_age_s=ea0, max_iter=min(loop.max_iter, 6))
+        early = (ready or {}).pop(wr, None) if setup.warm is not None else None
         cap = saturated_below(trial.study, wr)
         if cap is not None:
             # the policy already wrote all it could at a lower target: this one ends the same
@@ -186,13 +210,12 @@ def objective_for(setup: TrialSetup, bounds: list[float],
         try:
             mlflow.log_params({"write_rate_mbps": wr, "start_eviction_age_s": ea0,
                                "write_rate_range_mbps": f"{lo:.4g}-{hi:.4g}"})
-            cores = setup.cores or machine_cores()
-            with limited_cores(cores):
-                res = run_loop(setup.df, setup.table, setup.feats, setup.base, wr,
-                               setup.workdir / f"trial-{trial.number:03d}",
-                               replace(setup.gbm, num_threads=min(setup.gbm.num_threads,
-                                                                  cores)),
-                               settings, final_base=setup.final_base, warm=setup.warm)
+            if early is not None:
+                log.info("sweep trial %d: %.4g MB/s was run ahead of time", trial.number, wr)
+                mlflow.set_tag("flashml.ran_ahead", "true")
+                res = early
+            else:
+                res = loop_at(setup, wr, ea0, setup.workdir / f"trial-{trial.number:03d}")
             for step, it in enumerate(res.iterations):
                 val = tco(it.peak_dt_util, it.write_rate_mbps, setup.peak0, setup.wr0_mbps)
                 trial.report(val, step)
@@ -237,7 +260,7 @@ def saturated_below(study: Any, target: float, tolerance: float = 0.05) -> Any:
 
 
 def run_point(setup: TrialSetup, study: Any, bounds: list[float], params: dict[str, float],
-              parent_run_id: str | None = None) -> int:
+              parent_run_id: str | None = None, ready: dict[float, Any] | None = None) -> int:
     """One trial of `study` at `params` (its write rate; a cold sweep's first trial also its
     starting eviction age), the rest drawn by the study's sampler; returns its number. The
     point is given to this process, not taken from a queue the processes share, so two
@@ -251,7 +274,7 @@ def run_point(setup: TrialSetup, study: Any, bounds: list[float], params: dict[s
         study.sampler = optuna.samplers.PartialFixedSampler(params, base)
     try:
         numbers: list[int] = []
-        study.optimize(objective_for(setup, bounds, parent_run_id), n_trials=1,
+        study.optimize(objective_for(setup, bounds, parent_run_id, ready), n_trials=1,
                        callbacks=[lambda _s, t: numbers.append(t.number)])
     finally:
         study.sampler = base
@@ -262,24 +285,32 @@ def serve(setup: TrialSetup, storage: str, seed: int, parent_run_id: str,
           commands: IO[str], replies: IO[str]) -> None:
     """A worker process's loop: once set up it says so (`{"ready": true}`); then each line of
     `commands` is a point (JSON: `params`, `bounds`) whose trial runs (`run_point`), its
-    number going back as a line of `replies` (`{"trial": N}`); an error goes back as
-    `{"error": ...}` and ends the loop by raising. Ends at the end of `commands` (the sweep
-    closes them when no point is left)."""
+    number going back as a line of `replies` (`{"trial": N}`), or a point of a round that may
+    come (`{"ahead": write rate}`) whose loop runs ahead of time and is kept for its trial
+    (`ahead_of_time`; reply `{"ahead": write rate}`); an error goes back as `{"error": ...}`
+    and ends the loop by raising. Ends at the end of `commands` (the sweep closes them when
+    no point is left)."""
     study = open_study(setup.study_name, storage, seed)
     replies.write(json.dumps({"ready": True}) + "\n")
     replies.flush()
+    ready: dict[float, Any] = {}
     for line in commands:
         if not line.strip():
             continue
         msg = json.loads(line)
         try:
-            number = run_point(setup, study, list(msg["bounds"]), dict(msg["params"]),
-                               parent_run_id)
+            if "ahead" in msg:
+                wr = float(msg["ahead"])
+                ready[wr] = ahead_of_time(setup, wr)
+                reply: dict[str, Any] = {"ahead": wr}
+            else:
+                reply = {"trial": run_point(setup, study, list(msg["bounds"]),
+                                            dict(msg["params"]), parent_run_id, ready)}
         except BaseException as e:
             replies.write(json.dumps({"error": f"{type(e).__name__}: {e}"}) + "\n")
             replies.flush()
             raise
-        replies.write(json.dumps({"trial": number}) + "\n")
+        replies.write(json.dumps(reply) + "\n")
         replies.flush()
 
 
@@ -320,6 +351,21 @@ class Worker:
         except (BrokenPipeError, OSError):
             raise RuntimeError(f"sweep {self.where()} is gone") from None
         return int(self._reply()["trial"])
+
+    def run_ahead(self, wr: float) -> None:
+        """Run the loop of a point that may come (a trial at `wr` of the next round) there,
+        kept for its trial; returns when it is done. Raises if the worker fails or dies."""
+        try:
+            self.proc.stdin.write(json.dumps({"ahead": wr}) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise RuntimeError(f"sweep {self.where()} is gone") from None
+        self._reply()
+
+    def kill(self) -> None:
+        """Stop it now (it is running ahead a point no round will ask for)."""
+        self.proc.kill()
+        self.proc.wait()
 
     def close(self) -> str | None:
         """Close its stdin and wait for it; why it failed, or None."""
@@ -403,6 +449,17 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     bar = tqdm(total=trials, desc="sweep", unit="trial", disable=None)
 
     pool: list[Worker] = []
+    # A worker still running a point of the next round ahead of time: its write rate, the
+    # thread waiting for it and that thread's error, if any.
+    ahead: dict[Worker, tuple[float, threading.Thread, list[str]]] = {}
+
+    def next_points() -> list[float]:
+        """The points of the round that follows this one if the range widens (they depend only
+        on its top: `grid(hi, hi x WIDEN)`), when one may follow and can run ahead."""
+        if warm is None or len(pool) == 0 or trials < MIN_TRIALS_TO_WIDEN or \
+                widened >= max_widen:
+            return []
+        return grid(bounds[1], bounds[1] * WIDEN, max(2, trials // 2) + 1)[1:]
 
     def round_of(points: list[float]) -> None:
         # the points go to whichever process is free next, the main process included (the
@@ -419,37 +476,76 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                 raise RuntimeError("parallel sweep workers need an active MLflow run")
             pool.extend(Worker(spawn(seed + 1000 * i))  # type: ignore[misc]
                         for i in range(1, workers))
+        # A point run ahead of time in the last round goes first, alone, on its worker (its
+        # loop is done): a point above it that it saturates is then copied, as with one process
+        for w, (wr, thread, err) in list(ahead.items()):
+            thread.join()
+            del ahead[w]
+            if err:
+                raise RuntimeError("sweep workers failed: " + "; ".join(err))
+            for params in [p for p in todo if p["write_rate_mbps"] == wr]:
+                todo.remove(params)
+                w.run(params, list(bounds))
+                bar.update(1)
         lock = threading.Lock()
         failed: list[str] = []
+        spare = deque(next_points()[:1])  # one point of the next round may run ahead
+        running = [0]  # trials of this round running now
 
         def take() -> dict[str, float] | None:
             with lock:
-                return todo.popleft() if todo and not failed else None
+                if todo and not failed:
+                    running[0] += 1
+                    return todo.popleft()
+                return None
 
-        def feed(w: Worker) -> None:
+        def finished() -> None:
+            with lock:
+                running[0] -= 1
+                bar.update(1)
+
+        def take_ahead() -> float | None:
+            # a worker with nothing left to take while another process still runs a trial
+            # of this round would wait: it runs the next round's first point instead
+            with lock:
+                if spare and running[0] > 0 and not failed:
+                    return spare.popleft()
+                return None
+
+        def feed(w: Worker, free: threading.Event) -> None:
+            err: list[str] = []
             try:
                 w.ready()
                 while (params := take()) is not None:
                     w.run(params, list(bounds))
-                    with lock:
-                        bar.update(1)
+                    finished()
+                wr = take_ahead()
+                if wr is not None:
+                    log.info("sweep: %.4g MB/s, the next round's first point if the range "
+                             "widens, runs ahead of time on %s", wr, w.where())
+                    ahead[w] = (wr, threading.current_thread(), err)
+                    free.set()
+                    w.run_ahead(wr)
             except Exception as e:  # the worker failed or died: the sweep fails
                 with lock:
-                    failed.append(str(e))
+                    (err if w in ahead else failed).append(str(e))
+            finally:
+                free.set()
 
-        feeders = [threading.Thread(target=feed, args=(w,), daemon=True) for w in pool]
+        frees = [threading.Event() for _ in pool]
+        feeders = [threading.Thread(target=feed, args=(w, f), daemon=True)
+                   for w, f in zip(pool, frees, strict=True)]
         for f in feeders:
             f.start()
         try:
             while (params := take()) is not None:
                 run_point(setup, study, list(bounds), params)
-                with lock:
-                    bar.update(1)
+                finished()
         finally:
             with lock:
                 todo.clear()  # on an error here the workers end after their current trial
-            for f in feeders:
-                f.join()
+            for f in frees:  # a worker running ahead is free: the round does not wait for it
+                f.wait()
         if failed:
             raise RuntimeError("sweep workers failed: " + "; ".join(failed))
 
@@ -472,7 +568,12 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             round_of(points)
     finally:
         bar.close()
-        why = [w for w in (p.close() for p in pool) if w]
+        for w, (wr, thread, _) in list(ahead.items()):  # no round asks for it: stop it
+            log.info("sweep: the range did not widen; stopping %s, which ran %.4g MB/s "
+                     "ahead of time", w.where(), wr)
+            w.kill()
+            thread.join()
+        why = [w for w in (p.close() for p in pool if p not in ahead) if w]
     if why:
         raise RuntimeError("sweep workers failed: " + "; ".join(why))
     study.set_user_attr("write_rate_range_mbps", list(bounds))
