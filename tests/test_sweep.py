@@ -32,7 +32,8 @@ cfg = json.loads(sys.argv[1])
 SAT = cfg["saturation_mbps"]
 
 
-def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=None, warm=None):
+def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=None, warm=None,
+              cancel=None):
     # measured write rate: the target, up to what the policy can write; peak DT falls with
     # the write rate, so TCO (eq. 4b) falls until the saturation point, then rises
     w = min(wr, SAT)
@@ -40,8 +41,12 @@ def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=Non
     its = [SimpleNamespace(peak_dt_util=peak * (1 + 0.2 / (i + 1)), write_rate_mbps=w,
                            measured_eviction_age_s=3600.0, warm=False) for i in range(3)]
     metrics = {"peak_dt_util": peak, "flash_write_rate_mbps": w, "pid": os.getpid()}
-    time.sleep(cfg.get("main_trial_s", cfg.get("trial_s", 0.0)) if ROLE == "main"
-               else cfg.get("trial_s", 0.0))
+    end = time.monotonic() + cfg.get(f"{ROLE}_trial_s", cfg.get("trial_s", 0.0))
+    while time.monotonic() < end:  # as run_loop does between its stages
+        if cancel is not None and cancel.is_set():
+            from flashml.models.converge import Cancelled
+            raise Cancelled("cancelled")
+        time.sleep(0.05)
     return SimpleNamespace(iterations=its, converged=True,
                            tuned=SimpleNamespace(result=SimpleNamespace(metrics=metrics)))
 
@@ -238,20 +243,26 @@ def _same_trials(a: dict, b: dict) -> None:
     assert rows(a) == rows(b)
 
 
-@pytest.mark.parametrize("saturation", [400.0, 30.0])
-def test_a_free_worker_runs_the_next_rounds_first_point_ahead(tmp_path: Path,
-                                                              saturation: float) -> None:
-    """A warm sweep with a worker process: when the worker has no point left while the main
-    process still runs the round's last one, it runs the next round's first point ahead of
-    time. If the range widens, that point's trial takes the loop already run (tagged
-    flashml.ran_ahead) and goes first, so the points above it that it saturates are copied as
-    with one process; if it does not widen, the worker is stopped and the sweep ends as it
+@pytest.mark.parametrize(("saturation", "slow"), [(400.0, "main"), (30.0, "main"),
+                                                  (400.0, "worker"), (30.0, "worker")])
+def test_a_free_process_runs_the_next_rounds_first_point_ahead(tmp_path: Path,
+                                                               saturation: float,
+                                                               slow: str) -> None:
+    """A warm sweep with a worker process: when one process has no point left while the
+    other still runs the round's last one, it runs the next round's first point ahead of
+    time (a worker in its process, the main process in a thread). If the range widens, that
+    point's trial takes the loop already run (tagged flashml.ran_ahead) and goes first, so
+    the points above it that it saturates are copied as with one process; if it does not
+    widen, the worker is stopped (the main process's loop cancelled) and the sweep ends as it
     would have. Either way the trials are those of the one-process sweep."""
     cfg = dict(trials=6, saturation_mbps=saturation, scale_mbps=60.0, warm=True, trial_s=0.3)
     one = _sweep(tmp_path / "one", **cfg)
-    # the main process's trials take longer, so the worker runs out of points first (unless
-    # it needs longer to start than the main process to run all six)
-    two = _sweep(tmp_path / "two", workers=2, main_trial_s=5.0, **cfg)
+    # one process's trials take longer, so the other runs out of points first (a worker
+    # needs a few seconds to start: the main process takes the first points meanwhile, and
+    # the round's six take it 9 s when the worker is the slow one)
+    times = {"main_trial_s": 5.0} if slow == "main" else {"main_trial_s": 1.5,
+                                                          "worker_trial_s": 6.0}
+    two = _sweep(tmp_path / "two", workers=2, **times, **cfg)
     _same_trials(one, two)
     ahead = [r for r in two["runs"] if r["ran_ahead"]]
     if saturation == 400.0:  # the best point sits at the top: the range widens

@@ -17,6 +17,7 @@ precisely.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,10 @@ from flashml.settings import GbmParams, LoopSettings
 from flashml.simulation import SimConfig
 
 log = logging.getLogger(__name__)
+
+
+class Cancelled(Exception):
+    """A convergence loop stopped by its `cancel` event."""
 
 
 @dataclass
@@ -206,7 +211,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
              *, features: list[str] | None = None,
              with_prefetch: bool = True, spark: Any = None,
              final_base: SimConfig | None = None, warm: WarmStart | None = None,
-             prebuilt: Path | None = None) -> LoopResult:
+             prebuilt: Path | None = None,
+             cancel: threading.Event | None = None) -> LoopResult:
     """Iterate episodes -> train -> simulate until the eviction age is stable. With
     `final_base` (e.g. `base` plus a peak schedule, models/peak.py) the last model's
     admission threshold is tuned to the target once more under it: the loop's own choices
@@ -216,7 +222,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     age the loop stops there, with no episodes built and nothing trained. `prebuilt`: a
     folder of episodes of this table (another loop's, `LoopResult.episodes_dir`) that the
     first iteration uses instead of building when its parameters serve it
-    (`episodes.core.reusable`)."""
+    (`episodes.core.reusable`). `cancel`: once set, the loop raises `Cancelled` at its next
+    stage (a sweep point run ahead of time that no round asks for)."""
     from flashml.episodes.core import EpisodeParams, build, reusable
 
     times = df["time"].to_numpy()
@@ -231,7 +238,12 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     # a nearby eviction age admits a similar share): `tune_to_write_rate`'s hint
     when_points = dict(warm.when_points) if warm is not None else {}
     last_points: list[tuple[float, float]] | None = None
+    def check() -> None:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled(f"convergence loop at {target_mbps:.4g} MB/s cancelled")
+
     for it in range(settings.max_iter):
+        check()
         t0 = time.perf_counter()
         out = workdir / f"episodes-{it:02d}"
         n_eps = n_admitted = 0
@@ -263,6 +275,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                 # access pattern (the same K at every iteration of every loop measured, and
                 # the choice costs one training per candidate)
                 k_fixed = k_chosen
+            check()
             data = training_data(feats, times, labels, episodes, settings.train_seconds,
                                  max_position=k_chosen, max_rows=settings.max_training_rows)
             policy = train_policy(data, gbm, features=features, with_prefetch=with_prefetch,
@@ -276,6 +289,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                 log.info("ML-When threshold %.2f (training-day peak DT by threshold: %s)",
                          when_threshold, {k: round(v, 4) for k, v in peaks.items()})
         warm_it = it == 0 and warm is not None
+        check()
         tuned = tune_threshold(df, base.replace(when_threshold=when_threshold), target_mbps,
                                arrays, known=warm.points if warm_it else None,
                                hint=last_points, **prefetch)
@@ -335,6 +349,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                          f"{last.write_rate_mbps:.2f} MB/s vs target {target_mbps:.2f}")
         log.warning("convergence loop did not converge: %s", result.reason)
     if final_base is not None and final_base != base:
+        check()
         # aimed by the warm start's final search (the same schedule: its rate at share 0 is
         # already most of a low target's), else by this model's search without it
         result.tuned = tune_threshold(df, final_base.replace(when_threshold=result.when_threshold),

@@ -41,7 +41,7 @@ import polars as pl
 from flashml.config import optuna_storage
 from flashml.cores import limited as limited_cores
 from flashml.cores import machine as machine_cores
-from flashml.models.converge import WarmStart, run_loop
+from flashml.models.converge import Cancelled, WarmStart, run_loop
 from flashml.policies.tco import tco
 from flashml.settings import GbmParams, LoopSettings
 from flashml.simulation import SimConfig
@@ -147,26 +147,29 @@ def open_study(study_name: str, storage: str, seed: int) -> Any:
                                load_if_exists=True)
 
 
-def loop_at(setup: TrialSetup, wr: float, ea0: float, workdir: Path) -> Any:
+def loop_at(setup: TrialSetup, wr: float, ea0: float, workdir: Path,
+            cancel: threading.Event | None = None) -> Any:
     """A trial's convergence loop at target `wr` from eviction age `ea0` (`run_loop`, within
-    the trial's cores)."""
+    the trial's cores; `cancel` stops it at its next stage)."""
     loop = setup.loop
     settings = replace(loop, start_eviction_age_s=ea0, max_iter=min(loop.max_iter, 6))
     cores = setup.cores or machine_cores()
     with limited_cores(cores):
         return run_loop(setup.df, setup.table, setup.feats, setup.base, wr, workdir,
                         replace(setup.gbm, num_threads=min(setup.gbm.num_threads, cores)),
-                        settings, final_base=setup.final_base, warm=setup.warm)
+                        settings, final_base=setup.final_base, warm=setup.warm,
+                        cancel=cancel)
 
 
-def ahead_of_time(setup: TrialSetup, wr: float) -> Any:
+def ahead_of_time(setup: TrialSetup, wr: float, cancel: threading.Event | None = None) -> Any:
     """The loop a warm trial at `wr` will run, run before its trial exists (a point of the
     sweep's next round, on a process that would otherwise wait for the others at the end of
     this round): its trial takes it from `objective_for`'s `ready` instead of running it.
     Only warm sweeps (a cold trial's starting eviction age is drawn when the trial starts)."""
     if setup.warm is None:
         raise ValueError("only a warm sweep's trials can run ahead of time")
-    return loop_at(setup, wr, setup.warm.eviction_age_s, setup.workdir / f"ahead-{wr:.6g}")
+    return loop_at(setup, wr, setup.warm.eviction_age_s, setup.workdir / f"ahead-{wr:.6g}",
+                   cancel)
 
 
 def objective_for(setup: TrialSetup, bounds: list[float],
@@ -449,9 +452,11 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     bar = tqdm(total=trials, desc="sweep", unit="trial", disable=None)
 
     pool: list[Worker] = []
-    # A worker still running a point of the next round ahead of time: its write rate, the
-    # thread waiting for it and that thread's error, if any.
-    ahead: dict[Worker, tuple[float, threading.Thread, list[str]]] = {}
+    # A process still running a point of the next round ahead of time (a worker, or None for
+    # this one): its write rate, the thread running or waiting for it and its error, if any.
+    ahead: dict[Worker | None, tuple[float, threading.Thread, list[str]]] = {}
+    mine: dict[float, Any] = {}  # the loops this process ran ahead of time, by write rate
+    stop_mine = threading.Event()
 
     def next_points() -> list[float]:
         """The points of the round that follows this one if the range widens (they depend only
@@ -485,7 +490,10 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                 raise RuntimeError("sweep workers failed: " + "; ".join(err))
             for params in [p for p in todo if p["write_rate_mbps"] == wr]:
                 todo.remove(params)
-                w.run(params, list(bounds))
+                if w is None:
+                    run_point(setup, study, list(bounds), params, ready=mine)
+                else:
+                    w.run(params, list(bounds))
                 bar.update(1)
         lock = threading.Lock()
         failed: list[str] = []
@@ -539,8 +547,25 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             f.start()
         try:
             while (params := take()) is not None:
-                run_point(setup, study, list(bounds), params)
+                run_point(setup, study, list(bounds), params, ready=mine)
                 finished()
+            wr = take_ahead()
+            if wr is not None:  # in a thread: cancelled at its next stage if not needed
+                log.info("sweep: %.4g MB/s, the next round's first point if the range "
+                         "widens, runs ahead of time in this process", wr)
+                err: list[str] = []
+
+                def run_mine(wr: float = wr, err: list[str] = err) -> None:
+                    try:
+                        mine[wr] = ahead_of_time(setup, wr, stop_mine)
+                    except Cancelled:
+                        pass
+                    except Exception as e:
+                        err.append(f"{type(e).__name__}: {e}")
+
+                thread = threading.Thread(target=run_mine, daemon=True)
+                ahead[None] = (wr, thread, err)
+                thread.start()
         finally:
             with lock:
                 todo.clear()  # on an error here the workers end after their current trial
@@ -568,10 +593,12 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             round_of(points)
     finally:
         bar.close()
+        stop_mine.set()
         for w, (wr, thread, _) in list(ahead.items()):  # no round asks for it: stop it
             log.info("sweep: the range did not widen; stopping %s, which ran %.4g MB/s "
-                     "ahead of time", w.where(), wr)
-            w.kill()
+                     "ahead of time", "this process's loop" if w is None else w.where(), wr)
+            if w is not None:
+                w.kill()
             thread.join()
         why = [w for w in (p.close() for p in pool if p not in ahead) if w]
     if why:
