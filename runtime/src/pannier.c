@@ -599,6 +599,10 @@ static void pol_on_invalidate(struct frt_pn *c, uint32_t id) {
     if (c->pannier && c->cfg.invalidation_aware) set_survival(c, id, survival_from_now(c, id));
 }
 
+/* copy_frees_space: the victim's accessed blocks (valid, frequency > 0: what the copy-forward
+ * takes) do not fill a whole container */
+static int copy_frees_space(const struct frt_pn *c, uint32_t id) { return c->cs[id].n_accessed < c->ppc; }
+
 static uint32_t pol_victim(struct frt_pn *c, int *copy) {
     *copy = 0;
     if (!c->pannier) {
@@ -610,7 +614,7 @@ static uint32_t pol_victim(struct frt_pn *c, int *copy) {
         uint32_t top = c->heap[0];
         if (c->cfg.aging) frt_pn_age(c, top);
         if (c->cs[top].survival <= c->now) {
-            if (c->cs[top].n_accessed < c->ppc) {
+            if (copy_frees_space(c, top)) {
                 take(c, top);
                 *copy = 1;
                 return top;
@@ -618,8 +622,12 @@ static uint32_t pol_victim(struct frt_pn *c, int *copy) {
             set_survival(c, top, c->now + lifetime(c));
         }
     }
+    /* the cold LRU: its accessed blocks are copied forward too (the paper's Reinsertion
+     * paragraph), unless they fill a whole container (copying would free nothing: dropped
+     * whole); the copies pass TIRE's gate as reinsertions (evict_one). pannier.rs explains. */
     uint32_t v = c->cold.tail != NIL ? c->cold.tail : c->hot.tail;
     take(c, v);
+    *copy = copy_frees_space(c, v);
     return v;
 }
 

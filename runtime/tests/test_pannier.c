@@ -1,10 +1,11 @@
 /* test_pannier.c: C unit tests of Pannier's container cache (src/pannier.c) under ASan+UBSan
  * (`make test`) and valgrind (`make valgrind`): the hand examples of sim/src/pannier.rs and
  * sim/src/tire.rs (a fully invalidated container goes first, aging by elapsed lifetimes,
- * promotion after ceil(5%) of the blocks, TIRE's levels at q, 2q, 3q, 4q, overwrites of cached
- * blocks in interval 1, the ladder scaled to a credit below q), nearest-rank, the
- * bytes, and recovery (the index rebuilt, an overwritten block never served). The decisions on
- * whole traces against the simulator's: tests/test_runtime_pannier.py. */
+ * copy-forward from an expired survival top and from the cold LRU, promotion after ceil(5%) of
+ * the blocks, TIRE's levels at q, 2q, 3q, 4q, overwrites of cached blocks in interval 1, the
+ * ladder scaled to a credit below q), nearest-rank, the bytes, and recovery (the index
+ * rebuilt, an overwritten block never served). The decisions on whole traces against the
+ * simulator's: tests/test_runtime_pannier.py. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -111,6 +112,51 @@ static void test_copy_forward(void) {
     CHECK(frt_pn_container_of(c, 1) >= 0 && frt_pn_container_of(c, 0) < 0, "1 copied, 0 dropped");
     CHECK(frt_pn_container_of(c, 4) < 0 && frt_pn_container_of(c, 8) >= 0, "4 dropped, 8 kept");
     CHECK(rd(c, 1) == 1, "hit");
+    frt_pn_close(c);
+}
+
+/* pannier.rs's cold_lru_victim_copies_its_accessed_blocks_forward_unless_all_are: 3 containers
+ * of 4 blocks, lifetime 1000 (no survival time expires), promotion after ceil(100% x 4) = 4
+ * hits (all stay cold). The cold LRU victim A = {0..3} with block 1 accessed: 1 is copied
+ * forward, 0, 2, 3 dropped; then B = {4..7}, all accessed: copying would free nothing, dropped
+ * whole. */
+static void test_cold_lru_copy_forward(void) {
+    struct frt_pn_config k;
+    frt_pn_config_default(&k);
+    k.policy = FRT_PN_PANNIER;
+    k.cache_bytes = 3 * 4 * 4096;
+    k.container_bytes = 4 * 4096;
+    k.fixed_lifetime = 1000;
+    k.packing = 0;
+    k.promotion_pct = 100.0;
+    char err[256];
+    frt_pn *c = frt_pn_open(&k, err, sizeof err);
+    CHECK(c != NULL, "%s", err);
+    if (!c) return;
+    CHECK(frt_pn_promote_at(c) == 4, "promote at %u", frt_pn_promote_at(c));
+    for (uint64_t p = 0; p < 4; p++) rd(c, p); /* A, sealed at clock 4 */
+    CHECK(rd(c, 1) == 1, "a hit on block 1");
+    for (uint64_t p = 4; p < 7; p++) {
+        CHECK(rd(c, p) == 0, "miss %llu", (unsigned long long)p);
+        CHECK(rd(c, p) == 1, "RAM hit %llu", (unsigned long long)p);
+    }
+    CHECK(rd(c, 7) == 0, "B sealed at clock 8");
+    CHECK(rd(c, 7) == 1, "a hit on block 7");
+    int64_t b = frt_pn_container_of(c, 4);
+    CHECK(b >= 0 && frt_pn_container_accessed(c, (uint32_t)b) == 4, "B all accessed");
+    for (uint64_t p = 8; p < 12; p++) rd(c, p);  /* C */
+    for (uint64_t p = 12; p < 16; p++) rd(c, p); /* D: evicts the cold LRU, A */
+    CHECK(frt_pn_counters(c)->erasures == 1, "%llu erasures", (unsigned long long)frt_pn_counters(c)->erasures);
+    CHECK(frt_pn_counters(c)->copied_forward_pages == 1, "%llu copied", (unsigned long long)frt_pn_counters(c)->copied_forward_pages);
+    CHECK(frt_pn_container_of(c, 1) >= 0, "1 copied forward");
+    CHECK(frt_pn_container_of(c, 0) < 0 && frt_pn_container_of(c, 2) < 0 && frt_pn_container_of(c, 3) < 0, "0, 2, 3 dropped");
+    for (uint64_t p = 16; p < 20; p++) rd(c, p); /* E: evicts the cold LRU, B, whole */
+    CHECK(frt_pn_counters(c)->erasures == 2, "%llu erasures", (unsigned long long)frt_pn_counters(c)->erasures);
+    CHECK(frt_pn_counters(c)->copied_forward_pages == 1, "%llu copied", (unsigned long long)frt_pn_counters(c)->copied_forward_pages);
+    for (uint64_t p = 4; p < 8; p++) CHECK(frt_pn_container_of(c, p) < 0, "%llu dropped", (unsigned long long)p);
+    CHECK(rd(c, 1) == 1, "1 hit (RAM)");
+    CHECK(rd(c, 0) == 0, "0 miss");
+    CHECK(rd(c, 4) == 0, "4 miss");
     frt_pn_close(c);
 }
 
@@ -262,6 +308,7 @@ int main(int argc, char **argv) {
     test_fully_invalidated_first();
     test_aging();
     test_copy_forward();
+    test_cold_lru_copy_forward();
     test_promotion();
     test_tire_levels();
     test_tire_overwrites_and_low_credit();

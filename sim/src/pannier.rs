@@ -13,15 +13,17 @@
 //!   time + lifetime; on invalidation, survival = now + lifetime x valid share; on access,
 //!   aging and survival renewal; on eviction, an expired survival-queue top has its blocks
 //!   with frequency > 0 copied forward (through TIRE and the hot/cold packing), otherwise the
-//!   cold queue's LRU container goes.
+//!   cold queue's LRU container goes, its blocks with frequency > 0 copied forward the same
+//!   way (the paper's Reinsertion paragraph; see `PannierPolicy::victim`).
 //!
 //! Choices where the paper is silent (stated once, here):
 //! * The clock (`now`) is +1 per client insertion attempt (a read miss or a write), whether
 //!   or not admission lets it in; copy-forward does not advance it.
 //! * A survival time expires when `survival <= now` (the paper: `<`), so a container
 //!   invalidated to 100% is evicted at the very next eviction.
-//! * An expired container whose valid blocks are all still hot is not copied forward whole
-//!   (that would free nothing): its survival is renewed and the cold LRU goes instead.
+//! * An expired container whose valid blocks are all still accessed (frequency > 0) is not
+//!   copied forward whole (that would free nothing): its survival is renewed and the cold LRU
+//!   goes instead. A cold-LRU victim whose valid blocks are all accessed is dropped whole.
 //! * The lifetime is the percentile of sampled reuse distances *of hits* (re-accesses of
 //!   blocks still in the cache): over all re-accesses, a heavy-tailed trace's 99th percentile
 //!   is many cache turnovers, and no container would ever outlive its survival time.
@@ -255,7 +257,8 @@ pub trait ContainerPolicy {
     fn on_hit(&mut self, st: &mut Store, id: u32, accessed_before: u32);
     /// A block of a sealed container was invalidated.
     fn on_invalidate(&mut self, _st: &mut Store, _id: u32) {}
-    /// Choose the next victim and take it out of the order; true: copy its hot blocks forward.
+    /// Choose the next victim and take it out of the order; true: copy its valid blocks forward
+    /// (those `copy_slot` places; by default the ones with frequency > 0).
     fn victim(&mut self, st: &mut Store) -> (u32, bool);
     /// Open containers the policy packs into (at least Pannier's 4 slots are kept).
     fn open_slots(&self) -> usize {
@@ -484,7 +487,7 @@ impl ContainerPolicy for PannierPolicy {
             }
             let c = &st.containers[top as usize];
             if c.survival <= st.now {
-                if c.hot_blocks() < st.ppc {
+                if copy_frees_space(st, top) {
                     self.take(st, top);
                     return (top, true);
                 }
@@ -492,10 +495,27 @@ impl ContainerPolicy for PannierPolicy {
                 self.set_survival(st, top, t);
             }
         }
+        // The cold queue's LRU container. Its accessed blocks are copied forward too: the
+        // paper's Reinsertion paragraph (§3.2: "When the cache is full and a container has
+        // been selected for eviction, Pannier copies accessed blocks forward to new containers
+        // according to the TIRE policy"), although Fig. 5's pseudo-code and the OnEvict text
+        // show the copy on the survival path only. Without it, the lifetime is so long that
+        // containers reach the cold LRU end long before their survival time expires, and their
+        // accessed blocks are dropped. Exception (as on the survival path): when the blocks the
+        // copy-forward would take (`hot_blocks`: valid with frequency > 0, `copy_slot`'s
+        // predicate) fill a whole container, copying would free nothing (without this, web-like
+        // live-locks), so the victim is dropped whole. The copies pass TIRE's gate as
+        // reinsertions, as on the survival path (`evict_one`).
         let v = self.q.lru();
         self.take(st, v);
-        (v, false)
+        (v, copy_frees_space(st, v))
     }
+}
+
+/// Whether copying the accessed blocks of victim `id` forward frees any space: they do not
+/// fill a whole container.
+fn copy_frees_space(st: &Store, id: u32) -> bool {
+    st.containers[id as usize].hot_blocks() < st.ppc
 }
 
 /// A container cache: [`Store`] + a [`ContainerPolicy`].
@@ -965,6 +985,63 @@ mod tests {
         assert!(c.st.index.contains_key(&1));
         assert!(!c.st.index.contains_key(&0));
         assert!(read(&mut c, 1));
+    }
+
+    #[test]
+    fn cold_lru_victim_copies_its_accessed_blocks_forward_unless_all_are() {
+        // 3 containers of 4 blocks, lifetime 1000 (no survival time expires here), promotion
+        // after ceil(100% x 4) = 4 hits (every container stays in the cold queue).
+        let cfg = BlockConfig {
+            fixed_lifetime: Some(1000),
+            packing: false,
+            promotion_pct: 100.0,
+            ..cfg(3, 4)
+        };
+        let mut c = ContainerCache::pannier(&cfg);
+        // A = {0..3} sealed at clock 4; one hit on block 1 (freq 1): survival 4 + 1000.
+        for p in 0..4 {
+            read(&mut c, p);
+        }
+        assert!(read(&mut c, 1));
+        // B = {4..7}: 4, 5, 6 read again while open (RAM hits), 7 once sealed (clock 8): all
+        // four accessed; survival 8 + 1000.
+        for p in 4..7 {
+            assert!(!read(&mut c, p));
+            assert!(read(&mut c, p));
+        }
+        assert!(!read(&mut c, 7));
+        assert!(read(&mut c, 7));
+        let b = unloc(c.st.index[&4]).0;
+        assert_eq!(c.st.containers[b as usize].hot_blocks(), 4);
+        // C = {8..11} at clock 12; cold queue (LRU first): A, B, C.
+        for p in 8..12 {
+            read(&mut c, p);
+        }
+        // D = {12..15} seals at clock 16 with the flash full: the survival top (A, 1004) has
+        // not expired, so the cold LRU (A) goes; its accessed block 1 is copied forward (to a
+        // reinsertion container in RAM), 0, 2 and 3 are dropped.
+        for p in 12..16 {
+            read(&mut c, p);
+        }
+        assert_eq!(c.st.c.erasures, 1);
+        assert_eq!(c.st.c.copied_forward_pages, 1);
+        assert!(c.st.index.contains_key(&1));
+        for p in [0, 2, 3] {
+            assert!(!c.st.index.contains_key(&p));
+        }
+        // E = {16..19} at clock 20: the cold LRU is B, all of whose blocks are accessed:
+        // copying would free nothing, so it is dropped whole.
+        for p in 16..20 {
+            read(&mut c, p);
+        }
+        assert_eq!(c.st.c.erasures, 2);
+        assert_eq!(c.st.c.copied_forward_pages, 1);
+        for p in 4..8 {
+            assert!(!c.st.index.contains_key(&p));
+        }
+        assert!(read(&mut c, 1));
+        assert!(!read(&mut c, 0));
+        assert!(!read(&mut c, 4));
     }
 
     #[test]
