@@ -5,13 +5,17 @@ on generated region1-like traces of growing size, the time and peak memory of ev
     .venv/bin/python bench/bench_pipeline.py --accesses 100000,1000000,10000000
     .venv/bin/python bench/bench_pipeline.py --accesses 100000 --sweep both
     .venv/bin/python bench/bench_pipeline.py --accesses 1000000 --sweep-workers 1,2
+    .venv/bin/python bench/bench_pipeline.py --accesses 1000000 --sweep-workers 1,2 --cores-per-worker 1
 
 Each size runs in a fresh process (a run folder, MLflow and Optuna stores of its own under a
 temporary FLASHML_HOME); the figures come from the run's summary.json (`timings_s`,
 `peak_rss_mb`: this process's peak per stage, the Spark JVM not included) and the whole
 process tree's peak (getrusage of the children). `--sweep both` also runs each size with
 `--sweep-cold` (trials from scratch), the sweep's cost before the warm start;
-`--sweep-workers 1,2` runs each with one and two sweep processes.
+`--sweep-workers 1,2` runs each with one and two sweep processes; with `--cores-per-worker 1`
+each run is pinned (taskset) to one core per worker, as that many one-core machines would run
+it (on a 2-core VM the unpinned one-worker sweep already keeps 1.6 cores busy, so two
+unpinned workers cannot beat ~0.8x of it whatever the code does).
 Writes bench/results/pipeline.json and pipeline.png (seconds per stage vs accesses).
 """
 
@@ -61,18 +65,20 @@ def sizes_small(text: str) -> list[int]:
 
 
 def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
-            workers: int = 1) -> dict[str, Any]:
+            workers: int = 1, cores_per_worker: int | None = None) -> dict[str, Any]:
     trace = tmp / f"region1-like-{accesses}.trace"
     if not trace.exists():
         subprocess.run([*FLASHML, "trace", "generate", "--preset", "region1-like", "--seed",
                         "3", "--accesses", str(accesses), "-o", str(trace)], check=True,
                        cwd=ROOT, stdout=subprocess.DEVNULL)
-    home = tmp / f"home-{accesses}-{'cold' if cold else 'warm'}-{workers}"
+    home = tmp / f"home-{accesses}-{'cold' if cold else 'warm'}-{workers}-{cores_per_worker}"
     out = home / "run"
     cmd = [*FLASHML, "pipeline", "run", "--trace", str(trace), "--out", str(out),
            "--engine", engine, "--sweep-trials", str(trials), "--sweep-workers", str(workers)]
     if cold:
         cmd.append("--sweep-cold")
+    if cores_per_worker:  # the whole job on workers x N cores: N cores for each trial
+        cmd = ["taskset", "-c", f"0-{workers * cores_per_worker - 1}", *cmd]
     env = {k: v for k, v in os.environ.items()
            if k not in ("MLFLOW_TRACKING_URI", "FLASHML_OPTUNA_STORAGE")}
     env["FLASHML_HOME"] = str(home)
@@ -88,7 +94,7 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
     sweep = (summary.get("sweep") or {})
     return {
         "accesses": accesses, "sweep": "cold" if cold else "warm", "sweep_trials": trials,
-        "sweep_workers": workers,
+        "sweep_workers": workers, "cores_per_worker": cores_per_worker,
         "engine": engine, "wall_s": round(wall, 1),
         # the largest child so far (kB on Linux); only meaningful when it grew
         "peak_rss_process_tree_mb": round(after / 1024, 1) if after > before else None,
@@ -151,6 +157,10 @@ def main() -> int:
     ap.add_argument("--sweep-trials", type=int, default=6, help="Optuna trials (default 6)")
     ap.add_argument("--sweep-workers", type=sizes_small, default=[1],
                     help="comma-separated worker counts to run side by side (e.g. 1,2)")
+    ap.add_argument("--cores-per-worker", type=int, default=None, metavar="N",
+                    help="pin each run to N cores per sweep worker (taskset): N workers' "
+                    "runs as N machines of N cores each would run them, e.g. 1 with "
+                    "--sweep-workers 1,2 on two cores (default: every run on all cores)")
     ap.add_argument("--engine", default="auto", choices=["auto", "spark", "polars"],
                     help="episode engine of the job (default auto, as the job's default)")
     args = ap.parse_args()
@@ -164,7 +174,7 @@ def main() -> int:
             print(f"pipeline: {n:,} accesses, sweep {'cold' if cold else 'warm'}, {w} "
                   "worker(s) ...", flush=True)
             r = run_one(n, Path(tmp), cold=cold, trials=args.sweep_trials,
-                        engine=args.engine, workers=w)
+                        engine=args.engine, workers=w, cores_per_worker=args.cores_per_worker)
             top = sorted(r["timings_s"].items(), key=lambda kv: -kv[1])[:4]
             print(f"  {r['wall_s']:.0f} s; slowest: "
                   + ", ".join(f"{k} {v:.0f} s" for k, v in top), flush=True)
@@ -172,11 +182,15 @@ def main() -> int:
             r["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             runs.append(r)
     # runs of other sizes or modes measured before are kept (each says its commit and time)
-    key = ("accesses", "sweep", "sweep_workers")
-    new = {tuple(r.get(k, 1) for k in key) for r in runs}
+    key = ("accesses", "sweep", "sweep_workers", "cores_per_worker")
+
+    def of(r: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(r.get(k) or (0 if k == "cores_per_worker" else 1) for k in key)
+
+    new = {of(r) for r in runs}
     kept = [r for r in (json.loads(OUT.read_text()).get("runs", []) if OUT.exists() else [])
-            if tuple(r.get(k, 1) for k in key) not in new]
-    runs = sorted(kept + runs, key=lambda r: tuple(r.get(k, 1) for k in key))
+            if of(r) not in new]
+    runs = sorted(kept + runs, key=of)
     write_json(OUT, {"machine": machine(), "runs": runs})
     plot(runs)
     print(f"pipeline: {len(runs)} runs -> {OUT.relative_to(ROOT)}, {PLOT.relative_to(ROOT)}")
