@@ -5,7 +5,8 @@ on generated region1-like traces of growing size, the time and peak memory of ev
     .venv/bin/python bench/bench_pipeline.py --accesses 100000,1000000,10000000
     .venv/bin/python bench/bench_pipeline.py --accesses 100000 --sweep both
     .venv/bin/python bench/bench_pipeline.py --accesses 1000000 --sweep-workers 1,2
-    .venv/bin/python bench/bench_pipeline.py --accesses 1000000 --sweep-workers 1,2 --cores-per-worker 1
+    .venv/bin/python bench/bench_pipeline.py --accesses 1000000 --sweep-workers 1,2 \
+        --cores-per-worker 1
 
 Each size runs in a fresh process (a run folder, MLflow and Optuna stores of its own under a
 temporary FLASHML_HOME); the figures come from the run's summary.json (`timings_s`,
