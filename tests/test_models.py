@@ -120,20 +120,6 @@ def test_tuning_aims_with_a_similar_searchs_points() -> None:
     assert t.reached and t.evaluations <= 2 and t.knob == pytest.approx(math.exp(-1.2), rel=0.05)
 
 
-def test_tuning_stops_on_a_step_at_the_target() -> None:
-    """A rate with a step across the target (26 below share 0.3, 43 from it): no knob lands
-    within 1%, so the search stops once the bracket is narrower than 1e-4 of the range, with
-    the best feasible point, instead of halving it down to one float."""
-    t = tune_to_write_rate(fake(lambda p: 26.0 if p < 0.3 else 43.0), 35.0, 0.0, 1.0,
-                           increasing=True)
-    assert t.write_rate == 26.0 and not t.reached
-    assert 0.3 - 1e-4 <= t.knob < 0.3
-    assert t.evaluations <= 20
-    wide = tune_to_write_rate(fake(lambda p: 26.0 if p < 0.3 else 43.0), 35.0, 0.0, 1.0,
-                              increasing=True, x_tol=0.0)
-    assert wide.evaluations > t.evaluations and wide.write_rate == 26.0
-
-
 def test_share_to_threshold() -> None:
     from flashml.policies.baselines import share_to_threshold
 
