@@ -426,7 +426,13 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     the main process on the same storage (an RDB: sqlite here, Postgres across machines):
     each point goes to whichever process is free next (`serve`, `run_point`), so a process
     that drew cheap trials (a saturated point costs nothing, a retrained one most) takes
-    more. Trials running at once on this machine share its cores (`TrialSetup.cores`)."""
+    more. Trials running at once on this machine share its cores (`TrialSetup.cores`). In a
+    warm sweep, a process left without a point while another still runs the round's last one
+    runs the next round's first point ahead of time (`ahead_of_time`: a worker in its process,
+    this process in a thread); if the range widens its trial takes that loop and runs before
+    the round's other points (so a point it saturates is copied, as with one process), else
+    the worker is stopped (this process's loop cancelled). The trials are those of a
+    one-process sweep; only the time the last trial of a round ran alone is saved."""
     import mlflow
 
     storage = storage or default_storage()
@@ -481,7 +487,7 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                 raise RuntimeError("parallel sweep workers need an active MLflow run")
             pool.extend(Worker(spawn(seed + 1000 * i))  # type: ignore[misc]
                         for i in range(1, workers))
-        # A point run ahead of time in the last round goes first, alone, on its worker (its
+        # A point run ahead of time in the last round goes first, alone, on its process (its
         # loop is done): a point above it that it saturates is then copied, as with one process
         for w, (wr, thread, err) in list(ahead.items()):
             thread.join()
