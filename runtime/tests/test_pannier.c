@@ -175,18 +175,26 @@ static void test_promotion(void) {
     frt_pn_close(c);
 }
 
-static void test_tire_levels(void) {
-    /* q = 10 * 288 * 300 / 86400 = 10 erasures per quantum: 288 one-block containers */
-    struct frt_pn_config k;
-    frt_pn_config_default(&k);
-    k.container_bytes = 4096;
-    k.cache_bytes = 288 * 4096;
-    k.has_tire = 1;
-    k.tire_epbpd = 10.0;
+/* 288 one-block containers under TIRE at 10 EPBPD: q = 10 * 288 * 300 / 86400 = 10 erasures
+ * per quantum. `k` keeps the configuration (for variants). */
+static frt_pn *tire_cache(struct frt_pn_config *k, int policy) {
+    frt_pn_config_default(k);
+    k->policy = policy;
+    k->container_bytes = 4096;
+    k->cache_bytes = 288 * 4096;
+    k->has_tire = 1;
+    k->tire_epbpd = 10.0;
     char err[256];
-    frt_pn *c = frt_pn_open(&k, err, sizeof err);
+    frt_pn *c = frt_pn_open(k, err, sizeof err);
     CHECK(c != NULL, "%s", err);
+    return c;
+}
+
+static void test_tire_levels(void) {
+    struct frt_pn_config k;
+    frt_pn *c = tire_cache(&k, FRT_PN_PANNIER);
     if (!c) return;
+    char err[256];
     CHECK(fabs(frt_pn_quota(c) - 10.0) < 1e-12, "quota %g", frt_pn_quota(c));
     frt_pn_tick(c, 0.0);
     const uint64_t e[] = {0, 10, 11, 20, 21, 30, 31, 40, 41};
@@ -207,15 +215,7 @@ static void test_tire_overwrites_and_low_credit(void) {
      * write of a block not in the cache is refused. Quantum 1 starts with credit
      * 10 + (10 - 17) = 3 < q: the ladder is (3, 12] in intervals of 3 (tire.rs). */
     struct frt_pn_config k;
-    frt_pn_config_default(&k);
-    k.policy = FRT_PN_LRU_PLUS;
-    k.container_bytes = 4096;
-    k.cache_bytes = 288 * 4096;
-    k.has_tire = 1;
-    k.tire_epbpd = 10.0;
-    char err[256];
-    frt_pn *c = frt_pn_open(&k, err, sizeof err);
-    CHECK(c != NULL, "%s", err);
+    frt_pn *c = tire_cache(&k, FRT_PN_LRU_PLUS);
     if (!c) return;
     frt_pn_tick(c, 0.0);
     for (uint64_t p = 0; p < 304; p++) CHECK(rd(c, p) == 0, "cold miss %llu", (unsigned long long)p);
