@@ -106,8 +106,10 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
     to_pos = (lambda x: math.log(x)) if use_log else (lambda x: x)
     from_pos = (lambda u: math.exp(u)) if use_log else (lambda u: u)
     on_target = target_mbps * (1 - rel_tol)
-    aim = _aim(hint, target_mbps, sign, to_pos) if hint and not _settled(
-        points, lo, hi, on_target, upper) else None
+    feasible, over = _sides(points, lo, hi, upper)
+    # a hint aims only a search whose own points hold neither a point on target nor a bracket
+    settled = any(w >= on_target for _, w in feasible) or bool(feasible and over)
+    aim = _aim(hint, target_mbps, sign, to_pos) if hint and not settled else None
     if aim is not None:
         p_lo, p_hi = sorted((to_pos(lo), to_pos(hi)))
         pos, slope = min(max(aim[0], p_lo), p_hi), aim[1]
@@ -128,15 +130,13 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
             if nxt == pos:
                 break
             pos = nxt
-    inside = [(x, w) for x, w in points if lo <= x <= hi]
-    feasible = [(x, w) for x, w in inside if w <= upper]
-    over = [(x, w) for x, w in inside if w > upper]
+    feasible, over = _sides(points, lo, hi, upper)
     if feasible and over and max(sign * x for x, _ in feasible) >= min(sign * x for x, _ in over):
         feasible, over = [], []  # not monotone (another function's points?): start afresh
     best: tuple[float, float, SimResult | None]
     if feasible:
         x_a, w_a = max(feasible, key=lambda p: (sign * p[0], p[1]))
-        if w_a >= target_mbps * (1 - rel_tol):  # already on target: its figures only
+        if w_a >= on_target:  # already on target: its figures only
             w, r = wr(x_a)
             return done(x_a, r, abs(w - target_mbps) <= target_mbps * 0.05)
         best = (x_a, w_a, results.get(x_a))
@@ -151,7 +151,7 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
     else:
         w_high, r_high = wr(high_end)
         if w_high <= upper:
-            return done(high_end, r_high, w_high >= target_mbps * (1 - rel_tol))
+            return done(high_end, r_high, w_high >= on_target)
         x_b, w_b = high_end, w_high
     # bracket in position space: (position, write rate - target); fa <= 0 < fb
     a, fa = to_pos(x_a), w_a - target_mbps
@@ -169,7 +169,7 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
         if w <= upper:
             if w >= best[1] or best[2] is None:
                 best = (mid, w, r)
-            if w >= target_mbps * (1 - rel_tol):
+            if w >= on_target:
                 break
             a, fa = mid_pos, f
             if side == -1:
@@ -186,13 +186,11 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
     return done(knob, r, abs(w - target_mbps) <= target_mbps * 0.05)
 
 
-def _settled(points: list[tuple[float, float]], lo: float, hi: float, on_target: float,
-             upper: float) -> bool:
-    """Whether `points` (this function's) already hold a point on target, or points on both
-    sides of it, inside [lo, hi]: a hint would not save a simulation."""
-    inside = [w for x, w in points if lo <= x <= hi]
-    return any(on_target <= w <= upper for w in inside) or (
-        any(w <= upper for w in inside) and any(w > upper for w in inside))
+def _sides(points: list[tuple[float, float]], lo: float, hi: float, upper: float
+           ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """The points inside [lo, hi] that write at most `upper` (feasible) and more (over)."""
+    inside = [(x, w) for x, w in points if lo <= x <= hi]
+    return [p for p in inside if p[1] <= upper], [p for p in inside if p[1] > upper]
 
 
 def _aim(hint: list[tuple[float, float]], target: float, sign: float,
