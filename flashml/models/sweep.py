@@ -464,13 +464,20 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     mine: dict[float, Any] = {}  # the loops this process ran ahead of time, by write rate
     stop_mine = threading.Event()
 
+    more = max(2, trials // 2)  # points per widening round
+
+    def widening_points(new_hi: float) -> list[float]:
+        # the new points extend the range upwards: below the old top it has been searched
+        return grid(bounds[1], new_hi, more + 1)[1:]
+
     def next_points() -> list[float]:
         """The points of the round that follows this one if the range widens (they depend only
-        on its top: `grid(hi, hi x WIDEN)`), when one may follow and can run ahead."""
+        on its top: `widened_range` makes the new top WIDEN x this one), when one may follow
+        and can run ahead."""
         if warm is None or len(pool) == 0 or trials < MIN_TRIALS_TO_WIDEN or \
                 widened >= max_widen:
             return []
-        return grid(bounds[1], bounds[1] * WIDEN, max(2, trials // 2) + 1)[1:]
+        return widening_points(bounds[1] * WIDEN)
 
     def round_of(points: list[float]) -> None:
         # the points go to whichever process is free next, the main process included (the
@@ -589,9 +596,7 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                 break
             log.info("sweep: the best write rate is at the top of %.3g-%.3g MB/s; searching "
                      "%.3g-%.3g MB/s", *bounds, *nxt)
-            more = max(2, trials // 2)
-            # the new points extend the range upwards: below the old top it has been searched
-            points = grid(bounds[1], nxt[1], more + 1)[1:]
+            points = widening_points(nxt[1])
             widened += 1
             bounds[:] = nxt
             bar.total += more
