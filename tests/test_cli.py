@@ -79,13 +79,48 @@ def test_main_job_on_a_real_trace_shorter_than_a_day(tmp_path: Path, cli,
         simulate(df, cfg.replace(warmup_s=3600.0)).metrics["mean_dt_util"], rel=1e-6)
 
 
-def test_main_job_end_to_end(tmp_path: Path, cli) -> None:
+def check_a_worker_runs_the_jobs_trials(work: Path, summary: dict, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep worker process (flashml/jobs/sweep_worker.py, started as the job starts it)
+    on the finished run folder gets each of the job's sweep points and gives the trial the
+    job's own process gave: it rebuilds the warm start from the run folder (the policy
+    bundle, the train record), not from memory."""
+    import pickle
+
+    import optuna
+
+    from flashml.jobs import baleen
+    from flashml.jobs.run import RunDir
+    from flashml.jobs.sweep_worker import SETTINGS
+    from flashml.models.sweep import Worker
+
+    run = RunDir(work)
+    s = pickle.loads((run.work / SETTINGS).read_bytes())
+    sw = summary["sweep"]
+    peak0 = summary["policies"]["rejectx"]["peak_dt_util"]
+    # the worker's MLflow and Optuna stores: the job's
+    monkeypatch.setenv("FLASHML_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    spawn = baleen._sweep_spawner(run, s, "again", sw["storage"], peak0,
+                                  summary["mlflow_run_id"])
+    worker = Worker(spawn(7))
+    worker.ready()
+    for t in sw["trials"]:
+        n = worker.run({"write_rate_mbps": t["target_write_rate_mbps"]}, list(sw["range_mbps"]))
+        again = optuna.load_study(study_name="again", storage=sw["storage"]).trials[n]
+        assert again.value == t["tco"]
+        assert again.user_attrs["measured_write_rate_mbps"] == t["write_rate_mbps"]
+    assert worker.close() is None
+
+
+def test_main_job_end_to_end(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole main job on the embedded default trace, with real MLflow (isolated store),
-    Optuna, the registry and the compiled policy .so."""
+    Optuna (two sweep processes: the job's and a worker started when `train` finished), the
+    registry and the compiled policy .so."""
     work = tmp_path / "run"
     env = {"FLASHML_HOME": str(tmp_path / "state"), "MLFLOW_TRACKING_URI": ""}
     proc = cli("pipeline", "run", "--out", work, "--engine", "polars", "--sweep-trials", "2",
-               check=True, env=env, timeout=900)
+               "--sweep-workers", "2", check=True, env=env, timeout=900)
     summary = json.loads((work / "summary.json").read_text())
     assert summary["validate"]["success"] is True
     assert Path(summary["validate"]["data_docs"]).exists()
@@ -129,6 +164,11 @@ def test_main_job_end_to_end(tmp_path: Path, cli) -> None:
     names = {r.info.run_name for r in runs}
     assert summary["mlflow_run_id"] in {r.info.run_id for r in runs}
     assert {"baleen", "rejectx", "opt", "sweep-trial-0"} <= names
+    # the worker was started when `train` finished (on this small trace the job's process
+    # may run both trials before it has loaded the run)
+    assert "started 1 sweep worker process" in proc.stdout + proc.stderr
+    assert (work / "work" / "sweep" / "worker-01.log").exists()
+    check_a_worker_runs_the_jobs_trials(work, summary, tmp_path, monkeypatch)
     assert "peak DT" in proc.stdout and "Baleen vs RejectX" in proc.stdout
     check_mlflow_as_users_see_it(summary, runs)
 

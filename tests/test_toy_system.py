@@ -114,3 +114,27 @@ def test_an_interrupted_job_resumes_from_its_last_finished_stage(
     # nothing to resume in a fresh folder
     assert cli.main([*args, "--out", str(tmp_path / "empty"), "--resume"]) == 1
     assert "nothing to resume" in capsys.readouterr().err
+
+
+def test_a_stage_prepares_as_soon_as_the_stage_it_needs_is_done(tmp_path: Path) -> None:
+    """`Stage.prepare` (how the sweep's workers start loading once `train` is done): it runs
+    right after `prepare_after`, before the stages in between, once; not when that stage is
+    not among the stages run (`flashml train` runs no sweep)."""
+    from flashml.jobs.run import RunDir, Stage, run_stages
+
+    order: list[str] = []
+
+    def stage(name: str) -> Stage:
+        return Stage(name, lambda run, s, timer: order.append(name) or {name: 1})
+
+    stages = (stage("ingest"), stage("train"), stage("episodes"),
+              Stage("sweep", lambda run, s, timer: order.append("sweep") or {},
+                    prepare=lambda run, s: order.append("prepare sweep"),
+                    prepare_after="train"))
+    run = RunDir(tmp_path / "run")
+    records = run_stages(stages, run, None)
+    assert order == ["ingest", "train", "prepare sweep", "episodes", "sweep"]
+    assert records["train"] == {"train": 1}
+    order.clear()
+    run_stages(stages[:2], run, None)  # the sweep is not run: nothing prepared for it
+    assert order == ["ingest", "train"]

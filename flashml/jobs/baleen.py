@@ -30,6 +30,7 @@ Files of a run folder (flashml/jobs/run.py has the common part):
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -633,13 +634,44 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
 
 def _sweep_spawner(run: RunDir, s: BaleenSettings, study: str, storage: str, peak0: float,
                    run_id: str) -> Any:
-    """How the sweep starts a parallel worker (`--sweep-workers`): a process running
-    `flashml/jobs/sweep_worker.py` on this run folder, points in on its stdin and trial
-    numbers out on its stdout, its log in `work/sweep/worker-NN.log`; the settings go to the
-    folder for it first."""
+    """How the sweep starts a parallel worker (`--sweep-workers`): one started when `train`
+    finished (`start_sweep_workers`, its data loaded meanwhile), else a new one; either gets
+    the sweep's study, storage, sampler seed, parent MLflow run and PeakDT_0 as its first line
+    (flashml/jobs/sweep_worker.py)."""
     if s.sweep_workers <= 1:
         return None
-    import itertools
+
+    def spawn(seed: int) -> Any:
+        started = run.cache.get("sweep_workers") or []
+        proc = started.pop(0) if started else _start_sweep_worker(run, s)
+        proc.stdin.write(json.dumps({"study": study, "storage": storage, "seed": seed,
+                                     "parent_run": run_id, "peak0": peak0}) + "\n")
+        proc.stdin.flush()
+        return proc
+
+    return spawn
+
+
+def start_sweep_workers(run: RunDir, s: BaleenSettings) -> None:
+    """The sweep stage's `prepare`: once `train` has finished, start the sweep's worker
+    processes (`--sweep-workers N`: N - 1 of them) so that their loading (the run's table,
+    features and warm start, 10-20 s at 1-10 M accesses) overlaps the stages before the
+    sweep instead of its first round. Nothing when the sweep will not run workers or is
+    already recorded. A worker still waiting for its sweep when this process exits reads the
+    end of its stdin and exits."""
+    if (s.sweep_workers <= 1 or s.sweep_trials <= 0 or s.candidate_bundle is not None
+            or run.done("sweep") is not None or run.cache.get("sweep_workers")):
+        return
+    run.cache["sweep_workers"] = [_start_sweep_worker(run, s)
+                                  for _ in range(s.sweep_workers - 1)]
+    log.info("started %d sweep worker process(es) to load the run while the stages before "
+             "the sweep run", s.sweep_workers - 1)
+
+
+def _start_sweep_worker(run: RunDir, s: BaleenSettings) -> Any:
+    """A sweep worker process on this run folder (flashml/jobs/sweep_worker.py), points in on
+    its stdin and trial numbers out on its stdout, its log in `work/sweep/worker-NN.log`;
+    the settings go to the folder for it first."""
     import pickle
     import subprocess
     import sys
@@ -651,19 +683,14 @@ def _sweep_spawner(run: RunDir, s: BaleenSettings, study: str, storage: str, pea
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         tmp.write_bytes(pickle.dumps(s))
-    numbers = itertools.count(1)
-
-    def spawn(seed: int) -> Any:
-        log_path = path.parent / f"worker-{next(numbers):02d}.log"
-        with open(log_path, "w") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "flashml.jobs.sweep_worker", str(run.path.resolve()),
-                 study, storage, str(seed), run_id, repr(peak0)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out, text=True)
-        proc.log_path = log_path  # type: ignore[attr-defined]
-        return proc
-
-    return spawn
+    number = run.cache["sweep_worker_count"] = run.cache.get("sweep_worker_count", 0) + 1
+    log_path = path.parent / f"worker-{number:02d}.log"
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flashml.jobs.sweep_worker", str(run.path.resolve())],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out, text=True)
+    proc.log_path = log_path  # type: ignore[attr-defined]
+    return proc
 
 
 def study_name(run: RunDir | None, s: BaleenSettings, run_id: str) -> str:
@@ -830,7 +857,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("train", train),
     Stage("episodes", episodes),
     Stage("policies", policies),
-    Stage("sweep", sweep),
+    Stage("sweep", sweep, prepare=start_sweep_workers, prepare_after="train"),
     Stage("plots", plots),
     Stage("compile", compile_candidate),
     Stage("evaluate", evaluate),

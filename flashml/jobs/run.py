@@ -219,10 +219,16 @@ def open_run(run: RunDir, run_name: str, params: dict[str, Any] | None = None,
 
 @dataclass(frozen=True)
 class Stage:
-    """One step of a job: `fn(run, settings, timer)` returns the stage's record (a dict)."""
+    """One step of a job: `fn(run, settings, timer)` returns the stage's record (a dict).
+    With `prepare`, `prepare(run, settings)` runs as soon as the stage `prepare_after` has
+    finished in the same `run_stages` call, to start what the stage needs while the stages in
+    between run (the sweep's worker processes load the run's data meanwhile); it must not
+    record anything and must let the stage run without it."""
 
     name: str
     fn: Callable[..., Any]
+    prepare: Callable[..., None] | None = None
+    prepare_after: str | None = None
 
     @property
     def doc(self) -> str:
@@ -238,10 +244,17 @@ def finite_numbers(d: dict[str, Any]) -> dict[str, float]:
 
 def run_stages(stages: Sequence[Stage], run: RunDir, settings: Any,
                timer: Timer | None = None) -> dict[str, Any]:
-    """Run `stages` in order (each returns its record at once if already recorded); returns
-    {stage name: record}."""
+    """Run `stages` in order (each returns its record at once if already recorded), a later
+    stage's `prepare` as soon as its `prepare_after` has finished; returns {stage name:
+    record}."""
     timer = timer or Timer()
-    return {st.name: st.fn(run, settings, timer) for st in stages}
+    records: dict[str, Any] = {}
+    for i, st in enumerate(stages):
+        records[st.name] = st.fn(run, settings, timer)
+        for later in stages[i + 1:]:
+            if later.prepare is not None and later.prepare_after == st.name:
+                later.prepare(run, settings)
+    return records
 
 
 def select(stages: Sequence[Stage], *names: str) -> tuple[Stage, ...]:

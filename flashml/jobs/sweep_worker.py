@@ -1,18 +1,22 @@
 """A parallel worker of the main job's Optuna sweep (`flashml pipeline run --sweep-workers N`):
 
-    python -m flashml.jobs.sweep_worker RUN_DIR STUDY STORAGE SEED PARENT_RUN PEAK0
+    python -m flashml.jobs.sweep_worker RUN_DIR
 
-rebuilds the sweep's trial set-up from the run folder (the settings the sweep stage pickled,
-the accesses table, the features, the trained policy bundle for the warm start), then serves
-points: each line on stdin is a point (JSON, `flashml.models.sweep.serve`), whose trial runs
-in the study in STORAGE with its MLflow run nested under PARENT_RUN; its trial number goes
-back as a line on stdout. Everything else the process prints goes to stderr (the sweep keeps
-it in `work/sweep/worker-NN.log`). It ends when stdin closes. The sweep stage starts it; it is
-not meant to be run by hand.
+loads what the sweep's trials need from the run folder (the settings the job pickled, the
+accesses table, the features, the trained policy bundle for the warm start), then reads its
+sweep from the first line on stdin (JSON: `study`, `storage`, `seed`, `parent_run`, `peak0`)
+and serves points: each further line is a point (JSON, `flashml.models.sweep.serve`), whose
+trial runs in the study in `storage` with its MLflow run nested under `parent_run`; its trial
+number goes back as a line on stdout. The job starts it as soon as `train` has finished, so
+its loading overlaps the stages before the sweep. Everything else the process prints goes to
+stderr (kept in `work/sweep/worker-NN.log`). It ends when stdin closes (before the first
+line: the job ended without a sweep). It is not meant to be run by hand.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import pickle
 import sys
@@ -23,7 +27,7 @@ SETTINGS = Path("sweep") / "settings.pkl"
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 6:
+    if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
     # stdout carries the replies only: whatever a library prints (Python or C) goes to stderr
@@ -31,24 +35,32 @@ def main(argv: list[str]) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
+    from dataclasses import replace
+
     from flashml.config import DEFAULTS
     from flashml.jobs import baleen
     from flashml.jobs.run import RunDir
     from flashml.models.sweep import TrialSetup, serve, trial_cores
     from flashml.tracking import setup as tracking_setup
 
-    run_dir, study, storage, seed, parent, peak0 = argv
-    run = RunDir(run_dir)
+    run = RunDir(argv[0])
     with open(run.work / SETTINGS, "rb") as f:
         s = pickle.load(f)
     tracking_setup()
     df, _ = run.frame()
-    setup = TrialSetup(df, run.table, baleen.features(run), baleen.base_config(run, s),
-                       float(peak0), DEFAULTS.target_write_rate_mbps, run.work / "sweep",
-                       s.gbm, s.loop, study, baleen.learned_config(run, s),
-                       None if s.sweep_cold else baleen.warm_start(run, s),
-                       cores=trial_cores(s.sweep_workers))
-    serve(setup, storage, int(seed), parent, sys.stdin, replies)
+    # everything but the sweep's own names, loaded before the sweep starts
+    loaded = TrialSetup(df, run.table, baleen.features(run), baleen.base_config(run, s),
+                        math.nan, DEFAULTS.target_write_rate_mbps, run.work / "sweep",
+                        s.gbm, s.loop, "", baleen.learned_config(run, s),
+                        None if s.sweep_cold else baleen.warm_start(run, s),
+                        cores=trial_cores(s.sweep_workers))
+    first = sys.stdin.readline()
+    if not first.strip():
+        return 0  # the job ended (or failed) before its sweep
+    sweep = json.loads(first)
+    setup = replace(loaded, peak0=float(sweep["peak0"]), study_name=str(sweep["study"]))
+    serve(setup, str(sweep["storage"]), int(sweep["seed"]), str(sweep["parent_run"]),
+          sys.stdin, replies)
     return 0
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import threading
 import warnings
 from collections import deque
@@ -208,7 +209,9 @@ def objective_for(setup: TrialSetup, bounds: list[float],
         mlflow.start_run(run_name=f"sweep-trial-{trial.number}", nested=True,
                          parent_run_id=parent_run_id,
                          tags={"optuna.study": setup.study_name,
-                               "optuna.trial": str(trial.number)})
+                               "optuna.trial": str(trial.number),
+                               # which process ran it (the main one or a worker)
+                               "flashml.pid": str(os.getpid())})
         status = "FAILED"
         try:
             mlflow.log_params({"write_rate_mbps": wr, "start_eviction_age_s": ea0,
@@ -319,8 +322,8 @@ def serve(setup: TrialSetup, storage: str, seed: int, parent_run_id: str,
 
 class Worker:
     """A sweep worker process started by a `SpawnWorker` (stdin and stdout pipes, text): it
-    serves points (`serve`) until its stdin closes; it is started once per sweep and loads the
-    run's data once, while the main process already runs trials."""
+    serves points (`serve`) until its stdin closes; one process per sweep, which loads the
+    run's data once (the job starts it while its stages before the sweep run)."""
 
     def __init__(self, proc: Any) -> None:
         self.proc = proc
@@ -422,7 +425,8 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     optuna-dashboard shows). When the best point sits at the top of the range (and `trials`
     >= MIN_TRIALS_TO_WIDEN), up to `max_widen` rounds of max(2, trials // 2) more trials
     search a range `WIDEN` times higher (`widened_range`). With `workers` > 1 and `spawn`,
-    `workers - 1` worker processes (started once, at the first round) share the trials with
+    `workers - 1` worker processes (asked of `spawn` once, at the first round; the job starts
+    them when its training ends, so they load meanwhile) share the trials with
     the main process on the same storage (an RDB: sqlite here, Postgres across machines):
     each point goes to whichever process is free next (`serve`, `run_point`), so a process
     that drew cheap trials (a saturated point costs nothing, a retrained one most) takes
