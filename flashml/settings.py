@@ -109,16 +109,21 @@ class PeakSettings:
 class MatParams:
     """Algorithm 1's knobs (brief §1.1): target predictions per eviction k, at most L
     candidates, threshold step delta, initial threshold T0 in logical requests (None: the
-    simulator's default)."""
+    simulator's default), and the threshold controller: "mean" (T *= 1 + delta (k - p), p
+    the predictions made: holds the mean predictions per eviction at k, the issue's "the
+    average number of predictions per eviction stays at k") or "sign" (the paper's rule,
+    T *= 1 +- delta as the victim's try is below or above k: its mean lies above k, 2.9-3.1
+    at k ~2.4 on CloudPhysics)."""
 
     k: float = 2.0
     max_candidates: int = 10
     delta: float = 1e-4
     initial_threshold: float | None = None
+    controller: str = "mean"
 
     def sim_kwargs(self) -> dict[str, Any]:
         return {"k": self.k, "max_candidates": self.max_candidates, "delta": self.delta,
-                "initial_threshold": self.initial_threshold}
+                "initial_threshold": self.initial_threshold, "controller": self.controller}
 
 
 @dataclass(frozen=True)

@@ -522,23 +522,26 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
                          max_candidates: int | None = None, delta: float | None = None,
                          initial_threshold: float | None = None, collect_samples: bool = False,
                          memory_window: int | None = None,
-                         record_victims: bool = False) -> dict[str, Any]:
+                         record_victims: bool = False,
+                         controller: str | None = None) -> dict[str, Any]:
     """Object-mode MAT (issue 16; sim/src/mat.rs): learned eviction at the tail of LRU.
 
     On each eviction the LRU tail candidate's distance d from its last access to its next
     access is predicted, TTA = |d - age|; TTA >= T evicts it, else it is re-inserted at the
     MRU head and the next tail candidate is tried, at most `max_candidates` (L); if none
-    reaches T the largest-TTA one goes. T *= 1 + delta when the victim came at a try < k, *=
-    1 - delta at a try > k (L + 1 on exhaustion).
+    reaches T the largest-TTA one goes. Controller "sign" (the paper's): T *= 1 + delta when
+    the victim came at a try < k, *= 1 - delta at a try > k (L + 1 on exhaustion); "mean":
+    T *= 1 + delta (k - p), p the predictions made (L on exhaustion), which holds the mean
+    predictions per eviction at k.
 
     predictor: "none" (evict the LRU tail unpredicted: exactly LRU, zero predictions),
     "oracle" (the true next access, read from the trace ahead of time), or an eviction policy
     .so exporting `flashml_evict_predict` (log1p of the predicted distance), or a compiled
     bundle folder holding one as `policy.so`.
-    k, max_candidates, delta, initial_threshold, memory_window: None takes the .so's exported
-    value if it has one, else 2, 10, 1e-4, the number of cached objects at the first eviction
-    (= the capacity with unit "objects") and the eviction contract's window
-    (features/eviction.toml).
+    k, max_candidates, delta, initial_threshold, memory_window, controller: None takes the
+    .so's exported value if it has one, else 2, 10, 1e-4, the number of cached objects at the
+    first eviction (= the capacity with unit "objects"), the eviction contract's window
+    (features/eviction.toml) and "sign".
 
     An object larger than the whole cache is never inserted (a miss, no eviction), as in
     `simulate_objects`; a capacity smaller than every object gives miss ratio 1, no evictions
@@ -562,7 +565,7 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
     return dict(_core().simulate_objects_mat(
         kk, ss, int(capacity), unit, predictor=pred, k=k, max_candidates=max_candidates,
         delta=delta, initial_threshold=initial_threshold, collect_samples=collect_samples,
-        memory_window=memory_window, record_victims=record_victims))
+        memory_window=memory_window, record_victims=record_victims, controller=controller))
 
 
 def _evict_predictor(predictor: Any) -> str:
@@ -585,7 +588,8 @@ def _evict_predictor(predictor: Any) -> str:
 
 #: The knobs `simulate_mat_flash(mat=...)` takes (None or absent: the .so's value, else the
 #: default).
-MAT_KNOBS = ("k", "max_candidates", "delta", "initial_threshold", "memory_window")
+MAT_KNOBS = ("k", "max_candidates", "delta", "initial_threshold", "memory_window",
+             "controller")
 
 #: The MAT figures `simulate_mat_flash` adds to the flash metrics.
 MAT_METRIC_KEYS = ("mat_predictions", "mat_decisions", "mat_reinsertions",
@@ -615,10 +619,10 @@ def simulate_mat_flash(table: Any, config: SimConfig | None = None, *, admit: An
     access index (GETs and PUTs) and LRB's 44 features of each block's GET history; the chosen
     block is condemned and its segments leave one per eviction (lowest first) until it is
     empty or a GET refreshes it. `mat`: {"k", "max_candidates", "delta",
-    "initial_threshold", "memory_window"} (each optional; None: the .so's exported value,
-    else 2, 10, 1e-4, the number of cached blocks at the first decision, the eviction
-    contract's window). `predictor`: "none" (exactly flash LRU), "oracle" (the block's next
-    GET), an eviction policy .so or a bundle folder holding one.
+    "initial_threshold", "memory_window", "controller"} (each optional; None: the .so's
+    exported value, else 2, 10, 1e-4, the number of cached blocks at the first decision, the
+    eviction contract's window, "sign"). `predictor`: "none" (exactly flash LRU), "oracle"
+    (the block's next GET), an eviction policy .so or a bundle folder holding one.
 
     Returns a `MatSimResult`: metrics = `simulate`'s plus mat_predictions, mat_decisions
     (condemned blocks), mat_reinsertions, mat_evicted_segments, predictions_per_eviction and

@@ -113,9 +113,10 @@ def next_index(keys: list[int]) -> list[int | None]:
 
 
 def slow_mat(keys, sizes, capacity, unit="objects", predict=None, *, k=2.0, L=10,
-             delta=1e-4, t0=None, window=W, collect=False, features=False):
+             delta=1e-4, t0=None, window=W, collect=False, features=False, controller="sign"):
     """Algorithm 1 over an OrderedDict LRU (first = tail). predict(last, feats) -> distance
-    (None: no predictor, evict the tail). Returns counters (and samples)."""
+    (None: no predictor, evict the tail). Controller "sign" (the paper's) or "mean" (T *= 1 +
+    delta (k - predictions made)). Returns counters (and samples)."""
     keys, sizes = list(map(int, keys)), list(map(int, sizes))
     od: OrderedDict[int, int] = OrderedDict()
     last: dict[int, int] = {}
@@ -183,7 +184,9 @@ def slow_mat(keys, sizes, capacity, unit="objects", predict=None, *, k=2.0, L=10
                 csz = od.pop(victim)
                 reins -= 1
             used -= csz
-            if r < k:
+            if controller == "mean":
+                T *= 1 + delta * (k - min(r, L))
+            elif r < k:
                 T *= 1 + delta
             elif r > k:
                 T *= 1 - delta
@@ -372,7 +375,8 @@ def test_so_exports_are_defaults_and_identity_is_checked(tmp_path):
     r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so)
     assert r["params"] == {"k": 3.0, "max_candidates": 4, "delta": 0.01,
                            "initial_threshold": 77.0, "memory_window": 4096,
-                           "collect_samples": False, "predictor": str(so)}
+                           "collect_samples": False, "predictor": str(so),
+                           "controller": "sign"}  # a .so without flashml_evict_controller
     want = slow_mat(keys, sizes, 30, "objects", lambda _l, f: math.expm1(math.log1p(3 * f[0])),
                     k=3.0, L=4, delta=0.01, t0=77.0, window=4096, features=True)
     same_counts(r, want)
@@ -467,3 +471,31 @@ def test_capacity_smaller_than_every_object():
     r = simulate_objects_mat([1, 2, 1], [10, 10, 10], 5, "bytes", predictor="oracle")
     assert r["miss_ratio"] == 1.0 and r["evictions"] == 0
     assert math.isnan(r["predictions_per_eviction"]) and math.isnan(r["ns_per_eviction"])
+
+
+def test_the_mean_controller_against_the_slow_replay(tmp_path):
+    """The mean controller (T *= 1 + delta (k - p), p the predictions made, L on exhaustion)
+    decides as the slow obvious replay does, asked for explicitly or exported by the .so
+    (`flashml_evict_controller` 1); it holds the mean predictions per eviction near k where
+    the sign rule's lies above it."""
+    keys, sizes = synthetic(4000, 150, seed=5)
+    knobs = ("double flashml_evict_k(void) { return 2.0; }\n"
+             "int flashml_evict_max_candidates(void) { return 5; }\n"
+             "double flashml_evict_delta(void) { return 0.02; }\n"
+             "double flashml_evict_initial_threshold(void) { return 30.0; }\n"
+             "int64_t flashml_evict_memory_window(void) { return 4096; }\n"
+             "int flashml_evict_controller(void) { return 1; }\n")
+    pred = "double flashml_evict_predict(const double *f) { return log1p(3.0 * f[0]); }\n"
+    so = build_so(tmp_path, IDENTITY + knobs + pred, "mean")
+    r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so)
+    assert r["params"]["controller"] == "mean"
+    want = slow_mat(keys, sizes, 30, "objects", lambda _l, f: math.expm1(math.log1p(3 * f[0])),
+                    k=2.0, L=5, delta=0.02, t0=30.0, window=4096, features=True,
+                    controller="mean")
+    same_counts(r, want)
+    sign = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, controller="sign")
+    assert sign["params"]["controller"] == "sign"
+    assert sign["hits"] != r["hits"] or sign["predictions"] != r["predictions"]
+    assert abs(r["predictions_per_eviction"] - 2.0) < 0.1
+    with pytest.raises(ValueError, match="controller"):
+        simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, controller="median")

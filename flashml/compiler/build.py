@@ -45,6 +45,7 @@ from typing import Any
 from flashml.compiler import readahead as ra
 from flashml.compiler.bundle import (
     COMPILED_ARTIFACT_PATH,
+    CONTROLLERS,
     EVICT_FILE,
     EVICT_MODEL,
     EVICT_PARAMS,
@@ -417,6 +418,7 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
             "EVICT_DELTA": repr(float(ev["delta"])),
             "EVICT_INITIAL_THRESHOLD": repr(float(ev["initial_threshold"])),
             "EVICT_MEMORY_WINDOW": f"INT64_C({int(ev['memory_window'])})",
+            "EVICT_CONTROLLER": str(CONTROLLERS.index(ev.get("controller", "sign"))),
             "FAST_EVICT": fast.get(EVICT_MODEL, "evict_portable"),
         })
     else:
@@ -440,6 +442,7 @@ _ADMISSION_PLACEHOLDERS = (
 _EVICT_PLACEHOLDERS = (
     "EVICT_TL2_PREDICT", "EVICT_NUM_FEATURES", "EVICT_CONTRACT_HASH", "EVICT_K",
     "EVICT_MAX_CANDIDATES", "EVICT_DELTA", "EVICT_INITIAL_THRESHOLD", "EVICT_MEMORY_WINDOW",
+    "EVICT_CONTROLLER",
     "FAST_EVICT")
 
 
@@ -549,6 +552,8 @@ def _check_so(so: Path, params: dict[str, Any], capabilities: list[str]) -> None
             "eviction initial threshold": (lib.flashml_evict_initial_threshold(),
                                            ev["initial_threshold"]),
             "eviction memory window": (lib.flashml_evict_memory_window(), ev["memory_window"]),
+            "eviction controller": (lib.flashml_evict_controller(),
+                                    CONTROLLERS.index(ev.get("controller", "sign"))),
         })
     if "readahead" in capabilities:
         rc = readahead_contract.contract()
@@ -899,13 +904,13 @@ def _evict_manifest(ev: dict[str, Any]) -> dict[str, Any]:
                          "features": list(e.names), "memory_window": e.memory_window},
             "k": ev["k"], "max_candidates": ev["max_candidates"], "delta": ev["delta"],
             "initial_threshold": ev["initial_threshold"],
-            "memory_window": ev["memory_window"],
+            "memory_window": ev["memory_window"], "controller": ev.get("controller", "sign"),
             "prediction": "log1p(logical requests from the last access to the next access); "
                           "TTA = |expm1(prediction) - age|",
             "metrics": ev["metrics"],
             **{k: v for k, v in ev.items() if k not in (
                 "contract_hash", "k", "max_candidates", "delta", "initial_threshold",
-                "memory_window", "metrics")},
+                "memory_window", "metrics", "controller")},
         },
     }
 

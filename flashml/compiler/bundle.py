@@ -26,7 +26,7 @@ A bundle may hold MAT's eviction model instead of, or as well as, the admission 
 | `evict.txt`       | LightGBM regressor on the 44 eviction features (features/eviction.toml)|
 |                   | predicting log1p(logical distance from the last access to the next)   |
 | `policy.json`     | `eviction`: {contract_hash, k, max_candidates, delta,                 |
-|                   | initial_threshold, memory_window, metrics}                            |
+|                   | initial_threshold, memory_window, metrics, controller: sign or mean}  |
 
 The admission fields of policy.json are needed only with the admission models.
 """
@@ -80,6 +80,10 @@ REQUIRED_PARAMS = ("admit_threshold", "when_threshold", "eviction_age_s",
 #: policy.json `eviction` fields (MAT's controller and the features' memory window).
 EVICT_REQUIRED = ("contract_hash", "k", "max_candidates", "delta", "initial_threshold",
                   "memory_window")
+#: MAT's threshold controllers, in the order of their codes in the ABI
+#: (`flashml_evict_controller`; sim/src/mat.rs `Controller`): policy.json `eviction.controller`
+#: (optional, default "sign", the paper's rule).
+CONTROLLERS = ("sign", "mean")
 
 
 def tracking_uri() -> str:
@@ -200,7 +204,7 @@ def save_policy_models(directory: str | os.PathLike[str], boosters: Mapping[str,
 
 def save_evict_model(directory: str | os.PathLike[str], booster: Any, *, k: float,
                      max_candidates: int, delta: float, initial_threshold: float,
-                     memory_window: int | None = None,
+                     memory_window: int | None = None, controller: str = "sign",
                      metrics: Mapping[str, float] | None = None,
                      mlflow_run_id: str | None = None, contract_hash: str | None = None,
                      merge: bool = False, **extra: Any) -> Path:
@@ -208,8 +212,8 @@ def save_evict_model(directory: str | os.PathLike[str], booster: Any, *, k: floa
     eviction features predicting log1p of the logical distance from the last access to the
     next) and policy.json's `eviction` object: MAT's controller (k: the target number of
     predictions per eviction, max_candidates: L, delta, initial_threshold: T0 in logical
-    requests), the memory window the features were computed with (default: the contract's),
-    the model's metrics and `extra` fields.
+    requests, controller: "sign" or "mean", `CONTROLLERS`), the memory window the features
+    were computed with (default: the contract's), the model's metrics and `extra` fields.
 
     merge=False writes a bundle with the eviction model only (capabilities ["eviction"]);
     merge=True adds it to the bundle already in `directory` (e.g. one save_policy_models
@@ -223,7 +227,7 @@ def save_evict_model(directory: str | os.PathLike[str], booster: Any, *, k: floa
         raise ValueError(f"save_evict_model: the model has {got} features, the eviction "
                          f"contract has {want}: {list(c.names)}")
     ev = {"contract_hash": contract_hash or c.hash, "k": k, "max_candidates": max_candidates,
-          "delta": delta, "initial_threshold": initial_threshold,
+          "delta": delta, "initial_threshold": initial_threshold, "controller": controller,
           "memory_window": c.memory_window if memory_window is None else memory_window,
           "metrics": {name: float(v) for name, v in (metrics or {}).items()}, **extra}
     try:
@@ -403,7 +407,7 @@ def _checked_partition(where: str, pp: Any) -> dict[str, Any]:
 def _checked_evict(where: str, ev: Any) -> dict[str, Any]:
     """policy.json's `eviction` object, checked: MAT's k in [1, max_candidates], at least one
     candidate, delta in (0, 1), a finite initial threshold >= 0 (logical requests), a memory
-    window >= 1 (logical requests)."""
+    window >= 1 (logical requests), a controller in CONTROLLERS (default sign)."""
     if not isinstance(ev, dict):
         raise UserError(f"{where}: field '{EVICT_PARAMS}': missing or not an object (the "
                         f"eviction model's parameters: {', '.join(EVICT_REQUIRED)})")
@@ -438,6 +442,14 @@ def _checked_evict(where: str, ev: Any) -> dict[str, Any]:
     if out["initial_threshold"] < 0.0:
         raise UserError(f"{where}: field '{EVICT_PARAMS}.initial_threshold': expected a number "
                         f">= 0 (logical requests), got {ev['initial_threshold']!r}")
+    out["controller"] = ev.get("controller", "sign")
+    if out["controller"] not in CONTROLLERS:
+        raise UserError(f"{where}: field '{EVICT_PARAMS}.controller': expected one of "
+                        f"{', '.join(CONTROLLERS)}, got {out['controller']!r}")
+    if out["controller"] == "mean" and \
+            out["delta"] * (out["max_candidates"] - out["k"]) >= 1.0:
+        raise UserError(f"{where}: field '{EVICT_PARAMS}.delta': the mean controller needs "
+                        f"delta * (max_candidates - k) < 1, got {out['delta']!r}")
     metrics = ev.get("metrics") or {}
     if not isinstance(metrics, dict):
         raise UserError(f"{where}: field '{EVICT_PARAMS}.metrics': expected an object")

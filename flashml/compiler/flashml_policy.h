@@ -6,7 +6,7 @@
  * each capability it has; its manifest.json lists them in `capabilities` (a manifest without
  * the field: admission and prefetch). A loader refuses a bundle that lacks a capability it
  * is asked to use; look optional functions up with dlsym. Optional (older .so files lack
- * them): flashml_policy_prefetch, flashml_policy_decide, flashml_policy_decide_at, flashml_admit_peak_hours, flashml_admit_peak_bonus.
+ * them): flashml_policy_prefetch, flashml_policy_decide, flashml_policy_decide_at, flashml_admit_peak_hours, flashml_admit_peak_bonus, flashml_evict_controller.
  *   core: flashml_policy_abi_version
  *   admission: flashml_policy_num_features, flashml_policy_contract_hash, flashml_admit_score,
  *       flashml_admit_threshold, flashml_target_write_rate_mbps, flashml_eviction_age_s,
@@ -16,7 +16,8 @@
  *       flashml_prefetch_when_threshold
  *   eviction: flashml_evict_num_features, flashml_evict_contract_hash, flashml_evict_predict,
  *       flashml_evict_predict_batch, flashml_evict_k, flashml_evict_max_candidates,
- *       flashml_evict_delta, flashml_evict_initial_threshold, flashml_evict_memory_window
+ *       flashml_evict_delta, flashml_evict_initial_threshold, flashml_evict_memory_window,
+ *       flashml_evict_controller
  *   partition: flashml_partition_num_features, flashml_partition_contract_hash,
  *       flashml_partition_max_streams, flashml_partition_steps, flashml_partition
  *   readahead: flashml_readahead_num_features, flashml_readahead_contract_hash,
@@ -257,13 +258,17 @@ double flashml_evict_predict(const double *features);
 void flashml_evict_predict_batch(const double *features, int n, double *out);
 /* MAT's controller (Algorithm 1): k, the target number of predictions per eviction; at most
  * flashml_evict_max_candidates() candidates per eviction (then the largest TTA goes); the
- * threshold T (logical requests) starts at flashml_evict_initial_threshold() and is
- * multiplied by 1 + delta when a victim is found in fewer than k tries, by 1 - delta when in
- * more. */
+ * threshold T (logical requests) starts at flashml_evict_initial_threshold(). After each
+ * eviction, with flashml_evict_controller() 0 (the paper's rule; a .so without the function)
+ * T is multiplied by 1 + delta when the victim is found in fewer than k tries, by 1 - delta
+ * when in more (L + 1 tries when none of the L reached T); with 1 (the mean rule) by
+ * 1 + delta * (k - p), p the predictions made (L when none reached T), which holds the mean
+ * number of predictions per eviction at k. */
 double flashml_evict_k(void);
 int flashml_evict_max_candidates(void);
 double flashml_evict_delta(void);
 double flashml_evict_initial_threshold(void);
+int flashml_evict_controller(void);
 /* The memory window (logical requests) the features of this policy are computed with. */
 int64_t flashml_evict_memory_window(void);
 

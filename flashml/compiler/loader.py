@@ -340,6 +340,9 @@ class PolicyLibrary:
         self.evict_delta = lib.flashml_evict_delta()
         self.evict_initial_threshold = lib.flashml_evict_initial_threshold()
         self.evict_memory_window = lib.flashml_evict_memory_window()
+        # 0 sign, 1 mean (bundle.CONTROLLERS); .so files compiled before it have the sign rule
+        self.evict_controller = (lib.flashml_evict_controller()
+                                 if hasattr(lib, "flashml_evict_controller") else 0)
 
     def _rows(self, x: Any, nf: int | None = None) -> np.ndarray:
         nf = contract().num_features if nf is None else nf

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flashml.compiler.bundle import CONTROLLERS
 from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
 from flashml.settings import MatParams
@@ -120,7 +121,8 @@ class MatSettings:
         return cls(trace=args.trace, format=args.format, preset=args.preset, seed=args.seed,
                    accesses=args.accesses, capacities=caps, unit=args.unit,
                    mat=MatParams(k=args.k, max_candidates=args.max_candidates,
-                                 delta=args.delta, initial_threshold=args.initial_threshold),
+                                 delta=args.delta, initial_threshold=args.initial_threshold,
+                                 controller=args.controller),
                    train_fraction=args.train_fraction, val_fraction=args.val_fraction,
                    trials=args.trials, memory_window=args.memory_window,
                    label_horizon=args.label_horizon, size_exponent=args.size_exponent,
@@ -190,6 +192,10 @@ def add_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-candidates", type=int, default=d.mat.max_candidates,
                    help="L: tail candidates tried before the largest-TTA one goes")
     p.add_argument("--delta", type=float, default=d.mat.delta, help="threshold step")
+    p.add_argument("--controller", choices=CONTROLLERS, default=d.mat.controller,
+                   help="how T moves: mean (holds the mean predictions per eviction at k) or "
+                   "sign (the paper's rule: T *= 1 +- delta as the victim's try is below or "
+                   f"above k; its mean lies above k); default {d.mat.controller}")
     p.add_argument("--initial-threshold", type=float, default=None,
                    help="T0, logical requests (default: the simulator's)")
     p.add_argument("--train-fraction", type=float, default=d.train_fraction,
@@ -384,6 +390,7 @@ def _train_bundle(bundle: Path, x: np.ndarray, y: np.ndarray, params: Any, s: Ma
     active = mlflow.active_run()
     save_evict_model(bundle, model.booster, k=s.mat.k if k is None else k,
                      max_candidates=s.mat.max_candidates, delta=s.mat.delta,
+                     controller=s.mat.controller,
                      initial_threshold=initial_threshold, memory_window=memory_window,
                      metrics=metrics, mlflow_run_id=active.info.run_id if active else None)
     return metrics
@@ -462,6 +469,7 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
             sos[size] = str(so)
         first = _size_slug(s.model_sizes[0])
         common = {"max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
+                  "controller": s.mat.controller,
                   "memory_window": window}
         lru_val, _ = _window_hits(keys, sizes, cap, n_train, n_val, predictor="none")
         default = {"initial_threshold": t0, "k": s.mat.k, "model_size": first}
@@ -531,6 +539,7 @@ def compile_models(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         metrics = finite_numbers({k: v for k, v in model.items() if k != "bundle"})
         save_evict_model(bundle, booster, k=tuned[name]["k"],
                          max_candidates=s.mat.max_candidates, delta=s.mat.delta,
+                         controller=s.mat.controller,
                          initial_threshold=tuned[name]["initial_threshold"],
                          memory_window=window, metrics=metrics,
                          mlflow_run_id=run.mlflow_run_id())
@@ -578,7 +587,7 @@ def periodic(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         size = tuple(int(v) for v in t["model_size"].split("x"))
         knobs = {"k": t["k"], "initial_threshold": t["initial_threshold"],
                  "max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
-                 "memory_window": window}
+                 "controller": s.mat.controller, "memory_window": window}
         rows, predictor, size_ref = [], "none", None
         with timer.stage(f"periodic at {name} ({s.windows} windows)"):
             for i, (a, b) in enumerate(bounds[:-1]):
@@ -744,6 +753,7 @@ def mlflow_params(run: RunDir, s: MatSettings) -> dict[str, Any]:
     ing = run.done("ingest")
     return {"trace": ing["trace"], "capacities": ",".join(s.capacities), "unit": s.unit,
             "k": s.mat.k, "max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
+            "controller": s.mat.controller,
             "initial_threshold": s.mat.initial_threshold, "train_fraction": s.train_fraction,
             "label_horizon": s.label_horizon, "size_exponent": s.size_exponent,
             "model_sizes": ",".join(_size_slug(z) for z in s.model_sizes),

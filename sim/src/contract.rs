@@ -86,6 +86,7 @@ pub const CAP_EVICTION: &[&str] = &[
     "flashml_evict_delta",
     "flashml_evict_initial_threshold",
     "flashml_evict_memory_window",
+    "flashml_evict_controller",
 ];
 pub const CAP_PARTITION: &[&str] = &[
     "flashml_partition_num_features",
@@ -116,6 +117,7 @@ pub const OPTIONAL_FUNCTIONS: &[&str] = &[
     "flashml_policy_decide_at",
     "flashml_admit_peak_hours",
     "flashml_admit_peak_bonus",
+    "flashml_evict_controller",
 ];
 
 /// sha256 of the canonical eviction contract (features/eviction.toml); an eviction policy

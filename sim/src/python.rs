@@ -19,7 +19,7 @@ use crate::flash::{self, PolicyArrays, Trace};
 use crate::flash_mat;
 use crate::forest::{self, TreeArrays};
 use crate::lrb_features::{EVICT_CONTRACT_HASH, EVICT_FEATURE_NAMES, EVICT_NUM_FEATURES};
-use crate::mat::{self, DenseTrace, MatParams, NoPredictor, Oracle};
+use crate::mat::{self, Controller, DenseTrace, MatParams, NoPredictor, Oracle};
 use crate::objects;
 use crate::online_features::{self as online, FeatureColumns, GET_OPS};
 use crate::partition;
@@ -469,8 +469,9 @@ fn capacity_unit(unit: &str) -> PyResult<CapacityUnit> {
 /// requests. `predictor`: "none" (evict the LRU tail: exactly LRU, zero predictions),
 /// "oracle" (the true next access), or the path of an eviction policy .so
 /// (`flashml_evict_predict`, sim/src/so_evict.rs). `k`, `max_candidates`, `delta`,
-/// `initial_threshold`: Algorithm 1's knobs; None takes the .so's exported value if any, else
-/// 2, 10, 1e-4 and the number of cached objects at the first eviction. `memory_window`: None
+/// `initial_threshold`, `controller` ("sign" | "mean"): Algorithm 1's knobs; None takes the
+/// .so's exported value if any, else 2, 10, 1e-4, the number of cached objects at the first
+/// eviction and "sign". `memory_window`: None
 /// is the .so's (flashml_evict_memory_window) if it exports one, else the eviction
 /// contract's. Returns {"miss_ratio", "byte_miss_ratio", "requests", "hits",
 /// "evictions", "predictions", "predictions_per_eviction", "reinsertions",
@@ -480,7 +481,8 @@ fn capacity_unit(unit: &str) -> PyResult<CapacityUnit> {
 #[pyfunction]
 #[pyo3(signature = (key, size, capacity, unit="bytes", *, predictor="none", k=None,
                     max_candidates=None, delta=None, initial_threshold=None,
-                    collect_samples=false, memory_window=None, record_victims=false))]
+                    collect_samples=false, memory_window=None, record_victims=false,
+                    controller=None))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_objects_mat<'py>(
     py: Python<'py>,
@@ -496,6 +498,7 @@ fn simulate_objects_mat<'py>(
     collect_samples: bool,
     memory_window: Option<i64>,
     record_victims: bool,
+    controller: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
     if capacity <= 0 {
         return Err(PyValueError::new_err(format!(
@@ -519,6 +522,7 @@ fn simulate_objects_mat<'py>(
             delta,
             initial_threshold,
             memory_window,
+            controller,
         },
         collect_samples,
         record_victims,
@@ -541,7 +545,8 @@ fn simulate_objects_mat<'py>(
     let st = &r.stats;
     let p = &params;
     let params_d = fields_dict!(py, p; k, max_candidates, delta, initial_threshold,
-        memory_window, collect_samples; "predictor" => predictor);
+        memory_window, collect_samples; "predictor" => predictor,
+        "controller" => controller_name(p.controller));
     let d = fields_dict!(py, r; miss_ratio, byte_miss_ratio, requests, hits, final_threshold,
         wall_s; "evictions" => st.evictions, "predictions" => st.predictions,
         "predictions_per_eviction" => r.predictions_per_eviction(),
@@ -561,12 +566,21 @@ fn simulate_objects_mat<'py>(
 }
 
 /// Algorithm 1's knobs as Python passes them (None: the .so's value, else the default).
-struct MatKnobs {
+struct MatKnobs<'a> {
     k: Option<f64>,
     max_candidates: Option<i64>,
     delta: Option<f64>,
     initial_threshold: Option<f64>,
     memory_window: Option<i64>,
+    controller: Option<&'a str>,
+}
+
+/// A controller's name as Python passes it.
+fn controller_name(c: Controller) -> &'static str {
+    match c {
+        Controller::Sign => "sign",
+        Controller::Mean => "mean",
+    }
 }
 
 /// The predictor named by `predictor`: ("none" | "oracle" | the path, lowercased) and the
@@ -609,7 +623,13 @@ fn mat_params(
             )))
         }
     };
+    let controller = match (knobs.controller, so.and_then(|l| l.controller)) {
+        (Some(name), _) => Controller::from_name(name).map_err(value_error)?,
+        (None, Some(code)) => Controller::from_code(code.into()).map_err(value_error)?,
+        (None, None) => Controller::Sign,
+    };
     Ok(MatParams {
+        controller,
         k: knobs.k.or(so.and_then(|l| l.k)).unwrap_or(2.0),
         max_candidates,
         delta: knobs.delta.or(so.and_then(|l| l.delta)).unwrap_or(1e-4),
@@ -651,7 +671,8 @@ fn samples_dict(py: Python<'_>, s: mat::Samples) -> PyResult<Bound<'_, PyDict>> 
 #[pyo3(signature = (time, key, offset, size, op, config=None, *, admit=None, score=None,
                     prefetch_start=None, prefetch_end=None, when_score=None,
                     predictor="none", k=None, max_candidates=None, delta=None,
-                    initial_threshold=None, memory_window=None, collect_samples=false))]
+                    initial_threshold=None, memory_window=None, collect_samples=false,
+                    controller=None))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_mat_flash<'py>(
     py: Python<'py>,
@@ -673,6 +694,7 @@ fn simulate_mat_flash<'py>(
     initial_threshold: Option<f64>,
     memory_window: Option<i64>,
     collect_samples: bool,
+    controller: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = config_from(config)?;
     let trace = trace_of(&time, &key, &offset, &size, &op)?;
@@ -685,6 +707,7 @@ fn simulate_mat_flash<'py>(
         delta,
         initial_threshold,
         memory_window,
+        controller,
     };
     let params = mat_params(so, knobs, collect_samples, false)?;
     let r = py
@@ -722,7 +745,8 @@ fn simulate_mat_flash<'py>(
     metrics.set_item("final_threshold", extra.2)?;
     let p = &params;
     let params_d = fields_dict!(py, p; k, max_candidates, delta, initial_threshold,
-        memory_window, collect_samples; "predictor" => predictor);
+        memory_window, collect_samples; "predictor" => predictor,
+        "controller" => controller_name(p.controller));
     d.get_item("info")?
         .expect("result_dict has info")
         .set_item("mat_params", params_d)?;

@@ -12,6 +12,8 @@
 //! * `double flashml_evict_k(void)`, `int flashml_evict_max_candidates(void)`,
 //!   `double flashml_evict_delta(void)`, `double flashml_evict_initial_threshold(void)`:
 //!   Algorithm 1's knobs the policy was tuned with;
+//! * `int flashml_evict_controller(void)`: how its threshold moves (0 the paper's sign rule,
+//!   1 the mean rule: [`crate::mat::Controller`]; absent: 0);
 //! * `int64_t flashml_evict_memory_window(void)`: the memory window its features were
 //!   computed with (default: the contract's).
 
@@ -37,6 +39,7 @@ pub struct EvictLib {
     pub max_candidates: Option<i32>,
     pub delta: Option<f64>,
     pub initial_threshold: Option<f64>,
+    pub controller: Option<i32>,
     pub memory_window: Option<i64>,
     pub num_features: Option<i32>,
     pub contract_hash: Option<String>,
@@ -113,7 +116,10 @@ impl EvictLib {
             optional::<IntFn>(&lib, "flashml_evict_max_candidates").map(|f| unsafe { f() });
         let memory_window =
             optional::<I64Fn>(&lib, "flashml_evict_memory_window").map(|f| unsafe { f() });
+        let controller =
+            optional::<IntFn>(&lib, "flashml_evict_controller").map(|f| unsafe { f() });
         Ok(EvictLib {
+            controller,
             predict,
             memory_window,
             k,
