@@ -148,6 +148,44 @@ def test_decisions_equal_the_simulator(request, tmp_path, which, capacity, unit,
         assert (tmp_path / "cache.bin").stat().st_size == c["cache_file_bytes"] > 0
 
 
+@pytest.mark.parametrize("which, capacity, unit, how", [
+    ("small", 150, "objects", "bundle"), ("cdn", 2 << 30, "bytes", "flag")])
+def test_the_mean_controller_decides_as_the_simulator(request, tmp_path, which, capacity,
+                                                       unit, how):
+    """MAT's mean controller (T *= 1 + delta (k - predictions made)) in the runtime: taken
+    from a bundle compiled with it (`flashml_evict_controller` 1) or asked for with
+    `--controller mean`; the same victims, counts and T bit for bit as the simulator's."""
+    trace, bundle = request.getfixturevalue(which)
+    df = read_objects(trace, "objects-csv")
+    keys, sizes = df["key"].to_numpy(), df["size"].to_numpy()
+    extra: list[object] = ["--bypass-oversize"]
+    if how == "bundle":  # the same model, compiled with the mean controller
+        models = bundle.parent / "models"
+        booster = lgb.Booster(model_file=str(models / "evict.txt"))
+        ev = json.loads((models / "policy.json").read_text())["eviction"]
+        save_evict_model(tmp_path / "models", booster, k=ev["k"], controller="mean",
+                         max_candidates=ev["max_candidates"], delta=ev["delta"],
+                         initial_threshold=ev["initial_threshold"],
+                         memory_window=ev["memory_window"])
+        bundle = tmp_path / "bundle"
+        compile_policy(bundle, model_dir=tmp_path / "models", log_to_mlflow=False)
+    else:
+        extra += ["--controller", "mean"]
+    c, dec = replay(tmp_path, bundle, trace, capacity, unit, *extra, data=False)
+    sim = simulate_objects_mat(keys, sizes, capacity, unit, predictor=str(bundle),
+                               record_victims=True, controller=None if how == "bundle"
+                               else "mean")
+    assert c["controller"] == sim["params"]["controller"] == "mean"
+    np.testing.assert_array_equal(dec["key"], sim["victims"]["key"])
+    np.testing.assert_array_equal(dec["time"], sim["victims"]["time"])
+    for k in ("requests", "hits", "evictions", "predictions", "reinsertions"):
+        assert c[k] == sim[k], k
+    assert c["final_threshold"] == sim["final_threshold"] == dec["threshold"][-1]
+    sign = simulate_objects_mat(keys, sizes, capacity, unit, predictor=str(bundle),
+                                controller="sign")
+    assert sign["final_threshold"] != sim["final_threshold"]  # the controllers differ here
+
+
 def test_no_model_is_lru(small, tmp_path):
     trace, _ = small
     df = read_objects(trace, "objects-csv")

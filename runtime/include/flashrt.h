@@ -197,8 +197,10 @@ void flashrt_close(flashrt *rt);
  * an LRU list whose tail candidates are asked, one at a time, for their time to next access
  * (TTA = |expm1(flashml_evict_predict(features)) - age|, LRB's 44 features of the eviction
  * contract); the first with TTA >= T goes, else it is re-inserted at the head, at most L
- * candidates, then the largest TTA goes; T *= 1 + delta when the victim came at a try < k,
- * *= 1 - delta at a try > k (L + 1 on exhaustion). The same decisions as the simulator's
+ * candidates, then the largest TTA goes. The threshold controller then moves T: "sign"
+ * (Algorithm 1's rule) T *= 1 + delta when the victim came at a try r < k, *= 1 - delta at
+ * r > k (r = L + 1 on exhaustion); "mean" T *= 1 + delta (k - p), p = min(r, L) the
+ * predictions made, which holds their mean at k. The same decisions as the simulator's
  * `simulate_objects_mat` (sim/src/mat.rs) on the same requests and capacity.
  */
 
@@ -296,6 +298,10 @@ struct flashrt_mat_config {
     double k, delta, initial_threshold;
     uint32_t max_candidates;
     uint64_t memory_window;
+    /* the threshold controller: 0 sign, 1 mean (the header comment above); -1 (what
+     * flashrt_mat_config_default sets) takes the policy's (flashml_evict_controller; sign
+     * for bundles without it, and without a policy) */
+    int controller;
     int time_decisions;          /* keep each decision's time for percentiles (default 1) */
     void (*on_candidate)(void *ctx, const struct flashrt_mat_candidate *c);
     void *ctx;
@@ -341,6 +347,7 @@ struct flashrt_mat_metrics {
     double k, delta, initial_threshold;
     uint32_t max_candidates;
     uint64_t memory_window;
+    int controller;      /* the one used: 0 sign, 1 mean */
     /* one eviction decision = taking the tail candidates, their features and predictions and
      * the list moves (flashrt_mat_get's evictions, each timed alone) */
     double decision_ns_mean, decision_ns_p50, decision_ns_p99;

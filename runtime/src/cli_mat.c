@@ -46,6 +46,11 @@ static const char *MAT_HELP =
     "  --k X, --max-candidates N, --delta X, --initial-threshold X|auto, --memory-window N\n"
     "                          Algorithm 1's knobs (default: the bundle's; auto: the number of\n"
     "                          cached objects at the first eviction)\n"
+    "  --controller sign|mean  the threshold controller (default: the bundle's; sign for a\n"
+    "                          bundle without one): sign, T *= 1 + delta at a try < k, 1 - delta\n"
+    "                          at a try > k (L + 1 on exhaustion); mean, T *= 1 + delta (k - p),\n"
+    "                          p the predictions made (L on exhaustion), which holds their mean\n"
+    "                          at k (needs delta * (L - k) < 1)\n"
     "  --decisions-out FILE    CSV, one line per eviction: time (request index of the miss),\n"
     "                          key, size, tries (L + 1: none reached T), threshold (T after)\n"
     "  --candidates-out FILE   CSV, one line per tail candidate examined: time, key, last,\n"
@@ -116,7 +121,11 @@ int cli_mat_replay(int argc, char **argv) {
             else BAD("--direct");
         } else if (OPT("--k")) { if (cli_parse_double(v, &cfg.k) || !(cfg.k > 0)) BAD("--k"); }
         else if (OPT("--max-candidates")) { if (cli_parse_uint(v, &u) || u == 0 || u > 1000000) BAD("--max-candidates"); cfg.max_candidates = (uint32_t)u; }
-        else if (OPT("--delta")) { if (cli_parse_double(v, &cfg.delta) || !(cfg.delta >= 0 && cfg.delta < 1)) BAD("--delta"); }
+        else if (OPT("--controller")) {
+            if (!strcmp(v, "sign")) cfg.controller = 0;
+            else if (!strcmp(v, "mean")) cfg.controller = 1;
+            else BAD("--controller");
+        } else if (OPT("--delta")) { if (cli_parse_double(v, &cfg.delta) || !(cfg.delta >= 0 && cfg.delta < 1)) BAD("--delta"); }
         else if (OPT("--initial-threshold")) {
             if (!strcmp(v, "auto")) cfg.initial_threshold = 0.0;
             else if (cli_parse_double(v, &cfg.initial_threshold) || !(cfg.initial_threshold > 0)) BAD("--initial-threshold");
@@ -213,8 +222,10 @@ int cli_mat_replay(int argc, char **argv) {
             {"cache_file_bytes", 1, 0, mt.file_bytes}, {"direct_io", 1, 0, (uint64_t)mt.direct_io},
             {"wall_s", 0, mt.wall_s, 0},
         };
-        const char *strs[] = {"policy", policy, "unit", unit, "evict_contract_hash", FLASHML_EVICT_CONTRACT_HASH};
-        cli_print_figures(kv, sizeof kv / sizeof kv[0], strs, 3, 2, as_json);
+        const char *controller = mt.controller == 1 ? "mean" : "sign";
+        const char *strs[] = {"policy", policy, "unit", unit, "controller", controller,
+                              "evict_contract_hash", FLASHML_EVICT_CONTRACT_HASH};
+        cli_print_figures(kv, sizeof kv / sizeof kv[0], strs, 4, 3, as_json);
         if (mt.integrity_errors) {
             fprintf(stderr, "flashrt: integrity error: %llu hits read back wrong bytes from %s\n",
                     (unsigned long long)mt.integrity_errors, cfg.cache_path);

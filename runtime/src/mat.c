@@ -35,6 +35,7 @@ struct flashrt_mat {
     double (*predict)(const double *); /* NULL: no model (LRU) */
     double k, delta, t0;               /* t0 0: cached objects at the first eviction */
     uint32_t L;
+    int controller;                    /* 0 sign, 1 mean (sim: Controller) */
     double threshold;                  /* T; NaN until the first predicted eviction */
     /* objects: key -> dense id (first appearance), their slot and history */
     struct frt_map ids;
@@ -75,6 +76,7 @@ void flashrt_mat_config_default(struct flashrt_mat_config *c) {
     c->unit = FLASHRT_MAT_BYTES;
     c->direct = FLASHRT_DIRECT_AUTO;
     c->k = c->delta = c->initial_threshold = NAN;
+    c->controller = -1; /* the policy's */
     c->time_decisions = 1;
 }
 
@@ -118,11 +120,20 @@ flashrt_mat *flashrt_mat_open(const struct flashrt_mat_config *cfg, flashrt_poli
     m->k = !isnan(cfg->k) ? cfg->k : ev ? ev->k : 2.0;
     m->delta = !isnan(cfg->delta) ? cfg->delta : ev ? ev->delta : 1e-4;
     m->L = cfg->max_candidates ? cfg->max_candidates : ev ? (uint32_t)ev->max_candidates : 10u;
+    m->controller = cfg->controller >= 0 ? cfg->controller : ev ? ev->controller : 0;
     m->t0 = !isnan(cfg->initial_threshold) ? cfg->initial_threshold : ev ? ev->initial_threshold : 0.0;
     uint64_t window = cfg->memory_window ? cfg->memory_window : ev ? (uint64_t)ev->memory_window : FLASHML_EVICT_CONTRACT_MEMORY_WINDOW;
     /* MatParams::validate */
     if (!(isfinite(m->k) && m->k > 0.0)) { frt_seterr(err, errlen, "k must be a finite number > 0, got %g", m->k); goto fail; }
     if (!(m->delta >= 0.0 && m->delta < 1.0)) { frt_seterr(err, errlen, "delta must be in [0, 1), got %g", m->delta); goto fail; }
+    if (m->controller != 0 && m->controller != 1) { frt_seterr(err, errlen, "controller must be 0 (sign) or 1 (mean), got %d", m->controller); goto fail; }
+    {
+        const double worst = (double)m->L - m->k; /* the largest step down */
+        if (m->controller == 1 && m->delta * worst >= 1.0) {
+            frt_seterr(err, errlen, "the mean controller needs delta * (max_candidates - k) < 1 (T stays > 0), got %g * %g", m->delta, worst);
+            goto fail;
+        }
+    }
     if (!(isfinite(m->t0) && m->t0 >= 0.0)) { frt_seterr(err, errlen, "initial_threshold must be a finite number > 0 (0: the cached objects at the first eviction), got %g", m->t0); goto fail; }
     if (frt_lrb_init(&m->meta, window, err, errlen) != 0) goto fail;
     if (frt_map_init(&m->ids, 1 << 16) != 0) { frt_seterr(err, errlen, "out of memory"); goto fail; }
@@ -204,7 +215,10 @@ static uint32_t evict(flashrt_mat *m, uint64_t now, uint32_t *tries) {
         found = best;
         r = m->L + 1;
     }
-    if ((double)r < m->k) m->threshold *= 1.0 + m->delta;
+    if (m->controller == 1) { /* mean (sim: Controller::Mean) */
+        const double p = (double)(r < m->L ? r : m->L); /* the predictions made */
+        m->threshold *= 1.0 + m->delta * (m->k - p);
+    } else if ((double)r < m->k) m->threshold *= 1.0 + m->delta;
     else if ((double)r > m->k) m->threshold *= 1.0 - m->delta;
     *tries = r;
     return found;
@@ -446,6 +460,7 @@ void flashrt_mat_metrics(flashrt_mat *m, struct flashrt_mat_metrics *o) {
     o->delta = m->delta;
     o->initial_threshold = m->t0;
     o->max_candidates = m->L;
+    o->controller = m->controller;
     o->memory_window = m->meta.window;
     o->decision_ns_mean = m->evictions ? (double)m->dec_ns_total / (double)m->evictions : NAN;
     o->decision_ns_p50 = frt_percentile(&m->dec_ns, 0.5);

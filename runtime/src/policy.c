@@ -482,6 +482,16 @@ static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
           p->evict.memory_window >= 1))
         return frt_seterr(err, errlen, "%s: refused: bad eviction parameters (k %g, max candidates %d, delta %g, initial threshold %g, memory window %lld)", so,
                           p->evict.k, p->evict.max_candidates, p->evict.delta, p->evict.initial_threshold, (long long)p->evict.memory_window);
+    /* optional (bundles built before it existed lack it: the sign controller) */
+    p->evict.controller = 0;
+    void *ctl = dlsym(p->dl, "flashml_evict_controller");
+    if (ctl) {
+        int (*controller)(void);
+        memcpy(&controller, &ctl, sizeof controller);
+        p->evict.controller = controller();
+        if (p->evict.controller != 0 && p->evict.controller != 1)
+            return frt_seterr(err, errlen, "%s: refused: bad eviction controller %d (0 sign, 1 mean)", so, p->evict.controller);
+    }
     return 0;
 }
 

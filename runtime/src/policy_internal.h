@@ -29,6 +29,7 @@ struct frt_evict_fns {
     double k, delta, initial_threshold;
     int max_candidates;
     int64_t memory_window;
+    int controller; /* flashml_evict_controller (optional, absent: 0): 0 sign, 1 mean */
 };
 const struct frt_evict_fns *frt_policy_evict(const flashrt_policy *p);
 

@@ -221,6 +221,8 @@ static void test_controller(const char *poldir) {
     CHECK(mt.predictions == 7 && ncand == 7 && mt.reinsertions == 4 && mt.evictions == 3, "predictions %llu reinsertions %llu",
           (unsigned long long)mt.predictions, (unsigned long long)mt.reinsertions);
     CHECK(mt.k == 2.0 && mt.max_candidates == 3 && mt.delta == 0.5 && mt.memory_window == 4096, "the bundle's knobs");
+    /* the test policy has no flashml_evict_controller (a bundle built before it): sign */
+    CHECK(mt.controller == 0, "controller %d", mt.controller);
     CHECK(mt.decision_ns_p50 > 0 && mt.decision_ns_p50 <= mt.decision_ns_p99, "timing %g %g", mt.decision_ns_p50, mt.decision_ns_p99);
     double f[FLASHML_EVICT_NUM_FEATURES];
     CHECK(flashrt_mat_features(m, 0, f) == 0 && f[FLASHML_EVICT_F_AGE] == 7.0 && f[FLASHML_EVICT_F_SIZE] == 6.0, "age %g", f[0]);
@@ -232,6 +234,100 @@ static void test_controller(const char *poldir) {
     c.k = NAN;
     c.capacity = 0;
     CHECK(flashrt_mat_open(&c, p, err, sizeof err) == NULL && strstr(err, "capacity"), "%s", err);
+    flashrt_policy_free(p);
+}
+
+/* sim/src/mat.rs mean_controller_steps_by_hand, through the cache: test_controller's requests
+ * with k = 1.5 and delta = 0.25 given (L = 3, T0 = 10 the policy's). The mean controller:
+ * T *= 1 + delta (k - p), p = the predictions made, L (not L + 1) on exhaustion; the sign
+ * controller on the same requests for contrast. */
+static void test_mean_controller(const char *poldir) {
+    flashrt_policy *p = evict_policy(poldir);
+    struct flashrt_mat_config c;
+    flashrt_mat_config_default(&c);
+    CHECK(c.controller == -1, "the default takes the policy's: %d", c.controller);
+    c.capacity = 4;
+    c.unit = FLASHRT_MAT_OBJECTS;
+    c.k = 1.5;
+    c.delta = 0.25;
+    char err[FLASHRT_ERR_LEN];
+    /* the thresholds after t = 4 (exhausted), 5 (first try), 6 (exhausted), as test_controller */
+    const double want[2][3] = {
+        {10.0 * 0.75, 10.0 * 0.75 * 1.25, 10.0 * 0.75 * 1.25 * 0.75},       /* sign: r = 4, 1, 4 */
+        {10.0 * 0.625, 10.0 * 0.625 * 1.125, 10.0 * 0.625 * 1.125 * 0.625}, /* mean: p = 3, 1, 3 */
+    };
+    for (int ctl = 0; ctl <= 1; ctl++) {
+        c.controller = ctl;
+        flashrt_mat *m = flashrt_mat_open(&c, p, err, sizeof err);
+        CHECK(m != NULL, "%s", err);
+        if (!m) continue;
+        struct flashrt_mat_result r;
+        uint64_t d[] = {6, 3, 10, 100};
+        for (int i = 0; i < 4; i++) get(m, (uint64_t)i, d[i], &r);
+        const uint64_t victim[] = {2, 3, 1};
+        const uint32_t tries[] = {4, 1, 4};
+        for (int i = 0; i < 3; i++) {
+            get(m, (uint64_t)(4 + i), 1, &r);
+            CHECK(r.nvictims == 1 && r.victims[0].key == victim[i] && r.victims[0].tries == tries[i] && r.victims[0].threshold == want[ctl][i],
+                  "controller %d, t = %d: victim %llu tries %u T %.17g (want %.17g)", ctl, 4 + i, (unsigned long long)r.victims[0].key,
+                  r.victims[0].tries, r.victims[0].threshold, want[ctl][i]);
+        }
+        struct flashrt_mat_metrics mt;
+        flashrt_mat_metrics(m, &mt);
+        CHECK(mt.controller == ctl && mt.k == 1.5 && mt.delta == 0.25 && mt.max_candidates == 3, "controller %d: metrics %d", ctl,
+              mt.controller);
+        CHECK(mt.final_threshold == want[ctl][2] && mt.predictions == 7, "controller %d: T %g", ctl, mt.final_threshold);
+        flashrt_mat_close(m);
+    }
+    /* found at the second try (p = 2 > k): T *= 1 + 0.25 (1.5 - 2) = 0.875 */
+    c.capacity = 2;
+    c.controller = 1;
+    flashrt_mat *m = flashrt_mat_open(&c, p, err, sizeof err);
+    CHECK(m != NULL, "%s", err);
+    if (m) {
+        struct flashrt_mat_result r;
+        get(m, 0, 1, &r);  /* d = 1: TTA 1 at t = 2 */
+        get(m, 1, 20, &r); /* d = 20: TTA 19 at t = 2 */
+        get(m, 2, 1, &r);
+        CHECK(r.nvictims == 1 && r.victims[0].key == 1 && r.victims[0].tries == 2 && r.victims[0].threshold == 8.75,
+              "victim %llu tries %u T %.17g", (unsigned long long)r.victims[0].key, r.victims[0].tries, r.victims[0].threshold);
+        flashrt_mat_close(m);
+    }
+    /* a step that could turn T negative is refused (delta (L - k) = 0.5 * 8 >= 1), only for
+     * the mean controller; an unknown controller is refused */
+    c.capacity = 4;
+    c.k = NAN;
+    c.delta = NAN;
+    c.max_candidates = 10;
+    err[0] = 0;
+    CHECK(flashrt_mat_open(&c, p, err, sizeof err) == NULL && strstr(err, "the mean controller needs delta * (max_candidates - k) < 1") &&
+              strstr(err, "0.5 * 8"), "%s", err);
+    c.controller = 0;
+    m = flashrt_mat_open(&c, p, err, sizeof err);
+    CHECK(m != NULL, "sign with the same knobs: %s", err);
+    flashrt_mat_close(m);
+    c.controller = 1;
+    c.delta = 0.124; /* 0.124 * 8 < 1 */
+    m = flashrt_mat_open(&c, p, err, sizeof err);
+    CHECK(m != NULL, "mean, delta (L - k) = 0.992: %s", err);
+    flashrt_mat_close(m);
+    c.delta = 0.125; /* = 1: refused */
+    CHECK(flashrt_mat_open(&c, p, err, sizeof err) == NULL && strstr(err, "mean controller"), "%s", err);
+    c.delta = NAN;
+    c.max_candidates = 0;
+    c.controller = 2;
+    err[0] = 0;
+    CHECK(flashrt_mat_open(&c, p, err, sizeof err) == NULL && strstr(err, "controller must be 0 (sign) or 1 (mean), got 2"), "%s", err);
+    /* without a policy the controller never runs (no predictions), but it is still checked */
+    c.controller = 1;
+    m = flashrt_mat_open(&c, NULL, err, sizeof err);
+    CHECK(m != NULL, "%s", err);
+    if (m) {
+        struct flashrt_mat_metrics mt;
+        flashrt_mat_metrics(m, &mt);
+        CHECK(mt.controller == 1 && mt.max_candidates == 10 && mt.k == 2.0, "no policy: controller %d", mt.controller);
+        flashrt_mat_close(m);
+    }
     flashrt_policy_free(p);
 }
 
@@ -273,6 +369,7 @@ int main(int argc, char **argv) {
     test_lru();
     test_integrity();
     test_controller(argv[1]);
+    test_mean_controller(argv[1]);
     test_refusals(argv[1]);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
