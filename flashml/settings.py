@@ -105,25 +105,34 @@ class PeakSettings:
             raise ValueError(f"peak bonus must be in [0, 1], got {self.bonus}")
 
 
+#: MAT's threshold controllers, in the order of their codes in the policy ABI
+#: (`flashml_evict_controller`; sim/src/mat.rs `Controller`).
+MAT_CONTROLLERS = ("sign", "mean")
+
+
 @dataclass(frozen=True)
 class MatParams:
-    """Algorithm 1's knobs (brief §1.1): target predictions per eviction k, at most L
+    """Algorithm 1's knobs (brief §1.1): target candidates per eviction k, at most L
     candidates, threshold step delta, initial threshold T0 in logical requests (None: the
-    simulator's default), and the threshold controller: "mean" (T *= 1 + delta (k - p), p
-    the predictions made: holds the mean predictions per eviction at k, the issue's "the
-    average number of predictions per eviction stays at k") or "sign" (the paper's rule,
-    T *= 1 +- delta as the victim's try is below or above k: its mean lies above k, 2.9-3.1
-    at k ~2.4 on CloudPhysics)."""
+    simulator's default), the threshold controller: "mean" (T *= 1 + delta (k - p), p the
+    candidates taken: holds their mean per eviction at k, the issue's "the average number of
+    predictions per eviction stays at k") or "sign" (the paper's rule, T *= 1 +- delta as the
+    victim's try is below or above k: its mean lies above k, 2.9-3.1 at k ~2.4 on
+    CloudPhysics), and `reuse_predictions` (the paper's recorded predictions, §4.6: a
+    candidate's predicted distance is kept until its next access, so a candidate seen at the
+    tail again costs no prediction; then predictions per eviction stay well below k)."""
 
     k: float = 2.0
     max_candidates: int = 10
     delta: float = 1e-4
     initial_threshold: float | None = None
     controller: str = "mean"
+    reuse_predictions: bool = True
 
     def sim_kwargs(self) -> dict[str, Any]:
         return {"k": self.k, "max_candidates": self.max_candidates, "delta": self.delta,
-                "initial_threshold": self.initial_threshold, "controller": self.controller}
+                "initial_threshold": self.initial_threshold, "controller": self.controller,
+                "reuse_predictions": self.reuse_predictions}
 
 
 @dataclass(frozen=True)

@@ -522,8 +522,8 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
                          max_candidates: int | None = None, delta: float | None = None,
                          initial_threshold: float | None = None, collect_samples: bool = False,
                          memory_window: int | None = None,
-                         record_victims: bool = False,
-                         controller: str | None = None) -> dict[str, Any]:
+                         record_victims: bool = False, controller: str | None = None,
+                         reuse_predictions: bool | None = None) -> dict[str, Any]:
     """Object-mode MAT (issue 16; sim/src/mat.rs): learned eviction at the tail of LRU.
 
     On each eviction the LRU tail candidate's distance d from its last access to its next
@@ -531,31 +531,34 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
     MRU head and the next tail candidate is tried, at most `max_candidates` (L); if none
     reaches T the largest-TTA one goes. Controller "sign" (the paper's): T *= 1 + delta when
     the victim came at a try < k, *= 1 - delta at a try > k (L + 1 on exhaustion); "mean":
-    T *= 1 + delta (k - p), p the predictions made (L on exhaustion), which holds the mean
-    predictions per eviction at k.
+    T *= 1 + delta (k - p), p the candidates taken (L on exhaustion), which holds their mean
+    per eviction at k. reuse_predictions (the paper's recorded predictions, §4.6): a
+    candidate's predicted distance is kept until the object's next access, and a candidate
+    seen at the tail again is judged by it (TTA = |d - its age now|) without a new
+    prediction; `predictions` counts the model's calls, `reused_predictions` the rest.
 
     predictor: "none" (evict the LRU tail unpredicted: exactly LRU, zero predictions),
     "oracle" (the true next access, read from the trace ahead of time), or an eviction policy
     .so exporting `flashml_evict_predict` (log1p of the predicted distance), or a compiled
     bundle folder holding one as `policy.so`.
-    k, max_candidates, delta, initial_threshold, memory_window, controller: None takes the
-    .so's exported value if it has one, else 2, 10, 1e-4, the number of cached objects at the
-    first eviction (= the capacity with unit "objects"), the eviction contract's window
-    (features/eviction.toml) and "sign".
+    k, max_candidates, delta, initial_threshold, memory_window, controller,
+    reuse_predictions: None takes the .so's exported value if it has one, else 2, 10, 1e-4,
+    the number of cached objects at the first eviction (= the capacity with unit "objects"),
+    the eviction contract's window (features/eviction.toml), "sign" and False.
 
     An object larger than the whole cache is never inserted (a miss, no eviction), as in
     `simulate_objects`; a capacity smaller than every object gives miss ratio 1, no evictions
     and NaN per-eviction figures.
 
     Returns miss_ratio, byte_miss_ratio, requests, hits, evictions, predictions,
-    predictions_per_eviction, reinsertions, ns_per_eviction (wall time of the eviction
-    decisions), final_threshold, wall_s, params (the knobs used) and, with collect_samples,
-    samples: {"features": (n, 44) float64 at tag time, "label": log1p(distance) (not back
-    within the window: log1p(2 * window)), "time": tag time, "last": last access at tag time,
-    "censored": window still open at the end of the trace}; with record_victims, victims:
-    {"time": the request whose miss evicted, "key"} (uint64, one per eviction, in order; the C
-    runtime's `flashrt mat-replay --decisions-out` is compared with it). ValueError on bad
-    input.
+    predictions_per_eviction, reused_predictions, candidates_per_eviction, reinsertions,
+    ns_per_eviction (wall time of the eviction decisions), final_threshold, wall_s, params (the
+    knobs used) and, with collect_samples, samples: {"features": (n, 44) float64 at tag time,
+    "label": log1p(distance) (not back within the window: log1p(2 * window)), "time": tag time,
+    "last": last access at tag time, "censored": window still open at the end of the trace};
+    with record_victims, victims: {"time": the request whose miss evicted, "key"} (uint64, one
+    per eviction, in order; the C runtime's `flashrt mat-replay --decisions-out` is compared
+    with it). ValueError on bad input.
     """
     kk = _as_array(keys, np.uint64, "key")
     ss = _as_array(sizes, np.uint64, "size")
@@ -565,7 +568,8 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
     return dict(_core().simulate_objects_mat(
         kk, ss, int(capacity), unit, predictor=pred, k=k, max_candidates=max_candidates,
         delta=delta, initial_threshold=initial_threshold, collect_samples=collect_samples,
-        memory_window=memory_window, record_victims=record_victims, controller=controller))
+        memory_window=memory_window, record_victims=record_victims, controller=controller,
+        reuse_predictions=reuse_predictions))
 
 
 def _evict_predictor(predictor: Any) -> str:
@@ -589,10 +593,11 @@ def _evict_predictor(predictor: Any) -> str:
 #: The knobs `simulate_mat_flash(mat=...)` takes (None or absent: the .so's value, else the
 #: default).
 MAT_KNOBS = ("k", "max_candidates", "delta", "initial_threshold", "memory_window",
-             "controller")
+             "controller", "reuse_predictions")
 
 #: The MAT figures `simulate_mat_flash` adds to the flash metrics.
-MAT_METRIC_KEYS = ("mat_predictions", "mat_decisions", "mat_reinsertions",
+MAT_METRIC_KEYS = ("mat_predictions", "mat_reused_predictions", "mat_decisions",
+                   "mat_reinsertions",
                    "mat_evicted_segments", "predictions_per_eviction", "ns_per_eviction",
                    "final_threshold")
 

@@ -113,17 +113,20 @@ def next_index(keys: list[int]) -> list[int | None]:
 
 
 def slow_mat(keys, sizes, capacity, unit="objects", predict=None, *, k=2.0, L=10,
-             delta=1e-4, t0=None, window=W, collect=False, features=False, controller="sign"):
+             delta=1e-4, t0=None, window=W, collect=False, features=False, controller="sign",
+             reuse=False):
     """Algorithm 1 over an OrderedDict LRU (first = tail). predict(last, feats) -> distance
     (None: no predictor, evict the tail). Controller "sign" (the paper's) or "mean" (T *= 1 +
-    delta (k - predictions made)). Returns counters (and samples)."""
+    delta (k - candidates taken)); `reuse`: a prediction kept by (key, last access) and used
+    when that candidate comes to the tail again. Returns counters (and samples)."""
     keys, sizes = list(map(int, keys)), list(map(int, sizes))
     od: OrderedDict[int, int] = OrderedDict()
     last: dict[int, int] = {}
     hist: dict[int, list[tuple[int, int]]] = defaultdict(list)
     opened: dict[int, list[int]] = defaultdict(list)
     samples: list[dict] = []
-    used = hits = evictions = preds = reins = 0
+    used = hits = evictions = preds = reins = reused = 0
+    kept: dict[tuple[int, int], float] = {}
     miss_bytes = 0
     T = None
 
@@ -169,8 +172,13 @@ def slow_mat(keys, sizes, capacity, unit="objects", predict=None, *, k=2.0, L=10
                 c, csz = od.popitem(last=False)
                 f = feats(c, t)
                 tag(c, t, f)
-                preds += 1
-                tta = abs(predict(last[c], f) - (t - last[c]))
+                if reuse and (c, last[c]) in kept:
+                    reused += 1
+                    d = kept[(c, last[c])]
+                else:
+                    preds += 1
+                    d = kept[(c, last[c])] = predict(last[c], f)
+                tta = abs(d - (t - last[c]))
                 if tta >= T:
                     victim = c
                     break
@@ -201,8 +209,8 @@ def slow_mat(keys, sizes, capacity, unit="objects", predict=None, *, k=2.0, L=10
         else:
             s["censored"] = False
     return {"hits": hits, "evictions": evictions, "predictions": preds, "reinsertions": reins,
-            "final_threshold": T, "byte_miss_ratio": miss_bytes / sum(sizes),
-            "samples": samples}
+            "reused_predictions": reused, "final_threshold": T,
+            "byte_miss_ratio": miss_bytes / sum(sizes), "samples": samples}
 
 
 def oracle_of(keys):
@@ -376,7 +384,8 @@ def test_so_exports_are_defaults_and_identity_is_checked(tmp_path):
     assert r["params"] == {"k": 3.0, "max_candidates": 4, "delta": 0.01,
                            "initial_threshold": 77.0, "memory_window": 4096,
                            "collect_samples": False, "predictor": str(so),
-                           "controller": "sign"}  # a .so without flashml_evict_controller
+                           # a .so without flashml_evict_controller / _reuse_predictions
+                           "controller": "sign", "reuse_predictions": False}
     want = slow_mat(keys, sizes, 30, "objects", lambda _l, f: math.expm1(math.log1p(3 * f[0])),
                     k=3.0, L=4, delta=0.01, t0=77.0, window=4096, features=True)
     same_counts(r, want)
@@ -499,3 +508,34 @@ def test_the_mean_controller_against_the_slow_replay(tmp_path):
     assert abs(r["predictions_per_eviction"] - 2.0) < 0.1
     with pytest.raises(ValueError, match="controller"):
         simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, controller="median")
+
+
+def test_reused_predictions_against_the_slow_replay(tmp_path):
+    """Reused predictions (the paper's recorded predictions): a candidate's predicted
+    distance is kept until its object's next access and judges it (by its age then) when it
+    comes to the tail again, without a new prediction; as the slow replay does, asked for
+    or exported by the .so (`flashml_evict_reuse_predictions` 1). Fewer predictions than
+    candidates, and fewer than without reuse at the same k."""
+    keys, sizes = synthetic(4000, 150, seed=7)
+    knobs = ("double flashml_evict_k(void) { return 4.0; }\n"
+             "int flashml_evict_max_candidates(void) { return 8; }\n"
+             "double flashml_evict_delta(void) { return 0.02; }\n"
+             "double flashml_evict_initial_threshold(void) { return 30.0; }\n"
+             "int64_t flashml_evict_memory_window(void) { return 4096; }\n"
+             "int flashml_evict_controller(void) { return 1; }\n"
+             "int flashml_evict_reuse_predictions(void) { return 1; }\n")
+    pred = "double flashml_evict_predict(const double *f) { return log1p(3.0 * f[0]); }\n"
+    so = build_so(tmp_path, IDENTITY + knobs + pred, "reuse")
+    r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so)
+    assert r["params"]["reuse_predictions"] is True
+    want = slow_mat(keys, sizes, 30, "objects", lambda _l, f: math.expm1(math.log1p(3 * f[0])),
+                    k=4.0, L=8, delta=0.02, t0=30.0, window=4096, features=True,
+                    controller="mean", reuse=True)
+    same_counts(r, want)
+    assert r["reused_predictions"] == want["reused_predictions"] > r["evictions"] // 4
+    taken = (r["predictions"] + r["reused_predictions"]) / r["evictions"]
+    assert r["candidates_per_eviction"] == pytest.approx(taken)
+    fresh = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so,
+                                 reuse_predictions=False)
+    assert fresh["reused_predictions"] == 0
+    assert fresh["predictions_per_eviction"] > r["predictions_per_eviction"]

@@ -23,7 +23,7 @@ a bundle holds one or both model groups (each all there or not at all) and polic
                     features/eviction.toml predicting log1p of the logical distance from
                     the last access to the next; NaN = missing); policy.json: eviction =
                     {contract_hash, k, max_candidates, delta, initial_threshold,
-                    memory_window} (compiler.bundle.save_evict_model writes it)
+                    memory_window, controller} (compiler.bundle.save_evict_model writes it)
 MLflow: $MLFLOW_TRACKING_URI, default sqlite:///.flashml/mlflow.db. When compiling from a
 run, the compiled bundle is logged back to it under policy_so/ (skip with --no-log).
 
@@ -33,7 +33,8 @@ output folder (replaced atomically; never left half-written):
                     flashml_prefetch_*, flashml_policy_decide*) from the admission models,
                     eviction (flashml_evict_predict, flashml_evict_predict_batch,
                     flashml_evict_k, ..._max_candidates, ..._delta,
-                    ..._initial_threshold, ..._memory_window) from evict.txt. Each model is
+                    ..._initial_threshold, ..._memory_window, ..._controller) from
+                    evict.txt. Each model is
                     compiled twice when it qualifies: TL2cgen's if/else C, and
                     compiler/fast_trees.py's branch-free AVX-512 VBMI evaluator (about 7x
                     faster for 500 trees); the .so binds one at load time from the CPU's
@@ -83,7 +84,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
             ev = m["eviction"]
             print(f"  eviction: contract {m['evict_contract_hash'][:12]}, k {ev['k']:g}, "
                   f"max candidates {ev['max_candidates']}, delta {ev['delta']:g}, initial "
-                  f"threshold {ev['initial_threshold']:g}, memory window {ev['memory_window']}")
+                  f"threshold {ev['initial_threshold']:g}, memory window {ev['memory_window']}, "
+                  f"controller {ev.get('controller', 'sign')}")
     return 0
 
 

@@ -419,6 +419,7 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
             "EVICT_INITIAL_THRESHOLD": repr(float(ev["initial_threshold"])),
             "EVICT_MEMORY_WINDOW": f"INT64_C({int(ev['memory_window'])})",
             "EVICT_CONTROLLER": str(CONTROLLERS.index(ev.get("controller", "sign"))),
+            "EVICT_REUSE_PREDICTIONS": str(int(bool(ev.get("reuse_predictions", False)))),
             "FAST_EVICT": fast.get(EVICT_MODEL, "evict_portable"),
         })
     else:
@@ -442,7 +443,7 @@ _ADMISSION_PLACEHOLDERS = (
 _EVICT_PLACEHOLDERS = (
     "EVICT_TL2_PREDICT", "EVICT_NUM_FEATURES", "EVICT_CONTRACT_HASH", "EVICT_K",
     "EVICT_MAX_CANDIDATES", "EVICT_DELTA", "EVICT_INITIAL_THRESHOLD", "EVICT_MEMORY_WINDOW",
-    "EVICT_CONTROLLER",
+    "EVICT_CONTROLLER", "EVICT_REUSE_PREDICTIONS",
     "FAST_EVICT")
 
 
@@ -554,6 +555,8 @@ def _check_so(so: Path, params: dict[str, Any], capabilities: list[str]) -> None
             "eviction memory window": (lib.flashml_evict_memory_window(), ev["memory_window"]),
             "eviction controller": (lib.flashml_evict_controller(),
                                     CONTROLLERS.index(ev.get("controller", "sign"))),
+            "eviction reuse predictions": (lib.flashml_evict_reuse_predictions(),
+                                           int(bool(ev.get("reuse_predictions", False)))),
         })
     if "readahead" in capabilities:
         rc = readahead_contract.contract()
@@ -905,12 +908,13 @@ def _evict_manifest(ev: dict[str, Any]) -> dict[str, Any]:
             "k": ev["k"], "max_candidates": ev["max_candidates"], "delta": ev["delta"],
             "initial_threshold": ev["initial_threshold"],
             "memory_window": ev["memory_window"], "controller": ev.get("controller", "sign"),
+            "reuse_predictions": bool(ev.get("reuse_predictions", False)),
             "prediction": "log1p(logical requests from the last access to the next access); "
                           "TTA = |expm1(prediction) - age|",
             "metrics": ev["metrics"],
             **{k: v for k, v in ev.items() if k not in (
                 "contract_hash", "k", "max_candidates", "delta", "initial_threshold",
-                "memory_window", "metrics", "controller")},
+                "memory_window", "metrics", "controller", "reuse_predictions")},
         },
     }
 

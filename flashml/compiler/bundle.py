@@ -26,7 +26,8 @@ A bundle may hold MAT's eviction model instead of, or as well as, the admission 
 | `evict.txt`       | LightGBM regressor on the 44 eviction features (features/eviction.toml)|
 |                   | predicting log1p(logical distance from the last access to the next)   |
 | `policy.json`     | `eviction`: {contract_hash, k, max_candidates, delta,                 |
-|                   | initial_threshold, memory_window, metrics, controller: sign or mean}  |
+|                   | initial_threshold, memory_window, metrics, controller: sign or mean,  |
+|                   | reuse_predictions: bool}                                              |
 
 The admission fields of policy.json are needed only with the admission models.
 """
@@ -55,6 +56,7 @@ from flashml.features import eviction
 from flashml.features import partition as partition_contract
 from flashml.features.contract import contract
 from flashml.files import atomic_dir
+from flashml.settings import MAT_CONTROLLERS
 
 #: Model name -> file name inside a bundle, in ABI order.
 MODEL_FILES: dict[str, str] = {
@@ -80,10 +82,8 @@ REQUIRED_PARAMS = ("admit_threshold", "when_threshold", "eviction_age_s",
 #: policy.json `eviction` fields (MAT's controller and the features' memory window).
 EVICT_REQUIRED = ("contract_hash", "k", "max_candidates", "delta", "initial_threshold",
                   "memory_window")
-#: MAT's threshold controllers, in the order of their codes in the ABI
-#: (`flashml_evict_controller`; sim/src/mat.rs `Controller`): policy.json `eviction.controller`
-#: (optional, default "sign", the paper's rule).
-CONTROLLERS = ("sign", "mean")
+#: policy.json `eviction.controller` (optional, default "sign"): flashml.settings.CONTROLLERS.
+CONTROLLERS = MAT_CONTROLLERS
 
 
 def tracking_uri() -> str:
@@ -205,6 +205,7 @@ def save_policy_models(directory: str | os.PathLike[str], boosters: Mapping[str,
 def save_evict_model(directory: str | os.PathLike[str], booster: Any, *, k: float,
                      max_candidates: int, delta: float, initial_threshold: float,
                      memory_window: int | None = None, controller: str = "sign",
+                     reuse_predictions: bool = False,
                      metrics: Mapping[str, float] | None = None,
                      mlflow_run_id: str | None = None, contract_hash: str | None = None,
                      merge: bool = False, **extra: Any) -> Path:
@@ -212,7 +213,8 @@ def save_evict_model(directory: str | os.PathLike[str], booster: Any, *, k: floa
     eviction features predicting log1p of the logical distance from the last access to the
     next) and policy.json's `eviction` object: MAT's controller (k: the target number of
     predictions per eviction, max_candidates: L, delta, initial_threshold: T0 in logical
-    requests, controller: "sign" or "mean", `CONTROLLERS`), the memory window the features
+    requests, controller: "sign" or "mean", `CONTROLLERS`, reuse_predictions: keep a
+    candidate's prediction until its next access), the memory window the features
     were computed with (default: the contract's), the model's metrics and `extra` fields.
 
     merge=False writes a bundle with the eviction model only (capabilities ["eviction"]);
@@ -228,6 +230,7 @@ def save_evict_model(directory: str | os.PathLike[str], booster: Any, *, k: floa
                          f"contract has {want}: {list(c.names)}")
     ev = {"contract_hash": contract_hash or c.hash, "k": k, "max_candidates": max_candidates,
           "delta": delta, "initial_threshold": initial_threshold, "controller": controller,
+          "reuse_predictions": bool(reuse_predictions),
           "memory_window": c.memory_window if memory_window is None else memory_window,
           "metrics": {name: float(v) for name, v in (metrics or {}).items()}, **extra}
     try:
@@ -446,6 +449,11 @@ def _checked_evict(where: str, ev: Any) -> dict[str, Any]:
     if out["controller"] not in CONTROLLERS:
         raise UserError(f"{where}: field '{EVICT_PARAMS}.controller': expected one of "
                         f"{', '.join(CONTROLLERS)}, got {out['controller']!r}")
+    reuse = ev.get("reuse_predictions", False)
+    if not isinstance(reuse, bool):
+        raise UserError(f"{where}: field '{EVICT_PARAMS}.reuse_predictions': expected true or "
+                        f"false, got {reuse!r}")
+    out["reuse_predictions"] = reuse
     if out["controller"] == "mean" and \
             out["delta"] * (out["max_candidates"] - out["k"]) >= 1.0:
         raise UserError(f"{where}: field '{EVICT_PARAMS}.delta': the mean controller needs "

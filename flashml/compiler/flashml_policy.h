@@ -6,7 +6,7 @@
  * each capability it has; its manifest.json lists them in `capabilities` (a manifest without
  * the field: admission and prefetch). A loader refuses a bundle that lacks a capability it
  * is asked to use; look optional functions up with dlsym. Optional (older .so files lack
- * them): flashml_policy_prefetch, flashml_policy_decide, flashml_policy_decide_at, flashml_admit_peak_hours, flashml_admit_peak_bonus, flashml_evict_controller.
+ * them): flashml_policy_prefetch, flashml_policy_decide, flashml_policy_decide_at, flashml_admit_peak_hours, flashml_admit_peak_bonus, flashml_evict_controller, flashml_evict_reuse_predictions.
  *   core: flashml_policy_abi_version
  *   admission: flashml_policy_num_features, flashml_policy_contract_hash, flashml_admit_score,
  *       flashml_admit_threshold, flashml_target_write_rate_mbps, flashml_eviction_age_s,
@@ -17,7 +17,7 @@
  *   eviction: flashml_evict_num_features, flashml_evict_contract_hash, flashml_evict_predict,
  *       flashml_evict_predict_batch, flashml_evict_k, flashml_evict_max_candidates,
  *       flashml_evict_delta, flashml_evict_initial_threshold, flashml_evict_memory_window,
- *       flashml_evict_controller
+ *       flashml_evict_controller, flashml_evict_reuse_predictions
  *   partition: flashml_partition_num_features, flashml_partition_contract_hash,
  *       flashml_partition_max_streams, flashml_partition_steps, flashml_partition
  *   readahead: flashml_readahead_num_features, flashml_readahead_contract_hash,
@@ -262,13 +262,18 @@ void flashml_evict_predict_batch(const double *features, int n, double *out);
  * eviction, with flashml_evict_controller() 0 (the paper's rule; a .so without the function)
  * T is multiplied by 1 + delta when the victim is found in fewer than k tries, by 1 - delta
  * when in more (L + 1 tries when none of the L reached T); with 1 (the mean rule) by
- * 1 + delta * (k - p), p the predictions made (L when none reached T), which holds the mean
+ * 1 + delta * (k - p), p the candidates taken (L when none reached T), which holds the mean
  * number of predictions per eviction at k. */
 double flashml_evict_k(void);
 int flashml_evict_max_candidates(void);
 double flashml_evict_delta(void);
 double flashml_evict_initial_threshold(void);
 int flashml_evict_controller(void);
+/* 1: a candidate's prediction is kept until the object's next access, and a candidate seen
+ * at the tail again is judged by TTA = |kept distance - its age now| without a new
+ * prediction (the MAT paper's recorded predictions); 0 (or a .so without the function): a
+ * prediction per candidate. */
+int flashml_evict_reuse_predictions(void);
 /* The memory window (logical requests) the features of this policy are computed with. */
 int64_t flashml_evict_memory_window(void);
 

@@ -343,6 +343,9 @@ class PolicyLibrary:
         # 0 sign, 1 mean (bundle.CONTROLLERS); .so files compiled before it have the sign rule
         self.evict_controller = (lib.flashml_evict_controller()
                                  if hasattr(lib, "flashml_evict_controller") else 0)
+        self.evict_reuse_predictions = bool(lib.flashml_evict_reuse_predictions()
+                                            if hasattr(lib, "flashml_evict_reuse_predictions")
+                                            else 0)
 
     def _rows(self, x: Any, nf: int | None = None) -> np.ndarray:
         nf = contract().num_features if nf is None else nf

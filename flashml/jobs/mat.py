@@ -33,10 +33,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flashml.compiler.bundle import CONTROLLERS
 from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
-from flashml.settings import MatParams
+from flashml.settings import MAT_CONTROLLERS, MatParams
 from flashml.trace.formats import OBJECT_FORMATS
 
 if TYPE_CHECKING:  # numpy loads when a stage runs, not with the CLI
@@ -50,8 +49,12 @@ HELP = "MAT: learned eviction at the tail of LRU (object mode) -> policy.so"
 FORMATS = OBJECT_FORMATS
 DEFAULT_FORMAT = "cloudphysics"
 OBJECTS = "objects.parquet"
-#: The largest k Optuna tries: the issue's budget is <= 2.5 predictions per eviction (LRB: 64).
+#: The issue's budget: <= 2.5 predictions per eviction (LRB: 64); Optuna's trials above it
+#: are infeasible, and without reused predictions it is the largest k tried.
 K_MAX = 2.5
+#: The largest k (candidates per eviction) Optuna tries with reused predictions: a candidate
+#: seen at the tail again costs no prediction, so more candidates fit the same budget.
+K_MAX_REUSED = 8.0
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,8 @@ class MatSettings:
                    accesses=args.accesses, capacities=caps, unit=args.unit,
                    mat=MatParams(k=args.k, max_candidates=args.max_candidates,
                                  delta=args.delta, initial_threshold=args.initial_threshold,
-                                 controller=args.controller),
+                                 controller=args.controller,
+                                 reuse_predictions=args.reuse_predictions),
                    train_fraction=args.train_fraction, val_fraction=args.val_fraction,
                    trials=args.trials, memory_window=args.memory_window,
                    label_horizon=args.label_horizon, size_exponent=args.size_exponent,
@@ -192,10 +196,15 @@ def add_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-candidates", type=int, default=d.mat.max_candidates,
                    help="L: tail candidates tried before the largest-TTA one goes")
     p.add_argument("--delta", type=float, default=d.mat.delta, help="threshold step")
-    p.add_argument("--controller", choices=CONTROLLERS, default=d.mat.controller,
-                   help="how T moves: mean (holds the mean predictions per eviction at k) or "
+    p.add_argument("--controller", choices=MAT_CONTROLLERS, default=d.mat.controller,
+                   help="how T moves: mean (holds the mean candidates per eviction at k) or "
                    "sign (the paper's rule: T *= 1 +- delta as the victim's try is below or "
                    f"above k; its mean lies above k); default {d.mat.controller}")
+    p.add_argument("--reuse-predictions", action=argparse.BooleanOptionalAction,
+                   default=d.mat.reuse_predictions,
+                   help="keep a candidate's prediction until its next access, so a candidate "
+                   "seen at the tail again costs no prediction (the paper's recorded "
+                   "predictions, §4.6); default on")
     p.add_argument("--initial-threshold", type=float, default=None,
                    help="T0, logical requests (default: the simulator's)")
     p.add_argument("--train-fraction", type=float, default=d.train_fraction,
@@ -390,7 +399,7 @@ def _train_bundle(bundle: Path, x: np.ndarray, y: np.ndarray, params: Any, s: Ma
     active = mlflow.active_run()
     save_evict_model(bundle, model.booster, k=s.mat.k if k is None else k,
                      max_candidates=s.mat.max_candidates, delta=s.mat.delta,
-                     controller=s.mat.controller,
+                     controller=s.mat.controller, reuse_predictions=s.mat.reuse_predictions,
                      initial_threshold=initial_threshold, memory_window=memory_window,
                      metrics=metrics, mlflow_run_id=active.info.run_id if active else None)
     return metrics
@@ -439,12 +448,13 @@ def _over_budget(r: dict[str, Any]) -> float:
 
 def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     """Per capacity: Optuna (TPE, `s.trials` trials) over MAT's initial threshold T0, k
-    (1..K_MAX) and the model size (`s.model_sizes`, each trained once), scored by the miss
-    ratio of the validation window (the `val_fraction` of requests after the training
-    window); a trial whose predictions per eviction (over its run, or over the validation
-    window alone) exceed K_MAX is infeasible (the controller balances tries below and above
-    k, so the mean can exceed k). The defaults are trial 0, so the choice is never worse than
-    them there. The evaluation window after it stays unseen."""
+    (1..K_MAX, or 1..K_MAX_REUSED candidates with reused predictions) and the model size
+    (`s.model_sizes`, each trained once), scored by the miss ratio of the validation window
+    (the `val_fraction` of requests after the training window); a trial whose predictions per
+    eviction (the model's calls, over its run or over the validation window alone) exceed
+    K_MAX is infeasible (the sign controller balances tries below and above k, so its mean
+    can exceed k; T's start-up moves any controller's). The defaults are trial 0, so the
+    choice is never worse than them there. The evaluation window after it stays unseen."""
     rec = run.done("tune")
     if rec is not None:
         return rec
@@ -470,6 +480,7 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         first = _size_slug(s.model_sizes[0])
         common = {"max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
                   "controller": s.mat.controller,
+                  "reuse_predictions": s.mat.reuse_predictions,
                   "memory_window": window}
         lru_val, _ = _window_hits(keys, sizes, cap, n_train, n_val, predictor="none")
         default = {"initial_threshold": t0, "k": s.mat.k, "model_size": first}
@@ -484,12 +495,15 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
                                     sampler=optuna.samplers.TPESampler(seed=0))
         study.enqueue_trial(default)
         hi = max(4.0 * window, 10.0 * t0)
+        k_hi = min(K_MAX_REUSED, float(s.mat.max_candidates)) if s.mat.reuse_predictions \
+            else K_MAX
 
-        def objective(trial: Any, hi: float = hi, cap: dict[str, Any] = cap,
+        def objective(trial: Any, hi: float = hi, k_hi: float = k_hi,
+                      cap: dict[str, Any] = cap,
                       common: dict[str, Any] = common, sos: dict[str, str] = sos) -> float:
             kw = {"initial_threshold": trial.suggest_float("initial_threshold", 1.0, hi,
                                                            log=True),
-                  "k": trial.suggest_float("k", 1.0, K_MAX)}
+                  "k": trial.suggest_float("k", 1.0, k_hi)}
             size = trial.suggest_categorical("model_size", list(sos))
             mr, r = _window_hits(keys, sizes, cap, n_train, n_val, predictor=sos[size],
                                  **common, **kw)
@@ -540,6 +554,7 @@ def compile_models(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         save_evict_model(bundle, booster, k=tuned[name]["k"],
                          max_candidates=s.mat.max_candidates, delta=s.mat.delta,
                          controller=s.mat.controller,
+                         reuse_predictions=s.mat.reuse_predictions,
                          initial_threshold=tuned[name]["initial_threshold"],
                          memory_window=window, metrics=metrics,
                          mlflow_run_id=run.mlflow_run_id())
@@ -587,7 +602,8 @@ def periodic(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         size = tuple(int(v) for v in t["model_size"].split("x"))
         knobs = {"k": t["k"], "initial_threshold": t["initial_threshold"],
                  "max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
-                 "controller": s.mat.controller, "memory_window": window}
+                 "controller": s.mat.controller,
+                 "reuse_predictions": s.mat.reuse_predictions, "memory_window": window}
         rows, predictor, size_ref = [], "none", None
         with timer.stage(f"periodic at {name} ({s.windows} windows)"):
             for i, (a, b) in enumerate(bounds[:-1]):
@@ -673,7 +689,8 @@ def evaluate(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
 
 def _mat_metrics(r: dict[str, Any]) -> dict[str, Any]:
     keep = ("miss_ratio", "byte_miss_ratio", "predictions_per_eviction", "ns_per_eviction",
-            "evictions", "predictions", "reinsertions", "final_threshold", "wall_s")
+            "evictions", "predictions", "reinsertions", "final_threshold", "wall_s",
+            "candidates_per_eviction", "reused_predictions")
     return {k: r[k] for k in keep if k in r}
 
 
@@ -753,7 +770,7 @@ def mlflow_params(run: RunDir, s: MatSettings) -> dict[str, Any]:
     ing = run.done("ingest")
     return {"trace": ing["trace"], "capacities": ",".join(s.capacities), "unit": s.unit,
             "k": s.mat.k, "max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
-            "controller": s.mat.controller,
+            "controller": s.mat.controller, "reuse_predictions": s.mat.reuse_predictions,
             "initial_threshold": s.mat.initial_threshold, "train_fraction": s.train_fraction,
             "label_horizon": s.label_horizon, "size_exponent": s.size_exponent,
             "model_sizes": ",".join(_size_slug(z) for z in s.model_sizes),

@@ -87,6 +87,7 @@ pub const CAP_EVICTION: &[&str] = &[
     "flashml_evict_initial_threshold",
     "flashml_evict_memory_window",
     "flashml_evict_controller",
+    "flashml_evict_reuse_predictions",
 ];
 pub const CAP_PARTITION: &[&str] = &[
     "flashml_partition_num_features",
@@ -118,6 +119,7 @@ pub const OPTIONAL_FUNCTIONS: &[&str] = &[
     "flashml_admit_peak_hours",
     "flashml_admit_peak_bonus",
     "flashml_evict_controller",
+    "flashml_evict_reuse_predictions",
 ];
 
 /// sha256 of the canonical eviction contract (features/eviction.toml); an eviction policy

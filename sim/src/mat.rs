@@ -11,8 +11,14 @@
 //!   taking it back out of the head where it was just re-inserted;
 //! * threshold controller ([`Controller::Sign`], the paper's): r = the try that found the
 //!   victim, L + 1 on exhaustion; T *= 1 + delta if r < k, T *= 1 - delta if r > k (unchanged
-//!   if r == k); or ([`Controller::Mean`]) T *= 1 + delta (k - p), p = the predictions made
+//!   if r == k); or ([`Controller::Mean`]) T *= 1 + delta (k - p), p = the candidates taken
 //!   (L on exhaustion), which holds the mean of p at k;
+//! * with `reuse_predictions` (the paper's recorded predictions, §4.6: "the predicted TTAs are
+//!   recorded in the metadata ... the ML model can directly use the recorded TTA"): a
+//!   candidate's predicted distance d is kept with its slot until the object's next access,
+//!   so a candidate kept and seen at the tail again is judged by TTA = |d - its age now|
+//!   without a new prediction (nor its features, unless samples are collected); only
+//!   predictions made count as predictions, every candidate taken as a try (r);
 //! * T0 (when not given): the number of cached objects at the first eviction, i.e. the
 //!   capacity in objects with `unit = objects`, capacity / mean cached object size in bytes.
 //!
@@ -255,7 +261,7 @@ pub enum Controller {
     #[default]
     Sign,
     /// The rule's stated aim, "the average number of predictions per eviction stays at k":
-    /// T *= 1 + delta (k - p), p = the predictions made (L on exhaustion); T stops moving
+    /// T *= 1 + delta (k - p), p = the candidates taken (L on exhaustion); T stops moving
     /// (in the mean of log T) when the mean of p is k. The same direction as `Sign` at every
     /// eviction, a step in proportion to the miss of the target.
     Mean,
@@ -298,6 +304,10 @@ pub struct MatParams {
     pub delta: f64,
     /// How T moves (paper: `Sign`).
     pub controller: Controller,
+    /// Keep each candidate's predicted distance until the object's next access and judge it
+    /// by that when it comes to the tail again (the paper's recorded predictions, §4.6);
+    /// false: a prediction per candidate taken (Algorithm 1 as written).
+    pub reuse_predictions: bool,
     /// T0 in logical requests; `None`: the number of cached objects at the first eviction.
     pub initial_threshold: Option<f64>,
     /// The contract's memory window (labels, forgetting, features).
@@ -315,6 +325,7 @@ impl Default for MatParams {
             max_candidates: 10,
             delta: 1e-4,
             controller: Controller::Sign,
+            reuse_predictions: false,
             initial_threshold: None,
             memory_window: MEMORY_WINDOW,
             collect_samples: false,
@@ -340,7 +351,7 @@ impl MatParams {
                 }
             }
             Controller::Mean => {
-                let p = r.min(self.max_candidates) as f64; // the predictions made
+                let p = r.min(self.max_candidates) as f64; // the candidates taken
                 1.0 + self.delta * (k - p)
             }
         }
@@ -470,7 +481,10 @@ impl SampleBuf {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct MatStats {
     pub evictions: u64,
+    /// Predictions made (the model called).
     pub predictions: u64,
+    /// Candidates judged by a prediction kept from an earlier try (`reuse_predictions`).
+    pub reused: u64,
     /// Candidates kept (re-inserted at the head and not evicted in the same decision).
     pub reinsertions: u64,
     /// Wall time of all eviction decisions (features, predictions, list moves), ns.
@@ -547,6 +561,9 @@ pub struct Mat<P: Predictor> {
     pub threshold: f64,
     pub stats: MatStats,
     features: EvictFeatures,
+    /// By slot: (object, its last access, predicted distance) of the last prediction made
+    /// for it (`reuse_predictions`); valid while the slot still holds that object and access.
+    kept: Vec<(u32, u64, f64)>,
 }
 
 impl<P: Predictor> Mat<P> {
@@ -557,6 +574,7 @@ impl<P: Predictor> Mat<P> {
             threshold: f64::NAN,
             stats: MatStats::default(),
             features: [0.0; EVICT_NUM_FEATURES],
+            kept: Vec::new(),
         }
     }
 
@@ -565,8 +583,18 @@ impl<P: Predictor> Mat<P> {
         P::NEEDS_FEATURES || self.params.collect_samples
     }
 
-    /// Take the next candidate off the tail; its features (with `meta`) into
-    /// `self.features`; tag it. Returns (slot, its last access).
+    /// The predicted distance kept for the object in `slot` at its access `last`, if any.
+    #[inline]
+    fn kept(&self, slot: u32, slots: &Slots, last: u64) -> Option<f64> {
+        match self.kept.get(slot as usize) {
+            Some(&(obj, at, d)) if obj == slots.obj[slot as usize] && at == last => Some(d),
+            _ => None,
+        }
+    }
+
+    /// Take the next candidate off the tail; its features (with `meta`, unless `reuse` has a
+    /// prediction kept for it and no samples are collected) into `self.features`; tag it.
+    /// Returns (slot, its last access, the kept prediction if any).
     #[inline]
     fn take<E: Reinsert>(
         &mut self,
@@ -575,9 +603,17 @@ impl<P: Predictor> Mat<P> {
         slots: &Slots,
         meta: Option<&MetaStore>,
         samples: &mut Option<SampleBuf>,
-    ) -> (u32, u64) {
+    ) -> (u32, u64, Option<f64>) {
         let c = order.pop_tail().expect("an eviction needs a cached object");
         let last = slots.last[c as usize];
+        let kept = if self.params.reuse_predictions {
+            self.kept(c, slots, last)
+        } else {
+            None
+        };
+        if kept.is_some() && samples.is_none() {
+            return (c, last, kept);
+        }
         if let Some(m) = meta {
             if let Some(next) = order.victim() {
                 m.prefetch_history(slots.obj[next as usize]);
@@ -587,7 +623,7 @@ impl<P: Predictor> Mat<P> {
         if let Some(s) = samples {
             s.tag(slots.obj[c as usize], now, last, &self.features);
         }
-        (c, last)
+        (c, last, kept)
     }
 
     /// Choose and remove the victim (a slot) at logical time `now` (the request being
@@ -612,11 +648,27 @@ impl<P: Predictor> Mat<P> {
         let mut best = (NIL, f64::NEG_INFINITY);
         let mut found = None;
         for r in 1..=l {
-            let (c, last) = self.take(order, now, slots, meta, samples);
-            self.stats.predictions += 1;
-            let d = self
-                .predictor
-                .distance(last, slots.note[c as usize], &self.features);
+            let (c, last, kept) = self.take(order, now, slots, meta, samples);
+            let d = match kept {
+                Some(d) => {
+                    self.stats.reused += 1;
+                    d
+                }
+                None => {
+                    self.stats.predictions += 1;
+                    let d = self
+                        .predictor
+                        .distance(last, slots.note[c as usize], &self.features);
+                    if self.params.reuse_predictions {
+                        let i = c as usize;
+                        if i >= self.kept.len() {
+                            self.kept.resize(i + 1, (u32::MAX, 0, f64::NAN));
+                        }
+                        self.kept[i] = (slots.obj[i], last, d);
+                    }
+                    d
+                }
+            };
             let tta = (d - (now - last) as f64).abs();
             if tta >= self.threshold {
                 found = Some((c, r));
@@ -711,6 +763,13 @@ impl MatResult {
     }
     pub fn ns_per_eviction(&self) -> f64 {
         ratio(self.stats.decision_ns, self.stats.evictions)
+    }
+    /// Candidates taken per eviction (predicted or judged by a kept prediction).
+    pub fn candidates_per_eviction(&self) -> f64 {
+        ratio(
+            self.stats.predictions + self.stats.reused,
+            self.stats.evictions,
+        )
     }
 }
 
@@ -1040,7 +1099,7 @@ mod tests {
         assert_eq!(mat.threshold, 3.75 * 1.5);
     }
 
-    /// The mean controller's steps by hand: T *= 1 + delta (k - p), p the predictions made
+    /// The mean controller's steps by hand: T *= 1 + delta (k - p), p the candidates taken
     /// (L on exhaustion, not L + 1); the sign rule's at the same tries for contrast.
     #[test]
     fn mean_controller_steps_by_hand() {
@@ -1107,6 +1166,53 @@ mod tests {
                 "k {k}: {ppe} predictions per eviction"
             );
         }
+    }
+
+    /// Reused predictions: with a predictor of the last access alone (a kept prediction is
+    /// exactly what a new one would be) the decisions are those of a prediction per
+    /// candidate, with fewer predictions; with one that reads the features (the age grows)
+    /// they differ, and a kept prediction is never used after the object's next access.
+    #[test]
+    fn reused_predictions_are_exact_for_a_prediction_of_the_last_access() {
+        let (keys, s) = trace(60_000, 2_000, 17);
+        let c = cfg(300, CapacityUnit::Objects);
+        let dt = DenseTrace::new(&keys).unwrap();
+        let of_last = |last: u64, _f: &EvictFeatures| ((last * 2_654_435_761) % 5_000) as f64;
+        let params = |reuse| MatParams {
+            k: 4.0,
+            delta: 1e-3,
+            controller: Controller::Mean,
+            reuse_predictions: reuse,
+            record_victims: true,
+            ..MatParams::default()
+        };
+        let fresh = simulate_mat(&keys, &s, &c, params(false), FnPredictor(of_last), &dt).unwrap();
+        let kept = simulate_mat(&keys, &s, &c, params(true), FnPredictor(of_last), &dt).unwrap();
+        assert_eq!(fresh.victims, kept.victims);
+        assert_eq!(
+            (fresh.hits, fresh.final_threshold),
+            (kept.hits, kept.final_threshold)
+        );
+        assert_eq!(fresh.stats.reused, 0);
+        assert!(
+            kept.stats.reused > kept.stats.evictions / 2,
+            "{:?}",
+            kept.stats
+        );
+        assert_eq!(
+            fresh.stats.predictions,
+            kept.stats.predictions + kept.stats.reused
+        );
+        assert_eq!(
+            fresh.candidates_per_eviction(),
+            kept.candidates_per_eviction()
+        );
+        // a predictor of the age: kept predictions judge by the age now, so decisions move
+        let of_age = |_l: u64, f: &EvictFeatures| 3.0 * f[0];
+        let a = simulate_mat(&keys, &s, &c, params(false), FnPredictor(of_age), &dt).unwrap();
+        let b = simulate_mat(&keys, &s, &c, params(true), FnPredictor(of_age), &dt).unwrap();
+        assert_ne!(a.victims, b.victims);
+        assert!(b.stats.predictions < a.stats.predictions);
     }
 
     /// A slow obvious MAT-oracle (Vec as the LRU list) against the fast one.

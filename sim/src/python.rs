@@ -469,9 +469,9 @@ fn capacity_unit(unit: &str) -> PyResult<CapacityUnit> {
 /// requests. `predictor`: "none" (evict the LRU tail: exactly LRU, zero predictions),
 /// "oracle" (the true next access), or the path of an eviction policy .so
 /// (`flashml_evict_predict`, sim/src/so_evict.rs). `k`, `max_candidates`, `delta`,
-/// `initial_threshold`, `controller` ("sign" | "mean"): Algorithm 1's knobs; None takes the
-/// .so's exported value if any, else 2, 10, 1e-4, the number of cached objects at the first
-/// eviction and "sign". `memory_window`: None
+/// `initial_threshold`, `controller` ("sign" | "mean"), `reuse_predictions`: Algorithm 1's
+/// knobs; None takes the .so's exported value if any, else 2, 10, 1e-4, the number of cached
+/// objects at the first eviction, "sign" and false. `memory_window`: None
 /// is the .so's (flashml_evict_memory_window) if it exports one, else the eviction
 /// contract's. Returns {"miss_ratio", "byte_miss_ratio", "requests", "hits",
 /// "evictions", "predictions", "predictions_per_eviction", "reinsertions",
@@ -482,7 +482,7 @@ fn capacity_unit(unit: &str) -> PyResult<CapacityUnit> {
 #[pyo3(signature = (key, size, capacity, unit="bytes", *, predictor="none", k=None,
                     max_candidates=None, delta=None, initial_threshold=None,
                     collect_samples=false, memory_window=None, record_victims=false,
-                    controller=None))]
+                    controller=None, reuse_predictions=None))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_objects_mat<'py>(
     py: Python<'py>,
@@ -499,6 +499,7 @@ fn simulate_objects_mat<'py>(
     memory_window: Option<i64>,
     record_victims: bool,
     controller: Option<&str>,
+    reuse_predictions: Option<bool>,
 ) -> PyResult<Bound<'py, PyDict>> {
     if capacity <= 0 {
         return Err(PyValueError::new_err(format!(
@@ -523,6 +524,7 @@ fn simulate_objects_mat<'py>(
             initial_threshold,
             memory_window,
             controller,
+            reuse_predictions,
         },
         collect_samples,
         record_victims,
@@ -545,11 +547,13 @@ fn simulate_objects_mat<'py>(
     let st = &r.stats;
     let p = &params;
     let params_d = fields_dict!(py, p; k, max_candidates, delta, initial_threshold,
-        memory_window, collect_samples; "predictor" => predictor,
+        memory_window, collect_samples, reuse_predictions; "predictor" => predictor,
         "controller" => controller_name(p.controller));
     let d = fields_dict!(py, r; miss_ratio, byte_miss_ratio, requests, hits, final_threshold,
         wall_s; "evictions" => st.evictions, "predictions" => st.predictions,
         "predictions_per_eviction" => r.predictions_per_eviction(),
+        "reused_predictions" => st.reused,
+        "candidates_per_eviction" => r.candidates_per_eviction(),
         "reinsertions" => st.reinsertions, "ns_per_eviction" => r.ns_per_eviction(),
         "params" => params_d);
     if let Some(s) = r.samples {
@@ -573,6 +577,7 @@ struct MatKnobs<'a> {
     initial_threshold: Option<f64>,
     memory_window: Option<i64>,
     controller: Option<&'a str>,
+    reuse_predictions: Option<bool>,
 }
 
 /// A controller's name as Python passes it.
@@ -628,8 +633,13 @@ fn mat_params(
         (None, Some(code)) => Controller::from_code(code.into()).map_err(value_error)?,
         (None, None) => Controller::Sign,
     };
+    let reuse_predictions = knobs
+        .reuse_predictions
+        .or(so.and_then(|l| l.reuse_predictions.map(|v| v != 0)))
+        .unwrap_or(false);
     Ok(MatParams {
         controller,
+        reuse_predictions,
         k: knobs.k.or(so.and_then(|l| l.k)).unwrap_or(2.0),
         max_candidates,
         delta: knobs.delta.or(so.and_then(|l| l.delta)).unwrap_or(1e-4),
@@ -663,7 +673,8 @@ fn samples_dict(py: Python<'_>, s: mat::Samples) -> PyResult<Bound<'_, PyDict>> 
 /// `simulate_objects_mat` takes them (`predictor` "none" | "oracle" | an eviction .so path;
 /// the oracle reads the next GET of the block). The config must have eviction "lru" with
 /// block-level recency (ValueError otherwise). Returns the dict of `simulate`, with MAT's
-/// figures added to "metrics": "mat_predictions", "mat_decisions" (condemned blocks),
+/// figures added to "metrics": "mat_predictions", "mat_reused_predictions",
+/// "mat_decisions" (condemned blocks),
 /// "mat_reinsertions", "mat_evicted_segments", "predictions_per_eviction" and
 /// "ns_per_eviction" (per decision), "final_threshold"; "info" gains "mat_params" (the knobs
 /// used); with `collect_samples`, "samples" as `simulate_objects_mat` gives them.
@@ -672,7 +683,7 @@ fn samples_dict(py: Python<'_>, s: mat::Samples) -> PyResult<Bound<'_, PyDict>> 
                     prefetch_start=None, prefetch_end=None, when_score=None,
                     predictor="none", k=None, max_candidates=None, delta=None,
                     initial_threshold=None, memory_window=None, collect_samples=false,
-                    controller=None))]
+                    controller=None, reuse_predictions=None))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_mat_flash<'py>(
     py: Python<'py>,
@@ -695,6 +706,7 @@ fn simulate_mat_flash<'py>(
     memory_window: Option<i64>,
     collect_samples: bool,
     controller: Option<&str>,
+    reuse_predictions: Option<bool>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = config_from(config)?;
     let trace = trace_of(&time, &key, &offset, &size, &op)?;
@@ -708,6 +720,7 @@ fn simulate_mat_flash<'py>(
         initial_threshold,
         memory_window,
         controller,
+        reuse_predictions,
     };
     let params = mat_params(so, knobs, collect_samples, false)?;
     let r = py
@@ -737,6 +750,7 @@ fn simulate_mat_flash<'py>(
     let d = result_dict(py, r.flash)?;
     let metrics = d.get_item("metrics")?.expect("result_dict has metrics");
     metrics.set_item("mat_predictions", st.predictions)?;
+    metrics.set_item("mat_reused_predictions", st.reused)?;
     metrics.set_item("mat_decisions", st.evictions)?;
     metrics.set_item("mat_reinsertions", st.reinsertions)?;
     metrics.set_item("mat_evicted_segments", evicted)?;
@@ -745,7 +759,7 @@ fn simulate_mat_flash<'py>(
     metrics.set_item("final_threshold", extra.2)?;
     let p = &params;
     let params_d = fields_dict!(py, p; k, max_candidates, delta, initial_threshold,
-        memory_window, collect_samples; "predictor" => predictor,
+        memory_window, collect_samples, reuse_predictions; "predictor" => predictor,
         "controller" => controller_name(p.controller));
     d.get_item("info")?
         .expect("result_dict has info")

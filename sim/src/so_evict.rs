@@ -14,6 +14,8 @@
 //!   Algorithm 1's knobs the policy was tuned with;
 //! * `int flashml_evict_controller(void)`: how its threshold moves (0 the paper's sign rule,
 //!   1 the mean rule: [`crate::mat::Controller`]; absent: 0);
+//! * `int flashml_evict_reuse_predictions(void)`: 1 when a candidate's prediction is kept
+//!   until its next access ([`crate::mat::MatParams::reuse_predictions`]; absent: 0);
 //! * `int64_t flashml_evict_memory_window(void)`: the memory window its features were
 //!   computed with (default: the contract's).
 
@@ -40,6 +42,7 @@ pub struct EvictLib {
     pub delta: Option<f64>,
     pub initial_threshold: Option<f64>,
     pub controller: Option<i32>,
+    pub reuse_predictions: Option<i32>,
     pub memory_window: Option<i64>,
     pub num_features: Option<i32>,
     pub contract_hash: Option<String>,
@@ -118,8 +121,11 @@ impl EvictLib {
             optional::<I64Fn>(&lib, "flashml_evict_memory_window").map(|f| unsafe { f() });
         let controller =
             optional::<IntFn>(&lib, "flashml_evict_controller").map(|f| unsafe { f() });
+        let reuse_predictions =
+            optional::<IntFn>(&lib, "flashml_evict_reuse_predictions").map(|f| unsafe { f() });
         Ok(EvictLib {
             controller,
+            reuse_predictions,
             predict,
             memory_window,
             k,
