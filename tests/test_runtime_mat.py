@@ -149,21 +149,26 @@ def test_decisions_equal_the_simulator(request, tmp_path, which, capacity, unit,
 
 
 @pytest.mark.parametrize("which, capacity, unit, how", [
-    ("small", 150, "objects", "bundle"), ("cdn", 2 << 30, "bytes", "flag")])
+    ("small", 150, "objects", "bundle"), ("cdn", 2 << 30, "bytes", "flag"),
+    ("small", 400_000, "bytes", "reuse"), ("cdn", 1000, "objects", "reuse flag")])
 def test_the_mean_controller_decides_as_the_simulator(request, tmp_path, which, capacity,
                                                        unit, how):
-    """MAT's mean controller (T *= 1 + delta (k - predictions made)) in the runtime: taken
-    from a bundle compiled with it (`flashml_evict_controller` 1) or asked for with
-    `--controller mean`; the same victims, counts and T bit for bit as the simulator's."""
+    """MAT's mean controller (T *= 1 + delta (k - candidates taken)) and reused predictions
+    (a candidate's prediction kept until its next access) in the runtime: taken from a bundle
+    compiled with them (`flashml_evict_controller` 1, `flashml_evict_reuse_predictions` 1) or
+    asked for with `--controller mean` (`--reuse-predictions on`); the same victims, counts
+    and T bit for bit as the simulator's."""
+    reuse = how.startswith("reuse")
     trace, bundle = request.getfixturevalue(which)
     df = read_objects(trace, "objects-csv")
     keys, sizes = df["key"].to_numpy(), df["size"].to_numpy()
     extra: list[object] = ["--bypass-oversize"]
-    if how == "bundle":  # the same model, compiled with the mean controller
+    if how in ("bundle", "reuse"):  # the same model, compiled with the mean controller
         models = bundle.parent / "models"
         booster = lgb.Booster(model_file=str(models / "evict.txt"))
         ev = json.loads((models / "policy.json").read_text())["eviction"]
-        save_evict_model(tmp_path / "models", booster, k=ev["k"], controller="mean",
+        save_evict_model(tmp_path / "models", booster, k=4.0 if reuse else ev["k"],
+                         controller="mean", reuse_predictions=reuse,
                          max_candidates=ev["max_candidates"], delta=ev["delta"],
                          initial_threshold=ev["initial_threshold"],
                          memory_window=ev["memory_window"])
@@ -171,18 +176,24 @@ def test_the_mean_controller_decides_as_the_simulator(request, tmp_path, which, 
         compile_policy(bundle, model_dir=tmp_path / "models", log_to_mlflow=False)
     else:
         extra += ["--controller", "mean"]
+        if reuse:
+            extra += ["--reuse-predictions", "on", "--k", "4"]
     c, dec = replay(tmp_path, bundle, trace, capacity, unit, *extra, data=False)
+    flags = {} if how in ("bundle", "reuse") else {"controller": "mean"} | (
+        {"reuse_predictions": True, "k": 4.0} if reuse else {})
     sim = simulate_objects_mat(keys, sizes, capacity, unit, predictor=str(bundle),
-                               record_victims=True, controller=None if how == "bundle"
-                               else "mean")
+                               record_victims=True, **flags)
     assert c["controller"] == sim["params"]["controller"] == "mean"
+    assert c["reuse_predictions"] == sim["params"]["reuse_predictions"] == reuse
+    assert c["reused_predictions"] == sim["reused_predictions"]
+    assert (sim["reused_predictions"] > 0) == reuse
     np.testing.assert_array_equal(dec["key"], sim["victims"]["key"])
     np.testing.assert_array_equal(dec["time"], sim["victims"]["time"])
     for k in ("requests", "hits", "evictions", "predictions", "reinsertions"):
         assert c[k] == sim[k], k
     assert c["final_threshold"] == sim["final_threshold"] == dec["threshold"][-1]
     sign = simulate_objects_mat(keys, sizes, capacity, unit, predictor=str(bundle),
-                                controller="sign")
+                                controller="sign", reuse_predictions=False)
     assert sign["final_threshold"] != sim["final_threshold"]  # the controllers differ here
 
 

@@ -200,8 +200,12 @@ void flashrt_close(flashrt *rt);
  * candidates, then the largest TTA goes. The threshold controller then moves T: "sign"
  * (Algorithm 1's rule) T *= 1 + delta when the victim came at a try r < k, *= 1 - delta at
  * r > k (r = L + 1 on exhaustion); "mean" T *= 1 + delta (k - p), p = min(r, L) the
- * predictions made, which holds their mean at k. The same decisions as the simulator's
- * `simulate_objects_mat` (sim/src/mat.rs) on the same requests and capacity.
+ * candidates taken, which holds their mean at k. With reuse_predictions a candidate's
+ * predicted distance is kept until the object's next access (or eviction), so one kept and
+ * seen at the tail again is judged by |kept distance - its age now| without a new prediction
+ * (counted in `reused`, not in `predictions`; r still counts every candidate taken). The
+ * same decisions as the simulator's `simulate_objects_mat` (sim/src/mat.rs) on the same
+ * requests and capacity.
  */
 
 /* An object trace read whole: request i is (key[i], size[i]); its line is i + 2. */
@@ -302,6 +306,10 @@ struct flashrt_mat_config {
      * flashrt_mat_config_default sets) takes the policy's (flashml_evict_controller; sign
      * for bundles without it, and without a policy) */
     int controller;
+    /* reuse predictions (the header comment above): 0 off, 1 on; -1 (what
+     * flashrt_mat_config_default sets) takes the policy's (flashml_evict_reuse_predictions;
+     * off for bundles without it, and without a policy) */
+    int reuse_predictions;
     int time_decisions;          /* keep each decision's time for percentiles (default 1) */
     void (*on_candidate)(void *ctx, const struct flashrt_mat_candidate *c);
     void *ctx;
@@ -348,6 +356,9 @@ struct flashrt_mat_metrics {
     uint32_t max_candidates;
     uint64_t memory_window;
     int controller;      /* the one used: 0 sign, 1 mean */
+    int reuse_predictions; /* the one used: 0 off, 1 on */
+    uint64_t reused;     /* candidates judged by a kept prediction (not in `predictions`) */
+    double candidates_per_eviction; /* (predictions + reused) / evictions; NaN without evictions */
     /* one eviction decision = taking the tail candidates, their features and predictions and
      * the list moves (flashrt_mat_get's evictions, each timed alone) */
     double decision_ns_mean, decision_ns_p50, decision_ns_p99;

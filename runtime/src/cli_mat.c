@@ -25,8 +25,9 @@ static const char *MAT_HELP =
     "simulate_objects_mat) on the same trace and capacity. Objects' bytes live in the cache\n"
     "file (4 KiB pages); a miss writes the object's deterministic content, a hit reads it back\n"
     "and verifies every byte. Prints requests, hits, misses, miss_ratio, byte_miss_ratio,\n"
-    "evictions, predictions, predictions_per_eviction, final_threshold and decision_ns_mean/\n"
-    "p50/p99 (one eviction decision: candidates' features + predictions + list moves). Exit 0,\n"
+    "evictions, predictions, predictions_per_eviction, reused_predictions,\n"
+    "candidates_per_eviction, final_threshold and decision_ns_mean/p50/p99 (one eviction\n"
+    "decision: candidates' features + predictions + list moves). Exit 0,\n"
     "3 when some bytes read back were wrong, 1 on bad input or an IO error, 2 on bad options.\n"
     "\n"
     "options:\n"
@@ -49,8 +50,13 @@ static const char *MAT_HELP =
     "  --controller sign|mean  the threshold controller (default: the bundle's; sign for a\n"
     "                          bundle without one): sign, T *= 1 + delta at a try < k, 1 - delta\n"
     "                          at a try > k (L + 1 on exhaustion); mean, T *= 1 + delta (k - p),\n"
-    "                          p the predictions made (L on exhaustion), which holds their mean\n"
+    "                          p the candidates taken (L on exhaustion), which holds their mean\n"
     "                          at k (needs delta * (L - k) < 1)\n"
+    "  --reuse-predictions on|off\n"
+    "                          keep each candidate's prediction until the object's next access\n"
+    "                          and judge it by that (TTA with its age now) when it comes to the\n"
+    "                          tail again, no new prediction (counted in reused_predictions)\n"
+    "                          (default: the bundle's; off for a bundle without one)\n"
     "  --decisions-out FILE    CSV, one line per eviction: time (request index of the miss),\n"
     "                          key, size, tries (L + 1: none reached T), threshold (T after)\n"
     "  --candidates-out FILE   CSV, one line per tail candidate examined: time, key, last,\n"
@@ -84,6 +90,14 @@ static int out_close(struct out_file *o, int ok) {
     if (ok && !bad && rename(o->tmp, o->path) == 0) return 0;
     unlink(o->tmp);
     return ok ? ERR("%s: cannot write: %m", o->path) : 0;
+}
+
+/* JSON: "reuse_predictions" as a boolean; a table: on/off. */
+static void print_reuse(void *ctx, int as_json, int *first) {
+    const int reuse = *(const int *)ctx;
+    if (as_json) printf("%s\"reuse_predictions\": %s", *first ? "" : ", ", reuse ? "true" : "false");
+    else printf("%-26s  %s\n", "reuse_predictions", reuse ? "on" : "off");
+    *first = 0;
 }
 
 static void on_candidate(void *ctx, const struct flashrt_mat_candidate *c) {
@@ -125,6 +139,10 @@ int cli_mat_replay(int argc, char **argv) {
             if (!strcmp(v, "sign")) cfg.controller = 0;
             else if (!strcmp(v, "mean")) cfg.controller = 1;
             else BAD("--controller");
+        } else if (OPT("--reuse-predictions")) {
+            if (!strcmp(v, "on")) cfg.reuse_predictions = 1;
+            else if (!strcmp(v, "off")) cfg.reuse_predictions = 0;
+            else BAD("--reuse-predictions");
         } else if (OPT("--delta")) { if (cli_parse_double(v, &cfg.delta) || !(cfg.delta >= 0 && cfg.delta < 1)) BAD("--delta"); }
         else if (OPT("--initial-threshold")) {
             if (!strcmp(v, "auto")) cfg.initial_threshold = 0.0;
@@ -209,6 +227,8 @@ int cli_mat_replay(int argc, char **argv) {
             {"miss_ratio", 0, mt.miss_ratio, 0}, {"byte_miss_ratio", 0, mt.byte_miss_ratio, 0},
             {"evictions", 1, 0, mt.evictions}, {"predictions", 1, 0, mt.predictions},
             {"predictions_per_eviction", 0, mt.predictions_per_eviction, 0},
+            {"reused_predictions", 1, 0, mt.reused},
+            {"candidates_per_eviction", 0, mt.candidates_per_eviction, 0},
             {"reinsertions", 1, 0, mt.reinsertions}, {"final_threshold", 0, mt.final_threshold, 0},
             {"ns_per_eviction", 0, mt.decision_ns_mean, 0},
             {"decision_ns_mean", 0, mt.decision_ns_mean, 0}, {"decision_ns_p50", 0, mt.decision_ns_p50, 0},
@@ -225,7 +245,7 @@ int cli_mat_replay(int argc, char **argv) {
         const char *controller = mt.controller == 1 ? "mean" : "sign";
         const char *strs[] = {"policy", policy, "unit", unit, "controller", controller,
                               "evict_contract_hash", FLASHML_EVICT_CONTRACT_HASH};
-        cli_print_figures(kv, sizeof kv / sizeof kv[0], strs, 4, 3, as_json);
+        cli_print_figures_more(kv, sizeof kv / sizeof kv[0], strs, 4, 3, as_json, print_reuse, &mt.reuse_predictions);
         if (mt.integrity_errors) {
             fprintf(stderr, "flashrt: integrity error: %llu hits read back wrong bytes from %s\n",
                     (unsigned long long)mt.integrity_errors, cfg.cache_path);

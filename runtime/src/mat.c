@@ -2,7 +2,9 @@
  * LRB's feature history (lrb_features.c) and Algorithm 1 with its threshold controller, the
  * predictor being the bundle's flashml_evict_predict. The loop, the list moves and every
  * comparison are those of the simulator's sim/src/mat.rs (Mat::evict, simulate_mat), so the
- * decisions are the same on the same requests and capacity (tests/test_runtime_mat.py).
+ * decisions are the same on the same requests and capacity (tests/test_runtime_mat.py),
+ * with reused predictions (Mat::kept: by slot, valid while the slot holds the same object at
+ * the same access) as without.
  *
  * Storage: the cache file is cut into 4 KiB pages; an object owns a chain of ceil(size /
  * 4 KiB) pages (consecutive where the free list allows, read and written as runs), freed on
@@ -36,6 +38,7 @@ struct flashrt_mat {
     double k, delta, t0;               /* t0 0: cached objects at the first eviction */
     uint32_t L;
     int controller;                    /* 0 sign, 1 mean (sim: Controller) */
+    int reuse;                         /* reuse predictions (sim: MatParams::reuse_predictions) */
     double threshold;                  /* T; NaN until the first predicted eviction */
     /* objects: key -> dense id (first appearance), their slot and history */
     struct frt_map ids;
@@ -44,16 +47,19 @@ struct flashrt_mat {
     size_t nobj, objcap;
     struct frt_lrb meta;
     /* cached objects by slot: object, last access, size charged, bytes, first data page, and
-     * the LRU list (head = most recently used) */
-    uint32_t *s_obj, *s_prev, *s_next, *s_page;
-    uint64_t *s_last, *s_size, *s_bytes;
+     * the LRU list (head = most recently used); with reuse, the last prediction made for the
+     * slot (sim: Mat::kept): object, its last access then, model output, valid while both
+     * are still the slot's (set to NIL when the slot takes a new object) */
+    uint32_t *s_obj, *s_prev, *s_next, *s_page, *s_kobj;
+    uint64_t *s_last, *s_size, *s_bytes, *s_klast;
+    double *s_kpred;
     uint32_t *s_free;
     size_t nslots, slotcap, nfree;
     uint32_t head, tail;
     size_t len;
     uint64_t used, now;
     /* counters */
-    uint64_t hits, misses, bypassed, evictions, predictions, reinsertions, req_bytes, miss_bytes;
+    uint64_t hits, misses, bypassed, evictions, predictions, reused, reinsertions, req_bytes, miss_bytes;
     struct frt_vec dec_ns;
     uint64_t dec_ns_total;
     double feat[FRT_EVICT_NF];
@@ -77,6 +83,7 @@ void flashrt_mat_config_default(struct flashrt_mat_config *c) {
     c->direct = FLASHRT_DIRECT_AUTO;
     c->k = c->delta = c->initial_threshold = NAN;
     c->controller = -1; /* the policy's */
+    c->reuse_predictions = -1; /* the policy's */
     c->time_decisions = 1;
 }
 
@@ -121,12 +128,14 @@ flashrt_mat *flashrt_mat_open(const struct flashrt_mat_config *cfg, flashrt_poli
     m->delta = !isnan(cfg->delta) ? cfg->delta : ev ? ev->delta : 1e-4;
     m->L = cfg->max_candidates ? cfg->max_candidates : ev ? (uint32_t)ev->max_candidates : 10u;
     m->controller = cfg->controller >= 0 ? cfg->controller : ev ? ev->controller : 0;
+    m->reuse = cfg->reuse_predictions != -1 ? cfg->reuse_predictions : ev ? ev->reuse_predictions : 0;
     m->t0 = !isnan(cfg->initial_threshold) ? cfg->initial_threshold : ev ? ev->initial_threshold : 0.0;
     uint64_t window = cfg->memory_window ? cfg->memory_window : ev ? (uint64_t)ev->memory_window : FLASHML_EVICT_CONTRACT_MEMORY_WINDOW;
     /* MatParams::validate */
     if (!(isfinite(m->k) && m->k > 0.0)) { frt_seterr(err, errlen, "k must be a finite number > 0, got %g", m->k); goto fail; }
     if (!(m->delta >= 0.0 && m->delta < 1.0)) { frt_seterr(err, errlen, "delta must be in [0, 1), got %g", m->delta); goto fail; }
     if (m->controller != 0 && m->controller != 1) { frt_seterr(err, errlen, "controller must be 0 (sign) or 1 (mean), got %d", m->controller); goto fail; }
+    if (m->reuse != 0 && m->reuse != 1) { frt_seterr(err, errlen, "reuse_predictions must be 0 (off) or 1 (on) (-1: the policy's), got %d", m->reuse); goto fail; }
     {
         const double worst = (double)m->L - m->k; /* the largest step down */
         if (m->controller == 1 && m->delta * worst >= 1.0) {
@@ -190,9 +199,24 @@ static uint32_t evict(flashrt_mat *m, uint64_t now, uint32_t *tries) {
     for (r = 1; r <= m->L; r++) {
         uint32_t c = pop_tail(m);
         uint64_t last = m->s_last[c];
-        frt_lrb_features(&m->meta, m->s_obj[c], now, m->feat);
-        m->predictions++;
-        double pred = m->predict(m->feat);
+        /* a prediction kept for this object at this access (sim: Mat::kept, Mat::take): no
+         * model call, and no features unless the candidates are traced */
+        const int kept = m->reuse && m->s_kobj[c] == m->s_obj[c] && m->s_klast[c] == last;
+        double pred;
+        if (kept) {
+            m->reused++;
+            pred = m->s_kpred[c];
+            if (m->cfg.on_candidate) frt_lrb_features(&m->meta, m->s_obj[c], now, m->feat);
+        } else {
+            frt_lrb_features(&m->meta, m->s_obj[c], now, m->feat);
+            m->predictions++;
+            pred = m->predict(m->feat);
+            if (m->reuse) {
+                m->s_kobj[c] = m->s_obj[c];
+                m->s_klast[c] = last;
+                m->s_kpred[c] = pred;
+            }
+        }
         double tta = fabs(expm1(pred) - (double)(now - last));
         if (m->cfg.on_candidate) {
             struct flashrt_mat_candidate cd = {now, m->obj_key[m->s_obj[c]], last, m->feat, pred, tta, m->threshold};
@@ -216,7 +240,7 @@ static uint32_t evict(flashrt_mat *m, uint64_t now, uint32_t *tries) {
         r = m->L + 1;
     }
     if (m->controller == 1) { /* mean (sim: Controller::Mean) */
-        const double p = (double)(r < m->L ? r : m->L); /* the predictions made */
+        const double p = (double)(r < m->L ? r : m->L); /* the candidates taken */
         m->threshold *= 1.0 + m->delta * (m->k - p);
     } else if ((double)r < m->k) m->threshold *= 1.0 + m->delta;
     else if ((double)r > m->k) m->threshold *= 1.0 - m->delta;
@@ -341,6 +365,7 @@ static int alloc_slot(flashrt_mat *m, uint32_t *s) {
         size_t c = cap ? 2 * cap : 1024;
 #define G(a) do { void *q = realloc(a, c * sizeof *(a)); if (!q) return set_err(m, "out of memory"); (a) = q; } while (0)
         G(m->s_obj); G(m->s_prev); G(m->s_next); G(m->s_page); G(m->s_last); G(m->s_size); G(m->s_bytes); G(m->s_free);
+        G(m->s_kobj); G(m->s_klast); G(m->s_kpred);
 #undef G
         m->slotcap = c;
     }
@@ -416,6 +441,7 @@ int flashrt_mat_get(flashrt_mat *m, uint64_t key, uint64_t size, struct flashrt_
     if (alloc_slot(m, &s) != 0) return -1;
     m->s_obj[s] = id;
     m->s_last[s] = now;
+    m->s_kobj[s] = NIL; /* no prediction kept for the new object */
     m->s_size[s] = charge;
     m->s_bytes[s] = size;
     m->obj_slot[id] = s;
@@ -446,6 +472,7 @@ void flashrt_mat_metrics(flashrt_mat *m, struct flashrt_mat_metrics *o) {
     o->bypassed = m->bypassed;
     o->evictions = m->evictions;
     o->predictions = m->predictions;
+    o->reused = m->reused;
     o->reinsertions = m->reinsertions;
     o->request_bytes = m->req_bytes;
     o->miss_bytes = m->miss_bytes;
@@ -455,12 +482,14 @@ void flashrt_mat_metrics(flashrt_mat *m, struct flashrt_mat_metrics *o) {
     o->miss_ratio = m->now ? (double)m->misses / (double)m->now : NAN;
     o->byte_miss_ratio = m->req_bytes ? (double)m->miss_bytes / (double)m->req_bytes : NAN;
     o->predictions_per_eviction = m->evictions ? (double)m->predictions / (double)m->evictions : NAN;
+    o->candidates_per_eviction = m->evictions ? (double)(m->predictions + m->reused) / (double)m->evictions : NAN;
     o->final_threshold = m->threshold;
     o->k = m->k;
     o->delta = m->delta;
     o->initial_threshold = m->t0;
     o->max_candidates = m->L;
     o->controller = m->controller;
+    o->reuse_predictions = m->reuse;
     o->memory_window = m->meta.window;
     o->decision_ns_mean = m->evictions ? (double)m->dec_ns_total / (double)m->evictions : NAN;
     o->decision_ns_p50 = frt_percentile(&m->dec_ns, 0.5);
@@ -482,6 +511,7 @@ void flashrt_mat_close(flashrt_mat *m) {
     free(m->obj_key); free(m->obj_slot);
     free(m->s_obj); free(m->s_prev); free(m->s_next); free(m->s_page);
     free(m->s_last); free(m->s_size); free(m->s_bytes); free(m->s_free);
+    free(m->s_kobj); free(m->s_klast); free(m->s_kpred);
     frt_vec_free(&m->dec_ns);
     free(m->vic);
     free(m->page_next); free(m->page_free);

@@ -492,6 +492,16 @@ static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
         if (p->evict.controller != 0 && p->evict.controller != 1)
             return frt_seterr(err, errlen, "%s: refused: bad eviction controller %d (0 sign, 1 mean)", so, p->evict.controller);
     }
+    /* optional as well (absent: a prediction per candidate) */
+    p->evict.reuse_predictions = 0;
+    void *reuse = dlsym(p->dl, "flashml_evict_reuse_predictions");
+    if (reuse) {
+        int (*reuse_predictions)(void);
+        memcpy(&reuse_predictions, &reuse, sizeof reuse_predictions);
+        p->evict.reuse_predictions = reuse_predictions();
+        if (p->evict.reuse_predictions != 0 && p->evict.reuse_predictions != 1)
+            return frt_seterr(err, errlen, "%s: refused: bad flashml_evict_reuse_predictions %d (0 off, 1 on)", so, p->evict.reuse_predictions);
+    }
     return 0;
 }
 

@@ -162,20 +162,27 @@ static void test_integrity(void) {
     flashrt_mat_close(m);
 }
 
-static flashrt_policy *evict_policy(const char *poldir) {
-    char dir[400], so[600], src[600], man[1200], hex[65], err[FLASHRT_ERR_LEN];
-    snprintf(dir, sizeof dir, "%s/evict-bundle", TMP);
+/* A bundle TMP/name of the eviction .so `src` (its manifest written here), loaded for
+ * eviction: NULL with the loader's message in err when refused. */
+static flashrt_policy *evict_bundle(const char *name, const char *src, char *err, size_t errlen) {
+    char dir[400], so[600], man[1200], hex[65];
+    snprintf(dir, sizeof dir, "%s/%s", TMP, name);
     snprintf(so, sizeof so, "%s/policy.so", dir);
-    snprintf(src, sizeof src, "%s/evict.so", poldir);
     char cmd[2400];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s'", dir, src, so);
     if (system(cmd) != 0) { fprintf(stderr, "%s failed\n", cmd); exit(2); }
-    if (frt_sha256_file(so, hex, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); exit(2); }
+    if (frt_sha256_file(so, hex, err, errlen) != 0) { fprintf(stderr, "%s\n", err); exit(2); }
     snprintf(man, sizeof man, "{\"abi_version\": %d, \"sha256\": \"%s\", \"evict_contract_hash\": \"%s\", \"capabilities\": [\"eviction\"]}\n",
              FLASHML_POLICY_ABI_VERSION, hex, FLASHML_EVICT_CONTRACT_HASH);
     snprintf(cmd, sizeof cmd, "%s/manifest.json", dir);
     write_text(cmd, man);
-    flashrt_policy *p = flashrt_policy_load_eviction(dir, err, sizeof err);
+    return flashrt_policy_load_eviction(dir, err, errlen);
+}
+
+static flashrt_policy *evict_policy(const char *poldir) {
+    char src[600], err[FLASHRT_ERR_LEN];
+    snprintf(src, sizeof src, "%s/evict.so", poldir);
+    flashrt_policy *p = evict_bundle("evict-bundle", src, err, sizeof err);
     if (!p) { fprintf(stderr, "load: %s\n", err); exit(2); }
     return p;
 }
@@ -331,6 +338,290 @@ static void test_mean_controller(const char *poldir) {
     flashrt_policy_free(p);
 }
 
+/* ---- reused predictions (sim/src/mat.rs MatParams::reuse_predictions, Mat::kept) ---- */
+
+/* The candidates examined, as on_candidate reports them. */
+struct cand_log {
+    size_t n;
+    struct { uint64_t time, key, last; double prediction, tta, threshold; } c[64];
+};
+static void log_candidate(void *ctx, const struct flashrt_mat_candidate *c) {
+    struct cand_log *l = ctx;
+    if (l->n < sizeof l->c / sizeof l->c[0]) {
+        l->c[l->n].time = c->time;
+        l->c[l->n].key = c->key;
+        l->c[l->n].last = c->last;
+        l->c[l->n].prediction = c->prediction;
+        l->c[l->n].tta = c->tta;
+        l->c[l->n].threshold = c->threshold;
+    }
+    l->n++;
+}
+
+static flashrt_mat *open_reuse(flashrt_policy *p, uint64_t cap, int reuse, struct cand_log *log) {
+    struct flashrt_mat_config c;
+    flashrt_mat_config_default(&c);
+    c.capacity = cap;
+    c.unit = FLASHRT_MAT_OBJECTS;
+    c.reuse_predictions = reuse;
+    if (log) {
+        memset(log, 0, sizeof *log);
+        c.on_candidate = log_candidate;
+        c.ctx = log;
+    }
+    char err[FLASHRT_ERR_LEN];
+    flashrt_mat *m = flashrt_mat_open(&c, p, err, sizeof err);
+    if (!m) { fprintf(stderr, "open: %s\n", err); exit(2); }
+    return m;
+}
+
+/* (a) test_controller's requests with reuse on (L = 3, k = 2, T0 = 10, delta = 0.5; the
+ * prediction is the size): at t = 6 objects 0 and 1, kept at t = 4 and not accessed since,
+ * are judged by their kept predictions (no new prediction, `reused` +1 each) with TTA =
+ * |d - their age at t = 6|; object 4 is predicted. The predictor reads only the size, so the
+ * victims and thresholds are those of a prediction per candidate. With and without the
+ * candidates traced (kept ones then skip their features), the same. */
+static void test_reuse_kept(const char *poldir) {
+    flashrt_policy *p = evict_policy(poldir);
+    static struct cand_log log;
+    for (int traced = 1; traced >= 0; traced--) {
+        flashrt_mat *m = open_reuse(p, 4, 1, traced ? &log : NULL);
+        struct flashrt_mat_result r;
+        uint64_t d[] = {6, 3, 10, 100};
+        for (int i = 0; i < 4; i++) get(m, (uint64_t)i, d[i], &r);
+        const uint64_t victim[] = {2, 3, 1}, preds[] = {3, 4, 5}, reused[] = {0, 0, 2};
+        const uint32_t tries[] = {4, 1, 4};
+        const double thr[] = {5.0, 7.5, 3.75};
+        struct flashrt_mat_metrics mt;
+        for (int i = 0; i < 3; i++) {
+            get(m, (uint64_t)(4 + i), 1, &r);
+            flashrt_mat_metrics(m, &mt);
+            CHECK(r.nvictims == 1 && r.victims[0].key == victim[i] && r.victims[0].tries == tries[i] && r.victims[0].threshold == thr[i],
+                  "traced %d, t = %d: victim %llu tries %u T %g", traced, 4 + i, (unsigned long long)r.victims[0].key, r.victims[0].tries,
+                  r.victims[0].threshold);
+            CHECK(mt.predictions == preds[i] && mt.reused == reused[i], "traced %d, t = %d: predictions %llu reused %llu", traced, 4 + i,
+                  (unsigned long long)mt.predictions, (unsigned long long)mt.reused);
+        }
+        CHECK(mt.reuse_predictions == 1 && mt.reinsertions == 4 && mt.evictions == 3, "reuse %d reinsertions %llu", mt.reuse_predictions,
+              (unsigned long long)mt.reinsertions);
+        CHECK(mt.candidates_per_eviction == 7.0 / 3.0 && mt.predictions_per_eviction == 5.0 / 3.0, "candidates/eviction %g",
+              mt.candidates_per_eviction);
+        flashrt_mat_close(m);
+    }
+    /* the trace: every candidate (7), kept ones with their kept prediction and the age now */
+    CHECK(log.n == 7, "%zu candidates traced", log.n);
+    if (log.n == 7) {
+        const uint64_t key[] = {0, 1, 2, 3, 0, 1, 4}, time[] = {4, 4, 4, 5, 6, 6, 6};
+        for (int i = 0; i < 7; i++) {
+            CHECK(log.c[i].key == key[i] && log.c[i].time == time[i] && log.c[i].last == key[i], "candidate %d: key %llu at %llu", i,
+                  (unsigned long long)log.c[i].key, (unsigned long long)log.c[i].time);
+            CHECK(log.c[i].tta == fabs(expm1(log.c[i].prediction) - (double)(log.c[i].time - log.c[i].last)), "candidate %d: tta %.17g", i,
+                  log.c[i].tta);
+        }
+        /* objects 0 and 1 at t = 6: the t = 4 predictions, TTA with the new age (6, 5) */
+        CHECK(log.c[4].prediction == log.c[0].prediction && log.c[5].prediction == log.c[1].prediction, "kept predictions");
+        CHECK(fabs(log.c[0].tta - 2.0) < 1e-9 && fabs(log.c[4].tta - 0.0) < 1e-9, "object 0: tta %g at age 4, %g at age 6", log.c[0].tta,
+              log.c[4].tta);
+        CHECK(fabs(log.c[1].tta - 0.0) < 1e-9 && fabs(log.c[5].tta - 2.0) < 1e-9, "object 1: tta %g at age 3, %g at age 5", log.c[1].tta,
+              log.c[5].tta);
+        CHECK(log.c[4].threshold == 7.5 && log.c[6].threshold == 7.5, "T during t = 6: %g", log.c[4].threshold);
+    }
+    /* reuse off: the same victims with a prediction per candidate */
+    flashrt_mat *m = open_reuse(p, 4, 0, NULL);
+    struct flashrt_mat_result r;
+    uint64_t d[] = {6, 3, 10, 100};
+    for (int i = 0; i < 7; i++) get(m, (uint64_t)i, i < 4 ? d[i] : 1, &r);
+    struct flashrt_mat_metrics mt;
+    flashrt_mat_metrics(m, &mt);
+    CHECK(mt.reuse_predictions == 0 && mt.predictions == 7 && mt.reused == 0 && mt.final_threshold == 3.75, "off: predictions %llu reused %llu",
+          (unsigned long long)mt.predictions, (unsigned long long)mt.reused);
+    CHECK(mt.candidates_per_eviction == mt.predictions_per_eviction, "off: %g vs %g", mt.candidates_per_eviction, mt.predictions_per_eviction);
+    flashrt_mat_close(m);
+    flashrt_policy_free(p);
+}
+
+/* (b) A kept prediction is not used after the object's access: capacity 3, A (d 9), B (3),
+ * C (100) at t = 0..2. t = 3 (D): A (TTA 6) and B (1) kept with their predictions, C (99 >= 10)
+ * goes at r = 3, T = 5. t = 4: A is accessed. t = 5 (E): B is judged by its kept prediction
+ * (TTA |3 - 4| = 1), D predicted (1), A predicted again (last 4: TTA |9 - 1| = 8 >= 5) and
+ * evicted at r = 3, T = 2.5. */
+static void test_reuse_after_access(const char *poldir) {
+    flashrt_policy *p = evict_policy(poldir);
+    static struct cand_log log;
+    flashrt_mat *m = open_reuse(p, 3, 1, &log);
+    struct flashrt_mat_result r;
+    const uint64_t A = 10, B = 11, C = 12, D = 13, E = 14;
+    get(m, A, 9, &r);
+    get(m, B, 3, &r);
+    get(m, C, 100, &r);
+    get(m, D, 1, &r);
+    CHECK(r.nvictims == 1 && r.victims[0].key == C && r.victims[0].tries == 3 && r.victims[0].threshold == 5.0, "t = 3: victim %llu",
+          (unsigned long long)r.victims[0].key);
+    get(m, A, 9, &r);
+    CHECK(r.hit, "t = 4: A hits");
+    get(m, E, 1, &r);
+    CHECK(r.nvictims == 1 && r.victims[0].key == A && r.victims[0].tries == 3 && r.victims[0].threshold == 2.5, "t = 5: victim %llu tries %u T %g",
+          (unsigned long long)r.victims[0].key, r.victims[0].tries, r.victims[0].threshold);
+    struct flashrt_mat_metrics mt;
+    flashrt_mat_metrics(m, &mt);
+    CHECK(mt.predictions == 5 && mt.reused == 1 && mt.reinsertions == 4, "predictions %llu reused %llu reinsertions %llu",
+          (unsigned long long)mt.predictions, (unsigned long long)mt.reused, (unsigned long long)mt.reinsertions);
+    CHECK(log.n == 6, "%zu candidates", log.n);
+    if (log.n == 6) {
+        const uint64_t key[] = {A, B, C, B, D, A}, last[] = {0, 1, 2, 1, 3, 4};
+        for (int i = 0; i < 6; i++)
+            CHECK(log.c[i].key == key[i] && log.c[i].last == last[i], "candidate %d: key %llu last %llu", i, (unsigned long long)log.c[i].key,
+                  (unsigned long long)log.c[i].last);
+        CHECK(log.c[3].prediction == log.c[1].prediction && fabs(log.c[3].tta - 1.0) < 1e-9, "B kept: tta %g", log.c[3].tta);
+        CHECK(fabs(log.c[5].tta - 8.0) < 1e-9 && fabs(log.c[0].tta - 6.0) < 1e-9, "A: tta %g then %g", log.c[0].tta, log.c[5].tta);
+    }
+    /* t = 6, 7: A again (a miss: a new slot) and F: B and D (kept at t = 5, not accessed
+     * since) are judged by their kept predictions again; every candidate is counted once,
+     * predicted or reused */
+    get(m, A, 9, &r);
+    get(m, 15, 1, &r);
+    flashrt_mat_metrics(m, &mt);
+    CHECK(mt.reused >= 2 && mt.predictions + mt.reused == (uint64_t)log.n, "predictions %llu + reused %llu vs %zu candidates",
+          (unsigned long long)mt.predictions, (unsigned long long)mt.reused, log.n);
+    flashrt_mat_close(m);
+    flashrt_policy_free(p);
+}
+
+/* With a prediction that depends on the object only (here its fixed size), a kept prediction
+ * is what a new one would be: reuse on a skewed trace gives the same victims (key, try, T)
+ * and hits with fewer predictions, predictions(off) = predictions(on) + reused(on) (sim:
+ * reused_predictions_are_exact_for_a_prediction_of_the_last_access). */
+static void test_reuse_exact(const char *poldir) {
+    flashrt_policy *p = evict_policy(poldir);
+    struct flashrt_mat_config c;
+    flashrt_mat_config_default(&c);
+    c.capacity = 30;
+    c.unit = FLASHRT_MAT_OBJECTS;
+    c.k = 3.0;
+    c.delta = 1e-3;
+    c.max_candidates = 10;
+    c.initial_threshold = 0.0;
+    c.time_decisions = 0;
+    char err[FLASHRT_ERR_LEN];
+    flashrt_mat *m[2];
+    for (int i = 0; i < 2; i++) {
+        c.reuse_predictions = i;
+        m[i] = flashrt_mat_open(&c, p, err, sizeof err);
+        if (!m[i]) { fprintf(stderr, "open: %s\n", err); exit(2); }
+    }
+    uint64_t x = 88172645463325252ull;
+    int same = 1;
+    for (int t = 0; t < 20000 && same; t++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        uint64_t a = x % 300;
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        uint64_t b = x % 300, key = a < b ? a : b, size = 1 + key * 7919 % 120;
+        struct flashrt_mat_result r[2];
+        for (int i = 0; i < 2; i++) get(m[i], key, size, &r[i]);
+        same = r[0].hit == r[1].hit && r[0].nvictims == r[1].nvictims;
+        for (size_t j = 0; same && j < r[0].nvictims; j++)
+            same = r[0].victims[j].key == r[1].victims[j].key && r[0].victims[j].tries == r[1].victims[j].tries &&
+                   r[0].victims[j].threshold == r[1].victims[j].threshold;
+        CHECK(same, "t = %d: the decisions differ", t);
+    }
+    struct flashrt_mat_metrics off, on;
+    flashrt_mat_metrics(m[0], &off);
+    flashrt_mat_metrics(m[1], &on);
+    CHECK(off.hits == on.hits && off.evictions == on.evictions && off.final_threshold == on.final_threshold, "hits %llu vs %llu",
+          (unsigned long long)off.hits, (unsigned long long)on.hits);
+    CHECK(off.reused == 0 && on.reused > on.evictions / 2 && off.predictions == on.predictions + on.reused,
+          "off %llu predictions; on %llu + %llu reused, %llu evictions", (unsigned long long)off.predictions,
+          (unsigned long long)on.predictions, (unsigned long long)on.reused, (unsigned long long)on.evictions);
+    CHECK(off.candidates_per_eviction == on.candidates_per_eviction && on.predictions_per_eviction < on.candidates_per_eviction,
+          "candidates/eviction %g vs %g", off.candidates_per_eviction, on.candidates_per_eviction);
+    for (int i = 0; i < 2; i++) flashrt_mat_close(m[i]);
+    flashrt_policy_free(p);
+}
+
+/* An eviction .so like tests/policies/evict_policy.c exporting flashml_evict_reuse_predictions
+ * = `reuse`, compiled here (the test policies have none): its path in `so`. */
+static void reuse_policy_so(int reuse, char *so, size_t n) {
+    char src[400], text[4096], cmd[1400];
+    snprintf(src, sizeof src, "%s/reuse%d.c", TMP, reuse);
+    snprintf(so, n, "%s/reuse%d.so", TMP, reuse);
+    snprintf(text, sizeof text,
+             "#include <math.h>\n#include <stdint.h>\n"
+             "int flashml_policy_abi_version(void) { return %d; }\n"
+             "int flashml_evict_num_features(void) { return %d; }\n"
+             "const char *flashml_evict_contract_hash(void) { return \"%s\"; }\n"
+             "double flashml_evict_predict(const double *f) { return log1p(f[%d]); }\n"
+             "void flashml_evict_predict_batch(const double *f, int n, double *out) {\n"
+             "    for (int i = 0; i < n; i++) out[i] = flashml_evict_predict(f + (long)i * %d);\n}\n"
+             "double flashml_evict_k(void) { return 2.0; }\n"
+             "int flashml_evict_max_candidates(void) { return 3; }\n"
+             "double flashml_evict_delta(void) { return 0.5; }\n"
+             "double flashml_evict_initial_threshold(void) { return 10.0; }\n"
+             "int64_t flashml_evict_memory_window(void) { return 4096; }\n"
+             "int flashml_evict_reuse_predictions(void) { return %d; }\n",
+             FLASHML_POLICY_ABI_VERSION, FLASHML_EVICT_NUM_FEATURES, FLASHML_EVICT_CONTRACT_HASH, FLASHML_EVICT_F_SIZE,
+             FLASHML_EVICT_NUM_FEATURES, reuse);
+    write_text(src, text);
+    const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+    snprintf(cmd, sizeof cmd, "%s -std=c11 -O1 -fPIC -shared '%s' -lm -o '%s'", cc, src, so);
+    if (system(cmd) != 0) { fprintf(stderr, "%s failed\n", cmd); exit(2); }
+}
+
+/* (c) flashrt_mat_config.reuse_predictions -1 (the default) takes the policy's export: 0 for a
+ * bundle without it (evict.so) and without a policy, 1 for one exporting 1; 0/1 given win;
+ * other values are refused, the config's at open and the export's at load. */
+static void test_reuse_config(const char *poldir) {
+    struct flashrt_mat_config c;
+    flashrt_mat_config_default(&c);
+    CHECK(c.reuse_predictions == -1, "the default takes the policy's: %d", c.reuse_predictions);
+    c.capacity = 4;
+    c.unit = FLASHRT_MAT_OBJECTS;
+    char err[FLASHRT_ERR_LEN], so[600];
+    struct flashrt_mat_metrics mt;
+    flashrt_policy *old = evict_policy(poldir), *p1;
+    reuse_policy_so(1, so, sizeof so);
+    p1 = evict_bundle("reuse1-bundle", so, err, sizeof err);
+    CHECK(p1 != NULL, "%s", err);
+    if (!p1) { flashrt_policy_free(old); return; }
+    struct { flashrt_policy *p; int cfg, want; } cases[] = {
+        {old, -1, 0}, {old, 1, 1}, {old, 0, 0}, {p1, -1, 1}, {p1, 0, 0}, {p1, 1, 1}, {NULL, -1, 0}, {NULL, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        c.reuse_predictions = cases[i].cfg;
+        flashrt_mat *m = flashrt_mat_open(&c, cases[i].p, err, sizeof err);
+        CHECK(m != NULL, "case %zu: %s", i, err);
+        if (!m) continue;
+        flashrt_mat_metrics(m, &mt);
+        CHECK(mt.reuse_predictions == cases[i].want && mt.reused == 0 && isnan(mt.candidates_per_eviction), "case %zu: reuse %d (want %d)", i,
+              mt.reuse_predictions, cases[i].want);
+        flashrt_mat_close(m);
+    }
+    /* the bundle's 1 in use: test_reuse_kept's t = 6 reuses two predictions */
+    c.reuse_predictions = -1;
+    flashrt_mat *m = flashrt_mat_open(&c, p1, err, sizeof err);
+    CHECK(m != NULL, "%s", err);
+    if (m) {
+        struct flashrt_mat_result r;
+        uint64_t d[] = {6, 3, 10, 100};
+        for (int i = 0; i < 7; i++) get(m, (uint64_t)i, i < 4 ? d[i] : 1, &r);
+        flashrt_mat_metrics(m, &mt);
+        CHECK(mt.predictions == 5 && mt.reused == 2 && mt.final_threshold == 3.75, "the bundle's reuse: predictions %llu reused %llu",
+              (unsigned long long)mt.predictions, (unsigned long long)mt.reused);
+        flashrt_mat_close(m);
+    }
+    for (int bad = -2; bad <= 2; bad += 4) {
+        c.reuse_predictions = bad;
+        err[0] = 0;
+        CHECK(flashrt_mat_open(&c, old, err, sizeof err) == NULL && strstr(err, "reuse_predictions must be 0 (off) or 1 (on)"), "%d: %s", bad, err);
+    }
+    reuse_policy_so(2, so, sizeof so);
+    err[0] = 0;
+    flashrt_policy *p2 = evict_bundle("reuse2-bundle", so, err, sizeof err);
+    CHECK(p2 == NULL && strstr(err, "refused: bad flashml_evict_reuse_predictions 2"), "%s", err);
+    flashrt_policy_free(p2);
+    flashrt_policy_free(p1);
+    flashrt_policy_free(old);
+}
+
 static void test_refusals(const char *poldir) {
     /* an admission-only bundle: no eviction capability */
     char dir[400], so[600], man[1200], hex[65], err[FLASHRT_ERR_LEN], cmd[2400];
@@ -370,6 +661,10 @@ int main(int argc, char **argv) {
     test_integrity();
     test_controller(argv[1]);
     test_mean_controller(argv[1]);
+    test_reuse_kept(argv[1]);
+    test_reuse_after_access(argv[1]);
+    test_reuse_exact(argv[1]);
+    test_reuse_config(argv[1]);
     test_refusals(argv[1]);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
