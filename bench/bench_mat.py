@@ -92,11 +92,12 @@ def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict
     res = summary["per_capacity"][cap]
     pol = res["policies"]
     keep = ("miss_ratio", "byte_miss_ratio", "held_out_miss_ratio", "predictions_per_eviction",
-            "ns_per_eviction", "reinsertions")
+            "candidates_per_eviction", "ns_per_eviction", "reinsertions")
     tuned = summary["tuned"][cap]
     row = {**{k: pol["mat"].get(k) for k in keep},
            "lru_held_out_miss_ratio": pol["lru"]["held_out_miss_ratio"],
            "model_size": res["model_size"], "k": tuned["k"],
+           "controller": s.mat.controller, "reuse_predictions": s.mat.reuse_predictions,
            "initial_threshold": tuned["initial_threshold"],
            "val_predictions_per_eviction": tuned.get("predictions_per_eviction")}
     if "periodic" in res:

@@ -6,8 +6,9 @@ made the same decisions (victims in order, hits, predictions, final T).
 Traces: the CloudPhysics sample (../shared/traces, 5000 objects; the cache keeps the bytes in
 a file and verifies every hit) and a cdn-like trace (decisions only: its objects are MiBs).
 The policy is MAT's model as `flashml mat run` trains it (flashml.models.mat.train_tta: 32
-trees of <= 32 leaves on the simulator's tail-candidate samples), compiled by
-flashml.compiler. Each replay runs REPEATS times; the figures are the median run's.
+trees of <= 32 leaves on the simulator's tail-candidate samples) with the job's default knobs
+(k 2, the mean controller, reused predictions), compiled by flashml.compiler. Each replay
+runs REPEATS times; the figures are the median run's.
 Writes bench/results/mat_runtime.json.
 
     .venv/bin/python bench/bench_mat_runtime.py [--cdn-accesses N]
@@ -36,6 +37,7 @@ from flashml.compiler.build import compile_policy  # noqa: E402
 from flashml.compiler.bundle import save_evict_model  # noqa: E402
 from flashml.features import eviction  # noqa: E402
 from flashml.models.mat import train_tta  # noqa: E402
+from flashml.settings import MatParams  # noqa: E402
 from flashml.simulation import simulate_objects_mat  # noqa: E402
 from flashml.trace.generate import generate_objects  # noqa: E402
 from flashml.trace.objects import read_objects  # noqa: E402
@@ -50,8 +52,10 @@ REPEATS = 5
 def bundle_for(keys: np.ndarray, sizes: np.ndarray, capacity: int, out: Path) -> Path:
     s = simulate_objects_mat(keys, sizes, capacity, "objects", collect_samples=True)["samples"]
     model = train_tta(s["features"], s["label"], list(eviction.contract().names))
-    save_evict_model(out / "models", model.booster, k=2.0, max_candidates=10, delta=1e-4,
-                     initial_threshold=float(capacity))
+    m = MatParams()  # the job's defaults: the mean controller, reused predictions
+    save_evict_model(out / "models", model.booster, k=m.k, max_candidates=m.max_candidates,
+                     delta=m.delta, initial_threshold=float(capacity), controller=m.controller,
+                     reuse_predictions=m.reuse_predictions)
     compile_policy(out / "bundle", model_dir=out / "models", log_to_mlflow=False)
     return out / "bundle"
 
@@ -82,7 +86,7 @@ def run_case(name: str, trace: Path, fmt: str, capacity: int, unit: str, data: b
     same = {
         "victims_in_order": bool(np.array_equal(victims_c, sim["victims"]["key"])),
         **{k: c[k] == sim[k] for k in ("hits", "evictions", "predictions", "reinsertions",
-                                       "final_threshold")},
+                                       "reused_predictions", "final_threshold")},
     }
     return {
         "trace": str(trace.relative_to(ROOT.parent)) if trace.is_relative_to(ROOT.parent)
@@ -91,6 +95,8 @@ def run_case(name: str, trace: Path, fmt: str, capacity: int, unit: str, data: b
         "bytes_in_cache_file": data,
         "miss_ratio": c["miss_ratio"], "byte_miss_ratio": c["byte_miss_ratio"],
         "evictions": c["evictions"], "predictions_per_eviction": c["predictions_per_eviction"],
+        "candidates_per_eviction": c["candidates_per_eviction"],
+        "controller": c["controller"], "reuse_predictions": c["reuse_predictions"],
         "c_decision_ns_p50": c["decision_ns_p50"], "c_decision_ns_p99": c["decision_ns_p99"],
         "c_decision_ns_mean": c["decision_ns_mean"],
         "c_decision_ns_p50_runs": sorted(r[0]["decision_ns_p50"] for r in runs),
