@@ -260,6 +260,8 @@ def test_predict_batch_and_constants(mat_bundle, data) -> None:
     np.testing.assert_array_equal(pol.evict_predict_batch(xh[:1]), pol.evict_predict(xh[:1]))
     assert (pol.evict_k, pol.evict_max_candidates, pol.evict_delta,
             pol.evict_initial_threshold) == (2.0, 10, 1e-4, 50_000.0)
+    # the bundle's defaults: the paper's controller, a prediction per candidate
+    assert (pol.evict_controller, pol.evict_reuse_predictions) == (0, False)
     assert pol.evict_memory_window == eviction.contract().memory_window
     assert pol.evict_contract_hash == eviction.contract().hash
     assert pol.capabilities == ["eviction"]
@@ -443,7 +445,13 @@ def test_bundle_errors(booster, mat_models, data, tmp_path) -> None:
                         ({"delta": 1.0}, r"'eviction.delta': expected a number in \(0, 1\)"),
                         ({"initial_threshold": -1}, r"'eviction.initial_threshold'"),
                         ({"memory_window": 2.5}, r"'eviction.memory_window'"),
-                        ({"k": "2"}, r"'eviction.k' must be a number")):
+                        ({"k": "2"}, r"'eviction.k' must be a number"),
+                        ({"controller": "median"}, r"'eviction.controller': expected one of "
+                                                   r"sign, mean, got 'median'"),
+                        ({"controller": "mean", "delta": 0.2},
+                         r"the mean controller needs delta \* \(max_candidates - k\) < 1"),
+                        ({"reuse_predictions": "yes"},
+                         r"'eviction.reuse_predictions': expected true or false")):
         with pytest.raises(UserError, match=message):
             compile_policy(out, model_dir=bundle(f"b{len(list(tmp_path.iterdir()))}", **ev))
         assert not out.exists()

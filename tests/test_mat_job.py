@@ -49,6 +49,9 @@ def test_mat_job_records_and_ships_an_eviction_policy(mat_run: Path) -> None:
     assert list(s["per_capacity"]) == ["5%"]
     manifest = json.loads((mat_run / "compiled" / "manifest.json").read_text())
     assert manifest["capabilities"] == ["eviction"]
+    # the job's controller and reused predictions travel in the bundle
+    assert manifest["eviction"]["controller"] == "mean"
+    assert manifest["eviction"]["reuse_predictions"] is True
     assert (mat_run / "plots" / "miss_ratio_vs_size.png").stat().st_size > 0
     for name, r in s["per_capacity"].items():
         pol = r["policies"]
@@ -56,6 +59,9 @@ def test_mat_job_records_and_ships_an_eviction_policy(mat_run: Path) -> None:
         assert pol["lru"]["miss_ratio"] == pytest.approx(pol["lcs_lru"]["miss_ratio"],
                                                          abs=1e-12)
         assert 1.0 <= pol["mat"]["predictions_per_eviction"] <= 2.5 + 0.25
+        # kept predictions judge the candidates seen again: more candidates than predictions
+        assert pol["mat"]["candidates_per_eviction"] > pol["mat"]["predictions_per_eviction"]
+        assert pol["mat"]["reused_predictions"] > 0
         # one model per size was trained; the tuned one is shipped and within its budget
         assert set(s["models"][name]["models"]) == set(SIZES)
         assert r["model_size"] == s["tuned"][name]["model_size"] in SIZES
@@ -100,6 +106,7 @@ def test_mat_figures_re_simulate_with_the_shipped_policy(mat_run: Path) -> None:
     mat = cap["policies"]["mat"]
     assert r["miss_ratio"] == mat["miss_ratio"]
     assert r["predictions"] == mat["predictions"]
+    assert r["reused_predictions"] == mat["reused_predictions"]
 
 
 def test_held_out_window_is_the_hits_after_the_start(tmp_path: Path) -> None:

@@ -341,6 +341,20 @@ def build_so(tmp_path: Path, body: str, name: str = "p") -> Path:
 IDENTITY = ("int flashml_evict_num_features(void) { return 44; }\n"
             "const char *flashml_evict_contract_hash(void) { return \""
             + eviction.contract().hash + "\"; }\n")
+#: A prediction of the age alone: log1p(3 age).
+PREDICT_3AGE = "double flashml_evict_predict(const double *f) { return log1p(3.0 * f[0]); }\n"
+
+
+def knobs_c(k: float, L: int, delta: float, t0: float, window: int, **flags: int) -> str:
+    """C source of the knob exports of an eviction .so (flags: controller, reuse_predictions,
+    each an exported int)."""
+    return (f"double flashml_evict_k(void) {{ return {k!r}; }}\n"
+            f"int flashml_evict_max_candidates(void) {{ return {L}; }}\n"
+            f"double flashml_evict_delta(void) {{ return {delta!r}; }}\n"
+            f"double flashml_evict_initial_threshold(void) {{ return {t0!r}; }}\n"
+            f"int64_t flashml_evict_memory_window(void) {{ return {window}; }}\n"
+            + "".join(f"int flashml_evict_{name}(void) {{ return {v}; }}\n"
+                      for name, v in flags.items()))
 
 
 def test_so_huge_prediction_is_lru_with_one_try(cp, tmp_path):
@@ -373,13 +387,8 @@ def test_so_of_a_feature_equals_slow_mat(tmp_path):
 
 def test_so_exports_are_defaults_and_identity_is_checked(tmp_path):
     keys, sizes = synthetic(2000, 100, seed=3)
-    knobs = ("double flashml_evict_k(void) { return 3.0; }\n"
-             "int flashml_evict_max_candidates(void) { return 4; }\n"
-             "double flashml_evict_delta(void) { return 0.01; }\n"
-             "double flashml_evict_initial_threshold(void) { return 77.0; }\n"
-             "int64_t flashml_evict_memory_window(void) { return 4096; }\n")
-    pred = "double flashml_evict_predict(const double *f) { return log1p(3.0 * f[0]); }\n"
-    so = build_so(tmp_path, IDENTITY + knobs + pred, "knobs")
+    so = build_so(tmp_path, IDENTITY + knobs_c(3.0, 4, 0.01, 77.0, 4096) + PREDICT_3AGE,
+                  "knobs")
     r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so)
     assert r["params"] == {"k": 3.0, "max_candidates": 4, "delta": 0.01,
                            "initial_threshold": 77.0, "memory_window": 4096,
@@ -399,7 +408,7 @@ def test_so_exports_are_defaults_and_identity_is_checked(tmp_path):
     assert simulate_objects_mat(keys, sizes, 30, "objects",
                                 predictor=tmp_path / "bundle")["params"]["k"] == 3.0
     # no identity exported: accepted (the caller vouches for the layout)
-    bare = build_so(tmp_path, pred, "bare")
+    bare = build_so(tmp_path, PREDICT_3AGE, "bare")
     assert simulate_objects_mat(keys, sizes, 30, "objects", predictor=bare)["evictions"] > 0
 
 
@@ -488,14 +497,8 @@ def test_the_mean_controller_against_the_slow_replay(tmp_path):
     (`flashml_evict_controller` 1); it holds the mean predictions per eviction near k where
     the sign rule's lies above it."""
     keys, sizes = synthetic(4000, 150, seed=5)
-    knobs = ("double flashml_evict_k(void) { return 2.0; }\n"
-             "int flashml_evict_max_candidates(void) { return 5; }\n"
-             "double flashml_evict_delta(void) { return 0.02; }\n"
-             "double flashml_evict_initial_threshold(void) { return 30.0; }\n"
-             "int64_t flashml_evict_memory_window(void) { return 4096; }\n"
-             "int flashml_evict_controller(void) { return 1; }\n")
-    pred = "double flashml_evict_predict(const double *f) { return log1p(3.0 * f[0]); }\n"
-    so = build_so(tmp_path, IDENTITY + knobs + pred, "mean")
+    knobs = knobs_c(2.0, 5, 0.02, 30.0, 4096, controller=1)
+    so = build_so(tmp_path, IDENTITY + knobs + PREDICT_3AGE, "mean")
     r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so)
     assert r["params"]["controller"] == "mean"
     want = slow_mat(keys, sizes, 30, "objects", lambda _l, f: math.expm1(math.log1p(3 * f[0])),
@@ -517,15 +520,8 @@ def test_reused_predictions_against_the_slow_replay(tmp_path):
     or exported by the .so (`flashml_evict_reuse_predictions` 1). Fewer predictions than
     candidates, and fewer than without reuse at the same k."""
     keys, sizes = synthetic(4000, 150, seed=7)
-    knobs = ("double flashml_evict_k(void) { return 4.0; }\n"
-             "int flashml_evict_max_candidates(void) { return 8; }\n"
-             "double flashml_evict_delta(void) { return 0.02; }\n"
-             "double flashml_evict_initial_threshold(void) { return 30.0; }\n"
-             "int64_t flashml_evict_memory_window(void) { return 4096; }\n"
-             "int flashml_evict_controller(void) { return 1; }\n"
-             "int flashml_evict_reuse_predictions(void) { return 1; }\n")
-    pred = "double flashml_evict_predict(const double *f) { return log1p(3.0 * f[0]); }\n"
-    so = build_so(tmp_path, IDENTITY + knobs + pred, "reuse")
+    knobs = knobs_c(4.0, 8, 0.02, 30.0, 4096, controller=1, reuse_predictions=1)
+    so = build_so(tmp_path, IDENTITY + knobs + PREDICT_3AGE, "reuse")
     r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so)
     assert r["params"]["reuse_predictions"] is True
     want = slow_mat(keys, sizes, 30, "objects", lambda _l, f: math.expm1(math.log1p(3 * f[0])),

@@ -437,6 +437,18 @@ const struct frt_readahead_fns *frt_policy_readahead(const flashrt_policy *p) {
     return p->kind == K_SO && (p->caps & FRT_CAP_READAHEAD) ? &p->readahead : NULL;
 }
 
+/* `*out` = the value of the optional `int name(void)` the .so exports, 0 without it; -1 when
+ * the value is neither 0 nor 1. */
+static int optional_flag(void *dl, const char *name, int *out) {
+    *out = 0;
+    void *sym = dlsym(dl, name);
+    if (!sym) return 0;
+    int (*fn)(void);
+    memcpy(&fn, &sym, sizeof fn);
+    *out = fn();
+    return *out == 0 || *out == 1 ? 0 : -1;
+}
+
 /* The eviction functions (capability "eviction"), checked against this runtime's eviction
  * contract and the manifest. */
 static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
@@ -482,26 +494,12 @@ static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
           p->evict.memory_window >= 1))
         return frt_seterr(err, errlen, "%s: refused: bad eviction parameters (k %g, max candidates %d, delta %g, initial threshold %g, memory window %lld)", so,
                           p->evict.k, p->evict.max_candidates, p->evict.delta, p->evict.initial_threshold, (long long)p->evict.memory_window);
-    /* optional (bundles built before it existed lack it: the sign controller) */
-    p->evict.controller = 0;
-    void *ctl = dlsym(p->dl, "flashml_evict_controller");
-    if (ctl) {
-        int (*controller)(void);
-        memcpy(&controller, &ctl, sizeof controller);
-        p->evict.controller = controller();
-        if (p->evict.controller != 0 && p->evict.controller != 1)
-            return frt_seterr(err, errlen, "%s: refused: bad eviction controller %d (0 sign, 1 mean)", so, p->evict.controller);
-    }
-    /* optional as well (absent: a prediction per candidate) */
-    p->evict.reuse_predictions = 0;
-    void *reuse = dlsym(p->dl, "flashml_evict_reuse_predictions");
-    if (reuse) {
-        int (*reuse_predictions)(void);
-        memcpy(&reuse_predictions, &reuse, sizeof reuse_predictions);
-        p->evict.reuse_predictions = reuse_predictions();
-        if (p->evict.reuse_predictions != 0 && p->evict.reuse_predictions != 1)
-            return frt_seterr(err, errlen, "%s: refused: bad flashml_evict_reuse_predictions %d (0 off, 1 on)", so, p->evict.reuse_predictions);
-    }
+    /* optional (bundles built before them lack them: the paper's sign controller, a
+     * prediction per candidate) */
+    if (optional_flag(p->dl, "flashml_evict_controller", &p->evict.controller) != 0)
+        return frt_seterr(err, errlen, "%s: refused: bad eviction controller %d (0 sign, 1 mean)", so, p->evict.controller);
+    if (optional_flag(p->dl, "flashml_evict_reuse_predictions", &p->evict.reuse_predictions) != 0)
+        return frt_seterr(err, errlen, "%s: refused: bad flashml_evict_reuse_predictions %d (0 off, 1 on)", so, p->evict.reuse_predictions);
     return 0;
 }
 
