@@ -45,6 +45,9 @@ def boosters(data):
     b = train_demo_models(df, num_trees=30, num_leaves=31, rows=train)
     # a 15-leaf model too: each table width (16, 32, 64 lanes) is compiled and checked
     b["range_end"] = train_demo_models(df, num_trees=30, num_leaves=15, rows=train)["range_end"]
+    # and tree counts that leave the last group of a vector part-filled (2 trees of 32 lanes,
+    # 4 of 16 share one vector): 29 x 31 leaves, 30 x 15 leaves above
+    b["when"] = train_demo_models(df, num_trees=29, num_leaves=31, rows=train)["when"]
     y = (np.arange(len(x)) % 7 == 0) | (x[:, 6] > 1)  # a label that uses the counts
     params = {"objective": "binary", "num_leaves": 63, "learning_rate": 0.1,
               "min_data_in_leaf": 5, "verbose": -1, "seed": 0, "num_threads": 2,
