@@ -325,3 +325,55 @@ def test_every_option_has_help() -> None:
     missing = [(" ".join(path), a.option_strings) for path, p in _leaves(build_parser())
                for a in p._actions if a.option_strings and a.dest != "help" and not a.help]
     assert not missing, missing
+
+
+def test_the_main_job_resumes_to_the_summary_of_an_uninterrupted_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`flashml pipeline run --resume` (issue 20): the main job interrupted in its sweep (its
+    worker already started at the end of `train`), run again with --resume, redoes none of
+    the recorded stages (the trained models, episodes and policies come from the run
+    folder, the warm start from the policy bundle) and ends with the summary an
+    uninterrupted run gives, figures and chosen write rate included."""
+    from flashml import cli as flashml_cli
+    from flashml.jobs import baleen
+
+    monkeypatch.setenv("FLASHML_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    args = ["pipeline", "run", "--engine", "polars", "--sweep-trials", "2", "--sweep-workers",
+            "2", "--no-register"]
+    assert flashml_cli.main([*args, "--out", str(tmp_path / "whole")]) == 0
+    whole = json.loads((tmp_path / "whole" / "summary.json").read_text())
+
+    real = baleen.STAGES
+
+    def interrupted(run, s, timer):  # the process dies in the sweep
+        raise KeyboardInterrupt
+
+    cut = tuple(baleen.Stage(st.name, interrupted, st.prepare, st.prepare_after)
+                if st.name == "sweep" else st for st in real)
+    out = tmp_path / "cut"
+    monkeypatch.setattr(baleen, "STAGES", cut)
+    with pytest.raises(KeyboardInterrupt):
+        flashml_cli.main([*args, "--out", str(out)])
+    assert (out / "stages" / "policies.json").is_file() and not (out / "summary.json").exists()
+    trained = (out / "stages" / "train.json").stat().st_mtime_ns
+
+    monkeypatch.setattr(baleen, "STAGES", real)
+    assert flashml_cli.main([*args, "--out", str(out), "--resume"]) == 0
+    assert (out / "stages" / "train.json").stat().st_mtime_ns == trained  # not trained again
+    # the summaries with each run's folder named alike
+    resumed = json.loads((out / "summary.json").read_text().replace(str(out), "RUN"))
+    whole = json.loads(json.dumps(whole).replace(str(tmp_path / "whole"), "RUN"))
+    volatile = {"mlflow_run_id", "timings_s", "peak_rss_mb", "seconds", "wall_s", "study",
+                "data_docs", "sha256", "created", "accesses_per_s", "compile_s"}
+
+    def steady(d):  # the summary without wall times, run ids and dates, at every depth
+        if isinstance(d, dict):
+            return {k: steady(v) for k, v in d.items() if k not in volatile}
+        if isinstance(d, list):
+            return [steady(v) for v in d]
+        return d
+
+    assert steady(resumed)["policies"] == steady(whole)["policies"]
+    assert resumed["chosen_write_rate_mbps"] == whole["chosen_write_rate_mbps"]
+    assert steady(resumed) == steady(whole)
