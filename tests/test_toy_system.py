@@ -138,3 +138,18 @@ def test_a_stage_prepares_as_soon_as_the_stage_it_needs_is_done(tmp_path: Path) 
     order.clear()
     run_stages(stages[:2], run, None)  # the sweep is not run: nothing prepared for it
     assert order == ["ingest", "train"]
+
+    # what a prepare returns releases what its stage left unused, when the stages end,
+    # finished or failed (the job stopped before its sweep: the workers are stopped)
+    def failing(run, s, timer):
+        order.append("episodes fails")
+        raise KeyboardInterrupt
+
+    prepared = (stage("ingest"), stage("train"), Stage("episodes", failing),
+                Stage("sweep", lambda run, s, timer: {},
+                      prepare=lambda run, s: lambda: order.append("release"),
+                      prepare_after="train"))
+    order.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run_stages(prepared, run, None)
+    assert order == ["ingest", "train", "episodes fails", "release"]

@@ -652,20 +652,30 @@ def _sweep_spawner(run: RunDir, s: BaleenSettings, study: str, storage: str, pea
     return spawn
 
 
-def start_sweep_workers(run: RunDir, s: BaleenSettings) -> None:
+def start_sweep_workers(run: RunDir, s: BaleenSettings) -> Any:
     """The sweep stage's `prepare`: once `train` has finished, start the sweep's worker
     processes (`--sweep-workers N`: N - 1 of them) so that their loading (the run's table,
     features and warm start, 10-20 s at 1-10 M accesses) overlaps the stages before the
     sweep instead of its first round. Nothing when the sweep will not run workers or is
-    already recorded. A worker still waiting for its sweep when this process exits reads the
-    end of its stdin and exits."""
+    already recorded. Returns the function that stops the workers the sweep did not take
+    (the job failed or stopped before it)."""
     if (s.sweep_workers <= 1 or s.sweep_trials <= 0 or s.candidate_bundle is not None
             or run.done("sweep") is not None or run.cache.get("sweep_workers")):
-        return
-    run.cache["sweep_workers"] = [_start_sweep_worker(run, s)
-                                  for _ in range(s.sweep_workers - 1)]
+        return None
+    started = run.cache["sweep_workers"] = [_start_sweep_worker(run, s)
+                                            for _ in range(s.sweep_workers - 1)]
     log.info("started %d sweep worker process(es) to load the run while the stages before "
              "the sweep run", s.sweep_workers - 1)
+
+    def stop_unused() -> None:
+        while started:  # the sweep pops the ones it takes
+            proc = started.pop()
+            proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                pipe.close()
+
+    return stop_unused
 
 
 def _start_sweep_worker(run: RunDir, s: BaleenSettings) -> Any:

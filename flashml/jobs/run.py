@@ -223,11 +223,13 @@ class Stage:
     With `prepare`, `prepare(run, settings)` runs as soon as the stage `prepare_after` has
     finished in the same `run_stages` call, to start what the stage needs while the stages in
     between run (the sweep's worker processes load the run's data meanwhile); it must not
-    record anything and must let the stage run without it."""
+    record anything and must let the stage run without it. It may return a function that
+    releases what the stage left unused; `run_stages` calls it when its stages end, finished
+    or failed (workers started for a sweep that never ran are stopped)."""
 
     name: str
     fn: Callable[..., Any]
-    prepare: Callable[..., None] | None = None
+    prepare: Callable[..., Callable[[], None] | None] | None = None
     prepare_after: str | None = None
 
     @property
@@ -249,11 +251,18 @@ def run_stages(stages: Sequence[Stage], run: RunDir, settings: Any,
     record}."""
     timer = timer or Timer()
     records: dict[str, Any] = {}
-    for i, st in enumerate(stages):
-        records[st.name] = st.fn(run, settings, timer)
-        for later in stages[i + 1:]:
-            if later.prepare is not None and later.prepare_after == st.name:
-                later.prepare(run, settings)
+    releases: list[Callable[[], None]] = []
+    try:
+        for i, st in enumerate(stages):
+            records[st.name] = st.fn(run, settings, timer)
+            for later in stages[i + 1:]:
+                if later.prepare is not None and later.prepare_after == st.name:
+                    release = later.prepare(run, settings)
+                    if release is not None:
+                        releases.append(release)
+    finally:
+        for release in releases:
+            release()
     return records
 
 
