@@ -409,6 +409,7 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
                   else dict.fromkeys(_ADMISSION_PLACEHOLDERS, "0"))
     if have_evict:
         ev = params[EVICT_PARAMS]
+        controller, reuse = _evict_flags(ev)
         values.update({
             "EVICT_TL2_PREDICT": f"{tl2_prefix(EVICT_MODEL)}predict",
             "EVICT_NUM_FEATURES": str(eviction.contract().num_features),
@@ -418,8 +419,8 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
             "EVICT_DELTA": repr(float(ev["delta"])),
             "EVICT_INITIAL_THRESHOLD": repr(float(ev["initial_threshold"])),
             "EVICT_MEMORY_WINDOW": f"INT64_C({int(ev['memory_window'])})",
-            "EVICT_CONTROLLER": str(CONTROLLERS.index(ev.get("controller", "sign"))),
-            "EVICT_REUSE_PREDICTIONS": str(int(bool(ev.get("reuse_predictions", False)))),
+            "EVICT_CONTROLLER": str(controller),
+            "EVICT_REUSE_PREDICTIONS": str(reuse),
             "FAST_EVICT": fast.get(EVICT_MODEL, "evict_portable"),
         })
     else:
@@ -440,6 +441,14 @@ _ADMISSION_PLACEHOLDERS = (
     "FAST_RANGE_START", "FAST_RANGE_END", "FAST_WHEN", "FAST_ADMISSION_MARGIN",
     "FAST_WHEN_MARGIN", "ADMIT_MARGIN_LO", "ADMIT_MARGIN_HI", "ADMIT_PEAK_MARGIN_LO",
     "ADMIT_PEAK_MARGIN_HI", "WHEN_MARGIN_LO", "WHEN_MARGIN_HI")
+def _evict_flags(ev: dict[str, Any]) -> tuple[int, int]:
+    """What the .so exports for policy.json's eviction controller and reused predictions:
+    (flashml_evict_controller, flashml_evict_reuse_predictions); a bundle written before them
+    has the paper's rule and a prediction per candidate (0, 0)."""
+    return (CONTROLLERS.index(ev.get("controller", "sign")),
+            int(bool(ev.get("reuse_predictions", False))))
+
+
 _EVICT_PLACEHOLDERS = (
     "EVICT_TL2_PREDICT", "EVICT_NUM_FEATURES", "EVICT_CONTRACT_HASH", "EVICT_K",
     "EVICT_MAX_CANDIDATES", "EVICT_DELTA", "EVICT_INITIAL_THRESHOLD", "EVICT_MEMORY_WINDOW",
@@ -537,6 +546,7 @@ def _check_so(so: Path, params: dict[str, Any], capabilities: list[str]) -> None
         })
     if "eviction" in capabilities:
         ev = params[EVICT_PARAMS]
+        controller, reuse = _evict_flags(ev)
         lib.flashml_evict_contract_hash.restype = ctypes.c_char_p
         for fn in ("flashml_evict_k", "flashml_evict_delta", "flashml_evict_initial_threshold"):
             getattr(lib, fn).restype = ctypes.c_double
@@ -553,10 +563,8 @@ def _check_so(so: Path, params: dict[str, Any], capabilities: list[str]) -> None
             "eviction initial threshold": (lib.flashml_evict_initial_threshold(),
                                            ev["initial_threshold"]),
             "eviction memory window": (lib.flashml_evict_memory_window(), ev["memory_window"]),
-            "eviction controller": (lib.flashml_evict_controller(),
-                                    CONTROLLERS.index(ev.get("controller", "sign"))),
-            "eviction reuse predictions": (lib.flashml_evict_reuse_predictions(),
-                                           int(bool(ev.get("reuse_predictions", False)))),
+            "eviction controller": (lib.flashml_evict_controller(), controller),
+            "eviction reuse predictions": (lib.flashml_evict_reuse_predictions(), reuse),
         })
     if "readahead" in capabilities:
         rc = readahead_contract.contract()

@@ -98,6 +98,14 @@ static void test_objects(void) {
 
 /* ---- the cache ---- */
 
+/* A cache with config `c` over policy `p`; exits on an error (the set-up of a test). */
+static flashrt_mat *open_or_exit(const struct flashrt_mat_config *c, flashrt_policy *p) {
+    char err[FLASHRT_ERR_LEN];
+    flashrt_mat *m = flashrt_mat_open(c, p, err, sizeof err);
+    if (!m) { fprintf(stderr, "open: %s\n", err); exit(2); }
+    return m;
+}
+
 static flashrt_mat *open_cache(uint64_t cap, enum flashrt_mat_unit unit, const char *file, flashrt_policy *p) {
     struct flashrt_mat_config c;
     flashrt_mat_config_default(&c);
@@ -105,10 +113,7 @@ static flashrt_mat *open_cache(uint64_t cap, enum flashrt_mat_unit unit, const c
     c.unit = unit;
     c.cache_path = file;
     c.direct = FLASHRT_DIRECT_OFF;
-    char err[FLASHRT_ERR_LEN];
-    flashrt_mat *m = flashrt_mat_open(&c, p, err, sizeof err);
-    if (!m) { fprintf(stderr, "open: %s\n", err); exit(2); }
-    return m;
+    return open_or_exit(&c, p);
 }
 
 static void get(flashrt_mat *m, uint64_t key, uint64_t size, struct flashrt_mat_result *r) {
@@ -369,10 +374,7 @@ static flashrt_mat *open_reuse(flashrt_policy *p, uint64_t cap, int reuse, struc
         c.on_candidate = log_candidate;
         c.ctx = log;
     }
-    char err[FLASHRT_ERR_LEN];
-    flashrt_mat *m = flashrt_mat_open(&c, p, err, sizeof err);
-    if (!m) { fprintf(stderr, "open: %s\n", err); exit(2); }
-    return m;
+    return open_or_exit(&c, p);
 }
 
 /* (a) test_controller's requests with reuse on (L = 3, k = 2, T0 = 10, delta = 0.5; the

@@ -284,6 +284,13 @@ impl Controller {
             )),
         }
     }
+    /// Its name in Python and the bundles (`from_name`'s inverse).
+    pub fn name(self) -> &'static str {
+        match self {
+            Controller::Sign => "sign",
+            Controller::Mean => "mean",
+        }
+    }
     pub fn from_name(name: &str) -> Result<Self, SimError> {
         match name {
             "sign" => Ok(Controller::Sign),

@@ -545,10 +545,7 @@ fn simulate_objects_mat<'py>(
         })
         .map_err(value_error)?;
     let st = &r.stats;
-    let p = &params;
-    let params_d = fields_dict!(py, p; k, max_candidates, delta, initial_threshold,
-        memory_window, collect_samples, reuse_predictions; "predictor" => predictor,
-        "controller" => controller_name(p.controller));
+    let params_d = mat_params_dict(py, &params, predictor)?;
     let d = fields_dict!(py, r; miss_ratio, byte_miss_ratio, requests, hits, final_threshold,
         wall_s; "evictions" => st.evictions, "predictions" => st.predictions,
         "predictions_per_eviction" => r.predictions_per_eviction(),
@@ -580,12 +577,18 @@ struct MatKnobs<'a> {
     reuse_predictions: Option<bool>,
 }
 
-/// A controller's name as Python passes it.
-fn controller_name(c: Controller) -> &'static str {
-    match c {
-        Controller::Sign => "sign",
-        Controller::Mean => "mean",
-    }
+/// The knobs a MAT run used, as both simulate functions return them ("params",
+/// "mat_params").
+fn mat_params_dict<'py>(
+    py: Python<'py>,
+    p: &MatParams,
+    predictor: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    Ok(
+        fields_dict!(py, p; k, max_candidates, delta, initial_threshold,
+        memory_window, collect_samples, reuse_predictions; "predictor" => predictor,
+        "controller" => p.controller.name()),
+    )
 }
 
 /// The predictor named by `predictor`: ("none" | "oracle" | the path, lowercased) and the
@@ -757,10 +760,7 @@ fn simulate_mat_flash<'py>(
     metrics.set_item("predictions_per_eviction", extra.0)?;
     metrics.set_item("ns_per_eviction", extra.1)?;
     metrics.set_item("final_threshold", extra.2)?;
-    let p = &params;
-    let params_d = fields_dict!(py, p; k, max_candidates, delta, initial_threshold,
-        memory_window, collect_samples, reuse_predictions; "predictor" => predictor,
-        "controller" => controller_name(p.controller));
+    let params_d = mat_params_dict(py, &params, predictor)?;
     d.get_item("info")?
         .expect("result_dict has info")
         .set_item("mat_params", params_d)?;
