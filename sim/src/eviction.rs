@@ -21,15 +21,19 @@ pub trait Eviction {
     }
 }
 
-/// An eviction order whose tail can be taken off and put back: what MAT (machine learning at
-/// the tail, `crate::mat`) needs of its base heuristic. The tail candidate leaves the order
-/// (`pop_tail`, the paper's `RemoveFromTail`) and is either evicted (the caller drops it) or
-/// kept (`reinsert`, the paper's `Insert(x, rank)` at the head: a second chance).
+/// An eviction order whose tail can be examined and then kept or evicted: what MAT (machine
+/// learning at the tail, `crate::mat`) needs of its base heuristic. The tail candidate
+/// ([`Eviction::victim`], the paper's `RemoveFromTail`) is either evicted (`pop_tail`, or
+/// `remove` for an earlier one) or kept (`keep_tail`: moved to the head, the paper's
+/// `Insert(x, rank)` at the head, a second chance), and the next candidate is the unit before it.
 pub trait Reinsert: Eviction {
     /// Remove and return the unit that would be evicted next.
     fn pop_tail(&mut self) -> Option<u32>;
-    /// Put a unit taken by `pop_tail` back, at the head (the most recently used end).
-    fn reinsert(&mut self, unit: u32);
+    /// Move the tail unit to the head (the most recently used end); the unit before it becomes
+    /// the tail. The same order as taking it off the tail and inserting it again.
+    fn keep_tail(&mut self);
+    /// The unit before `unit` (toward the head): the next candidate if `unit` leaves the tail.
+    fn before(&self, unit: u32) -> Option<u32>;
 }
 
 /// A list of units: each enters at the front, victims come from the back. With
@@ -88,11 +92,15 @@ impl<const MOVE_ON_TOUCH: bool> Reinsert for ListOrder<MOVE_ON_TOUCH> {
         self.list.unlink(u);
         Some(u)
     }
-    /// At the front: for LRU the most recently used position; for FIFO, FIFO-reinsertion
+    /// To the front: for LRU the most recently used position; for FIFO, FIFO-reinsertion
     /// (CLOCK's second chance).
     #[inline]
-    fn reinsert(&mut self, unit: u32) {
-        self.list.push_front(unit);
+    fn keep_tail(&mut self) {
+        self.list.rotate_back_to_front();
+    }
+    #[inline]
+    fn before(&self, unit: u32) -> Option<u32> {
+        self.list.toward_front(unit)
     }
 }
 
@@ -101,14 +109,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pop_tail_and_reinsert() {
+    fn keep_tail_and_pop_tail() {
         let mut l = Lru::new();
         for u in 0..3 {
             l.insert(u);
         }
-        assert_eq!(l.pop_tail(), Some(0));
-        assert_eq!(l.len(), 2);
-        l.reinsert(0);
+        assert_eq!(l.before(0), Some(1));
+        l.keep_tail();
+        assert_eq!(l.len(), 3);
+        assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![1, 2, 0]);
         assert_eq!(l.victim(), Some(1));
         assert_eq!(l.pop_tail(), Some(1));
         assert_eq!(l.pop_tail(), Some(2));

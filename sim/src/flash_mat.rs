@@ -250,15 +250,8 @@ impl<P: Predictor> Orders<Lru> for MatOrders<'_, P> {
         }
         let t0 = self.clock.now();
         if let Some(m) = &self.meta {
-            // the candidates' metadata into the CPU caches (as object mode)
-            let l = if P::ACTIVE {
-                self.mat.params.max_candidates
-            } else {
-                1
-            };
-            for s in self.order.iter_from_back().take(l as usize) {
-                m.prefetch_meta(self.slots.obj[s as usize]);
-            }
+            self.mat
+                .prefetch_candidates(self.order.iter_from_back(), &self.slots, m);
         }
         let v = self.mat.evict(
             &mut self.order,

@@ -4,10 +4,16 @@
 
 pub const NIL: u32 = u32::MAX;
 
+/// A node's links: [previous (toward the front), next (toward the back)]. Both in one 8-byte
+/// entry, so a list operation touches one cache line per node (two separate vectors cost
+/// two: measurable in MAT's decision loop, which walks the tail node by node).
+type Links = [u32; 2];
+const PREV: usize = 0;
+const NEXT: usize = 1;
+
 #[derive(Debug, Clone)]
 pub struct DList {
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    links: Vec<Links>,
     head: u32,
     tail: u32,
     len: usize,
@@ -23,8 +29,7 @@ impl Default for DList {
 impl DList {
     pub fn new() -> Self {
         DList {
-            prev: Vec::new(),
-            next: Vec::new(),
+            links: Vec::new(),
             head: NIL,
             tail: NIL,
             len: 0,
@@ -34,10 +39,9 @@ impl DList {
     #[inline]
     fn ensure(&mut self, id: u32) {
         let need = id as usize + 1;
-        if need > self.prev.len() {
-            let n = need.max(self.prev.len() * 2).max(16);
-            self.prev.resize(n, NIL);
-            self.next.resize(n, NIL);
+        if need > self.links.len() {
+            let n = need.max(self.links.len() * 2).max(16);
+            self.links.resize(n, [NIL, NIL]);
         }
     }
 
@@ -52,11 +56,9 @@ impl DList {
     #[inline]
     pub fn push_front(&mut self, id: u32) {
         self.ensure(id);
-        let i = id as usize;
-        self.prev[i] = NIL;
-        self.next[i] = self.head;
+        self.links[id as usize] = [NIL, self.head];
         if self.head != NIL {
-            self.prev[self.head as usize] = id;
+            self.links[self.head as usize][PREV] = id;
         } else {
             self.tail = id;
         }
@@ -66,20 +68,18 @@ impl DList {
 
     #[inline]
     pub fn unlink(&mut self, id: u32) {
-        let i = id as usize;
-        let (p, n) = (self.prev[i], self.next[i]);
+        let [p, n] = self.links[id as usize];
         if p != NIL {
-            self.next[p as usize] = n;
+            self.links[p as usize][NEXT] = n;
         } else {
             self.head = n;
         }
         if n != NIL {
-            self.prev[n as usize] = p;
+            self.links[n as usize][PREV] = p;
         } else {
             self.tail = p;
         }
-        self.prev[i] = NIL;
-        self.next[i] = NIL;
+        self.links[id as usize] = [NIL, NIL];
         self.len -= 1;
     }
 
@@ -96,6 +96,29 @@ impl DList {
         (self.tail != NIL).then_some(self.tail)
     }
 
+    /// Move the back handle to the front (the others keep their order): as `unlink` then
+    /// `push_front` of the back, with the links it touches written once.
+    #[inline]
+    pub fn rotate_back_to_front(&mut self) {
+        let t = self.tail;
+        if t == self.head {
+            return; // empty, or one handle
+        }
+        let p = self.links[t as usize][PREV];
+        self.links[p as usize][NEXT] = NIL;
+        self.tail = p;
+        self.links[t as usize] = [NIL, self.head];
+        self.links[self.head as usize][PREV] = t;
+        self.head = t;
+    }
+
+    /// The handle after `id` toward the front (the next victim once `id` is gone), if any.
+    #[inline]
+    pub fn toward_front(&self, id: u32) -> Option<u32> {
+        let p = self.links[id as usize][PREV];
+        (p != NIL).then_some(p)
+    }
+
     /// Handles from back (next victim) to front; for tests and debugging.
     pub fn iter_from_back(&self) -> impl Iterator<Item = u32> + '_ {
         let mut cur = self.tail;
@@ -104,7 +127,7 @@ impl DList {
                 None
             } else {
                 let c = cur;
-                cur = self.prev[c as usize];
+                cur = self.links[c as usize][PREV];
                 Some(c)
             }
         })
@@ -123,6 +146,15 @@ mod tests {
         }
         assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![3, 1, 7]);
         l.move_to_front(3);
+        assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![1, 7, 3]);
+        l.rotate_back_to_front();
+        assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![7, 3, 1]);
+        assert_eq!(
+            (l.back(), l.toward_front(7), l.toward_front(1)),
+            (Some(7), Some(3), None)
+        );
+        l.rotate_back_to_front();
+        l.rotate_back_to_front();
         assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![1, 7, 3]);
         l.unlink(7);
         assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![1, 3]);

@@ -599,19 +599,43 @@ impl<P: Predictor> Mat<P> {
         }
     }
 
-    /// Take the next candidate off the tail; its features (with `meta`, unless `reuse` has a
-    /// prediction kept for it and no samples are collected) into `self.features`; tag it.
-    /// Returns (slot, its last access, the kept prediction if any).
+    /// Start loading the metadata of the candidates the next decision may examine (the first
+    /// `max_candidates` of `tail`, the order from its tail): those it will read features of,
+    /// i.e. all, or with reused predictions (and no samples) those without a kept prediction.
     #[inline]
-    fn take<E: Reinsert>(
+    pub fn prefetch_candidates(
+        &self,
+        tail: impl Iterator<Item = u32>,
+        slots: &Slots,
+        meta: &MetaStore,
+    ) {
+        let l = if P::ACTIVE {
+            self.params.max_candidates
+        } else {
+            1
+        };
+        let skip_kept = self.params.reuse_predictions && !self.params.collect_samples;
+        for s in tail.take(l as usize) {
+            if skip_kept && self.kept(s, slots, slots.last[s as usize]).is_some() {
+                continue;
+            }
+            meta.prefetch_meta(slots.obj[s as usize]);
+        }
+    }
+
+    /// Examine the candidate at the tail (it stays there): its features (with `meta`, unless
+    /// `reuse` has a prediction kept for it and no samples are collected) into
+    /// `self.features`; tag it. Returns (slot, its last access, the kept prediction if any).
+    #[inline]
+    fn examine<E: Reinsert>(
         &mut self,
-        order: &mut E,
+        order: &E,
         now: u64,
         slots: &Slots,
         meta: Option<&MetaStore>,
         samples: &mut Option<SampleBuf>,
     ) -> (u32, u64, Option<f64>) {
-        let c = order.pop_tail().expect("an eviction needs a cached object");
+        let c = order.victim().expect("an eviction needs a cached object");
         let last = slots.last[c as usize];
         let kept = if self.params.reuse_predictions {
             self.kept(c, slots, last)
@@ -622,7 +646,7 @@ impl<P: Predictor> Mat<P> {
             return (c, last, kept);
         }
         if let Some(m) = meta {
-            if let Some(next) = order.victim() {
+            if let Some(next) = order.before(c) {
                 m.prefetch_history(slots.obj[next as usize]);
             }
             m.features(slots.obj[c as usize], now, &mut self.features);
@@ -646,7 +670,9 @@ impl<P: Predictor> Mat<P> {
         debug_assert!(meta.is_some() || !self.wants_features());
         self.stats.evictions += 1;
         if !P::ACTIVE {
-            return self.take(order, now, slots, meta, samples).0;
+            let c = self.examine(order, now, slots, meta, samples).0;
+            order.pop_tail();
+            return c;
         }
         if self.threshold.is_nan() {
             self.threshold = self.params.initial_threshold.unwrap_or(order.len() as f64);
@@ -655,7 +681,7 @@ impl<P: Predictor> Mat<P> {
         let mut best = (NIL, f64::NEG_INFINITY);
         let mut found = None;
         for r in 1..=l {
-            let (c, last, kept) = self.take(order, now, slots, meta, samples);
+            let (c, last, kept) = self.examine(order, now, slots, meta, samples);
             let d = match kept {
                 Some(d) => {
                     self.stats.reused += 1;
@@ -678,13 +704,14 @@ impl<P: Predictor> Mat<P> {
             };
             let tta = (d - (now - last) as f64).abs();
             if tta >= self.threshold {
+                order.pop_tail();
                 found = Some((c, r));
                 break;
             }
             if best.0 == NIL || tta > best.1 {
                 best = (c, tta);
             }
-            order.reinsert(c);
+            order.keep_tail();
             self.stats.reinsertions += 1;
         }
         let (victim, r) = found.unwrap_or_else(|| {
@@ -853,12 +880,8 @@ pub fn simulate_mat<P: Predictor>(
         if used + size > capacity {
             let t0 = clock.now();
             if let Some(m) = &meta {
-                // the candidates' metadata into the caches (the next one's history is
-                // prefetched as each candidate is examined)
-                let l = if P::ACTIVE { params.max_candidates } else { 1 };
-                for s in order.iter_from_back().take(l as usize) {
-                    m.prefetch_meta(slots.obj[s as usize]);
-                }
+                // (the next one's history is prefetched as each candidate is examined)
+                mat.prefetch_candidates(order.iter_from_back(), &slots, m);
             }
             while used + size > capacity {
                 let v = mat.evict(&mut order, now, &slots, meta.as_ref(), &mut samples);
