@@ -113,7 +113,8 @@ def simulate(req: BlockRequests, policy: str, cache_bytes: int, **knobs: Any) ->
     """One policy over the requests (`flashml_sim.simulate_blocks`; knobs: container_bytes,
     op, tire_epbpd, tire_slack, tire_steps, quantum_s, promotion_pct, sample_pct,
     lifetime_pct, ghost_factor, survival, aging, invalidation_aware, packing,
-    fixed_lifetime). ValueError with the simulator's message for bad input."""
+    fixed_lifetime, open_in_cache, ram_pct: the RAM cache in front, % of the flash cache, 0 if
+    not given). ValueError with the simulator's message for bad input."""
     import flashml_sim
 
     return flashml_sim.simulate_blocks(req.times, req.pages, req.lens, req.writes, policy,
@@ -121,8 +122,9 @@ def simulate(req: BlockRequests, policy: str, cache_bytes: int, **knobs: Any) ->
 
 
 #: The figures a summary keeps per policy (the rest stay in the per-run records).
-SUMMARY_FIELDS = ("read_hit_ratio", "write_hit_ratio", "fue", "erasures", "flash_write_bytes",
-                  "host_write_bytes", "internal_write_bytes", "flash_read_bytes", "dwpd",
+SUMMARY_FIELDS = ("read_hit_ratio", "write_hit_ratio", "ram_read_hits", "fue", "erasures",
+                  "flash_write_bytes", "host_write_bytes", "internal_write_bytes",
+                  "flash_read_bytes", "dwpd",
                   "epbpd", "write_amplification", "final_credit", "quota", "wall_s",
                   "blocks_per_s")
 

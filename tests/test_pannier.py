@@ -16,7 +16,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from flashml.blockcache import POLICIES, block_requests, preset_requests, simulate
+from flashml.blockcache import (
+    POLICIES,
+    block_requests,
+    from_arrays,
+    preset_requests,
+    simulate,
+)
 from flashml.config import OP_CODES
 from flashml.trace.blockgen import (
     BLOCK_BYTES,
@@ -131,6 +137,50 @@ def test_presets_deterministic_and_validated():
         get_block_preset("web-like", zipf=3.0)
 
 
+def _below_ram(req, ram_blocks: int):
+    """The obvious way: the block accesses that reach the flash cache under an LRU RAM cache of
+    `ram_blocks` blocks in front (every accessed block enters it; it serves the reads of the
+    blocks it holds), one request per block, and the count of reads it served."""
+    ram: OrderedDict[int, None] = OrderedDict()
+    times, pages, writes, served = [], [], [], 0
+    for t, p0, n, w in zip(req.times.tolist(), req.pages.tolist(), req.lens.tolist(),
+                           req.writes.tolist(), strict=True):
+        for p in range(p0, p0 + n):
+            if p in ram:
+                ram.move_to_end(p)
+                if not w:
+                    served += 1
+                    continue
+            else:
+                ram[p] = None
+                if len(ram) > ram_blocks:
+                    ram.popitem(last=False)
+            times.append(t)
+            pages.append(p)
+            writes.append(w)
+    return from_arrays(times, pages, np.ones(len(pages)), writes, req.page_bytes), served
+
+
+@pytest.mark.parametrize("policy", ["lru", "belady", "lru_plus", "pannier"])
+def test_ram_cache_in_front_is_a_filter_of_the_stream(policy: str):
+    """With the paper's RAM cache in front (5% of the flash cache, LRU), the flash cache sees
+    exactly the accesses the RAM does not serve: the same flash reads, writes, erasures and
+    copy-forwards as the flash cache alone on that filtered stream; the RAM's read hits are
+    counted."""
+    req = _small("src11-like", 20_000)
+    cache = 16 * MiB
+    ram = simulate(req, policy, cache, ram_pct=5.0)
+    below, served = _below_ram(req, int(cache * 0.05) // BLOCK_BYTES)
+    alone = simulate(below, policy, cache)
+    assert served > 1000 and ram["ram_read_hits"] == served
+    for k in ("flash_read_bytes", "host_write_bytes", "internal_write_bytes", "erasures",
+              "copied_forward_pages", "page_read_hits", "inserted_pages"):
+        assert ram[k] == alone[k], k
+    assert ram["reads"] == int((~req.writes).sum())
+    with pytest.raises(ValueError, match="RAM cache size"):
+        simulate(req, policy, cache, ram_pct=-1.0)
+
+
 def test_paper_orderings_on_one_trace():
     """Fig. 6 / 13 shapes on a small web trace (Zipf 0.5, 10% of the working set): Pannier's
     read-hit ratio above LRU+'s; Belady best; per-block LRU has a lower FUE than LRU+ and,
@@ -218,6 +268,7 @@ def test_pannier_run_bad_input(tmp_path: Path, capsys):
     for args, msg in ((["--cache-size", "0%"], "percentage must be in"),
                       (["--container-size", "1KiB"], "smaller than a block"),
                       (["--lifespan-dwpd", "0"], "lifespan-dwpd must be > 0"),
+                      (["--ram-pct", "101"], "--ram-pct must be in [0, 100]"),
                       (["--presets", "nope"], "unknown 'nope'")):
         rc = main(["pannier", "run", *args, "-o", str(tmp_path / "r")])
         assert rc != 0

@@ -64,6 +64,9 @@ class PannierSettings:
     trials: int = 16
     #: charge the RAM open containers to the cache size (default: the paper's model)
     open_in_cache: bool = False
+    #: the storage system's RAM cache (LRU) in front of the flash cache, in % of the flash
+    #: cache's size: the paper's simulator (§4.3) puts 5% there; 0: none
+    ram_pct: float = 5.0
 
     def replace(self, **kw: Any) -> PannierSettings:
         return replace(self, **kw)
@@ -104,12 +107,15 @@ class PannierSettings:
             raise UserError(f"--promotion-pct must be in [0, 100], got {args.promotion_pct}")
         if args.trials < 0:
             raise UserError(f"--trials must be >= 0, got {args.trials}")
+        if not 0 <= args.ram_pct <= 100:
+            raise UserError(f"--ram-pct must be in [0, 100] (% of the flash cache), got "
+                            f"{args.ram_pct}")
         return cls(trace=args.trace, format=args.format, sample_ratio=args.sample_ratio,
                    presets=presets, requests=args.requests, seed=args.seed,
                    cache_sizes=sizes, lifespan_epbpd=args.lifespan_dwpd,
                    page_bytes=args.page_bytes, container_bytes=container,
                    promotion_pct=args.promotion_pct, trials=args.trials,
-                   open_in_cache=args.open_in_cache)
+                   open_in_cache=args.open_in_cache, ram_pct=args.ram_pct)
 
 
 def add_cli(p: argparse.ArgumentParser) -> None:
@@ -141,6 +147,11 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    help="charge the RAM open containers to the cache size (sealed + open <= "
                    "the cache's containers: Pannier's 4 and RIPQ+'s 8 get no more cache than "
                    "LRU+'s 1); default: RAM beside the flash, as in the paper's prototype")
+    p.add_argument("--ram-pct", type=float, default=d.ram_pct, metavar="PCT",
+                   help="the storage system's RAM cache (LRU) in front of the flash cache, in "
+                   "%% of the flash cache's size: its read hits never reach flash (a hit all "
+                   "the same in the read-hit ratio), writes go through it to the flash cache "
+                   "(default: the paper's %(default)s; 0: none)")
     p.add_argument("--trials", type=int, default=d.trials,
                    help="Optuna trials per trace tuning Pannier's knobs under the lifespan "
                    "target (0: no tuning; the paper's defaults ship)")
@@ -223,7 +234,7 @@ def ingest(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
 def _knobs(s: PannierSettings) -> dict[str, Any]:
     return {"container_bytes": s.container_bytes, "tire_slack": s.tire_slack,
             "quantum_s": s.quantum_s, "promotion_pct": s.promotion_pct,
-            "open_in_cache": s.open_in_cache}
+            "open_in_cache": s.open_in_cache, "ram_pct": s.ram_pct}
 
 
 def simulate(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
@@ -258,7 +269,8 @@ def simulate(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
                     res[p] = brief(r)
                 target = s.lifespan_epbpd or res["pannier"]["epbpd"] / 2.0
                 tuned = tun[name]["params"]
-                r = sim(req, "pannier", cache, tire_epbpd=target, **_tuned_knobs(s, tuned))
+                r = sim(req, "pannier", cache, tire_epbpd=target, ram_pct=s.ram_pct,
+                        **_tuned_knobs(s, tuned))
                 res["pannier_tuned"] = brief(r)
                 for p in TIRE_OF:
                     r = sim(req, p, cache, tire_epbpd=target, **_knobs(s))
@@ -348,7 +360,7 @@ def tune(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
                           "tire_steps": trial.suggest_int("tire_steps", 1, 5),
                           "quantum_s": trial.suggest_float("quantum_s", 60.0, 900.0)}
                 k = _tuned_knobs(s, params)
-                r = sim(head, "pannier", cache, tire_epbpd=target, **k)
+                r = sim(head, "pannier", cache, tire_epbpd=target, ram_pct=s.ram_pct, **k)
                 trial.set_user_attr("epbpd", r["epbpd"])
                 over = r["epbpd"] / max(target, 1e-12) - 1.0
                 return r["read_hit_ratio"] if over <= 0.05 else -over
@@ -385,7 +397,9 @@ def _export_bundle(run: RunDir, s: PannierSettings, name: str, params: dict[str,
     manifest = {"format": BUNDLE_FORMAT, "system": "pannier", "capabilities": [],
                 "knobs": {**_tuned_knobs(s, params), "page_bytes": s.page_bytes,
                           "lifespan_epbpd": target},
-                "tuned_on": name, "flashml_version": __version__}
+                # the tuning's setting, not a knob of the cache: the RAM cache in front
+                "tuned_on": name, "tuned_with_ram_pct": s.ram_pct,
+                "flashml_version": __version__}
     with atomic_dir(folder) as tmp:
         write_json(Path(tmp) / "manifest.json", manifest)
     return folder
@@ -516,7 +530,7 @@ def mlflow_params(run: RunDir, s: PannierSettings) -> dict[str, Any]:
             "page_bytes": s.page_bytes, "container_bytes": s.container_bytes,
             "tire_slack": s.tire_slack, "quantum_s": s.quantum_s,
             "promotion_pct": s.promotion_pct, "seed": s.seed, "trials": s.trials,
-            "open_in_cache": s.open_in_cache}
+            "open_in_cache": s.open_in_cache, "ram_pct": s.ram_pct}
 
 
 def summary(records: dict[str, dict[str, Any]], s: PannierSettings) -> dict[str, Any]:

@@ -197,6 +197,9 @@ pub struct BlockConfig {
     /// that a policy with more open containers gets no more cache; off: the paper's model
     /// (open containers in RAM beside the flash).
     pub open_in_cache: bool,
+    /// The storage system's RAM cache in front of the flash cache, in % of the flash cache's
+    /// size (the paper's simulator, §4.3: an LRU of 5%); 0: none. See [`ram_served`].
+    pub ram_pct: f64,
 }
 
 impl Default for BlockConfig {
@@ -221,6 +224,7 @@ impl Default for BlockConfig {
             packing: true,
             fixed_lifetime: None,
             open_in_cache: false,
+            ram_pct: 0.0,
         }
     }
 }
@@ -229,6 +233,12 @@ impl BlockConfig {
     pub fn validate(&self) -> Result<(), SimError> {
         if self.page_bytes == 0 {
             return err("block size must be > 0 bytes");
+        }
+        if !(self.ram_pct >= 0.0 && self.ram_pct <= 100.0) {
+            return err(format!(
+                "RAM cache size {}% of the flash cache is not in [0, 100]",
+                self.ram_pct
+            ));
         }
         if self.container_bytes < self.page_bytes {
             return err(format!(
@@ -328,6 +338,11 @@ impl BlockConfig {
     /// Erase blocks of a container.
     pub fn erase_blocks_per_container(&self) -> u64 {
         self.container_bytes / self.erase_block_bytes()
+    }
+
+    /// Blocks the RAM cache in front holds (0: none).
+    pub fn ram_pages(&self) -> usize {
+        (self.cache_bytes as f64 * self.ram_pct / 100.0 / self.page_bytes as f64) as usize
     }
 
     pub fn cache_pages(&self) -> u32 {
@@ -757,12 +772,16 @@ pub const NEVER: u64 = u64::MAX;
 
 /// For each block access, the position of the next access of the same block if it is a read;
 /// NEVER if the next access is a write (the cached copy would be overwritten unread) or there
-/// is none.
-pub fn next_reads(trace: &BlockTrace) -> Vec<u64> {
+/// is none. Accesses `served` by the RAM cache in front ([`ram_served`]) never reach the flash
+/// cache: they are skipped (an empty `served`: none are).
+pub fn next_reads(trace: &BlockTrace, served: &[bool]) -> Vec<u64> {
     let acc: Vec<(u64, bool)> = trace.accesses().collect();
     let mut next = vec![NEVER; acc.len()];
     let mut seen: FastMap<u64, (usize, bool)> = new_map();
     for i in (0..acc.len()).rev() {
+        if served.get(i) == Some(&true) {
+            continue;
+        }
         let (p, w) = acc[i];
         if let Some(&(j, jw)) = seen.get(&p) {
             if !jw {
@@ -772,6 +791,42 @@ pub fn next_reads(trace: &BlockTrace) -> Vec<u64> {
         seen.insert(p, (i, w));
     }
     next
+}
+
+/// For each block access, whether the storage system's RAM cache in front of the flash cache
+/// serves it: an LRU of `ram_pages` blocks that every accessed block enters (a read's block
+/// from below, a write's new data), serving the reads of blocks it holds; writes still reach
+/// the flash cache (write-through, as without it). It depends on the trace only, so every
+/// policy sees the same stream below it. Empty for `ram_pages` 0.
+pub fn ram_served(trace: &BlockTrace, ram_pages: usize) -> Vec<bool> {
+    if ram_pages == 0 {
+        return Vec::new();
+    }
+    let mut served = Vec::with_capacity(trace.n_accesses());
+    let mut slot_of: FastMap<u64, u32> = new_map();
+    let mut page_of: Vec<u64> = Vec::with_capacity(ram_pages);
+    let mut order = Lru::new();
+    for (p, w) in trace.accesses() {
+        if let Some(&s) = slot_of.get(&p) {
+            order.touch(s);
+            served.push(!w);
+            continue;
+        }
+        served.push(false);
+        let s = if page_of.len() < ram_pages {
+            page_of.push(p);
+            (page_of.len() - 1) as u32
+        } else {
+            let s = order.victim().expect("a full RAM cache has a victim");
+            Eviction::remove(&mut order, s);
+            slot_of.remove(&page_of[s as usize]);
+            page_of[s as usize] = p;
+            s
+        };
+        slot_of.insert(p, s);
+        Eviction::insert(&mut order, s);
+    }
+    served
 }
 
 /// Belady's MIN with bypass (the paper's "perfect bypass"): evict the cached block read
@@ -946,6 +1001,8 @@ pub struct BlockResult {
     pub write_hit_ratio: f64,
     pub page_reads: u64,
     pub page_read_hits: u64,
+    /// Block reads the RAM cache in front served (they never reached the flash cache).
+    pub ram_read_hits: u64,
     pub page_writes: u64,
     pub inserted_pages: u64,
     pub rejected_pages: u64,
@@ -985,6 +1042,7 @@ pub fn run<C: BlockCache>(
     trace: &BlockTrace,
     cfg: &BlockConfig,
     policy: &str,
+    served: &[bool],
 ) -> BlockResult {
     let t0 = Instant::now();
     let mut r = BlockResult {
@@ -998,7 +1056,11 @@ pub fn run<C: BlockCache>(
         let w = trace.writes[i];
         let mut all = true;
         for p in trace.pages[i]..trace.pages[i] + trace.lens[i] as u64 {
-            all &= cache.access(p, w, pos);
+            if served.get(pos) == Some(&true) {
+                r.ram_read_hits += 1;
+            } else {
+                all &= cache.access(p, w, pos);
+            }
             pos += 1;
         }
         if w {
@@ -1065,24 +1127,33 @@ pub fn simulate_blocks(
     cfg.validate()?;
     let name = policy.name();
     let cap = cfg.cache_pages() as usize;
-    Ok(match policy {
-        BlockPolicy::Lru => run(&mut PerBlock::new(Lru::new(), cfg), trace, cfg, name),
-        BlockPolicy::S2lru => run(
-            &mut PerBlock::new(S2lru::new(cap / 2), cfg),
-            trace,
-            cfg,
-            name,
-        ),
-        BlockPolicy::Mq => run(&mut PerBlock::new(Mq::new(cap), cfg), trace, cfg, name),
-        BlockPolicy::Belady => {
-            let order = Belady::new(next_reads(trace), cap);
-            run(&mut PerBlock::new(order, cfg), trace, cfg, name)
+    let t0 = Instant::now();
+    let served = ram_served(trace, cfg.ram_pages());
+    let ram_s = t0.elapsed().as_secs_f64();
+    let sv = served.as_slice();
+    let mut r = match policy {
+        BlockPolicy::Lru => run(&mut PerBlock::new(Lru::new(), cfg), trace, cfg, name, sv),
+        BlockPolicy::S2lru => {
+            let order = S2lru::new(cap / 2);
+            run(&mut PerBlock::new(order, cfg), trace, cfg, name, sv)
         }
-        BlockPolicy::LruPlus => run(&mut ContainerCache::lru_plus(cfg), trace, cfg, name),
-        BlockPolicy::S2lruPlus => run(&mut ContainerCache::s2lru_plus(cfg), trace, cfg, name),
-        BlockPolicy::RipqPlus => run(&mut ContainerCache::ripq_plus(cfg), trace, cfg, name),
-        BlockPolicy::Pannier => run(&mut ContainerCache::pannier(cfg), trace, cfg, name),
-    })
+        BlockPolicy::Mq => run(&mut PerBlock::new(Mq::new(cap), cfg), trace, cfg, name, sv),
+        BlockPolicy::Belady => {
+            let order = Belady::new(next_reads(trace, sv), cap);
+            run(&mut PerBlock::new(order, cfg), trace, cfg, name, sv)
+        }
+        BlockPolicy::LruPlus => run(&mut ContainerCache::lru_plus(cfg), trace, cfg, name, sv),
+        BlockPolicy::S2lruPlus => {
+            run(&mut ContainerCache::s2lru_plus(cfg), trace, cfg, name, sv)
+        }
+        BlockPolicy::RipqPlus => run(&mut ContainerCache::ripq_plus(cfg), trace, cfg, name, sv),
+        BlockPolicy::Pannier => run(&mut ContainerCache::pannier(cfg), trace, cfg, name, sv),
+    };
+    // the RAM cache's pass is part of the simulation's time (Belady's look-ahead is not)
+    r.wall_s += ram_s;
+    r.requests_per_s = r.requests as f64 / r.wall_s.max(1e-9);
+    r.blocks_per_s = served.len().max(trace.n_accesses()) as f64 / r.wall_s.max(1e-9);
+    Ok(r)
 }
 
 #[cfg(test)]
@@ -1126,6 +1197,32 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn ram_served_by_hand() {
+        // RAM of 2 blocks: read 1, read 2, read 1 (served), write 3 (enters, evicts 2; a write
+        // is never served), read 3 (served), read 2 (evicted: not served).
+        let (t, p, l, w) = trace_of(&[
+            (1, false),
+            (2, false),
+            (1, false),
+            (3, true),
+            (3, false),
+            (2, false),
+        ]);
+        let tr = BlockTrace {
+            times: &t,
+            pages: &p,
+            lens: &l,
+            writes: &w,
+        };
+        let f = false;
+        assert_eq!(ram_served(&tr, 2), vec![f, f, true, f, true, f]);
+        assert!(ram_served(&tr, 0).is_empty());
+        // Belady's look-ahead skips served reads: below the RAM, block 1 is never read again.
+        assert_eq!(next_reads(&tr, &ram_served(&tr, 2))[0], NEVER);
+        assert_eq!(next_reads(&tr, &[])[0], 2);
+    }
+
+    #[test]
     fn belady_bypass_and_overwrite() {
         // Cache of 2 blocks (container of 1 block keeps the config valid).
         let cfg = small_cfg(2, 1);
@@ -1147,7 +1244,7 @@ pub(crate) mod tests {
             lens: &l,
             writes: &w,
         };
-        assert_eq!(next_reads(&tr), vec![NEVER, 2, NEVER]);
+        assert_eq!(next_reads(&tr, &[]), vec![NEVER, 2, NEVER]);
         let r = simulate_blocks(BlockPolicy::Belady, &tr, &cfg).unwrap();
         assert_eq!((r.read_hits, r.bypassed_pages, r.inserted_pages), (1, 1, 1));
     }

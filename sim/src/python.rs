@@ -1057,7 +1057,7 @@ fn simulate_partitioned<'py>(
                     tire_steps=3, quantum_s=300.0, promotion_pct=5.0, sample_pct=3.0,
                     lifetime_pct=99.0, ghost_factor=2.0, survival=true, aging=true,
                     invalidation_aware=true, packing=true, fixed_lifetime=None,
-                    open_in_cache=false))]
+                    open_in_cache=false, ram_pct=0.0))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_blocks<'py>(
     py: Python<'py>,
@@ -1085,6 +1085,7 @@ fn simulate_blocks<'py>(
     packing: bool,
     fixed_lifetime: Option<u64>,
     open_in_cache: bool,
+    ram_pct: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
     let kind = blocks::BlockPolicy::parse(policy).map_err(value_error)?;
     let cfg = blocks::BlockConfig {
@@ -1107,6 +1108,7 @@ fn simulate_blocks<'py>(
         packing,
         fixed_lifetime,
         open_in_cache,
+        ram_pct,
     };
     let (t, p, l, w) = (
         times.as_slice()?,
@@ -1124,7 +1126,7 @@ fn simulate_blocks<'py>(
         .allow_threads(|| blocks::simulate_blocks(kind, &trace, &cfg))
         .map_err(value_error)?;
     let d = fields_dict!(py, r; tire, requests, reads, read_hits, writes, write_hits,
-        read_hit_ratio, write_hit_ratio, page_reads, page_read_hits, page_writes,
+        read_hit_ratio, write_hit_ratio, page_reads, page_read_hits, ram_read_hits, page_writes,
         inserted_pages, rejected_pages, bypassed_pages, copied_forward_pages, evictions,
         flash_read_bytes, host_write_bytes, internal_write_bytes, flash_write_bytes, erasures,
         erase_blocks, fue, write_amplification, days, dwpd, epbpd, quota, final_credit,
