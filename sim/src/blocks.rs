@@ -1143,9 +1143,7 @@ pub fn simulate_blocks(
             run(&mut PerBlock::new(order, cfg), trace, cfg, name, sv)
         }
         BlockPolicy::LruPlus => run(&mut ContainerCache::lru_plus(cfg), trace, cfg, name, sv),
-        BlockPolicy::S2lruPlus => {
-            run(&mut ContainerCache::s2lru_plus(cfg), trace, cfg, name, sv)
-        }
+        BlockPolicy::S2lruPlus => run(&mut ContainerCache::s2lru_plus(cfg), trace, cfg, name, sv),
         BlockPolicy::RipqPlus => run(&mut ContainerCache::ripq_plus(cfg), trace, cfg, name, sv),
         BlockPolicy::Pannier => run(&mut ContainerCache::pannier(cfg), trace, cfg, name, sv),
     };
