@@ -599,9 +599,11 @@ impl<P: Predictor> Mat<P> {
         }
     }
 
-    /// Start loading the metadata of the candidates the next decision may examine (the first
-    /// `max_candidates` of `tail`, the order from its tail): those it will read features of,
-    /// i.e. all, or with reused predictions (and no samples) those without a kept prediction.
+    /// Start loading the metadata of the candidates the next decision will likely examine
+    /// (the first ceil(k) + 1 of `tail`, the order from its tail, at most `max_candidates`:
+    /// both controllers hold the candidates per decision near k): those it will read features
+    /// of, i.e. all, or with reused predictions (and no samples) those without a kept
+    /// prediction. Only a hint: a decision that goes further loads the rest itself.
     #[inline]
     pub fn prefetch_candidates(
         &self,
@@ -610,7 +612,7 @@ impl<P: Predictor> Mat<P> {
         meta: &MetaStore,
     ) {
         let l = if P::ACTIVE {
-            self.params.max_candidates
+            (self.params.k.ceil() as u32 + 1).min(self.params.max_candidates)
         } else {
             1
         };
