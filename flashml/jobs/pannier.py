@@ -258,7 +258,9 @@ def simulate(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
             req = _requests(run, s, name)
             for size, cache in t["cache_bytes"].items():
                 i += 1
-                log.info("[%d/%d] %s at %s (%.2f GiB)", i, total, name, size, cache / 2**30)
+                log.info("[%d/%d] %s at %s (%.2f GiB; a RAM cache of %.3g%% = %.1f MiB in "
+                         "front)", i, total, name, size, cache / 2**30, s.ram_pct,
+                         cache * s.ram_pct / 100 / 2**20)
                 res: dict[str, Any] = {}
                 quanta: dict[str, Any] = {}
                 for p in POLICIES:
