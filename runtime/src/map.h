@@ -1,5 +1,6 @@
-/* map.h: u64 -> u32 open-addressing hash map (linear probing, backward-shift deletion). Used by
- * the region manager's index, the backing map and RejectX's history. Not public. */
+/* map.h: u64 -> u32 open-addressing hash map (linear probing, backward-shift deletion; the code
+ * is map_tmpl.h's). Used by the region manager's index, the backing map and RejectX's history.
+ * Not public. */
 #ifndef FLASHRT_MAP_H
 #define FLASHRT_MAP_H
 
@@ -18,6 +19,10 @@ void frt_map_free(struct frt_map *m);
 uint32_t *frt_map_get(const struct frt_map *m, uint64_t key);
 /* Inserts or overwrites; -1 on allocation failure. */
 int frt_map_put(struct frt_map *m, uint64_t key, uint32_t val);
+/* Inserts or overwrites: 1 if the key was there (its value into *old unless NULL), 0 if new,
+ * -1 on allocation failure. */
+int frt_map_put_old(struct frt_map *m, uint64_t key, uint32_t val, uint32_t *old);
+/* 0, or -1 if the key was not there. */
 int frt_map_del(struct frt_map *m, uint64_t key);
 
 #endif

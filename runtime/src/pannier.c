@@ -32,101 +32,16 @@
 #define HDR_FIXED 24u
 #define HDR_ENTRY 12u
 
-/* ---------- u64 -> u64 hash map (linear probing, backward-shift deletion) ---------- */
+/* ---------- u64 -> u64 hash map: map_tmpl.h's, with this file's linkage ---------- */
 struct pn_map {
     uint64_t *keys, *vals;
     uint8_t *used;
     size_t cap, len;
 };
-
-static int pm_init(struct pn_map *m, size_t expected) {
-    memset(m, 0, sizeof *m);
-    size_t cap = 16;
-    while (cap < expected * 2 + 1) cap <<= 1;
-    m->cap = cap;
-    m->keys = malloc(cap * sizeof *m->keys);
-    m->vals = malloc(cap * sizeof *m->vals);
-    m->used = calloc(cap, 1);
-    return m->keys && m->vals && m->used ? 0 : -1;
-}
-
-static void pm_free(struct pn_map *m) {
-    free(m->keys);
-    free(m->vals);
-    free(m->used);
-    memset(m, 0, sizeof *m);
-}
-
-static inline size_t pm_home(const struct pn_map *m, uint64_t k) {
-    return (size_t)frt_mix64(k) & (m->cap - 1);
-}
-
-static inline uint64_t *pm_get(const struct pn_map *m, uint64_t k) {
-    size_t i = pm_home(m, k);
-    while (m->used[i]) {
-        if (m->keys[i] == k) return &m->vals[i];
-        i = (i + 1) & (m->cap - 1);
-    }
-    return NULL;
-}
-
-static int pm_put(struct pn_map *m, uint64_t k, uint64_t v);
-
-static int pm_grow(struct pn_map *m) {
-    struct pn_map n;
-    if (pm_init(&n, m->cap) != 0) {
-        pm_free(&n);
-        return -1;
-    }
-    for (size_t i = 0; i < m->cap; i++)
-        if (m->used[i]) pm_put(&n, m->keys[i], m->vals[i]);
-    pm_free(m);
-    *m = n;
-    return 0;
-}
-
-/* Inserts or overwrites; 1 if the key was there (*old = its value), 0 if new, -1 on OOM. */
-static int pm_put_old(struct pn_map *m, uint64_t k, uint64_t v, uint64_t *old) {
-    if ((m->len + 1) * 4 > m->cap * 3 && pm_grow(m) != 0) return -1;
-    size_t i = pm_home(m, k);
-    while (m->used[i]) {
-        if (m->keys[i] == k) {
-            if (old) *old = m->vals[i];
-            m->vals[i] = v;
-            return 1;
-        }
-        i = (i + 1) & (m->cap - 1);
-    }
-    m->used[i] = 1;
-    m->keys[i] = k;
-    m->vals[i] = v;
-    m->len++;
-    return 0;
-}
-
-static int pm_put(struct pn_map *m, uint64_t k, uint64_t v) {
-    return pm_put_old(m, k, v, NULL) < 0 ? -1 : 0;
-}
-
-static void pm_del(struct pn_map *m, uint64_t k) {
-    size_t mask = m->cap - 1, i = pm_home(m, k);
-    while (m->used[i] && m->keys[i] != k) i = (i + 1) & mask;
-    if (!m->used[i]) return;
-    size_t j = i;
-    for (;;) {
-        j = (j + 1) & mask;
-        if (!m->used[j]) break;
-        size_t h = pm_home(m, m->keys[j]);
-        int in_range = i <= j ? (h > i && h <= j) : (h > i || h <= j);
-        if (!in_range) {
-            m->keys[i] = m->keys[j];
-            m->vals[i] = m->vals[j];
-            i = j;
-        }
-    }
-    m->used[i] = 0;
-    m->len--;
-}
+#define MAP_NAME pn_map
+#define MAP_VAL uint64_t
+#define MAP_SCOPE static inline
+#include "map_tmpl.h"
 
 /* ---------- blocks.rs: nearest_rank, Sampler, Ghost, sampled ---------- */
 static int cmp_u64(const void *a, const void *b) {
@@ -647,7 +562,7 @@ void frt_pn_fill(void *buf, size_t bytes, uint64_t block, uint32_t version) {
 }
 
 static uint32_t version_of(const struct frt_pn *c, uint64_t b) {
-    const uint64_t *v = pm_get(&c->versions, b);
+    const uint64_t *v = pn_map_get(&c->versions, b);
     return v ? (uint32_t)*v : 0;
 }
 
@@ -826,7 +741,7 @@ static void add(struct frt_pn *c, uint64_t page, int reinsertion, int hot, uint8
     k->n_valid++;
     k->n_accessed += freq > 0;
     int full = k->len == c->ppc;
-    if (pm_put(&c->index, page, (uint64_t)id << 32 | slot) != 0) abort();
+    if (pn_map_put(&c->index, page, (uint64_t)id << 32 | slot) != 0) abort();
     if (full) {
         c->open[kind] = NIL;
         seal(c, id);
@@ -899,7 +814,7 @@ static void evict_one(struct frt_pn *c) {
     for (uint32_t i = 0; i < c->cs[v].len; i++) {
         if (!c->cs[v].valid[i]) continue;
         uint64_t key = c->cs[v].keys[i];
-        pm_del(&c->index, key);
+        (void)pn_map_del(&c->index, key);
         uint8_t f = c->cs[v].freq[i];
         if (copy && c->copy_forward && f > 0) {
             uint32_t count = ghost_count(&c->ghost, key);
@@ -954,12 +869,12 @@ static void seal(struct frt_pn *c, uint32_t id) {
 /* BlockCache::access for ContainerCache: 1 if the block was cached */
 static int access_block(struct frt_pn *c, uint64_t page, int write) {
     uint32_t count = ghost_touch(&c->ghost, page);
-    uint64_t *lp = pm_get(&c->index, page);
+    uint64_t *lp = pn_map_get(&c->index, page);
     int found = lp != NULL;
     uint64_t l = found ? *lp : 0;
     if (c->pannier && sampled(c, page)) {
         uint64_t last;
-        int had = pm_put_old(&c->last_access, page, c->now, &last);
+        int had = pn_map_put_old(&c->last_access, page, c->now, &last);
         if (had < 0) abort();
         if (had == 1 && found) sampler_push(&c->reuse, c->now - last);
     }
@@ -1010,7 +925,7 @@ static int access_block(struct frt_pn *c, uint64_t page, int write) {
         errno = 0;
         if (full_write(c->versions_fd, rec, sizeof rec) != 0 || (c->cfg.sync && fdatasync(c->versions_fd) != 0))
             fail(c, "cannot append", "the version log");
-        if (pm_put(&c->versions, page, ver) != 0) abort();
+        if (pn_map_put(&c->versions, page, ver) != 0) abort();
         frt_pn_fill(c->blk, c->pb, page, ver);
         if (full_pwrite(c->backing_fd, c->blk, c->pb, page * c->pb) != 0 || (c->cfg.sync && fdatasync(c->backing_fd) != 0))
             fail(c, "cannot write", c->cfg.backing_path);
@@ -1033,7 +948,7 @@ static int access_block(struct frt_pn *c, uint64_t page, int write) {
     k->n_invalid++;
     if (k->freq[slot] > 0) k->n_accessed--;
     k->freq[slot] = 0;
-    pm_del(&c->index, page);
+    (void)pn_map_del(&c->index, page);
     if (c->data) {
         unsigned char rec[16];
         memcpy(rec, &page, 8);
@@ -1145,7 +1060,7 @@ static int open_logs(struct frt_pn *c, char *err, size_t errlen, struct pn_map *
         for (uint64_t j = 0; j < m; j++) {
             memcpy(&last_b, rec + 12 * j, 8);
             memcpy(&last_v, rec + 12 * j + 8, 4);
-            if (pm_put(&c->versions, last_b, last_v) != 0) return frt_seterr(err, errlen, "out of memory");
+            if (pn_map_put(&c->versions, last_b, last_v) != 0) return frt_seterr(err, errlen, "out of memory");
         }
         i += m;
     }
@@ -1172,8 +1087,8 @@ static int open_logs(struct frt_pn *c, char *err, size_t errlen, struct pn_map *
             uint64_t k, s;
             memcpy(&k, rec + 16 * j, 8);
             memcpy(&s, rec + 16 * j + 8, 8);
-            uint64_t *old = pm_get(journal, k);
-            if ((!old || *old < s) && pm_put(journal, k, s) != 0) return frt_seterr(err, errlen, "out of memory");
+            uint64_t *old = pn_map_get(journal, k);
+            if ((!old || *old < s) && pn_map_put(journal, k, s) != 0) return frt_seterr(err, errlen, "out of memory");
             if (s > c->seal_seq) c->seal_seq = s;
         }
         i += m;
@@ -1200,7 +1115,7 @@ static int recover(struct frt_pn *c, const struct pn_map *journal, char *err, si
     struct pn_map claimed;
     int rc = -1;
     memset(&claimed, 0, sizeof claimed);
-    if (!all || !rs || !keep || pm_init(&claimed, (size_t)c->slots * c->ppc) != 0) {
+    if (!all || !rs || !keep || pn_map_init(&claimed, (size_t)c->slots * c->ppc) != 0) {
         frt_seterr(err, errlen, "out of memory recovering %s", c->cfg.flash_path);
         goto out;
     }
@@ -1233,9 +1148,9 @@ static int recover(struct frt_pn *c, const struct pn_map *journal, char *err, si
             uint32_t v;
             memcpy(&k, h + HDR_FIXED + HDR_ENTRY * i, 8);
             memcpy(&v, h + HDR_FIXED + HDR_ENTRY * i + 8, 4);
-            const uint64_t *j = pm_get(journal, k);
-            int ok = v == version_of(c, k) && !(j && *j >= rs[r].seq) && !pm_get(&claimed, k);
-            if (ok && pm_put(&claimed, k, 1) != 0) {
+            const uint64_t *j = pn_map_get(journal, k);
+            int ok = v == version_of(c, k) && !(j && *j >= rs[r].seq) && !pn_map_get(&claimed, k);
+            if (ok && pn_map_put(&claimed, k, 1) != 0) {
                 frt_seterr(err, errlen, "out of memory");
                 goto out;
             }
@@ -1267,7 +1182,7 @@ static int recover(struct frt_pn *c, const struct pn_map *journal, char *err, si
             memcpy(&k->vers[i], h + HDR_FIXED + HDR_ENTRY * i + 8, 4);
             k->valid[i] = keep[(size_t)r * c->ppc + i];
             k->freq[i] = 0;
-            if (k->valid[i] && pm_put(&c->index, k->keys[i], (uint64_t)id << 32 | i) != 0) abort();
+            if (k->valid[i] && pn_map_put(&c->index, k->keys[i], (uint64_t)id << 32 | i) != 0) abort();
         }
         k->len = c->ppc;
         k->n_valid = nv;
@@ -1293,7 +1208,7 @@ static int recover(struct frt_pn *c, const struct pn_map *journal, char *err, si
     free(used);
     rc = 0;
 out:
-    pm_free(&claimed);
+    pn_map_free(&claimed);
     free(all);
     free(rs);
     free(keep);
@@ -1335,8 +1250,8 @@ frt_pn *frt_pn_open(const struct frt_pn_config *cfg, char *err, size_t errlen) {
         c->gate.steps = cfg->tire_steps;
         c->gate.credit = c->gate.quota;
     }
-    int oom = ghost_init(&c->ghost, gcap) | pm_init(&c->index, (size_t)cache_pages) |
-              pm_init(&c->last_access, 1024) | pm_init(&c->versions, 1024) |
+    int oom = ghost_init(&c->ghost, gcap) | pn_map_init(&c->index, (size_t)cache_pages) |
+              pn_map_init(&c->last_access, 1024) | pn_map_init(&c->versions, 1024) |
               sampler_init(&c->reuse, cfg->lifetime_pct, 1 << 14, 1024) |
               sampler_init(&c->access_pct, 50.0, 1 << 12, 64) | sampler_init(&c->counts, 50.0, 1 << 12, 256) |
               ensure_ids(c, c->slots + 2 * OPEN);
@@ -1380,9 +1295,9 @@ frt_pn *frt_pn_open(const struct frt_pn_config *cfg, char *err, size_t errlen) {
                    cfg->flash_path, (unsigned long long)st.st_size, (unsigned long long)fsize);
     else {
         struct pn_map journal;
-        int rc = pm_init(&journal, 1024) != 0 ? frt_seterr(err, errlen, "out of memory") : open_logs(c, err, errlen, &journal);
+        int rc = pn_map_init(&journal, 1024) != 0 ? frt_seterr(err, errlen, "out of memory") : open_logs(c, err, errlen, &journal);
         if (rc == 0 && cfg->recover) rc = recover(c, &journal, err, errlen);
-        pm_free(&journal);
+        pn_map_free(&journal);
         if (rc == 0) return c;
     }
     frt_pn_close(c);
@@ -1412,9 +1327,9 @@ void frt_pn_close(frt_pn *c) {
     free(c->hot.next);
     free(c->cold.prev);
     free(c->cold.next);
-    pm_free(&c->index);
-    pm_free(&c->last_access);
-    pm_free(&c->versions);
+    pn_map_free(&c->index);
+    pn_map_free(&c->last_access);
+    pn_map_free(&c->versions);
     free(c->ghost.rows);
     free(c->gate.series);
     free(c->reuse.ring);
@@ -1457,7 +1372,7 @@ void frt_pn_tick(frt_pn *c, double t) { gate_tick(&c->gate, t, c->c.erasures); }
 uint64_t frt_pn_now(const frt_pn *c) { return c->now; }
 void frt_pn_set_now(frt_pn *c, uint64_t now) { c->now = now; }
 int64_t frt_pn_container_of(const frt_pn *c, uint64_t block) {
-    const uint64_t *l = pm_get(&c->index, block);
+    const uint64_t *l = pn_map_get(&c->index, block);
     return l ? (int64_t)(*l >> 32) : -1;
 }
 int frt_pn_container_state(const frt_pn *c, uint32_t id) { return id < c->ncs ? c->cs[id].state : ST_FREE; }
