@@ -1340,17 +1340,30 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const SEG: u64 = 131_072;
+    pub(crate) const SEG: u64 = 131_072;
 
-    struct Rows {
-        time: Vec<f64>,
-        key: Vec<u64>,
-        offset: Vec<u64>,
-        size: Vec<u64>,
-        op: Vec<u8>,
+    /// A trace's columns, owned (tests build them; `trace` lends them out).
+    pub(crate) struct Rows {
+        pub time: Vec<f64>,
+        pub key: Vec<u64>,
+        pub offset: Vec<u64>,
+        pub size: Vec<u64>,
+        pub op: Vec<u8>,
+    }
+
+    impl Rows {
+        pub(crate) fn trace(&self) -> Trace<'_> {
+            Trace {
+                time: &self.time,
+                key: &self.key,
+                offset: &self.offset,
+                size: &self.size,
+                op: &self.op,
+            }
+        }
     }
 
     fn rows(r: &[(f64, u64, u64, u64, u8)]) -> Rows {
@@ -1364,14 +1377,7 @@ mod tests {
     }
 
     fn run(r: &Rows, cfg: &FlashConfig, arrays: &PolicyArrays) -> Result<FlashResult, SimError> {
-        let t = Trace {
-            time: &r.time,
-            key: &r.key,
-            offset: &r.offset,
-            size: &r.size,
-            op: &r.op,
-        };
-        simulate(&t, arrays, cfg)
+        simulate(&r.trace(), arrays, cfg)
     }
 
     /// Capacity 5: holds 4 segments (the artifact's rule).

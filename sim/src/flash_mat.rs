@@ -328,27 +328,7 @@ mod tests {
     use crate::lrb_features::F_AGE;
     use crate::mat::{FnPredictor, NoPredictor, Oracle};
 
-    const SEG: u64 = 131_072;
-
-    struct Rows {
-        time: Vec<f64>,
-        key: Vec<u64>,
-        offset: Vec<u64>,
-        size: Vec<u64>,
-        op: Vec<u8>,
-    }
-
-    impl Rows {
-        fn trace(&self) -> Trace<'_> {
-            Trace {
-                time: &self.time,
-                key: &self.key,
-                offset: &self.offset,
-                size: &self.size,
-                op: &self.op,
-            }
-        }
-    }
+    use crate::flash::tests::{Rows, SEG};
 
     /// (key, first segment, segments, op) at times 0, 1, 2, ...
     fn rows(r: &[(u64, u64, u64, u8)]) -> Rows {
