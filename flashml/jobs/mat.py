@@ -335,9 +335,10 @@ def label_horizon(s: MatSettings, window_requests: int) -> int:
     return max(1, int(s.label_horizon * window_requests))
 
 
-def _knobs(m: MatParams) -> dict[str, Any]:
-    """The simulator's MAT knobs other than the memory window."""
-    return m.sim_kwargs()
+def _knobs(m: MatParams, **over: Any) -> dict[str, Any]:
+    """The simulator's MAT knobs other than the memory window (the same names as
+    `save_evict_model`'s), with `over` (e.g. a tuned k and T0) in place of the settings'."""
+    return m.sim_kwargs() | over
 
 
 def _slug(name: str) -> str:
@@ -397,11 +398,11 @@ def _train_bundle(bundle: Path, x: np.ndarray, y: np.ndarray, params: Any, s: Ma
     model = train_tta(x, y, list(evict_contract().names), params)
     metrics = {**model.metrics, **(extra or {})}
     active = mlflow.active_run()
-    save_evict_model(bundle, model.booster, k=s.mat.k if k is None else k,
-                     max_candidates=s.mat.max_candidates, delta=s.mat.delta,
-                     controller=s.mat.controller, reuse_predictions=s.mat.reuse_predictions,
-                     initial_threshold=initial_threshold, memory_window=memory_window,
-                     metrics=metrics, mlflow_run_id=active.info.run_id if active else None)
+    save_evict_model(bundle, model.booster,
+                     **_knobs(s.mat, k=s.mat.k if k is None else k,
+                              initial_threshold=initial_threshold),
+                     memory_window=memory_window, metrics=metrics,
+                     mlflow_run_id=active.info.run_id if active else None)
     return metrics
 
 
@@ -478,10 +479,7 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
             compile_policy(so, model_dir=m["bundle"], log_to_mlflow=False)
             sos[size] = str(so)
         first = _size_slug(s.model_sizes[0])
-        common = {"max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
-                  "controller": s.mat.controller,
-                  "reuse_predictions": s.mat.reuse_predictions,
-                  "memory_window": window}
+        common = {**_knobs(s.mat), "memory_window": window}
         lru_val, _ = _window_hits(keys, sizes, cap, n_train, n_val, predictor="none")
         default = {"initial_threshold": t0, "k": s.mat.k, "model_size": first}
         if s.trials == 0 or n_val <= n_train:
@@ -506,7 +504,7 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
                   "k": trial.suggest_float("k", 1.0, k_hi)}
             size = trial.suggest_categorical("model_size", list(sos))
             mr, r = _window_hits(keys, sizes, cap, n_train, n_val, predictor=sos[size],
-                                 **common, **kw)
+                                 **(common | kw))
             ppe = _over_budget(r)
             trial.set_user_attr("predictions_per_eviction", ppe)
             # over the budget is infeasible: ranked after every trial within it
@@ -551,11 +549,9 @@ def compile_models(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         bundle = Path(model["bundle"])
         booster = lgb.Booster(model_file=str(bundle / "evict.txt"))
         metrics = finite_numbers({k: v for k, v in model.items() if k != "bundle"})
-        save_evict_model(bundle, booster, k=tuned[name]["k"],
-                         max_candidates=s.mat.max_candidates, delta=s.mat.delta,
-                         controller=s.mat.controller,
-                         reuse_predictions=s.mat.reuse_predictions,
-                         initial_threshold=tuned[name]["initial_threshold"],
+        save_evict_model(bundle, booster,
+                         **_knobs(s.mat, k=tuned[name]["k"],
+                                  initial_threshold=tuned[name]["initial_threshold"]),
                          memory_window=window, metrics=metrics,
                          mlflow_run_id=run.mlflow_run_id())
         dest = run.work / f"compiled-{_slug(name)}"
@@ -600,10 +596,8 @@ def periodic(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     for name, cap in ing["capacities"].items():
         t = tuned[name]
         size = tuple(int(v) for v in t["model_size"].split("x"))
-        knobs = {"k": t["k"], "initial_threshold": t["initial_threshold"],
-                 "max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
-                 "controller": s.mat.controller,
-                 "reuse_predictions": s.mat.reuse_predictions, "memory_window": window}
+        knobs = {**_knobs(s.mat, k=t["k"], initial_threshold=t["initial_threshold"]),
+                 "memory_window": window}
         rows, predictor, size_ref = [], "none", None
         with timer.stage(f"periodic at {name} ({s.windows} windows)"):
             for i, (a, b) in enumerate(bounds[:-1]):
