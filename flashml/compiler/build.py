@@ -443,10 +443,10 @@ _ADMISSION_PLACEHOLDERS = (
     "ADMIT_PEAK_MARGIN_HI", "WHEN_MARGIN_LO", "WHEN_MARGIN_HI")
 def _evict_flags(ev: dict[str, Any]) -> tuple[int, int]:
     """What the .so exports for policy.json's eviction controller and reused predictions:
-    (flashml_evict_controller, flashml_evict_reuse_predictions); a bundle written before them
-    has the paper's rule and a prediction per candidate (0, 0)."""
-    return (CONTROLLERS.index(ev.get("controller", "sign")),
-            int(bool(ev.get("reuse_predictions", False))))
+    (flashml_evict_controller, flashml_evict_reuse_predictions). `ev` is read_policy_json's,
+    checked, with a bundle written before them given the paper's rule and a prediction per
+    candidate ("sign", False: 0, 0)."""
+    return CONTROLLERS.index(ev["controller"]), int(ev["reuse_predictions"])
 
 
 _EVICT_PLACEHOLDERS = (
@@ -915,8 +915,8 @@ def _evict_manifest(ev: dict[str, Any]) -> dict[str, Any]:
                          "features": list(e.names), "memory_window": e.memory_window},
             "k": ev["k"], "max_candidates": ev["max_candidates"], "delta": ev["delta"],
             "initial_threshold": ev["initial_threshold"],
-            "memory_window": ev["memory_window"], "controller": ev.get("controller", "sign"),
-            "reuse_predictions": bool(ev.get("reuse_predictions", False)),
+            "memory_window": ev["memory_window"], "controller": ev["controller"],
+            "reuse_predictions": ev["reuse_predictions"],
             "prediction": "log1p(logical requests from the last access to the next access); "
                           "TTA = |expm1(prediction) - age|",
             "metrics": ev["metrics"],

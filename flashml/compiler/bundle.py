@@ -82,7 +82,7 @@ REQUIRED_PARAMS = ("admit_threshold", "when_threshold", "eviction_age_s",
 #: policy.json `eviction` fields (MAT's controller and the features' memory window).
 EVICT_REQUIRED = ("contract_hash", "k", "max_candidates", "delta", "initial_threshold",
                   "memory_window")
-#: policy.json `eviction.controller` (optional, default "sign"): flashml.settings.CONTROLLERS.
+#: policy.json `eviction.controller` (optional, default "sign"): flashml.settings.MAT_CONTROLLERS.
 CONTROLLERS = MAT_CONTROLLERS
 
 
