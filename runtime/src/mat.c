@@ -127,7 +127,7 @@ flashrt_mat *flashrt_mat_open(const struct flashrt_mat_config *cfg, flashrt_poli
     m->k = !isnan(cfg->k) ? cfg->k : ev ? ev->k : 2.0;
     m->delta = !isnan(cfg->delta) ? cfg->delta : ev ? ev->delta : 1e-4;
     m->L = cfg->max_candidates ? cfg->max_candidates : ev ? (uint32_t)ev->max_candidates : 10u;
-    m->controller = cfg->controller >= 0 ? cfg->controller : ev ? ev->controller : 0;
+    m->controller = cfg->controller != -1 ? cfg->controller : ev ? ev->controller : 0;
     m->reuse = cfg->reuse_predictions != -1 ? cfg->reuse_predictions : ev ? ev->reuse_predictions : 0;
     m->t0 = !isnan(cfg->initial_threshold) ? cfg->initial_threshold : ev ? ev->initial_threshold : 0.0;
     uint64_t window = cfg->memory_window ? cfg->memory_window : ev ? (uint64_t)ev->memory_window : FLASHML_EVICT_CONTRACT_MEMORY_WINDOW;
@@ -199,7 +199,7 @@ static uint32_t evict(flashrt_mat *m, uint64_t now, uint32_t *tries) {
     for (r = 1; r <= m->L; r++) {
         uint32_t c = pop_tail(m);
         uint64_t last = m->s_last[c];
-        /* a prediction kept for this object at this access (sim: Mat::kept, Mat::take): no
+        /* a prediction kept for this object at this access (sim: Mat::kept, Mat::examine): no
          * model call, and no features unless the candidates are traced */
         const int kept = m->reuse && m->s_kobj[c] == m->s_obj[c] && m->s_klast[c] == last;
         double pred;
