@@ -96,7 +96,9 @@ impl<const MOVE_ON_TOUCH: bool> Reinsert for ListOrder<MOVE_ON_TOUCH> {
     /// (CLOCK's second chance).
     #[inline]
     fn keep_tail(&mut self) {
-        self.list.rotate_back_to_front();
+        if let Some(t) = self.list.back() {
+            self.list.move_to_front(t);
+        }
     }
     #[inline]
     fn before(&self, unit: u32) -> Option<u32> {

@@ -96,22 +96,6 @@ impl DList {
         (self.tail != NIL).then_some(self.tail)
     }
 
-    /// Move the back handle to the front (the others keep their order): as `unlink` then
-    /// `push_front` of the back, with the links it touches written once.
-    #[inline]
-    pub fn rotate_back_to_front(&mut self) {
-        let t = self.tail;
-        if t == self.head {
-            return; // empty, or one handle
-        }
-        let p = self.links[t as usize][PREV];
-        self.links[p as usize][NEXT] = NIL;
-        self.tail = p;
-        self.links[t as usize] = [NIL, self.head];
-        self.links[self.head as usize][PREV] = t;
-        self.head = t;
-    }
-
     /// The handle after `id` toward the front (the next victim once `id` is gone), if any.
     #[inline]
     pub fn toward_front(&self, id: u32) -> Option<u32> {
@@ -147,14 +131,14 @@ mod tests {
         assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![3, 1, 7]);
         l.move_to_front(3);
         assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![1, 7, 3]);
-        l.rotate_back_to_front();
+        l.move_to_front(l.back().unwrap());
         assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![7, 3, 1]);
         assert_eq!(
             (l.back(), l.toward_front(7), l.toward_front(1)),
             (Some(7), Some(3), None)
         );
-        l.rotate_back_to_front();
-        l.rotate_back_to_front();
+        l.move_to_front(7);
+        l.move_to_front(3);
         assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![1, 7, 3]);
         l.unlink(7);
         assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![1, 3]);
