@@ -91,6 +91,16 @@ class FastTrees:
         """Lanes per tree in the tables (WIDTHS): internal nodes are 0..width-1."""
         return int(self.feat.shape[1])
 
+    @property
+    def per_vector(self) -> int:
+        """Trees sharing one 64-lane vector (a group): LANES // width."""
+        return LANES // self.width
+
+    @property
+    def groups(self) -> int:
+        """Groups of `per_vector` trees (the last may be partial)."""
+        return -(-self.num_trees // self.per_vector)
+
 
 def model_header(model: Any) -> dict[str, Any]:
     """A Treelite model's header fields (Treelite's JSON dump without the trees). Treelite
@@ -335,10 +345,8 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
                         f"        bins[{f}] = (uint8_t)(16 * block + "
                         f"below16({p}_thr + {off} + 16 * block, v));\n")
         code.append("    }\n")
-    w = ft.width
+    w, per, groups = ft.width, ft.per_vector, ft.groups
     tree, nan_packed = _packed(ft)
-    per = LANES // w  # trees per vector
-    groups = -(-ft.num_trees // per)
     nan_doc = "; nans[f] = 0xff where x[f] is NaN" if nan_mode else ""
     nan_param = ", uint8_t *nans" if nan_mode else ""
     nan_void = "\n    (void)nans;" if nan_mode else ""
@@ -443,11 +451,8 @@ def _packed(ft: FastTrees) -> tuple[np.ndarray, np.ndarray]:
     group (tree j of a group in lanes width*j.., its node and leaf numbers shifted by
     width*j; lanes of missing trees in the last group are leaves), and each group's NaN
     mask: (uint8 [groups * 4 * 64], uint64 [groups]). Evaluating P trees with one chain of
-    permutes instead of P halves the tree loop for 32-lane trees (128 -> 111 ns a row for
-    MAT's 32 x 32 model)."""
-    w, n = ft.width, ft.num_trees
-    per = LANES // w
-    groups = -(-n // per)
+    permutes instead of P halves the tree loop for 32-lane trees (the module doc's figures)."""
+    w, n, per, groups = ft.width, ft.num_trees, ft.per_vector, ft.groups
     tabs = np.zeros((groups, 4, LANES), dtype=np.uint8)
     # unused lanes: leaves pointing at themselves (node 64 + lane), never read
     tabs[:, 2, :] = tabs[:, 3, :] = LANES + np.arange(LANES, dtype=np.uint8)
@@ -487,9 +492,7 @@ def _emit_prefetch(ft: FastTrees, p: str, n_thr: int, n_split: int) -> str:
     """`void <p>_prefetch(void)`: prefetch instructions for what `<p>` reads on every call
     (its thresholds, tree tables, the leaf lines in use, its code), at most
     PREFETCH_MAX_LINES lines of tables, earliest trees first."""
-    w = ft.width
-    per = LANES // w
-    groups = -(-ft.num_trees // per)
+    w, per, groups = ft.width, ft.per_vector, ft.groups
     leaves = max(1, int(max(ft.left.max(), ft.right.max())) - LANES + 1)  # leaf ids: 64 + j
     leaf_lines = -(-min(leaves, w) // 8)
     n_nanr = groups if ft.nan_right is not None else 0
