@@ -32,8 +32,9 @@ split goes left) and bin 64 + f is 255 (every split goes right), and a node that
 right reads bin 64 + f (`vpermt2b` over the 128 bins instead of `vpermb` over 64).
 A NaN input skips the binning search: eviction rows are mostly missing past distances, and
 the skip takes a MAT prediction (32 x 32) from 146 to 107 ns, the two bins to 98 ns (was a
-NaN mask per tree and a third permute per group; measured side by side on 65,536 tail
-candidates of a cdn-like trace, all three bit-identical).
+NaN mask per tree and a third permute per group), blocks of 8 for features with 17-63
+thresholds (two 8-wide compares instead of four) to 82 ns (measured side by side on 65,536
+tail candidates of a cdn-like trace, all bit-identical).
 
 `reference_margin` evaluates the same tables in numpy: tests use it to check the tables
 and the binning on any CPU, and the C code where the CPU has the instructions.
@@ -320,9 +321,10 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
     Everything else in the file is static."""
     p = symbol
     nan_mode = ft.nan_right is not None
-    # Per feature: its sorted distinct thresholds padded with +inf to 8, 16 or 256 values.
-    # Up to 16 are counted with one or two 8-wide compares; more take two levels: the 16
-    # "splitters" t[15], t[31], ..., t[255] pick the block of 16 that holds the answer.
+    # Per feature: its sorted distinct thresholds padded with +inf to 8, 16, 64 or 256
+    # values. Up to 16 are counted with one or two 8-wide compares; more take two levels:
+    # "splitters" pick the block that holds the answer, up to 63 the 8 splitters t[7], t[15],
+    # ..., t[63] (+inf) a block of 8, more the 16 splitters t[15], ..., t[255] a block of 16.
     thr_flat: list[float] = []
     split_flat: list[float] = []
     code: list[str] = []
@@ -330,7 +332,7 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
         n = len(t)
         if n == 0:
             continue
-        size = 8 if n <= 8 else 16 if n <= 16 else 256
+        size = 8 if n <= 8 else 16 if n <= 16 else 64 if n <= 63 else 256
         off = len(thr_flat)
         padded = [float(v) for v in t] + [math.inf] * (size - n)
         thr_flat += padded
@@ -352,6 +354,11 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
             b = f"below8({p}_thr + {off}, v)"
         elif size == 16:
             b = f"below16({p}_thr + {off}, v)"
+        elif size == 64:
+            soff = len(split_flat)
+            split_flat += padded[7::8]
+            code.append(f"        const int block = below8({p}_split + {soff}, v);\n")
+            b = f"8 * block + below8({p}_thr + {off} + 8 * block, v)"
         else:
             soff = len(split_flat)
             split_flat += padded[15::16]
@@ -373,7 +380,8 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
         ("/* per feature: its sorted distinct thresholds, padded with +inf */\n"
          + _array(f"{p}_thr", "double", [_hex(v) for v in thr_flat], per_line=4)
          if thr_flat else ""),
-        ("/* features with more than 16 thresholds: every 16th (t[15], t[31], ...) */\n"
+        ("/* features with more than 16 thresholds: every 8th (up to 63: t[7], t[15], ...) or "
+         "16th (t[15], t[31], ...) */\n"
          + _array(f"{p}_split", "double", [_hex(v) for v in split_flat], per_line=4)
          if split_flat else ""),
         f"/* per group of {per} tree(s) (tree j of a group in lanes {w}j..{w}j+{w - 1}), 4 x 64 "
