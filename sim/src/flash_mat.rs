@@ -201,8 +201,7 @@ impl<P: Predictor> Orders<Lru> for MatOrders<'_, P> {
         }
         if let Some(sl) = slot {
             let note = self.note(now);
-            self.slots.last[sl as usize] = now;
-            self.slots.note[sl as usize] = note;
+            self.slots.touch(sl, now, note);
         }
     }
 
@@ -256,7 +255,7 @@ impl<P: Predictor> Orders<Lru> for MatOrders<'_, P> {
         let v = self.mat.evict(
             &mut self.order,
             self.now,
-            &self.slots,
+            &mut self.slots,
             self.meta.as_ref(),
             &mut self.samples,
         );

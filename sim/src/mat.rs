@@ -498,16 +498,36 @@ pub struct MatStats {
     pub decision_ns: u64,
 }
 
+/// One cache entry: everything a decision reads of a candidate in one 32-byte block (two per
+/// cache line, never split), so that judging a candidate by a kept prediction costs one line.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(32))]
+struct Entry {
+    last: u64,
+    size: u64,
+    /// The predicted distance made at the access `last` (valid when `has_kept`).
+    kept: f64,
+    obj: u32,
+    has_kept: bool,
+}
+
+const EMPTY: Entry = Entry {
+    last: 0,
+    size: 0,
+    kept: f64::NAN,
+    obj: 0,
+    has_kept: false,
+};
+
 /// The cache's entries, by slot (the handles the eviction order holds): object id, last access
-/// (logical time) and size in capacity units. Slots are dense over the cached objects, so the
-/// hot loop touches little memory beyond one per-object slot lookup.
+/// (logical time), size in capacity units and the prediction kept for that access
+/// (`reuse_predictions`). Slots are dense over the cached objects, so the hot loop touches
+/// little memory beyond one per-object slot lookup.
 #[derive(Debug, Clone, Default)]
 pub struct Slots {
-    pub obj: Vec<u32>,
-    pub last: Vec<u64>,
-    pub size: Vec<u64>,
+    entries: Vec<Entry>,
     /// The predictor's note of the last access ([`Predictor::note`]; 0 if it keeps none).
-    pub note: Vec<u64>,
+    note: Vec<u64>,
     free: Vec<u32>,
 }
 
@@ -515,21 +535,22 @@ impl Slots {
     /// A slot for object `obj`, accessed at `last` (noted `note`), of `size` capacity units.
     #[inline]
     pub fn alloc(&mut self, obj: u32, last: u64, size: u64, note: u64) -> u32 {
+        let e = Entry {
+            last,
+            size,
+            obj,
+            ..EMPTY
+        };
         match self.free.pop() {
             Some(s) => {
-                let i = s as usize;
-                self.obj[i] = obj;
-                self.last[i] = last;
-                self.size[i] = size;
-                self.note[i] = note;
+                self.entries[s as usize] = e;
+                self.note[s as usize] = note;
                 s
             }
             None => {
-                self.obj.push(obj);
-                self.last.push(last);
-                self.size.push(size);
+                self.entries.push(e);
                 self.note.push(note);
-                (self.obj.len() - 1) as u32
+                (self.entries.len() - 1) as u32
             }
         }
     }
@@ -546,17 +567,64 @@ impl Slots {
     #[inline]
     pub fn set(&mut self, slot: u32, obj: u32, last: u64, size: u64, note: u64) {
         let i = slot as usize;
-        if i >= self.obj.len() {
-            let n = (i + 1).max(self.obj.len() * 2).max(16);
-            self.obj.resize(n, 0);
-            self.last.resize(n, 0);
-            self.size.resize(n, 0);
+        if i >= self.entries.len() {
+            let n = (i + 1).max(self.entries.len() * 2).max(16);
+            self.entries.resize(n, EMPTY);
             self.note.resize(n, 0);
         }
-        self.obj[i] = obj;
-        self.last[i] = last;
-        self.size[i] = size;
+        self.entries[i] = Entry {
+            last,
+            size,
+            obj,
+            ..EMPTY
+        };
         self.note[i] = note;
+    }
+
+    /// A new access of the object in `slot` at `last` (noted `note`): a prediction kept for
+    /// its previous access is dropped.
+    #[inline]
+    pub fn touch(&mut self, slot: u32, last: u64, note: u64) {
+        let e = &mut self.entries[slot as usize];
+        e.last = last;
+        e.has_kept = false;
+        self.note[slot as usize] = note;
+    }
+
+    #[inline]
+    pub fn obj(&self, slot: u32) -> u32 {
+        self.entries[slot as usize].obj
+    }
+
+    /// Logical time of the last access of the object in `slot`.
+    #[inline]
+    pub fn last(&self, slot: u32) -> u64 {
+        self.entries[slot as usize].last
+    }
+
+    #[inline]
+    pub fn size(&self, slot: u32) -> u64 {
+        self.entries[slot as usize].size
+    }
+
+    #[inline]
+    pub fn note(&self, slot: u32) -> u64 {
+        self.note[slot as usize]
+    }
+
+    /// The predicted distance kept for the object in `slot` at its last access, if any.
+    #[inline]
+    pub fn kept(&self, slot: u32) -> Option<f64> {
+        let e = &self.entries[slot as usize];
+        e.has_kept.then_some(e.kept)
+    }
+
+    /// Keep `d`, predicted for the object in `slot` at its last access, until its next one.
+    #[inline]
+    pub fn keep(&mut self, slot: u32, d: f64) {
+        let e = &mut self.entries[slot as usize];
+        e.kept = d;
+        e.has_kept = true;
     }
 }
 
@@ -568,9 +636,6 @@ pub struct Mat<P: Predictor> {
     pub threshold: f64,
     pub stats: MatStats,
     features: EvictFeatures,
-    /// By slot: (object, its last access, predicted distance) of the last prediction made
-    /// for it (`reuse_predictions`); valid while the slot still holds that object and access.
-    kept: Vec<(u32, u64, f64)>,
 }
 
 impl<P: Predictor> Mat<P> {
@@ -581,22 +646,12 @@ impl<P: Predictor> Mat<P> {
             threshold: f64::NAN,
             stats: MatStats::default(),
             features: [0.0; EVICT_NUM_FEATURES],
-            kept: Vec::new(),
         }
     }
 
     /// Whether the chooser reads the features (to predict or to record samples).
     pub fn wants_features(&self) -> bool {
         P::NEEDS_FEATURES || self.params.collect_samples
-    }
-
-    /// The predicted distance kept for the object in `slot` at its access `last`, if any.
-    #[inline]
-    fn kept(&self, slot: u32, slots: &Slots, last: u64) -> Option<f64> {
-        match self.kept.get(slot as usize) {
-            Some(&(obj, at, d)) if obj == slots.obj[slot as usize] && at == last => Some(d),
-            _ => None,
-        }
     }
 
     /// Start loading the metadata of the candidates the next decision will likely examine
@@ -618,10 +673,10 @@ impl<P: Predictor> Mat<P> {
         };
         let skip_kept = self.params.reuse_predictions && !self.params.collect_samples;
         for s in tail.take(l as usize) {
-            if skip_kept && self.kept(s, slots, slots.last[s as usize]).is_some() {
+            if skip_kept && slots.kept(s).is_some() {
                 continue;
             }
-            meta.prefetch_meta(slots.obj[s as usize]);
+            meta.prefetch_meta(slots.obj(s));
         }
     }
 
@@ -638,9 +693,9 @@ impl<P: Predictor> Mat<P> {
         samples: &mut Option<SampleBuf>,
     ) -> (u32, u64, Option<f64>) {
         let c = order.victim().expect("an eviction needs a cached object");
-        let last = slots.last[c as usize];
+        let last = slots.last(c);
         let kept = if self.params.reuse_predictions {
-            self.kept(c, slots, last)
+            slots.kept(c)
         } else {
             None
         };
@@ -649,12 +704,12 @@ impl<P: Predictor> Mat<P> {
         }
         if let Some(m) = meta {
             if let Some(next) = order.before(c) {
-                m.prefetch_history(slots.obj[next as usize]);
+                m.prefetch_history(slots.obj(next));
             }
-            m.features(slots.obj[c as usize], now, &mut self.features);
+            m.features(slots.obj(c), now, &mut self.features);
         }
         if let Some(s) = samples {
-            s.tag(slots.obj[c as usize], now, last, &self.features);
+            s.tag(slots.obj(c), now, last, &self.features);
         }
         (c, last, kept)
     }
@@ -665,7 +720,7 @@ impl<P: Predictor> Mat<P> {
         &mut self,
         order: &mut E,
         now: u64,
-        slots: &Slots,
+        slots: &mut Slots,
         meta: Option<&MetaStore>,
         samples: &mut Option<SampleBuf>,
     ) -> u32 {
@@ -691,15 +746,9 @@ impl<P: Predictor> Mat<P> {
                 }
                 None => {
                     self.stats.predictions += 1;
-                    let d = self
-                        .predictor
-                        .distance(last, slots.note[c as usize], &self.features);
+                    let d = self.predictor.distance(last, slots.note(c), &self.features);
                     if self.params.reuse_predictions {
-                        let i = c as usize;
-                        if i >= self.kept.len() {
-                            self.kept.resize(i + 1, (u32::MAX, 0, f64::NAN));
-                        }
-                        self.kept[i] = (slots.obj[i], last, d);
+                        slots.keep(c, d);
                     }
                     d
                 }
@@ -867,10 +916,8 @@ pub fn simulate_mat<P: Predictor>(
         let slot = obj_slot[id as usize];
         if slot != NIL {
             hits += 1;
-            slots.last[slot as usize] = now;
-            if P::NOTES {
-                slots.note[slot as usize] = mat.predictor.note(now);
-            }
+            let note = if P::NOTES { mat.predictor.note(now) } else { 0 };
+            slots.touch(slot, now, note);
             order.touch(slot);
             continue;
         }
@@ -886,13 +933,13 @@ pub fn simulate_mat<P: Predictor>(
                 mat.prefetch_candidates(order.iter_from_back(), &slots, m);
             }
             while used + size > capacity {
-                let v = mat.evict(&mut order, now, &slots, meta.as_ref(), &mut samples);
+                let v = mat.evict(&mut order, now, &mut slots, meta.as_ref(), &mut samples);
                 if let Some(vs) = &mut victims {
                     // the victim's last access names its key
-                    vs.push((now, keys[slots.last[v as usize] as usize]));
+                    vs.push((now, keys[slots.last(v) as usize]));
                 }
-                obj_slot[slots.obj[v as usize] as usize] = NIL;
-                used -= slots.size[v as usize];
+                obj_slot[slots.obj(v) as usize] = NIL;
+                used -= slots.size(v);
                 slots.release(v);
             }
             clock.add_since(t0);
@@ -1109,7 +1156,7 @@ mod tests {
         let mut mat = Mat::new(params, FnPredictor(move |last, _| d[last as usize]));
         let mut none = None;
         let mut ev = |mat: &mut Mat<_>, order: &mut Lru, now| {
-            mat.evict(order, now, &slots, Some(&meta), &mut none)
+            mat.evict(order, now, &mut slots, Some(&meta), &mut none)
         };
         // tries: 0 (tta 2 < 10), 1 (0), 2 (8): exhausted; largest TTA = object 2
         assert_eq!(ev(&mut mat, &mut order, 10), 2);

@@ -25,13 +25,13 @@ fn mat_over_fifo<P: Predictor>(keys: &[u64], capacity: usize, predictor: P) -> (
         if slot_of[k as usize] != u32::MAX {
             hits += 1;
             let s = slot_of[k as usize];
-            slots.last[s as usize] = now;
+            slots.touch(s, now, 0);
             order.touch(s); // FIFO: no reordering
             continue;
         }
         if order.len() == capacity {
-            let v = mat.evict(&mut order, now, &slots, Some(&meta), &mut None);
-            slot_of[slots.obj[v as usize] as usize] = u32::MAX;
+            let v = mat.evict(&mut order, now, &mut slots, Some(&meta), &mut None);
+            slot_of[slots.obj(v) as usize] = u32::MAX;
             slots.release(v);
         }
         let s = slots.alloc(k as u32, now, 1, 0);
