@@ -703,8 +703,13 @@ impl<P: Predictor> Mat<P> {
             return (c, last, kept);
         }
         if let Some(m) = meta {
+            // the next candidate's history, unless it will be judged by a kept prediction
+            // (reading its metadata for nothing would stall on a cache miss)
             if let Some(next) = order.before(c) {
-                m.prefetch_history(slots.obj(next));
+                if samples.is_some() || !self.params.reuse_predictions || slots.kept(next).is_none()
+                {
+                    m.prefetch_history(slots.obj(next));
+                }
             }
             m.features(slots.obj(c), now, &mut self.features);
         }
