@@ -366,8 +366,8 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
             b = f"16 * block + below16({p}_thr + {off} + 16 * block, v)"
         store = f"bins[{f}] = bins[{LANES + f}]" if nan_mode else f"bins[{f}]"
         code.append(f"        {store} = (uint8_t)({b});\n    }}\n")
-    w, per, groups = ft.width, ft.per_vector, ft.groups
-    tree = _packed(ft)
+    per, groups = ft.per_vector, ft.groups
+    tree, leaf = _packed(ft)
     nan_doc = ("; bins[64 + f] the same, but where x[f] is NaN bins[f] = 0 (nodes that send "
                "NaN left read it) and bins[64 + f] = 255 (those that send it right)"
                if nan_mode else "")
@@ -384,12 +384,12 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
          "16th (t[15], t[31], ...) */\n"
          + _array(f"{p}_split", "double", [_hex(v) for v in split_flat], per_line=4)
          if split_flat else ""),
-        f"/* per group of {per} tree(s) (tree j of a group in lanes {w}j..{w}j+{w - 1}), 4 x 64 "
-        "bytes: node feature, threshold rank, left next, right next (tree j's nodes and "
-        f"leaves numbered {w}j up) */\n",
+        f"/* per group of {per} tree(s) (tree j's node i in lane {per}i + j, its leaf l "
+        f"numbered 64 + {per}l + j), 4 x 64 bytes: node feature, threshold rank, left next, "
+        "right next */\n",
         _array(f"{p}_tree", "uint8_t", [str(int(v)) for v in tree], per_line=32),
-        f"/* per tree, {w} leaf values (leaf 64 + j at j) */\n",
-        _array(f"{p}_leaf", "double", [_hex(v) for v in ft.leaf.reshape(-1)], per_line=4),
+        "/* per group, 64 leaf values (leaf 64 + m at m) */\n",
+        _array(f"{p}_leaf", "double", [_hex(v) for v in leaf], per_line=4),
         f"""
 /* how many of the 8 (16) sorted values at t are < v (every lane holds v) */
 FT_TARGET static inline int {p}_below8(const double *t, __m512d v) {{
@@ -442,9 +442,9 @@ FT_TARGET double {p}_margin(const double *x) {{
         for (int k = 0; k < {ft.doublings}; ++k) {{
             next = _mm512_permutex2var_epi8(next, next, leaves);
         }}
-        /* lane {w}j holds tree j's leaf, 64 + {w}j + leaf: its low 6 bits less {w}j are the
-         * leaf; the leaves are added in tree order */
-{_emit_leaf_adds(p, w, per, ft.num_trees, groups)}    }}
+        /* lane j holds tree j's leaf, 64 + m: its value is at m; the leaves are added in
+         * tree order */
+{_emit_leaf_adds(p, per, ft.num_trees, groups)}    }}
     s += (double){_hex(ft.base_score)};
     return s;
 }}
@@ -458,43 +458,49 @@ FT_TARGET double {p}(const double *x) {{
     return "".join(out)
 
 
-def _packed(ft: FastTrees) -> np.ndarray:
-    """The trees' tables in groups of LANES // width trees, one 64-lane vector per table and
-    group (tree j of a group in lanes width*j.., its node and leaf numbers shifted by
-    width*j; lanes of missing trees in the last group are leaves): uint8 [groups * 4 * 64].
-    In NaN mode a node that sends NaN right reads feature f's second bin, 64 + f (see
-    emit_c). Evaluating P trees with one chain of permutes instead of P halves the tree loop
-    for 32-lane trees (the module doc's figures)."""
+def _packed(ft: FastTrees) -> tuple[np.ndarray, np.ndarray]:
+    """The trees' tables in groups of P = LANES // width trees, one 64-lane vector per table
+    and group, the P trees interleaved: tree j's internal node i in lane P*i + j, its leaf l
+    numbered 64 + P*l + j (lanes of missing trees in the last group are leaves pointing at
+    themselves); and the leaf values by group, leaf 64 + m at m: (uint8 [groups * 4 * 64],
+    float64 [groups * 64]). The P roots sit in lanes 0..P-1, so one 32-bit move takes all P
+    leaves at the end. In NaN mode a node that sends NaN right reads feature f's second bin,
+    64 + f (see emit_c). Evaluating P trees with one chain of permutes instead of P halves
+    the tree loop for 32-lane trees (the module doc's figures)."""
     w, n, per, groups = ft.width, ft.num_trees, ft.per_vector, ft.groups
     tabs = np.zeros((groups, 4, LANES), dtype=np.uint8)
     # unused lanes: leaves pointing at themselves (node 64 + lane), never read
     tabs[:, 2, :] = tabs[:, 3, :] = LANES + np.arange(LANES, dtype=np.uint8)
+    leaves = np.zeros((groups, LANES), dtype=np.float64)
     lanes = np.arange(w, dtype=np.uint64)
+
+    def shifted(nodes: np.ndarray, j: int) -> np.ndarray:
+        v = nodes.astype(np.int64)
+        return np.where(v < LANES, per * v + j, LANES + per * (v - LANES) + j)
+
     for i in range(n):
         g, j = divmod(i, per)
-        lo = j * w
+        at = per * np.arange(w) + j
         feat = ft.feat[i].astype(np.uint16)
         if ft.nan_right is not None:
             right = (np.uint64(ft.nan_right[i]) >> lanes) & np.uint64(1)
             feat = feat + LANES * right.astype(np.uint16)
-        tabs[g, 0, lo:lo + w] = feat
-        tabs[g, 1, lo:lo + w] = ft.rank[i]
-        tabs[g, 2, lo:lo + w] = ft.left[i].astype(np.uint16) + lo
-        tabs[g, 3, lo:lo + w] = ft.right[i].astype(np.uint16) + lo
-    return tabs.reshape(-1)
+        tabs[g, 0, at] = feat
+        tabs[g, 1, at] = ft.rank[i]
+        tabs[g, 2, at] = shifted(ft.left[i], j)
+        tabs[g, 3, at] = shifted(ft.right[i], j)
+        leaves[g, at] = ft.leaf[i]
+    return tabs.reshape(-1), leaves.reshape(-1)
 
 
-def _emit_leaf_adds(p: str, w: int, per: int, trees: int, groups: int) -> str:
+def _emit_leaf_adds(p: str, per: int, trees: int, groups: int) -> str:
     """The group loop's leaf additions, in tree order (the last group may be partial): tree
-    j's leaf is in byte 0 of 128-bit chunk w*j/16 of `next`."""
+    j's leaf, 64 + m, is in byte j of `next`, its value at leaf[g * 64 + m]."""
     full = trees - (groups - 1) * per
-    lines = []
+    lines = ["        const uint32_t b = (uint32_t)_mm_cvtsi128_si32("
+             "_mm512_castsi512_si128(next));\n"]
     for j in range(per):
-        c = j * w // 16
-        chunk = ("_mm512_castsi512_si128(next)" if c == 0 else
-                 f"_mm512_extracti32x4_epi32(next, {c})")
-        add = (f"s += {p}_leaf[(g * {per} + {j}) * {w} + "
-               f"((_mm_cvtsi128_si32({chunk}) & 63) - {j * w})];")
+        add = f"s += {p}_leaf[g * 64 + ((b >> {8 * j}) & 63)];"
         if j < full:
             lines.append(f"        {add}\n")
         else:  # tree j of the last group does not exist
@@ -506,11 +512,11 @@ def _emit_prefetch(ft: FastTrees, p: str, n_thr: int, n_split: int) -> str:
     """`void <p>_prefetch(void)`: prefetch instructions for what `<p>` reads on every call
     (its thresholds, tree tables, the leaf lines in use, its code), at most
     PREFETCH_MAX_LINES lines of tables, earliest trees first."""
-    w, per, groups = ft.width, ft.per_vector, ft.groups
+    per, groups = ft.per_vector, ft.groups
     leaves = max(1, int(max(ft.left.max(), ft.right.max())) - LANES + 1)  # leaf ids: 64 + j
-    leaf_lines = -(-min(leaves, w) // 8)
+    leaf_lines = -(-min(per * leaves, LANES) // 8)  # per group: leaf 64 + m at m
     budget = PREFETCH_MAX_LINES - (n_thr + 7) // 8 - (n_split + 7) // 8
-    pref = max(0, min(groups, budget // (4 + per * leaf_lines)))
+    pref = max(0, min(groups, budget // (4 + leaf_lines)))
     body = []
     if n_thr:
         body.append(f"    for (int i = 0; i < {n_thr}; i += 8) __builtin_prefetch({p}_thr + i);")
@@ -519,11 +525,7 @@ def _emit_prefetch(ft: FastTrees, p: str, n_thr: int, n_split: int) -> str:
                     f"__builtin_prefetch({p}_split + i);")
     body.append(f"""    for (int g = 0; g < {pref}; ++g) {{
         for (int j = 0; j < 256; j += 64) __builtin_prefetch({p}_tree + g * 256 + j);
-        for (int t = g * {per}; t < g * {per} + {per} && t < {ft.num_trees}; ++t) {{
-            for (int j = 0; j < {leaf_lines * 8}; j += 8) {{
-                __builtin_prefetch({p}_leaf + t * {w} + j);
-            }}
-        }}
+        for (int j = 0; j < {leaf_lines * 8}; j += 8) __builtin_prefetch({p}_leaf + g * 64 + j);
     }}
     const char *code = (const char *)(uintptr_t)&{p}_margin;
     for (int i = 0; i < {PREFETCH_CODE_BYTES}; i += 64) __builtin_prefetch(code + i);""")
