@@ -57,7 +57,7 @@ pub fn half_pow(k: u64) -> f64 {
 
 /// A hint to load the cache line at `p` (x86-64 only; never faults).
 #[inline]
-fn prefetch<T>(p: *const T) {
+pub(crate) fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch hint; it never faults, whatever the address.
     unsafe {

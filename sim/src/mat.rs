@@ -55,7 +55,7 @@ use std::time::Instant;
 use crate::config::{err, ObjectConfig, SimError};
 use crate::eviction::{Eviction, Lru, Reinsert};
 use crate::lrb_features::{
-    check_memory_window, EvictFeatures, MetaStore, EVICT_NUM_FEATURES, MEMORY_WINDOW,
+    check_memory_window, prefetch, EvictFeatures, MetaStore, EVICT_NUM_FEATURES, MEMORY_WINDOW,
 };
 use crate::objects::check_trace;
 
@@ -912,6 +912,8 @@ pub fn simulate_mat<P: Predictor>(
             }
             if let Some(&a) = trace.ids.get(t + PREFETCH_AHEAD) {
                 m.prefetch_history(a);
+                // and where it is cached (a random read of a per-object array)
+                prefetch(obj_slot.as_ptr().wrapping_add(a as usize));
             }
             if let (Some(s), Some(last)) = (&mut samples, m.last(id)) {
                 s.requested(id, now, last);
