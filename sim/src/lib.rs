@@ -32,6 +32,7 @@ pub mod flash_mat;
 pub mod forest;
 pub mod ftl;
 pub mod hash;
+mod hugepages;
 pub mod list;
 pub mod lrb_features;
 pub mod mat;
