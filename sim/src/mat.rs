@@ -897,7 +897,7 @@ pub fn simulate_mat<P: Predictor>(
         .then(|| SampleBuf::new(trace.objects, params.memory_window));
     let mut order = Lru::new();
     let mut slots = Slots::default();
-    let mut obj_slot = vec![NIL; trace.objects];
+    let mut obj_slot = crate::hugepages::filled(trace.objects, NIL);
     let (mut used, capacity) = (0u64, cfg.capacity);
     let (mut hits, mut miss_bytes, mut req_bytes) = (0u64, 0u64, 0u64);
     let mut victims = params.record_victims.then(Vec::new);
