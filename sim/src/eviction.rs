@@ -94,7 +94,7 @@ impl<const MOVE_ON_TOUCH: bool> Reinsert for ListOrder<MOVE_ON_TOUCH> {
     }
     /// To the front: for LRU the most recently used position; for FIFO, FIFO-reinsertion
     /// (CLOCK's second chance).
-    #[inline]
+    #[inline(always)]
     fn keep_tail(&mut self) {
         if let Some(t) = self.list.back() {
             self.list.move_to_front(t);

@@ -228,8 +228,9 @@ impl MetaStore {
         let m = &self.metas[id as usize];
         debug_assert!(m.last != NEVER && now >= m.last);
         let age = now - m.last;
-        out[F_AGE] = age as f64;
-        out[F_SIZE] = m.size as f64;
+        // (both fit an i64, whose conversion is one instruction where u64's takes six)
+        out[F_AGE] = age as i64 as f64;
+        out[F_SIZE] = m.size as i64 as f64;
         let mut within = 0u32;
         match m.extra {
             NO_EXTRA => {

@@ -758,7 +758,8 @@ impl<P: Predictor> Mat<P> {
                     d
                 }
             };
-            let tta = (d - (now - last) as f64).abs();
+            // (the age fits an i64: one conversion instruction, where u64 takes six)
+            let tta = (d - (now - last) as i64 as f64).abs();
             if tta >= self.threshold {
                 order.pop_tail();
                 found = Some((c, r));
