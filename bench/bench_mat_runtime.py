@@ -9,9 +9,13 @@ The policy is MAT's model as `flashml mat run` trains it (flashml.models.mat.tra
 trees of <= 32 leaves on the simulator's tail-candidate samples) with the job's default knobs
 (k 2, the mean controller, reused predictions), compiled by flashml.compiler. Each replay
 runs REPEATS times; the figures are the median run's.
-Writes bench/results/mat_runtime.json.
 
-    .venv/bin/python bench/bench_mat_runtime.py [--cdn-accesses N]
+The k-curve: the simulator's speed and miss ratio against k (the candidates per decision the
+controller holds) on 1 M cdn-like requests at 2 GiB through a 16 x 16 model (the size Optuna
+usually picks; trained on the trace's LRU tail samples), the k values run round-robin so a
+slow phase of the machine hits them alike. Writes bench/results/mat_runtime.json.
+
+    .venv/bin/python bench/bench_mat_runtime.py [--cdn-accesses N] [--curve-accesses N]
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from machine import machine  # noqa: E402
 from flashml.compiler.build import compile_policy  # noqa: E402
 from flashml.compiler.bundle import save_evict_model  # noqa: E402
 from flashml.features import eviction  # noqa: E402
-from flashml.models.mat import train_tta  # noqa: E402
+from flashml.models.mat import mat_gbm, train_tta  # noqa: E402
 from flashml.settings import MatParams  # noqa: E402
 from flashml.simulation import simulate_objects_mat  # noqa: E402
 from flashml.trace.generate import generate_objects  # noqa: E402
@@ -48,15 +52,22 @@ RUNTIME = ROOT / "runtime"
 FLASHRT = RUNTIME / "build" / "flashrt"
 RESULTS = ROOT / "bench" / "results"
 REPEATS = 5
+#: The k-curve's k values and model size (trees, leaves).
+CURVE_K = (1, 2, 3, 4, 6, 8)
+CURVE_MODEL = (16, 16)
 
 
-def bundle_for(keys: np.ndarray, sizes: np.ndarray, capacity: int, out: Path) -> Path:
-    s = simulate_objects_mat(keys, sizes, capacity, "objects", collect_samples=True)["samples"]
-    model = train_tta(s["features"], s["label"], list(eviction.contract().names))
+def bundle_for(keys: np.ndarray, sizes: np.ndarray, capacity: int, out: Path,
+               unit: str = "objects", model_size: tuple[int, int] | None = None) -> Path:
+    s = simulate_objects_mat(keys, sizes, capacity, unit, collect_samples=True)["samples"]
+    params = mat_gbm(*model_size) if model_size else mat_gbm()
+    model = train_tta(s["features"], s["label"], list(eviction.contract().names), params)
     m = MatParams()  # the job's defaults: the mean controller, reused predictions
     save_evict_model(out / "models", model.booster, k=m.k, max_candidates=m.max_candidates,
-                     delta=m.delta, initial_threshold=float(capacity), controller=m.controller,
-                     reuse_predictions=m.reuse_predictions)
+                     delta=m.delta,
+                     # T starts at the cached objects' count (the mean controller moves it)
+                     initial_threshold=float(capacity) if unit == "objects" else 1000.0,
+                     controller=m.controller, reuse_predictions=m.reuse_predictions)
     compile_policy(out / "bundle", model_dir=out / "models", log_to_mlflow=False)
     return out / "bundle"
 
@@ -115,9 +126,39 @@ def run_case(name: str, trace: Path, fmt: str, capacity: int, unit: str, data: b
     }
 
 
+def k_curve(accesses: int, tmp: Path) -> dict[str, Any]:
+    """Simulator speed and miss ratio against k (module doc), round-robin over k."""
+    trace = tmp / "cdn-curve.csv"
+    generate_objects("cdn-like", 0, trace, accesses=accesses, progress=False)
+    df = read_objects(trace, "objects-csv")
+    keys, sizes = df["key"].to_numpy(), df["size"].to_numpy()
+    capacity = 2 << 30
+    bundle = bundle_for(keys, sizes, capacity, tmp / "curve", "bytes", CURVE_MODEL)
+    os.sync()
+    runs: dict[float, list[dict[str, Any]]] = {k: [] for k in CURVE_K}
+    for _ in range(REPEATS):
+        for k in CURVE_K:
+            runs[k].append(simulate_objects_mat(keys, sizes, capacity, "bytes",
+                                                predictor=str(bundle), k=float(k)))
+    points = []
+    for k, rs in runs.items():
+        speeds = sorted(r["requests"] / r["wall_s"] for r in rs)
+        r = rs[0]
+        points.append({"k": k, "sim_requests_per_s": statistics.median(speeds),
+                       "sim_requests_per_s_runs": speeds, "miss_ratio": r["miss_ratio"],
+                       "predictions_per_eviction": r["predictions_per_eviction"],
+                       "candidates_per_eviction": r["candidates_per_eviction"],
+                       "sim_ns_per_eviction": statistics.median(x["ns_per_eviction"]
+                                                                for x in rs)})
+    return {"trace": f"cdn-like seed 0, {len(keys)} requests", "capacity_bytes": capacity,
+            "model": {"trees": CURVE_MODEL[0], "leaves": CURVE_MODEL[1]}, "points": points}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cdn-accesses", type=int, default=200_000)
+    ap.add_argument("--curve-accesses", type=int, default=1_000_000,
+                    help="requests of the k-curve's cdn-like trace (0: no k-curve)")
     ap.add_argument("--out", type=Path, default=RESULTS / "mat_runtime.json")
     args = ap.parse_args(argv)
     subprocess.run(["make", "-s", "-C", str(RUNTIME), "all"], check=True)
@@ -133,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                                              tmp)
         cases["cdn_like_2GiB"] = run_case("cdnb", cdn, "objects-csv", 2 << 30, "bytes", False,
                                           tmp)
+        curve = k_curve(args.curve_accesses, tmp) if args.curve_accesses else None
     worst = max(c["c_decision_ns_p50"] for c in cases.values())
     out = {
         "what": "one MAT eviction decision (tail candidates' features + predictions + list "
@@ -140,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"included); flashrt mat-replay, median of {REPEATS} runs",
         "policy": "flashml.models.mat.train_tta (32 trees, <= 32 leaves) via flashml compile",
         "cases": cases,
+        "k_curve": curve,
         "c_decision_ns_p50_worst_case": worst,
         "target_ns": 1000,
         "machine": machine(),
@@ -155,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{c['sim_ns_per_eviction']:.0f} ns/eviction, "
               f"{c['sim_requests_per_s'] / 1e6:.2f} M requests/s; same decisions: "
               f"{all(c['same_decisions_as_simulator'].values())}")
+    for pt in (curve or {}).get("points", []):
+        print(f"k = {pt['k']}: {pt['sim_requests_per_s'] / 1e6:.2f} M requests/s, miss ratio "
+              f"{pt['miss_ratio']:.4f}, {pt['predictions_per_eviction']:.2f} predictions and "
+              f"{pt['candidates_per_eviction']:.2f} candidates per eviction")
     print(f"wrote {args.out}")
     return 0 if all(all(c["same_decisions_as_simulator"].values()) for c in cases.values()) \
         else 1
