@@ -10,7 +10,7 @@ about 0.5% of them. Writes are the rows whose op is a PUT.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,10 @@ class BlockRequests:
     lens: np.ndarray
     writes: np.ndarray
     page_bytes: int
+    #: The last RAM-cache pass computed for these requests: {(cache_bytes, ram_pct): (mask,
+    #: seconds)} (one entry: runs come grouped by size). See `simulate`.
+    _ram: dict[tuple[int, float], tuple[np.ndarray, float]] = field(
+        default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.pages)
@@ -114,9 +118,23 @@ def simulate(req: BlockRequests, policy: str, cache_bytes: int, **knobs: Any) ->
     op, tire_epbpd, tire_slack, tire_steps, quantum_s, promotion_pct, sample_pct,
     lifetime_pct, ghost_factor, survival, aging, invalidation_aware, packing,
     fixed_lifetime, open_in_cache, ram_pct: the RAM cache in front, % of the flash cache, 0 if
-    not given). ValueError with the simulator's message for bad input."""
+    not given). ValueError with the simulator's message for bad input.
+
+    The RAM cache's pass depends on the trace and sizes only: it is computed once for the
+    policies run in turn on the same requests, cache size and ram_pct, and its time counts in
+    each run's wall_s as if it had been computed there."""
     import flashml_sim
 
+    ram_pct = float(knobs.get("ram_pct", 0.0))
+    if ram_pct > 0 and "ram_served" not in knobs:
+        key = (int(cache_bytes), ram_pct)
+        if key not in req._ram:
+            req._ram.clear()
+            req._ram[key] = flashml_sim.block_ram_served(
+                req.times, req.pages, req.lens, req.writes, int(cache_bytes),
+                page_bytes=req.page_bytes, ram_pct=ram_pct)
+        mask, secs = req._ram[key]
+        knobs = {**knobs, "ram_served": mask, "ram_served_s": secs}
     return flashml_sim.simulate_blocks(req.times, req.pages, req.lens, req.writes, policy,
                                        int(cache_bytes), page_bytes=req.page_bytes, **knobs)
 

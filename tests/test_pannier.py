@@ -181,6 +181,40 @@ def test_ram_cache_in_front_is_a_filter_of_the_stream(policy: str):
         simulate(req, policy, cache, ram_pct=-1.0)
 
 
+def test_ram_pass_shared_between_runs_changes_nothing():
+    """blockcache.simulate computes the RAM cache's pass once per requests, cache size and
+    ram_pct and gives it to each policy's run: every figure equals a run that computes its
+    own (the simulator called directly), across policies and a change of size; a pass of the
+    wrong length (another trace or RAM size) is refused."""
+    import flashml_sim
+
+    req = _small("src11-like", 20_000)
+    for cache in (16 * MiB, 8 * MiB, 16 * MiB):
+        for policy in ("lru", "belady", "ripq_plus", "pannier"):
+            shared = simulate(req, policy, cache, ram_pct=5.0)
+            own = flashml_sim.simulate_blocks(req.times, req.pages, req.lens, req.writes, policy,
+                                              cache, page_bytes=req.page_bytes, ram_pct=5.0)
+            assert own["ram_read_hits"] > 0
+            for k, v in own.items():
+                if k in ("wall_s", "requests_per_s", "blocks_per_s"):
+                    continue
+                if isinstance(v, np.ndarray):
+                    np.testing.assert_array_equal(shared[k], v, err_msg=k)
+                else:
+                    assert shared[k] == v or (v != v and shared[k] != shared[k]), k
+            assert list(req._ram) == [(cache, 5.0)]
+    mask, secs = req._ram[(16 * MiB, 5.0)]
+    assert mask.dtype == bool and len(mask) == req.blocks and secs > 0
+    with pytest.raises(ValueError, match="computed for another trace or RAM size"):
+        flashml_sim.simulate_blocks(req.times, req.pages, req.lens, req.writes, "lru",
+                                    16 * MiB, page_bytes=req.page_bytes, ram_pct=5.0,
+                                    ram_served=mask[:-1])
+    # without a RAM cache the pass is empty, and a non-empty one is refused
+    with pytest.raises(ValueError, match="computed for another trace or RAM size"):
+        flashml_sim.simulate_blocks(req.times, req.pages, req.lens, req.writes, "lru",
+                                    16 * MiB, page_bytes=req.page_bytes, ram_served=mask)
+
+
 def test_paper_orderings_on_one_trace():
     """Fig. 6 / 13 shapes on a small web trace (Zipf 0.5, 10% of the working set): Pannier's
     read-hit ratio above LRU+'s; Belady best; per-block LRU has a lower FUE than LRU+ and,

@@ -1126,14 +1126,47 @@ pub fn simulate_blocks(
     trace: &BlockTrace,
     cfg: &BlockConfig,
 ) -> Result<BlockResult, SimError> {
+    simulate_blocks_served(policy, trace, cfg, None)
+}
+
+/// [`simulate_blocks`] with the RAM cache's pass given: `(ram_served(trace,
+/// cfg.ram_pages()), the seconds it took)`, computed once for the policies that share a
+/// trace and configuration (the pass is the same for all of them; its time still counts in
+/// each run's). None: computed here.
+pub fn simulate_blocks_served(
+    policy: BlockPolicy,
+    trace: &BlockTrace,
+    cfg: &BlockConfig,
+    ram: Option<(&[bool], f64)>,
+) -> Result<BlockResult, SimError> {
     trace.validate()?;
     cfg.validate()?;
     let name = policy.name();
     let cap = cfg.cache_pages() as usize;
-    let t0 = Instant::now();
-    let served = ram_served(trace, cfg.ram_pages());
-    let ram_s = t0.elapsed().as_secs_f64();
-    let sv = served.as_slice();
+    let computed;
+    let (sv, ram_s) = match ram {
+        Some((served, secs)) => {
+            let want = if cfg.ram_pages() == 0 {
+                0
+            } else {
+                trace.n_accesses()
+            };
+            if served.len() != want {
+                return err(format!(
+                    "the RAM cache's pass has {} entries, this trace and configuration need {want} \
+                     (one per block access, none without a RAM cache): it was computed for \
+                     another trace or RAM size",
+                    served.len()
+                ));
+            }
+            (served, secs)
+        }
+        None => {
+            let t0 = Instant::now();
+            computed = ram_served(trace, cfg.ram_pages());
+            (computed.as_slice(), t0.elapsed().as_secs_f64())
+        }
+    };
     let mut r = match policy {
         BlockPolicy::Lru => run(&mut PerBlock::new(Lru::new(), cfg), trace, cfg, name, sv),
         BlockPolicy::S2lru => {

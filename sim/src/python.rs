@@ -1043,12 +1043,54 @@ fn simulate_partitioned<'py>(
     Ok(d)
 }
 
+/// The RAM cache's pass of block mode (`blocks::ram_served`): for each block access, whether
+/// the LRU RAM cache of `ram_pct`% of `cache_bytes` in front of the flash cache serves it
+/// (empty for ram_pct 0), and the seconds the pass took: (bool array, float), to give
+/// `simulate_blocks` for every policy run on the same trace and sizes.
+#[pyfunction]
+#[pyo3(signature = (times, pages, lens, writes, cache_bytes, *, page_bytes=4096, ram_pct=0.0))]
+#[allow(clippy::too_many_arguments)]
+fn block_ram_served<'py>(
+    py: Python<'py>,
+    times: PyReadonlyArray1<'py, f64>,
+    pages: PyReadonlyArray1<'py, u64>,
+    lens: PyReadonlyArray1<'py, u32>,
+    writes: PyReadonlyArray1<'py, bool>,
+    cache_bytes: u64,
+    page_bytes: u64,
+    ram_pct: f64,
+) -> PyResult<(Bound<'py, PyArray1<bool>>, f64)> {
+    let cfg = blocks::BlockConfig {
+        cache_bytes,
+        page_bytes,
+        ram_pct,
+        ..blocks::BlockConfig::default()
+    };
+    cfg.validate().map_err(value_error)?;
+    let trace = blocks::BlockTrace {
+        times: times.as_slice()?,
+        pages: pages.as_slice()?,
+        lens: lens.as_slice()?,
+        writes: writes.as_slice()?,
+    };
+    trace.validate().map_err(value_error)?;
+    let (served, secs) = py.allow_threads(|| {
+        let t0 = std::time::Instant::now();
+        let s = blocks::ram_served(&trace, cfg.ram_pages());
+        (s, t0.elapsed().as_secs_f64())
+    });
+    Ok((PyArray1::from_vec(py, served), secs))
+}
+
 /// Block mode (Pannier's setting; sim/src/blocks.rs): replay a block-level trace (request i at
 /// `times[i]` s covers blocks `pages[i] .. pages[i] + lens[i]`, a write iff `writes[i]`)
 /// through one policy: lru, s2lru, mq, belady (per block, over an FTL with `op`
 /// over-provisioning), lru_plus, s2lru_plus or pannier (containers of `container_bytes`,
 /// each a whole number of `erase_bytes` erase blocks; default: one).
 /// `tire_epbpd`: gate insertions with TIRE at that many erasures per erase block per day.
+/// `ram_pct`: the RAM cache in front, % of the cache; `ram_served`, `ram_served_s`: its pass
+/// as `block_ram_served` returned it for the same trace, cache_bytes, page_bytes and ram_pct
+/// (shared by the policies run on them; None: computed here).
 /// Returns the counts, ratios and flash figures, and the quanta (start_s, credit, erasures,
 /// blocked) as arrays.
 #[pyfunction]
@@ -1057,7 +1099,7 @@ fn simulate_partitioned<'py>(
                     tire_steps=3, quantum_s=300.0, promotion_pct=5.0, sample_pct=3.0,
                     lifetime_pct=99.0, ghost_factor=2.0, survival=true, aging=true,
                     invalidation_aware=true, packing=true, fixed_lifetime=None,
-                    open_in_cache=false, ram_pct=0.0))]
+                    open_in_cache=false, ram_pct=0.0, ram_served=None, ram_served_s=0.0))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_blocks<'py>(
     py: Python<'py>,
@@ -1086,6 +1128,8 @@ fn simulate_blocks<'py>(
     fixed_lifetime: Option<u64>,
     open_in_cache: bool,
     ram_pct: f64,
+    ram_served: Option<PyReadonlyArray1<'py, bool>>,
+    ram_served_s: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
     let kind = blocks::BlockPolicy::parse(policy).map_err(value_error)?;
     let cfg = blocks::BlockConfig {
@@ -1122,8 +1166,12 @@ fn simulate_blocks<'py>(
         lens: l,
         writes: w,
     };
+    let ram = match &ram_served {
+        Some(a) => Some((a.as_slice()?, ram_served_s)),
+        None => None,
+    };
     let r = py
-        .allow_threads(|| blocks::simulate_blocks(kind, &trace, &cfg))
+        .allow_threads(|| blocks::simulate_blocks_served(kind, &trace, &cfg, ram))
         .map_err(value_error)?;
     let d = fields_dict!(py, r; tire, requests, reads, read_hits, writes, write_hits,
         read_hit_ratio, write_hit_ratio, page_reads, page_read_hits, ram_read_hits, page_writes,
@@ -1312,6 +1360,7 @@ fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(best_split, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_partitioned, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_blocks, m)?)?;
+    m.add_function(wrap_pyfunction!(block_ram_served, m)?)?;
     m.add_class::<PyReadaheadSim>()?;
     m.add_class::<PyForest>()?;
     Ok(())
