@@ -8,7 +8,8 @@ a file and verifies every hit) and a cdn-like trace (decisions only: its objects
 The policy is MAT's model as `flashml mat run` trains it (flashml.models.mat.train_tta: 32
 trees of <= 32 leaves on the simulator's tail-candidate samples) with the job's default knobs
 (k 2, the mean controller, reused predictions), compiled by flashml.compiler. Each replay
-runs REPEATS times; the figures are the median run's.
+runs REPEATS times, the simulator at least REPEATS times and SIM_MIN_S seconds in all; the
+figures are the median run's.
 
 The k-curve: the simulator's speed and miss ratio against k (the candidates per decision the
 controller holds) on 1 M cdn-like requests at 2 GiB through a 16 x 16 model (the size Optuna
@@ -52,6 +53,8 @@ RUNTIME = ROOT / "runtime"
 FLASHRT = RUNTIME / "build" / "flashrt"
 RESULTS = ROOT / "bench" / "results"
 REPEATS = 5
+#: Least total time of a case's timed simulator runs, s.
+SIM_MIN_S = 1.0
 #: The k-curve's k values and model size (trees, leaves).
 CURVE_K = (1, 2, 3, 4, 6, 8)
 CURVE_MODEL = (16, 16)
@@ -81,9 +84,13 @@ def run_case(name: str, trace: Path, fmt: str, capacity: int, unit: str, data: b
     # the simulator first, on a quiet machine: after the C runs, the kernel is still writing
     # their cache files back (hundreds of MB), which takes CPU from whatever runs next
     os.sync()
-    # the first records its victims (to compare with the C runtime's); the timed ones do not
+    # the first records its victims (to compare with the C runtime's); the timed ones do not,
+    # at least REPEATS of them and at least SIM_MIN_S in all (a short trace runs in ~20 ms,
+    # where one hiccup of the machine halves a run: many runs keep the median honest)
     sims = [simulate_objects_mat(keys, sizes, capacity, unit, predictor=str(bundle),
-                                 record_victims=i == 0) for i in range(6)]
+                                 record_victims=True)]
+    while len(sims) <= REPEATS or sum(x["wall_s"] for x in sims[1:]) < SIM_MIN_S:
+        sims.append(simulate_objects_mat(keys, sizes, capacity, unit, predictor=str(bundle)))
     runs = []
     for i in range(REPEATS):
         dec = tmp / f"{name}-{i}.csv"
@@ -121,6 +128,7 @@ def run_case(name: str, trace: Path, fmt: str, capacity: int, unit: str, data: b
         # the whole simulation (features of every request, LRU, decisions through the .so)
         "sim_requests_per_s": statistics.median(s["requests"] / s["wall_s"] for s in sims[1:]),
         "sim_requests_per_s_runs": sorted(s["requests"] / s["wall_s"] for s in sims[1:]),
+        "sim_runs": len(sims) - 1,
         "verified_bytes": c["verified_bytes"], "integrity_errors": c["integrity_errors"],
         "same_decisions_as_simulator": same,
     }
