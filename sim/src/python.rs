@@ -1043,6 +1043,21 @@ fn simulate_partitioned<'py>(
     Ok(d)
 }
 
+/// A block trace over the four arrays of the block-mode functions (contiguous, or an error).
+fn block_trace<'a>(
+    times: &'a PyReadonlyArray1<'_, f64>,
+    pages: &'a PyReadonlyArray1<'_, u64>,
+    lens: &'a PyReadonlyArray1<'_, u32>,
+    writes: &'a PyReadonlyArray1<'_, bool>,
+) -> PyResult<blocks::BlockTrace<'a>> {
+    Ok(blocks::BlockTrace {
+        times: times.as_slice()?,
+        pages: pages.as_slice()?,
+        lens: lens.as_slice()?,
+        writes: writes.as_slice()?,
+    })
+}
+
 /// The RAM cache's pass of block mode (`blocks::ram_served`): for each block access, whether
 /// the LRU RAM cache of `ram_pct`% of `cache_bytes` in front of the flash cache serves it
 /// (empty for ram_pct 0), and the seconds the pass took: (bool array, float), to give
@@ -1067,12 +1082,7 @@ fn block_ram_served<'py>(
         ..blocks::BlockConfig::default()
     };
     cfg.validate().map_err(value_error)?;
-    let trace = blocks::BlockTrace {
-        times: times.as_slice()?,
-        pages: pages.as_slice()?,
-        lens: lens.as_slice()?,
-        writes: writes.as_slice()?,
-    };
+    let trace = block_trace(&times, &pages, &lens, &writes)?;
     trace.validate().map_err(value_error)?;
     let (served, secs) = py.allow_threads(|| {
         let t0 = std::time::Instant::now();
@@ -1154,18 +1164,7 @@ fn simulate_blocks<'py>(
         open_in_cache,
         ram_pct,
     };
-    let (t, p, l, w) = (
-        times.as_slice()?,
-        pages.as_slice()?,
-        lens.as_slice()?,
-        writes.as_slice()?,
-    );
-    let trace = blocks::BlockTrace {
-        times: t,
-        pages: p,
-        lens: l,
-        writes: w,
-    };
+    let trace = block_trace(&times, &pages, &lens, &writes)?;
     let ram = match &ram_served {
         Some(a) => Some((a.as_slice()?, ram_served_s)),
         None => None,
