@@ -173,15 +173,6 @@ impl<'a, P: Predictor> MatOrders<'a, P> {
             clock: DecisionClock::new(),
         }
     }
-
-    #[inline]
-    fn note(&self, t: u64) -> u64 {
-        if P::NOTES {
-            self.mat.predictor.note(t)
-        } else {
-            0
-        }
-    }
 }
 
 impl<P: Predictor> Orders<Lru> for MatOrders<'_, P> {
@@ -200,7 +191,7 @@ impl<P: Predictor> Orders<Lru> for MatOrders<'_, P> {
             m.access(id, now, self.sizes[i]);
         }
         if let Some(sl) = slot {
-            let note = self.note(now);
+            let note = self.mat.note(now);
             self.slots.touch(sl, now, note);
         }
     }
@@ -213,7 +204,7 @@ impl<P: Predictor> Orders<Lru> for MatOrders<'_, P> {
     /// A block is allocated: by the current GET (the only accesses that insert).
     #[inline]
     fn assign(&mut self, slot: u32, _: u32) {
-        let note = self.note(self.now);
+        let note = self.mat.note(self.now);
         let id = self.ids[self.now as usize];
         self.slots.set(slot, id, self.now, 0, note);
     }

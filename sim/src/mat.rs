@@ -649,6 +649,24 @@ impl<P: Predictor> Mat<P> {
         }
     }
 
+    /// The note to keep of an access at logical time `t` ([`Predictor::note`]; 0 for a
+    /// predictor that keeps none).
+    #[inline]
+    pub fn note(&self, t: u64) -> u64 {
+        if P::NOTES {
+            self.predictor.note(t)
+        } else {
+            0
+        }
+    }
+
+    /// Whether the candidate in `slot` is judged by its kept prediction alone (reused
+    /// predictions, no samples to record): no features, no metadata are read for it.
+    #[inline]
+    fn judged_by_kept(&self, slot: u32, slots: &Slots) -> bool {
+        self.params.reuse_predictions && !self.params.collect_samples && slots.kept(slot).is_some()
+    }
+
     /// Whether the chooser reads the features (to predict or to record samples).
     pub fn wants_features(&self) -> bool {
         P::NEEDS_FEATURES || self.params.collect_samples
@@ -671,12 +689,10 @@ impl<P: Predictor> Mat<P> {
         } else {
             1
         };
-        let skip_kept = self.params.reuse_predictions && !self.params.collect_samples;
         for s in tail.take(l as usize) {
-            if skip_kept && slots.kept(s).is_some() {
-                continue;
+            if !self.judged_by_kept(s, slots) {
+                meta.prefetch_meta(slots.obj(s));
             }
-            meta.prefetch_meta(slots.obj(s));
         }
     }
 
@@ -706,8 +722,7 @@ impl<P: Predictor> Mat<P> {
             // the next candidate's history, unless it will be judged by a kept prediction
             // (reading its metadata for nothing would stall on a cache miss)
             if let Some(next) = order.before(c) {
-                if samples.is_some() || !self.params.reuse_predictions || slots.kept(next).is_none()
-                {
+                if !self.judged_by_kept(next, slots) {
                     m.prefetch_history(slots.obj(next));
                 }
             }
@@ -924,8 +939,7 @@ pub fn simulate_mat<P: Predictor>(
         let slot = obj_slot[id as usize];
         if slot != NIL {
             hits += 1;
-            let note = if P::NOTES { mat.predictor.note(now) } else { 0 };
-            slots.touch(slot, now, note);
+            slots.touch(slot, now, mat.note(now));
             order.touch(slot);
             continue;
         }
@@ -952,7 +966,7 @@ pub fn simulate_mat<P: Predictor>(
             }
             clock.add_since(t0);
         }
-        let note = if P::NOTES { mat.predictor.note(now) } else { 0 };
+        let note = mat.note(now);
         let s = slots.alloc(id, now, size, note);
         obj_slot[id as usize] = s;
         order.insert(s);
