@@ -213,6 +213,14 @@ def test_ram_pass_shared_between_runs_changes_nothing():
     with pytest.raises(ValueError, match="computed for another trace or RAM size"):
         flashml_sim.simulate_blocks(req.times, req.pages, req.lens, req.writes, "lru",
                                     16 * MiB, page_bytes=req.page_bytes, ram_served=mask)
+    # the pass checks only its own knobs: blocks larger than the default container, with
+    # containers to match, run with a RAM cache as without one
+    big = preset_requests(BLOCK_PRESETS["src11-like"], 0, 3000, page_bytes=4 * MiB)
+    r = simulate(big, "lru_plus", 256 * MiB, ram_pct=5.0, container_bytes=8 * MiB)
+    assert r["ram_read_hits"] > 0
+    with pytest.raises(ValueError, match="RAM cache size 101"):
+        flashml_sim.block_ram_served(req.times, req.pages, req.lens, req.writes, 16 * MiB,
+                                     page_bytes=req.page_bytes, ram_pct=101.0)
 
 
 def test_paper_orderings_on_one_trace():

@@ -233,7 +233,9 @@ impl Default for BlockConfig {
 }
 
 impl BlockConfig {
-    pub fn validate(&self) -> Result<(), SimError> {
+    /// The checks the RAM cache's pass ([`ram_served`] over [`BlockConfig::ram_pages`])
+    /// needs: the block size and the RAM cache's size (part of [`BlockConfig::validate`]).
+    pub fn validate_ram(&self) -> Result<(), SimError> {
         if self.page_bytes == 0 {
             return err("block size must be > 0 bytes");
         }
@@ -243,6 +245,11 @@ impl BlockConfig {
                 self.ram_pct
             ));
         }
+        Ok(())
+    }
+
+    pub fn validate(&self) -> Result<(), SimError> {
+        self.validate_ram()?;
         if self.container_bytes < self.page_bytes {
             return err(format!(
                 "container size {} bytes is smaller than a block ({} bytes)",

@@ -1081,7 +1081,8 @@ fn block_ram_served<'py>(
         ram_pct,
         ..blocks::BlockConfig::default()
     };
-    cfg.validate().map_err(value_error)?;
+    // (only the knobs the pass reads: the container knobs are the policies')
+    cfg.validate_ram().map_err(value_error)?;
     let trace = block_trace(&times, &pages, &lens, &writes)?;
     trace.validate().map_err(value_error)?;
     let (served, secs) = py.allow_threads(|| {
