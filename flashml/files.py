@@ -206,3 +206,59 @@ def write_json(path: str | os.PathLike[str], data: Any) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(dumps(data) + "\n")
     return path
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of what `path` names after following links; None if it does not exist."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def refuse_overwriting_inputs(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
+    """Refuse (UserError naming both options) an output that is one of the inputs: the same
+    device and inode after following symlinks, so a hard link or a symlink to the input is
+    caught as well as the same name. Also refuse an output that is a FIFO, a socket or a
+    character device other than /dev/null (a FIFO blocks the writer until someone reads it;
+    /dev/null is the one harmless sink), and an output whose existing folder part is not a
+    folder. `outputs` and `inputs` map an option name (e.g. "-o", "--trace") to a path or
+    None (not given); a folder output is compared with every input inside it as well."""
+    from flashml.errors import UserError
+
+    ins = {name: Path(p) for name, p in inputs.items() if p is not None}
+    for oname, o in outputs.items():
+        if o is None:
+            continue
+        out = Path(o)
+        try:
+            mode = os.stat(out).st_mode
+        except (OSError, ValueError):
+            mode = None
+        if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) \
+                and str(out) != os.devnull:
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "a character device" if stat.S_ISCHR(mode)
+                    else "a block device" if stat.S_ISBLK(mode) else "not a regular file")
+            raise UserError(f"{out}: option {oname}: the output is {kind}; write to a "
+                            "regular file")
+        oid = _identity(out)
+        for iname, i in ins.items():
+            iid = _identity(i)
+            if iid is None:
+                continue
+            if oid is not None and oid == iid:
+                raise UserError(f"{out}: option {oname} names the same file as {iname} "
+                                f"({i}); refusing to overwrite an input; choose another "
+                                "output")
+            if mode is not None and stat.S_ISDIR(mode):
+                # an input inside the output folder would be replaced with the folder
+                try:
+                    real_i, real_o = os.path.realpath(i), os.path.realpath(out)
+                except (OSError, ValueError):
+                    continue
+                if os.path.commonpath([real_i, real_o]) == real_o:
+                    raise UserError(f"{out}: option {oname} is a folder holding {iname} "
+                                    f"({i}); refusing to replace an input; choose another "
+                                    "output")
