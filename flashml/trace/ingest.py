@@ -2,8 +2,17 @@
 
 Each chunk of whole lines is parsed by the format's reader (Polars, vectorised), checked row by
 row with errors that name the file, line and field, checked for non-decreasing time, turned
-into canonical rows and appended to the Parquet file as one row group. The output is written
-to a temporary name and renamed only when the whole input was read without error.
+into canonical rows and appended to the Parquet file. The output is written to a temporary
+name and renamed only when the whole input was read without error.
+
+Memory is O(chunk) by construction. Every expansion has a cap checked before anything is
+built: a chunk is at most MAX_CHUNK_BYTES; a line's op_count at most MAX_OP_COUNT (2^20); an
+IO at most MAX_IO_BYTES (4 GiB), cut into blocks of at least MIN_BLOCK_BYTES (128 KiB), so
+into at most MAX_BLOCKS_PER_IO rows; and the whole trace at most `max_expansion`
+(`--max-expansion`, default DEFAULT_MAX_EXPANSION) accesses per line beyond its first
+FREE_ACCESSES. How many rows each line becomes is counted first (`Reader.expansion`); the
+rows are then built and written in slices of at most ROW_BUDGET accesses (op_count repeats
+through `spread.Spreader`, which holds one row per pending line, not its repeats).
 
 A bad line (one that does not parse, fails a row check, or goes back in time) stops the
 ingest with an error naming the file, the line and the field, wherever it is: first, middle
@@ -26,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,11 +52,30 @@ from flashml.trace.canonical import (
     with_sample_ratio,
 )
 from flashml.trace.readers import FORMATS, READERS, Reader
-from flashml.trace.readers.base import BadLines
+from flashml.trace.readers.base import (
+    MAX_BLOCK_BYTES,
+    MAX_BLOCKS_PER_IO,
+    MIN_BLOCK_BYTES,
+    BadLines,
+    check_block_bytes,
+)
+from flashml.trace.readers.tectonic import MAX_OP_COUNT
+from flashml.trace.spread import ROW_BUDGET, Spreader
 from flashml.trace.textio import CHUNK_BYTES, first_data_line, iter_chunks, open_binary
 
 log = logging.getLogger(__name__)
-MAX_BLOCK_BYTES = 1 << 40
+MAX_CHUNK_BYTES = 1 << 30
+"""The largest input chunk (`--chunk-mb` at most 1024): peak memory is about ten times it."""
+DEFAULT_MAX_EXPANSION = 256
+"""`--max-expansion`: accesses per input line, on average over the trace so far, beyond
+FREE_ACCESSES (op_count repeats and IOs split into blocks make more than one per line)."""
+MAX_MAX_EXPANSION = MAX_OP_COUNT
+"""The largest `--max-expansion`: every line at the largest op_count."""
+FREE_ACCESSES = 1 << 24
+"""The first 16,777,216 accesses of a trace are allowed whatever `--max-expansion` says."""
+__all__ = ["DEFAULT_MAX_EXPANSION", "FREE_ACCESSES", "MAX_BLOCK_BYTES", "MAX_BLOCKS_PER_IO",
+           "MAX_CHUNK_BYTES", "MAX_MAX_EXPANSION", "MIN_BLOCK_BYTES", "ROW_BUDGET",
+           "IngestResult", "ingest", "load_trace", "canonical_path"]
 _FLASHML_COMMENT = re.compile(r"^#\s*flashml:\s*(.*)$")
 
 
@@ -85,22 +114,30 @@ def make_reader(fmt: str, path: Path, *, block_bytes: int = UNITS.block_bytes,
                 **options: Any) -> Reader:
     if fmt not in READERS:
         raise UserError(f"unknown trace format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if not 0 < block_bytes <= MAX_BLOCK_BYTES:
-        raise UserError(f"block size must be in 1..{MAX_BLOCK_BYTES} bytes, got {block_bytes}")
+    check_block_bytes(block_bytes)
     return READERS[fmt](path, block_bytes=block_bytes, **options)
 
 
 def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
            sample_ratio: float | None = None, block_bytes: int = UNITS.block_bytes,
            chunk_bytes: int = CHUNK_BYTES, progress: bool | None = None,
-           skip_bad_lines: bool = False, **reader_options: Any) -> IngestResult:
+           skip_bad_lines: bool = False, max_expansion: int = DEFAULT_MAX_EXPANSION,
+           row_budget: int = ROW_BUDGET, **reader_options: Any) -> IngestResult:
     """Ingest `src` (plain, .gz or .zst) of format `fmt` into the canonical Parquet `out`.
     A bad line raises a TraceError naming it; with `skip_bad_lines` it is left out and
-    counted (log and `IngestResult.skipped_lines`)."""
+    counted (log and `IngestResult.skipped_lines`). Memory is bounded by `chunk_bytes`
+    and `row_budget` (accesses built at once); `max_expansion` caps the accesses per line
+    (module doc)."""
     src, out = Path(src), Path(out)
     started = time.perf_counter()
-    if chunk_bytes <= 0:
-        raise UserError(f"chunk size must be > 0 bytes, got {chunk_bytes}")
+    if not (isinstance(chunk_bytes, int) and 0 < chunk_bytes <= MAX_CHUNK_BYTES):
+        raise UserError(f"chunk size must be in 1..{MAX_CHUNK_BYTES} bytes (--chunk-mb "
+                        f"1..{MAX_CHUNK_BYTES >> 20}), got {chunk_bytes!r}")
+    if not (isinstance(max_expansion, int) and 1 <= max_expansion <= MAX_MAX_EXPANSION):
+        raise UserError(f"--max-expansion must be an integer number of accesses per line in "
+                        f"1..{MAX_MAX_EXPANSION}, got {max_expansion!r}")
+    row_budget = max(int(row_budget), MAX_BLOCKS_PER_IO, MAX_OP_COUNT)
+    expanded = 0
     bad = BadLines(src, skip=skip_bad_lines)
     reader = make_reader(fmt, src, block_bytes=block_bytes, **reader_options)
     first, comments = first_data_line(src)
@@ -130,7 +167,7 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
         with atomic_path(out) as tmp:
             header_pending = True
             last_time: Any = None
-            carry: pl.DataFrame | None = None
+            spreader = Spreader(src, budget=row_budget) if reader.spreads else None
 
             def emit(frame: pl.DataFrame) -> None:
                 nonlocal writer, schema, rows
@@ -159,18 +196,19 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
                 df, last_time = _check_time_order(reader, df, last_time, bad)
                 if df.is_empty():
                     continue
-                canon = reader.to_canonical(df)
-                horizon = reader.horizon(df)
-                if horizon is None:
-                    emit(canon)
+                counts = reader.expansion(df)
+                _check_expansion(reader, df, counts, expanded, max_expansion)
+                expanded += int(counts.sum())
+                if spreader is not None:
+                    spreader.add(reader.to_canonical(df))
+                    for batch in spreader.until(float(df[reader.time_column][-1])):
+                        emit(batch)
                     continue
-                frame = canon if carry is None else pl.concat([carry, canon])
-                if (frame["time"].diff() < 0).any():
-                    frame = frame.sort("time", maintain_order=True)
-                emit(frame.filter(pl.col("time") <= horizon))
-                carry = frame.filter(pl.col("time") > horizon)
-            if carry is not None:
-                emit(carry)
+                for lo, hi in _slices(counts, row_budget):
+                    emit(reader.to_canonical(df.slice(lo, hi - lo)))
+            if spreader is not None:
+                for batch in spreader.until(None):
+                    emit(batch)
             if rows == 0:
                 why = ""
                 if bad.count:
@@ -203,6 +241,40 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
         log.warning("skipped %d bad line(s) of %d in %s (--skip-bad-lines); the first: %s",
                     bad.count, lines, src, bad.examples[0])
     return result
+
+
+def _check_expansion(reader: Reader, df: pl.DataFrame, counts: np.ndarray, before: int,
+                     max_expansion: int) -> None:
+    """Refuse (before building them) the first row whose accesses would bring the trace
+    beyond max(FREE_ACCESSES, max_expansion x its line number) accesses."""
+    total = before + np.cumsum(counts)
+    line = df["src_line"].to_numpy().astype(np.int64)
+    over = total > np.maximum(FREE_ACCESSES, max_expansion * line)
+    if not over.any():
+        return
+    i = int(np.argmax(over))
+    field = "op_count" if "op_count" in df.columns else reader.shown(reader.time_column)
+    for name in ("Size", "size", getattr(reader, "src", {}).get("size", "")):
+        if field != "op_count" and name in df.columns:
+            field = reader.shown(name)
+    raise TraceError(reader.path, f"this line brings the trace to {int(total[i]):,} accesses "
+                     f"from {int(line[i]):,} lines (op_count repeats and IOs split into "
+                     f"blocks), more than --max-expansion {max_expansion} accesses per line "
+                     f"beyond the first {FREE_ACCESSES:,}; raise --max-expansion (at most "
+                     f"{MAX_MAX_EXPANSION}) if the trace is genuine",
+                     line=int(line[i]), field=field)
+
+
+def _slices(counts: np.ndarray, budget: int) -> Iterator[tuple[int, int]]:
+    """[lo, hi) row ranges whose accesses (counts) add up to at most `budget` each (or one
+    row, if that alone is more)."""
+    cum = np.cumsum(counts)
+    lo, n = 0, len(counts)
+    while lo < n:
+        base = int(cum[lo - 1]) if lo else 0
+        hi = max(int(np.searchsorted(cum, base + budget, side="right")), lo + 1)
+        yield lo, min(hi, n)
+        lo = hi
 
 
 STALE_TEMPORARY_S = 600.0

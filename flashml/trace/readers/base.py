@@ -27,6 +27,21 @@ log = logging.getLogger("flashml.trace.ingest")
 MAX_IO_BYTES = 1 << 32
 """The largest size of one IO (4 GiB): larger is corrupt input, and would be split into
 that many blocks' rows."""
+MIN_BLOCK_BYTES = UNITS.segment_bytes
+"""The smallest block (`--block-bytes`): one cache segment (128 KiB); a block is a whole
+number of segments."""
+MAX_BLOCK_BYTES = MAX_IO_BYTES
+"""The largest block (`--block-bytes`): 4 GiB, the largest IO."""
+MAX_BLOCKS_PER_IO = MAX_IO_BYTES // MIN_BLOCK_BYTES + 1
+"""The most rows one IO is split into (32,769): an IO of at most MAX_IO_BYTES, cut into
+blocks of at least MIN_BLOCK_BYTES (+1: an unaligned IO touches one more)."""
+MAX_TIME_S = 1e12
+"""The largest |time| of an access, in seconds after any time scale (about 31,700 years
+from the epoch): a larger one is corrupt input, and loses sub-second precision in float64."""
+MIN_TIME_SCALE, MAX_TIME_SCALE = 1e-12, 1e6
+"""`--time-scale` (seconds per source time unit) lies in [1e-12, 1e6]: picoseconds to about
+11.6 days; outside that range the scaled times lose their precision (or are subnormal
+numbers, where every access would get the same time) or overflow MAX_TIME_S."""
 MAX_ADDRESS = (1 << 63) - 1 - MAX_IO_BYTES
 """The largest byte address (room for an IO below 2^63, so no sum overflows)."""
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
@@ -39,8 +54,22 @@ _FLOAT = re.compile(r" *[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 
 
 def check_time_scale(time_scale: float) -> None:
-    if not (math.isfinite(time_scale) and time_scale > 0):
-        raise UserError(f"--time-scale must be a finite number > 0, got {time_scale}")
+    """`--time-scale`: seconds per source time unit, finite and in [MIN_TIME_SCALE,
+    MAX_TIME_SCALE]."""
+    if not (math.isfinite(time_scale) and MIN_TIME_SCALE <= time_scale <= MAX_TIME_SCALE):
+        raise UserError(f"--time-scale must be a finite number of seconds per source time "
+                        f"unit in [{MIN_TIME_SCALE:g}, {MAX_TIME_SCALE:g}] (1e-6: "
+                        f"microseconds, 1e-9: nanoseconds), got {time_scale!r}")
+
+
+def check_block_bytes(block_bytes: int) -> None:
+    """`--block-bytes`: a whole number of segments in [MIN_BLOCK_BYTES, MAX_BLOCK_BYTES]."""
+    seg = UNITS.segment_bytes
+    if not (isinstance(block_bytes, int) and MIN_BLOCK_BYTES <= block_bytes <= MAX_BLOCK_BYTES
+            and block_bytes % seg == 0):
+        raise UserError(f"--block-bytes must be a multiple of the {seg}-byte segment in "
+                        f"[{MIN_BLOCK_BYTES}, {MAX_BLOCK_BYTES}] bytes (128 KiB to 4 GiB), "
+                        f"got {block_bytes!r}")
 
 
 def _shown(text: str) -> str:
@@ -241,14 +270,16 @@ class Reader(ABC):
         return []
 
     def all_checks(self) -> list[Check]:
-        """The format's row checks, then the time check every reader shares (a scaled float
-        time must stay finite)."""
+        """The format's row checks, then the time check every reader shares (a float time,
+        scaled, must be finite and within MAX_TIME_S seconds of the epoch)."""
         checks = self.checks()
         scale = float(getattr(self, "time_scale", 1.0))
         col = self.time_column
-        if scale != 1.0 and any(c.name == col and c.kind == "float" for c in self.columns):
-            checks.append(Check(~(pl.col(col) * scale).is_finite(), col,
-                                f"time {{value}} x time scale {scale:g} is not a finite number"))
+        if any(c.name == col and c.kind == "float" for c in self.columns):
+            scaled = f" x time scale {scale:g}" if scale != 1.0 else ""
+            checks.append(Check(~((pl.col(col) * scale).abs() <= MAX_TIME_S), col,
+                                f"time {{value}}{scaled} is outside [-{MAX_TIME_S:g}, "
+                                f"{MAX_TIME_S:g}] seconds"))
         return checks
 
     def validate(self, df: pl.DataFrame, bad: BadLines | None = None) -> pl.DataFrame:
@@ -276,14 +307,32 @@ class Reader(ABC):
     def shown(self, column: str) -> str:
         return self.display.get(column, column)
 
-    def horizon(self, df: pl.DataFrame) -> float | None:  # noqa: ARG002
-        """For readers that spread one line over later times (op_count): the canonical time up
-        to which output of this chunk is final. None: rows come out in time order already."""
-        return None
+    @property
+    def spreads(self) -> bool:
+        """True for readers that spread one line over the next second (Tectonic op_count):
+        `to_canonical` then gives one row per line with a `_repeats` column (>= 1), its
+        accesses being at time + i / repeats for i < repeats. False: rows come out in time
+        order already."""
+        return False
 
     @abstractmethod
     def to_canonical(self, df: pl.DataFrame) -> pl.DataFrame:
         """Canonical columns (CORE_SCHEMA order) followed by `src_*` columns."""
+
+    def expansion(self, df: pl.DataFrame) -> np.ndarray:
+        """How many canonical rows each (validated) source row becomes, computed without
+        building them (int64, >= 0): ingest checks the total against its caps and cuts the
+        chunk into slices of bounded output before calling `to_canonical`."""
+        return np.ones(len(df), dtype=np.int64)
+
+    def split_counts(self, df: pl.DataFrame, address: pl.Expr, size: str) -> np.ndarray:
+        """The number of blocks each IO at byte `address` of `size` bytes touches (what
+        `split_blocks` makes of it); 0 for a zero-size IO (dropped)."""
+        b = self.block_bytes
+        a = address.cast(pl.Int64)
+        n = (a + pl.col(size) - 1) // b - a // b + 1
+        return df.select(pl.when(pl.col(size) > 0).then(n).otherwise(0)).to_series() \
+            .to_numpy().astype(np.int64)
 
     # --- shared helpers ---------------------------------------------------------------------
     def drop_zero_size(self, df: pl.DataFrame, size: str) -> pl.DataFrame:

@@ -8,6 +8,7 @@ blocks (8 MiB by default). `time` is taken as seconds times `time_scale` (defaul
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from flashml.config import OP_CODES
@@ -54,6 +55,9 @@ class CloudPhysicsReader(Reader):
                   "unknown SCSI opcode {value!r} (reads: " + ", ".join(READ_OPCODES)
                   + "; writes: " + ", ".join(WRITE_OPCODES) + ")"),
         ]
+
+    def expansion(self, df: pl.DataFrame) -> np.ndarray:
+        return self.split_counts(df, pl.col("lbn") * self.sector_bytes, "size")
 
     def to_canonical(self, df: pl.DataFrame) -> pl.DataFrame:
         df = self.drop_zero_size(df, "size")

@@ -123,6 +123,11 @@ class GenericCsvReader(Reader):
         return (pl.when(code.is_in(list(OPS))).then(code)
                 .otherwise(raw.replace_strict(OP_WORDS, default=None, return_dtype=pl.Int64)))
 
+    def expansion(self, df: pl.DataFrame) -> np.ndarray:
+        if "address" in self.src:
+            return self.split_counts(df, pl.col(self.src["address"]), self.src["size"])
+        return super().expansion(df)
+
     def to_canonical(self, df: pl.DataFrame) -> pl.DataFrame:
         s = self.src
         df = self.drop_zero_size(df, s["size"])

@@ -42,6 +42,9 @@ class MsrReader(Reader):
             self.id_check("DiskNumber"),
         ]
 
+    def expansion(self, df: pl.DataFrame) -> np.ndarray:
+        return self.split_counts(df, pl.col("Offset"), "Size")
+
     def to_canonical(self, df: pl.DataFrame) -> pl.DataFrame:
         df = self.drop_zero_size(df, "Size")
         df = self.split_blocks(df, "Offset", "Size")

@@ -2,12 +2,15 @@
 
 Plain ASCII, one access per line, fields separated by one space, `#` lines are comments and
 the first holds the column names. Zero-size IOs are dropped. In the 202110 and 2023 schemas
-the cache key is (block_id, host_name) resp. (block_id, rs_shard_id), and `op_count` repeats an
-access that many times, spread evenly over the next second (t + i/op_count).
+the cache key is (block_id, host_name) resp. (block_id, rs_shard_id), and `op_count` (at most
+MAX_OP_COUNT) repeats an access that many times, spread evenly over the next second
+(t + i/op_count): `to_canonical` gives one row per line with its `_repeats`, and ingest's
+`Spreader` writes the repeats in time order, a bounded number at a time.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from flashml.errors import TraceError
@@ -76,10 +79,14 @@ class TectonicReader(Reader):
     def columns_names(self) -> list[str]:
         return [c.name for c in self.columns]
 
-    def horizon(self, df: pl.DataFrame) -> float | None:
-        if "op_count" not in df.columns:
-            return None
-        return float(df["op_time"][-1])
+    @property
+    def spreads(self) -> bool:
+        return "op_count" in self.columns_names
+
+    def expansion(self, df: pl.DataFrame) -> np.ndarray:
+        n = df["op_count"].to_numpy().astype(np.int64) if "op_count" in df.columns \
+            else np.ones(len(df), dtype=np.int64)
+        return np.where(df["io_size"].to_numpy() > 0, n, 0)
 
     def to_canonical(self, df: pl.DataFrame) -> pl.DataFrame:
         df = self.drop_zero_size(df, "io_size")
@@ -90,10 +97,6 @@ class TectonicReader(Reader):
         else:
             scope_hash = hash_names(df[scope].to_numpy(), self._names)
             df = df.with_columns(key=scoped_keys(scope_hash, df["block_id"]))
-        if "op_count" in df.columns and (df["op_count"] > 1).any():
-            df = df.with_columns(_i=pl.int_ranges(0, pl.col("op_count"))).explode("_i")
-            df = df.with_columns(
-                op_time=pl.col("op_time") + pl.col("_i") / pl.col("op_count"))
         src = ["block_id"] + [c for c in ("pipeline", "host_name", "rs_shard_id", "op_count")
                               if c in df.columns]
         df = df.with_columns(
@@ -101,7 +104,10 @@ class TectonicReader(Reader):
             op=pl.col("op_name"), namespace=pl.col("user_namespace"), user=pl.col("user_name"),
             **{f"src_{c}": pl.col(c) for c in src},
         )
-        return finish(df, [f"src_{c}" for c in src])
+        out = finish(df, [f"src_{c}" for c in src])
+        if "op_count" in df.columns:  # one row per line; ingest's Spreader makes the repeats
+            out = out.with_columns(_repeats=df["op_count"])
+        return out
 
 
 __all__ = ["SCHEMAS", "TectonicReader"]
