@@ -6,14 +6,77 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from flashml.commands.argtypes import finite_float
+from flashml.commands.argtypes import finite_float, integer
 from flashml.config import UNITS
 from flashml.errors import UserError
+from flashml.files import refuse_overwriting_inputs
 
 log = logging.getLogger("flashml.trace")
 OBJECTS_CSV = "objects-csv"  # whole-object traces (flashml/trace/objects.py)
+
+
+def _checked(check: Callable[[Any], Any], parse: Callable[[str], Any] = finite_float
+             ) -> Callable[[str], Any]:
+    """An argparse type: `parse` the text, then `check` the value (its UserError, which
+    names the option, its range and unit, becomes the usage error)."""
+    def convert(text: str) -> Any:
+        value = parse(text)
+        try:
+            check(value)
+        except UserError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return value
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
+
+
+def _in_range(option: str, low: float, high: float, unit: str,
+              parse: Callable[[str], Any] = finite_float) -> Callable[[str], Any]:
+    """An argparse type: a number (`parse`) in [low, high] `unit`."""
+    def check(v: Any) -> None:
+        if not low <= v <= high:
+            raise UserError(f"{option} must be {unit} in [{low:g}, {high:g}], got {v!r}")
+    return _checked(check, parse)
+
+
+def _seed(text: str) -> int:
+    from flashml.trace.limits import check_seed
+
+    return int(_checked(check_seed, integer)(text))
+
+
+def _sample_ratio(text: str) -> float:
+    from flashml.trace.limits import check_sample_ratio
+
+    return float(_checked(check_sample_ratio)(text))
+
+
+def _time_scale(text: str) -> float:
+    from flashml.trace.readers.base import check_time_scale
+
+    return float(_checked(check_time_scale)(text))
+
+
+def _block_bytes(text: str) -> int:
+    from flashml.trace.readers.base import check_block_bytes
+
+    return int(_checked(check_block_bytes, integer)(text))
+
+
+def _accesses(text: str) -> int:
+    from flashml.trace.limits import check_accesses
+
+    return int(_checked(check_accesses, integer)(text))
+
+
+def _days(text: str) -> float:
+    from flashml.trace.limits import check_days
+
+    return float(_checked(check_days)(text))
 
 
 def add_trace_option(p: argparse.ArgumentParser, *, required: bool = True,
@@ -30,9 +93,10 @@ def add_trace_option(p: argparse.ArgumentParser, *, required: bool = True,
     p.add_argument("--format", default=None, choices=formats or FORMATS,
                    help=f"format of a raw trace (default {default_format}; ignored for "
                    ".parquet)")
-    p.add_argument("--sample-ratio", type=finite_float, default=None, metavar="PERCENT",
-                   help="sample ratio in percent (default: the table's metadata, else the "
-                   "file name full_<start>_<ratio>.trace, else 100)")
+    p.add_argument("--sample-ratio", type=_sample_ratio, default=None, metavar="PERCENT",
+                   help="sample ratio in percent, in [1e-6, 100]: rates are scaled by "
+                   "100 / ratio (default: the table's metadata, else the file name "
+                   "full_<start>_<ratio>.trace, else 100)")
 
 
 def add_trace_input(p: argparse.ArgumentParser, *, with_format: bool = True,
@@ -49,15 +113,21 @@ def add_trace_input(p: argparse.ArgumentParser, *, with_format: bool = True,
         p.add_argument("--format", choices=(*FORMATS, *extra_formats), default=None,
                        help="format of a raw trace (default: tectonic; ignored for .parquet)"
                        + format_help)
-    p.add_argument("--sample-ratio", type=finite_float, default=None, metavar="PERCENT",
-                   help="sample ratio of the trace in percent; default: the table's metadata, "
-                   "else the artifact file name full_<start>_<ratio>.trace, else 100")
-    p.add_argument("--block-bytes", type=int, default=UNITS.block_bytes,
-                   help="block size in bytes (default 8 MiB)")
-    p.add_argument("--sector-bytes", type=int, default=512,
-                   help="cloudphysics: bytes per lbn sector (default 512)")
-    p.add_argument("--time-scale", type=float, default=1.0,
-                   help="cloudphysics/csv: multiply source times by this to get seconds")
+    p.add_argument("--sample-ratio", type=_sample_ratio, default=None, metavar="PERCENT",
+                   help="sample ratio of the trace in percent, in [1e-6, 100] (rates are "
+                   "scaled by 100 / ratio); default: the table's metadata, else the artifact "
+                   "file name full_<start>_<ratio>.trace, else 100")
+    p.add_argument("--block-bytes", type=_block_bytes, default=UNITS.block_bytes,
+                   help="block size in bytes: a multiple of the 128 KiB segment, from 128 KiB "
+                   "(one segment) to 4 GiB (the largest IO), so an IO is split into at most "
+                   "32769 blocks (default 8 MiB)")
+    p.add_argument("--sector-bytes", type=_in_range("--sector-bytes", 1, 1 << 32,
+                                                    "a number of bytes", integer), default=512,
+                   help="cloudphysics: bytes per lbn sector, 1 to 2^32 (default 512)")
+    p.add_argument("--time-scale", type=_time_scale, default=1.0, metavar="SECONDS",
+                   help="cloudphysics/csv: seconds per source time unit (source times are "
+                   "multiplied by it), in [1e-12, 1e6]: picoseconds to 11.6 days; a scaled "
+                   "time must lie within 1e12 s of the epoch (default 1)")
     p.add_argument("--columns", default="",
                    help="csv: FIELD=COLUMN,... mapping (fields: time,key,offset,address,size,"
                    "op,namespace,user; by header name, or 0-based index with --no-header)")
@@ -92,11 +162,12 @@ def load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def cmd_ingest(args: argparse.Namespace) -> int:
     from flashml.trace.ingest import ingest
 
+    refuse_overwriting_inputs({"-o": args.output}, {"TRACE": args.trace})
     if args.format == OBJECTS_CSV:
         return _ingest_objects(args)
     res = ingest(args.trace, args.output, args.format or "tectonic",
                  sample_ratio=args.sample_ratio, chunk_bytes=args.chunk_mb * 1024 * 1024,
-                 **reader_options(args))
+                 max_expansion=args.max_expansion, **reader_options(args))
     print(f"{res.out}: {res.rows} accesses from {res.lines} lines "
           f"({res.meta.source_format}, sample ratio {res.meta.sample_ratio:g}%), "
           f"{res.dropped_zero_size} zero-size IOs dropped, "
@@ -125,6 +196,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from flashml.trace.canonical import write_table
     from flashml.trace.sample import sample_by_key
 
+    refuse_overwriting_inputs({"-o": args.output}, {"TRACE": args.trace})
     df, meta = load(args)
     out, meta2 = sample_by_key(df, meta, start=args.start, size=args.size, seed=args.seed)
     write_table(out, args.output, meta2)
@@ -137,6 +209,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from flashml.trace.blockgen import BLOCK_PRESETS
 
+    refuse_overwriting_inputs({"-o": args.output}, {})
     if args.preset in BLOCK_PRESETS:
         from flashml.trace.blockgen import get_block_preset, write_block_msr
 
@@ -161,8 +234,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_mix(args: argparse.Namespace) -> int:
     from flashml.trace.multistream import generate_mix, write_mix
 
-    if min(args.streams, args.requests, args.phases) < 1 or args.scale < 5:
-        raise UserError("--streams, --requests and --phases must be >= 1, --scale >= 5")
+    refuse_overwriting_inputs({"-o": args.output}, {})
     kinds = None
     if args.kinds:
         from flashml.trace.multistream import STREAM_KINDS
@@ -211,6 +283,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 # --- parser -----------------------------------------------------------------------------------
 def register(sub: argparse._SubParsersAction) -> None:
+    from flashml.trace.ingest import (
+        DEFAULT_MAX_EXPANSION,
+        FREE_ACCESSES,
+        MAX_CHUNK_BYTES,
+        MAX_MAX_EXPANSION,
+    )
+
     trace = sub.add_parser("trace", help="ingest, sample, generate, describe and validate traces",
                            description="Ingest, sample, generate, describe and validate traces.")
     tsub = trace.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
@@ -225,7 +304,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "object table (key, size, time), not the canonical block table")
     p.add_argument("-o", "--out", "--output", dest="output", type=Path, required=True,
                    help="output .parquet")
-    p.add_argument("--chunk-mb", type=int, default=16, help="input chunk size (bounds memory)")
+    p.add_argument("--chunk-mb", type=_in_range("--chunk-mb", 1, MAX_CHUNK_BYTES >> 20,
+                                                "a number of MiB", integer),
+                   default=16, metavar="MIB",
+                   help="input chunk size in MiB, 1 to 1024 (default 16); peak memory is "
+                   "about ten times it, whatever the trace")
+    p.add_argument("--max-expansion", type=_in_range("--max-expansion", 1, MAX_MAX_EXPANSION,
+                                                     "a number of accesses per line", integer),
+                   default=DEFAULT_MAX_EXPANSION, metavar="N",
+                   help="refuse a trace that makes more than N accesses per input line on "
+                   "average (op_count repeats; IOs split into blocks) beyond its first "
+                   f"{FREE_ACCESSES:,} accesses (default {DEFAULT_MAX_EXPANSION}, at most "
+                   f"{MAX_MAX_EXPANSION}). Caps checked before anything is built: op_count "
+                   "<= 2^20 per line, an IO <= 4 GiB, so <= 32769 blocks; rows are built and "
+                   "written 2^20 accesses at a time")
     p.set_defaults(func=cmd_ingest)
 
     p = tsub.add_parser("sample", help="sample a trace by key, recording the sample ratio",
@@ -234,12 +326,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_trace_input(p)
     p.add_argument("-o", "--out", "--output", dest="output", type=Path, required=True,
                    help="output .parquet")
-    p.add_argument("--start", type=float, default=0.0, help="start percent (default 0)")
-    p.add_argument("--size", type=float, required=True, help="sample size in percent")
-    p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    p.add_argument("--start", type=_in_range("--start", 0, 100, "a percentage"), default=0.0,
+                   help="start percent, in [0, 100) (default 0)")
+    p.add_argument("--size", type=_in_range("--size", 0, 100, "a percentage"), required=True,
+                   help="sample size in percent, in (0, 100 - start]; the sample ratio "
+                   "it leaves must stay >= 1e-6%%")
+    p.add_argument("--seed", type=_seed, default=0,
+                   help="shuffle seed, an integer in 0..2^32-1 (default 0)")
     p.set_defaults(func=cmd_sample)
 
     from flashml.trace.blockgen import BLOCK_PRESETS
+    from flashml.trace.multistream import MAX_PHASES, MAX_SCALE, MAX_STREAMS
     from flashml.trace.presets import OBJECT_PRESETS, PRESETS
 
     p = tsub.add_parser("generate", help="write a synthetic trace from a preset",
@@ -255,16 +352,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="block-trace preset: " + ", ".join(PRESETS) + "; object-trace preset: "
                    + ", ".join(OBJECT_PRESETS) + "; MSR-CSV block preset: "
                    + ", ".join(BLOCK_PRESETS) + " (default region1-like)")
-    p.add_argument("--zipf", type=float, default=None,
+    p.add_argument("--zipf", type=_in_range("--zipf", 0, 2, "a Zipf exponent"), default=None,
                    help="MSR-CSV block presets: the Zipf exponent of popularity (web-like: "
-                   "0.5-1, the paper's Fig. 13)")
-    p.add_argument("--overwrites", type=float, default=None, metavar="R",
+                   "0.5-1, the paper's Fig. 13; 0-2)")
+    p.add_argument("--overwrites", type=_in_range("--overwrites", 0, 1,
+                                                      "a number of overwrites per read"),
+                   default=None, metavar="R",
                    help="MSR-CSV block presets: overwrites per read, 0-1 (the paper's "
                    "Fig. 13b: 0-100%% overwrites at Zipf 0.8)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--accesses", type=int, default=None,
-                   help="number of accesses (requests, for an object-trace preset) (override)")
-    p.add_argument("--days", type=float, default=None, help="trace length in days (override)")
+    p.add_argument("--seed", type=_seed, default=0,
+                   help="random seed, an integer in 0..2^32-1 (default 0)")
+    p.add_argument("--accesses", type=_accesses, default=None,
+                   help="number of accesses (requests, for an object-trace preset), 1 to "
+                   "10^8: the generator holds the trace in memory (override)")
+    p.add_argument("--days", type=_days, default=None,
+                   help="trace length in days, up to 3650 (override)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("-o", "--out", "--output", dest="output", type=Path, required=True,
                    help="output trace file")
@@ -275,16 +377,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "streams with distinct reuse profiles (loop, zipf, scan, shift, "
                         "hotset) and shifting intensities, interleaved by time; the stream is "
                         "the namespace column (`flashml sim partition --streams namespace`).")
-    p.add_argument("--streams", type=int, default=4, help="number of streams (default 4)")
-    p.add_argument("--requests", type=int, default=200_000,
-                   help="page requests in all (default 200000)")
+    p.add_argument("--streams", type=_in_range("--streams", 1, MAX_STREAMS,
+                                                   "a number of streams", integer),
+                   default=4, help=f"number of streams, 1 to {MAX_STREAMS} (default 4)")
+    p.add_argument("--requests", type=_accesses, default=200_000,
+                   help="page requests in all, 1 to 10^8 (default 200000)")
     p.add_argument("--kinds", default=None,
                    help="comma-separated kind of each stream (default: drawn by the seed)")
-    p.add_argument("--phases", type=int, default=8,
-                   help="intensity phases (default 8)")
-    p.add_argument("--scale", type=int, default=200,
-                   help="typical working set in pages (default 200)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--phases", type=_in_range("--phases", 1, MAX_PHASES,
+                                                  "a number of phases", integer),
+                   default=8, help=f"intensity phases, 1 to {MAX_PHASES} (default 8)")
+    p.add_argument("--scale", type=_in_range("--scale", 5, MAX_SCALE,
+                                                 "a number of pages", integer),
+                   default=200, help=f"typical working set in pages, 5 to {MAX_SCALE} "
+                   "(default 200)")
+    p.add_argument("--seed", type=_seed, default=0,
+                   help="random seed, an integer in 0..2^32-1 (default 0)")
     p.add_argument("-o", "--out", "--output", dest="output", type=Path, required=True,
                    help="output .parquet")
     p.set_defaults(func=cmd_mix)

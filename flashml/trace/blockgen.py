@@ -131,9 +131,10 @@ def generate_block_requests(p: BlockPreset, seed: int = 0, requests: int | None 
     (count), `write` (bool), sorted by time. Deterministic in (p, seed, requests)."""
     import numpy as np
 
-    n = int(requests or p.requests)
-    if n < 1:
-        raise UserError(f"requests must be >= 1, got {n}")
+    from flashml.trace.limits import check_accesses, check_seed
+
+    check_seed(seed)
+    n = check_accesses(p.requests if requests is None else requests)
     rng = np.random.default_rng(seed)
     dur = p.hours * 3600.0
     # diurnal times: rejection-free by inverting a fine-grained rate table

@@ -19,6 +19,7 @@ Parquet key-value metadata records the sample ratio, the source format and the b
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, replace
@@ -31,6 +32,7 @@ import pyarrow.parquet as pq
 from flashml.config import UNITS
 from flashml.errors import TraceError
 from flashml.files import atomic_path
+from flashml.trace.limits import MIN_SAMPLE_RATIO
 
 CORE_SCHEMA: dict[str, pl.DataType] = {
     "time": pl.Float64(),
@@ -43,6 +45,8 @@ CORE_SCHEMA: dict[str, pl.DataType] = {
     "src_line": pl.UInt64(),
 }
 CORE_COLUMNS: tuple[str, ...] = tuple(CORE_SCHEMA)
+MAX_TIME_S = 1e12
+"""The largest |time| in seconds (as `readers.base.MAX_TIME_S`, which is this one)."""
 
 META_PREFIX = "flashml."
 SCHEMA_VERSION = "1"
@@ -102,8 +106,9 @@ def resolve_sample_ratio(explicit: float | None, path: str | os.PathLike[str],
         ratio = float(recorded)
     else:
         ratio = sample_ratio_from_name(path) or 100.0
-    if not (0.0 < ratio <= 100.0):
-        raise TraceError(path, f"sample ratio must be in (0, 100] percent, got {ratio}",
+    if not (math.isfinite(ratio) and MIN_SAMPLE_RATIO <= ratio <= 100.0):
+        raise TraceError(path, f"sample ratio must be a percentage in [{MIN_SAMPLE_RATIO:g}, "
+                         f"100] (rates are scaled by 100 / ratio), got {ratio!r}",
                          field="sample_ratio")
     return ratio
 
@@ -169,7 +174,20 @@ def read_table(path: str | os.PathLike[str]) -> tuple[pl.DataFrame, TraceMeta]:
     if bad:
         raise TraceError(path, f"not a canonical access table: {nulls[bad[0]]} null value(s)",
                          field=bad[0])
+    check_times(df, path)
     return df, meta
+
+
+def check_times(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:
+    """Refuse a table with a time that is not finite or beyond MAX_TIME_S seconds of the
+    epoch, naming its row and source line."""
+    outside = ~(df["time"].abs() <= MAX_TIME_S)
+    if outside.any():
+        i = int(outside.arg_true()[0])
+        line = f", source line {df['src_line'][i]}" if "src_line" in df.columns else ""
+        raise TraceError(path, f"not a canonical access table: time {df['time'][i]!r} at row "
+                         f"{i + 1}{line} is outside [-{MAX_TIME_S:g}, {MAX_TIME_S:g}] "
+                         f"seconds ({int(outside.sum())} such row(s))", field="time")
 
 
 def write_table(df: pl.DataFrame, path: str | os.PathLike[str], meta: TraceMeta) -> None:

@@ -48,6 +48,7 @@ from tqdm import tqdm
 from flashml.config import DAY_S, HOUR_S, OP_CODES, UNITS, KiB, MiB
 from flashml.errors import UserError
 from flashml.files import atomic_path
+from flashml.trace.limits import MIN_SAMPLE_RATIO, check_accesses, check_days, check_seed
 from flashml.trace.presets import (
     OBJECT_PRESETS,
     PRESETS,  # noqa: F401 - re-exported for bench/
@@ -246,21 +247,22 @@ def _block_ids(idx: np.ndarray, seed: int) -> np.ndarray:
 def _resolve_size(p: Preset, accesses: int | None, days: float | None) -> tuple[int, float,
                                                                               float]:
     """(accesses, days, sample_ratio) from the preset and the overrides."""
-    d = float(days) if days is not None else p.days
-    if not d > 0:
-        raise UserError(f"days must be > 0, got {d}")
+    d = check_days(days) if days is not None else p.days
     if accesses is None:
         ratio = p.sample_ratio
         n = p.default_accesses(d)
     else:
-        n = int(accesses)
+        n = check_accesses(accesses)
         ratio = 100.0 * n / (p.full_node_rate_per_s * d * DAY_S)
         if ratio > 100.0:
             raise UserError(
                 f"{n:,} accesses in {d:g} days exceed the full node's {p.full_node_rate_per_s}"
                 f" req/s (sample ratio {ratio:.1f}% > 100%); ask for more days")
-    if n < 1:
-        raise UserError(f"accesses must be >= 1, got {n}")
+        if ratio < MIN_SAMPLE_RATIO:
+            raise UserError(f"{n:,} accesses in {d:g} days are a sample ratio of {ratio:g}%, "
+                            f"below the smallest, {MIN_SAMPLE_RATIO:g}%; ask for more "
+                            "accesses or fewer days")
+    check_accesses(n, f"accesses ({d:g} days of preset {p.name})")
     return n, d, ratio
 
 
@@ -326,6 +328,7 @@ def generate_trace(preset: str, seed: int, out: Path, *, accesses: int | None = 
     if preset in OBJECT_PRESETS:
         return generate_objects(preset, seed, out, accesses=accesses, days=days,
                                 progress=progress)
+    check_seed(seed)
     p = get_preset(preset)
     t0 = _time.perf_counter()
     n, d, ratio = _resolve_size(p, accesses, days)
@@ -419,12 +422,9 @@ def build_object_requests(p: ObjectPreset, seed: int, n: int, dur: float) -> pl.
 def _resolve_object_size(p: ObjectPreset, accesses: int | None,
                          days: float | None) -> tuple[int, float]:
     """(requests, days) from the preset and the overrides."""
-    d = float(days) if days is not None else p.days
-    if not d > 0:
-        raise UserError(f"days must be > 0, got {d}")
-    n = p.default_accesses(d) if accesses is None else int(accesses)
-    if n < 1:
-        raise UserError(f"accesses must be >= 1, got {n}")
+    d = check_days(days) if days is not None else p.days
+    n = p.default_accesses(d) if accesses is None else check_accesses(accesses)
+    check_accesses(n, f"requests ({d:g} days of preset {p.name})")
     return n, d
 
 
@@ -449,6 +449,7 @@ def generate_objects(preset: str, seed: int, out: Path, *, accesses: int | None 
     request rate follows). Returns a summary like `generate_trace`'s (format objects-csv,
     keys = distinct objects, bytes = their total size)."""
     p = get_object_preset(preset)
+    check_seed(seed)
     t0 = _time.perf_counter()
     n, d = _resolve_object_size(p, accesses, days)
     df = build_object_requests(p, seed, n, d * DAY_S)

@@ -27,11 +27,18 @@ import numpy as np
 import polars as pl
 
 from flashml.config import OP_CODES
+from flashml.errors import UserError
 from flashml.trace.canonical import TraceMeta, write_table
 
 STREAM_KINDS = ("loop", "zipf", "scan", "shift", "hotset")
 #: The paper's page size (other-seeds-notes §2.1: 8192 B pages).
 PAGE_BYTES = 8192
+MAX_STREAMS = 1024
+"""The most streams of a mix."""
+MAX_PHASES = 10_000
+"""The most intensity phases of a mix."""
+MAX_SCALE = 10_000_000
+"""The largest typical working set of a stream, in pages (catalogues are up to 20x it)."""
 
 
 def _pages(kind: str, n: int, phase: np.ndarray, rng: np.random.Generator,
@@ -77,8 +84,14 @@ def generate_mix(n_streams: int, requests: int, seed: int = 0, *,
     set in pages (loops of scale/4 .. 2*scale pages, Zipf catalogues of 2 .. 20 x scale);
     each stream writes a fraction of its requests drawn from [0.5, 0.95].
     """
-    if n_streams < 1 or requests < 1 or phases < 1 or scale < 5:
-        raise ValueError("n_streams, requests and phases must be >= 1, scale >= 5")
+    from flashml.trace.limits import check_accesses, check_seed
+
+    check_seed(seed)
+    check_accesses(requests, "--requests")
+    if not (1 <= n_streams <= MAX_STREAMS and 1 <= phases <= MAX_PHASES
+            and 5 <= scale <= MAX_SCALE):
+        raise UserError(f"--streams must be in 1..{MAX_STREAMS}, --phases in 1..{MAX_PHASES}, "
+                        f"--scale in 5..{MAX_SCALE} pages; got {n_streams}, {phases}, {scale}")
     rng = np.random.default_rng(seed)
     if kinds is None:
         pool = list(rng.permutation(STREAM_KINDS))

@@ -45,7 +45,7 @@ import numpy as np
 import polars as pl
 
 from flashml.config import GET_OPS, HOUR_S, MB, PUT_OPS, UNITS, MiB
-from flashml.trace.canonical import TraceMeta
+from flashml.trace.canonical import TraceMeta, check_times
 
 _SHIFT = 1 << 32  # segment indices of one block stay far below this
 
@@ -184,6 +184,7 @@ def compute_stats(df: pl.DataFrame, meta: TraceMeta) -> dict[str, Any]:
     """
     if df.height == 0:
         return _empty(meta)
+    check_times(df, meta.source_file or "the trace")
     c = _counts(df)
     b = _per_block(df, UNITS.segment_bytes)
     scale = 100.0 / float(meta.sample_ratio)

@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from flashml.config import OPS, state_dir
-from flashml.trace.canonical import CORE_COLUMNS, TraceMeta
+from flashml.trace.canonical import CORE_COLUMNS, MAX_TIME_S, TraceMeta
 
 log = logging.getLogger(__name__)
 SUITE_NAME = "canonical_accesses"
@@ -61,6 +61,8 @@ def build_suite(block_bytes: int):  # type: ignore[no-untyped-def]
     for col in CORE_COLUMNS:
         suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=col))
     suite.add_expectation(gxe.ExpectColumnValuesToBeIncreasing(column="time", strictly=False))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="time", min_value=-MAX_TIME_S,
+                                                            max_value=MAX_TIME_S))
     suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="size", min_value=1))
     suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="offset_plus_size",
                                                             max_value=block_bytes))

@@ -18,6 +18,7 @@ import polars as pl
 from flashml.config import OPS, UNITS
 from flashml.errors import TraceError, UserError
 from flashml.trace.canonical import CORE_SCHEMA
+from flashml.trace.canonical import MAX_TIME_S as CANONICAL_MAX_TIME_S
 from flashml.trace.textio import Chunk
 
 Kind = Literal["int", "float", "str"]
@@ -35,8 +36,8 @@ MAX_BLOCK_BYTES = MAX_IO_BYTES
 MAX_BLOCKS_PER_IO = MAX_IO_BYTES // MIN_BLOCK_BYTES + 1
 """The most rows one IO is split into (32,769): an IO of at most MAX_IO_BYTES, cut into
 blocks of at least MIN_BLOCK_BYTES (+1: an unaligned IO touches one more)."""
-MAX_TIME_S = 1e12
-"""The largest |time| of an access, in seconds after any time scale (about 31,700 years
+MAX_TIME_S = CANONICAL_MAX_TIME_S
+"""The largest |time| of an access, 1e12 seconds after any time scale (about 31,700 years
 from the epoch): a larger one is corrupt input, and loses sub-second precision in float64."""
 MIN_TIME_SCALE, MAX_TIME_SCALE = 1e-12, 1e6
 """`--time-scale` (seconds per source time unit) lies in [1e-12, 1e6]: picoseconds to about

@@ -1,0 +1,60 @@
+"""Caps on the numbers the trace commands take, checked before any work (the readers' caps
+on what a trace line may hold live in `readers/base.py` and `readers/tectonic.py`; ingest's
+on expansion and chunks in `ingest.py`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from flashml.errors import UserError
+
+MIN_SAMPLE_RATIO = 1e-6
+"""The smallest sample ratio, in percent (one access in 10^8): every rate is scaled by
+100 / ratio, so a smaller one turns a few accesses into absurd full-node rates (1e-300
+would overflow them)."""
+MAX_SEED = (1 << 32) - 1
+"""Seeds are integers in [0, 2^32 - 1] (what every NumPy generator accepts)."""
+MAX_GENERATED_ACCESSES = 100_000_000
+"""The most accesses (requests) `trace generate` and `trace mix` write: the generators
+hold the whole trace in memory (about 100 bytes an access)."""
+MAX_DAYS = 3650.0
+"""The longest generated trace, in days (ten years)."""
+
+
+def check_seed(seed: Any, option: str = "--seed") -> int:
+    """A seed: an integer in [0, MAX_SEED] (not a bool)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise UserError(f"{option} must be an integer in 0..{MAX_SEED} (2^32 - 1), got {seed!r}")
+    return seed
+
+
+def check_sample_ratio(ratio: Any, what: str = "--sample-ratio") -> float:
+    """A sample ratio in percent: finite, in [MIN_SAMPLE_RATIO, 100]."""
+    try:
+        v = float(ratio)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and MIN_SAMPLE_RATIO <= v <= 100.0):
+        raise UserError(f"{what} must be a percentage in [{MIN_SAMPLE_RATIO:g}, 100] "
+                        f"(rates are scaled by 100 / ratio), got {ratio!r}")
+    return v
+
+
+def check_accesses(n: Any, option: str = "--accesses") -> int:
+    """A number of generated accesses: an integer in [1, MAX_GENERATED_ACCESSES]."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_GENERATED_ACCESSES:
+        raise UserError(f"{option} must be an integer number of accesses in "
+                        f"1..{MAX_GENERATED_ACCESSES:,}, got {n!r}")
+    return n
+
+
+def check_days(days: Any, option: str = "--days") -> float:
+    """A generated trace's length in days: finite, > 0, at most MAX_DAYS."""
+    try:
+        v = float(days)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and 0 < v <= MAX_DAYS):
+        raise UserError(f"{option} must be a number of days in (0, {MAX_DAYS:g}], got {days!r}")
+    return v
