@@ -201,9 +201,9 @@ flashrt_backing *flashrt_backing_open(const char *path, const char *map_path, in
                                       char *err, size_t errlen) {
     char mp[4096];
     default_map(path, map_path, mp, sizeof mp);
-    FILE *f = fopen(mp, "r");
+    FILE *f = frt_fopen_input(mp, err, errlen);
     if (!f) {
-        frt_seterr(err, errlen, "%s: %s (run `flashrt prepare-backing` first)", mp, strerror(errno));
+        if (errno == ENOENT) frt_seterr(err, errlen, "%s: %s (run `flashrt prepare-backing` first)", mp, strerror(errno));
         return NULL;
     }
     flashrt_backing *b = calloc(1, sizeof *b);

@@ -56,6 +56,44 @@ void cli_print_figures_more(const struct cli_figure *fig, size_t n, const char *
                             size_t nstr, size_t ntable, int as_json,
                             void (*more)(void *ctx, int as_json, int *first), void *ctx);
 
+/* The files a command names (cli_guard.c): every output (CLI_OUT: written whole under a
+ * temporary name) and device (CLI_DEV: the flash/cache file written in place, or a block
+ * device with allow_block) is compared with every other file by device and inode after
+ * links (a missing file by its folder's and its name) and refused when it is one of them;
+ * an existing FIFO, socket or character device is refused whatever its role. */
+enum { CLI_IN, CLI_OUT, CLI_DEV };
+struct cli_guard_file {
+    const char *opt;
+    char path[4200];
+    int role, exists, parent_known;
+    unsigned mode;
+    unsigned long long dev, ino;
+    const char *base;
+};
+struct cli_guard {
+    const char *cmd;
+    int allow_block; /* --allow-block-device */
+    struct cli_guard_file f[24];
+    int n;
+    struct { int fd, created; char path[4200]; } locks[6];
+};
+void cli_guard_init(struct cli_guard *g, const char *cmd);
+/* A NULL or empty path is ignored. */
+void cli_guard_add(struct cli_guard *g, const char *opt, const char *path, int role);
+void cli_guard_add_suffix(struct cli_guard *g, const char *opt, const char *path, const char *suffix, int role);
+/* DIR/manifest.json and DIR/policy.so as inputs (nothing for builtin:NAME). */
+void cli_guard_add_bundle(struct cli_guard *g, const char *opt, const char *dir);
+/* The checks above: 0, or 1 after printing the refusal naming both options. */
+int cli_guard_check(struct cli_guard *g);
+/* Locks PATH (created empty when missing and `create`): exclusive, or shared for a file only
+ * read; a flock plus a POSIX lock of one byte far past the end that carries the PID. Held
+ * elsewhere: prints "PATH: in use by flashrt (pid N)" and returns 1 at once. */
+int cli_guard_lock(struct cli_guard *g, const char *opt, const char *path, int exclusive, int create);
+/* Test hook (FLASHRT_TEST_HOLD=PATH): waits with the locks held until PATH exists. */
+int cli_guard_hold(void);
+/* Drops the locks; `failed`: removes the files the locks created that are still empty. */
+void cli_guard_release(struct cli_guard *g, int failed);
+
 /* `flashrt replay` (cli_replay.c); argv holds the options after the command. */
 int cli_replay(int argc, char **argv);
 

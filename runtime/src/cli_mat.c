@@ -169,12 +169,28 @@ int cli_mat_replay(int argc, char **argv) {
     if (cfg.cache_path && no_data) { fprintf(stderr, "flashrt mat-replay: error: --cache-file and --no-data exclude each other\n"); return 2; }
     if (cfg.capacity == 0) { fprintf(stderr, "flashrt mat-replay: error: --capacity must be > 0\n"); return 2; }
 
+    /* no output is an input; the cache file locked */
+    struct cli_guard g;
+    cli_guard_init(&g, "mat-replay");
+    cli_guard_add(&g, "--trace", trace, CLI_IN);
+    cli_guard_add_bundle(&g, "--bundle", bundle);
+    cli_guard_add(&g, "--cache-file", cfg.cache_path, CLI_DEV);
+    cli_guard_add(&g, "--decisions-out", dec_path, CLI_OUT);
+    cli_guard_add(&g, "--candidates-out", cand_path, CLI_OUT);
+    if (cli_guard_check(&g) || cli_guard_lock(&g, "--cache-file", cfg.cache_path, 1, 1) || cli_guard_hold()) {
+        cli_guard_release(&g, 1);
+        return 1;
+    }
     char err[FLASHRT_ERR_LEN] = "";
     flashrt_policy *pol = NULL;
-    if (bundle && !(pol = flashrt_policy_load_eviction(bundle, err, sizeof err))) return ERR("%s", err);
+    if (bundle && !(pol = flashrt_policy_load_eviction(bundle, err, sizeof err))) {
+        cli_guard_release(&g, 1);
+        return ERR("%s", err);
+    }
     struct flashrt_objects tr;
     if (flashrt_objects_read(trace, format, &tr, err, sizeof err) != 0) {
         flashrt_policy_free(pol);
+        cli_guard_release(&g, 1);
         return ERR("%s", err);
     }
     int rc = 0;
@@ -255,5 +271,6 @@ int cli_mat_replay(int argc, char **argv) {
     flashrt_mat_close(m);
     flashrt_objects_free(&tr);
     flashrt_policy_free(pol);
+    cli_guard_release(&g, rc == 1);
     return rc;
 }

@@ -5,6 +5,7 @@
  * any output. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "cli_pannier.h"
 #include "internal.h"
 #include "pannier.h"
+#include "policy_internal.h"
 
 static const char *PN_HELP =
     "usage: flashrt pannier-replay --trace T.csv --flash F.img --flash-bytes SIZE --backing B.img\n"
@@ -189,31 +191,25 @@ static int nested_object(const char *text, size_t len, const char *key, const ch
     return -1;
 }
 
-/* Knobs from DIR/manifest.json into cfg. */
+/* Knobs from DIR/manifest.json into cfg: the manifest read once from a regular file (no link,
+ * no FIFO) and checked by the bundle schema (format, system pannier, capabilities []). */
 static int load_bundle(const char *dir, struct frt_pn_config *cfg) {
     char mf[4200];
     if (snprintf(mf, sizeof mf, "%s/manifest.json", dir) >= (int)sizeof mf) return ERR("%s: path too long", dir);
-    FILE *f = fopen(mf, "rb");
-    if (!f) return ERR("%s: cannot open: %s", mf, strerror(errno));
-    char *text = malloc(1 << 20);
-    size_t n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
-    fclose(f);
-    if (!text) return ERR("out of memory");
-    text[n] = 0;
-    struct frt_json_object *o = malloc(sizeof *o), *k = malloc(sizeof *k);
-    char err[300];
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
+    if (dfd < 0) return ERR("%s: not a bundle directory (%s)", dir, strerror(errno));
+    char *text = NULL;
+    size_t n = 0;
+    struct frt_manifest *man = malloc(sizeof *man);
+    struct frt_json_object *k = malloc(sizeof *k);
+    char err[FLASHRT_ERR_LEN];
     int rc = 0;
     const char *ks;
     size_t kn;
     const struct frt_json_member *m;
-    if (!o || !k) rc = ERR("out of memory");
-    else if (frt_json_parse_object(text, n, o, err, sizeof err) != 0) rc = ERR("%s: %s", mf, err);
-    else if (!(m = frt_json_get(o, "format")) || m->type != FRT_JSON_STRING || strcmp(m->str, "flashml-policy-bundle/1") != 0)
-        rc = ERR("%s: field 'format': expected \"flashml-policy-bundle/1\", got %s%s%s", mf, m && m->type == FRT_JSON_STRING ? "\"" : "",
-                 m ? (m->type == FRT_JSON_STRING ? m->str : "a non-string") : "nothing", m && m->type == FRT_JSON_STRING ? "\"" : "");
-    else if (!(m = frt_json_get(o, "system")) || m->type != FRT_JSON_STRING || strcmp(m->str, "pannier") != 0)
-        rc = ERR("%s: field 'system': expected \"pannier\", got %s%s%s", mf, m && m->type == FRT_JSON_STRING ? "\"" : "",
-                 m ? (m->type == FRT_JSON_STRING ? m->str : "a non-string") : "nothing", m && m->type == FRT_JSON_STRING ? "\"" : "");
+    if (!man || !k) rc = ERR("out of memory");
+    else if (frt_manifest_read(dfd, dir, "pannier", man, &text, &n, err, sizeof err) != 0) rc = ERR("%s", err);
+    else if (!man->system[0]) rc = ERR("%s: field 'system': expected \"pannier\", got nothing", mf);
     else if (nested_object(text, n, "knobs", &ks, &kn) != 0) rc = ERR("%s: field 'knobs': expected an object", mf);
     else if (frt_json_parse_object(ks, kn, k, err, sizeof err) != 0) rc = ERR("%s: field 'knobs': %s", mf, err);
     else {
@@ -242,7 +238,8 @@ static int load_bundle(const char *dir, struct frt_pn_config *cfg) {
             }
         }
     }
-    free(o);
+    close(dfd);
+    free(man);
     free(k);
     free(text);
     return rc;
@@ -345,11 +342,31 @@ int cli_pannier_replay(int argc, char **argv) {
             if (!strncmp(err, FLAGS[i].prefix, strlen(FLAGS[i].prefix))) { flag = FLAGS[i].flag; break; }
         return ERR("%s: %s%s", flag, err, bundle ? " (the flags over the bundle's knobs)" : "");
     }
+    /* no output is an input; the flash and backing files locked */
+    struct cli_guard g;
+    cli_guard_init(&g, "pannier-replay");
+    cli_guard_add(&g, "--trace", trace, CLI_IN);
+    if (bundle) cli_guard_add_suffix(&g, "--bundle", bundle, "/manifest.json", CLI_IN);
+    if (!no_data) {
+        cli_guard_add(&g, "--flash", flash, CLI_DEV);
+        cli_guard_add_suffix(&g, "--flash's journal", flash, ".journal", CLI_DEV);
+        cli_guard_add(&g, "--backing", backing, CLI_DEV);
+        cli_guard_add_suffix(&g, "--backing's version log", backing, ".versions", CLI_DEV);
+    }
+    if (cli_guard_check(&g) || (!no_data && (cli_guard_lock(&g, "--flash", flash, 1, !cfg.recover) || cli_guard_lock(&g, "--backing", backing, 1, 1))) ||
+        cli_guard_hold()) {
+        cli_guard_release(&g, 1);
+        return 1;
+    }
     struct block_trace tr;
-    if (trace_read(trace, &tr, cfg.page_bytes, !no_data) != 0) return 1;
+    if (trace_read(trace, &tr, cfg.page_bytes, !no_data) != 0) {
+        cli_guard_release(&g, 1);
+        return 1;
+    }
     frt_pn *c = frt_pn_open(&cfg, err, sizeof err);
     if (!c) {
         trace_free(&tr);
+        cli_guard_release(&g, 1);
         return ERR("%s", err);
     }
     int rc = 0;
@@ -432,5 +449,6 @@ int cli_pannier_replay(int argc, char **argv) {
     }
     frt_pn_close(c);
     trace_free(&tr);
+    cli_guard_release(&g, rc == 1);
     return rc;
 }

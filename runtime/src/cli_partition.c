@@ -162,12 +162,27 @@ int cli_partition_replay(int argc, char **argv) {
     if (bundle && even) { fprintf(stderr, "flashrt partition-replay: error: --bundle and --even exclude each other\n"); return 2; }
     if (cfg.cache_path && no_data) { fprintf(stderr, "flashrt partition-replay: error: --cache-file and --no-data exclude each other\n"); return 2; }
 
+    /* no output is an input; the cache file locked */
+    struct cli_guard g;
+    cli_guard_init(&g, "partition-replay");
+    cli_guard_add(&g, "--trace", trace, CLI_IN);
+    cli_guard_add_bundle(&g, "--bundle", bundle);
+    cli_guard_add(&g, "--cache-file", cfg.cache_path, CLI_DEV);
+    cli_guard_add(&g, "--allocations-out", alloc_path, CLI_OUT);
+    if (cli_guard_check(&g) || cli_guard_lock(&g, "--cache-file", cfg.cache_path, 1, 1) || cli_guard_hold()) {
+        cli_guard_release(&g, 1);
+        return 1;
+    }
     char err[FLASHRT_ERR_LEN] = "";
     flashrt_policy *pol = NULL;
-    if (bundle && !(pol = flashrt_policy_load_partition(bundle, err, sizeof err))) return ERR("%s", err);
+    if (bundle && !(pol = flashrt_policy_load_partition(bundle, err, sizeof err))) {
+        cli_guard_release(&g, 1);
+        return ERR("%s", err);
+    }
     struct page_trace tr;
     if (trace_read(trace, &tr) != 0) {
         flashrt_policy_free(pol);
+        cli_guard_release(&g, 1);
         return 1;
     }
     int rc = 0;
@@ -232,5 +247,6 @@ int cli_partition_replay(int argc, char **argv) {
     flashrt_part_close(p);
     trace_free(&tr);
     flashrt_policy_free(pol);
+    cli_guard_release(&g, rc == 1);
     return rc;
 }

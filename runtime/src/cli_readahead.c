@@ -85,8 +85,13 @@ static void on_signal(int sig) { stop_signal = sig; }
 /* ---- the readahead value ---- */
 
 static int read_kib(const char *path, uint64_t *out) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) return ERR("%s: cannot read the readahead: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ERR("%s: refused: not a regular file (the readahead is read from sysfs or a regular --readahead-file)", path);
+    }
     char buf[64];
     ssize_t n = read(fd, buf, sizeof buf - 1);
     int e = errno;
@@ -584,6 +589,15 @@ int cli_tune_readahead(int argc, char **argv) {
     const char *missing = !bundle ? "--bundle" : !events && !dev ? "--device (or --events with --readahead-file)"
                         : !dev && !ra_file ? "--device or --readahead-file" : NULL;
     if (missing) { fprintf(stderr, "flashrt tune-readahead: error: %s is required (see --help)\n", missing); return 2; }
+
+    /* no output is an input, nothing is a FIFO */
+    struct cli_guard g;
+    cli_guard_init(&g, "tune-readahead");
+    cli_guard_add(&g, "--events", events, CLI_IN);
+    cli_guard_add_bundle(&g, "--bundle", bundle);
+    cli_guard_add(&g, "--readahead-file", ra_file, CLI_OUT);
+    cli_guard_add(&g, "--log", log_path, CLI_OUT);
+    if (cli_guard_check(&g)) return 1;
 
     struct live lv = {.fd = -1};
     char devpath[PATH_MAX], sys_ra[PATH_MAX + 64];

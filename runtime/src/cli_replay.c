@@ -27,7 +27,8 @@ static const char *REPLAY_HELP =
     "                         ABI version, contract hash); or builtin:rejectx, builtin:admitall\n"
     "  --fallback MODE        none (default): refuse a bad policy; rejectx: serve with RejectX\n"
     "  --trace FILE           Tectonic text trace\n"
-    "  --flash PATH           flash device or file (a missing file is created)\n"
+    "  --flash PATH           flash file (a missing file is created; locked while flashrt runs)\n"
+    "  --allow-block-device   let --flash be a block device (its contents are overwritten)\n"
     "  --flash-bytes N        bytes of flash to use (256MiB, 1GB; README: Sizes); 0 = all\n"
     "  --backing PATH         backing device or file written by prepare-backing\n"
     "  --map FILE             backing map (default PATH.map)\n"
@@ -65,7 +66,7 @@ struct replay_opts {
     const char *policy_dir, *trace_path, *backing_path, *map_path, *fallback;
     const char *ra_bundle; /* --readahead-bundle, NULL: no readahead hook */
     uint64_t ra_window_ms; /* 0: the bundle's */
-    int as_json;
+    int as_json, allow_block;
     double sample_ratio; /* 0: from the trace */
     uint64_t limit;
 };
@@ -78,7 +79,7 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
     o->fallback = "none";
     o->ra_bundle = NULL;
     o->ra_window_ms = 0;
-    o->as_json = 0;
+    o->as_json = o->allow_block = 0;
     o->sample_ratio = 0;
     o->limit = UINT64_MAX;
     int have_bytes = 0;
@@ -134,6 +135,7 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
         else if (!strcmp(a, "--measure-raw")) cfg->measure_raw = 1;
         else if (!strcmp(a, "--no-policy-prefetch")) cfg->no_policy_prefetch = 1;
         else if (!strcmp(a, "--json")) o->as_json = 1;
+        else if (!strcmp(a, "--allow-block-device")) o->allow_block = 1;
         else {
             fprintf(stderr, "flashrt replay: error: unknown argument '%s' (see --help)\n", a);
             return 2;
@@ -240,6 +242,8 @@ static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, 
     cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 2, 1, as_json, ra ? print_readahead : NULL, (void *)ra);
 }
 
+static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp, char *err);
+
 int cli_replay(int argc, char **argv) {
     if (cli_want_help(argc, argv)) { fputs(REPLAY_HELP, stdout); return 0; }
     struct replay_opts o;
@@ -247,29 +251,54 @@ int cli_replay(int argc, char **argv) {
     if (bad >= 0) return bad;
     struct flashrt_config cfg = o.cfg;
     char err[FLASHRT_ERR_LEN] = "";
-    flashrt_trace *tr = flashrt_trace_open(o.trace_path, err, sizeof err);
+    /* no output is an input; the flash file and the backing's map locked */
+    char map[4200];
+    snprintf(map, sizeof map, o.map_path ? "%s" : "%s.map", o.map_path ? o.map_path : o.backing_path);
+    struct cli_guard g;
+    cli_guard_init(&g, "replay");
+    g.allow_block = o.allow_block;
+    cli_guard_add(&g, "--trace", o.trace_path, CLI_IN);
+    cli_guard_add(&g, "--backing", o.backing_path, CLI_IN);
+    cli_guard_add(&g, o.map_path ? "--map" : "--backing's map", map, CLI_IN);
+    cli_guard_add_bundle(&g, "--policy", o.policy_dir);
+    cli_guard_add_bundle(&g, "--readahead-bundle", o.ra_bundle);
+    cli_guard_add(&g, "--flash", cfg.flash_path, CLI_DEV);
+    if (cli_guard_check(&g) || cli_guard_lock(&g, "--flash", cfg.flash_path, 1, 1) ||
+        cli_guard_lock(&g, o.map_path ? "--map" : "--backing's map", map, 0, 0) || cli_guard_hold()) {
+        cli_guard_release(&g, 1);
+        return 1;
+    }
+    int rc = replay_run(&o, &cfg, err);
+    cli_guard_release(&g, rc == 1);
+    return rc;
+}
+
+static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp, char *err) {
+    const struct replay_opts o = *op;
+    struct flashrt_config cfg = *cfgp;
+    flashrt_trace *tr = flashrt_trace_open(o.trace_path, err, FLASHRT_ERR_LEN);
     if (!tr) return ERR("%s", err);
     flashrt_policy *pol;
     char warning[FLASHRT_ERR_LEN] = "";
     if (!strncmp(o.policy_dir, "builtin:", 8)) {
-        pol = flashrt_policy_builtin(o.policy_dir + 8, err, sizeof err);
+        pol = flashrt_policy_builtin(o.policy_dir + 8, err, FLASHRT_ERR_LEN);
     } else {
-        pol = flashrt_policy_load(o.policy_dir, !strcmp(o.fallback, "rejectx") ? FLASHRT_FALLBACK_REJECTX : FLASHRT_FALLBACK_NONE, err, sizeof err);
+        pol = flashrt_policy_load(o.policy_dir, !strcmp(o.fallback, "rejectx") ? FLASHRT_FALLBACK_REJECTX : FLASHRT_FALLBACK_NONE, err, FLASHRT_ERR_LEN);
         if (pol && err[0]) {
             snprintf(warning, sizeof warning, "%s", err);
             fprintf(stderr, "flashrt: warning: %s; serving with the RejectX fallback\n", warning);
         }
     }
     if (!pol) { flashrt_trace_close(tr); return ERR("%s", err); }
-    flashrt_backing *bk = flashrt_backing_open(o.backing_path, o.map_path, cfg.direct, err, sizeof err);
+    flashrt_backing *bk = flashrt_backing_open(o.backing_path, o.map_path, cfg.direct, err, FLASHRT_ERR_LEN);
     if (!bk) { flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
     /* the readahead hook: the model's bundle and the controller, attached to the backing */
     flashrt_policy *ra_pol = NULL;
     frt_ra_hook *ra = NULL;
     if (o.ra_bundle) {
-        ra_pol = frt_readahead_load(o.ra_bundle, err, sizeof err);
+        ra_pol = frt_readahead_load(o.ra_bundle, err, FLASHRT_ERR_LEN);
         const struct frt_readahead_fns *fns = ra_pol ? frt_policy_readahead(ra_pol) : NULL;
-        if (fns) ra = frt_ra_hook_new(fns, o.ra_window_ms ? (int)o.ra_window_ms : fns->window_ms, !frt_backing_direct(bk), err, sizeof err);
+        if (fns) ra = frt_ra_hook_new(fns, o.ra_window_ms ? (int)o.ra_window_ms : fns->window_ms, !frt_backing_direct(bk), err, FLASHRT_ERR_LEN);
         if (!ra) {
             flashrt_policy_free(ra_pol);
             flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr);
@@ -280,10 +309,10 @@ int cli_replay(int argc, char **argv) {
     /* the sample ratio comes from the trace's comment, read while the header is parsed: read
      * the first access before opening the cache */
     struct flashrt_access acc;
-    int r = flashrt_trace_next(tr, &acc, err, sizeof err);
+    int r = flashrt_trace_next(tr, &acc, err, FLASHRT_ERR_LEN);
     if (r < 0) { frt_ra_hook_free(ra); flashrt_policy_free(ra_pol); flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
     cfg.sample_ratio = o.sample_ratio > 0 ? o.sample_ratio : flashrt_trace_sample_ratio(tr) > 0 ? flashrt_trace_sample_ratio(tr) : 100.0;
-    flashrt *rt = flashrt_open(&cfg, pol, bk, err, sizeof err);
+    flashrt *rt = flashrt_open(&cfg, pol, bk, err, FLASHRT_ERR_LEN);
     if (!rt) { frt_ra_hook_free(ra); flashrt_policy_free(ra_pol); flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
     uint64_t integrity = 0, n = 0, verified_bytes = 0;
     int rc = 0;
@@ -306,7 +335,7 @@ int cli_replay(int argc, char **argv) {
             verified_bytes += res.len;
         }
         n++;
-        r = flashrt_trace_next(tr, &acc, err, sizeof err);
+        r = flashrt_trace_next(tr, &acc, err, FLASHRT_ERR_LEN);
     }
     if (r < 0 && rc == 0) rc = ERR("%s", err);
     if (rc == 0) {

@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "cli.h"
+#include "internal.h"
 
 int cli_want_help(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
@@ -72,8 +73,9 @@ int cli_parse_u64n(const char *s, size_t len, uint64_t *out) {
 
 int cli_read_csv(const char *path, const char *header,
                  int (*row)(void *ctx, char *line, unsigned long long lineno), void *ctx) {
-    FILE *f = fopen(path, "r");
-    if (!f) return ERR("%s: cannot open: %s", path, strerror(errno));
+    char err[600];
+    FILE *f = frt_fopen_input(path, err, sizeof err);
+    if (!f) return ERR("%s", err);
     char *line = NULL;
     size_t lcap = 0;
     ssize_t len;

@@ -67,6 +67,11 @@ const struct frt_json_member *frt_json_get(const struct frt_json_object *o, cons
 struct flashrt_tracker;
 void frt_tracker_prefetch(const struct flashrt_tracker *t, uint64_t key);
 
+/* An input file for reading: opened without blocking (a FIFO), refused unless a regular file
+ * (or a block device), with the message naming it; then ordinary blocking reads. */
+#include <stdio.h>
+FILE *frt_fopen_input(const char *path, char *err, size_t errlen);
+
 /* Atomic output: writes `text` to PATH via PATH.tmp.PID then rename. */
 int frt_write_file_atomic(const char *path, const char *text, size_t n, char *err,
                           size_t errlen);

@@ -1,8 +1,12 @@
 /* main.c: the flashrt command line: usage, the small commands (prepare-backing, probe-disk,
  * features, units) and the dispatch; replay is cli_replay.c, the shared helpers cli_util.c. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cli_mat.h"
@@ -12,6 +16,7 @@
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "internal.h"
+#include "policy_internal.h"
 
 static const char *USAGE =
     "usage: flashrt COMMAND [options]\n"
@@ -30,6 +35,9 @@ static const char *USAGE =
     "                   or Pannier, optionally TIRE), verifying every byte; survives kill -9\n"
     "  tune-readahead   set a block device's readahead every window with KML's model (a\n"
     "                   compiled bundle) from the page cache's activity; restores it on exit\n"
+    "  verify           verify a policy bundle as every command loads it (manifest schema,\n"
+    "                   size, sha256, ELF checks, mapped from a sealed copy, the values it\n"
+    "                   reports); prints its capabilities and sha256\n"
     "  probe-disk       measure a device's seek time and bandwidth (simulator config JSON)\n"
     "  features         print the tracker's feature vector of every access (CSV)\n"
     "  units            print the units this runtime was built with (JSON)\n"
@@ -58,6 +66,23 @@ static const char *FEATURES_HELP =
     "Prints, for every access of the trace, the 18 contract features the runtime's count-min\n"
     "tracker computes (CSV with a header of feature names), to compare with exact counts.\n";
 
+static const char *VERIFY_HELP =
+    "usage: flashrt verify DIR [--need CAPS] [--system NAME]\n"
+    "\n"
+    "Loads the policy bundle DIR exactly as every flashrt command does: the directory opened\n"
+    "once; manifest.json and the .so it names read once each from regular files (no symbolic\n"
+    "link, FIFO or device); the manifest checked against the bundle schema (format, system,\n"
+    "capabilities, sha256, size_bytes, the knobs' types and ranges); the .so's size, sha256 and\n"
+    "ELF headers checked on the bytes read; exactly those bytes mapped from a sealed memfd; its\n"
+    "functions and the values it reports checked. Prints one JSON object (capabilities,\n"
+    "sha256, size_bytes) and exits 0, or prints the refusal and exits 1. A knobs-only bundle\n"
+    "(capabilities [], Pannier's) has no .so: its manifest is checked.\n"
+    "\n"
+    "options:\n"
+    "  --need CAPS    comma-separated capabilities the bundle must have (admission, prefetch,\n"
+    "                 eviction, partition, readahead); default: the ones its manifest lists\n"
+    "  --system NAME  the system the bundle must be for (baleen, mat, pannier, mlcache, kml)\n";
+
 static const char *UNITS_HELP =
     "usage: flashrt units [--json]\n"
     "\n"
@@ -82,9 +107,24 @@ static int cmd_prepare(int argc, char **argv) {
         fprintf(stderr, "flashrt prepare-backing: error: --backing and --trace are required (see --help)\n");
         return 2;
     }
+    /* no output is an input; the map locked (a replay reading it holds it shared) */
+    char mp[4200];
+    snprintf(mp, sizeof mp, map ? "%s" : "%s.map", map ? map : backing);
+    struct cli_guard g;
+    cli_guard_init(&g, "prepare-backing");
+    g.allow_block = 1;
+    cli_guard_add(&g, "--trace", trace, CLI_IN);
+    cli_guard_add(&g, "--backing", backing, CLI_DEV);
+    cli_guard_add(&g, map ? "--map" : "--backing's map", mp, CLI_OUT);
+    if (cli_guard_check(&g) || cli_guard_lock(&g, map ? "--map" : "--backing's map", mp, 1, 0) || cli_guard_hold()) {
+        cli_guard_release(&g, 1);
+        return 1;
+    }
     char err[FLASHRT_ERR_LEN];
     struct flashrt_prepare_stats st;
-    if (flashrt_prepare_backing(backing, map, trace, &st, err, sizeof err) != 0) return ERR("%s", err);
+    int bad = flashrt_prepare_backing(backing, map, trace, &st, err, sizeof err);
+    cli_guard_release(&g, bad != 0);
+    if (bad) return ERR("%s", err);
     printf("{\"blocks\": %llu, \"segments\": %llu, \"bytes_written\": %llu, \"seconds\": %.6f}\n",
            (unsigned long long)st.blocks, (unsigned long long)st.segments,
            (unsigned long long)st.bytes_written, st.seconds);
@@ -111,6 +151,11 @@ static int cmd_probe(int argc, char **argv) {
         }
     }
     if (!dev || !*dev) { fprintf(stderr, "flashrt probe-disk: error: --device is required (see --help)\n"); return 2; }
+    struct cli_guard g;
+    cli_guard_init(&g, "probe-disk");
+    cli_guard_add(&g, "--device", dev, CLI_IN);
+    cli_guard_add(&g, "--out", out, CLI_OUT);
+    if (cli_guard_check(&g)) return 1;
     char err[FLASHRT_ERR_LEN];
     struct flashrt_probe p;
     if (flashrt_probe_disk(dev, (unsigned)reads, seq, &p, err, sizeof err) != 0) return ERR("%s", err);
@@ -174,6 +219,77 @@ static int cmd_features(int argc, char **argv) {
     return 0;
 }
 
+/* ---- verify ---- */
+
+static int cmd_verify(int argc, char **argv) {
+    if (cli_want_help(argc, argv)) { fputs(VERIFY_HELP, stdout); return 0; }
+    const char *dir = NULL, *system = NULL;
+    unsigned need = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        if ((v = cli_optval(argc, argv, &i, "--need"))) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            char *save = NULL;
+            for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                static const char *const NAMES[] = {"admission", "prefetch", "eviction", "partition", "readahead"};
+                unsigned bit = 0;
+                for (unsigned k = 0; k < 5; k++)
+                    if (!strcmp(t, NAMES[k])) bit = 1u << k;
+                if (!bit) {
+                    fprintf(stderr, "flashrt verify: error: --need: unknown capability '%s' (admission, prefetch, eviction, partition, readahead)\n", t);
+                    return 2;
+                }
+                need |= bit;
+            }
+            if (!need) { fprintf(stderr, "flashrt verify: error: --need: expected capability names\n"); return 2; }
+        } else if ((v = cli_optval(argc, argv, &i, "--system"))) {
+            system = v;
+        } else if (argv[i][0] == '-' || dir) {
+            fprintf(stderr, "flashrt verify: error: unknown argument '%s' (see --help)\n", argv[i]);
+            return 2;
+        } else {
+            dir = argv[i];
+        }
+    }
+    if (!dir || !*dir) { fprintf(stderr, "flashrt verify: error: DIR is required (see --help)\n"); return 2; }
+    char err[FLASHRT_ERR_LEN];
+    /* the manifest alone first: a knobs-only bundle has nothing to map */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
+    if (dfd < 0) return ERR("%s: not a policy directory (%s)", dir, strerror(errno));
+    struct frt_manifest *man = malloc(sizeof *man);
+    if (!man) { close(dfd); return ERR("out of memory"); }
+    int bad = frt_manifest_read(dfd, dir, system, man, NULL, NULL, err, sizeof err);
+    close(dfd);
+    if (bad) { free(man); return ERR("%s", err); }
+    if (!man->has_so) {
+        int rc = need ? ERR("%s: refused: a knobs-only bundle (capabilities []) has no capability", dir) : 0;
+        if (!rc)
+            printf("{\"bundle\": \"%s\", \"system\": \"%s\", \"capabilities\": [], \"sha256\": null, \"size_bytes\": null}\n",
+                   dir, man->system);
+        free(man);
+        return rc;
+    }
+    free(man);
+    flashrt_policy *p = frt_policy_load_for(dir, need ? need : FRT_CAP_AS_LISTED, err, sizeof err);
+    if (!p) return ERR("%s", err);
+    char names[160];
+    snprintf(names, sizeof names, "%s", frt_policy_listed(p));
+    int first = 1;
+    fputc('{', stdout);
+    cli_json_str(stdout, "bundle", dir, &first);
+    fputs(", \"capabilities\": [", stdout);
+    char *save = NULL;
+    int k = 0;
+    for (char *t = strtok_r(names, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) printf("%s\"%s\"", k++ ? ", " : "", t);
+    fputc(']', stdout);
+    cli_json_str(stdout, "sha256", frt_policy_sha256(p), &first);
+    cli_json_int(stdout, "size_bytes", frt_policy_size_bytes(p), &first);
+    fputs("}\n", stdout);
+    flashrt_policy_free(p);
+    return 0;
+}
+
 static int cmd_units(int argc, char **argv) {
     if (cli_want_help(argc, argv)) { fputs(UNITS_HELP, stdout); return 0; }
     for (int i = 0; i < argc; i++)
@@ -217,6 +333,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tune-readahead")) return cli_tune_readahead(argc, argv);
     if (!strcmp(cmd, "prepare-backing")) return cmd_prepare(argc, argv);
     if (!strcmp(cmd, "probe-disk")) return cmd_probe(argc, argv);
+    if (!strcmp(cmd, "verify")) return cmd_verify(argc, argv);
     if (!strcmp(cmd, "features")) return cmd_features(argc, argv);
     if (!strcmp(cmd, "units")) return cmd_units(argc, argv);
     fprintf(stderr, "flashrt: error: unknown command '%s'\n%s", cmd, USAGE);

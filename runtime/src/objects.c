@@ -71,8 +71,8 @@ int flashrt_objects_read(const char *path, const char *format, struct flashrt_ob
     else return frt_seterr(err, errlen, "%s: field 'format': unknown object format '%s'; expected objects-csv, csv or cloudphysics", path, format);
     const char *names[NCOL] = {"time", cp ? "lbn" : "key", "size"};
     const char *what = cp ? "CloudPhysics CSV (version,time,op,size,lbn)" : "objects-csv trace (time,key,size)";
-    FILE *f = fopen(path, "rb");
-    if (!f) return frt_seterr(err, errlen, "%s: %s", path, strerror(errno));
+    FILE *f = frt_fopen_input(path, err, errlen);
+    if (!f) return -1;
     char *line = NULL, *hdr = NULL, *line_hdr = NULL;
     size_t lcap = 0, cap = 0;
     ssize_t len;

@@ -8,12 +8,16 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "flashml_policy.h"
 #include "flashrt.h"
@@ -27,6 +31,11 @@ struct flashrt_policy {
     enum kind kind;
     char name[4200];
     void *dl;
+    int memfd; /* the sealed copy of the verified .so that dl maps (-1: none) */
+    unsigned listed; /* the capabilities the manifest lists */
+    char cap_names[128];
+    char sha256[65];
+    uint64_t size_bytes;
     double (*admit_score)(const double *);
     void (*prefetch_range)(const double *, int32_t *, int32_t *);
     double (*when_score)(const double *);
@@ -51,6 +60,7 @@ static flashrt_policy *builtin(enum kind k) {
     flashrt_policy *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->kind = k;
+    p->memfd = -1;
     snprintf(p->name, sizeof p->name, "%s", k == K_REJECTX ? "rejectx" : "admitall");
     p->target_wr = p->eviction_age = NAN;
     return p;
@@ -69,28 +79,95 @@ flashrt_policy *flashrt_policy_builtin(const char *name, char *err, size_t errle
     return p;
 }
 
-static int read_small(const char *path, char **out, size_t *n, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return frt_seterr(err, errlen, "%s: %s", path, strerror(errno));
-    char *buf = malloc(1 << 20);
-    if (!buf) { fclose(f); return frt_seterr(err, errlen, "out of memory"); }
-    size_t r = fread(buf, 1, (1 << 20) - 1, f);
-    int big = !feof(f) && fgetc(f) != EOF;
-    fclose(f);
-    if (big) { free(buf); return frt_seterr(err, errlen, "%s: larger than 1 MiB", path); }
-    buf[r] = 0;
-    *out = buf;
-    *n = r;
+/* ---- the bundle's files: opened once, read once, verified, then mapped from memory ---- */
+
+/* Upper bounds on a bundle's files (a manifest is a few KiB; a compiled policy.so a few MiB). */
+#define MANIFEST_MAX (1u << 20)
+#define SO_MAX (512ull << 20)
+
+static const char *const SYSTEMS[] = {"baleen", "mat", "pannier", "mlcache", "kml"};
+static const char *const CAP_NAMES[] = {"admission", "prefetch", "eviction", "partition", "readahead"};
+
+const char *frt_file_kind(unsigned mode) {
+    return S_ISFIFO(mode) ? "a FIFO" : S_ISSOCK(mode) ? "a socket" : S_ISCHR(mode) ? "a character device"
+         : S_ISBLK(mode) ? "a block device" : S_ISDIR(mode) ? "a directory" : S_ISLNK(mode) ? "a symbolic link"
+         : S_ISREG(mode) ? "a regular file" : "not a regular file";
+}
+
+/* `name` inside the bundle directory dfd (shown as `path`): opened once, without following a
+ * link and without blocking (a FIFO), and only a regular file of at most `max` bytes. */
+static int open_member(int dfd, const char *path, const char *name, uint64_t max, uint64_t *size,
+                       char *err, size_t errlen) {
+    struct stat st;
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
+            return frt_seterr(err, errlen, "%s: refused: it is %s, not a regular file (a bundle's files are read once, from regular files)",
+                              path, frt_file_kind(st.st_mode));
+        return frt_seterr(err, errlen, "%s: cannot open: %s", path, strerror(e));
+    }
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return frt_seterr(err, errlen, "%s: cannot read it: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return frt_seterr(err, errlen, "%s: refused: it is %s, not a regular file (a bundle's files are read once, from regular files)",
+                          path, frt_file_kind(st.st_mode));
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        return frt_seterr(err, errlen, "%s: refused: %llu bytes, more than the %llu bytes this file of a bundle may have", path,
+                          (unsigned long long)st.st_size, (unsigned long long)max);
+    }
+    *size = (uint64_t)st.st_size;
+    return fd;
+}
+
+/* Exactly n bytes from the start of fd; refused when the file shrank or grew meanwhile. */
+static int read_member(int fd, const char *path, unsigned char *buf, uint64_t n, char *err, size_t errlen) {
+    uint64_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, buf + got, (size_t)(n - got), (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return frt_seterr(err, errlen, "%s: cannot read it: %s", path, strerror(errno));
+        if (r == 0) return frt_seterr(err, errlen, "%s: refused: it changed while being read (%llu of %llu bytes)", path,
+                                      (unsigned long long)got, (unsigned long long)n);
+        got += (uint64_t)r;
+    }
+    unsigned char extra;
+    ssize_t r = pread(fd, &extra, 1, (off_t)n);
+    if (r != 0) return frt_seterr(err, errlen, "%s: refused: it changed while being read (more than %llu bytes)", path, (unsigned long long)n);
     return 0;
 }
 
+/* ---- the manifest's schema (flashml/compiler/manifest.schema.json: the rules of the fields
+ * this runtime reads) ---- */
+
+/* The value of member m for a message: "evil/9" in quotes, a number, true/false/null, or a
+ * nested value. */
+static const char *shown(const struct frt_json_member *m, char buf[300]) {
+    if (!m) return "nothing";
+    switch (m->type) {
+    case FRT_JSON_STRING: snprintf(buf, 300, "\"%.200s\"", m->str); return buf;
+    case FRT_JSON_NUMBER: snprintf(buf, 300, "%.17g", m->num); return buf;
+    case FRT_JSON_BOOL: return m->num != 0 ? "true" : "false";
+    case FRT_JSON_NULL: return "null";
+    default: return "a list or an object";
+    }
+}
+
 /* The top-level "capabilities" array of a manifest (already parsed as valid JSON) as FRT_CAP_*
- * bits and their names; unknown names are ignored. Without the field: admission + prefetch. */
-static int manifest_caps(const char *t, size_t n, unsigned *caps, char *names, size_t names_len,
+ * bits and their names; an unknown or repeated name is refused. Without the field: admission
+ * and prefetch (*listed = 0). */
+static int manifest_caps(const char *t, size_t n, unsigned *caps, int *listed, char *names, size_t names_len,
                          const char *mf, char *err, size_t errlen) {
     static const char KEY[] = "\"capabilities\"";
     int depth = 0;
     *caps = 0;
+    *listed = 0;
     names[0] = 0;
     for (size_t i = 0; i < n; i++) {
         char c = t[i];
@@ -106,19 +183,24 @@ static int manifest_caps(const char *t, size_t n, unsigned *caps, char *names, s
             if (j >= n || t[j] != ':') continue;
             for (j++; j < n && (t[j] == ' ' || t[j] == '\t' || t[j] == '\n' || t[j] == '\r'); j++) {}
             if (j >= n || t[j] != '[')
-                return frt_seterr(err, errlen, "%s: refused: field 'capabilities': expected a list of names", mf);
+                return frt_seterr(err, errlen, "%s: field 'capabilities': expected a list of names", mf);
+            *listed = 1;
             for (j++; j < n && t[j] != ']'; j++) {
                 if (t[j] == ' ' || t[j] == ',' || t[j] == '\t' || t[j] == '\n' || t[j] == '\r') continue;
                 if (t[j] != '"')
-                    return frt_seterr(err, errlen, "%s: refused: field 'capabilities': expected a list of names", mf);
+                    return frt_seterr(err, errlen, "%s: field 'capabilities': expected a list of names", mf);
                 size_t a = ++j;
                 while (j < n && t[j] != '"') j++;
                 size_t len = j - a;
-                if (len == 9 && !memcmp(t + a, "admission", 9)) *caps |= FRT_CAP_ADMISSION;
-                else if (len == 8 && !memcmp(t + a, "prefetch", 8)) *caps |= FRT_CAP_PREFETCH;
-                else if (len == 8 && !memcmp(t + a, "eviction", 8)) *caps |= FRT_CAP_EVICTION;
-                else if (len == 9 && !memcmp(t + a, "partition", 9)) *caps |= FRT_CAP_PARTITION;
-                else if (len == 9 && !memcmp(t + a, "readahead", 9)) *caps |= FRT_CAP_READAHEAD;
+                unsigned bit = 0;
+                for (unsigned k = 0; k < sizeof CAP_NAMES / sizeof CAP_NAMES[0]; k++)
+                    if (len == strlen(CAP_NAMES[k]) && !memcmp(t + a, CAP_NAMES[k], len)) bit = 1u << k;
+                if (!bit)
+                    return frt_seterr(err, errlen, "%s: field 'capabilities': unknown capability \"%.*s\" (known: admission, prefetch, eviction, partition, readahead)",
+                                      mf, (int)(len > 64 ? 64 : len), t + a);
+                if (*caps & bit)
+                    return frt_seterr(err, errlen, "%s: field 'capabilities': \"%.*s\" listed twice", mf, (int)len, t + a);
+                *caps |= bit;
                 size_t used = strlen(names);
                 if (used + len + 3 < names_len)
                     snprintf(names + used, names_len - used, "%s%.*s", used ? ", " : "", (int)len, t + a);
@@ -131,6 +213,125 @@ static int manifest_caps(const char *t, size_t n, unsigned *caps, char *names, s
     *caps = FRT_CAP_ADMISSION | FRT_CAP_PREFETCH;
     snprintf(names, names_len, "admission, prefetch");
     return 0;
+}
+
+static int is_hex64(const char *s) {
+    size_t i = 0;
+    for (; s[i]; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return i == 64;
+}
+
+/* An optional number field: absent is fine; else a finite number (not a string or a
+ * boolean), > 0 when positive, within [lo, hi] otherwise. */
+static int check_number(const struct frt_json_object *o, const char *mf, const char *key, int positive,
+                        double lo, double hi, const char *unit, char *err, size_t errlen) {
+    const struct frt_json_member *m = frt_json_get(o, key);
+    char b[300];
+    if (!m) return 0;
+    if (m->type != FRT_JSON_NUMBER || !isfinite(m->num))
+        return frt_seterr(err, errlen, "%s: field '%s': expected a finite number%s%s, got %s", mf, key,
+                          unit[0] ? " " : "", unit, shown(m, b));
+    if (positive ? !(m->num > 0) : !(m->num >= lo && m->num <= hi)) {
+        if (positive)
+            return frt_seterr(err, errlen, "%s: field '%s': expected a number > 0%s%s, got %s", mf, key,
+                              unit[0] ? " " : "", unit, shown(m, b));
+        return frt_seterr(err, errlen, "%s: field '%s': expected a number in [%g, %g], got %s", mf, key, lo, hi, shown(m, b));
+    }
+    return 0;
+}
+
+int frt_manifest_parse(const char *text, size_t n, const char *mf, const char *system,
+                       struct frt_manifest *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    char jerr[256], b[300];
+    if (frt_json_parse_object(text, n, &out->obj, jerr, sizeof jerr) != 0)
+        return frt_seterr(err, errlen, "%s: not valid JSON: %s", mf, jerr);
+    const struct frt_json_object *o = &out->obj;
+    const struct frt_json_member *m = frt_json_get(o, "format");
+    if (!m || m->type != FRT_JSON_STRING || strcmp(m->str, FRT_BUNDLE_FORMAT) != 0)
+        return frt_seterr(err, errlen, "%s: field 'format': expected \"%s\", got %s", mf, FRT_BUNDLE_FORMAT, shown(m, b));
+    if ((m = frt_json_get(o, "system"))) {
+        int known = 0;
+        for (size_t i = 0; m->type == FRT_JSON_STRING && i < sizeof SYSTEMS / sizeof SYSTEMS[0]; i++)
+            known |= strcmp(m->str, SYSTEMS[i]) == 0;
+        if (!known)
+            return frt_seterr(err, errlen, "%s: field 'system': expected one of baleen, mat, pannier, mlcache, kml, got %s", mf, shown(m, b));
+        if (system && strcmp(m->str, system) != 0)
+            return frt_seterr(err, errlen, "%s: field 'system': expected \"%s\" (this command serves %s bundles), got %s", mf,
+                              system, system, shown(m, b));
+        snprintf(out->system, sizeof out->system, "%.15s", m->str);
+    }
+    if (manifest_caps(text, n, &out->caps, &out->listed, out->cap_names, sizeof out->cap_names, mf, err, errlen) != 0) return -1;
+    if (!out->listed && frt_json_get(o, "capabilities"))
+        return frt_seterr(err, errlen, "%s: field 'capabilities': expected a list of names", mf);
+    /* a knobs-only bundle (Pannier's: capabilities []) has no .so */
+    out->has_so = !out->listed || out->caps != 0;
+    if (strcmp(out->system, "pannier") == 0 && out->has_so)
+        return frt_seterr(err, errlen, "%s: field 'capabilities': a pannier bundle has knobs only (capabilities []), got %s", mf,
+                          out->cap_names[0] ? out->cap_names : "none");
+    if (out->has_so) {
+        m = frt_json_get(o, "abi_version");
+        if (!m || m->type != FRT_JSON_NUMBER) return frt_seterr(err, errlen, "%s: field 'abi_version': missing or not a number", mf);
+        if (m->num != floor(m->num) || !(m->num >= 0 && m->num <= 1e9))
+            return frt_seterr(err, errlen, "%s: field 'abi_version': expected an integer, got %s", mf, shown(m, b));
+        m = frt_json_get(o, "sha256");
+        if (!m || m->type != FRT_JSON_STRING) return frt_seterr(err, errlen, "%s: field 'sha256': missing or not a string", mf);
+        if (!is_hex64(m->str))
+            return frt_seterr(err, errlen, "%s: field 'sha256': expected 64 lowercase hexadecimal digits, got %s", mf, shown(m, b));
+        memcpy(out->sha256, m->str, 65);
+        m = frt_json_get(o, "size_bytes");
+        if (!m) return frt_seterr(err, errlen, "%s: field 'size_bytes': missing (the .so's size in bytes)", mf);
+        if (m->type != FRT_JSON_NUMBER || m->num != floor(m->num) || !(m->num >= 1 && m->num <= 9007199254740992.0))
+            return frt_seterr(err, errlen, "%s: field 'size_bytes': expected a positive integer (bytes), got %s", mf, shown(m, b));
+        out->size_bytes = (uint64_t)m->num;
+        m = frt_json_get(o, "policy_so");
+        if (m) {
+            if (m->type != FRT_JSON_STRING || !m->str[0] || strchr(m->str, '/') || !strcmp(m->str, ".") || !strcmp(m->str, "..") ||
+                strlen(m->str) >= sizeof out->so_name)
+                return frt_seterr(err, errlen, "%s: field 'policy_so': expected a file name in the bundle's directory, got %s", mf, shown(m, b));
+            snprintf(out->so_name, sizeof out->so_name, "%s", m->str);
+        } else {
+            snprintf(out->so_name, sizeof out->so_name, "policy.so");
+        }
+    }
+    static const char *const HASHES[] = {"contract_hash", "evict_contract_hash", "partition_contract_hash", "readahead_contract_hash"};
+    for (size_t i = 0; i < sizeof HASHES / sizeof HASHES[0]; i++)
+        if ((m = frt_json_get(o, HASHES[i])) && (m->type != FRT_JSON_STRING || !is_hex64(m->str)))
+            return frt_seterr(err, errlen, "%s: field '%s': expected 64 lowercase hexadecimal digits, got %s", mf, HASHES[i], shown(m, b));
+    if (check_number(o, mf, "eviction_age_s", 1, 0, 0, "of seconds", err, errlen) ||
+        check_number(o, mf, "target_write_rate_mbps", 1, 0, 0, "of MB/s", err, errlen) ||
+        check_number(o, mf, "admit_threshold", 0, -DBL_MAX, DBL_MAX, "", err, errlen) ||
+        check_number(o, mf, "when_threshold", 0, -DBL_MAX, DBL_MAX, "", err, errlen) ||
+        check_number(o, mf, "peak_bonus", 0, 0.0, 1.0, "", err, errlen))
+        return -1;
+    if ((m = frt_json_get(o, "segments_per_block")) &&
+        (m->type != FRT_JSON_NUMBER || m->num != floor(m->num) || !(m->num >= 1 && m->num <= 1e6)))
+        return frt_seterr(err, errlen, "%s: field 'segments_per_block': expected a positive integer, got %s", mf, shown(m, b));
+    return 0;
+}
+
+int frt_manifest_read(int dfd, const char *dir, const char *system, struct frt_manifest *out, char **text_out,
+                      size_t *n_out, char *err, size_t errlen) {
+    char mf[4200];
+    snprintf(mf, sizeof mf, "%s/manifest.json", dir);
+    uint64_t size = 0;
+    int fd = open_member(dfd, mf, "manifest.json", MANIFEST_MAX, &size, err, errlen);
+    if (fd < 0) return -1;
+    char *text = malloc((size_t)size + 1);
+    int rc = text ? read_member(fd, mf, (unsigned char *)text, size, err, errlen) : frt_seterr(err, errlen, "out of memory");
+    close(fd);
+    if (rc == 0) {
+        text[size] = 0;
+        rc = frt_manifest_parse(text, (size_t)size, mf, system, out, err, errlen);
+    }
+    if (rc == 0 && text_out) {
+        *text_out = text;
+        *n_out = (size_t)size;
+    } else {
+        free(text);
+    }
+    return rc;
 }
 
 static const char *cap_name(unsigned cap) {
@@ -151,7 +352,7 @@ static int bind_partition(flashrt_policy *p, const char *so, const char *mf,
 static int bind_readahead(flashrt_policy *p, const char *so, const char *mf,
                           const char *manifest_hash, char *err, size_t errlen);
 
-/* Refuse a file that is not a whole 64-bit ELF shared object before it is dlopen()ed: a
+/* Refuse bytes that are not a whole 64-bit ELF shared object before they are mapped: a
  * truncated one can kill the process that maps it (SIGBUS), even when its manifest vouches
  * for its sha256. The checks of flashml's own loader (compiler/loader.py check_elf): the ELF
  * header, a shared object (ET_DYN), the program and section header tables inside the file,
@@ -164,151 +365,188 @@ static uint64_t le(const unsigned char *b, int n) {
 
 static int inside(uint64_t off, uint64_t len, uint64_t size) { return off <= size && len <= size - off; }
 
-static int check_elf(const char *so, char *err, size_t errlen) {
-    FILE *f = fopen(so, "rb");
-    if (!f) return frt_seterr(err, errlen, "%s: refused: cannot read it: %s", so, strerror(errno));
-    struct stat st;
-    unsigned char h[64];
-    int rc = 0;
-    if (fstat(fileno(f), &st) != 0) {
-        rc = frt_seterr(err, errlen, "%s: refused: cannot read it: %s", so, strerror(errno));
-        goto out;
-    }
-    const uint64_t size = (uint64_t)st.st_size;
-    if (fread(h, 1, sizeof h, f) != sizeof h || memcmp(h, "\x7f" "ELF\x02\x01", 6) != 0) {
-        rc = frt_seterr(err, errlen, "%s: refused: cannot load it: not a 64-bit ELF shared object; recompile the policy", so);
-        goto out;
-    }
-    if (le(h + 16, 2) != 3) { /* ET_DYN */
-        rc = frt_seterr(err, errlen, "%s: refused: cannot load it: an ELF file but not a shared object; recompile the policy", so);
-        goto out;
-    }
-    const uint64_t phoff = le(h + 32, 8), shoff = le(h + 40, 8), phentsize = le(h + 54, 2),
-                   phnum = le(h + 56, 2), shentsize = le(h + 58, 2), shnum = le(h + 60, 2);
-    if (phentsize < 56 || !inside(phoff, phnum * phentsize, size) ||
-        (shnum && !inside(shoff, shnum * shentsize, size))) {
-        rc = frt_seterr(err, errlen, "%s: refused: cannot load it: truncated ELF file (%llu bytes); recompile the policy", so,
-                        (unsigned long long)size);
-        goto out;
-    }
+static int check_elf(const char *so, const unsigned char *b, uint64_t size, char *err, size_t errlen) {
+    if (size < 64 || memcmp(b, "\x7f" "ELF\x02\x01", 6) != 0)
+        return frt_seterr(err, errlen, "%s: refused: cannot load it: not a 64-bit ELF shared object; recompile the policy", so);
+    if (le(b + 16, 2) != 3) /* ET_DYN */
+        return frt_seterr(err, errlen, "%s: refused: cannot load it: an ELF file but not a shared object; recompile the policy", so);
+    const uint64_t phoff = le(b + 32, 8), shoff = le(b + 40, 8), phentsize = le(b + 54, 2),
+                   phnum = le(b + 56, 2), shentsize = le(b + 58, 2), shnum = le(b + 60, 2);
+    if (phentsize < 56 || !inside(phoff, phnum * phentsize, size) || (shnum && !inside(shoff, shnum * shentsize, size)))
+        return frt_seterr(err, errlen, "%s: refused: cannot load it: truncated ELF file (%llu bytes); recompile the policy", so,
+                          (unsigned long long)size);
     for (uint64_t i = 0; i < phnum; i++) {
-        unsigned char e[56];
-        if (fseeko(f, (off_t)(phoff + i * phentsize), SEEK_SET) != 0 || fread(e, 1, sizeof e, f) != sizeof e) {
-            rc = frt_seterr(err, errlen, "%s: refused: cannot read it: %s", so, ferror(f) ? strerror(errno) : "short read");
-            goto out;
-        }
+        const unsigned char *e = b + phoff + i * phentsize;
         const uint64_t off = le(e + 8, 8), filesz = le(e + 32, 8);
-        if (le(e, 4) == 1 && !inside(off, filesz, size)) { /* PT_LOAD past the end */
-            rc = frt_seterr(err, errlen, "%s: refused: cannot load it: truncated ELF file (%llu bytes, a segment of %llu bytes at %llu); recompile the policy",
-                            so, (unsigned long long)size, (unsigned long long)filesz, (unsigned long long)off);
-            goto out;
-        }
+        if (le(e, 4) == 1 && !inside(off, filesz, size)) /* PT_LOAD past the end */
+            return frt_seterr(err, errlen, "%s: refused: cannot load it: truncated ELF file (%llu bytes, a segment of %llu bytes at %llu); recompile the policy",
+                              so, (unsigned long long)size, (unsigned long long)filesz, (unsigned long long)off);
     }
-out:
-    fclose(f);
-    return rc;
+    return 0;
+}
+
+/* The verified bytes in a sealed memfd (no one can change them after the seal), mapped with
+ * dlopen("/proc/self/fd/N"). The memfd stays open while the policy is loaded: its number is the
+ * name the dynamic loader knows the library by, so no other load can reuse it meanwhile. */
+static int map_sealed(flashrt_policy *p, const char *so, const unsigned char *b, uint64_t size, char *err, size_t errlen) {
+    int fd = memfd_create("flashml-policy", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return frt_seterr(err, errlen, "%s: refused: cannot load it: memfd_create: %s", so, strerror(errno));
+    uint64_t put = 0;
+    while (put < size) {
+        ssize_t w = write(fd, b + put, (size_t)(size - put));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            return frt_seterr(err, errlen, "%s: refused: cannot load it: writing its memfd: %s", so, strerror(e));
+        }
+        put += (uint64_t)w;
+    }
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+        int e = errno;
+        close(fd);
+        return frt_seterr(err, errlen, "%s: refused: cannot load it: sealing its memfd: %s", so, strerror(e));
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!p->dl) {
+        const char *e = dlerror();
+        close(fd);
+        return frt_seterr(err, errlen, "%s: refused: cannot load it: %s", so, e ? e : "unknown error");
+    }
+    p->memfd = fd;
+    return 0;
+}
+
+/* A value the .so reports: finite and within [lo, hi] (lo excluded when open_lo). */
+static int check_value(const char *so, const char *fn, double v, double lo, int open_lo, double hi, const char *unit,
+                       char *err, size_t errlen) {
+    if (isfinite(v) && (open_lo ? v > lo : v >= lo) && v <= hi) return 0;
+    if (hi == DBL_MAX && lo == -DBL_MAX)
+        return frt_seterr(err, errlen, "%s: refused: %s() returned %g: expected a finite number", so, fn, v);
+    if (hi == DBL_MAX)
+        return frt_seterr(err, errlen, "%s: refused: %s() returned %g: expected a finite number %s %g%s%s", so, fn, v,
+                          open_lo ? ">" : ">=", lo, unit[0] ? " " : "", unit);
+    return frt_seterr(err, errlen, "%s: refused: %s() returned %g: expected a number in %s%g, %g]%s%s", so, fn, v,
+                      open_lo ? "(" : "[", lo, hi, unit[0] ? " " : "", unit);
 }
 
 static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t errlen) {
-    char so[4096], mf[4096];
-    snprintf(so, sizeof so, "%s/policy.so", dir);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
+    if (dfd < 0) {
+        frt_seterr(err, errlen, "%s: not a policy directory (%s)", dir, strerror(errno));
+        return NULL;
+    }
+    char so[4200], mf[4200];
     snprintf(mf, sizeof mf, "%s/manifest.json", dir);
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        frt_seterr(err, errlen, "%s: not a policy directory (%s)", dir,
-                   errno && stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
-        return NULL;
+    const int as_listed = (need & FRT_CAP_AS_LISTED) != 0;
+    need &= ~(unsigned)FRT_CAP_AS_LISTED;
+    /* the system the command serves: the one a manifest's optional `system` must name */
+    const char *system = as_listed ? NULL : (need & FRT_CAP_EVICTION) ? "mat" : (need & FRT_CAP_PARTITION) ? "mlcache"
+                       : (need & FRT_CAP_READAHEAD) ? "kml" : "baleen";
+    struct frt_manifest *man = malloc(sizeof *man);
+    flashrt_policy *p = NULL;
+    unsigned char *bytes = NULL;
+    int sofd = -1;
+    if (!man) { frt_seterr(err, errlen, "out of memory"); goto fail; }
+    if (frt_manifest_read(dfd, dir, system, man, NULL, NULL, err, errlen) != 0) goto fail;
+    if (as_listed) need = man->caps;
+    if (!man->has_so) {
+        frt_seterr(err, errlen, "%s: refused: the bundle has no policy .so (capabilities []: a knobs-only bundle)", dir);
+        goto fail;
     }
-    char *text = NULL;
-    size_t n = 0;
-    if (read_small(mf, &text, &n, err, errlen) != 0) return NULL;
-    struct frt_json_object m;
-    char jerr[256], cap_names[256];
-    unsigned have = 0;
-    int bad = frt_json_parse_object(text, n, &m, jerr, sizeof jerr);
-    if (bad) {
-        free(text);
-        frt_seterr(err, errlen, "%s: not valid JSON: %s", mf, jerr);
-        return NULL;
-    }
-    bad = manifest_caps(text, n, &have, cap_names, sizeof cap_names, mf, err, errlen);
-    free(text);
-    if (bad) return NULL;
+    const unsigned have = man->caps;
+    const char *cap_names = man->cap_names;
+    const struct frt_json_object *m = &man->obj;
     const int adm = (need & (FRT_CAP_ADMISSION | FRT_CAP_PREFETCH)) != 0;
-    const struct frt_json_member *abi = frt_json_get(&m, "abi_version"),
-                                 *hash = frt_json_get(&m, "contract_hash"),
-                                 *ehash = frt_json_get(&m, "evict_contract_hash"),
-                                 *phash = frt_json_get(&m, "partition_contract_hash"),
-                                 *rhash = frt_json_get(&m, "readahead_contract_hash"),
-                                 *sha = frt_json_get(&m, "sha256");
-    if (!abi || abi->type != FRT_JSON_NUMBER) { frt_seterr(err, errlen, "%s: field 'abi_version': missing or not a number", mf); return NULL; }
-    if (!sha || sha->type != FRT_JSON_STRING) { frt_seterr(err, errlen, "%s: field 'sha256': missing or not a string", mf); return NULL; }
+    const struct frt_json_member *abi = frt_json_get(m, "abi_version"),
+                                 *hash = frt_json_get(m, "contract_hash"),
+                                 *ehash = frt_json_get(m, "evict_contract_hash"),
+                                 *phash = frt_json_get(m, "partition_contract_hash"),
+                                 *rhash = frt_json_get(m, "readahead_contract_hash");
     for (unsigned cap = FRT_CAP_ADMISSION; cap <= FRT_CAP_READAHEAD; cap <<= 1) {
         if ((need & cap) && !(have & cap)) {
             frt_seterr(err, errlen, "%s: refused: the policy bundle has no %s capability (%s lists: %s); compile a bundle with %s", dir,
                        cap_name(cap), mf, cap_names[0] ? cap_names : "none",
                        cap == FRT_CAP_EVICTION ? "MAT's eviction model (evict.txt)" : cap == FRT_CAP_PARTITION ? "MLCache's partition network (partition.json; flashml mlcache run)"
-                       : cap == FRT_CAP_READAHEAD ? "KML's readahead model (features/readahead.toml)" : "the admission models (admission.txt, range_start.txt, range_end.txt, when.txt)");
-            return NULL;
+                       : cap == FRT_CAP_READAHEAD ? "KML's readahead model (readahead.json; flashml kml run)" : "the admission models");
+            goto fail;
         }
     }
-    if (adm && (!hash || hash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'contract_hash': missing or not a string", mf); return NULL; }
-    if ((need & FRT_CAP_EVICTION) && (!ehash || ehash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'evict_contract_hash': missing or not a string", mf); return NULL; }
-    if ((need & FRT_CAP_PARTITION) && (!phash || phash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'partition_contract_hash': missing or not a string", mf); return NULL; }
-    if ((need & FRT_CAP_READAHEAD) && (!rhash || rhash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'readahead_contract_hash': missing or not a string", mf); return NULL; }
-    char hex[65];
-    if (frt_sha256_file(so, hex, err, errlen) != 0) return NULL;
-    if (strcasecmp(hex, sha->str) != 0) {
-        frt_seterr(err, errlen, "%s: refused: its sha256 is %s but %s says %s", so, hex, mf, sha->str);
-        return NULL;
-    }
+    if (adm && (!hash || hash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'contract_hash': missing or not a string", mf); goto fail; }
+    if ((need & FRT_CAP_EVICTION) && (!ehash || ehash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'evict_contract_hash': missing or not a string", mf); goto fail; }
+    if ((need & FRT_CAP_PARTITION) && (!phash || phash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'partition_contract_hash': missing or not a string", mf); goto fail; }
+    if ((need & FRT_CAP_READAHEAD) && (!rhash || rhash->type != FRT_JSON_STRING)) { frt_seterr(err, errlen, "%s: field 'readahead_contract_hash': missing or not a string", mf); goto fail; }
     if (abi->num != FLASHML_POLICY_ABI_VERSION) {
         frt_seterr(err, errlen, "%s: refused: field 'abi_version' is %g but this runtime speaks ABI %d", mf, abi->num, FLASHML_POLICY_ABI_VERSION);
-        return NULL;
+        goto fail;
     }
     if (adm && strcasecmp(hash->str, FLASHML_POLICY_CONTRACT_HASH) != 0) {
         frt_seterr(err, errlen, "%s: refused: field 'contract_hash' is %s but this runtime's feature contract is %s", mf, hash->str, FLASHML_POLICY_CONTRACT_HASH);
-        return NULL;
+        goto fail;
     }
     if ((need & FRT_CAP_EVICTION) && strcasecmp(ehash->str, FLASHML_EVICT_CONTRACT_HASH) != 0) {
         frt_seterr(err, errlen, "%s: refused: field 'evict_contract_hash' is %s but this runtime's eviction contract is %s", mf, ehash->str, FLASHML_EVICT_CONTRACT_HASH);
-        return NULL;
+        goto fail;
     }
     if ((need & FRT_CAP_PARTITION) && strcasecmp(phash->str, FLASHML_PARTITION_CONTRACT_HASH) != 0) {
         frt_seterr(err, errlen, "%s: refused: field 'partition_contract_hash' is %s but this runtime's partition contract is %s", mf, phash->str, FLASHML_PARTITION_CONTRACT_HASH);
-        return NULL;
+        goto fail;
     }
     if ((need & FRT_CAP_READAHEAD) && strcasecmp(rhash->str, FLASHML_READAHEAD_CONTRACT_HASH) != 0) {
         frt_seterr(err, errlen, "%s: refused: field 'readahead_contract_hash' is %s but this runtime's readahead contract is %s", mf, rhash->str, FLASHML_READAHEAD_CONTRACT_HASH);
-        return NULL;
+        goto fail;
     }
-    if (check_elf(so, err, errlen) != 0) return NULL;
-    flashrt_policy *p = calloc(1, sizeof *p);
-    if (!p) { frt_seterr(err, errlen, "out of memory"); return NULL; }
+    /* the .so: one descriptor, its bytes read once; size, sha256 and ELF checks on those bytes,
+     * and exactly those bytes mapped */
+    snprintf(so, sizeof so, "%s/%s", dir, man->so_name);
+    uint64_t size = 0;
+    if ((sofd = open_member(dfd, so, man->so_name, SO_MAX, &size, err, errlen)) < 0) goto fail;
+    if (size != man->size_bytes) {
+        frt_seterr(err, errlen, "%s: refused: it has %llu bytes but %s field 'size_bytes' says %llu", so, (unsigned long long)size, mf,
+                   (unsigned long long)man->size_bytes);
+        goto fail;
+    }
+    if (!(bytes = malloc(size ? (size_t)size : 1))) { frt_seterr(err, errlen, "out of memory"); goto fail; }
+    if (read_member(sofd, so, bytes, size, err, errlen) != 0) goto fail;
+    close(sofd);
+    sofd = -1;
+    uint8_t digest[32];
+    char hex[65];
+    frt_sha256(bytes, (size_t)size, digest);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    if (strcmp(hex, man->sha256) != 0) {
+        frt_seterr(err, errlen, "%s: refused: its sha256 is %s but %s says %s", so, hex, mf, man->sha256);
+        goto fail;
+    }
+    if (check_elf(so, bytes, size, err, errlen) != 0) goto fail;
+    if (!(p = calloc(1, sizeof *p))) { frt_seterr(err, errlen, "out of memory"); goto fail; }
     p->kind = K_SO;
     p->caps = need;
+    p->memfd = -1;
+    p->listed = have;
+    snprintf(p->cap_names, sizeof p->cap_names, "%s", cap_names);
+    memcpy(p->sha256, hex, sizeof hex);
+    p->size_bytes = size;
     snprintf(p->name, sizeof p->name, "%s", so);
-    p->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    if (!p->dl) {
-        const char *e = dlerror();
-        frt_seterr(err, errlen, "%s: refused: cannot load it: %s", so, e ? e : "unknown error");
-        free(p);
-        return NULL;
-    }
+    if (map_sealed(p, so, bytes, size, err, errlen) != 0) goto fail;
+    free(bytes);
+    bytes = NULL;
     int (*abi_fn)(void) = (int (*)(void))sym(p, so, "flashml_policy_abi_version", err, errlen);
-    if (!abi_fn) goto refuse;
+    if (!abi_fn) goto fail;
     if (abi_fn() != FLASHML_POLICY_ABI_VERSION) {
         frt_seterr(err, errlen, "%s: refused: it speaks ABI %d but this runtime speaks ABI %d", so, abi_fn(), FLASHML_POLICY_ABI_VERSION);
-        goto refuse;
+        goto fail;
     }
-    if ((need & FRT_CAP_EVICTION) && bind_eviction(p, so, mf, ehash->str, err, errlen) != 0) goto refuse;
-    if ((need & FRT_CAP_PARTITION) && bind_partition(p, so, mf, phash->str, err, errlen) != 0) goto refuse;
-    if ((need & FRT_CAP_READAHEAD) && bind_readahead(p, so, mf, rhash->str, err, errlen) != 0) goto refuse;
+    if ((need & FRT_CAP_EVICTION) && bind_eviction(p, so, mf, ehash->str, err, errlen) != 0) goto fail;
+    if ((need & FRT_CAP_PARTITION) && bind_partition(p, so, mf, phash->str, err, errlen) != 0) goto fail;
+    if ((need & FRT_CAP_READAHEAD) && bind_readahead(p, so, mf, rhash->str, err, errlen) != 0) goto fail;
     if (!adm) {
         p->target_wr = p->eviction_age = NAN;
-        return p;
+        goto done;
     }
-    int (*nf_fn)(void) = abi_fn ? (int (*)(void))sym(p, so, "flashml_policy_num_features", err, errlen) : NULL;
+    int (*nf_fn)(void) = (int (*)(void))sym(p, so, "flashml_policy_num_features", err, errlen);
     const char *(*hash_fn)(void) = nf_fn ? (const char *(*)(void))sym(p, so, "flashml_policy_contract_hash", err, errlen) : NULL;
     double (*at)(void) = hash_fn ? (double (*)(void))sym(p, so, "flashml_admit_threshold", err, errlen) : NULL;
     double (*wt)(void) = at ? (double (*)(void))sym(p, so, "flashml_prefetch_when_threshold", err, errlen) : NULL;
@@ -317,7 +555,7 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
     if (ea) p->admit_score = (double (*)(const double *))sym(p, so, "flashml_admit_score", err, errlen);
     if (p->admit_score) p->prefetch_range = (void (*)(const double *, int32_t *, int32_t *))sym(p, so, "flashml_prefetch_range", err, errlen);
     if (p->prefetch_range) p->when_score = (double (*)(const double *))sym(p, so, "flashml_prefetch_when_score", err, errlen);
-    if (!p->when_score) goto refuse;
+    if (!p->when_score) goto fail;
     {   /* optional (bundles built before it existed lack it) */
         void *h = dlsym(p->dl, "flashml_policy_prefetch");
         memcpy(&p->prefetch_hint, &h, sizeof h);
@@ -337,31 +575,46 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
             if (p->peak_hours >> 24 || !(p->peak_bonus >= 0.0 && p->peak_bonus <= 1.0)) {
                 frt_seterr(err, errlen, "%s: refused: bad peak schedule (hours %#x, bonus %g)", so,
                            (unsigned)p->peak_hours, p->peak_bonus);
-                goto refuse;
+                goto fail;
             }
         }
     }
     if (nf_fn() != FLASHML_POLICY_NUM_FEATURES) {
         frt_seterr(err, errlen, "%s: refused: it reads %d features but the contract has %d", so, nf_fn(), FLASHML_POLICY_NUM_FEATURES);
-        goto refuse;
+        goto fail;
     }
     const char *h = hash_fn();
     if (!h || strcasecmp(h, FLASHML_POLICY_CONTRACT_HASH) != 0) {
         frt_seterr(err, errlen, "%s: refused: its contract hash is %.80s but this runtime's is %s", so, h ? h : "(null)", FLASHML_POLICY_CONTRACT_HASH);
-        goto refuse;
+        goto fail;
     }
     if (strcasecmp(h, hash->str) != 0) {
         frt_seterr(err, errlen, "%s: refused: its contract hash differs from %s", so, mf);
-        goto refuse;
+        goto fail;
     }
     p->admit_threshold = at();
     p->when_threshold = wt();
     p->target_wr = wr();
     p->eviction_age = ea();
+    if (check_value(so, "flashml_admit_threshold", p->admit_threshold, -DBL_MAX, 0, DBL_MAX, "", err, errlen) ||
+        check_value(so, "flashml_prefetch_when_threshold", p->when_threshold, -DBL_MAX, 0, DBL_MAX, "", err, errlen) ||
+        check_value(so, "flashml_target_write_rate_mbps", p->target_wr, 0.0, 1, DBL_MAX, "MB/s", err, errlen) ||
+        check_value(so, "flashml_eviction_age_s", p->eviction_age, 0.0, 1, DBL_MAX, "s", err, errlen))
+        goto fail;
+done:
+    free(man);
+    close(dfd);
     return p;
-refuse:
-    dlclose(p->dl);
-    free(p);
+fail:
+    if (sofd >= 0) close(sofd);
+    free(bytes);
+    free(man);
+    close(dfd);
+    if (p) {
+        if (p->dl) dlclose(p->dl);
+        if (p->memfd >= 0) close(p->memfd);
+        free(p);
+    }
     return NULL;
 }
 
@@ -489,7 +742,8 @@ static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
     p->evict.delta = delta();
     p->evict.initial_threshold = t0();
     p->evict.memory_window = window();
-    if (!(p->evict.max_candidates >= 1 && p->evict.k >= 1.0 && p->evict.k <= p->evict.max_candidates &&
+    if (!(isfinite(p->evict.k) && isfinite(p->evict.delta) && isfinite(p->evict.initial_threshold) &&
+          p->evict.max_candidates >= 1 && p->evict.k >= 1.0 && p->evict.k <= p->evict.max_candidates &&
           p->evict.delta > 0.0 && p->evict.delta < 1.0 && p->evict.initial_threshold >= 0.0 &&
           p->evict.memory_window >= 1))
         return frt_seterr(err, errlen, "%s: refused: bad eviction parameters (k %g, max candidates %d, delta %g, initial threshold %g, memory window %lld)", so,
@@ -504,7 +758,8 @@ static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
 }
 
 flashrt_policy *frt_policy_load_for(const char *dir, unsigned need, char *err, size_t errlen) {
-    if (need == 0 || (need & ~(unsigned)(FRT_CAP_ADMISSION | FRT_CAP_PREFETCH | FRT_CAP_EVICTION | FRT_CAP_PARTITION | FRT_CAP_READAHEAD))) {
+    if ((need == 0 && need != FRT_CAP_AS_LISTED) ||
+        (need & ~(unsigned)(FRT_CAP_ADMISSION | FRT_CAP_PREFETCH | FRT_CAP_EVICTION | FRT_CAP_PARTITION | FRT_CAP_READAHEAD | FRT_CAP_AS_LISTED))) {
         frt_seterr(err, errlen, "internal: bad capability set %#x", need);
         return NULL;
     }
@@ -512,6 +767,10 @@ flashrt_policy *frt_policy_load_for(const char *dir, unsigned need, char *err, s
 }
 
 unsigned frt_policy_caps(const flashrt_policy *p) { return p->kind == K_SO ? p->caps : 0; }
+
+const char *frt_policy_listed(const flashrt_policy *p) { return p->kind == K_SO ? p->cap_names : ""; }
+const char *frt_policy_sha256(const flashrt_policy *p) { return p->kind == K_SO ? p->sha256 : ""; }
+uint64_t frt_policy_size_bytes(const flashrt_policy *p) { return p->kind == K_SO ? p->size_bytes : 0; }
 
 const struct frt_evict_fns *frt_policy_evict(const flashrt_policy *p) {
     return p->kind == K_SO && (p->caps & FRT_CAP_EVICTION) ? &p->evict : NULL;
@@ -532,6 +791,7 @@ double flashrt_policy_target_write_rate_mbps(const flashrt_policy *p) { return p
 void flashrt_policy_free(flashrt_policy *p) {
     if (!p) return;
     if (p->dl) dlclose(p->dl);
+    if (p->memfd >= 0) close(p->memfd);
     free(p->ring);
     if (p->counts.cap) frt_map_free(&p->counts);
     free(p);

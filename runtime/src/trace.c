@@ -79,9 +79,8 @@ static int parse_header(flashrt_trace *t, const char *line, char *err, size_t er
 flashrt_trace *flashrt_trace_open(const char *path, char *err, size_t errlen) {
     flashrt_trace *t = calloc(1, sizeof *t);
     if (!t) { frt_seterr(err, errlen, "out of memory"); return NULL; }
-    t->f = fopen(path, "r");
+    t->f = frt_fopen_input(path, err, errlen);
     if (!t->f) {
-        frt_seterr(err, errlen, "%s: %s", path, strerror(errno));
         free(t);
         return NULL;
     }

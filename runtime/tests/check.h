@@ -6,6 +6,17 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+
+/* The size of file p in bytes (-1 when it cannot be read): a manifest's size_bytes. */
+static inline long long file_size(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+/* The start of a test manifest's JSON object: the bundle format and the .so's size_bytes
+ * (then the caller's fields). */
+#define MANIFEST_HEAD "{\"format\": \"flashml-policy-bundle/1\", \"size_bytes\": %lld, "
 
 static int failures, checks;
 

@@ -177,7 +177,7 @@ static flashrt_policy *evict_bundle(const char *name, const char *src, char *err
     snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s'", dir, src, so);
     if (system(cmd) != 0) { fprintf(stderr, "%s failed\n", cmd); exit(2); }
     if (frt_sha256_file(so, hex, err, errlen) != 0) { fprintf(stderr, "%s\n", err); exit(2); }
-    snprintf(man, sizeof man, "{\"abi_version\": %d, \"sha256\": \"%s\", \"evict_contract_hash\": \"%s\", \"capabilities\": [\"eviction\"]}\n",
+    snprintf(man, sizeof man, MANIFEST_HEAD "\"abi_version\": %d, \"sha256\": \"%s\", \"evict_contract_hash\": \"%s\", \"capabilities\": [\"eviction\"]}\n", file_size(so),
              FLASHML_POLICY_ABI_VERSION, hex, FLASHML_EVICT_CONTRACT_HASH);
     snprintf(cmd, sizeof cmd, "%s/manifest.json", dir);
     write_text(cmd, man);
@@ -632,7 +632,7 @@ static void test_refusals(const char *poldir) {
     snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/admitall.so' '%s'", dir, poldir, so);
     if (system(cmd) != 0) exit(2);
     frt_sha256_file(so, hex, err, sizeof err);
-    snprintf(man, sizeof man, "{\"abi_version\": %d, \"contract_hash\": \"%s\", \"sha256\": \"%s\"}\n", FLASHML_POLICY_ABI_VERSION,
+    snprintf(man, sizeof man, MANIFEST_HEAD "\"abi_version\": %d, \"contract_hash\": \"%s\", \"sha256\": \"%s\"}\n", file_size(so), FLASHML_POLICY_ABI_VERSION,
              FLASHML_POLICY_CONTRACT_HASH, hex);
     snprintf(cmd, sizeof cmd, "%s/manifest.json", dir);
     write_text(cmd, man);

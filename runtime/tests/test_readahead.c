@@ -140,7 +140,7 @@ static void bundle(const char *name, const char *poldir, const char *so_name, co
     snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/%s' '%s'", dir, poldir, so_name, so);
     if (system(cmd) != 0) { fprintf(stderr, "%s failed\n", cmd); exit(2); }
     if (frt_sha256_file(so, hex, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); exit(2); }
-    int n = snprintf(man, sizeof man, "{\"abi_version\": %d, \"sha256\": \"%s\", \"capabilities\": [%s]", FLASHML_POLICY_ABI_VERSION, hex, caps);
+    int n = snprintf(man, sizeof man, MANIFEST_HEAD "\"abi_version\": %d, \"sha256\": \"%s\", \"capabilities\": [%s]", file_size(so), FLASHML_POLICY_ABI_VERSION, hex, caps);
     if (rhash) n += snprintf(man + n, sizeof man - (size_t)n, ", \"readahead_contract_hash\": \"%s\"", rhash);
     snprintf(man + n, sizeof man - (size_t)n, "}\n");
     snprintf(cmd, sizeof cmd, "%s/manifest.json", dir);
