@@ -46,7 +46,10 @@ conformance: setup
 # FUZZ_CASES mutated inputs per format through every trace reader, object reader, bundle
 # loader and settings parser (Hypothesis, random seeds); the C runtime's trace and manifest
 # parsers under libFuzzer + ASan/UBSan for FUZZ_SECONDS each (runtime/fuzz/); kill -9 at
-# random points of ingest and of the main job, then a rerun (tests/test_fuzz_kill.py).
+# random points of ingest and of the main job, then a rerun (tests/test_fuzz_kill.py); the
+# adversarial suite's full catalogue (tests/adversarial.py: hostile numbers for every option,
+# outputs that are inputs, FIFOs, tampered bundles, two runs on one output) ->
+# bench/results/adversarial.json (its subset runs in `make test`: tests/test_adversarial.py).
 FUZZ_CASES ?= 1000
 FUZZ_SECONDS ?= 600
 fuzz: setup
@@ -55,6 +58,7 @@ fuzz: setup
 		tests/test_fuzz_inputs.py tests/test_fuzz_cut_lines.py tests/test_fuzz_runtime.py
 	FLASHML_FUZZ_SLOW=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_fuzz_kill.py
 	$(MAKE) -C runtime/fuzz run FUZZ_SECONDS=$(FUZZ_SECONDS)
+	$(PY) bench/bench_adversarial.py
 
 clean:
 	rm -rf .flashml sim/target
