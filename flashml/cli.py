@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
+import os
 import sys
 
 from flashml import __version__
@@ -53,10 +55,40 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         rc = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except BrokenPipeError:
+        return _reader_gone()
     except UserError as e:
         print(f"flashml: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        if e.errno not in _USER_ERRNOS:
+            raise
+        where = f"{e.filename}: " if e.filename is not None else ""
+        print(f"flashml: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
     return int(rc or 0)
+
+
+#: Errors of the user's files and disks (a folder that cannot be written, a full disk): one
+#: line naming the file, not a traceback.
+_USER_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
+                          errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG,
+                          errno.ELOOP, errno.EEXIST})
+
+
+def _reader_gone() -> int:
+    """The reader of stdout went away (`flashml ... | head`): stop quietly, as a Unix tool
+    killed by SIGPIPE would (exit 141), and keep the interpreter's final flush from
+    failing again on the closed pipe."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a replaced stdout (tests)
+        return 141
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return 141
 
 
 if __name__ == "__main__":

@@ -262,3 +262,52 @@ def refuse_overwriting_inputs(outputs: dict[str, Any], inputs: dict[str, Any]) -
                     raise UserError(f"{out}: option {oname} is a folder holding {iname} "
                                     f"({i}); refusing to replace an input; choose another "
                                     "output")
+
+
+def check_writable(option: str, path: str | os.PathLike[str], *, folder: bool = False) -> None:
+    """UserError naming `option` unless `path` can be written as an output: a folder
+    (`folder`) or a file there already or creatable (its missing parent folders too), in a
+    folder this process can create files in (tried with a probe file, removed at once: as
+    root, permission bits say nothing). /dev/null is a fine file output."""
+    from flashml.errors import UserError
+
+    out = Path(path)
+    if not folder and str(out) == os.devnull:
+        return
+    try:
+        mode: int | None = os.stat(out).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{out}: option {option}: cannot use it as the output "
+                        f"({getattr(e, 'strerror', None) or e})") from None
+    if mode is not None:
+        if folder and not stat.S_ISDIR(mode):
+            raise UserError(f"{out}: option {option}: exists and is not a folder; give a "
+                            "folder (new, or one this command wrote before)")
+        if not folder and stat.S_ISDIR(mode):
+            raise UserError(f"{out}: option {option}: is a folder; give a file name")
+    where = out.absolute().parent
+    while not os.path.lexists(where) and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise UserError(f"{out}: option {option}: {where} is not a folder, so nothing can be "
+                        "written under it")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".flashml-probe.", suffix=".tmp", dir=where)
+    except OSError as e:
+        raise UserError(f"{out}: option {option}: cannot write in {where} "
+                        f"({e.strerror or e})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_outputs(outputs: dict[str, Any], inputs: dict[str, Any], *,
+                  folders: tuple[str, ...] = ()) -> None:
+    """Before any work: no output is an input, a FIFO, a socket or a device
+    (`refuse_overwriting_inputs`), and each can be written (`check_writable`; the options in
+    `folders` are folder outputs). `outputs` and `inputs` map an option to a path or None."""
+    refuse_overwriting_inputs(outputs, inputs)
+    for name, o in outputs.items():
+        if o is not None:
+            check_writable(name, o, folder=name in folders)

@@ -199,6 +199,10 @@ class BaleenSettings:
         for name, x in v.items():
             OPTIONS[name].check(x)
         d = cls()
+        lo = v.get("min_factor", d.sweep_rate_range[0])
+        hi = v.get("max_factor", d.sweep_rate_range[1])
+        if not lo < hi:
+            raise UserError(f"--min-factor ({lo:g}) must be below --max-factor ({hi:g})")
         ks = v.get("accesses_per_episode")
         loop = replace(
             d.loop, max_iter=int(v.get("max_iterations", d.loop.max_iter)),
@@ -280,33 +284,131 @@ def integer(text: str) -> int:
 
 
 def positive_ints(text: str) -> tuple[int, ...]:
-    """argparse type: comma-separated integers >= 1, e.g. `1,6,12`."""
+    """argparse type: comma-separated integers in 1..MAX_INTEGER, e.g. `1,6,12`."""
     out = tuple(integer(part.strip()) for part in text.split(","))
     if any(k < 1 for k in out):
         raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    if any(k > MAX_INTEGER for k in out):
+        raise argparse.ArgumentTypeError(f"expected integers of at most {MAX_INTEGER}, got "
+                                         f"{text:.80}")
     return out
+
+
+#: The largest integer setting (a count: LightGBM's rounds and Optuna's trials are C ints).
+MAX_INTEGER = 2**31 - 1
+#: The largest seed (NumPy's and the generators' seeds are 32-bit).
+MAX_SEED = 2**32 - 1
+
+
+def _num(x: float) -> str:
+    """A bound for a message: 2147483647, 0.5, 1e-06."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
+@dataclass(frozen=True)
+class Number:
+    """The one declaration of a numeric option's values: an integer (`kind` int) or a
+    finite float within [low, high] (`low_open`: low itself excluded), in `unit`. Used as
+    the argparse type (a bad value is a usage error naming the option, its bound and unit)
+    and by `check` for values from elsewhere (DAG params, settings by name). An integer
+    option without `high` is bounded by MAX_INTEGER."""
+
+    kind: type = float
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    unit: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind is int and self.high is None:
+            object.__setattr__(self, "high", MAX_INTEGER)
+        if self.kind is int and self.low is None:
+            object.__setattr__(self, "low", -MAX_INTEGER)
+
+    @property
+    def __name__(self) -> str:  # argparse names the type in some messages
+        return "integer" if self.kind is int else "number"
+
+    def _u(self) -> str:
+        return f" {self.unit}" if self.unit else ""
+
+    def expected(self) -> str:
+        """What the option takes, e.g. `a number > 0 and at most 1000000000 GB`."""
+        noun = "an integer" if self.kind is int else "a finite number"
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'>' if self.low_open else '>='} {_num(self.low)}")
+        if self.high is not None:
+            parts.append(f"at most {_num(self.high)}")
+        return f"{noun}{' ' + ' and '.join(parts) if parts else ''}{self._u()}"
+
+    def problem(self, v: float) -> str | None:
+        """None if `v` is in range, else what it must be (`>= 1 pages`, `at most 1024`)."""
+        if isinstance(v, float) and not math.isfinite(v):
+            return "a finite number"
+        if self.low is not None and (v <= self.low if self.low_open else v < self.low):
+            return f"{'>' if self.low_open else '>='} {_num(self.low)}{self._u()}"
+        if self.high is not None and v > self.high:
+            return f"at most {_num(self.high)}{self._u()}"
+        return None
+
+    def __call__(self, text: str) -> int | float:
+        """argparse type: the value of `text`, or ArgumentTypeError saying what is expected."""
+        t = text.strip()
+        try:
+            v: int | float = int(t) if self.kind is int else float(t)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {self.expected()}, got {text[:80]!r}"
+                                             ) from None
+        if isinstance(v, float) and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"expected {self.expected()}, got {text[:80]}")
+        if (why := self.problem(v)) is not None:
+            raise argparse.ArgumentTypeError(f"must be {why}, got {text[:80]}")
+        return v
+
+    def check(self, flag: str, value: Any) -> None:
+        """UserError naming `flag` unless `value` (a Python number) is in range."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{flag}: expected {self.expected()}, got {value!r:.80}")
+        if self.kind is int and not isinstance(value, int):
+            if not (math.isfinite(value) and float(value).is_integer()):
+                raise UserError(f"{flag}: expected {self.expected()}, got {value!r}")
+        try:
+            v = float(value)
+        except OverflowError:  # an integer past 1e308
+            v = math.copysign(math.inf, value)
+            if self.kind is not int:
+                raise UserError(f"{flag} must be a finite number, got {_short(value)}"
+                                ) from None
+        if (why := self.problem(value if self.kind is int else v)) is not None:
+            raise UserError(f"{flag} must be {why}, got {_short(value)}")
+
+
+def is_numeric_type(t: Any) -> bool:
+    """An argparse type that reads numbers (the option is bounded and has a unit when it is a
+    Number)."""
+    return isinstance(t, Number) or t in (int, float, finite_float, integer, positive_ints)
 
 
 @dataclass(frozen=True)
 class Option:
-    """One user-facing setting: its name (argparse dest and DAG param), flag, type and help;
-    `low`/`low_open` bound it from below (inclusive / exclusive)."""
+    """One user-facing setting: its name (argparse dest and DAG param), flag, type and help.
+    A numeric setting's type is a `Number` (its bounds and unit, checked on the command line
+    and in `check` alike)."""
 
     name: str
     flag: str
     type: Callable[[str], Any]
     default: Any
     help: str
-    low: float | None = None
-    low_open: bool = False
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     #: Offered as a DAG param (JSON type), None: command line only.
     dag_type: str | None = None
 
     def check(self, value: Any) -> None:
-        """UserError naming the flag when `value` is below the bound, not a choice, an
-        integer setting beyond MAX_INTEGER or a number beyond floating point."""
+        """UserError naming the flag when `value` is out of its Number's range, not a choice,
+        not a switch's true/false, or not integers in 1..MAX_INTEGER (positive_ints)."""
         if self.choices is not None and value not in self.choices:
             raise UserError(f"{self.flag} must be one of {', '.join(self.choices)}, got "
                             f"{value!r}")
@@ -314,37 +416,20 @@ class Option:
             if not isinstance(value, bool):
                 raise UserError(f"{self.flag} must be true or false, got {value!r:.80}")
             return
-        if isinstance(value, (str, Path)) or (
-                self.low is None and self.type not in (integer, finite_float, positive_ints)):
+        if isinstance(value, (str, Path)):
             return
-        if self.type in (integer, positive_ints):
+        if isinstance(self.type, Number):
+            self.type.check(self.flag, value)
+            return
+        if self.type is positive_ints:
             for x in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(x, int) and x > MAX_INTEGER:
+                if isinstance(x, bool) or not isinstance(x, int):
+                    raise UserError(f"{self.flag}: expected integers >= 1, got {value!r:.80}")
+                if x > MAX_INTEGER:
                     raise UserError(f"{self.flag} must be at most {MAX_INTEGER}, got "
                                     f"{_short(x)}")
-                if isinstance(x, int) and x < -MAX_INTEGER:
-                    low = (f"{'>' if self.low_open else '>='} {self.low:g}"
-                           if self.low is not None else f">= {-MAX_INTEGER}")
-                    raise UserError(f"{self.flag} must be {low}, got {_short(x)}")
-        if isinstance(value, (tuple, list)) and self.type is positive_ints:
-            return
-        try:
-            number = float(value)
-        except OverflowError:  # an integer past 1e308
-            raise UserError(f"{self.flag} must be a finite number, got {_short(value)}"
-                            ) from None
-        except (TypeError, ValueError):
-            raise UserError(f"{self.flag}: expected a number, got {value!r:.80}") from None
-        if self.low is None:
-            return
-        if not math.isfinite(number) or (value <= self.low if self.low_open
-                                         else value < self.low):
-            op = ">" if self.low_open else ">="
-            raise UserError(f"{self.flag} must be {op} {self.low:g}, got {_short(value)}")
-
-
-#: The largest integer setting (a count: LightGBM's rounds and Optuna's trials are C ints).
-MAX_INTEGER = 2**31 - 1
+                if x < 1:
+                    raise UserError(f"{self.flag} must be >= 1, got {_short(x)}")
 
 
 def _short(value: Any) -> str:
@@ -359,15 +444,18 @@ def _short(value: Any) -> str:
 
 _D = BaleenSettings()
 _OPTIONS = (
-    Option("cache_gb", "--cache-gb", finite_float, _D.cache_gb, "flash cache size, GB (2^30 bytes) "
-           "at full-node scale", low=0, low_open=True, dag_type="number", metavar="GB"),
-    Option("target_write_rate_mbps", "--target-write-rate", finite_float,
+    Option("cache_gb", "--cache-gb", Number(float, 1e-6, 1e9, unit="GB"), _D.cache_gb,
+           "flash cache size, GB (2^30 bytes) at full-node scale", dag_type="number",
+           metavar="GB"),
+    Option("target_write_rate_mbps", "--target-write-rate", Number(float, 1e-6, 1e6,
+                                                                   unit="MB/s"),
            _D.target_write_rate_mbps, "flash write-rate target, MB/s (10^6 B/s) at full-node "
-           "scale (default: the artifact's 35.599 MiB/s, 7.5 DWPD)",
-           low=0, low_open=True, dag_type="number", metavar="MBPS"),
-    Option("train_hours", "--train-hours", finite_float, _D.loop.train_seconds / 3600.0,
+           "scale (default: the artifact's 35.599 MiB/s, 7.5 DWPD)", dag_type="number",
+           metavar="MBPS"),
+    Option("train_hours", "--train-hours", Number(float, 1e-3, 1e5, unit="hours"),
+           _D.loop.train_seconds / 3600.0,
            "train on the trace's first H hours and judge every policy on the rest (the "
-           "first day, as Baleen)", low=0, low_open=True, dag_type="number", metavar="H"),
+           "first day, as Baleen)", dag_type="number", metavar="H"),
     Option("engine", "--engine", str, _D.engine, "episodes engine of the recorded episodes: "
            "auto (Polars while accesses x 500 B fit in half the available memory, else Spark), "
            "spark or polars (the convergence loop's inner iterations use Polars)",
@@ -375,36 +463,39 @@ _OPTIONS = (
            dag_type="string"),
     Option("master", "--master", str, None, "Spark master URL (default $FLASHML_SPARK_MASTER, "
            "else local[*])"),
-    Option("learning_rate", "--learning-rate", finite_float, _D.gbm.learning_rate,
-           "LightGBM learning rate (the artifact's: 0.005 with up to 2000 rounds)", low=0,
-           low_open=True, dag_type="number"),
-    Option("max_rounds", "--max-rounds", integer, _D.gbm.num_boost_round,
-           "LightGBM boosting rounds (at most; early stopping may end sooner)", low=1,
+    Option("learning_rate", "--learning-rate", Number(float, 1e-6, 1.0), _D.gbm.learning_rate,
+           "LightGBM learning rate (the artifact's: 0.005 with up to 2000 rounds)",
+           dag_type="number"),
+    Option("max_rounds", "--max-rounds", Number(int, 1, unit="rounds"), _D.gbm.num_boost_round,
+           "LightGBM boosting rounds (at most; early stopping may end sooner)",
            dag_type="integer"),
-    Option("max_training_rows", "--max-training-rows", integer, _D.loop.max_training_rows,
+    Option("max_training_rows", "--max-training-rows", Number(int, 0, unit="rows"),
+           _D.loop.max_training_rows,
            "at most this many admission training rows: beyond it, the rows of a sample of the "
-           "blocks (0: every row)", low=0, dag_type="integer", metavar="N"),
-    Option("max_iterations", "--max-iterations", integer, _D.loop.max_iter,
-           "convergence loop iteration cap", low=1, dag_type="integer"),
-    Option("eviction_age", "--eviction-age", finite_float, _D.loop.start_eviction_age_s,
-           "starting assumed eviction age of the convergence loop, seconds", low=0,
-           low_open=True, metavar="S"),
+           "blocks (0: every row)", dag_type="integer", metavar="N"),
+    Option("max_iterations", "--max-iterations", Number(int, 1, 1000, unit="iterations"),
+           _D.loop.max_iter, "convergence loop iteration cap", dag_type="integer"),
+    Option("eviction_age", "--eviction-age", Number(float, 1e-3, 1e9, unit="s"),
+           _D.loop.start_eviction_age_s,
+           "starting assumed eviction age of the convergence loop, seconds", metavar="S"),
     Option("accesses_per_episode", "--accesses-per-episode", positive_ints, None,
            "OPT-labelled GETs per episode in the admission training rows; several: the K "
            "whose admission-only model has the lowest mean DT on the training day (ties: the "
            "first); one value fixes K (default: LoopSettings.k_candidates, the artifact's K=6 "
            "wins ties)", metavar="K[,K...]"),
-    Option("peak_hours", "--peak-hours", integer, _D.peak.hours,
+    Option("peak_hours", "--peak-hours", Number(int, 0, 24, unit="hours"), _D.peak.hours,
            "peak-aware admission: how many of the busiest hours of the day (no-cache "
            "disk-head time of the training window) get a lower threshold (0: flat)",
            dag_type="integer"),
-    Option("peak_bonus", "--peak-bonus", finite_float, _D.peak.bonus,
+    Option("peak_bonus", "--peak-bonus", Number(float, 0.0, 1.0), _D.peak.bonus,
            "how much lower the threshold is in those hours", dag_type="number"),
-    Option("sweep_trials", "--sweep-trials", integer, _D.sweep_trials,
-           "Optuna trials of the write-rate sweep (0: no sweep)", low=0, dag_type="integer"),
-    Option("sweep_workers", "--sweep-workers", integer, _D.sweep_workers,
+    Option("sweep_trials", "--sweep-trials", Number(int, 0, 10_000, unit="trials"),
+           _D.sweep_trials, "Optuna trials of the write-rate sweep (0: no sweep)",
+           dag_type="integer"),
+    Option("sweep_workers", "--sweep-workers", Number(int, 1, 256, unit="processes"),
+           _D.sweep_workers,
            "processes running the sweep's trials in parallel on its Optuna storage (sqlite "
-           "on one machine; an RDB URL such as Postgres lets workers elsewhere join)", low=1,
+           "on one machine; an RDB URL such as Postgres lets workers elsewhere join)",
            dag_type="integer"),
     Option("sweep_cold", "--sweep-cold", bool, _D.sweep_cold,
            "sweep trials run the convergence loop from scratch, sweeping its starting "
@@ -415,12 +506,23 @@ _OPTIONS = (
            "ingest: leave out the raw trace's lines that do not parse or fail a check "
            "(counted in the log and the summary) instead of stopping at the first with an "
            "error", dag_type="boolean"),
+    # the generated default trace (pipeline run) and the sweep's range (sweep)
+    Option("seed", "--seed", Number(int, 0, MAX_SEED), _D.seed,
+           "seed of the generated default trace"),
+    Option("accesses", "--accesses", Number(int, 1, 10**9, unit="accesses"), None,
+           "size of the generated default trace (default: the preset's)"),
+    Option("days", "--days", Number(float, 1e-3, 3650.0, unit="days"), None,
+           "days the generated default trace spans (default: the preset's)"),
+    Option("min_factor", "--min-factor", Number(float, 1e-3, 1e3, unit="x the target"),
+           _D.sweep_rate_range[0], "lowest write rate as a multiple of the target"),
+    Option("max_factor", "--max-factor", Number(float, 1e-3, 1e3, unit="x the target"),
+           _D.sweep_rate_range[1], "highest write rate as a multiple of the target (widened "
+           "while the best point sits at the top)"),
 )
 OPTIONS: dict[str, Option] = {o.name: o for o in _OPTIONS}
 # Names `from_values` also reads, set by commands' own flags (no table entry needed there).
-for _name in ("trace", "format", "sample_ratio", "preset", "seed", "accesses", "days",
-              "admission_only", "storage", "study", "min_factor", "max_factor", "no_register",
-              "no_compile", "candidate_bundle", "export_dir"):
+for _name in ("trace", "format", "sample_ratio", "preset", "admission_only", "storage", "study",
+              "no_register", "no_compile", "candidate_bundle", "export_dir"):
     OPTIONS.setdefault(_name, Option(_name, f"--{_name.replace('_', '-')}", str, None, ""))
 
 
@@ -450,8 +552,11 @@ def dag_params() -> dict[str, dict[str, Any]]:
                                 "description": o.help}
         if o.choices:
             spec["enum"] = list(o.choices)
-        if o.low is not None:
-            spec["exclusiveMinimum" if o.low_open else "minimum"] = o.low
+        if isinstance(o.type, Number):
+            if o.type.low is not None:
+                spec["exclusiveMinimum" if o.type.low_open else "minimum"] = o.type.low
+            if o.type.high is not None:
+                spec["maximum"] = o.type.high
         out[o.name] = spec
     return out
 

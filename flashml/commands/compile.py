@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from flashml.commands.argtypes import positive_int
+from flashml.commands.argtypes import Number
 from flashml.config import UNITS
 
 EPILOG = """\
@@ -56,7 +56,9 @@ example:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from flashml.compiler.build import SO_NAME, compile_policy
+    from flashml.files import check_outputs
 
+    check_outputs({"-o": args.out}, {"--model-dir": args.model_dir}, folders=("-o",))
     m = compile_policy(args.out, model_uri=args.model_uri, run_id=args.run_id,
                        model_dir=args.model_dir, cc=args.cc,
                        segments_per_block=args.segments_per_block,
@@ -104,10 +106,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--out", required=True, type=Path, metavar="DIR",
                    help="output folder (replaced if it holds an earlier bundle)")
     p.add_argument("--cc", default=None, help="C compiler (default $CC, else cc)")
-    p.add_argument("--segments-per-block", type=positive_int, default=UNITS.segments_per_block,
+    p.add_argument("--segments-per-block", type=Number(int, 1, 1 << 20, unit="segments"),
+                   default=UNITS.segments_per_block,
                    metavar="N", help="clamp prefetch ranges to [0, N-1] (default "
                    f"{UNITS.segments_per_block})")
-    p.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+    p.add_argument("--jobs", type=Number(int, 1, 1024, unit="processes"), default=None,
+                   metavar="N",
                    help="parallel C compiler jobs (default: CPU count)")
     p.add_argument("--no-fast-trees", action="store_true",
                    help="build TL2cgen's code only, without the AVX-512 evaluator the .so "

@@ -7,21 +7,19 @@ import math
 import time
 from pathlib import Path
 
-from flashml.commands.argtypes import finite_float as _float
-from flashml.commands.argtypes import integer as _int
+from flashml.commands.argtypes import Number
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.episodes.constants import DEFAULT_K, ENGINES, WHEN_EPSILON_S
-from flashml.errors import UserError
-from flashml.files import dumps
+from flashml.files import check_outputs, dumps
+from flashml.settings import OPTIONS
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     from flashml.episodes.core import EpisodeParams, build
     from flashml.trace.ingest import canonical_path
 
-    if args.chunks is not None and args.chunks < 1:
-        raise UserError(f"--chunks must be >= 1, got {args.chunks}")
+    check_outputs({"-o": args.out}, {"--trace": args.trace}, folders=("-o",))
     params = EpisodeParams(
         eviction_age_s=args.eviction_age,
         target_write_rate_mbps=args.target_write_rate,
@@ -98,9 +96,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "tables.",
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_trace_option(p)
-    p.add_argument("--eviction-age", required=True, type=_float, metavar="SECONDS",
+    p.add_argument("--eviction-age", required=True, type=OPTIONS["eviction_age"].type,
+                   metavar="SECONDS",
                    help="assumed eviction age in seconds (> 0)")
-    p.add_argument("--target-write-rate", type=_float, default=DEFAULTS.target_write_rate_mbps,
+    p.add_argument("--target-write-rate", type=OPTIONS["target_write_rate_mbps"].type,
+                   default=DEFAULTS.target_write_rate_mbps,
                    metavar="MBPS", help="flash write rate budget in MB/s (10^6 B) at full-node "
                    f"scale (default {DEFAULTS.target_write_rate_mbps})")
     p.add_argument("--engine", choices=ENGINES, default="auto",
@@ -109,25 +109,29 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "polars (one process, fast on one machine)")
     p.add_argument("--master", default=None, metavar="URL",
                    help="Spark master URL (default local[*]); sc://HOST:PORT for Spark Connect")
-    p.add_argument("--accesses-per-episode", "-k", type=_int, default=DEFAULT_K, metavar="K",
+    p.add_argument("--accesses-per-episode", "-k", type=Number(int, 1, unit="accesses"),
+                   default=DEFAULT_K, metavar="K",
                    help=f"OPT labels on the first K accesses of each episode (default "
                    f"{DEFAULT_K} as in the paper; the artifact uses 15)")
     p.add_argument("--time", choices=("seconds", "logical"), default="seconds",
                    help="split episodes on gaps in trace seconds (default) or in logical time "
                    "(GET count; eviction age x GETs / duration), as the artifact does")
-    p.add_argument("--when-epsilon-ms", type=_float, default=WHEN_EPSILON_S * 1000.0,
+    p.add_argument("--when-epsilon-ms", type=Number(float, 0.0, 1e9, unit="ms"),
+                   default=WHEN_EPSILON_S * 1000.0,
                    metavar="MS", help=f"ML-When label: net prefetch benefit > this (default "
                    f"{WHEN_EPSILON_S * 1000.0:g} ms)")
-    p.add_argument("--chunks", type=_int, default=None, metavar="N",
+    p.add_argument("--chunks", type=Number(int, 1, 1_000_000, unit="buckets"), default=None,
+                   metavar="N",
                    help="polars: process keys in N buckets to bound memory (default: one per "
                    "20M GETs)")
     p.add_argument("--simulate", action="store_true",
                    help="also run the simulator with OPT admission + OPT-Range prefetch and "
                    "report measured write rate and eviction age in summary.json")
-    p.add_argument("--cache-gb", type=_float, default=None, metavar="GB",
+    p.add_argument("--cache-gb", type=OPTIONS["cache_gb"].type, default=None, metavar="GB",
                    help=f"--simulate: cache size at full-node scale (default "
                    f"{DEFAULTS.cache_gb})")
-    p.add_argument("--warmup-s", type=_float, default=0.0, metavar="S",
+    p.add_argument("--warmup-s", type=Number(float, 0.0, 1e9, unit="s"), default=0.0,
+                   metavar="S",
                    help="--simulate: warm-up excluded from DT statistics (default 0)")
     p.add_argument("--no-plot", action="store_true", help="do not write curve.png")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flashml.commands.argtypes import finite_float
+from flashml.commands.argtypes import Number
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
 from flashml.files import dumps
+from flashml.settings import OPTIONS
 
 #: Rows of the side-by-side table: metric key, label, format.
 ROWS = (
@@ -140,10 +141,6 @@ def cmd_regress(args: argparse.Namespace) -> int:
     from flashml.simulation import SimConfig
     from flashml.trace.ingest import load_trace
 
-    for name in ("tolerance", "write_rate_tolerance"):
-        v = getattr(args, name)
-        if not (math.isfinite(v) and v >= 0):
-            raise UserError(f"--{name.replace('_', '-')} must be >= 0, got {v}")
     if not args.trace.exists():
         raise UserError(f"{args.trace}: no such trace")
     with tempfile.TemporaryDirectory(prefix="flashml-regress-") as tmp:
@@ -213,13 +210,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the reference policy (e.g. the champion, or regress/baseline)")
     add_trace_option(p, trace_help="evaluation trace: canonical .parquet or raw (see "
                      "--format)")
-    p.add_argument("--cache-gb", type=finite_float, default=DEFAULTS.cache_gb,
+    p.add_argument("--cache-gb", type=OPTIONS["cache_gb"].type, default=DEFAULTS.cache_gb,
                    help=f"cache size at full-node scale (default {DEFAULTS.cache_gb})")
-    p.add_argument("--tolerance", type=finite_float, default=0.01,
+    p.add_argument("--tolerance", type=Number(float, 0.0, 100.0), default=0.01,
                    help="allowed relative peak-DT increase over the baseline (default 0.01)")
-    p.add_argument("--target-write-rate", type=finite_float, default=None, metavar="MBPS",
+    p.add_argument("--target-write-rate", type=OPTIONS["target_write_rate_mbps"].type,
+                   default=None, metavar="MBPS",
                    help="write-rate limit (default the candidate's own target)")
-    p.add_argument("--write-rate-tolerance", type=finite_float, default=0.05,
+    p.add_argument("--write-rate-tolerance", type=Number(float, 0.0, 100.0), default=0.05,
                    help="allowed relative write-rate excess over the target (default 0.05)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.set_defaults(func=cmd_regress)

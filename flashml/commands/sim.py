@@ -6,13 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from flashml.commands.argtypes import finite_float as _float
-from flashml.commands.argtypes import hours_of_day, positive_int
-from flashml.commands.argtypes import integer as _int
+from flashml.commands.argtypes import SEED, Number, hours_of_day, positive_int, unit_fraction
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS, UNITS
 from flashml.errors import UserError
-from flashml.files import atomic_path, dumps, jsonable
+from flashml.files import atomic_path, check_outputs, dumps, jsonable
+from flashml.settings import OPTIONS
 from flashml.trace.formats import OBJECT_FORMATS
 
 #: `--admission` choices: flashml.simulation.ADMISSIONS (declared in sim/src/config.rs),
@@ -73,13 +72,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flashml.simulation import SimConfig, capacity_segments, simulate
     from flashml.trace.ingest import load_trace
 
-    if args.cache_gb is not None and args.cache_gb <= 0:
-        raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
+    check_outputs({"--series-out": args.series_out},
+                  {"--trace": args.trace, "--arrays": args.arrays, "--policy": args.policy,
+                   "--mat": args.mat if args.mat not in (None, "none", "oracle") else None})
     df, meta = load_trace(args.trace, args.format, sample_ratio=args.sample_ratio)
     cfg = SimConfig(
         cache_gb=args.cache_gb if args.cache_gb is not None else DEFAULTS.cache_gb,
         sample_ratio=meta.sample_ratio,
-        capacity_segments=args.capacity_segments,
+        capacity_segments=args.capacity_segments or 0,  # 0: from cache_gb
         eviction=args.eviction,
         block_level_recency=not args.no_block_recency,
         admission=args.admission,
@@ -121,8 +121,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UserError(f"{args.trace}: {e}") from None
     if args.series_out is not None:
         _write_series(res.series, Path(args.series_out))
-    _print_metrics(res.metrics, args.json)
+    metrics = dict(res.metrics)
+    if res.info.get("unverified"):  # loud in the output too (the loader logged a WARNING)
+        metrics.update(unverified=True, policy_sha256=res.info["policy_sha256"])
+    _print_metrics(metrics, args.json)
     return 0
+
+
+def _add_unverified(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--unverified", action="store_true",
+                   help="load a policy .so that no manifest vouches for (a bare .so, or a "
+                   "folder without manifest.json): still read once and mapped from a sealed "
+                   "copy, but its bytes are checked against nothing; a WARNING is logged and "
+                   "the output says unverified with the .so's sha256")
 
 
 def _run_mat(args: argparse.Namespace, df: Any, cfg: Any, arrays: dict[str, Any]) -> Any:
@@ -136,7 +147,8 @@ def _run_mat(args: argparse.Namespace, df: Any, cfg: Any, arrays: dict[str, Any]
             raise UserError(f"{pred}: no such eviction policy (a `flashml compile -o DIR` "
                             "folder of a bundle with an eviction model, or its .so)")
     knobs = {} if args.mat_k is None else {"k": args.mat_k}
-    return simulate_mat_flash(df, cfg, **arrays, predictor=pred, mat=knobs)
+    return simulate_mat_flash(df, cfg, **arrays, predictor=pred, mat=knobs,
+                              unverified=args.unverified)
 
 
 def _run_policy(args: argparse.Namespace, df: Any, cfg: Any) -> Any:
@@ -148,7 +160,7 @@ def _run_policy(args: argparse.Namespace, df: Any, cfg: Any) -> Any:
         raise UserError(f"{path}: no such policy (a `flashml compile -o DIR` folder or a .so)")
     try:
         return simulate_policy(df, path, cfg, threshold=args.threshold,
-                               when_threshold=args.when_threshold)
+                               when_threshold=args.when_threshold, unverified=args.unverified)
     except ValueError as e:
         raise UserError(f"{args.trace}: {e}") from None
 
@@ -222,19 +234,19 @@ def _load_shares(path: Path, n_streams: int) -> Any:
 def _bundle_shares(args: argparse.Namespace, trace: Any) -> Any:
     """The mlcache policy's shares from a compiled network (flashml_partition), computed at
     the end of each interval for the next, as the runtime would."""
-    from flashml.compiler.build import SO_NAME
-    from flashml.compiler.loader import PolicyLibrary, verify_bundle
+    from flashml.compiler.loader import load_policy
     from flashml.features.partition import contract
     from flashml.models.mlcache import schedule, trace_features
 
-    verify_bundle(args.bundle, need="partition")
     if args.steps != contract().steps:
         raise UserError(f"--steps {args.steps}: the partition network's features have "
                         f"{contract().steps} steps (features/partition.toml)")
     if trace.n_streams > contract().max_streams:
         raise UserError(f"{args.trace}: field '{args.streams}': {trace.n_streams} streams; the "
                         f"partition network has {contract().max_streams} slots")
-    lib = PolicyLibrary(Path(args.bundle) / SO_NAME, need="partition")
+    lib = load_policy(args.bundle, need="partition", unverified=args.unverified)
+    if lib.unverified:
+        args.policy_unverified = {"unverified": True, "policy_sha256": lib.sha256}
     x, _ = trace_features(trace, args.capacity, args.interval, writes_only=args.writes_only)
     return schedule(lib.partition(x, trace.n_streams)[0], trace.n_streams)
 
@@ -271,6 +283,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
         "writes": int(trace.writes.sum()), "capacity_pages": args.capacity,
         "interval": args.interval, "steps": args.steps, "page_bytes": args.page_bytes,
         "writes_only": args.writes_only, "objective": args.objective, "policies": res,
+        **getattr(args, "policy_unverified", {}),
     }
     if args.json:
         print(dumps(jsonable(out), indent=None))
@@ -343,10 +356,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "access table (or a raw trace, ingested on the fly) and print the metrics.",
         epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_trace_option(p)
-    p.add_argument("--cache-gb", type=_float, default=None, metavar="GB",
+    p.add_argument("--cache-gb", type=OPTIONS["cache_gb"].type, default=None, metavar="GB",
                    help=f"cache size at full-node scale, GB of 2^30 bytes (default "
                    f"{DEFAULTS.cache_gb}); scaled by the sample ratio")
-    p.add_argument("--capacity-segments", type=_int, default=0, metavar="N",
+    p.add_argument("--capacity-segments", type=Number(int, 1, unit="segments"), default=None,
+                   metavar="N",
                    help="cache capacity in segments at trace scale (overrides --cache-gb)")
     p.add_argument("--eviction", choices=("lru", "fifo"), default="lru",
                    help="eviction policy (default lru)")
@@ -355,7 +369,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "--eviction lru and block recency): none (exactly LRU), oracle (each "
                    "block's next GET) or a compiled policy folder/.so with an eviction model; "
                    "adds mat_decisions, predictions_per_eviction, ns_per_eviction")
-    p.add_argument("--mat-k", type=_float, default=None, metavar="K",
+    p.add_argument("--mat-k", type=Number(float, 0.0, 1024.0, low_open=True,
+                                          unit="predictions per eviction"),
+                   default=None, metavar="K",
                    help="MAT's target predictions per eviction (default: the policy's, else 2)")
     p.add_argument("--no-block-recency", action="store_true",
                    help="refresh only the accessed segments, not every cached segment of the "
@@ -364,12 +380,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="admission policy (default admitall): rejectx is the artifact's "
                    "(history of (block, segment) keys, asked per missed segment), "
                    "rejectx_block keys the history by block and asks once per miss")
-    p.add_argument("--coinflip-p", type=_float, default=0.5, metavar="P",
+    p.add_argument("--coinflip-p", type=unit_fraction, default=0.5, metavar="P",
                    help="coinflip: admit probability in [0, 1] (default 0.5)")
-    p.add_argument("--coinflip-seed", type=_int, default=0, help="coinflip: hash seed")
-    p.add_argument("--rejectx-x", type=_int, default=1, metavar="X",
+    p.add_argument("--coinflip-seed", type=SEED, default=0, help="coinflip: hash seed")
+    p.add_argument("--rejectx-x", type=Number(int, 1, 2**32 - 1, unit="accesses"), default=1,
+                   metavar="X",
                    help="rejectx: admit once a key was seen X times before (default 1)")
-    p.add_argument("--rejectx-factor", type=_float, default=2.0, metavar="F",
+    p.add_argument("--rejectx-factor", type=Number(float, 1e-6, 1e4, unit="x capacity"),
+                   default=2.0, metavar="F",
                    help="rejectx: history of F x capacity-in-segments keys (default 2, "
                    "the artifact's)")
     p.add_argument("--policy", type=Path, default=None, metavar="DIR",
@@ -377,13 +395,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "admission and prefetch come from the .so, called on each miss with the "
                    "features computed online; --admission/--prefetch/--prefetch-when are "
                    "ignored, --threshold/--when-threshold default to the policy's own")
-    p.add_argument("--threshold", type=_float, default=None,
+    p.add_argument("--threshold", type=unit_fraction, default=None,
                    help="threshold: admit iff score >= this, in [0, 1] (default 0.5, or the "
                    "policy's with --policy)")
     p.add_argument("--peak-hours", type=hours_of_day, default=(),
                    help="threshold: comma-separated hours of the day (UTC) in which the "
                    "threshold is --peak-bonus lower (peak-aware admission; default none)")
-    p.add_argument("--peak-bonus", type=_float, default=0.0,
+    p.add_argument("--peak-bonus", type=unit_fraction, default=0.0,
                    help="threshold: how much lower the threshold is in --peak-hours, in [0, 1] "
                    "(default 0)")
     p.add_argument("--prefetch", choices=("none", "block", "range"), default="none",
@@ -392,24 +410,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefetch-when", choices=("miss", "partial", "score"), default="miss",
                    help="when to prefetch: every miss, partial hits only, or when when_score "
                    ">= --when-threshold (default miss)")
-    p.add_argument("--when-threshold", type=_float, default=None,
+    p.add_argument("--when-threshold", type=unit_fraction, default=None,
                    help="prefetch-when score threshold in [0, 1] (default 0.5, or the "
                    "policy's with --policy)")
     p.add_argument("--arrays", type=Path, default=None, metavar="FILE",
                    help="Parquet file of per-access policy arrays (see below)")
-    p.add_argument("--segment-bytes", type=_int, default=UNITS.segment_bytes,
+    p.add_argument("--segment-bytes", type=Number(int, 512, UNITS.block_bytes, unit="bytes"),
+                   default=UNITS.segment_bytes,
                    help=f"segment size in bytes (default {UNITS.segment_bytes})")
-    p.add_argument("--disks", type=_int, default=DEFAULTS.disks,
+    p.add_argument("--disks", type=Number(int, 1, 1_000_000, unit="disks"),
+                   default=DEFAULTS.disks,
                    help=f"HDDs per node for DT utilisation (default {DEFAULTS.disks})")
-    p.add_argument("--window-s", type=_float, default=DEFAULTS.window_s,
+    p.add_argument("--window-s", type=Number(float, 1e-3, 1e9, unit="s"),
+                   default=DEFAULTS.window_s,
                    help=f"DT window length in seconds (default {DEFAULTS.window_s:g})")
-    p.add_argument("--warmup-s", type=_float, default=DEFAULTS.warmup_s,
+    p.add_argument("--warmup-s", type=Number(float, 0.0, 1e9, unit="s"),
+                   default=DEFAULTS.warmup_s,
                    help=f"warm-up excluded from the DT statistics (default "
                    f"{DEFAULTS.warmup_s:g} s)")
     p.add_argument("--series-out", type=Path, default=None, metavar="FILE",
                    help="also write the per-window series (time, dt_util, write_rate_mbps, "
                    "warmup) to FILE (.parquet, or .csv)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
+    _add_unverified(p)
     p.set_defaults(func=cmd_run)
 
     p = ssub.add_parser(
@@ -447,10 +470,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", type=_policy_list, default="all", metavar="NAMES",
                    help="all (shared, even, static_optimal, discrete_optimal; the default) or "
                    "a comma-separated list of those and mlcache")
-    p.add_argument("--steps", type=positive_int, default=10, metavar="T",
+    p.add_argument("--steps", type=Number(int, 1, 1000, unit="steps"), default=10, metavar="T",
                    help="equal steps of the capacity for the optima's search (default 10, the "
                    "paper's t)")
-    p.add_argument("--page-bytes", type=positive_int, default=8192, metavar="BYTES",
+    p.add_argument("--page-bytes", type=Number(int, 512, 1 << 30, unit="bytes"), default=8192,
+                   metavar="BYTES",
                    help="page size (default 8192, the paper's)")
     p.add_argument("--writes-only", action="store_true",
                    help="cache writes only; reads go around the cache (the paper's setting)")
@@ -462,4 +486,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="mlcache: a compiled policy with the partition capability (flashml "
                    "mlcache run's compiled/): its network divides the cache every interval")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    _add_unverified(p)
     p.set_defaults(func=cmd_partition)

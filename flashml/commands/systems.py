@@ -34,6 +34,14 @@ def system_parser(job: ModuleType) -> argparse.ArgumentParser:
     return p
 
 
+def _check_out(args: argparse.Namespace) -> None:
+    """The run folder can be written and is not (nor holds) the trace: refused before any
+    work, naming -o."""
+    from flashml.files import check_outputs
+
+    check_outputs({"-o": args.out}, {"--trace": args.trace}, folders=("-o",))
+
+
 def _make_run(job: ModuleType):  # type: ignore[no-untyped-def]
     def cmd_run(args: argparse.Namespace) -> int:
         from flashml.jobs.run import run_job
@@ -54,11 +62,13 @@ def _make_run(job: ModuleType):  # type: ignore[no-untyped-def]
             passed += list(getattr(other, "PIPELINE_ARGS", ()))
             oargs = system_parser(other).parse_args(passed)
             s = other.Settings.from_cli(oargs)
+            _check_out(args)
             summary, path, timer = run_job(other, s, args.out, resume=args.resume)
             print(other.describe(summary, s))
             print(f"summary: {path}; MLflow run {summary['mlflow_run_id']}")
             return 0
         s = job.Settings.from_cli(args)
+        _check_out(args)
         summary, path, timer = run_job(job, s, args.out, resume=args.resume)
         print(job.describe(summary, s))
         print("time per stage (s): " + ", ".join(f"{k} {v}" for k, v in timer.stages.items()))

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
-from flashml.errors import UserError
-from flashml.settings import BaleenSettings, add_options
+from flashml.files import check_outputs
+from flashml.settings import BaleenSettings, Number, add_options
 
 log = logging.getLogger("flashml.train")
 
@@ -49,6 +49,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     s = BaleenSettings.from_cli(args).replace(sweep_trials=0, register=False, compile=False)
     out: Path = args.output
+    check_outputs({"-o": out}, {"--trace": args.trace}, folders=("-o",))
     with tempfile.TemporaryDirectory(prefix="flashml-train-") as tmp:
         run, rec = _run(("ingest", "train"), s, "train", Path(tmp))
         trained = rec["train"]
@@ -68,10 +69,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from flashml.jobs.report import plot_tco_curve
 
-    if args.trials < 1:
-        raise UserError(f"--trials must be >= 1, got {args.trials}")
     args.sweep_trials = args.trials
     s = BaleenSettings.from_cli(args)
+    check_outputs({"-o": args.output}, {"--trace": args.trace}, folders=("-o",))
     with tempfile.TemporaryDirectory(prefix="flashml-sweep-") as tmp:
         _, rec = _run(("ingest", "sweep"), s, "sweep", Path(tmp))
     res = rec["sweep"]
@@ -124,7 +124,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="bundle folder (new)")
     p.set_defaults(func=cmd_train)
 
-    d = BaleenSettings()
     p = sub.add_parser("sweep", help="Optuna sweep of write rates; Baleen-TCO picks one",
                        description="Optuna study over target write rates; each trial runs "
                        "the convergence loop from the main loop's converged state (--sweep-"
@@ -132,17 +131,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "scored by TCO relative to RejectX at the default write rate.")
     add_trace_option(p)
     add_options(p, *COMMON_OPTIONS, "sweep_cold", "sweep_workers")
-    p.add_argument("--trials", type=int, default=8,
+    p.add_argument("--trials", type=Number(int, 1, 10_000, unit="trials"), default=8,
                    help="write rates tried (a grid around the target; default 8)")
     p.add_argument("--storage", default=None,
                    help="Optuna storage URL (default sqlite under .flashml/; an RDB URL "
                    "lets several workers share the study)")
     p.add_argument("--study", default=None, help="study name (to resume or share)")
-    p.add_argument("--min-factor", type=float, default=d.sweep_rate_range[0],
-                   help="lowest write rate as a multiple of the target")
-    p.add_argument("--max-factor", type=float, default=d.sweep_rate_range[1],
-                   help="highest write rate as a multiple of the target (widened while the "
-                   "best point sits at the top)")
+    add_options(p, "min_factor", "max_factor")
     p.add_argument("-o", "--out", "--output", dest="output", type=Path,
                    default=Path(".flashml/sweep"), help="sweep folder (default .flashml/sweep)")
     p.set_defaults(func=cmd_sweep)

@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from flashml.commands.argtypes import Number
 from flashml.errors import UserError
 
 TOOLS = ("mlflow", "optuna", "airflow", "docs")
@@ -181,7 +182,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("tool", choices=TOOLS, help="which server")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=None,
+    p.add_argument("--port", type=Number(int, 1, 65535), default=None,
                    help="port (default: mlflow 5000, optuna 8080, airflow 8080, docs 8000)")
     p.add_argument("--context-dir", type=Path, default=None,
                    help="docs: the Great Expectations context (default $FLASHML_HOME/gx)")

@@ -894,12 +894,7 @@ def add_cli(p: Any) -> None:
 
     d = BaleenSettings()
     p.add_argument("--preset", default=d.preset, help="synthetic preset for the default")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of the generated default trace")
-    p.add_argument("--accesses", type=int, default=None,
-                   help="size of the generated default trace (default: the preset's)")
-    p.add_argument("--days", type=float, default=None,
-                   help="days the generated default trace spans (default: the preset's)")
-    add_options(p, *CLI_OPTIONS)
+    add_options(p, "seed", "accesses", "days", *CLI_OPTIONS)
     p.add_argument("--no-register", action="store_true", help="skip the model registry")
     p.add_argument("--no-compile", action="store_true", help="skip compiling the policy .so")
 

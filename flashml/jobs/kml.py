@@ -40,6 +40,7 @@ from typing import Any
 
 from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Stage, Timer
+from flashml.settings import MAX_SEED, Number
 
 log = logging.getLogger("flashml.kml")
 
@@ -169,35 +170,51 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    help="the loop device's size (its sparse backing file; default 4GiB)")
     p.add_argument("--device-dir", type=Path, default=None,
                    help="folder of the loop device's backing file (default: the run folder)")
-    p.add_argument("--num", type=int, default=d.num, help="keys in the database (400 B values)")
-    p.add_argument("--memory-mib", type=int, default=d.memory_mib,
+    p.add_argument("--num", type=Number(int, 10_000, 10**10, unit="keys"),
+                   default=d.num, help="keys in the database (400 B values)")
+    p.add_argument("--memory-mib", type=Number(int, 16, 1 << 20, unit="MiB"),
+                   default=d.memory_mib,
                    help="db_bench's memory cgroup (its page cache), MiB")
-    p.add_argument("--read-iops", type=int, default=d.read_iops,
+    p.add_argument("--read-iops", type=Number(int, 1, 10**7, unit="IOs/s"),
+                   default=d.read_iops,
                    help="the device's read IOs/s (blkio throttle)")
-    p.add_argument("--read-mbps", type=float, default=d.read_mbps,
+    p.add_argument("--read-mbps", type=Number(float, 0.1, 1e6, unit="MiB/s"),
+                   default=d.read_mbps,
                    help="the device's read bandwidth, MiB/s (blkio throttle)")
-    p.add_argument("--duration", type=int, default=d.duration_s,
+    p.add_argument("--duration", type=Number(int, 1, 86_400, unit="s"),
+                   default=d.duration_s,
                    help="seconds per db_bench run, at most")
-    p.add_argument("--eval-duration", type=int, default=d.eval_duration_s,
+    p.add_argument("--eval-duration", type=Number(int, 1, 86_400, unit="s"),
+                   default=d.eval_duration_s,
                    help="seconds per evaluated db_bench run, at most (the sweep's: --duration)")
-    p.add_argument("--reads", type=int, default=d.reads, help="operations per run, at most")
-    p.add_argument("--repeats", type=int, default=d.repeats,
+    p.add_argument("--reads", type=Number(int, 100, 10**10, unit="operations"),
+                   default=d.reads, help="operations per run, at most")
+    p.add_argument("--repeats", type=Number(int, 1, 1000, unit="runs"),
+                   default=d.repeats,
                    help="measured runs per workload and policy (alternating; the median)")
     p.add_argument("--sizes", default=",".join(map(str, d.sizes)),
                    help="readahead sizes swept, KiB")
-    p.add_argument("--tie", type=float, default=d.tie,
+    p.add_argument("--tie", type=Number(float, 0.0, 0.49),
+                   default=d.tie,
                    help="sizes within this fraction of the sweep's best ops/s tie; the "
                    "smallest of them is the best fixed size (the label)")
-    p.add_argument("--hidden", type=int, default=d.hidden, help="the network's hidden units")
-    p.add_argument("--depth", type=int, default=d.depth, help="the decision tree's depth")
-    p.add_argument("--folds", type=int, default=d.folds, help="cross-validation folds")
-    p.add_argument("--max-windows", type=int, default=d.max_windows,
+    p.add_argument("--hidden", type=Number(int, 1, 4096, unit="units"),
+                   default=d.hidden, help="the network's hidden units")
+    p.add_argument("--depth", type=Number(int, 1, 64, unit="levels"),
+                   default=d.depth, help="the decision tree's depth")
+    p.add_argument("--folds", type=Number(int, 2, 1000, unit="folds"),
+                   default=d.folds, help="cross-validation folds")
+    p.add_argument("--max-windows", type=Number(int, 10, 10**7, unit="windows"),
+                   default=d.max_windows,
                    help="training windows per workload, at most (a random sample)")
-    p.add_argument("--twin-requests", type=int, default=d.twin_requests,
+    p.add_argument("--twin-requests", type=Number(int, 10_000, 10**9, unit="requests"),
+                   default=d.twin_requests,
                    help="twin: requests per generated workload")
-    p.add_argument("--twin-cache-pages", type=int, default=d.twin_cache_pages,
+    p.add_argument("--twin-cache-pages", type=Number(int, 16, 1 << 30, unit="pages"),
+                   default=d.twin_cache_pages,
                    help="twin: page-cache pages (4 KiB)")
-    p.add_argument("--seed", type=int, default=d.seed,
+    p.add_argument("--seed", type=Number(int, 0, MAX_SEED),
+                   default=d.seed,
                    help="seed of the models, the training-window sample and the twin's traces")
 
 

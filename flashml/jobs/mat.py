@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
-from flashml.settings import MAT_CONTROLLERS, MatParams
+from flashml.settings import MAT_CONTROLLERS, MAX_SEED, MatParams, Number
 from flashml.trace.formats import OBJECT_FORMATS
 
 if TYPE_CHECKING:  # numpy loads when a stage runs, not with the CLI
@@ -55,6 +55,11 @@ K_MAX = 2.5
 #: The largest k (candidates per eviction) Optuna tries with reused predictions: a candidate
 #: seen at the tail again costs no prediction, so more candidates fit the same budget.
 K_MAX_REUSED = 8.0
+#: The shortest memory window the eviction contract takes, in logical requests (the
+#: simulator's and the runtime's `check_memory_window`).
+MIN_MEMORY_WINDOW = 1024
+#: The most candidates per eviction (--max-candidates) and so the largest --k.
+MAX_CANDIDATES = 1024
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,15 @@ class MatSettings:
             raise UserError(f"--memory-window must be >= 1, got {args.memory_window}")
         if args.k <= 0 or args.max_candidates < 1 or not 0.0 < args.delta < 1.0:
             raise UserError("--k must be > 0, --max-candidates >= 1 and --delta in (0, 1)")
+        # the mean controller multiplies T by 1 + delta (k - p), p up to L candidates, for
+        # the given k and for every k tuning tries (from 1): it must stay > 0
+        worst = args.max_candidates - min(args.k, 1.0)
+        if args.controller == "mean" and args.delta * worst >= 1.0:
+            raise UserError(f"--delta {args.delta:g} with --max-candidates "
+                            f"{args.max_candidates} and --controller mean: delta x "
+                            f"(max candidates - k) must stay below 1 (here {args.delta * worst:g}"
+                            "), or the threshold would turn negative; lower --delta or "
+                            "--max-candidates")
         if not 0.0 < args.label_horizon <= 1.0:
             raise UserError(f"--label-horizon must be in (0, 1], got {args.label_horizon}")
         if not 0.0 <= args.size_exponent <= 4.0:
@@ -185,17 +199,23 @@ def _check_capacity(text: str) -> None:
 def add_cli(p: argparse.ArgumentParser) -> None:
     d = MatSettings()
     p.add_argument("--preset", default=d.preset, help="object preset for the default trace")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of the generated trace")
-    p.add_argument("--accesses", type=int, default=None, help="size of the generated trace")
+    p.add_argument("--seed", type=Number(int, 0, MAX_SEED), default=d.seed,
+                   help="seed of the generated trace")
+    p.add_argument("--accesses", type=Number(int, 1, 10**9, unit="requests"), default=None,
+                   help="size of the generated trace")
     p.add_argument("--capacity", default=None, metavar="SIZE[,SIZE...]",
                    help="cache sizes: bytes (4MiB), objects (1000obj) or percent of the "
                    f"working set (5%%); default {','.join(d.capacities).replace('%', '%%')}")
     p.add_argument("--unit", choices=("bytes", "objects"), default=d.unit,
                    help="what a percentage capacity counts (objects: sizes ignored)")
-    p.add_argument("--k", type=float, default=d.mat.k, help="target predictions per eviction")
-    p.add_argument("--max-candidates", type=int, default=d.mat.max_candidates,
+    p.add_argument("--k", type=Number(float, 0.0, MAX_CANDIDATES, low_open=True,
+                                      unit="predictions per eviction"),
+                   default=d.mat.k, help="target predictions per eviction")
+    p.add_argument("--max-candidates", type=Number(int, 1, MAX_CANDIDATES, unit="candidates"),
+                   default=d.mat.max_candidates,
                    help="L: tail candidates tried before the largest-TTA one goes")
-    p.add_argument("--delta", type=float, default=d.mat.delta, help="threshold step")
+    p.add_argument("--delta", type=Number(float, 0.0, 0.5, low_open=True), default=d.mat.delta,
+                   help="threshold step")
     p.add_argument("--controller", choices=MAT_CONTROLLERS, default=d.mat.controller,
                    help="how T moves: mean (holds the mean candidates per eviction at k) or "
                    "sign (the paper's rule: T *= 1 +- delta as the victim's try is below or "
@@ -205,24 +225,28 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    help="keep a candidate's prediction until its next access, so a candidate "
                    "seen at the tail again costs no prediction (the paper's recorded "
                    "predictions, §4.6); default on")
-    p.add_argument("--initial-threshold", type=float, default=None,
+    p.add_argument("--initial-threshold", type=Number(float, 1.0, 1e15,
+                                                      unit="logical requests"), default=None,
                    help="T0, logical requests (default: the simulator's)")
-    p.add_argument("--train-fraction", type=float, default=d.train_fraction,
+    p.add_argument("--train-fraction", type=Number(float, 0.0, 1.0, low_open=True),
+                   default=d.train_fraction,
                    help="first fraction of the trace whose LRU replay gives training samples")
-    p.add_argument("--val-fraction", type=float, default=d.val_fraction,
+    p.add_argument("--val-fraction", type=Number(float, 0.0, 1.0), default=d.val_fraction,
                    help="the next fraction, on which Optuna tunes T0 and k")
-    p.add_argument("--trials", type=int, default=d.trials,
+    p.add_argument("--trials", type=Number(int, 0, 10_000, unit="trials"), default=d.trials,
                    help="Optuna trials over (T0, k) per capacity (0: defaults)")
-    p.add_argument("--memory-window", type=int, default=None,
+    p.add_argument("--memory-window", type=Number(int, MIN_MEMORY_WINDOW, 2**32 - 1,
+                                                  unit="logical requests"), default=None,
                    help="LRB's memory window, logical requests (default: the training "
                    "window's length)")
-    p.add_argument("--label-horizon", type=float, default=d.label_horizon,
+    p.add_argument("--label-horizon", type=Number(float, 0.0, 1.0, low_open=True),
+                   default=d.label_horizon,
                    help="label horizon as a fraction of the training window")
-    p.add_argument("--size-exponent", type=float, default=d.size_exponent,
+    p.add_argument("--size-exponent", type=Number(float, 0.0, 4.0), default=d.size_exponent,
                    help="size-aware label exponent (0: the paper's label)")
     p.add_argument("--model-sizes", default=",".join(f"{t}x{lv}" for t, lv in d.model_sizes),
                    help="TREESxLEAVES model sizes Optuna chooses among")
-    p.add_argument("--windows", type=int, default=d.windows,
+    p.add_argument("--windows", type=Number(int, 0, 64, unit="windows"), default=d.windows,
                    help="equal windows for the periodic-retraining emulation (0: off)")
     p.add_argument("--baselines", default=",".join(d.baselines),
                    help="libCacheSim baselines beside ours, comma-separated (none or empty: "
@@ -327,7 +351,9 @@ def size_exponent(s: MatSettings, cap: dict[str, Any]) -> float:
 
 
 def memory_window(s: MatSettings, train_requests: int) -> int:
-    return int(s.memory_window or train_requests)
+    """`s.memory_window`, else the training window's length, at least the contract's
+    MIN_MEMORY_WINDOW (a short trace's window is shorter)."""
+    return int(s.memory_window or max(MIN_MEMORY_WINDOW, train_requests))
 
 
 def label_horizon(s: MatSettings, window_requests: int) -> int:

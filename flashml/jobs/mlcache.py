@@ -57,6 +57,7 @@ from typing import Any
 
 from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
+from flashml.settings import MAX_SEED, OPTIONS, Number
 
 log = logging.getLogger("flashml.mlcache")
 
@@ -189,54 +190,62 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                 "src_hostname --page-bytes 8192 --capacity 4096\n"
                 "  flashml mlcache run --trace region1.trace --stream-column namespace "
                 "--flash --capacity 1000")
-    p.add_argument("--streams", type=int, default=d.streams,
+    p.add_argument("--streams", type=Number(int, 2, 64, unit="streams"), default=d.streams,
                    help="streams per generated mix (with --trace: the trace's own count is "
                    "used for the training mixes)")
     p.add_argument("--stream-column", default=d.stream_column,
                    help="with --trace: the canonical column whose values are the streams")
-    p.add_argument("--page-bytes", type=int, default=None,
+    p.add_argument("--page-bytes", type=Number(int, 512, 1 << 30, unit="bytes"), default=None,
                    help="with --trace: split each access into pages of this size (default: "
                    "one page per access)")
-    p.add_argument("--capacity", type=int, default=None, metavar="PAGES",
+    p.add_argument("--capacity", type=Number(int, 1, unit="pages"), default=None,
+                   metavar="PAGES",
                    help="cache pages (default: the paper's 220/260/680 for 2/4/8 streams, "
                    "else 65 per stream); with --flash: the flash cache's segments at trace "
                    "scale, which the network's pages equal")
-    p.add_argument("--interval", type=int, default=d.interval,
+    p.add_argument("--interval", type=Number(int, 1, unit="requests"), default=d.interval,
                    help="requests the cache sees per interval (the partition is re-divided "
                    "after each)")
-    p.add_argument("--requests", type=int, default=d.requests, help="requests per mix")
-    p.add_argument("--train-mixes", type=int, default=d.train_mixes,
+    p.add_argument("--requests", type=Number(int, 1000, 10**9, unit="requests"),
+                   default=d.requests, help="requests per mix")
+    p.add_argument("--train-mixes", type=Number(int, 2, 100_000, unit="mixes"),
+                   default=d.train_mixes,
                    help="generated mixes to train on (seeds 0..N-1)")
-    p.add_argument("--test-mixes", type=int, default=d.test_mixes,
+    p.add_argument("--test-mixes", type=Number(int, 1, 100_000, unit="mixes"),
+                   default=d.test_mixes,
                    help=f"held-out mixes to judge on (seeds {TEST_SEED}..; ignored with "
                    "--trace)")
     p.add_argument("--label", choices=("same", "next"), default=d.label,
                    help="interval whose best split labels an interval's features: the same "
                    "one (the network learns the monitor -> best split map) or the next one")
-    p.add_argument("--permutations", type=int, default=d.permutations,
+    p.add_argument("--permutations", type=Number(int, 1, 1000, unit="shuffles"),
+                   default=d.permutations,
                    help="stream-slot shuffles of every training row")
     p.add_argument("--hidden", default=",".join("x".join(map(str, h)) for h in d.hidden),
                    help="hidden layer sizes to choose among by cross-validation: 64 (one "
                    "layer), 64,256 (two candidates), 256x256 (two layers)")
-    p.add_argument("--folds", type=int, default=d.folds,
+    p.add_argument("--folds", type=Number(int, 2, 1000, unit="folds"), default=d.folds,
                    help="cross-validation folds over the training mixes")
-    p.add_argument("--max-iter", type=int, default=d.max_iter, help="training epochs, at most")
+    p.add_argument("--max-iter", type=Number(int, 1, 1_000_000, unit="epochs"),
+                   default=d.max_iter, help="training epochs, at most")
     p.add_argument("--reads-and-writes", action="store_true",
                    help="cache and monitor reads too (default: writes only, the paper's Alg. 1)")
-    p.add_argument("--seed", type=int, default=d.seed,
+    p.add_argument("--seed", type=Number(int, 0, MAX_SEED), default=d.seed,
                    help="seed of the slot shuffles and the network's initialisation")
     p.add_argument("--flash", action="store_true",
                    help="with --trace: also judge the policies on Baleen's flash cache split "
                    "per stream (peak DT and write rate; the network's pages = the flash "
                    "cache's segments)")
-    p.add_argument("--flash-write-fraction", type=float, default=d.flash_write_fraction,
+    p.add_argument("--flash-write-fraction", type=Number(float, 0.0, 1.0, low_open=True),
+                   default=d.flash_write_fraction,
                    metavar="F", help="--flash: every policy is also judged at the same write "
                    "rate, F (0 < F <= 1) of shared's admit-all rate (CoinFlip admission)")
-    p.add_argument("--cache-gb", type=float, default=None, metavar="GB",
+    p.add_argument("--cache-gb", type=OPTIONS["cache_gb"].type, default=None, metavar="GB",
                    help="--flash: flash cache size at full-node scale, GB of 2^30 bytes, "
                    "scaled by the trace's sample ratio (default 366.475; or --capacity "
                    "segments)")
-    p.add_argument("--warmup-s", type=float, default=None, metavar="S",
+    p.add_argument("--warmup-s", type=Number(float, 0.0, 1e9, unit="s"), default=None,
+                   metavar="S",
                    help="--flash: seconds at the start excluded from the DT statistics "
                    "(default 86400)")
 

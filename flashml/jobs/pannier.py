@@ -33,6 +33,7 @@ from typing import Any
 
 from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
+from flashml.settings import MAX_SEED, Number
 
 log = logging.getLogger("flashml.pannier")
 
@@ -127,32 +128,40 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    help="flash cache sizes, comma-separated: bytes (256MiB, 1GB) or a "
                    "percentage of each trace's working set (default: the paper's 2.5%%, 5%%, "
                    "10%%)")
-    p.add_argument("--lifespan-dwpd", type=float, default=None, metavar="N",
+    p.add_argument("--lifespan-dwpd",
+                   type=Number(float, 1e-6, 1e6, unit="erasures per block per day"),
+                   default=None, metavar="N",
                    help="TIRE's lifespan target: erasures per erase block per day (= drive "
                    "writes per day for erase-aligned containers; the paper: 5 or 8.3); "
                    "default: half of Pannier's own rate without TIRE on each trace and size")
     p.add_argument("--presets", default=",".join(d.presets),
                    help="without --trace: the block presets to judge on (flashml/trace/"
                    "blockgen.py)")
-    p.add_argument("--requests", type=int, default=None,
+    p.add_argument("--requests", type=Number(int, 1000, 10**9, unit="requests"),
+                   default=None,
                    help="without --trace: requests per preset trace (default: the preset's)")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of the preset traces")
-    p.add_argument("--page-bytes", type=int, default=d.page_bytes,
+    p.add_argument("--seed", type=Number(int, 0, MAX_SEED),
+                   default=d.seed, help="seed of the preset traces")
+    p.add_argument("--page-bytes", type=Number(int, 512, 1 << 30, unit="bytes"),
+                   default=d.page_bytes,
                    help="block size: the unit of insert, read and invalidate")
     p.add_argument("--container-size", default="2MiB",
                    help="container = flash erase block (default 2MiB)")
-    p.add_argument("--promotion-pct", type=float, default=d.promotion_pct,
+    p.add_argument("--promotion-pct", type=Number(float, 0.0, 100.0, unit="%"),
+                   default=d.promotion_pct,
                    help="S2LRU*: accesses to promote a cold container, in %% of its blocks")
     p.add_argument("--open-in-cache", action="store_true",
                    help="charge the RAM open containers to the cache size (sealed + open <= "
                    "the cache's containers: Pannier's 4 and RIPQ+'s 8 get no more cache than "
                    "LRU+'s 1); default: RAM beside the flash, as in the paper's prototype")
-    p.add_argument("--ram-pct", type=float, default=d.ram_pct, metavar="PCT",
+    p.add_argument("--ram-pct", type=Number(float, 0.0, 100.0, unit="%"),
+                   default=d.ram_pct, metavar="PCT",
                    help="the storage system's RAM cache (LRU) in front of the flash cache, in "
                    "%% of the flash cache's size: its read hits never reach flash (a hit all "
                    "the same in the read-hit ratio), writes go through it to the flash cache "
                    "(default: the paper's %(default)s; 0: none)")
-    p.add_argument("--trials", type=int, default=d.trials,
+    p.add_argument("--trials", type=Number(int, 0, 10_000, unit="trials"),
+                   default=d.trials,
                    help="Optuna trials per trace tuning Pannier's knobs under the lifespan "
                    "target (0: no tuning; the paper's defaults ship)")
 
