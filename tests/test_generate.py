@@ -115,7 +115,7 @@ def test_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="unknown preset"):
         generate_trace("nope", 0, tmp_path / "x", progress=False)
     with pytest.raises(UserError, match="sample ratio"):
-        generate_trace("region1-like", 0, tmp_path / "x", accesses=10**9, days=1,
+        generate_trace("region1-like", 0, tmp_path / "x", accesses=10**8, days=1,
                        progress=False)
     with pytest.raises(UserError, match="days"):
         generate_trace("region1-like", 0, tmp_path / "x", days=0, progress=False)

@@ -57,9 +57,12 @@ BREAKAGES = {
         key=pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise(pl.col("key"))), None,
         "expect_column_values_to_not_be_null", "key"),
     "sample ratio": (lambda df: df, 150.0, "expect_column_values_to_be_between", "sample_ratio"),
+    "time beyond 1e12 s": (lambda df: df.with_columns(
+        time=pl.when(pl.int_range(pl.len()) == 7).then(1e300).otherwise(pl.col("time"))),
+        None, "expect_column_values_to_be_between", "time"),
 }
 EXPECTED_ROWS = {"time not sorted": None, "zero size": 3, "beyond block": 1, "unknown op": 2,
-                 "null key": 1, "sample ratio": 8}
+                 "null key": 1, "sample ratio": 8, "time beyond 1e12 s": 1}
 
 
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
@@ -82,7 +85,7 @@ def test_validate_cli_exit_codes(tmp_path: Path, good, cli) -> None:
     write_table(df, ok, meta)
     proc = cli("trace", "validate", ok, "--context-dir", tmp_path / "gx")
     assert proc.returncode == 0, proc.stderr
-    assert "validation passed: 13 expectations on 8 rows" in proc.stdout
+    assert "validation passed: 14 expectations on 8 rows" in proc.stdout
     assert "Data Docs:" in proc.stdout
     bad = tmp_path / "bad.parquet"
     write_table(df.with_columns(size=pl.lit(0, pl.UInt64)), bad, meta)
@@ -90,3 +93,30 @@ def test_validate_cli_exit_codes(tmp_path: Path, good, cli) -> None:
     assert proc.returncode == 1
     assert "FAILED expect_column_values_to_be_between(size): 8 of 8 rows" in proc.stdout
     assert "1 expectation(s) failed" in proc.stderr
+
+
+@pytest.mark.parametrize("times", [(float("-inf"), float("inf")), (float("nan"), None),
+                                   (-1e300, 1e300)])
+def test_validate_and_stats_refuse_a_table_with_non_finite_times(tmp_path: Path, good, cli,
+                                                                   times) -> None:
+    """A canonical table whose time is inf, -inf, NaN or beyond 1e12 s is refused by
+    `trace validate` and `trace stats` (every reader of a table) with one clear error naming
+    the file and the field, exit 1; never a pass, never a traceback."""
+    import pyarrow.parquet as pq
+
+    df, meta = good
+    first, last = times
+    i = pl.int_range(pl.len())
+    t = pl.when(i == 0).then(first).otherwise(pl.col("time"))
+    if last is not None:
+        t = pl.when(i == len(df) - 1).then(last).otherwise(t)
+    bad = tmp_path / "bad.parquet"
+    table = df.with_columns(time=t).to_arrow()
+    pq.write_table(table.replace_schema_metadata(meta.to_kv()), bad)  # no check on the way
+    for cmd in (["validate", bad, "--context-dir", tmp_path / "gx"], ["stats", bad]):
+        proc = cli("trace", *cmd)
+        assert proc.returncode == 1, (cmd, proc.stdout, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        assert proc.stderr.startswith(f"flashml: error: {bad}: field 'time'"), proc.stderr
+        assert "outside [-1e+12, 1e+12] seconds" in proc.stderr
+        assert "validation passed" not in proc.stdout

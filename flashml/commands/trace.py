@@ -34,12 +34,17 @@ def _checked(check: Callable[[Any], Any], parse: Callable[[str], Any] = finite_f
     return convert
 
 
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
 def _in_range(option: str, low: float, high: float, unit: str,
               parse: Callable[[str], Any] = finite_float) -> Callable[[str], Any]:
     """An argparse type: a number (`parse`) in [low, high] `unit`."""
     def check(v: Any) -> None:
         if not low <= v <= high:
-            raise UserError(f"{option} must be {unit} in [{low:g}, {high:g}], got {v!r}")
+            raise UserError(f"{option} must be {unit} in [{_num(low)}, {_num(high)}], "
+                            f"got {v!r}")
     return _checked(check, parse)
 
 

@@ -136,7 +136,7 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
     if not (isinstance(max_expansion, int) and 1 <= max_expansion <= MAX_MAX_EXPANSION):
         raise UserError(f"--max-expansion must be an integer number of accesses per line in "
                         f"1..{MAX_MAX_EXPANSION}, got {max_expansion!r}")
-    row_budget = max(int(row_budget), MAX_BLOCKS_PER_IO, MAX_OP_COUNT)
+    row_budget = max(1, int(row_budget))  # one line may exceed it: built alone, <= 2^20 rows
     expanded = 0
     bad = BadLines(src, skip=skip_bad_lines)
     reader = make_reader(fmt, src, block_bytes=block_bytes, **reader_options)
