@@ -394,42 +394,52 @@ def _get_ops() -> list[int]:
     return list(GET_OPS)
 
 
+def _policy_core_args(policy: Any, need: Any, unverified: bool) -> dict[str, Any]:
+    """A policy (bundle folder or its .so) checked by the one loader (compiler/loader.py
+    read_verified: manifest schema, capabilities and contracts in `need`, size, sha256, ELF):
+    the path, sha256 and size the Rust loader checks again on the bytes it maps."""
+    from flashml.compiler.loader import core_args
+
+    return core_args(policy, need, unverified=unverified)
+
+
+def _note_unverified(res: SimResult, args: dict[str, Any]) -> SimResult:
+    res.info["policy_sha256"] = args["sha256"]
+    if args["unverified"]:
+        res.info["unverified"] = True
+    return res
+
+
 def simulate_policy(table: Any, policy: Any, config: SimConfig | None = None, *,
                     threshold: float | None = None, when_threshold: float | None = None,
-                    verify: bool = True) -> SimResult:
-    """Run flash-cache mode with a compiled policy (a `flashml compile` output folder, or a
-    policy .so path) as admission + prefetch: the Rust core computes the features online and
-    calls the .so on each miss. The folder's manifest is verified first (sha256, ABI,
-    contract); the .so's ABI version and contract hash are checked again on load. Thresholds
-    default to the policy's own; `config`'s admission/prefetch settings are ignored."""
-    from pathlib import Path
-
+                    unverified: bool = False) -> SimResult:
+    """Run flash-cache mode with a compiled policy (a `flashml compile` output folder, or its
+    policy .so) as admission + prefetch: the Rust core computes the features online and
+    calls the .so on each miss. The bundle is verified first (manifest schema, ABI,
+    contract, size, sha256, ELF) and Rust maps exactly the bytes it checked again; the
+    .so's ABI version and contract hash are checked on load. A .so without a manifest is
+    refused unless `unverified` (info["unverified"] is then True). Thresholds default to the
+    policy's own; `config`'s admission/prefetch settings are ignored. info["policy_sha256"]
+    is the sha256 of the .so that ran."""
     config = config or SimConfig()
-    path = Path(policy)
-    if path.is_dir():
-        if verify:
-            from flashml.compiler.loader import verify_bundle
-
-            verify_bundle(path)
-        path = path / "policy.so"
+    args = _policy_core_args(policy, ("admission", "prefetch"), unverified)
     cols = _feature_arrays(table)
     out = _core().simulate_policy(
         cols["time"], cols["key"], cols["offset"], cols["size"], cols["op"],
-        cols["namespace"], cols["user"], str(path), config.to_dict(), threshold=threshold,
-        when_threshold=when_threshold, get_ops=_get_ops())
-    return SimResult(metrics=out["metrics"], series=out["series"], info=out["info"],
-                     config=config)
+        cols["namespace"], cols["user"], args["path"], config.to_dict(), threshold=threshold,
+        when_threshold=when_threshold, get_ops=_get_ops(), sha256=args["sha256"],
+        size_bytes=args["size_bytes"])
+    return _note_unverified(SimResult(metrics=out["metrics"], series=out["series"],
+                                      info=out["info"], config=config), args)
 
 
-def policy_info(policy: Any) -> dict[str, Any]:
-    """What a policy .so (or bundle folder) reports: ABI version, contract hash, thresholds,
-    target write rate, eviction age. ValueError on an ABI or contract mismatch."""
-    from pathlib import Path
-
-    path = Path(policy)
-    if path.is_dir():
-        path = path / "policy.so"
-    return dict(_core().policy_info(str(path)))
+def policy_info(policy: Any, *, unverified: bool = False) -> dict[str, Any]:
+    """What a policy (bundle folder, or its .so) reports: ABI version, contract hash,
+    thresholds, target write rate, eviction age. Verified as simulate_policy does; ValueError
+    on an ABI or contract mismatch of the .so."""
+    args = _policy_core_args(policy, ("admission", "prefetch"), unverified)
+    return dict(_core().policy_info(args["path"], sha256=args["sha256"],
+                                    size_bytes=args["size_bytes"]))
 
 
 def online_features(table: Any, segment_bytes: int = UNITS.segment_bytes) -> np.ndarray:
@@ -523,7 +533,8 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
                          initial_threshold: float | None = None, collect_samples: bool = False,
                          memory_window: int | None = None,
                          record_victims: bool = False, controller: str | None = None,
-                         reuse_predictions: bool | None = None) -> dict[str, Any]:
+                         reuse_predictions: bool | None = None,
+                         unverified: bool = False) -> dict[str, Any]:
     """Object-mode MAT (issue 16; sim/src/mat.rs): learned eviction at the tail of LRU.
 
     On each eviction the LRU tail candidate's distance d from its last access to its next
@@ -564,30 +575,38 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
     ss = _as_array(sizes, np.uint64, "size")
     if len(kk) != len(ss):
         raise ValueError(f"'key' has {len(kk)} elements but 'size' has {len(ss)}")
-    pred = _evict_predictor(predictor)
-    return dict(_core().simulate_objects_mat(
-        kk, ss, int(capacity), unit, predictor=pred, k=k, max_candidates=max_candidates,
+    pred = _evict_predictor(predictor, unverified)
+    out = dict(_core().simulate_objects_mat(
+        kk, ss, int(capacity), unit, predictor=pred["predictor"], sha256=pred.get("sha256"),
+        size_bytes=pred.get("size_bytes"), k=k, max_candidates=max_candidates,
         delta=delta, initial_threshold=initial_threshold, collect_samples=collect_samples,
         memory_window=memory_window, record_victims=record_victims, controller=controller,
         reuse_predictions=reuse_predictions))
+    if pred.get("unverified"):
+        out["unverified"] = True
+    if "sha256" in pred:
+        out["policy_sha256"] = pred["sha256"]
+    return out
 
 
-def _evict_predictor(predictor: Any) -> str:
-    """MAT's predictor as the core takes it: "none", "oracle" or the path of an eviction
-    policy .so (a bundle folder: its policy.so); ValueError if the file does not exist."""
+def _evict_predictor(predictor: Any, unverified: bool = False) -> dict[str, Any]:
+    """MAT's predictor as the core takes it: {"predictor": "none" | "oracle" | the path of
+    the eviction policy .so, "sha256", "size_bytes"}: a bundle folder (or its .so) is
+    verified by the one loader (need eviction); a bare .so only with `unverified`.
+    ValueError if the file does not exist."""
     from pathlib import Path
 
     pred = str(predictor)
     if pred.lower() in ("none", "oracle"):
-        return pred
+        return {"predictor": pred}
     path = Path(pred)
-    if path.is_dir():
-        path = path / "policy.so"
-    if not path.is_file():
-        raise ValueError(f"predictor {pred!r}: expected 'none', 'oracle', an eviction "
-                         f"policy .so or a bundle folder with policy.so; {path}: no such "
-                         "file")
-    return str(path)
+    if not path.exists():
+        raise ValueError(f"predictor {pred!r}: expected 'none', 'oracle', a compiled bundle "
+                         f"folder with an eviction model, or (--unverified) an eviction "
+                         f"policy .so; {path}: no such file")
+    args = _policy_core_args(path, ("eviction",), unverified)
+    return {"predictor": args["path"], "sha256": args["sha256"],
+            "size_bytes": args["size_bytes"], "unverified": args["unverified"]}
 
 
 #: The knobs `simulate_mat_flash(mat=...)` takes (None or absent: the .so's value, else the
@@ -613,7 +632,8 @@ class MatSimResult(SimResult):
 def simulate_mat_flash(table: Any, config: SimConfig | None = None, *, admit: Any = None,
                        score: Any = None, prefetch_start: Any = None, prefetch_end: Any = None,
                        when_score: Any = None, mat: dict[str, Any] | None = None,
-                       predictor: Any = "none", collect_samples: bool = False) -> MatSimResult:
+                       predictor: Any = "none", collect_samples: bool = False,
+                       unverified: bool = False) -> MatSimResult:
     """Flash-cache mode with MAT as the eviction (sim/src/flash_mat.rs): learned eviction at
     the tail of the block LRU, with any admission/prefetch policy of `config` (and their
     per-access arrays, as `simulate`). Needs eviction "lru" with block-level recency (the
@@ -643,12 +663,16 @@ def simulate_mat_flash(table: Any, config: SimConfig | None = None, *, admit: An
     cols = trace_arrays(table)
     policy = _policy_arrays(admit=admit, score=score, prefetch_start=prefetch_start,
                             prefetch_end=prefetch_end, when_score=when_score)
+    pred = _evict_predictor(predictor, unverified)
     out = _core().simulate_mat_flash(
         cols["time"], cols["key"], cols["offset"], cols["size"], cols["op"], config.to_dict(),
-        **policy, predictor=_evict_predictor(predictor), collect_samples=bool(collect_samples),
-        **knobs)
-    return MatSimResult(metrics=out["metrics"], series=out["series"], info=out["info"],
-                        config=config, samples=out.get("samples"))
+        **policy, predictor=pred["predictor"], sha256=pred.get("sha256"),
+        size_bytes=pred.get("size_bytes"), collect_samples=bool(collect_samples), **knobs)
+    res = MatSimResult(metrics=out["metrics"], series=out["series"], info=out["info"],
+                       config=config, samples=out.get("samples"))
+    if "sha256" in pred:
+        _note_unverified(res, {**pred})
+    return res
 
 
 def eviction_features(keys: Any, sizes: Any, queries: Any,

@@ -138,7 +138,8 @@ def test_bad_policy_json(bundle_copy, tmp_path) -> None:
     p["eviction_age_s"] = 10.0
     p["admit_threshold"] = 1.5
     (bundle_copy / "policy.json").write_text(json.dumps(p))
-    with pytest.raises(UserError, match=r"'admit_threshold' must be in \[0, 1\]"):
+    with pytest.raises(UserError, match=r"policy.json: field 'admit_threshold': expected a "
+                       r"finite number in \[0, 1\], got 1.5"):
         compile_policy(tmp_path / "policy", model_dir=bundle_copy)
     _no_leftovers(tmp_path, tmp_path / "policy")
 

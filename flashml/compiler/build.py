@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flashml.compiler import manifest as manifest_schema
 from flashml.compiler import readahead as ra
 from flashml.compiler.bundle import (
     COMPILED_ARTIFACT_PATH,
@@ -67,7 +68,7 @@ from flashml.features import partition as partition_contract
 from flashml.features import readahead as readahead_contract
 from flashml.features.codegen import ABI_VERSION, capability_functions
 from flashml.features.contract import contract
-from flashml.files import replace_dir, write_json
+from flashml.files import jsonable, replace_dir, write_json
 
 log = logging.getLogger(__name__)
 
@@ -516,7 +517,13 @@ def exported_functions(so: Path) -> list[str]:
                   if len(parts := line.split()) == 3 and parts[1] in ("T", "t", "i"))
 
 
-def _check_so(so: Path, params: dict[str, Any], capabilities: list[str]) -> None:
+def _check_so(so: Path, params: dict[str, Any], capabilities: list[str], sha256: str,
+              size_bytes: int) -> None:
+    """The linked policy.so against its bundle: its dependencies, its exports, and what it
+    reports once loaded through the one loader (compiler/loader.py: the bytes of sha256 and
+    size_bytes, checked, mapped from a sealed memfd)."""
+    from flashml.compiler.loader import map_verified, verify_so_file
+
     if shutil.which("readelf"):
         bad = [n for n in readelf_needed(so) if not n.startswith(ALLOWED_NEEDED)]
         if bad:
@@ -526,7 +533,7 @@ def _check_so(so: Path, params: dict[str, Any], capabilities: list[str]) -> None
         if got != want:
             raise CompileError(f"policy.so exports {got}, its capabilities {capabilities} "
                                f"declare {want}")
-    lib = ctypes.CDLL(str(so))
+    lib = map_verified(verify_so_file(so, sha256, size_bytes))
     checks: dict[str, tuple[Any, Any]] = {
         "ABI version": (lib.flashml_policy_abi_version(), ABI_VERSION)}
     if "admission" in capabilities:
@@ -814,7 +821,8 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
         _run([cc_path, "-shared", "-fPIC", "-Wl,-z,defs", "-Wl,--as-needed", "-o", str(so),
               *map(str, objects), "-lm"], "policy.so (link)")
         cc_s = time.perf_counter() - t_cc
-        _check_so(so, params, capabilities)
+        so_sha256, so_size = sha256_file(so), so.stat().st_size
+        _check_so(so, params, capabilities, so_sha256, so_size)
         shutil.copy2(HEADER, result / HEADER_NAME)
         manifest: dict[str, Any] = {
             "format": MANIFEST_FORMAT,
@@ -836,8 +844,8 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
             manifest.update(ra.manifest_fields(params, folder))
         manifest.update({
             "policy_so": SO_NAME,
-            "sha256": sha256_file(so),
-            "size_bytes": so.stat().st_size,
+            "sha256": so_sha256,
+            "size_bytes": so_size,
             "header": HEADER_NAME,
             "mlflow_run_id": rid,
             "source": source,
@@ -870,6 +878,8 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                       "cc_s": cc_s, "compile_s": time.perf_counter() - started,
                       "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")},
         })
+        # what every loader will check it against (compiler/manifest.schema.json)
+        manifest_schema.validate(jsonable(manifest), str(out / MANIFEST_NAME))
         write_json(result / MANIFEST_NAME, manifest)
         replace_dir(result, out, marker=MANIFEST_NAME, what="policy bundle", error=CompileError)
     finally:

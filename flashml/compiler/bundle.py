@@ -291,6 +291,11 @@ def read_policy_json(bundle: Path) -> dict[str, Any]:
     for k in REQUIRED_PARAMS + ("contract_hash",):
         if k not in params:
             raise UserError(f"{path}: field '{k}': missing")
+    # the manifest's own schema (compiler/manifest.schema.json): typed, finite, in range
+    from flashml.compiler.manifest import check_knobs
+
+    check_knobs({k: params[k] for k in (*REQUIRED_PARAMS, "peak_hours", "peak_bonus")
+                 if k in params}, str(path))
     for k in REQUIRED_PARAMS:
         params[k] = _finite(k, params[k])
     params.update(_checked_peak(str(path), params.get("peak_hours", []),

@@ -16,15 +16,22 @@ lacks its functions, is refused with a UserError naming the bundle and what is m
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
-import json
+import errno
+import fcntl
+import hashlib
+import logging
 import os
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from flashml.compiler.build import MANIFEST_NAME, SO_NAME, sha256_file
+from flashml.compiler import manifest as manifest_schema
+from flashml.compiler.build import MANIFEST_NAME, SO_NAME
 from flashml.errors import UserError
 from flashml.features import eviction
 from flashml.features import partition as partition_contract
@@ -55,23 +62,87 @@ _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
 _INT32_P = ctypes.POINTER(ctypes.c_int32)
 
 
-def read_manifest(bundle: str | os.PathLike[str]) -> dict[str, Any]:
-    """manifest.json of a compiled bundle: a JSON object (any other content is a UserError
-    naming the file)."""
-    path = Path(bundle) / MANIFEST_NAME
-    if not path.is_file():
-        raise UserError(f"{path}: missing; not a compiled policy bundle (flashml compile -o DIR)")
+#: The largest policy .so a loader reads (bytes).
+MAX_SO_BYTES = 512 << 20
+#: How a loader opens a bundle's files: never through a symlink, never blocking on a FIFO.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+log = logging.getLogger(__name__)
+
+
+def _read_regular(dir_fd: int | None, name: str, shown: Path, limit: int,
+                  missing: str = "missing") -> bytes:
+    """The bytes of `name` (relative to dir_fd, or a path), read from one descriptor opened
+    without following a symlink and without blocking: a symlink, FIFO, socket, device or
+    folder is refused, and so is a file larger than `limit` bytes (UserError naming
+    `shown`)."""
     try:
-        m = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: not valid JSON ({e})") from None
-    except RecursionError:  # json.loads recurses once per nesting level
-        raise UserError(f"{path}: not a policy manifest (JSON nested too deeply)") from None
-    if not isinstance(m, dict):
-        raise UserError(f"{path}: expected a JSON object, got {type(m).__name__}")
-    return m
+        fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise UserError(f"{shown}: {missing}") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UserError(f"{shown}: a symbolic link; refused (a bundle's files must be "
+                            "regular files inside it)") from None
+        raise UserError(f"{shown}: cannot read: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a folder"
+                    if stat.S_ISDIR(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                    else "a device")
+            raise UserError(f"{shown}: {kind}, not a regular file; refused")
+        if st.st_size > limit:
+            raise UserError(f"{shown}: {st.st_size} bytes; at most {limit} are read")
+        chunks, total = [], 0
+        while True:
+            b = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not b:
+                break
+            chunks.append(b)
+            total += len(b)
+            if total > limit:
+                raise UserError(f"{shown}: grew past {limit} bytes while being read")
+        return b"".join(chunks)
+    except OSError as e:
+        raise UserError(f"{shown}: cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
+def read_manifest(bundle: str | os.PathLike[str]) -> dict[str, Any]:
+    """manifest.json of a bundle folder, checked against the schema
+    (compiler/manifest.schema.json): any other content is a UserError naming the file and
+    the field."""
+    return _open_bundle(Path(bundle))[1]
+
+
+class _NoManifest(UserError):
+    """A folder without manifest.json."""
+
+
+def _open_bundle(bundle: Path) -> tuple[int, dict[str, Any]]:
+    """(an O_DIRECTORY descriptor of the bundle folder, its checked manifest); the caller
+    closes the descriptor."""
+    try:
+        dfd = os.open(bundle, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UserError(f"{bundle}: no such policy bundle folder") from None
+    except OSError as e:
+        raise UserError(f"{bundle}: not a policy bundle folder: {e.strerror or e}") from None
+    try:
+        where = bundle / MANIFEST_NAME
+        try:
+            data = _read_regular(dfd, MANIFEST_NAME, where, manifest_schema.MAX_MANIFEST_BYTES)
+        except UserError as e:
+            if str(e) == f"{where}: missing":
+                raise _NoManifest(f"{where}: missing; not a compiled policy bundle (flashml "
+                                  "compile -o DIR)") from None
+            raise
+        return dfd, manifest_schema.parse_manifest(data, str(where))
+    except BaseException:
+        os.close(dfd)
+        raise
 
 
 def policy_so_path(bundle: Path, m: dict[str, Any]) -> Path:
@@ -88,38 +159,188 @@ def policy_so_path(bundle: Path, m: dict[str, Any]) -> Path:
 _ELF64_LE = b"\x7fELF\x02\x01"
 
 
-def check_elf(so: Path) -> None:
-    """Refuse (UserError) a file that is not a whole 64-bit ELF shared object before it is
-    dlopen()ed: a truncated one can kill the process that maps it (SIGBUS), even when a
-    manifest vouches for its sha256."""
+def check_elf_bytes(data: bytes, so: Path | str) -> None:
+    """Refuse (UserError naming `so`) bytes that are not a whole 64-bit ELF shared object
+    before they are mapped: a truncated one can kill the process that maps it (SIGBUS),
+    even when a manifest vouches for its sha256."""
     import struct
 
-    try:
-        size = so.stat().st_size
-        with open(so, "rb") as f:
-            head = f.read(64)
-            if len(head) < 64 or not head.startswith(_ELF64_LE):
-                raise UserError(f"{so}: not a 64-bit ELF shared object; recompile the policy")
-            e_type = struct.unpack_from("<H", head, 16)[0]
-            phoff, shoff = struct.unpack_from("<QQ", head, 32)
-            phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 54)
-            if e_type != 3:  # ET_DYN
-                raise UserError(f"{so}: an ELF file but not a shared object; recompile the "
-                                "policy")
-            if phentsize < 56 or phoff + phnum * phentsize > size \
-                    or (shnum and shoff + shnum * shentsize > size):
-                raise UserError(f"{so}: truncated ELF file ({size} bytes); recompile the "
-                                "policy")
-            f.seek(phoff)
-            table = f.read(phnum * phentsize)
-    except OSError as e:
-        raise UserError(f"{so}: cannot read: {e.strerror or e}") from None
+    size = len(data)
+    head = data[:64]
+    if len(head) < 64 or not head.startswith(_ELF64_LE):
+        raise UserError(f"{so}: not a 64-bit ELF shared object; recompile the policy")
+    e_type = struct.unpack_from("<H", head, 16)[0]
+    phoff, shoff = struct.unpack_from("<QQ", head, 32)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 54)
+    if e_type != 3:  # ET_DYN
+        raise UserError(f"{so}: an ELF file but not a shared object; recompile the policy")
+    if phentsize < 56 or phoff + phnum * phentsize > size \
+            or (shnum and shoff + shnum * shentsize > size):
+        raise UserError(f"{so}: truncated ELF file ({size} bytes); recompile the policy")
     for i in range(phnum):
-        p_type, _, p_offset = struct.unpack_from("<IIQ", table, i * phentsize)
-        p_filesz = struct.unpack_from("<Q", table, i * phentsize + 32)[0]
+        at = phoff + i * phentsize
+        p_type, _, p_offset = struct.unpack_from("<IIQ", data, at)
+        p_filesz = struct.unpack_from("<Q", data, at + 32)[0]
         if p_type == 1 and p_offset + p_filesz > size:  # PT_LOAD past the end of the file
             raise UserError(f"{so}: truncated ELF file ({size} bytes, a segment ends at "
                             f"{p_offset + p_filesz}); recompile the policy")
+
+
+def check_elf(so: Path) -> None:
+    """check_elf_bytes of the file `so` (read from one descriptor, never through a symlink)."""
+    check_elf_bytes(_read_regular(None, str(so), so, MAX_SO_BYTES), so)
+
+
+@dataclass(frozen=True)
+class VerifiedSo:
+    """A policy .so's bytes, read from one descriptor and checked: its size and sha256 are
+    the manifest's (unless `unverified`), and it is a whole 64-bit ELF shared object."""
+
+    path: Path
+    data: bytes
+    sha256: str
+    manifest: dict[str, Any] | None
+    bundle: Path | None
+    unverified: bool = False
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+def read_verified(target: str | os.PathLike[str], *, unverified: bool = False,
+                  need: tuple[str, ...] | list[str] | str | None = None) -> VerifiedSo:
+    """The one way a policy .so is read before it is mapped (by ctypes here, or by the Rust
+    simulator, which is handed the path, the sha256 and the size and checks them again on
+    its own descriptor).
+
+    `target`: a bundle folder, or the policy .so of one (then its folder's manifest must name
+    it). The folder is opened once; manifest.json and the .so are opened relative to it
+    without following symlinks or blocking (FIFOs, sockets, devices refused), bounded in
+    size (1 MiB, 512 MiB); the manifest is checked against the schema, the .so's bytes
+    against its size_bytes and sha256, then the ELF checks. With `need`, the manifest's
+    capabilities and contract hashes are checked too (verify_bundle's checks).
+
+    A .so with no manifest beside it is refused unless `unverified` (then it is read the
+    same way, its sha256 reported, and a WARNING logged)."""
+    target = Path(target)
+    bundle, so_name = target, None
+    if not target.is_dir():
+        bundle, so_name = target.parent, target.name
+    try:
+        dfd, m = _open_bundle(bundle)
+    except _NoManifest as e:
+        if unverified:
+            return _read_unverified(target if so_name else target / SO_NAME)
+        if so_name is not None:
+            raise UserError(f"{target}: refused: no {MANIFEST_NAME} beside it vouches for "
+                            "this .so (give the `flashml compile -o DIR` folder; "
+                            "--unverified loads a bare .so anyway)") from None
+        raise UserError(f"{e}; --unverified loads its {SO_NAME} anyway") from None
+    try:
+        if need is not None:
+            _check_need(bundle, m, _checked_need(need))
+        if not m.get("capabilities", LEGACY_CAPABILITIES):
+            raise UserError(f"{bundle}: a knobs-only bundle (system {m.get('system')}, "
+                            "capabilities []): it has no policy .so to load")
+        so = policy_so_path(bundle, m)
+        if so_name is not None and so_name != so.name:
+            raise UserError(f"{target}: refused: {bundle / MANIFEST_NAME} vouches for "
+                            f"{so.name}, not {so_name}")
+        return _verified(dfd, so, m["sha256"], m["size_bytes"], m, bundle)
+    finally:
+        os.close(dfd)
+
+
+def _verified(dfd: int, so: Path, sha256: str, size_bytes: int,
+              m: dict[str, Any] | None, bundle: Path | None) -> VerifiedSo:
+    """so.name (relative to the folder descriptor dfd) read once and checked: its size,
+    sha256 and the ELF checks."""
+    data = _read_regular(dfd, so.name, so, MAX_SO_BYTES)
+    if len(data) != size_bytes:
+        raise UserError(f"{so}: {len(data)} bytes does not match {MANIFEST_NAME} (size_bytes "
+                        f"{size_bytes}); the .so was changed after compiling")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise UserError(f"{so}: sha256 {digest[:12]}... does not match {MANIFEST_NAME} "
+                        f"({str(sha256)[:12]}...); the .so was changed after compiling")
+    check_elf_bytes(data, so)
+    return VerifiedSo(path=so, data=data, sha256=digest, manifest=m, bundle=bundle)
+
+
+def verify_so_file(so: Path, sha256: str, size_bytes: int) -> VerifiedSo:
+    """A .so whose sha256 and size the caller knows (the compiler's own check of what it
+    just linked, before the manifest exists), read and checked as read_verified does."""
+    try:
+        dfd = os.open(so.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise UserError(f"{so.parent}: cannot open: {e.strerror or e}") from None
+    try:
+        return _verified(dfd, so, sha256, size_bytes, None, None)
+    finally:
+        os.close(dfd)
+
+
+def _read_unverified(so: Path) -> VerifiedSo:
+    data = _read_regular(None, str(so), so, MAX_SO_BYTES, "no such policy .so")
+    digest = hashlib.sha256(data).hexdigest()
+    check_elf_bytes(data, so)
+    log.warning("UNVERIFIED policy: %s (sha256 %s) has no manifest vouching for it; it is "
+                "loaded as it is (--unverified)", so, digest)
+    return VerifiedSo(path=so, data=data, sha256=digest, manifest=None, bundle=None,
+                      unverified=True)
+
+
+def _loaded(name: str) -> bool:
+    """Whether the dynamic linker already has an object loaded under `name`."""
+    try:
+        h = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return False
+    _ctypes.dlclose(h._handle)
+    return True
+
+
+def map_verified(v: VerifiedSo) -> Any:
+    """Map exactly `v`'s bytes: copied into a sealed memfd (no shrink, grow, write; seals
+    sealed) and dlopen()ed as /proc/self/fd/N, a name no other loaded object has. Returns the
+    ctypes library."""
+    fd = os.memfd_create("flashml-policy", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    extra: list[int] = []
+    try:
+        with open(fd, "wb", closefd=False, buffering=0) as f:
+            view = memoryview(v.data)
+            while view:
+                view = view[f.write(view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                    | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
+        # the dynamic linker matches an earlier object by name first: an object loaded from
+        # an earlier memfd that had this number must not be taken for this one
+        name_fd = fd
+        while _loaded(f"/proc/self/fd/{name_fd}"):
+            if len(extra) >= 64:
+                raise UserError(f"{v.path}: cannot load: no free descriptor name")
+            name_fd = os.dup(fd)
+            extra.append(name_fd)
+        try:
+            return ctypes.CDLL(f"/proc/self/fd/{name_fd}")
+        except OSError as e:
+            why = str(e).replace(f"/proc/self/fd/{name_fd}", str(v.path))
+            raise UserError(f"{v.path}: cannot load: {why}") from None
+    finally:
+        for x in extra:
+            os.close(x)
+        os.close(fd)
+
+
+def core_args(target: str | os.PathLike[str], need: tuple[str, ...] | list[str] | str, *,
+              unverified: bool = False) -> dict[str, Any]:
+    """What the Rust simulator's loaders take for a policy (a bundle folder or its .so):
+    the .so's path, the sha256 and size it must have (checked here against the manifest,
+    and by Rust again on the bytes it maps) and whether it is unverified."""
+    v = read_verified(target, unverified=unverified, need=need)
+    return {"path": str(v.path), "sha256": v.sha256, "size_bytes": v.size,
+            "unverified": v.unverified}
 
 
 def _checked_need(need: Any) -> tuple[str, ...]:
@@ -149,26 +370,13 @@ def refuse_missing(bundle: Any, have: list[str], need: tuple[str, ...]) -> None:
                             f"(it has: {', '.join(have) or 'none'}); {_HOW[c]}")
 
 
-def verify_bundle(bundle: str | os.PathLike[str],
-                  need: tuple[str, ...] | list[str] | str = DEFAULT_NEED) -> dict[str, Any]:
-    """Check a compiled bundle's manifest against this flashml and its policy.so's sha256:
-    the ABI version, the capabilities in `need` (refused if the bundle lacks one) and the
-    contract hash of each (admission/prefetch: features/contract.toml, eviction:
-    features/eviction.toml). Returns the manifest; a mismatch raises UserError (one clear
-    line)."""
-    need = _checked_need(need)
-    bundle = Path(bundle)
-    m = read_manifest(bundle)
-    so = policy_so_path(bundle, m)
-    try:
-        if not so.is_file():
-            raise UserError(f"{so}: missing")
-    except OSError as e:
-        raise UserError(f"{so}: cannot read: {e.strerror or e}") from None
+def _check_need(bundle: Path, m: dict[str, Any], need: tuple[str, ...]) -> None:
+    """The manifest against this flashml for the capabilities in `need`: the ABI version,
+    the capabilities (refused if the bundle lacks one) and the contract hash of each."""
+    refuse_missing(bundle, manifest_capabilities(m, bundle / MANIFEST_NAME), need)
     if m.get("abi_version") != ABI_VERSION:
         raise UserError(f"{bundle}: ABI version {m.get('abi_version')} in {MANIFEST_NAME}, "
                         f"this flashml speaks ABI {ABI_VERSION}; recompile the policy")
-    refuse_missing(bundle, manifest_capabilities(m, bundle / MANIFEST_NAME), need)
     if ("admission" in need or "prefetch" in need) and m.get("contract_hash") != contract().hash:
         raise UserError(f"{bundle}: contract mismatch: the policy was compiled for feature "
                         f"contract {str(m.get('contract_hash'))[:12]}..., this flashml has "
@@ -182,29 +390,47 @@ def verify_bundle(bundle: str | os.PathLike[str],
             raise UserError(f"{bundle}: {cap} contract mismatch: the policy was compiled for "
                             f"{cap} feature contract {str(m.get(key))[:12]}..., this flashml "
                             f"has {want[:12]}... (features/{toml}.toml)")
-    digest = sha256_file(so)
-    if digest != m.get("sha256"):
-        raise UserError(f"{so}: sha256 {digest[:12]}... does not match {MANIFEST_NAME} "
-                        f"({str(m.get('sha256'))[:12]}...); the .so was changed after compiling")
-    return m
+
+
+def verify_bundle(bundle: str | os.PathLike[str],
+                  need: tuple[str, ...] | list[str] | str = DEFAULT_NEED) -> dict[str, Any]:
+    """Check a compiled bundle against this flashml without mapping it: the manifest against
+    the schema, its ABI version, the capabilities in `need` (refused if the bundle lacks
+    one) and the contract hash of each (admission/prefetch: features/contract.toml,
+    eviction: features/eviction.toml), then policy.so's size, sha256 and ELF checks
+    (read_verified). Returns the manifest; a mismatch raises UserError (one clear line)."""
+    need = _checked_need(need)
+    bundle = Path(bundle)
+    v = read_verified(bundle, need=need)
+    assert v.manifest is not None
+    return v.manifest
 
 
 class PolicyLibrary:
-    """A policy .so loaded with ctypes; checks its ABI version, that it exports the functions
-    of the capabilities in `need`, and their feature counts and contract hashes."""
+    """A policy .so loaded with ctypes from verified bytes (read_verified, map_verified):
+    checks its ABI version, that it exports the functions of the capabilities in `need` and
+    of every capability its manifest claims, and their feature counts and contract hashes.
+
+    `so`: a bundle folder or its policy .so; a .so without a manifest is refused unless
+    `unverified` (then `unverified` is True on the loaded library and `sha256` says what
+    ran)."""
 
     def __init__(self, so: str | os.PathLike[str],
-                 need: tuple[str, ...] | list[str] | str = DEFAULT_NEED) -> None:
-        self.path = Path(so)
+                 need: tuple[str, ...] | list[str] | str = DEFAULT_NEED, *,
+                 unverified: bool = False, _manifest_need: bool = False) -> None:
         need = _checked_need(need)
-        check_elf(self.path)
-        try:
-            lib = ctypes.CDLL(str(self.path.resolve()))
-        except OSError as e:
-            raise UserError(f"{self.path}: cannot load: {e}") from None
+        v = read_verified(so, unverified=unverified, need=need if _manifest_need else None)
+        self.path = v.path
+        self.sha256 = v.sha256
+        self.size_bytes = v.size
+        self.unverified = v.unverified
+        self.manifest = v.manifest
+        lib = map_verified(v)
+        self._handle: int | None = lib._handle
         if not hasattr(lib, "flashml_policy_abi_version"):
             raise UserError(f"{self.path}: not a flashml policy (no flashml_policy_abi_version)")
         self.lib = lib
+        lib.flashml_policy_abi_version.restype = ctypes.c_int
         abi = lib.flashml_policy_abi_version()
         if abi != ABI_VERSION:
             raise UserError(f"{self.path}: ABI version {abi}, expected {ABI_VERSION}")
@@ -218,6 +444,14 @@ class PolicyLibrary:
                 raise UserError(f"{self.path}: refused: the policy has no {c} capability "
                                 f"(no {lacking[0]}; it has: "
                                 f"{', '.join(self.capabilities) or 'none'}); {_HOW[c]}")
+        if v.manifest is not None:  # it exports what its manifest claims
+            claimed = manifest_capabilities(v.manifest, v.bundle)
+            for c in claimed:
+                if c not in self.capabilities:
+                    lacking = [f for f in required_functions(c) if not hasattr(lib, f)]
+                    raise UserError(f"{self.path}: refused: {MANIFEST_NAME} claims the {c} "
+                                    f"capability but the .so does not export {lacking[0]} "
+                                    f"(it has: {', '.join(self.capabilities) or 'none'})")
         if "admission" in need or "prefetch" in need:
             self._bind_admission(lib)
         if "eviction" in need:
@@ -226,6 +460,14 @@ class PolicyLibrary:
             self._bind_partition(lib)
         if "readahead" in need:
             self._bind_readahead(lib)
+
+    def close(self) -> None:
+        """dlclose the library (ctypes never does): for a process that loads many policies.
+        Nothing of this object may be called afterwards."""
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            self.lib = None
+            _ctypes.dlclose(handle)
 
     def _contract_hash(self, fn: Any, want: str, kind: str) -> str:
         """A capability's contract hash as the .so reports it (fn: its ..._contract_hash),
@@ -449,8 +691,9 @@ class PolicyLibrary:
 
 
 def load_policy(bundle: str | os.PathLike[str],
-                need: tuple[str, ...] | list[str] | str = DEFAULT_NEED) -> PolicyLibrary:
-    """Verify a compiled bundle (manifest, sha256, the capabilities in `need`) and load its
-    policy.so for them."""
-    m = verify_bundle(bundle, need)
-    return PolicyLibrary(policy_so_path(Path(bundle), m), need)
+                need: tuple[str, ...] | list[str] | str = DEFAULT_NEED, *,
+                unverified: bool = False) -> PolicyLibrary:
+    """Verify a compiled bundle (manifest schema, the capabilities in `need` and their
+    contract hashes, size, sha256, ELF) and load exactly the verified bytes of its policy .so
+    for them. A bare .so (no manifest) only with `unverified`."""
+    return PolicyLibrary(bundle, need, unverified=unverified, _manifest_need=True)

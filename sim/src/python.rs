@@ -26,7 +26,7 @@ use crate::partition;
 use crate::readahead::{self, ReadaheadConfig, ReadaheadTrace};
 use crate::reuse;
 use crate::so_evict::{EvictLib, SoPredictor};
-use crate::so_policy::{self, Overrides, PolicyLib};
+use crate::so_policy::{self, Expected, Overrides, PolicyLib};
 
 /// A dict of `src`'s named fields, each keyed by its field name (so a metric's Python key is
 /// its Rust name, written once); `key => value` pairs may follow for the rest.
@@ -304,6 +304,21 @@ fn result_dict(py: Python<'_>, r: flash::FlashResult) -> PyResult<Bound<'_, PyDi
     Ok(fields_dict!(py, r; ; "metrics" => metrics, "series" => series, "info" => info))
 }
 
+/// A policy .so through the one loader ([`so_policy::load_verified`]): `sha256` and
+/// `size_bytes` are its manifest's (flashml.compiler.loader reads and checks the manifest);
+/// without them only with `unverified`.
+fn load_policy(
+    policy: &std::path::Path,
+    sha256: Option<String>,
+    size_bytes: Option<u64>,
+    unverified: bool,
+) -> PyResult<PolicyLib> {
+    let what = policy.display().to_string();
+    let expect =
+        Expected::from_parts(&what, sha256, size_bytes, unverified).map_err(value_error)?;
+    PolicyLib::load(policy, expect.as_ref()).map_err(value_error)
+}
+
 /// Simulate the flash cache with a compiled policy .so (compiler/) as admission + prefetch:
 /// features computed online from the trace (time, key, offset, size, op, namespace u32,
 /// user u32), the .so called on each miss. The ABI version and contract hash are checked
@@ -312,7 +327,8 @@ fn result_dict(py: Python<'_>, r: flash::FlashResult) -> PyResult<Bound<'_, PyDi
 /// Returns the same dict as `simulate`.
 #[pyfunction]
 #[pyo3(signature = (time, key, offset, size, op, namespace, user, policy, config=None, *,
-                    threshold=None, when_threshold=None, get_ops=None))]
+                    threshold=None, when_threshold=None, get_ops=None, sha256=None,
+                    size_bytes=None, unverified=false))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_policy<'py>(
     py: Python<'py>,
@@ -328,6 +344,9 @@ fn simulate_policy<'py>(
     threshold: Option<f64>,
     when_threshold: Option<f64>,
     get_ops: Option<Vec<u8>>,
+    sha256: Option<String>,
+    size_bytes: Option<u64>,
+    unverified: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = config_from(config)?;
     let trace = trace_of(&time, &key, &offset, &size, &op)?;
@@ -335,7 +354,7 @@ fn simulate_policy<'py>(
         namespace: slice("namespace", &namespace)?,
         user: slice("user", &user)?,
     };
-    let lib = PolicyLib::load(&policy).map_err(value_error)?;
+    let lib = load_policy(&policy, sha256, size_bytes, unverified)?;
     let overrides = Overrides {
         admit_threshold: threshold,
         when_threshold,
@@ -351,8 +370,15 @@ fn simulate_policy<'py>(
 /// {"abi_version", "contract_hash", "admit_threshold", "when_threshold", "peak_hours", "peak_bonus",
 /// "target_write_rate_mbps", "eviction_age_s"}.
 #[pyfunction]
-fn policy_info(py: Python<'_>, policy: std::path::PathBuf) -> PyResult<Bound<'_, PyDict>> {
-    let lib = PolicyLib::load(&policy).map_err(value_error)?;
+#[pyo3(signature = (policy, *, sha256=None, size_bytes=None, unverified=false))]
+fn policy_info(
+    py: Python<'_>,
+    policy: std::path::PathBuf,
+    sha256: Option<String>,
+    size_bytes: Option<u64>,
+    unverified: bool,
+) -> PyResult<Bound<'_, PyDict>> {
+    let lib = load_policy(&policy, sha256, size_bytes, unverified)?;
     Ok(
         fields_dict!(py, lib; abi_version, admit_threshold, when_threshold,
         target_write_rate_mbps, eviction_age_s; "contract_hash" => &lib.contract_hash,
@@ -482,7 +508,8 @@ fn capacity_unit(unit: &str) -> PyResult<CapacityUnit> {
 #[pyo3(signature = (key, size, capacity, unit="bytes", *, predictor="none", k=None,
                     max_candidates=None, delta=None, initial_threshold=None,
                     collect_samples=false, memory_window=None, record_victims=false,
-                    controller=None, reuse_predictions=None))]
+                    controller=None, reuse_predictions=None, sha256=None, size_bytes=None,
+                    unverified=false))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_objects_mat<'py>(
     py: Python<'py>,
@@ -500,6 +527,9 @@ fn simulate_objects_mat<'py>(
     record_victims: bool,
     controller: Option<&str>,
     reuse_predictions: Option<bool>,
+    sha256: Option<String>,
+    size_bytes: Option<u64>,
+    unverified: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     if capacity <= 0 {
         return Err(PyValueError::new_err(format!(
@@ -513,7 +543,7 @@ fn simulate_objects_mat<'py>(
     };
     let keys = slice("key", &key)?;
     let sizes = slice("size", &size)?;
-    let (kind, lib) = evict_predictor(predictor)?;
+    let (kind, lib) = evict_predictor(predictor, sha256, size_bytes, unverified)?;
     let so = lib.as_ref();
     let params = mat_params(
         so,
@@ -593,11 +623,25 @@ fn mat_params_dict<'py>(
 
 /// The predictor named by `predictor`: ("none" | "oracle" | the path, lowercased) and the
 /// loaded eviction .so when it is a path.
-fn evict_predictor(predictor: &str) -> PyResult<(String, Option<EvictLib>)> {
+/// A path is loaded through [`so_policy::load_verified`] against `sha256` and `size_bytes`
+/// (its manifest's), or without them only with `unverified`.
+fn evict_predictor(
+    predictor: &str,
+    sha256: Option<String>,
+    size_bytes: Option<u64>,
+    unverified: bool,
+) -> PyResult<(String, Option<EvictLib>)> {
     let kind = predictor.to_ascii_lowercase();
     let lib = match kind.as_str() {
         "none" | "oracle" => None,
-        _ => Some(EvictLib::load(std::path::Path::new(predictor)).map_err(value_error)?),
+        _ => {
+            let expect = Expected::from_parts(predictor, sha256, size_bytes, unverified)
+                .map_err(value_error)?;
+            Some(
+                EvictLib::load(std::path::Path::new(predictor), expect.as_ref())
+                    .map_err(value_error)?,
+            )
+        }
     };
     Ok((kind, lib))
 }
@@ -686,7 +730,8 @@ fn samples_dict(py: Python<'_>, s: mat::Samples) -> PyResult<Bound<'_, PyDict>> 
                     prefetch_start=None, prefetch_end=None, when_score=None,
                     predictor="none", k=None, max_candidates=None, delta=None,
                     initial_threshold=None, memory_window=None, collect_samples=false,
-                    controller=None, reuse_predictions=None))]
+                    controller=None, reuse_predictions=None, sha256=None, size_bytes=None,
+                    unverified=false))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_mat_flash<'py>(
     py: Python<'py>,
@@ -710,11 +755,14 @@ fn simulate_mat_flash<'py>(
     collect_samples: bool,
     controller: Option<&str>,
     reuse_predictions: Option<bool>,
+    sha256: Option<String>,
+    size_bytes: Option<u64>,
+    unverified: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = config_from(config)?;
     let trace = trace_of(&time, &key, &offset, &size, &op)?;
     let arrays = policy_arrays(&admit, &score, &prefetch_start, &prefetch_end, &when_score)?;
-    let (kind, lib) = evict_predictor(predictor)?;
+    let (kind, lib) = evict_predictor(predictor, sha256, size_bytes, unverified)?;
     let so = lib.as_ref();
     let knobs = MatKnobs {
         k,

@@ -27,6 +27,7 @@ use libloading::Library;
 use crate::config::{err, SimError};
 use crate::lrb_features::{EvictFeatures, EVICT_CONTRACT_HASH, EVICT_NUM_FEATURES};
 use crate::mat::Predictor;
+use crate::so_policy::Expected;
 
 type PredictFn = unsafe extern "C" fn(*const f64) -> f64;
 type F64Fn = unsafe extern "C" fn() -> f64;
@@ -56,19 +57,12 @@ fn optional<T: Copy>(lib: &Library, name: &str) -> Option<T> {
 }
 
 impl EvictLib {
-    /// dlopen `path` (refused before that when it is not a whole ELF shared object:
-    /// [`crate::so_policy::check_elf`]), find `flashml_evict_predict`, check the optional
-    /// identity functions.
-    pub fn load(path: &Path) -> Result<Self, SimError> {
+    /// Load `path` through [`crate::so_policy::load_verified`] (size and sha256 against
+    /// `expect`, the ELF checks, the verified bytes mapped from a sealed memfd), find
+    /// `flashml_evict_predict`, check the optional identity functions.
+    pub fn load(path: &Path, expect: Option<&Expected>) -> Result<Self, SimError> {
         let p = path.display().to_string();
-        if !path.is_file() {
-            return err(format!("{p}: no such eviction policy .so"));
-        }
-        crate::so_policy::check_elf(path)?;
-        // SAFETY: loading a shared object runs its initialisers; policy .so files have none
-        // beyond the C runtime's.
-        let lib = unsafe { Library::new(path) }
-            .map_err(|e| SimError(format!("{p}: cannot load policy .so: {e}")))?;
+        let lib = crate::so_policy::load_verified(path, expect)?;
         let predict: PredictFn = optional(&lib, "flashml_evict_predict").ok_or_else(|| {
             SimError(format!(
                 "{p}: not an eviction policy: it does not export flashml_evict_predict \

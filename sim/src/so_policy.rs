@@ -129,31 +129,231 @@ pub fn require_capabilities(lib: &Library, path: &Path, need: &[&str]) -> Result
 /// ELF identification of the .so files this simulator can load: 64-bit little-endian.
 const ELF64_LE: &[u8] = b"\x7fELF\x02\x01";
 
-/// Refuse a file that is not a whole 64-bit ELF shared object before it is dlopen()ed: a
-/// truncated one can kill the process that maps it (SIGBUS), even when a manifest vouches
-/// for its sha256. The checks of flashml's own loader (compiler/loader.py `check_elf`): the
-/// ELF header, a shared object (ET_DYN), the program and section header tables inside the
-/// file, and every loadable segment (PT_LOAD) inside the file.
-pub fn check_elf(path: &Path) -> Result<(), SimError> {
-    use std::io::{Read, Seek, SeekFrom};
+/// The largest policy .so a loader reads (bytes).
+pub const MAX_SO_BYTES: u64 = 512 << 20;
 
-    let p = path.display().to_string();
-    let io = |e: std::io::Error| SimError(format!("{p}: cannot read: {e}"));
-    let mut f = std::fs::File::open(path).map_err(io)?;
-    let size = f.metadata().map_err(io)?.len();
-    let mut head = [0u8; 64];
-    let mut got = 0;
-    while got < head.len() {
-        match f.read(&mut head[got..]).map_err(io)? {
-            0 => break,
-            n => got += n,
+/// What a policy .so must be, from its manifest (checked against the schema by flashml's
+/// Python loader, compiler/loader.py, which passes these on): its size and sha256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    pub sha256: String,
+    pub size_bytes: u64,
+}
+
+impl Expected {
+    /// Both or neither of a manifest's sha256 and size_bytes (None: an unverified load,
+    /// which the caller must have asked for with `unverified`).
+    pub fn from_parts(
+        what: &str,
+        sha256: Option<String>,
+        size_bytes: Option<u64>,
+        unverified: bool,
+    ) -> Result<Option<Expected>, SimError> {
+        match (sha256, size_bytes) {
+            (Some(sha256), Some(size_bytes)) => Ok(Some(Expected { sha256, size_bytes })),
+            (None, None) if unverified => Ok(None),
+            (None, None) => err(format!(
+                "{what}: refused: no sha256 and size_bytes to verify the policy .so against \
+                 (load it through flashml.compiler.loader, which reads them from the bundle's \
+                 manifest; unverified=True loads it anyway)"
+            )),
+            _ => err(format!(
+                "{what}: give both sha256 and size_bytes, or neither"
+            )),
         }
     }
-    if got < head.len() || !head.starts_with(ELF64_LE) {
+}
+
+/// The bytes of `path`, read from one descriptor opened without following a symlink and
+/// without blocking: a symlink, FIFO, socket, device or folder is refused, and so is a file
+/// larger than [`MAX_SO_BYTES`].
+fn read_regular(path: &Path) -> Result<Vec<u8>, SimError> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+
+    let p = path.display().to_string();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match (e.kind(), e.raw_os_error()) {
+            (std::io::ErrorKind::NotFound, _) => SimError(format!("{p}: no such policy .so")),
+            (_, Some(libc::ELOOP)) => SimError(format!(
+                "{p}: a symbolic link; refused (a bundle's files must be regular files inside \
+                 it)"
+            )),
+            _ => SimError(format!("{p}: cannot read: {e}")),
+        })?;
+    let io = |e: std::io::Error| SimError(format!("{p}: cannot read: {e}"));
+    let md = f.metadata().map_err(io)?;
+    let ft = md.file_type();
+    if !ft.is_file() {
+        let kind = if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_dir() {
+            "a folder"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "a device"
+        };
+        return err(format!("{p}: {kind}, not a regular file; refused"));
+    }
+    if md.len() > MAX_SO_BYTES {
+        return err(format!(
+            "{p}: {} bytes; at most {MAX_SO_BYTES} are read",
+            md.len()
+        ));
+    }
+    let mut data = Vec::with_capacity(md.len() as usize);
+    f.take(MAX_SO_BYTES + 1)
+        .read_to_end(&mut data)
+        .map_err(io)?;
+    if data.len() as u64 > MAX_SO_BYTES {
+        return err(format!(
+            "{p}: grew past {MAX_SO_BYTES} bytes while being read"
+        ));
+    }
+    Ok(data)
+}
+
+/// Whether the dynamic linker already has an object loaded under `name`.
+fn loaded(name: &CStr) -> bool {
+    // SAFETY: RTLD_NOLOAD maps nothing; a handle it returns is released at once.
+    unsafe {
+        let h = libc::dlopen(name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+        if h.is_null() {
+            false
+        } else {
+            libc::dlclose(h);
+            true
+        }
+    }
+}
+
+/// Map exactly `data`: copied into a sealed memfd (no shrink, grow or write; the seals
+/// sealed) and dlopen()ed as /proc/self/fd/N under a name no loaded object has.
+fn map_bytes(data: &[u8], p: &str) -> Result<Library, SimError> {
+    use std::io::Write;
+    use std::os::fd::{AsRawFd, FromRawFd};
+
+    let sys = |what: &str| {
+        SimError(format!(
+            "{p}: cannot load: {what}: {}",
+            std::io::Error::last_os_error()
+        ))
+    };
+    // SAFETY: a NUL-terminated name; the returned descriptor is owned by `file` below.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"flashml-policy".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(sys("memfd_create"));
+    }
+    // SAFETY: `fd` is a fresh descriptor nothing else owns.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.write_all(data)
+        .map_err(|e| SimError(format!("{p}: cannot load: memfd: {e}")))?;
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor this function owns.
+    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(sys("sealing the memfd"));
+    }
+    // The dynamic linker matches an earlier object by name first: an object loaded from an
+    // earlier memfd that had this number must not be taken for this one.
+    let mut names = vec![];
+    let mut name_fd = fd;
+    let name = loop {
+        let name =
+            std::ffi::CString::new(format!("/proc/self/fd/{name_fd}")).expect("no NUL in a number");
+        if !loaded(&name) {
+            break name;
+        }
+        if names.len() >= 64 {
+            return err(format!("{p}: cannot load: no free descriptor name"));
+        }
+        let dup = file
+            .try_clone()
+            .map_err(|e| SimError(format!("{p}: cannot load: dup: {e}")))?;
+        name_fd = dup.as_raw_fd();
+        names.push(dup);
+    };
+    let shown = name.to_string_lossy().into_owned();
+    // SAFETY: loading a shared object runs its initialisers; these bytes passed the checks
+    // the caller asked for (the manifest's size and sha256, or an explicit unverified load).
+    let lib = unsafe {
+        libloading::os::unix::Library::open(
+            Some(name.as_c_str().to_str().expect("ASCII")),
+            libc::RTLD_NOW | libc::RTLD_LOCAL,
+        )
+    }
+    .map_err(|e| {
+        SimError(format!(
+            "{p}: cannot load policy .so: {}",
+            e.to_string().replace(&shown, p)
+        ))
+    })?;
+    Ok(lib.into())
+}
+
+/// The one way the simulator maps a policy .so: open `path` once (no symlink, no FIFO,
+/// a regular file of at most [`MAX_SO_BYTES`]), read its bytes, check their size and
+/// sha256 against `expect` (None only for an unverified load) and the ELF checks
+/// ([`check_elf_bytes`]), then map exactly those bytes ([`map_bytes`]). Nothing is mapped
+/// before it is verified.
+pub fn load_verified(path: &Path, expect: Option<&Expected>) -> Result<Library, SimError> {
+    use sha2::{Digest, Sha256};
+
+    let p = path.display().to_string();
+    let data = read_regular(path)?;
+    if let Some(e) = expect {
+        if data.len() as u64 != e.size_bytes {
+            return err(format!(
+                "{p}: {} bytes does not match manifest.json (size_bytes {}); the .so was \
+                 changed after compiling",
+                data.len(),
+                e.size_bytes
+            ));
+        }
+        let digest: String = Sha256::digest(&data)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        if digest != e.sha256 {
+            return err(format!(
+                "{p}: sha256 {}... does not match manifest.json ({}...); the .so was changed \
+                 after compiling",
+                &digest[..12],
+                e.sha256.chars().take(12).collect::<String>()
+            ));
+        }
+    }
+    check_elf_bytes(&data, &p)?;
+    map_bytes(&data, &p)
+}
+
+/// Refuse a file that is not a whole 64-bit ELF shared object before it is dlopen()ed: a
+/// truncated one can kill the process that maps it (SIGBUS), even when a manifest vouches
+/// for its sha256. Reads `path` as [`load_verified`] does and runs [`check_elf_bytes`].
+pub fn check_elf(path: &Path) -> Result<(), SimError> {
+    check_elf_bytes(&read_regular(path)?, &path.display().to_string())
+}
+
+/// The ELF checks of flashml's own loader (compiler/loader.py `check_elf_bytes`) on the
+/// bytes that will be mapped (`p` names them in errors): the ELF header, a shared object
+/// (ET_DYN), the program and section header tables inside the file, and every loadable
+/// segment (PT_LOAD) inside the file.
+pub fn check_elf_bytes(data: &[u8], p: &str) -> Result<(), SimError> {
+    let size = data.len() as u64;
+    if data.len() < 64 || !data.starts_with(ELF64_LE) {
         return err(format!(
             "{p}: not a 64-bit ELF shared object; recompile the policy"
         ));
     }
+    let head = &data[..64];
     let u16_at = |i: usize| u64::from(u16::from_le_bytes([head[i], head[i + 1]]));
     let u64_at = |b: &[u8], i: usize| {
         let mut x = [0u8; 8];
@@ -165,7 +365,7 @@ pub fn check_elf(path: &Path) -> Result<(), SimError> {
             "{p}: an ELF file but not a shared object; recompile the policy"
         ));
     }
-    let (phoff, shoff) = (u64_at(&head, 32), u64_at(&head, 40));
+    let (phoff, shoff) = (u64_at(head, 32), u64_at(head, 40));
     let (phentsize, phnum, shentsize, shnum) = (u16_at(54), u16_at(56), u16_at(58), u16_at(60));
     // u16 * u16 fits in u64; an offset near 2^64 must not wrap past the size.
     let inside = |off: u64, len: u64| off.checked_add(len).is_some_and(|end| end <= size);
@@ -177,9 +377,7 @@ pub fn check_elf(path: &Path) -> Result<(), SimError> {
             "{p}: truncated ELF file ({size} bytes); recompile the policy"
         ));
     }
-    let mut table = vec![0u8; (phnum * phentsize) as usize];
-    f.seek(SeekFrom::Start(phoff)).map_err(io)?;
-    f.read_exact(&mut table).map_err(io)?;
+    let table = &data[phoff as usize..(phoff + phnum * phentsize) as usize];
     for entry in table.chunks_exact(phentsize as usize) {
         let p_type = u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
         let (offset, filesz) = (u64_at(entry, 8), u64_at(entry, 32));
@@ -195,19 +393,13 @@ pub fn check_elf(path: &Path) -> Result<(), SimError> {
 }
 
 impl PolicyLib {
-    /// dlopen `path` and check it against this simulator's contract: ABI version, the
-    /// admission and prefetch capabilities, feature count and contract hash. A file that is
-    /// not a whole ELF shared object is refused before dlopen ([`check_elf`]).
-    pub fn load(path: &Path) -> Result<Self, SimError> {
+    /// Load `path` through [`load_verified`] (its size and sha256 checked against `expect`,
+    /// the ELF checks, the verified bytes mapped from a sealed memfd) and check it against
+    /// this simulator's contract: ABI version, the admission and prefetch capabilities,
+    /// feature count and contract hash.
+    pub fn load(path: &Path, expect: Option<&Expected>) -> Result<Self, SimError> {
         let p = path.display().to_string();
-        if !path.is_file() {
-            return err(format!("{p}: no such policy .so"));
-        }
-        check_elf(path)?;
-        // SAFETY: loading a shared object runs its initialisers; policy .so files have none
-        // beyond the C runtime's (compiler/policy_wrapper.c.in).
-        let lib = unsafe { Library::new(path) }
-            .map_err(|e| SimError(format!("{p}: cannot load policy .so: {e}")))?;
+        let lib = load_verified(path, expect)?;
         let abi: IntFn = symbol(&lib, &p, "flashml_policy_abi_version")?;
         // SAFETY: ABI functions without arguments.
         let abi_version = unsafe { abi() };
@@ -457,7 +649,7 @@ mod tests {
         let (dir, good) = build_so("good");
         let so = write(&dir, "whole.so", &good);
         check_elf(&so).unwrap();
-        let lib = EvictLib::load(&so).unwrap();
+        let lib = EvictLib::load(&so, None).unwrap();
         assert_eq!(
             lib.predict(&[0.0; crate::lrb_features::EVICT_NUM_FEATURES]),
             1.0
@@ -528,9 +720,64 @@ mod tests {
                 "{name}: {e}"
             );
             // both loaders refuse it with the same message (before dlopen: no SIGBUS)
-            assert_eq!(PolicyLib::load(&so).err().expect(name).0, e, "{name}");
-            assert_eq!(EvictLib::load(&so).err().expect(name).0, e, "{name}");
+            assert_eq!(PolicyLib::load(&so, None).err().expect(name).0, e, "{name}");
+            assert_eq!(EvictLib::load(&so, None).err().expect(name).0, e, "{name}");
         }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn sha256_hex(data: &[u8]) -> String {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(data)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    #[test]
+    fn only_bytes_matching_the_manifest_are_mapped() {
+        let (dir, good) = build_so("verify");
+        let so = write(&dir, "policy.so", &good);
+        let want = Expected {
+            sha256: sha256_hex(&good),
+            size_bytes: good.len() as u64,
+        };
+        // the verified bytes load, twice in a row (a fresh memfd name each time)
+        for _ in 0..3 {
+            let lib = EvictLib::load(&so, Some(&want)).unwrap();
+            assert_eq!(
+                lib.predict(&[0.0; crate::lrb_features::EVICT_NUM_FEATURES]),
+                1.0
+            );
+        }
+        let lying_size = Expected {
+            size_bytes: want.size_bytes + 1,
+            ..want.clone()
+        };
+        let e = EvictLib::load(&so, Some(&lying_size)).err().unwrap().0;
+        assert!(e.contains("bytes does not match manifest.json"), "{e}");
+        let lying_sha = Expected {
+            sha256: "0".repeat(64),
+            ..want.clone()
+        };
+        let e = PolicyLib::load(&so, Some(&lying_sha)).err().unwrap().0;
+        assert!(
+            e.contains("sha256") && e.contains("does not match manifest.json"),
+            "{e}"
+        );
+        // a symlink and a FIFO are refused (the FIFO without blocking)
+        let link = dir.join("link.so");
+        std::os::unix::fs::symlink(&so, &link).unwrap();
+        let e = EvictLib::load(&link, Some(&want)).err().unwrap().0;
+        assert!(e.contains("a symbolic link; refused"), "{e}");
+        let fifo = dir.join("fifo.so");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = EvictLib::load(&fifo, None).err().unwrap().0;
+        assert!(e.contains("a FIFO, not a regular file; refused"), "{e}");
+        assert!(Expected::from_parts("x", None, None, false).is_err());
+        assert!(Expected::from_parts("x", Some("a".into()), None, true).is_err());
+        assert_eq!(Expected::from_parts("x", None, None, true).unwrap(), None);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
