@@ -325,9 +325,9 @@ def test_a_line_without_end_is_refused_with_bounded_memory(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("kwargs,fragment", [
-    ({"chunk_bytes": 0}, "chunk size must be > 0"),
-    ({"block_bytes": 0}, "block size must be in"),
-    ({"block_bytes": 1 << 70}, "block size must be in"),
+    ({"chunk_bytes": 0}, "chunk size must be in 1..1073741824 bytes"),
+    ({"block_bytes": 0}, "--block-bytes must be a multiple of the 131072-byte segment in"),
+    ({"block_bytes": 1 << 70}, "--block-bytes must be a multiple of the 131072-byte segment"),
     ({"fmt": "cloudphysics", "time_scale": float("nan")}, "--time-scale must be a finite"),
     ({"fmt": "cloudphysics", "sector_bytes": 1 << 40}, "--sector-bytes must be in"),
     ({"fmt": "csv", "columns": "time=a,key=b,size=c", "separator": ""}, "--separator"),
@@ -345,9 +345,12 @@ def test_bad_options_are_user_errors(tmp_path: Path, kwargs: dict, fragment: str
 def test_cli_chunk_mb_zero_and_bad_separator(tmp_path: Path, capsys) -> None:
     src = tmp_path / "t.trace"
     src.write_text(HEADER + "1 0 4096 1.0 1 24 3 5\n")
-    rc, _, err = in_process_cli(capsys, "trace", "ingest", src, "-o", tmp_path / "o.parquet",
-                                "--chunk-mb", "0")
-    assert rc == 1 and "flashml: error: chunk size must be > 0" in err
+    with pytest.raises(SystemExit) as e:  # a usage error, exit 2
+        in_process_cli(capsys, "trace", "ingest", src, "-o", tmp_path / "o.parquet",
+                       "--chunk-mb", "0")
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert "argument --chunk-mb: --chunk-mb must be a number of MiB in [1, 1024]" in err
     rc, _, err = in_process_cli(capsys, "trace", "ingest", src, "-o", tmp_path / "o.parquet",
                                 "--format", "csv", "--columns", "time=a,key=b,size=c",
                                 "--separator", "")
@@ -358,8 +361,8 @@ def test_cli_chunk_mb_zero_and_bad_separator(tmp_path: Path, capsys) -> None:
 def test_time_scale_overflow_names_the_line(tmp_path: Path) -> None:
     src = tmp_path / "c.csv"
     src.write_text("version,time,op,size,lbn\n1,5,28,512,7\n1,1e300,28,512,7\n")
-    with pytest.raises(TraceError, match="not a finite number") as e:
-        ingest(src, tmp_path / "o.parquet", "cloudphysics", time_scale=1e10, progress=False)
+    with pytest.raises(TraceError, match=r"x time scale 1e\+06 is outside") as e:
+        ingest(src, tmp_path / "o.parquet", "cloudphysics", time_scale=1e6, progress=False)
     assert (e.value.line, e.value.field) == (3, "time")
 
 
