@@ -118,3 +118,94 @@ def source_tags() -> dict[str, str]:
     except PackageNotFoundError:
         pass
     return tags
+
+
+#: Tags of a job's MLflow run naming the process that has it open (set when the run is
+#: started or reopened): `end_stale_runs` marks a RUNNING run KILLED once that process is
+#: gone.
+PID_TAG = "flashml.pid"
+HOST_TAG = "flashml.host"
+PROCESS_START_TAG = "flashml.process_start"
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _process_start(pid: int) -> str | None:
+    """`<boot id>:<start time in clock ticks>` of process `pid` (None if unknown): a pid
+    reused by another process, or after a reboot, does not match."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+    return f"{_boot_id()}:{ticks}"
+
+
+def process_tags() -> dict[str, str]:
+    """The tags naming this process (PID_TAG, HOST_TAG, PROCESS_START_TAG)."""
+    import socket
+
+    tags = {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+    start = _process_start(os.getpid())
+    if start:
+        tags[PROCESS_START_TAG] = start
+    return tags
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0
+    return start is None or _process_start(pid) in (None, start)
+
+
+def end_stale_runs() -> list[str]:
+    """Mark KILLED every run of the tracking store that is RUNNING although the process
+    that has it open (its PID_TAG and PROCESS_START_TAG, on this host: HOST_TAG) is gone
+    (a job killed with SIGKILL, or by a crash of the machine). Runs of another host, and
+    runs without these tags (nested runs, runs of other tools), are left alone. Nothing is
+    done (nor created) when the embedded store does not exist yet. Returns the run ids."""
+    import socket
+
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        return []
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module="mlflow")
+    import mlflow
+    from mlflow.entities import ViewType
+
+    mlflow.set_tracking_uri(uri)
+    client = mlflow.MlflowClient()
+    host, ended = socket.gethostname(), []
+    exps = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+    if not exps:
+        return []
+    token = None
+    while True:
+        page = client.search_runs(exps, filter_string="attributes.status = 'RUNNING'",
+                                  run_view_type=ViewType.ALL, max_results=1000,
+                                  page_token=token)
+        for r in page:
+            tags = r.data.tags
+            if tags.get(HOST_TAG) != host or not tags.get(PID_TAG, "").isdigit():
+                continue
+            if _alive(int(tags[PID_TAG]), tags.get(PROCESS_START_TAG)):
+                continue
+            client.set_terminated(r.info.run_id, status="KILLED")
+            ended.append(r.info.run_id)
+            logging.getLogger("flashml.tracking").warning(
+                "MLflow run %s was RUNNING but its process (pid %s) is gone: marked KILLED",
+                r.info.run_id, tags[PID_TAG])
+        token = page.token
+        if not token:
+            return ended
