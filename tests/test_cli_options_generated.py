@@ -1,0 +1,238 @@
+"""Every numeric option of every command, found from `flashml.cli`'s own parser (a new option
+or command is covered without a test being written), given hostile values through
+`flashml.cli.main` in-process: 0, -1, nan, inf, -inf, 1e300, 1e-300, 2^63 and a non-number.
+
+Each either succeeds, or is refused with one error naming the option (and its unit, where it
+has one): argparse's usage error (exit 2) or one `flashml: error:` line (exit 1); never a
+traceback, never a hang, never an output left behind by a refusal.
+
+A refusal costs a parse; an accepted value runs its command. The cheap commands run for real;
+the others stop at the start of their work (`Command.stub`: reaching it means every check
+before the work passed) unless FLASHML_FUZZ_PROFILE=fuzz, which runs them for real where
+their minimal arguments can (`Command.real`). `flashml trace ...` is its owner's
+(tests/test_fuzz_traces.py and friends).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flashml import cli
+from flashml.settings import Number, is_numeric_type
+
+VALUES = ("0", "-1", "nan", "inf", "-inf", "1e300", "1e-300", str(2**63), "many")
+FUZZ = os.environ.get("FLASHML_FUZZ_PROFILE") == "fuzz"
+#: Commands tested elsewhere (their owner's tests).
+ELSEWHERE = ("trace",)
+#: Seconds one case may take (a refusal: a parse; an accepted value: a tiny run).
+CASE_S = 600 if FUZZ else 120
+
+
+class Reached(Exception):
+    """The command got past its checks to the work it was stopped at (`Command.stub`)."""
+
+
+@dataclass(frozen=True)
+class Command:
+    #: argv after the command path, given the case folder and the shared inputs.
+    args: Callable[[Path, dict[str, Path]], list[str]]
+    #: `module:attribute` replaced by one raising Reached; None: the command runs.
+    stub: str | None = None
+    #: Run for real under FLASHML_FUZZ_PROFILE=fuzz (its minimal args make a real run).
+    real: bool = True
+    #: Options that need another option to mean anything: option -> those arguments.
+    needs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+def _out(d: Path, i: dict[str, Path]) -> list[str]:
+    return ["-o", str(d / "out")]
+
+
+#: Minimal otherwise-valid arguments of each command (keyed by its path).
+COMMANDS: dict[tuple[str, ...], Command] = {
+    ("sim", "run"): Command(lambda d, i: ["--trace", str(i["table"])],
+                            needs=(("--mat-k", ("--mat", "none")),)),
+    ("sim", "objects"): Command(lambda d, i: ["--trace", str(i["objects"]), "--capacity",
+                                              "2obj"]),
+    ("sim", "partition"): Command(lambda d, i: ["--trace", str(i["table"]), "--capacity", "8",
+                                                "--interval", "100"]),
+    ("episodes", "build"): Command(lambda d, i: ["--trace", str(i["table"]), "--eviction-age",
+                                                 "600", "--engine", "polars", *_out(d, i)],
+                                   stub="flashml.episodes.core:build"),
+    ("train",): Command(lambda d, i: ["--trace", str(i["table"]), *_out(d, i)],
+                        stub="flashml.commands.train:_run"),
+    ("sweep",): Command(lambda d, i: ["--trace", str(i["table"]), *_out(d, i)],
+                        stub="flashml.commands.train:_run"),
+    ("compile",): Command(lambda d, i: ["--model-dir", str(d / "models"), *_out(d, i)],
+                          stub="flashml.compiler.build:compile_policy", real=False),
+    ("regress",): Command(lambda d, i: ["--candidate", str(d), "--baseline", str(d),
+                                        "--trace", str(i["table"])],
+                          stub="flashml.commands.regress:resolve", real=False),
+    ("ui",): Command(lambda d, i: ["docs", "--context-dir", str(d / "gx")],
+                     stub="flashml.commands.ui:command", real=False),
+    ("pipeline", "run"): Command(lambda d, i: ["--trace", str(i["table"]), *_out(d, i)],
+                                 stub="flashml.jobs.run:run_job"),
+    ("mat", "run"): Command(lambda d, i: ["--accesses", "3000", "--trials", "0", "--windows",
+                                          "0", "--baselines", "none", *_out(d, i)],
+                            stub="flashml.jobs.run:run_job"),
+    ("pannier", "run"): Command(lambda d, i: ["--requests", "2000", "--trials", "0",
+                                              "--presets", "prn0-like", *_out(d, i)],
+                                stub="flashml.jobs.run:run_job"),
+    ("mlcache", "run"): Command(lambda d, i: ["--requests", "2000", "--interval", "500",
+                                              "--train-mixes", "2", "--test-mixes", "1",
+                                              "--max-iter", "5", *_out(d, i)],
+                                stub="flashml.jobs.run:run_job"),
+    ("kml", "run"): Command(lambda d, i: ["--mode", "twin", "--twin-requests", "10000",
+                                          "--repeats", "1", *_out(d, i)],
+                            stub="flashml.jobs.run:run_job"),
+}
+
+
+def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+                  ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every runnable command of the parser tree: (path, its parser)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+    for action in subs:
+        for name, sub in action.choices.items():
+            yield from leaf_commands(sub, (*path, name))
+
+
+def numeric_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if a.option_strings and is_numeric_type(a.type)]
+
+
+def _commands() -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    return [(path, p) for path, p in leaf_commands(cli.build_parser())
+            if path[0] not in ELSEWHERE]
+
+
+def _cases() -> list[Any]:
+    out = []
+    for path, p in _commands():
+        for a in numeric_options(p):
+            out.append(pytest.param(path, a.option_strings[-1] if a.option_strings[-1]
+                                    .startswith("--") else a.option_strings[0],
+                                    id=f"{' '.join(path)} {a.option_strings[-1]}"))
+    return out
+
+
+def test_every_command_has_minimal_arguments() -> None:
+    """A new command gets an entry in COMMANDS, so its options are tried too."""
+    missing = [path for path, _ in _commands() if path not in COMMANDS]
+    assert not missing, f"add minimal arguments to COMMANDS for: {missing}"
+    stale = [path for path in COMMANDS if path not in dict(_commands())]
+    assert not stale, f"no such command any more: {stale}"
+
+
+def test_every_numeric_option_is_a_bounded_number() -> None:
+    """Each numeric option is declared as a Number (bounds and unit in one place), not a
+    bare int/float that takes nan, -1 or 1e300."""
+    bare = [f"{' '.join(path)} {a.option_strings[0]}" for path, p in _commands()
+            for a in numeric_options(p) if a.type in (int, float)]
+    assert not bare, f"declare these with flashml.settings.Number: {bare}"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A small canonical table (2,000 generated accesses) and a tiny object trace."""
+    from flashml.trace.generate import generate_trace
+    from flashml.trace.ingest import ingest
+
+    d = tmp_path_factory.mktemp("inputs")
+    raw = d / "small.trace"
+    generate_trace("region1-like", 0, raw, accesses=2000, progress=False)
+    table = ingest(raw, d / "small.parquet", progress=False).out
+    objects = d / "objects.csv"
+    objects.write_text("version,time,op,size,lbn\n1,1,2a,512,7\n1,2,2a,512,8\n1,3,2a,512,7\n")
+    return {"table": Path(table), "objects": objects}
+
+
+def _listing(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _Timeout
+
+
+def _resolve(spec: str) -> tuple[Any, str]:
+    import importlib
+
+    module, attr = spec.split(":")
+    return importlib.import_module(module), attr
+
+
+def run_case(path: tuple[str, ...], option: str, value: str, tmp: Path,
+             inputs: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+             capsys: pytest.CaptureFixture[str]) -> tuple[str, int | None, str]:
+    """`flashml PATH MINIMAL OPTION=VALUE` in-process -> (outcome, exit code, stderr):
+    outcome "ok" (exit 0), "reached" (stopped at the stub), "exit" (SystemExit/return)."""
+    cmd = COMMANDS[path]
+    if cmd.stub is not None and not (FUZZ and cmd.real):
+        module, attr = _resolve(cmd.stub)
+
+        def stop(*a: Any, **k: Any) -> Any:
+            raise Reached
+
+        monkeypatch.setattr(module, attr, stop)
+    argv = [*path, *cmd.args(tmp, inputs), *dict(cmd.needs).get(option, ()),
+            f"{option}={value}"]
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(CASE_S)
+    try:
+        rc: int | None = cli.main(argv)
+        outcome = "ok" if rc == 0 else "exit"
+    except SystemExit as e:
+        rc, outcome = (e.code if isinstance(e.code, int) else 1), "exit"
+    except Reached:
+        rc, outcome = None, "reached"
+    except _Timeout:
+        pytest.fail(f"flashml {' '.join(argv)}: no answer in {CASE_S} s")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    return outcome, rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path,option", _cases())
+def test_numeric_option(path: tuple[str, ...], option: str, inputs: dict[str, Path],
+                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    parser = dict(_commands())[path]
+    action = next(a for a in parser._actions if option in a.option_strings)
+    unit = action.type.unit if isinstance(action.type, Number) else ""
+    monkeypatch.chdir(tmp_path)
+    for value in VALUES:
+        case = tmp_path / f"case-{VALUES.index(value)}"
+        case.mkdir()
+        before = _listing(tmp_path)
+        outcome, rc, err = run_case(path, option, value, case, inputs, monkeypatch, capsys)
+        where = f"flashml {' '.join(path)} {option}={value}: exit {rc}\n{err}"
+        assert "Traceback" not in err, where
+        if outcome in ("ok", "reached"):
+            continue
+        lines = [ln for ln in err.splitlines() if "error:" in ln]
+        assert len(lines) == 1, where
+        assert any(o in lines[0] for o in action.option_strings), where
+        if rc == 1:
+            assert lines[0].startswith("flashml: error: "), where
+        else:
+            assert rc == 2, where
+        if unit and value in lines[0]:  # a refusal of the value names its unit
+            assert unit in lines[0], f"the unit {unit!r} is not named: {where}"
+        # a refusal leaves nothing behind (outputs, temporaries)
+        assert _listing(tmp_path) == before, where
