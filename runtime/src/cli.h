@@ -65,7 +65,7 @@ enum { CLI_IN, CLI_OUT, CLI_DEV };
 struct cli_guard_file {
     const char *opt;
     char path[4200];
-    int role, exists, parent_known;
+    int role, exists, parent_known, unknown;
     unsigned mode;
     unsigned long long dev, ino;
     const char *base;

@@ -58,9 +58,9 @@ static int identify(const struct cli_guard *g, struct cli_guard_file *f) {
         f->mode = st.st_mode;
         return 1;
     }
-    if (errno != ENOENT) {
-        fprintf(stderr, "flashrt %s: error: %s %s: %s\n", g->cmd, f->opt, f->path, strerror(errno));
-        return -1;
+    if (errno != ENOENT) { /* unreadable (EACCES, ENOTDIR...): the command's own open reports it */
+        f->unknown = 1;
+        return 0;
     }
     if (lstat(f->path, &st) == 0) { /* a dangling symbolic link: writing it would create its target */
         if (f->role != CLI_IN) {
@@ -83,6 +83,7 @@ static int identify(const struct cli_guard *g, struct cli_guard_file *f) {
 }
 
 static int same(const struct cli_guard_file *a, const struct cli_guard_file *b) {
+    if (a->unknown || b->unknown) return 0;
     if (a->exists != b->exists) return 0;
     if (a->exists) return a->dev == b->dev && a->ino == b->ino;
     return a->parent_known && b->parent_known && a->dev == b->dev && a->ino == b->ino && strcmp(a->base, b->base) == 0;

@@ -264,9 +264,13 @@ static int cmd_verify(int argc, char **argv) {
     if (bad) { free(man); return ERR("%s", err); }
     if (!man->has_so) {
         int rc = need ? ERR("%s: refused: a knobs-only bundle (capabilities []) has no capability", dir) : 0;
-        if (!rc)
-            printf("{\"bundle\": \"%s\", \"system\": \"%s\", \"capabilities\": [], \"sha256\": null, \"size_bytes\": null}\n",
-                   dir, man->system);
+        if (!rc) {
+            int first = 1;
+            fputc('{', stdout);
+            cli_json_str(stdout, "bundle", dir, &first);
+            cli_json_str(stdout, "system", man->system, &first);
+            fputs(", \"capabilities\": [], \"sha256\": null, \"size_bytes\": null}\n", stdout);
+        }
         free(man);
         return rc;
     }

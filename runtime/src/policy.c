@@ -102,6 +102,8 @@ static int open_member(int dfd, const char *path, const char *name, uint64_t max
     int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
+        if (e == ELOOP) /* O_NOFOLLOW met a symbolic link */
+            return frt_seterr(err, errlen, "%s: refused: it is a symbolic link, not a regular file (a bundle's files are read once, from regular files)", path);
         if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
             return frt_seterr(err, errlen, "%s: refused: it is %s, not a regular file (a bundle's files are read once, from regular files)",
                               path, frt_file_kind(st.st_mode));
@@ -248,6 +250,10 @@ int frt_manifest_parse(const char *text, size_t n, const char *mf, const char *s
     if (frt_json_parse_object(text, n, &out->obj, jerr, sizeof jerr) != 0)
         return frt_seterr(err, errlen, "%s: not valid JSON: %s", mf, jerr);
     const struct frt_json_object *o = &out->obj;
+    for (int i = 0; i < o->n; i++) /* one meaning per field: JSON readers differ on which twin counts */
+        for (int j = i + 1; j < o->n; j++)
+            if (!strcmp(o->members[i].key, o->members[j].key))
+                return frt_seterr(err, errlen, "%s: field '%s': given twice", mf, o->members[i].key);
     const struct frt_json_member *m = frt_json_get(o, "format");
     if (!m || m->type != FRT_JSON_STRING || strcmp(m->str, FRT_BUNDLE_FORMAT) != 0)
         return frt_seterr(err, errlen, "%s: field 'format': expected \"%s\", got %s", mf, FRT_BUNDLE_FORMAT, shown(m, b));

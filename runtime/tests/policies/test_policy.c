@@ -2,7 +2,9 @@
  *   -DKIND=0  admit-all, no prefetch
  *   -DKIND=1  admit iff block_count_h1 >= 1 (seen earlier this hour), prefetch start..end+2
  *             when the access starts in the first half of the block
- *   -DABI=N, -DHASH="..."  deliberately wrong identities (the loader must refuse them) */
+ *   -DABI=N, -DHASH="..."  deliberately wrong identities (the loader must refuse them)
+ *   -DBAD_VALUE=N  a value the loader must refuse: 1 NaN admission threshold, 2 infinite
+ *             when threshold, 3 target write rate 0, 4 negative eviction age */
 #include "flashml_policy.h"
 
 #ifndef KIND
@@ -28,8 +30,14 @@ double flashml_admit_score(const double *f) {
 #endif
 }
 
+#ifndef BAD_VALUE
+#define BAD_VALUE 0
+#endif
+
 double flashml_admit_threshold(void) {
-#if KIND == 1
+#if BAD_VALUE == 1
+    return __builtin_nan("");
+#elif KIND == 1
     return 1.0;
 #else
     return 0.5;
@@ -50,6 +58,6 @@ double flashml_prefetch_when_score(const double *f) {
 #endif
 }
 
-double flashml_prefetch_when_threshold(void) { return 0.5; }
-double flashml_target_write_rate_mbps(void) { return 35.599; }
-double flashml_eviction_age_s(void) { return 7200.0; }
+double flashml_prefetch_when_threshold(void) { return BAD_VALUE == 2 ? __builtin_inf() : 0.5; }
+double flashml_target_write_rate_mbps(void) { return BAD_VALUE == 3 ? 0.0 : 35.599; }
+double flashml_eviction_age_s(void) { return BAD_VALUE == 4 ? -1.0 : 7200.0; }
