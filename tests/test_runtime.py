@@ -50,6 +50,7 @@ def make_bundle(directory: Path, so: Path, *, sha: str | None = None, abi: int =
     shutil.copy(so, directory / "policy.so")
     digest = hashlib.sha256((directory / "policy.so").read_bytes()).hexdigest()
     (directory / "manifest.json").write_text(json.dumps({
+        "format": "flashml-policy-bundle/1", "size_bytes": (directory / "policy.so").stat().st_size,
         "abi_version": abi, "contract_hash": contract_hash, "sha256": sha or digest,
         "mlflow_run_id": None, "eviction_age_s": 7200.0, "target_write_rate_mbps": 35.599,
         "admit_threshold": 1.0, "when_threshold": 0.5, "metrics": {}, "versions": {}}))
@@ -288,10 +289,12 @@ def test_loop_device(env, tmp_path):
         pytest.skip(f"losetup unavailable here: {p.stderr.strip()}")
     dev = p.stdout.strip()
     try:
-        p, m = replay(env, flash=Path(dev), flash_bytes="32MiB")
+        p, _ = replay(env, flash=Path(dev), flash_bytes="32MiB")
+        assert p.returncode == 1 and "--allow-block-device" in p.stderr
+        p, m = replay(env, "--allow-block-device", flash=Path(dev), flash_bytes="32MiB")
         assert p.returncode == 0, p.stderr
         assert m["integrity_errors"] == 0 and m["hits"] > 0
-        p, _ = replay(env, flash=Path(dev), flash_bytes="1GiB")
+        p, _ = replay(env, "--allow-block-device", flash=Path(dev), flash_bytes="1GiB")
         assert p.returncode == 1 and "less than --flash-bytes" in p.stderr
     finally:
         subprocess.run(["losetup", "-d", dev], check=False)

@@ -282,7 +282,8 @@ def test_bad_input_is_refused_before_any_output(small, tmp_path, case):
                        "int flashml_policy_abi_version(void) { return 1; }\n")
         subprocess.run(["cc", "-shared", "-fPIC", f"-I{HEADER.parent}", "-o",
                         str(d / "policy.so"), str(src)], check=True)
-        _tampered(d, tmp_path / "b2", sha256=sha256_file(d / "policy.so"))
+        _tampered(d, tmp_path / "b2", sha256=sha256_file(d / "policy.so"),
+                  size_bytes=(d / "policy.so").stat().st_size)
         shutil.copy(d / "policy.so", tmp_path / "b2" / "policy.so")
         args["--bundle"] = tmp_path / "b2"
         want = "no symbol flashml_evict_"

@@ -37,7 +37,8 @@ def make_bundle(dest: Path, so: str = "readahead.so",
                 readahead_hash: str | None = None) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(POLICIES / so, dest / "policy.so")
-    manifest = {"abi_version": 1,
+    manifest = {"format": "flashml-policy-bundle/1", "abi_version": 1,
+                "size_bytes": (dest / "policy.so").stat().st_size,
                 "sha256": hashlib.sha256((dest / "policy.so").read_bytes()).hexdigest(),
                 "capabilities": list(capabilities),
                 "readahead_contract_hash": readahead_hash or contract().hash}
