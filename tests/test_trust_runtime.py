@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_runtime import BUILD, FLASHRT, build_runtime
 
 POLICIES = BUILD / "policies"
