@@ -112,14 +112,26 @@ def settings() -> BaleenSettings:
 
 
 def run_stage(run_dir: str, name: str) -> dict[str, Any]:
-    """Run the job's stage `name` on the run folder inside the run's MLflow run."""
-    from flashml.jobs import baleen
-    from flashml.jobs.run import RunDir, Timer, open_run
+    """Run the job's stage `name` on the run folder inside the run's MLflow run. The task
+    holds the run folder's lock while it runs (`flashml.jobs.run.RunFolder`): another task,
+    DAG run or `flashml pipeline run` on the same folder meanwhile is refused; a failed
+    task puts the folder back as it was before it (the first task's folder is removed)."""
+    from flashml.jobs.run import RunFolder
 
     # MLflow and Optuna find their stores through FLASHML_HOME: absolute in this task.
     os.environ["FLASHML_HOME"] = str(state_home())
     s = settings()
-    run = RunDir(run_dir)
+    with RunFolder(run_dir, option="the run folder") as folder:
+        return _run_stage(folder, s, name)
+
+
+def _run_stage(folder: Any, s: BaleenSettings, name: str) -> dict[str, Any]:
+    from flashml.jobs import baleen
+    from flashml.jobs.run import Timer, open_run
+    from flashml.tracking import end_stale_runs
+
+    run = folder.run
+    end_stale_runs()
     stage = next(st for st in STAGES if st.name == name)
     if name == "ingest":  # before the MLflow run: a bad trace opens no run
         return stage.fn(run, s, Timer())

@@ -256,3 +256,50 @@ def test_a_killed_jobs_mlflow_run_is_marked_killed(tmp_path: Path) -> None:
         assert runs[live_rid] == "RUNNING" and runs[other] == "RUNNING"
     finally:
         _kill(live)
+
+
+DAG_TASK = """
+import json, runpy, sys
+from pathlib import Path
+from flashml.errors import UserError
+from flashml.settings import BaleenSettings
+
+run_stage = runpy.run_path(sys.argv[1])["run_stage"]
+missing = Path(sys.argv[4])
+run_stage.__globals__["settings"] = lambda: BaleenSettings().replace(trace=missing)
+out = {}
+for name, folder in (("locked", sys.argv[2]), ("new", sys.argv[3])):
+    try:
+        run_stage(folder, "ingest")
+        out[name] = "ok"
+    except Exception as e:
+        out[name] = f"{type(e).__name__}: {e}"
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_a_dag_task_holds_the_run_folder_while_it_runs(tmp_path: Path) -> None:
+    """A DAG task (dags/flashml_retrain.run_stage) takes the run folder's lock: on a folder
+    another job holds it is refused and changes nothing; a first task that fails leaves
+    no folder."""
+    held, home, ready = tmp_path / "held", tmp_path / "home", tmp_path / "ready"
+    new = tmp_path / "runs" / "flashml_retrain" / "manual_1"
+    first = _toy_bg(held, "first", home, ready)
+    try:
+        _wait_for(ready, first)
+        before = _tree(held)
+        env = _env(home, AIRFLOW_HOME=str(tmp_path / "airflow"),
+                   AIRFLOW__CORE__LOAD_EXAMPLES="False")
+        p = subprocess.run([sys.executable, "-c", DAG_TASK, str(REPO / "dags" /
+                            "flashml_retrain.py"), str(held), str(new),
+                            str(tmp_path / "missing.trace")], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        res = json.loads(p.stdout.split("RESULT ", 1)[1].splitlines()[0])
+        assert res["locked"].startswith(f"UserError: {held}: in use by flashml run (pid "
+                                        f"{first.pid}, "), res
+        assert "missing.trace" in res["new"], res
+        assert _tree(held) == before
+        assert not new.exists() and (tmp_path / "runs" / "flashml_retrain").is_dir() is False
+    finally:
+        _kill(first)
