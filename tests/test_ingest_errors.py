@@ -97,7 +97,8 @@ def test_missing_file_and_bad_options(tmp_path: Path, cli) -> None:
     assert proc.returncode == 1 and "'nope', which is not a column" in proc.stderr
     proc = cli("trace", "ingest", DATA / "tectonic_201910.trace", "--sample-ratio", "150",
                "-o", tmp_path / "o.parquet")
-    assert proc.returncode == 1 and "sample ratio must be in (0, 100]" in proc.stderr
+    assert proc.returncode == 2
+    assert "--sample-ratio must be a percentage in [1e-06, 100]" in proc.stderr
     proc = cli("trace", "ingest", DATA / "tectonic_201910.trace", "--format", "nope",
                "-o", tmp_path / "o.parquet")
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
