@@ -380,3 +380,14 @@ def test_a_fifo_output_is_refused_not_a_hang(tmp_path: Path, capsys, command: li
     rc, err = run_main(capsys, "trace", *command, "-o", fifo)
     assert rc == 1
     assert f"{fifo}: option -o: the output is a FIFO" in err
+
+
+@pytest.mark.parametrize("time", ["1e300", "-1e13", "inf"])
+def test_object_traces_refuse_times_beyond_1e12_seconds(tmp_path: Path, time: str) -> None:
+    from flashml.trace.objects import read_objects_csv
+
+    src = tmp_path / "o.csv"
+    src.write_text(f"time,key,size\n1,1,10\n{time},2,10\n")
+    with pytest.raises(TraceError, match=r"o.csv:3: field 'time': time must be a finite "
+                       r"number within 1e\+12 s of the epoch"):
+        read_objects_csv(src)

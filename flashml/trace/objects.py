@@ -30,6 +30,7 @@ import polars as pl
 
 from flashml.config import HOUR_S
 from flashml.errors import TraceError
+from flashml.trace.canonical import MAX_TIME_S
 
 # Object-trace formats (flashml/trace/formats.py); `csv` is another name for `objects-csv`
 # (issue 16's `--format cloudphysics|csv|parquet`).
@@ -105,13 +106,13 @@ def _objects_table(path: Path) -> pl.DataFrame:
 def _check_finite_time(path: Path, df: pl.DataFrame, first_line: int | None) -> None:
     """A TraceError for the first time that is null, NaN or infinite (line = row +
     first_line, or 'row N' for a table)."""
-    bad = ~df["time"].is_finite().fill_null(False)
+    bad = ~(df["time"].abs() <= MAX_TIME_S).fill_null(False)
     if bad.any():
         row = int(bad.arg_max() or 0)
         where = {"line": row + first_line} if first_line else {}
         what = f" in row {row + 1}" if first_line is None else ""
-        raise TraceError(path, f"time must be a finite number, found {df['time'][row]}{what}",
-                         field="time", **where)
+        raise TraceError(path, f"time must be a finite number within {MAX_TIME_S:g} s of the "
+                         f"epoch, found {df['time'][row]}{what}", field="time", **where)
 
 
 # --- CSV with a header naming the columns ------------------------------------------------------
@@ -243,7 +244,8 @@ def read_objects_csv(path: str | Path) -> pl.DataFrame:
     df = df.with_row_index("_row")
     checks = [
         (pl.col("size") == 0, "size", "size must be >= 1 byte, found 0"),
-        (~pl.col("time").is_finite(), "time", "time must be a finite number, found {value}"),
+        (~(pl.col("time").abs() <= MAX_TIME_S), "time", "time must be a finite number within "
+         f"{MAX_TIME_S:g} s of the epoch, found {{value}}"),
         (pl.col("time") < pl.col("time").shift(1), "time", "time goes backwards ({value} after "
          "{prev})"),
     ]
