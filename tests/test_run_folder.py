@@ -303,3 +303,66 @@ def test_a_dag_task_holds_the_run_folder_while_it_runs(tmp_path: Path) -> None:
         assert not new.exists() and (tmp_path / "runs" / "flashml_retrain").is_dir() is False
     finally:
         _kill(first)
+
+
+PIPELINE = ("pipeline", "run", "--sweep-trials", "0", "--accesses", "20000", "--no-register",
+            "--no-compile", "--engine", "polars", "--max-iterations", "2")
+#: Summary entries that differ between two identical runs: timings, memory, the run's id.
+_VOLATILE = ("seconds", "wall_s", "accesses_per_s", "timings_s", "peak_rss_mb",
+             "mlflow_run_id")
+
+
+def _flashml(*args: object, home: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "flashml.cli", *map(str, args)], cwd=REPO,
+                            env=_env(home), start_new_session=True, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _normal(x: Any, folder: Path) -> Any:
+    """A summary without its volatile entries, the run folder's path as <D>."""
+    if isinstance(x, dict):
+        return {k: _normal(v, folder) for k, v in x.items()
+                if not any(k == v_ or k.endswith("_" + v_) for v_ in _VOLATILE)}
+    if isinstance(x, list):
+        return [_normal(v, folder) for v in x]
+    if isinstance(x, str):
+        return x.replace(str(folder), "<D>")
+    return x
+
+
+def test_two_pipeline_runs_on_one_folder(tmp_path: Path) -> None:
+    """Two `flashml pipeline run -o D` at once: the second (started once the first holds
+    the folder) is refused at once naming the first and opens no MLflow run; the first's
+    summary is the one a run alone gives (it used to end with the other's accesses and
+    MLflow run)."""
+    home, shared, alone = tmp_path / "home", tmp_path / "shared", tmp_path / "alone"
+    first = _flashml(*PIPELINE, "-o", shared, home=home)
+    try:
+        deadline = time.monotonic() + 600
+        while True:  # the event: the first has the lock and wrote its pid into it
+            try:
+                if json.loads((shared / ".flashml.lock").read_text())["pid"] == first.pid:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the first run never locked its folder"
+            time.sleep(0.05)
+        second = _flashml(*PIPELINE, "-o", shared, home=home)
+        _, err = second.communicate(timeout=600)
+        assert second.returncode == 1, err[-3000:]
+        assert f"flashml: error: {shared}: in use by flashml run (pid {first.pid}, " \
+            "started " in err, err[-3000:]
+        lone = _flashml(*PIPELINE, "-o", alone, home=home)  # the same job alone, meanwhile
+        for p in (first, lone):
+            _, err = p.communicate(timeout=1800)
+            assert p.returncode == 0, err[-3000:]
+    finally:
+        _kill(first)
+    got = json.loads((shared / "summary.json").read_text())
+    want = json.loads((alone / "summary.json").read_text())
+    assert _normal(got, shared) == _normal(want, alone)
+    assert got["mlflow_run_id"] == (shared / "mlflow_run_id").read_text().strip()
+    runs = _mlflow_runs(home)
+    assert sorted(runs) == sorted([got["mlflow_run_id"], want["mlflow_run_id"]]), runs
+    assert not (shared / ".flashml.lock").exists() and not (shared / ".flashml.undo").exists()

@@ -558,8 +558,11 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     peak0 = pol["rejectx"]["peak_dt_util"] if target == wr0 else rejectx_peak0(run, s)
     report.add_tco(pol, peak0, wr0)
     run.work.mkdir(parents=True, exist_ok=True)
-    np.savez(run.work / SERIES_FILE, **{f"{n}/{k}": np.asarray(v) for n in report.POLICIES
-                                        for k, v in tuned[n].result.series.items()})
+    from flashml.files import atomic_path
+
+    with atomic_path(run.work / SERIES_FILE) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **{f"{n}/{k}": np.asarray(v) for n in report.POLICIES
+                       for k, v in tuned[n].result.series.items()})
     for name, m in pol.items():
         with mlflow.start_run(run_name=name, nested=True, tags={"policy": name}):
             mlflow.log_param("policy", name)

@@ -527,7 +527,9 @@ def plots(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
     fig.suptitle(f"KML ({sweep(run, s, timer)['mode']}): throughput and readahead over time")
     fig.tight_layout()
     fig2 = out_dir / "figure2_over_time.png"
-    fig.savefig(fig2, dpi=110)
+    from flashml.jobs.report import save_figure
+
+    save_figure(fig, fig2, dpi=110)
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(8, 3.5))
     width = 0.2
@@ -545,7 +547,7 @@ def plots(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     ratios = out_dir / "ratios.png"
-    fig.savefig(ratios, dpi=110)
+    save_figure(fig, ratios, dpi=110)
     plt.close(fig)
     for p in (fig2, ratios):
         mlflow.log_artifact(str(p), artifact_path="plots")

@@ -608,7 +608,9 @@ def plots(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
     plt.setp(ax.get_xticklabels(), rotation=20)
     fig.tight_layout()
     bar = out_dir / "write_hit_ratio.png"
-    fig.savefig(bar, dpi=120)
+    from flashml.jobs.report import save_figure
+
+    save_figure(fig, bar, dpi=120)
     plt.close(fig)
     item = m["judged"][0]
     t = _trace(run, s, item, m["streams"])
@@ -627,7 +629,7 @@ def plots(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
     fig.suptitle(f"allocation over time: {item['name']}")
     fig.tight_layout()
     alloc_png = out_dir / "allocation_over_time.png"
-    fig.savefig(alloc_png, dpi=120)
+    save_figure(fig, alloc_png, dpi=120)
     plt.close(fig)
     for p in (bar, alloc_png):
         mlflow.log_artifact(str(p), artifact_path="plots")

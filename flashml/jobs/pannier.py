@@ -491,7 +491,9 @@ def plots(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
     axes[0].legend(fontsize=6, ncol=2)
     fig.tight_layout()
     p1 = out / "read_hit_and_fue.png"
-    fig.savefig(p1)
+    from flashml.jobs.report import save_figure
+
+    save_figure(fig, p1)
     plt.close(fig)
     paths.append(p1)
     r0 = per_run[-1]
@@ -514,7 +516,7 @@ def plots(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
         ax.legend(fontsize=7)
     fig.tight_layout()
     p2 = out / "tire_credit.png"
-    fig.savefig(p2)
+    save_figure(fig, p2)
     plt.close(fig)
     paths.append(p2)
     for p in paths:

@@ -44,6 +44,18 @@ def _plt():  # type: ignore[no-untyped-def]
     return plt
 
 
+def save_figure(fig: Any, out: Path, **kw: Any) -> Path:
+    """`fig` as `out` (its format from the suffix), written under a temporary name and
+    renamed (files.atomic_path): a plot in a run folder is never half written, nor
+    rewritten in place."""
+    from flashml.files import atomic_path
+
+    out = Path(out)
+    with atomic_path(out) as tmp, open(tmp, "wb") as f:
+        fig.savefig(f, format=out.suffix.lstrip(".") or None, **kw)
+    return out
+
+
 def plot_write_rate_vs_peak(points: dict[str, list[tuple[float, float]]], out: Path) -> Path:
     """Peak DT against write rate: one marker per policy, a line for a sweep. Policies often
     share a point (every one is tuned to the same write rate), so each has its own marker
@@ -68,7 +80,7 @@ def plot_write_rate_vs_peak(points: dict[str, list[tuple[float, float]]], out: P
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
     fig.tight_layout()
-    fig.savefig(out)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -94,7 +106,7 @@ def plot_tco_curve(curve: list[tuple[float, float]], chosen: float, out: Path,
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -114,7 +126,7 @@ def plot_peak_schedule(profile_s: list[float], hours: tuple[int, ...], bonus: fl
                  else "Peak schedule: none (flat threshold)")
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    fig.savefig(out)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -127,7 +139,7 @@ def plot_feature_importance(names: list[str], gains: list[float], out: Path) -> 
     ax.set_xlabel("total gain")
     ax.set_title("Admission model feature importance")
     fig.tight_layout()
-    fig.savefig(out)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -162,7 +174,7 @@ def plot_dt_utilisation(series_by_policy: dict[str, dict[str, Any]], out: Path,
     ax.grid(alpha=0.3)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -184,6 +196,6 @@ def plot_miss_ratio_curves(curves: dict[str, list[tuple[float, float]]], out: Pa
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
+    save_figure(fig, out)
     plt.close(fig)
     return out

@@ -19,13 +19,14 @@ A run folder is used as a transaction (`RunFolder`: `run_job` and every DAG task
   anything is written (`D/work: is a symlink; a run folder must hold its own files`), so a
   job never writes outside its folder.
 - **A failure leaves nothing but its error.** The job first keeps an undo copy of `D`
-  (`D/.flashml.undo`: hard links, no data copied; every write in a run folder replaces a
-  file by rename, `files.atomic_path`/`atomic_dir`, so the linked originals stay intact). On
-  an error (an exception) `D` is put back as it was when the job started: a folder the job
-  created is removed (with the parents it created), an earlier run's folder is left as it
-  was. A job that goes on from recorded stages (`--resume`, a DAG task) commits after each
-  stage it completes: its failure keeps the stages it completed (and their outputs) for the
-  next resume and undoes only the failed stage. On success the undo copy is dropped.
+  (`D/.flashml.undo`: hard links of its large files, copies of its small ones; every large
+  write in a run folder replaces a file by rename, `files.atomic_path`/`atomic_dir`, so the
+  linked originals stay intact). On an error (an exception) `D` is put back as it was when
+  the job started: a folder the job created is removed (with the parents it created), an
+  earlier run's folder is left as it was. A job that goes on from recorded stages
+  (`--resume`) commits after each stage it completes: its failure keeps the stages it
+  completed (and their outputs) for the next resume and undoes only the failed stage; a DAG
+  task (one stage) undoes its stage. On success the undo copy is dropped.
 - **Interrupted runs stay resumable.** Ctrl-C, SIGTERM and SIGKILL are not failures: the
   folder keeps what the run had done (a later `--resume` goes on from its last recorded
   stage; a run without `--resume` starts over). An undo copy left by a killed job is
@@ -195,10 +196,13 @@ class RunDir:
 
 #: The lock file of a run folder (flock; holds the holder's pid, host, start and command).
 LOCK_FILE = ".flashml.lock"
-#: The undo copy of a run folder while a job runs (hard links of its files at the start).
+#: The undo copy of a run folder while a job runs (its files as they were at the start).
 UNDO_DIR = ".flashml.undo"
 #: Inside UNDO_DIR while it is being put back: a job killed then finishes the restore.
 _RESTORING = ".restoring"
+#: Files smaller than this are copied into the undo copy, larger ones hard-linked (the run's
+#: own large outputs, tables and arrays, are replaced by rename, never rewritten in place).
+UNDO_COPY_BELOW = 1 << 20
 _OWN = (LOCK_FILE, UNDO_DIR)
 
 
@@ -366,8 +370,9 @@ class RunFolder:
         return self.path / UNDO_DIR
 
     def _snapshot(self) -> None:
-        """Hard links of every file of the folder (but the lock and the undo copy) under
-        UNDO_DIR."""
+        """Every file of the folder (but the lock and the undo copy) under UNDO_DIR: a hard
+        link, or a copy when smaller than UNDO_COPY_BELOW (the small files a library may
+        rewrite in place: JSON, plots, models, Data Docs)."""
         def copy(src: Path, dst: Path, top: bool) -> None:
             os.mkdir(dst)
             for e in os.scandir(src):
@@ -376,11 +381,14 @@ class RunFolder:
                 s, d = Path(e.path), dst / e.name
                 if e.is_dir(follow_symlinks=False):
                     copy(s, d, False)
-                else:
+                    continue
+                if e.stat(follow_symlinks=False).st_size >= UNDO_COPY_BELOW:
                     try:
                         os.link(s, d, follow_symlinks=False)
+                        continue
                     except OSError:  # a file system without hard links
-                        shutil.copy2(s, d, follow_symlinks=False)
+                        pass
+                shutil.copy2(s, d, follow_symlinks=False)
             shutil.copystat(src, dst, follow_symlinks=False)
 
         shutil.rmtree(self.undo, ignore_errors=True)
