@@ -395,7 +395,11 @@ static int check_elf(const char *so, const unsigned char *b, uint64_t size, char
  * dlopen("/proc/self/fd/N"). The memfd stays open while the policy is loaded: its number is the
  * name the dynamic loader knows the library by, so no other load can reuse it meanwhile. */
 static int map_sealed(flashrt_policy *p, const char *so, const unsigned char *b, uint64_t size, char *err, size_t errlen) {
-    int fd = memfd_create("flashml-policy", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int fd = -1;
+#ifdef MFD_EXEC /* kernels with vm.memfd_noexec: ask for an executable memfd (older ones: EINVAL) */
+    fd = memfd_create("flashml-policy", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
+#endif
+    if (fd < 0) fd = memfd_create("flashml-policy", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) return frt_seterr(err, errlen, "%s: refused: cannot load it: memfd_create: %s", so, strerror(errno));
     uint64_t put = 0;
     while (put < size) {
