@@ -228,9 +228,19 @@ def build_fixtures(root: Path, log: Callable[[str], None] = print) -> dict[str, 
     (f["pannb"] / "manifest.json").write_text(json.dumps({
         "format": "flashml-policy-bundle/1", "system": "pannier", "capabilities": [],
         "pannier": {"policy": "pannier", "promotion_pct": 5.0}}))
-    # backing store for flashrt replay
+    # flashrt replay's trace (8 blocks: its backing store stays small) and backing store
+    f["rtrace"] = root / "replay.trace"
+    keep: list[str] = []
+    with open(f["trace"]) as src, open(f["rtrace"], "w") as dst:
+        for line in src:
+            if not line.startswith("#"):
+                block = line.split()[0]
+                if block not in keep and len(keep) >= 8:
+                    continue
+                keep.append(block) if block not in keep else None
+            dst.write(line)
     f["backing"] = root / "backing.img"
-    _sh(FLASHRT, "prepare-backing", "--backing", f["backing"], "--trace", f["trace"])
+    _sh(FLASHRT, "prepare-backing", "--backing", f["backing"], "--trace", f["rtrace"])
     f["map"] = Path(str(f["backing"]) + ".map")
     # the evil .so
     f["evil"] = root / "evil.so"
@@ -309,7 +319,8 @@ BASE: dict[str, tuple[list[str], list[str], float]] = {
                       "--no-register", "--no-compile", "--max-rounds", "2",
                       "--max-iterations", "1", "--engine", "polars"], ["pq"], 150),
     "mat run": (["--trace", "{obj}", "--format", "objects-csv", "-o", "{w}/run",
-                 "--capacity", "60obj", "--trials", "1", "--baselines", "lru"], ["obj"], 150),
+                 "--capacity", "60obj", "--trials", "0", "--windows", "1", "--baselines", "lru"],
+                ["obj"], 150),
     "pannier run": (["--trace", "{pq}", "-o", "{w}/run", "--cache-size", "64MiB",
                      "--trials", "1"], ["pq"], 150),
     "mlcache run": (["--trace", "{pq}", "--stream-column", "namespace", "-o", "{w}/run",
@@ -329,9 +340,10 @@ JOBS = {"trace validate": 8.0, "train": 8.0, "sweep": 8.0, "pipeline run": 8.0,
 
 # flashrt's replay commands: a valid base and their numeric options.
 RT_BASE: dict[str, tuple[list[str], list[str]]] = {
-    "replay": (["--policy", "builtin:admitall", "--trace", "{trace}", "--flash", "{w}/flash.img",
-                "--flash-bytes", "64MiB", "--backing", "{backing}", "--map", "{map}",
-                "--warmup-s", "0", "--direct", "off", "--json"], ["trace", "backing", "map"]),
+    "replay": (["--policy", "builtin:admitall", "--trace", "{rtrace}", "--flash",
+                "{w}/flash.img", "--flash-bytes", "16MiB", "--backing", "{backing}", "--map",
+                "{map}", "--warmup-s", "0", "--direct", "off", "--json"],
+               ["rtrace", "backing", "map"]),
     "mat-replay": (["--bundle", "{matb}", "--trace", "{obj}", "--capacity", "60",
                     "--unit", "objects", "--cache-file", "{w}/cache.img", "--direct", "off"],
                    ["matb", "obj"]),
@@ -474,14 +486,14 @@ RT_SAME_IO: list[tuple[str, list[str], list[str], str, str]] = [
     ("replay flash=backing", ["replay", *RT_BASE["replay"][0]], RT_BASE["replay"][1],
      "backing", "--flash"),
     ("replay flash=trace", ["replay", *RT_BASE["replay"][0]], RT_BASE["replay"][1],
-     "trace", "--flash"),
+     "rtrace", "--flash"),
     ("replay flash=map", ["replay", *RT_BASE["replay"][0]], RT_BASE["replay"][1], "map",
      "--flash"),
     ("prepare-backing backing=trace", ["prepare-backing", "--backing", "{OUT}", "--trace",
-                                       "{trace}", "--map", "{w}/new.map"], ["trace"], "trace",
+                                       "{rtrace}", "--map", "{w}/new.map"], ["rtrace"], "rtrace",
      "--backing"),
     ("prepare-backing map=trace", ["prepare-backing", "--backing", "{w}/new.img", "--trace",
-                                   "{trace}", "--map", "{OUT}"], ["trace"], "trace", "--map"),
+                                   "{rtrace}", "--map", "{OUT}"], ["rtrace"], "rtrace", "--map"),
     ("mat-replay cache=trace", ["mat-replay", *RT_BASE["mat-replay"][0]],
      RT_BASE["mat-replay"][1], "obj", "--cache-file"),
     ("partition-replay cache=trace", ["partition-replay", *RT_BASE["partition-replay"][0]],
@@ -703,6 +715,8 @@ def subset(cases: list[Case], n: int, seed: int) -> list[Case]:
 def _copy(src: Path, dst: Path) -> None:
     if src.is_dir():
         shutil.copytree(src, dst, symlinks=True)
+    elif src.stat().st_blocks * 512 < src.stat().st_size:  # sparse: keep the holes
+        subprocess.run(["cp", "--sparse=always", str(src), str(dst)], check=True)
     else:
         shutil.copy2(src, dst)
 
@@ -900,10 +914,29 @@ def _snapshot(w: Path) -> dict[str, tuple[str, str]]:
 
 
 def _sha(path: Path) -> str:
+    """sha256 of a file's size and data extents (holes of a sparse file are not read)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        h.update(str(size).encode())
+        pos = 0
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+                end = os.lseek(fd, start, os.SEEK_HOLE)
+            except OSError:  # no data after pos (ENXIO), or no SEEK_DATA here
+                break
+            h.update(f"@{start}".encode())
+            f.seek(start)
+            left = end - start
+            while left > 0:
+                chunk = f.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                h.update(chunk)
+                left -= len(chunk)
+            pos = end
     return h.hexdigest()
 
 
@@ -1177,57 +1210,97 @@ def _rmtree(w: Path) -> None:
     shutil.rmtree(w, ignore_errors=True)
 
 
+def _locked_by(pgid: int) -> bool:
+    """Whether a process of group `pgid` holds a file lock (/proc/locks)."""
+    try:
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) > 4 and parts[4].isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(parts[4])) == pgid:
+                    return True
+    return False
+
+
 def _run_twice(r: Runner, case: Case, p: dict[str, str], w: Path, argv: list[str],
                env: dict[str, str]) -> Result:
-    """Two copies of the command on one output at once: the second must be refused with a
-    clear error (or both succeed with the same result a run alone gives); a corrupt output
-    (flashrt exit 3), two exits 0 of job runs, a traceback or a hang is a failure."""
+    """Two runs on one output that certainly overlap: the first is started, and once it holds
+    a file lock (or its output exists) it is stopped (SIGSTOP) while the second runs from
+    start to end, then resumed. The second must be refused with one clear error (the first
+    holds the output); the first must then finish. Both exiting 0 (nothing kept them apart),
+    flashrt's exit 3 (bytes served wrong), a traceback or a hang are failures."""
     before = _snapshot(w)
     errs = [w.parent / f"{w.name}.err{i}" for i in range(2)]
+    out = Path(p["w"]) / ("run" if case.tool == "flashml" else
+                          "flash.img" if "--flash" in case.argv else "cache.img")
     t0 = time.perf_counter()
-    procs = []
-    for e in errs:
-        f = open(e, "wb")  # noqa: SIM115
-        procs.append((subprocess.Popen(_cmd(case, argv), cwd=w, env={**r.env, **env},
-                                       stdout=subprocess.DEVNULL, stderr=f,
-                                       stdin=subprocess.DEVNULL, preexec_fn=_limits), f))
-    rcs: list[int | None] = []
-    hang = False
     deadline = time.monotonic() + case.timeout
-    for proc, f in procs:
+    rcs: list[int | None] = [None, None]
+    hang = False
+
+    def start(i: int) -> subprocess.Popen[bytes]:
+        with open(errs[i], "wb") as f:
+            return subprocess.Popen(_cmd(case, argv), cwd=w, env={**r.env, **env},
+                                    stdout=subprocess.DEVNULL, stderr=f,
+                                    stdin=subprocess.DEVNULL, preexec_fn=_limits)
+
+    def wait(proc: subprocess.Popen[bytes]) -> int | None:
+        nonlocal hang
         try:
-            rcs.append(proc.wait(timeout=max(deadline - time.monotonic(), 1)))
+            return proc.wait(timeout=max(deadline - time.monotonic(), 1))
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            rcs.append(None)
             hang = True
-        f.close()
+            return None
+
+    first = start(0)
+    seen_out = None
+    while first.poll() is None and time.monotonic() < deadline:
+        if _locked_by(first.pid):
+            break
+        if out.exists():
+            seen_out = seen_out or time.monotonic()
+            if time.monotonic() - seen_out > 0.5:  # no lock is coming
+                break
+        time.sleep(0.002)
+    stopped = first.poll() is None
+    if stopped:
+        os.killpg(first.pid, signal.SIGSTOP)
+    second = start(1)
+    rcs[1] = wait(second)
+    if stopped:
+        os.killpg(first.pid, signal.SIGCONT)
+    rcs[0] = wait(first)
     secs = time.perf_counter() - t0
     stderrs = [e.read_text(errors="replace") for e in errs]
     for e in errs:
         e.unlink(missing_ok=True)
-    case_out = Case(**{**asdict(case), "outputs": [], "must_refuse": False})
-    # outputs of the command are allowed to change: judge only traces/inputs
-    res = judge(case_out, p, w, {k: v for k, v in before.items()
-                                 if k in {Path(p[f]).name for f in case.files}},
-                max((x for x in rcs if x is not None), default=None, key=lambda x: abs(x)),
-                "\n".join(stderrs), secs, w / "EVIL_MARKER", argv, hang)
+    case_out = Case(**{**asdict(case), "must_refuse": False})
+    inputs = {Path(p[f]).name for f in case.files}
+    res = judge(case_out, p, w, {k: v for k, v in before.items() if k in inputs},
+                rcs[1], stderrs[1] + stderrs[0], secs, w / "EVIL_MARKER", argv, hang)
     res.argv = "2x " + res.argv
-    if res.cls in ("ok", "error", "partial"):
+    res.rc = rcs[1]
+    if res.cls in ("ok", "error", "partial", "unclear"):
+        clear = len(ERROR_LINE.findall(stderrs[1])) == 1
         if 3 in rcs and case.tool == "flashrt":
             res.cls, res.detail = "wrong", f"exits {rcs}: bytes served wrong"
+        elif not stopped:
+            res.cls, res.detail = ("ok" if rcs == [0, 0] else "unclear",
+                                   f"exits {rcs}: the first ended before the second started")
         elif rcs == [0, 0]:
-            res.cls, res.detail = "accepted", "both runs exited 0 on one output"
-        elif sorted(x or 0 for x in rcs)[0] == 0 and sum(1 for s in stderrs
-                                                           if ERROR_LINE.search(s)) == 1:
-            res.cls, res.detail = "error", f"exits {rcs}: the second was refused"
+            res.cls, res.detail = "accepted", "both runs on one output exited 0"
+        elif rcs[0] == 0 and rcs[1] in (1, 2) and clear:
+            res.cls, res.detail = "error", "the second was refused, the first finished"
         else:
-            res.cls, res.detail = "unclear", f"exits {rcs}"
-        res.first_stderr = next((ln for s in stderrs for ln in s.splitlines()
+            res.cls, res.detail = "unclear", f"exits {rcs} (first, second)"
+        res.first_stderr = next((ln for s in (stderrs[1], stderrs[0]) for ln in s.splitlines()
                                  if ERROR_LINE.match(ln)), res.first_stderr)
-    res.rc = rcs[1] if len(rcs) > 1 else None
     return res
 
 
@@ -1325,14 +1398,39 @@ def table(summary: dict[str, Any]) -> str:
                      for r in rows)
 
 
+def fixtures_key() -> str:
+    """A hash of everything the fixtures are made by (the compiler, the runtime's loader, the
+    helpers): a cached set is reused only while none of it changed."""
+    h = hashlib.sha256()
+    files = [*sorted((REPO / "flashml" / "compiler").glob("*.py")),
+             *sorted((REPO / "flashml" / "compiler").glob("*.in")),
+             *sorted((REPO / "runtime" / "src").glob("*.[ch]")),
+             *(REPO / "tests" / n for n in ("adversarial.py", "demo_policy.py",
+                                            "test_runtime.py", "test_runtime_mat.py",
+                                            "test_runtime_readahead.py"))]
+    for f in files:
+        if f.exists():
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    if FLASHRT.exists():
+        h.update(str(FLASHRT.stat().st_mtime_ns).encode())
+    return h.hexdigest()[:16]
+
+
 @contextlib.contextmanager
-def session(scratch: Path | None = None, log: Callable[[str], None] = print
-            ) -> Iterator[tuple[dict[str, Path], Path]]:
-    """Fixtures and a scratch folder for one run of the suite."""
+def session(scratch: Path | None = None, log: Callable[[str], None] = print,
+            cache: bool = False) -> Iterator[tuple[dict[str, Path], Path]]:
+    """Fixtures and a scratch folder for one run of the suite. cache: keep the fixtures in
+    .flashml/adversarial-fixtures/<fixtures_key()> and reuse them (the tests)."""
     own = scratch is None
     scratch = scratch or Path(tempfile.mkdtemp(prefix="flashml-adversarial-"))
     try:
-        fx = build_fixtures(scratch / "fixtures", log)
+        where = scratch / "fixtures"
+        if cache:
+            base = REPO / ".flashml" / "adversarial-fixtures"
+            where = base / fixtures_key()
+            if not (where / "fixtures.json").exists():
+                shutil.rmtree(base, ignore_errors=True)  # older keys: stale
+        fx = build_fixtures(where, log)
         before = {k: _snapshot_path(v) for k, v in fx.items()}
         yield fx, scratch
         after = {k: _snapshot_path(v) for k, v in fx.items()}

@@ -22,7 +22,7 @@ _SUBSET = adv.subset(adv.catalogue(seed=SEED, quick=True), CASES, SEED)
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[adv.Runner]:
     scratch = tmp_path_factory.mktemp("adversarial")
-    with adv.session(scratch, log=lambda s: None) as (fx, scratch):
+    with adv.session(scratch, log=lambda s: None, cache=True) as (fx, scratch):
         r = adv.Runner(fx, Path(scratch), parallel=1)
         yield r
         r.close()
