@@ -547,15 +547,15 @@ def fifo_cases() -> list[Case]:
             cases.append(Case(
                 id=f"fifo/{tool} {name} (output)", family="fifo", tool=tool, argv=argv,
                 files=files, setup="out_fifo", option=opt, names=["OUT"], must_refuse=True,
-                timeout=20))
+                timeout=10))
             cases.append(Case(
                 id=f"fifo/{tool} {name} (input)", family="fifo", tool=tool,
                 argv=[a.replace("{OUT}", "{w}/fresh-out") for a in argv], files=files,
-                setup=f"in_fifo:{inp}", names=[inp], must_refuse=True, timeout=20))
+                setup=f"in_fifo:{inp}", names=[inp], must_refuse=True, timeout=10))
     cases.append(Case(id="fifo/flashrt tune-readahead --readahead-file", family="fifo",
                       tool="flashrt", argv=["tune-readahead", *RT_BASE["tune-readahead"][0]],
                       files=RT_BASE["tune-readahead"][1], setup="in_fifo:rafile",
-                      names=["rafile"], must_refuse=True, timeout=20))
+                      names=["rafile"], must_refuse=True, timeout=10))
     return cases
 
 
@@ -678,6 +678,31 @@ def concurrency_cases() -> list[Case]:
     return cases
 
 
+RACE_LOADERS = ["sim run --policy", "sim run --mat", "sim partition --bundle",
+                "flashrt replay --policy", "flashrt mat-replay", "flashrt partition-replay",
+                "flashrt tune-readahead"]
+
+
+def race_cases(loads: int) -> list[Case]:
+    """A symlink/rename race against every loader: while the command loads the bundle
+    `loads` times, another thread keeps replacing B/policy.so by an evil .so and back (each by
+    an atomic rename); a verified loader maps only the bytes it hashed, so no load ever runs
+    the evil constructor."""
+    loaders = {name: (tool, argv, kind, files) for name, tool, argv, kind, files in LOADERS}
+    if "verify" in flashrt_commands():
+        loaders["flashrt verify"] = ("flashrt", ["verify", "{B}"], "bundle", [])
+    cases = []
+    for name in [*RACE_LOADERS, *(["flashrt verify"] if "flashrt verify" in loaders else [])]:
+        tool, argv, kind, files = loaders[name]
+        n = loads if tool == "flashrt" else max(loads // 5, 10)
+        cases.append(Case(
+            id=f"race/{name} ({n} loads)", family="race", tool=tool,
+            argv=[a.replace("{B}", "{w}/B") for a in argv], files=[*files, kind, "evil"],
+            setup=f"tamper:race:{kind}", inproc=True, names=["B"], runner=f"race:{n}",
+            timeout=300))
+    return cases
+
+
 def kill_cases(n: int, seed: int) -> list[Case]:
     r = random.Random(seed)
     return [Case(id=f"kill-9/trace ingest #{i}", family="kill-9", tool="flashml",
@@ -691,7 +716,8 @@ def catalogue(*, seed: int, quick: bool = False) -> list[Case]:
     option."""
     values = HOSTILE if not quick else ["0", "-1", "nan", "1e300", "abc"]
     return [*number_cases(values), *same_io_cases(), *fifo_cases(), *tamper_cases(),
-            *hostile_trace_cases(), *concurrency_cases(), *kill_cases(4 if quick else 10, seed)]
+            *hostile_trace_cases(), *concurrency_cases(), *kill_cases(4 if quick else 10, seed),
+            *race_cases(60 if quick else 150)]
 
 
 def subset(cases: list[Case], n: int, seed: int) -> list[Case]:
@@ -813,6 +839,9 @@ def _tamper(t: str, bundle: Path, evil: Path, w: Path) -> None:
         shutil.copy2(so if so.exists() else evil, w / "B.so")
     elif t == "bare-evil-so":
         shutil.copy2(evil, w / "B.so")
+    elif t == "race":  # the good and the evil .so beside the bundle, for the flipper
+        shutil.copy2(so, w / "good.so")
+        shutil.copy2(evil, w / "evil.so")
     elif t == "manifest-nan-knob":
         m = (b / "manifest.json").read_text()
         m = re.sub(r'("(?:admit_threshold|k|delta|promotion_pct|eviction_age_s|'
@@ -1348,7 +1377,65 @@ def _run_kill(r: Runner, case: Case, p: dict[str, str], w: Path, argv: list[str]
                   round(time.perf_counter() - t0, 3), "", None, detail)
 
 
-RUNNERS: dict[str, Callable[..., Result]] = {"twice": _run_twice, "kill": _run_kill}
+def _run_race(r: Runner, case: Case, p: dict[str, str], w: Path, argv: list[str],
+              env: dict[str, str]) -> Result:
+    """The command run `n` times while a thread swaps B/policy.so between the good and the
+    evil .so (atomic renames of fresh copies); every load that ran the evil constructor is
+    counted (the marker file is removed after each)."""
+    n = int(case.runner.split(":")[1])
+    so, good, evil = w / "B" / "policy.so", w / "good.so", w / "evil.so"
+    marker = w / "EVIL_MARKER"
+    stop = threading.Event()
+
+    def flip() -> None:
+        i = 0
+        while not stop.is_set():
+            tmp = w / "B" / f".flip{i % 2}"
+            shutil.copyfile(evil if i % 2 == 0 else good, tmp)
+            os.replace(tmp, so)
+            i += 1
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=flip, daemon=True)
+    t0 = time.perf_counter()
+    runs = {"evil": 0, "served_by_evil": 0, "ok": 0, "refused": 0, "bad": 0}
+    bad: list[str] = []
+    err = w.parent / f"{w.name}.race"
+    t.start()
+    try:
+        for _ in range(n):
+            if case.inproc and case.tool == "flashml":
+                rc, hang = r._worker().run(argv, w, env, 60, err)
+            else:
+                rc, hang = _subprocess(_cmd(case, argv), w, {**r.env, **env}, 60, err)
+            text = err.read_text(errors="replace") if err.exists() else ""
+            if marker.exists():
+                runs["evil"] += 1
+                runs["served_by_evil"] += rc == 0
+                marker.unlink()
+            if hang or rc is None or rc < 0 or rc >= 128 or "Traceback" in text:
+                runs["bad"] += 1
+                bad.append(f"exit {rc}{' (hang)' if hang else ''}: "
+                           f"{(text.strip().splitlines() or [''])[-1][:150]}")
+            elif rc == 0:
+                runs["ok"] += 1
+            else:
+                runs["refused"] += 1
+    finally:
+        stop.set()
+        t.join()
+        err.unlink(missing_ok=True)
+    cls = "unverified" if runs["evil"] else ("traceback" if any("Traceback" in b for b in bad)
+                                             else "abort" if bad else "ok")
+    detail = (f"{n} loads: {runs['evil']} ran the evil constructor ({runs['served_by_evil']} "
+              f"of them exit 0), {runs['ok']} served, {runs['refused']} refused, "
+              f"{runs['bad']} bad {bad[:2]}")
+    return Result(case.id, case.family, cls, " ".join(argv), None,
+                  round(time.perf_counter() - t0, 3), bad[0] if bad else "", None, detail)
+
+
+RUNNERS: dict[str, Callable[..., Result]] = {"twice": _run_twice, "kill": _run_kill,
+                                             "race": _run_race}
 
 
 # --- summaries --------------------------------------------------------------------------------

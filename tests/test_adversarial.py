@@ -15,22 +15,22 @@ import adversarial as adv
 import pytest
 
 SEED = 40
-CASES = int(os.environ.get("FLASHML_ADVERSARIAL_CASES", "120"))
+CASES = int(os.environ.get("FLASHML_ADVERSARIAL_CASES", "110"))
 _SUBSET = adv.subset(adv.catalogue(seed=SEED, quick=True), CASES, SEED)
 
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[adv.Runner]:
+def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, adv.Result]]:
+    """Every case of the subset, two at a time (fixtures cached across sessions)."""
     scratch = tmp_path_factory.mktemp("adversarial")
     with adv.session(scratch, log=lambda s: None, cache=True) as (fx, scratch):
-        r = adv.Runner(fx, Path(scratch), parallel=1)
-        yield r
-        r.close()
+        r = adv.Runner(fx, Path(scratch), parallel=2)
+        yield {x.id: x for x in r.run(_SUBSET)}
 
 
 @pytest.mark.parametrize("case", _SUBSET, ids=[c.id for c in _SUBSET])
-def test_adversarial_case(runner: adv.Runner, case: adv.Case) -> None:
-    r = runner.run_case(case)
+def test_adversarial_case(results: dict[str, adv.Result], case: adv.Case) -> None:
+    r = results[case.id]
     assert r.cls in ("ok", "error"), (
         f"{r.cls}: {r.argv}\nexit {r.rc}: {r.first_stderr}\n{r.detail}")
 
