@@ -54,10 +54,12 @@ struct frt_json_member {
     enum frt_json_type type;
     char str[256];
     double num;
+    size_t off, len; /* the value's text: text[off, off + len) (a nested value's whole span) */
 };
 struct frt_json_object {
     struct frt_json_member members[64];
     int n;
+    char nonfinite[64]; /* the top-level key of the first number that reads as +-inf ("" if none) */
 };
 int frt_json_parse_object(const char *text, size_t len, struct frt_json_object *out, char *err,
                           size_t errlen);

@@ -1,5 +1,6 @@
 /* json.c: a small strict JSON reader for manifest.json (top-level scalars only). */
 #include <ctype.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,8 @@ struct P {
     int depth;
     char *err;
     size_t errlen;
+    const char *key; /* the top-level member being read */
+    char *nonfinite; /* where to note the first top-level key holding a non-finite number */
 };
 
 static int fail(struct P *p, const char *what) {
@@ -93,6 +96,7 @@ static int number(struct P *p, double *v) {
     memcpy(buf, p->s + st, len);
     buf[len] = 0;
     *v = strtod(buf, NULL);
+    if (!isfinite(*v) && p->nonfinite && !p->nonfinite[0] && p->key) snprintf(p->nonfinite, 64, "%s", p->key);
     return 0;
 }
 
@@ -126,8 +130,12 @@ static int object_or_array(struct P *p, struct frt_json_object *top) {
             p->i++;
             ws(p);
         }
+        if (top && open == '{') p->key = m.key;
+        m.off = p->i;
         if (value(p, &m) != 0) return -1;
+        m.len = p->i - m.off;
         if (top && open == '{') {
+            p->key = NULL;
             if (top->n >= (int)(sizeof top->members / sizeof top->members[0]))
                 return fail(p, "too many members");
             top->members[top->n++] = m;
@@ -155,8 +163,8 @@ static int value(struct P *p, struct frt_json_member *m) {
 
 int frt_json_parse_object(const char *text, size_t len, struct frt_json_object *out, char *err,
                           size_t errlen) {
-    struct P p = {text, len, 0, 0, err, errlen};
     memset(out, 0, sizeof *out);
+    struct P p = {text, len, 0, 0, err, errlen, NULL, out->nonfinite};
     ws(&p);
     if (p.i >= p.n || p.s[p.i] != '{') return fail(&p, "expected a JSON object");
     if (object_or_array(&p, out) != 0) return -1;

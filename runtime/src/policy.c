@@ -224,23 +224,148 @@ static int is_hex64(const char *s) {
     return i == 64;
 }
 
-/* An optional number field: absent is fine; else a finite number (not a string or a
- * boolean), > 0 when positive, within [lo, hi] otherwise. */
-static int check_number(const struct frt_json_object *o, const char *mf, const char *key, int positive,
-                        double lo, double hi, const char *unit, char *err, size_t errlen) {
+/* One optional field of object o (shown as `prefix` + key): absent is fine; else of `kind`:
+ * 'n' a finite number in [lo, hi] ((lo, hi] with lo_open), 'i' an integer in [lo, hi],
+ * 's' a string, 'S' a string or null, 'b' a boolean, 'h' a contract hash, 'e' one
+ * of the strings in `options` (space-separated). `expected` is the schema's phrase. */
+static int check_field(const struct frt_json_object *o, const char *mf, const char *prefix, const char *key, char kind,
+                       double lo, int lo_open, double hi, const char *options, const char *expected, char *err, size_t errlen) {
     const struct frt_json_member *m = frt_json_get(o, key);
-    char b[300];
     if (!m) return 0;
-    if (m->type != FRT_JSON_NUMBER || !isfinite(m->num))
-        return frt_seterr(err, errlen, "%s: field '%s': expected a finite number%s%s, got %s", mf, key,
-                          unit[0] ? " " : "", unit, shown(m, b));
-    if (positive ? !(m->num > 0) : !(m->num >= lo && m->num <= hi)) {
-        if (positive)
-            return frt_seterr(err, errlen, "%s: field '%s': expected a number > 0%s%s, got %s", mf, key,
-                              unit[0] ? " " : "", unit, shown(m, b));
-        return frt_seterr(err, errlen, "%s: field '%s': expected a number in [%g, %g], got %s", mf, key, lo, hi, shown(m, b));
+    int ok;
+    switch (kind) {
+    case 'n': ok = m->type == FRT_JSON_NUMBER && isfinite(m->num) && (lo_open ? m->num > lo : m->num >= lo) && m->num <= hi; break;
+    case 'i': ok = m->type == FRT_JSON_NUMBER && m->num == floor(m->num) && m->num >= lo && m->num <= hi; break;
+    case 's': ok = m->type == FRT_JSON_STRING; break;
+    case 'S': ok = m->type == FRT_JSON_STRING || m->type == FRT_JSON_NULL; break;
+    case 'b': ok = m->type == FRT_JSON_BOOL; break;
+    case 'h': ok = m->type == FRT_JSON_STRING && is_hex64(m->str); break;
+    default: { /* 'e' */
+        ok = 0;
+        size_t len = m->type == FRT_JSON_STRING ? strlen(m->str) : 0;
+        for (const char *q = options; len && *q;) {
+            size_t w = strcspn(q, " ");
+            if (w == len && !memcmp(q, m->str, len)) ok = 1;
+            q += w + (q[w] == ' ');
+        }
+    }
+    }
+    char b[300];
+    if (!ok) return frt_seterr(err, errlen, "%s: field '%s%s': expected %s, got %s", mf, prefix, key, expected, shown(m, b));
+    return 0;
+}
+
+/* The text of member m's value begins with c (a nested value: '{' an object, '[' a list). */
+static int starts(const char *text, const struct frt_json_member *m, char c) {
+    return m->type == FRT_JSON_NESTED && m->len && text[m->off] == c;
+}
+
+/* The values directly inside the object or list at text[0, n) (valid JSON): calls
+ * each(ctx, value text, its length) for each; stops at the first non-zero return. */
+static int each_value(const char *t, size_t n, int (*each)(void *ctx, const char *v, size_t len), void *ctx) {
+    int depth = 0, in_str = 0, obj = n && t[0] == '{';
+    size_t start = 0;
+    int want = !obj; /* a list's first value starts after '[' */
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = 0;
+            continue;
+        }
+        if (c == '"') {
+            if (depth == 1 && want == 1) { start = i; want = 2; }
+            in_str = 1;
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            if (depth == 1 && want == 1) { start = i; want = 2; }
+            depth++;
+            continue;
+        }
+        if (c == '}' || c == ']' || (c == ',' && depth == 1)) {
+            if (depth == 1 && want == 2) {
+                size_t end = i;
+                while (end > start && (t[end - 1] == ' ' || t[end - 1] == '\n' || t[end - 1] == '\t' || t[end - 1] == '\r')) end--;
+                int r = each(ctx, t + start, end - start);
+                if (r) return r;
+            }
+            if (c == ',') want = obj ? 0 : 1;
+            else depth--;
+            continue;
+        }
+        if (depth == 1 && obj && c == ':') { want = 1; continue; }
+        if (depth == 1 && want == 1 && c != ' ' && c != '\n' && c != '\t' && c != '\r') { start = i; want = 2; }
     }
     return 0;
+}
+
+/* metrics: each value a finite number or null */
+static int metric_value(void *ctx, const char *v, size_t len) {
+    (void)ctx;
+    if (len == 4 && !memcmp(v, "null", 4)) return 0;
+    if (!len || !(v[0] == '-' || (v[0] >= '0' && v[0] <= '9'))) return 1;
+    return 0;
+}
+
+/* peak_hours: distinct integers 0..23 */
+static int peak_hour(void *ctx, const char *v, size_t len) {
+    unsigned *seen = ctx;
+    unsigned h = 0;
+    if (!len || len > 2) return 1;
+    for (size_t i = 0; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9') return 1;
+        h = h * 10 + (unsigned)(v[i] - '0');
+    }
+    if (h > 23 || (*seen >> h & 1u)) return 1;
+    *seen |= 1u << h;
+    return 0;
+}
+
+/* a list of positive integers (partition.hidden) */
+static int positive_int(void *ctx, const char *v, size_t len) {
+    (void)ctx;
+    if (!len || len > 9 || v[0] == '0') return 1;
+    for (size_t i = 0; i < len; i++)
+        if (v[i] < '0' || v[i] > '9') return 1;
+    return 0;
+}
+
+/* A nested object's fields (eviction, partition, readahead): each `kind` as check_field. */
+static int check_nested(const char *text, const struct frt_json_object *o, const char *mf, const char *key,
+                        struct frt_json_object *sub, char *err, size_t errlen) {
+    const struct frt_json_member *m = frt_json_get(o, key);
+    char b[300], jerr[256], prefix[80];
+    if (!m) return 0;
+    if (!starts(text, m, '{')) return frt_seterr(err, errlen, "%s: field '%s': expected an object, got %s", mf, key, shown(m, b));
+    if (frt_json_parse_object(text + m->off, m->len, sub, jerr, sizeof jerr) != 0)
+        return frt_seterr(err, errlen, "%s: field '%s': %s", mf, key, jerr);
+    snprintf(prefix, sizeof prefix, "%s.", key);
+    const struct frt_json_member *x;
+    if (!strcmp(key, "eviction")) {
+        return check_field(sub, mf, prefix, "k", 'n', 1, 0, 4294967295.0, NULL, "a finite number >= 1 (predictions per eviction)", err, errlen) ||
+               check_field(sub, mf, prefix, "max_candidates", 'i', 1, 0, 4294967295.0, NULL, "a positive integer (candidates)", err, errlen) ||
+               check_field(sub, mf, prefix, "delta", 'n', 0, 1, nextafter(1.0, 0.0), NULL, "a finite number in (0, 1)", err, errlen) ||
+               check_field(sub, mf, prefix, "initial_threshold", 'n', 0, 0, 1e300, NULL, "a finite number >= 0 (logical requests)", err, errlen) ||
+               check_field(sub, mf, prefix, "memory_window", 'i', 1, 0, 4611686018427387904.0, NULL, "a positive integer (logical requests)", err, errlen) ||
+               check_field(sub, mf, prefix, "controller", 'e', 0, 0, 0, "sign mean", "one of sign, mean", err, errlen) ||
+               check_field(sub, mf, prefix, "reuse_predictions", 'b', 0, 0, 0, NULL, "true or false", err, errlen)
+                   ? -1 : 0;
+    }
+    if (!strcmp(key, "partition")) {
+        if (check_field(sub, mf, prefix, "contract_hash", 'h', 0, 0, 0, NULL, "a contract hash (64 lowercase hex digits)", err, errlen) ||
+            check_field(sub, mf, prefix, "sharpness", 'n', 0, 1, 16, NULL, "a finite number in (0, 16]", err, errlen) ||
+            check_field(sub, mf, prefix, "capacity", 'i', 1, 0, 9007199254740992.0, NULL, "a positive integer (pages)", err, errlen) ||
+            check_field(sub, mf, prefix, "interval", 'i', 1, 0, 9007199254740992.0, NULL, "a positive integer (requests)", err, errlen))
+            return -1;
+        if ((x = frt_json_get(sub, "hidden")) &&
+            (!starts(text + m->off, x, '[') || each_value(text + m->off + x->off, x->len, positive_int, NULL)))
+            return frt_seterr(err, errlen, "%s: field 'partition.hidden': expected a list of layer widths (positive integers)", mf);
+        return 0;
+    }
+    return check_field(sub, mf, prefix, "contract_hash", 'h', 0, 0, 0, NULL, "a contract hash (64 lowercase hex digits)", err, errlen) ||
+           check_field(sub, mf, prefix, "kind", 'e', 0, 0, 0, "mlp tree", "one of mlp, tree", err, errlen)
+               ? -1 : 0;
 }
 
 int frt_manifest_parse(const char *text, size_t n, const char *mf, const char *system,
@@ -254,6 +379,8 @@ int frt_manifest_parse(const char *text, size_t n, const char *mf, const char *s
         for (int j = i + 1; j < o->n; j++)
             if (!strcmp(o->members[i].key, o->members[j].key))
                 return frt_seterr(err, errlen, "%s: field '%s': given twice", mf, o->members[i].key);
+    if (o->nonfinite[0])
+        return frt_seterr(err, errlen, "%s: field '%s': a number that is not finite (every number of a manifest is)", mf, o->nonfinite);
     const struct frt_json_member *m = frt_json_get(o, "format");
     if (!m || m->type != FRT_JSON_STRING || strcmp(m->str, FRT_BUNDLE_FORMAT) != 0)
         return frt_seterr(err, errlen, "%s: field 'format': expected \"%s\", got %s", mf, FRT_BUNDLE_FORMAT, shown(m, b));
@@ -271,31 +398,42 @@ int frt_manifest_parse(const char *text, size_t n, const char *mf, const char *s
     if (manifest_caps(text, n, &out->caps, &out->listed, out->cap_names, sizeof out->cap_names, mf, err, errlen) != 0) return -1;
     if (!out->listed && frt_json_get(o, "capabilities"))
         return frt_seterr(err, errlen, "%s: field 'capabilities': expected a list of names", mf);
-    /* a knobs-only bundle (Pannier's: capabilities []) has no .so */
+    /* a knobs-only bundle (Pannier's: capabilities [] and a system) has no .so */
     out->has_so = !out->listed || out->caps != 0;
-    if (strcmp(out->system, "pannier") == 0 && out->has_so)
-        return frt_seterr(err, errlen, "%s: field 'capabilities': a pannier bundle has knobs only (capabilities []), got %s", mf,
+    if (!out->has_so && !out->system[0])
+        return frt_seterr(err, errlen, "%s: field 'system': missing (a bundle without capabilities is a knobs-only bundle of a system: pannier)", mf);
+    if (!out->has_so && frt_json_get(o, "policy_so"))
+        return frt_seterr(err, errlen, "%s: field 'policy_so': a bundle without capabilities has no .so", mf);
+    /* what each system's bundle must be able to do */
+    static const struct { const char *system; unsigned cap; const char *name; } NEEDS[] = {
+        {"baleen", FRT_CAP_ADMISSION, "admission"}, {"mat", FRT_CAP_EVICTION, "eviction"},
+        {"mlcache", FRT_CAP_PARTITION, "partition"}, {"kml", FRT_CAP_READAHEAD, "readahead"}};
+    if (!strcmp(out->system, "pannier") && out->has_so)
+        return frt_seterr(err, errlen, "%s: field 'capabilities': expected [] for system pannier (a knobs-only bundle), got %s", mf,
                           out->cap_names[0] ? out->cap_names : "none");
+    for (size_t i = 0; i < sizeof NEEDS / sizeof NEEDS[0]; i++)
+        if (!strcmp(out->system, NEEDS[i].system) && !(out->caps & NEEDS[i].cap))
+            return frt_seterr(err, errlen, "%s: field 'capabilities': expected a list holding %s for system %s, got [%s]", mf,
+                              NEEDS[i].name, NEEDS[i].system, out->cap_names);
     if (out->has_so) {
         m = frt_json_get(o, "abi_version");
-        if (!m || m->type != FRT_JSON_NUMBER) return frt_seterr(err, errlen, "%s: field 'abi_version': missing or not a number", mf);
-        if (m->num != floor(m->num) || !(m->num >= 0 && m->num <= 1e9))
-            return frt_seterr(err, errlen, "%s: field 'abi_version': expected an integer, got %s", mf, shown(m, b));
+        if (!m || m->type != FRT_JSON_NUMBER) return frt_seterr(err, errlen, "%s: field 'abi_version': missing or not a number, got %s", mf, shown(m, b));
         m = frt_json_get(o, "sha256");
-        if (!m || m->type != FRT_JSON_STRING) return frt_seterr(err, errlen, "%s: field 'sha256': missing or not a string", mf);
+        if (!m || m->type != FRT_JSON_STRING) return frt_seterr(err, errlen, "%s: field 'sha256': missing or not a string, got %s", mf, shown(m, b));
         if (!is_hex64(m->str))
-            return frt_seterr(err, errlen, "%s: field 'sha256': expected 64 lowercase hexadecimal digits, got %s", mf, shown(m, b));
+            return frt_seterr(err, errlen, "%s: field 'sha256': expected 64 lowercase hex digits, got %s", mf, shown(m, b));
         memcpy(out->sha256, m->str, 65);
         m = frt_json_get(o, "size_bytes");
         if (!m) return frt_seterr(err, errlen, "%s: field 'size_bytes': missing (the .so's size in bytes)", mf);
-        if (m->type != FRT_JSON_NUMBER || m->num != floor(m->num) || !(m->num >= 1 && m->num <= 9007199254740992.0))
-            return frt_seterr(err, errlen, "%s: field 'size_bytes': expected a positive integer (bytes), got %s", mf, shown(m, b));
+        if (check_field(o, mf, "", "size_bytes", 'i', 1, 0, (double)SO_MAX, NULL, "a positive integer (bytes, at most 512 MiB)", err, errlen))
+            return -1;
         out->size_bytes = (uint64_t)m->num;
         m = frt_json_get(o, "policy_so");
         if (m) {
             if (m->type != FRT_JSON_STRING || !m->str[0] || strchr(m->str, '/') || !strcmp(m->str, ".") || !strcmp(m->str, "..") ||
                 strlen(m->str) >= sizeof out->so_name)
-                return frt_seterr(err, errlen, "%s: field 'policy_so': expected a file name in the bundle's directory, got %s", mf, shown(m, b));
+                return frt_seterr(err, errlen, "%s: field 'policy_so': expected the file name of the policy .so inside the bundle (no '/', not '.' or '..'), got %s",
+                                  mf, shown(m, b));
             snprintf(out->so_name, sizeof out->so_name, "%s", m->str);
         } else {
             snprintf(out->so_name, sizeof out->so_name, "policy.so");
@@ -303,18 +441,34 @@ int frt_manifest_parse(const char *text, size_t n, const char *mf, const char *s
     }
     static const char *const HASHES[] = {"contract_hash", "evict_contract_hash", "partition_contract_hash", "readahead_contract_hash"};
     for (size_t i = 0; i < sizeof HASHES / sizeof HASHES[0]; i++)
-        if ((m = frt_json_get(o, HASHES[i])) && (m->type != FRT_JSON_STRING || !is_hex64(m->str)))
-            return frt_seterr(err, errlen, "%s: field '%s': expected 64 lowercase hexadecimal digits, got %s", mf, HASHES[i], shown(m, b));
-    if (check_number(o, mf, "eviction_age_s", 1, 0, 0, "of seconds", err, errlen) ||
-        check_number(o, mf, "target_write_rate_mbps", 1, 0, 0, "of MB/s", err, errlen) ||
-        check_number(o, mf, "admit_threshold", 0, -DBL_MAX, DBL_MAX, "", err, errlen) ||
-        check_number(o, mf, "when_threshold", 0, -DBL_MAX, DBL_MAX, "", err, errlen) ||
-        check_number(o, mf, "peak_bonus", 0, 0.0, 1.0, "", err, errlen))
+        if (check_field(o, mf, "", HASHES[i], 'h', 0, 0, 0, NULL, "a contract hash (64 lowercase hex digits)", err, errlen)) return -1;
+    if (check_field(o, mf, "", "abi_version", 'i', 1, 0, 2147483647.0, NULL, "a positive integer", err, errlen) ||
+        check_field(o, mf, "", "eviction_age_s", 'n', 0, 1, 1e12, NULL, "a finite number > 0 (seconds)", err, errlen) ||
+        check_field(o, mf, "", "target_write_rate_mbps", 'n', 0, 1, 1e12, NULL, "a finite number > 0 (MB/s)", err, errlen) ||
+        check_field(o, mf, "", "admit_threshold", 'n', 0, 0, 1, NULL, "a finite number in [0, 1]", err, errlen) ||
+        check_field(o, mf, "", "when_threshold", 'n', 0, 0, 1, NULL, "a finite number in [0, 1]", err, errlen) ||
+        check_field(o, mf, "", "peak_bonus", 'n', 0, 0, 1, NULL, "a finite number in [0, 1]", err, errlen) ||
+        check_field(o, mf, "", "segments_per_block", 'i', 1, 0, 1048576, NULL, "a positive integer (segments)", err, errlen) ||
+        check_field(o, mf, "", "header", 's', 0, 0, 0, NULL, "a file name", err, errlen) ||
+        check_field(o, mf, "", "source", 's', 0, 0, 0, NULL, "a string", err, errlen) ||
+        check_field(o, mf, "", "mlflow_run_id", 'S', 0, 0, 0, NULL, "a string or null", err, errlen))
         return -1;
-    if ((m = frt_json_get(o, "segments_per_block")) &&
-        (m->type != FRT_JSON_NUMBER || m->num != floor(m->num) || !(m->num >= 1 && m->num <= 1e6)))
-        return frt_seterr(err, errlen, "%s: field 'segments_per_block': expected a positive integer, got %s", mf, shown(m, b));
-    return 0;
+    if ((m = frt_json_get(o, "peak_hours"))) {
+        unsigned seen = 0;
+        if (!starts(text, m, '[') || each_value(text + m->off, m->len, peak_hour, &seen))
+            return frt_seterr(err, errlen, "%s: field 'peak_hours': expected a list of distinct hours 0..23, got %.80s", mf,
+                              m->type == FRT_JSON_NESTED ? "a list with other values" : shown(m, b));
+    }
+    if ((m = frt_json_get(o, "metrics")) && (!starts(text, m, '{') || each_value(text + m->off, m->len, metric_value, NULL)))
+        return frt_seterr(err, errlen, "%s: field 'metrics': expected an object of numbers or nulls", mf);
+    if ((m = frt_json_get(o, "knobs")) && !starts(text, m, '{'))
+        return frt_seterr(err, errlen, "%s: field 'knobs': expected an object, got %s", mf, shown(m, b));
+    struct frt_json_object *sub = malloc(sizeof *sub);
+    if (!sub) return frt_seterr(err, errlen, "out of memory");
+    int rc = check_nested(text, o, mf, "eviction", sub, err, errlen) || check_nested(text, o, mf, "partition", sub, err, errlen) ||
+             check_nested(text, o, mf, "readahead", sub, err, errlen) ? -1 : 0;
+    free(sub);
+    return rc;
 }
 
 int frt_manifest_read(int dfd, const char *dir, const char *system, struct frt_manifest *out, char **text_out,
@@ -549,6 +703,29 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
         frt_seterr(err, errlen, "%s: refused: it speaks ABI %d but this runtime speaks ABI %d", so, abi_fn(), FLASHML_POLICY_ABI_VERSION);
         goto fail;
     }
+    {   /* the .so exports the functions of every capability its manifest lists (not only the
+         * ones this command uses) */
+        static const char *const REQUIRED[][10] = {
+            {"flashml_policy_num_features", "flashml_policy_contract_hash", "flashml_admit_score", "flashml_admit_threshold",
+             "flashml_target_write_rate_mbps", "flashml_eviction_age_s"},
+            {"flashml_prefetch_range", "flashml_prefetch_when_score", "flashml_prefetch_when_threshold"},
+            {"flashml_evict_num_features", "flashml_evict_contract_hash", "flashml_evict_predict", "flashml_evict_predict_batch",
+             "flashml_evict_k", "flashml_evict_max_candidates", "flashml_evict_delta", "flashml_evict_initial_threshold",
+             "flashml_evict_memory_window"},
+            {"flashml_partition_num_features", "flashml_partition_contract_hash", "flashml_partition_max_streams",
+             "flashml_partition_steps", "flashml_partition"},
+            {"flashml_readahead_num_features", "flashml_readahead_contract_hash", "flashml_readahead_window_ms",
+             "flashml_readahead_kib"}};
+        for (unsigned k = 0; k < 5; k++) {
+            if (!(have & (1u << k))) continue;
+            for (unsigned j = 0; j < 10 && REQUIRED[k][j]; j++)
+                if (!dlsym(p->dl, REQUIRED[k][j])) {
+                    frt_seterr(err, errlen, "%s: refused: %s lists the %s capability but the .so has no symbol %s", so, mf, CAP_NAMES[k],
+                               REQUIRED[k][j]);
+                    goto fail;
+                }
+        }
+    }
     if ((need & FRT_CAP_EVICTION) && bind_eviction(p, so, mf, ehash->str, err, errlen) != 0) goto fail;
     if ((need & FRT_CAP_PARTITION) && bind_partition(p, so, mf, phash->str, err, errlen) != 0) goto fail;
     if ((need & FRT_CAP_READAHEAD) && bind_readahead(p, so, mf, rhash->str, err, errlen) != 0) goto fail;
@@ -606,8 +783,8 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
     p->when_threshold = wt();
     p->target_wr = wr();
     p->eviction_age = ea();
-    if (check_value(so, "flashml_admit_threshold", p->admit_threshold, -DBL_MAX, 0, DBL_MAX, "", err, errlen) ||
-        check_value(so, "flashml_prefetch_when_threshold", p->when_threshold, -DBL_MAX, 0, DBL_MAX, "", err, errlen) ||
+    if (check_value(so, "flashml_admit_threshold", p->admit_threshold, 0.0, 0, 1.0, "", err, errlen) ||
+        check_value(so, "flashml_prefetch_when_threshold", p->when_threshold, 0.0, 0, 1.0, "", err, errlen) ||
         check_value(so, "flashml_target_write_rate_mbps", p->target_wr, 0.0, 1, DBL_MAX, "MB/s", err, errlen) ||
         check_value(so, "flashml_eviction_age_s", p->eviction_age, 0.0, 1, DBL_MAX, "s", err, errlen))
         goto fail;

@@ -193,12 +193,27 @@ static void test_schema(void) {
         {", \"capabilities\": [\"admission\", \"teleport\"]", "unknown capability \"teleport\""},
         {", \"capabilities\": \"admission\"", "field 'capabilities'"},
         {", \"capabilities\": [1]", "field 'capabilities'"},
-        {", \"eviction_age_s\": -1", "field 'eviction_age_s': expected a number > 0 of seconds, got -1"},
+        {", \"eviction_age_s\": -1", "field 'eviction_age_s': expected a finite number > 0 (seconds), got -1"},
         {", \"eviction_age_s\": 0", "field 'eviction_age_s'"},
-        {", \"target_write_rate_mbps\": 0", "field 'target_write_rate_mbps': expected a number > 0 of MB/s"},
-        {", \"target_write_rate_mbps\": 1e999", "field 'target_write_rate_mbps'"},
-        {", \"admit_threshold\": \"0.5\"", "field 'admit_threshold': expected a finite number, got \"0.5\""},
-        {", \"admit_threshold\": true", "field 'admit_threshold': expected a finite number, got true"},
+        {", \"target_write_rate_mbps\": 0", "field 'target_write_rate_mbps': expected a finite number > 0 (MB/s)"},
+        {", \"target_write_rate_mbps\": 1e999", "field 'target_write_rate_mbps': a number that is not finite"},
+        {", \"admit_threshold\": 1.5", "field 'admit_threshold'"},
+        {", \"metrics\": {\"auc\": -1e999}", "field 'metrics': a number that is not finite"},
+        {", \"metrics\": {\"auc\": \"high\"}", "field 'metrics'"},
+        {", \"peak_hours\": [3, 3]", "field 'peak_hours'"},
+        {", \"peak_hours\": [24]", "field 'peak_hours'"},
+        {", \"peak_hours\": \"3\"", "field 'peak_hours'"},
+        {", \"peak_hours\": [0, 23], \"peak_bonus\": 0.1", NULL},
+        {", \"eviction\": {\"k\": 0.5}", "field 'eviction.k'"},
+        {", \"eviction\": {\"k\": 2, \"delta\": 1}", "field 'eviction.delta'"},
+        {", \"eviction\": {\"controller\": \"fast\"}", "field 'eviction.controller'"},
+        {", \"partition\": {\"sharpness\": -1}", "field 'partition.sharpness'"},
+        {", \"partition\": {\"hidden\": [8, 0]}", "field 'partition.hidden'"},
+        {", \"readahead\": {\"kind\": \"oracle\"}", "field 'readahead.kind'"},
+        {", \"mlflow_run_id\": 5", "field 'mlflow_run_id'"},
+        {", \"system\": \"mat\", \"capabilities\": [\"admission\"]", "field 'system'"},
+        {", \"admit_threshold\": \"0.5\"", "field 'admit_threshold': expected a finite number in [0, 1], got \"0.5\""},
+        {", \"admit_threshold\": true", "field 'admit_threshold': expected a finite number in [0, 1], got true"},
         {", \"when_threshold\": null", "field 'when_threshold'"},
         {", \"peak_bonus\": 2", "field 'peak_bonus'"},
         {", \"segments_per_block\": 0", "field 'segments_per_block'"},
@@ -231,12 +246,12 @@ static void test_schema(void) {
           !strcmp(m->system, "pannier"), "%s", err);
     CHECK(frt_manifest_parse(knobs, strlen(knobs), "k.json", "mat", m, err, sizeof err) != 0 && strstr(err, "k.json: field 'system'"), "%s", err);
     const char *adm = "{\"format\": \"flashml-policy-bundle/1\", \"system\": \"pannier\", \"capabilities\": [\"admission\"]}";
-    CHECK(frt_manifest_parse(adm, strlen(adm), "k.json", "pannier", m, err, sizeof err) != 0 && strstr(err, "knobs only"), "%s", err);
+    CHECK(frt_manifest_parse(adm, strlen(adm), "k.json", "pannier", m, err, sizeof err) != 0 && strstr(err, "a knobs-only bundle"), "%s", err);
     free(m);
     write_text(p, knobs);
     refused(dir, "field 'system'", "a pannier bundle loaded for admission");
     write_text(p, "{\"format\": \"flashml-policy-bundle/1\", \"capabilities\": []}");
-    refused(dir, "no policy .so", "a knobs-only bundle loaded for admission");
+    refused(dir, "field 'system': missing", "capabilities [] without a system");
     /* a field given twice (JSON readers disagree on which one counts) */
     write_text(p, "{\"format\": \"flashml-policy-bundle/1\", \"capabilities\": [], \"capabilities\": [\"admission\"]}");
     refused(dir, "field 'capabilities': given twice", "a field twice");
