@@ -376,7 +376,7 @@ class Number:
         try:
             v = float(value)
         except OverflowError:  # an integer past 1e308
-            v = math.copysign(math.inf, value)
+            v = math.inf if value > 0 else -math.inf
             if self.kind is not int:
                 raise UserError(f"{flag} must be a finite number, got {_short(value)}"
                                 ) from None

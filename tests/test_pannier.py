@@ -309,10 +309,14 @@ def test_pannier_run_bad_input(tmp_path: Path, capsys):
 
     for args, msg in ((["--cache-size", "0%"], "percentage must be in"),
                       (["--container-size", "1KiB"], "smaller than a block"),
-                      (["--lifespan-dwpd", "0"], "lifespan-dwpd must be > 0"),
-                      (["--ram-pct", "101"], "--ram-pct must be in [0, 100]"),
+                      (["--lifespan-dwpd", "0"], "lifespan-dwpd: must be >= 1e-06 erasures"),
+                      (["--ram-pct", "101"], "--ram-pct: must be at most 100 %"),
+                      (["--page-bytes", "0"], "--page-bytes: must be >= 512 bytes"),
                       (["--presets", "nope"], "unknown 'nope'")):
-        rc = main(["pannier", "run", *args, "-o", str(tmp_path / "r")])
+        try:
+            rc = main(["pannier", "run", *args, "-o", str(tmp_path / "r")])
+        except SystemExit as e:  # argparse: a value out of the option's range
+            rc = e.code
         assert rc != 0
         assert msg in capsys.readouterr().err
         assert not (tmp_path / "r" / "summary.json").exists()

@@ -118,14 +118,16 @@ def test_mlflow_run_id_as_baseline(pinned: dict[str, Path], cli, tmp_path: Path)
 @pytest.mark.parametrize("args, message", [
     (["--candidate", "/nonexistent/x"], "no such folder"),
     (["--candidate", str(REPO / "regress")], "neither a compiled bundle"),
-    (["--tolerance", "-1"], "--tolerance must be >= 0"),
+    (["--tolerance=-1"], "argument --tolerance: must be >= 0, got -1"),
 ])
 def test_bad_input_is_one_line(pinned: dict[str, Path], cli, args: list[str],
                                message: str) -> None:
     base = {"--candidate": str(BASELINE), "--baseline": str(BASELINE),
             "--trace": str(pinned["trace"])}
-    for k, v in zip(args[::2], args[1::2], strict=True):
+    extra = [a for a in args if "=" in a]
+    plain = [a for a in args if "=" not in a]
+    for k, v in zip(plain[::2], plain[1::2], strict=True):
         base[k] = v
-    proc = cli("regress", *[x for kv in base.items() for x in kv])
-    assert proc.returncode == 1
+    proc = cli("regress", *[x for kv in base.items() for x in kv], *extra)
+    assert proc.returncode == (2 if message.startswith("argument") else 1)
     assert message in proc.stderr and "Traceback" not in proc.stderr
