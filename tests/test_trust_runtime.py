@@ -340,6 +340,39 @@ def test_two_replays_on_one_flash_file(env, tmp_path):
     assert got["integrity_errors"] == 0
 
 
+def test_replays_share_a_backing_that_prepare_backing_cannot_rewrite(env, tmp_path):
+    """Replay holds the backing's map shared: a second replay with another flash file runs
+    beside it, prepare-backing on that backing is refused while it runs."""
+    release = tmp_path / "release"
+    first = subprocess.Popen([str(FLASHRT), *map(str, replay_args(env, env["good"],
+                                                                   tmp_path / "a.img"))],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "FLASHRT_TEST_HOLD": str(release)})
+    try:
+        deadline = time.monotonic() + 300
+        while not _lock_held_by(first.pid, env["map"]):
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        second = flashrt(*replay_args(env, env["good"], tmp_path / "b.img"))
+        assert second.returncode == 0, second.stderr
+        before = sha(env["map"])
+        p = flashrt("prepare-backing", "--backing", env["backing"], "--trace", env["trace"])
+        assert p.returncode == 1, p.stderr
+        assert f"{env['map']}: in use by flashrt (pid {first.pid})" in p.stderr, p.stderr
+        assert sha(env["map"]) == before
+        release.write_text("")
+        out, err = first.communicate(timeout=600)
+    finally:
+        release.write_text("")
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, err
+    assert {k: json.loads(out)[k] for k in COUNTS} == \
+        {k: json.loads(second.stdout)[k] for k in COUNTS}
+
+
 def test_two_runs_on_one_cache_file(env, tmp_path):
     # pannier-replay: the flash file, then the backing
     pn = ["pannier-replay", "--trace", env["blocks"], "--flash-bytes", "8MiB",
