@@ -248,7 +248,8 @@ class BaleenSettings:
     @classmethod
     def from_dag_params(cls, params: Mapping[str, Any]) -> BaleenSettings:
         """From the DAG's params (`dag_params()`): empty strings and 0 accesses mean unset."""
-        return cls.from_values({k: (None if v == "" else v) for k, v in params.items()})
+        return cls.from_values({k: (None if v == "" or (k == "accesses" and v == 0) else v)
+                                for k, v in params.items()})
 
     def mlflow_params(self) -> dict[str, Any]:
         """What a run's MLflow parent run records about its settings."""

@@ -147,11 +147,21 @@ def test_mat_bad_input(state: None, tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--model-sizes", "32x1"], "--model-sizes"),
         (["--windows", "1"], "--windows"),
         (["--baselines", "lru,nope"], "--baselines: unknown 'nope'"),
+        # were tracebacks from the simulator
+        (["--k", "nan"], "argument --k: expected a finite number > 0"),
+        (["--k", "1e300"], "argument --k: must be at most 1024 predictions per eviction"),
+        (["--max-candidates", "100000000"], "argument --max-candidates: must be at most"),
+        (["--initial-threshold", "nan"], "argument --initial-threshold: expected"),
+        (["--initial-threshold=-1"], "argument --initial-threshold: must be >= 1 logical"),
+        (["--delta", "0.2"], "--delta 0.2 with --max-candidates 10 and --controller mean"),
     ):
-        rc = cli.main(["mat", "run", "--trace", str(TRACE), "--format", "cloudphysics",
-                       "--out", str(out), *args])
+        try:
+            rc = cli.main(["mat", "run", "--trace", str(TRACE), "--format", "cloudphysics",
+                           "--out", str(out), *args])
+        except SystemExit as e:  # argparse: a value out of the option's range
+            rc = e.code
         err = capsys.readouterr().err
-        assert rc == 1 and fragment in err and "Traceback" not in err, (args, err)
+        assert rc in (1, 2) and fragment in err and "Traceback" not in err, (args, err)
         assert not (out / "summary.json").exists()
     bad = tmp_path / "nosize.csv"
     bad.write_text("version,time,op,lbn\n1,1,28,5\n")
@@ -160,3 +170,14 @@ def test_mat_bad_input(state: None, tmp_path: Path, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert rc == 1 and "nosize.csv" in err and "size" in err and "Traceback" not in err
     assert not (out / "summary.json").exists()
+
+
+def test_a_short_trace_gets_the_contracts_shortest_memory_window() -> None:
+    """A 3,000-request trace's training window (900 requests) is shorter than the eviction
+    contract's shortest memory window (1024): the default memory window was the former, and
+    `flashml mat run` with default options stopped with the simulator's ValueError."""
+    from flashml.jobs import mat
+
+    assert mat.memory_window(mat.MatSettings(), 900) == mat.MIN_MEMORY_WINDOW == 1024
+    assert mat.memory_window(mat.MatSettings(), 5000) == 5000
+    assert mat.memory_window(mat.MatSettings(memory_window=2048), 900) == 2048

@@ -31,6 +31,23 @@ def _print_metrics(metrics: dict[str, Any], as_json: bool) -> None:
         print(f"{k:<{width}}  {v}")
 
 
+#: The simulator's names in its configuration errors -> the options that set them.
+_CONFIG_OPTIONS = (("segment_bytes", "--segment-bytes"), ("cache size", "--cache-gb"),
+                   ("cache of", "--cache-gb"), ("cache capacity", "--cache-gb"),
+                   ("window_s", "--window-s"), ("warmup_s", "--warmup-s"),
+                   ("sample_ratio", "--sample-ratio"), ("disks", "--disks"),
+                   ("coinflip p", "--coinflip-p"), ("rejectx history", "--rejectx-factor"),
+                   ("admission threshold", "--threshold"),
+                   ("prefetch-when threshold", "--when-threshold"),
+                   ("peak bonus", "--peak-bonus"), ("peak hours", "--peak-hours"))
+
+
+def _with_options(message: str) -> str:
+    """A simulator configuration error, led by the options it is about."""
+    flags = dict.fromkeys(f for name, f in _CONFIG_OPTIONS if name in message)
+    return f"{'/'.join(flags)}: {message}" if flags else message
+
+
 def _policy_arrays(args: argparse.Namespace, df: Any, n: int) -> dict[str, Any]:
     """Per-access arrays the chosen policies need: from --arrays FILE, else the trace table."""
     import polars as pl
@@ -102,7 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         capacity_segments(cfg)  # validates the whole config before anything else is read
     except ValueError as e:
-        raise UserError(str(e)) from None
+        raise UserError(_with_options(str(e))) from None
     if args.mat is not None and args.policy is not None:
         raise UserError("--mat with --policy: MAT's eviction runs with per-access admission "
                         "arrays; give the scores with --admission threshold --arrays FILE")
