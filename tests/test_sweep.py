@@ -20,7 +20,7 @@ from flashml.models.sweep import WIDEN, grid, widened_range
 from conftest import REPO
 
 FAKE = r"""
-import json, os, sys, time
+import inspect, json, os, sys, time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -41,6 +41,8 @@ def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=Non
     its = [SimpleNamespace(peak_dt_util=peak * (1 + 0.2 / (i + 1)), write_rate_mbps=w,
                            measured_eviction_age_s=3600.0, warm=False) for i in range(3)]
     metrics = {"peak_dt_util": peak, "flash_write_rate_mbps": w, "pid": os.getpid()}
+    if cfg.get("sync"):
+        rendezvous(wr, Path(workdir).name.startswith("ahead-"))
     end = time.monotonic() + cfg.get(f"{ROLE}_trial_s", cfg.get("trial_s", 0.0))
     while time.monotonic() < end:  # as run_loop does between its stages
         if cancel is not None and cancel.is_set():
@@ -49,6 +51,53 @@ def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=Non
         time.sleep(0.05)
     return SimpleNamespace(iterations=its, converged=True,
                            tuned=SimpleNamespace(result=SimpleNamespace(metrics=metrics)))
+
+
+SYNC = Path(cfg["tmp"]) / "sync"
+SYNC.mkdir(parents=True, exist_ok=True)
+MAX_WIDEN = inspect.signature(sweep.run_sweep).parameters["max_widen"].default
+
+
+def round_of(wr):
+    # the round whose range holds write rate wr: the first one's top is cfg["top"], each
+    # next round's WIDEN times the last's
+    r, top = 0, cfg["top"]
+    while wr > top * (1 + 1e-9):
+        r, top = r + 1, top * sweep.WIDEN
+    return r
+
+
+def mark(name):
+    (SYNC / name).touch()
+
+
+def wait_for(name):
+    # a hang guard only: the other process writes it as soon as it gets there
+    end = time.monotonic() + 300
+    while not (SYNC / name).exists():
+        if time.monotonic() > end:
+            raise RuntimeError(f"{ROLE}: waited 300 s for {name}")
+        time.sleep(0.01)
+
+
+def rendezvous(wr, ahead):
+    # Makes the two processes' share of the points a fact, not a race: a trial marks that
+    # its process started a trial of its round, then waits for the event its test asks for.
+    # "share": for the other process to have started one of the round too (each process runs
+    # at least one point of every round: a round has two or more). "ahead": the fast process
+    # waits for the slow one to be running a point of the round; the slow one's trial lasts
+    # until the fast one, out of points, has started the next round's first point ahead of
+    # time (when a next round can follow). A loop run ahead of time only marks that it started.
+    r = round_of(wr)
+    if ahead:
+        mark(f"ahead-{r}")
+        return
+    mark(f"{ROLE}-{r}")
+    other = "main" if ROLE == "worker" else "worker"
+    if cfg["sync"] == "share" or ROLE != cfg["slow"]:
+        wait_for(f"{other}-{r}")
+    elif r < MAX_WIDEN:  # the slow process, in a round another can follow
+        wait_for(f"ahead-{r + 1}")
 
 
 sweep.run_loop = fake_loop
@@ -67,6 +116,8 @@ if cfg.get("worker_fails_at"):
     real = sweep.run_loop
     def failing(*a, **k):
         if a[4] > cfg["worker_fails_at"]:
+            if cfg.get("sync"):
+                mark(f"worker-{round_of(a[4])}")  # it took a point of this round
             raise ValueError("a broken trial")
         return real(*a, **k)
     sweep.run_loop = failing
@@ -105,14 +156,16 @@ print("RESULT " + json.dumps({
     "runs": [{"name": r.info.run_name, "status": r.info.status,
               "state": r.data.tags.get(sweep.STATE_TAG),
               "ran_ahead": r.data.tags.get("flashml.ran_ahead") == "true",
-              "pid": r.data.metrics.get("pid")} for r in runs]}))
+              "pid": r.data.metrics.get("pid"),
+              "target": float(r.data.params["write_rate_mbps"])} for r in runs]}))
 """
 
 
-def _sweep(tmp: Path, fails: bool = False, **cfg: float) -> dict:
+def _sweep(tmp: Path, fails: bool = False, **cfg: object) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHML_", "MLFLOW_"))}
     env |= {"FLASHML_HOME": str(tmp / "state"), "PYTHONPATH": str(REPO / "tests")}
-    cfg = {"tmp": str(tmp), "worker": WORKER,
+    # top: the first round's top, 4 x the 10 MB/s target DRIVER asks for
+    cfg = {"tmp": str(tmp), "worker": WORKER, "top": 40.0,
            "storage": f"sqlite:///{tmp / 'state' / 'optuna.db'}", **cfg}
     proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(cfg)],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
@@ -205,9 +258,11 @@ def test_tco_curve_shows_the_searched_range(tmp_path: Path) -> None:
 def test_parallel_workers_share_the_study(tmp_path: Path) -> None:
     """--sweep-workers 2: the main process and a worker process run the round's trials on
     one sqlite study, every trial's MLflow run nested under the job's run, the widening
-    rounds shared too, by the same worker (started once), each point run once."""
+    rounds shared too, by the same worker (started once), each point run once. Each process's
+    first trial of a round waits until the other has started one of that round too (sync
+    "share"), so both take part in every round however long the worker takes to start."""
     res = _sweep(tmp_path, trials=6, saturation_mbps=400.0, scale_mbps=60.0, workers=2,
-                 trial_s=1.0)
+                 trial_s=0.3, sync="share")
     assert res["widened"] >= 1
     done = [t for t in res["trials"] if t["state"] == "COMPLETE"]
     assert len(done) == len(res["trials"]) == 6 + res["widened"] * 3
@@ -217,8 +272,10 @@ def test_parallel_workers_share_the_study(tmp_path: Path) -> None:
     pids = {r["pid"] for r in res["runs"]}
     # the main process and the one worker, which took trials from every round
     assert len(pids) == 2, pids
-    by_pid = {p: sum(r["pid"] == p for r in res["runs"]) for p in pids}
-    assert min(by_pid.values()) >= 2, by_pid
+    rounds = [[r["pid"] for r in res["runs"]
+               if lo < r["target"] <= hi * (1 + 1e-9)]
+              for lo, hi in ((0.0, 40.0), (40.0, 160.0), (160.0, 640.0))[:res["widened"] + 1]]
+    assert all(set(r) == pids for r in rounds), rounds
     assert {int(r["name"].rsplit("-", 1)[1]) for r in res["runs"]} == \
         {t["number"] for t in res["trials"]}
     assert all(r["status"] == "FINISHED" for r in res["runs"])
@@ -227,8 +284,10 @@ def test_parallel_workers_share_the_study(tmp_path: Path) -> None:
 def test_a_failing_worker_fails_the_sweep(tmp_path: Path) -> None:
     """A worker whose trial raises: the sweep stops with an error naming the worker and the
     trial's error, instead of hanging or finishing without that point."""
+    # the worker takes part in every round (sync "share"), and every point after the first
+    # round's lowest three is above 5 MB/s: it gets one
     res = _sweep(tmp_path, fails=True, trials=6, saturation_mbps=400.0, scale_mbps=60.0,
-                 workers=2, trial_s=1.0, worker_fails_at=5.0)
+                 workers=2, trial_s=0.3, worker_fails_at=5.0, sync="share")
     assert "sweep workers failed" in res["stderr"]
     assert "ValueError: a broken trial" in res["stderr"]
 
@@ -257,12 +316,10 @@ def test_a_free_process_runs_the_next_rounds_first_point_ahead(tmp_path: Path,
     would have. Either way the trials are those of the one-process sweep."""
     cfg = dict(trials=6, saturation_mbps=saturation, scale_mbps=60.0, warm=True, trial_s=0.3)
     one = _sweep(tmp_path / "one", **cfg)
-    # one process's trials take longer, so the other runs out of points first (a worker
-    # needs a few seconds to start: the main process takes the first points meanwhile, and
-    # the round's six take it 9 s when the worker is the slow one)
-    times = {"main_trial_s": 5.0} if slow == "main" else {"main_trial_s": 1.5,
-                                                          "worker_trial_s": 6.0}
-    two = _sweep(tmp_path / "two", workers=2, **times, **cfg)
+    # the slow process's trial lasts until the other, out of points, runs the next round's
+    # first point ahead of time (sync "ahead"; the other waits for the slow one to have
+    # taken a point of the round first, however long the worker takes to start)
+    two = _sweep(tmp_path / "two", workers=2, sync="ahead", slow=slow, **cfg)
     _same_trials(one, two)
     ahead = [r for r in two["runs"] if r["ran_ahead"]]
     if saturation == 400.0:  # the best point sits at the top: the range widens
