@@ -272,6 +272,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from flashml.trace.validate import validate_table
 
+    refuse_overwriting_inputs({"--context-dir": args.context_dir}, {"TRACE": args.trace})
     df, meta = load(args)
     report = validate_table(df, meta, context_dir=args.context_dir, name=Path(args.trace).name)
     print(report.describe())
