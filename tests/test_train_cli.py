@@ -61,13 +61,15 @@ def test_sweep_picks_a_write_rate(small, cli) -> None:
 
 
 @pytest.mark.parametrize("args,fragment", [
-    (["--target-write-rate", "0"], "--target-write-rate must be > 0"),
-    (["--cache-gb", "-1"], "--cache-gb must be > 0"),
+    (["--target-write-rate", "0"], "argument --target-write-rate: must be >= 1e-06 MB/s"),
+    (["--cache-gb", "-1"], "argument --cache-gb: must be >= 1e-06 GB"),
+    (["--cache-gb", "1e-300"], "argument --cache-gb: must be >= 1e-06 GB, got 1e-300"),
 ])
 def test_bad_options(small, cli, args: list[str], fragment: str) -> None:
     d, env = small
     proc = cli("train", "--trace", d / "t.trace", "-o", d / "x", *args, env=env)
-    assert proc.returncode == 1 and fragment in proc.stderr
+    assert proc.returncode == 2 and fragment in proc.stderr
+    assert "Traceback" not in proc.stderr
     assert not (d / "x").exists()
     proc = cli("train", "--trace", d / "missing.trace", "-o", d / "x", env=env)
     assert proc.returncode == 1 and "missing.trace: no such file" in proc.stderr
@@ -88,4 +90,5 @@ def test_trace_shorter_than_the_training_window(small, cli, cloudphysics_path: P
     assert not out.exists()
     proc = cli(cmd, "--trace", cloudphysics_path, "--format", "cloudphysics", "-o", out,
                "--train-hours", "-1", env=env)
-    assert proc.returncode == 1 and "--train-hours must be > 0" in proc.stderr
+    assert proc.returncode == 2 and "argument --train-hours: must be >= 0.001 hours" \
+        in proc.stderr
