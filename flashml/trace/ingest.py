@@ -199,13 +199,16 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
                 counts = reader.expansion(df)
                 _check_expansion(reader, df, counts, expanded, max_expansion)
                 expanded += int(counts.sum())
-                if spreader is not None:
-                    spreader.add(reader.to_canonical(df))
-                    for batch in spreader.until(float(df[reader.time_column][-1])):
-                        emit(batch)
-                    continue
                 for lo, hi in _slices(counts, row_budget):
-                    emit(reader.to_canonical(df.slice(lo, hi - lo)))
+                    part = df.slice(lo, hi - lo)
+                    if spreader is None:
+                        emit(reader.to_canonical(part))
+                        continue
+                    # later lines start no earlier than this slice's last: what is due by
+                    # then is final
+                    spreader.add(reader.to_canonical(part))
+                    for batch in spreader.until(float(part[reader.time_column][-1])):
+                        emit(batch)
             if spreader is not None:
                 for batch in spreader.until(None):
                     emit(batch)
