@@ -119,10 +119,12 @@ def _tree(folder: Path) -> dict[str, Any]:
 
 
 def _mlflow_runs(home: Path) -> dict[str, str]:
+    """{run id: status} of the store's top-level runs (not the nested ones)."""
     code = ("import json, mlflow; from flashml.tracking import tracking_uri; "
             "mlflow.set_tracking_uri(tracking_uri()); c = mlflow.MlflowClient(); "
             "print(json.dumps({r.info.run_id: r.info.status for e in c.search_experiments() "
-            "for r in c.search_runs([e.experiment_id])}))")
+            "for r in c.search_runs([e.experiment_id]) "
+            "if 'mlflow.parentRunId' not in r.data.tags}))")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(home),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -366,3 +368,16 @@ def test_two_pipeline_runs_on_one_folder(tmp_path: Path) -> None:
     runs = _mlflow_runs(home)
     assert sorted(runs) == sorted([got["mlflow_run_id"], want["mlflow_run_id"]]), runs
     assert not (shared / ".flashml.lock").exists() and not (shared / ".flashml.undo").exists()
+
+
+def test_a_failed_pipeline_run_on_a_new_folder_leaves_nothing(tmp_path: Path) -> None:
+    """`flashml pipeline run` on a trace too short for its training window fails after
+    ingest wrote the generated trace, settings.json, accesses.parquet and gx/ into the
+    folder: the folder and the parents the run made are gone, only the error remains."""
+    home, out = tmp_path / "home", tmp_path / "new" / "run"
+    p = _flashml("pipeline", "run", "--accesses", "2000", "--days", "0.5", "-o", out,
+                 home=home)
+    _, err = p.communicate(timeout=900)
+    assert p.returncode == 1, err[-3000:]
+    assert "flashml: error: " in err and "the trace spans" in err, err[-3000:]
+    assert not (tmp_path / "new").exists(), _tree(tmp_path / "new")

@@ -245,10 +245,10 @@ def _holder(fd: int) -> dict[str, Any]:
 
 class RunFolder:
     """A run folder used as a transaction (the module docstring has the rules): `with
-    RunFolder(path) as folder:` locks it, refuses links, keeps an undo
-    copy; `folder.commit()` keeps what is there now (a completed stage); the block's end
-    commits on success or an interrupt and undoes on an error. `folder.run` is the
-    `RunDir`."""
+    RunFolder(path) as folder:` locks it, refuses links, keeps an undo copy;
+    `folder.commit()` keeps what is there now (a completed stage); the block's end commits
+    on success or an interrupt and undoes on an error. `folder.run` is the `RunDir`. `option`
+    names the folder in errors (the CLI's -o)."""
 
     def __init__(self, path: str | os.PathLike[str], *, option: str = "-o") -> None:
         self.path = Path(path)
@@ -264,6 +264,9 @@ class RunFolder:
         try:
             st = os.stat(p)
         except FileNotFoundError:
+            if os.path.lexists(p):
+                raise UserError(f"{p}: option {self.option}: a symlink to nothing; choose "
+                                "another run folder") from None
             st = None
         except OSError as e:
             raise UserError(f"{p}: option {self.option}: {e.strerror}") from None
@@ -477,7 +480,11 @@ class RunFolder:
         if failed:
             log.info("%s: the run failed; the folder is put back as it was before it",
                      self.path)
-            self._abandon(undo=True)
+            try:
+                self._abandon(undo=True)
+            except Exception as e:  # the job's own error is the one to report
+                log.error("%s: could not put the run folder back (%s); the next run on it "
+                          "finishes that", self.path, e)
             return
         try:
             shutil.rmtree(self.undo, ignore_errors=True)
