@@ -284,8 +284,8 @@ def test_parallel_workers_share_the_study(tmp_path: Path) -> None:
 def test_a_failing_worker_fails_the_sweep(tmp_path: Path) -> None:
     """A worker whose trial raises: the sweep stops with an error naming the worker and the
     trial's error, instead of hanging or finishing without that point."""
-    # the worker takes part in every round (sync "share"), and every point after the first
-    # round's lowest three is above 5 MB/s: it gets one
+    # the worker takes part in every round (sync "share"), and every point but the first
+    # round's lowest two (2.5 and 4.4 MB/s) is above 5 MB/s: it gets one
     res = _sweep(tmp_path, fails=True, trials=6, saturation_mbps=400.0, scale_mbps=60.0,
                  workers=2, trial_s=0.3, worker_fails_at=5.0, sync="share")
     assert "sweep workers failed" in res["stderr"]
