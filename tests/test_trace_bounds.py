@@ -391,3 +391,19 @@ def test_object_traces_refuse_times_beyond_1e12_seconds(tmp_path: Path, time: st
     with pytest.raises(TraceError, match=r"o.csv:3: field 'time': time must be a finite "
                        r"number within 1e\+12 s of the epoch"):
         read_objects_csv(src)
+
+
+@pytest.mark.parametrize("command", [["ingest", "-o", "out.parquet"], ["sample", "--size", "50",
+                                     "-o", "out.parquet"], ["stats"], ["validate"],
+                                     ["ingest", "--format", "objects-csv", "-o", "o.parquet"]])
+def test_a_fifo_input_is_refused_not_a_hang(tmp_path: Path, capsys, monkeypatch,
+                                            command: list[str]) -> None:
+    """Opening a FIFO given as the trace waited for a writer for ever."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLASHML_HOME", str(tmp_path / "state"))
+    fifo = tmp_path / "in.trace"
+    os.mkfifo(fifo)
+    rc, err = run_main(capsys, "trace", command[0], fifo, *command[1:])
+    assert rc == 1, err
+    assert f"flashml: error: {fifo}: is a FIFO, not a regular file" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.trace"]

@@ -33,6 +33,7 @@ from flashml.config import UNITS
 from flashml.errors import TraceError
 from flashml.files import atomic_path
 from flashml.trace.limits import MIN_SAMPLE_RATIO
+from flashml.trace.textio import check_input
 
 CORE_SCHEMA: dict[str, pl.DataType] = {
     "time": pl.Float64(),
@@ -151,8 +152,7 @@ def read_table(path: str | os.PathLike[str]) -> tuple[pl.DataFrame, TraceMeta]:
     of their types (or castable to them) and without nulls. A damaged file is a TraceError
     naming it."""
     path = Path(path)
-    if not path.exists():
-        raise TraceError(path, "no such file")
+    check_input(path)
     meta = read_meta(path)
     try:
         df = pl.read_parquet(path)

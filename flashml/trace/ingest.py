@@ -61,7 +61,13 @@ from flashml.trace.readers.base import (
 )
 from flashml.trace.readers.tectonic import MAX_OP_COUNT
 from flashml.trace.spread import ROW_BUDGET, Spreader
-from flashml.trace.textio import CHUNK_BYTES, first_data_line, iter_chunks, open_binary
+from flashml.trace.textio import (
+    CHUNK_BYTES,
+    check_input,
+    first_data_line,
+    iter_chunks,
+    open_binary,
+)
 
 log = logging.getLogger(__name__)
 MAX_CHUNK_BYTES = 1 << 30
@@ -354,8 +360,7 @@ def canonical_path(path: str | Path, fmt: str | None = None, *,
     None). `sample_ratio` and `options` (reader options, `progress`) go to ingest; a canonical
     table's sample-ratio override is the caller's (`with_sample_ratio`)."""
     path = Path(path)
-    if not path.exists():
-        raise TraceError(path, "no such file")
+    check_input(path)
     if is_parquet(path) and fmt in (None, "parquet"):
         yield path, None
         return

@@ -35,6 +35,7 @@ from flashml.trace.canonical import MAX_TIME_S
 # Object-trace formats (flashml/trace/formats.py); `csv` is another name for `objects-csv`
 # (issue 16's `--format cloudphysics|csv|parquet`).
 from flashml.trace.formats import OBJECT_FORMATS
+from flashml.trace.textio import check_input
 
 OBJECTS_CSV_COLUMNS = ("time", "key", "size")
 U64_MAX = (1 << 64) - 1
@@ -45,8 +46,7 @@ def read_objects(path: str | Path, fmt: str = "cloudphysics") -> pl.DataFrame:
     the format has one, one row per request. A `TraceError` naming the file (and the line
     or row, and the field) for input it cannot take."""
     path = Path(path)
-    if not path.exists():
-        raise TraceError(path, "no such file")
+    check_input(path)
     if fmt == "cloudphysics":
         df = _read_named_csv(path, {"lbn": "u64", "size": "u64"}, {"time": "f64"},
                              "CloudPhysics CSV (version,time,op,size,lbn)", allow_empty=True)
@@ -237,8 +237,7 @@ def read_objects_csv(path: str | Path) -> pl.DataFrame:
     """An `objects-csv` trace (module docstring) as (key u64, size u64, time f64); a
     `TraceError` naming the file, line and field for the first bad row."""
     path = Path(path)
-    if not path.exists():
-        raise TraceError(path, "no such file")
+    check_input(path)
     df = _read_named_csv(path, {"time": "f64", "key": "u64", "size": "u64"}, {},
                          "objects-csv trace (time,key,size)")
     df = df.with_row_index("_row")

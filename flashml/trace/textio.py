@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -78,15 +80,32 @@ def _decode_errors() -> tuple[type[BaseException], ...]:
     return (*_DECODE_ERRORS, zstandard.ZstdError)
 
 
+def check_input(path: Path) -> None:
+    """A TraceError unless `path` is a regular file (after symlinks): missing, a folder, or
+    a FIFO, socket or device (opening a FIFO would wait for a writer for ever, and a trace
+    is read more than once)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise TraceError(path, "no such file") from None
+    except (OSError, ValueError) as e:
+        raise TraceError(path, f"cannot open ({getattr(e, 'strerror', None) or e})") from None
+    if stat.S_ISDIR(mode):
+        raise TraceError(path, "is a directory, expected a trace file")
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "not a regular file")
+        raise TraceError(path, f"is {kind}, not a regular file: give the trace as a file "
+                         "(it is read more than once)")
+
+
 def open_binary(path: Path) -> tuple[BinaryIO, BinaryIO]:
     """Open `path` for reading, decompressing .gz/.zst by suffix or magic bytes.
 
     Returns (stream, raw file); the raw file's position tracks progress through the input.
     """
-    if not path.exists():
-        raise TraceError(path, "no such file")
-    if path.is_dir():
-        raise TraceError(path, "is a directory, expected a trace file")
+    check_input(path)
     try:
         raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through the returned stream
         magic = raw.read(4)
