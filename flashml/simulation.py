@@ -404,9 +404,10 @@ def _policy_core_args(policy: Any, need: Any, unverified: bool) -> dict[str, Any
 
 
 def _note_unverified(res: SimResult, args: dict[str, Any]) -> SimResult:
-    res.info["policy_sha256"] = args["sha256"]
-    if args["unverified"]:
-        res.info["unverified"] = True
+    """An unverified policy says so in the result: info["unverified"] and the sha256 of the
+    .so that ran (info["policy_sha256"])."""
+    if args.get("unverified"):
+        res.info.update(unverified=True, policy_sha256=args["sha256"])
     return res
 
 
@@ -418,9 +419,9 @@ def simulate_policy(table: Any, policy: Any, config: SimConfig | None = None, *,
     calls the .so on each miss. The bundle is verified first (manifest schema, ABI,
     contract, size, sha256, ELF) and Rust maps exactly the bytes it checked again; the
     .so's ABI version and contract hash are checked on load. A .so without a manifest is
-    refused unless `unverified` (info["unverified"] is then True). Thresholds default to the
-    policy's own; `config`'s admission/prefetch settings are ignored. info["policy_sha256"]
-    is the sha256 of the .so that ran."""
+    refused unless `unverified`. Thresholds default to the policy's own; `config`'s
+    admission/prefetch settings are ignored. info["unverified"] is True
+    and info["policy_sha256"] (the sha256 of the .so that ran) with `unverified`."""
     config = config or SimConfig()
     args = _policy_core_args(policy, ("admission", "prefetch"), unverified)
     cols = _feature_arrays(table)
@@ -583,9 +584,7 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
         memory_window=memory_window, record_victims=record_victims, controller=controller,
         reuse_predictions=reuse_predictions))
     if pred.get("unverified"):
-        out["unverified"] = True
-    if "sha256" in pred:
-        out["policy_sha256"] = pred["sha256"]
+        out.update(unverified=True, policy_sha256=pred["sha256"])
     return out
 
 
@@ -670,9 +669,7 @@ def simulate_mat_flash(table: Any, config: SimConfig | None = None, *, admit: An
         size_bytes=pred.get("size_bytes"), collect_samples=bool(collect_samples), **knobs)
     res = MatSimResult(metrics=out["metrics"], series=out["series"], info=out["info"],
                        config=config, samples=out.get("samples"))
-    if "sha256" in pred:
-        _note_unverified(res, {**pred})
-    return res
+    return _note_unverified(res, pred)
 
 
 def eviction_features(keys: Any, sizes: Any, queries: Any,

@@ -216,11 +216,11 @@ double flashml_eviction_age_s(void) {{ return 1.0; }}
 def test_abi_and_contract_mismatch_refused(trace, tmp_path, abi, hash_, nf, message) -> None:
     so = _fake_so(tmp_path, abi, hash_ or contract().hash, nf)
     with pytest.raises(ValueError, match=message):
-        flashml_sim.policy_info(str(so))
+        flashml_sim.policy_info(str(so), unverified=True)
     with pytest.raises(ValueError, match=message):
-        simulate_policy(trace, so, SimConfig(warmup_s=60.0))
+        simulate_policy(trace, so, SimConfig(warmup_s=60.0), unverified=True)
     with pytest.raises(UserError, match=message):
-        PolicyLibrary(so)
+        PolicyLibrary(so, unverified=True)
 
 
 def test_not_a_policy(tmp_path) -> None:
@@ -229,9 +229,9 @@ def test_not_a_policy(tmp_path) -> None:
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(tmp_path / "e.c")],
                    check=True)
     with pytest.raises(ValueError, match="not a flashml policy: flashml_policy_abi_version"):
-        flashml_sim.policy_info(str(so))
+        flashml_sim.policy_info(str(so), unverified=True)
     with pytest.raises(ValueError, match="no such policy"):
-        flashml_sim.policy_info(str(tmp_path / "missing.so"))
+        flashml_sim.policy_info(str(tmp_path / "missing.so"), unverified=True)
 
 
 def test_cli_errors(cli, tmp_path, bundle_copy) -> None:

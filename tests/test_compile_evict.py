@@ -310,11 +310,16 @@ def test_mat_only_bundle_refused_for_admission(mat_bundle, trace, work) -> None:
         PolicyLibrary(mat_bundle / "policy.so")
     with pytest.raises(UserError, match=msg):
         simulate_policy(trace, mat_bundle, SimConfig(warmup_s=60.0))
-    # the simulator's own check (the .so given directly: no manifest to read)
-    with pytest.raises(ValueError, match=f"{re.escape(str(mat_bundle))}: refused: the policy "
+    # the .so given directly is checked against the manifest beside it
+    with pytest.raises(UserError, match=f"{re.escape(str(mat_bundle))}: refused: .*{msg}"):
+        simulate_policy(trace, mat_bundle / "policy.so", SimConfig(warmup_s=60.0))
+    # the simulator's own check (an unverified .so: no manifest read)
+    bare = work / "mat-bare.so"
+    shutil.copy(mat_bundle / "policy.so", bare)
+    with pytest.raises(ValueError, match=f"{re.escape(str(bare))}: refused: the policy "
                                          f"bundle has no admission capability .*"
                                          f"flashml_policy_num_features; it has: eviction"):
-        simulate_policy(trace, mat_bundle / "policy.so", SimConfig(warmup_s=60.0))
+        simulate_policy(trace, bare, SimConfig(warmup_s=60.0), unverified=True)
     parquet = next((work / "trace").glob("*.parquet"))
     r = run_cli("sim", "run", "--trace", parquet, "--policy", mat_bundle)
     assert r.returncode == 1 and msg in r.stderr and str(mat_bundle) in r.stderr, r.stderr
@@ -401,13 +406,14 @@ def test_foreign_truncated_and_mismatched_are_refused(mat_bundle, tmp_path) -> N
     garbage = tmp_path / "garbage.so"
     garbage.write_bytes(b"\x7fELF garbage" * 10)
     with pytest.raises(UserError, match="garbage.so: not a 64-bit ELF shared object"):
-        PolicyLibrary(garbage, need="eviction")
+        PolicyLibrary(garbage, need="eviction", unverified=True)
     # a truncated .so under a manifest that vouches for it: refused before dlopen
     d = tmp_path / "trunc-vouched"
     shutil.copytree(mat_bundle, d)
     (d / "policy.so").write_bytes(data[: len(data) // 2])
     m = json.loads((d / "manifest.json").read_text())
     m["sha256"] = sha256_file(d / "policy.so")
+    m["size_bytes"] = (d / "policy.so").stat().st_size
     (d / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(UserError, match="policy.so: truncated ELF file"):
         load_policy(d, need="eviction")
@@ -417,12 +423,14 @@ def test_foreign_truncated_and_mismatched_are_refused(mat_bundle, tmp_path) -> N
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(foreign), str(tmp_path / "foreign.c")],
                    check=True)
     with pytest.raises(UserError, match="not a flashml policy"):
-        PolicyLibrary(foreign, need="eviction")
+        PolicyLibrary(foreign, need="eviction", unverified=True)
     with pytest.raises(UserError, match="eviction contract mismatch"):
-        PolicyLibrary(_fake_evict_so(tmp_path, "e" * 64), need="eviction")
+        PolicyLibrary(_fake_evict_so(tmp_path, "e" * 64), need="eviction", unverified=True)
     with pytest.raises(UserError, match="reads 43 features"):
-        PolicyLibrary(_fake_evict_so(tmp_path, eviction.contract().hash, 43), need="eviction")
-    ok = PolicyLibrary(_fake_evict_so(tmp_path, eviction.contract().hash), need="eviction")
+        PolicyLibrary(_fake_evict_so(tmp_path, eviction.contract().hash, 43), need="eviction",
+                      unverified=True)
+    ok = PolicyLibrary(_fake_evict_so(tmp_path, eviction.contract().hash), need="eviction",
+                       unverified=True)
     assert ok.evict_memory_window == 1000
 
 

@@ -280,7 +280,7 @@ def test_so_predictor(region1, tmp_path):
     so = build_so(tmp_path, "int flashml_evict_num_features(void) { return 44; }\n"
                   "double flashml_evict_initial_threshold(void) { return 3.0; }\n"
                   "double flashml_evict_predict(const double *f) { (void)f; return 1e300; }\n")
-    r = simulate_mat_flash(df, cfg, predictor=so)
+    r = simulate_mat_flash(df, cfg, predictor=so, unverified=True)
     lru = simulate(df, cfg)
     assert (r.info["hits"], r.metrics["peak_dt_util"]) == (lru.info["hits"],
                                                           lru.metrics["peak_dt_util"])
@@ -293,7 +293,7 @@ def test_so_predictor(region1, tmp_path):
     so2.mkdir()
     src = build_so(so2, "double flashml_evict_predict(const double *f) { return log1p(f[0]); }\n")
     src.rename(so2 / "policy.so")
-    r2 = simulate_mat_flash(df, cfg, predictor=so2, mat={"max_candidates": 3})
+    r2 = simulate_mat_flash(df, cfg, predictor=so2, mat={"max_candidates": 3}, unverified=True)
     assert r2.metrics["mat_predictions"] == 3 * r2.metrics["mat_decisions"]
     assert r2.metrics["mat_reinsertions"] == 2 * r2.metrics["mat_decisions"]
 

@@ -362,7 +362,7 @@ def test_so_huge_prediction_is_lru_with_one_try(cp, tmp_path):
                   "{ (void)f; return 1e300; }\n")
     keys, sizes = cp
     lru = simulate_objects(keys, sizes, 1000, "lru", "objects")
-    r = simulate_objects_mat(keys, sizes, 1000, "objects", predictor=so)
+    r = simulate_objects_mat(keys, sizes, 1000, "objects", predictor=so, unverified=True)
     assert (r["hits"], r["evictions"]) == (lru["hits"], lru["evictions"])
     assert r["predictions"] == r["evictions"] and r["reinsertions"] == 0
     # every victim at the first try (r = 1 < k): T rises by (1 + delta) per eviction
@@ -380,7 +380,7 @@ def test_so_of_a_feature_equals_slow_mat(tmp_path):
 
     for cap, unit, k in [(40, "objects", 2.0), (3000, "bytes", 3.0)]:
         want = slow_mat(keys, sizes, cap, unit, predict, k=k, features=True)
-        r = simulate_objects_mat(keys, sizes, cap, unit, predictor=str(so), k=k)
+        r = simulate_objects_mat(keys, sizes, cap, unit, predictor=str(so), unverified=True, k=k)
         same_counts(r, want)
         assert r["predictions"] > r["evictions"] > 0 and r["reinsertions"] > 0
 
@@ -389,7 +389,7 @@ def test_so_exports_are_defaults_and_identity_is_checked(tmp_path):
     keys, sizes = synthetic(2000, 100, seed=3)
     so = build_so(tmp_path, IDENTITY + knobs_c(3.0, 4, 0.01, 77.0, 4096) + PREDICT_3AGE,
                   "knobs")
-    r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so)
+    r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, unverified=True)
     assert r["params"] == {"k": 3.0, "max_candidates": 4, "delta": 0.01,
                            "initial_threshold": 77.0, "memory_window": 4096,
                            "collect_samples": False, "predictor": str(so),
@@ -399,17 +399,20 @@ def test_so_exports_are_defaults_and_identity_is_checked(tmp_path):
                     k=3.0, L=4, delta=0.01, t0=77.0, window=4096, features=True)
     same_counts(r, want)
     # explicit arguments win
-    r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, k=2, max_candidates=10,
+    r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, unverified=True, k=2,
+                             max_candidates=10,
                              delta=1e-4, initial_threshold=5, memory_window=W)
     assert r["params"]["k"] == 2 and r["params"]["memory_window"] == W
     # a bundle folder holding policy.so
     (tmp_path / "bundle").mkdir()
     shutil.copy(so, tmp_path / "bundle" / "policy.so")
     assert simulate_objects_mat(keys, sizes, 30, "objects",
-                                predictor=tmp_path / "bundle")["params"]["k"] == 3.0
+                                predictor=tmp_path / "bundle",
+                                unverified=True)["params"]["k"] == 3.0
     # no identity exported: accepted (the caller vouches for the layout)
     bare = build_so(tmp_path, PREDICT_3AGE, "bare")
-    assert simulate_objects_mat(keys, sizes, 30, "objects", predictor=bare)["evictions"] > 0
+    assert simulate_objects_mat(keys, sizes, 30, "objects", predictor=bare,
+                                unverified=True)["evictions"] > 0
 
 
 @pytest.mark.parametrize("body, match", [
@@ -422,7 +425,7 @@ def test_so_exports_are_defaults_and_identity_is_checked(tmp_path):
 def test_so_bad_policies(tmp_path, body, match):
     so = build_so(tmp_path, body)
     with pytest.raises(ValueError, match=match):
-        simulate_objects_mat([1, 2, 3], [1, 1, 1], 1, "objects", predictor=so)
+        simulate_objects_mat([1, 2, 3], [1, 1, 1], 1, "objects", predictor=so, unverified=True)
 
 
 # ---------------------------------------------------------------- training samples
@@ -499,18 +502,20 @@ def test_the_mean_controller_against_the_slow_replay(tmp_path):
     keys, sizes = synthetic(4000, 150, seed=5)
     knobs = knobs_c(2.0, 5, 0.02, 30.0, 4096, controller=1)
     so = build_so(tmp_path, IDENTITY + knobs + PREDICT_3AGE, "mean")
-    r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so)
+    r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, unverified=True)
     assert r["params"]["controller"] == "mean"
     want = slow_mat(keys, sizes, 30, "objects", lambda _l, f: math.expm1(math.log1p(3 * f[0])),
                     k=2.0, L=5, delta=0.02, t0=30.0, window=4096, features=True,
                     controller="mean")
     same_counts(r, want)
-    sign = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, controller="sign")
+    sign = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, unverified=True,
+                                controller="sign")
     assert sign["params"]["controller"] == "sign"
     assert sign["hits"] != r["hits"] or sign["predictions"] != r["predictions"]
     assert abs(r["predictions_per_eviction"] - 2.0) < 0.1
     with pytest.raises(ValueError, match="controller"):
-        simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, controller="median")
+        simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, unverified=True,
+                             controller="median")
 
 
 def test_reused_predictions_against_the_slow_replay(tmp_path):
@@ -522,7 +527,7 @@ def test_reused_predictions_against_the_slow_replay(tmp_path):
     keys, sizes = synthetic(4000, 150, seed=7)
     knobs = knobs_c(4.0, 8, 0.02, 30.0, 4096, controller=1, reuse_predictions=1)
     so = build_so(tmp_path, IDENTITY + knobs + PREDICT_3AGE, "reuse")
-    r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so)
+    r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, unverified=True)
     assert r["params"]["reuse_predictions"] is True
     want = slow_mat(keys, sizes, 30, "objects", lambda _l, f: math.expm1(math.log1p(3 * f[0])),
                     k=4.0, L=8, delta=0.02, t0=30.0, window=4096, features=True,
@@ -531,7 +536,7 @@ def test_reused_predictions_against_the_slow_replay(tmp_path):
     assert r["reused_predictions"] == want["reused_predictions"] > r["evictions"] // 4
     taken = (r["predictions"] + r["reused_predictions"]) / r["evictions"]
     assert r["candidates_per_eviction"] == pytest.approx(taken)
-    fresh = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so,
+    fresh = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, unverified=True,
                                  reuse_predictions=False)
     assert fresh["reused_predictions"] == 0
     assert fresh["predictions_per_eviction"] > r["predictions_per_eviction"]

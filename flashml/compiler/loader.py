@@ -301,11 +301,21 @@ def _loaded(name: str) -> bool:
     return True
 
 
+#: MFD_EXEC (Linux 6.3; older kernels refuse it with EINVAL, and every memfd is executable).
+_MFD_EXEC = 0x0010
+
+
 def map_verified(v: VerifiedSo) -> Any:
     """Map exactly `v`'s bytes: copied into a sealed memfd (no shrink, grow, write; seals
     sealed) and dlopen()ed as /proc/self/fd/N, a name no other loaded object has. Returns the
     ctypes library."""
-    fd = os.memfd_create("flashml-policy", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:  # executable where the kernel tells memfds apart (vm.memfd_noexec)
+        fd = os.memfd_create("flashml-policy",
+                             os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | _MFD_EXEC)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise UserError(f"{v.path}: cannot load: memfd_create: {e.strerror}") from None
+        fd = os.memfd_create("flashml-policy", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     extra: list[int] = []
     try:
         with open(fd, "wb", closefd=False, buffering=0) as f:

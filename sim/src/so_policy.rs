@@ -243,13 +243,18 @@ fn map_bytes(data: &[u8], p: &str) -> Result<Library, SimError> {
             std::io::Error::last_os_error()
         ))
     };
-    // SAFETY: a NUL-terminated name; the returned descriptor is owned by `file` below.
-    let fd = unsafe {
-        libc::memfd_create(
-            c"flashml-policy".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
+    // MFD_EXEC (Linux 6.3): executable where the kernel tells memfds apart
+    // (vm.memfd_noexec); older kernels refuse the flag with EINVAL (every memfd executable).
+    const MFD_EXEC: libc::c_uint = 0x0010;
+    let create = |flags: libc::c_uint| {
+        // SAFETY: a NUL-terminated name; the returned descriptor is owned by `file` below.
+        unsafe { libc::memfd_create(c"flashml-policy".as_ptr(), flags) }
     };
+    let base = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    let mut fd = create(base | MFD_EXEC);
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        fd = create(base);
+    }
     if fd < 0 {
         return Err(sys("memfd_create"));
     }
