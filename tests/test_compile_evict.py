@@ -638,10 +638,11 @@ def test_runtime_capabilities(harness, mat_bundle, combined, booster, data, work
     assert "no eviction capability" in out and "lists: admission, prefetch" in out
     d = _tamper(mat_bundle, tmp_path / "hash", evict_contract_hash="a" * 64)
     assert "field 'evict_contract_hash' is aaaa" in run("evict", d)
-    d = _tamper(mat_bundle, tmp_path / "noevict", capabilities=[])
+    d = _tamper(mat_bundle, tmp_path / "noevict", capabilities=["prefetch"])
     assert "no eviction capability (" in run("evict", d)
     d = _tamper(mat_bundle, tmp_path / "lying", capabilities=["eviction"],
-                sha256=sha256_file(adm / "policy.so"))
+                sha256=sha256_file(adm / "policy.so"),
+                size_bytes=(adm / "policy.so").stat().st_size)
     shutil.copy(adm / "policy.so", d / "policy.so")
     assert "no symbol flashml_evict_num_features" in run("evict", d)
 
