@@ -91,7 +91,7 @@ int cli_guard_check(struct cli_guard *g);
 int cli_guard_lock(struct cli_guard *g, const char *opt, const char *path, int exclusive, int create);
 /* Test hook (FLASHRT_TEST_HOLD=PATH): waits with the locks held until PATH exists. */
 int cli_guard_hold(void);
-/* Drops the locks; `failed`: removes the files the locks created that are still empty. */
+/* Drops the locks; `failed`: removes the files the locks created (this run made them). */
 void cli_guard_release(struct cli_guard *g, int failed);
 
 /* `flashrt replay` (cli_replay.c); argv holds the options after the command. */

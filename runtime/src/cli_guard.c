@@ -186,9 +186,8 @@ int cli_guard_hold(void) {
 void cli_guard_release(struct cli_guard *g, int failed) {
     for (size_t i = 0; i < sizeof g->locks / sizeof g->locks[0]; i++) {
         if (g->locks[i].fd < 0) continue;
-        struct stat st;
-        /* a file this command created and left empty on failure goes away */
-        if (failed && g->locks[i].created && fstat(g->locks[i].fd, &st) == 0 && st.st_size == 0) unlink(g->locks[i].path);
+        /* a file this run created (O_EXCL: nothing of the user's) goes away when it fails */
+        if (failed && g->locks[i].created) unlink(g->locks[i].path);
         close(g->locks[i].fd);
         g->locks[i].fd = -1;
     }

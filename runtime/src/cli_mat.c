@@ -119,6 +119,7 @@ int cli_mat_replay(int argc, char **argv) {
         const char *v, *a = argv[i];
 #define OPT(name) (v = cli_optval(argc, argv, &i, name))
 #define BAD(name) do { fprintf(stderr, "flashrt mat-replay: error: %s: invalid value '%s'\n", name, v); return 2; } while (0)
+#define BADR(name, what) do { fprintf(stderr, "flashrt mat-replay: error: %s: invalid value '%s' (expected %s)\n", name, v, what); return 2; } while (0)
         if (OPT("--bundle")) bundle = v;
         else if (OPT("--trace")) trace = v;
         else if (OPT("--format")) format = v;
@@ -133,7 +134,7 @@ int cli_mat_replay(int argc, char **argv) {
             else if (!strcmp(v, "on")) cfg.direct = FLASHRT_DIRECT_ON;
             else if (!strcmp(v, "off")) cfg.direct = FLASHRT_DIRECT_OFF;
             else BAD("--direct");
-        } else if (OPT("--k")) { if (cli_parse_double(v, &cfg.k) || !(cfg.k > 0)) BAD("--k"); }
+        } else if (OPT("--k")) { if (cli_parse_double(v, &cfg.k) || !(cfg.k > 0 && cfg.k <= 1e6)) BADR("--k", "predictions per eviction in (0, 1e6]"); }
         else if (OPT("--max-candidates")) { if (cli_parse_uint(v, &u) || u == 0 || u > 1000000) BAD("--max-candidates"); cfg.max_candidates = (uint32_t)u; }
         else if (OPT("--controller")) {
             if (!strcmp(v, "sign")) cfg.controller = 0;
@@ -146,7 +147,7 @@ int cli_mat_replay(int argc, char **argv) {
         } else if (OPT("--delta")) { if (cli_parse_double(v, &cfg.delta) || !(cfg.delta >= 0 && cfg.delta < 1)) BAD("--delta"); }
         else if (OPT("--initial-threshold")) {
             if (!strcmp(v, "auto")) cfg.initial_threshold = 0.0;
-            else if (cli_parse_double(v, &cfg.initial_threshold) || !(cfg.initial_threshold > 0)) BAD("--initial-threshold");
+            else if (cli_parse_double(v, &cfg.initial_threshold) || !(cfg.initial_threshold > 0 && cfg.initial_threshold <= 1e18)) BADR("--initial-threshold", "auto or logical requests in (0, 1e18]");
         } else if (OPT("--memory-window")) { if (cli_parse_uint(v, &cfg.memory_window) || cfg.memory_window == 0) BAD("--memory-window"); }
         else if (OPT("--decisions-out")) { if (!*v) BAD("--decisions-out"); dec_path = v; }
         else if (OPT("--candidates-out")) { if (!*v) BAD("--candidates-out"); cand_path = v; }
@@ -160,6 +161,7 @@ int cli_mat_replay(int argc, char **argv) {
             return 2;
         }
 #undef BAD
+#undef BADR
 #undef OPT
     }
     const char *missing = !bundle && !no_model ? "--bundle (or --no-model)" : !trace || !*trace ? "--trace"

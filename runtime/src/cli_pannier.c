@@ -287,7 +287,7 @@ int cli_pannier_replay(int argc, char **argv) {
             else if (!strcmp(v, "pannier")) cfg.policy = FRT_PN_PANNIER;
             else BAD("--policy", "lru_plus or pannier");
         } else if (OPT("--tire-epbpd")) {
-            if (cli_parse_double(v, &d) || !(d > 0)) BAD("--tire-epbpd", "a lifespan target > 0 erasures per erase block per day");
+            if (cli_parse_double(v, &d) || !(d > 0 && d <= 1e12)) BAD("--tire-epbpd", "a lifespan target in (0, 1e12] erasures per erase block per day");
             cfg.has_tire = 1;
             cfg.tire_epbpd = d;
         } else if (OPT("--container-bytes")) { if (cli_parse_bytes(v, &u) || u == 0) BAD("--container-bytes", "a size such as 2MiB"); cfg.container_bytes = u; }
@@ -296,10 +296,10 @@ int cli_pannier_replay(int argc, char **argv) {
         else if (OPT("--promotion-pct")) { if (cli_parse_double(v, &d)) BAD("--promotion-pct", "a number"); cfg.promotion_pct = d; }
         else if (OPT("--lifetime-pct")) { if (cli_parse_double(v, &d)) BAD("--lifetime-pct", "a number"); cfg.lifetime_pct = d; }
         else if (OPT("--sample-pct")) { if (cli_parse_double(v, &d)) BAD("--sample-pct", "a number"); cfg.sample_pct = d; }
-        else if (OPT("--ghost-factor")) { if (cli_parse_double(v, &d)) BAD("--ghost-factor", "a number"); cfg.ghost_factor = d; }
-        else if (OPT("--tire-slack")) { if (cli_parse_double(v, &d)) BAD("--tire-slack", "a number"); cfg.tire_slack = d; }
+        else if (OPT("--ghost-factor")) { if (cli_parse_double(v, &d) || !(d >= 0 && d <= 1e6)) BAD("--ghost-factor", "a number in [0, 1e6]"); cfg.ghost_factor = d; }
+        else if (OPT("--tire-slack")) { if (cli_parse_double(v, &d) || !(d >= 0 && d <= 1e6)) BAD("--tire-slack", "a number in [0, 1e6]"); cfg.tire_slack = d; }
         else if (OPT("--tire-steps")) { if (cli_parse_uint(v, &u) || u == 0 || u > 16) BAD("--tire-steps", "1..16"); cfg.tire_steps = (uint32_t)u; }
-        else if (OPT("--quantum-s")) { if (cli_parse_double(v, &d) || !(d > 0)) BAD("--quantum-s", "seconds > 0"); cfg.quantum_s = d; }
+        else if (OPT("--quantum-s")) { if (cli_parse_double(v, &d) || !(d > 0 && d <= 1e12)) BAD("--quantum-s", "seconds in (0, 1e12]"); cfg.quantum_s = d; }
         else if (OPT("--stop-after")) { if (cli_parse_uint(v, &stop_after) || stop_after == 0) BAD("--stop-after", "a number of requests >= 1"); }
         else if (!strcmp(a, "--recover")) cfg.recover = 1;
         else if (!strcmp(a, "--sync")) cfg.sync = 1;

@@ -94,6 +94,7 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
         const char *a = argv[i];
 #define OPT(name) (v = cli_optval(argc, argv, &i, name))
 #define BAD(name) do { fprintf(stderr, "flashrt replay: error: %s: invalid value '%s'\n", name, v); return 2; } while (0)
+#define BADR(name, what) do { fprintf(stderr, "flashrt replay: error: %s: invalid value '%s' (expected %s)\n", name, v, what); return 2; } while (0)
         if (OPT("--policy")) o->policy_dir = v;
         else if (OPT("--fallback")) {
             if (strcmp(v, "none") && strcmp(v, "rejectx")) BAD("--fallback");
@@ -116,17 +117,17 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
             else if (!strcmp(v, "off")) cfg->direct = FLASHRT_DIRECT_OFF;
             else BAD("--direct");
         } else if (OPT("--sample-ratio")) { if (cli_parse_double(v, &o->sample_ratio) || !(o->sample_ratio > 0 && o->sample_ratio <= 100)) BAD("--sample-ratio"); }
-        else if (OPT("--write-rate-mbps")) { if (cli_parse_double(v, &cfg->write_rate_mbps) || cfg->write_rate_mbps < 0) BAD("--write-rate-mbps"); }
-        else if (OPT("--write-burst-s")) { if (cli_parse_double(v, &cfg->write_burst_s) || !(cfg->write_burst_s > 0)) BAD("--write-burst-s"); }
+        else if (OPT("--write-rate-mbps")) { if (cli_parse_double(v, &cfg->write_rate_mbps) || !(cfg->write_rate_mbps >= 0 && cfg->write_rate_mbps <= 1e9)) BADR("--write-rate-mbps", "MB/s in [0, 1e9]"); }
+        else if (OPT("--write-burst-s")) { if (cli_parse_double(v, &cfg->write_burst_s) || !(cfg->write_burst_s > 0 && cfg->write_burst_s <= 1e9)) BADR("--write-burst-s", "seconds in (0, 1e9]"); }
         else if (OPT("--rate-clock")) {
             if (!strcmp(v, "trace")) cfg->rate_clock = FLASHRT_CLOCK_TRACE;
             else if (!strcmp(v, "wall")) cfg->rate_clock = FLASHRT_CLOCK_WALL;
             else BAD("--rate-clock");
-        } else if (OPT("--warmup-s")) { if (cli_parse_double(v, &cfg->warmup_s) || cfg->warmup_s < 0) BAD("--warmup-s"); }
-        else if (OPT("--window-s")) { if (cli_parse_double(v, &cfg->window_s) || !(cfg->window_s > 0)) BAD("--window-s"); }
+        } else if (OPT("--warmup-s")) { if (cli_parse_double(v, &cfg->warmup_s) || !(cfg->warmup_s >= 0 && cfg->warmup_s <= 1e12)) BADR("--warmup-s", "seconds in [0, 1e12]"); }
+        else if (OPT("--window-s")) { if (cli_parse_double(v, &cfg->window_s) || !(cfg->window_s >= 1e-3 && cfg->window_s <= 1e9)) BADR("--window-s", "seconds in [0.001, 1e9]"); }
         else if (OPT("--disks")) { if (cli_parse_uint(v, &u) || u == 0 || u > 1000000) BAD("--disks"); cfg->disks = (unsigned)u; }
-        else if (OPT("--tracker-width-log2")) { if (cli_parse_uint(v, &u) || u > 24) BAD("--tracker-width-log2"); cfg->tracker_width_log2 = (unsigned)u; }
-        else if (OPT("--tracker-depth")) { if (cli_parse_uint(v, &u) || u > 8) BAD("--tracker-depth"); cfg->tracker_depth = (unsigned)u; }
+        else if (OPT("--tracker-width-log2")) { if (cli_parse_uint(v, &u) || u < 4 || u > 24) BADR("--tracker-width-log2", "an integer in [4, 24]"); cfg->tracker_width_log2 = (unsigned)u; }
+        else if (OPT("--tracker-depth")) { if (cli_parse_uint(v, &u) || u < 1 || u > 8) BADR("--tracker-depth", "an integer in [1, 8]"); cfg->tracker_depth = (unsigned)u; }
         else if (OPT("--fail-read-every")) { if (cli_parse_uint(v, &cfg->fail_read_every)) BAD("--fail-read-every"); }
         else if (OPT("--fail-write-every")) { if (cli_parse_uint(v, &cfg->fail_write_every)) BAD("--fail-write-every"); }
         else if (OPT("--limit")) { if (cli_parse_uint(v, &o->limit)) BAD("--limit"); }
@@ -141,6 +142,7 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
             return 2;
         }
 #undef BAD
+#undef BADR
 #undef OPT
     }
     const char *missing = !o->policy_dir ? "--policy" : !o->trace_path ? "--trace" : !cfg->flash_path ? "--flash"
