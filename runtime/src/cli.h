@@ -85,7 +85,8 @@ void cli_guard_add_suffix(struct cli_guard *g, const char *opt, const char *path
 void cli_guard_add_bundle(struct cli_guard *g, const char *opt, const char *dir);
 /* The checks above: 0, or 1 after printing the refusal naming both options. */
 int cli_guard_check(struct cli_guard *g);
-/* Locks PATH (created empty when missing and `create`): exclusive, or shared for a file only
+/* Locks PATH (created empty when missing and `create`; 2: and kept even when the run fails,
+ * for a file others depend on): exclusive, or shared for a file only
  * read; a flock plus a POSIX lock of one byte far past the end that carries the PID. Held
  * elsewhere: prints "PATH: in use by flashrt (pid N)" and returns 1 at once. */
 int cli_guard_lock(struct cli_guard *g, const char *opt, const char *path, int exclusive, int create);

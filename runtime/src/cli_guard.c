@@ -165,7 +165,7 @@ int cli_guard_lock(struct cli_guard *g, const char *opt, const char *path, int e
         return ERR("%s: in use by another process (%s)", path, opt);
     }
     g->locks[k].fd = fd;
-    g->locks[k].created = !existed;
+    g->locks[k].created = !existed && create != 2;
     snprintf(g->locks[k].path, sizeof g->locks[k].path, "%s", path);
     return 0;
 }

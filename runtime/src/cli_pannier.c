@@ -353,7 +353,7 @@ int cli_pannier_replay(int argc, char **argv) {
         cli_guard_add(&g, "--backing", backing, CLI_DEV);
         cli_guard_add_suffix(&g, "--backing's version log", backing, ".versions", CLI_DEV);
     }
-    if (cli_guard_check(&g) || (!no_data && (cli_guard_lock(&g, "--flash", flash, 1, !cfg.recover) || cli_guard_lock(&g, "--backing", backing, 1, 1))) ||
+    if (cli_guard_check(&g) || (!no_data && (cli_guard_lock(&g, "--flash", flash, 1, !cfg.recover) || cli_guard_lock(&g, "--backing", backing, 1, 2))) ||
         cli_guard_hold()) {
         cli_guard_release(&g, 1);
         return 1;
