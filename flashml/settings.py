@@ -333,9 +333,10 @@ class Number:
     def _u(self) -> str:
         return f" {self.unit}" if self.unit else ""
 
-    def expected(self) -> str:
-        """What the option takes, e.g. `a number > 0 and at most 1000000000 GB`."""
-        noun = "an integer" if self.kind is int else "a finite number"
+    def expected(self, noun: str = "a finite number") -> str:
+        """What the option takes, e.g. `a finite number > 0 and at most 1000000000 GB`
+        (`noun`: what a float is called)."""
+        noun = "an integer" if self.kind is int else noun
         parts = []
         if self.low is not None:
             parts.append(f"{'>' if self.low_open else '>='} {_num(self.low)}")
@@ -359,8 +360,8 @@ class Number:
         try:
             v: int | float = int(t) if self.kind is int else float(t)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {self.expected()}, got {text[:80]!r}"
-                                             ) from None
+            raise argparse.ArgumentTypeError(f"expected {self.expected('a number')}, got "
+                                             f"{text[:80]!r}") from None
         if isinstance(v, float) and not math.isfinite(v):
             raise argparse.ArgumentTypeError(f"expected {self.expected()}, got {text[:80]}")
         if (why := self.problem(v)) is not None:
