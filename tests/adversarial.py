@@ -91,6 +91,8 @@ class Case:
     timeout: float = 60.0
     env: dict[str, str] = field(default_factory=dict)
     runner: str = ""  # a RUNNERS entry instead of one command (concurrency, kill -9)
+    verdicts: tuple[int, ...] = ()
+    """Exit statuses that are the command's answer, not an error (regress: 1 = regressed)."""
     budget: float = 0.0
     """A job command (minutes even on a tiny input): still running after `budget` s means it
     took the value past the edge; it is stopped there and judged `ok` (or `accepted` for a
@@ -336,6 +338,8 @@ JOBS = {"trace validate": 8.0, "train": 8.0, "sweep": 8.0, "pipeline run": 8.0,
         "mat run": 8.0, "pannier run": 8.0, "mlcache run": 8.0, "kml run": 8.0, "ui": 6.0,
         "episodes build": 8.0}
 
+VERDICTS = {"regress": (1,)}  # exit 1: the candidate regressed (a result, no error line)
+
 # flashrt's replay commands: a valid base and their numeric options.
 RT_BASE: dict[str, tuple[list[str], list[str]]] = {
     "replay": (["--policy", "builtin:admitall", "--trace", "{rtrace}", "--flash",
@@ -421,7 +425,7 @@ def number_cases(values: list[str]) -> list[Case]:
                     id=f"number/{cmd} {opt}={v}", family="numbers", tool="flashml",
                     argv=[*cmd.split(), *rest, f"{opt}={v}"], files=files, inproc=True,
                     option=opt, must_refuse=v in MUST_REFUSE, timeout=timeout,
-                    budget=JOBS.get(cmd, 0.0)))
+                    budget=JOBS.get(cmd, 0.0), verdicts=VERDICTS.get(cmd, ())))
     for cmd, opts in RT_NUMERIC.items():
         base, files = RT_BASE[cmd]
         for opt in opts:
@@ -737,6 +741,9 @@ def subset(cases: list[Case], n: int, seed: int) -> list[Case]:
     for name, cs in sorted(fam.items()):
         if name == "concurrent":
             cs = [c for c in cs if c.tool == "flashrt"]
+        # a job command given a value it may take runs for its whole budget: the subset
+        # keeps the values that must be refused at once
+        cs = [c for c in cs if not c.budget or c.must_refuse or c.family != "numbers"]
         k = max(2, round(n * len(cs) / total))
         out += r.sample(cs, min(k, len(cs)))
     return out
@@ -1014,7 +1021,7 @@ def judge(case: Case, p: dict[str, str], w: Path, before: dict[str, tuple[str, s
         cls, detail = "partial", f"left: {new[:5]}"
     elif rc == 3 and case.tool == "flashrt":
         cls = "wrong"
-    elif rc == 0:
+    elif rc == 0 or (rc in case.verdicts and not err_lines):
         cls = "accepted" if case.must_refuse else "ok"
         if rc == 0 and any(Path(k).name.startswith(".") and ".tmp" in k for k in new):
             cls, detail = "partial", f"temporary files left: {new[:5]}"
