@@ -56,7 +56,8 @@ fuzz: setup
 	FLASHML_FUZZ_PROFILE=fuzz FLASHML_FUZZ_CASES=$(FUZZ_CASES) $(VENV)/bin/pytest -n 2 \
 		--dist loadfile -q -p no:cacheprovider tests/test_fuzz_traces.py \
 		tests/test_fuzz_inputs.py tests/test_fuzz_cut_lines.py tests/test_fuzz_runtime.py
-	FLASHML_FUZZ_SLOW=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_fuzz_kill.py
+	FLASHML_FUZZ_SLOW=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_fuzz_kill.py \
+		tests/test_trace_bounds.py
 	$(MAKE) -C runtime/fuzz run FUZZ_SECONDS=$(FUZZ_SECONDS)
 	$(PY) bench/bench_adversarial.py
 
