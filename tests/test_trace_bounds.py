@@ -407,3 +407,10 @@ def test_a_fifo_input_is_refused_not_a_hang(tmp_path: Path, capsys, monkeypatch,
     assert rc == 1, err
     assert f"flashml: error: {fifo}: is a FIFO, not a regular file" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.trace"]
+
+
+def test_the_largest_max_expansion_is_the_largest_op_count() -> None:
+    from flashml.trace.limits import MAX_MAX_EXPANSION
+    from flashml.trace.readers.tectonic import MAX_OP_COUNT
+
+    assert MAX_MAX_EXPANSION == MAX_OP_COUNT

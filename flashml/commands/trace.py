@@ -289,7 +289,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 # --- parser -----------------------------------------------------------------------------------
 def register(sub: argparse._SubParsersAction) -> None:
-    from flashml.trace.ingest import (
+    from flashml.trace.limits import (
         DEFAULT_MAX_EXPANSION,
         FREE_ACCESSES,
         MAX_CHUNK_BYTES,
@@ -342,7 +342,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_sample)
 
     from flashml.trace.blockgen import BLOCK_PRESETS
-    from flashml.trace.multistream import MAX_PHASES, MAX_SCALE, MAX_STREAMS
+    from flashml.trace.limits import MAX_PHASES, MAX_SCALE, MAX_STREAMS
     from flashml.trace.presets import OBJECT_PRESETS, PRESETS
 
     p = tsub.add_parser("generate", help="write a synthetic trace from a preset",

@@ -51,6 +51,12 @@ from flashml.trace.canonical import (
     resolve_sample_ratio,
     with_sample_ratio,
 )
+from flashml.trace.limits import (
+    DEFAULT_MAX_EXPANSION,
+    FREE_ACCESSES,
+    MAX_CHUNK_BYTES,
+    MAX_MAX_EXPANSION,
+)
 from flashml.trace.readers import FORMATS, READERS, Reader
 from flashml.trace.readers.base import (
     MAX_BLOCK_BYTES,
@@ -59,7 +65,6 @@ from flashml.trace.readers.base import (
     BadLines,
     check_block_bytes,
 )
-from flashml.trace.readers.tectonic import MAX_OP_COUNT
 from flashml.trace.spread import ROW_BUDGET, Spreader
 from flashml.trace.textio import (
     CHUNK_BYTES,
@@ -70,15 +75,6 @@ from flashml.trace.textio import (
 )
 
 log = logging.getLogger(__name__)
-MAX_CHUNK_BYTES = 1 << 30
-"""The largest input chunk (`--chunk-mb` at most 1024): peak memory is about ten times it."""
-DEFAULT_MAX_EXPANSION = 256
-"""`--max-expansion`: accesses per input line, on average over the trace so far, beyond
-FREE_ACCESSES (op_count repeats and IOs split into blocks make more than one per line)."""
-MAX_MAX_EXPANSION = MAX_OP_COUNT
-"""The largest `--max-expansion`: every line at the largest op_count."""
-FREE_ACCESSES = 1 << 24
-"""The first 16,777,216 accesses of a trace are allowed whatever `--max-expansion` says."""
 __all__ = ["DEFAULT_MAX_EXPANSION", "FREE_ACCESSES", "MAX_BLOCK_BYTES", "MAX_BLOCKS_PER_IO",
            "MAX_CHUNK_BYTES", "MAX_MAX_EXPANSION", "MIN_BLOCK_BYTES", "ROW_BUDGET",
            "IngestResult", "ingest", "load_trace", "canonical_path"]

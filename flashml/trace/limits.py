@@ -58,3 +58,25 @@ def check_days(days: Any, option: str = "--days") -> float:
     if not (math.isfinite(v) and 0 < v <= MAX_DAYS):
         raise UserError(f"{option} must be a number of days in (0, {MAX_DAYS:g}], got {days!r}")
     return v
+
+
+# Ingest's caps, here (not in ingest.py) so that building the CLI parser loads no NumPy.
+MAX_CHUNK_BYTES = 1 << 30
+"""The largest input chunk (`--chunk-mb` at most 1024): peak memory is about ten times it."""
+DEFAULT_MAX_EXPANSION = 256
+"""`--max-expansion`: accesses per input line, on average over the trace so far, beyond
+FREE_ACCESSES (op_count repeats and IOs split into blocks make more than one per line)."""
+MAX_MAX_EXPANSION = 1 << 20
+"""The largest `--max-expansion`: every line at the largest op_count
+(readers.tectonic.MAX_OP_COUNT; test_trace_bounds checks they agree)."""
+FREE_ACCESSES = 1 << 24
+"""The first 16,777,216 accesses of a trace are allowed whatever `--max-expansion` says."""
+
+
+# A mix's sizes (trace/multistream.py), here for the same reason.
+MAX_STREAMS = 1024
+"""The most streams of a mix."""
+MAX_PHASES = 10_000
+"""The most intensity phases of a mix."""
+MAX_SCALE = 10_000_000
+"""The largest typical working set of a stream, in pages (catalogues are up to 20x it)."""

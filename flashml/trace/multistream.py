@@ -29,16 +29,12 @@ import polars as pl
 from flashml.config import OP_CODES
 from flashml.errors import UserError
 from flashml.trace.canonical import TraceMeta, write_table
+from flashml.trace.limits import MAX_PHASES, MAX_SCALE, MAX_STREAMS
 
 STREAM_KINDS = ("loop", "zipf", "scan", "shift", "hotset")
 #: The paper's page size (other-seeds-notes §2.1: 8192 B pages).
 PAGE_BYTES = 8192
-MAX_STREAMS = 1024
-"""The most streams of a mix."""
-MAX_PHASES = 10_000
-"""The most intensity phases of a mix."""
-MAX_SCALE = 10_000_000
-"""The largest typical working set of a stream, in pages (catalogues are up to 20x it)."""
+
 
 
 def _pages(kind: str, n: int, phase: np.ndarray, rng: np.random.Generator,
