@@ -169,9 +169,12 @@ def test_mlcache_flash_job_bad_input(region1, monkeypatch: pytest.MonkeyPatch,
         (["--trace", str(single), "--flash", "--stream-column", "namespace"],
          ["single.trace", "field 'namespace'", "one value"]),
     ):
-        rc = cli.main(["mlcache", "run", *small, *args])
+        try:
+            rc = cli.main(["mlcache", "run", *small, *args])
+        except SystemExit as e:  # a value refused while parsing: argparse's usage error
+            rc = e.code
         err = capsys.readouterr().err
-        assert rc == 1 and "Traceback" not in err, (args, err)
+        assert rc in (1, 2) and "Traceback" not in err, (args, err)
         assert all(f in err for f in fragments), (args, err)
         assert not (out / "summary.json").exists()
         assert not (out / "stages" / "train.json").exists()
