@@ -664,7 +664,7 @@ def hostile_trace_cases() -> list[Case]:
             cases.append(Case(
                 id=f"hostile-trace/{cmd} ({t})", family="hostile-trace", tool="flashml",
                 argv=argv, files=["trace", "msr", "pq"], setup=f"hostile:{t}",
-                option=extra[0] if extra else "", names=["h"],
+                option=extra[-2] if extra else "", names=["h"],
                 must_refuse=t != "op-count-huge", timeout=90))
     return cases
 
