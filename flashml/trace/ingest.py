@@ -337,6 +337,9 @@ def _check_time_order(reader: Reader, df: pl.DataFrame, last_time: Any,
 
 
 def is_parquet(path: Path) -> bool:
+    """Whether `path` is a canonical Parquet table (by suffix or magic bytes). A path that is
+    not a regular file is a TraceError here, before anything opens it (a FIFO would block)."""
+    check_input(path)
     if path.suffix == ".parquet":
         return True
     try:
