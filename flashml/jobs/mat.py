@@ -394,6 +394,12 @@ def train(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     for name, info in smp["per_capacity"].items():
         with np.load(info["file"]) as z:
             x, y = z["features"], z["label"]
+        if len(y) < 2:
+            raise UserError(f"--train-fraction {s.train_fraction:g}: only {len(y)} training "
+                            f"samples at capacity {name}: in the first "
+                            f"{s.train_fraction:.3g} of the trace the cache evicted no "
+                            "returning object; raise --train-fraction, use a smaller "
+                            "capacity or a longer trace")
         models = {}
         for size in s.model_sizes:
             bundle = run.work / f"bundle-{_slug(name)}-{_size_slug(size)}"
