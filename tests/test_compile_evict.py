@@ -353,7 +353,8 @@ def test_manifest_without_capabilities(combined, mat_bundle, harness, tmp_path) 
         verify_bundle(old, need="eviction")
     with pytest.raises(UserError, match="oldmat: contract mismatch: .* None"):
         load_policy(mat)  # the legacy manifest claims admission, without its contract
-    with pytest.raises(UserError, match="no admission capability.*it has: eviction"):
+    with pytest.raises(UserError, match="claims the admission capability but the .so does "
+                                        "not export"):
         PolicyLibrary(mat / "policy.so")
     out = subprocess.run([str(harness), "admission", str(old)], capture_output=True,
                          text=True).stdout

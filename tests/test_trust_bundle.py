@@ -173,6 +173,20 @@ def test_swapped_so_beside_a_manifest_naming_a_good_copy(good, evil, marker, tra
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("extra", ["eviction", "partition", "readahead"])
+def test_a_claimed_capability_the_so_does_not_export_is_refused(good, trace_file, tmp_path,
+                                                                 extra) -> None:
+    """A manifest listing a capability whose functions the .so lacks is refused before the
+    .so is mapped, on the Rust path (sim run --policy) as on the ctypes one."""
+    d = copy_bundle(good, tmp_path / "extra")
+    m = manifest(d)
+    write_manifest(d, {**m, "capabilities": [*m["capabilities"], extra]})
+    r = cli("sim", "run", "--trace", trace_file, "--policy", d, "--json")
+    assert r.returncode == 1 and f"claims the {extra} capability" in last_error(r), r.stderr
+    with pytest.raises(UserError, match=f"claims the {extra} capability"):
+        load_policy(d)
+
+
 def test_bare_so_is_refused_unless_unverified(good, evil, marker, trace_file,
                                               tmp_path) -> None:
     bare = tmp_path / "evil.so"
@@ -242,18 +256,25 @@ def test_mat_bundle_is_verified(evil, marker, trace_file, tmp_path, case, fields
 
 
 def test_mat_control_shows_the_marker_works(evil, marker, trace_file, tmp_path) -> None:
-    """The control: a manifest that vouches for the evil .so (right sha256 and contract) is
-    loaded, and its constructor's marker appears: the tests above would see it run."""
+    """The control: the evil .so loaded on the user's word (--unverified) is mapped, and its
+    constructor's marker appears: the tests above would see it run. (A manifest vouching for
+    it is refused before mapping: it lacks most of the eviction functions.)"""
     d = _mat_bundle(tmp_path / "vouched", evil)
     r = cli("sim", "run", "--trace", trace_file, "--mat", d, "--json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1 and "does not export flashml_evict" in last_error(r), r.stderr
+    assert not marker.exists()
+    bare = tmp_path / "bare" / "evil.so"
+    bare.parent.mkdir()
+    shutil.copy(evil, bare)
+    r = cli("sim", "run", "--trace", trace_file, "--policy", bare, "--unverified", "--json")
+    assert r.returncode == 0 and "UNVERIFIED" in r.stderr, r.stderr
     assert marker.exists()
 
 
 def test_partition_bundle_swapped(good, evil, marker, trace_file, tmp_path) -> None:
     """`flashml sim partition --bundle DIR` with a manifest vouching for other.so while
-    policy.so is evil: the vouched-for file is the one loaded (and refused here: it has no
-    partition network), policy.so never."""
+    policy.so is evil: the vouched-for file is the one read (and refused before it is mapped:
+    it has no partition network), policy.so never."""
     d = tmp_path / "part"
     d.mkdir()
     shutil.copy(good / "policy.so", d / "other.so")
@@ -267,7 +288,8 @@ def test_partition_bundle_swapped(good, evil, marker, trace_file, tmp_path) -> N
     r = cli("sim", "partition", "--trace", trace_file, "--capacity", 200, "--interval", 2000,
             "--policy", "even,mlcache", "--bundle", d, "--json")
     assert r.returncode == 1
-    assert f"{so}: refused: the policy has no partition capability" in last_error(r), r.stderr
+    assert f"{so}: refused: {d / 'manifest.json'} claims the partition capability" \
+        in last_error(r), r.stderr
     assert not marker.exists()
 
 

@@ -186,6 +186,60 @@ def check_elf_bytes(data: bytes, so: Path | str) -> None:
                             f"{p_offset + p_filesz}); recompile the policy")
 
 
+def elf_exports(data: bytes, so: Path | str) -> set[str]:
+    """The names of the functions and objects a whole 64-bit ELF shared object (bytes that
+    passed check_elf_bytes) defines in its dynamic symbol table, read from the bytes without
+    mapping them. UserError naming `so` if it has no such table or it lies outside the file.
+    Written here, not with a library: pyelftools would be a dependency for forty lines."""
+    import struct
+
+    size = len(data)
+    shoff = struct.unpack_from("<Q", data, 40)[0]
+    shentsize, shnum = struct.unpack_from("<HH", data, 58)
+
+    def section(i: int) -> tuple[int, int, int, int]:  # type, offset, size, link
+        at = shoff + i * shentsize
+        sh_type = struct.unpack_from("<I", data, at + 4)[0]
+        off, length = struct.unpack_from("<QQ", data, at + 24)
+        link = struct.unpack_from("<I", data, at + 40)[0]
+        return sh_type, off, length, link
+
+    bad = UserError(f"{so}: no readable dynamic symbol table; recompile the policy")
+    if shnum == 0 or shentsize < 64:
+        raise bad
+    dynsym = next((section(i) for i in range(shnum) if section(i)[0] == 11), None)  # DYNSYM
+    if dynsym is None or dynsym[3] >= shnum:
+        raise bad
+    _, off, length, link = dynsym
+    _, str_off, str_len, _ = section(link)
+    if off + length > size or str_off + str_len > size:
+        raise bad
+    names: set[str] = set()
+    for at in range(off, off + length - 23, 24):  # Elf64_Sym
+        st_name, st_info, _, st_shndx = struct.unpack_from("<IBBH", data, at)
+        if st_shndx == 0 or st_info >> 4 not in (1, 2) or st_name >= str_len:
+            continue  # undefined, or neither GLOBAL nor WEAK
+        end = data.find(b"\0", str_off + st_name, str_off + str_len)
+        if end >= 0:
+            names.add(data[str_off + st_name:end].decode("utf-8", "replace"))
+    return names
+
+
+def check_exports(data: bytes, so: Path | str, capabilities: list[str],
+                  where: Path | str) -> None:
+    """Refuse (UserError) a .so whose bytes do not define every function of the
+    capabilities its manifest (`where`) claims: checked before it is mapped, so a loader
+    that hands the .so on (the Rust simulator) refuses a lying manifest as ctypes does."""
+    have = elf_exports(data, so)
+    for c in ["core", *capabilities]:
+        if c not in CAPABILITIES:
+            continue  # the schema has refused unknown names already
+        lacking = [f for f in required_functions(c) if f not in have]
+        if lacking:
+            raise UserError(f"{so}: refused: {where} claims the {c} capability but the .so "
+                            f"does not export {lacking[0]}")
+
+
 def check_elf(so: Path) -> None:
     """check_elf_bytes of the file `so` (read from one descriptor, never through a symlink)."""
     check_elf_bytes(_read_regular(None, str(so), so, MAX_SO_BYTES), so)
@@ -265,6 +319,10 @@ def _verified(dfd: int, so: Path, sha256: str, size_bytes: int,
         raise UserError(f"{so}: sha256 {digest[:12]}... does not match {MANIFEST_NAME} "
                         f"({str(sha256)[:12]}...); the .so was changed after compiling")
     check_elf_bytes(data, so)
+    if m is not None:
+        check_exports(data, so, manifest_capabilities(m, bundle / MANIFEST_NAME
+                                                      if bundle else MANIFEST_NAME),
+                      bundle / MANIFEST_NAME if bundle else MANIFEST_NAME)
     return VerifiedSo(path=so, data=data, sha256=digest, manifest=m, bundle=bundle)
 
 
