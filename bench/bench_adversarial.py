@@ -28,6 +28,36 @@ sys.path.insert(0, str(REPO / "bench"))
 OUT = REPO / "bench" / "results" / "adversarial.json"
 
 
+README_BEGIN = "<!-- adversarial.json: begin (bench/bench_adversarial.py renders this) -->"
+README_END = "<!-- adversarial.json: end -->"
+_TOTALS = (("unverified_code_executions", "unverified code executed (constructor markers)"),
+           ("user_files_changed", "user files, traces or backing stores changed"),
+           ("tracebacks", "tracebacks"), ("hangs", "hangs"), ("aborts", "aborts"),
+           ("partial_outputs", "partial outputs"),
+           ("accepted_nonsense", "nonsense accepted"), ("unclear_errors", "unclear errors"))
+
+
+def readme_section(doc: dict) -> str:
+    """The README's table of the adversarial figures, rendered from adversarial.json (a test
+    checks the README holds exactly this for the committed results)."""
+    t, env = doc["totals"], doc["environment"]
+    lines = [README_BEGIN,
+             f"{doc['cases']:,} cases (`{doc['command']}`, seed {doc['seed']}, at "
+             f"{env['git_rev'][:7]}, {env['cpu_count']} cores, "
+             f"{doc['seconds']['total']:.0f} s):", "",
+             "| family | cases | ok | clear error | bad |", "|---|---|---|---|---|"]
+    for fam, counts in sorted(doc["per_family"].items()):
+        bad = sum(v for k, v in counts.items() if k not in ("ok", "error"))
+        lines.append(f"| {fam} | {sum(counts.values()):,} | {counts['ok']:,} | "
+                     f"{counts['error']:,} | {bad} |")
+    lines += ["", "| outcome | count |", "|---|---|"]
+    lines += [f"| {label} | {t[key]} |" for key, label in _TOTALS]
+    lines.append(f"| rejections naming the file or option | "
+                 f"{t['rejections_naming_file_or_option']:,} of {t['rejections']:,} |")
+    lines.append(README_END)
+    return "\n".join(lines)
+
+
 def main() -> int:
     import adversarial as adv  # tests/adversarial.py
 
@@ -97,6 +127,7 @@ def main() -> int:
     for k, v in summary["totals"].items():
         print(f"  {k}: {v}")
     print(f"\n{len(results)} cases in {run_s:.0f} s -> {args.out}")
+    print("\nREADME section (README.md, \"Security\"):\n" + readme_section(doc))
     return 0 if not failing else 1
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from manifest_corpus import CORPUS, apply_case
 
 from flashml.compiler.build import compile_policy
 from flashml.compiler.bundle import save_policy_models
@@ -30,7 +31,7 @@ from flashml.features import partition as partition_contract
 from flashml.features.codegen import ABI_VERSION
 from flashml.features.contract import contract
 
-from conftest import DATA, run_cli
+from conftest import run_cli
 from demo_policy import demo_trace, train_demo_models
 
 FUZZ = os.environ.get("FLASHML_FUZZ_PROFILE") == "fuzz"
@@ -438,31 +439,12 @@ def test_flip_race_through_the_cli(race_dir, marker, trace_file) -> None:
 
 # --- the manifest schema ----------------------------------------------------------------------
 
-CORPUS = sorted((DATA / "manifests").glob("*.json"))
 
 
 def test_corpus_is_large_enough() -> None:
     assert len(CORPUS) >= 30
     kinds = {json.loads(p.read_text())["expect"] for p in CORPUS}
     assert kinds == {"ok", "refused"}
-
-
-def apply_case(base: dict[str, Any], case: dict[str, Any]) -> str:
-    """The manifest text of a corpus case (tests/data/manifests/README.md)."""
-    if "manifest_text" in case:
-        return case["manifest_text"]
-    m = dict(base)
-    patch = dict(case["manifest_patch"])
-    for k in patch.pop("$delete", []):
-        m.pop(k, None)
-    raw = patch.pop("$raw", {})
-    m.update(patch)
-    for k in raw:
-        m[k] = f"@RAW-{k}@"
-    text = json.dumps(m, indent=1)
-    for k, v in raw.items():
-        text = text.replace(json.dumps(f"@RAW-{k}@"), v)
-    return text
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from manifest_corpus import CORPUS, apply_case
 from test_runtime import BUILD, FLASHRT, build_runtime
 
 POLICIES = BUILD / "policies"
@@ -450,10 +451,6 @@ def test_fifos_never_hang(env, tmp_path):
 
 # ---- the shared manifest corpus (tests/data/manifests/) through flashrt verify ----
 
-DATA = Path(__file__).resolve().parent / "data"
-CORPUS = sorted((DATA / "manifests").glob("*.json"))
-
-
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small real compiled admission bundle (as tests/test_trust_bundle.py's)."""
@@ -474,24 +471,6 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = work / "good"
     compile_policy(out, model_dir=models, log_to_mlflow=False, fast=False)
     return out
-
-
-def apply_case(base: dict, case: dict) -> str:
-    """The manifest text of a corpus case (tests/data/manifests/README.md)."""
-    if "manifest_text" in case:
-        return case["manifest_text"]
-    m = dict(base)
-    patch = dict(case["manifest_patch"])
-    for k in patch.pop("$delete", []):
-        m.pop(k, None)
-    raw = patch.pop("$raw", {})
-    m.update(patch)
-    for k in raw:
-        m[k] = f"@RAW-{k}@"
-    text = json.dumps(m, indent=1)
-    for k, v in raw.items():
-        text = text.replace(json.dumps(f"@RAW-{k}@"), v)
-    return text
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
