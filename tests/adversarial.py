@@ -1006,7 +1006,7 @@ def judge(case: Case, p: dict[str, str], w: Path, before: dict[str, tuple[str, s
         cls, detail = "unverified", "the evil constructor ran"
     elif changed or gone:
         cls, detail = "changed", f"changed: {changed[:5]} removed: {gone[:5]}"
-    elif stopped and "Traceback (most recent call last)" not in stderr:
+    elif stopped and not _command_traceback(stderr):
         cls = "accepted" if case.must_refuse else "ok"
         detail = f"still running after {case.budget:g} s: the value was taken (stopped)"
     elif hang:
@@ -1095,6 +1095,18 @@ class Worker:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
             self.proc = None
+
+
+def _command_traceback(stderr: str) -> bool:
+    """Whether a stopped case's stderr holds a traceback of the command's own: the harness's
+    stop (Hang, raised by its alarm, or a KeyboardInterrupt) unwinding a job may be logged
+    with its traceback, which ends in that exception and is not the command's."""
+    if "Traceback (most recent call last)" not in stderr:
+        return False
+    ends = [ln for ln in stderr.splitlines()
+            if re.match(r"^\w+(\.\w+)*(Error|Exception|Exit|Hang|Interrupt)\b", ln)]
+    return not ends or any(not ln.split(":")[0].endswith(("Hang", "KeyboardInterrupt"))
+                           for ln in ends)
 
 
 class Hang(BaseException):

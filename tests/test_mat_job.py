@@ -140,7 +140,7 @@ def test_mat_bad_input(state: None, tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--capacity", "0"], "--capacity"),
         (["--capacity", "150%"], "percentage"),
         (["--train-fraction", "0.9", "--val-fraction", "0.2"], "--train-fraction"),
-        (["--k", "0"], "--k"),
+        (["--k", "0.5"], "--k"),
         (["--label-horizon", "0"], "--label-horizon"),
         (["--size-exponent", "-1"], "--size-exponent"),
         (["--model-sizes", "32"], "--model-sizes"),
@@ -148,7 +148,7 @@ def test_mat_bad_input(state: None, tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--windows", "1"], "--windows"),
         (["--baselines", "lru,nope"], "--baselines: unknown 'nope'"),
         # were tracebacks from the simulator
-        (["--k", "nan"], "argument --k: expected a finite number > 0"),
+        (["--k", "nan"], "argument --k: expected a finite number >= 1"),
         (["--k", "1e300"], "argument --k: must be at most 1024 predictions per eviction"),
         (["--max-candidates", "100000000"], "argument --max-candidates: must be at most"),
         (["--initial-threshold", "nan"], "argument --initial-threshold: expected"),

@@ -208,7 +208,7 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    f"working set (5%%); default {','.join(d.capacities).replace('%', '%%')}")
     p.add_argument("--unit", choices=("bytes", "objects"), default=d.unit,
                    help="what a percentage capacity counts (objects: sizes ignored)")
-    p.add_argument("--k", type=Number(float, 0.0, MAX_CANDIDATES, low_open=True,
+    p.add_argument("--k", type=Number(float, 1.0, MAX_CANDIDATES,
                                       unit="predictions per eviction"),
                    default=d.mat.k, help="target predictions per eviction")
     p.add_argument("--max-candidates", type=Number(int, 1, MAX_CANDIDATES, unit="candidates"),

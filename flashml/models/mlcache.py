@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from flashml.errors import UserError
 from flashml.features import partition as pc
 from flashml.partitioning import StreamTrace, best_split, partition_curves
 
@@ -121,8 +122,8 @@ def train_network(data: list[IntervalData], *, hidden: tuple[int, ...] = (64,),
     x = np.vstack([d.x for d in data])
     y = np.vstack([d.y for d in data])
     if len(x) < 20:
-        raise ValueError(f"{len(x)} training rows; the network needs at least 20 (longer "
-                         "traces, more mixes or shorter intervals)")
+        raise UserError(f"{len(x)} training rows; the network needs at least 20 (a longer "
+                        "trace or --requests, more --train-mixes or a shorter --interval)")
     net = MLPRegressor(hidden_layer_sizes=hidden, activation="relu", solver="adam",
                        alpha=alpha, max_iter=max_iter, early_stopping=True,
                        validation_fraction=0.1, n_iter_no_change=20, random_state=seed)
