@@ -512,7 +512,10 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
             sos[size] = str(so)
         first = _size_slug(s.model_sizes[0])
         common = {**_knobs(s.mat), "memory_window": window}
-        lru_val, _ = _window_hits(keys, sizes, cap, n_train, n_val, predictor="none")
+        # no validation window (--val-fraction 0, or too small to hold a request): nothing
+        # to judge a trial on, the defaults are kept below
+        lru_val = (_window_hits(keys, sizes, cap, n_train, n_val, predictor="none")[0]
+                   if n_val > n_train else None)
         default = {"initial_threshold": t0, "k": s.mat.k, "model_size": first}
         if s.trials == 0 or n_val <= n_train:
             out[name] = {**default, "val_miss_ratio": None, "lru_val_miss_ratio": lru_val,
