@@ -512,14 +512,7 @@ class PolicyLibrary:
                 raise UserError(f"{self.path}: refused: the policy has no {c} capability "
                                 f"(no {lacking[0]}; it has: "
                                 f"{', '.join(self.capabilities) or 'none'}); {_HOW[c]}")
-        if v.manifest is not None:  # it exports what its manifest claims
-            claimed = manifest_capabilities(v.manifest, v.bundle)
-            for c in claimed:
-                if c not in self.capabilities:
-                    lacking = [f for f in required_functions(c) if not hasattr(lib, f)]
-                    raise UserError(f"{self.path}: refused: {MANIFEST_NAME} claims the {c} "
-                                    f"capability but the .so does not export {lacking[0]} "
-                                    f"(it has: {', '.join(self.capabilities) or 'none'})")
+        # that it exports what its manifest claims was checked on its bytes (check_exports)
         if "admission" in need or "prefetch" in need:
             self._bind_admission(lib)
         if "eviction" in need:
