@@ -23,7 +23,6 @@ import pytest
 from manifest_corpus import CORPUS, apply_case
 
 from flashml.compiler.build import compile_policy
-from flashml.compiler.bundle import save_policy_models
 from flashml.compiler.loader import PolicyLibrary, load_policy, verify_bundle
 from flashml.errors import UserError
 from flashml.features import eviction
@@ -32,7 +31,7 @@ from flashml.features.codegen import ABI_VERSION
 from flashml.features.contract import contract
 
 from conftest import run_cli
-from demo_policy import demo_trace, train_demo_models
+from demo_policy import demo_trace, write_demo_bundle
 
 FUZZ = os.environ.get("FLASHML_FUZZ_PROFILE") == "fuzz"
 #: In-process loads per loader in the race (a small .so loads in well under a millisecond).
@@ -93,10 +92,8 @@ def good(work, trace_file) -> Path:
     from flashml.trace.canonical import read_table
 
     df = read_table(trace_file)[0]
-    boosters = train_demo_models(df, num_trees=3, num_leaves=4)
-    models = save_policy_models(work / "models", boosters, admit_threshold=0.6,
-                                when_threshold=0.4, eviction_age_s=5400.0,
-                                target_write_rate_mbps=35.599, metrics={"auc": 0.5})
+    models = write_demo_bundle(df, work / "models", admit_threshold=0.6, when_threshold=0.4,
+                               num_trees=3, num_leaves=4)
     out = work / "good"
     compile_policy(out, model_dir=models, log_to_mlflow=False, fast=False)
     return out

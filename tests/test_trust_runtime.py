@@ -455,19 +455,16 @@ def test_fifos_never_hang(env, tmp_path):
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small real compiled admission bundle (as tests/test_trust_bundle.py's)."""
     from flashml.compiler.build import compile_policy
-    from flashml.compiler.bundle import save_policy_models
     from flashml.trace.canonical import read_table
 
-    from demo_policy import demo_trace, train_demo_models
+    from demo_policy import demo_trace, write_demo_bundle
 
     build_runtime()
     work = tmp_path_factory.mktemp("corpus")
     demo_trace(work / "trace", accesses=15_000, seed=5)
     (table,) = (work / "trace").glob("*.parquet")
-    boosters = train_demo_models(read_table(table)[0], num_trees=3, num_leaves=4)
-    models = save_policy_models(work / "models", boosters, admit_threshold=0.6,
-                                when_threshold=0.4, eviction_age_s=5400.0,
-                                target_write_rate_mbps=35.599, metrics={"auc": 0.5})
+    models = write_demo_bundle(read_table(table)[0], work / "models", admit_threshold=0.6,
+                               when_threshold=0.4, num_trees=3, num_leaves=4)
     out = work / "good"
     compile_policy(out, model_dir=models, log_to_mlflow=False, fast=False)
     return out
