@@ -91,5 +91,16 @@ def _reader_gone() -> int:
     return 141
 
 
+def console() -> int:
+    """The `flashml` command: `main` with Ctrl-C reported as one line and exit 130 (the shell's
+    128 + SIGINT), not a traceback. `main` itself lets KeyboardInterrupt propagate, so a
+    caller (a test, a job embedding the CLI) sees it and whatever cleanup ran on the way."""
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print("\nflashml: interrupted", file=sys.stderr)
+        return 130
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

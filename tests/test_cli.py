@@ -377,3 +377,22 @@ def test_the_main_job_resumes_to_the_summary_of_an_uninterrupted_run(
     assert steady(resumed)["policies"] == steady(whole)["policies"]
     assert resumed["chosen_write_rate_mbps"] == whole["chosen_write_rate_mbps"]
     assert steady(resumed) == steady(whole)
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    """The `flashml` command (pyproject's entry point) reports Ctrl-C as one line and exits
+    130; `main` itself lets KeyboardInterrupt through (the test above relies on it)."""
+    import tomllib
+
+    from flashml import cli as flashml_cli
+
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert scripts["project"]["scripts"]["flashml"] == "flashml.cli:console"
+
+    def interrupted(argv=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(flashml_cli, "main", interrupted)
+    assert flashml_cli.console() == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "flashml: interrupted" and "Traceback" not in err
