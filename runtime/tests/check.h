@@ -20,6 +20,29 @@ static inline long long file_size(const char *p) {
 
 static int failures, checks;
 
+/* The test program's scratch folder, made by test_scratch under $TMPDIR (or /tmp) and removed
+ * with everything in it by test_done. */
+static char TMP[256];
+
+/* Make TMP as "<$TMPDIR>/<prefix>-XXXXXX"; exit 2 if it cannot. */
+static inline void test_scratch(const char *prefix) {
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(TMP, sizeof TMP, "%s/%s-XXXXXX", base, prefix);
+    if (!mkdtemp(TMP)) { perror("mkdtemp"); exit(2); }
+}
+
+/* Remove TMP (if test_scratch made it), print "<name>: N checks, M failures", and return
+ * the program's exit status: 1 if any check failed. */
+static inline int test_done(const char *name) {
+    if (TMP[0]) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
+        if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", TMP);
+    }
+    printf("%s: %d checks, %d failures\n", name, checks, failures);
+    return failures ? 1 : 0;
+}
+
 /* Write `text` to the file `p` (a test fixture); exit 2 if it cannot. */
 static inline void write_text(const char *p, const char *text) {
     FILE *f = fopen(p, "w");

@@ -17,7 +17,6 @@
 
 static const char *POLDIR;
 static int QUICK;
-static char TMP[256];
 
 
 static void path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", TMP, name); }
@@ -472,9 +471,7 @@ int main(int argc, char **argv) {
     }
     POLDIR = argv[1];
     QUICK = argc > 2 && !strcmp(argv[2], "--quick");
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(TMP, sizeof TMP, "%s/flashrt-test-XXXXXX", base);
-    if (!mkdtemp(TMP)) { perror("mkdtemp"); return 2; }
+    test_scratch("flashrt-test");
     test_sha256();
     test_json();
     test_map();
@@ -483,9 +480,5 @@ int main(int argc, char **argv) {
     test_trace();
     test_policy();
     test_cache();
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", TMP);
-    printf("test_flashrt: %d checks, %d failures\n", checks, failures);
-    return failures ? 1 : 0;
+    return test_done("test_flashrt");
 }

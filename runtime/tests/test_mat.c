@@ -16,7 +16,6 @@
 
 #include "check.h"
 
-static char TMP[256];
 
 /* ---- features: sim/src/lrb_features.rs's hand examples ---- */
 
@@ -654,9 +653,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_mat POLICY_BUILD_DIR\n");
         return 2;
     }
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(TMP, sizeof TMP, "%s/flashrt-mat-XXXXXX", base);
-    if (!mkdtemp(TMP)) { perror("mkdtemp"); return 2; }
+    test_scratch("flashrt-mat");
     test_features();
     test_objects();
     test_lru();
@@ -668,9 +665,5 @@ int main(int argc, char **argv) {
     test_reuse_exact(argv[1]);
     test_reuse_config(argv[1]);
     test_refusals(argv[1]);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", TMP);
-    printf("test_mat: %d checks, %d failures\n", checks, failures);
-    return failures ? 1 : 0;
+    return test_done("test_mat");
 }

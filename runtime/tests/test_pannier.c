@@ -321,6 +321,5 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         unlink(path);
     }
-    printf("test_pannier: %d checks, %d failures\n", checks, failures);
-    return failures != 0;
+    return test_done("test_pannier");
 }

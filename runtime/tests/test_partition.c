@@ -115,6 +115,5 @@ int main(int argc, char **argv) {
     test_pages_of_shares();
     test_cache_by_hand(dir);
     test_bad_config();
-    printf("test_partition: %d checks, %d failures\n", checks, failures);
-    return failures != 0;
+    return test_done("test_partition");
 }

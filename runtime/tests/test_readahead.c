@@ -24,7 +24,6 @@
 
 #include "check.h"
 
-static char TMP[256];
 
 static int close_to(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fmax(fabs(a), fabs(b))); }
 
@@ -415,16 +414,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_readahead POLICY_BUILD_DIR\n");
         return 2;
     }
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(TMP, sizeof TMP, "%s/flashrt-ra-XXXXXX", base);
-    if (!mkdtemp(TMP)) { perror("mkdtemp"); return 2; }
+    test_scratch("flashrt-ra");
     test_accumulator();
     test_parser();
     test_loader(argv[1]);
     test_hook(argv[1]);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", TMP);
-    printf("test_readahead: %d checks, %d failures\n", checks, failures);
-    return failures ? 1 : 0;
+    return test_done("test_readahead");
 }

@@ -25,7 +25,7 @@
 
 static const char *POLDIR;
 static int QUICK;
-static char TMP[256], MARKER[400];
+static char MARKER[400];
 
 static void copy_file(const char *src, const char *dst) {
     FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
@@ -313,9 +313,7 @@ int main(int argc, char **argv) {
     }
     POLDIR = argv[1];
     QUICK = argc > 2 && !strcmp(argv[2], "--quick");
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(TMP, sizeof TMP, "%s/flashrt-trust-XXXXXX", base);
-    if (!mkdtemp(TMP)) { perror("mkdtemp"); return 2; }
+    test_scratch("flashrt-trust");
     snprintf(MARKER, sizeof MARKER, "%s/evil-ran", TMP);
     setenv("FLASHRT_EVIL_MARKER", MARKER, 1);
     /* the marker works: the evil .so, loaded under a manifest that vouches for it, runs its
@@ -331,9 +329,5 @@ int main(int argc, char **argv) {
     test_values();
     test_schema();
     test_race();
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", TMP);
-    printf("test_trust: %d checks, %d failures\n", checks, failures);
-    return failures ? 1 : 0;
+    return test_done("test_trust");
 }
