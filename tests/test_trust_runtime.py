@@ -15,6 +15,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -300,34 +302,52 @@ def _lock_held_by(pid: int, path: Path) -> bool:
     return False
 
 
-def _second_is_refused(first_args: list, second_args: list, shared: Path, tmp: Path,
-                       env_extra: dict[str, str] | None = None) -> tuple[str, str]:
-    """Starts `first` holding its locks (FLASHRT_TEST_HOLD), waits until /proc/locks shows its
-    lock on `shared`, runs `second` (refused at once, naming the first's PID), then lets the
-    first finish; returns the first's stdout and the second's stderr."""
+class _Held:
+    """A flashrt run holding its locks: its PID, and once released its stdout."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.out = ""
+
+
+@contextmanager
+def _holding(first_args: list, locked: Path, tmp: Path,
+             env_extra: dict[str, str] | None = None) -> Iterator[_Held]:
+    """Runs flashrt `first_args` holding its locks (FLASHRT_TEST_HOLD) for the block, which
+    starts once /proc/locks shows its lock on `locked`; after the block the run is let go and
+    must exit 0 (its stdout in `.out`)."""
     release = tmp / "release"
     first = subprocess.Popen([str(FLASHRT), *map(str, first_args)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "FLASHRT_TEST_HOLD": str(release),
                                   **(env_extra or {})})
+    held = _Held(first.pid)
     try:
         deadline = time.monotonic() + 300
-        while not (shared.exists() and _lock_held_by(first.pid, shared)):
+        while not (locked.exists() and _lock_held_by(first.pid, locked)):
             assert first.poll() is None, first.communicate()
             assert time.monotonic() < deadline, "the first run never took its lock"
             time.sleep(0.01)
-        second = flashrt(*second_args, timeout=60)
-        assert second.returncode == 1, second.stderr
-        assert f"{shared}: in use by flashrt (pid {first.pid})" in second.stderr, second.stderr
+        yield held
         release.write_text("")
-        out, err = first.communicate(timeout=600)
+        held.out, err = first.communicate(timeout=600)
     finally:
         release.write_text("")
         if first.poll() is None:
             first.kill()
             first.wait()
     assert first.returncode == 0, err
-    return out, second.stderr
+
+
+def _second_is_refused(first_args: list, second_args: list, shared: Path, tmp: Path,
+                       env_extra: dict[str, str] | None = None) -> tuple[str, str]:
+    """While `first` holds its lock on `shared`, `second` is refused at once, naming the
+    first's PID; returns the first's stdout and the second's stderr."""
+    with _holding(first_args, shared, tmp, env_extra) as first:
+        second = flashrt(*second_args, timeout=60)
+        assert second.returncode == 1, second.stderr
+        assert f"{shared}: in use by flashrt (pid {first.pid})" in second.stderr, second.stderr
+    return first.out, second.stderr
 
 
 def test_two_replays_on_one_flash_file(env, tmp_path):
@@ -344,17 +364,8 @@ def test_two_replays_on_one_flash_file(env, tmp_path):
 def test_replays_share_a_backing_that_prepare_backing_cannot_rewrite(env, tmp_path):
     """Replay holds the backing's map shared: a second replay with another flash file runs
     beside it, prepare-backing on that backing is refused while it runs."""
-    release = tmp_path / "release"
-    first = subprocess.Popen([str(FLASHRT), *map(str, replay_args(env, env["good"],
-                                                                   tmp_path / "a.img"))],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "FLASHRT_TEST_HOLD": str(release)})
-    try:
-        deadline = time.monotonic() + 300
-        while not _lock_held_by(first.pid, env["map"]):
-            assert first.poll() is None, first.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+    with _holding(replay_args(env, env["good"], tmp_path / "a.img"), env["map"],
+                  tmp_path) as first:
         second = flashrt(*replay_args(env, env["good"], tmp_path / "b.img"))
         assert second.returncode == 0, second.stderr
         before = sha(env["map"])
@@ -362,15 +373,7 @@ def test_replays_share_a_backing_that_prepare_backing_cannot_rewrite(env, tmp_pa
         assert p.returncode == 1, p.stderr
         assert f"{env['map']}: in use by flashrt (pid {first.pid})" in p.stderr, p.stderr
         assert sha(env["map"]) == before
-        release.write_text("")
-        out, err = first.communicate(timeout=600)
-    finally:
-        release.write_text("")
-        if first.poll() is None:
-            first.kill()
-            first.wait()
-    assert first.returncode == 0, err
-    assert {k: json.loads(out)[k] for k in COUNTS} == \
+    assert {k: json.loads(first.out)[k] for k in COUNTS} == \
         {k: json.loads(second.stdout)[k] for k in COUNTS}
 
 
