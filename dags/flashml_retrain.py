@@ -13,14 +13,19 @@ and exports the bundle only if the candidate won, otherwise it is skipped.
 **Params** (all optional: *Trigger* works with the defaults and generates a demo trace;
 or `airflow dags trigger flashml_retrain --conf '{...}'`):
 
-- the run settings of `flashml pipeline run` (flashml/settings.py: same names, defaults and
-  bounds): `target_write_rate_mbps`, `cache_gb`, `train_hours`, `engine`, `learning_rate`,
+- `target_write_rate`: the flash write-rate target at full-node scale, a number and its
+  unit as you would say it: `35.599 MiB/s` (the default, the artifact's 7.5 DWPD) or
+  `37.3 MB/s` (MB/s = 10^6 B/s, MiB/s = 2^20 B/s; a bare number is MB/s, as
+  `--target-write-rate`). `--conf '{"target_write_rate_mbps": 20}'` (MB/s) is taken too.
+- the other run settings of `flashml pipeline run` (flashml/settings.py: same names,
+  defaults and bounds): `cache_gb`, `train_hours`, `engine`, `learning_rate`,
   `max_rounds`, `max_iterations`, `peak_hours`, `peak_bonus`, `sweep_trials`,
   `sweep_cold`, `sweep_workers`, `skip_bad_lines`
 - `trace`: trace location, raw (see `format`) or canonical .parquet; `{ds}` is replaced by
   the logical date (YYYY-MM-DD). Empty: generate the synthetic `preset` (`seed`,
   `accesses`), a demo
-- `format`: raw trace format (empty: tectonic)
+- `format`: raw trace format, one of the block-trace readers (empty: tectonic, or the
+  canonical table for a .parquet trace)
 - `sample_ratio`: percent of the full node the trace samples (empty: from the trace)
 - `workdir`: run folders (empty: `$FLASHML_RETRAIN_DIR`, else `<state>/retrain`)
 - `export_dir`: where a promoted bundle is exported (empty: `$FLASHML_EXPORT_DIR`, else
@@ -32,7 +37,16 @@ or `airflow dags trigger flashml_retrain --conf '{...}'`):
 `.flashml` beside this file's folder (`<repo>/.flashml`), always made absolute, so where a
 task writes never depends on the worker's working directory.
 
-**Schedule**: `@daily`, or `$FLASHML_RETRAIN_SCHEDULE` (a cron expression or preset).
+**Schedule and Trigger**: daily at 00:00 UTC, or `$FLASHML_RETRAIN_SCHEDULE` (a cron
+expression or preset such as `@hourly`; `none`: manual runs only). The DAG is paused when
+Airflow first sees it; its first scheduled run is at the first tick *after* it is
+unpaused, never one for a tick that has already passed. So one *Trigger* click (the form's
+"Unpause flashml_retrain on trigger" ticked, as it is by default) makes exactly one run,
+which starts at once with the form's params; scheduled runs (with the defaults above)
+follow at the next ticks while the DAG stays unpaused. Only one run is active at a time
+(`max_active_runs=1`): a second trigger queues behind the first. A DAG that has had
+scheduled runs, was paused, and is unpaused again also gets the most recent missed
+tick's run at once (Airflow's `catchup=False`), besides the triggered one.
 """
 
 from __future__ import annotations
@@ -45,12 +59,43 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
+from airflow.timetables.trigger import CronTriggerTimetable
 
+from flashml.errors import UserError
 from flashml.jobs.baleen import STAGES
 from flashml.settings import BaleenSettings, dag_params
+from flashml.trace.formats import FORMATS
 
 DAG_ID = "flashml_retrain"
+DESCRIPTION = ("Retrain the Baleen flash-cache policy on a trace (default: a generated "
+               "demo): train, judge every policy, compile policy.so, promote it to the "
+               "MLflow alias 'champion' only if it beats the current one")
 _OPTIONAL = ["null", "string"]
+#: A write rate as the user says it: a number and MB/s (10^6 B/s) or MiB/s (2^20 B/s).
+RATE_PATTERN = r"^\s*[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?\s*(MB/s|MiB/s)?\s*$"
+RATE_UNITS = {"MB/s": 1.0, "MiB/s": 2**20 / 1e6, "": 1.0}
+DEFAULT_RATE = "35.599 MiB/s"
+
+
+def rate_mbps(text: str) -> float:
+    """`35.599 MiB/s`, `37.3 MB/s` or `37.3` (MB/s) -> MB/s."""
+    m = re.match(RATE_PATTERN, str(text))
+    if m is None:
+        raise UserError(f"param target_write_rate: {text!r} is not a write rate; give a "
+                        "number and its unit, e.g. 35.599 MiB/s or 37.3 MB/s")
+    unit = m.group(2) or ""
+    return float(str(text).strip().removesuffix(unit)) * RATE_UNITS[unit]
+
+
+def schedule() -> CronTriggerTimetable | str | None:
+    """Daily at 00:00 UTC (or $FLASHML_RETRAIN_SCHEDULE; `none`: manual only), first run at
+    the first tick after the DAG is unpaused: no start date, `run_immediately=False`."""
+    cron = os.environ.get("FLASHML_RETRAIN_SCHEDULE", "@daily").strip()
+    if cron.lower() in ("none", ""):
+        return None
+    if cron in ("@once", "@continuous"):
+        return cron
+    return CronTriggerTimetable(cron, timezone="UTC", run_immediately=False)
 
 
 def state_home() -> Path:
@@ -62,8 +107,11 @@ def state_home() -> Path:
 PARAMS = {
     "trace": Param(None, type=_OPTIONAL, description="trace location ({ds}: logical date); "
                    "empty: generate the synthetic preset"),
-    "format": Param(None, type=_OPTIONAL, description="raw trace format (default tectonic; "
-                    "ignored for .parquet)"),
+    "format": Param(None, type=_OPTIONAL, enum=[None, *FORMATS],
+                    values_display={"null": "auto: tectonic, or a .parquet table as it is",
+                                    **{f: f for f in FORMATS}},
+                    description="raw trace format (empty: tectonic; a .parquet trace is read "
+                    "as the canonical table)"),
     "sample_ratio": Param(None, type=["null", "number"], exclusiveMinimum=0, maximum=100,
                           description="percent of the full node the trace samples (empty: "
                           "from the trace)"),
@@ -73,7 +121,13 @@ PARAMS = {
                   description="seed of the generated trace"),
     "accesses": Param(None, type=["null", "integer"], minimum=1,
                       description="size of the generated trace (empty: the preset's)"),
-    **{name: Param(spec.pop("default"), **spec) for name, spec in dag_params().items()},
+    "target_write_rate": Param(
+        DEFAULT_RATE, type="string", pattern=RATE_PATTERN,
+        description="flash write-rate target at full-node scale: a number and its unit, MiB/s "
+        "(2^20 B/s) or MB/s (10^6 B/s; a bare number is MB/s). Default: the artifact's "
+        "35.599 MiB/s (7.5 DWPD)"),
+    **{name: Param(spec.pop("default"), **spec) for name, spec in dag_params().items()
+       if name != "target_write_rate_mbps"},
     "workdir": Param(None, type=_OPTIONAL, description="run folders (empty: "
                      "$FLASHML_RETRAIN_DIR, else <state>/retrain)"),
     "export_dir": Param(None, type=_OPTIONAL, description="where promoted bundles go "
@@ -102,6 +156,9 @@ def settings() -> BaleenSettings:
     """The run's settings from its params: `{ds}` in the trace filled in, the export folder
     defaulted from the environment, a generated trace inside the run folder."""
     p = _params()
+    if p.get("target_write_rate_mbps") is None:  # `--conf` may give MB/s as the CLI does
+        p["target_write_rate_mbps"] = rate_mbps(p.get("target_write_rate") or DEFAULT_RATE)
+    p.pop("target_write_rate", None)
     if p.get("trace"):
         ctx = get_current_context()
         ds = ctx.get("ds") or pendulum.now("UTC").to_date_string()
@@ -160,8 +217,10 @@ def _task(name: str, doc: str):  # type: ignore[no-untyped-def]
 
 @dag(
     dag_id=DAG_ID,
-    schedule=os.environ.get("FLASHML_RETRAIN_SCHEDULE", "@daily"),
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    description=DESCRIPTION,
+    # no start date: the first scheduled run is the first tick after unpausing (a start
+    # date in the past with catchup=False schedules the tick that just passed, at once)
+    schedule=schedule(),
     catchup=False,
     max_active_runs=1,  # evaluate -> promote must not interleave with another run's
     default_args=DEFAULT_ARGS,

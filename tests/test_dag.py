@@ -76,6 +76,13 @@ print("RESULT " + json.dumps({k: {"default": p.value, "schema": p.schema,
                               for k, p in mod["PARAMS"].items()}, default=str))
 print("DOC " + json.dumps(mod["dag_object"].doc_md))
 print("HOMES " + json.dumps(homes))
+rates = {}
+for text in ("35.599 MiB/s", "37.3 MB/s", "20", " 1e1MiB/s ", "fast"):
+    try:
+        rates[text] = mod["rate_mbps"](text)
+    except Exception as e:
+        rates[text] = str(e)
+print("RATES " + json.dumps(rates))
 """
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
@@ -95,27 +102,52 @@ print("HOMES " + json.dumps(homes))
     from flashml.settings import OPTIONS, BaleenSettings, dag_params
 
     d = BaleenSettings()
-    # the artifact's 35.599 MiB/s, in MB/s
-    assert params["target_write_rate_mbps"]["default"] == d.target_write_rate_mbps
+    # the target as the user says it (the artifact's 35.599 MiB/s), not 37.328257023999996
+    assert params["target_write_rate"]["default"] == "35.599 MiB/s"
+    assert "target_write_rate_mbps" not in params
     assert d.target_write_rate_mbps == pytest.approx(35.599 * 2**20 / 1e6)
+    # the trace format is a choice list of the block-trace readers
+    from flashml.trace.formats import FORMATS
+
+    assert params["format"]["schema"]["enum"] == [None, *FORMATS]
+    assert params["format"]["default"] is None  # tectonic, or a .parquet table as it is
     assert params["cache_gb"]["default"] == d.cache_gb
     assert params["train_hours"]["default"] * 3600.0 == d.train_seconds
     assert params["learning_rate"]["default"] == d.gbm.learning_rate
     assert params["max_rounds"]["default"] == d.gbm.num_boost_round
     for name in dag_params():  # every DAG run setting is an option of the pipeline command
-        assert name in JOB_OPTIONS and params[name]["default"] == OPTIONS[name].default
+        assert name in JOB_OPTIONS
+        if name != "target_write_rate_mbps":  # given with its unit (above)
+            assert params[name]["default"] == OPTIONS[name].default
     # nothing required: the Trigger form works with the defaults (all optional)
     assert all(p["default"] is not None or "null" in p["schema"].get("type", [])
                for p in params.values())
-    # every param is understood by the settings
-    s = BaleenSettings.from_dag_params({k: p["default"] for k, p in params.items()})
+    # every param is understood by the settings (the target through the DAG's unit parser)
+    rates = json.loads(proc.stdout.split("RATES ", 1)[1].splitlines()[0])
+    values = {k: p["default"] for k, p in params.items() if k != "target_write_rate"}
+    values["target_write_rate_mbps"] = rates["35.599 MiB/s"]
+    s = BaleenSettings.from_dag_params(values)
     assert s == d.replace(gbm=s.gbm) and s.gbm.learning_rate == d.gbm.learning_rate
+    assert rates["37.3 MB/s"] == 37.3 and rates["20"] == 20.0
+    assert rates[" 1e1MiB/s "] == pytest.approx(10 * 2**20 / 1e6)
+    assert "target_write_rate" in rates["fast"] and "35.599 MiB/s" in rates["fast"]
 
 
 def test_dagbag_imports_without_errors(tmp_path: Path) -> None:
     code = """
 import json, sys
+import pendulum
 from airflow.dag_processing.dagbag import DagBag
+from airflow.serialization.serialized_objects import DagSerialization
+
+def first_run(d):
+    # what the scheduler computes for a DAG that has no scheduled run yet, as it does
+    # when the DAG is unpaused (by hand or by the Trigger form)
+    ser = DagSerialization.from_dict(DagSerialization.to_dict(d))
+    now = pendulum.now("UTC")
+    info = ser.next_dagrun_info(last_automated_run_info=None)
+    return {"after_now": info.run_after > now, "run_after": str(info.run_after)}
+
 bag = DagBag(dag_folder=sys.argv[1])
 d = bag.dags.get("flashml_retrain")
 print("RESULT " + json.dumps({
@@ -126,6 +158,8 @@ print("RESULT " + json.dumps({
     "params": sorted(d.params.keys()) if d else None,
     "schedule": str(getattr(d.timetable, "_expression", d.timetable)) if d else None,
     "max_active_runs": d.max_active_runs if d else None,
+    "description": d.description if d else None,
+    "first_run": first_run(d) if d else None,
 }))
 """
     proc = _py(code, str(REPO / "dags"), env=_env(tmp_path), timeout=300)
@@ -139,10 +173,14 @@ print("RESULT " + json.dumps({
     after = names[1:] + [None]
     assert res["tasks"] == {a: ([b] if b else []) for a, b in zip(names, after, strict=True)}
     assert res["retries"] == [2]
-    assert {"trace", "target_write_rate_mbps", "cache_gb", "export_dir",
+    assert {"trace", "target_write_rate", "cache_gb", "export_dir",
             "train_hours"} <= set(res["params"])
     assert "0 0 * * *" in res["schedule"] or "daily" in res["schedule"]
     assert res["max_active_runs"] == 1
+    assert "Baleen" in res["description"] and "champion" in res["description"]
+    # unpausing schedules no run for a tick that has passed: a Trigger click (which unpauses)
+    # makes one run, not that run queued behind a scheduled one
+    assert res["first_run"]["after_now"], res["first_run"]
 
 
 def test_dag_end_to_end_promotes_then_keeps_champion(tmp_path: Path) -> None:
