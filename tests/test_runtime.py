@@ -209,20 +209,31 @@ def test_flash_faults_fall_back_to_backing(env):
 
 
 def test_kill_during_replay_then_restart(env):
+    """SIGKILL in the middle of a replay (held after half its accesses by the test hook, so
+    the kill lands mid-run however busy the machine), then a replay on the same flash file:
+    every byte it serves is still right."""
     flash = env["dir"] / "killed-flash.img"
+    release = env["dir"] / "killed-release"
+    half = sum(1 for ln in env["trace"].read_text().splitlines()
+               if ln.strip() and not ln.startswith("#")) // 2
     args = [str(FLASHRT), "replay", "--policy", "builtin:admitall", "--trace", str(env["trace"]),
             "--flash", str(flash), "--flash-bytes", "32MiB", "--backing", str(env["backing"]),
             "--warmup-s", "0", "--json"]
-    killed = False
-    for delay in (0.3, 0.1, 0.03):
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(delay)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "FLASHRT_TEST_HOLD": str(release),
+                                 "FLASHRT_TEST_HOLD_AT": str(half)})
+    try:
+        held = Path(f"{release}.held")
+        deadline = time.monotonic() + 300
+        while not held.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the replay never reached its middle"
+            time.sleep(0.01)
+        assert flash.stat().st_blocks > 0, "killed before it wrote to flash"
+    finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
-        if proc.returncode == -signal.SIGKILL:
-            killed = True
-            break
-    assert killed, "replay finished before it could be killed"
+    assert proc.returncode == -signal.SIGKILL
     p, m = replay(env, flash=flash, flash_bytes="32MiB")
     assert p.returncode == 0, p.stderr
     assert m["integrity_errors"] == 0 and m["hits"] > 0

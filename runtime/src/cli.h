@@ -90,8 +90,11 @@ int cli_guard_check(struct cli_guard *g);
  * read; a flock plus a POSIX lock of one byte far past the end that carries the PID. Held
  * elsewhere: prints "PATH: in use by flashrt (pid N)" and returns 1 at once. */
 int cli_guard_lock(struct cli_guard *g, const char *opt, const char *path, int exclusive, int create);
-/* Test hook (FLASHRT_TEST_HOLD=PATH): waits with the locks held until PATH exists. */
+/* Test hook (FLASHRT_TEST_HOLD=PATH): waits with the locks held until PATH exists, having
+ * created PATH.held (a test waits for it). With FLASHRT_TEST_HOLD_AT=N, replay waits after
+ * its Nth access instead (cli_guard_hold_after), so a test can kill it mid-run. */
 int cli_guard_hold(void);
+int cli_guard_hold_after(unsigned long long accesses);
 /* Drops the locks; `failed`: removes the files the locks created (this run made them). */
 void cli_guard_release(struct cli_guard *g, int failed);
 

@@ -170,17 +170,33 @@ int cli_guard_lock(struct cli_guard *g, const char *opt, const char *path, int e
     return 0;
 }
 
-int cli_guard_hold(void) {
-    /* test hook: FLASHRT_TEST_HOLD=PATH waits, with the locks held, until PATH exists (at most
-     * 10 minutes), so a test can run a second flashrt against a first that holds its files */
-    const char *p = getenv("FLASHRT_TEST_HOLD");
-    if (!p || !*p) return 0;
-    for (int i = 0; i < 600 * 200; i++) {
+static int hold(const char *p) {
+    char held[4096];
+    snprintf(held, sizeof held, "%s.held", p);
+    int fd = open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) close(fd);
+    for (int i = 0; i < 600 * 200; i++) { /* at most 10 minutes */
         if (access(p, F_OK) == 0) return 0;
         struct timespec ts = {0, 5000000};
         nanosleep(&ts, NULL);
     }
     return ERR("FLASHRT_TEST_HOLD: %s did not appear", p);
+}
+
+int cli_guard_hold(void) {
+    /* test hook: a test runs a second flashrt against a first that holds its files */
+    const char *p = getenv("FLASHRT_TEST_HOLD");
+    const char *at = getenv("FLASHRT_TEST_HOLD_AT");
+    if (!p || !*p || (at && *at)) return 0;
+    return hold(p);
+}
+
+int cli_guard_hold_after(unsigned long long accesses) {
+    /* test hook: a test kills a replay in the middle of its run */
+    const char *p = getenv("FLASHRT_TEST_HOLD");
+    const char *at = getenv("FLASHRT_TEST_HOLD_AT");
+    if (!p || !*p || !at || !*at || strtoull(at, NULL, 10) != accesses) return 0;
+    return hold(p);
 }
 
 void cli_guard_release(struct cli_guard *g, int failed) {

@@ -337,6 +337,7 @@ static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp,
             verified_bytes += res.len;
         }
         n++;
+        if ((rc = cli_guard_hold_after(n)) != 0) break;
         r = flashrt_trace_next(tr, &acc, err, FLASHRT_ERR_LEN);
     }
     if (r < 0 && rc == 0) rc = ERR("%s", err);
