@@ -1,0 +1,389 @@
+#!/usr/bin/env bash
+# The scaled-out topology of docker-compose.yml, started natively on this machine from
+# packages only, every service bound to 127.0.0.1 (README.md, "Scaling out";
+# docs/how-to/scale-out.md):
+#
+#   PostgreSQL (Debian's postgresql: databases mlflow, optuna, airflow; generated password)
+#   MLflow tracking server on Postgres, --serve-artifacts (artifacts in a local folder)
+#   Spark standalone master + 2 workers (PySpark's own launch classes, 1 core each)
+#   Airflow 3, LocalExecutor on Postgres: api-server, scheduler, dag-processor
+#
+#   scripts/cluster.sh up        start everything, wait for each health endpoint, write
+#                                $FLASHML_CLUSTER_DIR/cluster.env (the client's variables)
+#   scripts/cluster.sh down      stop exactly what `up` started (recorded PIDs); no process
+#                                and no port left behind
+#   scripts/cluster.sh status    each service: PID, port, health (exit 0 when all are up)
+#   scripts/cluster.sh test      a smoke check of every service through the client's
+#                                variables (starts and stops the cluster when it was not up)
+#
+# Then: `set -a; . .flashml/cluster/cluster.env; set +a; flashml pipeline run ...`.
+#
+# Settings (environment): FLASHML_CLUSTER_DIR (state: default <repo>/.flashml/cluster),
+# FLASHML_CLUSTER_<SERVICE>_PORT for PG, MLFLOW, SPARK, SPARK_UI, AIRFLOW (default: a free
+# port each), FLASHML_CLUSTER_WORKERS (2), FLASHML_CLUSTER_WORKER_MEMORY (2g),
+# FLASHML_CLUSTER_TIMEOUT (seconds per service, 180), FLASHML_RETRAIN_SCHEDULE (@daily).
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+VENV=${FLASHML_VENV:-$REPO/.venv}
+PY=$VENV/bin/python
+STATE=${FLASHML_CLUSTER_DIR:-$REPO/.flashml/cluster}
+case $STATE in /*) ;; *) STATE=$(pwd)/$STATE ;; esac
+WORKERS=${FLASHML_CLUSTER_WORKERS:-2}
+WORKER_MEMORY=${FLASHML_CLUSTER_WORKER_MEMORY:-2g}
+TIMEOUT=${FLASHML_CLUSTER_TIMEOUT:-180}
+PIDS=$STATE/pids
+LOGS=$STATE/logs
+ENV_FILE=$STATE/cluster.env
+# the order `up` starts services in; `down` stops them in reverse
+SERVICES=(postgres mlflow spark-master)
+for ((i = 1; i <= WORKERS; i++)); do SERVICES+=("spark-worker-$i"); done
+SERVICES+=(airflow-apiserver airflow-scheduler airflow-dag-processor)
+
+say() { printf 'cluster: %s\n' "$*" >&2; }
+die() { printf 'cluster: error: %s\n' "$*" >&2; exit 1; }
+
+# --- processes -------------------------------------------------------------------------------
+# A PID file holds "<pid> <start time in clock ticks>": a PID reused by another process after
+# ours ended does not match, so `down` never signals a stranger.
+proc_start() { awk '{ sub(/^.*\) /, ""); print $20 }' "/proc/$1/stat" 2>/dev/null; }
+recorded_pid() {  # the live PID recorded for service $1, else nothing
+  local f=$PIDS/$1.pid pid start
+  [ -f "$f" ] || return 0
+  read -r pid start < "$f" || return 0
+  [ -n "$pid" ] && [ "$(proc_start "$pid")" = "$start" ] && echo "$pid"
+  return 0
+}
+descendants() {  # every descendant PID of $1
+  local c
+  for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do echo "$c"; descendants "$c"; done
+}
+alive_any() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+kill_tree() {  # SIGTERM the process $1, its process group and its descendants; SIGKILL after 20 s
+  local pid=$1 tree i
+  tree="$pid $(descendants "$pid" | tr '\n' ' ')"
+  kill -TERM -- "-$pid" 2>/dev/null || true
+  # shellcheck disable=SC2086
+  kill -TERM $tree 2>/dev/null || true
+  for ((i = 0; i < 200; i++)); do
+    # shellcheck disable=SC2086
+    alive_any $tree || return 0
+    sleep 0.1
+  done
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  # shellcheck disable=SC2086
+  kill -KILL $tree 2>/dev/null || true
+}
+
+# Postgres refuses to run as root: as root it runs as `nobody` on a data folder that user
+# owns (under the state folder when `nobody` can reach it, else a private folder in /tmp).
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u nobody -- "$@"; else "$@"; fi; }
+pg_bin() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do [ -x "$d/initdb" ] && { echo "$d"; return; }; done
+  command -v initdb >/dev/null 2>&1 && dirname "$(command -v initdb)"
+}
+pg_data() {
+  if [ -f "$STATE/pgdata.path" ]; then cat "$STATE/pgdata.path"; return; fi
+  local d=$STATE/pg
+  if [ "$(id -u)" = 0 ] && ! runuser -u nobody -- test -x "$STATE"; then
+    d=$(mktemp -d /tmp/flashml-pg.XXXXXX)/data
+  fi
+  echo "$d" > "$STATE/pgdata.path"
+  echo "$d"
+}
+
+start() {  # start service $1 as `setsid` leader: its log, its PID file; then the command
+  local name=$1; shift
+  : > "$LOGS/$name.log"
+  setsid "$@" >> "$LOGS/$name.log" 2>&1 < /dev/null &
+  local pid=$!
+  echo "$pid $(proc_start "$pid")" > "$PIDS/$name.pid"
+}
+
+# --- ports -----------------------------------------------------------------------------------
+port_free() { ! "$PY" - "$1" <<'EOF'
+import socket, sys
+s = socket.socket()
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    sys.exit(1)
+EOF
+}
+free_ports() {  # $1 distinct free ports on 127.0.0.1
+  "$PY" - "$1" <<'EOF'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+ports_of() {  # every port service $1 listens on (from the ports file)
+  [ -f "$STATE/ports" ] || return 0
+  awk -v s="$1" '$1 == s { for (i = 2; i <= NF; i++) print $i }' "$STATE/ports"
+}
+
+# --- failure: name the service and its log, stop what was started ----------------------------
+fail() {  # service, reason
+  local log=$LOGS/$1.log
+  [ "$1" = postgres ] && log=$LOGS/postgres.log
+  printf 'cluster: error: %s did not come up: %s\ncluster: its log: %s\n' "$1" "$2" "$log" >&2
+  if [ -s "$log" ]; then
+    printf 'cluster: last lines of %s:\n' "$log" >&2
+    tail -n 15 "$log" | sed 's/^/  | /' >&2
+  fi
+  say "stopping what was started"
+  do_down >&2 || true
+  exit 1
+}
+wait_for() {  # service, check command...: until the check passes; fail when the process dies
+  local name=$1; shift
+  local deadline=$((SECONDS + TIMEOUT)) pid
+  while :; do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    pid=$(recorded_pid "$name")
+    [ -n "$pid" ] || fail "$name" "the process exited"
+    [ "$SECONDS" -lt "$deadline" ] || fail "$name" "no answer from its health check within ${TIMEOUT} s"
+    sleep 0.5
+  done
+}
+http_ok() { curl -fsS --max-time 5 "$1" >/dev/null; }
+spark_workers_alive() {  # the master's JSON lists $2 ALIVE workers
+  curl -fsS --max-time 5 "$1" | "$PY" -c \
+    'import json,sys; d=json.load(sys.stdin); sys.exit(0 if d.get("aliveworkers",0)>=int(sys.argv[1]) else 1)' "$2"
+}
+airflow_component_healthy() {  # /api/v2/monitor/health says component $2 is healthy
+  curl -fsS --max-time 5 "$1" | "$PY" -c \
+    'import json,sys; d=json.load(sys.stdin); sys.exit(0 if (d.get(sys.argv[1]) or {}).get("status")=="healthy" else 1)' "$2"
+}
+
+# --- up --------------------------------------------------------------------------------------
+secret() { "$PY" -c 'import secrets; print(secrets.token_urlsafe(24))'; }
+
+do_up() {
+  [ -x "$PY" ] || die "no Python venv at $VENV: run \`make setup\` first"
+  local s running=""
+  for s in "${SERVICES[@]}"; do [ -n "$(recorded_pid "$s")" ] && running+=" $s"; done
+  [ -z "$running" ] || die "already running in $STATE:$running (scripts/cluster.sh down first)"
+  command -v java >/dev/null 2>&1 || die "Java not found: Spark needs it (Debian: apt-get install openjdk-17-jre-headless)"
+  local PGBIN; PGBIN=$(pg_bin) || true
+  [ -n "$PGBIN" ] && [ -x "$PGBIN/postgres" ] || die "PostgreSQL not found: no initdb/postgres (Debian: apt-get install postgresql)"
+  command -v curl >/dev/null 2>&1 || die "curl not found (Debian: apt-get install curl)"
+  mkdir -p "$STATE" "$PIDS" "$LOGS" "$STATE/mlartifacts" "$STATE/home" "$STATE/runs" \
+    "$STATE/exported" "$STATE/airflow" "$STATE/spark"
+  rm -f "$PIDS"/*.pid
+  local t0=$SECONDS
+  trap 'say "interrupted: stopping what was started"; do_down >&2 || true; exit 130' INT TERM
+
+  # secrets: generated once, kept with the data they protect
+  if [ ! -f "$STATE/secrets" ]; then
+    ( umask 077; printf 'DB_PASSWORD=%s\nAIRFLOW_PASSWORD=%s\nJWT_SECRET=%s\n' \
+        "$(secret)" "$(secret)" "$(secret)" > "$STATE/secrets" )
+  fi
+  local DB_PASSWORD AIRFLOW_PASSWORD JWT_SECRET
+  # shellcheck disable=SC1091
+  . "$STATE/secrets"
+
+  # ports: the ones asked for (refused when taken), else free ones
+  local free p
+  read -r -a free <<< "$(free_ports 5)"
+  local PG_PORT=${FLASHML_CLUSTER_PG_PORT:-${free[0]}}
+  local MLFLOW_PORT=${FLASHML_CLUSTER_MLFLOW_PORT:-${free[1]}}
+  local SPARK_PORT=${FLASHML_CLUSTER_SPARK_PORT:-${free[2]}}
+  local SPARK_UI_PORT=${FLASHML_CLUSTER_SPARK_UI_PORT:-${free[3]}}
+  local AIRFLOW_PORT=${FLASHML_CLUSTER_AIRFLOW_PORT:-${free[4]}}
+  {
+    echo "postgres $PG_PORT"; echo "mlflow $MLFLOW_PORT"
+    echo "spark-master $SPARK_PORT $SPARK_UI_PORT"; echo "airflow-apiserver $AIRFLOW_PORT"
+  } > "$STATE/ports"
+  for p in "postgres:$PG_PORT" "mlflow:$MLFLOW_PORT" "spark-master:$SPARK_PORT" \
+           "spark-master:$SPARK_UI_PORT" "airflow-apiserver:$AIRFLOW_PORT"; do
+    port_free "${p#*:}" || { : > "$LOGS/${p%%:*}.log"; \
+      fail "${p%%:*}" "port ${p#*:} on 127.0.0.1 is taken by another process"; }
+  done
+
+  # PostgreSQL: a private cluster on 127.0.0.1 only (no Unix socket), password auth
+  local PGDATA; PGDATA=$(pg_data)
+  : > "$LOGS/postgres.log"
+  if [ ! -f "$PGDATA/PG_VERSION" ]; then
+    say "postgres: initdb $PGDATA"
+    mkdir -p "$PGDATA"
+    local pw; pw=$(mktemp)
+    printf '%s\n' "$DB_PASSWORD" > "$pw"
+    if [ "$(id -u)" = 0 ]; then chown nobody "$PGDATA" "$pw" "$(dirname "$PGDATA")"; chmod 700 "$PGDATA"; fi
+    as_pg "$PGBIN/initdb" -D "$PGDATA" -U flashml --pwfile="$pw" -A scram-sha-256 \
+      -E UTF8 --locale=C.UTF-8 >> "$LOGS/postgres.log" 2>&1 \
+      || { rm -f "$pw"; fail postgres "initdb failed"; }
+    rm -f "$pw"
+  fi
+  [ "$(id -u)" = 0 ] && chown nobody "$LOGS/postgres.log"
+  say "postgres: starting on 127.0.0.1:$PG_PORT"
+  as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -l "$LOGS/postgres.log" -w -t 60 -s \
+    -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories=''" start \
+    >> "$LOGS/postgres.log" 2>&1 || fail postgres "pg_ctl start failed"
+  local pgpid; pgpid=$(head -n 1 "$PGDATA/postmaster.pid")
+  echo "$pgpid $(proc_start "$pgpid")" > "$PIDS/postgres.pid"
+  wait_for postgres "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"
+  local db
+  for db in mlflow optuna airflow; do
+    PGPASSWORD=$DB_PASSWORD "$PGBIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U flashml -d postgres \
+      -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1 \
+      || PGPASSWORD=$DB_PASSWORD "$PGBIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U flashml \
+           -d postgres -c "CREATE DATABASE $db" >> "$LOGS/postgres.log" 2>&1 \
+      || fail postgres "CREATE DATABASE $db failed"
+  done
+  local PG=flashml:$DB_PASSWORD@127.0.0.1:$PG_PORT
+
+  # the client's variables: the compose file's (x-flashml-env and the Airflow services'), with
+  # this machine's addresses and folders; then what the compose images supply themselves
+  local SPARK_HOME; SPARK_HOME=$("$PY" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
+  ( umask 077; cat > "$ENV_FILE" <<EOF
+# flashml's scaled-out services on this machine (scripts/cluster.sh up); source with
+#   set -a; . $ENV_FILE; set +a
+# -- the variables docker-compose.yml sets (tests/test_cluster.py checks they are the same)
+MLFLOW_TRACKING_URI=http://127.0.0.1:$MLFLOW_PORT
+FLASHML_OPTUNA_STORAGE=postgresql+psycopg2://$PG/optuna
+FLASHML_SPARK_MASTER=spark://127.0.0.1:$SPARK_PORT
+FLASHML_HOME=$STATE/home
+FLASHML_RETRAIN_DIR=$STATE/runs
+FLASHML_EXPORT_DIR=$STATE/exported
+FLASHML_RETRAIN_SCHEDULE='${FLASHML_RETRAIN_SCHEDULE:-@daily}'
+AIRFLOW__CORE__EXECUTOR=LocalExecutor
+AIRFLOW__CORE__LOAD_EXAMPLES=false
+AIRFLOW__CORE__DAGS_FOLDER=$REPO/dags
+AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgresql+psycopg2://$PG/airflow
+AIRFLOW__CORE__EXECUTION_API_SERVER_URL=http://127.0.0.1:$AIRFLOW_PORT/execution/
+AIRFLOW__API_AUTH__JWT_SECRET=$JWT_SECRET
+AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=admin:admin
+# -- native only: what the compose images set themselves (AIRFLOW_HOME, the generated
+# -- password's file, Spark's home; the Spark driver on loopback) and where a client finds the services
+AIRFLOW_HOME=$STATE/airflow
+AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=$STATE/airflow/passwords.json
+SPARK_HOME=$SPARK_HOME
+SPARK_LOCAL_IP=127.0.0.1
+FLASHML_AIRFLOW_URL=http://127.0.0.1:$AIRFLOW_PORT
+FLASHML_AIRFLOW_USER=admin
+FLASHML_AIRFLOW_PASSWORD=$AIRFLOW_PASSWORD
+FLASHML_SPARK_UI_URL=http://127.0.0.1:$SPARK_UI_PORT
+EOF
+  )
+  ( umask 077; printf '{"admin": "%s"}\n' "$AIRFLOW_PASSWORD" > "$STATE/airflow/passwords.json" )
+  set -a
+  # shellcheck disable=SC1090
+  . "$ENV_FILE"
+  set +a
+  export PATH="$VENV/bin:$PATH" SPARK_LOG_DIR=$LOGS \
+    AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=true
+
+  # MLflow, Spark and Airflow's migration start together
+  say "mlflow: starting on 127.0.0.1:$MLFLOW_PORT (store: Postgres, artifacts: $STATE/mlartifacts)"
+  start mlflow "$VENV/bin/mlflow" server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1 \
+    --backend-store-uri "postgresql+psycopg2://$PG/mlflow" \
+    --artifacts-destination "$STATE/mlartifacts" --serve-artifacts
+  say "spark: master on 127.0.0.1:$SPARK_PORT (UI :$SPARK_UI_PORT), $WORKERS workers"
+  start spark-master "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
+    --host 127.0.0.1 --port "$SPARK_PORT" --webui-port "$SPARK_UI_PORT"
+  for ((i = 1; i <= WORKERS; i++)); do
+    mkdir -p "$STATE/spark/worker-$i"
+    start "spark-worker-$i" "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
+      --host 127.0.0.1 --cores 1 --memory "$WORKER_MEMORY" --webui-port 0 \
+      --work-dir "$STATE/spark/worker-$i" "spark://127.0.0.1:$SPARK_PORT"
+  done
+  say "airflow: db migrate"
+  "$VENV/bin/airflow" db migrate > "$LOGS/airflow-migrate.log" 2>&1 \
+    || { cp "$LOGS/airflow-migrate.log" "$LOGS/airflow-apiserver.log"; \
+         fail airflow-apiserver "\`airflow db migrate\` failed (log: $LOGS/airflow-migrate.log)"; }
+  say "airflow: api-server on 127.0.0.1:$AIRFLOW_PORT, scheduler, dag-processor"
+  start airflow-apiserver "$VENV/bin/airflow" api-server --host 127.0.0.1 --port "$AIRFLOW_PORT" --workers 1
+  start airflow-scheduler "$VENV/bin/airflow" scheduler
+  start airflow-dag-processor "$VENV/bin/airflow" dag-processor
+
+  wait_for mlflow http_ok "http://127.0.0.1:$MLFLOW_PORT/health"
+  wait_for spark-master http_ok "http://127.0.0.1:$SPARK_UI_PORT/json/"
+  for ((i = 1; i <= WORKERS; i++)); do
+    wait_for "spark-worker-$i" spark_workers_alive "http://127.0.0.1:$SPARK_UI_PORT/json/" "$i"
+  done
+  local health=http://127.0.0.1:$AIRFLOW_PORT/api/v2/monitor/health
+  wait_for airflow-apiserver http_ok "$health"
+  wait_for airflow-scheduler airflow_component_healthy "$health" scheduler
+  wait_for airflow-dag-processor airflow_component_healthy "$health" dag_processor
+  trap - INT TERM
+  echo "$((SECONDS - t0))" > "$STATE/startup_s"
+  say "up in $((SECONDS - t0)) s; client variables: $ENV_FILE"
+  say "  MLflow http://127.0.0.1:$MLFLOW_PORT  Airflow http://127.0.0.1:$AIRFLOW_PORT (admin, password in $ENV_FILE)  Spark UI http://127.0.0.1:$SPARK_UI_PORT"
+}
+
+# --- down ------------------------------------------------------------------------------------
+do_down() {
+  local i pid name stopped=0
+  for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do
+    name=${SERVICES[$i]}
+    pid=$(recorded_pid "$name")
+    if [ -n "$pid" ]; then
+      if [ "$name" = postgres ]; then
+        local PGBIN; PGBIN=$(pg_bin)
+        as_pg "$PGBIN/pg_ctl" -D "$(pg_data)" -m fast -w -t 30 -s stop >/dev/null 2>&1 || true
+        kill -0 "$pid" 2>/dev/null && kill_tree "$pid"
+      else
+        kill_tree "$pid"
+      fi
+      say "stopped $name (pid $pid)"
+      stopped=$((stopped + 1))
+    fi
+    rm -f "$PIDS/$name.pid"
+  done
+  # nothing of ours may still listen
+  local left="" p s
+  for s in "${SERVICES[@]}"; do
+    for p in $(ports_of "$s"); do port_free "$p" || left+=" $s:$p"; done
+  done
+  [ "$stopped" -gt 0 ] || say "nothing was running in $STATE"
+  [ -z "$left" ] || die "ports still open after down:$left"
+}
+
+# --- status ----------------------------------------------------------------------------------
+do_status() {
+  local s pid bad=0 ports
+  for s in "${SERVICES[@]}"; do
+    pid=$(recorded_pid "$s")
+    ports=$(ports_of "$s" | tr '\n' ' ')
+    if [ -n "$pid" ]; then
+      printf '%-22s up    pid %-8s %s\n' "$s" "$pid" "${ports:+127.0.0.1:${ports% }}"
+    else
+      printf '%-22s down\n' "$s"; bad=1
+    fi
+  done
+  if [ "$bad" = 0 ] && [ -f "$ENV_FILE" ]; then
+    set -a
+    # shellcheck disable=SC1090
+    . "$ENV_FILE"
+    set +a
+    local h=$AIRFLOW__CORE__EXECUTION_API_SERVER_URL
+    http_ok "$MLFLOW_TRACKING_URI/health" && echo "mlflow health: ok" || { echo "mlflow health: FAILED"; bad=1; }
+    spark_workers_alive "$FLASHML_SPARK_UI_URL/json/" "$WORKERS" \
+      && echo "spark: $WORKERS workers alive" || { echo "spark: workers missing"; bad=1; }
+    curl -fsS --max-time 5 "${h%/execution/}/api/v2/monitor/health" && echo || { echo "airflow health: FAILED"; bad=1; }
+    echo "client variables: $ENV_FILE"
+  fi
+  return $bad
+}
+
+# --- test ------------------------------------------------------------------------------------
+do_test() {
+  local started=0
+  if ! do_status >/dev/null 2>&1; then do_up; started=1; fi
+  local rc=0
+  ( set -a; . "$ENV_FILE"; set +a; "$PY" "$REPO/scripts/cluster_check.py" ) || rc=$?
+  if [ "$started" = 1 ]; then do_down; fi
+  [ "$rc" = 0 ] && say "test passed" || say "test FAILED"
+  return $rc
+}
+
+case ${1:-} in
+  up) do_up ;;
+  down) do_down ;;
+  status) do_status ;;
+  test) do_test ;;
+  *) echo "usage: scripts/cluster.sh up|down|status|test   (state: \$FLASHML_CLUSTER_DIR, default .flashml/cluster)" >&2; exit 2 ;;
+esac
