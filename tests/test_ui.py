@@ -117,3 +117,75 @@ def test_ui_without_a_store(tmp_path: Path, tool: str, fragment: str) -> None:
     proc, _ = start(tool, tmp_path / "empty")
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1 and fragment in out and "Traceback" not in out
+
+
+def test_ui_default_ports_one_per_server() -> None:
+    """Every server has its own default port (Airflow and optuna-dashboard both default to
+    8080 upstream), and --help says which."""
+    from flashml.commands.ui import PORTS, TOOLS
+
+    assert set(PORTS) == set(TOOLS) and len(set(PORTS.values())) == len(PORTS)
+    out = subprocess.run([sys.executable, "-m", "flashml.cli", "ui", "--help"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60).stdout
+    flat = " ".join(out.split())
+    assert all(f"{tool} {port}" in flat for tool, port in PORTS.items()), out
+
+
+@pytest.fixture
+def holder() -> tuple[subprocess.Popen, int]:
+    """Another web server on a port (it answers HTTP, as a second flashml ui would)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
+                             "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 60
+    while True:  # wait until it listens
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        assert proc.poll() is None and time.monotonic() < end, "http.server did not start"
+        time.sleep(0.1)
+    yield proc, port
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("tool", ["optuna", "docs"])
+def test_ui_port_in_use_is_an_error_naming_the_holder(tmp_path: Path, holder: tuple,
+                                                      tool: str) -> None:
+    """A taken port: exit 1, the port and the holder's pid and command named, never 'ready'
+    (optuna-dashboard used to print ready, the other server having answered, then die)."""
+    other, port = holder
+    if tool == "optuna":
+        import optuna
+
+        optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    else:
+        site = tmp_path / "gx" / "uncommitted" / "data_docs" / "local_site"
+        site.mkdir(parents=True)
+        (site / "index.html").write_text("<html></html>")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHML_", "MLFLOW_"))}
+    proc = subprocess.run([sys.executable, "-m", "flashml.cli", "ui", tool, "--port", str(port)],
+                          cwd=REPO, env=env | {"FLASHML_HOME": str(tmp_path)},
+                          capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert " ready" not in out and "Traceback" not in out, out
+    assert f"port {port} " in out and f"pid {other.pid} (" in out and "http.server" in out, out
+    assert other.poll() is None  # the holder is left alone
+
+
+def test_ui_answer_from_another_process_is_not_ready(holder: tuple) -> None:
+    """The port taken after the check (a race): the page answers, but from a process the
+    server did not start, so it is the port's error, not 'ready'."""
+    from flashml.commands.ui import listeners, wait_ready
+    from flashml.errors import UserError
+
+    other, port = holder
+    assert other.pid in listeners(port)
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(UserError, match=f"port {port} .*pid {other.pid} "):
+            wait_ready(f"http://127.0.0.1:{port}/", ours, 30, port, "optuna")
+    finally:
+        ours.kill()
+        ours.wait()

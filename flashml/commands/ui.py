@@ -7,18 +7,26 @@ scheduler, dag-processor) with the repository's dags/ and its metadata DB in
 $FLASHML_HOME/airflow, or the Great Expectations Data Docs of `trace validate` and the
 pipeline. It waits until the page answers, prints the URL, and on Ctrl-C (or SIGTERM) stops
 the server and everything it started.
+
+Each server has its own default port (mlflow 5000, optuna 8080, airflow 8081, docs 8000), so
+they can all run at once. A port that is taken is an error naming the port and, where this
+machine shows it, the process that listens on it (pid and command); nothing is started then,
+and a server is reported ready only once the page answers from a process it started.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -26,7 +34,8 @@ from flashml.commands.argtypes import Number
 from flashml.errors import UserError
 
 TOOLS = ("mlflow", "optuna", "airflow", "docs")
-PORTS = {"mlflow": 5000, "optuna": 8080, "airflow": 8080, "docs": 8000}
+#: Each server's default port, one each (Airflow's own default, 8080, is optuna-dashboard's).
+PORTS = {"mlflow": 5000, "optuna": 8080, "airflow": 8081, "docs": 8000}
 #: How long a server may take to answer its first request (Airflow migrates its DB first).
 READY_S = {"mlflow": 90.0, "optuna": 60.0, "airflow": 300.0, "docs": 20.0}
 REPO = Path(__file__).resolve().parents[2]
@@ -95,19 +104,112 @@ def runs_page(uri: str) -> str:
     return where + "?workflowType=machine_learning"
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float) -> bool:
-    """Poll `url` until it answers (any HTTP status) or the server exits or time runs out."""
+def listeners(port: int) -> set[int]:
+    """The pids of the processes with a listening TCP socket (IPv4 or IPv6, any address) on
+    `port`, from /proc/net/tcp{,6} and /proc/*/fd; empty where none is visible (no /proc, or
+    the holder belongs to another user we may not inspect)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            # sl local_address rem_address st ... inode; st 0A is LISTEN
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{f[9]}]")
+    pids: set[int] = set()
+    if not inodes:
+        return pids
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in os.scandir(proc / "fd"):
+                if os.readlink(fd.path) in inodes:
+                    pids.add(int(proc.name))
+                    break
+        except OSError:
+            continue
+    return pids
+
+
+def describe_pid(pid: int) -> str:
+    """`pid 123 (python -m http.server 8000)`, or `pid 123` when its command is hidden."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmd = " ".join(a.decode(errors="replace") for a in argv if a)
+    except OSError:
+        cmd = ""
+    if len(cmd) > 120:
+        cmd = cmd[:117] + "..."
+    return f"pid {pid} ({cmd})" if cmd else f"pid {pid}"
+
+
+def port_taken(tool: str, host: str, port: int, holders: set[int] | None = None) -> UserError:
+    """The error for a taken port: the port, and its holder where it can be seen."""
+    holders = listeners(port) if holders is None else holders
+    who = (" by " + ", ".join(describe_pid(p) for p in sorted(holders))) if holders else ""
+    return UserError(f"port {port} on {host} is already in use{who}; stop it, or start "
+                     f"{tool} on another port with --port")
+
+
+def check_port(tool: str, host: str, port: int) -> None:
+    """Refuse a port something already listens on (before starting anything): a bind test
+    on `host` (what the server will do), and the listeners /proc shows on any address."""
+    holders = listeners(port)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise port_taken(tool, host, port, holders) from None
+            if e.errno != errno.EADDRNOTAVAIL:  # a --host not on this machine: its own error
+                raise UserError(f"--host {host} --port {port}: cannot listen there: "
+                                f"{e.strerror}") from None
+    if holders:
+        raise port_taken(tool, host, port, holders)
+
+
+def family(proc: subprocess.Popen) -> set[int]:
+    """The server's pid and its descendants' (airflow standalone's api-server is one)."""
+    import psutil
+
+    try:
+        root = psutil.Process(proc.pid)
+        return {proc.pid, *(c.pid for c in root.children(recursive=True))}
+    except psutil.NoSuchProcess:
+        return {proc.pid}
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float,
+               port: int | None = None, tool: str = "the server") -> bool:
+    """Poll `url` until it answers (any HTTP status) or the server exits or time runs out.
+    With `port`, an answer counts only while the server (or a process it started) listens on
+    that port; an answer from another process raises `port_taken`'s error."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
             return False
         try:
             with urllib.request.urlopen(url, timeout=2):
-                return True
+                pass
         except urllib.error.HTTPError:
-            return True  # it answered (e.g. 401 before login)
+            pass  # it answered (e.g. 401 before login)
         except (urllib.error.URLError, OSError):
             time.sleep(0.3)
+            continue
+        if port is None:
+            return True
+        held = listeners(port)
+        if not held or held & family(proc):
+            return True  # ours (or /proc shows no holder: trust the answer)
+        time.sleep(0.5)  # someone else answered: ours may be dying of it; say who holds it
+        if proc.poll() is not None or not listeners(port) & family(proc):
+            raise port_taken(tool, urllib.parse.urlsplit(url).hostname or "", port,
+                             held - family(proc))
     return False
 
 
@@ -138,6 +240,7 @@ def stop(proc: subprocess.Popen, grace: float = 15.0) -> None:
 def cmd_ui(args: argparse.Namespace) -> int:
     port = args.port or PORTS[args.tool]
     cmd, env, url = command(args.tool, args.host, port, args.context_dir)
+    check_port(args.tool, args.host, port)
     print(f"starting {args.tool} on {url} ...", flush=True)
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
 
@@ -148,11 +251,19 @@ def cmd_ui(args: argparse.Namespace) -> int:
     # Ctrl-C stops the server even where SIGINT came ignored (a background job of a shell)
     old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        if not wait_ready(url, proc, READY_S[args.tool]):
+        try:
+            ready = wait_ready(url, proc, READY_S[args.tool], port, args.tool)
+        except UserError:
+            stop(proc)
+            raise
+        if not ready:
             code = proc.poll()
             stop(proc)
+            held = listeners(port) - family(proc)
+            if held:
+                raise port_taken(args.tool, args.host, port, held)
             raise UserError(f"{args.tool} did not answer on {url} "
-                            + (f"(it exited with {code}; is the port taken?)" if code is not None
+                            + (f"(it exited with {code})" if code is not None
                                else f"within {READY_S[args.tool]:.0f} s"))
         extra = ("; login: admin, password in "
                  f"{env['AIRFLOW_HOME']}/simple_auth_manager_passwords.json.generated"
@@ -183,7 +294,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=Number(int, 1, 65535), default=None,
-                   help="port (default: mlflow 5000, optuna 8080, airflow 8080, docs 8000)")
+                   help="port (default: " + ", ".join(f"{t} {n}" for t, n in PORTS.items())
+                   + "; one each, so they can all run at once; a port in use is an error "
+                   "naming its holder)")
     p.add_argument("--context-dir", type=Path, default=None,
                    help="docs: the Great Expectations context (default $FLASHML_HOME/gx)")
     p.set_defaults(func=cmd_ui)
