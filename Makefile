@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export CARGO_TERM_QUIET := true
 
-.PHONY: setup demo test lint test-rust test-c test-python bench clean regress fuzz conformance
+.PHONY: setup demo test lint docs test-rust test-c test-python bench clean regress fuzz conformance
 
 setup:
 	@bash scripts/setup.sh
@@ -27,22 +27,28 @@ test-python: setup
 test-c:
 	$(MAKE) -C runtime check
 
-test: setup lint test-rust test-c test-python
+# The documentation site (mkdocs.yml, docs/) -> site/: strict build (a broken link or anchor
+# fails), then every internal link and anchor resolved and nothing loaded from outside the site.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	$(PY) scripts/check_docs_site.py site
+
+test: setup lint docs test-rust test-c test-python
 
 # Model-regression check: a candidate trained by this checkout vs regress/baseline/ (compiled
-# here) on a pinned, generated evaluation trace; exit 1 on a regression (README.md, "Model-regression check").
+# here) on a pinned, generated evaluation trace; exit 1 on a regression (docs/how-to/verify-a-bundle.md).
 regress: setup
 	bash regress/run.sh
 
 bench: setup
 	$(PY) bench/run.py
 
-# flashml side by side with the Baleen artifact's simulator (README "Flash mode vs BCacheSim"):
+# flashml side by side with the Baleen artifact's simulator (docs/reference/simulator.md, "Flash mode vs BCacheSim"):
 # FLASHML_BCACHESIM=/path/to/BCacheSim (commit ddeb2d8) [FLASHML_BCACHESIM_PYTHON=its python]
 conformance: setup
 	$(PY) bench/bench_conformance.py
 
-# Fuzzing (README.md, "Fuzzing"; not part of `make test`, which runs a small fixed-seed set):
+# Fuzzing (docs/design/fuzzing.md; not part of `make test`, which runs a small fixed-seed set):
 # FUZZ_CASES mutated inputs per format through every trace reader, object reader, bundle
 # loader and settings parser (Hypothesis, random seeds); the C runtime's trace and manifest
 # parsers under libFuzzer + ASan/UBSan for FUZZ_SECONDS each (runtime/fuzz/); kill -9 at
@@ -62,4 +68,4 @@ fuzz: setup
 	$(PY) bench/bench_adversarial.py
 
 clean:
-	rm -rf .flashml sim/target
+	rm -rf .flashml sim/target site
