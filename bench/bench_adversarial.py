@@ -26,10 +26,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 OUT = REPO / "bench" / "results" / "adversarial.json"
+#: The documentation page whose marked section shows these figures.
+DOC = REPO / "docs" / "security.md"
 
 
-README_BEGIN = "<!-- adversarial.json: begin (bench/bench_adversarial.py renders this) -->"
-README_END = "<!-- adversarial.json: end -->"
+SECTION_BEGIN = "<!-- adversarial.json: begin (bench/bench_adversarial.py renders this) -->"
+SECTION_END = "<!-- adversarial.json: end -->"
 _TOTALS = (("unverified_code_executions", "unverified code executed (constructor markers)"),
            ("user_files_changed", "user files, traces or backing stores changed"),
            ("tracebacks", "tracebacks"), ("hangs", "hangs"), ("aborts", "aborts"),
@@ -37,11 +39,11 @@ _TOTALS = (("unverified_code_executions", "unverified code executed (constructor
            ("accepted_nonsense", "nonsense accepted"), ("unclear_errors", "unclear errors"))
 
 
-def readme_section(doc: dict) -> str:
-    """The README's table of the adversarial figures, rendered from adversarial.json (a test
-    checks the README holds exactly this for the committed results)."""
+def security_section(doc: dict) -> str:
+    """docs/security.md's table of the adversarial figures, rendered from adversarial.json (a
+    test checks the page holds exactly this for the committed results)."""
     t, env = doc["totals"], doc["environment"]
-    lines = [README_BEGIN,
+    lines = [SECTION_BEGIN,
              f"{doc['cases']:,} cases (`{doc['command']}`, seed {doc['seed']}, at "
              f"{env['git_rev'][:7]}, {env['cpu_count']} cores, "
              f"{doc['seconds']['total']:.0f} s):", "",
@@ -54,7 +56,7 @@ def readme_section(doc: dict) -> str:
     lines += [f"| {label} | {t[key]} |" for key, label in _TOTALS]
     lines.append(f"| rejections naming the file or option | "
                  f"{t['rejections_naming_file_or_option']:,} of {t['rejections']:,} |")
-    lines.append(README_END)
+    lines.append(SECTION_END)
     return "\n".join(lines)
 
 
@@ -127,7 +129,11 @@ def main() -> int:
     for k, v in summary["totals"].items():
         print(f"  {k}: {v}")
     print(f"\n{len(results)} cases in {run_s:.0f} s -> {args.out}")
-    print("\nREADME section (README.md, \"Security\"):\n" + readme_section(doc))
+    section = security_section(doc)
+    text = DOC.read_text()
+    a, b = text.index(SECTION_BEGIN), text.index(SECTION_END) + len(SECTION_END)
+    DOC.write_text(text[:a] + section + text[b:])
+    print(f"\n{DOC.relative_to(REPO)}'s section, rewritten:\n" + section)
     return 0 if not failing else 1
 
 

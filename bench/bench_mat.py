@@ -12,7 +12,8 @@ sieve, lhd, lrb, glcache, belady, belady-size) run by libCacheSim, and our simul
 fifo and belady (flashml.simulation.simulate_objects) side by side, with whether they agree
 exactly (hit counts). Rows of MAT, or any other policy of ours, come from `extra_policies`
 (the hook below). Writes bench/results/mat.json and the miss-ratio-vs-size plot
-bench/results/mat_miss_ratio.png, and prints the README table.
+bench/results/mat_miss_ratio.png, and prints the tables of docs/measurements.md (object-cache
+baselines).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class TraceCase:
 # `extra_policies(trace, capacity, unit)` returns {policy name: row} for one trace and one
 # cache size, where a row has at least `miss_ratio` and `byte_miss_ratio` (and, for MAT,
 # `predictions_per_eviction`, `ns_per_eviction`). The benchmark puts the rows beside
-# libCacheSim's in bench/results/mat.json, the README table and the plot (a policy named
+# libCacheSim's in bench/results/mat.json, the docs table and the plot (a policy named
 # `mat` is drawn bold). It returns {} until `flashml mat` lands; its owner fills it in,
 # e.g. by training on the trace's first window and simulating with the compiled bundle.
 # ==========================================================================================
@@ -201,8 +202,8 @@ def plot(results: dict[str, Any], out: Path) -> Path:
 
 
 def markdown(results: dict[str, Any], metric: str = "miss_ratio") -> str:
-    """A README table of `metric` (miss_ratio or byte_miss_ratio) per trace, size and
-    policy; the best of each row in bold (Belady's are bounds, not contenders)."""
+    """A docs table (docs/measurements.md) of `metric` (miss_ratio or byte_miss_ratio) per
+    trace, size and policy; the best of each row in bold (Belady's are bounds, not contenders)."""
     policies: list[str] = []
     for r in results.values():
         for s in r["sizes"]:

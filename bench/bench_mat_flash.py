@@ -53,7 +53,7 @@ def main() -> int:
                     help="region1-like accesses to generate (default 1 M)")
     # the paper's Algorithm 1 (what bench/results/mat_flash.json holds): in flash mode the
     # object job's defaults (the mean controller, reused predictions, k up to 8) made the
-    # learned model judge more candidates and lose (README, "MAT in flash mode")
+    # learned model judge more candidates and lose (docs/systems/mat.md, "MAT in flash mode")
     ap.add_argument("--k", type=float, default=2.0,
                     help="MAT's target candidates per eviction (default 2)")
     ap.add_argument("--controller", choices=MAT_CONTROLLERS, default="sign",

@@ -26,7 +26,7 @@ generated multi-stream page traces, and the learned network (`flashml mlcache ru
    `.venv/bin/python bench/bench_mlcache.py --only flash` (merged into the results file; also
    `--only network`).
 
-Writes bench/results/mlcache.json and prints the README tables.
+Writes bench/results/mlcache.json and prints the tables of docs/systems/mlcache.md.
 """
 
 from __future__ import annotations

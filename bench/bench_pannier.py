@@ -22,7 +22,7 @@
    per-block LRU side by side with libCacheSim's LRU on the same block stream (reads only,
    count capacity; the hits must be equal).
 
-Writes bench/results/pannier.json and prints the README table.
+Writes bench/results/pannier.json and prints the table of docs/systems/pannier.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make regress`: the CI model-regression check (README.md, "Model-regression check").
+# `make regress`: the CI model-regression check (docs/how-to/verify-a-bundle.md).
 #
 # Trains a candidate policy with this checkout's code on a pinned training trace, compiles it
 # and the committed baseline (regress/baseline/: LightGBM text models + policy.json), and runs

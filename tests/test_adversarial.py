@@ -48,16 +48,16 @@ def test_every_numeric_option_has_a_base_command() -> None:
         assert all(o.startswith("--") for o in opts)
 
 
-def test_readme_figures_are_the_committed_results() -> None:
-    """README.md's adversarial table is rendered from bench/results/adversarial.json."""
+def test_docs_figures_are_the_committed_results() -> None:
+    """docs/security.md's adversarial table is rendered from bench/results/adversarial.json."""
     import json
     import sys
 
     repo = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(repo / "bench"))
-    from bench_adversarial import readme_section
+    from bench_adversarial import security_section
 
     doc = json.loads((repo / "bench" / "results" / "adversarial.json").read_text())
-    assert readme_section(doc) in (repo / "README.md").read_text(), (
-        "README.md's adversarial table is stale: paste the section bench_adversarial.py "
-        "prints")
+    assert security_section(doc) in (repo / "docs" / "security.md").read_text(), (
+        "docs/security.md's adversarial table is stale: run bench/bench_adversarial.py "
+        "(it rewrites the section) or paste the section it prints")

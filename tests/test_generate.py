@@ -16,7 +16,8 @@ from flashml.trace.presets import PRESETS, markdown
 from flashml.trace.stats import compute_stats
 
 FIELDS = HEADER.lstrip("#").split()
-README = Path(__file__).resolve().parents[1] / "README.md"
+#: The page whose preset sections `markdown` / `object_markdown` render.
+PRESETS_DOC = Path(__file__).resolve().parents[1] / "docs" / "reference" / "synthetic-traces.md"
 
 
 def parse(path: Path) -> tuple[list[str], pl.DataFrame]:
@@ -136,16 +137,18 @@ def test_preset_stats_in_documented_ranges(name: str, preset_traces: dict[str, t
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_readme_section_is_rendered_from_the_preset(name: str,
-                                                    preset_traces: dict[str, tuple]) -> None:
-    """README.md's section of each preset is exactly `markdown` of its one definition, with
-    the statistics of its default trace as `flashml trace stats` measures them (ingested)."""
+def test_docs_section_is_rendered_from_the_preset(name: str,
+                                                  preset_traces: dict[str, tuple]) -> None:
+    """docs/reference/synthetic-traces.md's section of each preset is exactly `markdown` of its
+    one definition, with the statistics of its default trace as `flashml trace stats` measures
+    them (ingested)."""
     from flashml.trace.ingest import load_trace
 
     info, _, _ = preset_traces[name]
     section = markdown(PRESETS[name], compute_stats(*load_trace(info["path"])))
-    assert section in README.read_text(encoding="utf-8"), (
-        f"README.md's `{name}` section is out of date; paste the output of "
+    assert section in PRESETS_DOC.read_text(encoding="utf-8"), (
+        f"docs/reference/synthetic-traces.md's `{name}` section is out of date; paste the "
+        "output of "
         "`python -m flashml.trace.presets`")
 
 
@@ -283,12 +286,13 @@ def test_object_preset_stats_in_documented_ranges(name: str, object_traces: dict
 
 
 @pytest.mark.parametrize("name", sorted(OBJECT_PRESETS))
-def test_object_readme_section_is_rendered_from_the_preset(name: str,
+def test_object_docs_section_is_rendered_from_the_preset(name: str,
                                                            object_traces: dict) -> None:
     _, _, st = object_traces[name]
     section = object_markdown(OBJECT_PRESETS[name], st)
-    assert section in README.read_text(encoding="utf-8"), (
-        f"README.md's `{name}` section is out of date; paste the output of "
+    assert section in PRESETS_DOC.read_text(encoding="utf-8"), (
+        f"docs/reference/synthetic-traces.md's `{name}` section is out of date; paste the "
+        "output of "
         "`python -m flashml.trace.presets`")
 
 

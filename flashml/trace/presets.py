@@ -1,12 +1,12 @@
 """The synthetic-trace presets: one definition, modelled on Baleen's Table 2 (FAST'24) for the
 block traces (`PRESETS`), and on CDN and key-value caches for the whole-object traces
-(`OBJECT_PRESETS`: cdn-like, kv-like; MAT, issue 16).
+(`OBJECT_PRESETS`: cdn-like, kv-like; MAT).
 
-`generate_trace` (trace/generate.py) builds traces from them, and README.md's preset sections
-("Synthetic traces", "Object-trace presets") are rendered from them by `markdown` and
-`object_markdown` (with the measured statistics of each preset's default trace, seed 0);
-tests/test_generate.py checks that README.md says exactly what they render. To refresh the
-README after changing a preset:
+`generate_trace` (trace/generate.py) builds traces from them, and the preset sections of
+docs/reference/synthetic-traces.md are rendered from them by `markdown` and `object_markdown`
+(with the measured statistics of each preset's default trace, seed 0); tests/test_generate.py
+checks that the page says exactly what they render. To refresh the page after changing a
+preset:
 
     python -m flashml.trace.presets     # prints every preset's section
 """
@@ -366,9 +366,9 @@ def get_object_preset(name: str) -> ObjectPreset:
     return OBJECT_PRESETS[name]
 
 
-# --- README.md ----------------------------------------------------------------------------------
+# --- docs/reference/synthetic-traces.md -----------------------------------------------------------
 
-#: The statistics table of a preset's README section: label, `compute_stats` key, format of
+#: The statistics table of a preset's docs section: label, `compute_stats` key, format of
 #: the numbers (None: a percentage). Ranges come from `Preset.expected`, the last column from
 #: `Preset.table2`; a cell is empty where the preset has no value.
 STAT_ROWS: tuple[tuple[str, str, str | None], ...] = (
@@ -408,7 +408,7 @@ def _rule(columns: int) -> str:
 
 
 def tenant_cells(t: Tenant) -> list[str]:
-    """A tenant's row of the README table; fields its kind does not use are shown as NA."""
+    """A tenant's row of the docs table; fields its kind does not use are shown as NA."""
     reads, revisits = t.kind != "ingest", t.kind in ("hot", "scan")
     get_temp = f"{t.get_temp_prob:g}" if revisits else "1 (GETs)" if t.kind == "temp" else NA
     return [
@@ -424,7 +424,7 @@ def tenant_cells(t: Tenant) -> list[str]:
 
 
 def markdown(p: Preset, stats: dict[str, Any]) -> str:
-    """The README section of preset `p`; `stats`: `compute_stats` of its default trace."""
+    """The docs section of preset `p`; `stats`: `compute_stats` of its default trace."""
     lines = [
         f"### `{p.name}`", "", p.description, "",
         f"Default trace: {p.days:g} days at a {p.sample_ratio:g}% sample of a "
@@ -445,7 +445,7 @@ def markdown(p: Preset, stats: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-#: The statistics table of an object preset's README section: label, `object_stats` key,
+#: The statistics table of an object preset's docs section: label, `object_stats` key,
 #: format (None: a percentage; "bytes": a size with a binary unit; else a format spec).
 OBJECT_STAT_ROWS: tuple[tuple[str, str, str | None], ...] = (
     ("Requests per object", "requests_per_object", ".2f"),
@@ -480,14 +480,14 @@ def _ofmt(x: float, spec: str | None) -> str:
 
 
 def class_cells(c: ObjectClass) -> list[str]:
-    """An object class's row of the README table."""
+    """An object class's row of the docs table."""
     return [c.name, f"{c.request_share:.2f}", f"{c.mean_requests:g}", f"{c.zipf_alpha:g}",
             f"{human_bytes(c.size_median)} / {c.size_sigma:g}",
             f"{human_bytes(c.size_range[0])}{NA}{human_bytes(c.size_range[1])}"]
 
 
 def object_markdown(p: ObjectPreset, stats: dict[str, Any]) -> str:
-    """The README section of object preset `p`; `stats`: `trace.objects.object_stats` of its
+    """The docs section of object preset `p`; `stats`: `trace.objects.object_stats` of its
     default trace (seed 0) with `window_s` = its shift period."""
     lines = [
         f"### `{p.name}`", "", p.description, "",
@@ -510,7 +510,7 @@ def object_markdown(p: ObjectPreset, stats: dict[str, Any]) -> str:
 
 
 def object_preset_stats(name: str, path: str | Path) -> dict[str, Any]:
-    """`object_stats` of an object preset's trace at `path`, as README reports them."""
+    """`object_stats` of an object preset's trace at `path`, as the docs report them."""
     from flashml.trace.objects import object_stats, read_objects
 
     p = OBJECT_PRESETS[name]
@@ -518,7 +518,7 @@ def object_preset_stats(name: str, path: str | Path) -> dict[str, Any]:
 
 
 def main() -> int:
-    """Print every preset's README section, measured on its default trace (seed 0): the
+    """Print every preset's docs section, measured on its default trace (seed 0): the
     block-trace presets, then the object-trace presets."""
     from flashml.trace.generate import generate_trace
     from flashml.trace.ingest import load_trace

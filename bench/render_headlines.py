@@ -1,0 +1,107 @@
+"""The README's headline figures, rendered from the committed bench/results/*.json (the
+benchmarks that measured them: `make bench`). tests/test_docs.py checks that README.md holds
+exactly this section, so a figure on the front page always has its source.
+
+    .venv/bin/python bench/render_headlines.py           # print the section
+    .venv/bin/python bench/render_headlines.py --write   # replace it in README.md
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+BEGIN = "<!-- headlines: begin (bench/render_headlines.py renders this from bench/results) -->"
+END = "<!-- headlines: end -->"
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def rows() -> list[tuple[str, str, str]]:
+    """(what, measured, source) of each headline."""
+    q = _load("quality")
+    d = q["protocols"]["default"]["summary"]
+    out = [("Baleen: peak disk-head time vs RejectX, at the same flash write rate",
+            f"**-{_pct(q['default_trace']['baleen_vs_rejectx'])}** on the demo trace; "
+            f"-{_pct(d['baleen_vs_rejectx']['overall']['mean'])} on average over "
+            f"{d['baleen_vs_rejectx']['overall']['n']} traces (OPT: "
+            f"-{_pct(d['opt_vs_rejectx']['overall']['mean'])})", "quality.json")]
+    runs = [r for r in _load("pipeline")["runs"]
+            if r.get("sweep") == "warm" and r.get("sweep_workers") == 1
+            and not r.get("cores_per_worker")]
+    best = {n: min(r["wall_s"] for r in runs if r["accesses"] == n)
+            for n in sorted({r["accesses"] for r in runs if r["accesses"] >= 1_000_000})}
+    out.append(("The main job end to end on 2 cores (train, judge, sweep, compile)",
+                ", ".join(f"{n / 1e6:g} M accesses in **{s:.0f} s**"
+                          for n, s in best.items()), "pipeline.json"))
+    mat = _load("mat")["traces"]["cdn-like"]["sizes"]
+    mid = mat[len(mat) // 2]
+    mr, lru = mid["extra"]["mat"]["miss_ratio"], mid["libcachesim"]["lru"]["miss_ratio"]
+    out.append((f"MAT: object miss ratio, `cdn-like` at {100 * mid['fraction']:g}% of its "
+                "bytes",
+                f"**{mr:.4f}** vs LRU {lru:.4f} ({100 * (mr / lru - 1):+.1f}%), LRB "
+                f"{mid['libcachesim']['lrb']['miss_ratio']:.4f}", "mat.json"))
+    pan = _load("pannier")["table"]["presets"]["pannier_vs_lru_plus"]
+    out.append(("Pannier: read-hit ratio and flash usage vs LRU+ containers",
+                f"**+{_pct(pan['read_hit_gain'])}** read hits ({pan['runs_ahead']}/"
+                f"{pan['runs']} runs ahead), +{_pct(pan['fue_gain'])} FUE", "pannier.json"))
+    net = _load("mlcache")["network"]
+    shares = " / ".join(f"{100 * net[k]['policies']['mlcache']['oracle_gain_fraction']:.0f}%"
+                        for k in sorted(net, key=int))
+    out.append(("MLCache: share of the oracle's write-hit gain the network takes, "
+                f"{' / '.join(sorted(net, key=int))} streams", f"**{shares}**",
+                "mlcache.json"))
+    kml = _load("kml")["real"]["workloads"]
+    ratios = [w["kml_vs_best_fixed"] for w in kml.values()]
+    out.append(("KML on RocksDB: tuner vs the best fixed readahead, per workload",
+                f"**{min(ratios):.2f}-{max(ratios):.2f}x** on all {len(ratios)}",
+                "kml.json"))
+    comp = _load("compile")
+    out.append((f"`policy.so`: one admission decision in C ({comp['model']['trees']} trees)",
+                f"**{comp['c_ns_per_decision'] / 1000:.2f} us**", "compile.json"))
+    adv = _load("adversarial")
+    t = adv["totals"]
+    bad = sum(t[k] for k in ("unverified_code_executions", "user_files_changed",
+                             "tracebacks", "hangs", "aborts", "partial_outputs",
+                             "accepted_nonsense"))
+    out.append(("Adversarial inputs (hostile numbers, tampered bundles, races, FIFOs)",
+                f"{adv['cases']:,} cases, **{bad}** tracebacks, hangs, partial outputs or "
+                "unverified code run", "adversarial.json"))
+    return out
+
+
+def section() -> str:
+    lines = [BEGIN, "| what | measured | source |", "|---|---|---|"]
+    lines += [f"| {what} | {value} | `bench/results/{src}` |" for what, value, src in rows()]
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def replace_section(text: str, new: str) -> str:
+    """`text` with its marked section replaced by `new` (ValueError when absent)."""
+    a, b = text.index(BEGIN), text.index(END) + len(END)
+    return text[:a] + new + text[b:]
+
+
+def main(argv: list[str]) -> int:
+    s = section()
+    if "--write" in argv:
+        readme = REPO / "README.md"
+        readme.write_text(replace_section(readme.read_text(), s))
+    else:
+        print(s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
