@@ -79,7 +79,7 @@ DEFAULTS = Defaults()
 
 
 # Environment variables that switch flashml from its embedded defaults to shared services
-# (docker-compose.yml sets them; README.md "Scaling out"). They are read here only.
+# (docker-compose.yml sets them; docs/how-to/scale-out.md). They are read here only.
 #   FLASHML_HOME            embedded state folder (default .flashml)
 #   MLFLOW_TRACKING_URI     MLflow server (read in flashml.tracking; default sqlite in state)
 #   FLASHML_OPTUNA_STORAGE  Optuna RDB URL, e.g. postgresql+psycopg2://u:p@host/optuna

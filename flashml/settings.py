@@ -79,7 +79,7 @@ class LoopSettings:
     #: none: always `accesses_per_episode`. Mean, not peak: one 10-minute window sets a day's
     #: peak; on 15 seven-day traces choosing by the training day's peak DT lost 2.0 points of
     #: evaluation-day peak-DT reduction on average (up to 13.6) against the best K, by its
-    #: mean 0.3 (up to 2.7) (bench/bench_quality.py `k_choice`, README "Policy quality").
+    #: mean 0.3 (up to 2.7) (bench/bench_quality.py `k_choice`, docs/measurements.md).
     k_candidates: tuple[int, ...] = (6, 1, 2, 4, 12)
     #: ML-When thresholds tried on the training window (1.0: prefetch never pays off).
     when_candidates: tuple[float, ...] = (0.5, 0.7, 0.9, 1.0)

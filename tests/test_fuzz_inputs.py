@@ -323,7 +323,7 @@ def test_loader_bugs_found_by_fuzzing(bundle: Path, tmp_path: Path, bug: str,
 # --- capacities ---------------------------------------------------------------------------------
 UNITS = ["", "B", "b", "KiB", "kib", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB", "k", "m",
          "g", "t", "obj", "objs", "object", "objects", "OBJ", "x", "MiBs", "iB", "µB"]
-# bare k/m/g/t are in UNITS but not here: they are refused (README "Sizes": ambiguous)
+# bare k/m/g/t are in UNITS but not here: they are refused (docs "Sizes": ambiguous)
 FACTORS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
            "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
 capacity_texts = st.one_of(

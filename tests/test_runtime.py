@@ -345,8 +345,8 @@ def test_compiled_policy_and_its_prefetch_hint(env, tmp_path):
 
 
 def test_size_units_are_one_table(tmp_path):
-    """flashrt reads sizes as flashml does (README "Sizes"): the same spellings, the same
-    values, the same refusals (bare K/M/G/T are ambiguous)."""
+    """flashrt reads sizes as flashml does (docs/reference/conventions.md, "Sizes"): the same
+    spellings, the same values, the same refusals (bare K/M/G/T are ambiguous)."""
     from flashml.simulation import parse_capacity
 
     build_runtime()

@@ -346,7 +346,7 @@ columns of the trace table itself):
   prefetch_end     --prefetch range: last segment to prefetch (inclusive)
   when_score       --prefetch-when score: prefetch iff when_score >= --when-threshold
 
-metrics (--json prints them as one JSON object; NaN -> null; README "The simulator" maps
+metrics (--json prints them as one JSON object; NaN -> null; docs/reference/simulator.md maps
 each to BCacheSim's name):
   peak/mean/p50/p90/p99_dt_util (GET disk time, the artifact's PeakServiceTimeUtil1 ...),
   the same _with_puts, flash_write_rate_mbps (10^6 B/s), flash_write_rate_mibps (2^20 B/s,

@@ -312,7 +312,7 @@ def choose_engine(table: Path, engine: str = "auto",
                   master: str | None = None) -> tuple[str, str]:
     """The engine to run and why: `engine` itself unless it is `auto`, which picks Spark
     when a Spark `master` is given (the user has a cluster), else Polars (one process, no
-    JVM: 4.4x faster than Spark local[*] at 10 M accesses, README) while the table's
+    JVM: 4.4x faster than Spark local[*] at 10 M accesses, docs/measurements.md) while the table's
     accesses x POLARS_BYTES_PER_ACCESS fit in POLARS_MEMORY_SHARE of the available memory,
     Spark beyond (about 24 M accesses on a machine with 24 GiB free)."""
     if engine != "auto":

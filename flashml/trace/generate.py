@@ -31,7 +31,8 @@ stay at Table 2 whatever the size. The ratio is written into the header, where i
 
 Output: Tectonic text, 201910 schema, written atomically; deterministic for a seed.
 
-The presets (and README.md's tables of them) are defined once, in `flashml.trace.presets`.
+The presets (and the tables of them in docs/reference/synthetic-traces.md) are defined once,
+in `flashml.trace.presets`.
 """
 
 from __future__ import annotations

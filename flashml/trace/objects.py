@@ -276,7 +276,7 @@ def write_objects_csv(df: pl.DataFrame, path: str | Path) -> Path:
 
 def object_stats(df: pl.DataFrame, *, window_s: float | None = None,
                  top_k: int = 100) -> dict[str, Any]:
-    """Statistics of an object trace (key, size[, time]): what README's object-preset
+    """Statistics of an object trace (key, size[, time]): what the docs' object-preset
     sections report. Sizes are per object (its first request's size).
 
     requests, objects, unique_bytes (total size of the distinct objects, the working set),

@@ -37,7 +37,7 @@ static const char *MAT_HELP =
     "  --trace FILE            object trace\n"
     "  --format F              objects-csv (default; alias csv: header naming time,key,size) or\n"
     "                          cloudphysics (version,time,op,size,lbn)\n"
-    "  --capacity N            cache capacity in --unit (bytes: 2GiB, 500MB; README: Sizes)\n"
+    "  --capacity N            cache capacity in --unit (bytes: 2GiB, 500MB; docs: Sizes)\n"
     "  --unit bytes|objects    what the capacity counts (default bytes)\n"
     "  --cache-file PATH       the file holding the cached bytes (a missing file is created)\n"
     "  --no-data               keep no bytes (decisions and figures only)\n"

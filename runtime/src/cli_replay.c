@@ -29,7 +29,7 @@ static const char *REPLAY_HELP =
     "  --trace FILE           Tectonic text trace\n"
     "  --flash PATH           flash file (a missing file is created; locked while flashrt runs)\n"
     "  --allow-block-device   let --flash be a block device (its contents are overwritten)\n"
-    "  --flash-bytes N        bytes of flash to use (256MiB, 1GB; README: Sizes); 0 = all\n"
+    "  --flash-bytes N        bytes of flash to use (256MiB, 1GB; docs: Sizes); 0 = all\n"
     "  --backing PATH         backing device or file written by prepare-backing\n"
     "  --map FILE             backing map (default PATH.map)\n"
     "  --region-bytes N       flash region size (default 1MiB; a multiple of 128 KiB)\n"
