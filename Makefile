@@ -30,7 +30,7 @@ test-c:
 # The documentation site (mkdocs.yml, docs/) -> site/: strict build (a broken link or anchor
 # fails), then every internal link and anchor resolved and nothing loaded from outside the site.
 docs: setup
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 	$(PY) scripts/check_docs_site.py site
 
 test: setup lint docs test-rust test-c test-python
