@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (apt-get i
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("docs") / "site"
     mkdocs = Path(sys.executable).with_name("mkdocs")
-    proc = subprocess.run([str(mkdocs), "build", "--strict", "--quiet", "-d", str(out)],
+    proc = subprocess.run([str(mkdocs), "build", "--strict", "-d", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
