@@ -171,8 +171,7 @@ def settings_page() -> str:
            "(`dags/flashml_retrain.py`) as params of the same name, with the same defaults and "
            "bounds (a value outside them is refused naming the flag and its unit, on the "
            "command line and in a DAG run's conf alike).", "",
-           "| setting (DAG param) | flag | unit | default | bounds | DAG type | what |",
-           "|---|---|---|---|---|---|---|"]
+           "| flag | DAG param | default | values | what |", "|---|---|---|---|---|"]
     for o in st._OPTIONS:
         t = o.type
         if isinstance(t, st.Number):
@@ -184,7 +183,7 @@ def settings_page() -> str:
                 parts.append(f"<= {st._num(t.high)}")
             bounds = (("integer " if t.kind is int else "finite ") + " and ".join(parts))
         elif o.choices:
-            unit, bounds = "", " \\| ".join(_code(c) for c in o.choices)
+            unit, bounds = "", " | ".join(_code(c) for c in o.choices)
         elif t is bool:
             unit, bounds = "", "switch"
         elif t is st.positive_ints:
@@ -193,9 +192,10 @@ def settings_page() -> str:
             unit, bounds = "", "text"
         d = o.default
         default = "" if d is None else _code(f"{d:g}" if isinstance(d, float) else d)
-        out.append(f"| {_code(o.name)} | {_code(o.flag)} | {_cell(unit)} | {default} | "
-                   f"{_cell(bounds) if '`' not in bounds else bounds} | "
-                   f"{o.dag_type or 'command line only'} | {_cell(_unlabel(o.help))} |")
+        dag = f"{_code(o.name)} ({o.dag_type})" if o.dag_type else "(command line only)"
+        values = _cell(f"{bounds} {unit}".strip())
+        out.append(f"| {_code(o.flag)} | {dag} | {default} | {values} | "
+                   f"{_cell(_unlabel(o.help))} |")
     out.append("")
     return "\n".join(out)
 

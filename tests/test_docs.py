@@ -66,8 +66,9 @@ def test_every_setting_is_in_the_reference() -> None:
     from flashml import settings
 
     text = (REF / "settings.md").read_text()
-    missing = [o.name for o in settings._OPTIONS
-               if f"| `{o.name}` | `{o.flag}` |" not in text]
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| `")}
+    missing = [o.name for o in settings._OPTIONS if f"| `{o.flag}`" not in rows
+               or (o.dag_type and f"`{o.name}` ({o.dag_type})" not in rows[f"| `{o.flag}`"])]
     assert not missing, missing
 
 
