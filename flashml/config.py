@@ -100,6 +100,23 @@ def optuna_storage() -> str:
     return f"sqlite:///{(state_dir() / 'optuna.db').resolve()}"
 
 
+def redact_url(url: str) -> str:
+    """`url` with its password, if it has one, shown as `***`: what summaries, logs and MLflow
+    tags show of a storage URL (`postgresql+psycopg2://flashml:***@host:5432/optuna`)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    if password is None:
+        return url
+    user = parts.netloc.rsplit("@", 1)[0].split(":", 1)[0]
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
 def spark_master() -> str | None:
     """Spark master URL: $FLASHML_SPARK_MASTER, else None (local[*] inside the job)."""
     return os.environ.get("FLASHML_SPARK_MASTER") or None

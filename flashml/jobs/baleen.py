@@ -599,7 +599,7 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
         return run.record("sweep", {"chosen_write_rate_mbps": s.target_write_rate_mbps})
     import mlflow
 
-    from flashml.config import optuna_storage
+    from flashml.config import optuna_storage, redact_url
     from flashml.models.sweep import run_sweep
     from flashml.tracking import git_commit
 
@@ -628,9 +628,11 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
                         "chosen_tco": res.chosen_tco,
                         "sweep_range_low_mbps": res.range_mbps[0],
                         "sweep_range_high_mbps": res.range_mbps[1]})
-    mlflow.set_tags({"optuna.study": res.study_name, "optuna.storage": res.storage})
+    # the storage URL as summaries and tags show it: without its password
+    shown = redact_url(res.storage)
+    mlflow.set_tags({"optuna.study": res.study_name, "optuna.storage": shown})
     return run.record("sweep", {
-        "sweep": {"study": res.study_name, "storage": res.storage, "trials": res.trials,
+        "sweep": {"study": res.study_name, "storage": shown, "trials": res.trials,
                   "range_mbps": list(res.range_mbps), "widened": res.widened},
         "chosen_write_rate_mbps": res.chosen_write_rate_mbps, "chosen_tco": res.chosen_tco})
 

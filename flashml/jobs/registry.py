@@ -30,9 +30,10 @@ POLICY_ARTIFACTS = "policy"
 @dataclass
 class Decision:
     promoted: bool
-    candidate_version: str
+    # versions as numbers whichever store answers (sqlite gives ints, a server strings)
+    candidate_version: int
     candidate_peak: float
-    champion_version: str | None
+    champion_version: int | None
     champion_peak: float | None
     reason: str
 
@@ -83,7 +84,7 @@ def judge(run_id: str, model_uri: str, candidate_peak: float, df: pl.DataFrame,
     except MlflowException:
         champ = None
     if champ is None:
-        return Decision(True, version.version, candidate_peak, None, None,
+        return Decision(True, int(version.version), candidate_peak, None, None,
                         "no champion yet: the first candidate becomes champion")
     champ_run = champ.tags.get("run_id") or champ.run_id
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,9 +96,9 @@ def judge(run_id: str, model_uri: str, candidate_peak: float, df: pl.DataFrame,
                               base.replace(**sim_peak(params)), target_mbps,
                               float(params["when_threshold"]))
     if candidate_peak < champ_peak:
-        return Decision(True, version.version, candidate_peak, champ.version, champ_peak,
+        return Decision(True, int(version.version), candidate_peak, int(champ.version), champ_peak,
                         f"candidate peak DT {candidate_peak:.4f} < champion {champ_peak:.4f}")
-    return Decision(False, version.version, candidate_peak, champ.version, champ_peak,
+    return Decision(False, int(version.version), candidate_peak, int(champ.version), champ_peak,
                     f"candidate peak DT {candidate_peak:.4f} >= champion {champ_peak:.4f}: "
                     "champion kept")
 
