@@ -1,4 +1,5 @@
-"""`make bench`: run every bench/bench_*.py; each writes its figures to bench/results/NAME.json."""
+"""`make bench`: run every bench/bench_*.py; each writes its figures to bench/results/NAME.json.
+Then the README's headline figures are rendered again from them (bench/render_headlines.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def main() -> int:
     if failed:
         print(f"benchmarks failed: {', '.join(failed)}", file=sys.stderr)
         return 1
-    return 0
+    # the README's headline figures, from the results just written (tests/test_docs.py checks)
+    return subprocess.run([sys.executable, str(HERE / "render_headlines.py"), "--write"],
+                          cwd=HERE.parent).returncode
 
 
 if __name__ == "__main__":
