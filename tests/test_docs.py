@@ -167,3 +167,53 @@ def test_checker_finds_broken_links_anchors_and_external_assets(tmp_path: Path) 
                  "broken link gone.html", "no anchor #nope",
                  "loads https://fonts.googleapis.com/css", "s.css: loads //cdn.example"):
         assert what in problems, (what, problems)
+
+
+def _command_lines(text: str) -> list[str]:
+    """The `flashml ...` lines of a page's code blocks (continuations joined, comments cut)."""
+    out = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
+        lines = block.split("\n")
+        i = 0
+        while i < len(lines):
+            cmd = lines[i].strip().removeprefix("sudo ")
+            while cmd.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                cmd = cmd[:-1].rstrip() + " " + lines[i].strip()
+            for part in re.sub(r"\s+#.*$", "", cmd).split(";"):
+                if part.strip().startswith("flashml "):
+                    out.append(part.strip())
+            i += 1
+    return out
+
+
+def test_docs_command_lines_parse() -> None:
+    """Every complete `flashml` command the manual shows (no placeholders such as FILE, DIR,
+    `...`, `a|b` or `[...]`) is accepted by the CLI's parser as written."""
+    import contextlib
+    import io
+    import shlex
+
+    from flashml.cli import build_parser
+
+    parser = build_parser()
+    placeholder = re.compile(r"\.\.\.|\||\[|<|\bID\b|FILE|\bDIR\b|\bT\b|MBPS|\bN\b|\bK\b")
+    checked, bad = 0, []
+    for page in sorted((REPO / "docs").rglob("*.md")):
+        if page.parent == REF and page.name in gen.PAGES:
+            continue
+        for cmd in _command_lines(page.read_text()):
+            if placeholder.search(cmd):
+                continue
+            err = io.StringIO()
+            try:
+                with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                    parser.parse_args(shlex.split(cmd)[1:])
+                checked += 1
+            except SystemExit as e:  # --version and --help exit 0
+                if e.code in (0, None):
+                    checked += 1
+                    continue
+                bad.append(f"{page.relative_to(REPO)}: {cmd}: {err.getvalue().strip()[-200:]}")
+    assert not bad, bad
+    assert checked >= 20, checked
