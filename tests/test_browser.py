@@ -2,7 +2,8 @@
 installs Chromium, and without it these tests skip saying so): after a real `flashml
 pipeline run`, `flashml ui mlflow` opens on the experiment's runs table, which lists the
 pipeline's run, and the run's page shows its headline metrics; `flashml ui airflow` serves
-the retraining DAG, whose Trigger form accepts its defaults."""
+the retraining DAG, whose Trigger form accepts its defaults, and one click on its Trigger
+makes exactly one run."""
 
 from __future__ import annotations
 
@@ -109,6 +110,10 @@ def test_airflow_trigger_form_accepts_its_defaults(tmp_path: Path) -> None:
             text = shows(page, "Run Parameters")
             trigger = dialog.get_by_role("button", name="Trigger", exact=True)
             enabled = trigger.count() == 1 and trigger.is_enabled()
+            rate = dialog.locator("#element_target_write_rate").input_value()
+            if enabled:  # one click, as a user would: exactly one run, started at once
+                trigger.click()
+                runs, dag = one_trigger_one_run(port)
             browser.close()
     finally:
         proc.send_signal(signal.SIGINT)
@@ -119,6 +124,40 @@ def test_airflow_trigger_form_accepts_its_defaults(tmp_path: Path) -> None:
             if str(tmp_path) in " ".join(p.info["cmdline"] or [])
             or f"port:{port}" in " ".join(p.info["cmdline"] or [])]
     assert not left, f"airflow processes left behind: {left}"
-    for param in ("trace", "target_write_rate_mbps", "sweep_trials", "engine"):
+    for param in ("trace", "target_write_rate", "sweep_trials", "engine"):
         assert param in text, param
+    assert rate == "35.599 MiB/s"  # as the user would say it, not 37.328257023999996
     assert enabled, text[-1500:]
+    # the form unpaused the DAG, and no scheduled run came with it (a start date in the past
+    # with catchup=False made one at once, and the triggered run queued behind it)
+    assert not dag["is_paused"] and dag["description"], dag
+    assert [(r["run_type"], r["state"]) for r in runs] == [("manual", "running")], runs
+    assert dag["next_dagrun_run_after"] > runs[0]["run_after"], (dag, runs)
+
+
+def one_trigger_one_run(port: int, timeout: float = 180) -> tuple[list, dict]:
+    """Airflow's REST API after a Trigger click: wait until the triggered run is running
+    (the scheduler has been through its loop since the unpause), then the DAG's runs and the
+    DAG (its pause state and next scheduled run)."""
+    import time
+    import urllib.request
+
+    base = f"http://127.0.0.1:{port}"
+    with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as r:  # all admins
+        token = json.loads(r.read())["access_token"]
+
+    def get(path: str) -> dict:
+        req = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    end = time.monotonic() + timeout
+    runs: list = []
+    while time.monotonic() < end:
+        runs = get("/api/v2/dags/flashml_retrain/dagRuns")["dag_runs"]
+        if any(r["run_type"] == "manual" and r["state"] != "queued" for r in runs):
+            break
+        time.sleep(1)
+    time.sleep(3)  # a scheduled run made with the unpause would be there by now
+    runs = get("/api/v2/dags/flashml_retrain/dagRuns")["dag_runs"]
+    return runs, get("/api/v2/dags/flashml_retrain")

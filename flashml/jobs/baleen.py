@@ -568,7 +568,22 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
             mlflow.log_param("policy", name)
             mlflow.log_metrics(finite_numbers(m))
     mlflow.log_metrics(headline_metrics(pol))  # the parent run: what the runs table compares
+    from flashml.jobs.ship import log_headlines
+
+    log_headlines(headlines_of(pol))  # the runs table's few default columns
     return run.record("policies", {"policies": pol})
+
+
+def headlines_of(pol: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's `headline.*` metrics (flashml/jobs/ship.py): Baleen's peak DT, its cut vs
+    RejectX, its gap to OPT and its write rate."""
+    b = pol.get("baleen", {})
+    out = {"peak_dt_util": b.get("peak_dt_util"),
+           "write_rate_mbps": b.get("flash_write_rate_mbps")}
+    if {"baleen", "rejectx", "opt"} <= set(pol):
+        out["peak_dt_cut"] = 1 - b["peak_dt_util"] / pol["rejectx"]["peak_dt_util"]
+        out["gap_to_opt"] = b["peak_dt_util"] / pol["opt"]["peak_dt_util"] - 1
+    return out
 
 
 #: Per policy, the parent run's metrics `<policy>_<metric>` (the headline of the table).

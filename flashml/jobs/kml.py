@@ -610,3 +610,28 @@ def describe(summary: dict[str, Any], s: KmlSettings) -> str:
                  f"{m['kml_tree']['cv_accuracy']:.1%} / {m['kml_tree']['cv_size_accuracy']:.1%}, "
                  f"{m['kml_tree']['model_bytes']} B")
     return "\n".join(lines)
+
+
+# --- MLflow: the runs table's headline, the shipped bundle (flashml/jobs/ship.py) ----------
+
+#: The registry judges a candidate by KML's mean ops/s gain over the default readahead.
+SCORE = ("ops_gain", "max")
+
+
+def headlines(summary: dict[str, Any], s: KmlSettings) -> dict[str, Any]:
+    """Means over the workloads: KML's ops/s vs the default readahead (gain) and vs the
+    best fixed size; the network's cross-validated accuracy."""
+    w = list(summary["workloads"].values())
+    return {"ops_gain": sum(r["kml_vs_default"] for r in w) / len(w) - 1 if w else None,
+            "vs_best_fixed": sum(r["kml_vs_best_fixed"] for r in w) / len(w) if w else None,
+            "cv_accuracy": summary["models"]["kml"].get("cv_accuracy")}
+
+
+def shipped(run: RunDir, summary: dict[str, Any], s: KmlSettings) -> Path:
+    """The network's bundle (`compiled/kml`; the tree's beside it is in the run's folder)."""
+    return run.path / "compiled" / "kml"
+
+
+def judged_on(run: RunDir, s: KmlSettings) -> str:
+    what = f"the {s.mode} testbed" + (f" + {Path(s.trace).name}" if s.trace else "")
+    return f"{what}, seed {s.seed}"

@@ -838,3 +838,28 @@ def describe(summary: dict[str, Any], s: MatSettings) -> str:
                          f"({pr['mat_miss_ratio'] / pr['lru_miss_ratio'] - 1:+.1%}), "
                          f"{pr['predictions_per_eviction']:.2f} predictions/eviction")
     return "\n".join(lines)
+
+
+# --- MLflow: the runs table's headline, the shipped bundle (flashml/jobs/ship.py) ----------
+
+#: The registry judges a candidate by its miss ratio at the shipped (middle) capacity.
+SCORE = ("miss_ratio", "min")
+
+
+def headlines(summary: dict[str, Any], s: MatSettings) -> dict[str, Any]:
+    """At the middle capacity (the shipped policy's): MAT's miss ratio, its cut vs LRU and
+    its predictions per eviction."""
+    pol = summary["policies"]
+    mat, lru = pol["mat"]["miss_ratio"], pol.get("lru", {}).get("miss_ratio")
+    return {"miss_ratio": mat, "miss_ratio_cut": 1 - mat / lru if lru else None,
+            "predictions_per_eviction": pol["mat"].get("predictions_per_eviction")}
+
+
+def shipped(run: RunDir, summary: dict[str, Any], s: MatSettings) -> Path:
+    return Path(summary["compiled"])
+
+
+def judged_on(run: RunDir, s: MatSettings) -> str:
+    ing = run.done("ingest") or {}
+    return (f"{Path(str(ing.get('trace') or s.trace or f'{s.preset}-seed{s.seed}')).name} at "
+            f"{','.join(s.capacities)} ({s.unit})")

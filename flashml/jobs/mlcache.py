@@ -721,3 +721,29 @@ def describe_flash(f: dict[str, Any]) -> list[str]:
                  f"admit-all rate): mlcache peak DT {h['mlcache_peak_dt_util']:.4f} vs shared "
                  f"{h['shared_peak_dt_util']:.4f} ({h['mlcache_vs_shared_peak_dt']:+.1%})")
     return lines
+
+
+# --- MLflow: the runs table's headline, the shipped bundle (flashml/jobs/ship.py) ----------
+
+#: The registry judges a candidate by MLCache's write hit ratio on the judged traces.
+SCORE = ("write_hit_ratio", "max")
+
+
+def headlines(summary: dict[str, Any], s: MlcacheSettings) -> dict[str, Any]:
+    """MLCache's write hit ratio, its gain over an even split and its share of the oracle's
+    gain; in flash mode also its peak-DT cut vs the shared cache at the same write rate."""
+    m = summary["policies"]["mlcache"]
+    out = {"write_hit_ratio": m["write_hit_ratio"], "hit_ratio_gain": m["gain_over_even"],
+           "oracle_gain_fraction": m["oracle_gain_fraction"]}
+    if "flash" in summary:
+        out["peak_dt_cut"] = -summary["flash"]["headline"]["mlcache_vs_shared_peak_dt"]
+    return out
+
+
+def shipped(run: RunDir, summary: dict[str, Any], s: MlcacheSettings) -> Path:
+    return Path(summary["compiled"])
+
+
+def judged_on(run: RunDir, s: MlcacheSettings) -> str:
+    what = Path(s.trace).name if s.trace else f"{s.streams} generated streams (seed {s.seed})"
+    return f"{what}, {s.requests} requests, intervals of {s.interval}"

@@ -575,3 +575,35 @@ def describe(summary: dict[str, Any], s: PannierSettings) -> str:
     lines.append(f"TIRE (pannier): worst quantum within K x quota in {ok}/{len(t)} runs; "
                  f"read-hit loss vs no TIRE {sum(r['read_hit_loss'] for r in t) / len(t):.1%}")
     return "\n".join(lines)
+
+
+# --- MLflow: the runs table's headline, the shipped bundle (flashml/jobs/ship.py) ----------
+
+#: The registry judges a candidate (the tuned knobs) by the tuned Pannier's read-hit ratio.
+SCORE = ("read_hit_ratio", "max")
+
+
+def headlines(summary: dict[str, Any], s: PannierSettings) -> dict[str, Any]:
+    """Means over the runs: Pannier's read-hit ratio (tuned, when it was), its read-hit and
+    FUE gains vs LRU+ and the TIRE-held runs' share."""
+    pol = summary["policies"]
+    best = pol.get("pannier_tuned") or pol["pannier"]
+    g = summary["pannier_vs_lru_plus"]
+    tire = [r for r in summary["tire"] if r["policy"] == "pannier_tire"]
+    return {"read_hit_ratio": best["read_hit_ratio"], "read_hit_gain": g["read_hit_gain"],
+            "fue_gain": g["fue_gain"],
+            "tire_within_slack": sum(r["within_slack"] for r in tire) / len(tire)
+            if tire else None}
+
+
+def shipped(run: RunDir, summary: dict[str, Any], s: PannierSettings) -> Path | None:
+    """The first trace's tuned bundle (none without tuning trials)."""
+    for t in summary["tuned"].values():
+        if t.get("bundle"):
+            return Path(t["bundle"])
+    return None
+
+
+def judged_on(run: RunDir, s: PannierSettings) -> str:
+    return (f"{Path(s.trace).name if s.trace else ','.join(s.presets)} at "
+            f"{','.join(s.cache_sizes)}")

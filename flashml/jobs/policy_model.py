@@ -63,7 +63,8 @@ class PolicyBundleModel(mlflow.pyfunc.PythonModel):
 def log_policy_model(bundle: Path, compiled: Path | None, example: Any) -> Any:
     """Log the bundle (and `compiled`, if given) as the pyfunc model `MODEL_NAME` of the
     active run, with a named signature and `example` (a DataFrame of feature rows) as its
-    input example; returns the ModelInfo."""
+    input example, logged at the run's last step with the run's final metrics linked
+    (flashml/jobs/ship.py); returns the ModelInfo."""
     import lightgbm
     from mlflow.models import infer_signature
 
@@ -77,9 +78,13 @@ def log_policy_model(bundle: Path, compiled: Path | None, example: Any) -> Any:
     probe.load_context(ctx)
     out = probe.predict(ctx, example)
     params = read_policy_json(bundle)
-    return mlflow.pyfunc.log_model(
+    from flashml.jobs.ship import final_step, link_final_metrics
+
+    run_id = mlflow.active_run().info.run_id
+    step = final_step(run_id)  # the model page shows the run's final metrics
+    info = mlflow.pyfunc.log_model(
         name=MODEL_NAME, python_model=str(Path(__file__).with_name("policy_model_code.py")),
-        artifacts=artifacts,
+        artifacts=artifacts, step=step,
         signature=infer_signature(example, out), input_example=example.head(5),
         # given, not inferred: inference loads the model in a subprocess (seconds)
         pip_requirements=["flashml", f"mlflow=={mlflow.__version__}",
@@ -87,3 +92,5 @@ def log_policy_model(bundle: Path, compiled: Path | None, example: Any) -> Any:
         metadata={"admit_threshold": params["admit_threshold"],
                   "when_threshold": params["when_threshold"],
                   "compiled": compiled is not None})
+    link_final_metrics(run_id, info.model_id, step)
+    return info

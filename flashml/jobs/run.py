@@ -689,7 +689,10 @@ def run_job(job: Any, settings: Any, out: Path, *,
     from its last finished stage (the recorded stages return their records; the same MLflow
     run is reopened); its settings must be the ones the run started with. Optional hooks of
     the job: `mlflow_tags(run, s)` and `describe_run(run, s)` (the new MLflow run's tags and
-    description). The folder is a transaction (`RunFolder`, the module docstring): locked
+    description; default: a `flashml.job` tag and the job's HELP), and what
+    flashml/jobs/ship.py reads at the end of the run (`headlines`, `shipped`, `SCORE`:
+    headline metrics, the bundle's logged model and its registration). The folder is a
+    transaction (`RunFolder`, the module docstring): locked
     first, put back as it was if the job fails (a resumed job keeps the stages it
     completed). Returns the summary, its path and the timer."""
     with RunFolder(out) as folder:
@@ -723,12 +726,18 @@ def _run_job(job: Any, settings: Any, out: Path, folder: RunFolder,
         first.fn(run, settings, timer)
         if after_stage is not None:
             after_stage(first.name)
-    tags = job.mlflow_tags(run, settings) if hasattr(job, "mlflow_tags") else None
-    description = job.describe_run(run, settings) if hasattr(job, "describe_run") else None
+    from flashml.jobs import ship
+
+    tags = job.mlflow_tags(run, settings) if hasattr(job, "mlflow_tags") else \
+        ship.default_tags(job)
+    description = job.describe_run(run, settings) if hasattr(job, "describe_run") else \
+        ship.default_description(job, settings)
     with open_run(run, job.run_name(settings), job.mlflow_params(run, settings), tags=tags,
                   description=description) as mlrun:
         summary = job.summary(run_stages(job.STAGES, run, settings, timer, after_stage),
                               settings)
+        # headline metrics; the shipped bundle as a logged model, registered (ship.py)
+        summary |= ship.finish_run(job, run, settings, summary)
         summary["mlflow_run_id"] = mlrun.info.run_id
         summary["timings_s"] = timer.stages
         summary["peak_rss_mb"] = timer.peak_rss_mb
