@@ -15,7 +15,8 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	cd sim && cargo fmt --check
-	cd sim && cargo clippy --all-targets -- -D warnings
+	# one clippy pass, with the bindings: it lints the pure core too (no code is compiled only
+	# without them), and `cargo test` builds the core without them
 	cd sim && cargo clippy --all-targets --features python -- -D warnings
 
 test-rust:
