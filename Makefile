@@ -12,11 +12,11 @@ setup:
 demo: setup
 	$(VENV)/bin/flashml pipeline run
 
+# One clippy pass, with the bindings: it lints the pure core too (no code is compiled only
+# without them), and `cargo test` builds the core without them.
 lint: setup
 	$(VENV)/bin/ruff check .
 	cd sim && cargo fmt --check
-	# one clippy pass, with the bindings: it lints the pure core too (no code is compiled only
-	# without them), and `cargo test` builds the core without them
 	cd sim && cargo clippy --all-targets --features python -- -D warnings
 
 test-rust:
