@@ -158,6 +158,10 @@ airflow_component_healthy() {  # /api/v2/monitor/health says component $2 is hea
     'import json,sys; d=json.load(sys.stdin); sys.exit(0 if (d.get(sys.argv[1]) or {}).get("status")=="healthy" else 1)' "$2"
 }
 
+need_port() {  # service, port: refused when another process listens there
+  port_free "$2" || { : > "$LOGS/$1.log"; fail "$1" "port $2 on 127.0.0.1 is taken by another process"; }
+}
+
 # --- up --------------------------------------------------------------------------------------
 secret() { "$PY" -c 'import secrets; print(secrets.token_urlsafe(24))'; }
 
@@ -197,13 +201,9 @@ do_up() {
     echo "postgres $PG_PORT"; echo "mlflow $MLFLOW_PORT"
     echo "spark-master $SPARK_PORT $SPARK_UI_PORT"; echo "airflow-apiserver $AIRFLOW_PORT"
   } > "$STATE/ports"
-  for p in "postgres:$PG_PORT" "mlflow:$MLFLOW_PORT" "spark-master:$SPARK_PORT" \
-           "spark-master:$SPARK_UI_PORT" "airflow-apiserver:$AIRFLOW_PORT"; do
-    port_free "${p#*:}" || { : > "$LOGS/${p%%:*}.log"; \
-      fail "${p%%:*}" "port ${p#*:} on 127.0.0.1 is taken by another process"; }
-  done
 
   # PostgreSQL: a private cluster on 127.0.0.1 only (no Unix socket), password auth
+  need_port postgres "$PG_PORT"
   local PGDATA; PGDATA=$(pg_data)
   : > "$LOGS/postgres.log"
   if [ ! -f "$PGDATA/PG_VERSION" ]; then
@@ -217,9 +217,9 @@ do_up() {
       || { rm -f "$pw"; fail postgres "initdb failed"; }
     rm -f "$pw"
   fi
-  [ "$(id -u)" = 0 ] && chown nobody "$LOGS/postgres.log"
   say "postgres: starting on 127.0.0.1:$PG_PORT"
-  as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -l "$LOGS/postgres.log" -w -t 60 -s \
+  # no -l: the server writes to the log this shell opened (`nobody` may not reach $LOGS)
+  as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -w -t 60 -s \
     -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories=''" start \
     >> "$LOGS/postgres.log" 2>&1 || fail postgres "pg_ctl start failed"
   local pgpid; pgpid=$(head -n 1 "$PGDATA/postmaster.pid")
@@ -277,10 +277,14 @@ EOF
     AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=true
 
   # MLflow, Spark and Airflow's migration start together
+  need_port mlflow "$MLFLOW_PORT"
   say "mlflow: starting on 127.0.0.1:$MLFLOW_PORT (store: Postgres, artifacts: $STATE/mlartifacts)"
-  start mlflow "$VENV/bin/mlflow" server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1 \
+  # without the GenAI job runner (seven huey processes flashml has no use for)
+  start mlflow env MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false "$VENV/bin/mlflow" server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1 \
     --backend-store-uri "postgresql+psycopg2://$PG/mlflow" \
     --artifacts-destination "$STATE/mlartifacts" --serve-artifacts
+  need_port spark-master "$SPARK_PORT"
+  need_port spark-master "$SPARK_UI_PORT"
   say "spark: master on 127.0.0.1:$SPARK_PORT (UI :$SPARK_UI_PORT), $WORKERS workers"
   start spark-master "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
     --host 127.0.0.1 --port "$SPARK_PORT" --webui-port "$SPARK_UI_PORT"
@@ -290,6 +294,7 @@ EOF
       --host 127.0.0.1 --cores 1 --memory "$WORKER_MEMORY" --webui-port 0 \
       --work-dir "$STATE/spark/worker-$i" "spark://127.0.0.1:$SPARK_PORT"
   done
+  need_port airflow-apiserver "$AIRFLOW_PORT"
   say "airflow: db migrate"
   "$VENV/bin/airflow" db migrate > "$LOGS/airflow-migrate.log" 2>&1 \
     || { cp "$LOGS/airflow-migrate.log" "$LOGS/airflow-apiserver.log"; \
@@ -316,11 +321,12 @@ EOF
 
 # --- down ------------------------------------------------------------------------------------
 do_down() {
-  local i pid name stopped=0
+  local i pid name stopped=0 ours=()
   for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do
     name=${SERVICES[$i]}
     pid=$(recorded_pid "$name")
     if [ -n "$pid" ]; then
+      ours+=("$name")
       if [ "$name" = postgres ]; then
         local PGBIN; PGBIN=$(pg_bin)
         as_pg "$PGBIN/pg_ctl" -D "$(pg_data)" -m fast -w -t 30 -s stop >/dev/null 2>&1 || true
@@ -335,7 +341,7 @@ do_down() {
   done
   # nothing of ours may still listen
   local left="" p s
-  for s in "${SERVICES[@]}"; do
+  for s in "${ours[@]}"; do
     for p in $(ports_of "$s"); do port_free "$p" || left+=" $s:$p"; done
   done
   [ "$stopped" -gt 0 ] || say "nothing was running in $STATE"

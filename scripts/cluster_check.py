@@ -40,6 +40,57 @@ def airflow_token() -> str:
         return json.load(r)["access_token"]
 
 
+def airflow_api(method: str, path: str, body: Any = None, token: str | None = None) -> Any:
+    """One call of Airflow's REST API (/api/v2/...) with a fresh or given token."""
+    base = os.environ["FLASHML_AIRFLOW_URL"]
+    token = token or airflow_token()
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{base}/api/v2/{path}", data=data, method=method,
+                                 headers={"Authorization": f"Bearer {token}",
+                                          "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)
+
+
+def wait_for_dag(dag_id: str, token: str, timeout_s: float = 180.0) -> dict[str, Any]:
+    """The DAG once the dag-processor has parsed it (404 until then)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return airflow_api("GET", f"dags/{dag_id}", token=token)
+        except urllib.error.HTTPError as e:
+            if e.code != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def run_dag(dag_id: str, conf: dict[str, Any], timeout_s: float = 1800.0,
+            run_id: str | None = None) -> dict[str, Any]:
+    """Trigger `dag_id` through the REST API (unpausing it first) with `conf`, wait for the
+    scheduler to finish the run; returns the run, its task instances and wall seconds."""
+    token = airflow_token()
+    wait_for_dag(dag_id, token)
+    airflow_api("PATCH", f"dags/{dag_id}", {"is_paused": False}, token)
+    run_id = run_id or f"cluster-{uuid.uuid4().hex[:8]}"
+    t0 = time.monotonic()
+    airflow_api("POST", f"dags/{dag_id}/dagRuns",
+                {"dag_run_id": run_id, "logical_date": None, "conf": conf}, token)
+    deadline = t0 + timeout_s
+    while True:
+        token = airflow_token()  # tokens expire; a run may take longer than one lives
+        run = airflow_api("GET", f"dags/{dag_id}/dagRuns/{run_id}", token=token)
+        if run["state"] in ("success", "failed"):
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{dag_id} run {run_id} still {run['state']} after "
+                               f"{timeout_s:.0f} s")
+        time.sleep(2)
+    wall = time.monotonic() - t0
+    tis = airflow_api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+                      token=token)["task_instances"]
+    return {"run": run, "tasks": {t["task_id"]: t for t in tis}, "wall_s": wall}
+
+
 def check_optuna() -> str:
     import optuna
 

@@ -1,0 +1,378 @@
+"""The scaled-out topology of docker-compose.yml, run natively (scripts/cluster.sh): Postgres,
+the MLflow server with served artifacts, a Spark master with two workers, Airflow 3 with the
+LocalExecutor; all on 127.0.0.1, from packages only.
+
+`make test` runs the fast part (about 2 minutes, most of it start-up): the compose file and
+the cluster set the same variables; `up` brings every service to health and writes the
+client's variables; each service does its job through them (scripts/cluster_check.py: an
+Optuna study on Postgres, an MLflow run whose artifact goes through the server's proxy, a
+Spark job with executors on both workers, Airflow's REST API with the DAG parsed); `down`
+leaves no process and no port; a service that cannot come up is named with its log and what
+was started is stopped again.
+
+`make cluster-test` (FLASHML_CLUSTER_FULL=1) adds the scaled-out jobs, about 10 minutes: the
+Airflow DAG triggered through the REST API and run by the real scheduler to success
+(promoting a champion in the server's registry), and `flashml pipeline run` on the cluster
+(episodes on the Spark workers, two sweep processes on one Postgres study, tracking and
+registry on the MLflow server) whose summary equals the embedded run's.
+
+Skipped, saying why, where Java or the PostgreSQL server is missing (.ci/run installs it)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+SCRIPT = REPO / "scripts" / "cluster.sh"
+FULL = os.environ.get("FLASHML_CLUSTER_FULL") == "1"
+#: variables of a client's environment that would point a child at other services
+CLIENT_VARS = ("MLFLOW_TRACKING_URI", "FLASHML_OPTUNA_STORAGE", "FLASHML_SPARK_MASTER",
+               "FLASHML_HOME", "FLASHML_RETRAIN_DIR", "FLASHML_EXPORT_DIR", "AIRFLOW_HOME")
+#: what the compose images set themselves, or a native client needs to find the services
+NATIVE_ONLY = {"AIRFLOW_HOME", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
+               "SPARK_HOME", "SPARK_LOCAL_IP", "FLASHML_AIRFLOW_URL", "FLASHML_AIRFLOW_USER",
+               "FLASHML_AIRFLOW_PASSWORD", "FLASHML_SPARK_UI_URL"}
+#: the job's settings for both runs of the main job (the region1-like demo trace, seed 0)
+JOB_ARGS = ["--sweep-trials", "2", "--sweep-workers", "2"]
+
+
+def _missing() -> str | None:
+    if shutil.which("java") is None:
+        return "no Java: the Spark master and workers need it (Debian: openjdk-17-jre-headless)"
+    if not (glob.glob("/usr/lib/postgresql/*/bin/initdb") or shutil.which("initdb")):
+        return "no PostgreSQL server (Debian: postgresql; .ci/run installs it)"
+    if shutil.which("curl") is None:
+        return "no curl (the health checks use it)"
+    return None
+
+
+needs_cluster = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+full_only = pytest.mark.skipif(not FULL, reason="the scaled-out job and DAG take about 10 "
+                               "minutes: `make cluster-test` runs them")
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in CLIENT_VARS and not k.startswith(("AIRFLOW__", "FLASHML_CLUSTER_"))}
+    return env | extra
+
+
+def cluster(state: Path, *args: str, timeout: float = 900,
+            **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=timeout,
+                          env=_clean_env(FLASHML_CLUSTER_DIR=str(state), **extra))
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            out[k] = v.strip("'")
+    return out
+
+
+def compose_client_vars() -> set[str]:
+    """What docker-compose.yml sets for flashml's clients: the shared block and the Airflow
+    services' environment."""
+    doc = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    env = doc["services"]["airflow-scheduler"]["environment"]
+    return set(env)
+
+
+def script_env_sections() -> tuple[set[str], set[str]]:
+    """(compose section, native section) of the env file cluster.sh writes."""
+    text = SCRIPT.read_text()
+    body = text.split('cat > "$ENV_FILE" <<EOF\n', 1)[1].split("\nEOF\n", 1)[0]
+    compose, native, section = set(), set(), None
+    for line in body.splitlines():
+        if line.startswith("# -- the variables docker-compose.yml sets"):
+            section = compose
+        elif line.startswith("# -- native only"):
+            section = native
+        elif line and not line.startswith("#") and section is not None:
+            section.add(line.split("=", 1)[0])
+    return compose, native
+
+
+def _pids(state: Path) -> list[int]:
+    return [int(f.read_text().split()[0]) for f in (state / "pids").glob("*.pid")]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _ports(state: Path) -> list[int]:
+    return [int(p) for line in (state / "ports").read_text().splitlines()
+            for p in line.split()[1:]]
+
+
+def _purge(state: Path) -> None:
+    pg = state / "pgdata.path"
+    if pg.exists():
+        data = Path(pg.read_text().strip())
+        if data.parent.name.startswith("flashml-pg."):
+            shutil.rmtree(data.parent, ignore_errors=True)
+    shutil.rmtree(state, ignore_errors=True)
+
+
+# --- no cluster needed -----------------------------------------------------------------------
+
+
+def test_compose_and_cluster_set_the_same_variables() -> None:
+    """The native cluster's client variables are the compose file's: one that either sets
+    and the other does not fails here (the native-only ones are listed, with why)."""
+    compose, native = script_env_sections()
+    assert compose == compose_client_vars(), (
+        f"only in docker-compose.yml: {sorted(compose_client_vars() - compose)}; "
+        f"only in scripts/cluster.sh: {sorted(compose - compose_client_vars())}")
+    assert native == NATIVE_ONLY
+    assert not native & compose_client_vars()
+
+
+def test_a_storage_url_is_shown_without_its_password() -> None:
+    from flashml.config import redact_url
+
+    assert redact_url("postgresql+psycopg2://flashml:s3cr:et@127.0.0.1:5432/optuna") == \
+        "postgresql+psycopg2://flashml:***@127.0.0.1:5432/optuna"
+    for url in ("sqlite:////tmp/x/optuna.db", "postgresql://flashml@db/optuna",
+                "http://127.0.0.1:5000", "not a url"):
+        assert redact_url(url) == url
+
+
+# --- the cluster -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    state = tmp_path_factory.mktemp("cluster")
+    proc = cluster(state, "up")
+    if proc.returncode != 0:
+        _purge(state)
+    assert proc.returncode == 0, proc.stderr
+    try:
+        yield state, read_env_file(state / "cluster.env")
+    finally:
+        cluster(state, "down")
+        _purge(state)
+
+
+@needs_cluster
+def test_up_writes_the_client_variables_and_every_service_answers(up) -> None:
+    state, env = up
+    compose, native = script_env_sections()
+    assert set(env) == compose | native
+    assert env["MLFLOW_TRACKING_URI"].startswith("http://127.0.0.1:")
+    assert env["FLASHML_OPTUNA_STORAGE"].startswith("postgresql+psycopg2://flashml:")
+    assert env["FLASHML_SPARK_MASTER"].startswith("spark://127.0.0.1:")
+    assert "@127.0.0.1:" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert oct((state / "cluster.env").stat().st_mode & 0o777) == "0o600"  # passwords inside
+    status = cluster(state, "status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "spark: 2 workers alive" in status.stdout and "mlflow health: ok" in status.stdout
+    # every service bound to loopback only (the JVMs' sockets show it IPv4-mapped)
+    listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout \
+        if shutil.which("ss") else ""
+    for port in _ports(state):
+        assert _listening(port), port
+        for line in listening.splitlines():
+            if line.split()[3].endswith(f":{port}"):
+                assert line.split()[3] in (f"127.0.0.1:{port}", f"[::ffff:127.0.0.1]:{port}"), line
+    check = subprocess.run([sys.executable, str(REPO / "scripts" / "cluster_check.py")],
+                           capture_output=True, text=True, timeout=600,
+                           env=_clean_env() | env)
+    assert check.returncode == 0, check.stdout + check.stderr
+    for svc in ("optuna", "mlflow", "spark: executors on all 2 workers", "airflow"):
+        assert f"ok: {svc}" in check.stdout, check.stdout
+
+
+@needs_cluster
+def test_up_refuses_a_second_start(up) -> None:
+    state, _ = up
+    again = cluster(state, "up")
+    assert again.returncode == 1 and "already running" in again.stderr
+
+
+@needs_cluster
+@full_only
+def test_the_dag_runs_under_the_scheduler_and_promotes_a_champion(
+        up, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flashml_retrain triggered through Airflow's REST API: every task run by the
+    scheduler's LocalExecutor to success, the candidate registered on the MLflow server and,
+    the registry being new, promoted to champion there."""
+    state, env = up
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    import cluster_check
+
+    res = cluster_check.run_dag("flashml_retrain", {"sweep_trials": 2, "sweep_workers": 2})
+    assert res["run"]["state"] == "success", res
+    assert {t: ti["state"] for t, ti in res["tasks"].items()} == {
+        t: "success" for t in ("ingest", "train", "episodes", "policies", "sweep", "plots",
+                               "compile", "evaluate", "promote")}
+    import mlflow
+
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    champ = mlflow.MlflowClient().get_model_version_by_alias("flashml-policy", "champion")
+    assert champ.version == "1"
+    runs = list(Path(env["FLASHML_RETRAIN_DIR"]).glob("flashml_retrain/*/stages"))
+    assert runs and (runs[0] / "promote.json").exists()
+
+
+def _steady(summary: dict[str, Any]) -> dict[str, Any]:
+    """What must be equal between two runs of one job on one trace and seed: every policy's
+    metrics, the convergence, the episodes, the sweep's trials and the chosen rate."""
+    volatile = {"wall_s", "seconds", "engine", "engine_choice"}
+
+    def strip(d: Any) -> Any:
+        if isinstance(d, dict):
+            return {k: strip(v) for k, v in d.items() if k not in volatile}
+        if isinstance(d, list):
+            return [strip(v) for v in d]
+        return d
+
+    return {"policies": strip(summary["policies"]),
+            "convergence": strip(summary["convergence"]),
+            "episodes": strip(summary["episodes"]),
+            "trials": [{k: t[k] for k in t if k not in ("datetime_start", "datetime_complete",
+                                                          "duration_s")}
+                       for t in summary["sweep"]["trials"]],
+            "chosen_write_rate_mbps": summary["chosen_write_rate_mbps"],
+            "chosen_tco": summary["chosen_tco"]}
+
+
+@needs_cluster
+@full_only
+def test_the_main_job_scaled_out_equals_the_embedded_run(up, tmp_path: Path) -> None:
+    """`flashml pipeline run` with the cluster's variables: episodes on the Spark workers,
+    two sweep processes on one Postgres study, tracking and registry on the MLflow server;
+    its summary equals the embedded run's on the same trace and seed."""
+    state, env = up
+    flashml = [sys.executable, "-m", "flashml.cli", "pipeline", "run"]
+    embedded = subprocess.run([*flashml, "--out", str(tmp_path / "embedded"), *JOB_ARGS],
+                              capture_output=True, text=True, timeout=1800, cwd=tmp_path,
+                              env=_clean_env(FLASHML_HOME=str(tmp_path / "state")))
+    assert embedded.returncode == 0, embedded.stderr[-3000:]
+    scaled = subprocess.run([*flashml, "--out", str(tmp_path / "scaled"), *JOB_ARGS],
+                            capture_output=True, text=True, timeout=1800, cwd=tmp_path,
+                            env=_clean_env() | env)
+    assert scaled.returncode == 0, scaled.stderr[-3000:]
+    a = json.loads((tmp_path / "embedded" / "summary.json").read_text())
+    b = json.loads((tmp_path / "scaled" / "summary.json").read_text())
+    assert a["episodes"]["engine"] == "polars" and b["episodes"]["engine"] == "spark"
+    assert _steady(b) == _steady(a)
+    # the password stays out of what the run shows
+    password = env["FLASHML_OPTUNA_STORAGE"].split(":")[2].split("@")[0]
+    assert password not in (tmp_path / "scaled" / "summary.json").read_text()
+    assert b["sweep"]["storage"].startswith("postgresql+psycopg2://flashml:***@127.0.0.1:")
+    # the episodes ran on the cluster: the app's executors on both workers
+    import urllib.request
+
+    with urllib.request.urlopen(env["FLASHML_SPARK_UI_URL"] + "/json/", timeout=30) as r:
+        master = json.load(r)
+    apps = [a for a in master["completedapps"] if a["name"] == "flashml-episodes"]
+    assert apps
+    for w in (1, 2):
+        assert (state / "spark" / f"worker-{w}" / apps[-1]["id"]).is_dir(), w
+    # the study's trials on Postgres, the run, its artifacts and the registry on the server
+    import mlflow
+    import optuna
+
+    study = optuna.load_study(study_name=b["sweep"]["study"],
+                              storage=env["FLASHML_OPTUNA_STORAGE"])
+    assert len([t for t in study.trials if t.state.name == "COMPLETE"]) == 2
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    client = mlflow.MlflowClient()
+    run = client.get_run(b["mlflow_run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.info.artifact_uri.startswith("mlflow-artifacts:")
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"summary.json",
+                                                                         "policy"}
+    assert password not in json.dumps(run.data.tags)
+    assert any((state / "mlartifacts").rglob("summary.json"))
+    assert isinstance(b["registry"]["candidate_version"], int)
+
+
+@needs_cluster
+def test_down_leaves_no_process_and_no_port(up) -> None:
+    state, _ = up
+    pids, ports = _pids(state), _ports(state)
+    assert len(pids) == 8
+    down = cluster(state, "down")
+    assert down.returncode == 0, down.stderr
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or \
+            Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", pid
+    for port in ports:
+        assert not _listening(port), port
+    assert cluster(state, "status").returncode != 0
+
+
+@needs_cluster
+def test_a_service_that_does_not_come_up_is_named_and_the_rest_stopped(tmp_path: Path) -> None:
+    """MLflow's port taken: the error names mlflow and its log; Postgres, already started,
+    is stopped again; no process of the attempt is left."""
+    state = tmp_path / "c"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        try:
+            proc = cluster(state, "up", timeout=300, FLASHML_CLUSTER_MLFLOW_PORT=str(port))
+            assert proc.returncode == 1
+            assert (f"cluster: error: mlflow did not come up: port {port} on 127.0.0.1 is "
+                    "taken by another process") in proc.stderr
+            assert f"its log: {state}/logs/mlflow.log" in proc.stderr
+            assert "stopped postgres" in proc.stderr
+            assert not list((state / "pids").glob("*.pid"))
+            pg_port = int((state / "ports").read_text().split()[1])
+            assert not _listening(pg_port)
+        finally:
+            cluster(state, "down")
+            _purge(state)
+
+
+@needs_cluster
+@full_only
+def test_interrupting_up_stops_what_was_started(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT/SIGTERM) during `up`: what was started is stopped."""
+    state = tmp_path / "c"
+    proc = subprocess.Popen(["bash", str(SCRIPT), "up"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=_clean_env(FLASHML_CLUSTER_DIR=str(state)))
+    try:
+        deadline = time.monotonic() + 300
+        while not (state / "pids" / "mlflow.pid").exists():  # Postgres up, MLflow started
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.2)
+        pg = int((state / "pids" / "postgres.pid").read_text().split()[0])
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert "interrupted: stopping what was started" in err
+        assert not Path(f"/proc/{pg}").exists()
+        assert not list((state / "pids").glob("*.pid"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster(state, "down")
+        _purge(state)
