@@ -4,7 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export CARGO_TERM_QUIET := true
 
-.PHONY: setup demo test lint docs test-rust test-c test-python bench clean regress fuzz conformance
+.PHONY: setup demo test lint docs test-rust test-c test-python bench clean regress fuzz conformance \
+	cluster-test
 
 setup:
 	@bash scripts/setup.sh
@@ -40,6 +41,13 @@ test: setup lint docs test-rust test-c test-python
 # here) on a pinned, generated evaluation trace; exit 1 on a regression (docs/how-to/verify-a-bundle.md).
 regress: setup
 	bash regress/run.sh
+
+# The scaled-out topology (docker-compose.yml) run natively: scripts/cluster.sh starts Postgres,
+# the MLflow server, a Spark master + 2 workers and Airflow 3 on 127.0.0.1; the whole
+# tests/test_cluster.py (about 10 minutes: the DAG under the real scheduler, the main job
+# scaled out and equal to the embedded run); `make test` runs its fast part.
+cluster-test: setup
+	FLASHML_CLUSTER_FULL=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_cluster.py
 
 bench: setup
 	$(PY) bench/run.py
