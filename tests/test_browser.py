@@ -69,6 +69,9 @@ def test_mlflow_ui_lists_the_pipeline_run_with_its_metrics(pipeline: tuple) -> N
                    "learning" in url
             page.goto(url, timeout=120_000)
             shows(page, run.info.run_name)
+            # the runs table opens on the headline columns (jobs/ship.py's shared view)
+            assert "viewStateShareKey=flashml-headlines" in url
+            table = shows(page, "headline.peak_dt_cut")
             page.goto(f"{base}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}",
                       timeout=120_000)
             text = shows(page, shown[0])
@@ -77,6 +80,7 @@ def test_mlflow_ui_lists_the_pipeline_run_with_its_metrics(pipeline: tuple) -> N
         stop_and_check(proc, port, __import__("signal").SIGINT)
     assert all(m in text for m in shown), (shown, text[:2000])
     assert run.info.run_name in text and run.info.run_id in text
+    assert "headline.gap_to_opt" in table, table[:2000]
 
 
 def test_airflow_trigger_form_accepts_its_defaults(tmp_path: Path) -> None:

@@ -73,6 +73,12 @@ def test_kml_run_twin_end_to_end(tmp_path: Path) -> None:
     log = json.loads((out / "tuner_logs" / "readseq-kml-1.jsonl").read_text().splitlines()[0])
     assert {"kib", "tracepoints", "offset_absdiff_mean"} <= set(log)
     assert log["kib"] in set(s["models"]["kml"]["classes_kib"].values()) | {128}
+    # MLflow: headline columns, tag, description; the network's bundle as a logged model
+    # with a signature and the run's final metrics, registered as flashml-kml, champion
+    from mlflow_checks import check_system_in_mlflow
+
+    check_system_in_mlflow(tmp_path / "state", "kml", s)
+    assert set(s["headline"]) >= {"ops_gain", "vs_best_fixed"}
 
 
 def test_kml_run_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

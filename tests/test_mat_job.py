@@ -72,6 +72,16 @@ def test_mat_job_records_and_ships_an_eviction_policy(mat_run: Path) -> None:
         assert 0 < smp["rows"] < smp["samples"] and smp["size_exponent"] == 0.5
 
 
+def test_mat_run_in_mlflow(mat_run: Path) -> None:
+    """Headline columns, tag, description; the shipped bundle as a logged model with a
+    signature and the run's final metrics, registered as flashml-mat, champion."""
+    from mlflow_checks import check_system_in_mlflow
+
+    s = json.loads((mat_run / "summary.json").read_text())
+    check_system_in_mlflow(mat_run.parent / "state", "mat", s)
+    assert set(s["headline"]) >= {"miss_ratio", "miss_ratio_cut"}
+
+
 def test_mat_beats_lru_on_the_held_out_window(mat_run: Path) -> None:
     s = json.loads((mat_run / "summary.json").read_text())
     pol = s["per_capacity"]["5%"]["policies"]

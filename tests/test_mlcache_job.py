@@ -48,6 +48,16 @@ def test_mlcache_job_ships_a_partition_policy(mlc_run: Path) -> None:
     assert p["mlcache"]["write_hit_ratio"] > p["even"]["write_hit_ratio"]
 
 
+def test_mlcache_run_in_mlflow(mlc_run: Path) -> None:
+    """Headline columns, tag, description; the shipped bundle as a logged model with a
+    signature and the run's final metrics, registered as flashml-mlcache, champion."""
+    from mlflow_checks import check_system_in_mlflow
+
+    s = json.loads((mlc_run / "summary.json").read_text())
+    check_system_in_mlflow(mlc_run.parent / "state", "mlcache", s)
+    assert set(s["headline"]) >= {"write_hit_ratio", "hit_ratio_gain"}
+
+
 def test_mlcache_figures_re_simulate_with_the_shipped_policy(mlc_run: Path) -> None:
     from flashml.jobs.mlcache import MlcacheSettings
 

@@ -302,6 +302,12 @@ def test_pannier_run_end_to_end(tmp_path: Path):
     assert all(r["within_slack"] for r in s["tire"] if r["policy"] == "pannier_tire")
     for p in s["plots"]:
         assert Path(p).stat().st_size > 10_000
+    # MLflow: headline columns, tag, description; the tuned knobs-only bundle as a logged
+    # model with a signature and the run's final metrics, registered as flashml-pannier
+    from mlflow_checks import check_system_in_mlflow
+
+    check_system_in_mlflow(tmp_path / "state", "pannier", s)
+    assert set(s["headline"]) >= {"read_hit_ratio", "read_hit_gain", "fue_gain"}
 
 
 def test_pannier_run_bad_input(tmp_path: Path, capsys):

@@ -94,14 +94,18 @@ def command(tool: str, host: str, port: int, context: Path | None = None
 
 def runs_page(uri: str) -> str:
     """The URL fragment of flashml's runs table: MLflow 3's UI opens in its GenAI mode,
-    which hides training runs, unless the URL asks for the model-training workflow."""
+    which hides training runs, unless the URL asks for the model-training workflow; and
+    with the headline view (flashml/jobs/ship.py: the `headline.*` metric columns, newest
+    run first) once a run has logged one."""
     from mlflow.tracking import MlflowClient
 
+    from flashml.jobs.ship import VIEW_KEY, VIEW_TAG
     from flashml.tracking import EXPERIMENT
 
     exp = MlflowClient(uri).get_experiment_by_name(EXPERIMENT)
     where = f"#/experiments/{exp.experiment_id}/runs" if exp else "#/experiments"
-    return where + "?workflowType=machine_learning"
+    view = f"&viewStateShareKey={VIEW_KEY}" if exp is not None and VIEW_TAG in exp.tags else ""
+    return where + "?workflowType=machine_learning" + view
 
 
 def listeners(port: int) -> set[int]:

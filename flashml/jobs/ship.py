@@ -101,7 +101,11 @@ def add_to_view(metrics: list[str]) -> None:
         state = {}
     cols = [c for c in state.get("selectedColumns", _BASE_COLUMNS) if isinstance(c, str)]
     cols += [f"metrics.`{m}`" for m in sorted(metrics) if f"metrics.`{m}`" not in cols]
-    new = {"selectedColumns": cols, "orderByKey": "attributes.start_time", "orderByAsc": False}
+    heads = [c for c in cols if c.startswith("metrics.")]
+    new = {"selectedColumns": cols, "orderByKey": "attributes.start_time", "orderByAsc": False,
+           # the headlines first, wide enough for their names
+           "columnOrder": heads + [c for c in cols if c not in heads],
+           "columnWidths": {c: 7 * len(c) - 40 for c in heads}}
     if new != state:
         client.set_experiment_tag(exp_id, VIEW_TAG, json.dumps(new))
 
