@@ -141,7 +141,7 @@ wait_for() {  # service, check command...: until the check passes; fail when the
   local name=$1; shift
   local deadline=$((SECONDS + TIMEOUT)) pid
   while :; do
-    if "$@" >/dev/null 2>&1; then return 0; fi
+    if "$@" >/dev/null 2>&1; then say "$name: healthy (${t0:+$((SECONDS - t0)) s after start})"; return 0; fi
     pid=$(recorded_pid "$name")
     [ -n "$pid" ] || fail "$name" "the process exited"
     [ "$SECONDS" -lt "$deadline" ] || fail "$name" "no answer from its health check within ${TIMEOUT} s"
@@ -299,6 +299,7 @@ EOF
   "$VENV/bin/airflow" db migrate > "$LOGS/airflow-migrate.log" 2>&1 \
     || { cp "$LOGS/airflow-migrate.log" "$LOGS/airflow-apiserver.log"; \
          fail airflow-apiserver "\`airflow db migrate\` failed (log: $LOGS/airflow-migrate.log)"; }
+  say "airflow: database migrated ($((SECONDS - t0)) s after start)"
   say "airflow: api-server on 127.0.0.1:$AIRFLOW_PORT, scheduler, dag-processor"
   start airflow-apiserver "$VENV/bin/airflow" api-server --host 127.0.0.1 --port "$AIRFLOW_PORT" --workers 1
   start airflow-scheduler "$VENV/bin/airflow" scheduler

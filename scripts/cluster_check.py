@@ -91,6 +91,25 @@ def run_dag(dag_id: str, conf: dict[str, Any], timeout_s: float = 1800.0,
     return {"run": run, "tasks": {t["task_id"]: t for t in tis}, "wall_s": wall}
 
 
+def steady(summary: dict[str, Any]) -> dict[str, Any]:
+    """What must be equal between two runs of the main job on one trace and seed, embedded
+    or scaled out: every policy's metrics, the convergence, the episodes, the sweep's trials
+    and the chosen write rate (not wall times, run ids, paths or the episodes' engine)."""
+    volatile = {"wall_s", "seconds", "engine", "engine_choice", "datetime_start",
+                "datetime_complete", "duration_s"}
+
+    def strip(d: Any) -> Any:
+        if isinstance(d, dict):
+            return {k: strip(v) for k, v in d.items() if k not in volatile}
+        if isinstance(d, list):
+            return [strip(v) for v in d]
+        return d
+
+    return strip({k: summary[k] for k in ("policies", "convergence", "episodes",
+                                          "chosen_write_rate_mbps", "chosen_tco")}
+                 | {"trials": summary["sweep"]["trials"]})
+
+
 def check_optuna() -> str:
     import optuna
 

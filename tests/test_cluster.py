@@ -313,6 +313,31 @@ def test_the_main_job_scaled_out_equals_the_embedded_run(up, tmp_path: Path) -> 
 
 
 @needs_cluster
+@full_only
+@pytest.mark.parametrize("args", [
+    ["pannier", "run", "--presets", "web-like", "--requests", "20000", "--cache-size", "10%"],
+    ["kml", "run", "--twin-requests", "20000", "--sizes", "8,1024", "--repeats", "1",
+     "--folds", "2"],
+], ids=["pannier", "kml"])
+def test_the_other_systems_jobs_log_to_the_server(up, tmp_path: Path, args: list[str]) -> None:
+    """Every job opens its MLflow run through the same set-up: with the cluster's variables
+    the run, its metrics and its summary artifact are on the server."""
+    state, env = up
+    proc = subprocess.run([sys.executable, "-m", "flashml.cli", *args, "-o",
+                           str(tmp_path / "run")], capture_output=True, text=True,
+                          timeout=1200, cwd=tmp_path, env=_clean_env() | env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    import mlflow
+
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    client = mlflow.MlflowClient()
+    run = client.get_run(summary["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.metrics
+    assert "summary.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+@needs_cluster
 def test_down_leaves_no_process_and_no_port(up) -> None:
     state, _ = up
     pids, ports = _pids(state), _ports(state)
