@@ -124,6 +124,9 @@ def test_main_job_end_to_end(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatc
     summary = json.loads((work / "summary.json").read_text())
     assert summary["validate"]["success"] is True
     assert Path(summary["validate"]["data_docs"]).exists()
+    # where `flashml ui docs` looks: the shared context (an index across runs), not the run's
+    assert Path(summary["validate"]["data_docs"]) == tmp_path / "state" / "gx" / \
+        "uncommitted" / "data_docs" / "local_site" / "index.html"
     stats = summary["stats"]
     assert stats["requests"] == summary["ingest"]["rows"] == summary["generate"]["accesses"]
     assert 0.15 < stats["compulsory_miss_rate"] < 0.21  # region1-like's documented range
@@ -231,6 +234,21 @@ def check_mlflow_as_users_see_it(summary: dict, runs: list) -> None:
     info = mlflow.models.get_model_info(adm.model_uri)
     assert info.signature.inputs.input_names() == names
     assert info.saved_input_example_info is not None
+    # the runs table's headline columns; the policy model's page shows the run's final
+    # metrics (the last point of each curve, not the first step's)
+    assert {"headline.peak_dt_cut", "headline.gap_to_opt"} <= set(m)
+    assert m["headline.peak_dt_cut"] == pytest.approx(summary["baleen_vs_rejectx_peak_reduction"])
+    (pm,) = [lm for lm in mlflow.search_logged_models(
+        experiment_ids=[parent.info.experiment_id], output_format="list")
+        if lm.name == "policy_bundle" and lm.source_run_id == parent.info.run_id]
+    linked: dict = {}
+    for x in client.get_logged_model(pm.model_id).metrics:
+        if x.key not in linked or (x.step, x.timestamp) > (linked[x.key].step,
+                                                           linked[x.key].timestamp):
+            linked[x.key] = x
+    assert linked["loop_peak_dt_util"].value == hist[-1].value
+    assert linked["gbm_admission_valid_binary_logloss"].value == curve[-1].value
+    assert linked["headline.peak_dt_cut"].value == m["headline.peak_dt_cut"]
     # the registered version is the shipped policy: the bundle and its compiled .so
     (version,) = client.search_model_versions(f"name='{REGISTERED_MODEL}'")
     assert version.tags["policy_so_sha256"] == summary["compiled"]["sha256"]

@@ -120,3 +120,30 @@ def test_validate_and_stats_refuse_a_table_with_non_finite_times(tmp_path: Path,
         assert proc.stderr.startswith(f"flashml: error: {bad}: field 'time'"), proc.stderr
         assert "outside [-1e+12, 1e+12] seconds" in proc.stderr
         assert "validation passed" not in proc.stdout
+
+
+def test_data_docs_are_static_and_offline(tmp_path: Path, good) -> None:
+    """Two validations in one context: the index lists both as static rows (newest first),
+    each linking to its page, with no script and nothing from another host (Great
+    Expectations' index filled its list with bootstrap-table from a CDN)."""
+    import re
+
+    df, meta = good
+    validate_table(df, meta, context_dir=tmp_path / "gx", name="first.trace")
+    report = validate_table(df, meta, context_dir=tmp_path / "gx", name="second<b>.trace")
+    site = report.docs_index.parent
+    index = report.docs_index.read_text()
+    rows = re.findall(r'<tr class="flashml-row">.*?</tr>', index, re.S)
+    assert len(rows) == 3  # two validations, one suite
+    assert "second&lt;b&gt;.trace" in rows[0] and "first.trace" in rows[1]  # text escaped
+    links = re.findall(r'href="(validations/[^"]+\.html)"', index)
+    from urllib.parse import unquote
+
+    assert links and all((site / unquote(link)).is_file() for link in links)
+    assert (site / "static" / "styles" / "flashml_offline.css").is_file()
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        assert "<script" not in text, page
+        assert not re.search(r"(src|href)=[\"']?(https?:)?//[^\"']*\.(js|css)", text), page
+        assert not re.search(r"<img[^>]*src=[\"']https?:", text), page
+        assert not re.search(r"url\(['\"]?https?:", text), page

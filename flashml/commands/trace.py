@@ -412,10 +412,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = tsub.add_parser("validate", help="run the Great Expectations suite; write Data Docs",
                         description="Validate a trace's canonical table with the Great "
-                        "Expectations suite and write its Data Docs; exit 1 on failure.")
+                        "Expectations suite and write its Data Docs; exit 1 on failure. The "
+                        "Data Docs go to $FLASHML_HOME/gx (default .flashml/gx), the context "
+                        "`flashml pipeline run` and the retraining DAG's ingest task validate "
+                        "into too: one index across runs, each validation named by its "
+                        "trace, static and complete offline. `flashml ui docs` serves it.")
     add_trace_input(p)
     p.add_argument("--context-dir", type=Path, default=None,
                    help="Great Expectations file context; its Data Docs go to "
                    "CONTEXT_DIR/uncommitted/data_docs/local_site/index.html (default "
-                   "$FLASHML_HOME/gx, .flashml/gx)")
+                   "$FLASHML_HOME/gx, else .flashml/gx: where the pipeline and the DAG "
+                   "write theirs; give the same to `flashml ui docs --context-dir`)")
     p.set_defaults(func=cmd_validate)

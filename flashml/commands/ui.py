@@ -4,9 +4,11 @@ Each starts one server on 127.0.0.1 (`--host` to change) against what flashml wr
 $FLASHML_HOME (default .flashml): the MLflow UI on the sqlite tracking store and its
 artifacts, optuna-dashboard on the Optuna storage, Airflow 3 (`airflow standalone`: api-server,
 scheduler, dag-processor) with the repository's dags/ and its metadata DB in
-$FLASHML_HOME/airflow, or the Great Expectations Data Docs of `trace validate` and the
-pipeline. It waits until the page answers, prints the URL, and on Ctrl-C (or SIGTERM) stops
-the server and everything it started.
+$FLASHML_HOME/airflow, or the Great Expectations Data Docs in $FLASHML_HOME/gx, where
+`flashml trace validate`, `flashml pipeline run` and the DAG's ingest task all write theirs
+(one index across runs, static pages: complete offline). It waits until the page
+answers, prints the URL, and on Ctrl-C (or SIGTERM) stops the server and everything it
+started.
 
 Each server has its own default port (mlflow 5000, optuna 8080, airflow 8081, docs 8000), so
 they can all run at once. A port that is taken is an error naming the port and, where this
@@ -87,7 +89,8 @@ def command(tool: str, host: str, port: int, context: Path | None = None
     site = docs_dir(context or state_dir() / "gx")
     if not (site / "index.html").is_file():
         raise UserError(f"{site / 'index.html'}: no Data Docs yet; run flashml trace validate "
-                        "FILE (or a pipeline) first, or give --context-dir")
+                        "FILE, flashml pipeline run or the retraining DAG first (with the "
+                        "same FLASHML_HOME), or give --context-dir")
     return ([sys.executable, "-m", "http.server", str(port), "--bind", host, "--directory",
              str(site)], env, url)
 
@@ -302,5 +305,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    + "; one each, so they can all run at once; a port in use is an error "
                    "naming its holder)")
     p.add_argument("--context-dir", type=Path, default=None,
-                   help="docs: the Great Expectations context (default $FLASHML_HOME/gx)")
+                   help="docs: the Great Expectations context (default $FLASHML_HOME/gx, "
+                   "else .flashml/gx: where trace validate, the pipeline and the DAG write)")
     p.set_defaults(func=cmd_ui)

@@ -18,7 +18,6 @@ Files of a run folder (flashml/jobs/run.py has the common part):
 | path                 | written by          | what                                         |
 |----------------------|---------------------|----------------------------------------------|
 | `accesses.parquet`   | ingest              | the canonical, validated access table        |
-| `gx/`                | ingest              | Great Expectations context and Data Docs     |
 | `work/`              | train, policies, sweep | features, loops, OPT, trials, DT series |
 | `policy/`            | train               | the candidate model bundle (compiler/bundle) |
 | `episodes/`          | episodes            | episodes, labels, OPT arrays, summary (Spark)|
@@ -269,7 +268,8 @@ def log_dataset(run: RunDir, s: BaleenSettings) -> None:
 
 
 def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
-    """Trace -> `accesses.parquet`, validated by Great Expectations (Data Docs in `gx/`),
+    """Trace -> `accesses.parquet`, validated by Great Expectations (Data Docs in
+    `$FLASHML_HOME/gx`, with every run's: `flashml ui docs`),
     with its Table 2 statistics; without a trace, the synthetic `s.preset` is generated
     first (the embedded default). UserError if validation fails or the trace is shorter
     than the training window."""
@@ -316,7 +316,9 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     run.cache["frame"] = (df, meta)
     check_span(run, s, raw)  # before any training or MLflow run
     with timer.stage("validate"):
-        rep = validate_table(df, meta, context_dir=run.path / "gx", name=raw.name)
+        # the shared context ($FLASHML_HOME/gx): an index across runs (`flashml ui docs`),
+        # and a failed validation's pages outlive the run folder put back as it was
+        rep = validate_table(df, meta, name=raw.name)
         print(rep.describe())
         if not rep.success:
             raise UserError(f"validation failed on {table}; see {rep.docs_index}")

@@ -3,9 +3,11 @@
 The suite is defined here, once, and saved into a file Data Context (default
 `.flashml/gx`, next to the other embedded state) where its results and Data Docs also live:
 `<context>/uncommitted/data_docs/local_site/index.html`, each validation named by its trace
-(the run name of the Data Docs pages). The pages load their CSS and JavaScript from CDNs
-(Great Expectations has no option to serve them locally): offline they are unstyled but
-complete.
+(the run name of the Data Docs pages). `flashml trace validate`, `flashml pipeline run` and
+the retraining DAG's ingest task all validate into that one context (an index across runs:
+`flashml ui docs` serves it); one validation at a time holds it (a lock file in it). Great
+Expectations' pages load their CSS and JavaScript from CDNs and fill the index in the
+browser: every build is made static and offline (flashml/trace/datadocs.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -90,6 +93,15 @@ def validate_table(df: pl.DataFrame, meta: TraceMeta, *, context_dir: Path | Non
         return ValidationReport(False, len(df), [ExpectationOutcome(
             "expect_column_to_exist", c, False, len(df), "column missing") for c in missing],
             None)
+    import fcntl
+
+    with open(root / ".flashml.lock", "w") as lock:  # runs share the context: one at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _validate(gx, df, meta, root, build_docs, name)
+
+
+def _validate(gx: Any, df: pl.DataFrame, meta: TraceMeta, root: Path, build_docs: bool,
+              name: str | None) -> ValidationReport:
     frame = df.select(CORE_COLUMNS).with_columns(
         offset_plus_size=pl.col("offset") + pl.col("size"),
         sample_ratio=pl.lit(meta.sample_ratio, dtype=pl.Float64),
@@ -130,5 +142,9 @@ def validate_table(df: pl.DataFrame, meta: TraceMeta, *, context_dir: Path | Non
                 success=bool(r.success), unexpected_count=int(res.get("unexpected_count") or 0),
                 details=details))
     docs = root / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    if docs.exists():
+        from flashml.trace.datadocs import make_offline
+
+        make_offline(docs.parent)
     return ValidationReport(bool(result.success), len(df), outcomes,
                             docs if docs.exists() else None)
