@@ -3,7 +3,8 @@ installs Chromium, and without it these tests skip saying so): after a real `fla
 pipeline run`, `flashml ui mlflow` opens on the experiment's runs table, which lists the
 pipeline's run, and the run's page shows its headline metrics; `flashml ui airflow` serves
 the retraining DAG, whose Trigger form accepts its defaults, and one click on its Trigger
-makes exactly one run."""
+makes exactly one run; `flashml ui docs` serves Data Docs that list the validations and
+open their pages with the network off."""
 
 from __future__ import annotations
 
@@ -165,3 +166,49 @@ def one_trigger_one_run(port: int, timeout: float = 180) -> tuple[list, dict]:
     time.sleep(3)  # a scheduled run made with the unpause would be there by now
     runs = get("/api/v2/dags/flashml_retrain/dagRuns")["dag_runs"]
     return runs, get("/api/v2/dags/flashml_retrain")
+
+
+def test_data_docs_offline(tmp_path: Path) -> None:
+    """`flashml trace validate` then `flashml ui docs` (the default context under
+    FLASHML_HOME), browsed with every request to another host refused: the index lists the
+    validation (Great Expectations' own page filled it from a CDN), its row opens the
+    validation's page, and no page asks for anything from another host."""
+    import signal
+
+    from playwright.sync_api import sync_playwright
+
+    from conftest import DATA
+
+    home = tmp_path / "state"
+    run_cli("trace", "validate", DATA / "msr_fixture.csv", "--format", "msr", check=True,
+            env={"FLASHML_HOME": str(home)})
+    proc, port = start("docs", home)
+    wait_ready(proc)
+    base = f"http://127.0.0.1:{port}/"
+    outside: list[str] = []
+
+    def route(r) -> None:  # the network is off: only this server answers
+        if r.request.url.startswith(base):
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.route("**/*", route)
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(base, timeout=60_000)
+            index = page.inner_text("body")
+            page.get_by_role("link", name="msr_fixture.csv").first.click()
+            page.wait_for_load_state()
+            result = page.inner_text("body")
+            browser.close()
+    finally:
+        stop_and_check(proc, port, signal.SIGINT)
+    assert "msr_fixture.csv" in index and "Success" in index, index[:1500]
+    assert "Expectation Validation Result" in result and "Succeeded" in result, result[:1500]
+    assert outside == [] and errors == [], (outside, errors)
