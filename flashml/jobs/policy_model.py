@@ -78,10 +78,11 @@ def log_policy_model(bundle: Path, compiled: Path | None, example: Any) -> Any:
     probe.load_context(ctx)
     out = probe.predict(ctx, example)
     params = read_policy_json(bundle)
-    from flashml.jobs.ship import final_step, link_final_metrics
+    from flashml.jobs.ship import final_metrics, final_step, link_final_metrics
 
     run_id = mlflow.active_run().info.run_id
-    step = final_step(run_id)  # the model page shows the run's final metrics
+    latest = final_metrics(run_id)
+    step = final_step(run_id, latest)  # the model page shows the run's final metrics
     info = mlflow.pyfunc.log_model(
         name=MODEL_NAME, python_model=str(Path(__file__).with_name("policy_model_code.py")),
         artifacts=artifacts, step=step,
@@ -92,5 +93,5 @@ def log_policy_model(bundle: Path, compiled: Path | None, example: Any) -> Any:
         metadata={"admit_threshold": params["admit_threshold"],
                   "when_threshold": params["when_threshold"],
                   "compiled": compiled is not None})
-    link_final_metrics(run_id, info.model_id, step)
+    link_final_metrics(run_id, info.model_id, step, latest)
     return info

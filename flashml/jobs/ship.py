@@ -124,23 +124,27 @@ def final_metrics(run_id: str) -> dict[str, Any]:
     return out
 
 
-def final_step(run_id: str) -> int:
+def final_step(run_id: str, latest: dict[str, Any] | None = None) -> int:
     """The run's last step (0 when it has no stepped metric): log a model at it."""
-    return max((m.step for m in final_metrics(run_id).values()), default=0)
+    latest = final_metrics(run_id) if latest is None else latest
+    return max((m.step for m in latest.values()), default=0)
 
 
-def link_final_metrics(run_id: str, model_id: str, step: int) -> int:
-    """Link the latest value of every metric of the run to the logged model (the ones at
-    `step`, the step the model was logged at, MLflow linked already). Returns how many."""
+def link_final_metrics(run_id: str, model_id: str, step: int,
+                       latest: dict[str, Any] | None = None) -> int:
+    """Link the latest value of every metric of the run (`latest`: final_metrics, when
+    known) to the logged model (the ones at `step`, the step the model was logged at, MLflow
+    linked already). Returns how many."""
     from mlflow import MlflowClient
     from mlflow.entities import Metric
 
-    latest = [Metric(m.key, m.value, m.timestamp, m.step, run_id=run_id, model_id=model_id)
-              for m in final_metrics(run_id).values() if m.step != step]
+    latest = final_metrics(run_id) if latest is None else latest
+    rows = [Metric(m.key, m.value, m.timestamp, m.step, run_id=run_id, model_id=model_id)
+            for m in latest.values() if m.step != step]
     client = MlflowClient()
-    for i in range(0, len(latest), 1000):  # MLflow's batch limit
-        client.log_batch(run_id, metrics=latest[i:i + 1000])
-    return len(latest)
+    for i in range(0, len(rows), 1000):  # MLflow's batch limit
+        client.log_batch(run_id, metrics=rows[i:i + 1000])
+    return len(rows)
 
 
 def log_bundle_model(bundle: Path, system: str, run_id: str) -> Any:
@@ -159,7 +163,8 @@ def log_bundle_model(bundle: Path, system: str, run_id: str) -> Any:
     probe.load_context(ctx)
     example = example_input(probe)
     out = probe.predict(ctx, example)
-    step = final_step(run_id)
+    latest = final_metrics(run_id)
+    step = final_step(run_id, latest)
     info = mlflow.pyfunc.log_model(
         name=MODEL_NAME, python_model=str(Path(__file__).with_name("bundle_model_code.py")),
         artifacts=artifacts, signature=infer_signature(example, out),
@@ -168,7 +173,7 @@ def log_bundle_model(bundle: Path, system: str, run_id: str) -> Any:
         pip_requirements=["flashml", f"mlflow=={mlflow.__version__}", "numpy", "pandas"],
         metadata={"system": system, "capabilities": probe.capabilities,
                   "sha256": probe.manifest.get("sha256")})
-    link_final_metrics(run_id, info.model_id, step)
+    link_final_metrics(run_id, info.model_id, step, latest)
     return info
 
 
