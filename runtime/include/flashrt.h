@@ -5,7 +5,8 @@
  * or a block device) in front of a backing device, with admission and prefetch decided by a
  * policy shared object (compiler/flashml_policy.h) or a built-in baseline. Modelled on
  * CacheLib's Navy block cache: the flash is cut into regions written sequentially, eviction
- * frees a whole region (LRU or FIFO over regions), and an in-memory index maps
+ * frees a whole region (the one the eviction policy names: LRU or FIFO over regions, or MAT's
+ * choice of a block), and an in-memory index maps
  * (block, segment) to a flash location. The index lives in memory only: after a crash the
  * cache restarts cold and never serves stale bytes.
  *
@@ -117,7 +118,14 @@ void flashrt_backing_close(flashrt_backing *b);
 
 /* ---- the cache -------------------------------------------------------------------------- */
 
-enum flashrt_eviction { FLASHRT_LRU = 0, FLASHRT_FIFO = 1 };
+/* The eviction slot's built-in policies (runtime/README.md, "Policy slots"): LRU or FIFO over
+ * regions, MAT (Algorithm 1 over the block LRU tail, asking the eviction capability of
+ * `flashrt_config.eviction_policy`) and MRU (the worked example). */
+enum flashrt_eviction { FLASHRT_LRU = 0, FLASHRT_FIFO = 1, FLASHRT_MAT = 2, FLASHRT_MRU = 3 };
+/* The policy named "lru", "fifo", "mat" or "mru"; -1 for another name. */
+int flashrt_eviction_from_name(const char *name);
+/* Its name, NULL when `which` is none. */
+const char *flashrt_eviction_name(int which);
 enum flashrt_direct { FLASHRT_DIRECT_AUTO = 0, FLASHRT_DIRECT_OFF = 1, FLASHRT_DIRECT_ON = 2 };
 enum flashrt_rate_clock { FLASHRT_CLOCK_TRACE = 0, FLASHRT_CLOCK_WALL = 1 };
 
@@ -139,6 +147,9 @@ struct flashrt_config {
     /* Model: DT constants and the windows of the utilisation series. */
     double t_seek_s, bandwidth_bytes_per_s, window_s, warmup_s;
     unsigned disks;
+    /* FLASHRT_MAT: the bundle whose eviction capability the policy asks (loaded with
+     * flashrt_policy_load_eviction, owned by the caller, outliving the cache). */
+    flashrt_policy *eviction_policy;
 };
 
 void flashrt_config_default(struct flashrt_config *c);
@@ -185,6 +196,10 @@ struct flashrt_metrics {
     double backend_wall_ms_p50, backend_dt_ms_p50, backend_wall_s, backend_dt_s;
     double trace_seconds, throughput_accesses_per_s, throughput_mb_per_s;
     int direct_io;
+    /* the eviction policy's own figures (MAT: condemned blocks, model calls, candidates put
+     * back at the head, T after the run, ns per decision; zeros and NaN for LRU/FIFO) */
+    uint64_t eviction_decisions, eviction_predictions, eviction_reinsertions;
+    double eviction_threshold, eviction_decision_ns_p50;
 };
 
 /* Computes the metrics of everything served so far. */

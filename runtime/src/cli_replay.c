@@ -8,6 +8,7 @@
 #include "backing_internal.h"
 #include "cli.h"
 #include "flashrt.h"
+#include "policy_internal.h"
 #include "ra_hook.h"
 #include "readahead.h"
 
@@ -33,7 +34,12 @@ static const char *REPLAY_HELP =
     "  --backing PATH         backing device or file written by prepare-backing\n"
     "  --map FILE             backing map (default PATH.map)\n"
     "  --region-bytes N       flash region size (default 1MiB; a multiple of 128 KiB)\n"
-    "  --eviction lru|fifo    region eviction (default lru)\n"
+    "  --eviction NAME        the eviction slot (default lru): lru or fifo over regions; mat:\n"
+    "                         MAT's Algorithm 1 over the block LRU tail, asking the eviction\n"
+    "                         capability of --eviction-bundle or else --policy (the region of\n"
+    "                         the condemned block's lowest segment goes); mru (the worked\n"
+    "                         example: the most recently used region goes)\n"
+    "  --eviction-bundle DIR  the bundle whose eviction capability --eviction mat asks\n"
     "  --direct auto|on|off   O_DIRECT on flash and backing (default auto: when supported)\n"
     "  --sample-ratio X       percent of a full node in the trace (default: the trace's flashml\n"
     "                         comment, else 100)\n"
@@ -65,6 +71,7 @@ struct replay_opts {
     struct flashrt_config cfg;
     const char *policy_dir, *trace_path, *backing_path, *map_path, *fallback;
     const char *ra_bundle; /* --readahead-bundle, NULL: no readahead hook */
+    const char *ev_bundle; /* --eviction-bundle, NULL: --policy's for --eviction mat */
     uint64_t ra_window_ms; /* 0: the bundle's */
     int as_json, allow_block;
     double sample_ratio; /* 0: from the trace */
@@ -78,6 +85,7 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
     o->policy_dir = o->trace_path = o->backing_path = o->map_path = NULL;
     o->fallback = "none";
     o->ra_bundle = NULL;
+    o->ev_bundle = NULL;
     o->ra_window_ms = 0;
     o->as_json = o->allow_block = 0;
     o->sample_ratio = 0;
@@ -107,10 +115,11 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
         else if (OPT("--backing")) o->backing_path = v;
         else if (OPT("--map")) o->map_path = v;
         else if (OPT("--region-bytes")) { if (cli_parse_bytes(v, &cfg->region_bytes)) BAD("--region-bytes"); }
+        else if (OPT("--eviction-bundle")) { if (!*v) BAD("--eviction-bundle"); o->ev_bundle = v; }
         else if (OPT("--eviction")) {
-            if (!strcmp(v, "lru")) cfg->eviction = FLASHRT_LRU;
-            else if (!strcmp(v, "fifo")) cfg->eviction = FLASHRT_FIFO;
-            else BAD("--eviction");
+            int e = flashrt_eviction_from_name(v);
+            if (e < 0) BADR("--eviction", "lru, fifo, mat or mru");
+            cfg->eviction = (enum flashrt_eviction)e;
         } else if (OPT("--direct")) {
             if (!strcmp(v, "auto")) cfg->direct = FLASHRT_DIRECT_AUTO;
             else if (!strcmp(v, "on")) cfg->direct = FLASHRT_DIRECT_ON;
@@ -149,6 +158,16 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
                         : !have_bytes ? "--flash-bytes" : !o->backing_path ? "--backing" : NULL;
     if (missing) {
         fprintf(stderr, "flashrt replay: error: %s is required (see --help)\n", missing);
+        return 2;
+    }
+    if (o->ev_bundle && cfg->eviction != FLASHRT_MAT) {
+        fprintf(stderr, "flashrt replay: error: --eviction-bundle is for --eviction mat (the eviction is %s)\n",
+                flashrt_eviction_name((int)cfg->eviction));
+        return 2;
+    }
+    if (cfg->eviction == FLASHRT_MAT && !o->ev_bundle && !strncmp(o->policy_dir, "builtin:", 8)) {
+        fprintf(stderr, "flashrt replay: error: --eviction mat needs a bundle with the evict capability: "
+                        "--eviction-bundle DIR, or a bundle as --policy (not %s)\n", o->policy_dir);
         return 2;
     }
     return -1;
@@ -208,8 +227,8 @@ static void print_readahead(void *ctx, int as_json, int *first) {
 
 /* The metrics in the simulator's key order, then the runtime's: one JSON object or a table. */
 static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, uint64_t verified_bytes,
-                          double sample_ratio, const char *policy, const char *warning, int as_json,
-                          const frt_ra_hook *ra) {
+                          double sample_ratio, const char *policy, const char *warning, const char *eviction,
+                          int as_json, const frt_ra_hook *ra) {
     const struct flashrt_metrics m = *mp;
     struct cli_figure kvs[] = {
         {"peak_dt_util", 0, m.peak_dt_util, 0}, {"mean_dt_util", 0, m.mean_dt_util, 0},
@@ -239,9 +258,12 @@ static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, 
         {"sample_ratio", 0, sample_ratio, 0},
         {"throughput_accesses_per_s", 0, m.throughput_accesses_per_s, 0},
         {"throughput_mb_per_s", 0, m.throughput_mb_per_s, 0}, {"direct_io", 1, 0, (uint64_t)m.direct_io},
+        {"eviction_decisions", 1, 0, m.eviction_decisions}, {"eviction_predictions", 1, 0, m.eviction_predictions},
+        {"eviction_reinsertions", 1, 0, m.eviction_reinsertions}, {"eviction_threshold", 0, m.eviction_threshold, 0},
+        {"eviction_decision_ns_p50", 0, m.eviction_decision_ns_p50, 0},
     };
-    const char *strs[] = {"policy", policy, "policy_warning", warning};
-    cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 2, 1, as_json, ra ? print_readahead : NULL, (void *)ra);
+    const char *strs[] = {"policy", policy, "eviction", eviction, "policy_warning", warning};
+    cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 3, 2, as_json, ra ? print_readahead : NULL, (void *)ra);
 }
 
 static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp, char *err);
@@ -264,14 +286,31 @@ int cli_replay(int argc, char **argv) {
     cli_guard_add(&g, o.map_path ? "--map" : "--backing's map", map, CLI_IN);
     cli_guard_add_bundle(&g, "--policy", o.policy_dir);
     cli_guard_add_bundle(&g, "--readahead-bundle", o.ra_bundle);
+    cli_guard_add_bundle(&g, "--eviction-bundle", o.ev_bundle);
     cli_guard_add(&g, "--flash", cfg.flash_path, CLI_DEV);
-    if (cli_guard_check(&g) || cli_guard_lock(&g, "--flash", cfg.flash_path, 1, 1) ||
+    if (cli_guard_check(&g)) return 1;
+    /* --eviction mat: the bundle's eviction capability, checked before any device is touched */
+    flashrt_policy *evb = NULL;
+    if (cfg.eviction == FLASHRT_MAT) {
+        const char *dir = o.ev_bundle ? o.ev_bundle : o.policy_dir;
+        evb = frt_policy_load_for(dir, FRT_CAP_AS_LISTED, err, sizeof err);
+        if (!evb) return ERR("--eviction mat: %s", err);
+        if (!frt_policy_evict(evb)) {
+            int rc = ERR("--eviction mat: bundle %s has no evict capability (it lists: %s)", dir, frt_policy_listed(evb));
+            flashrt_policy_free(evb);
+            return rc;
+        }
+        cfg.eviction_policy = evb;
+    }
+    if (cli_guard_lock(&g, "--flash", cfg.flash_path, 1, 1) ||
         cli_guard_lock(&g, o.map_path ? "--map" : "--backing's map", map, 0, 0) || cli_guard_hold()) {
         cli_guard_release(&g, 1);
+        flashrt_policy_free(evb);
         return 1;
     }
     int rc = replay_run(&o, &cfg, err);
     cli_guard_release(&g, rc == 1);
+    flashrt_policy_free(evb);
     return rc;
 }
 
@@ -344,7 +383,8 @@ static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp,
     if (rc == 0) {
         struct flashrt_metrics m;
         flashrt_metrics(rt, &m);
-        print_metrics(&m, integrity, verified_bytes, cfg.sample_ratio, flashrt_policy_name(pol), warning, o.as_json, ra);
+        print_metrics(&m, integrity, verified_bytes, cfg.sample_ratio, flashrt_policy_name(pol), warning,
+                      flashrt_eviction_name((int)cfg.eviction), o.as_json, ra);
         if (integrity) rc = 3;
     }
     flashrt_close(rt);

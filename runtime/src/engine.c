@@ -12,8 +12,9 @@
  *   admits (and the write-rate limiter has tokens for the bytes), every uncached segment of
  *   the IO is appended to the open region.
  * - PUT: one backend IO over its segments is charged; the cache is not touched.
- * - Flash: regions of `region_bytes` written sequentially; when no region is clean the LRU (or
- *   FIFO) region is evicted whole. Eviction age = eviction time - last access of the block.
+ * - Flash: regions of `region_bytes` written sequentially; when no region is clean the region
+ *   the eviction slot names (engine/policy_slots.h: LRU or FIFO over regions, MAT's block, ...)
+ *   is evicted whole. Eviction age = eviction time - last access of the block.
  * - A flash read error drops the block's covered segments from the index and serves the
  *   access as a miss from the backing device; a write error leaves the segment uncached. */
 #define _GNU_SOURCE
@@ -37,6 +38,7 @@ struct flashrt {
     struct frt_regions rm;
     struct frt_admission adm;
     uint8_t *fbuf, *bbuf, *rawbuf;
+    void *ev_st; /* the eviction policy's state (rm.ev is the policy) */
     /* accounting */
     int started;
     double t0, tlast, wall0;
@@ -127,6 +129,15 @@ flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
         goto fail;
     }
     if (frt_admission_init(&rt->adm, cfg, policy, rt->rm.nslots, err, errlen) != 0) goto fail;
+    const struct frt_eviction_ops *ev = frt_eviction_policy((int)cfg->eviction);
+    if (!ev) { frt_seterr(err, errlen, "unknown eviction policy %d", (int)cfg->eviction); goto fail; }
+    if ((ev->needs & FRT_CAP_EVICTION) && !cfg->eviction_policy) {
+        frt_seterr(err, errlen, "eviction %s needs a bundle with the eviction capability (flashrt_config.eviction_policy)", ev->name);
+        goto fail;
+    }
+    rt->rm.ev = ev;
+    if (ev->init && ev->init(&rt->ev_st, &rt->rm, cfg->eviction_policy, err, errlen) != 0) goto fail;
+    rt->rm.ev_st = rt->ev_st;
     return rt;
 fail:
     flashrt_close(rt);
@@ -135,6 +146,7 @@ fail:
 
 void flashrt_close(flashrt *rt) {
     if (!rt) return;
+    if (rt->rm.ev && rt->rm.ev->free) rt->rm.ev->free(rt->ev_st);
     frt_device_close(&rt->dev);
     frt_regions_free(&rt->rm);
     frt_admission_free(&rt->adm);
@@ -205,10 +217,11 @@ static void insert_segment(flashrt *rt, uint64_t key, unsigned s, const uint8_t 
     frt_regions_add(&rt->rm, key, s, id, t);
 }
 
-/* The block's access at t: its last-access time, and under LRU its regions' recency. */
+/* The block's access at t: its last-access time, and what the eviction policy makes of it
+ * (LRU: its regions to the head). */
 static inline void refresh(flashrt *rt, struct frt_blk *b, double t) {
     b->last = t;
-    if (rt->cfg.eviction == FLASHRT_LRU) frt_regions_touch_block(&rt->rm, b);
+    if (rt->rm.ev->refresh) rt->rm.ev->refresh(rt->ev_st, &rt->rm, b);
 }
 
 int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_result *res) {
@@ -222,6 +235,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         rt->wall0 = frt_now();
     }
     rt->tlast = t;
+    const uint64_t index = rt->gets + rt->puts; /* this access's, from 0 */
     if (flashrt_is_put(a->op)) {
         rt->puts++;
         rt->backend_ios++;
@@ -230,6 +244,11 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         return 0;
     }
     frt_admission_arrive(&rt->adm, a->key);
+    if (rt->rm.ev->get) {
+        const struct frt_blk *g = frt_regions_find(&rt->rm, a->key);
+        if (rt->rm.ev->get(rt->ev_st, a, index, g ? (uint32_t)(g - rt->rm.blks) : FRT_NONE, rt->err, sizeof rt->err) != 0)
+            return -1;
+    }
     uint64_t w0 = frt_now_ns();
     rt->gets++;
     rt->get_bytes += a->size;
@@ -352,6 +371,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
             }
         }
     }
+    if (rt->rm.ev->inserted && (b = frt_regions_find(&rt->rm, a->key)) != NULL) rt->rm.ev->inserted(rt->ev_st, &rt->rm, b);
     frt_vec_push(&rt->miss_us, (double)(frt_now_ns() - w0) / 1e3);
     rt->served_bytes += a->size;
     res->data = buf + (a->offset - (uint64_t)u0 * SEG);
@@ -442,4 +462,11 @@ void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
     m->throughput_accesses_per_s = m->wall_s > 0 ? (double)m->accesses / m->wall_s : NAN;
     m->throughput_mb_per_s = m->wall_s > 0 ? (double)rt->served_bytes / m->wall_s / FRT_MB : NAN;
     m->direct_io = rt->dev.direct;
+    struct frt_eviction_stats es = {0, 0, 0, NAN, NAN};
+    if (rt->rm.ev->stats) rt->rm.ev->stats(rt->ev_st, &es);
+    m->eviction_decisions = es.decisions;
+    m->eviction_predictions = es.predictions;
+    m->eviction_reinsertions = es.reinsertions;
+    m->eviction_threshold = es.threshold;
+    m->eviction_decision_ns_p50 = es.decision_ns_p50;
 }

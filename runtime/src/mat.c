@@ -1,6 +1,7 @@
 /* mat.c: the MAT object cache (flashrt.h, "MAT"): whole objects in a cache file, an LRU list,
- * LRB's feature history (lrb_features.c) and Algorithm 1 with its threshold controller, the
- * predictor being the bundle's flashml_evict_predict. The loop, the list moves and every
+ * LRB's feature history (lrb_features.c) and Algorithm 1 with its threshold controller
+ * (policies/eviction/mat_alg.c, shared with the flash cache's MAT eviction), the predictor
+ * being the bundle's flashml_evict_predict. The loop, the list moves and every
  * comparison are those of the simulator's sim/src/mat.rs (Mat::evict, simulate_mat), so the
  * decisions are the same on the same requests and capacity (tests/test_runtime_mat.py),
  * with reused predictions (Mat::kept: by slot, valid while the slot holds the same object at
@@ -28,18 +29,14 @@
 #include "internal.h"
 #include "lrb_features.h"
 #include "policy_internal.h"
+#include "policies/eviction/mat_alg.h"
 
 #define NIL UINT32_MAX
 #define PAGE 4096u
 
 struct flashrt_mat {
     struct flashrt_mat_config cfg;
-    double (*predict)(const double *); /* NULL: no model (LRU) */
-    double k, delta, t0;               /* t0 0: cached objects at the first eviction */
-    uint32_t L;
-    int controller;                    /* 0 sign, 1 mean (sim: Controller) */
-    int reuse;                         /* reuse predictions (sim: MatParams::reuse_predictions) */
-    double threshold;                  /* T; NaN until the first predicted eviction */
+    struct frt_mat_alg alg; /* Algorithm 1: knobs, T, counters (predict NULL: LRU) */
     /* objects: key -> dense id (first appearance), their slot and history */
     struct frt_map ids;
     uint64_t *obj_key;
@@ -50,16 +47,15 @@ struct flashrt_mat {
      * the LRU list (head = most recently used); with reuse, the last prediction made for the
      * slot (sim: Mat::kept): object, its last access then, model output, valid while both
      * are still the slot's (set to NIL when the slot takes a new object) */
-    uint32_t *s_obj, *s_prev, *s_next, *s_page, *s_kobj;
+    uint32_t *s_obj, *s_page, *s_kobj;
     uint64_t *s_last, *s_size, *s_bytes, *s_klast;
     double *s_kpred;
     uint32_t *s_free;
     size_t nslots, slotcap, nfree;
-    uint32_t head, tail;
-    size_t len;
+    struct frt_dlist lst; /* its prev/next grow with the slots */
     uint64_t used, now;
     /* counters */
-    uint64_t hits, misses, bypassed, evictions, predictions, reused, reinsertions, req_bytes, miss_bytes;
+    uint64_t hits, misses, bypassed, req_bytes, miss_bytes;
     struct frt_vec dec_ns;
     uint64_t dec_ns_total;
     double feat[FRT_EVICT_NF];
@@ -120,31 +116,14 @@ flashrt_mat *flashrt_mat_open(const struct flashrt_mat_config *cfg, flashrt_poli
     if (!m) { frt_seterr(err, errlen, "out of memory"); return NULL; }
     m->cfg = *cfg;
     m->dev.fd = -1;
-    m->head = m->tail = NIL;
-    m->threshold = NAN;
-    m->predict = ev ? ev->predict : NULL;
+    frt_dlist_init(&m->lst);
     /* the knobs: the caller's, else the policy's, else the simulator's defaults */
-    m->k = !isnan(cfg->k) ? cfg->k : ev ? ev->k : 2.0;
-    m->delta = !isnan(cfg->delta) ? cfg->delta : ev ? ev->delta : 1e-4;
-    m->L = cfg->max_candidates ? cfg->max_candidates : ev ? (uint32_t)ev->max_candidates : 10u;
-    m->controller = cfg->controller != -1 ? cfg->controller : ev ? ev->controller : 0;
-    m->reuse = cfg->reuse_predictions != -1 ? cfg->reuse_predictions : ev ? ev->reuse_predictions : 0;
-    m->t0 = !isnan(cfg->initial_threshold) ? cfg->initial_threshold : ev ? ev->initial_threshold : 0.0;
-    uint64_t window = cfg->memory_window ? cfg->memory_window : ev ? (uint64_t)ev->memory_window : FLASHML_EVICT_CONTRACT_MEMORY_WINDOW;
-    /* MatParams::validate */
-    if (!(isfinite(m->k) && m->k > 0.0)) { frt_seterr(err, errlen, "k must be a finite number > 0, got %g", m->k); goto fail; }
-    if (!(m->delta >= 0.0 && m->delta < 1.0)) { frt_seterr(err, errlen, "delta must be in [0, 1), got %g", m->delta); goto fail; }
-    if (m->controller != 0 && m->controller != 1) { frt_seterr(err, errlen, "controller must be 0 (sign) or 1 (mean), got %d", m->controller); goto fail; }
-    if (m->reuse != 0 && m->reuse != 1) { frt_seterr(err, errlen, "reuse_predictions must be 0 (off) or 1 (on) (-1: the policy's), got %d", m->reuse); goto fail; }
-    {
-        const double worst = (double)m->L - m->k; /* the largest step down */
-        if (m->controller == 1 && m->delta * worst >= 1.0) {
-            frt_seterr(err, errlen, "the mean controller needs delta * (max_candidates - k) < 1 (T stays > 0), got %g * %g", m->delta, worst);
-            goto fail;
-        }
-    }
-    if (!(isfinite(m->t0) && m->t0 >= 0.0)) { frt_seterr(err, errlen, "initial_threshold must be a finite number > 0 (0: the cached objects at the first eviction), got %g", m->t0); goto fail; }
-    if (frt_lrb_init(&m->meta, window, err, errlen) != 0) goto fail;
+    struct frt_mat_params prm;
+    if (frt_mat_params_resolve(&prm, cfg->k, cfg->delta, cfg->initial_threshold, cfg->max_candidates, cfg->controller,
+                               cfg->reuse_predictions, cfg->memory_window, ev, err, errlen) != 0)
+        goto fail;
+    frt_mat_alg_init(&m->alg, &prm, ev ? ev->predict : NULL);
+    if (frt_lrb_init(&m->meta, prm.window, err, errlen) != 0) goto fail;
     if (frt_map_init(&m->ids, 1 << 16) != 0) { frt_seterr(err, errlen, "out of memory"); goto fail; }
     if (cfg->cache_path) {
         if (frt_device_open(&m->dev, cfg->cache_path, (int)cfg->direct, err, errlen) != 0) goto fail;
@@ -157,95 +136,21 @@ fail:
     return NULL;
 }
 
-/* ---- the LRU list over slots (sim: eviction::Lru over list::DList) ---- */
+/* ---- Algorithm 1 over the slots (mat_alg.h) ---- */
 
-static inline void push_front(flashrt_mat *m, uint32_t s) {
-    m->s_prev[s] = NIL;
-    m->s_next[s] = m->head;
-    if (m->head != NIL) m->s_prev[m->head] = s;
-    else m->tail = s;
-    m->head = s;
-    m->len++;
+static void trace_candidate(void *ctx, uint32_t c, uint64_t now, uint64_t last, const double *feat, double pred,
+                            double tta, double threshold) {
+    flashrt_mat *m = ctx;
+    struct flashrt_mat_candidate cd = {now, m->obj_key[m->s_obj[c]], last, feat, pred, tta, threshold};
+    m->cfg.on_candidate(m->cfg.ctx, &cd);
 }
-
-static inline void unlink_slot(flashrt_mat *m, uint32_t s) {
-    uint32_t p = m->s_prev[s], n = m->s_next[s];
-    if (p != NIL) m->s_next[p] = n;
-    else m->head = n;
-    if (n != NIL) m->s_prev[n] = p;
-    else m->tail = p;
-    m->len--;
-}
-
-static inline uint32_t pop_tail(flashrt_mat *m) {
-    uint32_t s = m->tail;
-    unlink_slot(m, s);
-    return s;
-}
-
-/* ---- Algorithm 1 (sim: Mat::evict) ---- */
 
 /* Chooses and removes the victim (a slot) at logical time `now` (the request being served);
  * its try in *tries. */
 static uint32_t evict(flashrt_mat *m, uint64_t now, uint32_t *tries) {
-    m->evictions++;
-    if (!m->predict) {
-        *tries = 1;
-        return pop_tail(m);
-    }
-    if (isnan(m->threshold)) m->threshold = m->t0 > 0.0 ? m->t0 : (double)m->len;
-    uint32_t best = NIL, found = NIL, r;
-    double best_tta = -INFINITY;
-    for (r = 1; r <= m->L; r++) {
-        uint32_t c = pop_tail(m);
-        uint64_t last = m->s_last[c];
-        /* a prediction kept for this object at this access (sim: Mat::kept, Mat::examine): no
-         * model call, and no features unless the candidates are traced */
-        const int kept = m->reuse && m->s_kobj[c] == m->s_obj[c] && m->s_klast[c] == last;
-        double pred;
-        if (kept) {
-            m->reused++;
-            pred = m->s_kpred[c];
-            if (m->cfg.on_candidate) frt_lrb_features(&m->meta, m->s_obj[c], now, m->feat);
-        } else {
-            frt_lrb_features(&m->meta, m->s_obj[c], now, m->feat);
-            m->predictions++;
-            pred = m->predict(m->feat);
-            if (m->reuse) {
-                m->s_kobj[c] = m->s_obj[c];
-                m->s_klast[c] = last;
-                m->s_kpred[c] = pred;
-            }
-        }
-        double tta = fabs(expm1(pred) - (double)(now - last));
-        if (m->cfg.on_candidate) {
-            struct flashrt_mat_candidate cd = {now, m->obj_key[m->s_obj[c]], last, m->feat, pred, tta, m->threshold};
-            m->cfg.on_candidate(m->cfg.ctx, &cd);
-        }
-        if (tta >= m->threshold) {
-            found = c;
-            break;
-        }
-        if (best == NIL || tta > best_tta) {
-            best = c;
-            best_tta = tta;
-        }
-        push_front(m, c);
-        m->reinsertions++;
-    }
-    if (found == NIL) {
-        unlink_slot(m, best);
-        m->reinsertions--;
-        found = best;
-        r = m->L + 1;
-    }
-    if (m->controller == 1) { /* mean (sim: Controller::Mean) */
-        const double p = (double)(r < m->L ? r : m->L); /* the candidates taken */
-        m->threshold *= 1.0 + m->delta * (m->k - p);
-    } else if ((double)r < m->k) m->threshold *= 1.0 + m->delta;
-    else if ((double)r > m->k) m->threshold *= 1.0 - m->delta;
-    *tries = r;
-    return found;
+    const struct frt_mat_view v = {m->s_obj, m->s_last, m->s_kobj, m->s_klast, m->s_kpred, &m->meta,
+                                   m->cfg.on_candidate ? trace_candidate : NULL, m};
+    return frt_mat_choose(&m->alg, &m->lst, &v, now, tries);
 }
 
 /* ---- the cache file ---- */
@@ -364,7 +269,7 @@ static int alloc_slot(flashrt_mat *m, uint32_t *s) {
     if (n > cap) {
         size_t c = cap ? 2 * cap : 1024;
 #define G(a) do { void *q = realloc(a, c * sizeof *(a)); if (!q) return set_err(m, "out of memory"); (a) = q; } while (0)
-        G(m->s_obj); G(m->s_prev); G(m->s_next); G(m->s_page); G(m->s_last); G(m->s_size); G(m->s_bytes); G(m->s_free);
+        G(m->s_obj); G(m->lst.prev); G(m->lst.next); G(m->s_page); G(m->s_last); G(m->s_size); G(m->s_bytes); G(m->s_free);
         G(m->s_kobj); G(m->s_klast); G(m->s_kpred);
 #undef G
         m->slotcap = c;
@@ -375,7 +280,7 @@ static int alloc_slot(flashrt_mat *m, uint32_t *s) {
 
 static int push_victim(flashrt_mat *m, uint64_t key, uint64_t size, uint32_t tries) {
     if (grow((void **)&m->vic, &m->viccap, m->nvic + 1, sizeof *m->vic) != 0) return set_err(m, "out of memory");
-    m->vic[m->nvic++] = (struct flashrt_mat_victim){key, size, tries, m->threshold};
+    m->vic[m->nvic++] = (struct flashrt_mat_victim){key, size, tries, m->alg.threshold};
     return 0;
 }
 
@@ -394,8 +299,8 @@ int flashrt_mat_get(flashrt_mat *m, uint64_t key, uint64_t size, struct flashrt_
     if (slot != NIL) {
         m->hits++;
         m->s_last[slot] = now;
-        unlink_slot(m, slot); /* touch: to the front */
-        push_front(m, slot);
+        frt_dlist_unlink(&m->lst, slot); /* touch: to the front */
+        frt_dlist_push_front(&m->lst, slot);
         res->hit = 1;
         if (m->have_file) {
             uint64_t bytes = m->s_bytes[slot];
@@ -445,7 +350,7 @@ int flashrt_mat_get(flashrt_mat *m, uint64_t key, uint64_t size, struct flashrt_
     m->s_size[s] = charge;
     m->s_bytes[s] = size;
     m->obj_slot[id] = s;
-    push_front(m, s);
+    frt_dlist_push_front(&m->lst, s);
     m->used += charge;
     res->nvictims = m->nvic;
     res->victims = m->vic;
@@ -470,28 +375,29 @@ void flashrt_mat_metrics(flashrt_mat *m, struct flashrt_mat_metrics *o) {
     o->hits = m->hits;
     o->misses = m->misses;
     o->bypassed = m->bypassed;
-    o->evictions = m->evictions;
-    o->predictions = m->predictions;
-    o->reused = m->reused;
-    o->reinsertions = m->reinsertions;
+    const struct frt_mat_alg *a = &m->alg;
+    o->evictions = a->evictions;
+    o->predictions = a->predictions;
+    o->reused = a->reused;
+    o->reinsertions = a->reinsertions;
     o->request_bytes = m->req_bytes;
     o->miss_bytes = m->miss_bytes;
-    o->cached_objects = m->len;
+    o->cached_objects = m->lst.len;
     o->used = m->used;
     o->capacity = m->cfg.capacity;
     o->miss_ratio = m->now ? (double)m->misses / (double)m->now : NAN;
     o->byte_miss_ratio = m->req_bytes ? (double)m->miss_bytes / (double)m->req_bytes : NAN;
-    o->predictions_per_eviction = m->evictions ? (double)m->predictions / (double)m->evictions : NAN;
-    o->candidates_per_eviction = m->evictions ? (double)(m->predictions + m->reused) / (double)m->evictions : NAN;
-    o->final_threshold = m->threshold;
-    o->k = m->k;
-    o->delta = m->delta;
-    o->initial_threshold = m->t0;
-    o->max_candidates = m->L;
-    o->controller = m->controller;
-    o->reuse_predictions = m->reuse;
+    o->predictions_per_eviction = a->evictions ? (double)a->predictions / (double)a->evictions : NAN;
+    o->candidates_per_eviction = a->evictions ? (double)(a->predictions + a->reused) / (double)a->evictions : NAN;
+    o->final_threshold = a->threshold;
+    o->k = a->p.k;
+    o->delta = a->p.delta;
+    o->initial_threshold = a->p.t0;
+    o->max_candidates = a->p.L;
+    o->controller = a->p.controller;
+    o->reuse_predictions = a->p.reuse;
     o->memory_window = m->meta.window;
-    o->decision_ns_mean = m->evictions ? (double)m->dec_ns_total / (double)m->evictions : NAN;
+    o->decision_ns_mean = a->evictions ? (double)m->dec_ns_total / (double)a->evictions : NAN;
     o->decision_ns_p50 = frt_percentile(&m->dec_ns, 0.5);
     o->decision_ns_p99 = frt_percentile(&m->dec_ns, 0.99);
     o->bytes_written = m->bytes_written;
@@ -509,7 +415,7 @@ void flashrt_mat_close(flashrt_mat *m) {
     if (m->ids.cap) frt_map_free(&m->ids);
     frt_lrb_free(&m->meta);
     free(m->obj_key); free(m->obj_slot);
-    free(m->s_obj); free(m->s_prev); free(m->s_next); free(m->s_page);
+    free(m->s_obj); free(m->lst.prev); free(m->lst.next); free(m->s_page);
     free(m->s_last); free(m->s_size); free(m->s_bytes); free(m->s_free);
     free(m->s_kobj); free(m->s_klast); free(m->s_kpred);
     frt_vec_free(&m->dec_ns);

@@ -1,5 +1,5 @@
 /* region.c: the region manager (region.h): slot allocation in the open region, whole-region
- * eviction, and the (block, segment) -> slot index. */
+ * eviction of the region the eviction slot names, and the (block, segment) -> slot index. */
 #include <stdlib.h>
 
 #include "region.h"
@@ -22,6 +22,8 @@ int frt_regions_init(struct frt_regions *m, uint64_t nregions, uint64_t spr) {
         m->blks[i].next_free = i + 1 < m->nslots ? (uint32_t)(i + 1) : FRT_NONE;
     m->free_blk = 0;
     m->head = m->tail = m->open_region = FRT_NONE;
+    m->ev = NULL;
+    m->ev_st = NULL;
     return 0;
 }
 
@@ -47,6 +49,7 @@ void frt_regions_drop(struct frt_regions *m, uint32_t slot_id) {
     sr->valid = 0;
     m->reg[slot_id / m->spr].live--;
     if (b->count == 0) {
+        if (m->ev && m->ev->removed) m->ev->removed(m->ev_st, sr->blk);
         frt_map_del(&m->index, b->key);
         b->next_free = m->free_blk;
         m->free_blk = sr->blk;
@@ -70,7 +73,7 @@ uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t) {
     if (m->open_region == FRT_NONE || m->reg[m->open_region].fill == m->spr) {
         if (m->open_region != FRT_NONE) frt_regions_push_head(m, m->open_region); /* seal */
         if (m->nclean == 0) {
-            uint32_t victim = m->tail;
+            uint32_t victim = m->ev->victim(m->ev_st, m);
             frt_regions_unlink(m, victim);
             evict_region(m, victim, t);
             m->clean[m->nclean++] = victim;
@@ -94,6 +97,7 @@ void frt_regions_add(struct frt_regions *m, uint64_t key, unsigned s, uint32_t i
         b->last = t;
         for (unsigned k = 0; k < SPB; k++) b->loc[k] = FRT_NONE;
         frt_map_put(&m->index, key, bi);
+        if (m->ev && m->ev->added) m->ev->added(m->ev_st, bi);
     }
     b->mask |= 1ull << s;
     b->loc[s] = id;

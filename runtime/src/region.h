@@ -1,14 +1,17 @@
 /* region.h: the region manager (Navy's RegionManager + the index of its BlockCache): the flash
  * is cut into regions of `spr` segment slots, written sequentially (one open region at a
- * time); sealed regions sit on an eviction list (head = most recent) that a block's access
- * refreshes under LRU and nothing refreshes under FIFO; when no region is clean the tail is
- * evicted whole. The index maps (block, segment) -> slot: a block entry per cached block with
- * the slot of each cached segment. In memory only. Not public. */
+ * time); sealed regions sit on a list (head = most recently sealed) that the eviction policy
+ * may reorder (LRU moves a block's regions to the head when it is read; FIFO leaves it);
+ * when no region is clean the policy in the eviction slot (engine/policy_slots.h) names the
+ * region to evict whole. The index maps (block, segment) -> slot: a block entry per cached
+ * block with the slot of each cached segment; the policy hears when an entry comes and
+ * goes. In memory only. Not public. */
 #ifndef FLASHRT_REGION_H
 #define FLASHRT_REGION_H
 
 #include <stdint.h>
 
+#include "engine/policy_slots.h"
 #include "map.h"
 #include "units.h"
 
@@ -37,12 +40,15 @@ struct frt_regions {
     uint64_t nregions, spr, nslots; /* spr: segment slots per region */
     struct frt_region *reg;
     struct frt_slotref *slot;
-    uint32_t head, tail, open_region;
+    uint32_t head, tail, open_region; /* the list of sealed regions: head = most recent */
     uint32_t *clean; /* stack of clean regions */
     uint64_t nclean;
     struct frt_blk *blks; /* nslots entries: a cached block holds >= 1 segment */
     uint32_t free_blk;
     struct frt_map index; /* block key -> entry of blks */
+    /* the eviction slot (set by the engine after init) */
+    const struct frt_eviction_ops *ev;
+    void *ev_st;
     /* eviction accounting: age = eviction time - the block's last access */
     uint64_t evicted_regions, evicted_segments;
     double age_sum;
@@ -53,13 +59,15 @@ struct frt_regions {
 int frt_regions_init(struct frt_regions *m, uint64_t nregions, uint64_t spr);
 void frt_regions_free(struct frt_regions *m);
 
-/* The next flash slot, sealing the open region and evicting a whole region (at trace time t)
- * as needed; the eviction may drop the very block the caller is inserting. */
+/* The next flash slot, sealing the open region and evicting a whole region (at trace time t,
+ * the one the eviction policy names) as needed; the eviction may drop the very block the
+ * caller is inserting. */
 uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t);
 /* Indexes segment s of block `key` at `slot` (just written); t: the block's access time when
- * the block is new to the index. */
+ * the block is new to the index (the eviction policy's `added`). */
 void frt_regions_add(struct frt_regions *m, uint64_t key, unsigned s, uint32_t slot, double t);
-/* Forgets what slot holds (if anything); the block leaves the index with its last segment. */
+/* Forgets what slot holds (if anything); the block leaves the index with its last segment
+ * (the eviction policy's `removed`). */
 void frt_regions_drop(struct frt_regions *m, uint32_t slot);
 
 /* ---- hot path (every GET): inline ---- */

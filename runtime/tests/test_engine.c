@@ -1,0 +1,215 @@
+/* test_engine.c: the engine's policy slots (src/engine/policy_slots.h): each built-in eviction
+ * policy on the region store by hand, the worked example (MRU, src/policies/eviction/mru.c)
+ * through the whole cache on a cyclic scan, and the refusals. Run under ASan+UBSan by `make
+ * test` and under valgrind by `make valgrind`. Usage: test_engine POLICY_BUILD_DIR */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashml_policy.h"
+#include "flashrt.h"
+#include "internal.h"
+#include "policy_internal.h"
+#include "region.h"
+
+#include "check.h"
+
+static const char *POLDIR;
+
+/* Writes one single-segment block `key` through the store at trace time t (the engine's
+ * insert_segment without the device). */
+static void put_block(struct frt_regions *m, uint64_t key, double t) {
+    uint32_t slot = frt_regions_alloc_slot(m, t);
+    frt_regions_add(m, key, 0, slot, t);
+}
+
+static int cached(const struct frt_regions *m, uint64_t key) { return frt_regions_find(m, key) != NULL; }
+
+/* Three regions of one segment: blocks 1, 2, 3 fill them; block 1 is read; block 4 needs a
+ * region (the open one, 3's, is sealed first): LRU evicts 2 (1 was read), FIFO 1 (the first
+ * sealed), MRU 3 (sealed last, the most recent). */
+static void test_store_by_hand(void) {
+    const struct {
+        int which;
+        uint64_t gone;
+    } cases[] = {{FLASHRT_LRU, 2}, {FLASHRT_FIFO, 1}, {FLASHRT_MRU, 3}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct frt_eviction_ops *ev = frt_eviction_policy(cases[i].which);
+        CHECK(ev && ev->victim && !ev->init && ev->needs == 0, "built-in %d", cases[i].which);
+        if (!ev) continue;
+        struct frt_regions m;
+        memset(&m, 0, sizeof m);
+        CHECK(frt_regions_init(&m, 3, 1) == 0, "init");
+        m.ev = ev;
+        put_block(&m, 1, 0);
+        put_block(&m, 2, 1);
+        put_block(&m, 3, 2);
+        struct frt_blk *b = frt_regions_find(&m, 1);
+        if (ev->refresh) ev->refresh(m.ev_st, &m, b);
+        put_block(&m, 4, 3);
+        for (uint64_t k = 1; k <= 4; k++)
+            CHECK(cached(&m, k) == (k != cases[i].gone), "%s: block %llu cached %d", ev->name, (unsigned long long)k,
+                  cached(&m, k));
+        CHECK(m.evicted_regions == 1 && m.evicted_segments == 1, "%s: one eviction", ev->name);
+        frt_regions_free(&m);
+    }
+    CHECK(frt_eviction_policy(-1) == NULL && frt_eviction_policy(99) == NULL, "no such policy");
+    CHECK(flashrt_eviction_from_name("mru") == FLASHRT_MRU && flashrt_eviction_from_name("lfu") == -1, "names");
+    CHECK(!strcmp(flashrt_eviction_name(FLASHRT_MAT), "mat") && flashrt_eviction_name(7) == NULL, "names back");
+}
+
+/* A cyclic scan over 5 single-segment blocks through a cache of 4 regions of one segment: LRU
+ * always evicts the block the scan wants next (no hit after the first round), MRU keeps the
+ * older ones and hits on most of them; every byte served is verified. */
+static void test_mru_on_a_scan(void) {
+    char trace[512], backing[512], flash[512], err[FLASHRT_ERR_LEN];
+    snprintf(trace, sizeof trace, "%s/scan.trace", TMP);
+    snprintf(backing, sizeof backing, "%s/scan.img", TMP);
+    snprintf(flash, sizeof flash, "%s/flash.img", TMP);
+    FILE *f = fopen(trace, "w");
+    fprintf(f, "#block_id io_offset io_size op_time op_name pipeline user_namespace user_name\n");
+    const int rounds = 20, blocks = 5;
+    for (int i = 0; i < rounds * blocks; i++) fprintf(f, "%d 0 131072 %d.0 2 1 1 1\n", 100 + i % blocks, i);
+    fclose(f);
+    struct flashrt_prepare_stats st;
+    CHECK(flashrt_prepare_backing(backing, NULL, trace, &st, err, sizeof err) == 0, "%s", err);
+    flashrt_policy *pol = flashrt_policy_builtin("admitall", err, sizeof err);
+    uint64_t hits[2] = {0, 0};
+    for (int e = 0; e < 2; e++) {
+        struct flashrt_config cfg;
+        flashrt_config_default(&cfg);
+        cfg.flash_path = flash;
+        cfg.flash_bytes = 4 * 131072;
+        cfg.region_bytes = 131072;
+        cfg.eviction = e ? FLASHRT_MRU : FLASHRT_LRU;
+        cfg.direct = FLASHRT_DIRECT_OFF;
+        cfg.warmup_s = 0;
+        flashrt_backing *bk = flashrt_backing_open(backing, NULL, cfg.direct, err, sizeof err);
+        flashrt *rt = bk ? flashrt_open(&cfg, pol, bk, err, sizeof err) : NULL;
+        CHECK(rt != NULL, "%s", err);
+        if (!rt) { flashrt_backing_close(bk); continue; }
+        flashrt_trace *tr = flashrt_trace_open(trace, err, sizeof err);
+        struct flashrt_access a;
+        uint64_t bad = 0;
+        while (tr && flashrt_trace_next(tr, &a, err, sizeof err) == 1) {
+            struct flashrt_result res;
+            CHECK(flashrt_access(rt, &a, &res) == 0, "%s", flashrt_error(rt));
+            if (flashrt_verify(a.key, a.offset, res.data, res.len) >= 0) bad++;
+        }
+        struct flashrt_metrics m;
+        flashrt_metrics(rt, &m);
+        hits[e] = m.hits;
+        CHECK(bad == 0, "%llu wrong bytes", (unsigned long long)bad);
+        CHECK(m.eviction_decisions == 0 && m.eviction_threshold != m.eviction_threshold, "no decisions of its own");
+        flashrt_trace_close(tr);
+        flashrt_close(rt);
+        flashrt_backing_close(bk);
+    }
+    CHECK(hits[0] == 0, "LRU on a scan larger than the cache: %llu hits", (unsigned long long)hits[0]);
+    CHECK(hits[1] >= (uint64_t)(rounds - 1) * 2, "MRU on the scan: %llu hits", (unsigned long long)hits[1]);
+    /* MAT needs a bundle with the eviction capability */
+    struct flashrt_config cfg;
+    flashrt_config_default(&cfg);
+    cfg.flash_path = flash;
+    cfg.flash_bytes = 4 * 131072;
+    cfg.region_bytes = 131072;
+    cfg.eviction = FLASHRT_MAT;
+    cfg.direct = FLASHRT_DIRECT_OFF;
+    flashrt_backing *bk = flashrt_backing_open(backing, NULL, cfg.direct, err, sizeof err);
+    CHECK(flashrt_open(&cfg, pol, bk, err, sizeof err) == NULL && strstr(err, "eviction capability"), "%s", err);
+    cfg.eviction_policy = pol; /* a built-in: no eviction functions */
+    CHECK(flashrt_open(&cfg, pol, bk, err, sizeof err) == NULL && strstr(err, "no eviction capability"), "%s", err);
+    cfg.eviction = (enum flashrt_eviction)42;
+    CHECK(flashrt_open(&cfg, pol, bk, err, sizeof err) == NULL && strstr(err, "unknown eviction policy"), "%s", err);
+    flashrt_backing_close(bk);
+    flashrt_policy_free(pol);
+}
+
+/* MAT through the whole cache with the hand-written eviction .so (tests/policies/
+ * evict_policy.c: distance = the request's size): decisions are made, predictions asked, and
+ * every byte served is right, with regions of one segment and of four. */
+static void test_mat_runs(void) {
+    char trace[512], backing[512], flash[512], dir[300], so[512], err[FLASHRT_ERR_LEN];
+    snprintf(trace, sizeof trace, "%s/mat.trace", TMP);
+    snprintf(backing, sizeof backing, "%s/mat.img", TMP);
+    snprintf(flash, sizeof flash, "%s/mflash.img", TMP);
+    FILE *f = fopen(trace, "w");
+    fprintf(f, "#block_id io_offset io_size op_time op_name pipeline user_namespace user_name\n");
+    uint64_t rng = 5;
+    for (int i = 0; i < 3000; i++) {
+        rng = frt_mix64(rng);
+        uint64_t k = (rng % 80) * ((rng >> 20) % 80) / 80;
+        fprintf(f, "%llu %llu %llu %d.0 %d 1 1 1\n", (unsigned long long)(500 + k), (unsigned long long)(k % 8) * 131072,
+                (unsigned long long)(1 + k % 4) * 131072, i, (rng >> 40) % 10 == 0 ? 3 : 2);
+    }
+    fclose(f);
+    struct flashrt_prepare_stats st;
+    CHECK(flashrt_prepare_backing(backing, NULL, trace, &st, err, sizeof err) == 0, "%s", err);
+    /* the bundle: evict.so under a manifest listing the eviction capability */
+    snprintf(dir, sizeof dir, "%s/evb", TMP);
+    mkdir(dir, 0755);
+    snprintf(so, sizeof so, "%s/policy.so", dir);
+    char src[512], cmd[2048];
+    snprintf(src, sizeof src, "%s/evict.so", POLDIR);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", src, so);
+    CHECK(system(cmd) == 0, "copy");
+    char hex[65];
+    CHECK(frt_sha256_file(so, hex, err, sizeof err) == 0, "%s", err);
+    char mf[512];
+    snprintf(mf, sizeof mf, "%s/manifest.json", dir);
+    f = fopen(mf, "w");
+    fprintf(f, MANIFEST_HEAD "\"system\": \"mat\", \"capabilities\": [\"eviction\"], \"abi_version\": %d, \"sha256\": \"%s\", "
+            "\"evict_contract_hash\": \"%s\"}", file_size(so), FLASHML_POLICY_ABI_VERSION, hex, FLASHML_EVICT_CONTRACT_HASH);
+    fclose(f);
+    flashrt_policy *evb = flashrt_policy_load_eviction(dir, err, sizeof err);
+    CHECK(evb != NULL, "%s", err);
+    flashrt_policy *pol = flashrt_policy_builtin("admitall", err, sizeof err);
+    for (int spr = 1; evb && spr <= 4; spr *= 4) {
+        struct flashrt_config cfg;
+        flashrt_config_default(&cfg);
+        cfg.flash_path = flash;
+        cfg.flash_bytes = 64 * 131072;
+        cfg.region_bytes = (uint64_t)spr * 131072;
+        cfg.eviction = FLASHRT_MAT;
+        cfg.eviction_policy = evb;
+        cfg.direct = FLASHRT_DIRECT_OFF;
+        cfg.warmup_s = 0;
+        flashrt_backing *bk = flashrt_backing_open(backing, NULL, cfg.direct, err, sizeof err);
+        flashrt *rt = bk ? flashrt_open(&cfg, pol, bk, err, sizeof err) : NULL;
+        CHECK(rt != NULL, "%s", err);
+        if (!rt) { flashrt_backing_close(bk); continue; }
+        flashrt_trace *tr = flashrt_trace_open(trace, err, sizeof err);
+        struct flashrt_access a;
+        uint64_t bad = 0;
+        while (tr && flashrt_trace_next(tr, &a, err, sizeof err) == 1) {
+            struct flashrt_result res;
+            CHECK(flashrt_access(rt, &a, &res) == 0, "%s", flashrt_error(rt));
+            if (res.data && flashrt_verify(a.key, a.offset, res.data, res.len) >= 0) bad++;
+        }
+        struct flashrt_metrics m;
+        flashrt_metrics(rt, &m);
+        CHECK(bad == 0, "spr %d: %llu wrong bytes", spr, (unsigned long long)bad);
+        CHECK(m.hits > 0 && m.evicted_regions > 0 && m.eviction_decisions > 0, "spr %d: hits %llu decisions %llu", spr,
+              (unsigned long long)m.hits, (unsigned long long)m.eviction_decisions);
+        CHECK(m.eviction_predictions >= m.eviction_decisions && m.eviction_threshold > 0, "spr %d: predictions", spr);
+        flashrt_trace_close(tr);
+        flashrt_close(rt);
+        flashrt_backing_close(bk);
+    }
+    flashrt_policy_free(pol);
+    flashrt_policy_free(evb);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_engine POLICY_BUILD_DIR\n");
+        return 2;
+    }
+    POLDIR = argv[1];
+    test_scratch("flashrt-engine");
+    test_store_by_hand();
+    test_mru_on_a_scan();
+    test_mat_runs();
+    return test_done("test_engine");
+}
