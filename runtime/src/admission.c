@@ -1,5 +1,22 @@
-/* admission.c: setting up the admission side (admission.h) and the write-rate limiter. */
+/* admission.c: setting up the admission side (admission.h), the admission slot's policy
+ * (engine/policy_slots.h) and the write-rate limiter. */
 #include "admission.h"
+#include "engine/policy_slots.h"
+
+static void adm_arrive(void *st, uint64_t key) { frt_admission_arrive(st, key); }
+static int adm_decide(void *st, const struct flashrt_access *a, unsigned *lo, unsigned *hi) {
+    return frt_admission_decide(st, a, lo, hi);
+}
+static void adm_observe(void *st, const struct flashrt_access *a) { frt_admission_observe(st, a); }
+static void adm_idle(void *st) { frt_admission_warm(st); }
+
+const struct frt_admission_ops frt_admission_policy = {
+    .name = "policy",
+    .arrive = adm_arrive,
+    .decide = adm_decide,
+    .observe = adm_observe,
+    .idle = adm_idle,
+};
 
 int frt_admission_init(struct frt_admission *a, const struct flashrt_config *cfg,
                        flashrt_policy *policy, uint64_t capacity_segments, char *err,

@@ -1,6 +1,6 @@
 /* engine.c: the flash cache (Navy's BlockCache/Driver): flashrt_open/access/idle/metrics/close
- * over the flash device (device.h), the region manager (region.h) and the admission side
- * (admission.h), plus the DT and latency accounting.
+ * over the flash device (device.h), the region manager (region.h) and the policies in its
+ * slots (engine/policy_slots.h: admission, eviction), plus the DT and latency accounting.
  *
  * Model (the simulator's, sim/src/flash.rs, with Navy's storage layout):
  * - GET covering segments s0..s1 of block `key`: a hit iff every covered segment is indexed.
@@ -37,6 +37,7 @@ struct flashrt {
     struct frt_device dev;
     struct frt_regions rm;
     struct frt_admission adm;
+    const struct frt_admission_ops *admit; /* the admission slot; its state is adm */
     uint8_t *fbuf, *bbuf, *rawbuf;
     void *ev_st; /* the eviction policy's state (rm.ev is the policy) */
     /* accounting */
@@ -129,6 +130,7 @@ flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
         goto fail;
     }
     if (frt_admission_init(&rt->adm, cfg, policy, rt->rm.nslots, err, errlen) != 0) goto fail;
+    rt->admit = &frt_admission_policy;
     const struct frt_eviction_ops *ev = frt_eviction_policy((int)cfg->eviction);
     if (!ev) { frt_seterr(err, errlen, "unknown eviction policy %d", (int)cfg->eviction); goto fail; }
     if ((ev->needs & FRT_CAP_EVICTION) && !cfg->eviction_policy) {
@@ -243,7 +245,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         charge(rt, t, io_dt(rt, nseg));
         return 0;
     }
-    frt_admission_arrive(&rt->adm, a->key);
+    rt->admit->arrive(&rt->adm, a->key);
     if (rt->rm.ev->get) {
         const struct frt_blk *g = frt_regions_find(&rt->rm, a->key);
         if (rt->rm.ev->get(rt->ev_st, a, index, g ? (uint32_t)(g - rt->rm.blks) : FRT_NONE, rt->err, sizeof rt->err) != 0)
@@ -292,7 +294,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
             continue;
         }
         refresh(rt, b, t);
-        frt_admission_observe(&rt->adm, a);
+        rt->admit->observe(&rt->adm, a);
         uint64_t w2 = frt_now_ns();
         if (rt->cfg.measure_raw && !raw_first) {
             uint64_t r0 = frt_now_ns();
@@ -317,8 +319,8 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     if (b) refresh(rt, b, t);
     rt->hit_segs += cached;
     unsigned lo = m0, hi = m1;
-    int admit = frt_admission_decide(&rt->adm, a, &lo, &hi);
-    frt_admission_observe(&rt->adm, a);
+    int admit = rt->admit->decide(&rt->adm, a, &lo, &hi);
+    rt->admit->observe(&rt->adm, a);
     /* as the simulator (and the artifact): cached segments at the edges of the prefetch
      * range are not read again */
     if (b) {
@@ -380,7 +382,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     return 0;
 }
 
-void flashrt_idle(flashrt *rt) { frt_admission_warm(&rt->adm); }
+void flashrt_idle(flashrt *rt) { rt->admit->idle(&rt->adm); }
 
 /* ---- metrics ---- */
 

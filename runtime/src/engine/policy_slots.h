@@ -4,9 +4,9 @@
  * capabilities are both policies. runtime/README.md, "Policy slots", has the worked example.
  *
  * Slots so far:
- * - admission (admission.h): on a miss, admit or not and the prefetch range; the policy is a
- *   bundle's admission capability or a built-in (policy.c), wrapped with the feature tracker
- *   and the write-rate limiter. Its entry points are inline (the miss path's cost).
+ * - admission (struct frt_admission_ops below; admission.h): on a miss, admit or not and the
+ *   prefetch range; the policy is a bundle's admission capability or a built-in (policy.c),
+ *   with the feature tracker.
  * - eviction (this header): which sealed region to evict when no region is clean. Built-ins
  *   in runtime/src/policies/eviction/: lru.c, fifo.c, mru.c (the worked example) and mat_tail.c
  *   (MAT's Algorithm 1 over the block LRU tail, the bundle's eviction capability).
@@ -26,6 +26,25 @@
 
 struct frt_regions;
 struct frt_blk;
+
+/* The admission slot. `st` is the policy's state. The engine calls:
+ *   arrive    a GET arrives, before its lookup (let the decision's data load meanwhile)
+ *   decide    on a miss whose IO would cover segments *lo..*hi: 1 to admit, and then *lo..*hi
+ *             widened by the prefetch range (a rejected miss never prefetches)
+ *   observe   a GET was served (after any decision on it)
+ *   idle      between accesses
+ * The one policy so far is frt_admission_policy (admission.c): a flashrt_policy (a bundle's
+ * admission + prefetch capabilities, or builtin:rejectx / builtin:admitall) with the count-min
+ * feature tracker; its state is a struct frt_admission. The write-rate limiter beside it
+ * (frt_ratelimit_take) still refuses an admitted miss's bytes when the budget is spent. */
+struct frt_admission_ops {
+    const char *name;
+    void (*arrive)(void *st, uint64_t key);
+    int (*decide)(void *st, const struct flashrt_access *a, unsigned *lo, unsigned *hi);
+    void (*observe)(void *st, const struct flashrt_access *a);
+    void (*idle)(void *st);
+};
+extern const struct frt_admission_ops frt_admission_policy;
 
 /* What an eviction policy reports (flashrt_metrics): decisions and their cost. */
 struct frt_eviction_stats {
