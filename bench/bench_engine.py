@@ -1,0 +1,179 @@
+"""The runtime engine's policy slots (runtime/src/engine/policy_slots.h): what the slots cost on
+`flashrt replay`'s paths, and Baleen + MAT composed in one cache, timed from C.
+
+    .venv/bin/python bench/bench_engine.py            # ~2-3 minutes
+    .venv/bin/python bench/bench_engine.py --quick
+
+The trace and the Baleen policy are bench_runtime.py's (region1-like cut to every 3rd block id
+with IOs <= 1 MiB; demo_policy's LightGBM models compiled by `flashml compile`). MAT's model is
+trained as bench_mat_flash.py trains it, on the tail candidates of a simulated flash LRU
+replay of the same trace (`simulate_mat_flash(..., predictor="none", collect_samples=True)`,
+`models/mat.label_samples`, `train_tta`), and compiled into an eviction bundle.
+
+Runs, alternated REPEATS times, each on a fresh flash file with the page cache holding the
+backing file: `before` = flashrt built from the commit before the slots existed (git archive
+of runtime/), `lru` = this checkout's default (the eviction slot holding LRU), `mat` = this
+checkout with `--eviction mat --eviction-bundle` (Baleen's admission + MAT's eviction). The
+figures are medians over the runs of each run's p50:
+  hit_path_us_p50, miss_path_us_p50, decision_ns_p50 (features + admission + prefetch on a
+  miss): before vs lru (the slots' cost on today's paths; target: within 5%);
+  mat: decision_ns_p50 + eviction_decision_ns_p50 (one MAT decision: Algorithm 1 with its
+  model calls, timed in C around frt_mat_choose) = one miss decision + one eviction decision
+  (target <= 1.5 us; the sum of the two p50s).
+Writes bench/results/engine.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from machine import machine
+
+ROOT = Path(__file__).resolve().parents[1]
+FLASHRT = ROOT / "runtime" / "build" / "flashrt"
+REPEATS = 5
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def sh(*args, **kw) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=ROOT, **kw)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, args))} failed:\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def build_before(tmp: Path) -> tuple[str, Path]:
+    """flashrt of the commit before runtime/src/engine/policy_slots.h was added."""
+    added = sh("git", "log", "--diff-filter=A", "--format=%H", "--",
+               "runtime/src/engine/policy_slots.h").stdout.split()
+    base = sh("git", "rev-parse", f"{added[-1]}^").stdout.strip()
+    src = tmp / "before"
+    src.mkdir()
+    archive = subprocess.run(["git", "archive", base, "runtime",
+                              "flashml/compiler/flashml_policy.h", "pyproject.toml"],
+                             capture_output=True, cwd=ROOT, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    sh("make", "-s", "-C", src / "runtime", "build/flashrt")
+    return base, src / "runtime" / "build" / "flashrt"
+
+
+def train_mat(trace: Path, capacity: int, tmp: Path) -> Path:
+    """MAT's TTA model on the LRU tail candidates of the trace's first half, compiled."""
+    from flashml.compiler.build import compile_policy
+    from flashml.compiler.bundle import save_evict_model
+    from flashml.features.eviction import contract as evict_contract
+    from flashml.models.mat import label_samples, mat_gbm, train_tta
+    from flashml.simulation import SimConfig, simulate_mat_flash
+    from flashml.trace.ingest import load_trace
+
+    df, meta = load_trace(trace, "tectonic")
+    cfg = SimConfig(capacity_segments=capacity, admission="admitall", warmup_s=0.0,
+                    sample_ratio=meta.sample_ratio, block_bytes=meta.block_bytes)
+    end = df.height // 2
+    window = max(end, 1024)
+    replay = simulate_mat_flash(df, cfg, predictor="none", collect_samples=True,
+                                mat={"memory_window": window})
+    rows = label_samples(replay.samples, end=end, horizon=max(end // 4, 1))
+    model = train_tta(rows.features, rows.label, list(evict_contract().names), mat_gbm())
+    save_evict_model(tmp / "evict-models", model.booster, k=2.0, max_candidates=10, delta=1e-4,
+                     initial_threshold=float(replay.info["peak_cached_blocks"]),
+                     memory_window=window, metrics=model.metrics)
+    compile_policy(tmp / "evict", model_dir=tmp / "evict-models", log_to_mlflow=False)
+    return tmp / "evict"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "engine.json"))
+    args = ap.parse_args()
+    from test_runtime import small_trace
+
+    from flashml.files import write_json
+    from flashml.trace.ingest import load_trace
+
+    from demo_policy import write_demo_bundle
+
+    sh("make", "-s", "-C", "runtime", "all")
+    accesses = 8000 if args.quick else 24000
+    flash_bytes = 96 << 20
+    with tempfile.TemporaryDirectory(prefix="bench-engine-", dir=os.environ.get("TMPDIR")) as d:
+        d = Path(d)
+        base, before = build_before(d)
+        raw, trace = d / "gen.trace", d / "bench.trace"
+        sh(sys.executable, "-m", "flashml.cli", "trace", "generate", "--preset", "region1-like",
+           "--seed", "0", "--accesses", accesses, "--days", "2", "--quiet", "-o", raw)
+        small_trace(raw, trace, keep_every=3, max_size=1 << 20)
+        sh(FLASHRT, "prepare-backing", "--backing", d / "backing.img", "--trace", trace)
+        df, _ = load_trace(trace, "tectonic")
+        write_demo_bundle(df, d / "models")
+        sh(sys.executable, "-m", "flashml.cli", "compile", "--model-dir", d / "models", "-o",
+           d / "policy", "--no-log")
+        evict = train_mat(trace, flash_bytes // (128 << 10), d)
+        common = ["--policy", d / "policy", "--trace", trace, "--flash-bytes", flash_bytes,
+                  "--backing", d / "backing.img", "--warmup-s", "0", "--direct", "off", "--json"]
+        variants = {"before": (before, []), "lru": (FLASHRT, []),
+                    "mat": (FLASHRT, ["--eviction", "mat", "--eviction-bundle", evict])}
+        runs: dict[str, list[dict]] = {k: [] for k in variants}
+        sh(FLASHRT, "replay", "--flash", d / "warm.img", *common)  # the backing into the page cache
+        for i in range(REPEATS):
+            for name, (exe, extra) in variants.items():
+                flash = d / f"flash-{name}-{i}.img"
+                runs[name].append(json.loads(sh(exe, "replay", "--flash", flash, *common,
+                                                *extra).stdout))
+                flash.unlink()
+        keys = ("hit_path_us_p50", "miss_path_us_p50", "decision_ns_p50")
+        med = {name: {k: statistics.median(r[k] for r in rs) for k in keys}
+               for name, rs in runs.items()}
+        mat_ev = statistics.median(r["eviction_decision_ns_p50"] for r in runs["mat"])
+        m, lru = runs["mat"][0], runs["lru"][0]
+        assert all(r["integrity_errors"] == 0 for rs in runs.values() for r in rs)
+        for k in ("hits", "admitted_segments", "evicted_segments"):  # the same decisions
+            assert runs["before"][0][k] == lru[k], k
+        result = {
+            "trace": {"preset": "region1-like", "seed": 0, "generated_accesses": accesses,
+                      "kept": "every 3rd block id, IOs <= 1 MiB", "accesses": m["accesses"],
+                      "gets": m["gets"]},
+            "cache": {"flash_bytes": flash_bytes, "region_bytes": m["region_bytes"],
+                      "regions": m["regions"]},
+            "admission": "demo_policy models (LightGBM, 20 trees) via flashml compile",
+            "eviction_model": "MAT TTA model (LightGBM) on the LRU tail candidates of a "
+                              "simulated flash LRU replay of the trace's first half",
+            "before_commit": base,
+            "repeats": REPEATS,
+            "paths": {name: med[name] for name in ("before", "lru")},
+            "lru_vs_before": {k: med["lru"][k] / med["before"][k] for k in keys},
+            "lru_decisions_equal_before": True,
+            "baleen_mat": {
+                "miss_decision_ns_p50": med["mat"]["decision_ns_p50"],
+                "eviction_decision_ns_p50": mat_ev,
+                "miss_plus_eviction_ns_p50": med["mat"]["decision_ns_p50"] + mat_ev,
+                "target_ns": 1500,
+                "hit_path_us_p50": med["mat"]["hit_path_us_p50"],
+                "miss_path_us_p50": med["mat"]["miss_path_us_p50"],
+                "eviction_decisions": m["eviction_decisions"],
+                "predictions_per_decision": m["eviction_predictions"] / m["eviction_decisions"]
+                if m["eviction_decisions"] else None,
+                "io_hit_ratio": m["io_hit_ratio"], "io_hit_ratio_lru": lru["io_hit_ratio"],
+            },
+            "note": "medians over the runs of each run's p50; miss_plus_eviction_ns_p50 is the "
+                    "sum of the two p50s (one miss decision + one MAT decision); a MAT decision "
+                    "condemns a block whose segments then leave without new decisions; every "
+                    "latency grows with the machine's load (machine.load_avg_1m, 2 cores shared), "
+                    "the before/lru ratios come from runs alternated on the same load",
+            "machine": machine(),
+        }
+    write_json(Path(args.out), result)
+    print(json.dumps({k: result[k] for k in ("paths", "lru_vs_before", "baleen_mat")}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
