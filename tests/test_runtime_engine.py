@@ -1,8 +1,9 @@
 """The runtime engine's eviction slot (runtime/src/engine/policy_slots.h): `flashrt replay
 --eviction mat` (MAT's Algorithm 1 over the block LRU tail, the bundle's eviction capability,
 Baleen's admission slot beside it) makes the simulator's decisions (`flashml sim run --mat`,
-sim/src/flash_mat.rs) on the same trace: hits, evicted segments, decisions, predictions,
-re-insertions and the final threshold T, all equal; its bytes are verified; a bundle without
+sim/src/flash_mat.rs) on the same trace, with a hand-written and a trained LightGBM eviction
+model: hits, evicted segments, decisions, predictions, re-insertions and the final threshold
+T, all equal; its bytes are verified; a bundle without
 the capability is refused before any device is touched.
 
 Where the two models coincide, and why only there: the simulator's flash cache evicts one
@@ -63,6 +64,37 @@ def evict_bundle(directory: Path) -> Path:
     return directory
 
 
+def trained_bundle(directory: Path, trace: Path, capacity: int) -> Path:
+    """MAT's model as its job trains it, small: LightGBM on the tail candidates of the
+    simulator's flash LRU replay of the trace (labelled by the next GET), compiled by
+    flashml.compiler; a fast-moving T (delta 0.05) so that candidates are both kept and
+    evicted. Every one of the 44 features then counts in the decisions."""
+    import lightgbm as lgb
+
+    from flashml.compiler.build import compile_policy
+    from flashml.compiler.bundle import save_evict_model
+    from flashml.features import eviction
+    from flashml.models.mat import label_samples
+    from flashml.simulation import SimConfig, simulate_mat_flash
+    from flashml.trace.ingest import load_trace
+
+    df, meta = load_trace(trace, "tectonic")
+    cfg = SimConfig(capacity_segments=capacity, admission="admitall", warmup_s=0.0,
+                    sample_ratio=meta.sample_ratio, block_bytes=meta.block_bytes)
+    r = simulate_mat_flash(df, cfg, predictor="none", collect_samples=True,
+                           mat={"memory_window": 4096})
+    rows = label_samples(r.samples, end=df.height, horizon=1000)
+    booster = lgb.train({"objective": "regression", "num_leaves": 16, "verbose": -1, "seed": 0,
+                         "deterministic": True, "num_threads": 2},
+                        lgb.Dataset(rows.features, rows.label,
+                                    feature_name=list(eviction.contract().names)),
+                        num_boost_round=20)
+    save_evict_model(directory / "models", booster, k=2.0, max_candidates=10, delta=0.05,
+                     initial_threshold=100.0, memory_window=4096)
+    compile_policy(directory / "bundle", model_dir=directory / "models", log_to_mlflow=False)
+    return directory / "bundle"
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     build_runtime()
@@ -72,7 +104,8 @@ def env(tmp_path_factory):
     p = subprocess.run([str(FLASHRT), "prepare-backing", "--backing", str(backing), "--trace",
                         str(trace)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    return {"dir": d, "trace": trace, "backing": backing, "evict": evict_bundle(d / "evict")}
+    return {"dir": d, "trace": trace, "backing": backing, "evict": evict_bundle(d / "evict"),
+            "trained": trained_bundle(d / "trained", trace, 201)}
 
 
 def replay(env, *extra: object, trace: Path | None = None, backing: Path | None = None,
@@ -97,17 +130,19 @@ def sim(env, *args: object) -> dict:
 
 
 @pytest.mark.parametrize("regions", [60, 200])
-def test_mat_eviction_makes_the_simulators_decisions(env, regions):
+@pytest.mark.parametrize("bundle", ["evict", "trained"])
+def test_mat_eviction_makes_the_simulators_decisions(env, regions, bundle):
     """Baleen's admission slot (admit-all here) + MAT in the eviction slot vs the simulator's
-    flash_mat composition: every count equal, T bit for bit. The runtime's regions of one
-    segment hold `regions` segments after an insertion; the simulator's capacity C holds
-    C - 1 (the artifact's rule), hence C = regions + 1."""
+    flash_mat composition, with the hand-written .so and with a trained LightGBM model: every
+    count equal, T bit for bit. The runtime's regions of one segment hold `regions` segments
+    after an insertion; the simulator's capacity C holds C - 1 (the artifact's rule), hence
+    C = regions + 1."""
     p = replay(env, "--policy", "builtin:admitall", "--eviction", "mat", "--eviction-bundle",
-               env["evict"], "--region-bytes", "128KiB", "--flash-bytes", regions * SEG)
+               env[bundle], "--region-bytes", "128KiB", "--flash-bytes", regions * SEG)
     assert p.returncode == 0, p.stderr
     rt = json.loads(p.stdout)
     s = sim(env, "--capacity-segments", regions + 1, "--admission", "admitall",
-            "--mat", env["evict"])
+            "--mat", env[bundle])
     assert rt["integrity_errors"] == 0 and rt["verified_bytes"] > 0
     assert rt["eviction"] == "mat" and rt["capacity_segments"] == regions
     # T both keeps and evicts candidates
