@@ -295,7 +295,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "the embedded stores", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="examples:\n  flashml ui mlflow            # http://127.0.0.1:5000/\n"
-                       "  flashml ui optuna --port 8081\n  flashml ui docs\n"
+                       "  flashml ui optuna --port 8090\n  flashml ui docs\n"
                        "  FLASHML_HOME=/data/flashml flashml ui airflow")
     p.add_argument("tool", choices=TOOLS, help="which server")
     p.add_argument("--host", default="127.0.0.1",
