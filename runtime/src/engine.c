@@ -246,12 +246,12 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         return 0;
     }
     rt->admit->arrive(&rt->adm, a->key);
-    if (rt->rm.ev->get) {
+    uint64_t w0 = frt_now_ns();
+    if (rt->rm.ev->get) { /* inside the hit and miss paths' time */
         const struct frt_blk *g = frt_regions_find(&rt->rm, a->key);
         if (rt->rm.ev->get(rt->ev_st, a, index, g ? (uint32_t)(g - rt->rm.blks) : FRT_NONE, rt->err, sizeof rt->err) != 0)
             return -1;
     }
-    uint64_t w0 = frt_now_ns();
     rt->gets++;
     rt->get_bytes += a->size;
     rt->get_segs += nseg;
