@@ -585,6 +585,9 @@ LOADERS: list[tuple[str, str, list[str], str, list[str]]] = [
                                                                     "--policy"),
                                             "--policy", "{B}"], "bundle",
      RT_BASE["replay"][1]),
+    ("flashrt replay --eviction-bundle", "flashrt",
+     ["replay", *RT_BASE["replay"][0], "--eviction", "mat", "--eviction-bundle", "{B}"],
+     "matb", RT_BASE["replay"][1]),
     ("flashrt mat-replay", "flashrt", ["mat-replay", *_drop_option(RT_BASE["mat-replay"][0],
                                                                    "--bundle"),
                                        "--bundle", "{B}"], "matb", RT_BASE["mat-replay"][1]),
@@ -688,7 +691,8 @@ def concurrency_cases() -> list[Case]:
 
 
 RACE_LOADERS = ["sim run --policy", "sim run --mat", "sim partition --bundle",
-                "flashrt replay --policy", "flashrt mat-replay", "flashrt partition-replay",
+                "flashrt replay --policy", "flashrt replay --eviction-bundle",
+                "flashrt mat-replay", "flashrt partition-replay",
                 "flashrt tune-readahead"]
 
 
