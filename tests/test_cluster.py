@@ -316,7 +316,7 @@ def test_the_main_job_scaled_out_equals_the_embedded_run(up, tmp_path: Path) -> 
 @full_only
 @pytest.mark.parametrize("args", [
     ["pannier", "run", "--presets", "web-like", "--requests", "20000", "--cache-size", "10%"],
-    ["kml", "run", "--twin-requests", "20000", "--sizes", "8,1024", "--repeats", "1",
+    ["kml", "run", "--mode", "twin", "--twin-requests", "20000", "--sizes", "8,1024", "--repeats", "1",
      "--folds", "2"],
 ], ids=["pannier", "kml"])
 def test_the_other_systems_jobs_log_to_the_server(up, tmp_path: Path, args: list[str]) -> None:
@@ -335,6 +335,52 @@ def test_the_other_systems_jobs_log_to_the_server(up, tmp_path: Path, args: list
     run = client.get_run(summary["mlflow_run_id"])
     assert run.info.status == "FINISHED" and run.data.metrics
     assert "summary.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+@needs_cluster
+@full_only
+def test_a_spark_worker_killed_mid_episodes(up, tmp_path: Path) -> None:
+    """Spark worker 2 (with its executor) killed with SIGKILL once the episodes job's
+    executor runs on it: the job finishes on worker 1 and its tables equal Polars'."""
+    import polars as pl
+
+    state, env = up
+    trace = tmp_path / "t.trace"
+    subprocess.run([sys.executable, "-m", "flashml.cli", "trace", "generate", "--preset",
+                    "region1-like", "--seed", "1", "--accesses", "200000", "-o", str(trace)],
+                   check=True, capture_output=True, timeout=600)
+    build = [sys.executable, "-m", "flashml.cli", "episodes", "build", "--trace", str(trace),
+             "--eviction-age", "6000", "--no-plot"]
+    polars = subprocess.run([*build, "--engine", "polars", "-o", str(tmp_path / "polars")],
+                            capture_output=True, text=True, timeout=600, env=_clean_env())
+    assert polars.returncode == 0, polars.stderr[-3000:]
+    before = {p.name for p in (state / "spark" / "worker-2").glob("app-*")}
+    job = subprocess.Popen([*build, "--engine", "spark", "--master",
+                            env["FLASHML_SPARK_MASTER"], "-o", str(tmp_path / "spark")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=_clean_env() | env)
+    try:
+        deadline = time.monotonic() + 600
+        while True:  # the job's executor on worker 2 has registered with the driver
+            apps = [p for p in (state / "spark" / "worker-2").glob("app-*")
+                    if p.name not in before]
+            logs = [f for a in apps for f in a.glob("*/stderr")]
+            if any("registered with driver" in f.read_text(errors="replace") for f in logs):
+                break
+            assert job.poll() is None, job.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no executor on worker 2"
+            time.sleep(0.2)
+        worker = int((state / "pids" / "spark-worker-2.pid").read_text().split()[0])
+        os.killpg(worker, signal.SIGKILL)  # the worker and its executor, as a machine lost
+        out, err = job.communicate(timeout=1200)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, err[-3000:]
+    for name in ("episodes.parquet", "labels.parquet"):
+        a = pl.read_parquet(tmp_path / "polars" / name)
+        b = pl.read_parquet(tmp_path / "spark" / name)
+        assert a.equals(b), name
 
 
 @needs_cluster
