@@ -58,10 +58,11 @@ descendants() {  # every descendant PID of $1
   for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do echo "$c"; descendants "$c"; done
 }
 alive_any() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
-kill_tree() {  # SIGTERM the process $1, its process group and its descendants; SIGKILL after 20 s
-  local pid=$1 tree i
-  tree="$pid $(descendants "$pid" | tr '\n' ' ')"
-  kill -TERM -- "-$pid" 2>/dev/null || true
+kill_trees() {  # SIGTERM each process, its process group and its descendants, all at once;
+                # SIGKILL whatever is left after 20 s
+  local pid tree="" i
+  for pid in "$@"; do tree+=" $pid $(descendants "$pid" | tr '\n' ' ')"; done
+  for pid in "$@"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
   # shellcheck disable=SC2086
   kill -TERM $tree 2>/dev/null || true
   for ((i = 0; i < 200; i++)); do
@@ -69,7 +70,7 @@ kill_tree() {  # SIGTERM the process $1, its process group and its descendants; 
     alive_any $tree || return 0
     sleep 0.1
   done
-  kill -KILL -- "-$pid" 2>/dev/null || true
+  for pid in "$@"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
   # shellcheck disable=SC2086
   kill -KILL $tree 2>/dev/null || true
 }
@@ -322,24 +323,25 @@ EOF
 
 # --- down ------------------------------------------------------------------------------------
 do_down() {
-  local i pid name stopped=0 ours=()
+  local i pid name stopped=0 ours=() pids=()
+  # Airflow, Spark and MLflow together (their clients first), then Postgres
   for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do
     name=${SERVICES[$i]}
+    [ "$name" = postgres ] && continue
     pid=$(recorded_pid "$name")
-    if [ -n "$pid" ]; then
-      ours+=("$name")
-      if [ "$name" = postgres ]; then
-        local PGBIN; PGBIN=$(pg_bin)
-        as_pg "$PGBIN/pg_ctl" -D "$(pg_data)" -m fast -w -t 30 -s stop >/dev/null 2>&1 || true
-        kill -0 "$pid" 2>/dev/null && kill_tree "$pid"
-      else
-        kill_tree "$pid"
-      fi
-      say "stopped $name (pid $pid)"
-      stopped=$((stopped + 1))
-    fi
-    rm -f "$PIDS/$name.pid"
+    if [ -n "$pid" ]; then ours+=("$name"); pids+=("$pid"); say "stopping $name (pid $pid)"; fi
   done
+  [ ${#pids[@]} -eq 0 ] || kill_trees "${pids[@]}"
+  stopped=${#pids[@]}
+  pid=$(recorded_pid postgres)
+  if [ -n "$pid" ]; then
+    ours+=(postgres)
+    say "stopping postgres (pid $pid)"
+    as_pg "$(pg_bin)/pg_ctl" -D "$(pg_data)" -m fast -w -t 30 -s stop >/dev/null 2>&1 || true
+    kill -0 "$pid" 2>/dev/null && kill_trees "$pid"
+    stopped=$((stopped + 1))
+  fi
+  for name in "${SERVICES[@]}"; do rm -f "$PIDS/$name.pid"; done
   # nothing of ours may still listen
   local left="" p s
   for s in "${ours[@]}"; do

@@ -158,6 +158,18 @@ def test_a_storage_url_is_shown_without_its_password() -> None:
         assert redact_url(url) == url
 
 
+def test_the_docs_figures_are_rendered_from_the_bench_results(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/how-to/scale-out.md's figures are bench/results/cluster.json's, as
+    `bench/bench_cluster.py --render` writes them."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    import bench_cluster
+
+    res = json.loads(bench_cluster.OUT.read_text())
+    assert bench_cluster.render(res) in bench_cluster.DOC.read_text()
+
+
 # --- the cluster -----------------------------------------------------------------------------
 
 
@@ -316,8 +328,8 @@ def test_the_main_job_scaled_out_equals_the_embedded_run(up, tmp_path: Path) -> 
 @full_only
 @pytest.mark.parametrize("args", [
     ["pannier", "run", "--presets", "web-like", "--requests", "20000", "--cache-size", "10%"],
-    ["kml", "run", "--mode", "twin", "--twin-requests", "20000", "--sizes", "8,1024", "--repeats", "1",
-     "--folds", "2"],
+    ["kml", "run", "--mode", "twin", "--twin-requests", "20000", "--sizes", "8,1024",
+     "--repeats", "1", "--folds", "2"],
 ], ids=["pannier", "kml"])
 def test_the_other_systems_jobs_log_to_the_server(up, tmp_path: Path, args: list[str]) -> None:
     """Every job opens its MLflow run through the same set-up: with the cluster's variables
@@ -413,7 +425,7 @@ def test_a_service_that_does_not_come_up_is_named_and_the_rest_stopped(tmp_path:
             assert (f"cluster: error: mlflow did not come up: port {port} on 127.0.0.1 is "
                     "taken by another process") in proc.stderr
             assert f"its log: {state}/logs/mlflow.log" in proc.stderr
-            assert "stopped postgres" in proc.stderr
+            assert "stopping postgres" in proc.stderr
             assert not list((state / "pids").glob("*.pid"))
             pg_port = int((state / "ports").read_text().split()[1])
             assert not _listening(pg_port)
