@@ -266,14 +266,17 @@ def test_ingest_removes_what_killed_ingests_left(traces: tuple[Path, Path],
 
 
 # A writer of `dest` (argv[1]) through files.atomic_path that half-writes its temporary file,
-# announces it in argv[2] and waits (to be killed, or to stay alive while another writes).
+# announces it in argv[2] (renamed into place, so it is never seen empty) and waits (to be
+# killed, or to stay alive while another writes).
 HALF_WRITER = """
 import sys, time
 from pathlib import Path
 from flashml.files import atomic_path
 with atomic_path(sys.argv[1]) as tmp:
     tmp.write_text("half written")
-    Path(sys.argv[2]).write_text(tmp.name)
+    ready = Path(sys.argv[2])
+    ready.with_suffix(".part").write_text(tmp.name)
+    ready.with_suffix(".part").rename(ready)  # whole when it appears
     time.sleep(600)
 """
 
