@@ -207,8 +207,10 @@ def ingest(run, s, timer):
 
 def work(run, s, timer):
     if os.environ.get("TOY_READY"):
-        Path(os.environ["TOY_READY"]).write_text("summary.json" if run.summary.exists()
-                                                 else "none")
+        ready = Path(os.environ["TOY_READY"])  # renamed into place: never seen empty
+        ready.with_suffix(".part").write_text("summary.json" if run.summary.exists()
+                                              else "none")
+        ready.with_suffix(".part").rename(ready)
         time.sleep(600)
     return run.record("work", {"content": (run.path / "accesses.txt").read_text()})
 

@@ -97,3 +97,15 @@ def test_headlines_bundle_model_and_champion_rule(store: Path) -> None:
         assert out["registry"]["promoted"] is promoted, out["registry"]
         assert str(client.get_model_version_by_alias("flashml-toy", CHAMPION).version) == champion
     assert "judged on 'trace-a'" in out["registry"]["reason"]
+
+
+def test_job_name_of_a_module_a_command_and_a_namespace() -> None:
+    """run_job names every job's MLflow run: a job module, a job with a COMMAND, and a job
+    that is neither (a namespace of stages, as tests build) all have a name."""
+    from types import SimpleNamespace
+
+    from flashml.jobs import mat, ship
+
+    assert ship.job_name(mat) == "mat"
+    assert ship.job_name(SimpleNamespace(COMMAND="pipeline")) == "pipeline"
+    assert ship.job_name(SimpleNamespace(STAGES=())) == "SimpleNamespace"

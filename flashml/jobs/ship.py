@@ -50,8 +50,12 @@ MODEL_NAME = "policy_bundle"
 
 
 def job_name(job: Any) -> str:
-    """The job's CLI name (`pipeline`, `mat`, ...)."""
-    return str(getattr(job, "COMMAND", job.__name__.rsplit(".", 1)[-1]))
+    """The job's CLI name (`pipeline`, `mat`, ...): its COMMAND, else its module's last name
+    (a job that is neither, e.g. a namespace in a test, goes by its type's name)."""
+    command = getattr(job, "COMMAND", None)
+    if command is not None:
+        return str(command)
+    return str(getattr(job, "__name__", type(job).__name__)).rsplit(".", 1)[-1]
 
 
 def registered_name(job: Any) -> str:
