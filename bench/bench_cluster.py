@@ -91,7 +91,8 @@ def render(res: dict[str, Any]) -> str:
          f"(x{m['scaled_out_over_embedded']:.2f}); summaries equal: "
          f"{'yes' if m['summaries_equal'] else 'NO'}"),
         ("of which Spark (session start, episodes on 2 workers)",
-         ", ".join(f"{k} {v:.0f} s" for k, v in spark.items())),
+         ", ".join(f"{'start' if k == 'spark session' else k}: {v:.0f} s"
+                   for k, v in spark.items())),
         ("`flashml_retrain` under the scheduler (trigger to end)",
          f"{d['wall_s']:.0f} s, {d['state']}; tasks (s): {tasks}"),
         ("`cluster.sh down`", f"{res['down_s']:.0f} s, {res['processes_left']} processes left"),
