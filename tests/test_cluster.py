@@ -31,7 +31,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -250,31 +249,10 @@ def test_the_dag_runs_under_the_scheduler_and_promotes_a_champion(
     assert runs and (runs[0] / "promote.json").exists()
 
 
-def _steady(summary: dict[str, Any]) -> dict[str, Any]:
-    """What must be equal between two runs of one job on one trace and seed: every policy's
-    metrics, the convergence, the episodes, the sweep's trials and the chosen rate."""
-    volatile = {"wall_s", "seconds", "engine", "engine_choice"}
-
-    def strip(d: Any) -> Any:
-        if isinstance(d, dict):
-            return {k: strip(v) for k, v in d.items() if k not in volatile}
-        if isinstance(d, list):
-            return [strip(v) for v in d]
-        return d
-
-    return {"policies": strip(summary["policies"]),
-            "convergence": strip(summary["convergence"]),
-            "episodes": strip(summary["episodes"]),
-            "trials": [{k: t[k] for k in t if k not in ("datetime_start", "datetime_complete",
-                                                          "duration_s")}
-                       for t in summary["sweep"]["trials"]],
-            "chosen_write_rate_mbps": summary["chosen_write_rate_mbps"],
-            "chosen_tco": summary["chosen_tco"]}
-
-
 @needs_cluster
 @full_only
-def test_the_main_job_scaled_out_equals_the_embedded_run(up, tmp_path: Path) -> None:
+def test_the_main_job_scaled_out_equals_the_embedded_run(up, tmp_path: Path,
+                                                        monkeypatch) -> None:
     """`flashml pipeline run` with the cluster's variables: episodes on the Spark workers,
     two sweep processes on one Postgres study, tracking and registry on the MLflow server;
     its summary equals the embedded run's on the same trace and seed."""
@@ -291,7 +269,10 @@ def test_the_main_job_scaled_out_equals_the_embedded_run(up, tmp_path: Path) -> 
     a = json.loads((tmp_path / "embedded" / "summary.json").read_text())
     b = json.loads((tmp_path / "scaled" / "summary.json").read_text())
     assert a["episodes"]["engine"] == "polars" and b["episodes"]["engine"] == "spark"
-    assert _steady(b) == _steady(a)
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    from cluster_check import steady
+
+    assert steady(b) == steady(a)
     # the password stays out of what the run shows
     password = env["FLASHML_OPTUNA_STORAGE"].split(":")[2].split("@")[0]
     assert password not in (tmp_path / "scaled" / "summary.json").read_text()
