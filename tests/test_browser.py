@@ -212,3 +212,52 @@ def test_data_docs_offline(tmp_path: Path) -> None:
     assert "msr_fixture.csv" in index and "Success" in index, index[:1500]
     assert "Expectation Validation Result" in result and "Succeeded" in result, result[:1500]
     assert outside == [] and errors == [], (outside, errors)
+
+
+def test_optuna_dashboard_shows_a_sweep_study_offline(tmp_path: Path) -> None:
+    """`flashml ui optuna` on the state's Optuna storage, browsed with every request to
+    another host refused: the study list names the sweep's study, its page shows its trials
+    (their values), and no page asks for anything from another host."""
+    import signal
+
+    import optuna
+    from playwright.sync_api import sync_playwright
+
+    home = tmp_path / "state"
+    home.mkdir()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="flashml-sweep-browser",
+                                storage=f"sqlite:///{home / 'optuna.db'}")
+    for rate in (10.0, 20.0, 30.0):
+        study.enqueue_trial({"write_rate_mbps": rate})
+    study.optimize(lambda t: (t.suggest_float("write_rate_mbps", 1.0, 100.0) - 20.0) ** 2,
+                   n_trials=3)
+    proc, port = start("optuna", home)
+    wait_ready(proc)
+    base = f"http://127.0.0.1:{port}/"
+    outside: list[str] = []
+
+    def route(r) -> None:  # the network is off: only this server answers
+        if r.request.url.startswith(base):
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.route("**/*", route)
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(base, timeout=60_000)
+            studies = shows(page, "flashml-sweep-browser")
+            page.goto(f"{base}dashboard/studies/{study._study_id}/trials", timeout=60_000)
+            trials = shows(page, "write_rate_mbps")
+            browser.close()
+    finally:
+        stop_and_check(proc, port, signal.SIGINT)
+    assert "flashml-sweep-browser" in studies
+    assert "write_rate_mbps" in trials and "Trial 2" in trials, trials[:1500]
+    assert outside == [] and errors == [], (outside, errors)
