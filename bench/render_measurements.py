@@ -1,0 +1,189 @@
+"""The tables of docs/measurements.md, rendered from the committed bench/results/*.json (the
+benchmarks that measured them: `make bench`), and the figures that go with them.
+
+Each results file with a table on the page owns one marked section of it:
+
+    <!-- NAME.json: begin (bench/render_measurements.py renders this) -->
+    ...
+    <!-- NAME.json: end -->
+
+tests/test_docs_measurements.py fails when a marked section differs from what this script
+renders from the committed JSON. Prose outside the markers is hand-written.
+
+    .venv/bin/python bench/render_measurements.py           # print the sections
+    .venv/bin/python bench/render_measurements.py --write   # replace them in the page
+    .venv/bin/python bench/render_measurements.py --plots   # (re)draw quality.png too
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+PAGE = REPO / "docs" / "measurements.md"
+QUALITY_PNG = RESULTS / "quality.png"
+
+
+def begin(name: str) -> str:
+    return f"<!-- {name}.json: begin (bench/render_measurements.py renders this) -->"
+
+
+def end(name: str) -> str:
+    return f"<!-- {name}.json: end -->"
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def mat_section(res: dict[str, Any]) -> str:
+    """Miss ratio and byte miss ratio per trace, size and policy: bench_mat.py's own tables."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from bench_mat import markdown
+
+    return "\n".join([markdown(res["traces"], "miss_ratio"), "", "Byte miss ratio:", "",
+                      markdown(res["traces"], "byte_miss_ratio")])
+
+
+def _stage(r: dict[str, Any], prefix: str) -> float | None:
+    hits = [v for k, v in r["timings_s"].items() if k.startswith(prefix)]
+    return sum(hits) if hits else None
+
+
+def pipeline_section(res: dict[str, Any]) -> str:
+    """One row per recorded run of the main job (bench_pipeline.py keeps one per size and
+    mode, each with its commit): the job's time, its two longest stages, peak memory and the
+    sweep's choice."""
+    lines = ["| `region1-like` accesses | sweep | workers | cores per worker | commit | job (s) "
+             "| sweep (s) | convergence + training (s) | peak memory (GB) "
+             "| chosen write rate (MB/s) | TCO |",
+             "|---:|---|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in res["runs"]:
+        sweep, conv = _stage(r, "sweep"), _stage(r, "convergence")
+        peak = max(r["peak_rss_mb"].values()) / 1000
+        lines.append(
+            f"| {r['accesses']:,} | {r['sweep']} | {r.get('sweep_workers') or 1} "
+            f"| {r.get('cores_per_worker') or 'all'} | {r.get('commit', 'n/a')} "
+            f"| {r['wall_s']:.0f} | {sweep:.0f} | {conv:.0f} | {peak:.1f} "
+            f"| {r['chosen_write_rate_mbps']:.1f} | {r['chosen_tco']:.3f} |")
+    return "\n".join(lines)
+
+
+def quality_section(res: dict[str, Any]) -> str:
+    """Baleen's peak-DT reduction vs RejectX per preset and seed (OPT's in brackets), for
+    each protocol, and the means over all runs."""
+    out: list[str] = []
+    for name, p in res["protocols"].items():
+        days = p["days"] or 3
+        seeds = range(p["seeds"])
+        s = p["summary"]
+        by = {(r["preset"], r["seed"]): r for r in p["runs"]}
+        presets = [k for k in s["baleen_vs_rejectx"] if k != "overall"]
+        out.append(f"| {days:g} days ({name}) | " + " | ".join(f"seed {i}" for i in seeds)
+                   + " | mean |")
+        out.append("|---|" + "---|" * (len(seeds) + 1))
+        for pr in presets:
+            cells = [f"{_pct(by[pr, i]['baleen_vs_rejectx'])} "
+                     f"({_pct(by[pr, i]['opt_vs_rejectx'])})" if (pr, i) in by else ""
+                     for i in seeds]
+            out.append(f"| `{pr}` | " + " | ".join(cells)
+                       + f" | {_pct(s['baleen_vs_rejectx'][pr]['mean'])} |")
+        out.append("")
+    lines = []
+    for p in res["protocols"].values():
+        s = p["summary"]
+        lines.append(
+            f"- {p['days'] or 3:g} days: Baleen {_pct(s['baleen_vs_rejectx']['overall']['mean'])}"
+            f", with a flat threshold "
+            f"{_pct(s['baleen_flat_threshold_vs_rejectx']['overall']['mean'])}, CacheLib-ML "
+            f"{_pct(s['cachelib_ml_vs_rejectx']['overall']['mean'])}, OPT "
+            f"{_pct(s['opt_vs_rejectx']['overall']['mean'])}; share of OPT's reduction "
+            f"{s['opt_share']['overall']:.2f} (the paper: {s['opt_share']['paper']:.2f}); "
+            f"mean of every preset >= {_pct(res['targets']['min_reduction'])}: "
+            f"{'met' if s['meets_target']['every_preset_mean'] else 'missed'}")
+    out.append("Means over all runs (peak-DT reduction vs RejectX):")
+    out.append("")
+    out += lines
+    return "\n".join(out)
+
+
+SECTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "mat": mat_section,
+    "pipeline": pipeline_section,
+    "quality": quality_section,
+}
+
+
+def sections() -> dict[str, str]:
+    """name -> the whole marked section (markers included) rendered from NAME.json."""
+    return {name: "\n".join([begin(name), fn(_load(name)), end(name)])
+            for name, fn in SECTIONS.items()}
+
+
+def marked(text: str, name: str) -> str:
+    """The marked section of `name` in `text`, markers included (ValueError when absent)."""
+    a = text.index(begin(name))
+    b = text.index(end(name), a) + len(end(name))
+    return text[a:b]
+
+
+def replace_sections(text: str) -> str:
+    for name, new in sections().items():
+        text = text.replace(marked(text, name), new)
+    return text
+
+
+def plot_quality(res: dict[str, Any], out: Path = QUALITY_PNG) -> Path:
+    """Bars of the mean peak-DT reduction vs RejectX per preset, one panel per protocol."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    protos = list(res["protocols"].items())
+    fig, axes = plt.subplots(1, len(protos), figsize=(5.2 * len(protos), 3.8), dpi=110,
+                             squeeze=False, sharey=True)
+    series = (("baleen_vs_rejectx", "Baleen"),
+              ("baleen_flat_threshold_vs_rejectx", "Baleen, flat threshold"),
+              ("cachelib_ml_vs_rejectx", "CacheLib-ML"), ("opt_vs_rejectx", "OPT"))
+    for ax, (name, p) in zip(axes[0], protos, strict=True):
+        s = p["summary"]
+        groups = [k for k in s["baleen_vs_rejectx"] if k != "overall"] + ["overall"]
+        w = 0.8 / len(series)
+        for i, (key, label) in enumerate(series):
+            ax.bar([g + (i - 1.5) * w for g in range(len(groups))],
+                   [100 * s[key][g]["mean"] for g in groups], w, label=label)
+        ax.axhline(100 * res["targets"]["min_reduction"], color="black", ls="--", lw=0.8,
+                   label="target")
+        ax.set_xticks(range(len(groups)), groups)
+        ax.set_title(f"{p['days'] or 3:g} days ({name}), mean over seeds")
+        ax.set_ylabel("peak disk-head time reduction vs RejectX (%)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if "--plots" in argv:
+        print(plot_quality(_load("quality")).relative_to(REPO))
+    if "--write" in argv:
+        PAGE.write_text(replace_sections(PAGE.read_text()))
+    elif "--plots" not in argv:
+        print("\n\n".join(sections().values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

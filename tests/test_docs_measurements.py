@@ -1,0 +1,51 @@
+"""docs/measurements.md's tables are the committed benchmark results: every marked section
+(`<!-- NAME.json: begin ... -->` ... `<!-- NAME.json: end -->`) is exactly what
+bench/render_measurements.py renders from bench/results/NAME.json, and each has its figure."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+import render_measurements as rm  # noqa: E402
+
+PAGE = REPO / "docs" / "measurements.md"
+
+
+@pytest.mark.parametrize("name", sorted(rm.SECTIONS))
+def test_marked_section_is_the_committed_json(name: str) -> None:
+    text = PAGE.read_text()
+    want = rm.sections()[name]
+    assert rm.marked(text, name) == want, (
+        f"docs/measurements.md's {name}.json section is not the committed results: run "
+        "`.venv/bin/python bench/render_measurements.py --write` and commit the page")
+
+
+def test_every_marked_section_has_a_renderer() -> None:
+    """A marker without a renderer would be a hand-kept table that looks rendered."""
+    names = set(re.findall(r"<!-- (\S+)\.json: begin", PAGE.read_text()))
+    assert names == set(rm.SECTIONS)
+
+
+def test_each_rendered_table_has_its_figure() -> None:
+    text = PAGE.read_text()
+    for name in rm.SECTIONS:
+        after = text[text.index(rm.end(name)):].split("\n## ")[0]
+        figs = re.findall(r"!\[[^\]]+\]\(results/([^)]+\.png)\)", after)
+        assert figs, f"no figure after the {name}.json table"
+        for f in figs:
+            assert (REPO / "bench" / "results" / f).exists(), f
+
+
+def test_a_changed_result_makes_the_page_stale() -> None:
+    """The check bites: a section rendered from a changed result differs from the page."""
+    res = rm._load("pipeline")
+    res["runs"][0]["wall_s"] += 1000
+    assert rm.pipeline_section(res) not in PAGE.read_text()
+    assert rm.pipeline_section(rm._load("pipeline")) in PAGE.read_text()
