@@ -51,6 +51,8 @@ cluster-test: setup
 
 bench: setup
 	$(PY) bench/run.py
+	# docs/measurements.md's tables and quality.png from the new results
+	$(PY) bench/render_measurements.py --plots --write
 
 # flashml side by side with the Baleen artifact's simulator (docs/reference/simulator.md, "Flash mode vs BCacheSim"):
 # FLASHML_BCACHESIM=/path/to/BCacheSim (commit ddeb2d8) [FLASHML_BCACHESIM_PYTHON=its python]
