@@ -49,9 +49,9 @@ regress: setup
 cluster-test: setup
 	FLASHML_CLUSTER_FULL=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_cluster.py
 
+# `make bench` then renders docs/measurements.md's tables (and quality.png) from the new results.
 bench: setup
 	$(PY) bench/run.py
-	# docs/measurements.md's tables and quality.png from the new results
 	$(PY) bench/render_measurements.py --plots --write
 
 # flashml side by side with the Baleen artifact's simulator (docs/reference/simulator.md, "Flash mode vs BCacheSim"):
