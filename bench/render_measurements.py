@@ -7,8 +7,9 @@ Each results file with a table on the page owns one marked section of it:
     ...
     <!-- NAME.json: end -->
 
-tests/test_docs_measurements.py fails when a marked section differs from what this script
-renders from the committed JSON. Prose outside the markers is hand-written.
+The page's summary at the top is the README's headline table (bench/render_headlines.py,
+its own markers). tests/test_docs_measurements.py fails when a marked section differs from
+what these scripts render from the committed JSON. Prose outside the markers is hand-written.
 
     .venv/bin/python bench/render_measurements.py           # print the sections
     .venv/bin/python bench/render_measurements.py --write   # replace them in the page
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
 RESULTS = REPO / "bench" / "results"
 PAGE = REPO / "docs" / "measurements.md"
 QUALITY_PNG = RESULTS / "quality.png"
@@ -47,7 +49,6 @@ def _pct(x: float) -> str:
 
 def mat_section(res: dict[str, Any]) -> str:
     """Miss ratio and byte miss ratio per trace, size and policy: bench_mat.py's own tables."""
-    sys.path.insert(0, str(REPO / "bench"))
     from bench_mat import markdown
 
     return "\n".join([markdown(res["traces"], "miss_ratio"), "", "Byte miss ratio:", "",
@@ -137,9 +138,11 @@ def marked(text: str, name: str) -> str:
 
 
 def replace_sections(text: str) -> str:
+    import render_headlines
+
     for name, new in sections().items():
         text = text.replace(marked(text, name), new)
-    return text
+    return render_headlines.replace_section(text, render_headlines.section())
 
 
 def plot_quality(res: dict[str, Any], out: Path = QUALITY_PNG) -> Path:

@@ -49,3 +49,11 @@ def test_a_changed_result_makes_the_page_stale() -> None:
     res["runs"][0]["wall_s"] += 1000
     assert rm.pipeline_section(res) not in PAGE.read_text()
     assert rm.pipeline_section(rm._load("pipeline")) in PAGE.read_text()
+
+
+def test_headline_summary_is_the_committed_json() -> None:
+    from render_headlines import section
+
+    assert section() in PAGE.read_text(), (
+        "docs/measurements.md's headline figures are stale: run "
+        "`.venv/bin/python bench/render_measurements.py --write`")
