@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -126,22 +127,29 @@ def plot(runs: list[dict[str, Any]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    warm = [r for r in runs if r["sweep"] == "warm"]
+    # one line per stage over the job's default runs (warm sweep, one worker on every core);
+    # the episode stage's name carries its eviction age, which differs by size
+    warm = [r for r in runs if r["sweep"] == "warm" and (r.get("sweep_workers") or 1) == 1
+            and not r.get("cores_per_worker")]
     if len(warm) < 1:
         return
-    stages = sorted({k for r in warm for k in r["timings_s"]},
-                    key=lambda k: -max(r["timings_s"].get(k, 0) for r in warm))[:10]
-    fig, ax = plt.subplots(figsize=(8, 5))
+
+    def times(r: dict[str, Any]) -> dict[str, float]:
+        return {re.sub(r" at eviction age \d+ s", "", k): v for k, v in r["timings_s"].items()}
+
+    stages = sorted({k for r in warm for k in times(r)},
+                    key=lambda k: -max(times(r).get(k, 0) for r in warm))[:10]
+    fig, ax = plt.subplots(figsize=(10, 5))
     xs = [r["accesses"] for r in warm]
     for st in stages:
-        ax.plot(xs, [r["timings_s"].get(st, 0) for r in warm], marker="o", label=st)
+        ax.plot(xs, [times(r).get(st, 0) for r in warm], marker="o", label=st)
     ax.plot(xs, [r["wall_s"] for r in warm], "k--", marker="s", label="whole job")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("accesses in the trace")
-    ax.set_ylabel("seconds")
+    ax.set_ylabel("seconds (wall clock)")
     ax.set_title("flashml pipeline run: time per stage (10 slowest)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     fig.savefig(PLOT, dpi=110)
     plt.close(fig)
