@@ -769,7 +769,7 @@ def plots(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
         learned = learned_config(run, s)
         paths.append(report.plot_peak_schedule(
             list(hourly_dt_profile(run.frame()[0], s.train_seconds)), learned.peak_hours,
-            learned.peak_bonus, figs / "peak_schedule.png"))
+            learned.peak_bonus, figs / "peak_schedule.png", days=s.train_seconds / 86400.0))
         adm = _learned(run).admission
         paths.append(report.plot_feature_importance(
             adm.feature_name(), list(adm.feature_importance("gain")),

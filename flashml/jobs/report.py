@@ -112,18 +112,21 @@ def plot_tco_curve(curve: list[tuple[float, float]], chosen: float, out: Path,
 
 
 def plot_peak_schedule(profile_s: list[float], hours: tuple[int, ...], bonus: float,
-                       out: Path) -> Path:
-    """The training day's no-cache disk-head time by hour of the day, the peak hours (where
-    the admission threshold is `bonus` lower) highlighted."""
+                       out: Path, days: float = 1.0) -> Path:
+    """The training window's no-cache disk-head time by hour of the day, in seconds per hour
+    (`profile_s`, summed over the window, divided by its `days`, at least one), the peak hours
+    (where the admission threshold is `bonus` lower) highlighted."""
     plt = _plt()
+    per_hour = [v / max(days, 1.0) for v in profile_s]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     colors = ["tab:red" if h in hours else "tab:gray" for h in range(24)]
-    ax.bar(range(24), profile_s, color=colors)
+    ax.bar(range(24), per_hour, color=colors)
     ax.set_xticks(range(0, 24, 2))
     ax.set_xlabel("hour of the day (UTC)")
-    ax.set_ylabel("no-cache disk-head time, training day (s)")
-    ax.set_title(f"Peak schedule: threshold -{bonus:g} in the red hours" if hours
-                 else "Peak schedule: none (flat threshold)")
+    ax.set_ylabel("no-cache disk-head time (s per hour)")
+    span = f"mean of {days:g} training days" if days > 1.0 else "training window"
+    ax.set_title((f"Peak schedule: threshold -{bonus:g} in the red hours" if hours
+                  else "Peak schedule: none (flat threshold)") + f" ({span})", fontsize=10)
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     save_figure(fig, out)
