@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -168,60 +170,74 @@ def one_trigger_one_run(port: int, timeout: float = 180) -> tuple[list, dict]:
     return runs, get("/api/v2/dags/flashml_retrain")
 
 
+class _Offline:
+    """A page of a `flashml ui` server with the network off: its base URL, what it asked of
+    other hosts (refused), and its script errors."""
+
+    def __init__(self, page, base: str) -> None:
+        self.page, self.base = page, base
+        self.outside: list[str] = []
+        self.errors: list[str] = []
+
+
+@contextmanager
+def _offline(tool: str, home: Path) -> Iterator[_Offline]:
+    """`flashml ui TOOL` on `home`, browsed in Chromium where only that server answers (every
+    request to another host is recorded and refused); the server is stopped (and must stop
+    cleanly) after the block."""
+    import signal
+
+    from playwright.sync_api import sync_playwright
+
+    proc, port = start(tool, home)
+    wait_ready(proc)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            off = _Offline(page, f"http://127.0.0.1:{port}/")
+
+            def route(r) -> None:  # the network is off: only this server answers
+                if r.request.url.startswith(off.base):
+                    r.continue_()
+                else:
+                    off.outside.append(r.request.url)
+                    r.abort()
+
+            page.route("**/*", route)
+            page.on("pageerror", lambda e: off.errors.append(str(e)))
+            yield off
+            browser.close()
+    finally:
+        stop_and_check(proc, port, signal.SIGINT)
+
+
 def test_data_docs_offline(tmp_path: Path) -> None:
     """`flashml trace validate` then `flashml ui docs` (the default context under
     FLASHML_HOME), browsed with every request to another host refused: the index lists the
     validation (Great Expectations' own page filled it from a CDN), its row opens the
     validation's page, and no page asks for anything from another host."""
-    import signal
-
-    from playwright.sync_api import sync_playwright
-
     from conftest import DATA
 
     home = tmp_path / "state"
     run_cli("trace", "validate", DATA / "msr_fixture.csv", "--format", "msr", check=True,
             env={"FLASHML_HOME": str(home)})
-    proc, port = start("docs", home)
-    wait_ready(proc)
-    base = f"http://127.0.0.1:{port}/"
-    outside: list[str] = []
-
-    def route(r) -> None:  # the network is off: only this server answers
-        if r.request.url.startswith(base):
-            r.continue_()
-        else:
-            outside.append(r.request.url)
-            r.abort()
-
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page()
-            page.route("**/*", route)
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(base, timeout=60_000)
-            index = page.inner_text("body")
-            page.get_by_role("link", name="msr_fixture.csv").first.click()
-            page.wait_for_load_state()
-            result = page.inner_text("body")
-            browser.close()
-    finally:
-        stop_and_check(proc, port, signal.SIGINT)
+    with _offline("docs", home) as off:
+        off.page.goto(off.base, timeout=60_000)
+        index = off.page.inner_text("body")
+        off.page.get_by_role("link", name="msr_fixture.csv").first.click()
+        off.page.wait_for_load_state()
+        result = off.page.inner_text("body")
     assert "msr_fixture.csv" in index and "Success" in index, index[:1500]
     assert "Expectation Validation Result" in result and "Succeeded" in result, result[:1500]
-    assert outside == [] and errors == [], (outside, errors)
+    assert off.outside == [] and off.errors == [], (off.outside, off.errors)
 
 
 def test_optuna_dashboard_shows_a_sweep_study_offline(tmp_path: Path) -> None:
     """`flashml ui optuna` on the state's Optuna storage, browsed with every request to
     another host refused: the study list names the sweep's study, its page shows its trials
     (their values), and no page asks for anything from another host."""
-    import signal
-
     import optuna
-    from playwright.sync_api import sync_playwright
 
     home = tmp_path / "state"
     home.mkdir()
@@ -232,32 +248,11 @@ def test_optuna_dashboard_shows_a_sweep_study_offline(tmp_path: Path) -> None:
         study.enqueue_trial({"write_rate_mbps": rate})
     study.optimize(lambda t: (t.suggest_float("write_rate_mbps", 1.0, 100.0) - 20.0) ** 2,
                    n_trials=3)
-    proc, port = start("optuna", home)
-    wait_ready(proc)
-    base = f"http://127.0.0.1:{port}/"
-    outside: list[str] = []
-
-    def route(r) -> None:  # the network is off: only this server answers
-        if r.request.url.startswith(base):
-            r.continue_()
-        else:
-            outside.append(r.request.url)
-            r.abort()
-
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page()
-            page.route("**/*", route)
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(base, timeout=60_000)
-            studies = shows(page, "flashml-sweep-browser")
-            page.goto(f"{base}dashboard/studies/{study._study_id}/trials", timeout=60_000)
-            trials = shows(page, "write_rate_mbps")
-            browser.close()
-    finally:
-        stop_and_check(proc, port, signal.SIGINT)
+    with _offline("optuna", home) as off:
+        off.page.goto(off.base, timeout=60_000)
+        studies = shows(off.page, "flashml-sweep-browser")
+        off.page.goto(f"{off.base}dashboard/studies/{study._study_id}/trials", timeout=60_000)
+        trials = shows(off.page, "write_rate_mbps")
     assert "flashml-sweep-browser" in studies
     assert "write_rate_mbps" in trials and "Trial 2" in trials, trials[:1500]
-    assert outside == [] and errors == [], (outside, errors)
+    assert off.outside == [] and off.errors == [], (off.outside, off.errors)
