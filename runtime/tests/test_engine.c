@@ -59,6 +59,34 @@ static void test_store_by_hand(void) {
     CHECK(!strcmp(flashrt_eviction_name(FLASHRT_MAT), "mat") && flashrt_eviction_name(7) == NULL, "names back");
 }
 
+/* Replays `trace` through a cache of `cfg` (admission `pol`) over `backing`; fills `m`, the
+ * accesses that returned data (`served`) and those whose bytes were wrong (`bad`). Returns
+ * 0, or -1 (counted as a failed check) when the cache does not open. */
+static int replay_verified(const struct flashrt_config *cfg, flashrt_policy *pol, const char *backing, const char *trace,
+                           struct flashrt_metrics *m, uint64_t *served, uint64_t *bad) {
+    char err[FLASHRT_ERR_LEN];
+    flashrt_backing *bk = flashrt_backing_open(backing, NULL, cfg->direct, err, sizeof err);
+    flashrt *rt = bk ? flashrt_open(cfg, pol, bk, err, sizeof err) : NULL;
+    CHECK(rt != NULL, "%s", err);
+    if (!rt) { flashrt_backing_close(bk); return -1; }
+    flashrt_trace *tr = flashrt_trace_open(trace, err, sizeof err);
+    CHECK(tr != NULL, "%s", err);
+    struct flashrt_access a;
+    *served = *bad = 0;
+    while (tr && flashrt_trace_next(tr, &a, err, sizeof err) == 1) {
+        struct flashrt_result res;
+        CHECK(flashrt_access(rt, &a, &res) == 0, "%s", flashrt_error(rt));
+        if (!res.data) continue;
+        (*served)++;
+        if (flashrt_verify(a.key, a.offset, res.data, res.len) >= 0) (*bad)++;
+    }
+    flashrt_metrics(rt, m);
+    flashrt_trace_close(tr);
+    flashrt_close(rt);
+    flashrt_backing_close(bk);
+    return 0;
+}
+
 /* A cyclic scan over 5 single-segment blocks through a cache of 4 regions of one segment: LRU
  * always evicts the block the scan wants next (no hit after the first round), MRU keeps the
  * older ones and hits on most of them; every byte served is verified. */
@@ -85,26 +113,13 @@ static void test_mru_on_a_scan(void) {
         cfg.eviction = e ? FLASHRT_MRU : FLASHRT_LRU;
         cfg.direct = FLASHRT_DIRECT_OFF;
         cfg.warmup_s = 0;
-        flashrt_backing *bk = flashrt_backing_open(backing, NULL, cfg.direct, err, sizeof err);
-        flashrt *rt = bk ? flashrt_open(&cfg, pol, bk, err, sizeof err) : NULL;
-        CHECK(rt != NULL, "%s", err);
-        if (!rt) { flashrt_backing_close(bk); continue; }
-        flashrt_trace *tr = flashrt_trace_open(trace, err, sizeof err);
-        struct flashrt_access a;
-        uint64_t bad = 0;
-        while (tr && flashrt_trace_next(tr, &a, err, sizeof err) == 1) {
-            struct flashrt_result res;
-            CHECK(flashrt_access(rt, &a, &res) == 0, "%s", flashrt_error(rt));
-            if (flashrt_verify(a.key, a.offset, res.data, res.len) >= 0) bad++;
-        }
         struct flashrt_metrics m;
-        flashrt_metrics(rt, &m);
+        uint64_t served, bad;
+        if (replay_verified(&cfg, pol, backing, trace, &m, &served, &bad) != 0) continue;
         hits[e] = m.hits;
+        CHECK(served == (uint64_t)(rounds * blocks), "every GET served: %llu", (unsigned long long)served);
         CHECK(bad == 0, "%llu wrong bytes", (unsigned long long)bad);
         CHECK(m.eviction_decisions == 0 && m.eviction_threshold != m.eviction_threshold, "no decisions of its own");
-        flashrt_trace_close(tr);
-        flashrt_close(rt);
-        flashrt_backing_close(bk);
     }
     CHECK(hits[0] == 0, "LRU on a scan larger than the cache: %llu hits", (unsigned long long)hits[0]);
     CHECK(hits[1] >= (uint64_t)(rounds - 1) * 2, "MRU on the scan: %llu hits", (unsigned long long)hits[1]);
@@ -175,27 +190,14 @@ static void test_mat_runs(void) {
         cfg.eviction_policy = evb;
         cfg.direct = FLASHRT_DIRECT_OFF;
         cfg.warmup_s = 0;
-        flashrt_backing *bk = flashrt_backing_open(backing, NULL, cfg.direct, err, sizeof err);
-        flashrt *rt = bk ? flashrt_open(&cfg, pol, bk, err, sizeof err) : NULL;
-        CHECK(rt != NULL, "%s", err);
-        if (!rt) { flashrt_backing_close(bk); continue; }
-        flashrt_trace *tr = flashrt_trace_open(trace, err, sizeof err);
-        struct flashrt_access a;
-        uint64_t bad = 0;
-        while (tr && flashrt_trace_next(tr, &a, err, sizeof err) == 1) {
-            struct flashrt_result res;
-            CHECK(flashrt_access(rt, &a, &res) == 0, "%s", flashrt_error(rt));
-            if (res.data && flashrt_verify(a.key, a.offset, res.data, res.len) >= 0) bad++;
-        }
         struct flashrt_metrics m;
-        flashrt_metrics(rt, &m);
+        uint64_t served, bad;
+        if (replay_verified(&cfg, pol, backing, trace, &m, &served, &bad) != 0) continue;
         CHECK(bad == 0, "spr %d: %llu wrong bytes", spr, (unsigned long long)bad);
         CHECK(m.hits > 0 && m.evicted_regions > 0 && m.eviction_decisions > 0, "spr %d: hits %llu decisions %llu", spr,
               (unsigned long long)m.hits, (unsigned long long)m.eviction_decisions);
         CHECK(m.eviction_predictions >= m.eviction_decisions && m.eviction_threshold > 0, "spr %d: predictions", spr);
-        flashrt_trace_close(tr);
-        flashrt_close(rt);
-        flashrt_backing_close(bk);
+        CHECK(served > 0, "spr %d: nothing served", spr);
     }
     flashrt_policy_free(pol);
     flashrt_policy_free(evb);
