@@ -34,19 +34,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_runtime import FLASHRT, ROOT, prepare_replay_inputs, sh
 from machine import machine
 
-ROOT = Path(__file__).resolve().parents[1]
-FLASHRT = ROOT / "runtime" / "build" / "flashrt"
 REPEATS = 5
-sys.path.insert(0, str(ROOT / "tests"))
-
-
-def sh(*args, **kw) -> subprocess.CompletedProcess[str]:
-    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=ROOT, **kw)
-    if p.returncode != 0:
-        raise SystemExit(f"{' '.join(map(str, args))} failed:\n{p.stdout}\n{p.stderr}")
-    return p
 
 
 def build_before(tmp: Path) -> tuple[str, Path]:
@@ -94,12 +85,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "engine.json"))
     args = ap.parse_args()
-    from test_runtime import small_trace
-
     from flashml.files import write_json
-    from flashml.trace.ingest import load_trace
-
-    from demo_policy import write_demo_bundle
 
     sh("make", "-s", "-C", "runtime", "all")
     accesses = 8000 if args.quick else 24000
@@ -107,15 +93,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-engine-", dir=os.environ.get("TMPDIR")) as d:
         d = Path(d)
         base, before = build_before(d)
-        raw, trace = d / "gen.trace", d / "bench.trace"
-        sh(sys.executable, "-m", "flashml.cli", "trace", "generate", "--preset", "region1-like",
-           "--seed", "0", "--accesses", accesses, "--days", "2", "--quiet", "-o", raw)
-        small_trace(raw, trace, keep_every=3, max_size=1 << 20)
-        sh(FLASHRT, "prepare-backing", "--backing", d / "backing.img", "--trace", trace)
-        df, _ = load_trace(trace, "tectonic")
-        write_demo_bundle(df, d / "models")
-        sh(sys.executable, "-m", "flashml.cli", "compile", "--model-dir", d / "models", "-o",
-           d / "policy", "--no-log")
+        trace, _ = prepare_replay_inputs(d, accesses)
         evict = train_mat(trace, flash_bytes // (128 << 10), d)
         common = ["--policy", d / "policy", "--trace", trace, "--flash-bytes", flash_bytes,
                   "--backing", d / "backing.img", "--warmup-s", "0", "--direct", "off", "--json"]

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from machine import machine
 
@@ -103,32 +104,40 @@ def warm_decision_ns(policy_so: Path, tmp: Path) -> tuple[float, float]:
     return float(separate), float(decide)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "runtime.json"))
-    args = ap.parse_args()
+def prepare_replay_inputs(d: Path, accesses: int) -> tuple[Path, dict[str, Any]]:
+    """The replay benches' inputs in `d`: a `region1-like` trace of `accesses` (every third
+    line, IOs up to 1 MiB) as d/bench.trace, its backing d/backing.img, and the demo admission
+    policy compiled into d/policy; returns the trace and prepare-backing's statistics."""
     from test_runtime import small_trace
 
     from flashml.trace.ingest import load_trace
 
     from demo_policy import write_demo_bundle
 
+    raw, trace = d / "gen.trace", d / "bench.trace"
+    sh(sys.executable, "-m", "flashml.cli", "trace", "generate", "--preset", "region1-like",
+       "--seed", "0", "--accesses", accesses, "--days", "2", "--quiet", "-o", raw)
+    small_trace(raw, trace, keep_every=3, max_size=1 << 20)
+    prep = json.loads(sh(FLASHRT, "prepare-backing", "--backing", d / "backing.img",
+                         "--trace", trace).stdout)
+    df, _ = load_trace(trace, "tectonic")
+    write_demo_bundle(df, d / "models")
+    sh(sys.executable, "-m", "flashml.cli", "compile", "--model-dir", d / "models", "-o",
+       d / "policy", "--no-log")
+    return trace, prep
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "runtime.json"))
+    args = ap.parse_args()
     sh("make", "-s", "-C", "runtime", "all")
     accesses = 8000 if args.quick else 24000
     flash_bytes = 96 << 20
     with tempfile.TemporaryDirectory(prefix="bench-runtime-", dir=os.environ.get("TMPDIR")) as d:
         d = Path(d)
-        raw, trace = d / "gen.trace", d / "bench.trace"
-        sh(sys.executable, "-m", "flashml.cli", "trace", "generate", "--preset", "region1-like",
-           "--seed", "0", "--accesses", accesses, "--days", "2", "--quiet", "-o", raw)
-        small_trace(raw, trace, keep_every=3, max_size=1 << 20)
-        prep = json.loads(sh(FLASHRT, "prepare-backing", "--backing", d / "backing.img",
-                             "--trace", trace).stdout)
-        df, _ = load_trace(trace, "tectonic")
-        write_demo_bundle(df, d / "models")
-        sh(sys.executable, "-m", "flashml.cli", "compile", "--model-dir", d / "models", "-o",
-           d / "policy", "--no-log")
+        trace, prep = prepare_replay_inputs(d, accesses)
         common = ["--trace", trace, "--flash-bytes", flash_bytes, "--backing",
                   d / "backing.img", "--warmup-s", "0", "--json"]
         runs = {}
