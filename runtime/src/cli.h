@@ -92,9 +92,11 @@ int cli_guard_check(struct cli_guard *g);
 int cli_guard_lock(struct cli_guard *g, const char *opt, const char *path, int exclusive, int create);
 /* Test hook (FLASHRT_TEST_HOLD=PATH): waits with the locks held until PATH exists, having
  * created PATH.held (a test waits for it). With FLASHRT_TEST_HOLD_AT=N, replay waits after
- * its Nth access instead (cli_guard_hold_after), so a test can kill it mid-run. */
+ * its Nth access instead, so a test can kill it mid-run: cli_guard_hold_at() is that N (0:
+ * none; read once, before the loop), cli_guard_hold_now() the wait. */
 int cli_guard_hold(void);
-int cli_guard_hold_after(unsigned long long accesses);
+unsigned long long cli_guard_hold_at(void);
+int cli_guard_hold_now(void);
 /* Drops the locks; `failed`: removes the files the locks created (this run made them). */
 void cli_guard_release(struct cli_guard *g, int failed);
 

@@ -356,6 +356,7 @@ static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp,
     flashrt *rt = flashrt_open(&cfg, pol, bk, err, FLASHRT_ERR_LEN);
     if (!rt) { frt_ra_hook_free(ra); flashrt_policy_free(ra_pol); flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
     uint64_t integrity = 0, n = 0, verified_bytes = 0;
+    const unsigned long long hold_at = cli_guard_hold_at();
     int rc = 0;
     while (r == 1 && n < o.limit) {
         struct flashrt_result res;
@@ -376,7 +377,7 @@ static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp,
             verified_bytes += res.len;
         }
         n++;
-        if ((rc = cli_guard_hold_after(n)) != 0) break;
+        if (n == hold_at && (rc = cli_guard_hold_now()) != 0) break;
         r = flashrt_trace_next(tr, &acc, err, FLASHRT_ERR_LEN);
     }
     if (r < 0 && rc == 0) rc = ERR("%s", err);
