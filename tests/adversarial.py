@@ -1528,7 +1528,7 @@ def fixtures_key() -> str:
     h = hashlib.sha256()
     files = [*sorted((REPO / "flashml" / "compiler").glob("*.py")),
              *sorted((REPO / "flashml" / "compiler").glob("*.in")),
-             *sorted((REPO / "runtime" / "src").glob("*.[ch]")),
+             *sorted((REPO / "runtime" / "src").rglob("*.[ch]")),
              *(REPO / "tests" / n for n in ("adversarial.py", "demo_policy.py",
                                             "test_runtime.py", "test_runtime_mat.py",
                                             "test_runtime_readahead.py"))]

@@ -529,7 +529,7 @@ HARNESS = r"""
 #include <string.h>
 #include <time.h>
 #include "flashml_policy.h"
-#include "policy_internal.h"
+#include "policies/policy_internal.h"
 
 static double now_ns(void) {
     struct timespec t;

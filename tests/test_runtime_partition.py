@@ -1,4 +1,4 @@
-"""The C runtime's partitioned page cache (`flashrt partition-replay`, runtime/src/partition.c;
+"""The C runtime's partitioned page cache (`flashrt partition-replay`, runtime/src/systems/partition.c;
 issue 18): with a real compiled network (scikit-learn MLP -> emlearn C -> policy.so) its
 quotas in every interval, hits, write hits and resize evictions are the simulator's
 (`simulate_partitioned(..., "mlcache", shares)` with the same .so's shares), in both the

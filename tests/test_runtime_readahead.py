@@ -1,10 +1,11 @@
-"""The C runtime's readahead tuner (`flashrt tune-readahead`, runtime/src/cli_readahead.c and
-readahead.c; KML, issue 19) with the hand-written test policy runtime/tests/policies/readahead.c
-(1024 KiB when the window's consecutive pages are < 64 pages apart, else 16 KiB): replaying an
-event file, the features it logs are `flashml.features.readahead.window_features`'s and its
-decisions the rule's; the original readahead is back after a normal end, SIGTERM, SIGINT and an
-error; on a real loop device (root, tracefs) it traces the page cache, sets the readahead during
-the run and restores it; bad input is refused with a message naming it."""
+"""The C runtime's readahead tuner (`flashrt tune-readahead`, runtime/src/cli/cli_readahead.c and
+policies/readahead/readahead.c; KML, issue 19) with the hand-written test policy
+runtime/tests/policies/readahead.c (1024 KiB when the window's consecutive pages are < 64 pages
+apart, else 16 KiB): replaying an event file, the features it logs are
+`flashml.features.readahead.window_features`'s and its decisions the rule's; the original
+readahead is back after a normal end, SIGTERM, SIGINT and an error; on a real loop device (root,
+tracefs) it traces the page cache, sets the readahead during the run and restores it; bad input is
+refused with a message naming it."""
 
 from __future__ import annotations
 

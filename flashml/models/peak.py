@@ -10,8 +10,8 @@ no-cache disk-head time in the training window (every GET and PUT a backend IO),
 choice uses training data only.
 
 The rule itself (threshold - bonus in a peak hour) lives in sim/src/config.rs
-(`PeakSchedule`), compiler/policy_wrapper.c.in and runtime/src/policy.c; `hour_of_day` here
-is the same arithmetic, for tests and reports.
+(`PeakSchedule`), compiler/policy_wrapper.c.in and runtime/src/policies/policy.c;
+`hour_of_day` here is the same arithmetic, for tests and reports.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-/* fuzz_trace.c: libFuzzer target for the runtime's Tectonic trace reader (src/trace.c).
+/* fuzz_trace.c: libFuzzer target for the runtime's Tectonic trace reader (src/trace/trace.c).
  * The input is a whole trace file: opened through a memfd, read to the end (or to the first
  * error) with flashrt_trace_next. Any sanitizer report or crash is a bug; an error return is
  * the reader doing its job. A cap on accesses per input bounds op_count repeats. */

@@ -9,9 +9,9 @@
 
 #include "flashml_policy.h"
 #include "flashrt.h"
-#include "internal.h"
-#include "policy_internal.h"
-#include "region.h"
+#include "util/internal.h"
+#include "policies/policy_internal.h"
+#include "engine/region.h"
 
 #include "check.h"
 

@@ -11,7 +11,7 @@
 
 #include "flashml_policy.h"
 #include "flashrt.h"
-#include "internal.h"
+#include "util/internal.h"
 
 #include "check.h"
 

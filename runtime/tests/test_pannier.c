@@ -1,4 +1,4 @@
-/* test_pannier.c: C unit tests of Pannier's container cache (src/pannier.c) under ASan+UBSan
+/* test_pannier.c: C unit tests of Pannier's container cache (src/systems/pannier.c) under ASan+UBSan
  * (`make test`) and valgrind (`make valgrind`): the hand examples of sim/src/pannier.rs and
  * sim/src/tire.rs (a fully invalidated container goes first, aging by elapsed lifetimes,
  * copy-forward from an expired survival top and from the cold LRU, promotion after ceil(5%) of
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pannier.h"
+#include "systems/pannier.h"
 
 #include "check.h"
 

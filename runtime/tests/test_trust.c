@@ -18,8 +18,8 @@
 
 #include "flashml_policy.h"
 #include "flashrt.h"
-#include "internal.h"
-#include "policy_internal.h"
+#include "util/internal.h"
+#include "policies/policy_internal.h"
 
 #include "check.h"
 

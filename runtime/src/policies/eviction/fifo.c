@@ -1,6 +1,6 @@
 /* fifo.c: FIFO over regions (the eviction slot, engine/policy_slots.h): regions leave in the
  * order they were sealed; reads change nothing. Navy's FifoPolicy. */
-#include "region.h"
+#include "engine/region.h"
 
 static uint32_t fifo_victim(void *st, struct frt_regions *m) {
     (void)st;

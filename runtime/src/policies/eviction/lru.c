@@ -1,7 +1,7 @@
 /* lru.c: LRU over regions (the eviction slot, engine/policy_slots.h): a GET of a cached block
  * moves every sealed region holding one of its segments to the head of the store's list;
  * the tail goes. Navy's LruPolicy at region granularity; the default. */
-#include "region.h"
+#include "engine/region.h"
 
 static void lru_refresh(void *st, struct frt_regions *m, const struct frt_blk *b) {
     (void)st;

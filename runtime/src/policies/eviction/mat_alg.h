@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lrb_features.h"
-#include "policy_internal.h"
+#include "policies/eviction/lrb_features.h"
+#include "policies/policy_internal.h"
 
 #define FRT_MAT_NIL UINT32_MAX
 

@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "policies/eviction/mat_alg.h"
-#include "region.h"
+#include "engine/region.h"
 
 struct mat_ev {
     struct frt_mat_alg alg;

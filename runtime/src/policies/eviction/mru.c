@@ -3,7 +3,7 @@
  * as LRU does, and the head goes: the region read or sealed most recently. A toy (it suits a
  * cyclic scan larger than the cache, little else); the whole policy is this file plus its
  * line in engine/policy_slots.c and its name in flashrt.h. */
-#include "region.h"
+#include "engine/region.h"
 
 static void mru_refresh(void *st, struct frt_regions *m, const struct frt_blk *b) {
     (void)st;

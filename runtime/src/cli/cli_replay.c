@@ -1,0 +1,398 @@
+/* cli_replay.c: `flashrt replay`: options, the replay loop with byte verification, and the
+ * metrics as a table or one JSON object. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backing_internal.h"
+#include "cli/cli.h"
+#include "flashrt.h"
+#include "policies/policy_internal.h"
+#include "policies/readahead/ra_hook.h"
+#include "policies/readahead/readahead.h"
+
+static const char *REPLAY_HELP =
+    "usage: flashrt replay --policy DIR --trace FILE --flash PATH --flash-bytes N\n"
+    "                      --backing PATH [options]\n"
+    "\n"
+    "Replays the trace through the cache: GETs are served from flash or the backing device and\n"
+    "every returned byte is checked against the deterministic content; PUTs are charged DT.\n"
+    "Prints the simulator's metric keys plus integrity_errors, device_errors, decision_ns_p50\n"
+    "(features + admission + prefetch decision on a miss; its parts features_ns_p50 and\n"
+    "policy_ns_p50), hit_path_us_p50, miss_path_us_p50 and more. Exit 0\n"
+    "when every byte was correct, 3 when some were not, 1 on bad input or a device failure.\n"
+    "\n"
+    "options:\n"
+    "  --policy DIR           policy bundle: DIR/policy.so + DIR/manifest.json (checked: sha256,\n"
+    "                         ABI version, contract hash); or builtin:rejectx, builtin:admitall\n"
+    "  --fallback MODE        none (default): refuse a bad policy; rejectx: serve with RejectX\n"
+    "  --trace FILE           Tectonic text trace\n"
+    "  --flash PATH           flash file (a missing file is created; locked while flashrt runs)\n"
+    "  --allow-block-device   let --flash be a block device (its contents are overwritten)\n"
+    "  --flash-bytes N        bytes of flash to use (256MiB, 1GB; docs: Sizes); 0 = all\n"
+    "  --backing PATH         backing device or file written by prepare-backing\n"
+    "  --map FILE             backing map (default PATH.map)\n"
+    "  --region-bytes N       flash region size (default 1MiB; a multiple of 128 KiB)\n"
+    "  --eviction NAME        the eviction slot (default lru): lru or fifo over regions; mat:\n"
+    "                         MAT's Algorithm 1 over the block LRU tail, asking the eviction\n"
+    "                         capability of --eviction-bundle or else --policy (the region of\n"
+    "                         the condemned block's lowest segment goes); mru (the worked\n"
+    "                         example: the most recently used region goes)\n"
+    "  --eviction-bundle DIR  the bundle whose eviction capability --eviction mat asks\n"
+    "  --direct auto|on|off   O_DIRECT on flash and backing (default auto: when supported)\n"
+    "  --sample-ratio X       percent of a full node in the trace (default: the trace's flashml\n"
+    "                         comment, else 100)\n"
+    "  --write-rate-mbps X    write-rate limit at full-node scale, MB/s (default 0 = none)\n"
+    "  --write-burst-s X      limiter bucket depth in seconds of the rate (default 60)\n"
+    "  --rate-clock trace|wall  the limiter's clock (default trace time)\n"
+    "  --warmup-s X           DT warm-up excluded from the series (default 86400)\n"
+    "  --window-s X           DT window (default 600)\n"
+    "  --disks N              disks per node (default 36)\n"
+    "  --tracker-width-log2 N count-min sketch width (default 14)\n"
+    "  --tracker-depth N      count-min sketch rows (default 4)\n"
+    "  --measure-raw          on hits, also time a raw read of the same flash bytes\n"
+    "  --no-policy-prefetch   do not call the policy's prefetch hint (when a GET arrives and\n"
+    "                         between accesses)\n"
+    "  --fail-read-every N    fault injection: every Nth flash read fails (also env\n"
+    "                         FLASHRT_FAULT_FLASH_READ_EVERY)\n"
+    "  --fail-write-every N   fault injection: every Nth flash write fails (also env\n"
+    "                         FLASHRT_FAULT_FLASH_WRITE_EVERY)\n"
+    "  --limit N              stop after N accesses\n"
+    "  --readahead-bundle DIR KML's readahead model (capability \"readahead\") on the backing\n"
+    "                         reads: per stream (the block) every window of trace time its\n"
+    "                         flashml_readahead_kib sizes a posix_fadvise(WILLNEED) of the\n"
+    "                         block's next bytes after each backing read (no hint under\n"
+    "                         O_DIRECT); stats under \"readahead\"\n"
+    "  --readahead-window-ms N  its window (default: the bundle's flashml_readahead_window_ms)\n"
+    "  --json                 one JSON object instead of a table\n";
+
+struct replay_opts {
+    struct flashrt_config cfg;
+    const char *policy_dir, *trace_path, *backing_path, *map_path, *fallback;
+    const char *ra_bundle; /* --readahead-bundle, NULL: no readahead hook */
+    const char *ev_bundle; /* --eviction-bundle, NULL: --policy's for --eviction mat */
+    uint64_t ra_window_ms; /* 0: the bundle's */
+    int as_json, allow_block;
+    double sample_ratio; /* 0: from the trace */
+    uint64_t limit;
+};
+
+/* -1 when the options are good, else the exit code. */
+static int parse_replay(int argc, char **argv, struct replay_opts *o) {
+    struct flashrt_config *cfg = &o->cfg;
+    flashrt_config_default(cfg);
+    o->policy_dir = o->trace_path = o->backing_path = o->map_path = NULL;
+    o->fallback = "none";
+    o->ra_bundle = NULL;
+    o->ev_bundle = NULL;
+    o->ra_window_ms = 0;
+    o->as_json = o->allow_block = 0;
+    o->sample_ratio = 0;
+    o->limit = UINT64_MAX;
+    int have_bytes = 0;
+    uint64_t u;
+    const char *env;
+    if ((env = getenv("FLASHRT_FAULT_FLASH_READ_EVERY")) && cli_parse_uint(env, &cfg->fail_read_every))
+        return ERR("FLASHRT_FAULT_FLASH_READ_EVERY: expected an integer, got '%s'", env);
+    if ((env = getenv("FLASHRT_FAULT_FLASH_WRITE_EVERY")) && cli_parse_uint(env, &cfg->fail_write_every))
+        return ERR("FLASHRT_FAULT_FLASH_WRITE_EVERY: expected an integer, got '%s'", env);
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        const char *a = argv[i];
+#define OPT(name) (v = cli_optval(argc, argv, &i, name))
+#define BAD(name) do { fprintf(stderr, "flashrt replay: error: %s: invalid value '%s'\n", name, v); return 2; } while (0)
+#define BADR(name, what) do { fprintf(stderr, "flashrt replay: error: %s: invalid value '%s' (expected %s)\n", name, v, what); return 2; } while (0)
+        if (OPT("--policy")) o->policy_dir = v;
+        else if (OPT("--fallback")) {
+            if (strcmp(v, "none") && strcmp(v, "rejectx")) BAD("--fallback");
+            o->fallback = v;
+        } else if (OPT("--trace")) o->trace_path = v;
+        else if (OPT("--flash-bytes")) {
+            if (cli_parse_bytes(v, &cfg->flash_bytes)) BAD("--flash-bytes");
+            have_bytes = 1;
+        } else if (OPT("--flash")) cfg->flash_path = v;
+        else if (OPT("--backing")) o->backing_path = v;
+        else if (OPT("--map")) o->map_path = v;
+        else if (OPT("--region-bytes")) { if (cli_parse_bytes(v, &cfg->region_bytes)) BAD("--region-bytes"); }
+        else if (OPT("--eviction-bundle")) { if (!*v) BAD("--eviction-bundle"); o->ev_bundle = v; }
+        else if (OPT("--eviction")) {
+            int e = flashrt_eviction_from_name(v);
+            if (e < 0) BADR("--eviction", "lru, fifo, mat or mru");
+            cfg->eviction = (enum flashrt_eviction)e;
+        } else if (OPT("--direct")) {
+            if (!strcmp(v, "auto")) cfg->direct = FLASHRT_DIRECT_AUTO;
+            else if (!strcmp(v, "on")) cfg->direct = FLASHRT_DIRECT_ON;
+            else if (!strcmp(v, "off")) cfg->direct = FLASHRT_DIRECT_OFF;
+            else BAD("--direct");
+        } else if (OPT("--sample-ratio")) { if (cli_parse_double(v, &o->sample_ratio) || !(o->sample_ratio > 0 && o->sample_ratio <= 100)) BAD("--sample-ratio"); }
+        else if (OPT("--write-rate-mbps")) { if (cli_parse_double(v, &cfg->write_rate_mbps) || !(cfg->write_rate_mbps >= 0 && cfg->write_rate_mbps <= 1e9)) BADR("--write-rate-mbps", "MB/s in [0, 1e9]"); }
+        else if (OPT("--write-burst-s")) { if (cli_parse_double(v, &cfg->write_burst_s) || !(cfg->write_burst_s > 0 && cfg->write_burst_s <= 1e9)) BADR("--write-burst-s", "seconds in (0, 1e9]"); }
+        else if (OPT("--rate-clock")) {
+            if (!strcmp(v, "trace")) cfg->rate_clock = FLASHRT_CLOCK_TRACE;
+            else if (!strcmp(v, "wall")) cfg->rate_clock = FLASHRT_CLOCK_WALL;
+            else BAD("--rate-clock");
+        } else if (OPT("--warmup-s")) { if (cli_parse_double(v, &cfg->warmup_s) || !(cfg->warmup_s >= 0 && cfg->warmup_s <= 1e12)) BADR("--warmup-s", "seconds in [0, 1e12]"); }
+        else if (OPT("--window-s")) { if (cli_parse_double(v, &cfg->window_s) || !(cfg->window_s >= 1e-3 && cfg->window_s <= 1e9)) BADR("--window-s", "seconds in [0.001, 1e9]"); }
+        else if (OPT("--disks")) { if (cli_parse_uint(v, &u) || u == 0 || u > 1000000) BAD("--disks"); cfg->disks = (unsigned)u; }
+        else if (OPT("--tracker-width-log2")) { if (cli_parse_uint(v, &u) || u < 4 || u > 24) BADR("--tracker-width-log2", "an integer in [4, 24]"); cfg->tracker_width_log2 = (unsigned)u; }
+        else if (OPT("--tracker-depth")) { if (cli_parse_uint(v, &u) || u < 1 || u > 8) BADR("--tracker-depth", "an integer in [1, 8]"); cfg->tracker_depth = (unsigned)u; }
+        else if (OPT("--fail-read-every")) { if (cli_parse_uint(v, &cfg->fail_read_every)) BAD("--fail-read-every"); }
+        else if (OPT("--fail-write-every")) { if (cli_parse_uint(v, &cfg->fail_write_every)) BAD("--fail-write-every"); }
+        else if (OPT("--limit")) { if (cli_parse_uint(v, &o->limit)) BAD("--limit"); }
+        else if (OPT("--readahead-bundle")) { if (!*v) BAD("--readahead-bundle"); o->ra_bundle = v; }
+        else if (OPT("--readahead-window-ms")) { if (cli_parse_uint(v, &o->ra_window_ms) || o->ra_window_ms == 0 || o->ra_window_ms > 86400000) BAD("--readahead-window-ms"); }
+        else if (!strcmp(a, "--measure-raw")) cfg->measure_raw = 1;
+        else if (!strcmp(a, "--no-policy-prefetch")) cfg->no_policy_prefetch = 1;
+        else if (!strcmp(a, "--json")) o->as_json = 1;
+        else if (!strcmp(a, "--allow-block-device")) o->allow_block = 1;
+        else {
+            fprintf(stderr, "flashrt replay: error: unknown argument '%s' (see --help)\n", a);
+            return 2;
+        }
+#undef BAD
+#undef BADR
+#undef OPT
+    }
+    const char *missing = !o->policy_dir ? "--policy" : !o->trace_path ? "--trace" : !cfg->flash_path ? "--flash"
+                        : !have_bytes ? "--flash-bytes" : !o->backing_path ? "--backing" : NULL;
+    if (missing) {
+        fprintf(stderr, "flashrt replay: error: %s is required (see --help)\n", missing);
+        return 2;
+    }
+    if (o->ev_bundle && cfg->eviction != FLASHRT_MAT) {
+        fprintf(stderr, "flashrt replay: error: --eviction-bundle is for --eviction mat (the eviction is %s)\n",
+                flashrt_eviction_name((int)cfg->eviction));
+        return 2;
+    }
+    if (cfg->eviction == FLASHRT_MAT && !o->ev_bundle && !strncmp(o->policy_dir, "builtin:", 8)) {
+        fprintf(stderr, "flashrt replay: error: --eviction mat needs a bundle with the evict capability: "
+                        "--eviction-bundle DIR, or a bundle as --policy (not %s)\n", o->policy_dir);
+        return 2;
+    }
+    return -1;
+}
+
+/* The readahead hook's figures: a "readahead" object (JSON) or readahead_* lines (table). */
+static void print_readahead(void *ctx, int as_json, int *first) {
+    const frt_ra_hook *h = ctx;
+    const struct frt_ra_hook_stats *st = frt_ra_hook_stats(h);
+    /* the decisions by KiB, ascending */
+    size_t order[FRT_RA_HOOK_MAX_SIZES];
+    for (size_t i = 0; i < st->nsizes; i++) {
+        size_t j = i;
+        for (; j > 0 && st->decisions[order[j - 1]].kib > st->decisions[i].kib; j--) order[j] = order[j - 1];
+        order[j] = i;
+    }
+    double mean_ns = st->windows ? (double)st->infer_ns / (double)st->windows : 0.0;
+    const char *hinting = frt_ra_hook_hinting(h) ? "fadvise" : "off: O_DIRECT backing (page-cache hints do not apply)";
+    if (!as_json) {
+        printf("%-26s  %s\n", "readahead_hinting", hinting);
+        printf("%-26s  %d\n", "readahead_window_ms", frt_ra_hook_window_ms(h));
+        printf("%-26s  %llu\n%-26s  %llu\n%-26s  %llu\n%-26s  %llu\n", "readahead_reads", (unsigned long long)st->reads,
+               "readahead_streams", (unsigned long long)st->streams, "readahead_windows", (unsigned long long)st->windows,
+               "readahead_hints", (unsigned long long)st->hints);
+        printf("%-26s  %llu\n%-26s  %.6g\n", "readahead_hinted_bytes", (unsigned long long)st->hinted_bytes,
+               "readahead_inference_ns", mean_ns);
+        for (size_t i = 0; i < st->nsizes; i++)
+            printf("readahead_kib %-12llu  %llu\n", (unsigned long long)st->decisions[order[i]].kib,
+                   (unsigned long long)st->decisions[order[i]].n);
+        return;
+    }
+    printf("%s\"readahead\": {", *first ? "" : ", ");
+    *first = 0;
+    int f = 1;
+    cli_json_int(stdout, "streams", st->streams, &f);
+    cli_json_int(stdout, "live_streams", st->live_streams, &f);
+    cli_json_int(stdout, "stream_evictions", st->stream_evictions, &f);
+    cli_json_int(stdout, "table_streams", FRT_RA_HOOK_STREAMS, &f);
+    cli_json_int(stdout, "reads", st->reads, &f);
+    cli_json_int(stdout, "window_ms", (uint64_t)frt_ra_hook_window_ms(h), &f);
+    cli_json_int(stdout, "windows", st->windows, &f);
+    fputs(", \"decisions\": {", stdout);
+    for (size_t i = 0; i < st->nsizes; i++)
+        printf("%s\"%llu\": %llu", i ? ", " : "", (unsigned long long)st->decisions[order[i]].kib,
+               (unsigned long long)st->decisions[order[i]].n);
+    fputc('}', stdout);
+    cli_json_int(stdout, "decisions_other", st->decisions_other, &f);
+    cli_json_int(stdout, "clamped", st->clamped, &f);
+    cli_json_int(stdout, "initial_kib", FRT_RA_HOOK_INITIAL_KIB, &f);
+    cli_json_str(stdout, "hinting", hinting, &f);
+    cli_json_int(stdout, "hints", st->hints, &f);
+    cli_json_int(stdout, "hinted_bytes", st->hinted_bytes, &f);
+    cli_json_int(stdout, "hint_errors", st->hint_errors, &f);
+    cli_json_num(stdout, "mean_inference_ns", mean_ns, &f);
+    fputc('}', stdout);
+}
+
+/* The metrics in the simulator's key order, then the runtime's: one JSON object or a table. */
+static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, uint64_t verified_bytes,
+                          double sample_ratio, const char *policy, const char *warning, const char *eviction,
+                          int as_json, const frt_ra_hook *ra) {
+    const struct flashrt_metrics m = *mp;
+    struct cli_figure kvs[] = {
+        {"peak_dt_util", 0, m.peak_dt_util, 0}, {"mean_dt_util", 0, m.mean_dt_util, 0},
+        {"p50_dt_util", 0, m.p50_dt_util, 0}, {"p90_dt_util", 0, m.p90_dt_util, 0},
+        {"p99_dt_util", 0, m.p99_dt_util, 0}, {"flash_write_rate_mbps", 0, m.flash_write_rate_mbps, 0},
+        {"dwpd", 0, m.dwpd, 0}, {"io_hit_ratio", 0, m.io_hit_ratio, 0},
+        {"byte_hit_ratio", 0, m.byte_hit_ratio, 0}, {"segment_hit_ratio", 0, m.segment_hit_ratio, 0},
+        {"avg_eviction_age_s", 0, m.avg_eviction_age_s, 0}, {"backend_ios", 1, 0, m.backend_ios},
+        {"backend_bytes", 1, 0, m.backend_bytes}, {"admitted_segments", 1, 0, m.admitted_segments},
+        {"prefetched_segments", 1, 0, m.prefetched_segments}, {"accesses", 1, 0, m.accesses},
+        {"wall_s", 0, m.wall_s, 0},
+        {"integrity_errors", 1, 0, integrity}, {"verified_bytes", 1, 0, verified_bytes},
+        {"device_errors", 1, 0, m.device_errors}, {"flash_read_errors", 1, 0, m.flash_read_errors},
+        {"flash_write_errors", 1, 0, m.flash_write_errors}, {"rate_limited", 1, 0, m.rate_limited},
+        {"decision_ns_p50", 0, m.decision_ns_p50, 0}, {"decision_ns_p99", 0, m.decision_ns_p99, 0},
+        {"features_ns_p50", 0, m.features_ns_p50, 0}, {"policy_ns_p50", 0, m.policy_ns_p50, 0},
+        {"policy_prefetch_ns_p50", 0, m.policy_prefetch_ns_p50, 0},
+        {"hit_path_us_p50", 0, m.hit_path_us_p50, 0}, {"hit_path_us_p99", 0, m.hit_path_us_p99, 0},
+        {"miss_path_us_p50", 0, m.miss_path_us_p50, 0}, {"miss_path_us_p99", 0, m.miss_path_us_p99, 0},
+        {"raw_read_us_p50", 0, m.raw_read_us_p50, 0}, {"hit_overhead_us_p50", 0, m.hit_overhead_us_p50, 0},
+        {"backend_wall_ms_p50", 0, m.backend_wall_ms_p50, 0}, {"backend_dt_ms_p50", 0, m.backend_dt_ms_p50, 0},
+        {"backend_wall_s", 0, m.backend_wall_s, 0}, {"backend_dt_s", 0, m.backend_dt_s, 0},
+        {"gets", 1, 0, m.gets}, {"puts", 1, 0, m.puts}, {"hits", 1, 0, m.hits},
+        {"evicted_regions", 1, 0, m.evicted_regions}, {"evicted_segments", 1, 0, m.evicted_segments},
+        {"capacity_segments", 1, 0, m.capacity_segments}, {"region_bytes", 1, 0, m.region_bytes},
+        {"regions", 1, 0, m.regions}, {"trace_seconds", 0, m.trace_seconds, 0},
+        {"sample_ratio", 0, sample_ratio, 0},
+        {"throughput_accesses_per_s", 0, m.throughput_accesses_per_s, 0},
+        {"throughput_mb_per_s", 0, m.throughput_mb_per_s, 0}, {"direct_io", 1, 0, (uint64_t)m.direct_io},
+        {"eviction_decisions", 1, 0, m.eviction_decisions}, {"eviction_predictions", 1, 0, m.eviction_predictions},
+        {"eviction_reinsertions", 1, 0, m.eviction_reinsertions}, {"eviction_threshold", 0, m.eviction_threshold, 0},
+        {"eviction_decision_ns_p50", 0, m.eviction_decision_ns_p50, 0},
+    };
+    const char *strs[] = {"policy", policy, "eviction", eviction, "policy_warning", warning};
+    cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 3, 2, as_json, ra ? print_readahead : NULL, (void *)ra);
+}
+
+static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp, char *err);
+
+int cli_replay(int argc, char **argv) {
+    if (cli_want_help(argc, argv)) { fputs(REPLAY_HELP, stdout); return 0; }
+    struct replay_opts o;
+    int bad = parse_replay(argc, argv, &o);
+    if (bad >= 0) return bad;
+    struct flashrt_config cfg = o.cfg;
+    char err[FLASHRT_ERR_LEN] = "";
+    /* no output is an input; the flash file and the backing's map locked */
+    char map[4200];
+    snprintf(map, sizeof map, o.map_path ? "%s" : "%s.map", o.map_path ? o.map_path : o.backing_path);
+    struct cli_guard g;
+    cli_guard_init(&g, "replay");
+    g.allow_block = o.allow_block;
+    cli_guard_add(&g, "--trace", o.trace_path, CLI_IN);
+    cli_guard_add(&g, "--backing", o.backing_path, CLI_IN);
+    cli_guard_add(&g, o.map_path ? "--map" : "--backing's map", map, CLI_IN);
+    cli_guard_add_bundle(&g, "--policy", o.policy_dir);
+    cli_guard_add_bundle(&g, "--readahead-bundle", o.ra_bundle);
+    cli_guard_add_bundle(&g, "--eviction-bundle", o.ev_bundle);
+    cli_guard_add(&g, "--flash", cfg.flash_path, CLI_DEV);
+    if (cli_guard_check(&g)) return 1;
+    /* --eviction mat: the bundle's eviction capability, checked before any device is touched */
+    flashrt_policy *evb = NULL;
+    if (cfg.eviction == FLASHRT_MAT) {
+        const char *dir = o.ev_bundle ? o.ev_bundle : o.policy_dir;
+        evb = frt_policy_load_for(dir, FRT_CAP_AS_LISTED, err, sizeof err);
+        if (!evb) return ERR("--eviction mat: %s", err);
+        if (!frt_policy_evict(evb)) {
+            int rc = ERR("--eviction mat: bundle %s has no evict capability (it lists: %s)", dir, frt_policy_listed(evb));
+            flashrt_policy_free(evb);
+            return rc;
+        }
+        cfg.eviction_policy = evb;
+    }
+    if (cli_guard_lock(&g, "--flash", cfg.flash_path, 1, 1) ||
+        cli_guard_lock(&g, o.map_path ? "--map" : "--backing's map", map, 0, 0) || cli_guard_hold()) {
+        cli_guard_release(&g, 1);
+        flashrt_policy_free(evb);
+        return 1;
+    }
+    int rc = replay_run(&o, &cfg, err);
+    cli_guard_release(&g, rc == 1);
+    flashrt_policy_free(evb);
+    return rc;
+}
+
+static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp, char *err) {
+    const struct replay_opts o = *op;
+    struct flashrt_config cfg = *cfgp;
+    flashrt_trace *tr = flashrt_trace_open(o.trace_path, err, FLASHRT_ERR_LEN);
+    if (!tr) return ERR("%s", err);
+    flashrt_policy *pol;
+    char warning[FLASHRT_ERR_LEN] = "";
+    if (!strncmp(o.policy_dir, "builtin:", 8)) {
+        pol = flashrt_policy_builtin(o.policy_dir + 8, err, FLASHRT_ERR_LEN);
+    } else {
+        pol = flashrt_policy_load(o.policy_dir, !strcmp(o.fallback, "rejectx") ? FLASHRT_FALLBACK_REJECTX : FLASHRT_FALLBACK_NONE, err, FLASHRT_ERR_LEN);
+        if (pol && err[0]) {
+            snprintf(warning, sizeof warning, "%s", err);
+            fprintf(stderr, "flashrt: warning: %s; serving with the RejectX fallback\n", warning);
+        }
+    }
+    if (!pol) { flashrt_trace_close(tr); return ERR("%s", err); }
+    flashrt_backing *bk = flashrt_backing_open(o.backing_path, o.map_path, cfg.direct, err, FLASHRT_ERR_LEN);
+    if (!bk) { flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
+    /* the readahead hook: the model's bundle and the controller, attached to the backing */
+    flashrt_policy *ra_pol = NULL;
+    frt_ra_hook *ra = NULL;
+    if (o.ra_bundle) {
+        ra_pol = frt_readahead_load(o.ra_bundle, err, FLASHRT_ERR_LEN);
+        const struct frt_readahead_fns *fns = ra_pol ? frt_policy_readahead(ra_pol) : NULL;
+        if (fns) ra = frt_ra_hook_new(fns, o.ra_window_ms ? (int)o.ra_window_ms : fns->window_ms, !frt_backing_direct(bk), err, FLASHRT_ERR_LEN);
+        if (!ra) {
+            flashrt_policy_free(ra_pol);
+            flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr);
+            return ERR("%s", err);
+        }
+        frt_backing_set_readahead(bk, ra);
+    }
+    /* the sample ratio comes from the trace's comment, read while the header is parsed: read
+     * the first access before opening the cache */
+    struct flashrt_access acc;
+    int r = flashrt_trace_next(tr, &acc, err, FLASHRT_ERR_LEN);
+    if (r < 0) { frt_ra_hook_free(ra); flashrt_policy_free(ra_pol); flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
+    cfg.sample_ratio = o.sample_ratio > 0 ? o.sample_ratio : flashrt_trace_sample_ratio(tr) > 0 ? flashrt_trace_sample_ratio(tr) : 100.0;
+    flashrt *rt = flashrt_open(&cfg, pol, bk, err, FLASHRT_ERR_LEN);
+    if (!rt) { frt_ra_hook_free(ra); flashrt_policy_free(ra_pol); flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
+    uint64_t integrity = 0, n = 0, verified_bytes = 0;
+    const unsigned long long hold_at = cli_guard_hold_at();
+    int rc = 0;
+    while (r == 1 && n < o.limit) {
+        struct flashrt_result res;
+        if (flashrt_access(rt, &acc, &res) != 0) {
+            rc = ERR("%s:%llu: %s", o.trace_path, (unsigned long long)acc.line, flashrt_error(rt));
+            break;
+        }
+        flashrt_idle(rt);
+        if (res.data) {
+            int64_t bad_at = flashrt_verify(acc.key, acc.offset, res.data, res.len);
+            if (bad_at >= 0) {
+                if (integrity < 10)
+                    fprintf(stderr, "flashrt: integrity error: %s:%llu: block %llu byte %llu differs (%s)\n", o.trace_path,
+                            (unsigned long long)acc.line, (unsigned long long)acc.key,
+                            (unsigned long long)(acc.offset + (uint64_t)bad_at), res.hit ? "flash" : "backing");
+                integrity++;
+            }
+            verified_bytes += res.len;
+        }
+        n++;
+        if (n == hold_at && (rc = cli_guard_hold_now()) != 0) break;
+        r = flashrt_trace_next(tr, &acc, err, FLASHRT_ERR_LEN);
+    }
+    if (r < 0 && rc == 0) rc = ERR("%s", err);
+    if (rc == 0) {
+        struct flashrt_metrics m;
+        flashrt_metrics(rt, &m);
+        print_metrics(&m, integrity, verified_bytes, cfg.sample_ratio, flashrt_policy_name(pol), warning,
+                      flashrt_eviction_name((int)cfg.eviction), o.as_json, ra);
+        if (integrity) rc = 3;
+    }
+    flashrt_close(rt);
+    flashrt_backing_close(bk);
+    frt_ra_hook_free(ra);
+    flashrt_policy_free(ra_pol);
+    flashrt_policy_free(pol);
+    flashrt_trace_close(tr);
+    return rc;
+}

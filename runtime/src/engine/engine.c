@@ -1,0 +1,474 @@
+/* engine.c: the flash cache (Navy's BlockCache/Driver): flashrt_open/access/idle/metrics/close
+ * over the flash device (device.h), the region manager (region.h) and the policies in its
+ * slots (engine/policy_slots.h: admission, eviction), plus the DT and latency accounting.
+ *
+ * Model (the simulator's, sim/src/flash.rs, with Navy's storage layout):
+ * - GET covering segments s0..s1 of block `key`: a hit iff every covered segment is indexed.
+ *   Block-level recency: a GET of a cached block refreshes every region holding one of its
+ *   segments (LRU) and sets the block's last-access time.
+ * - Miss: one backend IO from the first to the last missing covered segment, extended by the
+ *   policy's prefetch range when the miss is admitted and the when-score passes (a rejected
+ *   miss never prefetches), less the range's cached edge segments; DT = t_seek + bytes / bandwidth. The policy is asked once; if it
+ *   admits (and the write-rate limiter has tokens for the bytes), every uncached segment of
+ *   the IO is appended to the open region.
+ * - PUT: one backend IO over its segments is charged; the cache is not touched.
+ * - Flash: regions of `region_bytes` written sequentially; when no region is clean the region
+ *   the eviction slot names (engine/policy_slots.h: LRU or FIFO over regions, MAT's block, ...)
+ *   is evicted whole. Eviction age = eviction time - last access of the block.
+ * - A flash read error drops the block's covered segments from the index and serves the
+ *   access as a miss from the backing device; a write error leaves the segment uncached. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policies/admission/admission.h"
+#include "engine/backing_internal.h"
+#include "engine/device.h"
+#include "flashrt.h"
+#include "util/internal.h"
+#include "engine/region.h"
+
+#define SEG ((uint64_t)FRT_SEGMENT_BYTES)
+
+struct flashrt {
+    struct flashrt_config cfg;
+    flashrt_backing *backing;
+    struct frt_device dev;
+    struct frt_regions rm;
+    struct frt_admission adm;
+    const struct frt_admission_ops *admit; /* the admission slot; its state is adm */
+    uint8_t *fbuf, *bbuf, *rawbuf;
+    void *ev_st; /* the eviction policy's state (rm.ev is the policy) */
+    /* accounting */
+    int started;
+    double t0, tlast, wall0;
+    double *win_dt;
+    size_t nwin;
+    uint64_t gets, puts, hits, get_bytes, hit_bytes, get_segs, hit_segs;
+    uint64_t backend_ios, backend_bytes, admitted, prefetched;
+    uint64_t served_bytes;
+    int raw_flip;
+    struct frt_vec hit_us, miss_us, raw_us, over_us, backend_wall_ms, backend_dt_ms;
+    double backend_wall_s, backend_dt_s;
+    char err[FLASHRT_ERR_LEN];
+};
+
+void flashrt_config_default(struct flashrt_config *c) {
+    memset(c, 0, sizeof *c);
+    c->region_bytes = 1u << 20;
+    c->eviction = FLASHRT_LRU;
+    c->direct = FLASHRT_DIRECT_AUTO;
+    c->sample_ratio = FRT_SAMPLE_RATIO;
+    c->write_burst_s = 60.0;
+    c->rate_clock = FLASHRT_CLOCK_TRACE;
+    c->tracker_width_log2 = 14;
+    c->tracker_depth = 4;
+    c->t_seek_s = FRT_T_SEEK_S;
+    c->bandwidth_bytes_per_s = FRT_BANDWIDTH_BYTES_PER_S;
+    c->window_s = FRT_WINDOW_S;
+    c->warmup_s = FRT_WARMUP_S;
+    c->disks = FRT_DISKS;
+}
+
+const char *flashrt_error(const flashrt *rt) { return rt->err; }
+
+/* ---- open / close ---- */
+
+static void *aligned(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, FRT_ALIGN, n) != 0) return NULL;
+    return p;
+}
+
+flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
+                      flashrt_backing *backing, char *err, size_t errlen) {
+    if (!cfg->flash_path) { frt_seterr(err, errlen, "no flash device given"); return NULL; }
+    if (cfg->region_bytes < SEG || cfg->region_bytes % SEG) {
+        frt_seterr(err, errlen, "region size %llu must be a positive multiple of the segment (%llu bytes)",
+                   (unsigned long long)cfg->region_bytes, (unsigned long long)SEG);
+        return NULL;
+    }
+    if (!(cfg->sample_ratio > 0 && cfg->sample_ratio <= 100)) {
+        frt_seterr(err, errlen, "sample ratio must be in (0, 100], got %g", cfg->sample_ratio);
+        return NULL;
+    }
+    if (!(cfg->window_s > 0) || !(cfg->bandwidth_bytes_per_s > 0) || !(cfg->t_seek_s >= 0) || cfg->disks == 0 ||
+        !(cfg->write_rate_mbps >= 0) || !(cfg->write_burst_s > 0)) {
+        frt_seterr(err, errlen, "invalid model or limiter settings");
+        return NULL;
+    }
+    flashrt *rt = calloc(1, sizeof *rt);
+    if (!rt) { frt_seterr(err, errlen, "out of memory"); return NULL; }
+    rt->cfg = *cfg;
+    rt->backing = backing;
+    rt->dev.fd = -1;
+    rt->dev.fail_read_every = cfg->fail_read_every;
+    rt->dev.fail_write_every = cfg->fail_write_every;
+    if (frt_device_open(&rt->dev, cfg->flash_path, cfg->direct, err, errlen) != 0) goto fail;
+    uint64_t size = rt->dev.size;
+    uint64_t want = cfg->flash_bytes ? cfg->flash_bytes : size;
+    if (rt->dev.is_blockdev && want > size) {
+        frt_seterr(err, errlen, "%s: the device has %llu bytes, less than --flash-bytes %llu", cfg->flash_path,
+                   (unsigned long long)size, (unsigned long long)want);
+        goto fail;
+    }
+    uint64_t spr = cfg->region_bytes / SEG, nregions = want / cfg->region_bytes;
+    if (nregions == 0) {
+        frt_seterr(err, errlen, "%s: flash of %llu bytes is too small for one region of %llu bytes",
+                   cfg->flash_path, (unsigned long long)want, (unsigned long long)cfg->region_bytes);
+        goto fail;
+    }
+    if (nregions * spr >= FRT_NONE) { frt_seterr(err, errlen, "flash too large"); goto fail; }
+    if (frt_device_reserve(&rt->dev, cfg->flash_path, nregions * cfg->region_bytes, err, errlen) != 0) goto fail;
+    rt->fbuf = aligned(FRT_BLOCK_BYTES);
+    rt->bbuf = aligned(FRT_BLOCK_BYTES);
+    rt->rawbuf = cfg->measure_raw ? aligned(FRT_BLOCK_BYTES) : NULL;
+    if (frt_regions_init(&rt->rm, nregions, spr) != 0 || !rt->fbuf || !rt->bbuf ||
+        (cfg->measure_raw && !rt->rawbuf)) {
+        frt_seterr(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (frt_admission_init(&rt->adm, cfg, policy, rt->rm.nslots, err, errlen) != 0) goto fail;
+    rt->admit = &frt_admission_policy;
+    const struct frt_eviction_ops *ev = frt_eviction_policy((int)cfg->eviction);
+    if (!ev) { frt_seterr(err, errlen, "unknown eviction policy %d", (int)cfg->eviction); goto fail; }
+    if ((ev->needs & FRT_CAP_EVICTION) && !cfg->eviction_policy) {
+        frt_seterr(err, errlen, "eviction %s needs a bundle with the eviction capability (flashrt_config.eviction_policy)", ev->name);
+        goto fail;
+    }
+    rt->rm.ev = ev;
+    if (ev->init && ev->init(&rt->ev_st, &rt->rm, cfg->eviction_policy, err, errlen) != 0) goto fail;
+    rt->rm.ev_st = rt->ev_st;
+    return rt;
+fail:
+    flashrt_close(rt);
+    return NULL;
+}
+
+void flashrt_close(flashrt *rt) {
+    if (!rt) return;
+    if (rt->rm.ev && rt->rm.ev->free) rt->rm.ev->free(rt->ev_st);
+    frt_device_close(&rt->dev);
+    frt_regions_free(&rt->rm);
+    frt_admission_free(&rt->adm);
+    free(rt->fbuf);
+    free(rt->bbuf);
+    free(rt->rawbuf);
+    free(rt->win_dt);
+    frt_vec_free(&rt->hit_us);
+    frt_vec_free(&rt->miss_us);
+    frt_vec_free(&rt->raw_us);
+    frt_vec_free(&rt->over_us);
+    frt_vec_free(&rt->backend_wall_ms);
+    frt_vec_free(&rt->backend_dt_ms);
+    free(rt);
+}
+
+/* ---- accounting ---- */
+
+static void charge(flashrt *rt, double t, double dt) {
+    size_t k = (size_t)floor((t - rt->t0) / rt->cfg.window_s);
+    if (k >= rt->nwin) {
+        size_t n = rt->nwin ? rt->nwin : 64;
+        while (n <= k) n *= 2;
+        double *w = realloc(rt->win_dt, n * sizeof *w);
+        if (!w) return;
+        memset(w + rt->nwin, 0, (n - rt->nwin) * sizeof *w);
+        rt->win_dt = w;
+        rt->nwin = n;
+    }
+    rt->win_dt[k] += dt;
+}
+
+static double io_dt(const flashrt *rt, unsigned segs) {
+    return rt->cfg.t_seek_s + (double)segs * (double)SEG / rt->cfg.bandwidth_bytes_per_s;
+}
+
+/* ---- serving ---- */
+
+/* The mask of segments s0..s0+nseg-1. */
+static inline uint64_t span_of(unsigned s0, unsigned nseg) {
+    return (nseg == 64 ? ~0ull : ((1ull << nseg) - 1)) << s0;
+}
+
+static inline int holds(const struct frt_blk *b, unsigned s) { return b && ((b->mask >> s) & 1); }
+
+/* Reads cached segments s0..s1 of b (all indexed) into buf, coalescing adjacent slots; `raw`:
+ * without fault injection and counting (the --measure-raw reference). */
+static int read_cached(flashrt *rt, const struct frt_blk *b, unsigned s0, unsigned s1, uint8_t *buf, int raw) {
+    unsigned s = s0;
+    while (s <= s1) {
+        unsigned e = s;
+        while (e + 1 <= s1 && b->loc[e + 1] == b->loc[e] + 1) e++;
+        size_t n = (size_t)(e - s + 1) * SEG;
+        uint64_t off = (uint64_t)b->loc[s] * SEG;
+        int r = raw ? frt_device_read_raw(&rt->dev, buf + (size_t)(s - s0) * SEG, n, off)
+                    : frt_device_read(&rt->dev, buf + (size_t)(s - s0) * SEG, n, off);
+        if (r != 0) return -1;
+        s = e + 1;
+    }
+    return 0;
+}
+
+/* Writes segment s of `key` (data) to a fresh slot and indexes it; a write error leaves it
+ * uncached (the slot stays invalid). */
+static void insert_segment(flashrt *rt, uint64_t key, unsigned s, const uint8_t *data, double t) {
+    uint32_t id = frt_regions_alloc_slot(&rt->rm, t); /* may evict this very block */
+    if (frt_device_write(&rt->dev, data, SEG, (uint64_t)id * SEG) != 0) return;
+    frt_regions_add(&rt->rm, key, s, id, t);
+}
+
+/* The block's access at t: its last-access time, and what the eviction policy makes of it
+ * (LRU: its regions to the head). */
+static inline void refresh(flashrt *rt, struct frt_blk *b, double t) {
+    b->last = t;
+    if (rt->rm.ev->refresh) rt->rm.ev->refresh(rt->ev_st, &rt->rm, b);
+}
+
+int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_result *res) {
+    double t = a->time;
+    unsigned s0 = (unsigned)(a->offset / SEG), s1 = (unsigned)((a->offset + a->size - 1) / SEG);
+    unsigned nseg = s1 - s0 + 1;
+    memset(res, 0, sizeof *res);
+    if (!rt->started) {
+        rt->started = 1;
+        rt->t0 = t;
+        rt->wall0 = frt_now();
+    }
+    rt->tlast = t;
+    const uint64_t index = rt->gets + rt->puts; /* this access's, from 0 */
+    if (flashrt_is_put(a->op)) {
+        rt->puts++;
+        rt->backend_ios++;
+        rt->backend_bytes += nseg * SEG;
+        charge(rt, t, io_dt(rt, nseg));
+        return 0;
+    }
+    rt->admit->arrive(&rt->adm, a->key);
+    uint64_t w0 = frt_now_ns();
+    if (rt->rm.ev->get) { /* inside the hit and miss paths' time */
+        const struct frt_blk *g = frt_regions_find(&rt->rm, a->key);
+        if (rt->rm.ev->get(rt->ev_st, a, index, g ? (uint32_t)(g - rt->rm.blks) : FRT_NONE, rt->err, sizeof rt->err) != 0)
+            return -1;
+    }
+    rt->gets++;
+    rt->get_bytes += a->size;
+    rt->get_segs += nseg;
+    const uint64_t span = span_of(s0, nseg);
+    struct frt_blk *b;
+    unsigned cached, m0, m1;
+    double raw = -1;
+    int raw_first = 0;
+    if (rt->cfg.measure_raw && (rt->raw_flip ^= 1)) {
+        /* half of the hits time the raw read first, half after: neither order gets the
+         * warmer caches every time */
+        b = frt_regions_find(&rt->rm, a->key);
+        if (holds(b, s0) && (b->mask & span) == span) {
+            uint64_t r0 = frt_now_ns();
+            if (read_cached(rt, b, s0, s1, rt->rawbuf, 1) == 0) raw = (double)(frt_now_ns() - r0);
+            raw_first = 1;
+            w0 = frt_now_ns();
+        }
+    }
+    for (;;) {
+        b = frt_regions_find(&rt->rm, a->key);
+        cached = 0;
+        m0 = s0;
+        m1 = s1;
+        if (b) {
+            uint64_t have = b->mask & span, miss = ~b->mask & span;
+            cached = (unsigned)__builtin_popcountll(have);
+            if (miss) {
+                m0 = (unsigned)__builtin_ctzll(miss);
+                m1 = 63u - (unsigned)__builtin_clzll(miss);
+            }
+        }
+        if (!b || cached < nseg) break;
+        /* hit */
+        if (read_cached(rt, b, s0, s1, rt->fbuf, 0) != 0) {
+            /* flash read error (counted by the device): drop what we hold of this range,
+             * serve it as a miss */
+            for (unsigned s = s0; s <= s1; s++)
+                if (holds(b, s)) frt_regions_drop(&rt->rm, b->loc[s]);
+            continue;
+        }
+        refresh(rt, b, t);
+        rt->admit->observe(&rt->adm, a);
+        uint64_t w2 = frt_now_ns();
+        if (rt->cfg.measure_raw && !raw_first) {
+            uint64_t r0 = frt_now_ns();
+            if (read_cached(rt, b, s0, s1, rt->rawbuf, 1) == 0) raw = (double)(frt_now_ns() - r0);
+        }
+        double hit_us = (double)(w2 - w0) / 1e3;
+        frt_vec_push(&rt->hit_us, hit_us);
+        if (raw >= 0) {
+            frt_vec_push(&rt->raw_us, raw / 1e3);
+            frt_vec_push(&rt->over_us, hit_us - raw / 1e3);
+        }
+        rt->hits++;
+        rt->hit_bytes += a->size;
+        rt->hit_segs += nseg;
+        rt->served_bytes += a->size;
+        res->data = rt->fbuf + (a->offset - (uint64_t)s0 * SEG);
+        res->len = a->size;
+        res->hit = 1;
+        return 0;
+    }
+    /* miss: refresh recency of what the block has, then decide */
+    if (b) refresh(rt, b, t);
+    rt->hit_segs += cached;
+    unsigned lo = m0, hi = m1;
+    int admit = rt->admit->decide(&rt->adm, a, &lo, &hi);
+    rt->admit->observe(&rt->adm, a);
+    /* as the simulator (and the artifact): cached segments at the edges of the prefetch
+     * range are not read again */
+    if (b) {
+        while (lo < m0 && holds(b, lo)) lo++;
+        while (hi > m1 && holds(b, hi)) hi--;
+    }
+    unsigned io_segs = hi - lo + 1;
+    rt->backend_ios++;
+    rt->backend_bytes += io_segs * SEG;
+    double dt = io_dt(rt, io_segs);
+    charge(rt, t, dt);
+    /* the response covers s0..s1, the IO lo..hi; covered segments outside the IO are cached
+     * and come from flash. buf holds segments u0..u1 of the block. */
+    unsigned u0 = lo < s0 ? lo : s0;
+    uint8_t *buf = rt->bbuf;
+    uint64_t r0 = frt_now_ns();
+    if (frt_backing_read(rt->backing, a->key, lo, hi, buf + (size_t)(lo - u0) * SEG, t, rt->err, sizeof rt->err) != 0) return -1;
+    double wall = (double)(frt_now_ns() - r0) / 1e9;
+    frt_vec_push(&rt->backend_wall_ms, wall * 1e3);
+    frt_vec_push(&rt->backend_dt_ms, dt * 1e3);
+    rt->backend_wall_s += wall;
+    rt->backend_dt_s += dt;
+    if (s0 < lo || s1 > hi) {
+        b = frt_regions_find(&rt->rm, a->key);
+        for (unsigned s = s0; s <= s1; s++) {
+            if (s >= lo && s <= hi) continue;
+            uint8_t *dst = buf + (size_t)(s - u0) * SEG;
+            if (holds(b, s) && frt_device_read(&rt->dev, dst, SEG, (uint64_t)b->loc[s] * SEG) == 0) continue;
+            /* flash error (counted by the device; or, defensively, not cached): this
+             * segment from the backing */
+            if (holds(b, s)) {
+                frt_regions_drop(&rt->rm, b->loc[s]);
+                b = frt_regions_find(&rt->rm, a->key);
+            }
+            if (frt_backing_read(rt->backing, a->key, s, s, dst, t, rt->err, sizeof rt->err) != 0) return -1;
+        }
+    }
+    if (admit) {
+        b = frt_regions_find(&rt->rm, a->key);
+        unsigned need = 0;
+        for (unsigned s = lo; s <= hi; s++)
+            if (!holds(b, s)) need++;
+        if (!need || frt_ratelimit_take(&rt->adm.limit, t, need * SEG)) {
+            for (unsigned s = lo; s <= hi; s++) {
+                b = frt_regions_find(&rt->rm, a->key); /* an eviction may have freed it */
+                if (holds(b, s)) continue;
+                insert_segment(rt, a->key, s, buf + (size_t)(s - u0) * SEG, t);
+                rt->admitted++;
+                if (s < s0 || s > s1) rt->prefetched++;
+            }
+        }
+    }
+    if (rt->rm.ev->inserted && (b = frt_regions_find(&rt->rm, a->key)) != NULL) rt->rm.ev->inserted(rt->ev_st, &rt->rm, b);
+    frt_vec_push(&rt->miss_us, (double)(frt_now_ns() - w0) / 1e3);
+    rt->served_bytes += a->size;
+    res->data = buf + (a->offset - (uint64_t)u0 * SEG);
+    res->len = a->size;
+    res->hit = 0;
+    return 0;
+}
+
+void flashrt_idle(flashrt *rt) { rt->admit->idle(&rt->adm); }
+
+/* ---- metrics ---- */
+
+/* The utilisation series: DT per window after the warm-up, at full-node scale per disk. */
+static void dt_util(const flashrt *rt, struct flashrt_metrics *m) {
+    const struct flashrt_config *c = &rt->cfg;
+    double span = rt->started ? rt->tlast - rt->t0 : 0;
+    size_t nw = rt->started ? (size_t)floor(span / c->window_s) + 1 : 0;
+    double *meas = nw ? malloc(nw * sizeof *meas) : NULL;
+    size_t nm = 0;
+    double sum = 0;
+    for (size_t k = 0; meas && k < nw; k++) {
+        double dt = k < rt->nwin ? rt->win_dt[k] : 0;
+        double util = dt / c->disks / (c->sample_ratio / 100.0) / c->window_s;
+        if ((double)k * c->window_s >= c->warmup_s) {
+            meas[nm++] = util;
+            sum += util;
+        }
+    }
+    struct frt_vec v = {meas, nm, nm};
+    m->p50_dt_util = frt_percentile(&v, 0.5);
+    m->p90_dt_util = frt_percentile_sorted(meas, nm, 0.9);
+    m->p99_dt_util = frt_percentile_sorted(meas, nm, 0.99);
+    m->peak_dt_util = nm ? meas[nm - 1] : NAN;
+    m->mean_dt_util = nm ? sum / (double)nm : NAN;
+    free(meas);
+}
+
+void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
+    memset(m, 0, sizeof *m);
+    const struct flashrt_config *c = &rt->cfg;
+    const struct frt_regions *rm = &rt->rm;
+    struct frt_admission *adm = &rt->adm;
+    double span = rt->started ? rt->tlast - rt->t0 : 0;
+    dt_util(rt, m);
+    double scale = 100.0 / c->sample_ratio;
+    m->flash_write_rate_mbps = span > 0 ? (double)rt->admitted * (double)SEG / span * scale / FRT_MB : NAN;
+    double cache_full = (double)rm->nslots * (double)SEG * scale;
+    m->dwpd = m->flash_write_rate_mbps * FRT_MB * 86400.0 / cache_full;
+    m->io_hit_ratio = rt->gets ? (double)rt->hits / (double)rt->gets : NAN;
+    m->byte_hit_ratio = rt->get_bytes ? (double)rt->hit_bytes / (double)rt->get_bytes : NAN;
+    m->segment_hit_ratio = rt->get_segs ? (double)rt->hit_segs / (double)rt->get_segs : NAN;
+    m->avg_eviction_age_s = rm->evicted_segments ? rm->age_sum / (double)rm->evicted_segments : NAN;
+    m->backend_ios = rt->backend_ios;
+    m->backend_bytes = rt->backend_bytes;
+    m->admitted_segments = rt->admitted;
+    m->prefetched_segments = rt->prefetched;
+    m->accesses = rt->gets + rt->puts;
+    m->wall_s = rt->started ? frt_now() - rt->wall0 : 0;
+    m->flash_read_errors = rt->dev.read_errors;
+    m->flash_write_errors = rt->dev.write_errors;
+    m->device_errors = rt->dev.read_errors + rt->dev.write_errors;
+    m->rate_limited = adm->limit.limited;
+    m->gets = rt->gets;
+    m->puts = rt->puts;
+    m->hits = rt->hits;
+    m->evicted_regions = rm->evicted_regions;
+    m->evicted_segments = rm->evicted_segments;
+    m->capacity_segments = rm->nslots;
+    m->region_bytes = c->region_bytes;
+    m->regions = rm->nregions;
+    /* latency percentiles (each call sorts its samples) */
+    m->decision_ns_p50 = frt_percentile(&adm->decision_ns, 0.5);
+    m->decision_ns_p99 = frt_percentile(&adm->decision_ns, 0.99);
+    m->features_ns_p50 = frt_percentile(&adm->features_ns, 0.5);
+    m->policy_ns_p50 = frt_percentile(&adm->policy_ns, 0.5);
+    m->policy_prefetch_ns_p50 = frt_percentile(&adm->hint_ns, 0.5);
+    m->hit_path_us_p50 = frt_percentile(&rt->hit_us, 0.5);
+    m->hit_path_us_p99 = frt_percentile(&rt->hit_us, 0.99);
+    m->miss_path_us_p50 = frt_percentile(&rt->miss_us, 0.5);
+    m->miss_path_us_p99 = frt_percentile(&rt->miss_us, 0.99);
+    m->raw_read_us_p50 = frt_percentile(&rt->raw_us, 0.5);
+    m->hit_overhead_us_p50 = frt_percentile(&rt->over_us, 0.5);
+    m->backend_wall_ms_p50 = frt_percentile(&rt->backend_wall_ms, 0.5);
+    m->backend_dt_ms_p50 = frt_percentile(&rt->backend_dt_ms, 0.5);
+    m->backend_wall_s = rt->backend_wall_s;
+    m->backend_dt_s = rt->backend_dt_s;
+    m->trace_seconds = span;
+    m->throughput_accesses_per_s = m->wall_s > 0 ? (double)m->accesses / m->wall_s : NAN;
+    m->throughput_mb_per_s = m->wall_s > 0 ? (double)rt->served_bytes / m->wall_s / FRT_MB : NAN;
+    m->direct_io = rt->dev.direct;
+    struct frt_eviction_stats es = {0, 0, 0, NAN, NAN};
+    if (rt->rm.ev->stats) rt->rm.ev->stats(rt->ev_st, &es);
+    m->eviction_decisions = es.decisions;
+    m->eviction_predictions = es.predictions;
+    m->eviction_reinsertions = es.reinsertions;
+    m->eviction_threshold = es.threshold;
+    m->eviction_decision_ns_p50 = es.decision_ns_p50;
+}

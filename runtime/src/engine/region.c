@@ -1,0 +1,109 @@
+/* region.c: the region manager (region.h): slot allocation in the open region, whole-region
+ * eviction of the region the eviction slot names, and the (block, segment) -> slot index. */
+#include <stdlib.h>
+
+#include "engine/region.h"
+
+#define SPB FRT_SEGMENTS_PER_BLOCK
+
+int frt_regions_init(struct frt_regions *m, uint64_t nregions, uint64_t spr) {
+    m->nregions = nregions;
+    m->spr = spr;
+    m->nslots = nregions * spr;
+    m->reg = calloc(m->nregions, sizeof *m->reg);
+    m->slot = calloc(m->nslots, sizeof *m->slot);
+    m->clean = malloc(m->nregions * sizeof *m->clean);
+    m->blks = malloc(m->nslots * sizeof *m->blks);
+    if (!m->reg || !m->slot || !m->clean || !m->blks || frt_map_init(&m->index, 1024) != 0)
+        return -1;
+    for (uint64_t i = 0; i < m->nregions; i++) m->clean[i] = (uint32_t)(m->nregions - 1 - i);
+    m->nclean = m->nregions;
+    for (uint64_t i = 0; i < m->nslots; i++)
+        m->blks[i].next_free = i + 1 < m->nslots ? (uint32_t)(i + 1) : FRT_NONE;
+    m->free_blk = 0;
+    m->head = m->tail = m->open_region = FRT_NONE;
+    m->ev = NULL;
+    m->ev_st = NULL;
+    return 0;
+}
+
+void frt_regions_free(struct frt_regions *m) {
+    free(m->reg);
+    free(m->slot);
+    free(m->clean);
+    free(m->blks);
+    if (m->index.cap) frt_map_free(&m->index);
+    m->reg = NULL;
+    m->slot = NULL;
+    m->clean = NULL;
+    m->blks = NULL;
+}
+
+void frt_regions_drop(struct frt_regions *m, uint32_t slot_id) {
+    struct frt_slotref *sr = &m->slot[slot_id];
+    if (!sr->valid) return;
+    struct frt_blk *b = &m->blks[sr->blk];
+    b->mask &= ~(1ull << sr->seg);
+    b->loc[sr->seg] = FRT_NONE;
+    b->count--;
+    sr->valid = 0;
+    m->reg[slot_id / m->spr].live--;
+    if (b->count == 0) {
+        if (m->ev && m->ev->removed) m->ev->removed(m->ev_st, sr->blk);
+        frt_map_del(&m->index, b->key);
+        b->next_free = m->free_blk;
+        m->free_blk = sr->blk;
+    }
+}
+
+static void evict_region(struct frt_regions *m, uint32_t r, double t) {
+    for (uint64_t i = 0; i < m->spr; i++) {
+        uint32_t id = (uint32_t)(r * m->spr + i);
+        struct frt_slotref *sr = &m->slot[id];
+        if (!sr->valid) continue;
+        m->age_sum += t - m->blks[sr->blk].last;
+        m->evicted_segments++;
+        frt_regions_drop(m, id);
+    }
+    m->reg[r].fill = m->reg[r].live = 0;
+    m->evicted_regions++;
+}
+
+uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t) {
+    if (m->open_region == FRT_NONE || m->reg[m->open_region].fill == m->spr) {
+        if (m->open_region != FRT_NONE) frt_regions_push_head(m, m->open_region); /* seal */
+        if (m->nclean == 0) {
+            uint32_t victim = m->ev->victim(m->ev_st, m);
+            frt_regions_unlink(m, victim);
+            evict_region(m, victim, t);
+            m->clean[m->nclean++] = victim;
+        }
+        m->open_region = m->clean[--m->nclean];
+        m->reg[m->open_region].fill = m->reg[m->open_region].live = 0;
+    }
+    struct frt_region *g = &m->reg[m->open_region];
+    return (uint32_t)(m->open_region * m->spr + g->fill++);
+}
+
+void frt_regions_add(struct frt_regions *m, uint64_t key, unsigned s, uint32_t id, double t) {
+    struct frt_blk *b = frt_regions_find(m, key);
+    if (!b) {
+        uint32_t bi = m->free_blk; /* never FRT_NONE: blocks in use <= valid slots < nslots */
+        b = &m->blks[bi];
+        m->free_blk = b->next_free;
+        b->key = key;
+        b->mask = 0;
+        b->count = 0;
+        b->last = t;
+        for (unsigned k = 0; k < SPB; k++) b->loc[k] = FRT_NONE;
+        frt_map_put(&m->index, key, bi);
+        if (m->ev && m->ev->added) m->ev->added(m->ev_st, bi);
+    }
+    b->mask |= 1ull << s;
+    b->loc[s] = id;
+    b->count++;
+    m->slot[id].blk = (uint32_t)(b - m->blks);
+    m->slot[id].seg = (uint8_t)s;
+    m->slot[id].valid = 1;
+    m->reg[id / m->spr].live++;
+}

@@ -1,0 +1,114 @@
+/* region.h: the region manager (Navy's RegionManager + the index of its BlockCache): the flash
+ * is cut into regions of `spr` segment slots, written sequentially (one open region at a
+ * time); sealed regions sit on a list (head = most recently sealed) that the eviction policy
+ * may reorder (LRU moves a block's regions to the head when it is read; FIFO leaves it);
+ * when no region is clean the policy in the eviction slot (engine/policy_slots.h) names the
+ * region to evict whole. The index maps (block, segment) -> slot: a block entry per cached
+ * block with the slot of each cached segment; the policy hears when an entry comes and
+ * goes. In memory only. Not public. */
+#ifndef FLASHRT_REGION_H
+#define FLASHRT_REGION_H
+
+#include <stdint.h>
+
+#include "engine/policy_slots.h"
+#include "util/map.h"
+#include "util/units.h"
+
+#define FRT_NONE UINT32_MAX
+
+/* A cached block: which segments are on flash, where, and its last access (trace time). */
+struct frt_blk {
+    uint64_t key, mask;
+    double last;
+    uint32_t count, next_free;
+    uint32_t loc[FRT_SEGMENTS_PER_BLOCK]; /* flash slot of each cached segment */
+};
+
+struct frt_region {
+    uint32_t prev, next; /* eviction list (head = most recent) */
+    uint32_t fill, live;
+    int in_list;
+};
+
+struct frt_slotref {
+    uint32_t blk;
+    uint8_t seg, valid;
+};
+
+struct frt_regions {
+    uint64_t nregions, spr, nslots; /* spr: segment slots per region */
+    struct frt_region *reg;
+    struct frt_slotref *slot;
+    uint32_t head, tail, open_region; /* the list of sealed regions: head = most recent */
+    uint32_t *clean; /* stack of clean regions */
+    uint64_t nclean;
+    struct frt_blk *blks; /* nslots entries: a cached block holds >= 1 segment */
+    uint32_t free_blk;
+    struct frt_map index; /* block key -> entry of blks */
+    /* the eviction slot (set by the engine after init) */
+    const struct frt_eviction_ops *ev;
+    void *ev_st;
+    /* eviction accounting: age = eviction time - the block's last access */
+    uint64_t evicted_regions, evicted_segments;
+    double age_sum;
+};
+
+/* All regions clean, nothing indexed; -1 when out of memory (frt_regions_free cleans up).
+ * nregions * spr must be < FRT_NONE. */
+int frt_regions_init(struct frt_regions *m, uint64_t nregions, uint64_t spr);
+void frt_regions_free(struct frt_regions *m);
+
+/* The next flash slot, sealing the open region and evicting a whole region (at trace time t,
+ * the one the eviction policy names) as needed; the eviction may drop the very block the
+ * caller is inserting. */
+uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t);
+/* Indexes segment s of block `key` at `slot` (just written); t: the block's access time when
+ * the block is new to the index (the eviction policy's `added`). */
+void frt_regions_add(struct frt_regions *m, uint64_t key, unsigned s, uint32_t slot, double t);
+/* Forgets what slot holds (if anything); the block leaves the index with its last segment
+ * (the eviction policy's `removed`). */
+void frt_regions_drop(struct frt_regions *m, uint32_t slot);
+
+/* ---- hot path (every GET): inline ---- */
+
+static inline struct frt_blk *frt_regions_find(const struct frt_regions *m, uint64_t key) {
+    uint32_t *v = frt_map_get(&m->index, key);
+    return v ? &m->blks[*v] : NULL;
+}
+
+static inline void frt_regions_unlink(struct frt_regions *m, uint32_t r) {
+    struct frt_region *g = &m->reg[r];
+    if (g->prev != FRT_NONE) m->reg[g->prev].next = g->next; else m->head = g->next;
+    if (g->next != FRT_NONE) m->reg[g->next].prev = g->prev; else m->tail = g->prev;
+    g->in_list = 0;
+}
+
+static inline void frt_regions_push_head(struct frt_regions *m, uint32_t r) {
+    struct frt_region *g = &m->reg[r];
+    g->prev = FRT_NONE;
+    g->next = m->head;
+    if (m->head != FRT_NONE) m->reg[m->head].prev = r; else m->tail = r;
+    m->head = r;
+    g->in_list = 1;
+}
+
+/* LRU: moves every sealed region holding a segment of b to the head (the open region is not
+ * on the list). Touching a region twice in a row is a no-op, so consecutive slots of one
+ * region are touched once. */
+static inline void frt_regions_touch_block(struct frt_regions *m, const struct frt_blk *b) {
+    uint64_t mask = b->mask;
+    uint32_t prev = FRT_NONE;
+    while (mask) {
+        unsigned s = (unsigned)__builtin_ctzll(mask);
+        mask &= mask - 1;
+        uint32_t r = (uint32_t)(b->loc[s] / m->spr);
+        if (r != prev && m->reg[r].in_list && m->head != r) {
+            frt_regions_unlink(m, r);
+            frt_regions_push_head(m, r);
+        }
+        prev = r;
+    }
+}
+
+#endif

@@ -1,7 +1,0 @@
-/* map.c: the u64 -> u32 hash map of map.h (map_tmpl.h instantiated). */
-#include "map.h"
-
-#define MAP_NAME frt_map
-#define MAP_VAL uint32_t
-#define MAP_SCOPE
-#include "map_tmpl.h"

@@ -1,0 +1,416 @@
+/* partition.c: MLCache's partitioned page cache (flashrt.h, "MLCache"): one LRU list per
+ * stream with a quota of pages, re-divided at each interval boundary by the policy's
+ * flashml_partition from the monitor's features of the interval before. Every step is the
+ * simulator's (sim/src/partition.rs Partitions::access/resize, pages_of_shares, apportion;
+ * sim/src/reuse.rs interval_histograms), so the quotas and hits are the same on the same
+ * requests (tests/test_runtime_partition.py).
+ *
+ * The monitor: exact per-stream LRU stack distances with a Fenwick tree over each stream's
+ * request positions (a position is marked while it is its page's last access; the distance
+ * of a request is 1 + the marks after its page's last position). The trees grow with the
+ * stream's requests (a replay's length); a long-running server would renumber positions,
+ * which changes no distance. Storage: slot i of the cache file holds one page
+ * (page_bytes); capacity pages in all. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/device.h"
+#include "flashml_policy.h"
+#include "flashrt.h"
+#include "util/internal.h"
+#include "policies/policy_internal.h"
+
+#define NIL UINT32_MAX
+#define K_MAX FLASHML_PARTITION_MAX_STREAMS
+#define STEPS FLASHML_PARTITION_STEPS
+
+/* one stream's monitor: page -> last position; Fenwick tree over positions 1..n */
+struct monitor {
+    struct frt_map last;
+    uint32_t *tree;
+    uint8_t *mark;
+    size_t n, cap;
+};
+
+struct flashrt_part {
+    struct flashrt_part_config cfg;
+    frt_partition_fn partition; /* NULL: even */
+    int k;
+    /* per stream: page -> slot, LRU list (head = most recent), quota, used */
+    struct frt_map index[K_MAX];
+    uint32_t head[K_MAX], tail[K_MAX];
+    uint64_t quota[K_MAX], used[K_MAX];
+    uint32_t *prev, *next, *free_slots;
+    uint64_t *page_of;
+    size_t nfree;
+    struct monitor mon[K_MAX];
+    uint64_t hist[K_MAX][STEPS], count[K_MAX];
+    uint64_t seen; /* cached requests so far */
+    uint64_t *alloc;
+    size_t nalloc, alloccap;
+    /* data */
+    struct frt_device dev;
+    uint8_t *buf, *want;
+    /* counters */
+    uint64_t requests, hits, reads, read_hits, writes, write_hits, evictions, resize_evictions;
+    uint64_t fallbacks, calls, call_ns, bytes_written, bytes_read, verified, integrity_errors;
+    double started;
+    char err[FLASHRT_ERR_LEN];
+};
+
+flashrt_policy *flashrt_policy_load_partition(const char *dir, char *err, size_t errlen) {
+    return frt_policy_load_for(dir, FRT_CAP_PARTITION, err, errlen);
+}
+
+void flashrt_part_apportion(const uint64_t *weights, int k, uint64_t capacity, uint64_t *pages) {
+    unsigned __int128 total = 0, c = capacity;
+    for (int i = 0; i < k; i++) total += weights[i];
+    if (total == 0) {
+        uint64_t ones[K_MAX];
+        for (int i = 0; i < k; i++) ones[i] = 1;
+        flashrt_part_apportion(ones, k, capacity, pages);
+        return;
+    }
+    uint64_t sum = 0;
+    unsigned __int128 rem[K_MAX];
+    for (int i = 0; i < k; i++) {
+        pages[i] = (uint64_t)(weights[i] * c / total);
+        rem[i] = weights[i] * c % total;
+        sum += pages[i];
+    }
+    /* the largest remainders get one page each; ties to the lower index */
+    for (uint64_t left = capacity - sum; left > 0; left--) {
+        int best = -1;
+        for (int i = 0; i < k; i++)
+            if (rem[i] != (unsigned __int128)-1 && (best < 0 || rem[i] > rem[best])) best = i;
+        pages[best]++;
+        rem[best] = (unsigned __int128)-1; /* taken */
+    }
+}
+
+int flashrt_part_pages_of_shares(const double *shares, int k, uint64_t capacity, uint64_t *pages) {
+    double sum = 0.0;
+    int valid = 1;
+    for (int i = 0; i < k; i++) {
+        sum += shares[i];
+        if (!(isfinite(shares[i]) && shares[i] >= 0.0)) valid = 0;
+    }
+    uint64_t w[K_MAX];
+    if (!valid || !(sum > 0.0) || !isfinite(sum)) {
+        for (int i = 0; i < k; i++) w[i] = 1;
+        flashrt_part_apportion(w, k, capacity, pages);
+        return 1;
+    }
+    double scale = (double)(1ull << 40) / sum;
+    for (int i = 0; i < k; i++) w[i] = (uint64_t)round(shares[i] * scale);
+    flashrt_part_apportion(w, k, capacity, pages);
+    return 0;
+}
+
+static int fail(flashrt_part *p, const char *fmt, ...) FRT_PRINTF(2, 3);
+static int fail(flashrt_part *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->err, sizeof p->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- the monitor ---- */
+
+static int mon_grow(struct monitor *m) {
+    size_t cap = m->cap ? m->cap * 2 : 1024;
+    uint32_t *tree = calloc(cap + 1, sizeof *tree);
+    uint8_t *mark = realloc(m->mark, cap + 1);
+    if (!tree || !mark) {
+        free(tree);
+        if (mark) m->mark = mark;
+        return -1;
+    }
+    memset(mark + m->cap + 1, 0, cap - m->cap);
+    /* rebuild the tree of the marks so far, O(cap) */
+    for (size_t i = 1; i <= cap; i++) {
+        tree[i] += mark[i];
+        size_t j = i + (i & (~i + 1));
+        if (j <= cap) tree[j] += tree[i];
+    }
+    free(m->tree);
+    m->tree = tree;
+    m->mark = mark;
+    m->cap = cap;
+    return 0;
+}
+
+static void fen_add(struct monitor *m, size_t i, int d) {
+    for (; i <= m->cap; i += i & (~i + 1)) m->tree[i] += (uint32_t)d;
+}
+
+static uint64_t fen_sum(const struct monitor *m, size_t i) {
+    uint64_t s = 0;
+    for (; i > 0; i -= i & (~i + 1)) s += m->tree[i];
+    return s;
+}
+
+/* The request's stack distance within its stream (0: a first request). -1: no memory. */
+static int64_t mon_access(struct monitor *m, uint64_t page) {
+    if (m->n + 1 > m->cap && mon_grow(m) != 0) return -1;
+    size_t pos = ++m->n;
+    uint32_t *last = frt_map_get(&m->last, page);
+    int64_t d = 0;
+    if (last) {
+        d = (int64_t)(fen_sum(m, pos - 1) - fen_sum(m, *last)) + 1;
+        m->mark[*last] = 0;
+        fen_add(m, *last, -1);
+        *last = (uint32_t)pos;
+    } else if (frt_map_put(&m->last, page, (uint32_t)pos) != 0) {
+        return -1;
+    }
+    m->mark[pos] = 1;
+    fen_add(m, pos, 1);
+    return d;
+}
+
+/* ---- the partitions ---- */
+
+static void lru_unlink(flashrt_part *p, int s, uint32_t v) {
+    if (p->prev[v] != NIL) p->next[p->prev[v]] = p->next[v];
+    else p->head[s] = p->next[v];
+    if (p->next[v] != NIL) p->prev[p->next[v]] = p->prev[v];
+    else p->tail[s] = p->prev[v];
+}
+
+static void lru_push(flashrt_part *p, int s, uint32_t v) {
+    p->prev[v] = NIL;
+    p->next[v] = p->head[s];
+    if (p->head[s] != NIL) p->prev[p->head[s]] = v;
+    p->head[s] = v;
+    if (p->tail[s] == NIL) p->tail[s] = v;
+}
+
+static void evict_from(flashrt_part *p, int s) {
+    uint32_t v = p->tail[s];
+    lru_unlink(p, s, v);
+    frt_map_del(&p->index[s], p->page_of[v]);
+    p->used[s]--;
+    p->free_slots[p->nfree++] = v;
+}
+
+/* The quotas of the interval that starts now, and the evictions of the shrinking ones. */
+static int start_interval(flashrt_part *p) {
+    double shares[K_MAX];
+    uint64_t pages[K_MAX];
+    for (int s = 0; s < p->k; s++) shares[s] = 1.0 / p->k;
+    if (p->seen > 0 && p->partition) {
+        double x[FLASHML_PARTITION_NUM_FEATURES] = {0};
+        uint64_t total = 0;
+        for (int s = 0; s < p->k; s++) total += p->count[s];
+        double t = total ? (double)total : 1.0;
+        for (int s = 0; s < p->k; s++) {
+            double *slot = x + s * (STEPS + 1);
+            for (int b = 0; b < STEPS; b++) slot[b] = (double)p->hist[s][b] / t;
+            slot[STEPS] = (double)p->count[s] / t;
+        }
+        uint64_t t0 = frt_now_ns();
+        int rc = p->partition(x, p->k, shares);
+        p->call_ns += frt_now_ns() - t0;
+        p->calls++;
+        if (rc < 0) return fail(p, "flashml_partition refused %d streams", p->k);
+    }
+    p->fallbacks += (uint64_t)flashrt_part_pages_of_shares(shares, p->k, p->cfg.capacity, pages);
+    if (p->nalloc + (size_t)p->k > p->alloccap) {
+        size_t cap = p->alloccap ? p->alloccap * 2 : (size_t)p->k * 64;
+        uint64_t *a = realloc(p->alloc, cap * sizeof *a);
+        if (!a) return fail(p, "out of memory");
+        p->alloc = a;
+        p->alloccap = cap;
+    }
+    for (int s = 0; s < p->k; s++) {
+        p->alloc[p->nalloc++] = pages[s];
+        p->quota[s] = pages[s];
+        while (p->used[s] > p->quota[s]) {
+            evict_from(p, s);
+            p->resize_evictions++;
+        }
+        memset(p->hist[s], 0, sizeof p->hist[s]);
+        p->count[s] = 0;
+    }
+    return 0;
+}
+
+static uint64_t content_key(int s, uint64_t page) { return page ^ ((uint64_t)s << 56); }
+
+flashrt_part *flashrt_part_open(const struct flashrt_part_config *cfg, flashrt_policy *policy,
+                                char *err, size_t errlen) {
+    if (cfg->capacity == 0 || cfg->interval == 0) {
+        frt_seterr(err, errlen, "capacity and interval must be > 0");
+        return NULL;
+    }
+    if (cfg->streams < 1 || cfg->streams > K_MAX) {
+        frt_seterr(err, errlen, "%d streams; the partition contract has 1..%d", cfg->streams, K_MAX);
+        return NULL;
+    }
+    if (cfg->capacity >= NIL) {
+        frt_seterr(err, errlen, "capacity %llu pages: at most %u", (unsigned long long)cfg->capacity, NIL - 1);
+        return NULL;
+    }
+    if (cfg->cache_path && (cfg->page_bytes == 0 || cfg->page_bytes % 4096)) {
+        frt_seterr(err, errlen, "page size %u: a positive multiple of 4096 bytes", cfg->page_bytes);
+        return NULL;
+    }
+    frt_partition_fn fn = NULL;
+    if (policy && !(fn = frt_policy_partition(policy))) {
+        frt_seterr(err, errlen, "%s: not loaded for partitioning (flashrt_policy_load_partition)", flashrt_policy_name(policy));
+        return NULL;
+    }
+    flashrt_part *p = calloc(1, sizeof *p);
+    if (!p) {
+        frt_seterr(err, errlen, "out of memory");
+        return NULL;
+    }
+    p->cfg = *cfg;
+    p->partition = fn;
+    p->k = cfg->streams;
+    p->dev.fd = -1;
+    size_t c = (size_t)cfg->capacity;
+    p->prev = malloc(c * sizeof *p->prev);
+    p->next = malloc(c * sizeof *p->next);
+    p->free_slots = malloc(c * sizeof *p->free_slots);
+    p->page_of = malloc(c * sizeof *p->page_of);
+    int bad = !p->prev || !p->next || !p->free_slots || !p->page_of;
+    for (int s = 0; s < p->k && !bad; s++) {
+        p->head[s] = p->tail[s] = NIL;
+        bad = frt_map_init(&p->index[s], 64) != 0 || frt_map_init(&p->mon[s].last, 64) != 0;
+    }
+    if (bad) {
+        frt_seterr(err, errlen, "out of memory");
+        flashrt_part_close(p);
+        return NULL;
+    }
+    for (size_t i = 0; i < c; i++) p->free_slots[i] = (uint32_t)(c - 1 - i);
+    p->nfree = c;
+    if (cfg->cache_path) {
+        if (frt_device_open(&p->dev, cfg->cache_path, cfg->direct, err, errlen) != 0 ||
+            frt_device_reserve(&p->dev, cfg->cache_path, (uint64_t)c * cfg->page_bytes, err, errlen) != 0) {
+            flashrt_part_close(p);
+            return NULL;
+        }
+        if (posix_memalign((void **)&p->buf, 4096, cfg->page_bytes) != 0 ||
+            !(p->want = malloc(cfg->page_bytes))) {
+            frt_seterr(err, errlen, "out of memory");
+            flashrt_part_close(p);
+            return NULL;
+        }
+    }
+    p->started = frt_now();
+    return p;
+}
+
+int flashrt_part_get(flashrt_part *p, int s, uint64_t page, int write) {
+    if (s < 0 || s >= p->k) return fail(p, "stream %d: expected 0..%d", s, p->k - 1);
+    p->requests++;
+    if (write) p->writes++;
+    else p->reads++;
+    if (p->cfg.writes_only && !write) return 0; /* around the cache, unmonitored */
+    if (p->seen % p->cfg.interval == 0 && start_interval(p) != 0) return -1;
+    p->seen++;
+    int64_t d = mon_access(&p->mon[s], page);
+    if (d < 0) return fail(p, "out of memory");
+    p->count[s]++;
+    if (d > 0 && (uint64_t)d <= p->cfg.capacity)
+        p->hist[s][(uint64_t)(d - 1) * STEPS / p->cfg.capacity]++;
+    uint32_t *hit = frt_map_get(&p->index[s], page);
+    if (hit) {
+        uint32_t v = *hit;
+        lru_unlink(p, s, v);
+        lru_push(p, s, v);
+        p->hits++;
+        if (write) p->write_hits++;
+        else p->read_hits++;
+        if (p->dev.fd >= 0) {
+            size_t n = p->cfg.page_bytes;
+            if (frt_device_read(&p->dev, p->buf, n, (uint64_t)v * n) != 0)
+                return fail(p, "%s: read of page %llu: %s", p->cfg.cache_path, (unsigned long long)page, strerror(errno));
+            p->bytes_read += n;
+            flashrt_content(content_key(s, page), 0, p->want, n);
+            if (memcmp(p->buf, p->want, n) != 0) p->integrity_errors++;
+            else p->verified += n;
+        }
+        return 1;
+    }
+    if (p->quota[s] == 0) return 0;
+    while (p->used[s] >= p->quota[s]) {
+        evict_from(p, s);
+        p->evictions++;
+    }
+    uint32_t v = p->free_slots[--p->nfree];
+    p->page_of[v] = page;
+    if (frt_map_put(&p->index[s], page, v) != 0) return fail(p, "out of memory");
+    lru_push(p, s, v);
+    p->used[s]++;
+    if (p->dev.fd >= 0) {
+        size_t n = p->cfg.page_bytes;
+        flashrt_content(content_key(s, page), 0, p->buf, n);
+        if (frt_device_write(&p->dev, p->buf, n, (uint64_t)v * n) != 0)
+            return fail(p, "%s: write of page %llu: %s", p->cfg.cache_path, (unsigned long long)page, strerror(errno));
+        p->bytes_written += n;
+    }
+    return 0;
+}
+
+const char *flashrt_part_error(const flashrt_part *p) { return p->err; }
+
+const uint64_t *flashrt_part_allocations(const flashrt_part *p, size_t *intervals) {
+    *intervals = p->nalloc / (size_t)p->k;
+    return p->alloc;
+}
+
+void flashrt_part_metrics(const flashrt_part *p, struct flashrt_part_metrics *o) {
+    memset(o, 0, sizeof *o);
+    o->requests = p->requests;
+    o->hits = p->hits;
+    o->reads = p->reads;
+    o->read_hits = p->read_hits;
+    o->writes = p->writes;
+    o->write_hits = p->write_hits;
+    o->cached_requests = p->seen;
+    o->intervals = p->nalloc / (size_t)p->k;
+    o->evictions = p->evictions;
+    o->resize_evictions = p->resize_evictions;
+    o->fallbacks = p->fallbacks;
+    o->partition_calls = p->calls;
+    o->hit_ratio = p->requests ? (double)p->hits / (double)p->requests : NAN;
+    o->read_hit_ratio = p->reads ? (double)p->read_hits / (double)p->reads : NAN;
+    o->write_hit_ratio = p->writes ? (double)p->write_hits / (double)p->writes : NAN;
+    o->partition_ns_mean = p->calls ? (double)p->call_ns / (double)p->calls : NAN;
+    o->wall_s = frt_now() - p->started;
+    o->bytes_written = p->bytes_written;
+    o->bytes_read = p->bytes_read;
+    o->verified_bytes = p->verified;
+    o->integrity_errors = p->integrity_errors;
+    o->file_bytes = p->cfg.cache_path ? p->cfg.capacity * p->cfg.page_bytes : 0;
+    o->direct_io = p->dev.fd >= 0 ? p->dev.direct : 0;
+}
+
+void flashrt_part_close(flashrt_part *p) {
+    if (!p) return;
+    for (int s = 0; s < p->k; s++) {
+        frt_map_free(&p->index[s]);
+        frt_map_free(&p->mon[s].last);
+        free(p->mon[s].tree);
+        free(p->mon[s].mark);
+    }
+    frt_device_close(&p->dev);
+    free(p->prev);
+    free(p->next);
+    free(p->free_slots);
+    free(p->page_of);
+    free(p->alloc);
+    free(p->buf);
+    free(p->want);
+    free(p);
+}
