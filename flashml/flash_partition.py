@@ -275,8 +275,14 @@ def compare_flash(table: Any, config: Any, policies: tuple[str, ...] = FLASH_POL
     out: dict[str, Any] = {"streams": list(view.trace.names), "capacity_segments": cap,
                            "intervals": int(len(bounds)), "page_requests": int(len(view.trace)),
                            "interval": int(interval), "policies": {}}
+    from tqdm import tqdm
+
+    # progress: one step per policy and admission (each bisection is ~15 simulations)
+    bar = tqdm(total=len(policies) * (2 if target_write_mbps is not None else 1),
+               desc="flash policies", unit="policy", disable=None, leave=False)
     for p in policies:
         res, wall = _simulate(table, admit_all, parts[p])
+        bar.update()
         out["policies"][p] = {**_record(res, wall), **extra[p]}
     if target_write_mbps is not None:
         if not (math.isfinite(target_write_mbps) and target_write_mbps > 0):
@@ -291,4 +297,6 @@ def compare_flash(table: Any, config: Any, policies: tuple[str, ...] = FLASH_POL
                 target_write_mbps)
             res = found.pop("result")
             out["same_write_rate"][p] = {**_record(res, time.perf_counter() - t0), **found}
+            bar.update()
+    bar.close()
     return out

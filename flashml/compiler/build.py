@@ -76,6 +76,7 @@ HERE = Path(__file__).resolve().parent
 HEADER = HERE / "flashml_policy.h"
 WRAPPER = HERE / "policy_wrapper.c.in"
 PARTITION_WRAPPER = HERE / "partition_wrapper.c.in"
+PARTITION_RULE = HERE / "partition_rule.c.in"
 SO_NAME = "policy.so"
 HEADER_NAME = "flashml_policy.h"
 MANIFEST_NAME = "manifest.json"
@@ -685,6 +686,16 @@ int flashml_partition_net(const float *in, float *out) {{
     return [(net_c, ("-w", "-O3", "-ffp-contract=off")), (wrap, WRAPPER_WARNINGS)]
 
 
+def _partition_rule_sources(build: Path, contract_hash: str
+                            ) -> list[tuple[Path, tuple[str, ...]]]:
+    """MLCache's partition rule "previous_optimal" (no network): the last interval's best
+    split, searched in C on the monitor's histograms (`partition_rule.c.in`)."""
+    src = build / "partition_rule.c"
+    src.write_text(PARTITION_RULE.read_text().replace("@PARTITION_CONTRACT_HASH@",
+                                                      contract_hash))
+    return [(src, WRAPPER_WARNINGS)]
+
+
 def _emlearn_version() -> str:
     from importlib.metadata import version
 
@@ -700,9 +711,11 @@ def _partition_manifest(pp: dict[str, Any], folder: Path) -> dict[str, Any]:
         "partition": {"contract": {"name": c.name, "version": c.version,
                                    "max_streams": c.max_streams, "steps": c.steps,
                                    "num_features": c.num_features},
-                      "network": {"file": PARTITION_FILE,
-                                  "sha256": sha256_file(folder / PARTITION_FILE),
-                                  "emlearn": _emlearn_version(), "arithmetic": "float32"},
+                      **({"network": {"file": PARTITION_FILE,
+                                      "sha256": sha256_file(folder / PARTITION_FILE),
+                                      "emlearn": _emlearn_version(),
+                                      "arithmetic": "float32"}}
+                         if pp["rule"] == "network" else {}),
                       **pp},
     }
 
@@ -755,7 +768,8 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
             _check_contract(folder, "partition", "the network", "the network",
                             params[PARTITION_PARAMS]["contract_hash"],
                             partition_contract.contract().hash)
-            net_layers = read_partition_model(folder / PARTITION_FILE)
+            if params[PARTITION_PARAMS]["rule"] == "network":
+                net_layers = read_partition_model(folder / PARTITION_FILE)
         if groups["readahead"]:
             _check_contract(folder, "readahead", "the model", "the model",
                             params[ra.READAHEAD_PARAMS]["contract_hash"],
@@ -789,8 +803,10 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
             objects.append(obj)
         if groups["partition"]:
             pp = params[PARTITION_PARAMS]
-            for src, warn in _partition_sources(build, *net_layers, pp["contract_hash"],
-                                                pp["sharpness"]):
+            for src, warn in (_partition_sources(build, *net_layers, pp["contract_hash"],
+                                                 pp["sharpness"])
+                              if pp["rule"] == "network" else
+                              _partition_rule_sources(build, pp["contract_hash"])):
                 obj = build / f"{src.stem}.o"
                 jobs_list.append(([cc_path, *CFLAGS, *warn, "-I", str(build), "-I",
                                    str(_emlearn_include()), "-c", str(src), "-o", str(obj)],

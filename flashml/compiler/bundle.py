@@ -72,6 +72,9 @@ EVICT_PARAMS = "eviction"
 #: MLCache's partition network (weights as JSON) and its parameters' object in policy.json.
 PARTITION_FILE = "partition.json"
 PARTITION_PARAMS = "partition"
+#: How a partition policy turns the monitor's features into shares: the network
+#: (partition.json) or the rule "previous_optimal" (the last interval's best split, in C).
+PARTITION_RULES = ("network", "previous_optimal")
 POLICY_JSON = "policy.json"
 #: Artifact path of the model bundle inside an MLflow run.
 ARTIFACT_PATH = "policy"
@@ -348,6 +351,26 @@ def save_partition_model(directory: str | os.PathLike[str], net: Any, *,
     return out
 
 
+def save_partition_rule(directory: str | os.PathLike[str], rule: str = "previous_optimal", *,
+                        metrics: Mapping[str, float] | None = None,
+                        mlflow_run_id: str | None = None, **extra: Any) -> Path:
+    """Write a partition bundle with no network: policy.json's `partition` object names the
+    rule compiled in its place (PARTITION_RULES) and holds `extra` fields (capacity,
+    interval, ...). Written to a temporary folder first, then renamed."""
+    if rule not in PARTITION_RULES[1:]:
+        raise ValueError(f"save_partition_rule: rule must be one of {PARTITION_RULES[1:]}, "
+                         f"got {rule!r}")
+    pp = {"contract_hash": partition_contract.contract().hash, "rule": rule,
+          "metrics": {name: float(v) for name, v in (metrics or {}).items()}, **extra}
+    params: dict[str, Any] = {"metrics": {}, PARTITION_PARAMS: pp}
+    if mlflow_run_id:
+        params["mlflow_run_id"] = mlflow_run_id
+    out = Path(directory)
+    with atomic_dir(out) as tmp:
+        (tmp / POLICY_JSON).write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
+    return out
+
+
 def read_partition_model(path: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The layers of a bundle's partition.json, checked: (weights, biases), float64; a
     UserError names the file and field of anything malformed."""
@@ -405,11 +428,15 @@ def _checked_group(where: str, key: str, obj: Any) -> dict[str, Any]:
 
 def _checked_partition(where: str, pp: Any) -> dict[str, Any]:
     pp = _checked_group(where, PARTITION_PARAMS, pp)
+    rule = pp.get("rule", "network")
+    if rule not in PARTITION_RULES:
+        raise UserError(f"{where}: field '{PARTITION_PARAMS}.rule': expected one of "
+                        f"{', '.join(PARTITION_RULES)}, got {rule!r}")
     g = pp.get("sharpness", 1.0)
     if isinstance(g, bool) or not isinstance(g, int | float) or not 0.0 < g <= 16.0:
         raise UserError(f"{where}: field '{PARTITION_PARAMS}.sharpness': expected a number in "
                         f"(0, 16], got {g!r}")
-    return {**pp, "sharpness": float(g)}
+    return {**pp, "sharpness": float(g), "rule": rule}
 
 
 def _checked_evict(where: str, ev: Any) -> dict[str, Any]:

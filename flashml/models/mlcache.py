@@ -159,6 +159,43 @@ def previous_optimal_shares(trace: StreamTrace, capacity: int, interval: int,
     return np.vstack(rows)
 
 
+def rule_shares(x: Any, streams: int) -> np.ndarray:
+    """The rule "previous_optimal" as the compiled policy computes it from the features
+    (compiler/partition_rule.c.in, the same float64 operations in the same order): each
+    row's best split of the contract's steps on the curves its histograms give (stream s's
+    hits with j steps: the sum of its buckets 0..j-1), best_split's dynamic programming with
+    its ties (a later stream's smaller count wins unless the larger is better by 1e-12), as
+    shares (rows, streams)."""
+    c = pc.contract()
+    t = c.steps
+    f = np.asarray(x, dtype=np.float64).reshape(len(x), c.max_streams, c.per_stream)
+    rows = len(f)
+    curve = np.zeros((rows, streams, t + 1))
+    for j in range(t):
+        curve[:, :, j + 1] = curve[:, :, j] + f[:, :streams, j]
+    best = np.zeros((streams, rows, t + 1))
+    choice = np.zeros((streams, rows, t + 1), dtype=np.int64)
+    best[0] = curve[:, 0, :]
+    choice[0] = np.arange(t + 1)
+    for i in range(1, streams):
+        for b in range(t + 1):
+            cur = best[i - 1][:, b] + curve[:, i, 0]
+            pick = np.zeros(rows, dtype=np.int64)
+            for s in range(1, b + 1):
+                v = best[i - 1][:, b - s] + curve[:, i, s]
+                better = v > cur + 1e-12
+                cur = np.where(better, v, cur)
+                pick = np.where(better, s, pick)
+            best[i][:, b], choice[i][:, b] = cur, pick
+    out = np.empty((rows, streams))
+    left = np.full(rows, t)
+    for i in range(streams - 1, -1, -1):
+        s = choice[i][np.arange(rows), left]
+        out[:, i] = s / t
+        left = left - s
+    return out
+
+
 def cross_validate(data: list[IntervalData], traces: list[Any], capacity: int, interval: int,
                    *, hidden: tuple[int, ...], folds: int = 4, writes_only: bool = True,
                    seed: int = 0, max_iter: int = 300) -> dict[str, Any]:
@@ -180,7 +217,10 @@ def cross_validate(data: list[IntervalData], traces: list[Any], capacity: int, i
     order = np.random.default_rng(seed).permutation(uniq)
     mse, l1 = [], []
     ratio: dict[float, list[float]] = {g: [] for g in SHARPNESS}
-    for f in range(folds):
+    from tqdm import tqdm
+
+    for f in tqdm(range(folds), desc="cross-validation", unit="fold", disable=None,
+                  leave=False):
         held = set(order[f::folds].tolist())
         train = [d for d in data if d.group not in held]
         net = train_network(train, hidden=hidden, seed=seed, max_iter=max_iter)
