@@ -19,8 +19,8 @@ from flashml.partitioning import compare
 from conftest import REPO, run_cli
 
 TRACE = REPO.parent / "shared" / "traces" / "cloudphysics-sample.csv"
-ARGS = ("--streams", "4", "--requests", "40000", "--interval", "2000", "--train-mixes", "8",
-        "--test-mixes", "2", "--max-iter", "80", "--folds", "2")
+ARGS = ("--policy", "network", "--streams", "4", "--requests", "40000", "--interval", "2000",
+        "--train-mixes", "8", "--test-mixes", "2", "--max-iter", "80", "--folds", "2")
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
-"""The C runtime's partitioned page cache (`flashrt partition-replay`, runtime/src/systems/partition.c;
-issue 18): with a real compiled network (scikit-learn MLP -> emlearn C -> policy.so) its
-quotas in every interval, hits, write hits and resize evictions are the simulator's
-(`simulate_partitioned(..., "mlcache", shares)` with the same .so's shares), in both the
-writes-only and the read-and-write setting; the bytes it serves are real and verified; bad
-input is refused before any output."""
+"""The C runtime's partitioned page cache (`flashrt partition-replay`,
+runtime/src/systems/partition.c): with a real compiled network (scikit-learn MLP -> emlearn
+C -> policy.so) its quotas in every interval, hits, write hits and resize evictions are the
+simulator's (`simulate_partitioned(..., "mlcache", shares)` with the same .so's shares), in
+both the writes-only and the read-and-write setting, and so with the compiled rule
+previous_optimal; the bytes it serves are real and verified; bad input is refused before any
+output."""
 
 from __future__ import annotations
 
@@ -69,6 +70,33 @@ def test_runtime_makes_the_simulators_decisions(setup: tuple, writes_only: bool)
     assert np.array_equal(got, np.asarray(sim["allocations"]))
     assert len(np.unique(got, axis=0)) > 1  # the network moved the split
     assert c["verified_bytes"] == c["hits"] * 8192 and c["integrity_errors"] == 0
+
+
+def test_runtime_runs_the_previous_optimal_rule(setup: tuple) -> None:
+    """The rule bundle (no network: the last interval's best split computed in policy.so,
+    `flashml mlcache run`'s default) makes the same quotas in the runtime as in the
+    simulator, and they are previous_optimal's (the capacity is a multiple of the steps)."""
+    from flashml.compiler.bundle import save_partition_rule
+
+    tmp, _, trace = setup
+    save_partition_rule(tmp / "rule", capacity=CAP, interval=IV, writes_only=True)
+    compile_policy(tmp / "rule-compiled", model_dir=tmp / "rule", log_to_mlflow=False)
+    lib = PolicyLibrary(tmp / "rule-compiled" / "policy.so", need="partition")
+    x, curves = model.trace_features(trace, CAP, IV, writes_only=True)
+    shares = model.schedule(lib.partition(x, 4)[0], 4)
+    prev = model.previous_optimal_shares(trace, CAP, IV, True, curves=curves)
+    assert np.allclose(shares, prev / prev.sum(axis=1, keepdims=True), atol=0)
+    sim = simulate_partitioned(trace, CAP, IV, "mlcache", writes_only=True, shares=shares)
+    alloc = tmp / "alloc-rule.csv"
+    proc = flashrt("--bundle", tmp / "rule-compiled", "--trace", tmp / "pages.csv",
+                   "--capacity", CAP, "--interval", IV, "--no-data", "--writes-only",
+                   "--allocations-out", alloc, "--json")
+    assert proc.returncode == 0, proc.stderr
+    c = json.loads(proc.stdout)
+    assert (c["hits"], c["write_hits"], c["resize_evictions"]) == (
+        sim["hits"], sim["write_hits"], sim["resize_evictions"])
+    got = pl.read_csv(alloc).drop("interval").to_numpy()
+    assert np.array_equal(got, np.asarray(sim["allocations"]))
 
 
 def test_even_without_a_network(setup: tuple) -> None:
