@@ -7,7 +7,8 @@
 //!   [`prefetch::Prefetch`].
 //! * [`mat`]: MAT (learned eviction at the tail of LRU) and Belady in object mode, with LRB's
 //!   eviction features ([`lrb_features`]) and the compiled eviction .so ([`so_evict`]);
-//!   [`flash_mat`]: MAT as the eviction of flash-cache mode (block units).
+//!   [`flash_mat`]: MAT as the eviction of flash-cache mode (block units); [`lrb`]: LRB's
+//!   decision (64 sampled candidates, the farthest predicted next access) on MAT's parts.
 //! * [`so_policy`]: the compiled policy .so (compiler/) as admission + prefetch, with the
 //!   features computed online ([`online_features`]).
 //! * [`reuse`]: exact per-stream LRU stack distances and hit/miss-ratio curves (Fenwick tree,
@@ -34,6 +35,7 @@ pub mod ftl;
 pub mod hash;
 mod hugepages;
 pub mod list;
+pub mod lrb;
 pub mod lrb_features;
 pub mod mat;
 pub mod objects;

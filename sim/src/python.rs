@@ -18,6 +18,7 @@ use crate::contract::NUM_FEATURES;
 use crate::flash::{self, PolicyArrays, Trace};
 use crate::flash_mat;
 use crate::forest::{self, TreeArrays};
+use crate::lrb::{self, LrbParams};
 use crate::lrb_features::{EVICT_CONTRACT_HASH, EVICT_FEATURE_NAMES, EVICT_NUM_FEATURES};
 use crate::mat::{self, Controller, DenseTrace, MatParams, NoPredictor, Oracle};
 use crate::objects;
@@ -586,6 +587,100 @@ fn simulate_objects_mat<'py>(
     if let Some(s) = r.samples {
         d.set_item("samples", samples_dict(py, s)?)?;
     }
+    if let Some(v) = r.victims {
+        let victims = PyDict::new(py);
+        let (time, key): (Vec<u64>, Vec<u64>) = v.into_iter().unzip();
+        victims.set_item("time", PyArray1::from_vec(py, time))?;
+        victims.set_item("key", PyArray1::from_vec(py, key))?;
+        d.set_item("victims", victims)?;
+    }
+    Ok(d)
+}
+
+/// Object-mode LRB on MAT's parts (sim/src/lrb.rs): each eviction samples `sample_size`
+/// (64) distinct cached objects, predicts each one's distance to its next access and evicts
+/// the farthest predicted next access. `predictor`: "none" (a random victim, no
+/// predictions), "oracle", or an eviction policy .so as for `simulate_objects_mat`.
+/// `memory_window`: None is the .so's if it exports one, else the contract's. Returns
+/// {"miss_ratio", "byte_miss_ratio", "requests", "hits", "evictions", "predictions",
+/// "predictions_per_eviction", "ns_per_eviction", "wall_s", "params"}; with
+/// `record_victims`, "victims": {"time", "key"}.
+#[pyfunction]
+#[pyo3(signature = (key, size, capacity, unit="bytes", *, predictor="none", sample_size=64,
+                    memory_window=None, seed=0, record_victims=false, sha256=None,
+                    size_bytes=None, unverified=false))]
+#[allow(clippy::too_many_arguments)]
+fn simulate_objects_lrb<'py>(
+    py: Python<'py>,
+    key: PyReadonlyArray1<'py, u64>,
+    size: PyReadonlyArray1<'py, u64>,
+    capacity: i64,
+    unit: &str,
+    predictor: &str,
+    sample_size: i64,
+    memory_window: Option<i64>,
+    seed: u64,
+    record_victims: bool,
+    sha256: Option<String>,
+    size_bytes: Option<u64>,
+    unverified: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    if capacity <= 0 {
+        return Err(PyValueError::new_err(format!(
+            "capacity must be > 0, got {capacity}"
+        )));
+    }
+    if !(1..=u32::MAX as i64).contains(&sample_size) {
+        return Err(PyValueError::new_err(format!(
+            "sample_size must be >= 1, got {sample_size}"
+        )));
+    }
+    let cfg = ObjectConfig {
+        eviction: EvictionKind::Lru,
+        capacity: capacity as u64,
+        unit: capacity_unit(unit)?,
+    };
+    let keys = slice("key", &key)?;
+    let sizes = slice("size", &size)?;
+    let (kind, lib) = evict_predictor(predictor, sha256, size_bytes, unverified)?;
+    let so = lib.as_ref();
+    let memory_window = match memory_window.or(so.and_then(|l| l.memory_window)) {
+        None => crate::lrb_features::MEMORY_WINDOW,
+        Some(w) if w > 0 => w as u64,
+        Some(w) => {
+            return Err(PyValueError::new_err(format!(
+                "memory_window must be > 0, got {w}"
+            )))
+        }
+    };
+    let params = LrbParams {
+        sample_size: sample_size as u32,
+        memory_window,
+        seed,
+        record_victims,
+    };
+    let r = py
+        .allow_threads(|| {
+            let trace = DenseTrace::new(keys)?;
+            match (kind.as_str(), so) {
+                (_, Some(lib)) => {
+                    lrb::simulate_lrb(keys, sizes, &cfg, params, SoPredictor { lib }, &trace)
+                }
+                ("oracle", None) => {
+                    let next = trace.next();
+                    lrb::simulate_lrb(keys, sizes, &cfg, params, Oracle { next: &next }, &trace)
+                }
+                _ => lrb::simulate_lrb(keys, sizes, &cfg, params, NoPredictor, &trace),
+            }
+        })
+        .map_err(value_error)?;
+    let st = &r.stats;
+    let params_d = fields_dict!(py, params; sample_size, memory_window, seed;
+        "predictor" => predictor);
+    let d = fields_dict!(py, r; miss_ratio, byte_miss_ratio, requests, hits, wall_s;
+        "evictions" => st.evictions, "predictions" => st.predictions,
+        "predictions_per_eviction" => r.predictions_per_eviction(),
+        "ns_per_eviction" => r.ns_per_eviction(), "params" => params_d);
     if let Some(v) = r.victims {
         let victims = PyDict::new(py);
         let (time, key): (Vec<u64>, Vec<u64>) = v.into_iter().unzip();
@@ -1399,6 +1494,7 @@ fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("EVICT_CONTRACT_HASH", EVICT_CONTRACT_HASH)?;
     m.add("EVICT_FEATURE_NAMES", EVICT_FEATURE_NAMES.to_vec())?;
     m.add_function(wrap_pyfunction!(simulate_objects_mat, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_objects_lrb, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_mat_flash, m)?)?;
     m.add_function(wrap_pyfunction!(eviction_features, m)?)?;
     m.add("COLD_DISTANCE", reuse::COLD)?;
