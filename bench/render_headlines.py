@@ -31,10 +31,15 @@ def rows() -> list[tuple[str, str, str]]:
     """(what, measured, source) of each headline."""
     q = _load("quality")
     d = q["protocols"]["default"]["summary"]
+    t = q["default_trace"]
     out = [("Baleen: peak disk-head time vs RejectX, at the same flash write rate",
-            f"**-{_pct(q['default_trace']['baleen_vs_rejectx'])}** on the demo trace; "
+            f"**-{_pct(t['baleen_vs_rejectx'])}** on the demo trace (flat threshold "
+            f"-{_pct(t['baleen_flat_threshold_vs_rejectx'])}, CacheLib-ML "
+            f"-{_pct(t['cachelib_ml_vs_rejectx'])}); "
             f"-{_pct(d['baleen_vs_rejectx']['overall']['mean'])} on average over "
-            f"{d['baleen_vs_rejectx']['overall']['n']} traces (OPT: "
+            f"{d['baleen_vs_rejectx']['overall']['n']} traces (flat threshold "
+            f"-{_pct(d['baleen_flat_threshold_vs_rejectx']['overall']['mean'])}, CacheLib-ML "
+            f"-{_pct(d['cachelib_ml_vs_rejectx']['overall']['mean'])}, OPT "
             f"-{_pct(d['opt_vs_rejectx']['overall']['mean'])})", "quality.json")]
     runs = [r for r in _load("pipeline")["runs"]
             if r.get("sweep") == "warm" and r.get("sweep_workers") == 1

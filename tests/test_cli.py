@@ -148,12 +148,18 @@ def test_main_job_end_to_end(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatc
     assert summary["registry"]["promoted"] is True  # a fresh store: first champion
     compiled = Path(summary["compiled"]["dir"])
     assert (compiled / "policy.so").exists() and (compiled / "manifest.json").exists()
-    # the shipped .so carries the peak schedule the job trained with (models/peak.py)
+    # the shipped .so carries the peak schedule the held-out validation chose (flat or the
+    # configured one: models/validation.py), and the summary says which and why
     from flashml.settings import PeakSettings
 
     manifest = json.loads((compiled / "manifest.json").read_text())
-    assert len(manifest["peak_hours"]) == PeakSettings().hours
-    assert manifest["peak_bonus"] == PeakSettings().bonus
+    choice = summary["choice"]
+    assert manifest["peak_hours"] == choice["peak_hours"]
+    assert manifest["peak_bonus"] == choice["peak_bonus"]
+    assert (len(choice["peak_hours"]), choice["peak_bonus"]) in (
+        (PeakSettings().hours, PeakSettings().bonus), (0, 0.0))
+    assert choice["feature_set"] in ("baleen", "cachelib_like") and choice["reason"]
+    assert "shipped variant" in proc.stdout
     assert {Path(p).name for p in summary["plots"]} >= {
         "dt_utilisation.png", "write_rate_vs_peak_dt.png", "tco_curve.png",
         "feature_importance.png", "peak_schedule.png"}

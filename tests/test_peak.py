@@ -34,11 +34,87 @@ def test_busy_hours_by_hand() -> None:
     assert prof[5] == pytest.approx(UNITS.t_seek_s + 1.0)
     assert prof[20] == pytest.approx(2 * small)
     assert prof[7] == 0.0 and prof.sum() == pytest.approx(5 * small + UNITS.t_seek_s + 1.0)
+    # one block of consecutive hours, the one with the most disk-head time
     assert busy_hours(df, 86_400.0, 1) == (5,)
-    assert busy_hours(df, 86_400.0, 2) == (3, 5)
-    assert busy_hours(df, 86_400.0, 3) == (3, 5, 20)
-    assert busy_hours(df, 86_400.0, 4) == (0, 3, 5, 20)  # ties: the earlier hour
+    assert busy_hours(df, 86_400.0, 2) == (4, 5)  # ties: the earlier first hour
+    assert busy_hours(df, 86_400.0, 3) == (3, 4, 5)
+    assert busy_hours(df, 86_400.0, 4) == (2, 3, 4, 5)
     assert busy_hours(df, 86_400.0, 0) == ()
+    assert busy_hours(df, 86_400.0, 24) == tuple(range(24))
+
+
+def test_busy_hours_are_one_block_around_a_quiet_hour() -> None:
+    """A training day whose hour 11 is quiet between busy hours 10 and 12-19 (a 7-day
+    region1-like trace's first day): the 9-hour schedule is one block that holds hour 11, not
+    the nine busiest hours one by one, which left 11 out at the off-peak threshold while its
+    neighbours took the writes, and its windows set the evaluation days' peak."""
+    rows = []
+    for h, n in {9: 3, 10: 8, 11: 2, **{h: 10 for h in range(12, 20)}, 20: 1}.items():
+        rows += [(DAY + h * H + 60.0 * i, 100 * h + i, 0, 4096, 2) for i in range(n)]
+    df = access_table(rows)
+    assert busy_hours(df, 86_400.0, 9) == tuple(range(11, 20))
+    assert busy_hours(df, 86_400.0, 10) == tuple(range(10, 20))
+    # wrapping at midnight
+    late = access_table([(DAY + h * H, h, 0, 4096, 2) for h in (22, 23, 0, 1) for _ in range(3)]
+                        + [(DAY + 12 * H, 99, 0, 4096, 2)])
+    assert busy_hours(late, 86_400.0, 4) == (0, 1, 22, 23)
+
+
+def test_schedule_candidates() -> None:
+    from flashml.models.peak import schedule_candidates
+    from flashml.settings import PeakSettings
+
+    assert schedule_candidates(PeakSettings(hours=9, bonus=0.1)) == [(9, 0.1)]
+    assert schedule_candidates(PeakSettings(hours=0, bonus=0.1)) == []
+    assert schedule_candidates(PeakSettings(hours=9, bonus=0.0)) == []
+
+
+def test_validation_picks_the_simplest_within_tolerance() -> None:
+    """The shipped variant: the lowest held-out peak DT, but a schedule or CacheLib-ML's
+    features only when they beat the flat threshold with Baleen's features by more than the
+    tolerance (a 10-minute window sets the peak: a smaller difference is noise)."""
+    from flashml.models.validation import Candidate, pick
+
+    def c(fs: str, bonus: float, peak: float) -> Candidate:
+        return Candidate(fs, (10, 11, 12) if bonus else (), bonus, peak_dt_util=peak)
+
+    flat, sched = c("baleen", 0.0, 0.250), c("baleen", 0.1, 0.2485)
+    cl_flat, cl_sched = c("cachelib_like", 0.0, 0.2495), c("cachelib_like", 0.1, 0.2460)
+    assert pick([flat, sched]) is flat  # 0.6% better: within 1%
+    assert pick([flat, sched, cl_flat]) is flat
+    assert pick([flat, sched, cl_flat, cl_sched]) is cl_sched  # 1.6% better
+    far = c("baleen", 0.1, 0.240)
+    assert pick([flat, far, cl_sched]) is far  # the simpler of the two within 1% of 0.240
+    assert pick([c("baleen", 0.0, float("nan")), sched]) is sched
+    with pytest.raises(ValueError, match="no candidate"):
+        pick([c("baleen", 0.0, float("nan"))])
+
+
+def test_zeroed_features_are_never_split_on() -> None:
+    """CacheLib-ML's feature set as an 18-input model (what the compiled ABI takes): the size
+    features are held at 0 in its rows, so its scores do not depend on them, while a model
+    on all 18 learns the label from the size."""
+    from flashml.features.contract import contract
+    from flashml.models.baleen import TrainingData, score_all, train_policy
+    from flashml.models.validation import zeroed_features
+    from flashml.settings import GbmParams
+
+    names = contract().names
+    zeroed = zeroed_features("cachelib_like")
+    assert set(zeroed) == {"start", "end", "size"} and zeroed_features("baleen") == ()
+    rng = np.random.default_rng(1)
+    X = rng.random((2000, len(names)))
+    y = (X[:, names.index("size")] > 0.5).astype(np.float64)
+    e = np.zeros(0)
+    data = TrainingData(X, y, np.arange(2000, dtype=np.uint64), e.reshape(0, 1), e, e, e, e)
+    gbm = GbmParams().with_overrides(num_boost_round=30)
+    full = train_policy(data, gbm, with_prefetch=False)
+    masked = train_policy(data, gbm, with_prefetch=False, zeroed=zeroed)
+    assert masked.admission_features == names  # every input kept
+    X2 = X.copy()
+    X2[:, [names.index(n) for n in zeroed]] = rng.random((2000, 3))
+    assert np.array_equal(score_all(masked, X)["score"], score_all(masked, X2)["score"])
+    assert not np.array_equal(score_all(full, X)["score"], score_all(full, X2)["score"])
 
 
 def test_hour_of_day() -> None:

@@ -30,13 +30,14 @@ def test_train_writes_a_bundle(small, cli) -> None:
     # the default target: the artifact's 35.599 MiB/s
     assert params["metrics"]["flash_write_rate_mbps"] <= 35.599 * 2**20 / 1e6 * 1.01
     assert params["mlflow_run_id"]
-    # the peak schedule: the 4 busiest hours of the first day, by no-cache disk-head time
+    # the peak schedule: the block of 4 busiest hours of the first day, by no-cache
+    # disk-head time, or none when the flat threshold won on held-out data of that day
     from flashml.models.peak import busy_hours
     from flashml.trace.ingest import load_trace
 
     df, _ = load_trace(d / "t.trace", "tectonic")
-    assert params["peak_hours"] == list(busy_hours(df, 86_400.0, 4))
-    assert len(params["peak_hours"]) == 4 and params["peak_bonus"] == 0.1
+    assert (params["peak_hours"], params["peak_bonus"]) in (
+        (list(busy_hours(df, 86_400.0, 4)), 0.1), ([], 0.0))
     # its MLflow run: named by command, trace, target and time; tagged; ended
     import mlflow
 

@@ -8,8 +8,11 @@ DAG (`dags/flashml_retrain.py`) one task per stage. Settings: `flashml.settings.
 
 Policies (all at the same target write rate, on the same simulated cache): `rejectx`
 (history factor tuned), `coinflip` (p tuned), `cachelib_ml` (the admission GBM without the
-size features), `baleen_admission_only`, `baleen_flat_threshold`, `baleen` (ML admission +
-ML-Range + ML-When, peak schedule) and `opt` (episodes' OPT with OPT-Range: the bound). Peak
+size features, under the shipped policy's schedule), `baleen_admission_only`,
+`baleen_flat_threshold` (the shipped models, flat threshold), `baleen` (ML admission +
+ML-Range + ML-When, the shipped variant: peak schedule or none and feature set chosen on
+held-out data of the training window, models/validation.py) and `opt` (episodes' OPT
+with OPT-Range: the bound). Peak
 DT and all metrics are measured on the evaluation days (the training window, the first day
 by default, is the simulator's warm-up).
 
@@ -109,13 +112,18 @@ def base_config(run: RunDir, s: BaleenSettings) -> SimConfig:
 
 
 def learned_config(run: RunDir, s: BaleenSettings) -> SimConfig:
-    """`base_config` with the learned policies' peak schedule: the `s.peak.hours` busiest
-    hours of the training window get a threshold `s.peak.bonus` lower (models/peak.py)."""
+    """`base_config` with the shipped policy's peak schedule (after `train`): the one the
+    held-out validation chose (models/validation.py: flat, or the `s.peak.hours` busiest
+    consecutive hours of the training window with a threshold `s.peak.bonus` lower), or a
+    given candidate bundle's."""
     if "learned_base" not in run.cache:
-        from flashml.models.peak import with_peak
-
-        run.cache["learned_base"] = with_peak(base_config(run, s), run.frame()[0], s.peak,
-                                              s.train_seconds)
+        rec = run.done("train")
+        if rec is None or "choice" not in rec:
+            raise RuntimeError("the learned policies' schedule is known after `train`")
+        ch = rec["choice"]
+        run.cache["learned_base"] = base_config(run, s).replace(
+            peak_hours=tuple(int(h) for h in ch["peak_hours"]),
+            peak_bonus=float(ch["peak_bonus"]))
     return run.cache["learned_base"]
 
 
@@ -331,6 +339,49 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     return run.record("ingest", out)
 
 
+def ship_variant(run: RunDir, s: BaleenSettings, loop: Any) -> dict[str, Any]:
+    """Choose the shipped variant on held-out data of the training window
+    (models/validation.py: flat threshold or the peak schedule, Baleen's features or
+    CacheLib-ML's) and make `loop` that variant: its admission model retrained on the loop's
+    final labels without the size features when CacheLib-ML's set won, and its threshold
+    tuned to the target under the chosen schedule. The choice's record."""
+    import polars as pl
+
+    from flashml.models.baleen import score_all, train_policy
+    from flashml.models.dataset import training_data
+    from flashml.models.validation import choose, zeroed_features
+    from flashml.policies.baselines import tune_threshold
+
+    df, _ = run.frame()
+    feats = features(run)
+    base = base_config(run, s)
+    target = s.target_write_rate_mbps
+    k = int(loop.extra.get("accesses_per_episode") or s.loop.accesses_per_episode)
+    labels = pl.read_parquet(loop.episodes_dir / "labels.parquet")
+    eps = pl.read_parquet(loop.episodes_dir / "episodes.parquet")
+    choice = choose(df, feats, labels, eps, base, target, k, s.loop, s.gbm, s.peak)
+    prefetch = {"prefetch": "range", "prefetch_when": "score"} if s.with_prefetch else {}
+    flat = base.replace(when_threshold=loop.when_threshold)
+    if choice.feature_set != "baleen":
+        data = training_data(feats, df["time"].to_numpy(), labels, eps, s.train_seconds,
+                             max_position=k, max_rows=s.loop.max_training_rows)
+        adm = train_policy(data, s.gbm, with_prefetch=False,
+                           zeroed=zeroed_features(choice.feature_set))
+        loop.policy.admission = adm.admission
+        loop.arrays = {**loop.arrays, "score": score_all(adm, feats)["score"]}
+        # the flat search of these scores: what the sweep's trials and the flat-threshold
+        # row start from (the loop's own points were another model's)
+        flat_tuned = tune_threshold(df, flat, target, loop.arrays, **prefetch,
+                                    hint=loop.points)
+        loop.tuned, loop.points = flat_tuned, flat_tuned.points
+    if choice.peak_hours and choice.peak_bonus > 0.0:
+        loop.tuned = tune_threshold(
+            df, flat.replace(peak_hours=choice.peak_hours, peak_bonus=choice.peak_bonus),
+            target, loop.arrays, **prefetch, hint=loop.points)
+        loop.final_points = loop.tuned.points
+    return choice.record()
+
+
 def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     """Baleen's convergence loop (episodes -> train -> simulate until the eviction age is
     stable) -> the candidate bundle `policy/`, logged to the MLflow run with the admission
@@ -350,7 +401,6 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     df, _ = run.frame()
     with timer.stage("features"):
         feats = features(run)
-    base = learned_config(run, s)
     target = s.target_write_rate_mbps
     run_id = mlflow.active_run().info.run_id
     extra: dict[str, Any] = {}
@@ -359,9 +409,15 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     if s.candidate_bundle is None:
         with timer.stage("convergence + training (baleen)"):
             loop = run_loop(df, run.table, feats, base_config(run, s), target,
-                            run.work / "baleen", s.gbm, s.loop, final_base=base,
+                            run.work / "baleen", s.gbm, s.loop,
                             with_prefetch=s.with_prefetch)
         print(loop.report())
+        with timer.stage("validation (peak schedule, feature set)"):
+            choice = ship_variant(run, s, loop)
+        print(f"shipped variant: {choice['reason']}")
+        extra["choice"] = choice
+        base = base_config(run, s).replace(peak_hours=tuple(choice["peak_hours"]),
+                                           peak_bonus=choice["peak_bonus"])
         run.cache["loop"] = loop
         policy, tuned, ea = loop.policy, loop.tuned, loop.eviction_age_s
         when_threshold = loop.when_threshold
@@ -388,6 +444,10 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
         convergence = {"converged": True, "reason": f"given candidate bundle {src}",
                        "iterations": []}
         extra["candidate_source"] = str(src)
+        extra["choice"] = {"feature_set": "given", "peak_hours": list(base.peak_hours),
+                           "peak_bonus": base.peak_bonus,
+                           "reason": f"the given candidate bundle's ({src})"}
+    run.cache["learned_base"] = base
     m = _metrics(tuned, "threshold")
     mlflow.log_params({"eviction_age_s": ea, "threshold": m["threshold"]})
     log_dataset(run, s)
@@ -399,7 +459,8 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     run.cache["tuned_baleen"] = tuned
     if not s.with_prefetch:  # admission only: no ML-Range/ML-When, so no shippable bundle
         return run.record("train", {"eviction_age_s": ea, "metrics": m,
-                                    "convergence": convergence, "mlflow_run_id": run_id})
+                                    "convergence": convergence, "mlflow_run_id": run_id,
+                                    "choice": extra["choice"]})
     bundle = save_policy_models(
         policy_dir(run), policy.boosters(), admit_threshold=m["threshold"],
         when_threshold=when_threshold, eviction_age_s=ea, target_write_rate_mbps=target,
@@ -500,9 +561,9 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     df, _ = run.frame()
     feats = features(run)
     base = base_config(run, s)
-    learned_base = learned_config(run, s)
     target = s.target_write_rate_mbps
     trained = train(run, s, timer)
+    learned_base = learned_config(run, s)
     ea = trained["eviction_age_s"]
     pol: dict[str, dict[str, Any]] = {"baleen": dict(trained["metrics"])}
     tuned: dict[str, Tuned] = {}
@@ -978,6 +1039,7 @@ def summary(records: dict[str, dict[str, Any]], s: BaleenSettings) -> dict[str, 
         "cache_gb": s.cache_gb,
         "eviction_age_s": trained["eviction_age_s"],
         "convergence": trained["convergence"],
+        "choice": trained.get("choice"),
         "episodes": records["episodes"]["summary"],
         "baleen_vs_rejectx_peak_reduction":
             1 - pol["baleen"]["peak_dt_util"] / pol["rejectx"]["peak_dt_util"],
@@ -999,6 +1061,8 @@ def describe(summary: dict[str, Any], s: BaleenSettings) -> str:
     return "\n".join([
         "", report.table(summary["policies"]),
         _notes(summary["policies"], s.target_write_rate_mbps),
+        *([f"\nshipped variant (chosen on held-out data of the training window): "
+           f"{summary['choice']['reason']}"] if summary.get("choice") else []),
         f"\nBaleen vs RejectX peak DT: {summary['baleen_vs_rejectx_peak_reduction']:+.1%} "
         f"reduction; gap to OPT {summary['gap_to_opt']:+.1%}; TCO-chosen write rate "
         f"{summary['chosen_write_rate_mbps']:.1f} MB/s"])

@@ -60,15 +60,22 @@ class LearnedPolicy:
 
 def train_policy(data: TrainingData, params: GbmParams, *, features: list[str] | None = None,
                  with_prefetch: bool = True, c: Contract | None = None,
-                 admission: lgb.Booster | None = None) -> LearnedPolicy:
+                 admission: lgb.Booster | None = None,
+                 zeroed: tuple[str, ...] = ()) -> LearnedPolicy:
     """Train the admission model (on `features`, default all 18; `admission`: one already
     trained on these rows with these parameters, kept as it is) and, optionally, ML-Range
-    and ML-When."""
+    and ML-When. `zeroed`: features held at 0 in the admission model's rows, so it cannot
+    split on them yet keeps every input (a model of CacheLib-ML's feature set that the
+    compiled ABI, which passes all 18, still takes)."""
     c = c or contract()
     names = features or c.names
     cols = [c.names.index(n) for n in names]
+    X = data.adm_X[:, cols]
+    if zeroed:
+        X = np.array(X)  # a copy: the rows may be the mapped feature matrix
+        X[:, [names.index(n) for n in zeroed]] = 0.0
     adm = admission if admission is not None else fit(
-        data.adm_X[:, cols], data.adm_y, data.adm_keys, "binary", params, names)
+        X, data.adm_y, data.adm_keys, "binary", params, names)
     policy = LearnedPolicy(admission=adm, admission_features=names)
     if not with_prefetch:
         return policy

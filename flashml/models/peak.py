@@ -5,9 +5,10 @@ to future work (§3.1). Disk-head time peaks at the same hours every day (the di
 so the policy can lower its threshold by a bonus in the busiest hours of the day and pay
 for it with a slightly higher threshold elsewhere: the average write rate stays at the
 target (the threshold is tuned with the schedule in place) while more of the busy hours'
-misses become hits. The busy hours are the `count` hours of the day (UTC) with the most
-no-cache disk-head time in the training window (every GET and PUT a backend IO), so the
-choice uses training data only.
+misses become hits. The busy hours are the block of `count` consecutive hours of the day
+(UTC) with the most no-cache disk-head time in the training window (every GET and PUT a
+backend IO), so the choice uses training data only. Whether a schedule is used at all, and
+which, is chosen on held-out data inside the training window (models/validation.py).
 
 The rule itself (threshold - bonus in a peak hour) lives in sim/src/config.rs
 (`PeakSchedule`), compiler/policy_wrapper.c.in and runtime/src/policies/policy.c;
@@ -49,10 +50,27 @@ def with_peak(base: SimConfig, df: pl.DataFrame, peak: PeakSettings,
 
 
 def busy_hours(df: pl.DataFrame, train_seconds: float, count: int) -> tuple[int, ...]:
-    """The `count` hours of the day with the most no-cache disk-head time in the training
-    window, ascending (ties: the earlier hour); () when count is 0."""
+    """The `count` consecutive hours of the day (wrapping at midnight) with the most no-cache
+    disk-head time in the training window, ascending (ties: the earlier first hour); () when
+    count is 0. One block, not the `count` busiest hours one by one: a single day's hourly
+    profile is noisy, and a quieter hour left out in the middle of the busy period (hour 11
+    between 10 and 12-19 on a 7-day region1-like trace) gets the off-peak threshold while its
+    neighbours take the writes, so its windows set the peak."""
     if count <= 0:
         return ()
+    if count >= 24:
+        return tuple(range(24))
     prof = hourly_dt_profile(df, train_seconds)
-    order = np.lexsort((np.arange(24), -prof))
-    return tuple(sorted(int(h) for h in order[:count]))
+    sums = [sum(prof[(h + i) % 24] for i in range(count)) for h in range(24)]
+    start = max(range(24), key=lambda h: (sums[h], -h))
+    return tuple(sorted((start + i) % 24 for i in range(count)))
+
+
+def schedule_candidates(peak: PeakSettings) -> list[tuple[int, float]]:
+    """The (hours, bonus) schedules the job validates besides the flat threshold
+    (models/validation.py): the configured one; none when it is flat. One candidate, not a
+    grid: a grid of 6-12 hours x 0.05-0.2 chosen on one held-out day picked by that day's
+    noise (its best on the window was among its worst on the evaluation days)."""
+    if peak.hours <= 0 or peak.bonus <= 0.0:
+        return []
+    return [(peak.hours, peak.bonus)]
