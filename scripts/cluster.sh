@@ -15,6 +15,13 @@
 #   scripts/cluster.sh status    each service: PID, port, health (exit 0 when all are up)
 #   scripts/cluster.sh test      a smoke check of every service through the client's
 #                                variables (starts and stops the cluster when it was not up)
+#   scripts/cluster.sh stop SERVICE [--kill]
+#                                stop one service of a running cluster (its process tree;
+#                                --kill: SIGKILL at once, as a crash or a lost machine)
+#   scripts/cluster.sh start SERVICE
+#                                start it again as `up` did, wait for its health check
+#   SERVICE: postgres mlflow spark-master spark-worker-N airflow-apiserver airflow-scheduler
+#            airflow-dag-processor
 #
 # Then: `set -a; . .flashml/cluster/cluster.env; set +a; flashml pipeline run ...`.
 #
@@ -134,8 +141,13 @@ fail() {  # service, reason
     printf 'cluster: last lines of %s:\n' "$log" >&2
     tail -n 15 "$log" | sed 's/^/  | /' >&2
   fi
-  say "stopping what was started"
-  do_down >&2 || true
+  if [ -n "${ONLY:-}" ]; then
+    say "stopping $ONLY"
+    stop_one "$ONLY" >&2 || true
+  else
+    say "stopping what was started"
+    do_down >&2 || true
+  fi
   exit 1
 }
 wait_for() {  # service, check command...: until the check passes; fail when the process dies
@@ -154,13 +166,124 @@ spark_workers_alive() {  # the master's JSON lists $2 ALIVE workers
   curl -fsS --max-time 5 "$1" | "$PY" -c \
     'import json,sys; d=json.load(sys.stdin); sys.exit(0 if d.get("aliveworkers",0)>=int(sys.argv[1]) else 1)' "$2"
 }
-airflow_component_healthy() {  # /api/v2/monitor/health says component $2 is healthy
-  curl -fsS --max-time 5 "$1" | "$PY" -c \
-    'import json,sys; d=json.load(sys.stdin); sys.exit(0 if (d.get(sys.argv[1]) or {}).get("status")=="healthy" else 1)' "$2"
+airflow_component_healthy() {  # /api/v2/monitor/health says component $2 is healthy (and,
+                               # given $3, epoch seconds: with a heartbeat after that time)
+  curl -fsS --max-time 5 "$1" | "$PY" -c '
+import datetime, json, sys
+c = json.load(sys.stdin).get(sys.argv[1]) or {}
+beat = c.get("latest_" + sys.argv[1] + "_heartbeat")
+since = float(sys.argv[2]) if len(sys.argv) > 2 else None
+fresh = since is None or (beat is not None and
+                          datetime.datetime.fromisoformat(beat).timestamp() > since)
+sys.exit(0 if c.get("status") == "healthy" and fresh else 1)' "${@:2}"
 }
 
 need_port() {  # service, port: refused when another process listens there
   port_free "$2" || { : > "$LOGS/$1.log"; fail "$1" "port $2 on 127.0.0.1 is taken by another process"; }
+}
+
+# --- one service ----------------------------------------------------------------------------
+load_env() {  # the client's variables, and what the services' own processes need
+  set -a
+  # shellcheck disable=SC1090
+  . "$ENV_FILE"
+  set +a
+  export PATH="$VENV/bin:$PATH" SPARK_LOG_DIR=$LOGS \
+    AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=true
+}
+launch() {  # start service $1 (not postgres) as `up` does; load_env first
+  local port ui
+  case $1 in
+    mlflow)  # without the GenAI job runner (seven huey processes flashml has no use for)
+      start mlflow env MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false "$VENV/bin/mlflow" server \
+        --host 127.0.0.1 --port "$(ports_of mlflow)" --workers 1 \
+        --backend-store-uri "${FLASHML_OPTUNA_STORAGE%/optuna}/mlflow" \
+        --artifacts-destination "$STATE/mlartifacts" --serve-artifacts ;;
+    spark-master)
+      read -r port ui <<< "$(ports_of spark-master | tr '\n' ' ')"
+      start spark-master "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
+        --host 127.0.0.1 --port "$port" --webui-port "$ui" ;;
+    spark-worker-*)
+      mkdir -p "$STATE/spark/worker-${1#spark-worker-}"
+      start "$1" "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
+        --host 127.0.0.1 --cores 1 --memory "$WORKER_MEMORY" --webui-port 0 \
+        --work-dir "$STATE/spark/worker-${1#spark-worker-}" "$FLASHML_SPARK_MASTER" ;;
+    airflow-apiserver)
+      start airflow-apiserver "$VENV/bin/airflow" api-server --host 127.0.0.1 \
+        --port "$(ports_of airflow-apiserver)" --workers 1 ;;
+    airflow-scheduler) start airflow-scheduler "$VENV/bin/airflow" scheduler ;;
+    airflow-dag-processor) start airflow-dag-processor "$VENV/bin/airflow" dag-processor ;;
+    *) die "no such service: $1 (one of: ${SERVICES[*]})" ;;
+  esac
+}
+await() {  # wait for service $1's health check (load_env first); $2: epoch seconds the
+           # service was started at, for the Airflow components' heartbeats
+  local health=$FLASHML_AIRFLOW_URL/api/v2/monitor/health n s
+  case $1 in
+    mlflow) wait_for mlflow http_ok "$MLFLOW_TRACKING_URI/health" ;;
+    spark-master) wait_for spark-master http_ok "$FLASHML_SPARK_UI_URL/json/" ;;
+    spark-worker-*)  # as many alive as up to this one are running
+      n=0
+      for s in "${SERVICES[@]}"; do
+        case $s in spark-worker-*) [ -n "$(recorded_pid "$s")" ] && n=$((n + 1)) ;; esac
+        [ "$s" = "$1" ] && break
+      done
+      wait_for "$1" spark_workers_alive "$FLASHML_SPARK_UI_URL/json/" "$n" ;;
+    airflow-apiserver) wait_for airflow-apiserver http_ok "$health" ;;
+    airflow-scheduler) wait_for airflow-scheduler airflow_component_healthy "$health" scheduler ${2:+"$2"} ;;
+    airflow-dag-processor)
+      wait_for airflow-dag-processor airflow_component_healthy "$health" dag_processor ${2:+"$2"} ;;
+  esac
+}
+stop_one() {  # stop service $1 (its process tree); $2 = --kill: SIGKILL at once
+  local pid p tree
+  pid=$(recorded_pid "$1")
+  if [ -z "$pid" ]; then rm -f "$PIDS/$1.pid"; return 0; fi
+  if [ "${2:-}" = --kill ]; then
+    say "killing $1 (pid $pid) and its processes"
+    tree="$pid $(descendants "$pid" | tr '\n' ' ')"
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    # shellcheck disable=SC2086
+    kill -KILL $tree 2>/dev/null || true
+    # shellcheck disable=SC2086
+    while alive_any $tree; do sleep 0.1; done
+  elif [ "$1" = postgres ]; then
+    say "stopping postgres (pid $pid)"
+    as_pg "$(pg_bin)/pg_ctl" -D "$(pg_data)" -m fast -w -t 30 -s stop >/dev/null 2>&1 || true
+    kill -0 "$pid" 2>/dev/null && kill_trees "$pid"
+  else
+    say "stopping $1 (pid $pid)"
+    kill_trees "$pid"
+  fi
+  rm -f "$PIDS/$1.pid"
+  for p in $(ports_of "$1"); do port_free "$p" || die "$1: port $p still open after stop"; done
+}
+
+do_stop() {  # SERVICE [--kill]
+  local name=${1:-}
+  [ -n "$name" ] || die "stop: which service? (one of: ${SERVICES[*]})"
+  [[ " ${SERVICES[*]} " == *" $name "* ]] || die "no such service: $name (one of: ${SERVICES[*]})"
+  [ -z "${2:-}" ] || [ "$2" = --kill ] || die "stop: unknown option $2 (only --kill)"
+  [ -n "$(recorded_pid "$name")" ] || die "$name is not running in $STATE"
+  stop_one "$name" "${2:-}"
+}
+
+do_start() {  # SERVICE: one service of a cluster that is up, started again
+  local name=${1:-} t0=$SECONDS since
+  [ -n "$name" ] || die "start: which service? (one of: ${SERVICES[*]})"
+  [[ " ${SERVICES[*]} " == *" $name "* ]] || die "no such service: $name (one of: ${SERVICES[*]})"
+  [ -f "$ENV_FILE" ] || die "no cluster in $STATE (scripts/cluster.sh up first)"
+  [ -z "$(recorded_pid "$name")" ] || die "$name is already running in $STATE"
+  [ "$name" != postgres ] || die "postgres: restart the whole cluster (down, up)"
+  local p
+  for p in $(ports_of "$name"); do need_port "$name" "$p"; done
+  ONLY=$name
+  load_env
+  since=$("$PY" -c 'import time; print(time.time())')
+  say "$name: starting"
+  launch "$name"
+  await "$name" "$since"
+  say "$name: up in $((SECONDS - t0)) s"
 }
 
 # --- up --------------------------------------------------------------------------------------
@@ -270,31 +393,17 @@ FLASHML_SPARK_UI_URL=http://127.0.0.1:$SPARK_UI_PORT
 EOF
   )
   ( umask 077; printf '{"admin": "%s"}\n' "$AIRFLOW_PASSWORD" > "$STATE/airflow/passwords.json" )
-  set -a
-  # shellcheck disable=SC1090
-  . "$ENV_FILE"
-  set +a
-  export PATH="$VENV/bin:$PATH" SPARK_LOG_DIR=$LOGS \
-    AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=true
+  load_env
 
   # MLflow, Spark and Airflow's migration start together
   need_port mlflow "$MLFLOW_PORT"
   say "mlflow: starting on 127.0.0.1:$MLFLOW_PORT (store: Postgres, artifacts: $STATE/mlartifacts)"
-  # without the GenAI job runner (seven huey processes flashml has no use for)
-  start mlflow env MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false "$VENV/bin/mlflow" server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1 \
-    --backend-store-uri "postgresql+psycopg2://$PG/mlflow" \
-    --artifacts-destination "$STATE/mlartifacts" --serve-artifacts
+  launch mlflow
   need_port spark-master "$SPARK_PORT"
   need_port spark-master "$SPARK_UI_PORT"
   say "spark: master on 127.0.0.1:$SPARK_PORT (UI :$SPARK_UI_PORT), $WORKERS workers"
-  start spark-master "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
-    --host 127.0.0.1 --port "$SPARK_PORT" --webui-port "$SPARK_UI_PORT"
-  for ((i = 1; i <= WORKERS; i++)); do
-    mkdir -p "$STATE/spark/worker-$i"
-    start "spark-worker-$i" "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
-      --host 127.0.0.1 --cores 1 --memory "$WORKER_MEMORY" --webui-port 0 \
-      --work-dir "$STATE/spark/worker-$i" "spark://127.0.0.1:$SPARK_PORT"
-  done
+  launch spark-master
+  for ((i = 1; i <= WORKERS; i++)); do launch "spark-worker-$i"; done
   need_port airflow-apiserver "$AIRFLOW_PORT"
   say "airflow: db migrate"
   "$VENV/bin/airflow" db migrate > "$LOGS/airflow-migrate.log" 2>&1 \
@@ -302,19 +411,11 @@ EOF
          fail airflow-apiserver "\`airflow db migrate\` failed (log: $LOGS/airflow-migrate.log)"; }
   say "airflow: database migrated ($((SECONDS - t0)) s after start)"
   say "airflow: api-server on 127.0.0.1:$AIRFLOW_PORT, scheduler, dag-processor"
-  start airflow-apiserver "$VENV/bin/airflow" api-server --host 127.0.0.1 --port "$AIRFLOW_PORT" --workers 1
-  start airflow-scheduler "$VENV/bin/airflow" scheduler
-  start airflow-dag-processor "$VENV/bin/airflow" dag-processor
+  launch airflow-apiserver
+  launch airflow-scheduler
+  launch airflow-dag-processor
 
-  wait_for mlflow http_ok "http://127.0.0.1:$MLFLOW_PORT/health"
-  wait_for spark-master http_ok "http://127.0.0.1:$SPARK_UI_PORT/json/"
-  for ((i = 1; i <= WORKERS; i++)); do
-    wait_for "spark-worker-$i" spark_workers_alive "http://127.0.0.1:$SPARK_UI_PORT/json/" "$i"
-  done
-  local health=http://127.0.0.1:$AIRFLOW_PORT/api/v2/monitor/health
-  wait_for airflow-apiserver http_ok "$health"
-  wait_for airflow-scheduler airflow_component_healthy "$health" scheduler
-  wait_for airflow-dag-processor airflow_component_healthy "$health" dag_processor
+  for s in "${SERVICES[@]}"; do [ "$s" = postgres ] || await "$s"; done
   trap - INT TERM
   echo "$((SECONDS - t0))" > "$STATE/startup_s"
   say "up in $((SECONDS - t0)) s; client variables: $ENV_FILE"
@@ -394,5 +495,7 @@ case ${1:-} in
   down) do_down ;;
   status) do_status ;;
   test) do_test ;;
-  *) echo "usage: scripts/cluster.sh up|down|status|test   (state: \$FLASHML_CLUSTER_DIR, default .flashml/cluster)" >&2; exit 2 ;;
+  stop) do_stop "${@:2}" ;;
+  start) do_start "${@:2}" ;;
+  *) echo "usage: scripts/cluster.sh up|down|status|test|stop SERVICE [--kill]|start SERVICE   (state: \$FLASHML_CLUSTER_DIR, default .flashml/cluster)" >&2; exit 2 ;;
 esac

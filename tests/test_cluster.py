@@ -14,7 +14,13 @@ was started is stopped again.
 Airflow DAG triggered through the REST API and run by the real scheduler to success
 (promoting a champion in the server's registry), and `flashml pipeline run` on the cluster
 (episodes on the Spark workers, two sweep processes on one Postgres study, tracking and
-registry on the MLflow server) whose summary equals the embedded run's.
+registry on the MLflow server) whose summary equals the embedded run's; and the faults a
+cluster has (scripts/cluster_faults.py), each waited for through an event: a Spark worker
+killed mid-episodes, the MLflow server restarted during a sweep, the scheduler killed
+mid-DAG and restarted; none loses a run, a trial or an artifact.
+
+After every test of a cluster, `down` must leave no process of it behind (any process whose
+environment or command line names the cluster's folder) and no port open.
 
 Skipped, saying why, where Java or the PostgreSQL server is missing (.ci/run installs it)."""
 
@@ -124,6 +130,41 @@ def _ports(state: Path) -> list[int]:
             for p in line.split()[1:]]
 
 
+def _leftovers(state: Path) -> list[str]:
+    """Processes (not zombies) whose environment or command line names the cluster's folder:
+    a service, a task, an executor or a job of the cluster still running."""
+    mark = str(state).encode()
+    left = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            text = (proc / "environ").read_bytes() + (proc / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if mark in text:
+            left.append(f"{proc.name}: {(proc / 'cmdline').read_bytes()[:200]!r}")
+    return left
+
+
+def _down_leaves_nothing(state: Path) -> None:
+    """`cluster.sh down`, then nothing of the cluster may be left: what is, is killed (so
+    that no test leaks it) and reported."""
+    ports = _ports(state) if (state / "ports").exists() else []
+    down = cluster(state, "down")
+    left = _leftovers(state)
+    for line in left:
+        try:
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+        except OSError:
+            pass
+    open_ports = [p for p in ports if _listening(p)]
+    assert down.returncode == 0 and not left and not open_ports, (
+        f"down: {down.returncode} {down.stderr[-2000:]}\nleft: {left}\nports: {open_ports}")
+
+
 def _purge(state: Path) -> None:
     pg = state / "pgdata.path"
     if pg.exists():
@@ -159,14 +200,15 @@ def test_a_storage_url_is_shown_without_its_password() -> None:
 
 def test_the_docs_figures_are_rendered_from_the_bench_results(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/how-to/scale-out.md's figures are bench/results/cluster.json's, as
-    `bench/bench_cluster.py --render` writes them."""
+    """docs/how-to/scale-out.md's and README.md's ("Scaling out") figures are
+    bench/results/cluster.json's, as `bench/bench_cluster.py --render` writes them."""
     monkeypatch.syspath_prepend(str(REPO / "bench"))
     monkeypatch.syspath_prepend(str(REPO / "scripts"))
     import bench_cluster
 
     res = json.loads(bench_cluster.OUT.read_text())
     assert bench_cluster.render(res) in bench_cluster.DOC.read_text()
+    assert bench_cluster.render_readme(res) in bench_cluster.README.read_text()
 
 
 # --- the cluster -----------------------------------------------------------------------------
@@ -182,8 +224,10 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[st
     try:
         yield state, read_env_file(state / "cluster.env")
     finally:
-        cluster(state, "down")
-        _purge(state)
+        try:
+            _down_leaves_nothing(state)
+        finally:
+            _purge(state)
 
 
 @needs_cluster
@@ -330,6 +374,64 @@ def test_the_other_systems_jobs_log_to_the_server(up, tmp_path: Path, args: list
     assert "summary.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
 
 
+def _faults(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    import cluster_faults
+
+    return cluster_faults
+
+
+@needs_cluster
+@full_only
+def test_the_mlflow_server_restarted_during_a_sweep(up, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The main job on the cluster; once a trial of its sweep runs, the MLflow server is
+    stopped, and started again once the job has logged a retry of a request to it: the job
+    finishes, its run, every trial's nested run and every artifact are on the server, every
+    trial complete in the study."""
+    state, env = up
+    faults = _faults(monkeypatch)
+    res = faults.restart_mlflow_during_sweep(state, _clean_env() | env, tmp_path / "run",
+                                             JOB_ARGS)
+    assert res["retries_logged"] >= 1 and "Connection refused" in res["first_retry"]
+    summary = res["summary"]
+    assert summary["sweep"]["study"] == res["study"]
+    lost = faults.tally(env, state, summary["mlflow_run_id"], res["study"], trials=2,
+                        want_artifacts={"summary.json"})
+    assert lost["lost_runs"] == [] and lost["lost_trials"] == 0, lost
+    assert lost["lost_artifacts"] == [] and lost["duplicate_trial_runs"] == 0, lost
+    status = cluster(state, "status")
+    assert status.returncode == 0 and "mlflow health: ok" in status.stdout, status.stdout
+
+
+@needs_cluster
+@full_only
+def test_the_scheduler_killed_mid_dag_and_restarted(up, monkeypatch: pytest.MonkeyPatch
+                                                    ) -> None:
+    """flashml_retrain triggered through the REST API; once `train` runs, the scheduler and
+    every process it started are killed (SIGKILL); once Airflow's health endpoint declares
+    it unhealthy a new scheduler starts: it resets the orphaned task, which runs again (a
+    second try), and the DAG run succeeds; its MLflow run, trials and artifacts are whole."""
+    state, env = up
+    faults = _faults(monkeypatch)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    res = faults.kill_scheduler_mid_dag(state, _clean_env() | env,
+                                        {"sweep_trials": 2, "sweep_workers": 2}, task="train")
+    assert res["state"] == "success", res
+    states = {t: ti["state"] for t, ti in res["tasks"].items()}
+    # promote is skipped when the candidate does not beat the champion of an earlier run
+    assert states == {t: "success" for t in ("ingest", "train", "episodes", "policies",
+                                             "sweep", "plots", "compile", "evaluate")} | \
+        {"promote": states["promote"]} and states["promote"] in ("success", "skipped"), states
+    assert res["tasks"]["train"]["try_number"] >= 2  # the killed try, then the one that ran
+    folder = faults.dag_run_folder(env, res["run"]["dag_run_id"])
+    run_id, study = faults.dag_run_ids(folder)
+    lost = faults.tally(env, state, run_id, study, trials=2)
+    assert lost["lost_runs"] == [] and lost["lost_trials"] == 0, lost
+    assert lost["lost_artifacts"] == [] and lost["duplicate_trial_runs"] == 0, lost
+
+
 @needs_cluster
 @full_only
 def test_a_spark_worker_killed_mid_episodes(up, tmp_path: Path) -> None:
@@ -388,6 +490,7 @@ def test_down_leaves_no_process_and_no_port(up) -> None:
             Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", pid
     for port in ports:
         assert not _listening(port), port
+    assert not _leftovers(state)
     assert cluster(state, "status").returncode != 0
 
 
@@ -410,9 +513,12 @@ def test_a_service_that_does_not_come_up_is_named_and_the_rest_stopped(tmp_path:
             assert not list((state / "pids").glob("*.pid"))
             pg_port = int((state / "ports").read_text().split()[1])
             assert not _listening(pg_port)
+            assert not _leftovers(state)
         finally:
-            cluster(state, "down")
-            _purge(state)
+            try:
+                _down_leaves_nothing(state)
+            finally:
+                _purge(state)
 
 
 @needs_cluster
@@ -435,8 +541,11 @@ def test_interrupting_up_stops_what_was_started(tmp_path: Path) -> None:
         assert "interrupted: stopping what was started" in err
         assert not Path(f"/proc/{pg}").exists()
         assert not list((state / "pids").glob("*.pid"))
+        assert not _leftovers(state)
     finally:
         if proc.poll() is None:
             proc.kill()
-        cluster(state, "down")
-        _purge(state)
+        try:
+            _down_leaves_nothing(state)
+        finally:
+            _purge(state)
