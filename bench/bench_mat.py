@@ -74,11 +74,15 @@ class TraceCase:
 # ==========================================================================================
 def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict[str, Any]]:
     """MAT's row at `capacity` (bytes, or objects) on `trace`: `flashml mat run`'s job
-    (flashml/jobs/mat.py) with its defaults at this one capacity: trained on the first 30%
-    of the requests, T0, k and the model size tuned on the next 20%, judged on the whole
-    trace (the row's miss ratios, comparable with libCacheSim's) and on the held-out last
-    50%; and its periodic-retraining emulation (4 windows, each of windows 1-3 judged by a
-    model trained on MAT's own tail in the window before)."""
+    (flashml/jobs/mat.py) with its defaults at this one capacity (objective: byte miss
+    ratio): trained on the first 30% of the requests, T0, k and the model size tuned on the
+    next 20%, judged on the whole trace (the row's miss ratios, comparable with
+    libCacheSim's) and on the held-out last 50%; and its periodic-retraining emulation (4
+    windows, each of windows 1-3 judged by a model trained on MAT's own tail in the window
+    before). Beside it, from the same job run, `lrb_inhouse`: LRB's decision (64 sampled
+    candidates, the farthest predicted next access; sim/src/lrb.rs) with MAT's very model
+    and features, so that both decisions' predictions and time per eviction are measured
+    in one run."""
     from flashml.jobs import mat
     from flashml.jobs.run import run_job
 
@@ -92,11 +96,14 @@ def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict
         summary, _, _ = run_job(mat, s, Path(tmp) / "run")
     res = summary["per_capacity"][cap]
     pol = res["policies"]
-    keep = ("miss_ratio", "byte_miss_ratio", "held_out_miss_ratio", "predictions_per_eviction",
-            "candidates_per_eviction", "ns_per_eviction", "reinsertions")
+    keep = ("miss_ratio", "byte_miss_ratio", "held_out_miss_ratio", "held_out_byte_miss_ratio",
+            "predictions_per_eviction", "candidates_per_eviction", "ns_per_eviction",
+            "reinsertions")
     tuned = summary["tuned"][cap]
     row = {**{k: pol["mat"].get(k) for k in keep},
            "lru_held_out_miss_ratio": pol["lru"]["held_out_miss_ratio"],
+           "lru_held_out_byte_miss_ratio": pol["lru"]["held_out_byte_miss_ratio"],
+           "objective": summary["objective"],
            "model_size": res["model_size"], "k": tuned["k"],
            "controller": s.mat.controller, "reuse_predictions": s.mat.reuse_predictions,
            "initial_threshold": tuned["initial_threshold"],
@@ -105,15 +112,80 @@ def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict
         per = res["periodic"]
         row |= {"periodic_miss_ratio": per["mat_miss_ratio"],
                 "periodic_lru_miss_ratio": per["lru_miss_ratio"],
+                "periodic_byte_miss_ratio": per["mat_byte_miss_ratio"],
+                "periodic_lru_byte_miss_ratio": per["lru_byte_miss_ratio"],
                 "periodic_predictions_per_eviction": per["predictions_per_eviction"],
                 "periodic_window_requests": summary["periodic_window_requests"],
                 "periodic_windows": per["windows"]}
-    return {"mat": row}
+    return {"mat": row, "lrb_inhouse": pol["lrb_inhouse"] | {"sample_size": 64,
+                                                            "model": "MAT's"}}
 
 
-def load_traces(presets: tuple[str, ...], accesses: int | None, tmp: Path) -> list[TraceCase]:
+def lrb_trained(rows: dict[str, dict[str, Any]]) -> bool | None:
+    """Whether libCacheSim's LRB ever trained a model at this point: until its first model
+    LRB evicts LRU's victim, so a run that never trained has exactly LRU's hits (on
+    CloudPhysics at every size, where its training window never fills); None when either
+    row is missing."""
+    lrb, lru = rows.get("lrb", {}), rows.get("lru", {})
+    if "hits" not in lrb or "hits" not in lru:
+        return None
+    return lrb["hits"] != lru["hits"]
+
+
+#: The targets MAT's rows are checked against (docs/systems/mat.md): byte miss ratio at or
+#: below LRU's; at or below the in-house LRB's within 1 point; >= 20x fewer predictions per
+#: eviction than it.
+LRB_SLACK = 0.01
+MIN_PREDICTION_RATIO = 20.0
+
+
+def targets(results: dict[str, Any]) -> dict[str, Any]:
+    """Per point and in all: MAT against LRU and the in-house LRB on byte miss ratio (the
+    objective) and predictions per eviction, and against libCacheSim's LRB only where that
+    LRB trained (`lrb_trained`)."""
+    points = []
+    for name, r in results.items():
+        for s in r["sizes"]:
+            mat, lrbi = s["extra"].get("mat"), s["extra"].get("lrb_inhouse")
+            lru, lcs_lrb = s["libcachesim"].get("lru", {}), s["libcachesim"].get("lrb", {})
+            if not mat or not lrbi or "byte_miss_ratio" not in lru:
+                continue
+            ratio = lrbi["predictions_per_eviction"] / mat["predictions_per_eviction"]
+            p = {"trace": name, "fraction": s["fraction"],
+                 "byte_vs_lru": mat["byte_miss_ratio"] - lru["byte_miss_ratio"],
+                 "byte_vs_lrb_inhouse": mat["byte_miss_ratio"] - lrbi["byte_miss_ratio"],
+                 "prediction_ratio": ratio,
+                 "time_ratio": lrbi["ns_per_eviction"] / mat["ns_per_eviction"],
+                 "lcs_lrb_trained": s.get("lcs_lrb_trained")}
+            p["at_or_below_lru"] = p["byte_vs_lru"] <= 0
+            p["within_lrb_inhouse"] = p["byte_vs_lrb_inhouse"] <= LRB_SLACK
+            p["fewer_predictions"] = ratio >= MIN_PREDICTION_RATIO
+            if s.get("lcs_lrb_trained") and "byte_miss_ratio" in lcs_lrb:
+                p["byte_vs_lcs_lrb"] = mat["byte_miss_ratio"] - lcs_lrb["byte_miss_ratio"]
+                p["request_vs_lcs_lrb"] = mat["miss_ratio"] - lcs_lrb["miss_ratio"]
+            points.append(p)
+    trained = [p for p in points if "byte_vs_lcs_lrb" in p]
+    return {"points": points, "n": len(points),
+            "at_or_below_lru": sum(p["at_or_below_lru"] for p in points),
+            "within_lrb_inhouse": sum(p["within_lrb_inhouse"] for p in points),
+            "fewer_predictions": sum(p["fewer_predictions"] for p in points),
+            "all_three": sum(p["at_or_below_lru"] and p["within_lrb_inhouse"]
+                             and p["fewer_predictions"] for p in points),
+            "lcs_lrb_trained": len(trained),
+            "at_or_below_lcs_lrb_bytes": sum(p["byte_vs_lcs_lrb"] <= 0 for p in trained),
+            "at_or_below_lcs_lrb_requests": sum(p["request_vs_lcs_lrb"] <= 0
+                                                for p in trained),
+            "lrb_slack": LRB_SLACK, "min_prediction_ratio": MIN_PREDICTION_RATIO}
+
+
+def load_traces(presets: tuple[str, ...], accesses: int | None, tmp: Path,
+                only: tuple[str, ...] | None = None) -> list[TraceCase]:
     cases = []
-    if CLOUDPHYSICS.exists():
+    if only is not None:
+        presets = tuple(p for p in presets if p in only)
+    if only is not None and "cloudphysics" not in only:
+        pass  # not asked for
+    elif CLOUDPHYSICS.exists():
         cases.append(TraceCase("cloudphysics", f"{CLOUDPHYSICS.name} (real, libCacheSim's "
                                "CloudPhysics sample; key = lbn)",
                                read_objects(CLOUDPHYSICS, "cloudphysics")))
@@ -154,6 +226,7 @@ def run_case(case: TraceCase, fractions: tuple[float, ...], policies: tuple[str,
                  for p in OURS if p in lcs_rows[c]}
         sizes.append({"fraction": f, "capacity": c, "unit": unit,
                       "libcachesim": lcs_rows[c], "ours": mine, "ours_equal_libcachesim": agree,
+                      "lcs_lrb_trained": lrb_trained(lcs_rows[c]),
                       "extra": extra_policies(case, c, unit)})
         line = ", ".join(f"{p} {r['miss_ratio']:.4f}" if "miss_ratio" in r else f"{p} ERROR"
                          for p, r in lcs_rows[c].items())
@@ -170,30 +243,33 @@ def plot(results: dict[str, Any], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     names = list(results)
-    fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 4.4), dpi=110,
-                             squeeze=False)
-    for ax, name in zip(axes[0], names, strict=True):
-        sizes = results[name]["sizes"]
-        x = [100 * s["fraction"] for s in sizes]
-        curves: dict[str, list[float]] = {}
-        for s in sizes:
-            for p, r in {**s["libcachesim"], **s["extra"]}.items():
-                curves.setdefault(p, []).append(r.get("miss_ratio", np.nan))
-        colours = plt.get_cmap("tab20").colors
-        for i, (p, y) in enumerate(curves.items()):
-            ax.plot(x, y, marker="o", ms=3, lw=2.4 if p == "mat" else 1.1, label=p,
-                    ls="--" if p.startswith("belady") else "-", color=colours[i % 20])
-        for p, mk in (("lru", "x"), ("fifo", "+")):
-            ax.plot(x, [s["ours"][p]["miss_ratio"] for s in sizes], ls="none", marker=mk,
-                    ms=9, color="black", label=f"{p} (ours)")
-        ax.set_xscale("log")
-        ax.set_xticks(x, [f"{v:g}%" for v in x])
-        ax.set_xlabel("cache size (% of unique bytes)")
-        ax.set_ylabel("miss ratio")
-        ax.set_title(f"{name} ({results[name]['requests']:,} requests)")
-        ax.grid(alpha=0.3)
+    metrics = (("byte_miss_ratio", "byte miss ratio"), ("miss_ratio", "miss ratio"))
+    fig, axes = plt.subplots(len(metrics), len(names), figsize=(5.2 * len(names), 8.4),
+                             dpi=110, squeeze=False)
+    for row, (metric, label) in zip(axes, metrics, strict=True):
+        for ax, name in zip(row, names, strict=True):
+            sizes = results[name]["sizes"]
+            x = [100 * s["fraction"] for s in sizes]
+            curves: dict[str, list[float]] = {}
+            for s in sizes:
+                for p, r in {**s["libcachesim"], **s["extra"]}.items():
+                    curves.setdefault(p, []).append(r.get(metric, np.nan))
+            colours = plt.get_cmap("tab20").colors
+            for i, (p, y) in enumerate(curves.items()):
+                ax.plot(x, y, marker="o", ms=3, lw=2.4 if p == "mat" else 1.1, label=p,
+                        ls="--" if p.startswith("belady") else "-", color=colours[i % 20])
+            for p, mk in (("lru", "x"), ("fifo", "+")):
+                ax.plot(x, [s["ours"][p][metric] for s in sizes], ls="none", marker=mk,
+                        ms=9, color="black", label=f"{p} (ours)")
+            ax.set_xscale("log")
+            ax.set_xticks(x, [f"{v:g}%" for v in x])
+            ax.set_xlabel("cache size (% of unique bytes)")
+            ax.set_ylabel(label)
+            ax.set_title(f"{name} ({results[name]['requests']:,} requests): {label}")
+            ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, ncol=2, loc="best")
-    fig.suptitle("Object-cache miss ratio vs cache size: libCacheSim's policies and ours")
+    fig.suptitle("Object-cache byte miss ratio and miss ratio vs cache size: libCacheSim's "
+                 "policies and ours")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
@@ -235,6 +311,105 @@ def markdown(results: dict[str, Any], metric: str = "miss_ratio") -> str:
     return "\n".join(lines)
 
 
+def _best_heuristic(lcs: dict[str, dict[str, Any]], metric: str) -> tuple[str, float]:
+    rows = {p: r[metric] for p, r in lcs.items()
+            if metric in r and not p.startswith("belady") and p != "lrb"}
+    best = min(rows, key=lambda p: rows[p])
+    return best, rows[best]
+
+
+def docs_table(results: dict[str, Any]) -> str:
+    """docs/systems/mat.md's table (bench/render_mat_docs.py): per trace and size, byte miss
+    ratio / miss ratio of LRU, MAT, the in-house LRB (MAT's model, 64 sampled candidates)
+    and libCacheSim's LRB (marked where it never trained), the best simple heuristic and
+    Belady; MAT's and the in-house LRB's predictions and ns per eviction, side by side from
+    one run."""
+    lines = ["| trace | size | LRU | MAT (byte vs LRU) | in-house LRB | MAT - in-house LRB "
+             "(byte) | predictions / eviction MAT / LRB (ratio) | ns / eviction MAT / LRB "
+             "| libCacheSim LRB | best heuristic (byte) | Belady |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def pair(r: dict[str, Any]) -> str:
+        return f"{r['byte_miss_ratio']:.4f} / {r['miss_ratio']:.4f}"
+
+    for name, r in results.items():
+        for s in r["sizes"]:
+            lcs, ex = s["libcachesim"], s["extra"]
+            if "mat" not in ex or "lru" not in lcs:
+                continue
+            mat, lrbi, lru = ex["mat"], ex["lrb_inhouse"], lcs["lru"]
+            cut = mat["byte_miss_ratio"] / lru["byte_miss_ratio"] - 1
+            lrb = lcs.get("lrb")
+            lcs_cell = "" if not lrb or "miss_ratio" not in lrb else pair(lrb) + (
+                "" if s.get("lcs_lrb_trained") else " (never trained: = LRU)")
+            hname, hval = _best_heuristic(lcs, "byte_miss_ratio")
+            ppe_m, ppe_l = mat["predictions_per_eviction"], lrbi["predictions_per_eviction"]
+            lines.append(
+                f"| {name} | {100 * s['fraction']:g}% | {pair(lru)} | {pair(mat)} "
+                f"({100 * cut:+.1f}%) | {pair(lrbi)} "
+                f"| {mat['byte_miss_ratio'] - lrbi['byte_miss_ratio']:+.4f} "
+                f"| {ppe_m:.2f} / {ppe_l:.1f} ({ppe_l / ppe_m:.0f}x) "
+                f"| {mat['ns_per_eviction']:.0f} / {lrbi['ns_per_eviction']:.0f} "
+                f"| {lcs_cell} | {hval:.4f} ({hname}) "
+                f"| {lcs['belady']['byte_miss_ratio']:.4f} |")
+    return "\n".join(lines)
+
+
+def held_out_table(results: dict[str, Any]) -> str:
+    """MAT on the held-out last 50% and under periodic retraining, byte miss ratio / miss
+    ratio against LRU's, with the tuned k and predictions / candidates per eviction."""
+    lines = ["| trace | size | held-out LRU | held-out MAT | periodic LRU | periodic MAT "
+             "(pred./ev.) | MAT predictions / candidates per eviction (k) | model |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        for s in r["sizes"]:
+            m = s["extra"].get("mat")
+            if not m:
+                continue
+            per = (f"{m['periodic_lru_byte_miss_ratio']:.4f} / "
+                   f"{m['periodic_lru_miss_ratio']:.4f} | {m['periodic_byte_miss_ratio']:.4f}"
+                   f" / {m['periodic_miss_ratio']:.4f} "
+                   f"({m['periodic_predictions_per_eviction']:.2f})"
+                   if "periodic_miss_ratio" in m else " | ")
+            lines.append(
+                f"| {name} | {100 * s['fraction']:g}% "
+                f"| {m['lru_held_out_byte_miss_ratio']:.4f} / {m['lru_held_out_miss_ratio']:.4f}"
+                f" | {m['held_out_byte_miss_ratio']:.4f} / {m['held_out_miss_ratio']:.4f} "
+                f"| {per} | {m['predictions_per_eviction']:.2f} / "
+                f"{m['candidates_per_eviction']:.2f} ({m['k']:.1f}) | {m['model_size']} |")
+    return "\n".join(lines)
+
+
+def targets_text(t: dict[str, Any]) -> str:
+    """The targets, met or not, point by point where missed."""
+    def missed(key: str) -> str:
+        bad = [f"{p['trace']} {100 * p['fraction']:g}%" for p in t["points"] if not p[key]]
+        return f" (missed at {', '.join(bad)})" if bad else ""
+
+    n = t["n"]
+    worst_lru = max((p["byte_vs_lru"] for p in t["points"]), default=float("nan"))
+    worst_lrb = max((p["byte_vs_lrb_inhouse"] for p in t["points"]), default=float("nan"))
+    ratios = [p["prediction_ratio"] for p in t["points"]]
+    times = [p["time_ratio"] for p in t["points"]]
+    lines = [
+        f"- byte miss ratio at or below LRU's: **{t['at_or_below_lru']}/{n}** points"
+        f"{missed('at_or_below_lru')}; the largest excess {worst_lru:+.4f}.",
+        f"- byte miss ratio at or below the in-house LRB's + {t['lrb_slack']:g}: "
+        f"**{t['within_lrb_inhouse']}/{n}**{missed('within_lrb_inhouse')}; the largest "
+        f"excess over it {worst_lrb:+.4f}.",
+        f"- >= {t['min_prediction_ratio']:g}x fewer predictions per eviction than the "
+        f"in-house LRB: **{t['fewer_predictions']}/{n}**{missed('fewer_predictions')} "
+        f"({min(ratios, default=0):.0f}x-{max(ratios, default=0):.0f}x); time per eviction "
+        f"{min(times, default=0):.1f}x-{max(times, default=0):.1f}x less.",
+        f"- all three at once: **{t['all_three']}/{n}**.",
+        f"- against libCacheSim's LRB, counted only where it trained ({t['lcs_lrb_trained']}"
+        f"/{n} points; it never trained where its hits equal libCacheSim's LRU's exactly): "
+        f"at or below it in byte miss ratio at {t['at_or_below_lcs_lrb_bytes']}/"
+        f"{t['lcs_lrb_trained']}, in miss ratio at {t['at_or_below_lcs_lrb_requests']}/"
+        f"{t['lcs_lrb_trained']}."]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -252,7 +427,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="100,000-request generated traces and no LRB: a smoke test")
     ap.add_argument("--out", type=Path, default=RESULTS / "mat.json")
+    ap.add_argument("--traces", default=None, metavar="NAME[,NAME...]",
+                    help="run only these traces (cloudphysics, cdn-like, kv-like) and keep "
+                    "the others' rows from --out")
+    ap.add_argument("--render-only", action="store_true",
+                    help="re-derive the tables, targets and plot of --out from its rows")
     args = ap.parse_args(argv)
+    if args.render_only:
+        out = json.loads(args.out.read_text())
+        return write(out, out["traces"], args.out)
     fractions = tuple(float(f) for f in args.fractions.split(","))
     policies = tuple(p for p in args.policies.split(",") if p)
     if args.quick:
@@ -263,35 +446,51 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     t0 = time.perf_counter()
-    results = {}
+    only = tuple(t.strip() for t in args.traces.split(",")) if args.traces else None
+    results: dict[str, Any] = {}
+    if only and args.out.exists():
+        old = json.loads(args.out.read_text())["traces"]
+        results = {k: v for k, v in old.items() if k not in only}
+    partial = Path(tempfile.gettempdir()) / f"{args.out.stem}.partial.json"
     with tempfile.TemporaryDirectory(prefix="flashml-bench-mat-") as tmp:
-        for case in load_traces(PRESETS, args.accesses, Path(tmp)):
+        for case in load_traces(PRESETS, args.accesses, Path(tmp), only):
             print(f"{case.name}: {case.df.height:,} requests, {case.unique_bytes:,} unique "
                   "bytes", file=sys.stderr)
             results[case.name] = run_case(case, fractions, policies, args.unit, args.jobs,
                                           args.timeout)
-    png = plot(results, args.out.with_name(args.out.stem + "_miss_ratio.png"))
-    table = markdown(results)
-    byte_table = markdown(results, "byte_miss_ratio")
-    print(f"miss ratio:\n{table}\n\nbyte miss ratio:\n{byte_table}")
+            partial.write_text(json.dumps(results, indent=1))  # salvage on a later failure
+    order = ["cloudphysics", *PRESETS]
+    results = {k: results[k] for k in sorted(results, key=lambda k: order.index(k)
+                                             if k in order else len(order))}
     out = {
         "benchmark": "bench/bench_mat.py", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "machine": machine(), "libcachesim": ob.libcachesim_version(),
         "policies": {p: ob.POLICIES[p][0] for p in policies},
         "unavailable": {p: why for p, why in ob.available().items() if why},
         "unit": args.unit, "fractions": fractions, "quick": args.quick,
-        "traces": results, "plot": os.path.relpath(png, ROOT), "table": table,
-        "byte_table": byte_table,
-        "all_ours_equal_libcachesim": all(
-            v for r in results.values() for s in r["sizes"]
-            for v in s["ours_equal_libcachesim"].values()),
         "wall_s": time.perf_counter() - t0,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = args.out.with_suffix(".json.tmp")
+    return write(out, results, args.out)
+
+
+def write(out: dict[str, Any], results: dict[str, Any], path: Path) -> int:
+    """`out` with the rows `results` and what is derived from them (tables, targets, plot)
+    -> `path` (atomically) and the plot beside it; the tables printed."""
+    png = plot(results, path.with_name(path.stem + "_miss_ratio.png"))
+    table = markdown(results)
+    byte_table = markdown(results, "byte_miss_ratio")
+    print(f"byte miss ratio:\n{byte_table}\n\nmiss ratio:\n{table}\n\n"
+          f"{docs_table(results)}\n\n{targets_text(targets(results))}")
+    out |= {"traces": results, "plot": os.path.relpath(png, ROOT), "table": table,
+            "byte_table": byte_table, "targets": targets(results),
+            "all_ours_equal_libcachesim": all(
+                v for r in results.values() for s in r["sizes"]
+                for v in s["ours_equal_libcachesim"].values())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out = path.with_suffix(".json.tmp")
     tmp_out.write_text(json.dumps(out, indent=2) + "\n")
-    os.replace(tmp_out, args.out)
-    print(f"wrote {args.out} and {png} in {out['wall_s']:.0f} s", file=sys.stderr)
+    os.replace(tmp_out, path)
+    print(f"wrote {path} and {png}", file=sys.stderr)
     return 0
 
 

@@ -174,6 +174,32 @@ def pick(m: dict[str, Any]) -> dict[str, float]:
     return {k: float(m[k]) for k in METRICS if k in m}
 
 
+ADMISSIONS = {"baleen": "Baleen", "admit_all": "admit all"}
+EVICTIONS = {"lru": "LRU", "mat_oracle": "MAT, oracle", "mat": "MAT, learned"}
+
+
+def docs_table(out: dict[str, Any]) -> str:
+    """docs/systems/mat.md's flash-mode table (bench/render_mat_docs.py renders it from
+    bench/results/mat_flash.json): per admission and eviction, peak DT (and its change
+    against LRU under the same admission), write rate, IO hit ratio, MAT's predictions and
+    ns per decision."""
+    lines = ["| admission | eviction | peak DT | write rate MB/s | IO hit ratio "
+             "| predictions / decision | ns / decision |", "|---|---|---|---|---|---|---|"]
+    for adm, rows in out["policies"].items():
+        lru = rows["lru"]["peak_dt_util"]
+        for ev, m in rows.items():
+            dt = f"{m['peak_dt_util']:.4f}"
+            if ev == "lru":
+                cost = "| - | -"
+            else:
+                dt += f" ({100 * (m['peak_dt_util'] / lru - 1):+.1f}%)"
+                cost = f"| {m['predictions_per_eviction']:.2f} | {m['ns_per_eviction']:.0f}"
+            lines.append(f"| {ADMISSIONS.get(adm, adm)} | {EVICTIONS.get(ev, ev)} | {dt} "
+                         f"| {m['flash_write_rate_mbps']:.1f} | {m['io_hit_ratio']:.4f} "
+                         f"{cost} |")
+    return "\n".join(lines)
+
+
 def table(out: dict[str, Any]) -> str:
     lines = ["| admission | eviction | peak DT | write rate MB/s | IO hit ratio | "
              "predictions / eviction | ns / eviction |", "|---|---|---|---|---|---|---|"]

@@ -588,6 +588,29 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
     return out
 
 
+def simulate_objects_lrb(keys: Any, sizes: Any, capacity: int, unit: str = "bytes", *,
+                         predictor: Any = "none", sample_size: int = 64,
+                         memory_window: int | None = None, seed: int = 0,
+                         record_victims: bool = False,
+                         unverified: bool = False) -> dict[str, Any]:
+    """Object-mode LRB on MAT's parts (sim/src/lrb.rs): on each eviction `sample_size` (LRB:
+    64) distinct cached objects are sampled at random, each one's distance to its next access
+    predicted by `predictor` (as `simulate_objects_mat` takes it: "none" gives a random
+    victim, "oracle", or an eviction bundle), and the one whose predicted next access is
+    farthest is evicted. Returns miss_ratio, byte_miss_ratio, requests, hits, evictions,
+    predictions, predictions_per_eviction (= min(sample_size, cached objects)),
+    ns_per_eviction, wall_s, params; with record_victims, victims {"time", "key"}."""
+    kk = _as_array(keys, np.uint64, "key")
+    ss = _as_array(sizes, np.uint64, "size")
+    if len(kk) != len(ss):
+        raise ValueError(f"'key' has {len(kk)} elements but 'size' has {len(ss)}")
+    pred = _evict_predictor(predictor, unverified)
+    return dict(_core().simulate_objects_lrb(
+        kk, ss, int(capacity), unit, predictor=pred["predictor"], sha256=pred.get("sha256"),
+        size_bytes=pred.get("size_bytes"), sample_size=int(sample_size),
+        memory_window=memory_window, seed=int(seed), record_victims=record_victims))
+
+
 def _evict_predictor(predictor: Any, unverified: bool = False) -> dict[str, Any]:
     """MAT's predictor as the core takes it: {"predictor": "none" | "oracle" | the path of
     the eviction policy .so, "sha256", "size_bytes"}: a bundle folder (or its .so) is

@@ -52,7 +52,11 @@ def test_mat_job_records_and_ships_an_eviction_policy(mat_run: Path) -> None:
     # the job's controller and reused predictions travel in the bundle
     assert manifest["eviction"]["controller"] == "mean"
     assert manifest["eviction"]["reuse_predictions"] is True
-    assert (mat_run / "plots" / "miss_ratio_vs_size.png").stat().st_size > 0
+    for metric in ("byte_miss_ratio", "miss_ratio"):
+        assert (mat_run / "plots" / f"{metric}_vs_size.png").stat().st_size > 0
+    # the default objective is the paper's metric: byte miss ratio, with the paper's label
+    assert s["objective"] == {"name": "bytes", "metric": "byte_miss_ratio",
+                              "size_exponent": 0.0}
     for name, r in s["per_capacity"].items():
         pol = r["policies"]
         # our LRU is libCacheSim's, and MAT stays within the issue's prediction budget
@@ -67,9 +71,14 @@ def test_mat_job_records_and_ships_an_eviction_policy(mat_run: Path) -> None:
         assert r["model_size"] == s["tuned"][name]["model_size"] in SIZES
         assert s["tuned"][name]["feasible"]
         assert s["tuned"][name]["predictions_per_eviction"] <= 2.5
-        # training rows: only those whose label horizon the replay saw, size-aware label
+        # training rows: only those whose label horizon the replay saw, the paper's label
         smp = s["samples"][name]
-        assert 0 < smp["rows"] < smp["samples"] and smp["size_exponent"] == 0.5
+        assert 0 < smp["rows"] < smp["samples"] and smp["size_exponent"] == 0.0
+        assert s["tuned"][name]["val_metric"] == "byte_miss_ratio"
+        # LRB's decision with the same model: 64 predictions per eviction, measured here too
+        lrb = pol["lrb_inhouse"]
+        assert lrb["predictions_per_eviction"] == pytest.approx(64.0, abs=0.5)
+        assert lrb["ns_per_eviction"] > 0 and pol["mat"]["ns_per_eviction"] > 0
 
 
 def test_mat_run_in_mlflow(mat_run: Path) -> None:
@@ -79,14 +88,17 @@ def test_mat_run_in_mlflow(mat_run: Path) -> None:
 
     s = json.loads((mat_run / "summary.json").read_text())
     check_system_in_mlflow(mat_run.parent / "state", "mat", s)
-    assert set(s["headline"]) >= {"miss_ratio", "miss_ratio_cut"}
+    assert set(s["headline"]) >= {"objective_miss_ratio", "byte_miss_ratio",
+                                  "byte_miss_ratio_cut", "miss_ratio", "miss_ratio_cut"}
+    assert s["headline"]["objective_miss_ratio"] == s["headline"]["byte_miss_ratio"]
 
 
 def test_mat_beats_lru_on_the_held_out_window(mat_run: Path) -> None:
     s = json.loads((mat_run / "summary.json").read_text())
     pol = s["per_capacity"]["5%"]["policies"]
-    assert pol["mat"]["held_out_miss_ratio"] < 0.95 * pol["lru"]["held_out_miss_ratio"]
-    assert pol["mat"]["miss_ratio"] < 0.95 * pol["lru"]["miss_ratio"]
+    for key in ("byte_miss_ratio", "miss_ratio"):
+        assert pol["mat"][f"held_out_{key}"] < pol["lru"][f"held_out_{key}"]
+        assert pol["mat"][key] < pol["lru"][key]
 
 
 def test_periodic_retraining_judges_each_window_with_the_model_before(mat_run: Path) -> None:
@@ -97,6 +109,7 @@ def test_periodic_retraining_judges_each_window_with_the_model_before(mat_run: P
     for w in per["windows"]:
         assert w["trained_on"][1] == w["judged_on"][0] and w["rows"] > 0
         assert w["mat_miss_ratio"] < w["lru_miss_ratio"]
+        assert w["mat_byte_miss_ratio"] < w["lru_byte_miss_ratio"]
     assert per["mat_miss_ratio"] == pytest.approx(
         np.mean([w["mat_miss_ratio"] for w in per["windows"]]))
     # at most L = 10 per eviction (k and T0 are tuned for the main model, not these)
@@ -191,3 +204,56 @@ def test_a_short_trace_gets_the_contracts_shortest_memory_window() -> None:
     assert mat.memory_window(mat.MatSettings(), 900) == mat.MIN_MEMORY_WINDOW == 1024
     assert mat.memory_window(mat.MatSettings(), 5000) == 5000
     assert mat.memory_window(mat.MatSettings(memory_window=2048), 900) == 2048
+
+
+def test_held_out_window_byte_miss_ratio_counts_the_window_bytes() -> None:
+    """`_window_hits`'s window byte miss ratio (the tuning score of `--objective bytes`)
+    equals the missed bytes of requests [start, end) over their bytes in one slow obvious
+    byte-capacity LRU run."""
+    from flashml.jobs.mat import _window_hits
+
+    rng = np.random.default_rng(5)
+    keys = (rng.zipf(1.3, 20_000) % 3_000).astype(np.uint64)
+    sizes = (1 + keys % 13 * 100).astype(np.uint64)
+    cap = {"capacity": 40_000, "unit": "bytes"}
+    start, end = 6_000, 20_000
+    _, r = _window_hits(keys, sizes, cap, start, end, predictor="none")
+    lru: OrderedDict[int, int] = OrderedDict()
+    used = missed = asked = 0
+    for i, (k, z) in enumerate(zip(keys.tolist(), sizes.tolist(), strict=True)):
+        asked += z * (start <= i < end)
+        if k in lru:
+            lru.move_to_end(k)
+            continue
+        missed += z * (start <= i < end)
+        while used + z > 40_000:
+            used -= lru.popitem(last=False)[1]
+        lru[k] = z
+        used += z
+    assert r["window_byte_miss_ratio"] == pytest.approx(missed / asked, rel=1e-9)
+
+
+def test_objective_chooses_the_label_and_the_score() -> None:
+    """`--objective bytes` (the default, the paper's metric) takes the paper's label
+    (size exponent 0) and scores by byte miss ratio; `requests` the size-aware label (0.5)
+    and the miss ratio; an explicit --size-exponent wins; a cache counting objects never
+    weighs sizes. (Before, the default label was the size-aware one whatever the metric.)"""
+    import argparse
+
+    from flashml.jobs import mat
+
+    p = argparse.ArgumentParser()
+    mat.add_cli(p)
+    p.add_argument("--trace", default=None)
+    p.add_argument("--format", default=None)
+    by = {"unit": "bytes"}
+    d = mat.MatSettings.from_cli(p.parse_args([]))
+    assert (d.objective, mat.size_exponent(d, by), mat.objective_key(d)) == (
+        "bytes", 0.0, "byte_miss_ratio")
+    r = mat.MatSettings.from_cli(p.parse_args(["--objective", "requests"]))
+    assert (mat.size_exponent(r, by), mat.objective_key(r)) == (0.5, "miss_ratio")
+    e = mat.MatSettings.from_cli(p.parse_args(["--size-exponent", "1"]))
+    assert mat.size_exponent(e, by) == 1.0
+    assert mat.size_exponent(r, {"unit": "objects"}) == 0.0
+    with pytest.raises(SystemExit):
+        p.parse_args(["--objective", "hits"])

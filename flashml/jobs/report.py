@@ -183,8 +183,9 @@ def plot_dt_utilisation(series_by_policy: dict[str, dict[str, Any]], out: Path,
 
 
 def plot_miss_ratio_curves(curves: dict[str, list[tuple[float, float]]], out: Path,
-                           xlabel: str = "cache size") -> Path:
-    """Miss ratio against cache size, one line per policy (log-scaled sizes)."""
+                           xlabel: str = "cache size", ylabel: str = "miss ratio") -> Path:
+    """Miss ratio (or `ylabel`'s) against cache size, one line per policy (log-scaled
+    sizes)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     for name, pts in curves.items():
@@ -193,8 +194,8 @@ def plot_miss_ratio_curves(curves: dict[str, list[tuple[float, float]]], out: Pa
                 lw=2.2 if name == "mat" else 1.0, label=name)
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("miss ratio")
-    ax.set_title("Miss ratio vs cache size")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{ylabel[0].upper()}{ylabel[1:]} vs cache size")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()

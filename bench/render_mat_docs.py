@@ -1,0 +1,88 @@
+"""The measured tables of docs/systems/mat.md, rendered from the committed
+bench/results/mat.json (bench/bench_mat.py) and bench/results/mat_flash.json
+(bench/bench_mat_flash.py). Each owns one marked section of the page:
+
+    <!-- NAME.json: begin (bench/render_mat_docs.py renders this) -->
+    ...
+    <!-- NAME.json: end -->
+
+tests/test_mat_docs.py fails when a marked section differs from what this script renders
+from the committed JSON; prose outside the markers is hand-written.
+
+    .venv/bin/python bench/render_mat_docs.py           # print the sections
+    .venv/bin/python bench/render_mat_docs.py --write   # replace them in the page
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+RESULTS = REPO / "bench" / "results"
+PAGE = REPO / "docs" / "systems" / "mat.md"
+
+
+def begin(name: str) -> str:
+    return f"<!-- {name}.json: begin (bench/render_mat_docs.py renders this) -->"
+
+
+def end(name: str) -> str:
+    return f"<!-- {name}.json: end -->"
+
+
+def mat_section(res: dict[str, Any]) -> str:
+    from bench_mat import docs_table, held_out_table, targets_text
+
+    return "\n".join([docs_table(res["traces"]), "", "Held out and under periodic "
+                      "retraining (byte miss ratio / miss ratio):", "",
+                      held_out_table(res["traces"]), "", "What holds against the targets "
+                      "(byte miss ratio, the objective):", "", targets_text(res["targets"])])
+
+
+def mat_flash_section(res: dict[str, Any]) -> str:
+    from bench_mat_flash import docs_table
+
+    return docs_table(res)
+
+
+SECTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "mat": mat_section,
+    "mat_flash": mat_flash_section,
+}
+
+
+def sections() -> dict[str, str]:
+    """name -> the whole marked section (markers included) rendered from NAME.json."""
+    return {name: "\n".join([begin(name), fn(json.loads((RESULTS / f"{name}.json")
+                                                        .read_text())), end(name)])
+            for name, fn in SECTIONS.items()}
+
+
+def marked(text: str, name: str) -> str:
+    """The marked section of `name` in `text`, markers included (ValueError when absent)."""
+    a = text.index(begin(name))
+    b = text.index(end(name), a) + len(end(name))
+    return text[a:b]
+
+
+def render(text: str) -> str:
+    for name, new in sections().items():
+        text = text.replace(marked(text, name), new)
+    return text
+
+
+def main(argv: list[str]) -> int:
+    if "--write" in argv:
+        PAGE.write_text(render(PAGE.read_text()))
+    else:
+        print("\n\n".join(sections().values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
