@@ -212,9 +212,11 @@ def test_mlcache_flash_job_end_to_end(region1, tmp_path: Path) -> None:
     df, meta = load_trace(trace, None)
     c = SimConfig.for_trace(meta, capacity_segments=300, warmup_s=0.0)
     v = monitor_view(df, "namespace", segment_bytes=c.segment_bytes)
-    shares, _ = policy_shares(v, 300, s["interval"], "mlcache",
+    # the flash stage's interval: twice the segments by default (page requests)
+    assert f["interval"] == 600 and s["flash"]["interval_from"] == "2 x 300 pages"
+    shares, _ = policy_shares(v, 300, f["interval"], "mlcache",
                               bundle=tmp_path / "run" / "compiled")
-    r = simulate(df, c, partition=FlashPartition(v.access_stream, v.bounds(s["interval"]),
+    r = simulate(df, c, partition=FlashPartition(v.access_stream, v.bounds(f["interval"]),
                                                  shares))
     assert r.metrics["peak_dt_util"] == f["policies"]["mlcache"]["peak_dt_util"]
     assert r.metrics["flash_write_rate_mbps"] == f["policies"]["mlcache"][

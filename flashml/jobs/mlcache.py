@@ -39,7 +39,9 @@ Sizes: `--capacity PAGES` or `--cache-size SIZE` (bytes with a unit: pages of `-
 else of the trace's block size (one page per access), 8 KiB for generated mixes; in flash
 mode segments). Intervals: `--interval N` requests the cache sees, or `--interval-s S`: S
 seconds of the judged trace at its mean rate of requests the cache sees, rounded (the
-runtime re-divides by request counts; the summary records both).
+runtime re-divides by request counts; the summary records both), else twice the cache's
+pages (INTERVAL_PER_PAGE; at most half the trace): a partition that grows must have time to
+fill before the next split.
 
 The summary: `policies` -> name -> the mean over the judged traces of hit_ratio,
 write_hit_ratio, read_hit_ratio, gain_over_even, oracle_gain_fraction; `headline`;
@@ -94,6 +96,8 @@ POLICIES = ("shared", "even", "static_optimal", "discrete_optimal", "previous_op
 SHIPPED = ("previous_optimal", "network")
 #: The rules a user could run without MLCache; the headline's rival is the better of them.
 SIMPLE_RULES = ("shared", "even")
+#: The default interval: this many requests the cache sees per page of the cache.
+INTERVAL_PER_PAGE = 2
 #: The generated mixes' duration (flashml/trace/multistream.py generate_mix's default), for
 #: --interval-s without a trace.
 MIX_SECONDS = 3600.0
@@ -115,11 +119,13 @@ class MlcacheSettings:
     capacity: int | None = None
     #: Bytes (--cache-size): pages of the page size, or flash segments.
     cache_size: int | None = None
-    #: Requests the cache sees per interval. The paper does not give its interval; at 1000
-    #: (a fifth of a generated mix's phase of writes) the last interval's best split gets
-    #: 95% of the oracle's gain on held-out mixes, at 5000 80-86% (phases change within
-    #: intervals).
-    interval: int = 1000
+    #: Requests the cache sees per interval; None: INTERVAL_PER_PAGE x the cache's pages. The
+    #: paper does not give its interval. Too short, and a partition that grows cannot fill
+    #: before the next split: on a 4-host MSR-like trace at 16,384 pages, intervals of 1,000
+    #: writes put previous_optimal 13% below one shared LRU, of 32,768 6% above it. Too long,
+    #: and phases change within one (generated mixes: 95% of the oracle's gain at 1,000
+    #: requests, 80-86% at 5,000); twice the pages (440-1,360 there) does as well as 1,000.
+    interval: int | None = None
     #: Seconds of trace per interval (--interval-s), turned into requests at the judged
     #: trace's mean rate; None: `interval`.
     interval_s: float | None = None
@@ -206,8 +212,8 @@ class MlcacheSettings:
             if kind != "bytes":
                 raise UserError(f"--cache-size: bytes with a unit (64MiB, 1GB, 8388608), got "
                                 f"{args.cache_size!r}; a count of pages is --capacity")
-        interval = args.interval if args.interval is not None else cls.interval
-        if args.interval_s is None and args.requests < 2 * interval:
+        interval = args.interval
+        if interval is not None and args.requests < 2 * interval:
             raise UserError(f"--requests ({args.requests}) must hold at least two intervals "
                             f"of --interval ({interval})")
         try:
@@ -294,7 +300,8 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    "or with --flash segments at trace scale. Or --capacity")
     p.add_argument("--interval", type=Number(int, 1, unit="requests"), default=None,
                    help=f"requests the cache sees per interval (the partition is re-divided "
-                   f"after each; default {d.interval}). Or --interval-s")
+                   f"after each; default {INTERVAL_PER_PAGE} x the cache's pages, at most half "
+                   "the judged trace). Or --interval-s")
     p.add_argument("--interval-s", type=Number(float, 0.0, 1e9, low_open=True, unit="s"),
                    default=None, metavar="S",
                    help="seconds of trace per interval: S times the judged trace's mean rate "
@@ -474,17 +481,20 @@ def _seconds_interval(seen: int, span_s: float, s: MlcacheSettings, what: str) -
     return int(n)
 
 
-def _interval(run: RunDir, s: MlcacheSettings, judged: Any) -> int:
-    """The interval in requests the cache sees: --interval, or --interval-s at the judged
-    trace's rate (the user's; else a generated mix: MIX_SECONDS long)."""
-    if s.interval_s is None:
-        return s.interval
-    seen = int(judged.writes.sum()) if s.writes_only else len(judged)
-    if s.trace is not None:
-        df, _ = _user_table(run, s)
-        span = float(df["time"].max() - df["time"].min())
-        return _seconds_interval(seen, span, s, Path(s.trace).name)
-    return _seconds_interval(seen, MIX_SECONDS, s, "a generated mix")
+def _interval(run: RunDir, s: MlcacheSettings, seen: int, span_s: float, capacity: int,
+              what: str) -> tuple[int, str]:
+    """The interval in requests the cache sees and where it came from: --interval,
+    --interval-s at the judged trace's rate (`seen` requests in `span_s` seconds), else
+    INTERVAL_PER_PAGE x `capacity` pages (at most half the `seen` requests)."""
+    if s.interval is not None:
+        return s.interval, "--interval"
+    if s.interval_s is not None:
+        return _seconds_interval(seen, span_s, s, what), f"--interval-s {s.interval_s:g}"
+    n = INTERVAL_PER_PAGE * capacity
+    if 2 * n > seen:
+        return max(1, seen // 2), (f"half of {what}'s {seen} requests ({INTERVAL_PER_PAGE} x "
+                                   f"{capacity} pages would be longer)")
+    return n, f"{INTERVAL_PER_PAGE} x {capacity} pages"
 
 
 def _check_bundle(s: MlcacheSettings, manifest: dict[str, Any], streams: int, capacity: int,
@@ -545,7 +555,13 @@ def mixes(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
         judged, extra = held, []
     capacity, capacity_from = _pages(run, s, streams)
     first = _trace(run, s, judged[0], streams)
-    interval = _interval(run, s, first)
+    seen = int(first.writes.sum()) if s.writes_only else len(first)
+    if s.trace is not None:
+        df, _ = _user_table(run, s)
+        span = float(df["time"].max() - df["time"].min())
+    else:
+        span = MIX_SECONDS
+    what = Path(s.trace).name if s.trace is not None else "a generated mix"
     flash: dict[str, Any] | None = None
     if s.flash:
         from flashml.simulation import capacity_segments
@@ -555,25 +571,24 @@ def mixes(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
         # one page of the network's cache = one segment of the flash cache
         capacity = capacity_segments(_flash_config(run, s))
         capacity_from = "the flash cache's segments"
-        f_iv = s.interval
-        if s.interval_s is not None:
-            df, _ = _user_table(run, s)
-            f_iv = _seconds_interval(len(view.trace), float(df["time"].max() - df["time"].min()),
-                                     s, f"{Path(str(s.trace)).name}'s GET segments")
+        f_iv, f_from = _interval(run, s, len(view.trace), span, capacity,
+                                 f"{what}'s GET segments")
         flash = {"capacity_segments": capacity, "streams": list(view.trace.names),
-                 "page_requests": len(view.trace), "interval": f_iv}
+                 "page_requests": len(view.trace), "interval": f_iv, "interval_from": f_from}
+    interval, interval_from = _interval(run, s, seen, span, capacity, what)
     if b is not None:
         where = (f"the trace's {streams} (field '{s.stream_column}')" if s.trace is not None
                  else f"this run's {streams} (--streams)")
         _check_bundle(s, b, streams, capacity, where)
-    if interval > len(first) and s.interval_s is None:
-        log.warning("--interval %d is longer than the judged trace (%d requests)", interval,
-                    len(first))
+    if 2 * interval > seen:
+        log.warning("--interval %d: the judged trace holds fewer than two (%d requests)",
+                    interval, seen)
     train = ([{"name": f"mix{streams}-seed{i}", "seed": i} for i in range(s.train_mixes)]
              if s.trains else [])
     return run.record("mixes", {"streams": streams, "capacity": capacity,
                                 "capacity_from": capacity_from, "train": train,
                                 "judged": judged, "mixes": extra, "interval": interval,
+                                "interval_from": interval_from,
                                 "interval_s": s.interval_s, "writes_only": s.writes_only,
                                 "flash": flash})
 
@@ -840,6 +855,7 @@ def flash(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
                             interval=m["flash"]["interval"], bundle=comp["dir"],
                             target_write_mbps=target, view=view)
     res["headline"] = flash_headline(res["same_write_rate"], target, s.flash_write_fraction)
+    res["interval_from"] = m["flash"]["interval_from"]
     res["config"] = {k: v for k, v in cfg.to_dict().items()
                      if k in ("cache_gb", "sample_ratio", "capacity_segments", "segment_bytes",
                               "block_bytes", "warmup_s", "window_s", "disks")}
@@ -953,7 +969,9 @@ def mlflow_params(run: RunDir, s: MlcacheSettings) -> dict[str, Any]:
             "policy": f"bundle {s.bundle}" if s.bundle is not None else s.policy,
             "capacity_pages": s.capacity or (f"{s.cache_size} bytes" if s.cache_size
                                              else "default"),
-            "interval": f"{s.interval_s:g} s" if s.interval_s is not None else s.interval,
+            "interval": (f"{s.interval_s:g} s" if s.interval_s is not None else
+                         s.interval if s.interval is not None else
+                         f"{INTERVAL_PER_PAGE} x pages"),
             "requests": s.requests, "test_mixes": s.held_out, "writes_only": s.writes_only,
             "seed": s.seed, "flash": s.flash,
             **({"train_mixes": s.train_mixes, "permutations": s.permutations,
@@ -984,7 +1002,8 @@ def summary(records: dict[str, dict[str, Any]], s: MlcacheSettings) -> dict[str,
     rule = ev.get("rule", "network")
     out = {"streams": m["streams"], "capacity": m["capacity"],
            "capacity_from": m.get("capacity_from"), "interval": m["interval"],
-           "interval_s": m.get("interval_s"), "writes_only": s.writes_only,
+           "interval_s": m.get("interval_s"), "interval_from": m.get("interval_from"),
+           "writes_only": s.writes_only,
            "shipped": {"rule": rule, "bundle": str(s.bundle) if s.bundle else None,
                        "why": WHY[rule]},
            "judged": m["judged"], "policies": ev["policies"],
@@ -1028,8 +1047,7 @@ def _verdict(v: dict[str, Any], what: str) -> str:
 
 
 def describe(summary: dict[str, Any], s: MlcacheSettings) -> str:
-    iv = (f"{summary['interval']} requests ({summary['interval_s']:g} s)"
-          if summary.get("interval_s") is not None else f"{summary['interval']} requests")
+    iv = f"{summary['interval']} requests ({summary.get('interval_from') or 'default'})"
     judged = ", ".join(j["name"] for j in summary["judged"])
     lines = [f"{summary['streams']} streams, {summary['capacity']} pages, intervals of {iv}; "
              f"judged on {judged}:"]
@@ -1110,5 +1128,7 @@ def shipped(run: RunDir, summary: dict[str, Any], s: MlcacheSettings) -> Path:
 def judged_on(run: RunDir, s: MlcacheSettings) -> str:
     what = (Path(s.trace).name if s.trace else
             f"{s.held_out} generated mixes of {s.streams or 4} streams")
-    iv = f"{s.interval_s:g} s" if s.interval_s is not None else f"{s.interval} requests"
+    iv = (f"{s.interval_s:g} s" if s.interval_s is not None else
+          f"{s.interval} requests" if s.interval is not None else
+          f"{INTERVAL_PER_PAGE} x the pages")
     return f"{what}, intervals of {iv}"
