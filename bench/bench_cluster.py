@@ -139,6 +139,12 @@ def lost(t: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def save(res: dict[str, Any], done: bool = False) -> None:
+    """cluster.json as measured so far (`"complete": false` until the last step)."""
+    write_json(OUT, res | {"complete": done,
+                           "machine_load_avg_1m_after": os.getloadavg()[0]})
+
+
 def step(res: dict[str, Any], name: str, fn: Any) -> None:
     """res[name] = fn() with the load average before it; an error is recorded, not raised
     (the other steps still run)."""
@@ -151,6 +157,12 @@ def step(res: dict[str, Any], name: str, fn: Any) -> None:
     print(f"{name}: {time.monotonic() - t0:.0f} s", {k: v for k, v in res[name].items()
                                                      if not isinstance(v, dict)},
           file=sys.stderr, flush=True)
+    if ROOT_RES:
+        save(ROOT_RES[0])
+
+
+#: the results being measured (saved after each step)
+ROOT_RES: list[dict[str, Any]] = []
 
 
 DOC = ROOT / "docs" / "how-to" / "scale-out.md"
@@ -194,7 +206,7 @@ def _s(x: Any) -> str:
 
 def render(res: dict[str, Any]) -> str:
     """The figures block of docs/how-to/scale-out.md from cluster.json."""
-    m, d = res["main_job"], res["dag"]
+    m, d = res["main_job"], res.get("dag", {})
     size = res.get("accesses_label") or res["accesses"]
     tasks = ", ".join(f"{t} {v['duration_s']:.0f}" for t, v in d.get("tasks", {}).items()
                       if v.get("duration_s") is not None)
@@ -219,9 +231,10 @@ def render(res: dict[str, Any]) -> str:
         rows.append(("sweep stage on the cluster (2 trials), 2 worker processes / 1",
                      f"{_s(sw['two_s'])} / {_s(sw['one_s'])} (job {sw['job_two_s']:.0f} s / "
                      f"{sw['job_one_s']:.0f} s)"))
-    rows.append(("`flashml_retrain` under the scheduler (trigger to end)",
-                 f"FAILED: {d['error'][:200]}" if "error" in d else
-                 f"{d['wall_s']:.0f} s, {d['state']}; tasks (s): {tasks}"))
+    if d:
+        rows.append(("`flashml_retrain` under the scheduler (trigger to end)",
+                     f"FAILED: {d['error'][:200]}" if "error" in d else
+                     f"{d['wall_s']:.0f} s, {d['state']}; tasks (s): {tasks}"))
     dt = res.get("dag_test", {})
     if "error" in dt:
         rows.append(("the same DAG by `dag.test()` (one process, no cluster)",
@@ -238,8 +251,12 @@ def render(res: dict[str, Any]) -> str:
         rows.append(("lost across the three faults",
                      f"**{fl['runs']} runs, {fl['trials']} trials, {fl['artifacts']} "
                      "artifacts**"))
-    rows.append(("`cluster.sh down`",
-                 f"{res['down_s']:.0f} s, {res['processes_left']} processes left"))
+    if "down_s" in res:
+        rows.append(("`cluster.sh down`",
+                     f"{res['down_s']:.0f} s, {res['processes_left']} processes left"))
+    if not res.get("complete", True):
+        rows.append(("not measured (out of time)", ", ".join(
+            k for k in ("sweep_workers", "dag", "dag_test") if k not in res) or "-"))
     mach = res["machine"]
     loads = [v["load_avg_1m"] for v in res.values() if isinstance(v, dict)
              and "load_avg_1m" in v and v is not mach]
@@ -257,7 +274,7 @@ def render(res: dict[str, Any]) -> str:
 
 def render_readme(res: dict[str, Any]) -> str:
     """README.md's "Scaling out" figures from cluster.json."""
-    m, d, dt = res["main_job"], res["dag"], res.get("dag_test", {})
+    m, d, dt = res["main_job"], res.get("dag", {}), res.get("dag_test", {})
     fl = res.get("faults_lost")
     parts = [README_BEGIN,
              "```",
@@ -329,6 +346,7 @@ def main() -> int:
                            "size_note": args.size_note,
                            "job_options": " ".join(JOB_OPTIONS)}
     conf = DAG_CONF | ({"accesses": args.accesses} if args.accesses else {})
+    ROOT_RES.append(res)
     try:
         res["startup_s"] = timed(["bash", str(SCRIPT), "up"], env, ROOT)
         client = {k: v.strip("'") for k, v in (line.split("=", 1) for line in
@@ -349,6 +367,9 @@ def main() -> int:
             "load_avg_1m": la,
         }
         ref = cluster_check.steady(embedded["summary"])
+        save(res)
+        ref_artifacts = cluster_faults.artifact_paths(client, scaled["summary"]["mlflow_run_id"])
+        dag_artifacts: set[str] = set(cluster_faults.DAG_ARTIFACTS)
 
         def one_worker() -> dict[str, Any]:
             one = job(tmp / "scaled-1", trace, cenv, tmp,
@@ -362,20 +383,23 @@ def main() -> int:
 
         def dag() -> dict[str, Any]:
             r = cluster_check.run_dag("flashml_retrain", conf)
+            folder = cluster_faults.dag_run_folder(client, r["run"]["dag_run_id"])
+            dag_artifacts.update(cluster_faults.artifact_paths(
+                client, cluster_faults.dag_run_ids(folder)[0]))
             return {"state": r["run"]["state"], "wall_s": round(r["wall_s"], 1),
                     "tasks": {t: {"state": ti["state"], "duration_s": ti.get("duration"),
                                   "tries": ti.get("try_number")}
                               for t, ti in r["tasks"].items()}}
 
-        step(res, "dag", dag)
-        step(res, "dag_test", lambda: dag_test(tmp / "dag-test", dict(conf)))
         faults: dict[str, Any] = {}
+        res["faults"] = faults
 
         def mlflow_fault() -> dict[str, Any]:
             r = cluster_faults.restart_mlflow_during_sweep(state, cenv, tmp / "fault-mlflow",
                                                            [*trace, *JOB_OPTIONS])
             summ = r["summary"]
-            t = cluster_faults.tally(client, state, summ["mlflow_run_id"], r["study"], 2)
+            t = cluster_faults.tally(client, state, summ["mlflow_run_id"], r["study"], 2,
+                                     want_artifacts=ref_artifacts)
             return {"state": "success", "wall_s": round(r["wall_s"], 1),
                     "server_down_s": round(r["server_down_s"], 1),
                     "retries_logged": r["retries_logged"], "first_retry": r["first_retry"],
@@ -385,7 +409,8 @@ def main() -> int:
             r = cluster_faults.kill_scheduler_mid_dag(state, cenv, dict(conf), task="train")
             folder = cluster_faults.dag_run_folder(client, r["run"]["dag_run_id"])
             run_id, study = cluster_faults.dag_run_ids(folder)
-            t = cluster_faults.tally(client, state, run_id, study, 2)
+            t = cluster_faults.tally(client, state, run_id, study, 2,
+                                     want_artifacts=dag_artifacts)
             return {"state": r["state"], "wall_s": round(r["wall_s"], 1),
                     "killed_at_s": round(r["killed_at_s"], 1),
                     "restarted_at_s": round(r["restarted_at_s"], 1),
@@ -397,17 +422,20 @@ def main() -> int:
                 state, cenv, tmp / "fault-spark", [*trace, *JOB_OPTIONS])
             summ = r["summary"]
             t = cluster_faults.tally(client, state, summ["mlflow_run_id"],
-                                     summ["sweep"]["study"], 2)
+                                     summ["sweep"]["study"], 2, want_artifacts=ref_artifacts)
             return {"state": "success", "wall_s": round(r["wall_s"], 1),
                     "worker": r["worker"], "killed_at_s": round(r["killed_at_s"], 1),
                     "engine": summ["episodes"]["engine"],
                     "summary_equal": cluster_check.steady(summ) == ref, "tally": lost(t)}
 
-        for key, fn in (("mlflow_restart_during_sweep", mlflow_fault),
-                        ("scheduler_killed_mid_dag", scheduler_fault),
-                        ("spark_worker_killed_mid_episodes", spark_fault)):
-            step(faults, key, fn)
-        res["faults"] = faults
+        # the jobs' faults, then the DAG (both workers again), dag.test(), the DAG's fault
+        step(faults, "mlflow_restart_during_sweep", mlflow_fault)
+        step(faults, "spark_worker_killed_mid_episodes", spark_fault)
+        if not (state / "pids" / "spark-worker-2.pid").exists():
+            cluster_faults.cluster_cmd(state, cenv, "start", "spark-worker-2")
+        step(res, "dag", dag)
+        step(res, "dag_test", lambda: dag_test(tmp / "dag-test", dict(conf)))
+        step(faults, "scheduler_killed_mid_dag", scheduler_fault)
         if all("tally" in f for f in faults.values()):
             res["faults_lost"] = {k: sum(f["tally"][f"lost_{k}"] for f in faults.values())
                                   for k in ("runs", "trials", "artifacts")}
@@ -422,7 +450,7 @@ def main() -> int:
         if os.environ.get("FLASHML_BENCH_KEEP") != "1":
             shutil.rmtree(tmp, ignore_errors=True)
     res["machine_load_avg_1m_after"] = os.getloadavg()[0]
-    write_json(OUT, res)
+    save(res, done=True)
     write_doc(res)
     print(json.dumps({k: v for k, v in res.items() if k != "main_job"}, indent=1))
     print(json.dumps({k: v for k, v in res["main_job"].items() if not k.endswith("stages_s")}))

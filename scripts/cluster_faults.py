@@ -243,10 +243,25 @@ def _artifact_files(client: Any, run_id: str, path: str | None = None) -> list[A
     return out
 
 
+#: what a DAG run logs at least (it writes no summary.json): the policy and its compiled form
+DAG_ARTIFACTS = frozenset({"policy/policy.json", "policy_so/policy.so",
+                           "policy_so/manifest.json"})
+
+
+def artifact_paths(env: dict[str, str], run_id: str) -> set[str]:
+    """Every artifact file the server lists for run `run_id` (a reference run's, for
+    `tally`'s `want_artifacts`)."""
+    import mlflow
+
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    return {f.path for f in _artifact_files(mlflow.MlflowClient(), run_id)}
+
+
 def tally(env: dict[str, str], state: Path, run_id: str, study: str, trials: int,
           want_artifacts: set[str] = frozenset({"summary.json"})) -> dict[str, Any]:
     """What the run `run_id` (its sweep `study` of `trials` trials) lost (module docstring):
-    counts of lost runs, trials and artifacts, and the duplicates of a trial's run."""
+    counts of lost runs, trials and artifacts (`want_artifacts` missing from the run's
+    listing, or listed but absent from the store), and the duplicates of a trial's run."""
     import mlflow
     import optuna
 
