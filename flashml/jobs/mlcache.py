@@ -44,7 +44,8 @@ pages (INTERVAL_PER_PAGE; at most half the trace): a partition that grows must h
 fill before the next split.
 
 The summary: `policies` -> name -> the mean over the judged traces of hit_ratio,
-write_hit_ratio, read_hit_ratio, gain_over_even, oracle_gain_fraction; `headline`;
+write_hit_ratio, read_hit_ratio, gain_over_even, oracle_gain_fraction; `verdict` (mlcache
+against the best simple rule and previous_optimal);
 `shipped` (what the .so computes and why); `per_trace`; `mixes` (with a trace and
 --test-mixes); `network` (with --policy network).
 
