@@ -233,3 +233,108 @@ def test_mru_the_worked_example(env):
         assert m["integrity_errors"] == 0 and m["eviction"] == ev
         hits[ev] = m["hits"]
     assert hits["lru"] == 0 and hits["mru"] > 40
+
+
+# ------------------------------------------------------------------ the admission slot by name
+
+# The window of RejectX is factor x capacity: the runtime's R regions of one segment are the
+# simulator's capacity R + 1, so each side gets the factor that makes the same window (exact
+# binary fractions: 2 x 63 = 1.96875 x 64 = 126 keys; 2.5 x 63 = 2.4609375 x 64 = 157.5, the
+# dithered window of rejectx_block).
+R = 63
+
+
+@pytest.mark.parametrize("eviction", ["lru", "mat"])
+@pytest.mark.parametrize(("admission", "runtime_args", "sim_args"), [
+    ("admitall", [], []),
+    ("rejectx", ["--rejectx-factor", 2], ["--rejectx-factor", 1.96875]),
+    ("rejectx_block", ["--rejectx-factor", 2], ["--rejectx-factor", 1.96875]),
+    ("rejectx_block", ["--rejectx-factor", 2.5, "--rejectx-x", 2],
+     ["--rejectx-factor", 2.4609375, "--rejectx-x", 2]),
+    ("coinflip", ["--coinflip-p", 0.3, "--coinflip-seed", 7],
+     ["--coinflip-p", 0.3, "--coinflip-seed", 7]),
+])
+def test_admission_builtins_make_the_simulators_decisions(env, eviction, admission,
+                                                          runtime_args, sim_args):
+    """`--admission NAME` takes the simulator's name and makes its decisions: with MAT in the
+    eviction slot (admit-all + MAT, RejectX + MAT, coin flip + MAT, ...) hits, admitted and
+    evicted segments equal `flashml sim run --admission NAME --mat` on the same trace. With LRU
+    they are equal for admit-all; a policy that admits part of a miss's segments leaves blocks
+    partly cached, and then the two models' refresh differs (the engine refreshes a missed
+    block before inserting, the simulator's LRU after, runtime/README.md "Policy slots"), so
+    there the figures agree within 2%."""
+    mat = ["--eviction-bundle", env["evict"]] if eviction == "mat" else []
+    p = replay(env, "--admission", admission, *runtime_args, "--eviction", eviction, *mat,
+               "--region-bytes", "128KiB", "--flash-bytes", R * SEG)
+    assert p.returncode == 0, p.stderr
+    rt = json.loads(p.stdout)
+    assert rt["integrity_errors"] == 0 and rt["verified_bytes"] > 0
+    assert (rt["policy"], rt["admission"], rt["eviction"]) == (admission, admission, eviction)
+    s = sim(env, "--capacity-segments", R + 1, "--admission", admission, *sim_args,
+            *(["--mat", env["evict"]] if eviction == "mat" else []))
+    keys = ("io_hit_ratio", "segment_hit_ratio", "backend_ios", "backend_bytes",
+            "admitted_segments", "accesses")
+    if eviction == "mat" or admission == "admitall":
+        assert {k: rt[k] for k in keys} == {k: s[k] for k in keys}
+        if eviction == "mat":
+            assert rt["evicted_segments"] == s["mat_evicted_segments"]
+    else:
+        for k in keys:
+            assert abs(rt[k] - s[k]) <= 0.02 * s[k], (k, rt[k], s[k])
+    # the policy refused some misses (admitall aside) and admitted others
+    assert 0 < rt["admitted_segments"]
+    if admission != "admitall":
+        full = json.loads(replay(env, "--admission", "admitall", "--eviction", eviction, *mat,
+                                 "--region-bytes", "128KiB", "--flash-bytes", R * SEG).stdout)
+        assert rt["admitted_segments"] < full["admitted_segments"]
+
+
+def test_builtin_policy_is_the_admission_of_that_name(env):
+    """`--policy builtin:NAME` is `--admission NAME` (the same decisions)."""
+    runs = [json.loads(replay(env, *args, "--region-bytes", "128KiB", "--flash-bytes",
+                              R * SEG).stdout)
+            for args in (["--policy", "builtin:rejectx"], ["--admission", "rejectx"])]
+    keys = ("hits", "admitted_segments", "evicted_segments", "admission")
+    assert {k: runs[0][k] for k in keys} == {k: runs[1][k] for k in keys}
+
+
+def test_slot_errors_come_before_any_io(env):
+    """Two policies for one slot, a name the runtime lacks, a bundle without the capability
+    its slot needs, a knob of another policy, a bundle no slot takes: each a message naming
+    the option, a non-zero exit, and the flash file never created."""
+    flash = env["dir"] / "never.img"
+    baleen = make_bundle(env["dir"] / "baleen2", BUILD / "policies" / "count.so")
+    cases = [
+        (["--admission", "rejectx", "--admission", "admitall"], 2,
+         "--admission given twice"),
+        (["--policy", "builtin:rejectx", "--admission", "admitall"], 2,
+         "two policies for the admission slot: --policy builtin:rejectx and --admission admitall"),
+        (["--admission", "admitall", "--eviction", "lru", "--eviction", "fifo"], 2,
+         "--eviction given twice"),
+        (["--admission", "opt"], 2, "--admission opt: not in this runtime"),
+        (["--admission", "threshold"], 2, "--admission threshold: not in this runtime"),
+        (["--admission", "lfu"], 2, "--admission: invalid value 'lfu'"),
+        ([], 2, "--admission bundle needs --policy DIR"),
+        (["--admission", "bundle", "--policy", env["evict"]], 1,
+         "--admission bundle: "),
+        (["--admission", "admitall", "--coinflip-p", "0.5"], 2,
+         "--coinflip-p does not apply: the admission is admitall"),
+        (["--admission", "coinflip", "--rejectx-x", "2"], 2,
+         "--rejectx-x does not apply: the admission is coinflip"),
+        (["--admission", "rejectx", "--fallback", "rejectx"], 2,
+         "--fallback does not apply"),
+        (["--admission", "rejectx", "--policy", baleen], 2,
+         f"--policy {baleen} fills no slot"),
+        (["--admission", "coinflip", "--coinflip-p", "1.5"], 2, "--coinflip-p: invalid value"),
+        (["--admission", "rejectx", "--rejectx-factor", "0"], 2, "--rejectx-factor: invalid"),
+    ]
+    for args, code, words in cases:
+        p = replay(env, *args, "--flash-bytes", "8MiB", flash=flash)
+        assert p.returncode == code and words in p.stderr, (args, p.stderr)
+        assert not flash.exists(), args
+    # the eviction bundle fills the eviction slot beside a built-in admission
+    p = replay(env, "--admission", "rejectx", "--policy", env["evict"], "--eviction", "mat",
+               "--flash-bytes", "8MiB")
+    assert p.returncode == 0, p.stderr
+    m = json.loads(p.stdout)
+    assert (m["admission"], m["eviction"]) == ("rejectx", "mat") and m["eviction_decisions"] > 0

@@ -83,8 +83,9 @@ enum flashrt_fallback { FLASHRT_FALLBACK_NONE = 0, FLASHRT_FALLBACK_REJECTX = 1 
  * built-in RejectX policy and leaves the reason in `err` as a warning. */
 flashrt_policy *flashrt_policy_load(const char *dir, enum flashrt_fallback fallback, char *err,
                                     size_t errlen);
-/* Built-in policies: "rejectx" (X=1, history = 2 x capacity in segments, as the simulator's
- * default) and "admitall". */
+/* A built-in admission policy by name (enum flashrt_admission's names but "bundle":
+ * "admitall", "rejectx", "rejectx_block", "coinflip"), with flashrt_config's knobs: given to
+ * flashrt_open it fills the admission slot as FLASHRT_ADMIT_BUNDLE. */
 flashrt_policy *flashrt_policy_builtin(const char *name, char *err, size_t errlen);
 const char *flashrt_policy_name(const flashrt_policy *p);
 /* What the manifest says (NaN when absent or for built-ins). */
@@ -126,6 +127,23 @@ enum flashrt_eviction { FLASHRT_LRU = 0, FLASHRT_FIFO = 1, FLASHRT_MAT = 2, FLAS
 int flashrt_eviction_from_name(const char *name);
 /* Its name, NULL when `which` is none. */
 const char *flashrt_eviction_name(int which);
+/* The admission slot's policies, by the simulator's names (`flashml sim run --admission`):
+ * "bundle" (the `policy` given to flashrt_open: a bundle's admission + prefetch capabilities,
+ * or a built-in from flashrt_policy_builtin), "admitall", "rejectx" (the artifact's, keyed by
+ * (block, segment), asked per missed segment), "rejectx_block" (keyed by block, asked once
+ * per miss) and "coinflip". */
+enum flashrt_admission { FLASHRT_ADMIT_BUNDLE = 0, FLASHRT_ADMIT_ALL = 1, FLASHRT_ADMIT_REJECTX = 2,
+                         FLASHRT_ADMIT_REJECTX_BLOCK = 3, FLASHRT_ADMIT_COINFLIP = 4 };
+/* The policy of that name; -1 for another name. */
+int flashrt_admission_from_name(const char *name);
+/* Its name, NULL when `which` is none. */
+const char *flashrt_admission_name(int which);
+/* The budget gate's policies: "none", "bucket" (the write-rate token bucket of
+ * write_rate_mbps / write_burst_s / rate_clock) and "tire" (Pannier's TIRE over the regions'
+ * erasures, tire_*). FLASHRT_BUDGET_NONE with write_rate_mbps > 0 is the bucket. */
+enum flashrt_budget { FLASHRT_BUDGET_NONE = 0, FLASHRT_BUDGET_BUCKET = 1, FLASHRT_BUDGET_TIRE = 2 };
+int flashrt_budget_from_name(const char *name);
+const char *flashrt_budget_name(int which);
 enum flashrt_direct { FLASHRT_DIRECT_AUTO = 0, FLASHRT_DIRECT_OFF = 1, FLASHRT_DIRECT_ON = 2 };
 enum flashrt_rate_clock { FLASHRT_CLOCK_TRACE = 0, FLASHRT_CLOCK_WALL = 1 };
 
@@ -150,6 +168,21 @@ struct flashrt_config {
     /* FLASHRT_MAT: the bundle whose eviction capability the policy asks (loaded with
      * flashrt_policy_load_eviction, owned by the caller, outliving the cache). */
     flashrt_policy *eviction_policy;
+    /* The admission slot (default FLASHRT_ADMIT_BUNDLE: the `policy` of flashrt_open) and the
+     * built-ins' knobs, the simulator's: rejectx / rejectx_block admit a key seen at least
+     * rejectx_x times before (1) in a history of rejectx_factor x capacity keys (2);
+     * coinflip admits with probability coinflip_p (0.5), drawn from (key, access index,
+     * coinflip_seed). */
+    enum flashrt_admission admission;
+    unsigned rejectx_x;
+    double rejectx_factor, coinflip_p;
+    uint64_t coinflip_seed;
+    /* The budget gate (default none; the bucket when write_rate_mbps > 0) and TIRE's knobs:
+     * tire_epbpd erasures per erase unit (region) per day, in quanta of tire_quantum_s
+     * (300 s), slack K (4) and steps (3), as Pannier's (sim/src/tire.rs). */
+    enum flashrt_budget budget;
+    double tire_epbpd, tire_slack, tire_quantum_s;
+    unsigned tire_steps;
 };
 
 void flashrt_config_default(struct flashrt_config *c);
@@ -200,6 +233,11 @@ struct flashrt_metrics {
      * back at the head, T after the run, ns per decision; zeros and NaN for LRU/FIFO) */
     uint64_t eviction_decisions, eviction_predictions, eviction_reinsertions;
     double eviction_threshold, eviction_decision_ns_p50;
+    /* the budget gate's (rate_limited above: the admitted misses it refused): TIRE's quota
+     * and credit in erasures (NaN otherwise), its quanta so far and those that started
+     * blocked */
+    double budget_quota, budget_credit;
+    uint64_t budget_quanta, budget_blocked_quanta;
 };
 
 /* Computes the metrics of everything served so far. */

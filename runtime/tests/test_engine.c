@@ -1,6 +1,7 @@
 /* test_engine.c: the engine's policy slots (src/engine/policy_slots.h): each built-in eviction
  * policy on the region store by hand, the worked example (MRU, src/policies/eviction/mru.c)
- * through the whole cache on a cyclic scan, and the refusals. Run under ASan+UBSan by `make
+ * through the whole cache on a cyclic scan, the built-in admission policies by hand
+ * (src/policies/admission/), and the refusals. Run under ASan+UBSan by `make
  * test` and under valgrind by `make valgrind`. Usage: test_engine POLICY_BUILD_DIR */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "flashrt.h"
 #include "util/internal.h"
 #include "policies/policy_internal.h"
+#include "engine/policy_slots.h"
 #include "engine/region.h"
 
 #include "check.h"
@@ -203,6 +205,79 @@ static void test_mat_runs(void) {
     flashrt_policy_free(evb);
 }
 
+/* One admission policy of the slot, built for a cache of `capacity` segments. */
+static void *admission(const struct frt_admission_ops *ops, const struct flashrt_config *cfg, uint64_t capacity) {
+    char err[256] = "";
+    void *st = NULL;
+    struct frt_admission_setup s = {cfg, NULL, capacity};
+    int rc = ops->init(&st, &s, err, sizeof err);
+    CHECK(rc == 0, "%s: %s", ops->name, err);
+    return st;
+}
+
+static int ask(const struct frt_admission_ops *ops, void *st, uint64_t key, uint64_t index, unsigned seg) {
+    struct flashrt_access a = {0};
+    a.key = key;
+    unsigned lo = seg, hi = seg;
+    return ops->admit_segment ? ops->admit_segment(st, &a, index, seg) : ops->decide(st, &a, index, &lo, &hi);
+}
+
+/* The built-in admission policies by name, against their definitions (sim/src/admission.rs). */
+static void test_admission_by_hand(void) {
+    struct flashrt_config cfg;
+    flashrt_config_default(&cfg);
+    /* rejectx: keys (block, segment), a window of 2 x 2 = 4 keys; blocks that differ only in
+     * their top bits are different keys */
+    const struct frt_admission_ops *rx = frt_admission_policy(FLASHRT_ADMIT_REJECTX);
+    CHECK(rx && rx->admit_segment && !rx->decide && !strcmp(rx->name, "rejectx"), "rejectx");
+    void *st = admission(rx, &cfg, 2);
+    const uint64_t big = 1ull << 63 | 7;
+    const struct { uint64_t key; unsigned seg; int want; } q[] = {
+        {7, 0, 0}, {7, 0, 1},   /* seen once before: admitted */
+        {big, 0, 0}, {7, 1, 0}, /* another block with the same low bits; another segment */
+        {7, 0, 1}, {9, 0, 0},   /* still there; the history holds 4 keys */
+        {9, 1, 0},              /* (7, 0) leaves (the oldest) */
+        {7, 0, 0}, {big, 0, 0}, /* re-entered; (big, 0) left too */
+    };
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+        CHECK(ask(rx, st, q[i].key, i, q[i].seg) == q[i].want, "rejectx query %zu", i);
+    rx->free(st);
+    /* rejectx_block: keys by block, once per miss, a history of the last 4 misses */
+    const struct frt_admission_ops *rb = frt_admission_policy(FLASHRT_ADMIT_REJECTX_BLOCK);
+    CHECK(rb && rb->decide && !rb->admit_segment, "rejectx_block");
+    st = admission(rb, &cfg, 2);
+    const int want_b[] = {0, 1, 0, 0, 0, 0, 0};
+    const uint64_t keys_b[] = {7, 7, big, 1, 2, 3, 7}; /* 7's last query left the history */
+    for (size_t i = 0; i < sizeof keys_b / sizeof keys_b[0]; i++)
+        CHECK(ask(rb, st, keys_b[i], i, 0) == want_b[i], "rejectx_block query %zu", i);
+    rb->free(st);
+    /* coinflip: p = 0 never, p = 1 always, p = 0.3 about 30%, and the same draws twice */
+    const struct frt_admission_ops *cf = frt_admission_policy(FLASHRT_ADMIT_COINFLIP);
+    CHECK(cf && cf->decide, "coinflip");
+    int n[3] = {0, 0, 0};
+    const double ps[3] = {0.0, 1.0, 0.3};
+    for (int k = 0; k < 3; k++) {
+        cfg.coinflip_p = ps[k];
+        st = admission(cf, &cfg, 2);
+        void *st2 = admission(cf, &cfg, 2);
+        for (uint64_t i = 0; i < 10000; i++) {
+            int a = ask(cf, st, i * 31 % 977, i, 0);
+            CHECK(a == ask(cf, st2, i * 31 % 977, i, 0), "coinflip is deterministic");
+            n[k] += a;
+        }
+        cf->free(st);
+        cf->free(st2);
+    }
+    CHECK(n[0] == 0 && n[1] == 10000 && n[2] > 2700 && n[2] < 3300, "coinflip %d %d %d", n[0], n[1], n[2]);
+    /* names: the simulator's, and the two it has that the runtime cannot run */
+    CHECK(flashrt_admission_from_name("rejectx_block") == FLASHRT_ADMIT_REJECTX_BLOCK, "by name");
+    CHECK(flashrt_admission_from_name("opt") < 0 && frt_admission_unsupported("opt") &&
+          frt_admission_unsupported("threshold") && !frt_admission_unsupported("rejectx"), "unsupported");
+    /* the bundle policy needs a bundle with the admission capability */
+    const struct frt_admission_ops *bu = frt_admission_policy(FLASHRT_ADMIT_BUNDLE);
+    CHECK(bu && (bu->needs & FRT_CAP_ADMISSION), "bundle needs the capability");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_engine POLICY_BUILD_DIR\n");
@@ -213,5 +288,6 @@ int main(int argc, char **argv) {
     test_store_by_hand();
     test_mru_on_a_scan();
     test_mat_runs();
+    test_admission_by_hand();
     return test_done("test_engine");
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/backing_internal.h"
+#include "engine/policy_slots.h"
 #include "cli/cli.h"
 #include "flashrt.h"
 #include "policies/policy_internal.h"
@@ -13,8 +14,8 @@
 #include "policies/readahead/readahead.h"
 
 static const char *REPLAY_HELP =
-    "usage: flashrt replay --policy DIR --trace FILE --flash PATH --flash-bytes N\n"
-    "                      --backing PATH [options]\n"
+    "usage: flashrt replay [--policy DIR] [--admission NAME] [--eviction NAME] [--budget NAME]\n"
+    "                      --trace FILE --flash PATH --flash-bytes N --backing PATH [options]\n"
     "\n"
     "Replays the trace through the cache: GETs are served from flash or the backing device and\n"
     "every returned byte is checked against the deterministic content; PUTs are charged DT.\n"
@@ -23,10 +24,27 @@ static const char *REPLAY_HELP =
     "policy_ns_p50), hit_path_us_p50, miss_path_us_p50 and more. Exit 0\n"
     "when every byte was correct, 3 when some were not, 1 on bad input or a device failure.\n"
     "\n"
+    "The cache's policy slots, each filled by one policy (names as `flashml sim run`'s):\n"
+    "  --admission NAME       bundle (default: the --policy bundle's admission + prefetch\n"
+    "                         capabilities), admitall, rejectx (the artifact's: keyed by (block,\n"
+    "                         segment), asked per missed segment), rejectx_block (keyed by\n"
+    "                         block, asked once per miss), coinflip\n"
+    "  --eviction NAME        lru (default) or fifo over regions; mat: MAT's Algorithm 1 over\n"
+    "                         the block LRU tail, asking the eviction capability of\n"
+    "                         --eviction-bundle or else --policy (the region of the condemned\n"
+    "                         block's lowest segment goes); mru (the worked example: the most\n"
+    "                         recently used region goes)\n"
+    "  --eviction-bundle DIR  the bundle whose eviction capability --eviction mat asks\n"
+    "\n"
     "options:\n"
     "  --policy DIR           policy bundle: DIR/policy.so + DIR/manifest.json (checked: sha256,\n"
-    "                         ABI version, contract hash); or builtin:rejectx, builtin:admitall\n"
+    "                         ABI version, contract hash); builtin:NAME is --admission NAME\n"
     "  --fallback MODE        none (default): refuse a bad policy; rejectx: serve with RejectX\n"
+    "  --rejectx-x X          rejectx, rejectx_block: admit a key seen X times before (default 1)\n"
+    "  --rejectx-factor F     rejectx, rejectx_block: a history of F x capacity-in-segments keys\n"
+    "                         (default 2)\n"
+    "  --coinflip-p P         coinflip: admit probability in [0, 1] (default 0.5)\n"
+    "  --coinflip-seed N      coinflip: hash seed (default 0)\n"
     "  --trace FILE           Tectonic text trace\n"
     "  --flash PATH           flash file (a missing file is created; locked while flashrt runs)\n"
     "  --allow-block-device   let --flash be a block device (its contents are overwritten)\n"
@@ -34,12 +52,6 @@ static const char *REPLAY_HELP =
     "  --backing PATH         backing device or file written by prepare-backing\n"
     "  --map FILE             backing map (default PATH.map)\n"
     "  --region-bytes N       flash region size (default 1MiB; a multiple of 128 KiB)\n"
-    "  --eviction NAME        the eviction slot (default lru): lru or fifo over regions; mat:\n"
-    "                         MAT's Algorithm 1 over the block LRU tail, asking the eviction\n"
-    "                         capability of --eviction-bundle or else --policy (the region of\n"
-    "                         the condemned block's lowest segment goes); mru (the worked\n"
-    "                         example: the most recently used region goes)\n"
-    "  --eviction-bundle DIR  the bundle whose eviction capability --eviction mat asks\n"
     "  --direct auto|on|off   O_DIRECT on flash and backing (default auto: when supported)\n"
     "  --sample-ratio X       percent of a full node in the trace (default: the trace's flashml\n"
     "                         comment, else 100)\n"
@@ -72,11 +84,58 @@ struct replay_opts {
     const char *policy_dir, *trace_path, *backing_path, *map_path, *fallback;
     const char *ra_bundle; /* --readahead-bundle, NULL: no readahead hook */
     const char *ev_bundle; /* --eviction-bundle, NULL: --policy's for --eviction mat */
+    const char *admission; /* the admission slot's policy name */
     uint64_t ra_window_ms; /* 0: the bundle's */
     int as_json, allow_block;
     double sample_ratio; /* 0: from the trace */
     uint64_t limit;
 };
+
+/* The admission slot from --admission and --policy (builtin:NAME is --admission NAME): one
+ * policy, a name the engine has, its knobs only; 0, or -1 after printing the error. */
+static int slots(struct replay_opts *o, const char *rx_knob, const char *cf_knob) {
+    struct flashrt_config *cfg = &o->cfg;
+    if (o->policy_dir && !strncmp(o->policy_dir, "builtin:", 8)) {
+        if (o->admission) {
+            fprintf(stderr, "flashrt replay: error: two policies for the admission slot: --policy %s and --admission %s\n",
+                    o->policy_dir, o->admission);
+            return -1;
+        }
+        o->admission = o->policy_dir + 8;
+        o->policy_dir = NULL;
+        if (!strcmp(o->admission, "bundle")) {
+            fprintf(stderr, "flashrt replay: error: --policy builtin:bundle: a bundle is a directory (--policy DIR)\n");
+            return -1;
+        }
+    }
+    if (!o->admission) o->admission = "bundle";
+    const char *why = frt_admission_unsupported(o->admission);
+    if (why) {
+        fprintf(stderr, "flashrt replay: error: --admission %s: not in this runtime: %s; flashrt replay reads none "
+                        "(use bundle, admitall, rejectx, rejectx_block or coinflip)\n", o->admission, why);
+        return -1;
+    }
+    int a = flashrt_admission_from_name(o->admission);
+    if (a < 0) {
+        fprintf(stderr, "flashrt replay: error: --admission: invalid value '%s' (expected bundle, admitall, rejectx, "
+                        "rejectx_block or coinflip)\n", o->admission);
+        return -1;
+    }
+    cfg->admission = (enum flashrt_admission)a;
+    if (a == FLASHRT_ADMIT_BUNDLE && !o->policy_dir) {
+        fprintf(stderr, "flashrt replay: error: --admission bundle needs --policy DIR (a bundle with the admission "
+                        "capability; or --admission NAME for a built-in)\n");
+        return -1;
+    }
+    const char *stray = rx_knob && a != FLASHRT_ADMIT_REJECTX && a != FLASHRT_ADMIT_REJECTX_BLOCK ? rx_knob
+                      : cf_knob && a != FLASHRT_ADMIT_COINFLIP ? cf_knob
+                      : strcmp(o->fallback, "none") && a != FLASHRT_ADMIT_BUNDLE ? "--fallback" : NULL;
+    if (stray) {
+        fprintf(stderr, "flashrt replay: error: %s does not apply: the admission is %s\n", stray, o->admission);
+        return -1;
+    }
+    return 0;
+}
 
 /* -1 when the options are good, else the exit code. */
 static int parse_replay(int argc, char **argv, struct replay_opts *o) {
@@ -86,7 +145,12 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
     o->fallback = "none";
     o->ra_bundle = NULL;
     o->ev_bundle = NULL;
+    o->admission = NULL;
     o->ra_window_ms = 0;
+    /* the slots' options, each given at most once (one policy per slot); the knobs' */
+    static const char *const ONCE[] = {"--policy", "--admission", "--eviction", "--eviction-bundle", NULL};
+    int seen[4] = {0, 0, 0, 0};
+    const char *rx_knob = NULL, *cf_knob = NULL;
     o->as_json = o->allow_block = 0;
     o->sample_ratio = 0;
     o->limit = UINT64_MAX;
@@ -100,10 +164,20 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
     for (int i = 0; i < argc; i++) {
         const char *v;
         const char *a = argv[i];
+        for (int k = 0; ONCE[k]; k++)
+            if (!strcmp(a, ONCE[k]) && seen[k]++) {
+                fprintf(stderr, "flashrt replay: error: %s given twice (a slot holds one policy)\n", a);
+                return 2;
+            }
 #define OPT(name) (v = cli_optval(argc, argv, &i, name))
 #define BAD(name) do { fprintf(stderr, "flashrt replay: error: %s: invalid value '%s'\n", name, v); return 2; } while (0)
 #define BADR(name, what) do { fprintf(stderr, "flashrt replay: error: %s: invalid value '%s' (expected %s)\n", name, v, what); return 2; } while (0)
         if (OPT("--policy")) o->policy_dir = v;
+        else if (OPT("--admission")) o->admission = v;
+        else if (OPT("--rejectx-x")) { if (cli_parse_uint(v, &u) || u < 1 || u > 4294967295u) BADR("--rejectx-x", "an integer in [1, 2^32 - 1] (accesses)"); cfg->rejectx_x = (unsigned)u; rx_knob = "--rejectx-x"; }
+        else if (OPT("--rejectx-factor")) { if (cli_parse_double(v, &cfg->rejectx_factor) || !(cfg->rejectx_factor >= 1e-6 && cfg->rejectx_factor <= 1e4)) BADR("--rejectx-factor", "a number in [1e-6, 1e4] (x capacity)"); rx_knob = "--rejectx-factor"; }
+        else if (OPT("--coinflip-p")) { if (cli_parse_double(v, &cfg->coinflip_p) || !(cfg->coinflip_p >= 0 && cfg->coinflip_p <= 1)) BADR("--coinflip-p", "a probability in [0, 1]"); cf_knob = "--coinflip-p"; }
+        else if (OPT("--coinflip-seed")) { if (cli_parse_uint(v, &cfg->coinflip_seed)) BADR("--coinflip-seed", "an integer in [0, 2^64 - 1]"); cf_knob = "--coinflip-seed"; }
         else if (OPT("--fallback")) {
             if (strcmp(v, "none") && strcmp(v, "rejectx")) BAD("--fallback");
             o->fallback = v;
@@ -154,20 +228,28 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
 #undef BADR
 #undef OPT
     }
-    const char *missing = !o->policy_dir ? "--policy" : !o->trace_path ? "--trace" : !cfg->flash_path ? "--flash"
+    const char *missing = !o->trace_path ? "--trace" : !cfg->flash_path ? "--flash"
                         : !have_bytes ? "--flash-bytes" : !o->backing_path ? "--backing" : NULL;
     if (missing) {
         fprintf(stderr, "flashrt replay: error: %s is required (see --help)\n", missing);
         return 2;
     }
+    if (slots(o, rx_knob, cf_knob) != 0) return 2;
     if (o->ev_bundle && cfg->eviction != FLASHRT_MAT) {
         fprintf(stderr, "flashrt replay: error: --eviction-bundle is for --eviction mat (the eviction is %s)\n",
                 flashrt_eviction_name((int)cfg->eviction));
         return 2;
     }
-    if (cfg->eviction == FLASHRT_MAT && !o->ev_bundle && !strncmp(o->policy_dir, "builtin:", 8)) {
+    if (cfg->eviction == FLASHRT_MAT && !o->ev_bundle && !o->policy_dir) {
         fprintf(stderr, "flashrt replay: error: --eviction mat needs a bundle with the evict capability: "
-                        "--eviction-bundle DIR, or a bundle as --policy (not %s)\n", o->policy_dir);
+                        "--eviction-bundle DIR, or a bundle as --policy\n");
+        return 2;
+    }
+    /* a bundle no slot takes */
+    if (o->policy_dir && cfg->admission != FLASHRT_ADMIT_BUNDLE && !(cfg->eviction == FLASHRT_MAT && !o->ev_bundle)) {
+        fprintf(stderr, "flashrt replay: error: --policy %s fills no slot: the admission is %s and --eviction %s takes %s\n",
+                o->policy_dir, o->admission, flashrt_eviction_name((int)cfg->eviction),
+                cfg->eviction == FLASHRT_MAT ? "--eviction-bundle" : "no bundle");
         return 2;
     }
     return -1;
@@ -227,8 +309,8 @@ static void print_readahead(void *ctx, int as_json, int *first) {
 
 /* The metrics in the simulator's key order, then the runtime's: one JSON object or a table. */
 static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, uint64_t verified_bytes,
-                          double sample_ratio, const char *policy, const char *warning, const char *eviction,
-                          int as_json, const frt_ra_hook *ra) {
+                          double sample_ratio, const char *policy, const char *warning, const char *admission,
+                          const char *eviction, int as_json, const frt_ra_hook *ra) {
     const struct flashrt_metrics m = *mp;
     struct cli_figure kvs[] = {
         {"peak_dt_util", 0, m.peak_dt_util, 0}, {"mean_dt_util", 0, m.mean_dt_util, 0},
@@ -262,11 +344,12 @@ static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, 
         {"eviction_reinsertions", 1, 0, m.eviction_reinsertions}, {"eviction_threshold", 0, m.eviction_threshold, 0},
         {"eviction_decision_ns_p50", 0, m.eviction_decision_ns_p50, 0},
     };
-    const char *strs[] = {"policy", policy, "eviction", eviction, "policy_warning", warning};
-    cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 3, 2, as_json, ra ? print_readahead : NULL, (void *)ra);
+    const char *strs[] = {"policy", policy, "admission", admission, "eviction", eviction, "policy_warning", warning};
+    cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 4, 3, as_json, ra ? print_readahead : NULL, (void *)ra);
 }
 
-static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp, char *err);
+static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp, flashrt_policy *pol,
+                      const char *warning, char *err);
 
 int cli_replay(int argc, char **argv) {
     if (cli_want_help(argc, argv)) { fputs(REPLAY_HELP, stdout); return 0; }
@@ -289,8 +372,10 @@ int cli_replay(int argc, char **argv) {
     cli_guard_add_bundle(&g, "--eviction-bundle", o.ev_bundle);
     cli_guard_add(&g, "--flash", cfg.flash_path, CLI_DEV);
     if (cli_guard_check(&g)) return 1;
-    /* --eviction mat: the bundle's eviction capability, checked before any device is touched */
-    flashrt_policy *evb = NULL;
+    /* every bundle a slot takes, loaded and checked before any device is touched: --eviction
+     * mat's eviction capability, --admission bundle's admission and prefetch */
+    flashrt_policy *evb = NULL, *pol = NULL;
+    char warning[FLASHRT_ERR_LEN] = "";
     if (cfg.eviction == FLASHRT_MAT) {
         const char *dir = o.ev_bundle ? o.ev_bundle : o.policy_dir;
         evb = frt_policy_load_for(dir, FRT_CAP_AS_LISTED, err, sizeof err);
@@ -302,37 +387,38 @@ int cli_replay(int argc, char **argv) {
         }
         cfg.eviction_policy = evb;
     }
-    if (cli_guard_lock(&g, "--flash", cfg.flash_path, 1, 1) ||
-        cli_guard_lock(&g, o.map_path ? "--map" : "--backing's map", map, 0, 0) || cli_guard_hold()) {
-        cli_guard_release(&g, 1);
-        flashrt_policy_free(evb);
-        return 1;
-    }
-    int rc = replay_run(&o, &cfg, err);
-    cli_guard_release(&g, rc == 1);
-    flashrt_policy_free(evb);
-    return rc;
-}
-
-static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp, char *err) {
-    const struct replay_opts o = *op;
-    struct flashrt_config cfg = *cfgp;
-    flashrt_trace *tr = flashrt_trace_open(o.trace_path, err, FLASHRT_ERR_LEN);
-    if (!tr) return ERR("%s", err);
-    flashrt_policy *pol;
-    char warning[FLASHRT_ERR_LEN] = "";
-    if (!strncmp(o.policy_dir, "builtin:", 8)) {
-        pol = flashrt_policy_builtin(o.policy_dir + 8, err, FLASHRT_ERR_LEN);
-    } else {
+    if (cfg.admission == FLASHRT_ADMIT_BUNDLE) {
         pol = flashrt_policy_load(o.policy_dir, !strcmp(o.fallback, "rejectx") ? FLASHRT_FALLBACK_REJECTX : FLASHRT_FALLBACK_NONE, err, FLASHRT_ERR_LEN);
-        if (pol && err[0]) {
+        if (!pol) {
+            flashrt_policy_free(evb);
+            return ERR("--admission bundle: %s", err);
+        }
+        if (err[0]) {
             snprintf(warning, sizeof warning, "%s", err);
             fprintf(stderr, "flashrt: warning: %s; serving with the RejectX fallback\n", warning);
         }
     }
-    if (!pol) { flashrt_trace_close(tr); return ERR("%s", err); }
+    int rc = 1;
+    if (cli_guard_lock(&g, "--flash", cfg.flash_path, 1, 1) ||
+        cli_guard_lock(&g, o.map_path ? "--map" : "--backing's map", map, 0, 0) || cli_guard_hold()) {
+        cli_guard_release(&g, 1);
+    } else {
+        rc = replay_run(&o, &cfg, pol, warning, err);
+        cli_guard_release(&g, rc == 1);
+    }
+    flashrt_policy_free(pol);
+    flashrt_policy_free(evb);
+    return rc;
+}
+
+static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp, flashrt_policy *pol,
+                      const char *warning, char *err) {
+    const struct replay_opts o = *op;
+    struct flashrt_config cfg = *cfgp;
+    flashrt_trace *tr = flashrt_trace_open(o.trace_path, err, FLASHRT_ERR_LEN);
+    if (!tr) return ERR("%s", err);
     flashrt_backing *bk = flashrt_backing_open(o.backing_path, o.map_path, cfg.direct, err, FLASHRT_ERR_LEN);
-    if (!bk) { flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
+    if (!bk) { flashrt_trace_close(tr); return ERR("%s", err); }
     /* the readahead hook: the model's bundle and the controller, attached to the backing */
     flashrt_policy *ra_pol = NULL;
     frt_ra_hook *ra = NULL;
@@ -342,7 +428,7 @@ static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp,
         if (fns) ra = frt_ra_hook_new(fns, o.ra_window_ms ? (int)o.ra_window_ms : fns->window_ms, !frt_backing_direct(bk), err, FLASHRT_ERR_LEN);
         if (!ra) {
             flashrt_policy_free(ra_pol);
-            flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr);
+            flashrt_backing_close(bk); flashrt_trace_close(tr);
             return ERR("%s", err);
         }
         frt_backing_set_readahead(bk, ra);
@@ -351,10 +437,10 @@ static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp,
      * the first access before opening the cache */
     struct flashrt_access acc;
     int r = flashrt_trace_next(tr, &acc, err, FLASHRT_ERR_LEN);
-    if (r < 0) { frt_ra_hook_free(ra); flashrt_policy_free(ra_pol); flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
+    if (r < 0) { frt_ra_hook_free(ra); flashrt_policy_free(ra_pol); flashrt_backing_close(bk); flashrt_trace_close(tr); return ERR("%s", err); }
     cfg.sample_ratio = o.sample_ratio > 0 ? o.sample_ratio : flashrt_trace_sample_ratio(tr) > 0 ? flashrt_trace_sample_ratio(tr) : 100.0;
     flashrt *rt = flashrt_open(&cfg, pol, bk, err, FLASHRT_ERR_LEN);
-    if (!rt) { frt_ra_hook_free(ra); flashrt_policy_free(ra_pol); flashrt_backing_close(bk); flashrt_policy_free(pol); flashrt_trace_close(tr); return ERR("%s", err); }
+    if (!rt) { frt_ra_hook_free(ra); flashrt_policy_free(ra_pol); flashrt_backing_close(bk); flashrt_trace_close(tr); return ERR("%s", err); }
     uint64_t integrity = 0, n = 0, verified_bytes = 0;
     const unsigned long long hold_at = cli_guard_hold_at();
     int rc = 0;
@@ -384,15 +470,14 @@ static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp,
     if (rc == 0) {
         struct flashrt_metrics m;
         flashrt_metrics(rt, &m);
-        print_metrics(&m, integrity, verified_bytes, cfg.sample_ratio, flashrt_policy_name(pol), warning,
-                      flashrt_eviction_name((int)cfg.eviction), o.as_json, ra);
+        print_metrics(&m, integrity, verified_bytes, cfg.sample_ratio, pol ? flashrt_policy_name(pol) : o.admission,
+                      warning, o.admission, flashrt_eviction_name((int)cfg.eviction), o.as_json, ra);
         if (integrity) rc = 3;
     }
     flashrt_close(rt);
     flashrt_backing_close(bk);
     frt_ra_hook_free(ra);
     flashrt_policy_free(ra_pol);
-    flashrt_policy_free(pol);
     flashrt_trace_close(tr);
     return rc;
 }

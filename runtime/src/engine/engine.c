@@ -1,6 +1,7 @@
 /* engine.c: the flash cache (Navy's BlockCache/Driver): flashrt_open/access/idle/metrics/close
- * over the flash device (device.h), the region manager (region.h) and the policies in its
- * slots (engine/policy_slots.h: admission, eviction), plus the DT and latency accounting.
+ * over the flash device (device.h), the region store (region.h) and the policies in its
+ * slots (engine/policy_slots.h: admission, eviction, budget), plus the DT and latency
+ * accounting.
  *
  * Model (the simulator's, sim/src/flash.rs, with Navy's storage layout):
  * - GET covering segments s0..s1 of block `key`: a hit iff every covered segment is indexed.
@@ -8,8 +9,9 @@
  *   segments (LRU) and sets the block's last-access time.
  * - Miss: one backend IO from the first to the last missing covered segment, extended by the
  *   policy's prefetch range when the miss is admitted and the when-score passes (a rejected
- *   miss never prefetches), less the range's cached edge segments; DT = t_seek + bytes / bandwidth. The policy is asked once; if it
- *   admits (and the write-rate limiter has tokens for the bytes), every uncached segment of
+ *   miss never prefetches), less the range's cached edge segments; DT = t_seek + bytes / bandwidth. The admission policy is
+ *   asked once (or, keyed by segment, once per uncached segment of the IO); if it admits
+ *   (and the budget gate lets the bytes be written), every uncached (admitted) segment of
  *   the IO is appended to the open region.
  * - PUT: one backend IO over its segments is charged; the cache is not touched.
  * - Flash: regions of `region_bytes` written sequentially; when no region is clean the region
@@ -22,12 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policies/admission/admission.h"
 #include "engine/backing_internal.h"
 #include "engine/device.h"
 #include "flashrt.h"
 #include "util/internal.h"
 #include "engine/region.h"
+#include "policies/policy_internal.h"
 
 #define SEG ((uint64_t)FRT_SEGMENT_BYTES)
 
@@ -36,8 +38,10 @@ struct flashrt {
     flashrt_backing *backing;
     struct frt_device dev;
     struct frt_regions rm;
-    struct frt_admission adm;
-    const struct frt_admission_ops *admit; /* the admission slot; its state is adm */
+    const struct frt_admission_ops *admit; /* the admission slot and its policy's state */
+    void *adm_st;
+    const struct frt_budget_ops *budget; /* the budget slot (NULL: none) and its state */
+    void *bud_st;
     uint8_t *fbuf, *bbuf, *rawbuf;
     void *ev_st; /* the eviction policy's state (rm.ev is the policy) */
     /* accounting */
@@ -49,6 +53,7 @@ struct flashrt {
     uint64_t backend_ios, backend_bytes, admitted, prefetched;
     uint64_t served_bytes;
     int raw_flip;
+    struct frt_vec decision_ns; /* the admission policy's decision on each miss */
     struct frt_vec hit_us, miss_us, raw_us, over_us, backend_wall_ms, backend_dt_ms;
     double backend_wall_s, backend_dt_s;
     char err[FLASHRT_ERR_LEN];
@@ -69,6 +74,12 @@ void flashrt_config_default(struct flashrt_config *c) {
     c->window_s = FRT_WINDOW_S;
     c->warmup_s = FRT_WARMUP_S;
     c->disks = FRT_DISKS;
+    c->rejectx_x = 1;
+    c->rejectx_factor = 2.0;
+    c->coinflip_p = 0.5;
+    c->tire_slack = 4.0;
+    c->tire_steps = 3;
+    c->tire_quantum_s = 300.0;
 }
 
 const char *flashrt_error(const flashrt *rt) { return rt->err; }
@@ -79,6 +90,40 @@ static void *aligned(size_t n) {
     void *p = NULL;
     if (posix_memalign(&p, FRT_ALIGN, n) != 0) return NULL;
     return p;
+}
+
+/* The admission slot: cfg->admission's policy; "bundle" is `policy`, a bundle's admission
+ * capability, or the built-in flashrt_policy_builtin named. */
+static int open_admission(flashrt *rt, flashrt_policy *policy, char *err, size_t errlen) {
+    const struct flashrt_config *cfg = &rt->cfg;
+    const struct frt_admission_ops *ad = frt_admission_policy((int)cfg->admission);
+    if (!ad) return frt_seterr(err, errlen, "unknown admission policy %d", (int)cfg->admission);
+    flashrt_policy *bundle = NULL;
+    if (cfg->admission == FLASHRT_ADMIT_BUNDLE) {
+        if (!policy) return frt_seterr(err, errlen, "admission bundle: no policy given");
+        const char *builtin = frt_policy_builtin_name(policy);
+        if (builtin) ad = frt_admission_policy(flashrt_admission_from_name(builtin));
+        else bundle = policy;
+        if (!ad) return frt_seterr(err, errlen, "unknown built-in policy '%s'", builtin);
+    }
+    if ((ad->needs & FRT_CAP_ADMISSION) && !(bundle && (frt_policy_caps(bundle) & FRT_CAP_ADMISSION)))
+        return frt_seterr(err, errlen, "admission %s: the policy was not loaded with the admission capability", ad->name);
+    struct frt_admission_setup s = {cfg, bundle, rt->rm.nslots};
+    rt->admit = ad;
+    return ad->init(&rt->adm_st, &s, err, errlen);
+}
+
+/* The budget slot: cfg->budget's policy; none with a write rate is the bucket. */
+static int open_budget(flashrt *rt, char *err, size_t errlen) {
+    const struct flashrt_config *cfg = &rt->cfg;
+    int which = (int)cfg->budget;
+    if (which == FLASHRT_BUDGET_NONE && cfg->write_rate_mbps > 0) which = FLASHRT_BUDGET_BUCKET;
+    if (which == FLASHRT_BUDGET_NONE) return 0;
+    const struct frt_budget_ops *b = frt_budget_policy(which);
+    if (!b) return frt_seterr(err, errlen, "unknown budget policy %d", which);
+    struct frt_budget_setup s = {cfg, rt->rm.nregions};
+    rt->budget = b;
+    return b->init(&rt->bud_st, &s, err, errlen);
 }
 
 flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
@@ -129,8 +174,7 @@ flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
         frt_seterr(err, errlen, "out of memory");
         goto fail;
     }
-    if (frt_admission_init(&rt->adm, cfg, policy, rt->rm.nslots, err, errlen) != 0) goto fail;
-    rt->admit = &frt_admission_policy;
+    if (open_admission(rt, policy, err, errlen) != 0 || open_budget(rt, err, errlen) != 0) goto fail;
     const struct frt_eviction_ops *ev = frt_eviction_policy((int)cfg->eviction);
     if (!ev) { frt_seterr(err, errlen, "unknown eviction policy %d", (int)cfg->eviction); goto fail; }
     if ((ev->needs & FRT_CAP_EVICTION) && !cfg->eviction_policy) {
@@ -149,9 +193,11 @@ fail:
 void flashrt_close(flashrt *rt) {
     if (!rt) return;
     if (rt->rm.ev && rt->rm.ev->free) rt->rm.ev->free(rt->ev_st);
+    if (rt->admit && rt->admit->free) rt->admit->free(rt->adm_st);
+    if (rt->budget && rt->budget->free) rt->budget->free(rt->bud_st);
     frt_device_close(&rt->dev);
     frt_regions_free(&rt->rm);
-    frt_admission_free(&rt->adm);
+    frt_vec_free(&rt->decision_ns);
     free(rt->fbuf);
     free(rt->bbuf);
     free(rt->rawbuf);
@@ -238,6 +284,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     }
     rt->tlast = t;
     const uint64_t index = rt->gets + rt->puts; /* this access's, from 0 */
+    if (rt->budget && rt->budget->tick) rt->budget->tick(rt->bud_st, t, rt->rm.evicted_regions);
     if (flashrt_is_put(a->op)) {
         rt->puts++;
         rt->backend_ios++;
@@ -245,7 +292,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         charge(rt, t, io_dt(rt, nseg));
         return 0;
     }
-    rt->admit->arrive(&rt->adm, a->key);
+    if (rt->admit->arrive) rt->admit->arrive(rt->adm_st, a->key);
     uint64_t w0 = frt_now_ns();
     if (rt->rm.ev->get) { /* inside the hit and miss paths' time */
         const struct frt_blk *g = frt_regions_find(&rt->rm, a->key);
@@ -294,7 +341,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
             continue;
         }
         refresh(rt, b, t);
-        rt->admit->observe(&rt->adm, a);
+        if (rt->admit->observe) rt->admit->observe(rt->adm_st, a);
         uint64_t w2 = frt_now_ns();
         if (rt->cfg.measure_raw && !raw_first) {
             uint64_t r0 = frt_now_ns();
@@ -319,8 +366,20 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     if (b) refresh(rt, b, t);
     rt->hit_segs += cached;
     unsigned lo = m0, hi = m1;
-    int admit = rt->admit->decide(&rt->adm, a, &lo, &hi);
-    rt->admit->observe(&rt->adm, a);
+    uint64_t want; /* the segments of lo..hi the policy admits */
+    int admit;
+    uint64_t d0 = frt_now_ns();
+    if (rt->admit->admit_segment) {
+        want = 0;
+        for (unsigned s = m0; s <= m1; s++)
+            if (!holds(b, s) && rt->admit->admit_segment(rt->adm_st, a, index, s)) want |= 1ull << s;
+        admit = want != 0;
+    } else {
+        admit = rt->admit->decide(rt->adm_st, a, index, &lo, &hi);
+        want = span_of(lo, hi - lo + 1);
+    }
+    frt_vec_push(&rt->decision_ns, (double)(frt_now_ns() - d0));
+    if (rt->admit->observe) rt->admit->observe(rt->adm_st, a);
     /* as the simulator (and the artifact): cached segments at the edges of the prefetch
      * range are not read again */
     if (b) {
@@ -362,9 +421,11 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         b = frt_regions_find(&rt->rm, a->key);
         unsigned need = 0;
         for (unsigned s = lo; s <= hi; s++)
-            if (!holds(b, s)) need++;
-        if (!need || frt_ratelimit_take(&rt->adm.limit, t, need * SEG)) {
+            if (((want >> s) & 1) && !holds(b, s)) need++;
+        if (!need || !rt->budget ||
+            rt->budget->admit(rt->bud_st, t, need * SEG, FRT_BUDGET_READ_MISS, 0, rt->rm.evicted_regions)) {
             for (unsigned s = lo; s <= hi; s++) {
+                if (!((want >> s) & 1)) continue;
                 b = frt_regions_find(&rt->rm, a->key); /* an eviction may have freed it */
                 if (holds(b, s)) continue;
                 insert_segment(rt, a->key, s, buf + (size_t)(s - u0) * SEG, t);
@@ -382,7 +443,9 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     return 0;
 }
 
-void flashrt_idle(flashrt *rt) { rt->admit->idle(&rt->adm); }
+void flashrt_idle(flashrt *rt) {
+    if (rt->admit->idle) rt->admit->idle(rt->adm_st);
+}
 
 /* ---- metrics ---- */
 
@@ -415,7 +478,6 @@ void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
     memset(m, 0, sizeof *m);
     const struct flashrt_config *c = &rt->cfg;
     const struct frt_regions *rm = &rt->rm;
-    struct frt_admission *adm = &rt->adm;
     double span = rt->started ? rt->tlast - rt->t0 : 0;
     dt_util(rt, m);
     double scale = 100.0 / c->sample_ratio;
@@ -435,7 +497,13 @@ void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
     m->flash_read_errors = rt->dev.read_errors;
     m->flash_write_errors = rt->dev.write_errors;
     m->device_errors = rt->dev.read_errors + rt->dev.write_errors;
-    m->rate_limited = adm->limit.limited;
+    struct frt_budget_stats bs = {0, NAN, NAN, 0, 0};
+    if (rt->budget && rt->budget->stats) rt->budget->stats(rt->bud_st, &bs);
+    m->rate_limited = bs.refused;
+    m->budget_quota = bs.quota;
+    m->budget_credit = bs.credit;
+    m->budget_quanta = bs.quanta;
+    m->budget_blocked_quanta = bs.blocked;
     m->gets = rt->gets;
     m->puts = rt->puts;
     m->hits = rt->hits;
@@ -445,11 +513,14 @@ void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
     m->region_bytes = c->region_bytes;
     m->regions = rm->nregions;
     /* latency percentiles (each call sorts its samples) */
-    m->decision_ns_p50 = frt_percentile(&adm->decision_ns, 0.5);
-    m->decision_ns_p99 = frt_percentile(&adm->decision_ns, 0.99);
-    m->features_ns_p50 = frt_percentile(&adm->features_ns, 0.5);
-    m->policy_ns_p50 = frt_percentile(&adm->policy_ns, 0.5);
-    m->policy_prefetch_ns_p50 = frt_percentile(&adm->hint_ns, 0.5);
+    m->decision_ns_p50 = frt_percentile(&rt->decision_ns, 0.5);
+    m->decision_ns_p99 = frt_percentile(&rt->decision_ns, 0.99);
+    /* a built-in reads no features: its decision is all policy */
+    struct frt_admission_stats as = {0.0, m->decision_ns_p50, NAN};
+    if (rt->admit->stats) rt->admit->stats(rt->adm_st, &as);
+    m->features_ns_p50 = as.features_ns_p50;
+    m->policy_ns_p50 = as.policy_ns_p50;
+    m->policy_prefetch_ns_p50 = as.hint_ns_p50;
     m->hit_path_us_p50 = frt_percentile(&rt->hit_us, 0.5);
     m->hit_path_us_p99 = frt_percentile(&rt->hit_us, 0.99);
     m->miss_path_us_p50 = frt_percentile(&rt->miss_us, 0.5);

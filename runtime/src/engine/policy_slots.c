@@ -3,25 +3,70 @@
 
 #include "engine/policy_slots.h"
 
-static const struct frt_eviction_ops *const EVICTION[] = {
+/* A slot's table of policies: index = the public enum, entries may be NULL (no policy). */
+struct table {
+    const void *const *ops; /* each starts with `const char *name` */
+    int n;
+};
+
+static const char *name_of(const void *ops) { return *(const char *const *)ops; }
+
+static int from_name(struct table t, const char *name) {
+    for (int i = 0; i < t.n; i++)
+        if (t.ops[i] && !strcmp(name_of(t.ops[i]), name)) return i;
+    return -1;
+}
+
+static const void *policy(struct table t, int which) { return which >= 0 && which < t.n ? t.ops[which] : NULL; }
+
+#define TABLE(arr) ((struct table){(const void *const *)(arr), (int)(sizeof(arr) / sizeof(arr)[0])})
+
+static const void *const EVICTION[] = {
     [FLASHRT_LRU] = &frt_eviction_lru,
     [FLASHRT_FIFO] = &frt_eviction_fifo,
     [FLASHRT_MAT] = &frt_eviction_mat,
     [FLASHRT_MRU] = &frt_eviction_mru,
 };
-#define NEVICTION ((int)(sizeof EVICTION / sizeof EVICTION[0]))
 
-const struct frt_eviction_ops *frt_eviction_policy(int which) {
-    return which >= 0 && which < NEVICTION ? EVICTION[which] : NULL;
-}
+static const void *const ADMISSION[] = {
+    [FLASHRT_ADMIT_BUNDLE] = &frt_admission_bundle,
+    [FLASHRT_ADMIT_ALL] = &frt_admission_admitall,
+    [FLASHRT_ADMIT_REJECTX] = &frt_admission_rejectx,
+    [FLASHRT_ADMIT_REJECTX_BLOCK] = &frt_admission_rejectx_block,
+    [FLASHRT_ADMIT_COINFLIP] = &frt_admission_coinflip,
+};
 
-int flashrt_eviction_from_name(const char *name) {
-    for (int i = 0; i < NEVICTION; i++)
-        if (EVICTION[i] && !strcmp(EVICTION[i]->name, name)) return i;
-    return -1;
-}
+/* none has no policy (no gate); its name is still a name */
+static const void *const BUDGET[] = {
+    [FLASHRT_BUDGET_BUCKET] = &frt_budget_bucket,
+};
 
+const struct frt_eviction_ops *frt_eviction_policy(int which) { return policy(TABLE(EVICTION), which); }
+int flashrt_eviction_from_name(const char *name) { return from_name(TABLE(EVICTION), name); }
 const char *flashrt_eviction_name(int which) {
-    const struct frt_eviction_ops *ops = frt_eviction_policy(which);
-    return ops ? ops->name : NULL;
+    const void *ops = policy(TABLE(EVICTION), which);
+    return ops ? name_of(ops) : NULL;
+}
+
+const struct frt_admission_ops *frt_admission_policy(int which) { return policy(TABLE(ADMISSION), which); }
+int flashrt_admission_from_name(const char *name) { return from_name(TABLE(ADMISSION), name); }
+const char *flashrt_admission_name(int which) {
+    const void *ops = policy(TABLE(ADMISSION), which);
+    return ops ? name_of(ops) : NULL;
+}
+
+const char *frt_admission_unsupported(const char *name) {
+    if (!strcmp(name, "opt")) return "it reads each access's admit flag from an episodes run (flashml sim run --arrays)";
+    if (!strcmp(name, "threshold")) return "it reads each access's score from an arrays file (flashml sim run --arrays)";
+    return NULL;
+}
+
+const struct frt_budget_ops *frt_budget_policy(int which) { return policy(TABLE(BUDGET), which); }
+int flashrt_budget_from_name(const char *name) {
+    return !strcmp(name, "none") ? FLASHRT_BUDGET_NONE : from_name(TABLE(BUDGET), name);
+}
+const char *flashrt_budget_name(int which) {
+    if (which == FLASHRT_BUDGET_NONE) return "none";
+    const void *ops = policy(TABLE(BUDGET), which);
+    return ops ? name_of(ops) : NULL;
 }

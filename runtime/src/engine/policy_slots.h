@@ -4,12 +4,16 @@
  * capabilities are both policies. runtime/README.md, "Policy slots", has the worked example.
  *
  * Slots so far:
- * - admission (struct frt_admission_ops below; admission.h): on a miss, admit or not and the
- *   prefetch range; the policy is a bundle's admission capability or a built-in (policy.c),
- *   with the feature tracker.
- * - eviction (this header): which sealed region to evict when no region is clean. Built-ins
- *   in runtime/src/policies/eviction/: lru.c, fifo.c, mru.c (the worked example) and mat_tail.c
- *   (MAT's Algorithm 1 over the block LRU tail, the bundle's eviction capability).
+ * - admission (struct frt_admission_ops below): on a miss, admit or not and the prefetch
+ *   range. Policies in runtime/src/policies/admission/: bundle.c (a bundle's admission
+ *   capability with the count-min feature tracker), admitall.c, rejectx.c, rejectx_block.c,
+ *   coinflip.c (the simulator's built-ins, sim/src/admission.rs).
+ * - eviction (struct frt_eviction_ops): which sealed region to evict when no region is clean.
+ *   Policies in runtime/src/policies/eviction/: lru.c, fifo.c, mru.c (the worked example) and
+ *   mat_tail.c (MAT's Algorithm 1 over the block LRU tail, the bundle's eviction capability).
+ * - budget (struct frt_budget_ops): whether an admitted miss's bytes may be written now.
+ *   Policies in runtime/src/policies/budget/: bucket.c (the write-rate token bucket), tire.c
+ *   (Pannier's TIRE over the erasures of each quantum; Pannier's cache uses it too).
  *
  * The region store (region.h) keeps the sealed regions on a list (head = most recently
  * sealed); what an eviction policy does with it is its own business: LRU moves a block's
@@ -27,24 +31,53 @@
 struct frt_regions;
 struct frt_blk;
 
-/* The admission slot. `st` is the policy's state. The engine calls:
- *   arrive    a GET arrives, before its lookup (let the decision's data load meanwhile)
- *   decide    on a miss whose IO would cover segments *lo..*hi: 1 to admit, and then *lo..*hi
- *             widened by the prefetch range (a rejected miss never prefetches)
- *   observe   a GET was served (after any decision on it)
- *   idle      between accesses
- * The one policy so far is frt_admission_policy (admission.c): a flashrt_policy (a bundle's
- * admission + prefetch capabilities, or builtin:rejectx / builtin:admitall) with the count-min
- * feature tracker; its state is a struct frt_admission. The write-rate limiter beside it
- * (frt_ratelimit_take) still refuses an admitted miss's bytes when the budget is spent. */
+/* What an admission policy is built from. */
+struct frt_admission_setup {
+    const struct flashrt_config *cfg; /* the knobs (rejectx_*, coinflip_*, tracker, hint) */
+    flashrt_policy *bundle;           /* the slot's bundle (needs FRT_CAP_ADMISSION), else NULL */
+    uint64_t capacity_segments;       /* the cache's (RejectX's history) */
+};
+
+/* What an admission policy reports (flashrt_metrics): the parts of its decision. */
+struct frt_admission_stats {
+    double features_ns_p50, policy_ns_p50, hint_ns_p50;
+};
+
+/* The admission slot. Every hook but `init` and one of `decide` / `admit_segment` may be
+ * NULL. The engine calls:
+ *   init       once, at open
+ *   arrive     a GET arrives, before its lookup (let the decision's data load meanwhile)
+ *   decide     on a miss whose IO would cover segments *lo..*hi: 1 to admit, and then *lo..*hi
+ *              widened by the prefetch range (a rejected miss never prefetches); `index`
+ *              counts every access (GETs and PUTs) from 0, as the simulator's row index
+ *   admit_segment  instead of `decide` (a policy keyed by (block, segment), the artifact's
+ *              RejectX): asked once per uncached segment of the miss's IO, ascending; the
+ *              admitted ones are written, the others not; never prefetches
+ *   observe    a GET was served (after any decision on it)
+ *   idle       between accesses
+ *   stats      the figures above (may be NULL: NaN)
+ *   free       once, at close.
+ * The engine times each miss's decision (decision_ns_p50). */
 struct frt_admission_ops {
     const char *name;
+    unsigned needs; /* FRT_CAP_ADMISSION: the slot needs a bundle with that capability */
+    int (*init)(void **st, const struct frt_admission_setup *s, char *err, size_t errlen);
+    void (*free)(void *st);
     void (*arrive)(void *st, uint64_t key);
-    int (*decide)(void *st, const struct flashrt_access *a, unsigned *lo, unsigned *hi);
+    int (*decide)(void *st, const struct flashrt_access *a, uint64_t index, unsigned *lo, unsigned *hi);
+    int (*admit_segment)(void *st, const struct flashrt_access *a, uint64_t index, unsigned seg);
     void (*observe)(void *st, const struct flashrt_access *a);
     void (*idle)(void *st);
+    void (*stats)(void *st, struct frt_admission_stats *out);
 };
-extern const struct frt_admission_ops frt_admission_policy;
+
+/* The admission slot's policies (runtime/src/policies/admission/), by enum flashrt_admission. */
+extern const struct frt_admission_ops frt_admission_bundle, frt_admission_admitall, frt_admission_rejectx,
+    frt_admission_rejectx_block, frt_admission_coinflip;
+const struct frt_admission_ops *frt_admission_policy(int which);
+/* Why the simulator's admission `name` cannot fill the runtime's slot (it reads per-access
+ * arrays the runtime has none of), or NULL. */
+const char *frt_admission_unsupported(const char *name);
 
 /* What an eviction policy reports (flashrt_metrics): decisions and their cost. */
 struct frt_eviction_stats {
@@ -91,5 +124,44 @@ extern const struct frt_eviction_ops frt_eviction_lru, frt_eviction_fifo, frt_ev
 
 /* The policy of `which` (an enum flashrt_eviction), NULL if there is none. */
 const struct frt_eviction_ops *frt_eviction_policy(int which);
+
+/* What the budget gate is asked about: a miss's segments (the engine), or Pannier's kinds of
+ * insertion (TIRE's Table 1 tells them apart). */
+enum frt_budget_kind { FRT_BUDGET_CLIENT_WRITE = 0, FRT_BUDGET_READ_MISS = 1, FRT_BUDGET_OVERWRITE = 2,
+                       FRT_BUDGET_REINSERTION = 3 };
+
+/* What a budget policy is built from: the knobs, and the erase units the store has. */
+struct frt_budget_setup {
+    const struct flashrt_config *cfg;
+    uint64_t erase_units;
+};
+
+/* What a budget policy reports (flashrt_metrics). */
+struct frt_budget_stats {
+    uint64_t refused;         /* writes refused */
+    double quota, credit;     /* TIRE: erasures per quantum, the credit (NaN: none) */
+    uint64_t quanta, blocked; /* TIRE: closed quanta, those that started blocked */
+};
+
+/* The budget slot. The engine calls:
+ *   init    once, at open
+ *   tick    every access, first (trace time t, erasures so far; may be NULL)
+ *   admit   an admitted miss is about to write `bytes` (kind FRT_BUDGET_READ_MISS, `count`
+ *           the block's earlier accesses the gate may weigh, 0 in the engine): 1 to write
+ *           them all, 0 to write none
+ *   stats, free. */
+struct frt_budget_ops {
+    const char *name;
+    int (*init)(void **st, const struct frt_budget_setup *s, char *err, size_t errlen);
+    void (*free)(void *st);
+    void (*tick)(void *st, double t, uint64_t erasures);
+    int (*admit)(void *st, double t, uint64_t bytes, enum frt_budget_kind kind, uint32_t count,
+                 uint64_t erasures);
+    void (*stats)(void *st, struct frt_budget_stats *out);
+};
+/* The budget slot's policies (runtime/src/policies/budget/), by enum flashrt_budget (none:
+ * NULL, no gate). */
+extern const struct frt_budget_ops frt_budget_bucket, frt_budget_tire;
+const struct frt_budget_ops *frt_budget_policy(int which);
 
 #endif

@@ -1,4 +1,5 @@
-/* policy.c: loading a policy .so against its manifest, and the built-in baselines.
+/* policy.c: loading a policy .so against its manifest; the built-in admission policies by
+ * name (their code is the admission slot's, policies/admission/).
  *
  * Capabilities (flashml_policy.h): a bundle's policy.so exports the functions of the
  * capabilities its manifest lists (`capabilities`; a manifest without the field has admission
@@ -25,7 +26,7 @@
 #include "policies/policy_internal.h"
 #include "policies/readahead/readahead.h"
 
-enum kind { K_SO, K_REJECTX, K_ADMITALL };
+enum kind { K_SO, K_BUILTIN };
 
 struct flashrt_policy {
     enum kind kind;
@@ -50,34 +51,31 @@ struct flashrt_policy {
     struct frt_evict_fns evict;
     frt_partition_fn partition; /* capability "partition" */
     struct frt_readahead_fns readahead; /* capability "readahead" */
-    /* RejectX: the keys of the last `hist` admission queries and their counts */
-    uint64_t *ring;
-    size_t hist, pos, len;
-    struct frt_map counts;
 };
 
-static flashrt_policy *builtin(enum kind k) {
+/* A built-in admission policy: a name the admission slot's table knows (not "bundle"). */
+static flashrt_policy *builtin(const char *name) {
     flashrt_policy *p = calloc(1, sizeof *p);
     if (!p) return NULL;
-    p->kind = k;
+    p->kind = K_BUILTIN;
     p->memfd = -1;
-    snprintf(p->name, sizeof p->name, "%s", k == K_REJECTX ? "rejectx" : "admitall");
+    snprintf(p->name, sizeof p->name, "%s", name);
     p->target_wr = p->eviction_age = NAN;
     return p;
 }
 
 flashrt_policy *flashrt_policy_builtin(const char *name, char *err, size_t errlen) {
-    enum kind k;
-    if (strcmp(name, "rejectx") == 0) k = K_REJECTX;
-    else if (strcmp(name, "admitall") == 0) k = K_ADMITALL;
-    else {
-        frt_seterr(err, errlen, "unknown built-in policy '%s'; expected rejectx or admitall", name);
+    int which = flashrt_admission_from_name(name);
+    if (which < 0 || which == FLASHRT_ADMIT_BUNDLE) {
+        frt_seterr(err, errlen, "unknown built-in policy '%s'; expected admitall, rejectx, rejectx_block or coinflip", name);
         return NULL;
     }
-    flashrt_policy *p = builtin(k);
+    flashrt_policy *p = builtin(name);
     if (!p) frt_seterr(err, errlen, "out of memory");
     return p;
 }
+
+const char *frt_policy_builtin_name(const flashrt_policy *p) { return p->kind == K_BUILTIN ? p->name : NULL; }
 
 /* ---- the bundle's files: opened once, read once, verified, then mapped from memory ---- */
 
@@ -967,7 +965,7 @@ flashrt_policy *flashrt_policy_load(const char *dir, enum flashrt_fallback fallb
                                     size_t errlen) {
     flashrt_policy *p = load(dir, FRT_CAP_ADMISSION | FRT_CAP_PREFETCH, err, errlen);
     if (p || fallback != FLASHRT_FALLBACK_REJECTX) return p;
-    p = builtin(K_REJECTX);
+    p = builtin("rejectx");
     if (!p) frt_seterr(err, errlen, "out of memory");
     return p;
 }
@@ -979,23 +977,7 @@ void flashrt_policy_free(flashrt_policy *p) {
     if (!p) return;
     if (p->dl) dlclose(p->dl);
     if (p->memfd >= 0) close(p->memfd);
-    free(p->ring);
-    if (p->counts.cap) frt_map_free(&p->counts);
     free(p);
-}
-
-int frt_policy_prepare(flashrt_policy *p, uint64_t capacity_segments, char *err, size_t errlen) {
-    if (p->kind != K_REJECTX) return 0;
-    size_t hist = (size_t)floor(2.0 * (double)capacity_segments);
-    if (hist < 1) hist = 1;
-    free(p->ring);
-    if (p->counts.cap) frt_map_free(&p->counts);
-    p->ring = malloc(hist * sizeof *p->ring);
-    if (!p->ring || frt_map_init(&p->counts, hist < 1024 ? hist : 1024) != 0)
-        return frt_seterr(err, errlen, "out of memory");
-    p->hist = hist;
-    p->pos = p->len = 0;
-    return 0;
 }
 
 int frt_policy_wants_features(const flashrt_policy *p) {
@@ -1013,39 +995,17 @@ static double threshold_at(const flashrt_policy *p, double t) {
                                                    : p->admit_threshold;
 }
 
-static int admit(flashrt_policy *p, uint64_t key, double t, const double *f) {
-    switch (p->kind) {
-    case K_SO: /* a policy loaded for eviction only admits everything */
-        return !p->admit_score || p->admit_score(f) >= threshold_at(p, t);
-    case K_ADMITALL:
-        return 1;
-    case K_REJECTX: {
-        /* as sim/src/admission.rs: admit iff the key was queried at least X=1 times before
-         * within the last `hist` queries */
-        if (p->len < p->hist) {
-            p->ring[p->len++] = key;
-        } else {
-            uint64_t old = p->ring[p->pos];
-            p->ring[p->pos] = key;
-            if (++p->pos == p->hist) p->pos = 0;
-            uint32_t *c = frt_map_get(&p->counts, old);
-            if (c && --*c == 0) frt_map_del(&p->counts, old);
-        }
-        uint32_t *c = frt_map_get(&p->counts, key);
-        uint32_t v = c ? *c + 1 : 1;
-        frt_map_put(&p->counts, key, v);
-        return v > 1;
-    }
-    }
-    return 0;
+/* A bundle's admission at trace time t (one loaded for eviction only admits everything). */
+static int admit(const flashrt_policy *p, double t, const double *f) {
+    return !p->admit_score || p->admit_score(f) >= threshold_at(p, t);
 }
 
-int frt_policy_decide(flashrt_policy *p, uint64_t key, double t, const double *f, int32_t *lo,
-                      int32_t *hi) {
+int frt_policy_decide(flashrt_policy *p, double t, const double *f, int32_t *lo, int32_t *hi) {
     if (p->decide_at) return p->decide_at(f, t, lo, hi);
     if (p->decide && p->peak_hours == 0u) return p->decide(f, lo, hi);
-    if (!admit(p, key, t, f)) return 0;
-    if (p->kind != K_SO || !p->when_score || !(p->when_score(f) >= p->when_threshold)) return FLASHML_DECIDE_ADMIT;
+    if (p->kind != K_SO) return FLASHML_DECIDE_ADMIT;
+    if (!admit(p, t, f)) return 0;
+    if (!p->when_score || !(p->when_score(f) >= p->when_threshold)) return FLASHML_DECIDE_ADMIT;
     p->prefetch_range(f, lo, hi);
     return FLASHML_DECIDE_ADMIT | FLASHML_DECIDE_PREFETCH;
 }

@@ -86,8 +86,9 @@ const struct frt_evict_fns *frt_policy_evict(const flashrt_policy *p);
 typedef int (*frt_partition_fn)(const double *features, int streams, double *shares);
 frt_partition_fn frt_policy_partition(const flashrt_policy *p);
 
-/* Called by flashrt_open: sizes RejectX's history from the cache capacity. */
-int frt_policy_prepare(flashrt_policy *p, uint64_t capacity_segments, char *err, size_t errlen);
+/* The name of a built-in admission policy (flashrt_policy_builtin, the RejectX fallback),
+ * NULL for a bundle: the engine fills the admission slot with that policy. */
+const char *frt_policy_builtin_name(const flashrt_policy *p);
 /* 1 if the policy reads the feature vector (a policy .so). */
 int frt_policy_wants_features(const flashrt_policy *p);
 /* Calls the policy's prefetch hint (flashml_policy_prefetch); 0 if it has none. */
@@ -96,7 +97,6 @@ int frt_policy_warm(const flashrt_policy *p);
  * has it, else its separate calls with the threshold of t's hour; a built-in policy only
  * admits): FLASHML_DECIDE_ADMIT, and with FLASHML_DECIDE_PREFETCH the inclusive segment range
  * *lo..*hi to fetch. */
-int frt_policy_decide(flashrt_policy *p, uint64_t key, double t, const double *features,
-                      int32_t *lo, int32_t *hi);
+int frt_policy_decide(flashrt_policy *p, double t, const double *features, int32_t *lo, int32_t *hi);
 
 #endif

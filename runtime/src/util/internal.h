@@ -1,6 +1,7 @@
 /* internal.h: helpers shared by libflashrt's sources (not part of the public API): errors,
  * hashing, clocks, SHA-256, JSON, atomic files; it brings in map.h and stats.h. The cache's
- * parts have their own headers: device.h, region.h, admission.h (runtime/README.md, Layout). */
+ * parts have their own headers: engine/device.h, engine/region.h, engine/policy_slots.h
+ * (runtime/README.md, Layout). */
 #ifndef FLASHRT_INTERNAL_H
 #define FLASHRT_INTERNAL_H
 
@@ -28,6 +29,10 @@ static inline uint64_t frt_mix64(uint64_t x) {
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
 }
+
+/* A uniform number in [0, 1) from a 64-bit hash: its top 53 bits, exact in a double (the
+ * simulator's hash::unit_interval). */
+static inline double frt_unit_interval(uint64_t h) { return (double)(h >> 11) * (1.0 / 9007199254740992.0); }
 
 static inline double frt_now(void) {
     struct timespec ts;
