@@ -401,3 +401,14 @@ def test_fue_with_internal_reads_by_hand():
     r = {"flash_read_bytes": 10, "internal_write_bytes": 5, "flash_write_bytes": 30}
     assert fue_with_internal_reads(r) == 0.5
     assert fue_with_internal_reads({**r, "flash_write_bytes": 0}) == 0.0
+
+
+def test_holdout_split_leaves_each_side_a_request():
+    """The tuning window and the held-out half split the trace; neither is ever empty (an
+    empty side would make the simulator refuse the run)."""
+    from flashml.jobs.pannier import _holdout_start
+
+    def req(n: int):
+        return from_arrays(np.arange(n, dtype=float), np.arange(n), np.ones(n), np.zeros(n))
+
+    assert [_holdout_start(req(n)) for n in (1, 2, 3, 1000)] == [0, 1, 1, 500]

@@ -373,7 +373,7 @@ def tune(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
         size = sizes[len(sizes) // 2]
         cache = t["cache_bytes"][size]
         req = _requests(run, s, name)
-        head = req.subset(slice(0, _holdout_start(req)))
+        head = req.subset(slice(0, max(_holdout_start(req), 1)))
         target = s.lifespan_epbpd or sim(head, "pannier", cache, **_knobs(s))["epbpd"] / 2.0
         best = dict(TUNED_DEFAULTS)
         value = None
@@ -423,8 +423,10 @@ def tune(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
 
 
 def _holdout_start(req: Any) -> int:
-    """The first request of the held-out half: the tuning window is the requests before it."""
-    return max(int(len(req) * TUNING_FRACTION), 1)
+    """The first request of the held-out half: the tuning window is the requests before it.
+    Each side keeps at least one request (a one-request trace is both, the only overlap)."""
+    n = len(req)
+    return min(max(int(n * TUNING_FRACTION), 1), n - 1) if n > 1 else 0
 
 
 BUNDLE_FORMAT = "flashml-policy-bundle/1"
