@@ -15,16 +15,27 @@ generated multi-stream page traces, and the learned network (`flashml mlcache ru
    (`flashml.trace.multistream.generate_mix`) of 2, 4 and 8 streams at the paper's cache sizes
    (220, 260, 680 pages), several seeds each: reads and writes cached (hit and write-hit
    ratio), and writes only (the paper's Alg. 1: write-hit ratio).
-3. The network: `flashml mlcache run --streams k` for k = 2, 4, 8 (network_bench): write hit
-   ratios on held-out mixes of even, shared, static_optimal, previous_optimal, mlcache (the
-   compiled network) and discrete_optimal, each one's gain over even and share of the
-   oracle's gain; the job's time and one flashml_partition call's.
-4. Flash mode (flash_bench): `flashml mlcache run --trace --flash` on a generated Tectonic-like
-   trace with 4 namespaces (region1-like, seed 3, 300k accesses): peak DT, write rate and IO
-   hit ratio of shared, even, static_optimal, discrete_optimal, previous_optimal and mlcache
-   with admit-all and at the same write rate (half of shared's). Alone:
-   `.venv/bin/python bench/bench_mlcache.py --only flash` (merged into the results file; also
-   `--only network`).
+3. What ships (shipped_bench): `flashml mlcache run --streams k --test-mixes 10` for k = 2, 4,
+   8 with the job's defaults (previous_optimal compiled into policy.so, intervals of twice
+   the pages): write hit ratios on held-out mixes of every policy, the shipped one against
+   the best simple rule (shared or even) and previous_optimal.
+4. An independent trace (msr_bench): a 4-host MSR-format trace (the four block presets,
+   50,000 lines each, merged by time; pages of 4 KiB, a 64 MiB cache = 16,384 pages),
+   `flashml mlcache run --trace --format msr --stream-column src_hostname` with the defaults
+   and with intervals of 1,000 requests (the earlier default).
+5. The network: `flashml mlcache run --policy network --interval 1000 --streams k` for k = 2,
+   4, 8 (network_bench): write hit ratios on held-out mixes of even, shared, static_optimal,
+   previous_optimal, mlcache (the compiled network) and discrete_optimal, each one's gain
+   over even and share of the oracle's gain; the job's time and one flashml_partition
+   call's.
+6. Flash mode (flash_bench): `flashml mlcache run --trace --flash` (the shipped default) on a
+   generated Tectonic-like trace with 4 namespaces (region1-like, seed 3, 300k accesses):
+   peak DT, write rate and IO hit ratio of shared, even, static_optimal, discrete_optimal,
+   previous_optimal and mlcache with admit-all and at the same write rate (half of
+   shared's). `flash_network` in the results: the same with the network (measured before
+   the default changed; `--only flash --policy network` measures it again).
+   One section alone: `.venv/bin/python bench/bench_mlcache.py --only shipped` (or msr,
+   network, flash), merged into the results file.
 
 Writes bench/results/mlcache.json and prints the tables of docs/systems/mlcache.md.
 """
@@ -195,8 +206,9 @@ def network_bench(quick: bool) -> dict[str, Any]:
     from flashml.jobs.mlcache import TEST_SEED
 
     out: dict[str, Any] = {}
-    extra = (["--requests", "50000", "--train-mixes", "6", "--test-mixes", "2", "--max-iter",
-              "60", "--folds", "2"] if quick else ["--test-mixes", "10"])
+    extra = ["--policy", "network", "--interval", "1000"] + (
+        ["--requests", "50000", "--train-mixes", "6", "--test-mixes", "2", "--max-iter",
+         "60", "--folds", "2"] if quick else ["--test-mixes", "10"])
     for k in CAPACITY:
         with tempfile.TemporaryDirectory() as tmp:
             env = {**os.environ, "FLASHML_HOME": f"{tmp}/state", "MLFLOW_TRACKING_URI": ""}
@@ -246,9 +258,9 @@ def network_bench(quick: bool) -> dict[str, Any]:
 FLASH_CAPACITY = 1000
 
 
-def flash_bench(quick: bool) -> dict[str, Any]:
+def flash_bench(quick: bool, policy: str = "previous_optimal") -> dict[str, Any]:
     """`flashml mlcache run --trace --flash` on a region1-like trace (4 namespaces, one of
-    which only writes), as a user runs it: the flash table (module doc, 4.) and the job's
+    which only writes), as a user runs it: the flash table (module doc, 6.) and the job's
     wall time."""
     import subprocess
     import tempfile
@@ -256,8 +268,10 @@ def flash_bench(quick: bool) -> dict[str, Any]:
     from flashml.trace.generate import generate_trace
 
     accesses = 60_000 if quick else 300_000
-    extra = (["--requests", "50000", "--train-mixes", "6", "--test-mixes", "1", "--max-iter",
-              "60", "--folds", "2"] if quick else [])
+    extra = ["--policy", policy] + (
+        ["--requests", "50000", "--train-mixes", "6", "--max-iter", "60", "--folds", "2"]
+        if quick and policy == "network" else []) + (
+        ["--interval", "1000"] if policy == "network" else [])
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "region1.trace"
         generate_trace("region1-like", 3, trace, accesses=accesses, progress=False)
@@ -273,9 +287,121 @@ def flash_bench(quick: bool) -> dict[str, Any]:
             raise SystemExit(f"mlcache run --flash failed:\n{proc.stderr[-3000:]}")
         summ = json.loads(Path(f"{tmp}/run/summary.json").read_text())
     return {"trace": f"region1-like seed 3, {accesses} accesses", "job_wall_s": wall,
-            "capacity_segments": FLASH_CAPACITY, "flash": summ["flash"],
-            "object_mode": summ["policies"], "network": summ["network"],
+            "policy": policy, "capacity_segments": FLASH_CAPACITY, "flash": summ["flash"],
+            "object_mode": summ["policies"], "network": summ.get("network"),
             "text": proc.stdout.strip().splitlines()[-12:]}
+
+
+def _job(args: list[str], tmp: str) -> tuple[dict[str, Any], float, str]:
+    """`flashml mlcache run ARGS --out TMP/run` as a user runs it (a fresh interpreter and
+    state folder): its summary, wall time and text output."""
+    import subprocess
+
+    env = {**os.environ, "FLASHML_HOME": f"{tmp}/state", "MLFLOW_TRACKING_URI": ""}
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "flashml.cli", "mlcache", "run", *args,
+                           "--out", f"{tmp}/run"], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"mlcache run {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(Path(f"{tmp}/run/summary.json").read_text()), wall, proc.stdout
+
+
+def _shipped_record(summ: dict[str, Any], wall: float, text: str) -> dict[str, Any]:
+    return {"capacity": summ["capacity"], "interval": summ["interval"],
+            "interval_from": summ["interval_from"], "job_wall_s": wall,
+            "shipped": summ["shipped"]["rule"], "policies": summ["policies"],
+            "verdict": summ["verdict"], "judged": [j["name"] for j in summ["judged"]],
+            "per_trace_verdicts": {n: _verdict(r["policies"])
+                                   for n, r in summ["per_trace"].items()},
+            "so_vs_python_max_abs": summ["so_vs_python_max_abs"],
+            "text": text.strip().splitlines()[-4:]}
+
+
+def _verdict(policies: dict[str, Any]) -> dict[str, Any]:
+    from flashml.jobs.mlcache import headline
+
+    return headline(policies)
+
+
+def shipped_bench(quick: bool) -> dict[str, Any]:
+    """`flashml mlcache run --streams k --test-mixes 10` (the defaults otherwise) for k = 2,
+    4, 8: what ships, judged on held-out mixes (module doc, 3.)."""
+    import tempfile
+
+    extra = ["--requests", "50000", "--test-mixes", "2"] if quick else ["--test-mixes", "10"]
+    out: dict[str, Any] = {}
+    for k in CAPACITY:
+        with tempfile.TemporaryDirectory() as tmp:
+            out[str(k)] = _shipped_record(*_job(["--streams", str(k), *extra], tmp))
+    return out
+
+
+#: The independent trace: four block presets as four hosts of one MSR-format trace.
+MSR_LINES = 200_000
+MSR_CACHE = "64MiB"
+MSR_PAGE = 4096
+
+
+def msr_trace(path: Path, lines: int) -> Path:
+    """A 4-host MSR Cambridge CSV: each block preset (flashml/trace/blockgen.py) one host of
+    lines / 4 requests (seeds 100..103), merged by timestamp."""
+    from flashml.files import atomic_path
+    from flashml.trace.blockgen import BLOCK_PRESETS, write_block_msr
+
+    rows: list[tuple[int, str]] = []
+    for i, name in enumerate(BLOCK_PRESETS):
+        part = path.with_name(f"{name}.csv")
+        write_block_msr(BLOCK_PRESETS[name], 100 + i, part, requests=lines // 4)
+        rows += [(int(r.split(",", 1)[0]), r) for r in part.read_text().splitlines()[1:]]
+        part.unlink()
+    rows.sort(key=lambda r: r[0])
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text("Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime\n"
+                             + "\n".join(r for _, r in rows) + "\n")
+    return path
+
+
+def msr_bench(quick: bool) -> dict[str, Any]:
+    """The shipped default on an independent 4-host MSR-format trace, with the default
+    interval and with 1,000 requests (module doc, 4.)."""
+    import tempfile
+
+    lines = 40_000 if quick else MSR_LINES
+    out: dict[str, Any] = {"trace": f"4 hosts ({', '.join(_hosts())}), {lines} lines, "
+                                    f"pages of {MSR_PAGE} B, cache {MSR_CACHE}",
+                           "lines": lines, "runs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = msr_trace(Path(tmp) / "msr4.csv", lines)
+        base = ["--trace", str(trace), "--format", "msr", "--stream-column", "src_hostname",
+                "--page-bytes", str(MSR_PAGE), "--cache-size", MSR_CACHE]
+        for name, more in (("default", []), ("interval_1000", ["--interval", "1000"])):
+            with tempfile.TemporaryDirectory(dir=tmp) as run_tmp:
+                out["runs"][name] = _shipped_record(*_job([*base, *more], run_tmp))
+    return out
+
+
+def _hosts() -> list[str]:
+    from flashml.trace.blockgen import BLOCK_PRESETS
+
+    return [n.replace("-", "_") for n in BLOCK_PRESETS]
+
+
+def shipped_table(res: dict[str, Any]) -> str:
+    pols = ("shared", "even", "static_optimal", "previous_optimal", "mlcache",
+            "discrete_optimal")
+    lines = ["| judged on (pages, interval) | " + " | ".join(pols) +
+             " | mlcache vs the best simple rule |", "|---|" + "---:|" * (len(pols) + 1)]
+    rows = [(f"{k} streams, 10 held-out mixes ({r['capacity']}, {r['interval']})", r)
+            for k, r in res.get("shipped", {}).items()]
+    rows += [(f"4-host MSR-like trace ({r['capacity']}, {r['interval']})", r)
+             for r in res.get("msr", {}).get("runs", {}).values()]
+    for label, r in rows:
+        cells = [f"{r['policies'][p]['write_hit_ratio']:.3f}" for p in pols]
+        v = r["verdict"]
+        lines.append(f"| {label} | " + " | ".join(cells) +
+                     f" | {100 * v['vs_rival']:+.1f}% vs {v['rival']} |")
+    return "\n".join(lines)
 
 
 def flash_table(res: dict[str, Any]) -> str:
@@ -323,15 +449,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller traces (a smoke test)")
     ap.add_argument("-o", "--output", type=Path, default=RESULTS / "mlcache.json")
-    ap.add_argument("--only", choices=("network", "flash"), default=None,
+    ap.add_argument("--only", choices=("shipped", "msr", "network", "flash"), default=None,
                     help="run one section and merge it into the results file")
+    ap.add_argument("--policy", choices=("previous_optimal", "network"),
+                    default="previous_optimal",
+                    help="--only flash: the policy the job ships (network: the results' "
+                    "flash_network section)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     if args.only is not None:
         old = json.loads(args.output.read_text()) if args.output.is_file() else {}
         section = args.only
-        bench, show = {"network": (network_bench, network_table),
-                       "flash": (flash_bench, flash_table)}[section]
+        bench, show = {"shipped": (shipped_bench, lambda r: shipped_table({"shipped": r})),
+                       "msr": (msr_bench, lambda r: shipped_table({"msr": r})),
+                       "network": (network_bench, network_table),
+                       "flash": (lambda q: flash_bench(q, args.policy), flash_table)}[section]
+        if section == "flash" and args.policy == "network":
+            section = "flash_network"
         old[section] = bench(args.quick)
         old.setdefault("section_machine", {})[section] = machine()
         with atomic_path(args.output) as tmp:
@@ -342,8 +476,11 @@ def main() -> int:
     res = {"machine": machine(), "quick": args.quick,
            "stack_distances": distance_bench(args.quick),
            "policies": policy_bench(args.quick),
+           "shipped": shipped_bench(args.quick),
+           "msr": msr_bench(args.quick),
            "network": network_bench(args.quick),
-           "flash": flash_bench(args.quick)}
+           "flash": flash_bench(args.quick),
+           "flash_network": flash_bench(args.quick, "network")}
     res["wall_s"] = time.perf_counter() - t0
     with atomic_path(args.output) as tmp:
         Path(tmp).write_text(dumps(jsonable(res), indent=1) + "\n")
@@ -354,6 +491,7 @@ def main() -> int:
     for r in res["stack_distances"]["libcachesim"]:
         print("libcachesim:", json.dumps(r))
     print(table(res))
+    print(shipped_table(res))
     print(network_table(res["network"]))
     print(flash_table(res["flash"]))
     print(f"wrote {args.output} in {res['wall_s']:.0f} s")
