@@ -4,6 +4,11 @@ and the generated object presets, at several cache sizes.
 
     .venv/bin/python bench/bench_mat.py            # full run, ~10 minutes on 2 cores (LRB)
     .venv/bin/python bench/bench_mat.py --quick    # small traces, no LRB: a smoke test
+    # on a busy machine: one process per trace and size, libCacheSim's rows reused, merged
+    .venv/bin/python bench/bench_mat.py --traces cdn-like --fractions 0.05 \
+        --reuse-baselines bench/results/mat.json --out /tmp/cdn-5.json    # ... x 9
+    .venv/bin/python bench/bench_mat.py --merge /tmp/*-*.json             # -> mat.json
+    .venv/bin/python bench/bench_mat.py --render-only   # tables, targets, plot from mat.json
 
 For each trace (CloudPhysics sample; cdn-like and kv-like at their default size, seed 0) and
 each cache size (fractions of the trace's unique bytes: --fractions, default 1%, 5%, 10%):
@@ -11,9 +16,11 @@ every policy of flashml.policies.object_baselines.POLICIES (lru, fifo, lfu, arc,
 sieve, lhd, lrb, glcache, belady, belady-size) run by libCacheSim, and our simulator's lru,
 fifo and belady (flashml.simulation.simulate_objects) side by side, with whether they agree
 exactly (hit counts). Rows of MAT, or any other policy of ours, come from `extra_policies`
-(the hook below). Writes bench/results/mat.json and the miss-ratio-vs-size plot
-bench/results/mat_miss_ratio.png, and prints the tables of docs/measurements.md (object-cache
-baselines).
+(the hook below). Writes bench/results/mat.json (with `targets`: MAT against LRU and the
+in-house LRB on byte miss ratio and predictions per eviction, and against libCacheSim's LRB
+where it trained) and
+the byte-miss-ratio and miss-ratio-vs-size plot bench/results/mat_miss_ratio.png, and prints
+the tables of docs/measurements.md (object-cache baselines) and docs/systems/mat.md.
 """
 
 from __future__ import annotations
@@ -210,15 +217,39 @@ def ours(case: TraceCase, capacity: int, unit: str) -> dict[str, dict[str, Any]]
     return out
 
 
+def reused_rows(case: TraceCase, caps: list[int], unit: str, policies: tuple[str, ...],
+                earlier: dict[str, Any] | None) -> dict[int, dict[str, Any]] | None:
+    """libCacheSim's rows of `case` at `caps` from an earlier result of this benchmark
+    (--reuse-baselines), when it ran the same trace (requests, objects, unique bytes), unit,
+    libCacheSim version and policies at the same capacities: they are deterministic, and
+    `run_case` still checks them against our own LRU, FIFO and Belady hit for hit. None when
+    anything differs."""
+    if not earlier or earlier.get("libcachesim") != ob.libcachesim_version() \
+            or earlier.get("unit") != unit:
+        return None
+    old = earlier["traces"].get(case.name)
+    if not old or (old["requests"], old["objects"], old["unique_bytes"]) != (
+            case.df.height, case.df["key"].n_unique(), case.unique_bytes):
+        return None
+    by_cap = {s["capacity"]: s["libcachesim"] for s in old["sizes"]}
+    if not all(c in by_cap and set(policies) <= set(by_cap[c]) for c in caps):
+        return None
+    return {c: {p: by_cap[c][p] for p in policies} for c in caps}
+
+
 def run_case(case: TraceCase, fractions: tuple[float, ...], policies: tuple[str, ...],
-             unit: str, jobs: int, timeout_s: float | None) -> dict[str, Any]:
+             unit: str, jobs: int, timeout_s: float | None,
+             earlier: dict[str, Any] | None = None) -> dict[str, Any]:
     df = case.df
     total = case.unique_bytes if unit == "bytes" else df["key"].n_unique()
     caps = [max(1, int(f * total)) for f in fractions]
     t0 = time.perf_counter()
-    lcs_rows = ob.run_baselines(df["key"], df["size"], caps, unit=unit, policies=policies,
-                                times=df["time"] if "time" in df.columns else None, jobs=jobs,
-                                timeout_s=timeout_s)
+    lcs_rows = reused_rows(case, caps, unit, policies, earlier)
+    reused = lcs_rows is not None
+    if lcs_rows is None:
+        lcs_rows = ob.run_baselines(df["key"], df["size"], caps, unit=unit, policies=policies,
+                                    times=df["time"] if "time" in df.columns else None,
+                                    jobs=jobs, timeout_s=timeout_s)
     sizes = []
     for f, c in zip(fractions, caps, strict=True):
         mine = ours(case, c, unit)
@@ -233,6 +264,8 @@ def run_case(case: TraceCase, fractions: tuple[float, ...], policies: tuple[str,
         print(f"  {case.name} {100 * f:g}% ({c:,} {unit}): {line}", file=sys.stderr)
     return {"source": case.source, "requests": df.height, "objects": df["key"].n_unique(),
             "unique_bytes": case.unique_bytes, "generate": case.info, "sizes": sizes,
+            "libcachesim_rows": (f"reused from the run of {earlier['date']}" if reused
+                                 else "run here"),
             "wall_s": time.perf_counter() - t0}
 
 
@@ -430,9 +463,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", default=None, metavar="NAME[,NAME...]",
                     help="run only these traces (cloudphysics, cdn-like, kv-like) and keep "
                     "the others' rows from --out")
+    ap.add_argument("--reuse-baselines", type=Path, default=None, metavar="JSON",
+                    help="take libCacheSim's rows from an earlier result of this benchmark "
+                    "where it ran the same trace, sizes, version and policies (they are "
+                    "deterministic; still checked against ours hit for hit)")
     ap.add_argument("--render-only", action="store_true",
                     help="re-derive the tables, targets and plot of --out from its rows")
+    ap.add_argument("--merge", nargs="+", type=Path, default=None, metavar="JSON",
+                    help="combine results of runs over parts of the traces and sizes (e.g. "
+                    "one process per trace and size: --traces T --fractions F --out P) "
+                    "into --out")
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out)
     if args.render_only:
         out = json.loads(args.out.read_text())
         return write(out, out["traces"], args.out)
@@ -452,12 +495,14 @@ def main(argv: list[str] | None = None) -> int:
         old = json.loads(args.out.read_text())["traces"]
         results = {k: v for k, v in old.items() if k not in only}
     partial = Path(tempfile.gettempdir()) / f"{args.out.stem}.partial.json"
+    earlier = (json.loads(args.reuse_baselines.read_text()) if args.reuse_baselines
+               else None)
     with tempfile.TemporaryDirectory(prefix="flashml-bench-mat-") as tmp:
         for case in load_traces(PRESETS, args.accesses, Path(tmp), only):
             print(f"{case.name}: {case.df.height:,} requests, {case.unique_bytes:,} unique "
                   "bytes", file=sys.stderr)
             results[case.name] = run_case(case, fractions, policies, args.unit, args.jobs,
-                                          args.timeout)
+                                          args.timeout, earlier)
             partial.write_text(json.dumps(results, indent=1))  # salvage on a later failure
     order = ["cloudphysics", *PRESETS]
     results = {k: results[k] for k in sorted(results, key=lambda k: order.index(k)
@@ -471,6 +516,31 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": time.perf_counter() - t0,
     }
     return write(out, results, args.out)
+
+
+def merge(parts: list[Path], path: Path) -> int:
+    """Results of runs over parts of the traces and sizes -> one result at `path`: each
+    trace's sizes in order of their fraction, the parts' wall times summed."""
+    runs = [json.loads(p.read_text()) for p in parts]
+    results: dict[str, Any] = {}
+    for r in runs:
+        for name, t in r["traces"].items():
+            if name in results:
+                results[name]["sizes"] += t["sizes"]
+                results[name]["wall_s"] += t["wall_s"]
+            else:
+                results[name] = t
+    order = ["cloudphysics", *PRESETS]
+    results = {k: results[k] for k in sorted(results, key=lambda k: order.index(k)
+                                             if k in order else len(order))}
+    for t in results.values():
+        t["sizes"].sort(key=lambda s: s["fraction"])
+    out = {k: v for k, v in runs[0].items()
+           if k not in ("traces", "table", "byte_table", "targets", "plot")}
+    out |= {"date": max(r["date"] for r in runs),
+            "fractions": sorted({s["fraction"] for t in results.values() for s in t["sizes"]}),
+            "wall_s": sum(r["wall_s"] for r in runs), "parts": len(runs)}
+    return write(out, results, path)
 
 
 def write(out: dict[str, Any], results: dict[str, Any], path: Path) -> int:

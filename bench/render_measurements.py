@@ -48,11 +48,14 @@ def _pct(x: float) -> str:
 
 
 def mat_section(res: dict[str, Any]) -> str:
-    """Miss ratio and byte miss ratio per trace, size and policy: bench_mat.py's own tables."""
-    from bench_mat import markdown
+    """Byte miss ratio (MAT's objective) and miss ratio per trace, size and policy:
+    bench_mat.py's own tables (`lrb_inhouse`: LRB's decision with MAT's model)."""
+    from bench_mat import markdown, targets_text
 
-    return "\n".join([markdown(res["traces"], "miss_ratio"), "", "Byte miss ratio:", "",
-                      markdown(res["traces"], "byte_miss_ratio")])
+    return "\n".join(["MAT against its targets (byte miss ratio):", "",
+                      targets_text(res["targets"]), "", "Byte miss ratio:", "",
+                      markdown(res["traces"], "byte_miss_ratio"), "", "Miss ratio:", "",
+                      markdown(res["traces"], "miss_ratio")])
 
 
 def _stage(r: dict[str, Any], prefix: str) -> float | None:
@@ -116,7 +119,28 @@ def quality_section(res: dict[str, Any]) -> str:
     out.append("Means over all runs (peak-DT reduction vs RejectX):")
     out.append("")
     out += lines
+    out += quality_previous(res)
     return "\n".join(out)
+
+
+def quality_previous(res: dict[str, Any]) -> list[str]:
+    """The presets of `res['previous']` (the runs before the shipped default changed) that
+    were not run again, with their figures then, said to be the previous default's."""
+    prev = res.get("previous")
+    if not prev:
+        return []
+    out = ["", f"Not re-run with the current default, so their figures are the previous "
+           f"default's ({prev['note'].removeprefix('the runs before (').rstrip(')')}), "
+           "means over seeds, Baleen / flat threshold / CacheLib-ML / OPT:", ""]
+    for name, p in prev["protocols"].items():
+        now = {r["preset"] for r in res["protocols"].get(name, {}).get("runs", [])}
+        s = p["summary"]
+        for pr in (k for k in s["baleen_vs_rejectx"] if k != "overall" and k not in now):
+            out.append(f"- {p['days'] or 3:g} days, `{pr}` (seeds 0-{p['seeds'] - 1}): "
+                       + " / ".join(_pct(s[k][pr]["mean"]) for k in (
+                           "baleen_vs_rejectx", "baleen_flat_threshold_vs_rejectx",
+                           "cachelib_ml_vs_rejectx", "opt_vs_rejectx")))
+    return out
 
 
 def quality_means_table(name: str, p: dict[str, Any]) -> list[str]:
@@ -147,6 +171,60 @@ def quality_means_table(name: str, p: dict[str, Any]) -> list[str]:
     return out
 
 
+def mlcache_section(res: dict[str, Any]) -> str:
+    """What MLCache ships (the job's default) against the best simple rule and
+    previous_optimal: held-out mixes and the independent MSR-like trace (bench_mlcache.py's
+    shipped table), the flash trace at the same write rate, and the paper's network on
+    held-out mixes (opt-in)."""
+    from bench_mlcache import flash_table, network_table, shipped_table
+
+    out = [shipped_table(res)]
+    for key, what in (("flash", "the shipped default"), ("flash_network", "the network")):
+        if key in res:
+            f = res[key]
+            h = f["flash"]["headline"]
+            rival = h.get("rival", "shared")
+            vs = h.get("mlcache_vs_rival_peak_dt", h["mlcache_vs_shared_peak_dt"])
+            out += ["", f"Flash mode with {what} as `mlcache` ({f['trace']}, "
+                    f"{f['capacity_segments']} segments, intervals of "
+                    f"{f['flash']['interval']} page requests): peak DT at "
+                    f"{h['target_write_mbps']:.1f} MB/s, mlcache {h['mlcache_peak_dt_util']:.4f}"
+                    f" vs {rival} {h.get('rival_peak_dt_util', h['shared_peak_dt_util']):.4f}"
+                    f" ({100 * vs:+.1f}%)", "", flash_table(f)]
+    if "network" in res:
+        out += ["", "The paper's network (`--policy network --interval 1000`), on 10 held-out "
+                "mixes:", "", network_table(res["network"])]
+    return "\n".join(out)
+
+
+def plot_mlcache(res: dict[str, Any], out: Path = RESULTS / "mlcache.png") -> Path:
+    """Write hit ratio of shared, even, previous_optimal, the shipped mlcache and the oracle
+    on each judged set of the shipped table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    sets = [(f"{k} streams", r) for k, r in res.get("shipped", {}).items()]
+    sets += [(f"MSR-like, {r['interval']}", r)
+             for r in res.get("msr", {}).get("runs", {}).values()]
+    pols = ("shared", "even", "previous_optimal", "mlcache", "discrete_optimal")
+    fig, ax = plt.subplots(figsize=(8, 3.6), dpi=110)
+    w = 0.16
+    for i, p in enumerate(pols):
+        ax.bar(np.arange(len(sets)) + (i - 2) * w,
+               [r["policies"][p]["write_hit_ratio"] for _, r in sets], w, label=p)
+    ax.set_xticks(np.arange(len(sets)), [n for n, _ in sets], fontsize=8)
+    ax.set_ylabel("write hit ratio")
+    ax.set_title("MLCache: the shipped policy vs the simple rules and the oracle", fontsize=9)
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
 #: bench_quality's bars on the shipped default, as the table says them.
 QUALITY_BARS = {"at_or_above_cachelib_ml": ">= CacheLib-ML",
                 "at_or_above_flat_threshold": ">= flat threshold",
@@ -158,6 +236,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "mat": mat_section,
     "pipeline": pipeline_section,
     "quality": quality_section,
+    "mlcache": mlcache_section,
 }
 
 
@@ -218,6 +297,7 @@ def plot_quality(res: dict[str, Any], out: Path = QUALITY_PNG) -> Path:
 def main(argv: list[str]) -> int:
     if "--plots" in argv:
         print(plot_quality(_load("quality")).relative_to(REPO))
+        print(plot_mlcache(_load("mlcache")).relative_to(REPO))
     if "--write" in argv:
         PAGE.write_text(replace_sections(PAGE.read_text()))
     elif "--plots" not in argv:
