@@ -80,7 +80,13 @@ def run_one(preset: str, seed: int, work: Path, days: float | None = None) -> di
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if p.returncode != 0:
         raise SystemExit(f"pipeline run {preset} seed {seed} failed:\n{p.stderr[-3000:]}")
-    s = json.loads((out / "summary.json").read_text())
+    return from_summary(json.loads((out / "summary.json").read_text()), preset, seed, days,
+                        time.perf_counter() - t0)
+
+
+def from_summary(s: dict, preset: str, seed: int, days: float | None,
+                 wall_s: float | None) -> dict:
+    """One run's record from its summary.json."""
     pol = s["policies"]
     rx = pol["rejectx"]
 
@@ -97,7 +103,47 @@ def run_one(preset: str, seed: int, work: Path, days: float | None = None) -> di
                 "validation_peak_dt_util", "validation_rejectx_peak_dt_util")},
             "write_rate_mbps": {k: v["flash_write_rate_mbps"] for k, v in pol.items()},
             "accesses_per_episode": s["convergence"].get("accesses_per_episode"),
-            "eviction_age_s": s["eviction_age_s"], "wall_s": time.perf_counter() - t0}
+            "eviction_age_s": s["eviction_age_s"], "wall_s": wall_s,
+            "job_seconds": s.get("seconds")}
+
+
+def k_choice_summary(runs: list[dict]) -> dict | None:
+    """How often, and by how much, each training-day criterion for K loses to the best K."""
+    kc = [r["k_choice"] for r in runs if "k_choice" in r]
+    if not kc:
+        return None
+    return {f"by_{c}": {"mean_loss": statistics.fmean(x[f"loss_choosing_by_{c}"] for x in kc),
+                        "max_loss": max(x[f"loss_choosing_by_{c}"] for x in kc),
+                        "worse_picks": sum(x[f"loss_choosing_by_{c}"] > 0.005 for x in kc),
+                        "runs": len(kc)}
+            for c in ("train_mean_dt", "train_peak_dt")}
+
+
+def collect(folder: Path, previous: dict) -> dict:
+    """Runs from summary.json files kept from pipeline runs (`FOLDER/<protocol>/<preset>-
+    <seed>/summary.json`, e.g. copied from a bench run that could not finish), with the
+    7-day runs' k_choice and ceiling from `previous` (the runs before: they depend on the
+    loop's episodes and labels only)."""
+    protocols: dict = {}
+    for name, proto in PROTOCOLS.items():
+        runs = []
+        for f in sorted((folder / name).glob("*/summary.json")):
+            preset, seed = f.parent.name.rsplit("-", 1)
+            r = from_summary(json.loads(f.read_text()), preset, int(seed), proto["days"], None)
+            prev = previous.get((name, preset, int(seed)), {})
+            for k in ("k_choice", "ceiling"):
+                if k in prev:
+                    r[k], r["analysis_from_previous_run"] = prev[k], True
+            runs.append(r)
+        runs.sort(key=lambda r: (PRESETS.index(r["preset"]), r["seed"]))
+        if runs:
+            protocols[name] = {"days": proto["days"],
+                               "seeds": 1 + max(r["seed"] for r in runs), "runs": runs,
+                               "summary": summarise(runs)}
+            kc = k_choice_summary(runs)
+            if kc:
+                protocols[name]["k_choice"] = kc
+    return protocols
 
 
 def _load_run(out: Path):  # type: ignore[no-untyped-def]
@@ -242,11 +288,16 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, help="seeds 0..N-1 per preset (default: the "
                     "protocol's, 3 for default and 5 for artifact)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "quality.json")
+    ap.add_argument("--presets", help="comma-separated presets to run (default: all three)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="pipelines run at once (each its own process; default 1)")
     ap.add_argument("--reuse-analysis", action="store_true",
                     help="7-day runs: keep each run's k_choice and ceiling from --out (they "
                     "depend on the loop's episodes and labels only) instead of recomputing")
+    ap.add_argument("--collect", type=Path, metavar="DIR",
+                    help="run nothing: the runs are DIR/<protocol>/<preset>-<seed>/"
+                    "summary.json (kept from pipeline runs); the runs in --out before are "
+                    "kept under `previous`")
     ap.add_argument("--summarise-only", action="store_true",
                     help="recompute the summaries of the runs stored in --out; run nothing")
     args = ap.parse_args()
@@ -264,12 +315,20 @@ def main() -> int:
         res["protocols"] = old.get("protocols", {})
     previous = {(n, r["preset"], r["seed"]): r for n, p in old.get("protocols", {}).items()
                 for r in p["runs"]}
+    if args.collect:
+        res["protocols"] = collect(args.collect, previous)
+        res["previous"] = old.get("previous") or {
+            "note": "the runs before (the shipped default then: the 9 busiest hours one by "
+                    "one, bonus 0.2, always on; Baleen's 18 features)",
+            "protocols": old.get("protocols", {})}
+        names = []
     with tempfile.TemporaryDirectory(prefix="bench-quality-") as d:
         for name in names:
             proto = PROTOCOLS[name]
             seeds = 1 if args.quick else (args.seeds or proto["seeds"])
+            presets = args.presets.split(",") if args.presets else PRESETS
             plan = [("region1-like", 0)] if args.quick else \
-                [(p, s) for p in PRESETS for s in range(seeds)]
+                [(p, s) for p in presets for s in range(seeds)]
             work = Path(d) / name
 
             def one(job: tuple[str, int], name: str = name, work: Path = work,
@@ -308,15 +367,9 @@ def main() -> int:
                       f"{r['wall_s']:.0f} s)", flush=True)
             res["protocols"][name] = {"days": proto["days"], "seeds": seeds, "runs": runs,
                                       "summary": summarise(runs)}
-            kc = [r["k_choice"] for r in runs if "k_choice" in r]
+            kc = k_choice_summary(runs)
             if kc:
-                res["protocols"][name]["k_choice"] = {
-                    f"by_{c}": {"mean_loss": statistics.fmean(x[f"loss_choosing_by_{c}"]
-                                                                for x in kc),
-                                "max_loss": max(x[f"loss_choosing_by_{c}"] for x in kc),
-                                "worse_picks": sum(x[f"loss_choosing_by_{c}"] > 0.005
-                                                   for x in kc), "runs": len(kc)}
-                    for c in ("train_mean_dt", "train_peak_dt")}
+                res["protocols"][name]["k_choice"] = kc
                 print(f"[{name}] choosing K by the training day's mean / peak DT: "
                       + " / ".join(f"{v['worse_picks']} worse picks (max loss "
                                    f"{v['max_loss']:.1%})"
