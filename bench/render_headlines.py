@@ -54,26 +54,23 @@ def rows() -> list[tuple[str, str, str]]:
     mat_res = _load("mat")
     mat = mat_res["traces"]["cdn-like"]["sizes"]
     mid = mat[len(mat) // 2]
-    m, lrbi = mid["extra"]["mat"], mid["extra"]["lrb_inhouse"]
+    m, lrbi = mid["extra"]["mat"], mid["extra"].get("lrb_inhouse")
     bmr, lru = m["byte_miss_ratio"], mid["libcachesim"]["lru"]["byte_miss_ratio"]
-    t = mat_res["targets"]
+    t = mat_res.get("targets")
+    value = f"**{bmr:.4f}** vs LRU {lru:.4f} ({100 * (bmr / lru - 1):+.1f}%)"
+    if lrbi and t:  # results of bench_mat.py with the in-house LRB
+        value += (f"; LRB's decision with the same model {lrbi['byte_miss_ratio']:.4f} at "
+                  f"{lrbi['predictions_per_eviction']:.0f} vs "
+                  f"{m['predictions_per_eviction']:.2f} predictions per eviction; at or "
+                  f"below LRU at {t['at_or_below_lru']}/{t['n']} points")
     out.append((f"MAT: byte miss ratio (the paper's metric), `cdn-like` at "
-                f"{100 * mid['fraction']:g}% of its bytes",
-                f"**{bmr:.4f}** vs LRU {lru:.4f} ({100 * (bmr / lru - 1):+.1f}%); LRB's "
-                f"decision with the same model {lrbi['byte_miss_ratio']:.4f} at "
-                f"{lrbi['predictions_per_eviction']:.0f} vs "
-                f"{m['predictions_per_eviction']:.2f} predictions per eviction; at or below "
-                f"LRU at {t['at_or_below_lru']}/{t['n']} points", "mat.json"))
+                f"{100 * mid['fraction']:g}% of its bytes", value, "mat.json"))
     pan = _load("pannier")["table"]["presets"]["pannier_vs_lru_plus"]
     out.append(("Pannier: read-hit ratio and flash usage vs LRU+ containers",
                 f"**+{_pct(pan['read_hit_gain'])}** read hits ({pan['runs_ahead']}/"
                 f"{pan['runs']} runs ahead), +{_pct(pan['fue_gain'])} FUE", "pannier.json"))
     out.append(mlcache_row(_load("mlcache")))
-    kml = _load("kml")["real"]["workloads"]
-    ratios = [w["kml_vs_best_fixed"] for w in kml.values()]
-    out.append(("KML on RocksDB: tuner vs the best fixed readahead, per workload",
-                f"**{min(ratios):.2f}-{max(ratios):.2f}x** on all {len(ratios)}",
-                "kml.json"))
+    out.append(kml_row(_load("kml")))
     comp = _load("compile")
     out.append((f"`policy.so`: one admission decision in C ({comp['model']['trees']} trees)",
                 f"**{comp['c_ns_per_decision'] / 1000:.2f} us**", "compile.json"))

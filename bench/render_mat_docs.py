@@ -38,6 +38,8 @@ def end(name: str) -> str:
 def mat_section(res: dict[str, Any]) -> str:
     from bench_mat import docs_table, held_out_table, targets_text
 
+    if "targets" not in res:
+        return "(not measured yet with the in-house LRB: run bench/bench_mat.py)"
     return "\n".join([docs_table(res["traces"]), "", "Held out and under periodic "
                       "retraining (byte miss ratio / miss ratio):", "",
                       held_out_table(res["traces"]), "", "What holds against the targets "

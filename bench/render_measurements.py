@@ -52,8 +52,9 @@ def mat_section(res: dict[str, Any]) -> str:
     bench_mat.py's own tables (`lrb_inhouse`: LRB's decision with MAT's model)."""
     from bench_mat import markdown, targets_text
 
-    return "\n".join(["MAT against its targets (byte miss ratio):", "",
-                      targets_text(res["targets"]), "", "Byte miss ratio:", "",
+    head = ["MAT against its targets (byte miss ratio):", "", targets_text(res["targets"]),
+            ""] if "targets" in res else []
+    return "\n".join([*head, "Byte miss ratio:", "",
                       markdown(res["traces"], "byte_miss_ratio"), "", "Miss ratio:", "",
                       markdown(res["traces"], "miss_ratio")])
 
