@@ -165,3 +165,18 @@ def test_bad_sizes_intervals_and_bundles(trace_run: Path, traces: dict[str, Path
                    "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 1 and "streams: the bundle's 4, the trace's 2 (field 'namespace')" in err, err
+
+
+def test_default_interval_is_twice_the_pages() -> None:
+    """Without --interval or --interval-s the interval is twice the cache's pages (at most half
+    the judged trace's requests): at 1,000 requests a 16,384-page cache's growing partitions
+    could not fill (previous_optimal 13% below one shared LRU on the MSR-like trace)."""
+    from flashml.jobs.mlcache import MlcacheSettings, _interval
+
+    s = MlcacheSettings()
+    assert _interval(None, s, 376_783, 3600.0, 16_384, "t") == (32_768, "2 x 16384 pages")
+    assert _interval(None, s, 50_000, 3600.0, 16_384, "t")[0] == 25_000  # half the trace
+    assert _interval(None, s.replace(interval=1000), 50_000, 3600.0, 16_384, "t") == (
+        1000, "--interval")
+    assert _interval(None, s.replace(interval_s=36.0), 50_000, 3600.0, 16_384, "t") == (
+        500, "--interval-s 36")
