@@ -76,6 +76,22 @@ def test_compiled_model_equals_scikit_learn(kind: str, data: model.Dataset,
     assert set(np.unique(want)) <= set(data.classes_kib)
 
 
+def test_the_papers_network_is_kmls_own(data: model.Dataset) -> None:
+    """KML's network (the paper's Section 3): three linear layers joined by sigmoids,
+    5 -> 15 -> 5 -> 4, cross-entropy, SGD with learning rate 0.01 and momentum 0.99; ours,
+    mlp16, is one hidden layer of 16 fitted by L-BFGS. Before, only ours existed and was
+    called "the paper's network"."""
+    paper = model.estimator("paper")
+    assert paper.hidden_layer_sizes == (15, 5) and paper.activation == "logistic"
+    assert (paper.solver, paper.learning_rate_init, paper.momentum) == ("sgd", 0.01, 0.99)
+    est = model.fit(data, "paper", folds=2).model
+    assert [w.shape for w in est.coefs_] == [(5, 15), (15, 5), (5, 4)]
+    ours = model.estimator("mlp16")
+    assert (ours.hidden_layer_sizes, ours.solver) == ((16,), "lbfgs")
+    doc = model.model_doc(est, data)
+    assert [len(layer["biases"]) for layer in doc["layers"]] == [15, 5, 4]
+
+
 def test_bundle_errors_name_the_file_and_field(data: model.Dataset, tmp_path: Path) -> None:
     from flashml.compiler.build import compile_policy
 
@@ -108,7 +124,7 @@ def test_model_json_refuses_what_the_c_cannot_run(data: model.Dataset) -> None:
     relu = MLPClassifier((4,), activation="relu", max_iter=500).fit(data.z, data.y)
     with pytest.raises(ValueError, match="logistic"):
         ra.model_json(relu, mean=data.mean, std=data.std, classes_kib=data.classes_kib)
-    est = model.fit(data, "mlp", folds=2, max_iter=200).model
+    est = model.fit(data, "mlp16", folds=2, max_iter=200).model
     with pytest.raises(ValueError, match="classes_kib"):
         ra.model_json(est, mean=data.mean, std=data.std, classes_kib=[8, 16])
 

@@ -6,8 +6,9 @@ The model is a classifier of the workload from the five window features
 (features/readahead.toml), standardised with the training rows' means and standard
 deviations; the class maps to a readahead size (KiB). Two kinds:
 
-- `mlp`: the paper's network: one hidden layer of logistic units, a softmax output (its
-  argmax is the class, so the C takes the argmax of the output layer's sums).
+- `mlp`: a network of one or more hidden layers of logistic units and a softmax output (its
+  argmax is the class, so the C takes the argmax of the output layer's sums): KML's own
+  (5 -> 15 -> 5 -> 4) or one hidden layer (models/kml.py NETWORKS).
 - `tree`: a decision tree (the paper's comparison), as its node arrays.
 
 Why our own C and not emlearn's (which MLCache's network uses): emlearn evaluates networks in
@@ -40,11 +41,13 @@ KINDS = ("mlp", "tree")
 #: Readahead sizes a model may choose, KiB (the kernel's read_ahead_kb accepts more; the
 #: tuner clamps to this range too).
 MIN_KIB, MAX_KIB = 4, 1 << 20
+#: A network's layers (hidden ones and the output), at most.
+MAX_LAYERS = 8
 
 
 def model_json(model: Any, *, mean: Sequence[float], std: Sequence[float],
                classes_kib: Sequence[int]) -> dict[str, Any]:
-    """A fitted scikit-learn MLPClassifier (one hidden logistic layer) or
+    """A fitted scikit-learn MLPClassifier (hidden layers of logistic units) or
     DecisionTreeClassifier as the bundle's JSON: the standardisation, the class -> KiB map
     (by the estimator's class index) and the model's arrays."""
     n = readahead_contract.contract().num_features
@@ -58,8 +61,8 @@ def model_json(model: Any, *, mean: Sequence[float], std: Sequence[float],
     out: dict[str, Any] = {"format": FORMAT, "mean": mean_a.tolist(), "std": std_a.tolist(),
                            "classes_kib": kib}
     if hasattr(model, "coefs_"):
-        if model.activation != "logistic" or len(model.coefs_) != 2:
-            raise ValueError("the network: one hidden layer of logistic units expected, got "
+        if model.activation != "logistic" or len(model.coefs_) < 2:
+            raise ValueError("the network: hidden layers of logistic units expected, got "
                              f"{len(model.coefs_) - 1} of {model.activation}")
         out["kind"] = "mlp"
         out["layers"] = [{"weights": np.asarray(w, dtype=np.float64).tolist(),
@@ -147,8 +150,8 @@ def checked_model(where: str, raw: Any) -> dict[str, Any]:
     classes = len(kib)
     if raw["kind"] == "mlp":
         layers = raw.get("layers")
-        if not (isinstance(layers, list) and len(layers) == 2):
-            raise bad("layers", "2 layers (one hidden)")
+        if not (isinstance(layers, list) and 2 <= len(layers) <= MAX_LAYERS):
+            raise bad("layers", f"2..{MAX_LAYERS} layers (hidden ones, then the output)")
         n_in = n
         for i, layer in enumerate(layers):
             try:
@@ -186,11 +189,13 @@ def predict_kib(doc: Mapping[str, Any], rows: Any) -> np.ndarray:
     x = (np.atleast_2d(np.asarray(rows, dtype=np.float64)) - doc["mean"]) / np.asarray(doc["std"])
     kib = np.asarray(doc["classes_kib"])
     if doc["kind"] == "mlp":
-        (w1, w2) = (np.asarray(layer["weights"]) for layer in doc["layers"])
-        (b1, b2) = (np.asarray(layer["biases"]) for layer in doc["layers"])
-        with np.errstate(over="ignore"):  # exp(large) = inf -> the unit is 0, as in C
-            h = 1.0 / (1.0 + np.exp(-(x @ w1 + b1)))
-        return kib[np.argmax(h @ w2 + b2, axis=1)]
+        *hidden, out = [(np.asarray(layer["weights"]), np.asarray(layer["biases"]))
+                        for layer in doc["layers"]]
+        h = x
+        for w, b in hidden:
+            with np.errstate(over="ignore"):  # exp(large) = inf -> the unit is 0, as in C
+                h = 1.0 / (1.0 + np.exp(-(h @ w + b)))
+        return kib[np.argmax(h @ out[0] + out[1], axis=1)]
     t = doc["tree"]
     out = np.empty(len(x), dtype=np.int64)
     for r, row in enumerate(x.astype(np.float32)):  # scikit-learn compares float32 features
@@ -218,30 +223,36 @@ def c_source(doc: Mapping[str, Any], contract_hash: str) -> str:
              f"static const int ra_kib[{len(doc['classes_kib'])}] = "
              f"{{{', '.join(str(k) for k in doc['classes_kib'])}}};"]
     if doc["kind"] == "mlp":
-        (w1, w2) = (np.asarray(layer["weights"]) for layer in doc["layers"])
-        (b1, b2) = (np.asarray(layer["biases"]) for layer in doc["layers"])
-        h, k = w1.shape[1], w2.shape[1]
-        lines += [arr("ra_w1", w1.ravel()), arr("ra_b1", b1), arr("ra_w2", w2.ravel()),
-                  arr("ra_b2", b2), f"""
-/* one hidden layer of logistic units; the class is the argmax of the output sums (softmax is
+        ws = [np.asarray(layer["weights"]) for layer in doc["layers"]]
+        bs = [np.asarray(layer["biases"]) for layer in doc["layers"]]
+        for i, (w, b) in enumerate(zip(ws, bs, strict=True)):
+            lines += [arr(f"ra_w{i + 1}", w.ravel()), arr(f"ra_b{i + 1}", b)]
+        width = max([n] + [w.shape[1] for w in ws])
+        body = [f"    double a[{width}], z[{width}];",
+                f"    for (int i = 0; i < {n}; ++i) a[i] = x[i];"]
+        for i, w in enumerate(ws[:-1]):
+            m_in, m_out = w.shape
+            body += [f"    for (int j = 0; j < {m_out}; ++j) {{",
+                     "        double s = 0.0;",
+                     f"        for (int i = 0; i < {m_in}; ++i) s += a[i] * ra_w{i + 1}"
+                     f"[i * {m_out} + j];",
+                     f"        z[j] = 1.0 / (1.0 + exp(-(s + ra_b{i + 1}[j])));",
+                     "    }",
+                     f"    for (int j = 0; j < {m_out}; ++j) a[j] = z[j];"]
+        m_in, k = ws[-1].shape
+        last = len(ws)
+        body += ["    int best = 0;", "    double best_v = -INFINITY;",
+                 f"    for (int o = 0; o < {k}; ++o) {{",
+                 "        double s = 0.0;",
+                 f"        for (int j = 0; j < {m_in}; ++j) s += a[j] * ra_w{last}[j * {k} + o];",
+                 f"        s += ra_b{last}[o];",
+                 "        if (s > best_v) { best_v = s; best = o; }",
+                 "    }", "    return best;"]
+        lines.append("""
+/* hidden layers of logistic units; the class is the argmax of the output sums (softmax is
  * monotone); weights row-major (inputs x outputs) as scikit-learn's coefs_ */
-static int ra_class(const double *x) {{
-    double hid[{h}];
-    for (int j = 0; j < {h}; ++j) {{
-        double s = 0.0;
-        for (int i = 0; i < {n}; ++i) s += x[i] * ra_w1[i * {h} + j];
-        hid[j] = 1.0 / (1.0 + exp(-(s + ra_b1[j])));
-    }}
-    int best = 0;
-    double best_v = -INFINITY;
-    for (int o = 0; o < {k}; ++o) {{
-        double s = 0.0;
-        for (int j = 0; j < {h}; ++j) s += hid[j] * ra_w2[j * {k} + o];
-        s += ra_b2[o];
-        if (s > best_v) {{ best_v = s; best = o; }}
-    }}
-    return best;
-}}"""]
+static int ra_class(const double *x) {
+""" + "\n".join(body) + "\n}")
     else:
         t = doc["tree"]
         m = len(t["left"])

@@ -64,11 +64,12 @@ class Outcome:
 
 @dataclass(frozen=True)
 class RealDevice:
-    """The real testbed's shape: a loop device of `device_bytes` over a sparse file, throttled
+    """The real testbed's shape: a device of `device_bytes` (`backend`: a loop device over a
+    sparse file, or zram), throttled
     to `read_iops` and `read_bps` (a slower SSD than this machine's disk, so readahead
     matters as on the paper's SATA SSD), db_bench in a memory cgroup of `memory_bytes`, a
     database of `num` keys; runs of at most `duration_s` seconds and `reads` operations. No
-    defaults here: they live once, in flashml.jobs.kml.KmlSettings."""
+    defaults here but the backend's: they live once, in flashml.jobs.kml.KmlSettings."""
 
     device_bytes: int
     num: int
@@ -77,6 +78,8 @@ class RealDevice:
     read_bps: int
     duration_s: int
     reads: int
+    #: testbed.BACKENDS: "loop" or "zram"
+    backend: str = "loop"
 
 
 class RealRunner:
@@ -94,7 +97,8 @@ class RealRunner:
     def __enter__(self) -> RealRunner:
         self.tb = tb_mod.Testbed(self.workdir, size_bytes=self.dev.device_bytes,
                                  memory_limit_bytes=self.dev.memory_bytes,
-                                 read_iops=self.dev.read_iops, read_bps=self.dev.read_bps)
+                                 read_iops=self.dev.read_iops, read_bps=self.dev.read_bps,
+                                 backend=self.dev.backend)
         self.tb.__enter__()
         try:
             self.default_kib = self.tb.readahead_kib()

@@ -39,21 +39,31 @@ MIXGRAPH_FLAGS = ("--mix_get_ratio=0.6", "--mix_put_ratio=0.1", "--mix_seek_rati
 #: otherwise advises the files random on open, which turns the kernel's readahead off, and
 #: prefetches scans itself): the setting where the device's readahead decides the IO sizes.
 DB_BENCH_FLAGS = ("--mmap_read=1", "--advise_random_on_open=false")
+#: The block devices the database can live on: "loop", a loop device over a sparse file in
+#: the work folder (direct IO); "zram", a compressed RAM disk (a new one from
+#: /sys/class/zram-control). A loop device's IOs are served by a kernel worker thread that
+#: waits its turn with every other runnable thread: on a busy machine (load 37 on 2 cores)
+#: each read waited ~6 ms for it, and a readseq at 8 KiB took 100+ s where the throttle
+#: allows 8. zram serves an IO in the reading thread itself, so the device is the throttle.
+BACKENDS = ("loop", "zram")
+_ZRAM_CONTROL = Path("/sys/class/zram-control")
 #: Readahead sizes swept (KiB): 8 KiB .. 1 MiB, powers of two.
 READAHEAD_KIB = (8, 16, 32, 64, 128, 256, 512, 1024)
 _LINE = re.compile(r"^(?P<name>\w+)\s*:\s*(?P<us>[0-9.]+) micros/op (?P<ops>[0-9]+) ops/sec")
 
 
-def unavailable() -> str | None:
-    """Why the testbed cannot run here (None: it can)."""
+def unavailable(backend: str = "loop") -> str | None:
+    """Why the testbed cannot run here on `backend` (None: it can)."""
     if os.geteuid() != 0:
         return "needs root (loop devices, mount, readahead, drop_caches)"
     for tool in ("losetup", "mkfs.ext4", "mount", "umount", "db_bench"):
         if shutil.which(tool) is None:
             return (f"{tool} not found" + (" (apt-get install rocksdb-tools)"
                                            if tool == "db_bench" else ""))
-    if not Path("/dev/loop-control").exists():
+    if backend == "loop" and not Path("/dev/loop-control").exists():
         return "no loop devices (/dev/loop-control missing)"
+    if backend == "zram" and not (_ZRAM_CONTROL / "hot_add").exists():
+        return "no zram devices (/sys/class/zram-control missing: modprobe zram)"
     if not os.access("/proc/sys/vm/drop_caches", os.W_OK):
         return "cannot drop the page cache (/proc/sys/vm/drop_caches is read-only here)"
     return None
@@ -92,8 +102,11 @@ class Testbed:
     def __init__(self, workdir: str | os.PathLike[str], size_bytes: int = 2 << 30,
                  value_size: int = 400, memory_limit_bytes: int | None = None,
                  read_iops: int | None = None, read_bps: int | None = None,
-                 db_bench_flags: tuple[str, ...] = DB_BENCH_FLAGS) -> None:
-        why = unavailable()
+                 db_bench_flags: tuple[str, ...] = DB_BENCH_FLAGS,
+                 backend: str = "loop") -> None:
+        if backend not in BACKENDS:
+            raise UserError(f"device {backend!r}: expected one of {', '.join(BACKENDS)}")
+        why = unavailable(backend)
         if why:
             raise UserError(f"the KML testbed cannot run here: {why}")
         if size_bytes < 64 << 20:
@@ -101,8 +114,10 @@ class Testbed:
         self.workdir = Path(workdir)
         self.size_bytes = size_bytes
         self.value_size = value_size
+        self.backend = backend
         self.backing: Path | None = None
         self.device: str | None = None
+        self.zram_id: int | None = None
         self.mount: Path | None = None
         self.num = 0
         #: db_bench runs in a memory cgroup of this size (its page cache is charged there), so
@@ -119,13 +134,23 @@ class Testbed:
     def __enter__(self) -> Testbed:
         try:
             self.workdir.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(prefix="kml-", suffix=".img", dir=self.workdir)
-            os.close(fd)
-            self.backing = Path(name)
-            os.truncate(self.backing, self.size_bytes)
-            # direct IO on the backing file: its pages are not cached twice (host + loop)
-            self.device = _run(["losetup", "--find", "--show", "--direct-io=on",
-                                str(self.backing)], "losetup").strip()
+            if self.backend == "zram":
+                self.zram_id = int((_ZRAM_CONTROL / "hot_add").read_text().strip())
+                self.device = f"/dev/zram{self.zram_id}"
+                sysfs = Path("/sys/block") / f"zram{self.zram_id}"
+                algos = (sysfs / "comp_algorithm").read_text().replace("[", "").replace(
+                    "]", "").split()
+                if "lz4" in algos:  # the fastest to decompress, on the reading thread
+                    (sysfs / "comp_algorithm").write_text("lz4\n")
+                (sysfs / "disksize").write_text(f"{self.size_bytes}\n")
+            else:
+                fd, name = tempfile.mkstemp(prefix="kml-", suffix=".img", dir=self.workdir)
+                os.close(fd)
+                self.backing = Path(name)
+                os.truncate(self.backing, self.size_bytes)
+                # direct IO on the backing file: its pages are not cached twice (host + loop)
+                self.device = _run(["losetup", "--find", "--show", "--direct-io=on",
+                                    str(self.backing)], "losetup").strip()
             _run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", self.device], "mkfs.ext4")
             self.mount = Path(tempfile.mkdtemp(prefix="kml-mnt-", dir=self.workdir))
             _run(["mount", "-o", "noatime", self.device, str(self.mount)], "mount")
@@ -160,6 +185,17 @@ class Testbed:
                     time.sleep(0.5)
             shutil.rmtree(self.mount, ignore_errors=True)
             self.mount = None
+        if self.zram_id is not None:
+            try:
+                (Path("/sys/block") / f"zram{self.zram_id}" / "reset").write_text("1\n")
+            except OSError:
+                pass
+            try:
+                (_ZRAM_CONTROL / "hot_remove").write_text(f"{self.zram_id}\n")
+            except OSError:
+                pass
+            self.zram_id = None
+            self.device = None
         if self.device is not None:
             subprocess.run(["losetup", "-d", self.device], capture_output=True)
             self.device = None
@@ -190,14 +226,43 @@ class Testbed:
         prefix = (["sh", "-c", f'{joins} && exec "$@"', "sh"] if self.cgroups else [])
         return _run([*prefix, "db_bench", f"--benchmarks={benchmark}", f"--db={self.mount / 'db'}",
                      f"--value_size={self.value_size}", "--compression_type=none",
-                     "--cache_size=1048576", "--threads=1", *self.db_bench_flags, *extra],
+                     "--cache_size=1048576", "--threads=1",
+                     # --duration is checked every this many ops (default 1,000: a 5 s run
+                     # at 21 ops/s lasted 60 s)
+                     "--ops_between_duration_checks=1", *self.db_bench_flags, *extra],
                     f"db_bench {benchmark}", timeout=1800)
 
     def fill(self, num: int) -> dict[str, float]:
-        """Write the database: `num` keys in order (fillseq), compacted."""
-        out = self._db_bench("fillseq", f"--num={num}")
+        """Write the database: `num` keys in order (fillseq), compacted; then keep it as the
+        state every run starts from (`restore`)."""
+        out = self._db_bench("fillseq,compact", f"--num={num}")
         self.num = num
+        self._snapshot()
         return parse_db_bench(out, "fillseq")
+
+    @property
+    def db(self) -> Path:
+        assert self.mount is not None, "the testbed is not open"
+        return self.mount / "db"
+
+    def _snapshot(self) -> None:
+        """The database as filled, in `db.base` beside it: the SST files hard-linked (RocksDB
+        never changes one in place), every other file (MANIFEST, CURRENT, OPTIONS, logs,
+        appended to or replaced) copied."""
+        base = self.db.with_name("db.base")
+        shutil.rmtree(base, ignore_errors=True)
+        _clone(self.db, base)
+
+    def restore(self) -> None:
+        """The database back to its state after `fill`. A write workload flushes its writes
+        into new files and compactions on close, so without this every later run met an
+        older database (measured: updaterandom at one size 1,998 -> 1,455 ops/s within two
+        runs); from the same files every run is a repeat of the same experiment."""
+        base = self.db.with_name("db.base")
+        if not base.is_dir():
+            raise UserError("fill the database first (Testbed.fill)")
+        shutil.rmtree(self.db)
+        _clone(base, self.db)
 
     def run(self, workload: str, readahead_kib: int | None, reads: int,
             duration_s: int = 0, report_file: Path | None = None) -> dict[str, Any]:
@@ -212,6 +277,7 @@ class Testbed:
             raise UserError("fill the database first (Testbed.fill)")
         if readahead_kib is not None:
             self.set_readahead(readahead_kib)
+        self.restore()
         drop_caches()
         extra = [f"--num={self.num}", "--use_existing_db=1", f"--reads={reads}"]
         if duration_s:
@@ -222,6 +288,17 @@ class Testbed:
             extra += MIXGRAPH_FLAGS
         r = parse_db_bench(self._db_bench(workload, *extra), workload)
         return {"workload": workload, "readahead_kib": readahead_kib, **r}
+
+
+def _clone(src: Path, dst: Path) -> None:
+    """`dst` as a copy of the database folder `src`: *.sst hard-linked, the rest copied."""
+    dst.mkdir()
+    for f in sorted(src.iterdir()):
+        if f.is_file():
+            if f.suffix == ".sst":
+                os.link(f, dst / f.name)
+            else:
+                shutil.copy2(f, dst / f.name)
 
 
 def _cgroup(name: str, v1_controller: str, v2_controller: str, why: str) -> tuple[Path, bool]:
