@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -53,7 +54,7 @@ def cluster_cmd(state: Path, env: dict[str, str], *args: str, timeout: float = 6
     return proc.stderr
 
 
-def until(what: str, check: Callable[[], Any], deadline_s: float = 1800,
+def until(what: str, check: Callable[[], Any], deadline_s: float = 5400,
           alive: Callable[[], None] | None = None, every: float = 0.2) -> Any:
     """Poll `check` until it returns something true (returned); `alive` raises when what is
     waited on can no longer happen (the job ended); a deadline guards against a hang."""
@@ -110,7 +111,8 @@ def restart_mlflow_during_sweep(state: Path, env: dict[str, str], out: Path,
     with open(stderr, "w") as err:
         job = subprocess.Popen([sys.executable, "-m", "flashml.cli", "pipeline", "run",
                                 "--out", str(out), *job_args], stdout=subprocess.DEVNULL,
-                               stderr=err, cwd=out.parent, env=env)
+                               stderr=err, cwd=out.parent, env=env,
+                               start_new_session=True)
     try:
         def alive() -> None:
             if job.poll() is not None:
@@ -125,10 +127,10 @@ def restart_mlflow_during_sweep(state: Path, env: dict[str, str], out: Path,
                       alive=alive, every=0.5)[0]
         cluster_cmd(state, env, "start", "mlflow")
         up = time.monotonic()
-        rc = job.wait(timeout=3600)
+        rc = job.wait(timeout=7200)
     finally:
-        if job.poll() is None:
-            job.kill()
+        if job.poll() is None:  # the job and its sweep workers
+            os.killpg(job.pid, signal.SIGKILL)
             job.wait()
         if not (state / "pids" / "mlflow.pid").exists():  # the fault failed: the server back
             cluster_cmd(state, env, "start", "mlflow")
@@ -157,7 +159,8 @@ def kill_spark_worker_mid_episodes(state: Path, env: dict[str, str], out: Path,
     with open(stderr, "w") as err:
         job = subprocess.Popen([sys.executable, "-m", "flashml.cli", "pipeline", "run",
                                 "--out", str(out), *job_args], stdout=subprocess.DEVNULL,
-                               stderr=err, cwd=out.parent, env=env)
+                               stderr=err, cwd=out.parent, env=env,
+                               start_new_session=True)
 
     def registered() -> bool:
         apps = [p for p in work.glob("app-*") if p.name not in before]
@@ -173,10 +176,10 @@ def kill_spark_worker_mid_episodes(state: Path, env: dict[str, str], out: Path,
         until(f"an executor on worker {worker}", registered, alive=alive, every=0.5)
         killed_at = time.monotonic() - t0
         cluster_cmd(state, env, "stop", f"spark-worker-{worker}", "--kill")
-        rc = job.wait(timeout=3600)
+        rc = job.wait(timeout=7200)
     finally:
-        if job.poll() is None:
-            job.kill()
+        if job.poll() is None:  # the job and its sweep workers
+            os.killpg(job.pid, signal.SIGKILL)
             job.wait()
     if rc != 0:
         raise RuntimeError(f"the job failed ({rc}) after the worker was killed:\n"
@@ -197,7 +200,7 @@ def _scheduler_unhealthy() -> bool:
 
 def kill_scheduler_mid_dag(state: Path, env: dict[str, str], conf: dict[str, Any],
                            task: str = "train", dag_id: str = "flashml_retrain",
-                           timeout_s: float = 3600) -> dict[str, Any]:
+                           timeout_s: float = 7200) -> dict[str, Any]:
     """Trigger `dag_id` with `conf`; kill the scheduler (with every process it started) once
     `task` runs; start a new one once Airflow declares the old one unhealthy; wait for the
     run's end (module docstring). `env`: the cluster's variables (also set in os.environ
