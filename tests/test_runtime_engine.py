@@ -338,3 +338,80 @@ def test_slot_errors_come_before_any_io(env):
     assert p.returncode == 0, p.stderr
     m = json.loads(p.stdout)
     assert (m["admission"], m["eviction"]) == ("rejectx", "mat") and m["eviction_decisions"] > 0
+
+
+# ------------------------------------------------------------------ the budget slot
+
+# Figures of the runtime before the admission and budget slots took names (its built-in RejectX
+# was keyed by block, its write-rate limiter inside the admission): the same trace, 8 MiB of
+# 1 MiB regions. `rejectx_block` and the bucket must decide exactly as they did.
+OLD_REJECTX = {"hits": 378, "admitted_segments": 5383, "evicted_regions": 665,
+               "rate_limited": 0, "backend_bytes": 2583429120}
+OLD_BUCKET = {"hits": 410, "admitted_segments": 9194, "evicted_regions": 1142,
+              "rate_limited": 1701, "backend_bytes": 2604924928}
+
+
+def figures(m: dict, like: dict) -> dict:
+    return {k: m[k] for k in like}
+
+
+def test_moved_policies_decide_as_before(env):
+    """The old built-in RejectX is `--admission rejectx_block`; the write-rate limiter is the
+    budget slot's bucket, named or implied by a write rate: their figures are the old ones."""
+    p = replay(env, "--admission", "rejectx_block", "--flash-bytes", "8MiB")
+    assert p.returncode == 0, p.stderr
+    assert figures(json.loads(p.stdout), OLD_REJECTX) == OLD_REJECTX
+    for budget in ([], ["--budget", "bucket"]):
+        p = replay(env, "--admission", "admitall", *budget, "--flash-bytes", "8MiB",
+                   "--write-rate-mbps", "0.2", "--write-burst-s", "30")
+        assert p.returncode == 0, p.stderr
+        m = json.loads(p.stdout)
+        assert figures(m, OLD_BUCKET) == OLD_BUCKET and m["budget"] == "bucket"
+    m = json.loads(replay(env, "--admission", "admitall", "--flash-bytes", "8MiB").stdout)
+    assert m["budget"] == "none" and m["rate_limited"] == 0
+
+
+def test_tire_budget_keeps_erasures_to_its_quota(env):
+    """`--budget tire`: Pannier's TIRE (the same code as pannier-replay's) over the engine's
+    erasures, one per evicted region. A lower target admits less; each quantum's erasures stay
+    under K x the quota plus what one admitted miss may still evict (its segments' regions);
+    a target no trace reaches decides as no budget at all; every byte still verifies."""
+    base = ["--admission", "admitall", "--flash-bytes", "8MiB"]
+    none = json.loads(replay(env, *base).stdout)
+    runs = {}
+    for epbpd in (20, 100, 1e6):
+        p = replay(env, *base, "--budget", "tire", "--tire-epbpd", epbpd, "--tire-quantum-s", 600)
+        assert p.returncode == 0, p.stderr
+        m = runs[epbpd] = json.loads(p.stdout)
+        assert m["budget"] == "tire" and m["integrity_errors"] == 0
+        # 8 regions allowed epbpd erasures a day each, per 600 s quantum
+        assert m["budget_quota"] == pytest.approx(epbpd * 8 * 600 / 86400)
+        assert m["budget_quanta"] == int(m["trace_seconds"] // 600)
+        allowed = 4 * m["budget_quota"] * (m["budget_quanta"] + 1) + 8
+        assert m["evicted_regions"] <= allowed
+    assert runs[20]["rate_limited"] > runs[100]["rate_limited"] > 0
+    assert runs[20]["admitted_segments"] < runs[100]["admitted_segments"]
+    assert runs[20]["budget_blocked_quanta"] > 0
+    assert figures(runs[1e6], OLD_REJECTX) == figures(none, OLD_REJECTX)
+
+
+def test_budget_errors_come_before_any_io(env):
+    flash = env["dir"] / "never.img"
+    cases = [
+        (["--budget", "tire"], "--budget tire needs --tire-epbpd"),
+        (["--budget", "bucket"], "--budget bucket needs --write-rate-mbps"),
+        (["--budget", "none", "--write-rate-mbps", "5"], "two policies for the budget slot"),
+        (["--budget", "tire", "--tire-epbpd", "5", "--write-rate-mbps", "5"],
+         "two policies for the budget slot: --budget tire and --write-rate-mbps"),
+        (["--budget", "tire", "--tire-epbpd", "5", "--rate-clock", "wall"],
+         "--rate-clock does not apply: the budget is tire"),
+        (["--tire-steps", "2"], "--tire-steps does not apply: the budget is none"),
+        (["--budget", "tire", "--budget", "bucket"], "--budget given twice"),
+        (["--budget", "lifespan"], "--budget: invalid value 'lifespan'"),
+        (["--budget", "tire", "--tire-epbpd", "0"], "--tire-epbpd: invalid value"),
+        (["--budget", "tire", "--tire-epbpd", "1", "--tire-steps", "17"], "--tire-steps: invalid"),
+    ]
+    for args, words in cases:
+        p = replay(env, "--admission", "admitall", *args, "--flash-bytes", "8MiB", flash=flash)
+        assert p.returncode == 2 and words in p.stderr, (args, p.stderr)
+        assert not flash.exists(), args

@@ -1,10 +1,9 @@
-"""The C runtime's container flash cache (`flashrt pannier-replay`, runtime/src/systems/pannier.c): on a
-generated src11-like trace with overwrites its decisions (read and write hits, inserted,
-rejected and copied-forward blocks, evictions, erasures, host and internal writes, TIRE's
-credit and erasures per quantum) are the simulator's (`flashml_sim.simulate_blocks`) for LRU+
-and Pannier, without and with a binding TIRE; every block it serves is verified; it survives
-kill -9 (--recover) without serving a stale block; bad input is refused with file:line:field or
-the flag."""
+"""The C runtime's container flash cache (`flashrt pannier-replay`, runtime/src/systems/pannier.c):
+on a generated src11-like trace with overwrites its decisions (read and write hits, inserted,
+rejected and copied-forward blocks, evictions, erasures, host and internal writes, TIRE's credit
+and erasures per quantum) are the simulator's (`flashml_sim.simulate_blocks`) for LRU+ and
+Pannier, without and with a binding TIRE; every block it serves is verified; it survives kill -9
+(--recover) without serving a stale block; bad input is refused with file:line:field or the flag."""
 
 from __future__ import annotations
 

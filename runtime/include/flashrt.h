@@ -142,7 +142,9 @@ const char *flashrt_admission_name(int which);
  * write_rate_mbps / write_burst_s / rate_clock) and "tire" (Pannier's TIRE over the regions'
  * erasures, tire_*). FLASHRT_BUDGET_NONE with write_rate_mbps > 0 is the bucket. */
 enum flashrt_budget { FLASHRT_BUDGET_NONE = 0, FLASHRT_BUDGET_BUCKET = 1, FLASHRT_BUDGET_TIRE = 2 };
+/* The budget policy named "none", "bucket" or "tire"; -1 for another name. */
 int flashrt_budget_from_name(const char *name);
+/* Its name, NULL when `which` is none of them. */
 const char *flashrt_budget_name(int which);
 enum flashrt_direct { FLASHRT_DIRECT_AUTO = 0, FLASHRT_DIRECT_OFF = 1, FLASHRT_DIRECT_ON = 2 };
 enum flashrt_rate_clock { FLASHRT_CLOCK_TRACE = 0, FLASHRT_CLOCK_WALL = 1 };

@@ -1,7 +1,7 @@
 /* test_engine.c: the engine's policy slots (src/engine/policy_slots.h): each built-in eviction
  * policy on the region store by hand, the worked example (MRU, src/policies/eviction/mru.c)
- * through the whole cache on a cyclic scan, the built-in admission policies by hand
- * (src/policies/admission/), and the refusals. Run under ASan+UBSan by `make
+ * through the whole cache on a cyclic scan, the built-in admission policies and both budget
+ * policies by hand (src/policies/admission/, src/policies/budget/), and the refusals. Run under ASan+UBSan by `make
  * test` and under valgrind by `make valgrind`. Usage: test_engine POLICY_BUILD_DIR */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -278,6 +278,73 @@ static void test_admission_by_hand(void) {
     CHECK(bu && (bu->needs & FRT_CAP_ADMISSION), "bundle needs the capability");
 }
 
+/* One budget policy of the slot over `units` erase units. */
+static void *budget(const struct frt_budget_ops *ops, const struct flashrt_config *cfg, uint64_t units) {
+    char err[256] = "";
+    void *st = NULL;
+    struct frt_budget_setup s = {cfg, units};
+    int rc = ops->init(&st, &s, err, sizeof err);
+    CHECK(rc == 0, "%s: %s", ops->name, err);
+    return st;
+}
+
+/* The budget slot's two policies by hand: the token bucket's tokens, TIRE's ladder and credit
+ * (sim/src/tire.rs's rules). */
+static void test_budget_by_hand(void) {
+    struct flashrt_config cfg;
+    flashrt_config_default(&cfg);
+    struct frt_budget_stats bs;
+    /* bucket: 1 MB/s at a 100% sample, 2 s deep: full at the start, refilled by trace time */
+    const struct frt_budget_ops *bk = frt_budget_policy(FLASHRT_BUDGET_BUCKET);
+    CHECK(bk && !strcmp(bk->name, "bucket") && !bk->tick, "bucket");
+    cfg.write_rate_mbps = 1.0;
+    cfg.sample_ratio = 100.0;
+    cfg.write_burst_s = 2.0;
+    void *st = budget(bk, &cfg, 8);
+    const double mb = FRT_MB;
+    CHECK(bk->admit(st, 100.0, (uint64_t)(1.5 * mb), FRT_BUDGET_READ_MISS, 0, 0) == 1, "bucket: 1.5 of 2 MB");
+    CHECK(bk->admit(st, 100.0, (uint64_t)mb, FRT_BUDGET_READ_MISS, 0, 0) == 0, "bucket: 0.5 MB left");
+    CHECK(bk->admit(st, 101.0, (uint64_t)mb, FRT_BUDGET_READ_MISS, 0, 0) == 1, "bucket: refilled by 1 MB");
+    CHECK(bk->admit(st, 1000.0, (uint64_t)(2.5 * mb), FRT_BUDGET_READ_MISS, 0, 0) == 0, "bucket: never over its depth");
+    memset(&bs, 0, sizeof bs);
+    bk->stats(st, &bs);
+    CHECK(bs.refused == 2, "bucket refused %llu", (unsigned long long)bs.refused);
+    bk->free(st);
+    cfg.write_rate_mbps = 0;
+    CHECK(bk->init(&st, &(struct frt_budget_setup){&cfg, 8}, (char[128]){0}, 128) != 0, "bucket without a rate");
+    /* tire: 10 units x 8.64 erasures a day = 1 erasure per 1000 s quantum, K = 4, 3 steps:
+     * b = 1; the steps are (1, 2], (2, 3], (3, 4] */
+    const struct frt_budget_ops *ti = frt_budget_policy(FLASHRT_BUDGET_TIRE);
+    CHECK(ti && !strcmp(ti->name, "tire") && ti->tick, "tire");
+    cfg.tire_epbpd = 8.64;
+    cfg.tire_quantum_s = 1000.0;
+    st = budget(ti, &cfg, 10);
+    ti->tick(st, 0.0, 0);
+    const struct { uint64_t e; enum frt_budget_kind k; uint32_t count; int want; } q[] = {
+        {0, FRT_BUDGET_CLIENT_WRITE, 0, 1}, {1, FRT_BUDGET_CLIENT_WRITE, 0, 1}, /* e <= b: all */
+        {2, FRT_BUDGET_CLIENT_WRITE, 0, 0}, {2, FRT_BUDGET_READ_MISS, 0, 1},    /* step 1 */
+        {3, FRT_BUDGET_READ_MISS, 0, 0}, {3, FRT_BUDGET_REINSERTION, 1, 1},     /* step 2 */
+        {4, FRT_BUDGET_OVERWRITE, 1, 0}, {4, FRT_BUDGET_OVERWRITE, 2, 1},       /* step 3 */
+        {5, FRT_BUDGET_REINSERTION, 9, 0},                                      /* past K b */
+    };
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+        CHECK(ti->admit(st, 1.0, 1, q[i].k, q[i].count, q[i].e) == q[i].want, "tire case %zu", i);
+    /* the quantum closes with 5 erasures: credit 1 + 1 - 5 = -3, the next starts blocked */
+    ti->tick(st, 1000.0, 5);
+    CHECK(ti->admit(st, 1001.0, 1, FRT_BUDGET_READ_MISS, 9, 5) == 0, "tire: blocked");
+    ti->tick(st, 2000.0, 5);
+    memset(&bs, 0, sizeof bs);
+    ti->stats(st, &bs);
+    CHECK(bs.quanta == 2 && bs.blocked == 1 && bs.quota == 1.0 && bs.credit == -2.0 && bs.refused == 5,
+          "tire stats: %llu quanta, %llu blocked, quota %g, credit %g, %llu refused", (unsigned long long)bs.quanta,
+          (unsigned long long)bs.blocked, bs.quota, bs.credit, (unsigned long long)bs.refused);
+    ti->free(st);
+    cfg.tire_steps = 0;
+    CHECK(ti->init(&st, &(struct frt_budget_setup){&cfg, 10}, (char[128]){0}, 128) != 0, "tire: bad steps");
+    CHECK(frt_budget_policy(FLASHRT_BUDGET_NONE) == NULL && flashrt_budget_from_name("none") == FLASHRT_BUDGET_NONE &&
+          !strcmp(flashrt_budget_name(FLASHRT_BUDGET_TIRE), "tire"), "budget names");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_engine POLICY_BUILD_DIR\n");
@@ -289,5 +356,6 @@ int main(int argc, char **argv) {
     test_mru_on_a_scan();
     test_mat_runs();
     test_admission_by_hand();
+    test_budget_by_hand();
     return test_done("test_engine");
 }

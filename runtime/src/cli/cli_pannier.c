@@ -423,7 +423,7 @@ int cli_pannier_replay(int argc, char **argv) {
             cli_json_str(stdout, "policy", policy, &first);
             printf(", \"tire\": %s", cfg.has_tire ? "true" : "false");
             size_t nq;
-            const struct frt_pn_quantum *q = frt_pn_quanta(c, &nq);
+            const struct frt_tire_quantum *q = frt_pn_quanta(c, &nq);
             double *col = malloc((nq ? nq : 1) * sizeof *col);
             if (col) {
                 for (size_t i = 0; i < nq; i++) col[i] = q[i].start_s;

@@ -35,6 +35,9 @@ static const char *REPLAY_HELP =
     "                         block's lowest segment goes); mru (the worked example: the most\n"
     "                         recently used region goes)\n"
     "  --eviction-bundle DIR  the bundle whose eviction capability --eviction mat asks\n"
+    "  --budget NAME          none (default), bucket (the write-rate token bucket: --write-rate-mbps,\n"
+    "                         --write-burst-s, --rate-clock; a write rate alone means bucket),\n"
+    "                         tire (Pannier's TIRE over the regions' erasures: --tire-*)\n"
     "\n"
     "options:\n"
     "  --policy DIR           policy bundle: DIR/policy.so + DIR/manifest.json (checked: sha256,\n"
@@ -55,9 +58,13 @@ static const char *REPLAY_HELP =
     "  --direct auto|on|off   O_DIRECT on flash and backing (default auto: when supported)\n"
     "  --sample-ratio X       percent of a full node in the trace (default: the trace's flashml\n"
     "                         comment, else 100)\n"
-    "  --write-rate-mbps X    write-rate limit at full-node scale, MB/s (default 0 = none)\n"
-    "  --write-burst-s X      limiter bucket depth in seconds of the rate (default 60)\n"
-    "  --rate-clock trace|wall  the limiter's clock (default trace time)\n"
+    "  --write-rate-mbps X    bucket: write-rate limit at full-node scale, MB/s\n"
+    "  --write-burst-s X      bucket: depth in seconds of the rate (default 60)\n"
+    "  --rate-clock trace|wall  bucket: its clock (default trace time)\n"
+    "  --tire-epbpd N         tire: erasures allowed per region per day (required)\n"
+    "  --tire-slack K         tire: the ladder's top, K x the quantum's allowance (default 4)\n"
+    "  --tire-steps N         tire: the ladder's steps, 1..16 (default 3)\n"
+    "  --tire-quantum-s X     tire: the quantum of trace time, seconds (default 300)\n"
     "  --warmup-s X           DT warm-up excluded from the series (default 86400)\n"
     "  --window-s X           DT window (default 600)\n"
     "  --disks N              disks per node (default 36)\n"
@@ -85,6 +92,7 @@ struct replay_opts {
     const char *ra_bundle; /* --readahead-bundle, NULL: no readahead hook */
     const char *ev_bundle; /* --eviction-bundle, NULL: --policy's for --eviction mat */
     const char *admission; /* the admission slot's policy name */
+    const char *budget;    /* the budget slot's policy name */
     uint64_t ra_window_ms; /* 0: the bundle's */
     int as_json, allow_block;
     double sample_ratio; /* 0: from the trace */
@@ -137,6 +145,41 @@ static int slots(struct replay_opts *o, const char *rx_knob, const char *cf_knob
     return 0;
 }
 
+/* The budget slot from --budget (default: bucket with a write rate, else none) and its
+ * knobs; 0, or -1 after printing the error. */
+static int budget_slot(struct replay_opts *o, const char *bucket_knob, const char *tire_knob) {
+    struct flashrt_config *cfg = &o->cfg;
+    int rate = cfg->write_rate_mbps > 0;
+    int which = !o->budget ? (rate ? FLASHRT_BUDGET_BUCKET : FLASHRT_BUDGET_NONE) : flashrt_budget_from_name(o->budget);
+    if (which < 0) {
+        fprintf(stderr, "flashrt replay: error: --budget: invalid value '%s' (expected none, bucket or tire)\n", o->budget);
+        return -1;
+    }
+    const char *name = flashrt_budget_name(which);
+    if (which == FLASHRT_BUDGET_BUCKET && !rate) {
+        fprintf(stderr, "flashrt replay: error: --budget bucket needs --write-rate-mbps X > 0 (MB/s at full-node scale)\n");
+        return -1;
+    }
+    if (which != FLASHRT_BUDGET_BUCKET && rate) {
+        fprintf(stderr, "flashrt replay: error: two policies for the budget slot: --budget %s and --write-rate-mbps "
+                        "(the bucket)\n", name);
+        return -1;
+    }
+    const char *stray = o->budget && which != FLASHRT_BUDGET_BUCKET && bucket_knob ? bucket_knob
+                      : which != FLASHRT_BUDGET_TIRE && tire_knob ? tire_knob : NULL;
+    if (stray) {
+        fprintf(stderr, "flashrt replay: error: %s does not apply: the budget is %s\n", stray, name);
+        return -1;
+    }
+    if (which == FLASHRT_BUDGET_TIRE && !(cfg->tire_epbpd > 0)) {
+        fprintf(stderr, "flashrt replay: error: --budget tire needs --tire-epbpd N (erasures allowed per region per day)\n");
+        return -1;
+    }
+    cfg->budget = (enum flashrt_budget)which;
+    o->budget = name;
+    return 0;
+}
+
 /* -1 when the options are good, else the exit code. */
 static int parse_replay(int argc, char **argv, struct replay_opts *o) {
     struct flashrt_config *cfg = &o->cfg;
@@ -148,9 +191,10 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
     o->admission = NULL;
     o->ra_window_ms = 0;
     /* the slots' options, each given at most once (one policy per slot); the knobs' */
-    static const char *const ONCE[] = {"--policy", "--admission", "--eviction", "--eviction-bundle", NULL};
-    int seen[4] = {0, 0, 0, 0};
-    const char *rx_knob = NULL, *cf_knob = NULL;
+    static const char *const ONCE[] = {"--policy", "--admission", "--eviction", "--eviction-bundle", "--budget", NULL};
+    int seen[5] = {0, 0, 0, 0, 0};
+    const char *rx_knob = NULL, *cf_knob = NULL, *bucket_knob = NULL, *tire_knob = NULL;
+    o->budget = NULL;
     o->as_json = o->allow_block = 0;
     o->sample_ratio = 0;
     o->limit = UINT64_MAX;
@@ -201,12 +245,18 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
             else BAD("--direct");
         } else if (OPT("--sample-ratio")) { if (cli_parse_double(v, &o->sample_ratio) || !(o->sample_ratio > 0 && o->sample_ratio <= 100)) BAD("--sample-ratio"); }
         else if (OPT("--write-rate-mbps")) { if (cli_parse_double(v, &cfg->write_rate_mbps) || !(cfg->write_rate_mbps >= 0 && cfg->write_rate_mbps <= 1e9)) BADR("--write-rate-mbps", "MB/s in [0, 1e9]"); }
-        else if (OPT("--write-burst-s")) { if (cli_parse_double(v, &cfg->write_burst_s) || !(cfg->write_burst_s > 0 && cfg->write_burst_s <= 1e9)) BADR("--write-burst-s", "seconds in (0, 1e9]"); }
+        else if (OPT("--write-burst-s")) { if (cli_parse_double(v, &cfg->write_burst_s) || !(cfg->write_burst_s > 0 && cfg->write_burst_s <= 1e9)) BADR("--write-burst-s", "seconds in (0, 1e9]"); bucket_knob = "--write-burst-s"; }
         else if (OPT("--rate-clock")) {
             if (!strcmp(v, "trace")) cfg->rate_clock = FLASHRT_CLOCK_TRACE;
             else if (!strcmp(v, "wall")) cfg->rate_clock = FLASHRT_CLOCK_WALL;
             else BAD("--rate-clock");
-        } else if (OPT("--warmup-s")) { if (cli_parse_double(v, &cfg->warmup_s) || !(cfg->warmup_s >= 0 && cfg->warmup_s <= 1e12)) BADR("--warmup-s", "seconds in [0, 1e12]"); }
+            bucket_knob = "--rate-clock";
+        }
+        else if (OPT("--budget")) o->budget = v;
+        else if (OPT("--tire-epbpd")) { if (cli_parse_double(v, &cfg->tire_epbpd) || !(cfg->tire_epbpd > 0 && cfg->tire_epbpd <= 1e9)) BADR("--tire-epbpd", "erasures per region per day in (0, 1e9]"); tire_knob = "--tire-epbpd"; }
+        else if (OPT("--tire-slack")) { if (cli_parse_double(v, &cfg->tire_slack) || !(cfg->tire_slack >= 1 && cfg->tire_slack <= 1e6)) BADR("--tire-slack", "a factor in [1, 1e6]"); tire_knob = "--tire-slack"; }
+        else if (OPT("--tire-steps")) { if (cli_parse_uint(v, &u) || u < 1 || u > 16) BADR("--tire-steps", "an integer in [1, 16]"); cfg->tire_steps = (unsigned)u; tire_knob = "--tire-steps"; }
+        else if (OPT("--tire-quantum-s")) { if (cli_parse_double(v, &cfg->tire_quantum_s) || !(cfg->tire_quantum_s >= 1e-3 && cfg->tire_quantum_s <= 1e9)) BADR("--tire-quantum-s", "seconds in [0.001, 1e9]"); tire_knob = "--tire-quantum-s"; } else if (OPT("--warmup-s")) { if (cli_parse_double(v, &cfg->warmup_s) || !(cfg->warmup_s >= 0 && cfg->warmup_s <= 1e12)) BADR("--warmup-s", "seconds in [0, 1e12]"); }
         else if (OPT("--window-s")) { if (cli_parse_double(v, &cfg->window_s) || !(cfg->window_s >= 1e-3 && cfg->window_s <= 1e9)) BADR("--window-s", "seconds in [0.001, 1e9]"); }
         else if (OPT("--disks")) { if (cli_parse_uint(v, &u) || u == 0 || u > 1000000) BAD("--disks"); cfg->disks = (unsigned)u; }
         else if (OPT("--tracker-width-log2")) { if (cli_parse_uint(v, &u) || u < 4 || u > 24) BADR("--tracker-width-log2", "an integer in [4, 24]"); cfg->tracker_width_log2 = (unsigned)u; }
@@ -234,7 +284,7 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
         fprintf(stderr, "flashrt replay: error: %s is required (see --help)\n", missing);
         return 2;
     }
-    if (slots(o, rx_knob, cf_knob) != 0) return 2;
+    if (slots(o, rx_knob, cf_knob) != 0 || budget_slot(o, bucket_knob, tire_knob) != 0) return 2;
     if (o->ev_bundle && cfg->eviction != FLASHRT_MAT) {
         fprintf(stderr, "flashrt replay: error: --eviction-bundle is for --eviction mat (the eviction is %s)\n",
                 flashrt_eviction_name((int)cfg->eviction));
@@ -310,7 +360,7 @@ static void print_readahead(void *ctx, int as_json, int *first) {
 /* The metrics in the simulator's key order, then the runtime's: one JSON object or a table. */
 static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, uint64_t verified_bytes,
                           double sample_ratio, const char *policy, const char *warning, const char *admission,
-                          const char *eviction, int as_json, const frt_ra_hook *ra) {
+                          const char *eviction, const char *budget, int as_json, const frt_ra_hook *ra) {
     const struct flashrt_metrics m = *mp;
     struct cli_figure kvs[] = {
         {"peak_dt_util", 0, m.peak_dt_util, 0}, {"mean_dt_util", 0, m.mean_dt_util, 0},
@@ -343,9 +393,12 @@ static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, 
         {"eviction_decisions", 1, 0, m.eviction_decisions}, {"eviction_predictions", 1, 0, m.eviction_predictions},
         {"eviction_reinsertions", 1, 0, m.eviction_reinsertions}, {"eviction_threshold", 0, m.eviction_threshold, 0},
         {"eviction_decision_ns_p50", 0, m.eviction_decision_ns_p50, 0},
+        {"budget_quota", 0, m.budget_quota, 0}, {"budget_credit", 0, m.budget_credit, 0},
+        {"budget_quanta", 1, 0, m.budget_quanta}, {"budget_blocked_quanta", 1, 0, m.budget_blocked_quanta},
     };
-    const char *strs[] = {"policy", policy, "admission", admission, "eviction", eviction, "policy_warning", warning};
-    cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 4, 3, as_json, ra ? print_readahead : NULL, (void *)ra);
+    const char *strs[] = {"policy", policy, "admission", admission, "eviction", eviction, "budget", budget,
+                          "policy_warning", warning};
+    cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 5, 4, as_json, ra ? print_readahead : NULL, (void *)ra);
 }
 
 static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp, flashrt_policy *pol,
@@ -471,7 +524,7 @@ static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp,
         struct flashrt_metrics m;
         flashrt_metrics(rt, &m);
         print_metrics(&m, integrity, verified_bytes, cfg.sample_ratio, pol ? flashrt_policy_name(pol) : o.admission,
-                      warning, o.admission, flashrt_eviction_name((int)cfg.eviction), o.as_json, ra);
+                      warning, o.admission, flashrt_eviction_name((int)cfg.eviction), o.budget, o.as_json, ra);
         if (integrity) rc = 3;
     }
     flashrt_close(rt);

@@ -39,6 +39,7 @@ static const void *const ADMISSION[] = {
 /* none has no policy (no gate); its name is still a name */
 static const void *const BUDGET[] = {
     [FLASHRT_BUDGET_BUCKET] = &frt_budget_bucket,
+    [FLASHRT_BUDGET_TIRE] = &frt_budget_tire,
 };
 
 const struct frt_eviction_ops *frt_eviction_policy(int which) { return policy(TABLE(EVICTION), which); }

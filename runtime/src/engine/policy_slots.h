@@ -75,6 +75,10 @@ struct frt_admission_ops {
 extern const struct frt_admission_ops frt_admission_bundle, frt_admission_admitall, frt_admission_rejectx,
     frt_admission_rejectx_block, frt_admission_coinflip;
 const struct frt_admission_ops *frt_admission_policy(int which);
+/* RejectX's window (rejectx, rejectx_block): factor x capacity keys, a real number; -1 with a
+ * message naming `name` when X is 0 or the window is outside (0, 2^31]. */
+int frt_rejectx_window(const struct frt_admission_setup *s, const char *name, double *window, char *err,
+                       size_t errlen);
 /* Why the simulator's admission `name` cannot fill the runtime's slot (it reads per-access
  * arrays the runtime has none of), or NULL. */
 const char *frt_admission_unsupported(const char *name);

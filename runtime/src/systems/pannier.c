@@ -1,7 +1,8 @@
 /* pannier.c: Pannier's container flash cache with real bytes (pannier.h). The decisions are a
  * line-by-line port of sim/src/pannier.rs (Store, LruPlus, Queues, PannierPolicy,
  * ContainerCache), sim/src/blocks.rs (Ghost, Sampler, nearest_rank, BlockConfig::sampled),
- * sim/src/tire.rs (Gate) and sim/src/list.rs (DList); the comments name the Rust they mirror.
+ * sim/src/tire.rs (Gate: policies/budget/tire.c, shared with the engine's budget slot) and
+ * sim/src/list.rs (DList); the comments name the Rust they mirror.
  * The bytes (runtime/README.md, "Pannier's container cache"):
  *   FLASH           `slots` data areas of container_bytes (container slot s at s x
  *                   container_bytes), then `slots` headers of header_bytes each;
@@ -144,91 +145,10 @@ static uint32_t ghost_count(const struct ghost *g, uint64_t key) {
     return ghost_min(g, idx);
 }
 
-/* ---------- tire.rs: Gate ---------- */
-/* K_OVERWRITE: a client write of a block cached in flash, gated like a reinsertion (TIRE's
- * first interval refuses only writes of blocks the cache does not hold). */
-enum kind { K_CLIENT_WRITE, K_READ_MISS, K_OVERWRITE, K_REINSERTION };
-
-struct gate {
-    int on;
-    double quota, slack, quantum_s;
-    uint32_t steps;
-    int started, blocked;
-    double start_s, credit;
-    uint64_t e0;
-    struct frt_pn_quantum *series;
-    size_t n, cap;
-};
-
-static int gate_push(struct gate *g, uint64_t used) {
-    if (g->n == g->cap) {
-        size_t cap = g->cap ? g->cap * 2 : 64;
-        struct frt_pn_quantum *s = realloc(g->series, cap * sizeof *s);
-        if (!s) return -1;
-        g->series = s;
-        g->cap = cap;
-    }
-    g->series[g->n++] = (struct frt_pn_quantum){g->start_s, g->credit, used, g->blocked};
-    return 0;
-}
-
-static int gate_tick(struct gate *g, double now, uint64_t erasures) {
-    if (!g->started) {
-        g->started = 1;
-        g->start_s = now;
-        g->blocked = g->credit <= 0.0 && g->on;
-        return 0;
-    }
-    if (now < g->start_s + g->quantum_s) return 0;
-    double q = g->on ? g->quota : 0.0;
-    uint64_t used = erasures - g->e0;
-    int rc = gate_push(g, used);
-    g->credit += q - (double)used;
-    double elapsed = floor((now - g->start_s) / g->quantum_s);
-    uint64_t el = elapsed >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)elapsed;
-    uint64_t idle = el ? el - 1 : 0;
-    g->credit += q * (double)idle;
-    g->start_s = g->start_s + elapsed * g->quantum_s;
-    g->e0 = erasures;
-    g->blocked = g->on && g->credit <= 0.0;
-    return rc;
-}
-
-static int gate_finish(struct gate *g, uint64_t erasures) {
-    if (!g->started) return 0;
-    uint64_t used = erasures - g->e0;
-    int rc = gate_push(g, used);
-    g->credit += (g->on ? g->quota : 0.0) - (double)used;
-    g->started = 0;
-    return rc;
-}
-
-/* The quantum's allowance b = min(q, credit at its start): a credit below q scales the ladder
- * (b, K b] down to it (tire.rs). */
-static double gate_allowance(const struct gate *g) {
-    return g->on ? fmin(g->quota, g->credit) : 0.0;
-}
-
-static uint32_t gate_level(const struct gate *g, uint64_t erasures) {
-    if (!g->on) return 0;
-    if (g->blocked) return g->steps + 1;
-    double b = gate_allowance(g);
-    double e = (double)(erasures - g->e0);
-    if (e <= b) return 0;
-    if (e > g->slack * b) return g->steps + 1;
-    double width = (g->slack - 1.0) * b / (double)g->steps;
-    double x = ceil((e - b) / width); /* Rust's `as u32` saturates (NaN -> 0) */
-    uint32_t i = x != x || x < 0 ? 0 : x >= 4294967295.0 ? UINT32_MAX : (uint32_t)x;
-    return i < 1 ? 1 : i > g->steps ? g->steps : i;
-}
-
-static int gate_admit(const struct gate *g, enum kind k, uint32_t count, uint64_t erasures) {
-    if (!g->on) return 1;
-    uint32_t l = gate_level(g, erasures);
-    if (l == 0) return 1;
-    if (l > g->steps) return 0;
-    return k != K_CLIENT_WRITE && count + 1 >= l;
-}
+/* tire.rs's Gate is policies/budget/tire.h (`gate` below). What it is asked about: a client
+ * write, a read miss, FRT_BUDGET_OVERWRITE (a client write of a block cached in flash, gated
+ * like a reinsertion: TIRE's first interval refuses only writes of blocks the cache does not
+ * hold) and a reinsertion (copy-forward). */
 
 /* ---------- list.rs: DList over container ids ---------- */
 struct dlist {
@@ -311,7 +231,7 @@ struct frt_pn {
     uint32_t open[OPEN];
     uint64_t now, seal_seq;
     struct ghost ghost;
-    struct gate gate;
+    struct frt_tire gate;
     struct sampler reuse, access_pct, counts;
     uint32_t *pending;
     uint32_t npending;
@@ -749,9 +669,9 @@ static void add(struct frt_pn *c, uint64_t page, int reinsertion, int hot, uint8
 }
 
 /* ContainerCache::insert */
-static void insert(struct frt_pn *c, uint64_t page, enum kind kind, uint32_t count,
+static void insert(struct frt_pn *c, uint64_t page, enum frt_budget_kind kind, uint32_t count,
                    const unsigned char *bytes, uint32_t ver) {
-    if (!gate_admit(&c->gate, kind, count, c->c.erasures)) {
+    if (!frt_tire_admit(&c->gate, kind, count, c->c.erasures)) {
         c->c.rejected_pages++;
         return;
     }
@@ -818,7 +738,7 @@ static void evict_one(struct frt_pn *c) {
         uint8_t f = c->cs[v].freq[i];
         if (copy && c->copy_forward && f > 0) {
             uint32_t count = ghost_count(&c->ghost, key);
-            if (gate_admit(&c->gate, K_REINSERTION, count, c->c.erasures)) {
+            if (frt_tire_admit(&c->gate, FRT_BUDGET_REINSERTION, count, c->c.erasures)) {
                 c->c.copied_forward_pages++;
                 uint32_t ver = c->cs[v].vers[i];
                 if (c->data) {
@@ -887,7 +807,7 @@ static int access_block(struct frt_pn *c, uint64_t page, int write) {
                 fetch_backing(c, page);
                 ver = version_of(c, page);
             }
-            insert(c, page, K_READ_MISS, count, c->blk, ver);
+            insert(c, page, FRT_BUDGET_READ_MISS, count, c->blk, ver);
             return 0;
         }
         uint32_t id = (uint32_t)(l >> 32), slot = (uint32_t)l;
@@ -931,7 +851,7 @@ static int access_block(struct frt_pn *c, uint64_t page, int write) {
             fail(c, "cannot write", c->cfg.backing_path);
     }
     if (!found) {
-        insert(c, page, K_CLIENT_WRITE, count, c->blk, ver);
+        insert(c, page, FRT_BUDGET_CLIENT_WRITE, count, c->blk, ver);
         return 0;
     }
     uint32_t id = (uint32_t)(l >> 32), slot = (uint32_t)l;
@@ -958,12 +878,12 @@ static int access_block(struct frt_pn *c, uint64_t page, int write) {
             fail(c, "cannot append", "the invalidation journal");
     }
     pol_on_invalidate(c, id);
-    insert(c, page, K_OVERWRITE, count, c->blk, ver);
+    insert(c, page, FRT_BUDGET_OVERWRITE, count, c->blk, ver);
     return 1;
 }
 
 int frt_pn_request(frt_pn *c, double t, uint64_t block, uint32_t blocks, int write) {
-    gate_tick(&c->gate, t, c->c.erasures);
+    frt_tire_tick(&c->gate, t, c->c.erasures);
     int all = 1;
     for (uint64_t p = block; p < block + blocks; p++) all &= access_block(c, p, write);
     c->c.requests++;
@@ -984,9 +904,9 @@ void frt_pn_config_default(struct frt_pn_config *c) {
     c->cache_bytes = 1ull << 30;
     c->page_bytes = 4096;
     c->container_bytes = 2ull << 20;
-    c->tire_slack = 4.0;
-    c->tire_steps = 3;
-    c->quantum_s = 300.0;
+    c->tire_slack = FRT_TIRE_SLACK;
+    c->tire_steps = FRT_TIRE_STEPS;
+    c->quantum_s = FRT_TIRE_QUANTUM_S;
     c->promotion_pct = 5.0;
     c->sample_pct = 3.0;
     c->lifetime_pct = 99.0;
@@ -1022,17 +942,8 @@ int frt_pn_config_check(const struct frt_pn_config *c, char *err, size_t errlen)
         return frt_seterr(err, errlen, "lifetime percentile must be in (0, 100], got %g", c->lifetime_pct);
     if (!(c->ghost_factor >= 0.0 && isfinite(c->ghost_factor)))
         return frt_seterr(err, errlen, "ghost factor must be >= 0, got %g", c->ghost_factor);
-    if (c->has_tire) {
-        if (!(isfinite(c->tire_epbpd) && c->tire_epbpd > 0.0))
-            return frt_seterr(err, errlen, "lifespan target must be > 0 erasures per block per day, got %g: with no "
-                                           "erasures allowed nothing could ever be cached", c->tire_epbpd);
-        if (!(isfinite(c->tire_slack) && c->tire_slack >= 1.0))
-            return frt_seterr(err, errlen, "TIRE slack K must be >= 1, got %g", c->tire_slack);
-        if (c->tire_steps == 0 || c->tire_steps > 16)
-            return frt_seterr(err, errlen, "TIRE steps must be in 1..=16, got %u", c->tire_steps);
-        if (!(isfinite(c->quantum_s) && c->quantum_s > 0.0))
-            return frt_seterr(err, errlen, "TIRE quantum must be > 0 seconds, got %g", c->quantum_s);
-    }
+    if (c->has_tire && frt_tire_check(c->tire_epbpd, c->tire_slack, c->tire_steps, c->quantum_s, err, errlen) != 0)
+        return -1;
     if (c->flash_path && !c->backing_path) return frt_seterr(err, errlen, "a flash file needs a backing file");
     return 0;
 }
@@ -1241,15 +1152,8 @@ frt_pn *frt_pn_open(const struct frt_pn_config *cfg, char *err, size_t errlen) {
     /* the ghost: off when nothing reads it (BlockConfig::ghost_blocks) */
     uint32_t cache_pages = (uint32_t)(cfg->cache_bytes / cfg->page_bytes);
     size_t gcap = !cfg->has_tire && !(c->packing && cfg->packing) ? 0 : (size_t)(cfg->ghost_factor * (double)cache_pages);
-    c->gate.on = cfg->has_tire;
-    c->gate.quantum_s = cfg->quantum_s;
-    if (cfg->has_tire) {
-        uint32_t eb = c->slots * (uint32_t)c->ebpc;
-        c->gate.quota = cfg->tire_epbpd * (double)eb * cfg->quantum_s / 86400.0;
-        c->gate.slack = cfg->tire_slack;
-        c->gate.steps = cfg->tire_steps;
-        c->gate.credit = c->gate.quota;
-    }
+    frt_tire_init(&c->gate, cfg->has_tire, cfg->tire_epbpd, (uint64_t)c->slots * (uint64_t)c->ebpc, cfg->tire_slack,
+                  cfg->tire_steps, cfg->quantum_s);
     int oom = ghost_init(&c->ghost, gcap) | pn_map_init(&c->index, (size_t)cache_pages) |
               pn_map_init(&c->last_access, 1024) | pn_map_init(&c->versions, 1024) |
               sampler_init(&c->reuse, cfg->lifetime_pct, 1 << 14, 1024) |
@@ -1331,7 +1235,7 @@ void frt_pn_close(frt_pn *c) {
     pn_map_free(&c->last_access);
     pn_map_free(&c->versions);
     free(c->ghost.rows);
-    free(c->gate.series);
+    frt_tire_free(&c->gate);
     free(c->reuse.ring);
     free(c->reuse.scratch);
     free(c->access_pct.ring);
@@ -1350,7 +1254,7 @@ void frt_pn_close(frt_pn *c) {
 }
 
 void frt_pn_finish(frt_pn *c) {
-    if (gate_finish(&c->gate, c->c.erasures) != 0 && !c->failed) {
+    if (frt_tire_finish(&c->gate, c->c.erasures) != 0 && !c->failed) {
         snprintf(c->err, sizeof c->err, "out of memory");
         c->failed = 1;
     }
@@ -1358,7 +1262,7 @@ void frt_pn_finish(frt_pn *c) {
 
 const char *frt_pn_error(const frt_pn *c) { return c->err; }
 const struct frt_pn_counters *frt_pn_counters(const frt_pn *c) { return &c->c; }
-const struct frt_pn_quantum *frt_pn_quanta(const frt_pn *c, size_t *n) {
+const struct frt_tire_quantum *frt_pn_quanta(const frt_pn *c, size_t *n) {
     *n = c->gate.n;
     return c->gate.series;
 }
@@ -1367,8 +1271,8 @@ double frt_pn_credit(const frt_pn *c) { return c->gate.on ? c->gate.credit : 0.0
 uint64_t frt_pn_lifetime(const frt_pn *c) { return c->pannier ? lifetime(c) : 0; }
 uint32_t frt_pn_slots(const frt_pn *c) { return c->slots; }
 uint32_t frt_pn_erase_blocks(const frt_pn *c) { return c->slots * (uint32_t)c->ebpc; }
-uint32_t frt_pn_tire_level(const frt_pn *c, uint64_t erasures) { return gate_level(&c->gate, erasures); }
-void frt_pn_tick(frt_pn *c, double t) { gate_tick(&c->gate, t, c->c.erasures); }
+uint32_t frt_pn_tire_level(const frt_pn *c, uint64_t erasures) { return frt_tire_level(&c->gate, erasures); }
+void frt_pn_tick(frt_pn *c, double t) { frt_tire_tick(&c->gate, t, c->c.erasures); }
 uint64_t frt_pn_now(const frt_pn *c) { return c->now; }
 void frt_pn_set_now(frt_pn *c, uint64_t now) { c->now = now; }
 int64_t frt_pn_container_of(const frt_pn *c, uint64_t block) {

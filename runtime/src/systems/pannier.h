@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "policies/budget/tire.h"
+
 enum frt_pn_policy { FRT_PN_LRU_PLUS = 0, FRT_PN_PANNIER = 1 };
 
 /* The knobs (BlockConfig's, same defaults: frt_pn_config_default) and the files. */
@@ -53,12 +55,6 @@ struct frt_pn_counters {
     uint64_t recovered_hits;
 };
 
-/* One TIRE quantum (tire.rs Quantum). */
-struct frt_pn_quantum {
-    double start_s, credit;
-    uint64_t erasures;
-    int blocked;
-};
 
 typedef struct frt_pn frt_pn;
 
@@ -72,7 +68,7 @@ int frt_pn_request(frt_pn *c, double t, uint64_t block, uint32_t blocks, int wri
 void frt_pn_finish(frt_pn *c);
 const char *frt_pn_error(const frt_pn *c);
 const struct frt_pn_counters *frt_pn_counters(const frt_pn *c);
-const struct frt_pn_quantum *frt_pn_quanta(const frt_pn *c, size_t *n);
+const struct frt_tire_quantum *frt_pn_quanta(const frt_pn *c, size_t *n);
 double frt_pn_quota(const frt_pn *c);  /* TIRE's erasures per quantum; 0 without TIRE */
 double frt_pn_credit(const frt_pn *c); /* the erasure credit; 0 without TIRE */
 uint64_t frt_pn_lifetime(const frt_pn *c); /* Pannier's lifetime in insertions; 0 for LRU+ */

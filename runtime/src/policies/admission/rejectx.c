@@ -41,11 +41,18 @@ static void rx_free(void *st) {
     free(r);
 }
 
+int frt_rejectx_window(const struct frt_admission_setup *s, const char *name, double *window, char *err,
+                       size_t errlen) {
+    *window = s->cfg->rejectx_factor * (double)s->capacity_segments;
+    if (!(*window > 0 && *window <= 2147483648.0) || s->cfg->rejectx_x == 0)
+        return frt_seterr(err, errlen, "%s: X must be >= 1 and factor x capacity in (0, 2^31] keys, got X %u, window %g",
+                          name, s->cfg->rejectx_x, *window);
+    return 0;
+}
+
 static int rx_init(void **st, const struct frt_admission_setup *s, char *err, size_t errlen) {
-    double window = s->cfg->rejectx_factor * (double)s->capacity_segments;
-    if (!(window > 0 && window <= 2147483648.0) || s->cfg->rejectx_x == 0)
-        return frt_seterr(err, errlen, "rejectx: X must be >= 1 and factor x capacity in (0, 2^31] keys, got X %u, window %g",
-                          s->cfg->rejectx_x, window);
+    double window;
+    if (frt_rejectx_window(s, "rejectx", &window, err, errlen) != 0) return -1;
     struct rejectx *r = calloc(1, sizeof *r);
     if (!r) return frt_seterr(err, errlen, "out of memory");
     *st = r;

@@ -30,10 +30,8 @@ static void rxb_free(void *st) {
 }
 
 static int rxb_init(void **st, const struct frt_admission_setup *s, char *err, size_t errlen) {
-    double window = s->cfg->rejectx_factor * (double)s->capacity_segments;
-    if (!(window > 0 && window <= 2147483648.0) || s->cfg->rejectx_x == 0)
-        return frt_seterr(err, errlen, "rejectx_block: X must be >= 1 and factor x capacity in (0, 2^31] keys, got X %u, window %g",
-                          s->cfg->rejectx_x, window);
+    double window;
+    if (frt_rejectx_window(s, "rejectx_block", &window, err, errlen) != 0) return -1;
     struct rejectx_block *r = calloc(1, sizeof *r);
     if (!r) return frt_seterr(err, errlen, "out of memory");
     *st = r;
