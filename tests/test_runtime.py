@@ -367,3 +367,16 @@ def test_size_units_are_one_table(tmp_path):
         if text[-1] in "KMGT":
             with pytest.raises(ValueError, match="powers of 1000"):
                 parse_capacity(text)
+
+
+def test_library_archive_holds_exactly_the_sources_objects():
+    """libflashrt.a has one member per library source under runtime/src/ (all but src/cli/),
+    and no other: a member of a file since moved or removed would keep its old symbols in the
+    library the harnesses link (the archive is built afresh, not updated)."""
+    build_runtime()
+    src = RUNTIME / "src"
+    want = sorted(p.with_suffix(".o").name for p in src.rglob("*.c")
+                  if p.relative_to(src).parts[0] != "cli")
+    members = subprocess.run(["ar", "t", str(BUILD / "libflashrt.a")], capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert sorted(members) == want
