@@ -59,6 +59,29 @@ def body(res: dict[str, Any]) -> str:
                                if nr else "")
                  + f"; counting copy-forward's flash reads "
                  f"{_pct(g['fue_with_internal_reads_gain'])}.")
+    src = [r for r in s["per_run"] if r["trace"] == "src11-like"]
+    if src:
+        lines += ["", "src11-like, FUE of Pannier vs LRU+ (plain / counting copy-forward's "
+                  "reads) and erasures:", ""]
+        for r in src:
+            a, b = r["policies"]["pannier"], r["policies"]["lru_plus"]
+            lines.append(f"- {r['size']}: FUE {a['fue']:.3f} vs {b['fue']:.3f} "
+                         f"({_pct(a['fue'] / b['fue'] - 1)}); with internal reads "
+                         f"{a['fue_with_internal_reads']:.3f} vs "
+                         f"{b['fue_with_internal_reads']:.3f} "
+                         f"({_pct(a['fue_with_internal_reads'] / b['fue_with_internal_reads'] - 1)}"
+                         f"); erasures {_pct(a['erasures'] / b['erasures'] - 1)}")
+    k = res.get("web_knobs")
+    if k:
+        rv = k["rivals"]
+        lines += ["", f"Pannier's knobs on web-like at Zipf 0.5, 5% of its working set "
+                  f"({k['requests']:,} requests): LRU+ {rv['lru_plus']:.4f}, RIPQ+ "
+                  f"{rv['ripq_plus']:.4f} ({rv['ripq_plus_open_in_cache']:.4f} with its open "
+                  "containers charged to the cache):", "", "| Pannier's knobs | read-hit ratio "
+                  "| FUE |", "|---|---|---|"]
+        for x in k["pannier"]:
+            kn = ", ".join(f"{a}={b}" for a, b in x["knobs"].items()) or "defaults"
+            lines.append(f"| {kn} | {x['read_hit_ratio']:.4f} | {x['fue']:.3f} |")
     gap = res.get("paper_gap", {}).get("fig13a_zipf0.5")
     if gap:
         p = res["paper_gap"]["paper"]
