@@ -226,6 +226,49 @@ def plot_mlcache(res: dict[str, Any], out: Path = RESULTS / "mlcache.png") -> Pa
     return out
 
 
+def pannier_section(res: dict[str, Any]) -> str:
+    """Pannier on the block presets: every policy's means, Pannier against each simple rival
+    (LRU+, MQ, RIPQ+) per trace and size, the tuned knobs on the held-out half, FUE with and
+    without the RAM cache in front (bench_pannier.py's tables)."""
+    from bench_pannier import tables
+
+    s = res["table"]["presets"]
+    nr = s.get("fue_without_ram")
+    g = s["pannier_vs_lru_plus"]
+    lines = [f"Strongest simple rival on the presets: {s['best_rival']} (mean read-hit ratio); "
+             f"Pannier vs it {_pct(s['pannier_vs_best_rival']['read_hit_gain'])}. FUE vs LRU+: "
+             f"{_pct(g['fue_gain'])} with the RAM cache in front"
+             + (f", {_pct(nr['pannier_vs_lru_plus']['fue_gain'])} without it" if nr else "")
+             + f"; counting copy-forward's flash reads {_pct(g['fue_with_internal_reads_gain'])}."]
+    return "\n\n".join([*lines, *tables(res)])
+
+
+def plot_pannier(res: dict[str, Any], out: Path = RESULTS / "pannier.png") -> Path:
+    """Read-hit ratio of Pannier and its simple rivals per judged trace and size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = [(f"{v['trace'] if k == 'presets' else k}\n{v['size']}", v)
+            for k, t in res["table"].items() for v in t["versus_rivals"]]
+    pols = ("lru_plus", "mq", "ripq_plus", "pannier")
+    fig, ax = plt.subplots(figsize=(11, 3.8), dpi=110)
+    w = 0.2
+    for i, p in enumerate(pols):
+        ax.bar(np.arange(len(rows)) + (i - 1.5) * w, [v[p] for _, v in rows], w, label=p)
+    ax.set_xticks(np.arange(len(rows)), [n for n, _ in rows], fontsize=6)
+    ax.set_ylabel("read-hit ratio")
+    ax.set_title("Pannier vs its simple rivals (the RAM cache of 5% in front)", fontsize=9)
+    ax.legend(fontsize=7, ncol=4)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
 #: bench_quality's bars on the shipped default, as the table says them.
 QUALITY_BARS = {"at_or_above_cachelib_ml": ">= CacheLib-ML",
                 "at_or_above_flat_threshold": ">= flat threshold",
@@ -238,6 +281,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "pipeline": pipeline_section,
     "quality": quality_section,
     "mlcache": mlcache_section,
+    "pannier": pannier_section,
 }
 
 
@@ -299,6 +343,7 @@ def main(argv: list[str]) -> int:
     if "--plots" in argv:
         print(plot_quality(_load("quality")).relative_to(REPO))
         print(plot_mlcache(_load("mlcache")).relative_to(REPO))
+        print(plot_pannier(_load("pannier")).relative_to(REPO))
     if "--write" in argv:
         PAGE.write_text(replace_sections(PAGE.read_text()))
     elif "--plots" not in argv:
