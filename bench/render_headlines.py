@@ -37,7 +37,8 @@ def rows() -> list[tuple[str, str, str]]:
             f"-{_pct(t['baleen_flat_threshold_vs_rejectx'])}, CacheLib-ML "
             f"-{_pct(t['cachelib_ml_vs_rejectx'])}); "
             f"-{_pct(d['baleen_vs_rejectx']['overall']['mean'])} on average over "
-            f"{d['baleen_vs_rejectx']['overall']['n']} traces of "
+            f"{d['baleen_vs_rejectx']['overall']['n']} "
+            f"trace{'s' if d['baleen_vs_rejectx']['overall']['n'] != 1 else ''} of "
             f"{', '.join(f'`{k}`' for k in d['baleen_vs_rejectx'] if k != 'overall')} "
             "(flat threshold "
             f"-{_pct(d['baleen_flat_threshold_vs_rejectx']['overall']['mean'])}, CacheLib-ML "
@@ -108,6 +109,36 @@ def mlcache_row(res: dict[str, Any]) -> tuple[str, str, str]:
             f"paper's network took {' / '.join(parts[:half])} of the oracle's gain on the "
             f"mixes, previous_optimal {' / '.join(parts[half:])}: it does not ship",
             "mlcache.json")
+
+
+def kml_row(res: dict[str, Any]) -> tuple[str, str, str]:
+    """KML's headline: the shipped tuner against Linux's 128 KiB readahead on the random
+    workloads and against the best fixed size on every workload, on the throttled device
+    (the twin where the real one did not run), means of its runs with 95% intervals."""
+    name = "real" if "real" in res else "twin"
+    r = res[name]
+    if "shipped" not in r:  # kml.json of before the intervals (one tuner, medians)
+        ratios = [x["kml_vs_best_fixed"] for x in r["workloads"].values()]
+        return ("KML on RocksDB: tuner vs the best fixed readahead, per workload",
+                f"**{min(ratios):.2f}-{max(ratios):.2f}x** on all {len(ratios)}", "kml.json")
+    w, p = r["workloads"], r["shipped"]
+    where = f"db_bench, throttled {r['backend']} device" if name == "real" else "the twin"
+
+    def q(x: dict[str, Any]) -> str:
+        return (f"{x['ratio']:.2f}x" if x["lo"] == x["hi"] else
+                f"{x['ratio']:.2f}x [{x['lo']:.2f}-{x['hi']:.2f}]")
+
+    best = [x["ratios"][p]["best_fixed"] for x in w.values()]
+    low = [k for k, x in w.items() if x["ratios"][p]["best_fixed"]["ratio"] < 0.95]
+    return (f"KML on RocksDB ({where}): the shipped tuner (`{p}`) vs Linux's 128 KiB readahead "
+            "/ vs the best fixed size",
+            f"**{q(w['readrandom']['ratios'][p]['linux_128'])}** readrandom, "
+            f"{q(w['readrandomwriterandom']['ratios'][p]['linux_128'])} "
+            f"readrandomwriterandom / **{min(b['ratio'] for b in best):.2f}-"
+            f"{max(b['ratio'] for b in best):.2f}x** on {len(best)} workloads"
+            + (f" (below 0.95 on {', '.join(low)})" if low else "")
+            + (f"; means of {r['repeats']} runs, 95% intervals" if r["repeats"] > 1 else ""),
+            "kml.json")
 
 
 _RIVAL_NAMES = {"lru_plus": "LRU+", "mq": "MQ", "ripq_plus": "RIPQ+"}
