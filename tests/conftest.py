@@ -31,15 +31,39 @@ def access_table(rows: list[tuple[float, int, int, int, int]], namespace: int = 
     })
 
 
+def hang_guard_expired(started: float, timeout: float, busiest: float) -> bool:
+    """True once `timeout` seconds of a quiet machine have passed: a guard against a hang,
+    not a speed check, so it stretches with the busiest load average seen while waiting
+    (on 2 cores under a load of 40 a job takes 20 times its quiet time)."""
+    import os
+    import time
+
+    return time.monotonic() - started > timeout * max(1.0, busiest / (os.cpu_count() or 1))
+
+
 def run_cli(*args: str, check: bool = False, cwd: Path | None = None,
             timeout: float = 600, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:
-    """Run `flashml ARGS...` as a user would, in a fresh interpreter (`env` adds variables)."""
+    """Run `flashml ARGS...` as a user would, in a fresh interpreter (`env` adds variables);
+    killed as hung after `timeout` seconds scaled by the machine's load (hang_guard_expired)."""
     import os
+    import time
 
-    proc = subprocess.run([sys.executable, "-m", "flashml.cli", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd or REPO, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    cmd = [sys.executable, "-m", "flashml.cli", *map(str, args)]
+    started, busiest = time.monotonic(), os.getloadavg()[0]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=cwd or REPO, env={**os.environ, **(env or {})}) as child:
+        while True:
+            try:
+                out, err = child.communicate(timeout=5)
+                break
+            except subprocess.TimeoutExpired:
+                busiest = max(busiest, os.getloadavg()[0])
+                if hang_guard_expired(started, timeout, busiest):
+                    child.kill()
+                    out, err = child.communicate()
+                    raise subprocess.TimeoutExpired(cmd, timeout, out, err) from None
+    proc = subprocess.CompletedProcess(cmd, child.returncode, out, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"flashml {' '.join(map(str, args))} failed ({proc.returncode}):\n"
                              f"{proc.stdout}\n{proc.stderr}")
