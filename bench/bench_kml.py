@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -225,7 +226,8 @@ VS_BEST_MIN = 0.95
 def _target(r: dict[str, Any], need: float) -> dict[str, Any]:
     """A ratio against a target: met by the mean (`met`), and by the whole 95% interval
     (`met_with_confidence`: its lower end above the target too)."""
-    return {"ratio": r["ratio"], "lo": r["lo"], "hi": r["hi"], "need": need,
+    return {"ratio": r["ratio"], "lo": r["lo"], "hi": r["hi"], "verdict": r["verdict"],
+            "need": need,
             "met": r["ratio"] >= need, "met_with_confidence": r["lo"] >= need}
 
 
@@ -294,7 +296,7 @@ def run_text(name: str, r: dict[str, Any], t: dict[str, Any]) -> str:
                if r["repeats"] > 1 else "")
             + (f"load average {load['load_avg_1m_median']:.0f} (min {load['load_avg_1m_min']:.0f}, "
                f"max {load['load_avg_1m_max']:.0f}) on {load['cores']} cores, db_bench at nice "
-               f"{load.get('nice', 0)}; " if load else "")
+               f"{load.get('nice', 0)}; " if load.get("samples") else "")
             + (f"the whole run {_minutes(r['wall_s'] + r['sweep_recorded_s'])} (the sweep "
                f"{_minutes(r['sweep_recorded_s'])})" if r.get("sweep_recorded_s") else
                f"the whole run {_minutes(r['wall_s'])}") + "):")
@@ -322,23 +324,54 @@ def run_text(name: str, r: dict[str, Any], t: dict[str, Any]) -> str:
         lx = tp["ge_1.5x_linux_128"]
         bf = tp["ge_0.95x_best_fixed"]
         miss_bf = [w for w, q in bf.items() if not q["met"]]
+        gm = math.exp(sum(math.log(q["ratio"]) for q in bf.values()) / len(bf))
         unsure_bf = [w for w, q in bf.items() if q["met"] and not q["met_with_confidence"]]
         lines.append(
             f"- `{p}`: >= 1.5x Linux's 128 KiB on "
             + ", ".join(f"{w} **{'met' if q['met'] else 'missed'}** ({_r(q)})"
                         for w, q in lx.items())
             + f"; >= 0.95x the best fixed size: **{'met' if not miss_bf else 'missed'}** "
-            f"(met on {len(bf) - len(miss_bf)} of {len(bf)} workloads)"
-            + (f" (missed: {', '.join(miss_bf)})" if miss_bf else "")
-            + (f" (the interval reaches below 0.95 on {', '.join(unsure_bf)})"
-               if unsure_bf and r["repeats"] > 1 else "") + ".")
+            f"(met on {len(bf) - len(miss_bf)} of {len(bf)} workloads, geometric mean "
+            f"{gm:.3f}"
+            + (f"; below on {', '.join(miss_bf)}" if miss_bf else "")
+            + (f"; met by the mean but its interval reaches below 0.95 on "
+               f"{', '.join(unsure_bf)}" if unsure_bf and r["repeats"] > 1 else "") + ").")
+    one = single_size(r)
+    if one:
+        k, g = one
+        lines += ["", f"The simple rule a user would write by hand, one fixed size for every "
+                  f"workload: the best single size swept is {k} KiB, at a geometric mean of "
+                  f"{g:.3f} of each workload's best fixed size; the shipped tuner "
+                  f"`{shipped}` {_gm(r, shipped):.3f}."]
     m = r["models"]
     lines += ["", "Models: " + "; ".join(
         f"`{n}` {int(x['cv_folds'])}-fold accuracy {100 * x['cv_accuracy']:.1f}% (of the "
         f"readahead size {100 * x['cv_size_accuracy']:.1f}%), {x['model_bytes']:,} B of "
-        f"tables, {x['c_inference_ns']:.0f} ns per call from C" for n, x in m.items())
+        f"tables, {x['c_inference_ns']:,.0f} ns per call from C (a warm loop, on this "
+        "machine under its load)" for n, x in m.items())
         + f"; {int(next(iter(m.values()))['rows']):,} training windows."]
     return "\n".join(lines)
+
+
+def single_size(r: dict[str, Any]) -> tuple[int, float] | None:
+    """The one fixed size best over every workload of a run (the geometric mean of its ops/s
+    over each workload's best fixed size's), and that mean."""
+    sw = r["sweep"]
+    sizes = set.intersection(*(set(v) for v in sw.values())) if sw else set()
+    if not sizes:
+        return None
+
+    def g(k: str) -> float:
+        return math.exp(sum(math.log(sw[w][k] / max(sw[w].values())) for w in sw) / len(sw))
+
+    best = max(sizes, key=lambda k: (g(k), -int(k)))
+    return int(best), g(best)
+
+
+def _gm(r: dict[str, Any], tuner: str) -> float:
+    """A tuner's geometric mean over the workloads of its ratio to the best fixed size."""
+    xs = [x["ratios"][tuner]["best_fixed"]["ratio"] for x in r["workloads"].values()]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 def markdown(res: dict[str, Any]) -> str:
