@@ -208,7 +208,8 @@ def main() -> int:
         old = json.loads(path.read_text())
         if not any(k in res for k in (*REAL_RUNS, "twin")):
             res["machine"], res["real_unavailable"] = old["machine"], old["real_unavailable"]
-        res |= {k: old[k] for k in (*REAL_RUNS, "twin") if k in old and k not in res}
+        res |= {k: old[k] for k in (*REAL_RUNS, "twin", "twin_unfinished")
+                if k in old and k not in res}
     res["targets"] = targets(res)
     with atomic_path(args.output) as tmp_out:
         Path(tmp_out).write_text(dumps(jsonable(res), indent=1) + "\n")
@@ -376,8 +377,15 @@ def _gm(r: dict[str, Any], tuner: str) -> float:
 
 def markdown(res: dict[str, Any]) -> str:
     """Every run of kml.json, its tables and targets."""
-    return "\n\n".join(run_text(n, res[n], res["targets"][n])
-                        for n in (*REAL_RUNS, "twin") if n in res)
+    out = [run_text(n, res[n], res["targets"][n]) for n in (*REAL_RUNS, "twin") if n in res]
+    tu = res.get("twin_unfinished")
+    if tu:
+        out.append("**The offline twin** was not finished when this file was written "
+                   f"({tu['why']}): "
+                   + ", ".join(f"its {k} stage took {_minutes(v)}"
+                               for k, v in tu["stages_s"].items())
+                   + f" on this machine (load average ~{tu['load_avg_1m']:.0f} on 2 cores).")
+    return "\n\n".join(out)
 
 
 if __name__ == "__main__":
