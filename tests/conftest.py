@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# One BLAS thread per process: pytest runs two workers on two cores, and OpenBLAS's own
+# threads spin waiting for a core on a busy machine (training KML's networks ran several
+# times slower with two). Children started by the tests inherit it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
