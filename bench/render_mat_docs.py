@@ -40,7 +40,13 @@ def mat_section(res: dict[str, Any]) -> str:
 
     if "targets" not in res:
         return "(not measured yet with the in-house LRB: run bench/bench_mat.py)"
-    return "\n".join([docs_table(res["traces"]), "", "Held out and under periodic "
+    from bench_mat import FRACTIONS
+
+    missing = [f"{name} {100 * f:g}%" for name, t in res["traces"].items() for f in FRACTIONS
+               if f not in {s["fraction"] for s in t["sizes"]}]
+    note = ([f"**Not measured in this run** (its parts did not finish): {', '.join(missing)}."
+             " The targets below count the points measured.", ""] if missing else [])
+    return "\n".join([*note, docs_table(res["traces"]), "", "Held out and under periodic "
                       "retraining (byte miss ratio / miss ratio):", "",
                       held_out_table(res["traces"]), "", "What holds against the targets "
                       "(byte miss ratio, the objective):", "", targets_text(res["targets"])])
