@@ -14,17 +14,17 @@ from the committed JSON; prose outside the markers is hand-written.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-RESULTS = REPO / "bench" / "results"
+import docs_sections  # noqa: E402
+
+RESULTS = docs_sections.RESULTS
 PAGE = REPO / "docs" / "systems" / "kml.md"
-BEGIN = "<!-- kml.json: begin (bench/render_kml_docs.py renders this) -->"
-END = "<!-- kml.json: end -->"
+SCRIPT = "render_kml_docs.py"
 
 
 def body(res: dict[str, Any]) -> str:
@@ -35,24 +35,13 @@ def body(res: dict[str, Any]) -> str:
 
 
 def section() -> str:
-    res = json.loads((RESULTS / "kml.json").read_text())
-    return "\n".join([BEGIN, body(res), END])
+    return docs_sections.sections(SCRIPT, {"kml": body})["kml"]
 
 
 def marked(text: str) -> str:
     """The marked section of `text`, markers included (ValueError when absent)."""
-    a = text.index(BEGIN)
-    return text[a:text.index(END, a) + len(END)]
-
-
-def main(argv: list[str]) -> int:
-    if "--write" in argv:
-        text = PAGE.read_text()
-        PAGE.write_text(text.replace(marked(text), section()))
-    else:
-        print(section())
-    return 0
+    return docs_sections.marked(text, "kml", SCRIPT)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(docs_sections.main(sys.argv[1:], PAGE, SCRIPT, {"kml": body}))

@@ -15,7 +15,6 @@ from the committed JSON; prose outside the markers is hand-written.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,16 +22,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-RESULTS = REPO / "bench" / "results"
+import docs_sections  # noqa: E402
+
 PAGE = REPO / "docs" / "systems" / "mat.md"
-
-
-def begin(name: str) -> str:
-    return f"<!-- {name}.json: begin (bench/render_mat_docs.py renders this) -->"
-
-
-def end(name: str) -> str:
-    return f"<!-- {name}.json: end -->"
+SCRIPT = "render_mat_docs.py"
 
 
 def mat_section(res: dict[str, Any]) -> str:
@@ -66,31 +59,13 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
 
 def sections() -> dict[str, str]:
     """name -> the whole marked section (markers included) rendered from NAME.json."""
-    return {name: "\n".join([begin(name), fn(json.loads((RESULTS / f"{name}.json")
-                                                        .read_text())), end(name)])
-            for name, fn in SECTIONS.items()}
+    return docs_sections.sections(SCRIPT, SECTIONS)
 
 
 def marked(text: str, name: str) -> str:
     """The marked section of `name` in `text`, markers included (ValueError when absent)."""
-    a = text.index(begin(name))
-    b = text.index(end(name), a) + len(end(name))
-    return text[a:b]
-
-
-def render(text: str) -> str:
-    for name, new in sections().items():
-        text = text.replace(marked(text, name), new)
-    return text
-
-
-def main(argv: list[str]) -> int:
-    if "--write" in argv:
-        PAGE.write_text(render(PAGE.read_text()))
-    else:
-        print("\n\n".join(sections().values()))
-    return 0
+    return docs_sections.marked(text, name, SCRIPT)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(docs_sections.main(sys.argv[1:], PAGE, SCRIPT, SECTIONS))
