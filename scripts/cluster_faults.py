@@ -88,6 +88,21 @@ def _running_trial(storage: str, before: set[str]) -> str | None:
     return None
 
 
+def _start_job(out: Path, job_args: list[str], env: dict[str, str]
+               ) -> tuple[subprocess.Popen[bytes], Path, float]:
+    """The main job into `out`, in its own session (a fault may kill its group), its stderr
+    in OUT.stderr beside it; returns the process, that file and the monotonic start."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stderr = out.parent / f"{out.name}.stderr"
+    t0 = time.monotonic()
+    with open(stderr, "w") as err:
+        job = subprocess.Popen([sys.executable, "-m", "flashml.cli", "pipeline", "run",
+                                "--out", str(out), *job_args], stdout=subprocess.DEVNULL,
+                               stderr=err, cwd=out.parent, env=env,
+                               start_new_session=True)
+    return job, stderr, t0
+
+
 def _retry_lines(stderr: Path, out: Path) -> list[str]:
     """The retry warnings the job (its stderr) and its sweep workers (their logs) wrote."""
     lines: list[str] = []
@@ -105,14 +120,7 @@ def restart_mlflow_during_sweep(state: Path, env: dict[str, str], out: Path,
     job's wall seconds, the server's downtime and the retry warnings logged."""
     storage = env["FLASHML_OPTUNA_STORAGE"]
     before = _studies(storage)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stderr = out.parent / f"{out.name}.stderr"
-    t0 = time.monotonic()
-    with open(stderr, "w") as err:
-        job = subprocess.Popen([sys.executable, "-m", "flashml.cli", "pipeline", "run",
-                                "--out", str(out), *job_args], stdout=subprocess.DEVNULL,
-                               stderr=err, cwd=out.parent, env=env,
-                               start_new_session=True)
+    job, stderr, t0 = _start_job(out, job_args, env)
     try:
         def alive() -> None:
             if job.poll() is not None:
@@ -153,14 +161,7 @@ def kill_spark_worker_mid_episodes(state: Path, env: dict[str, str], out: Path,
     summary, the job's wall seconds and when the worker was killed."""
     work = state / "spark" / f"worker-{worker}"
     before = {p.name for p in work.glob("app-*")}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stderr = out.parent / f"{out.name}.stderr"
-    t0 = time.monotonic()
-    with open(stderr, "w") as err:
-        job = subprocess.Popen([sys.executable, "-m", "flashml.cli", "pipeline", "run",
-                                "--out", str(out), *job_args], stdout=subprocess.DEVNULL,
-                               stderr=err, cwd=out.parent, env=env,
-                               start_new_session=True)
+    job, stderr, t0 = _start_job(out, job_args, env)
 
     def registered() -> bool:
         apps = [p for p in work.glob("app-*") if p.name not in before]
