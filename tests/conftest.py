@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,9 +42,6 @@ def hang_guard_expired(started: float, timeout: float, busiest: float) -> bool:
     """True once `timeout` seconds of a quiet machine have passed: a guard against a hang,
     not a speed check, so it stretches with the busiest load average seen while waiting
     (on 2 cores under a load of 40 a job takes 20 times its quiet time)."""
-    import os
-    import time
-
     return time.monotonic() - started > timeout * max(1.0, busiest / (os.cpu_count() or 1))
 
 
@@ -52,9 +50,6 @@ def run_cli(*args: str, check: bool = False, cwd: Path | None = None,
             ) -> subprocess.CompletedProcess[str]:
     """Run `flashml ARGS...` as a user would, in a fresh interpreter (`env` adds variables);
     killed as hung after `timeout` seconds scaled by the machine's load (hang_guard_expired)."""
-    import os
-    import time
-
     cmd = [sys.executable, "-m", "flashml.cli", *map(str, args)]
     started, busiest = time.monotonic(), os.getloadavg()[0]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
