@@ -7,8 +7,9 @@
  * CacheLib's Navy block cache: the flash is cut into regions written sequentially, eviction
  * frees a whole region (the one the eviction policy names: LRU or FIFO over regions, or MAT's
  * choice of a block), and an in-memory index maps
- * (block, segment) to a flash location. The index lives in memory only: after a crash the
- * cache restarts cold and never serves stale bytes.
+ * (block, segment) to a flash location. The index lives in memory; each region's header on
+ * the flash (and a journal of segments dropped after read errors) lets a cache opened with
+ * `recover` rebuild it after a crash, never serving a stale byte.
  *
  * Every object is a context passed explicitly; the library keeps no global mutable state.
  * Functions that can fail take `char *err, size_t errlen` (or keep the message in the
@@ -185,13 +186,22 @@ struct flashrt_config {
     enum flashrt_budget budget;
     double tire_epbpd, tire_slack, tire_quantum_s;
     unsigned tire_steps;
+    /* Crash safety (runtime/README.md, "Crash safety"): each region's header follows the
+     * regions' data on the flash device, and segments dropped after a read error are
+     * journalled at journal_path (NULL: FLASH.journal beside a regular file; a block device
+     * without one zeroes the region's header instead). recover: rebuild the index from the
+     * headers and the journal instead of starting cold; sync: fdatasync after each header
+     * and journal record (power loss; kill -9 needs none). */
+    int recover, sync;
+    const char *journal_path;
 };
 
 void flashrt_config_default(struct flashrt_config *c);
 
 typedef struct flashrt flashrt;
 
-/* Opens the cache cold. `policy` and `backing` stay owned by the caller and must outlive it. */
+/* Opens the cache cold, or with cfg->recover from the regions' headers and the journal.
+ * `policy` and `backing` stay owned by the caller and must outlive it. */
 flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
                       flashrt_backing *backing, char *err, size_t errlen);
 
@@ -240,6 +250,11 @@ struct flashrt_metrics {
      * blocked */
     double budget_quota, budget_credit;
     uint64_t budget_quanta, budget_blocked_quanta;
+    /* crash safety: regions and segments --recover rebuilt, copies it did not take (a newer
+     * region had them, or the journal named them), hits on blocks it rebuilt; region headers
+     * that could not be written; segments journalled */
+    uint64_t recovered_regions, recovered_segments, recovery_dropped, recovered_hits;
+    uint64_t header_errors, journalled;
 };
 
 /* Computes the metrics of everything served so far. */

@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "flashml_policy.h"
 #include "flashrt.h"
@@ -139,6 +142,145 @@ static void test_mru_on_a_scan(void) {
     CHECK(flashrt_open(&cfg, pol, bk, err, sizeof err) == NULL && strstr(err, "no eviction capability"), "%s", err);
     cfg.eviction = (enum flashrt_eviction)42;
     CHECK(flashrt_open(&cfg, pol, bk, err, sizeof err) == NULL && strstr(err, "unknown eviction policy"), "%s", err);
+    flashrt_backing_close(bk);
+    flashrt_policy_free(pol);
+}
+
+/* One GET of single-segment block `key` at time t: 1 on a hit, 0 on a miss, -1 on an error;
+ * the bytes are checked (a wrong byte fails the test). */
+static int get_block(flashrt *rt, uint64_t key, double t) {
+    struct flashrt_access a = {.key = key, .offset = 0, .size = 131072, .time = t, .op = 2};
+    struct flashrt_result res;
+    if (flashrt_access(rt, &a, &res) != 0) return -1;
+    CHECK(res.data && flashrt_verify(key, 0, res.data, res.len) < 0, "block %llu: wrong bytes", (unsigned long long)key);
+    return res.hit;
+}
+
+static flashrt *open_flash(struct flashrt_config *cfg, flashrt_policy *pol, flashrt_backing *bk, const char *flash,
+                           int recover) {
+    char err[FLASHRT_ERR_LEN];
+    flashrt_config_default(cfg);
+    cfg->flash_path = flash;
+    cfg->flash_bytes = 4 * 131072;
+    cfg->region_bytes = 131072;
+    cfg->direct = FLASHRT_DIRECT_OFF;
+    cfg->warmup_s = 0;
+    cfg->recover = recover;
+    flashrt *rt = flashrt_open(cfg, pol, bk, err, sizeof err);
+    CHECK(rt != NULL, "open (recover %d): %s", recover, err);
+    return rt;
+}
+
+/* Crash safety by hand (src/engine/persist.c): four regions of one segment. What a closed (or
+ * killed: the engine writes nothing at close) cache held comes back with `recover`; a region
+ * evicted and written again never brings its old block back; a segment whose read failed is
+ * journalled and stays out; a torn header is skipped; another layout is refused. */
+static void test_recovery_by_hand(void) {
+    char trace[512], backing[512], flash[512], journal[600], err[FLASHRT_ERR_LEN];
+    snprintf(trace, sizeof trace, "%s/rec.trace", TMP);
+    snprintf(backing, sizeof backing, "%s/rec.img", TMP);
+    snprintf(flash, sizeof flash, "%s/rec-flash.img", TMP);
+    snprintf(journal, sizeof journal, "%s.journal", flash);
+    FILE *f = fopen(trace, "w");
+    fprintf(f, "#block_id io_offset io_size op_time op_name pipeline user_namespace user_name\n");
+    for (int i = 0; i < 6; i++) fprintf(f, "%d 0 131072 %d.0 2 1 1 1\n", 100 + i, i);
+    fclose(f);
+    struct flashrt_prepare_stats st;
+    CHECK(flashrt_prepare_backing(backing, NULL, trace, &st, err, sizeof err) == 0, "%s", err);
+    flashrt_policy *pol = flashrt_policy_builtin("admitall", err, sizeof err);
+    flashrt_backing *bk = flashrt_backing_open(backing, NULL, FLASHRT_DIRECT_OFF, err, sizeof err);
+    CHECK(pol && bk, "%s", err);
+    struct flashrt_config cfg;
+    struct flashrt_metrics m;
+    unlink(flash);
+    /* 1. a cold cache fills its four regions; each gets its header when its slot is written */
+    flashrt *rt = open_flash(&cfg, pol, bk, flash, 0);
+    if (!rt) goto out;
+    for (uint64_t k = 100; k < 104; k++) CHECK(get_block(rt, k, (double)k) == 0, "cold miss %llu", (unsigned long long)k);
+    CHECK(get_block(rt, 100, 104) == 1, "a hit");
+    flashrt_close(rt);
+    /* 2. recovered: all four hit; then block 104 takes LRU's region (block 101's) */
+    rt = open_flash(&cfg, pol, bk, flash, 1);
+    if (!rt) goto out;
+    flashrt_metrics(rt, &m);
+    CHECK(m.recovered_regions == 4 && m.recovered_segments == 4 && m.recovery_dropped == 0, "recovered %llu regions",
+          (unsigned long long)m.recovered_regions);
+    for (uint64_t k = 100; k < 104; k++) CHECK(get_block(rt, k, 200 + (double)k) == 1, "recovered hit %llu", (unsigned long long)k);
+    CHECK(get_block(rt, 104, 300) == 0, "104 misses");
+    flashrt_metrics(rt, &m);
+    CHECK(m.recovered_hits == 4 && m.evicted_regions == 1, "recovered hits %llu", (unsigned long long)m.recovered_hits);
+    flashrt_close(rt);
+    /* 3. block 100's region now holds 104: 100 does not come back, 104 does */
+    rt = open_flash(&cfg, pol, bk, flash, 1);
+    if (!rt) goto out;
+    flashrt_metrics(rt, &m);
+    CHECK(m.recovered_regions == 4, "recovered %llu regions", (unsigned long long)m.recovered_regions);
+    CHECK(get_block(rt, 104, 400) == 1 && get_block(rt, 101, 401) == 1, "104 and 101 recovered");
+    flashrt_close(rt);
+    rt = open_flash(&cfg, pol, bk, flash, 1);
+    if (!rt) goto out;
+    CHECK(get_block(rt, 100, 402) == 0, "100's old copy (its region rewritten) is not served");
+    flashrt_close(rt);
+    /* 4. a failed read of block 102 (and no admission, so its region stays): journalled, and
+     * not back */
+    rt = open_flash(&cfg, pol, bk, flash, 1);
+    if (!rt) goto out;
+    flashrt_close(rt);
+    cfg.fail_read_every = 1;
+    cfg.admission = FLASHRT_ADMIT_COINFLIP;
+    cfg.coinflip_p = 0;
+    rt = flashrt_open(&cfg, pol, bk, err, sizeof err);
+    CHECK(rt != NULL, "%s", err);
+    if (!rt) goto out;
+    CHECK(get_block(rt, 102, 500) == 0, "the failed read is served from the backing");
+    flashrt_metrics(rt, &m);
+    CHECK(m.flash_read_errors == 1 && m.journalled == 1, "journalled %llu", (unsigned long long)m.journalled);
+    flashrt_close(rt);
+    struct stat js;
+    CHECK(stat(journal, &js) == 0 && js.st_size == 16, "one journal record: %lld bytes", (long long)js.st_size);
+    rt = open_flash(&cfg, pol, bk, flash, 1);
+    if (!rt) goto out;
+    flashrt_metrics(rt, &m);
+    CHECK(m.recovery_dropped == 1, "the journalled copy dropped: %llu", (unsigned long long)m.recovery_dropped);
+    CHECK(get_block(rt, 102, 600) == 0, "102 is not served from flash after its read failed");
+    flashrt_close(rt);
+    /* 5. a torn header (one byte of an entry changed): its region is skipped */
+    rt = open_flash(&cfg, pol, bk, flash, 1);
+    if (!rt) goto out;
+    flashrt_metrics(rt, &m);
+    uint64_t before = m.recovered_regions;
+    flashrt_close(rt);
+    int fd = open(flash, O_RDWR);
+    unsigned char hdr[64];
+    int torn = 0;
+    for (int r = 0; r < 4 && !torn; r++) { /* the first region with a header */
+        off_t at = (off_t)4 * 131072 + (off_t)r * 4096;
+        if (pread(fd, hdr, sizeof hdr, at) != (ssize_t)sizeof hdr || hdr[0] != 'F') continue;
+        hdr[25] ^= 1;
+        torn = pwrite(fd, hdr, sizeof hdr, at) == (ssize_t)sizeof hdr;
+    }
+    close(fd);
+    CHECK(torn && before > 0, "a header to tear");
+    rt = open_flash(&cfg, pol, bk, flash, 1);
+    if (!rt) goto out;
+    flashrt_metrics(rt, &m);
+    CHECK(m.recovered_regions == before - 1, "torn header skipped: %llu of %llu", (unsigned long long)m.recovered_regions,
+          (unsigned long long)before);
+    flashrt_close(rt);
+    /* 6. another layout: refused */
+    cfg.flash_bytes = 5 * 131072;
+    CHECK(flashrt_open(&cfg, pol, bk, err, sizeof err) == NULL && strstr(err, "--flash-bytes and --region-bytes"), "%s", err);
+    /* 7. without recover the flash starts empty */
+    rt = open_flash(&cfg, pol, bk, flash, 0);
+    if (!rt) goto out;
+    CHECK(get_block(rt, 103, 700) == 0, "cold again");
+    flashrt_close(rt);
+    rt = open_flash(&cfg, pol, bk, flash, 1);
+    if (!rt) goto out;
+    flashrt_metrics(rt, &m);
+    CHECK(m.recovered_regions == 1, "only what the cold run wrote: %llu", (unsigned long long)m.recovered_regions);
+    flashrt_close(rt);
+out:
     flashrt_backing_close(bk);
     flashrt_policy_free(pol);
 }
@@ -355,6 +497,7 @@ int main(int argc, char **argv) {
     test_store_by_hand();
     test_mru_on_a_scan();
     test_mat_runs();
+    test_recovery_by_hand();
     test_admission_by_hand();
     test_budget_by_hand();
     return test_done("test_engine");

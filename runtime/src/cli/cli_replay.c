@@ -78,6 +78,10 @@ static const char *REPLAY_HELP =
     "  --fail-write-every N   fault injection: every Nth flash write fails (also env\n"
     "                         FLASHRT_FAULT_FLASH_WRITE_EVERY)\n"
     "  --limit N              stop after N accesses\n"
+    "  --recover              start from what the flash holds (after a crash: kill -9) instead\n"
+    "                         of cold: the regions' headers and PATH.journal (the flash file's\n"
+    "                         layout must be the one it was written with); never a stale byte\n"
+    "  --sync                 fdatasync each region header and journal record (power loss)\n"
     "  --readahead-bundle DIR KML's readahead model (capability \"readahead\") on the backing\n"
     "                         reads: per stream (the block) every window of trace time its\n"
     "                         flashml_readahead_kib sizes a posix_fadvise(WILLNEED) of the\n"
@@ -266,6 +270,8 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
         else if (OPT("--limit")) { if (cli_parse_uint(v, &o->limit)) BAD("--limit"); }
         else if (OPT("--readahead-bundle")) { if (!*v) BAD("--readahead-bundle"); o->ra_bundle = v; }
         else if (OPT("--readahead-window-ms")) { if (cli_parse_uint(v, &o->ra_window_ms) || o->ra_window_ms == 0 || o->ra_window_ms > 86400000) BAD("--readahead-window-ms"); }
+        else if (!strcmp(a, "--recover")) cfg->recover = 1;
+        else if (!strcmp(a, "--sync")) cfg->sync = 1;
         else if (!strcmp(a, "--measure-raw")) cfg->measure_raw = 1;
         else if (!strcmp(a, "--no-policy-prefetch")) cfg->no_policy_prefetch = 1;
         else if (!strcmp(a, "--json")) o->as_json = 1;
@@ -395,6 +401,9 @@ static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, 
         {"eviction_decision_ns_p50", 0, m.eviction_decision_ns_p50, 0},
         {"budget_quota", 0, m.budget_quota, 0}, {"budget_credit", 0, m.budget_credit, 0},
         {"budget_quanta", 1, 0, m.budget_quanta}, {"budget_blocked_quanta", 1, 0, m.budget_blocked_quanta},
+        {"recovered_regions", 1, 0, m.recovered_regions}, {"recovered_segments", 1, 0, m.recovered_segments},
+        {"recovery_dropped", 1, 0, m.recovery_dropped}, {"recovered_hits", 1, 0, m.recovered_hits},
+        {"header_errors", 1, 0, m.header_errors}, {"journalled", 1, 0, m.journalled},
     };
     const char *strs[] = {"policy", policy, "admission", admission, "eviction", eviction, "budget", budget,
                           "policy_warning", warning};

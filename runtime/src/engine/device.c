@@ -65,29 +65,34 @@ int frt_dev_size(int fd, uint64_t *size, int *is_blockdev) {
     return 0;
 }
 
-int frt_pread_full(int fd, void *buf, size_t n, uint64_t off) {
+int frt_pread_upto(int fd, void *buf, size_t n, uint64_t off, size_t *got) {
     uint8_t *p = buf;
-    while (n) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, p + done, n - done, (off_t)(off + done));
         if (r < 0) {
             if (errno == EINTR) continue;
             return -1;
         }
-        if (r == 0) { /* past the end: a sparse or short file reads as zeros */
-            memset(p, 0, n);
-            return 0;
-        }
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
+        if (r == 0) break; /* the end of the file */
+        done += (size_t)r;
     }
+    if (got) *got = done;
     return 0;
 }
 
-int frt_pwrite_full(int fd, const void *buf, size_t n, uint64_t off) {
+int frt_pread_full(int fd, void *buf, size_t n, uint64_t off) {
+    size_t got = 0;
+    if (frt_pread_upto(fd, buf, n, off, &got) != 0) return -1;
+    if (got < n) memset((uint8_t *)buf + got, 0, n - got); /* a sparse or short file reads as zeros */
+    return 0;
+}
+
+/* pwrite (off >= 0) or write (an O_APPEND log: off < 0) until done */
+static int write_loop(int fd, const void *buf, size_t n, int64_t off) {
     const uint8_t *p = buf;
     while (n) {
-        ssize_t r = pwrite(fd, p, n, (off_t)off);
+        ssize_t r = off >= 0 ? pwrite(fd, p, n, (off_t)off) : write(fd, p, n);
         if (r < 0) {
             if (errno == EINTR) continue;
             return -1;
@@ -98,10 +103,13 @@ int frt_pwrite_full(int fd, const void *buf, size_t n, uint64_t off) {
         }
         p += r;
         n -= (size_t)r;
-        off += (uint64_t)r;
+        if (off >= 0) off += r;
     }
     return 0;
 }
+
+int frt_pwrite_full(int fd, const void *buf, size_t n, uint64_t off) { return write_loop(fd, buf, n, (int64_t)off); }
+int frt_write_full(int fd, const void *buf, size_t n) { return write_loop(fd, buf, n, -1); }
 
 /* ---- the flash device ---- */
 

@@ -16,9 +16,14 @@
 int frt_open_dev(const char *path, int flags, int mode, int *direct, char *err, size_t errlen);
 /* Size of a regular file or block device; -1 on error. */
 int frt_dev_size(int fd, uint64_t *size, int *is_blockdev);
-/* pread/pwrite until done (EINTR, short transfers); returns 0 or -1 with errno set. */
+/* pread/pwrite until done (EINTR, short transfers); returns 0 or -1 with errno set. A read
+ * past the end of the file reads zeros. */
 int frt_pread_full(int fd, void *buf, size_t n, uint64_t off);
 int frt_pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
+/* pread until n bytes or the end of the file; *got (unless NULL) the bytes read. */
+int frt_pread_upto(int fd, void *buf, size_t n, uint64_t off, size_t *got);
+/* write(2) until done: an append to an O_APPEND log. */
+int frt_write_full(int fd, const void *buf, size_t n);
 
 /* ---- the flash device ---- */
 

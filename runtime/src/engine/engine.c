@@ -26,6 +26,7 @@
 
 #include "engine/backing_internal.h"
 #include "engine/device.h"
+#include "engine/persist.h"
 #include "flashrt.h"
 #include "util/internal.h"
 #include "engine/region.h"
@@ -39,6 +40,9 @@ struct flashrt {
     flashrt_backing *backing;
     struct frt_device dev;
     struct frt_regions rm;
+    struct frt_persist persist; /* the regions' headers and the journal */
+    int persist_open;
+    uint64_t recovered_hits;
     const struct frt_admission_ops *admit; /* the admission slot and its policy's state */
     void *adm_st;
     const struct frt_budget_ops *budget; /* the budget slot (NULL: none) and its state */
@@ -159,14 +163,25 @@ flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
                    (unsigned long long)size, (unsigned long long)want);
         goto fail;
     }
-    uint64_t spr = cfg->region_bytes / SEG, nregions = want / cfg->region_bytes;
+    uint64_t spr = cfg->region_bytes / SEG;
+    uint64_t nregions = frt_persist_regions(want, cfg->region_bytes, spr, rt->dev.is_blockdev, size);
     if (nregions == 0) {
         frt_seterr(err, errlen, "%s: flash of %llu bytes is too small for one region of %llu bytes",
                    cfg->flash_path, (unsigned long long)want, (unsigned long long)cfg->region_bytes);
         goto fail;
     }
     if (nregions * spr >= FRT_NONE) { frt_seterr(err, errlen, "flash too large"); goto fail; }
-    if (frt_device_reserve(&rt->dev, cfg->flash_path, nregions * cfg->region_bytes, err, errlen) != 0) goto fail;
+    /* the regions' headers after their data; the journal beside a regular file */
+    char journal[4200];
+    const char *jpath = cfg->journal_path;
+    if (!jpath && !rt->dev.is_blockdev) {
+        snprintf(journal, sizeof journal, "%s.journal", cfg->flash_path);
+        jpath = journal;
+    }
+    rt->persist_open = 1;
+    if (frt_persist_open(&rt->persist, &rt->dev, cfg->flash_path, jpath, nregions, cfg->region_bytes, spr, cfg->recover,
+                         cfg->sync, err, errlen) != 0)
+        goto fail;
     rt->fbuf = aligned(FRT_BLOCK_BYTES);
     rt->bbuf = aligned(FRT_BLOCK_BYTES);
     rt->rawbuf = cfg->measure_raw ? aligned(FRT_BLOCK_BYTES) : NULL;
@@ -185,6 +200,8 @@ flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
     rt->rm.ev = ev;
     if (ev->init && ev->init(&rt->ev_st, &rt->rm, cfg->eviction_policy, err, errlen) != 0) goto fail;
     rt->rm.ev_st = rt->ev_st;
+    rt->rm.log = &rt->persist;
+    if (cfg->recover && frt_persist_recover(&rt->persist, &rt->rm, err, errlen) != 0) goto fail;
     return rt;
 fail:
     flashrt_close(rt);
@@ -196,6 +213,7 @@ void flashrt_close(flashrt *rt) {
     if (rt->rm.ev && rt->rm.ev->free) rt->rm.ev->free(rt->ev_st);
     if (rt->admit && rt->admit->free) rt->admit->free(rt->adm_st);
     if (rt->budget && rt->budget->free) rt->budget->free(rt->bud_st);
+    if (rt->persist_open) frt_persist_close(&rt->persist);
     frt_device_close(&rt->dev);
     frt_regions_free(&rt->rm);
     frt_vec_free(&rt->decision_ns);
@@ -259,11 +277,36 @@ static int read_cached(flashrt *rt, const struct frt_blk *b, unsigned s0, unsign
 }
 
 /* Writes segment s of `key` (data) to a fresh slot and indexes it; a write error leaves it
- * uncached (the slot stays invalid). */
-static void insert_segment(flashrt *rt, uint64_t key, unsigned s, const uint8_t *data, double t) {
+ * uncached (the slot stays invalid). A region whose last slot is written gets its header.
+ * -1 (message in rt->err) when the device cannot take a region header. */
+static int insert_segment(flashrt *rt, uint64_t key, unsigned s, const uint8_t *data, double t) {
     uint32_t id = frt_regions_alloc_slot(&rt->rm, t); /* may evict this very block */
-    if (frt_device_write(&rt->dev, data, SEG, (uint64_t)id * SEG) != 0) return;
-    frt_regions_add(&rt->rm, key, s, id, t);
+    if (id == FRT_NONE)
+        return frt_seterr(rt->err, sizeof rt->err, "%s: cannot clear a region header: %s", rt->cfg.flash_path,
+                          strerror(errno));
+    if (frt_device_write(&rt->dev, data, SEG, (uint64_t)id * SEG) == 0) frt_regions_add(&rt->rm, key, s, id, t);
+    uint32_t r = (uint32_t)(id / rt->rm.spr);
+    if (rt->rm.reg[r].fill == rt->rm.spr) frt_persist_sealed(&rt->persist, &rt->rm, r);
+    return 0;
+}
+
+/* A cached segment whose flash read failed leaves the index (and, journalled, the device's
+ * view of it: it never comes back with --recover). -1 when neither the journal nor the
+ * region's header can say so. */
+static int drop_bad(flashrt *rt, uint32_t slot) {
+    if (frt_persist_dropping(&rt->persist, &rt->rm, slot) != 0)
+        return frt_seterr(rt->err, sizeof rt->err, "%s: cannot record a bad segment: %s", rt->cfg.flash_path,
+                          strerror(errno));
+    frt_regions_drop(&rt->rm, slot);
+    return 0;
+}
+
+/* The recovered blocks' last access: the first access's time. */
+static void recovered_start(flashrt *rt, double t) {
+    for (uint64_t i = 0; i < rt->rm.nslots; i++) {
+        const struct frt_slotref *sr = &rt->rm.slot[i];
+        if (sr->valid && rt->rm.blks[sr->blk].recovered) rt->rm.blks[sr->blk].last = t;
+    }
 }
 
 /* The block's access at t: its last-access time, and what the eviction policy makes of it
@@ -282,6 +325,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         rt->started = 1;
         rt->t0 = t;
         rt->wall0 = frt_now();
+        if (rt->persist.recovered_regions) recovered_start(rt, t);
     }
     rt->tlast = t;
     const uint64_t index = rt->gets + rt->puts; /* this access's, from 0 */
@@ -338,7 +382,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
             /* flash read error (counted by the device): drop what we hold of this range,
              * serve it as a miss */
             for (unsigned s = s0; s <= s1; s++)
-                if (holds(b, s)) frt_regions_drop(&rt->rm, b->loc[s]);
+                if (holds(b, s) && drop_bad(rt, b->loc[s]) != 0) return -1;
             continue;
         }
         refresh(rt, b, t);
@@ -355,6 +399,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
             frt_vec_push(&rt->over_us, hit_us - raw / 1e3);
         }
         rt->hits++;
+        rt->recovered_hits += b->recovered;
         rt->hit_bytes += a->size;
         rt->hit_segs += nseg;
         rt->served_bytes += a->size;
@@ -412,7 +457,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
             /* flash error (counted by the device; or, defensively, not cached): this
              * segment from the backing */
             if (holds(b, s)) {
-                frt_regions_drop(&rt->rm, b->loc[s]);
+                if (drop_bad(rt, b->loc[s]) != 0) return -1;
                 b = frt_regions_find(&rt->rm, a->key);
             }
             if (frt_backing_read(rt->backing, a->key, s, s, dst, t, rt->err, sizeof rt->err) != 0) return -1;
@@ -429,7 +474,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
                 if (!((want >> s) & 1)) continue;
                 b = frt_regions_find(&rt->rm, a->key); /* an eviction may have freed it */
                 if (holds(b, s)) continue;
-                insert_segment(rt, a->key, s, buf + (size_t)(s - u0) * SEG, t);
+                if (insert_segment(rt, a->key, s, buf + (size_t)(s - u0) * SEG, t) != 0) return -1;
                 rt->admitted++;
                 if (s < s0 || s > s1) rt->prefetched++;
             }
@@ -543,4 +588,10 @@ void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
     m->eviction_reinsertions = es.reinsertions;
     m->eviction_threshold = es.threshold;
     m->eviction_decision_ns_p50 = es.decision_ns_p50;
+    m->recovered_regions = rt->persist.recovered_regions;
+    m->recovered_segments = rt->persist.recovered_segments;
+    m->recovery_dropped = rt->persist.recovery_dropped;
+    m->recovered_hits = rt->recovered_hits;
+    m->header_errors = rt->persist.header_errors;
+    m->journalled = rt->persist.journalled;
 }

@@ -2,6 +2,7 @@
  * eviction of the region the eviction slot names, and the (block, segment) -> slot index. */
 #include <stdlib.h>
 
+#include "engine/persist.h"
 #include "engine/region.h"
 
 #define SPB FRT_SEGMENTS_PER_BLOCK
@@ -78,8 +79,14 @@ uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t) {
             evict_region(m, victim, t);
             m->clean[m->nclean++] = victim;
         }
-        m->open_region = m->clean[--m->nclean];
-        m->reg[m->open_region].fill = m->reg[m->open_region].live = 0;
+        uint32_t r = m->clean[--m->nclean];
+        if (m->log && frt_persist_opening(m->log, r) != 0) {
+            m->clean[m->nclean++] = r;
+            m->open_region = FRT_NONE;
+            return FRT_NONE;
+        }
+        m->open_region = r;
+        m->reg[r].fill = m->reg[r].live = 0;
     }
     struct frt_region *g = &m->reg[m->open_region];
     return (uint32_t)(m->open_region * m->spr + g->fill++);
@@ -94,6 +101,7 @@ void frt_regions_add(struct frt_regions *m, uint64_t key, unsigned s, uint32_t i
         b->key = key;
         b->mask = 0;
         b->count = 0;
+        b->recovered = 0;
         b->last = t;
         for (unsigned k = 0; k < SPB; k++) b->loc[k] = FRT_NONE;
         frt_map_put(&m->index, key, bi);

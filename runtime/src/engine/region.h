@@ -17,11 +17,14 @@
 
 #define FRT_NONE UINT32_MAX
 
+struct frt_persist;
+
 /* A cached block: which segments are on flash, where, and its last access (trace time). */
 struct frt_blk {
     uint64_t key, mask;
     double last;
     uint32_t count, next_free;
+    uint32_t recovered; /* indexed by --recover (engine/persist.h) */
     uint32_t loc[FRT_SEGMENTS_PER_BLOCK]; /* flash slot of each cached segment */
 };
 
@@ -46,6 +49,8 @@ struct frt_regions {
     struct frt_blk *blks; /* nslots entries: a cached block holds >= 1 segment */
     uint32_t free_blk;
     struct frt_map index; /* block key -> entry of blks */
+    /* the device's headers (engine/persist.h; NULL: none): told when a region opens */
+    struct frt_persist *log;
     /* the eviction slot (set by the engine after init) */
     const struct frt_eviction_ops *ev;
     void *ev_st;
@@ -61,7 +66,8 @@ void frt_regions_free(struct frt_regions *m);
 
 /* The next flash slot, sealing the open region and evicting a whole region (at trace time t,
  * the one the eviction policy names) as needed; the eviction may drop the very block the
- * caller is inserting. */
+ * caller is inserting. FRT_NONE when the new open region's header cannot be cleared (the
+ * device fails: nothing may be written). */
 uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t);
 /* Indexes segment s of block `key` at `slot` (just written); t: the block's access time when
  * the block is new to the index (the eviction policy's `added`). */

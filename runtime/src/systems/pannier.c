@@ -23,15 +23,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/device.h"
+#include "engine/journal.h"
 #include "util/internal.h"
 #include "systems/pannier.h"
 
 #define NIL UINT32_MAX
 #define OPEN 4
-#define HDR_MAGIC 0x314E4150u /* "PAN1" */
-#define HDR_FORMAT 1u
-#define HDR_FIXED 24u
-#define HDR_ENTRY 12u
+#define HDR_MAGIC 0x314E4150u /* "PAN1": a container header (engine/journal.h) */
 
 /* ---------- u64 -> u64 hash map: map_tmpl.h's, with this file's linkage ---------- */
 struct pn_map {
@@ -494,64 +493,9 @@ static void verify(struct frt_pn *c, const unsigned char *buf, uint64_t b, uint3
     if (held != v || memcmp(buf, c->expect, c->pb) != 0) c->c.verify_failures++;
 }
 
-static int full_pread(int fd, void *buf, size_t n, uint64_t off, size_t *got) {
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (r == 0) break;
-        done += (size_t)r;
-    }
-    if (got) *got = done;
-    return 0;
-}
-
-static int full_pwrite(int fd, const void *buf, size_t n, uint64_t off) {
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = pwrite(fd, (const char *)buf + done, n - done, (off_t)(off + done));
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        done += (size_t)r;
-    }
-    return 0;
-}
-
-static int full_write(int fd, const void *buf, size_t n) {
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = write(fd, (const char *)buf + done, n - done);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        done += (size_t)r;
-    }
-    return 0;
-}
-
 static uint64_t data_off(const struct frt_pn *c, uint32_t slot) { return (uint64_t)slot * c->cfg.container_bytes; }
 static uint64_t hdr_off(const struct frt_pn *c, uint32_t slot) {
     return (uint64_t)c->slots * c->cfg.container_bytes + (uint64_t)slot * c->header_bytes;
-}
-
-static uint32_t hdr_checksum(const unsigned char *h, uint32_t count) {
-    uint64_t x = 0;
-    memcpy(&x, h + 16, 8); /* seal_seq */
-    x = frt_mix64(x ^ count);
-    for (uint32_t i = 0; i < count; i++) {
-        uint64_t k;
-        uint32_t v;
-        memcpy(&k, h + HDR_FIXED + HDR_ENTRY * i, 8);
-        memcpy(&v, h + HDR_FIXED + HDR_ENTRY * i + 8, 4);
-        x = frt_mix64(x ^ k) + v;
-    }
-    return (uint32_t)(x ^ (x >> 32));
 }
 
 /* the block fetched from the backing for a read miss, into c->blk */
@@ -559,7 +503,7 @@ static void fetch_backing(struct frt_pn *c, uint64_t b) {
     uint32_t v = version_of(c, b);
     size_t got = 0;
     c->c.backing_reads++;
-    if (full_pread(c->backing_fd, c->blk, c->pb, b * c->pb, &got) != 0) {
+    if (frt_pread_upto(c->backing_fd, c->blk, c->pb, b * c->pb, &got) != 0) {
         fail(c, "cannot read", c->cfg.backing_path);
         frt_pn_fill(c->blk, c->pb, b, v);
         return;
@@ -683,23 +627,12 @@ static void insert(struct frt_pn *c, uint64_t page, enum frt_budget_kind kind, u
 static void write_container(struct frt_pn *c, uint32_t id) {
     struct container *k = &c->cs[id];
     k->flash_slot = c->free_slots[--c->nfree_slots];
-    memset(c->hdr, 0, c->header_bytes);
-    uint32_t magic = HDR_MAGIC, count = k->len;
-    uint16_t fmt = HDR_FORMAT, flags = (uint16_t)(k->hot | k->reinsertion << 1);
-    memcpy(c->hdr, &magic, 4);
-    memcpy(c->hdr + 4, &fmt, 2);
-    memcpy(c->hdr + 6, &flags, 2);
-    memcpy(c->hdr + 8, &count, 4);
-    memcpy(c->hdr + 16, &k->seal_seq, 8);
-    for (uint32_t i = 0; i < count; i++) {
-        memcpy(c->hdr + HDR_FIXED + HDR_ENTRY * i, &k->keys[i], 8);
-        memcpy(c->hdr + HDR_FIXED + HDR_ENTRY * i + 8, &k->vers[i], 4);
-    }
-    uint32_t sum = hdr_checksum(c->hdr, count);
-    memcpy(c->hdr + 12, &sum, 4);
+    frt_rhdr_begin(c->hdr, c->header_bytes, HDR_MAGIC, (uint16_t)(k->hot | k->reinsertion << 1), k->len, k->seal_seq);
+    for (uint32_t i = 0; i < k->len; i++) frt_rhdr_set(c->hdr, i, k->keys[i], k->vers[i]);
+    frt_rhdr_finish(c->hdr);
     errno = 0;
-    if (full_pwrite(c->flash_fd, k->buf, c->cfg.container_bytes, data_off(c, k->flash_slot)) != 0 ||
-        full_pwrite(c->flash_fd, c->hdr, c->header_bytes, hdr_off(c, k->flash_slot)) != 0 ||
+    if (frt_pwrite_full(c->flash_fd, k->buf, c->cfg.container_bytes, data_off(c, k->flash_slot)) != 0 ||
+        frt_pwrite_full(c->flash_fd, c->hdr, c->header_bytes, hdr_off(c, k->flash_slot)) != 0 ||
         (c->cfg.sync && fdatasync(c->flash_fd) != 0))
         fail(c, "cannot write a container", c->cfg.flash_path);
     c->pool[c->npool++] = k->buf;
@@ -726,9 +659,9 @@ static void evict_one(struct frt_pn *c) {
     uint32_t v = pol_victim(c, &copy);
     if (sampled(c, c->cs[v].seal_seq)) sampler_push(&c->access_pct, access_permille(c, v));
     if (c->data) { /* the header goes first: the slot's data will be overwritten */
-        static const unsigned char zero[HDR_FIXED];
+        static const unsigned char zero[FRT_RHDR_FIXED];
         errno = 0;
-        if (full_pwrite(c->flash_fd, zero, sizeof zero, hdr_off(c, c->cs[v].flash_slot)) != 0)
+        if (frt_pwrite_full(c->flash_fd, zero, sizeof zero, hdr_off(c, c->cs[v].flash_slot)) != 0)
             fail(c, "cannot write a header", c->cfg.flash_path);
     }
     for (uint32_t i = 0; i < c->cs[v].len; i++) {
@@ -745,7 +678,7 @@ static void evict_one(struct frt_pn *c) {
                     size_t got = 0;
                     errno = 0;
                     c->c.flash_reads++;
-                    if (full_pread(c->flash_fd, c->blk, c->pb, data_off(c, c->cs[v].flash_slot) + (uint64_t)i * c->pb, &got) != 0 || got != c->pb)
+                    if (frt_pread_upto(c->flash_fd, c->blk, c->pb, data_off(c, c->cs[v].flash_slot) + (uint64_t)i * c->pb, &got) != 0 || got != c->pb)
                         fail(c, "cannot read a container", c->cfg.flash_path);
                     verify(c, c->blk, key, ver);
                 }
@@ -823,7 +756,7 @@ static int access_block(struct frt_pn *c, uint64_t page, int write) {
                 size_t got = 0;
                 errno = 0;
                 c->c.flash_reads++;
-                if (full_pread(c->flash_fd, c->blk, c->pb, data_off(c, k->flash_slot) + (uint64_t)slot * c->pb, &got) != 0 || got != c->pb)
+                if (frt_pread_upto(c->flash_fd, c->blk, c->pb, data_off(c, k->flash_slot) + (uint64_t)slot * c->pb, &got) != 0 || got != c->pb)
                     fail(c, "cannot read a container", c->cfg.flash_path);
                 verify(c, c->blk, page, k->vers[slot]);
             }
@@ -843,11 +776,11 @@ static int access_block(struct frt_pn *c, uint64_t page, int write) {
         memcpy(rec, &page, 8);
         memcpy(rec + 8, &ver, 4);
         errno = 0;
-        if (full_write(c->versions_fd, rec, sizeof rec) != 0 || (c->cfg.sync && fdatasync(c->versions_fd) != 0))
+        if (frt_write_full(c->versions_fd, rec, sizeof rec) != 0 || (c->cfg.sync && fdatasync(c->versions_fd) != 0))
             fail(c, "cannot append", "the version log");
         if (pn_map_put(&c->versions, page, ver) != 0) abort();
         frt_pn_fill(c->blk, c->pb, page, ver);
-        if (full_pwrite(c->backing_fd, c->blk, c->pb, page * c->pb) != 0 || (c->cfg.sync && fdatasync(c->backing_fd) != 0))
+        if (frt_pwrite_full(c->backing_fd, c->blk, c->pb, page * c->pb) != 0 || (c->cfg.sync && fdatasync(c->backing_fd) != 0))
             fail(c, "cannot write", c->cfg.backing_path);
     }
     if (!found) {
@@ -870,11 +803,8 @@ static int access_block(struct frt_pn *c, uint64_t page, int write) {
     k->freq[slot] = 0;
     (void)pn_map_del(&c->index, page);
     if (c->data) {
-        unsigned char rec[16];
-        memcpy(rec, &page, 8);
-        memcpy(rec + 8, &c->seal_seq, 8);
         errno = 0;
-        if (full_write(c->journal_fd, rec, sizeof rec) != 0 || (c->cfg.sync && fdatasync(c->journal_fd) != 0))
+        if (frt_journal_append(c->journal_fd, page, c->seal_seq, c->cfg.sync) != 0)
             fail(c, "cannot append", "the invalidation journal");
     }
     pol_on_invalidate(c, id);
@@ -949,7 +879,7 @@ int frt_pn_config_check(const struct frt_pn_config *c, char *err, size_t errlen)
 }
 
 /* ---------- open, recovery, close ---------- */
-static int open_logs(struct frt_pn *c, char *err, size_t errlen, struct pn_map *journal) {
+static int open_logs(struct frt_pn *c, char *err, size_t errlen, struct frt_map64 *journal) {
     char path[4200];
     /* the version log: read (a torn last record is cut), then redo the last record */
     snprintf(path, sizeof path, "%s.versions", c->cfg.backing_path);
@@ -966,7 +896,7 @@ static int open_logs(struct frt_pn *c, char *err, size_t errlen, struct pn_map *
     for (uint64_t i = 0; i < n;) {
         uint64_t m = n - i < 1024 ? n - i : 1024;
         size_t got = 0;
-        if (full_pread(c->versions_fd, rec, m * 12, i * 12, &got) != 0 || got != m * 12)
+        if (frt_pread_upto(c->versions_fd, rec, m * 12, i * 12, &got) != 0 || got != m * 12)
             return frt_seterr(err, errlen, "%s: cannot read: %s", path, strerror(errno ? errno : EIO));
         for (uint64_t j = 0; j < m; j++) {
             memcpy(&last_b, rec + 12 * j, 8);
@@ -977,90 +907,41 @@ static int open_logs(struct frt_pn *c, char *err, size_t errlen, struct pn_map *
     }
     if (n > 0) { /* the block of the last record may not have reached the backing */
         frt_pn_fill(c->blk, c->pb, last_b, last_v);
-        if (full_pwrite(c->backing_fd, c->blk, c->pb, last_b * c->pb) != 0)
+        if (frt_pwrite_full(c->backing_fd, c->blk, c->pb, last_b * c->pb) != 0)
             return frt_seterr(err, errlen, "%s: cannot write: %s", c->cfg.backing_path, strerror(errno));
     }
     /* the journal: kept (and read) when recovering, else emptied */
     snprintf(path, sizeof path, "%s.journal", c->cfg.flash_path);
-    c->journal_fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | (c->cfg.recover ? 0 : O_TRUNC), 0644);
-    if (c->journal_fd < 0) return frt_seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    if (!c->cfg.recover) return 0;
-    if (fstat(c->journal_fd, &st) != 0) return frt_seterr(err, errlen, "%s: %s", path, strerror(errno));
-    n = (uint64_t)st.st_size / 16;
-    if ((uint64_t)st.st_size != n * 16 && ftruncate(c->journal_fd, (off_t)(n * 16)) != 0)
-        return frt_seterr(err, errlen, "%s: cannot truncate a torn record: %s", path, strerror(errno));
-    for (uint64_t i = 0; i < n;) {
-        uint64_t m = n - i < 768 ? n - i : 768;
-        size_t got = 0;
-        if (full_pread(c->journal_fd, rec, m * 16, i * 16, &got) != 0 || got != m * 16)
-            return frt_seterr(err, errlen, "%s: cannot read: %s", path, strerror(errno ? errno : EIO));
-        for (uint64_t j = 0; j < m; j++) {
-            uint64_t k, s;
-            memcpy(&k, rec + 16 * j, 8);
-            memcpy(&s, rec + 16 * j + 8, 8);
-            uint64_t *old = pn_map_get(journal, k);
-            if ((!old || *old < s) && pn_map_put(journal, k, s) != 0) return frt_seterr(err, errlen, "out of memory");
-            if (s > c->seal_seq) c->seal_seq = s;
-        }
-        i += m;
-    }
-    return 0;
-}
-
-struct rec_slot {
-    uint64_t seq;
-    uint32_t slot;
-};
-
-static int cmp_rec(const void *a, const void *b) {
-    const struct rec_slot *x = a, *y = b;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
+    c->journal_fd = frt_journal_open(path, c->cfg.recover, journal, &c->seal_seq, err, errlen);
+    return c->journal_fd < 0 ? -1 : 0;
 }
 
 /* Rebuilds the cache from the headers (newest seal first decides which copy is current). */
-static int recover(struct frt_pn *c, const struct pn_map *journal, char *err, size_t errlen) {
+static int recover(struct frt_pn *c, const struct frt_map64 *journal, char *err, size_t errlen) {
     size_t hb = c->header_bytes;
-    unsigned char *all = malloc((size_t)c->slots * hb);
-    struct rec_slot *rs = malloc((size_t)c->slots * sizeof *rs);
+    unsigned char *all = NULL;
+    struct frt_rhdr_rec *rs = NULL;
+    uint32_t nrec = 0;
     uint8_t *keep = malloc((size_t)c->slots * c->ppc);
     struct pn_map claimed;
     int rc = -1;
     memset(&claimed, 0, sizeof claimed);
-    if (!all || !rs || !keep || pn_map_init(&claimed, (size_t)c->slots * c->ppc) != 0) {
+    if (!keep || pn_map_init(&claimed, (size_t)c->slots * c->ppc) != 0) {
         frt_seterr(err, errlen, "out of memory recovering %s", c->cfg.flash_path);
         goto out;
     }
-    size_t got = 0;
-    if (full_pread(c->flash_fd, all, (size_t)c->slots * hb, hdr_off(c, 0), &got) != 0 || got != (size_t)c->slots * hb) {
-        frt_seterr(err, errlen, "%s: cannot read the container headers: %s", c->cfg.flash_path, strerror(errno ? errno : EIO));
+    if (frt_rhdr_scan(c->flash_fd, c->cfg.flash_path, hdr_off(c, 0), c->slots, hb, HDR_MAGIC, c->ppc, &all, &rs, &nrec,
+                      err, errlen) != 0)
         goto out;
-    }
-    uint32_t nrec = 0;
-    for (uint32_t s = 0; s < c->slots; s++) {
-        const unsigned char *h = all + (size_t)s * hb;
-        uint32_t magic, count, sum;
-        uint16_t fmt;
-        uint64_t seq;
-        memcpy(&magic, h, 4);
-        memcpy(&fmt, h + 4, 2);
-        memcpy(&count, h + 8, 4);
-        memcpy(&sum, h + 12, 4);
-        memcpy(&seq, h + 16, 8);
-        if (magic != HDR_MAGIC || fmt != HDR_FORMAT || count != c->ppc || seq == 0 || hdr_checksum(h, count) != sum) continue;
-        rs[nrec++] = (struct rec_slot){seq, s};
-    }
-    qsort(rs, nrec, sizeof *rs, cmp_rec);
     /* newest first: a copy is current iff its version is the block's, no journal record at or
      * after its seal invalidates it, and no newer container holds the block */
     for (uint32_t r = nrec; r-- > 0;) {
-        const unsigned char *h = all + (size_t)rs[r].slot * hb;
+        const unsigned char *h = all + (size_t)rs[r].region * hb;
         for (uint32_t i = 0; i < c->ppc; i++) {
             uint64_t k;
             uint32_t v;
-            memcpy(&k, h + HDR_FIXED + HDR_ENTRY * i, 8);
-            memcpy(&v, h + HDR_FIXED + HDR_ENTRY * i + 8, 4);
-            const uint64_t *j = pn_map_get(journal, k);
-            int ok = v == version_of(c, k) && !(j && *j >= rs[r].seq) && !pn_map_get(&claimed, k);
+            frt_rhdr_get(h, i, &k, &v);
+            int ok = v == version_of(c, k) && frt_journal_current(journal, k, rs[r].seq) && !pn_map_get(&claimed, k);
             if (ok && pn_map_put(&claimed, k, 1) != 0) {
                 frt_seterr(err, errlen, "out of memory");
                 goto out;
@@ -1077,20 +958,18 @@ static int recover(struct frt_pn *c, const struct pn_map *journal, char *err, si
         goto out;
     }
     for (uint32_t r = 0; r < nrec; r++) {
-        const unsigned char *h = all + (size_t)rs[r].slot * hb;
+        const unsigned char *h = all + (size_t)rs[r].region * hb;
         uint32_t nv = 0;
         for (uint32_t i = 0; i < c->ppc; i++) nv += keep[(size_t)r * c->ppc + i];
         if (rs[r].seq > c->seal_seq) c->seal_seq = rs[r].seq;
         if (nv == 0) continue;
-        uint16_t flags;
-        memcpy(&flags, h + 6, 2);
+        uint16_t flags = frt_rhdr_flags(h);
         uint32_t id = alloc_container(c, flags >> 1 & 1, flags & 1);
         struct container *k = &c->cs[id];
         free(k->buf);
         k->buf = NULL;
         for (uint32_t i = 0; i < c->ppc; i++) {
-            memcpy(&k->keys[i], h + HDR_FIXED + HDR_ENTRY * i, 8);
-            memcpy(&k->vers[i], h + HDR_FIXED + HDR_ENTRY * i + 8, 4);
+            frt_rhdr_get(h, i, &k->keys[i], &k->vers[i]);
             k->valid[i] = keep[(size_t)r * c->ppc + i];
             k->freq[i] = 0;
             if (k->valid[i] && pn_map_put(&c->index, k->keys[i], (uint64_t)id << 32 | i) != 0) abort();
@@ -1102,9 +981,9 @@ static int recover(struct frt_pn *c, const struct pn_map *journal, char *err, si
         k->state = ST_SEALED;
         k->seal_time = c->now;
         k->seal_seq = rs[r].seq;
-        k->flash_slot = rs[r].slot;
+        k->flash_slot = rs[r].region;
         k->recovered = 1;
-        used[rs[r].slot] = 1;
+        used[rs[r].region] = 1;
         used_slot_any = 1;
         c->sealed++;
         c->c.recovered_containers++;
@@ -1171,7 +1050,7 @@ frt_pn *frt_pn_open(const struct frt_pn_config *cfg, char *err, size_t errlen) {
         return NULL;
     }
     c->data = 1;
-    c->header_bytes = (HDR_FIXED + (uint64_t)HDR_ENTRY * c->ppc + 4095) / 4096 * 4096;
+    c->header_bytes = frt_rhdr_bytes(c->ppc);
     c->blk = malloc(c->pb);
     c->expect = malloc(c->pb);
     c->hdr = malloc(c->header_bytes);
@@ -1198,10 +1077,10 @@ frt_pn *frt_pn_open(const struct frt_pn_config *cfg, char *err, size_t errlen) {
         frt_seterr(err, errlen, "%s: %llu bytes, not the %llu of this flash size and container size (recover with the knobs it was made with)",
                    cfg->flash_path, (unsigned long long)st.st_size, (unsigned long long)fsize);
     else {
-        struct pn_map journal;
-        int rc = pn_map_init(&journal, 1024) != 0 ? frt_seterr(err, errlen, "out of memory") : open_logs(c, err, errlen, &journal);
+        struct frt_map64 journal;
+        int rc = frt_map64_init(&journal, 1024) != 0 ? frt_seterr(err, errlen, "out of memory") : open_logs(c, err, errlen, &journal);
         if (rc == 0 && cfg->recover) rc = recover(c, &journal, err, errlen);
-        pn_map_free(&journal);
+        frt_map64_free(&journal);
         if (rc == 0) return c;
     }
     frt_pn_close(c);

@@ -3,7 +3,8 @@
  * Before including, define MAP_NAME (the struct's name and the functions' prefix: the struct
  * must have `uint64_t *keys; MAP_VAL *vals; uint8_t *used; size_t cap, len;`), MAP_VAL (the
  * value type) and MAP_SCOPE (the public functions' linkage: empty, or `static inline`).
- * Instances: map.c (frt_map, u64 -> u32, declared in map.h) and pannier.c (u64 -> u64). */
+ * Instances: map.c (frt_map, u64 -> u32, and frt_map64, u64 -> u64, declared in map.h) and
+ * pannier.c (u64 -> u64, inlined into its hot path). */
 #include <stdlib.h>
 #include <string.h>
 
