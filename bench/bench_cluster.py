@@ -3,38 +3,51 @@ the main job costs scaled out against the same job embedded on the same cores, t
 with two worker processes against one, the DAG under the real Airflow scheduler against
 `dag.test()`, and what the faults a cluster has lose.
 
-    .venv/bin/python bench/bench_cluster.py                     # the demo trace
-    .venv/bin/python bench/bench_cluster.py --accesses 1000000  # a generated 1 M-access trace
-    .venv/bin/python bench/bench_cluster.py --render            # only re-render the docs
+    .venv/bin/python bench/bench_cluster.py                  # every step, 1 M accesses
+    .venv/bin/python bench/bench_cluster.py --steps dag,dag_test   # some steps again,
+                                                             # merged into cluster.json
+    .venv/bin/python bench/bench_cluster.py --render         # only re-render the docs
 
-1. `scripts/cluster.sh up` in a fresh state folder: wall seconds until every health endpoint
-   answers (Postgres, the MLflow server, the Spark master with 2 workers, Airflow's
-   api-server, scheduler and dag-processor);
-2. `flashml pipeline run` embedded (sqlite MLflow and Optuna stores, Polars episodes) and
-   then with the cluster's variables (MLflow server, Optuna on Postgres, episodes on the
-   Spark cluster), same trace, seed and options (`--sweep-trials 2 --sweep-workers 2`):
-   wall seconds of each, their stages' timings, and whether the summaries are equal
-   (every policy's metrics, convergence, episodes, the sweep's trials);
-3. the same scaled-out job with `--sweep-workers 1`: its sweep stage against step 2's;
-4. `flashml_retrain` triggered through Airflow's REST API and run by the scheduler (wall
-   seconds from the trigger to the run's end, each task's duration), and the same DAG run
-   by `dag.test()` in one process (a sqlite Airflow database, no cluster);
-5. the faults (scripts/cluster_faults.py), each on the scaled-out main job or DAG: the MLflow
-   server restarted during the sweep, the scheduler killed mid-DAG (in `train`) and
-   restarted, a Spark worker killed with its executor during the episodes stage; for each,
-   the runs on the MLflow server, the trials in the Optuna study and the artifacts on the
-   artifact store that were lost (counted by `cluster_faults.tally`);
-6. `scripts/cluster.sh down`: wall seconds, and that no recorded process is left.
+Steps (`--steps`; each on a cluster started afresh by this run):
+
+1. `startup`: `scripts/cluster.sh up` in a fresh state folder: wall seconds until every
+   health endpoint answers (Postgres, the MLflow server, the Spark master with 2 workers,
+   Airflow's api-server, scheduler and dag-processor), and when each was healthy;
+2. `main_job`: `flashml pipeline run` on a generated region1-like trace of `--accesses`
+   accesses (1 M), embedded (sqlite MLflow and Optuna stores, Polars episodes) and then with
+   the cluster's variables (MLflow server, Optuna on Postgres, episodes on the Spark
+   cluster), same trace, seed and options (`--sweep-trials 2 --sweep-workers 2`): wall
+   seconds of each, their stages' timings, and whether the summaries are equal (every
+   policy's metrics, convergence, episodes, the sweep's trials);
+3. `sweep_workers`: the same scaled-out job with `--sweep-workers 1`: its sweep stage
+   against step 2's;
+4. `small_job`: the small job of tests/test_cluster.py (20,000 accesses, at most 30
+   boosting rounds, 2 trials on 2 workers) embedded and scaled out: the reference the
+   faults' runs are compared with (their summary, the artifacts a run logs);
+5. `mlflow_fault`, `spark_fault` (scripts/cluster_faults.py), each on the small job scaled
+   out: the MLflow server restarted during the sweep; a Spark worker killed with its
+   executor during the episodes stage (started again afterwards);
+6. `dag`: `flashml_retrain` with the small job's settings, triggered through Airflow's REST
+   API and run by the scheduler (wall seconds from the trigger to the run's end, each
+   task's duration); `dag_test`: the same DAG run by `dag.test()` in one process (a sqlite
+   Airflow database, embedded stores, no cluster);
+7. `scheduler_fault`: the same DAG, the scheduler killed in `train` and restarted;
+   for each fault, the runs on the MLflow server, the trials in the Optuna study and the
+   artifacts on the artifact store that were lost (counted by `cluster_faults.tally`);
+8. `scripts/cluster.sh down`: wall seconds, and that no process of the cluster and no port
+   is left; `restart`: `up` again on the same state folder (Postgres initialised and
+   Airflow's database migrated already), then `down` again.
 
 Writes bench/results/cluster.json (with the machine and its load average at each step: the
-VM is shared) and renders its figures into docs/how-to/scale-out.md and README.md's
-"Scaling out" section."""
+VM is shared; run it under `flock /tmp/flashml-timing.lock`) and renders its figures into
+docs/how-to/scale-out.md and README.md's "Scaling out" section."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +71,12 @@ SCRIPT = ROOT / "scripts" / "cluster.sh"
 FLASHML = [sys.executable, "-m", "flashml.cli"]
 CLIENT_VARS = ("MLFLOW_TRACKING_URI", "FLASHML_OPTUNA_STORAGE", "FLASHML_SPARK_MASTER",
                "FLASHML_HOME", "FLASHML_RETRAIN_DIR", "FLASHML_EXPORT_DIR", "AIRFLOW_HOME")
+STEPS = ("startup", "main_job", "sweep_workers", "small_job", "mlflow_fault", "spark_fault",
+         "dag", "dag_test", "scheduler_fault", "restart")
+#: the step that measures each result key (cluster.json)
+FAULT_KEYS = {"mlflow_fault": "mlflow_restart_during_sweep",
+              "spark_fault": "spark_worker_killed_mid_episodes",
+              "scheduler_fault": "scheduler_killed_mid_dag"}
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -66,21 +85,70 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env | extra
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
+def run(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, str]:
+    """Wall seconds and stderr of `cmd` (exits with its stderr when it fails)."""
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return round(time.monotonic() - t0, 2)
+    return round(time.monotonic() - t0, 2), proc.stderr
 
 
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
+    return run(cmd, env, cwd)[0]
+
+
+def up(env: dict[str, str]) -> dict[str, Any]:
+    """`cluster.sh up`: its wall seconds and, per service, the seconds after the start at
+    which it was healthy (what the script reports)."""
+    wall, err = run(["bash", str(SCRIPT), "up"], env, ROOT)
+    healthy = {m.group(1): int(m.group(2)) for m in
+               re.finditer(r"cluster: (\S+): healthy \((\d+) s after start\)", err)}
+    migrated = re.search(r"airflow: database migrated \((\d+) s after start\)", err)
+    return {"wall_s": wall, "healthy_at_s": healthy,
+            "airflow_migrated_at_s": int(migrated.group(1)) if migrated else None,
+            "airflow_migrate": "skipped" if "database already migrated" in err else "run"}
+
+
+def cluster_pids(state: Path) -> list[int]:
+    """Processes whose environment or command line names the cluster's folder."""
+    mark = str(state).encode()
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            if mark in (proc / "environ").read_bytes() + (proc / "cmdline").read_bytes():
+                out.append(int(proc.name))
+        except (OSError, IndexError):
+            continue
+    return out
+
+
+def open_ports(state: Path) -> list[int]:
+    import socket
+
+    ports = [int(p) for line in (state / "ports").read_text().splitlines()
+             for p in line.split()[1:]]
+    left = []
+    for p in ports:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", p)) == 0:
+                left.append(p)
+    return left
+
+
+#: the main job's options besides the trace size, embedded and scaled out
 JOB_OPTIONS = ["--sweep-trials", "2", "--sweep-workers", "2"]
-DAG_CONF = {"sweep_trials": 2, "sweep_workers": 2}
+#: the small job (tests/test_cluster.py's): the faults' runs and the DAG's params
+SMALL = {"accesses": 20000, "max_rounds": 30, "sweep_trials": 2, "sweep_workers": 2}
+SMALL_ARGS = [a for k, v in SMALL.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 
 
-def job(out: Path, trace: list[str], env: dict[str, str], cwd: Path,
-        options: list[str] = JOB_OPTIONS) -> dict[str, Any]:
-    wall = timed([*FLASHML, "pipeline", "run", "--out", str(out), *trace, *options], env, cwd)
+def job(out: Path, args: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    wall = timed([*FLASHML, "pipeline", "run", "--out", str(out), *args], env, cwd)
     summary = json.loads((out / "summary.json").read_text())
     return {"wall_s": wall, "job_s": summary["seconds"], "stages_s": summary["timings_s"],
             "engine": summary["episodes"]["engine"], "summary": summary}
@@ -139,10 +207,22 @@ def lost(t: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def save(res: dict[str, Any], done: bool = False) -> None:
-    """cluster.json as measured so far (`"complete": false` until the last step)."""
-    write_json(OUT, res | {"complete": done,
-                           "machine_load_avg_1m_after": os.getloadavg()[0]})
+def is_complete(res: dict[str, Any]) -> bool:
+    """Every step's figures present and none failed."""
+    keys = ["startup_s", "main_job", "sweep_workers", "small_job", "dag", "dag_test",
+            "restart", "down_s"]
+    faults = res.get("faults", {})
+    return (all(k in res and "error" not in (res[k] if isinstance(res[k], dict) else {})
+                for k in keys)
+            and all(k in faults and "error" not in faults[k] for k in FAULT_KEYS.values())
+            and res.get("processes_left") == 0 and res.get("ports_left") == [])
+
+
+def save(res: dict[str, Any]) -> None:
+    """cluster.json as measured so far (`complete` once every step is)."""
+    res["machine_load_avg_1m_after"] = os.getloadavg()[0]
+    res["complete"] = is_complete(res)
+    write_json(OUT, res)
 
 
 def step(res: dict[str, Any], name: str, fn: Any) -> None:
@@ -177,6 +257,11 @@ FAULTS = {"mlflow_restart_during_sweep": "MLflow server restarted during the swe
           "scheduler_killed_mid_dag": "scheduler killed (SIGKILL) in `train`, restarted",
           "spark_worker_killed_mid_episodes": "Spark worker killed with its executor "
           "during the episodes"}
+#: what each step measures, as the "not measured" row names it
+STEP_NAMES = {"startup_s": "start-up", "main_job": "the main job",
+              "sweep_workers": "the sweep with 1 worker process",
+              "small_job": "the small job", "dag": "the DAG under the scheduler",
+              "dag_test": "`dag.test()`", "restart": "the restart"}
 
 
 def _fault_row(key: str, f: dict[str, Any]) -> tuple[str, str]:
@@ -191,7 +276,9 @@ def _fault_row(key: str, f: dict[str, Any]) -> tuple[str, str]:
               f"{f['restarted_at_s'] - f['killed_at_s']:.0f} s later; `train` tries: "
               f"{f['train_tries']}",
               "spark_worker_killed_mid_episodes":
-              lambda: f"worker {f['worker']} killed {f['killed_at_s']:.0f} s into the job"}
+              lambda: f"worker {f['worker']} killed {f['killed_at_s']:.0f} s into the job"
+              + ("" if f.get("episodes_done_at_kill") is not True
+                 else ", after the episodes stage had ended")}
     equal = f.get("summary_equal")
     return (FAULTS[key],
             f"{f['state']} in {f['wall_s']:.0f} s ({detail[key]()}"
@@ -209,8 +296,8 @@ def training_note(m: dict[str, Any]) -> str:
     if e is None or c is None:
         return "compare the stages the scaled-out path changes rather than the totals."
     return (f"the training stage, the same code in the job's process in both runs, took "
-            f"{e:.0f} s embedded and {c:.0f} s scaled out, so the totals' ratio mostly "
-            "measures the load; the stages the scaled-out path changes are its cost.")
+            f"{e:.0f} s embedded and {c:.0f} s scaled out: the difference between the "
+            "totals beyond that is what the scaled-out path costs (the stages it changes).")
 
 
 def path_cost(m: dict[str, Any]) -> str:
@@ -234,51 +321,91 @@ def _s(x: Any) -> str:
     return f"{x:.0f} s" if isinstance(x, (int, float)) else "not measured"
 
 
+def _failed(x: dict[str, Any]) -> str:
+    return f"FAILED: {x['error'][:200]}"
+
+
+def _startup_detail(st: dict[str, Any]) -> str:
+    """When each service answered, grouped: "Postgres 3 s, MLflow 20 s, ..."."""
+    h = st.get("healthy_at_s", {})
+    workers = [v for k, v in h.items() if k.startswith("spark-worker")]
+    parts = [("Postgres", h.get("postgres")),
+             ("Airflow's database migrated", st.get("airflow_migrated_at_s")),
+             ("MLflow", h.get("mlflow")), ("Spark master", h.get("spark-master")),
+             ("both workers", max(workers) if workers else None),
+             ("Airflow's api-server", h.get("airflow-apiserver")),
+             ("scheduler", h.get("airflow-scheduler")),
+             ("dag-processor", h.get("airflow-dag-processor"))]
+    return ", ".join(f"{a} {b} s" for a, b in parts if b is not None)
+
+
 def render(res: dict[str, Any]) -> str:
     """The figures block of docs/how-to/scale-out.md from cluster.json."""
-    m, d = res["main_job"], res.get("dag", {})
-    size = res.get("accesses_label") or res["accesses"]
-    tasks = ", ".join(f"{t} {v['duration_s']:.0f}" for t, v in d.get("tasks", {}).items()
-                      if v.get("duration_s") is not None)
-    spark = {k: v for k, v in m["scaled_out_stages_s"].items()
-             if k == "spark session" or k.startswith("episodes")}
-    rows = [
-        ("start-up (`cluster.sh up`, every health endpoint answering)",
-         f"{res['startup_s']:.0f} s"),
-        (f"main job, {res['job_options']}, {size}: embedded / scaled out",
-         f"{m['embedded_s']:.0f} s / {m['scaled_out_s']:.0f} s "
-         f"(x{m['scaled_out_over_embedded']:.2f}); summaries equal: "
-         f"{'yes' if m['summaries_equal'] else 'NO'}"),
-        ("of which Spark (session start, episodes on 2 workers)",
-         ", ".join(f"{'start' if k == 'spark session' else k}: {v:.0f} s"
-                   for k, v in spark.items())),
-        ("the stages the scaled-out path changes, embedded → scaled out", path_cost(m)),
-    ]
+    rows: list[tuple[str, str]] = []
+    if "startup_s" in res:
+        st = res.get("startup", {})
+        rows.append(("start-up (`cluster.sh up` in a new state folder, every health "
+                     "endpoint answering)", f"**{res['startup_s']:.0f} s**"
+                     + (f" (healthy after: {_startup_detail(st)})" if st else "")))
+    rs = res.get("restart")
+    if rs:
+        rows.append(("start-up again on the same state (`down`, then `up`: Postgres "
+                     "initialised, Airflow's database migrated already)",
+                     f"{rs['wall_s']:.0f} s (Airflow's migration "
+                     f"{rs.get('airflow_migrate', '?')})"))
+    m = res.get("main_job", {})
+    size = res.get("accesses_label") or res.get("accesses")
+    if "error" in m:
+        rows.append((f"main job, {size}", _failed(m)))
+    elif m:
+        spark = {k: v for k, v in m["scaled_out_stages_s"].items()
+                 if k == "spark session" or k.startswith("episodes")}
+        rows += [
+            (f"main job, {size}, {res['job_options']}: embedded / scaled out (same 2 cores)",
+             f"{m['embedded_s']:.0f} s / {m['scaled_out_s']:.0f} s "
+             f"(x{m['scaled_out_over_embedded']:.2f}); summaries equal: "
+             f"{'yes' if m['summaries_equal'] else 'NO'}"),
+            ("of which Spark (session start, episodes on 2 workers)",
+             ", ".join(f"{'start' if k == 'spark session' else k}: {v:.0f} s"
+                       for k, v in spark.items())),
+            ("the stages the scaled-out path changes, embedded → scaled out", path_cost(m)),
+        ]
     sw = res.get("sweep_workers", {})
     if "error" in sw:
-        rows.append(("sweep on the cluster, 2 worker processes / 1",
-                     f"FAILED: {sw['error'][:200]}"))
+        rows.append(("sweep on the cluster, 2 worker processes / 1", _failed(sw)))
     elif sw:
-        rows.append(("sweep stage on the cluster (2 trials), 2 worker processes / 1",
+        rows.append(("sweep stage of the main job on the cluster (2 trials), 2 worker "
+                     "processes / 1",
                      f"{_s(sw['two_s'])} / {_s(sw['one_s'])} (job {sw['job_two_s']:.0f} s / "
-                     f"{sw['job_one_s']:.0f} s)"))
+                     f"{sw['job_one_s']:.0f} s); summaries equal: "
+                     f"{'yes' if sw['summary_equal'] else 'NO'}"))
+    sj = res.get("small_job", {})
+    small = res.get("small_job_options", "the small job")
+    if "error" in sj:
+        rows.append((f"small job ({small}): embedded / scaled out", _failed(sj)))
+    elif sj:
+        rows.append((f"small job ({small}), the faults' reference: embedded / scaled out",
+                     f"{sj['embedded_s']:.0f} s / {sj['scaled_out_s']:.0f} s; summaries "
+                     f"equal: {'yes' if sj['summaries_equal'] else 'NO'}"))
+    d, dt = res.get("dag", {}), res.get("dag_test", {})
     if d:
-        rows.append(("`flashml_retrain` under the scheduler (trigger to end)",
-                     f"FAILED: {d['error'][:200]}" if "error" in d else
+        tasks = ", ".join(f"{t} {v['duration_s']:.0f}" for t, v in d.get("tasks", {}).items()
+                          if v.get("duration_s") is not None)
+        rows.append(("`flashml_retrain` (the small job's params) under the scheduler, "
+                     "trigger to end", _failed(d) if "error" in d else
                      f"{d['wall_s']:.0f} s, {d['state']}; tasks (s): {tasks}"))
-    dt = res.get("dag_test", {})
     if "error" in dt:
+        rows.append(("the same DAG by `dag.test()` (one process, no cluster)", _failed(dt)))
+    elif dt:
         rows.append(("the same DAG by `dag.test()` (one process, no cluster)",
-                     f"FAILED: {dt['error'][:200]}"))
-    elif dt and "wall_s" in d:
-        rows.append(("the same DAG by `dag.test()` (one process, no cluster)",
-                     f"{dt['wall_s']:.0f} s, {dt['state']}; the scheduler's run takes "
-                     f"x{d['wall_s'] / dt['wall_s']:.2f}"))
+                     f"{dt['wall_s']:.0f} s, {dt['state']}"
+                     + (f"; the scheduler's run takes x{d['wall_s'] / dt['wall_s']:.2f}"
+                        if "wall_s" in d else "")))
     for key in FAULTS:
         if key in res.get("faults", {}):
             rows.append(_fault_row(key, res["faults"][key]))
         else:
-            rows.append((FAULTS[key], "not measured by the bench (out of time)"))
+            rows.append((FAULTS[key], "not measured"))
     if "faults_lost" in res:
         fl = res["faults_lost"]
         rows.append((f"lost across the {fl.get('faults', 3)} faults measured",
@@ -286,35 +413,53 @@ def render(res: dict[str, Any]) -> str:
                      "artifacts**"))
     if "down_s" in res:
         rows.append(("`cluster.sh down`",
-                     f"{res['down_s']:.0f} s, {res['processes_left']} processes left"))
-    if not res.get("complete", True):
-        names = {"sweep_workers": "the sweep with 1 worker process",
-                 "dag": "the DAG under the scheduler", "dag_test": "`dag.test()`"}
-        missing = [v for k, v in names.items() if k not in res]
-        if missing:
-            rows.append(("not measured (out of time)", ", ".join(missing)))
+                     f"{res['down_s']:.0f} s; left: {res['processes_left']} processes, "
+                     f"{len(res.get('ports_left', []))} ports"))
+    missing = [v for k, v in STEP_NAMES.items() if k not in res]
+    if missing:
+        rows.append(("not measured", ", ".join(missing)))
     mach = res["machine"]
-    loads = [v["load_avg_1m"] for v in res.values() if isinstance(v, dict)
-             and "load_avg_1m" in v and v is not mach]
+    loads = [v["load_avg_1m"] for v in [*res.values(), *res.get("faults", {}).values()]
+             if isinstance(v, dict) and "load_avg_1m" in v and v is not mach]
     lines = [BEGIN, "", "| what | measured |", "|---|---|",
              *(f"| {a} | {b} |" for a, b in rows), "",
              f"Measured by `bench/bench_cluster.py` on {mach['cores']} cores ({mach['cpu']}) "
              f"shared with other jobs: load average {mach['load_avg_1m']:.1f} at the start"
              + (f", {min(loads):.1f}-{max(loads):.1f} over the steps" if loads else "")
-             + f", {res['machine_load_avg_1m_after']:.1f} at the end. Every wall time above "
-             "is inflated by that load and moves with it from one step to the next: "
-             + training_note(m) + (
-                 f" {res['size_note']}" if res.get("size_note") else ""),
+             + f", {res['machine_load_avg_1m_after']:.1f} at the end. Wall times move with "
+             "that load"
+             + (f"; {training_note(m)}" if m and "error" not in m else ".")
+             + (f" {res['size_note']}" if res.get("size_note") else ""),
              "", END]
     return "\n".join(lines)
 
 
 def render_readme(res: dict[str, Any]) -> str:
     """README.md's "Scaling out" figures from cluster.json."""
-    m, d, dt = res["main_job"], res.get("dag", {}), res.get("dag_test", {})
+    m, d, dt = res.get("main_job", {}), res.get("dag", {}), res.get("dag_test", {})
     fl = res.get("faults_lost")
-    which = (fl or {}).get("which", "MLflow restarted mid-sweep, scheduler killed mid-DAG, "
-                                    "a Spark worker killed mid-episodes")
+    figures = [f"start-up **{_s(res.get('startup_s'))}**"]
+    if "wall_s" in res.get("restart", {}):
+        figures[0] += f" ({res['restart']['wall_s']:.0f} s again on the same state)"
+    if m and "error" not in m:
+        figures.append(f"the main job ({res.get('accesses_label')}) scaled out "
+                       f"{m['scaled_out_s']:.0f} s vs {m['embedded_s']:.0f} s embedded on "
+                       f"the same cores (x{m['scaled_out_over_embedded']:.2f}, same summary: "
+                       f"{'yes' if m['summaries_equal'] else 'NO'}; the stages the "
+                       f"scaled-out path changes: {path_cost(m)})")
+    sw = res.get("sweep_workers", {})
+    if "two_s" in sw:
+        figures.append(f"its sweep with 2 worker processes {_s(sw['two_s'])} vs 1 "
+                       f"{_s(sw['one_s'])}")
+    if "wall_s" in d:
+        figures.append(f"the DAG under the scheduler {d['wall_s']:.0f} s"
+                       + (f" vs {dt['wall_s']:.0f} s by `dag.test()`" if "wall_s" in dt
+                          else ""))
+    if fl is not None:
+        figures.append(f"lost across {fl.get('faults', 3)} faults (MLflow restarted "
+                       "mid-sweep, scheduler killed mid-DAG, a Spark worker killed "
+                       f"mid-episodes): **{fl['runs']} runs, {fl['trials']} trials, "
+                       f"{fl['artifacts']} artifacts**")
     parts = [README_BEGIN,
              "```",
              "scripts/cluster.sh up                    # Postgres, MLflow server, Spark "
@@ -329,18 +474,8 @@ def render_readme(res: dict[str, Any]) -> str:
              "make cluster-test                        # the jobs, the DAG and the faults",
              "```",
              "",
-             f"Measured ({res.get('accesses_label') or res['accesses']}, 2 shared cores, "
-             "load average "
-             f"{res['machine']['load_avg_1m']:.0f}): start-up **{res['startup_s']:.0f} s**; "
-             f"the main job scaled out {m['scaled_out_s']:.0f} s vs "
-             f"{m['embedded_s']:.0f} s embedded (same summary: "
-             f"{'yes' if m['summaries_equal'] else 'NO'}; the totals follow the load), the "
-             f"stages the scaled-out path changes: {path_cost(m)}; the DAG under the "
-             f"scheduler {_s(d.get('wall_s'))}"
-             + (f" vs {dt['wall_s']:.0f} s by `dag.test()`" if "wall_s" in dt else "")
-             + ("" if fl is None else
-                f"; lost across {fl.get('faults', 3)} faults ({which}): **{fl['runs']} "
-                f"runs, {fl['trials']} trials, {fl['artifacts']} artifacts**") + ".",
+             f"Measured (2 shared cores, load average {res['machine']['load_avg_1m']:.1f}): "
+             + "; ".join(figures) + ".",
              README_END]
     return "\n".join(parts)
 
@@ -356,143 +491,201 @@ def write_doc(res: dict[str, Any]) -> None:
     _replace(README, README_BEGIN, README_END, render_readme(res))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--accesses", type=int, default=None,
-                    help="generate a region1-like trace of this many accesses (default: the "
-                    "job's demo trace)")
-    ap.add_argument("--render", action="store_true",
-                    help="only render the docs' and README's figures from cluster.json")
-    ap.add_argument("--size-note", default="",
-                    help="a sentence on the trace size, shown under the figures")
-    args = ap.parse_args()
-    if args.render:
-        write_doc(json.loads(OUT.read_text()))
-        return 0
-    tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+def measure(res: dict[str, Any], steps: list[str], accesses: int, tmp: Path) -> None:
+    """The steps `steps` (module docstring) on one cluster started in `tmp`, into `res`."""
     state = tmp / "cluster"
     env = clean_env(FLASHML_CLUSTER_DIR=str(state))
-    trace: list[str] = []
-    if args.accesses:
-        path = tmp / f"region1-like-{args.accesses}.trace"
-        subprocess.run([*FLASHML, "trace", "generate", "--preset", "region1-like", "--seed",
-                        "0", "--accesses", str(args.accesses), "-o", str(path)], check=True,
-                       cwd=ROOT, stdout=subprocess.DEVNULL)
-        trace = ["--trace", str(path)]
-    res: dict[str, Any] = {"machine": machine(), "accesses": args.accesses or "demo trace",
-                           "accesses_label": f"{args.accesses / 1e6:g} M accesses"
-                           if args.accesses else "the demo trace",
-                           "size_note": args.size_note,
-                           "job_options": " ".join(JOB_OPTIONS)}
-    conf = DAG_CONF | ({"accesses": args.accesses} if args.accesses else {})
-    ROOT_RES.append(res)
-    try:
-        res["startup_s"] = timed(["bash", str(SCRIPT), "up"], env, ROOT)
-        client = {k: v.strip("'") for k, v in (line.split("=", 1) for line in
-                  (state / "cluster.env").read_text().splitlines()
-                  if line and not line.startswith("#"))}
-        cenv = clean_env() | client
-        res["load_avg_1m_up"] = load()
-        embedded = job(tmp / "embedded", trace, clean_env(FLASHML_HOME=str(tmp / "home")), tmp)
-        la = load()
-        scaled = job(tmp / "scaled", trace, cenv, tmp)
-        res["main_job"] = {
+    main_args = ["--accesses", str(accesses), *JOB_OPTIONS]
+    la = load()
+    started = up(env)
+    if "startup" in steps:
+        res["startup_s"] = started["wall_s"]
+        res["startup"] = started | {"load_avg_1m": la}
+    client = {k: v.strip("'") for k, v in (line.split("=", 1) for line in
+              (state / "cluster.env").read_text().splitlines()
+              if line and not line.startswith("#"))}
+    cenv = clean_env() | client
+    os.environ.update(client)  # the REST calls (cluster_check) read them
+    faults: dict[str, Any] = res.setdefault("faults", {})
+    ref: dict[str, Any] = {}
+    scaled: dict[str, Any] = {}
+
+    def main_job() -> dict[str, Any]:
+        embedded = job(tmp / "embedded", main_args, clean_env(FLASHML_HOME=str(tmp / "home")),
+                       tmp)
+        scaled.update(job(tmp / "scaled", main_args, cenv, tmp))
+        return {
             "embedded_s": embedded["wall_s"], "scaled_out_s": scaled["wall_s"],
             "scaled_out_over_embedded": round(scaled["wall_s"] / embedded["wall_s"], 2),
             "engines": [embedded["engine"], scaled["engine"]],
             "summaries_equal": cluster_check.steady(scaled["summary"])
             == cluster_check.steady(embedded["summary"]),
-            "embedded_stages_s": embedded["stages_s"], "scaled_out_stages_s": scaled["stages_s"],
-            "load_avg_1m": la,
-        }
-        ref = cluster_check.steady(embedded["summary"])
-        save(res)
-        ref_artifacts = cluster_faults.artifact_paths(client, scaled["summary"]["mlflow_run_id"])
-        dag_artifacts: set[str] = set(cluster_faults.DAG_ARTIFACTS)
+            "embedded_stages_s": embedded["stages_s"], "scaled_out_stages_s": scaled["stages_s"]}
 
-        def one_worker() -> dict[str, Any]:
-            one = job(tmp / "scaled-1", trace, cenv, tmp,
-                      ["--sweep-trials", "2", "--sweep-workers", "1"])
-            return {"two_s": sweep_s(scaled["stages_s"]), "one_s": sweep_s(one["stages_s"]),
-                    "job_two_s": scaled["wall_s"], "job_one_s": one["wall_s"],
-                    "summary_equal": cluster_check.steady(one["summary"]) == ref}
+    def one_worker() -> dict[str, Any]:
+        if not scaled:
+            raise RuntimeError("needs the main job's scaled-out run (step main_job)")
+        one = job(tmp / "scaled-1", [*main_args[:-1], "1"], cenv, tmp)
+        return {"two_s": sweep_s(scaled["stages_s"]), "one_s": sweep_s(one["stages_s"]),
+                "job_two_s": scaled["wall_s"], "job_one_s": one["wall_s"],
+                "summary_equal": cluster_check.steady(one["summary"])
+                == cluster_check.steady(scaled["summary"])}
 
-        step(res, "sweep_workers", one_worker)
-        os.environ.update(client)
+    def small_job() -> dict[str, Any]:
+        embedded = job(tmp / "small-embedded", SMALL_ARGS,
+                       clean_env(FLASHML_HOME=str(tmp / "home-small")), tmp)
+        small = job(tmp / "small-scaled", SMALL_ARGS, cenv, tmp)
+        ref["summary"] = cluster_check.steady(embedded["summary"])
+        ref["artifacts"] = cluster_faults.artifact_paths(client,
+                                                         small["summary"]["mlflow_run_id"])
+        return {"embedded_s": embedded["wall_s"], "scaled_out_s": small["wall_s"],
+                "summaries_equal": cluster_check.steady(small["summary"]) == ref["summary"],
+                "artifacts": len(ref["artifacts"])}
 
-        def dag() -> dict[str, Any]:
-            r = cluster_check.run_dag("flashml_retrain", conf)
-            folder = cluster_faults.dag_run_folder(client, r["run"]["dag_run_id"])
-            dag_artifacts.update(cluster_faults.artifact_paths(
-                client, cluster_faults.dag_run_ids(folder)[0]))
-            return {"state": r["run"]["state"], "wall_s": round(r["wall_s"], 1),
-                    "tasks": {t: {"state": ti["state"], "duration_s": ti.get("duration"),
-                                  "tries": ti.get("try_number")}
-                              for t, ti in r["tasks"].items()}}
+    def mlflow_fault() -> dict[str, Any]:
+        r = cluster_faults.restart_mlflow_during_sweep(state, cenv, tmp / "fault-mlflow",
+                                                       SMALL_ARGS)
+        summ = r["summary"]
+        t = cluster_faults.tally(client, state, summ["mlflow_run_id"], r["study"], 2,
+                                 want_artifacts=ref["artifacts"])
+        return {"state": "success", "wall_s": round(r["wall_s"], 1),
+                "server_down_s": round(r["server_down_s"], 1),
+                "retries_logged": r["retries_logged"], "first_retry": r["first_retry"],
+                "summary_equal": cluster_check.steady(summ) == ref["summary"],
+                "tally": lost(t)}
 
-        faults: dict[str, Any] = {}
-        res["faults"] = faults
+    def spark_fault() -> dict[str, Any]:
+        try:
+            r = cluster_faults.kill_spark_worker_mid_episodes(state, cenv, tmp / "fault-spark",
+                                                              SMALL_ARGS)
+        finally:
+            if not (state / "pids" / "spark-worker-2.pid").exists():
+                cluster_faults.cluster_cmd(state, cenv, "start", "spark-worker-2")
+        summ = r["summary"]
+        t = cluster_faults.tally(client, state, summ["mlflow_run_id"],
+                                 summ["sweep"]["study"], 2, want_artifacts=ref["artifacts"])
+        return {"state": "success", "wall_s": round(r["wall_s"], 1),
+                "worker": r["worker"], "killed_at_s": round(r["killed_at_s"], 1),
+                "episodes_done_at_kill": r["episodes_done_at_kill"],
+                "engine": summ["episodes"]["engine"],
+                "summary_equal": cluster_check.steady(summ) == ref["summary"],
+                "tally": lost(t)}
 
-        def mlflow_fault() -> dict[str, Any]:
-            r = cluster_faults.restart_mlflow_during_sweep(state, cenv, tmp / "fault-mlflow",
-                                                           [*trace, *JOB_OPTIONS])
-            summ = r["summary"]
-            t = cluster_faults.tally(client, state, summ["mlflow_run_id"], r["study"], 2,
-                                     want_artifacts=ref_artifacts)
-            return {"state": "success", "wall_s": round(r["wall_s"], 1),
-                    "server_down_s": round(r["server_down_s"], 1),
-                    "retries_logged": r["retries_logged"], "first_retry": r["first_retry"],
-                    "summary_equal": cluster_check.steady(summ) == ref, "tally": lost(t)}
+    dag_artifacts: set[str] = set(cluster_faults.DAG_ARTIFACTS)
 
-        def scheduler_fault() -> dict[str, Any]:
-            r = cluster_faults.kill_scheduler_mid_dag(state, cenv, dict(conf), task="train")
-            folder = cluster_faults.dag_run_folder(client, r["run"]["dag_run_id"])
-            run_id, study = cluster_faults.dag_run_ids(folder)
-            t = cluster_faults.tally(client, state, run_id, study, 2,
-                                     want_artifacts=dag_artifacts)
-            return {"state": r["state"], "wall_s": round(r["wall_s"], 1),
-                    "killed_at_s": round(r["killed_at_s"], 1),
-                    "restarted_at_s": round(r["restarted_at_s"], 1),
-                    "train_tries": r["tasks"]["train"]["try_number"],
-                    "tasks": {k: v["state"] for k, v in r["tasks"].items()}, "tally": lost(t)}
+    def dag() -> dict[str, Any]:
+        r = cluster_check.run_dag("flashml_retrain", dict(SMALL))
+        folder = cluster_faults.dag_run_folder(client, r["run"]["dag_run_id"])
+        dag_artifacts.update(cluster_faults.artifact_paths(
+            client, cluster_faults.dag_run_ids(folder)[0]))
+        return {"state": r["run"]["state"], "wall_s": round(r["wall_s"], 1),
+                "tasks": {t: {"state": ti["state"], "duration_s": ti.get("duration"),
+                              "tries": ti.get("try_number")}
+                          for t, ti in r["tasks"].items()}}
 
-        def spark_fault() -> dict[str, Any]:
-            r = cluster_faults.kill_spark_worker_mid_episodes(
-                state, cenv, tmp / "fault-spark", [*trace, *JOB_OPTIONS])
-            summ = r["summary"]
-            t = cluster_faults.tally(client, state, summ["mlflow_run_id"],
-                                     summ["sweep"]["study"], 2, want_artifacts=ref_artifacts)
-            return {"state": "success", "wall_s": round(r["wall_s"], 1),
-                    "worker": r["worker"], "killed_at_s": round(r["killed_at_s"], 1),
-                    "engine": summ["episodes"]["engine"],
-                    "summary_equal": cluster_check.steady(summ) == ref, "tally": lost(t)}
+    def scheduler_fault() -> dict[str, Any]:
+        r = cluster_faults.kill_scheduler_mid_dag(state, cenv, dict(SMALL), task="train")
+        folder = cluster_faults.dag_run_folder(client, r["run"]["dag_run_id"])
+        run_id, study = cluster_faults.dag_run_ids(folder)
+        t = cluster_faults.tally(client, state, run_id, study, 2, want_artifacts=dag_artifacts)
+        return {"state": r["state"], "wall_s": round(r["wall_s"], 1),
+                "killed_at_s": round(r["killed_at_s"], 1),
+                "unhealthy_at_s": round(r["unhealthy_at_s"], 1),
+                "restarted_at_s": round(r["restarted_at_s"], 1),
+                "train_tries": r["tasks"]["train"]["try_number"],
+                "tasks": {k: v["state"] for k, v in r["tasks"].items()}, "tally": lost(t)}
 
-        # the jobs' faults, then the DAG (both workers again), dag.test(), the DAG's fault
-        step(faults, "mlflow_restart_during_sweep", mlflow_fault)
-        step(faults, "spark_worker_killed_mid_episodes", spark_fault)
-        if not (state / "pids" / "spark-worker-2.pid").exists():
-            cluster_faults.cluster_cmd(state, cenv, "start", "spark-worker-2")
-        step(res, "dag", dag)
-        step(res, "dag_test", lambda: dag_test(tmp / "dag-test", dict(conf)))
-        step(faults, "scheduler_killed_mid_dag", scheduler_fault)
-        if all("tally" in f for f in faults.values()):
-            res["faults_lost"] = {k: sum(f["tally"][f"lost_{k}"] for f in faults.values())
-                                  for k in ("runs", "trials", "artifacts")}
-        pids = [int(f.read_text().split()[0]) for f in (state / "pids").glob("*.pid")]
+    try:
+        if "main_job" in steps:
+            step(res, "main_job", main_job)
+        if "sweep_workers" in steps:
+            step(res, "sweep_workers", one_worker)
+        if "small_job" in steps or {"mlflow_fault", "spark_fault"} & set(steps):
+            step(res, "small_job", small_job)
+        if "mlflow_fault" in steps:
+            step(faults, FAULT_KEYS["mlflow_fault"], mlflow_fault)
+        if "spark_fault" in steps:
+            step(faults, FAULT_KEYS["spark_fault"], spark_fault)
+        if "dag" in steps:
+            step(res, "dag", dag)
+        if "dag_test" in steps:
+            step(res, "dag_test", lambda: dag_test(tmp / "dag-test", dict(SMALL)))
+        if "scheduler_fault" in steps:
+            step(faults, FAULT_KEYS["scheduler_fault"], scheduler_fault)
+        tallies = [f["tally"] for f in faults.values() if "tally" in f]
+        if tallies:
+            res["faults_lost"] = {k: sum(t[f"lost_{k}"] for t in tallies)
+                                  for k in ("runs", "trials", "artifacts")} | {
+                "faults": len(tallies)}
         res["down_s"] = timed(["bash", str(SCRIPT), "down"], env, ROOT)
-        res["processes_left"] = sum(Path(f"/proc/{p}").exists() for p in pids)
+        res["processes_left"] = len(cluster_pids(state))
+        res["ports_left"] = open_ports(state)
+        if "restart" in steps:
+            la = load()
+            again = up(env)
+            res["restart"] = again | {"load_avg_1m": la, "down_s": timed(
+                ["bash", str(SCRIPT), "down"], env, ROOT)}
+            res["processes_left"] = len(cluster_pids(state))
+            res["ports_left"] = open_ports(state)
+        save(res)
     finally:
         subprocess.run(["bash", str(SCRIPT), "down"], env=env, capture_output=True)
         pg = state / "pgdata.path"
         if pg.exists() and Path(pg.read_text().strip()).parent.name.startswith("flashml-pg."):
             shutil.rmtree(Path(pg.read_text().strip()).parent, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--accesses", type=int, default=1_000_000,
+                    help="accesses of the main job's generated region1-like trace (default "
+                    "1000000)")
+    ap.add_argument("--steps", default=",".join(STEPS),
+                    help="comma-separated steps to measure (default: all); the others' "
+                    f"figures are kept from cluster.json. Steps: {', '.join(STEPS)}")
+    ap.add_argument("--render", action="store_true",
+                    help="only render the docs' and README's figures from cluster.json")
+    ap.add_argument("--size-note", default=None,
+                    help="a sentence on the trace size, shown under the figures")
+    args = ap.parse_args()
+    if args.render:
+        write_doc(json.loads(OUT.read_text()))
+        return 0
+    steps = [s for s in args.steps.split(",") if s]
+    bad = sorted(set(steps) - set(STEPS))
+    if bad:
+        ap.error(f"--steps: no such step {', '.join(bad)} (one of: {', '.join(STEPS)})")
+    partial = set(steps) != set(STEPS)
+    res: dict[str, Any] = json.loads(OUT.read_text()) if partial and OUT.exists() else {}
+    if partial and res.get("accesses") != args.accesses and \
+            {"main_job", "sweep_workers"} - set(steps) and "main_job" in res:
+        ap.error(f"--steps: cluster.json's main job is at {res.get('accesses')} accesses, "
+                 f"not {args.accesses}: measure main_job and sweep_workers again")
+    res |= {"machine": machine(), "accesses": args.accesses,
+            "accesses_label": f"{args.accesses / 1e6:g} M accesses",
+            "job_options": " ".join(JOB_OPTIONS), "small_job_options": " ".join(SMALL_ARGS)}
+    if args.size_note is not None:
+        res["size_note"] = args.size_note
+    res.setdefault("measured_steps", {})
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for s in steps:
+        res["measured_steps"][s] = stamp
+    for s in steps:  # what this run measures again is not kept from an earlier one
+        if s in FAULT_KEYS:
+            res.get("faults", {}).pop(FAULT_KEYS[s], None)
+        elif s != "startup":
+            res.pop(s, None)
+    ROOT_RES.append(res)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+    try:
+        measure(res, steps, args.accesses, tmp)
+    finally:
         if os.environ.get("FLASHML_BENCH_KEEP") != "1":
             shutil.rmtree(tmp, ignore_errors=True)
-    res["machine_load_avg_1m_after"] = os.getloadavg()[0]
-    save(res, done=True)
+    save(res)
     write_doc(res)
-    print(json.dumps({k: v for k, v in res.items() if k != "main_job"}, indent=1))
-    print(json.dumps({k: v for k, v in res["main_job"].items() if not k.endswith("stages_s")}))
+    print(json.dumps({k: v for k, v in res.items() if k not in ("main_job", "faults")},
+                     indent=1))
     return 0
 
 

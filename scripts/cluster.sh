@@ -158,13 +158,14 @@ wait_for() {  # service, check command...: until the check passes; fail when the
     pid=$(recorded_pid "$name")
     [ -n "$pid" ] || fail "$name" "the process exited"
     [ "$SECONDS" -lt "$deadline" ] || fail "$name" "no answer from its health check within ${TIMEOUT} s"
-    sleep 0.5
+    sleep 0.25
   done
 }
 http_ok() { curl -fsS --max-time 5 "$1" >/dev/null; }
 spark_workers_alive() {  # the master's JSON lists $2 ALIVE workers
-  curl -fsS --max-time 5 "$1" | "$PY" -c \
-    'import json,sys; d=json.load(sys.stdin); sys.exit(0 if d.get("aliveworkers",0)>=int(sys.argv[1]) else 1)' "$2"
+  local n
+  n=$(curl -fsS --max-time 5 "$1" | grep -o '"aliveworkers" *: *[0-9]*' | grep -o '[0-9]*$')
+  [ "${n:-0}" -ge "$2" ]
 }
 airflow_component_healthy() {  # /api/v2/monitor/health says component $2 is healthy (and,
                                # given $3, epoch seconds: with a heartbeat after that time)
@@ -191,6 +192,11 @@ load_env() {  # the client's variables, and what the services' own processes nee
   export PATH="$VENV/bin:$PATH" SPARK_LOG_DIR=$LOGS \
     AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=true
 }
+# The Spark master and workers (not the executors): JIT compiler C1 only and the serial GC,
+# for them and for the launcher JVM spark-class runs first; a daemon that mostly waits on
+# sockets starts with half the CPU time (what start-up costs on 2 cores).
+SPARK_JVM=("SPARK_DAEMON_JAVA_OPTS=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+           "SPARK_LAUNCHER_OPTS=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 launch() {  # start service $1 (not postgres) as `up` does; load_env first
   local port ui
   case $1 in
@@ -201,17 +207,21 @@ launch() {  # start service $1 (not postgres) as `up` does; load_env first
         --artifacts-destination "$STATE/mlartifacts" --serve-artifacts ;;
     spark-master)
       read -r port ui <<< "$(ports_of spark-master | tr '\n' ' ')"
-      start spark-master "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
+      start spark-master env "${SPARK_JVM[@]}" "$SPARK_HOME/bin/spark-class" \
+        org.apache.spark.deploy.master.Master \
         --host 127.0.0.1 --port "$port" --webui-port "$ui" ;;
     spark-worker-*)
       mkdir -p "$STATE/spark/worker-${1#spark-worker-}"
-      start "$1" "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
+      start "$1" env "${SPARK_JVM[@]}" "$SPARK_HOME/bin/spark-class" \
+        org.apache.spark.deploy.worker.Worker \
         --host 127.0.0.1 --cores 1 --memory "$WORKER_MEMORY" --webui-port 0 \
         --work-dir "$STATE/spark/worker-${1#spark-worker-}" "$FLASHML_SPARK_MASTER" ;;
     airflow-apiserver)
       start airflow-apiserver "$VENV/bin/airflow" api-server --host 127.0.0.1 \
         --port "$(ports_of airflow-apiserver)" --workers 1 ;;
-    airflow-scheduler) start airflow-scheduler "$VENV/bin/airflow" scheduler ;;
+    airflow-scheduler)  # task logs are files the api-server reads on this machine: no
+                        # log server (it would listen on every interface, port 8793)
+      start airflow-scheduler "$VENV/bin/airflow" scheduler --skip-serve-logs ;;
     airflow-dag-processor) start airflow-dag-processor "$VENV/bin/airflow" dag-processor ;;
     *) die "no such service: $1 (one of: ${SERVICES[*]})" ;;
   esac
@@ -331,6 +341,7 @@ do_up() {
   local PGDATA; PGDATA=$(pg_data)
   : > "$LOGS/postgres.log"
   if [ ! -f "$PGDATA/PG_VERSION" ]; then
+    rm -f "$STATE/airflow/migrated"  # a new database: Airflow's schema is not there
     say "postgres: initdb $PGDATA"
     mkdir -p "$PGDATA"
     local pw; pw=$(mktemp)
@@ -349,10 +360,11 @@ do_up() {
   local pgpid; pgpid=$(head -n 1 "$PGDATA/postmaster.pid")
   echo "$pgpid $(proc_start "$pgpid")" > "$PIDS/postgres.pid"
   wait_for postgres "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"
-  local db
+  local db have
+  have=$(PGPASSWORD=$DB_PASSWORD "$PGBIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U flashml \
+    -d postgres -tAc "SELECT datname FROM pg_database") || fail postgres "psql failed"
   for db in mlflow optuna airflow; do
-    PGPASSWORD=$DB_PASSWORD "$PGBIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U flashml -d postgres \
-      -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1 \
+    grep -qx "$db" <<< "$have" \
       || PGPASSWORD=$DB_PASSWORD "$PGBIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U flashml \
            -d postgres -c "CREATE DATABASE $db" >> "$LOGS/postgres.log" 2>&1 \
       || fail postgres "CREATE DATABASE $db failed"
@@ -361,7 +373,12 @@ do_up() {
 
   # the client's variables: the compose file's (x-flashml-env and the Airflow services'), with
   # this machine's addresses and folders; then what the compose images supply themselves
-  local SPARK_HOME; SPARK_HOME=$("$PY" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
+  # where PySpark is, and Airflow's version, without importing either (seconds of CPU)
+  local SPARK_HOME AIRFLOW_VERSION
+  { read -r SPARK_HOME; read -r AIRFLOW_VERSION; } < <("$PY" -c '
+import importlib.metadata, importlib.util
+print(importlib.util.find_spec("pyspark").submodule_search_locations[0])
+print(importlib.metadata.version("apache-airflow-core"))')
   ( umask 077; cat > "$ENV_FILE" <<EOF
 # flashml's scaled-out services on this machine (scripts/cluster.sh up); source with
 #   set -a; . $ENV_FILE; set +a
@@ -405,11 +422,19 @@ EOF
   launch spark-master
   for ((i = 1; i <= WORKERS; i++)); do launch "spark-worker-$i"; done
   need_port airflow-apiserver "$AIRFLOW_PORT"
-  say "airflow: db migrate"
-  "$VENV/bin/airflow" db migrate > "$LOGS/airflow-migrate.log" 2>&1 \
-    || { cp "$LOGS/airflow-migrate.log" "$LOGS/airflow-apiserver.log"; \
-         fail airflow-apiserver "\`airflow db migrate\` failed (log: $LOGS/airflow-migrate.log)"; }
-  say "airflow: database migrated ($((SECONDS - t0)) s after start)"
+  # `airflow db migrate` only when this Airflow has not migrated this database yet (a new
+  # database, or another Airflow version since): the mark is written once it succeeded
+  local mark="airflow $AIRFLOW_VERSION, database in $PGDATA"
+  if [ "$(cat "$STATE/airflow/migrated" 2>/dev/null)" = "$mark" ]; then
+    say "airflow: database already migrated by Airflow $AIRFLOW_VERSION"
+  else
+    say "airflow: db migrate"
+    "$VENV/bin/airflow" db migrate > "$LOGS/airflow-migrate.log" 2>&1 \
+      || { cp "$LOGS/airflow-migrate.log" "$LOGS/airflow-apiserver.log"; \
+           fail airflow-apiserver "\`airflow db migrate\` failed (log: $LOGS/airflow-migrate.log)"; }
+    echo "$mark" > "$STATE/airflow/migrated"
+    say "airflow: database migrated ($((SECONDS - t0)) s after start)"
+  fi
   say "airflow: api-server on 127.0.0.1:$AIRFLOW_PORT, scheduler, dag-processor"
   launch airflow-apiserver
   launch airflow-scheduler

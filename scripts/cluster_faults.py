@@ -158,7 +158,8 @@ def kill_spark_worker_mid_episodes(state: Path, env: dict[str, str], out: Path,
     application has an executor registered on worker `worker` (its stderr in the worker's
     work folder says so), that worker and its executor are killed with SIGKILL (`cluster.sh
     stop --kill`), as a lost machine; the job must finish on the other worker. Returns the
-    summary, the job's wall seconds and when the worker was killed."""
+    summary, the job's wall seconds, when the worker was killed and whether the episodes
+    stage had already ended then (its record written)."""
     work = state / "spark" / f"worker-{worker}"
     before = {p.name for p in work.glob("app-*")}
     job, stderr, t0 = _start_job(out, job_args, env)
@@ -177,6 +178,8 @@ def kill_spark_worker_mid_episodes(state: Path, env: dict[str, str], out: Path,
         until(f"an executor on worker {worker}", registered, alive=alive, every=0.5)
         killed_at = time.monotonic() - t0
         cluster_cmd(state, env, "stop", f"spark-worker-{worker}", "--kill")
+        # the stage's record is written when it ends: none yet, the kill hit the episodes
+        episodes_done = (out / "stages" / "episodes.json").exists()
         rc = job.wait(timeout=7200)
     finally:
         if job.poll() is None:  # the job and its sweep workers
@@ -186,7 +189,8 @@ def kill_spark_worker_mid_episodes(state: Path, env: dict[str, str], out: Path,
         raise RuntimeError(f"the job failed ({rc}) after the worker was killed:\n"
                            + stderr.read_text()[-4000:])
     return {"summary": json.loads((out / "summary.json").read_text()),
-            "wall_s": time.monotonic() - t0, "killed_at_s": killed_at, "worker": worker}
+            "wall_s": time.monotonic() - t0, "killed_at_s": killed_at, "worker": worker,
+            "episodes_done_at_kill": episodes_done}
 
 
 def _tis(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
