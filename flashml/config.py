@@ -84,11 +84,24 @@ DEFAULTS = Defaults()
 #   MLFLOW_TRACKING_URI     MLflow server (read in flashml.tracking; default sqlite in state)
 #   FLASHML_OPTUNA_STORAGE  Optuna RDB URL, e.g. postgresql+psycopg2://u:p@host/optuna
 #   FLASHML_SPARK_MASTER    Spark master URL, e.g. spark://spark-master:7077 (default local[*])
+#   FLASHML_CACHE_DIR       compiled-object cache (default ~/.cache/flashml; `off`: none)
 
 
 def state_dir() -> Path:
     """Where embedded services keep their state (MLflow sqlite, Optuna sqlite, Data Docs)."""
     return Path(os.environ.get("FLASHML_HOME", ".flashml"))
+
+
+def cache_dir() -> Path | None:
+    """Where flashml keeps what it can rebuild (compiled objects: compiler/objcache.py):
+    $FLASHML_CACHE_DIR, else $XDG_CACHE_HOME/flashml, else ~/.cache/flashml; None when
+    FLASHML_CACHE_DIR is `off`."""
+    env = os.environ.get("FLASHML_CACHE_DIR")
+    if env:
+        return None if env.strip().lower() == "off" else Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "flashml" if xdg and os.path.isabs(xdg) else \
+        Path.home() / ".cache" / "flashml"
 
 
 def optuna_storage() -> str:

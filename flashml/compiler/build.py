@@ -246,9 +246,9 @@ def _zero_as_missing_splits(path: Path) -> int:
     return n
 
 
-def _run(cmd: list[str], what: str) -> None:
+def _run(cmd: list[str], what: str, cwd: Path | None = None) -> None:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=cwd)
     except OSError as e:
         raise CompileError(f"C compiler failed on {what}: {e}") from None
     if proc.returncode != 0:
@@ -721,14 +721,14 @@ def _partition_manifest(pp: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 def _versions(cc: str) -> dict[str, str]:
-    import lightgbm
-    import tl2cgen
-    import treelite
+    # the installed distributions' versions: importing lightgbm only for its version loads
+    # scikit-learn, SciPy and pandas (5-30 s of a compile whose objects were all cached)
+    from importlib.metadata import version
 
     from flashml import __version__
 
-    return {"cc": cc_version(cc), "treelite": treelite.__version__,
-            "tl2cgen": tl2cgen.__version__, "lightgbm": lightgbm.__version__,
+    return {"cc": cc_version(cc), "treelite": version("treelite"),
+            "tl2cgen": version("tl2cgen"), "lightgbm": version("lightgbm"),
             "flashml": __version__}
 
 
@@ -737,11 +737,18 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                    cc: str | None = None,
                    segments_per_block: int = UNITS.segments_per_block,
                    log_to_mlflow: bool = True, jobs: int | None = None,
-                   fast: bool = True) -> dict[str, Any]:
+                   fast: bool = True,
+                   cache: bool | str | os.PathLike[str] = True) -> dict[str, Any]:
     """Compile a model bundle into `out` (policy.so, flashml_policy.h, manifest.json).
 
     fast: also build compiler/fast_trees.py's AVX-512 evaluator for every model it accepts
     (x86-64 only; the .so picks it at load time on CPUs that have AVX-512 VBMI).
+
+    cache: reuse compiled objects (compiler/objcache.py) from the user's cache folder
+    (True: flashml.config.cache_dir(); a path: that folder; False: compile everything).
+    Every command runs in the build folder with relative names, so an object's bytes
+    depend only on its key's inputs; each cached object is verified by sha256 before it is
+    linked, and the linked .so is checked as always.
 
     Returns the manifest. Raises CompileError/UserError with a one-line message; on any
     failure `out` is left as it was.
@@ -783,23 +790,28 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
         build = work / "build"
         build.mkdir()
         shutil.copy2(HEADER, build / HEADER_NAME)
+        # every command runs in `build` with relative names (no temporary path in an object)
         jobs_list: list[tuple[list[str], str]] = []
         objects: list[Path] = []
         tl2_flags = [TL2CGEN_OPT if f == "-O2" else f for f in CFLAGS]
+
+        def rel(p: Path) -> str:
+            return str(p.relative_to(build))
+
         for name, model in models.items():
             sources, defines = _generate(name, model, infos[name].num_trees, build / name)
             for src in sources:
                 obj = build / f"{name}_{src.stem}.o"
-                jobs_list.append(([cc_path, *tl2_flags, "-w", *defines, "-c", str(src),
-                                   "-o", str(obj)], f"{name}/{src.name}"))
+                jobs_list.append(([cc_path, *tl2_flags, "-w", *defines, "-c", rel(src),
+                                   "-o", rel(obj)], f"{name}/{src.name}"))
                 objects.append(obj)
         evaluators, fast_syms = _fast_trees(models, cc_path, fast)
         for name, sym in fast_syms.items():
             src = build / f"{name}_fast.c"
             src.write_text(emit_c(evaluators[name], sym))
             obj = build / f"{name}_fast.o"
-            jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-c", str(src), "-o",
-                               str(obj)], src.name))
+            jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-c", rel(src), "-o",
+                               rel(obj)], src.name))
             objects.append(obj)
         if groups["partition"]:
             pp = params[PARTITION_PARAMS]
@@ -808,28 +820,32 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                               if pp["rule"] == "network" else
                               _partition_rule_sources(build, pp["contract_hash"])):
                 obj = build / f"{src.stem}.o"
-                jobs_list.append(([cc_path, *CFLAGS, *warn, "-I", str(build), "-I",
-                                   str(_emlearn_include()), "-c", str(src), "-o", str(obj)],
+                jobs_list.append(([cc_path, *CFLAGS, *warn, "-I", ".", "-I",
+                                   str(_emlearn_include()), "-c", rel(src), "-o", rel(obj)],
                                   src.name))
                 objects.append(obj)
         if groups["readahead"]:
             src = build / "readahead_model.c"
             src.write_text(ra.c_source(ra_doc, params[ra.READAHEAD_PARAMS]["contract_hash"]))
             obj = build / "readahead_model.o"
-            jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-I", str(build), "-c",
-                               str(src), "-o", str(obj)], src.name))
+            jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-I", ".", "-c",
+                               rel(src), "-o", rel(obj)], src.name))
             objects.append(obj)
         wrapper = build / "policy_wrapper.c"
         wrapper.write_text(_fill_wrapper(params, segments_per_block, fast_syms, infos))
         wobj = build / "policy_wrapper.o"
-        jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-I", str(build), "-c",
-                           str(wrapper), "-o", str(wobj)], "policy_wrapper.c"))
+        jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-I", ".", "-c",
+                           rel(wrapper), "-o", rel(wobj)], "policy_wrapper.c"))
         objects.append(wobj)
         codegen_s = time.perf_counter() - t_gen
         t_cc = time.perf_counter()
+        objcache = _object_cache(cache)
         workers = jobs or os.cpu_count() or 1
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as ex:
-            for f in [ex.submit(_run, cmd, what) for cmd, what in jobs_list]:
+            # the largest units first, so the pool's last job is a short one
+            order = sorted(jobs_list, key=lambda j: -(build / j[0][-3]).stat().st_size)
+            for f in [ex.submit(_compile_one, cmd, what, build, objcache)
+                      for cmd, what in order]:
                 f.result()
         result = work / "bundle"
         result.mkdir()
@@ -892,6 +908,10 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
             "build": {**_versions(cc_path), "cflags": list(CFLAGS), "tl2cgen_opt": TL2CGEN_OPT,
                       "wrapper_warnings": list(WRAPPER_WARNINGS), "codegen_s": codegen_s,
                       "cc_s": cc_s, "compile_s": time.perf_counter() - started,
+                      "object_cache": ({"hits": objcache.stats.hits,
+                                        "compiled": objcache.stats.misses,
+                                        "refused": objcache.stats.refused}
+                                       if objcache is not None else None),
                       "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")},
         })
         # what every loader will check it against (compiler/manifest.schema.json)
@@ -905,6 +925,34 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
     log.info("compiled %s -> %s (%d bytes, %.1f s)", source, out / SO_NAME,
              manifest["size_bytes"], manifest["build"]["compile_s"])
     return manifest
+
+
+def _object_cache(cache: bool | str | os.PathLike[str]) -> Any:
+    """compile_policy's object cache (compiler/objcache.py), or None."""
+    from flashml.compiler.objcache import ObjectCache
+    from flashml.config import cache_dir
+
+    if cache is False:
+        return None
+    return ObjectCache.open(cache_dir() if cache is True else Path(cache))
+
+
+def _compile_one(cmd: list[str], what: str, build: Path, objcache: Any) -> None:
+    """Run one compiler command (`... -c SRC -o OBJ`, names relative to `build`), or take its
+    object from `objcache` when it holds a verified one of the same key; a fresh object goes
+    into the cache."""
+    src, obj = cmd[-3], cmd[-1]
+    assert cmd[-4] == "-c" and cmd[-2] == "-o", cmd
+    key = None
+    if objcache is not None:
+        from flashml.compiler.objcache import object_key, toolchain_id
+
+        key = object_key(toolchain_id(cmd[0]), cmd, build, src)
+        if objcache.fetch(key, build / obj):
+            return
+    _run(cmd, what, cwd=build)
+    if objcache is not None and key is not None:
+        objcache.store(key, build / obj, cmd)
 
 
 def _check_contract(folder: Path, kind: str, model: str, retrain: str, have: str,
