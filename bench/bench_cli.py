@@ -1,4 +1,4 @@
-"""How fast the CLIs answer `--help` (issue 22: `flashml --help` < 0.5 s): the median of 10
+"""How fast the CLIs answer `--help` (target: `flashml --help` < 0.5 s): the median of 10
 runs of `flashml --help`, `flashml pipeline run --help`, `flashml sim run --help` and
 `flashrt --help`, with a bare `python -c pass` beside them (the interpreter's own start).
 Writes bench/results/cli.json.

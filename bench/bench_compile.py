@@ -22,7 +22,7 @@ Figures go to bench/results/compile.json:
   ctypes_us_per_row        policy.so called from Python through ctypes, for comparison
   so_bytes, compile_s      size of policy.so and wall time of `compile_policy`
   max_abs_diff_*           exactness on the benchmark rows
-Targets (issue 6): <= 1 us per decision from C, >= 20x faster than LightGBM single-row.
+Targets: <= 1 us per decision from C, >= 20x faster than LightGBM single-row.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ admit-all, RejectX (X=1) at history factors 0.5 and 2, CoinFlip p=0.3, OPT given
 episode decisions (flashml's episode job writes BCacheSim's offline decisions file), with
 and without OPT-Range prefetch. Every shared metric is written with both values and the
 relative difference to bench/results/conformance.json, with the wall time of each simulator
-and the speed ratio. Targets (issue 15): admit-all, RejectX and OPT (the same decisions)
+and the speed ratio. Targets: admit-all, RejectX and OPT (the same decisions)
 equal to 4 significant digits (both simulators are deterministic); CoinFlip with flashml's
 own coin within 2% on whole-trace figures; flashml >= 1000x BCacheSim's speed.
 

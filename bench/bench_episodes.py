@@ -7,7 +7,7 @@ Each engine runs in its own subprocess (`flashml episodes build`) so its peak RS
 Figures go to bench/results/episodes.json: wall seconds per engine, Spark/Polars ratio,
 peak RSS of the Polars engine unchunked and chunked by key (memory bound), whether the
 engines' tables are identical, and OPT simulated vs the target write rate.
-Targets (issue 4): 10M accesses, Polars < 30 s, Spark local < 180 s on 2 cores.
+Targets: 10M accesses, Polars < 30 s, Spark local < 180 s on 2 cores.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fuzzing figures (issue 23): mutated inputs per format through every trace reader, object
+"""Fuzzing figures: mutated inputs per format through every trace reader, object
 reader, bundle loader and settings parser (Hypothesis, tests/test_fuzz_*.py, random seeds, every
 outcome counted: ok, clear error, traceback, hang, partial output, unclear or invalid),
 kill -9 crash safety of ingest and of the main job, and the C runtime's parsers under

@@ -1,4 +1,4 @@
-"""KML on a real RocksDB (issue 19): `flashml kml run` end to end, real where it can run (db_bench
+"""KML on a real RocksDB: `flashml kml run` end to end, real where it can run (db_bench
 on ext4 on a throttled loop device: needs root, loop devices, tracefs and db_bench from
 rocksdb-tools), and always on the offline twin; plus the compiled models' inference time
 measured from C. Writes bench/results/kml.json: per mode the table (every workload's

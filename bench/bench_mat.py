@@ -1,4 +1,4 @@
-"""Object-cache eviction baselines for MAT (issue 16): libCacheSim's policies (the `libcachesim`
+"""Object-cache eviction baselines for MAT: libCacheSim's policies (the `libcachesim`
 package, libCacheSim's own bindings) beside our simulator's, on the real CloudPhysics sample
 and the generated object presets, at several cache sizes.
 
@@ -70,7 +70,7 @@ class TraceCase:
 
 
 # ==========================================================================================
-# HOOK: rows of our own learned policies (MAT, issue 16) go here.
+# HOOK: rows of our own learned policies (MAT) go here.
 #
 # `extra_policies(trace, capacity, unit)` returns {policy name: row} for one trace and one
 # cache size, where a row has at least `miss_ratio` and `byte_miss_ratio` (and, for MAT,

@@ -1,4 +1,4 @@
-"""MAT in flash mode (issue 16): learned eviction at the tail of the flash cache's block LRU,
+"""MAT in flash mode: learned eviction at the tail of the flash cache's block LRU,
 beside Baleen's learned admission, on a generated `region1-like` trace.
 
     .venv/bin/python bench/bench_mat_flash.py                    # 1 M accesses, ~3 min

@@ -1,4 +1,4 @@
-"""MAT in the C runtime (issue 16, "Runtime"): the time of one eviction decision (the tail
+"""MAT in the C runtime: the time of one eviction decision (the tail
 candidates' LRB features + flashml_evict_predict calls + the list moves) measured from C by
 `flashrt mat-replay`, next to the simulator's figure on the same trace, and whether the two
 made the same decisions (victims in order, hits, predictions, final T).

@@ -1,4 +1,4 @@
-"""MLCache (issue 18): exact stack distances / miss-ratio curves, the partition policies on
+"""MLCache: exact stack distances / miss-ratio curves, the partition policies on
 generated multi-stream page traces, and the learned network (`flashml mlcache run`).
 
     .venv/bin/python bench/bench_mlcache.py           # full run, about 10 minutes

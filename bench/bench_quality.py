@@ -34,7 +34,7 @@ For every 7-day run the bench also replays the loop's choice of K by each traini
 criterion (`k_choice`: mean DT, as the loop does, or peak DT) and reports how much
 evaluation-day peak-DT reduction each criterion loses against the best K.
 
-Target (issue 5): >= 10% (the paper: 12% on average, 5-29% by trace). Next to it, per
+Target: >= 10% (the paper: 12% on average, 5-29% by trace). Next to it, per
 preset and overall, `opt_share`: Baleen's mean reduction / OPT's, the share of OPT's
 headroom the learned policy captures. The paper's Baleen reduces peak DT by 12% with "a
 remaining gap of 16%" to OPT (section 5.6, Fig 13), a share of about 12 / (12 + 16) = 0.43

@@ -9,7 +9,7 @@ Figures go to bench/results/sim.json:
                      (flashml.trace.generate region1-like preset, else a numpy Zipf trace)
   object_lru:        requests/s of object-cache mode, LRU, on a Zipf request stream
   vs_reference:      Rust / Python-reference speed ratio on the same (prefix) traces
-Targets (issue 3): flash >= 5M accesses/s, object LRU >= 10M requests/s, on one core.
+Targets: flash >= 5M accesses/s, object LRU >= 10M requests/s, on one core.
 """
 
 from __future__ import annotations

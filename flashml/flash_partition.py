@@ -1,4 +1,4 @@
-"""MLCache in flash mode (issue 18): Baleen's flash cache split per namespace, each interval's
+"""MLCache in flash mode: Baleen's flash cache split per namespace, each interval's
 shares from a policy, judged by peak disk-head time (DT) and flash write rate.
 
     from flashml.flash_partition import compare_flash

@@ -1,4 +1,4 @@
-"""Partitioned caching across streams (MLCache, issue 18): the Python side of
+"""Partitioned caching across streams (MLCache): the Python side of
 `sim/src/reuse.rs` and `sim/src/partition.rs` (layer 4, beside flashml.simulation).
 
     from flashml.partitioning import page_requests, compare

@@ -115,7 +115,7 @@ MAT_CONTROLLERS = ("sign", "mean")
 
 @dataclass(frozen=True)
 class MatParams:
-    """Algorithm 1's knobs (brief §1.1): target candidates per eviction k, at most L
+    """Algorithm 1's knobs: target candidates per eviction k, at most L
     candidates, threshold step delta, initial threshold T0 in logical requests (None: the
     simulator's default), the threshold controller: "mean" (T *= 1 + delta (k - p), p the
     candidates taken: holds their mean per eviction at k, the issue's "the average number of

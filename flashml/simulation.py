@@ -270,7 +270,7 @@ def _index_array(values: Any, dtype: type, name: str) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class FlashPartition:
-    """Partitioned flash cache (issue 18, MLCache in flash mode; sim/src/flash.rs,
+    """Partitioned flash cache (MLCache in flash mode; sim/src/flash.rs,
     "Partitioned mode"): the cache is divided among k streams (e.g. namespaces), each with its
     own eviction order and its own quota of segments.
 
@@ -536,7 +536,7 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
                          record_victims: bool = False, controller: str | None = None,
                          reuse_predictions: bool | None = None,
                          unverified: bool = False) -> dict[str, Any]:
-    """Object-mode MAT (issue 16; sim/src/mat.rs): learned eviction at the tail of LRU.
+    """Object-mode MAT (sim/src/mat.rs): learned eviction at the tail of LRU.
 
     On each eviction the LRU tail candidate's distance d from its last access to its next
     access is predicted, TTA = |d - age|; TTA >= T evicts it, else it is re-inserted at the

@@ -1,4 +1,4 @@
-"""The fuzzing suite's shared parts (issue 23): valid seed traces of every format, the
+"""The fuzzing suite's shared parts: valid seed traces of every format, the
 mutations a careless user (or a cut download) makes of them, and the runner that judges one
 case: either a valid canonical table, or one clear `flashml: error:` naming the file (and the
 line where a line is at fault), with no traceback, no output file and no hang.

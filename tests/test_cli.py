@@ -183,7 +183,7 @@ def test_main_job_end_to_end(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatc
 
 
 def check_mlflow_as_users_see_it(summary: dict, runs: list) -> None:
-    """What the MLflow UI shows of one `flashml pipeline run` (issue 22): a parent run named
+    """What the MLflow UI shows of one `flashml pipeline run`: a parent run named
     by trace, target and time, described, tagged with the git commit and trace, FINISHED,
     with the headline metrics to compare runs on, the trace as its input dataset, loop
     curves as stepped metrics, the admission model's named signature and input example, and
@@ -353,7 +353,7 @@ def test_every_option_has_help() -> None:
 
 def test_the_main_job_resumes_to_the_summary_of_an_uninterrupted_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`flashml pipeline run --resume` (issue 20): the main job interrupted in its sweep (its
+    """`flashml pipeline run --resume`: the main job interrupted in its sweep (its
     worker already started at the end of `train`), run again with --resume, redoes none of
     the recorded stages (the trained models, episodes and policies come from the run
     folder, the warm start from the policy bundle) and ends with the summary an

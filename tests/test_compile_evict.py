@@ -1,4 +1,4 @@
-"""MAT's eviction model in the policy .so (issue 16): the compiled model gives LightGBM's
+"""MAT's eviction model in the policy .so: the compiled model gives LightGBM's
 predictions (missing values included), batch equals single calls, MAT-only and combined
 bundles export exactly their capabilities, and every loader (Python, the simulator, the C
 runtime) refuses a bundle that lacks what it is asked to use, or whose eviction contract

@@ -1,4 +1,4 @@
-"""Partitioned flash cache (issue 18, MLCache in flash mode; sim/src/flash.rs, "Partitioned
+"""Partitioned flash cache (MLCache in flash mode; sim/src/flash.rs, "Partitioned
 mode"): per-stream eviction orders and quotas through `simulate(..., partition=...)`.
 
 Checked against two independent references: the unpartitioned simulator run on each stream's

@@ -1,4 +1,4 @@
-"""Fuzzing the other parsed user inputs (issue 23): a policy bundle's manifest.json and its
+"""Fuzzing the other parsed user inputs: a policy bundle's manifest.json and its
 policy.so (refused before dlopen when the .so is not the one the manifest names), capacities
 (`flashml.simulation.parse_capacity`) and the run settings' command-line values
 (`flashml.settings`). Each gives a result or a clear error (UserError / ValueError / argparse's
@@ -86,8 +86,8 @@ def dlopen_spy() -> Any:
 
 
 # Known bugs of flashml/compiler/loader.py: exception signatures. None open (a manifest not
-# UTF-8 or not an object, a policy_so not a file name: fixed in b2ad821; a manifest nested
-# 100,000 deep, a RecursionError: fixed in issue 23).
+# UTF-8 or not an object, a policy_so not a file name: fixed; a manifest nested
+# 100,000 deep, a RecursionError: now a UserError).
 LOADER_BUGS: dict[str, tuple[type[BaseException], str]] = {}
 
 
@@ -309,8 +309,8 @@ def test_bad_so_is_refused_before_dlopen_by_the_simulator(bundle: Path, tmp_path
 ])
 def test_loader_bugs_found_by_fuzzing(bundle: Path, tmp_path: Path, bug: str,
                                       content: bytes) -> None:
-    """Tracebacks the fuzzer found in the loader (fixed there, b2ad821; the nesting one in
-    issue 23): each is now a UserError naming the manifest."""
+    """Tracebacks the fuzzer found in the loader (fixed there): each is now a UserError
+    naming the manifest."""
     d = tmp_path / "policy"
     shutil.copytree(bundle, d)
     (d / "manifest.json").write_bytes(content)

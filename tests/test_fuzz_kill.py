@@ -1,4 +1,4 @@
-"""Crash safety (issue 23): `kill -9` at random points of `flashml trace ingest` and of
+"""Crash safety: `kill -9` at random points of `flashml trace ingest` and of
 `flashml pipeline run`, then a rerun into the same output. Nothing half-written may look
 finished: the output Parquet file is absent or complete (the earlier complete one, or the
 new one), never a torn file; a killed job leaves no summary.json and no FINISHED MLflow run;

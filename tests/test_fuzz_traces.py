@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every trace reader (issue 23): valid traces of every format,
+"""Property-based fuzzing of every trace reader: valid traces of every format,
 mutated as a careless user, a cut download or a disk error would (tests/fuzz_support.py:
 cut, duplicate, swap, non-numeric, huge, negative, NaN/inf, empty lines, wrong field counts,
 binary junk, CRLF, BOM, compressed-stream damage), give either a valid canonical table or
@@ -48,7 +48,7 @@ def test_mutated_trace_ingests_or_fails_clearly(name: str, kinds: list[str], see
 
 
 # Bugs in flashml/trace/objects.py (not the ingest path) found here: fixed in 798b45b, and
-# Polars' PanicException on a damaged Parquet in issue 23 (the regression test below).
+# Polars' PanicException on a damaged Parquet (the regression test below).
 @pytest.mark.parametrize("name", OBJECTS)
 @settings(**fs.fuzz_settings(20))
 @given(kinds=mutations, seed=seeds)

@@ -1,4 +1,4 @@
-"""KML's offline twin (issue 19): flashml_sim.ReadaheadSim (sim/src/readahead.rs) against a slow,
+"""KML's offline twin: flashml_sim.ReadaheadSim (sim/src/readahead.rs) against a slow,
 obvious Python model of the same page cache, readahead and clock; the window features against
 flashml.features.readahead.window_features; the workloads' orderings; bad input."""
 

@@ -309,7 +309,7 @@ def test_a_saturated_loop_stops_once_its_eviction_age_holds(small_trace, tmp_pat
 
 
 def bisect_threshold(df, base, target, arrays, known=None, hint=None, **prefetch):
-    """The threshold search before issue 20's speed-ups, as the reference: bisection of the
+    """The threshold search before its speed-ups, as the reference: bisection of the
     threshold itself in [0, 1] for the largest write rate within 1% of the target."""
     from flashml.policies.tuning import Tuned
     from flashml.simulation import simulate
@@ -345,7 +345,7 @@ def bisect_threshold(df, base, target, arrays, known=None, hint=None, **prefetch
 
 def test_the_faster_searches_keep_the_loops_figures(small_trace, tmp_path: Path,
                                                     monkeypatch) -> None:
-    """Issue 20's tolerance, on a small trace: the convergence loop with today's searches
+    """The searches' tolerance, on a small trace: the convergence loop with today's searches
     (regula falsi over the admitted share, known points, side-by-side ML-When searches)
     against the same loop with the bisection it replaced. Each search lands within 1% of the
     target write rate either way, so the figures may differ by what 1% of write rate moves:

@@ -75,7 +75,7 @@ def test_every_issue_policy_is_available() -> None:
     status = ob.available()
     assert set(status) == set(ob.POLICIES)
     missing = {p: why for p, why in status.items() if why is not None}
-    assert not missing, missing  # libcachesim 0.3.5's wheel has every policy of issue 16
+    assert not missing, missing  # libcachesim 0.3.5's wheel has every policy MAT is compared with
 
 
 @pytest.mark.parametrize("policy, capacity, unit, expected", REFERENCE)

@@ -1,4 +1,4 @@
-"""MLCache's first stage (issue 18): exact stack distances and hit curves, the partition
+"""MLCache's first stage: exact stack distances and hit curves, the partition
 search, and the partitioned page cache, each against an independent reference: a slow obvious
 LRU stack, brute force over every split, a slow partitioned LRU written here, libCacheSim's own
 LRU (external oracle), the paper's Fig. 1, and the shared reference table."""

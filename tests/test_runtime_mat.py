@@ -1,4 +1,4 @@
-"""The C runtime's MAT object cache (`flashrt mat-replay`, runtime/src/systems/mat.c; issue 16): on
+"""The C runtime's MAT object cache (`flashrt mat-replay`, runtime/src/systems/mat.c): on
 the same trace and capacity its decisions are the simulator's (victim keys in order, hits,
 predictions, the final threshold T, bit for bit), its features at every tail candidate are
 the simulator's, the bytes it serves are real and verified, and bad input is refused

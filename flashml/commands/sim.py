@@ -215,7 +215,7 @@ def cmd_objects(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- partitioned page cache across streams (MLCache, issue 18) --------------------------------
+# --- partitioned page cache across streams (MLCache) --------------------------------
 
 def _policy_list(text: str) -> tuple[str, ...]:
     """`all` (every policy that needs only the trace) or a comma-separated list."""
@@ -473,7 +473,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "partition", help="partitioned page cache across streams (MLCache): hit ratios of "
         "shared, even, static_optimal, discrete_optimal",
         description="Simulate a page cache shared by the streams of a trace, partitioned per "
-        "stream (MLCache, issue 18), and print the hit, write-hit and read-hit ratios of each "
+        "stream (MLCache), and print the hit, write-hit and read-hit ratios of each "
         "policy.", epilog=PARTITION_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_trace_option(p)

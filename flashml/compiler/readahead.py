@@ -1,4 +1,4 @@
-"""KML's readahead model in a policy bundle (capability "readahead", issue 19): the file it is
+"""KML's readahead model in a policy bundle (capability "readahead"): the file it is
 saved as (`readahead.json`), its parameters in policy.json (`readahead`), and the C it
 compiles to (`flashml_readahead_kib` and friends, flashml_policy.h).
 

@@ -92,7 +92,7 @@ log = logging.getLogger(__name__)
 
 #: Peak memory of the Polars engine per access of the table, rounded up: 1 M accesses of the
 #: region1-like preset built in 483 MB peak RSS, the interpreter and libraries included
-#: (`/usr/bin/time -v flashml episodes build --engine polars`, issue 20).
+#: (`/usr/bin/time -v flashml episodes build --engine polars`).
 POLARS_BYTES_PER_ACCESS = 500
 #: `auto` runs Polars while its estimated peak stays within this share of the memory
 #: available now, else Spark (which spills to disk and spreads over `--master`'s machines).

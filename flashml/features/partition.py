@@ -1,4 +1,4 @@
-"""The partition feature contract (MLCache, issue 18; features/partition.toml) and the
+"""The partition feature contract (MLCache; features/partition.toml) and the
 features themselves: per interval, per stream slot, the monitor's reuse-distance histogram
 and request share, laid out as the network and `flashml_partition` read them.
 

@@ -1,4 +1,4 @@
-"""The readahead feature contract (KML, issue 19; features/readahead.toml) and the features
+"""The readahead feature contract (KML; features/readahead.toml) and the features
 themselves: per window of page-cache events, the paper's five inputs in the contract's order.
 
     from flashml.features.readahead import contract, window_features

@@ -1,4 +1,4 @@
-"""KML's main job (issue 19): a tiny learned readahead tuner, trained offline, run in process.
+"""KML's main job: a tiny learned readahead tuner, trained offline, run in process.
 
     sweep -> train -> compile -> evaluate -> plots
 

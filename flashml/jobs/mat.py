@@ -1,4 +1,4 @@
-"""MAT's main job (issue 16): learned eviction at the tail of LRU, in object mode.
+"""MAT's main job: learned eviction at the tail of LRU, in object mode.
 
     ingest -> samples -> train -> tune -> compile -> periodic -> evaluate -> plots
 
@@ -473,7 +473,7 @@ def _train_bundle(bundle: Path, x: np.ndarray, y: np.ndarray, params: Any, s: Ma
 
 def _initial_threshold(s: MatSettings, cap: dict[str, Any], ws: dict[str, int]) -> float:
     """T0 in logical requests: `s.mat.initial_threshold`, else the cache's size in objects
-    (brief §1.5: T0 = capacity; a byte capacity over the mean object size of the working
+    (the paper: T0 = capacity; a byte capacity over the mean object size of the working
     set), as the simulator's default for a cache that counts objects."""
     if s.mat.initial_threshold is not None:
         return float(s.mat.initial_threshold)

@@ -1,4 +1,4 @@
-"""Pannier's main job (issue 17): a container flash cache with the TIRE write budget, judged
+"""Pannier's main job: a container flash cache with the TIRE write budget, judged
 against per-block and container policies on block traces with reads and overwrites.
 
     ingest -> tune -> simulate -> plots

@@ -1,4 +1,4 @@
-"""KML's data collection in user space (issue 19): the kernel's `mm_filemap_add_to_page_cache`
+"""KML's data collection in user space: the kernel's `mm_filemap_add_to_page_cache`
 tracepoint (each page the page cache adds, with its file offset), for one block device only,
 read through tracefs in its own tracing instance, cut into windows of 1 s of trace time and
 turned into the paper's features.

@@ -1,4 +1,4 @@
-"""KML's experiment runners (issue 19): one workload under one readahead policy, measured.
+"""KML's experiment runners: one workload under one readahead policy, measured.
 
     with RealRunner(workdir, device) as r:                 # db_bench on a throttled loop device
         o = r.run("readrandom", kib=16, trace=True)        # a fixed size; page-cache windows

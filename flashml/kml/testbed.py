@@ -1,4 +1,4 @@
-"""KML's real experiment (issue 19, first stage): RocksDB's `db_bench` on a filesystem on a loop
+"""KML's real experiment (first stage): RocksDB's `db_bench` on a filesystem on a loop
 device whose readahead we set, the page cache dropped between runs.
 
     with Testbed(workdir, size_bytes=2 << 30) as tb:       # loop device, ext4, mounted
@@ -28,7 +28,7 @@ from flashml.errors import UserError
 
 #: The paper's workloads (KML Table 2): db_bench benchmarks run on an existing database.
 WORKLOADS = ("readrandom", "readseq", "readreverse", "readrandomwriterandom")
-#: Workloads the model is not trained on (issue 19): updaterandom, and mixgraph as a mix of
+#: Workloads the model is not trained on: updaterandom, and mixgraph as a mix of
 #: random gets, puts and short scans over skewed keys (MIXGRAPH_FLAGS).
 HELD_OUT = ("updaterandom", "mixgraph")
 #: mixgraph's mix: 60% gets, 10% puts, 30% seeks with scans of up to 100 keys; the key

@@ -1,4 +1,4 @@
-"""KML's offline twin (issue 19): evaluate a readahead tuner on a trace without root.
+"""KML's offline twin: evaluate a readahead tuner on a trace without root.
 
 The testbed (`testbed.py`) runs db_bench over a throttled loop device; the twin replays a
 page-level trace through `flashml_sim.ReadaheadSim` (sim/src/readahead.rs: an LRU page cache

@@ -1,4 +1,4 @@
-"""KML's readahead models (issue 19, `../shared/seeds/kml-hotstorage21.txt`): the workload
+"""KML's readahead models (`../shared/seeds/kml-hotstorage21.txt`): the workload
 class from one window's five features (features/readahead.toml), the class -> the best
 readahead size of that workload (the sweep's label).
 

@@ -1,4 +1,4 @@
-"""MAT's model (issue 16; ../shared/seeds/mat-ml-at-the-tail.txt): a LightGBM regressor of
+"""MAT's model (../shared/seeds/mat-ml-at-the-tail.txt): a LightGBM regressor of
 an eviction candidate's log1p(logical distance from its last access to its next access), on
 LRB's 44 features (flashml/features/eviction.toml), with LRB's and MAT's training settings
 (32 trees of at most 32 leaves, learning rate 0.1, bagging 0.8 every 5 iterations).
@@ -38,7 +38,7 @@ from flashml.settings import GbmParams
 
 log = logging.getLogger(__name__)
 
-#: LRB's training parameters, which MAT reuses (brief §1.1 "Model"): 32 trees, <= 32 leaves,
+#: LRB's training parameters, which MAT reuses (the paper's "Model"): 32 trees, <= 32 leaves,
 #: learning rate 0.1, bagging 0.8 every 5 iterations; no early stopping (fixed size).
 MAT_GBM = GbmParams(num_leaves=32, learning_rate=0.1, bagging_fraction=0.8, bagging_freq=5,
                     feature_fraction=1.0, min_data_in_leaf=20, min_sum_hessian_in_leaf=1e-3,

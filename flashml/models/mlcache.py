@@ -1,4 +1,4 @@
-"""MLCache's partition network (issue 18, `../shared/seeds/mlcache-iccad20.txt`): per
+"""MLCache's partition network (`../shared/seeds/mlcache-iccad20.txt`): per
 interval, the monitor's features (features/partition.toml) -> the next interval's share of the
 cache for each stream.
 

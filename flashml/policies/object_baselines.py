@@ -1,5 +1,5 @@
 """libCacheSim's eviction policies on a whole-object request stream: the external baselines
-(and oracle) of object-mode eviction (MAT, issue 16).
+(and oracle) of object-mode eviction (MAT).
 
 The policies come from `libcachesim` on PyPI, libCacheSim's own Python bindings (a dev/test
 dependency: `make setup` installs it; nothing else in flashml needs it). Nothing here
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-#: Policy name -> (libcachesim class, keyword arguments). Lower-case names as in issue 16.
+#: Policy name -> (libcachesim class, keyword arguments). Lower-case names, as the CLI takes them.
 POLICIES: dict[str, tuple[str, dict[str, Any]]] = {
     "lru": ("LRU", {}),
     "fifo": ("FIFO", {}),

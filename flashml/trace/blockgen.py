@@ -1,4 +1,4 @@
-"""Block-level trace presets for Pannier (issue 17), written as MSR Cambridge CSV.
+"""Block-level trace presets for Pannier, written as MSR Cambridge CSV.
 
 Pannier (Middleware '15) is judged on block traces with reads and overwrites: MSR Cambridge
 prn0 (a print server: small IOs, small working set, more writes than reads), src11 (source

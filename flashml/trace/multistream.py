@@ -1,4 +1,4 @@
-"""Synthetic multi-stream page traces for MLCache (issue 18): several streams with distinct
+"""Synthetic multi-stream page traces for MLCache: several streams with distinct
 reuse profiles and shifting intensities, interleaved by time, as a canonical access table.
 
 The paper combines MSR Cambridge traces into 2, 4 and 8 streams; with no multi-stream trace

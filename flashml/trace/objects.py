@@ -33,7 +33,7 @@ from flashml.errors import TraceError
 from flashml.trace.canonical import MAX_TIME_S
 
 # Object-trace formats (flashml/trace/formats.py); `csv` is another name for `objects-csv`
-# (issue 16's `--format cloudphysics|csv|parquet`).
+# (`--format cloudphysics|csv|parquet`).
 from flashml.trace.formats import OBJECT_FORMATS
 from flashml.trace.textio import check_input
 

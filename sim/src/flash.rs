@@ -39,7 +39,7 @@
 //! MAT (learned eviction at the tail of the block LRU) is another eviction of this mode, in
 //! `crate::flash_mat` (LRU with block-level recency only; same loop, its own `Orders`).
 //!
-//! Partitioned mode (optional, [`StreamPartition`]; issue 18, MLCache in flash mode): the
+//! Partitioned mode (optional, [`StreamPartition`]; MLCache in flash mode): the
 //! cache is divided among `k` streams (e.g. namespaces), each with its own eviction order (of
 //! the same kind and units as above) and its own quota of segments; the quotas change at
 //! given interval boundaries. Every metric stays whole-cache; `Info::streams` adds per-stream

@@ -18,7 +18,7 @@
 //!   and erasures): per-block LRU, S2LRU, MQ and Belady over a page-mapped FTL ([`ftl`]) and
 //!   the container caches LRU+, S2LRU+ and Pannier ([`pannier`]), each optionally gated by
 //!   the TIRE erasure-budget controller ([`tire`]).
-//! * [`readahead`]: KML's offline twin (issue 19): a closed-loop page cache with Linux-like
+//! * [`readahead`]: KML's offline twin: a closed-loop page cache with Linux-like
 //!   mmap readahead over a throttled device, run per feature window.
 //! * With the `python` feature, a thin PyO3 layer exposes `flashml_sim.simulate`,
 //!   `flashml_sim.simulate_objects` and `flashml_sim.default_config`.

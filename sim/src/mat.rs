@@ -1,4 +1,4 @@
-//! MAT (machine learning at the tail, Yang et al., arXiv 2301.11886; brief §1) in object mode,
+//! MAT (machine learning at the tail, Yang et al., arXiv 2301.11886) in object mode,
 //! and Belady's MIN on the same loop.
 //!
 //! The base heuristic is LRU ([`Reinsert`] for [`Lru`]). On each eviction [`Mat`] runs

@@ -1,4 +1,4 @@
-//! Partitioned caching across streams (MLCache, issue 18): a cache of `capacity` pages shared
+//! Partitioned caching across streams (MLCache): a cache of `capacity` pages shared
 //! by `k` streams, in object/page mode (every request is one page; sizes play no part).
 //!
 //! * Each stream has its own LRU partition with a quota of pages; a miss inserts the page into

@@ -970,7 +970,7 @@ fn eviction_features<'py>(
     PyArray1::from_vec(py, out).reshape([queries.len(), EVICT_NUM_FEATURES])
 }
 
-// --- MLCache: stack distances and partitioned caching (issue 18; sim/src/reuse.rs,
+// --- MLCache: stack distances and partitioned caching (sim/src/reuse.rs,
 // sim/src/partition.rs) ---------------------------------------------------------------------
 
 /// The (keys, streams, writes) arrays of a multi-stream page trace, checked.
@@ -1342,7 +1342,7 @@ fn simulate_blocks<'py>(
     Ok(d)
 }
 
-// --- KML's offline twin (issue 19; sim/src/readahead.rs) ----------------------------------
+// --- KML's offline twin (sim/src/readahead.rs) ----------------------------------
 
 /// A readahead size from Python: an int > 0 (KiB).
 fn ra_kib_of(ra_kib: i64) -> PyResult<u64> {

@@ -1,4 +1,4 @@
-//! KML's offline twin (issue 19): a closed-loop page cache with Linux-like mmap readahead over
+//! KML's offline twin: a closed-loop page cache with Linux-like mmap readahead over
 //! a device with a simple cost model, run one feature window at a time so that a readahead
 //! tuner can pick the size of the next window from the contract's features
 //! (features/readahead.toml; the reference is `flashml.features.readahead.window_features`).

@@ -1,4 +1,4 @@
-//! Exact LRU stack (reuse) distances and miss-ratio curves (MLCache, issue 18).
+//! Exact LRU stack (reuse) distances and miss-ratio curves (MLCache).
 //!
 //! The stack distance of a request is its 1-based position in the LRU stack just before the
 //! request: the number of distinct keys requested since the previous request of the same key,
