@@ -14,7 +14,8 @@ Training rows (baleen-artifact-notes.md "Training facts"):
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import lightgbm as lgb
 import numpy as np
@@ -22,7 +23,7 @@ import numpy as np
 from flashml.compiler.bundle import round_range, when_matrix
 from flashml.features.contract import Contract, contract
 from flashml.models.forest import predict
-from flashml.models.gbm import fit
+from flashml.models.gbm import fit, side_by_side
 from flashml.settings import GbmParams
 
 log = logging.getLogger(__name__)
@@ -74,31 +75,46 @@ def train_policy(data: TrainingData, params: GbmParams, *, features: list[str] |
     if zeroed:
         X = np.array(X)  # a copy: the rows may be the mapped feature matrix
         X[:, [names.index(n) for n in zeroed]] = 0.0
-    adm = admission if admission is not None else fit(
-        X, data.adm_y, data.adm_keys, "binary", params, names)
-    policy = LearnedPolicy(admission=adm, admission_features=names)
+    def train_admission(threads: int) -> lgb.Booster:
+        return fit(X, data.adm_y, data.adm_keys, "binary",
+                   replace(params, num_threads=threads), names)
+
     if not with_prefetch:
-        return policy
+        adm = admission if admission is not None else train_admission(params.num_threads)
+        return LearnedPolicy(admission=adm, admission_features=names)
     if len(data.ep_start) == 0:
         raise ValueError("no OPT-admitted episodes in the training window: cannot train "
                          "ML-Range (is the target write rate too low?)")
     rnames = c.model_features("range")
-    policy.range_start = fit(data.ep_X, data.ep_start.astype(np.float64), data.ep_keys,
-                             "regression", params, rnames)
-    policy.range_end = fit(data.ep_X, data.ep_end.astype(np.float64), data.ep_keys,
-                           "regression", params, rnames)
-    ps, pe = round_range(predict(policy.range_start, data.ep_X),
-                         predict(policy.range_end, data.ep_X))
-    wX = np.column_stack([data.ep_X, ps, pe]).astype(np.float64)
-    if len(np.unique(data.ep_when)) < 2:
-        log.warning("ML-When labels are all %s; training a constant model", data.ep_when[:1])
-        params = params.with_overrides(num_boost_round=1)
-        wy = data.ep_when.astype(np.float64)
-        policy.when = fit(wX, wy, data.ep_keys, "regression", params, c.model_features("when"))
+
+    def train_range(which: str) -> Callable[[int], lgb.Booster]:
+        y = (data.ep_start if which == "start" else data.ep_end).astype(np.float64)
+        return lambda threads: fit(data.ep_X, y, data.ep_keys, "regression",
+                                   replace(params, num_threads=threads), rnames)
+
+    def train_prefetch(threads: int) -> tuple[lgb.Booster, lgb.Booster, lgb.Booster]:
+        # ML-Range's two models side by side, then ML-When on their predictions
+        start, end = side_by_side([train_range("start"), train_range("end")], threads)
+        ps, pe = round_range(predict(start, data.ep_X), predict(end, data.ep_X))
+        wX = np.column_stack([data.ep_X, ps, pe]).astype(np.float64)
+        p = replace(params, num_threads=threads)
+        if len(np.unique(data.ep_when)) < 2:
+            log.warning("ML-When labels are all %s; training a constant model",
+                        data.ep_when[:1])
+            p = p.with_overrides(num_boost_round=1)
+            return start, end, fit(wX, data.ep_when.astype(np.float64), data.ep_keys,
+                                   "regression", p, c.model_features("when"))
+        return start, end, fit(wX, data.ep_when.astype(np.float64), data.ep_keys, "binary",
+                               p, c.model_features("when"))
+
+    # the admission model and the prefetch models (independent) side by side
+    if admission is not None:
+        adm, (start, end, when) = admission, train_prefetch(params.num_threads)
     else:
-        policy.when = fit(wX, data.ep_when.astype(np.float64), data.ep_keys, "binary", params,
-                          c.model_features("when"))
-    return policy
+        adm, pre = side_by_side([train_admission, train_prefetch], params.num_threads)
+        start, end, when = pre  # type: ignore[misc]
+    return LearnedPolicy(admission=adm, admission_features=names, range_start=start,
+                         range_end=end, when=when)
 
 
 def score_all(policy: LearnedPolicy, feats: np.ndarray, c: Contract | None = None

@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import polars as pl
 
 from flashml.models.baleen import LearnedPolicy, score_all, train_policy
 from flashml.models.dataset import training_data, training_window
+from flashml.models.gbm import side_by_side
 from flashml.policies.baselines import tune_threshold
 from flashml.policies.tuning import Tuned, parallel_map
 from flashml.settings import GbmParams, LoopSettings
@@ -177,14 +179,23 @@ def select_accesses_per_episode(df: pl.DataFrame, feats: np.ndarray, labels: pl.
     (the loop trains the chosen K's admission model once, not twice)."""
     times = df["time"].to_numpy()
     n, sub, cfg = training_day(df, base, settings.train_seconds)
+
+    def candidate(k: int) -> Callable[[int], tuple[Any, np.ndarray]]:
+        def train(threads: int) -> tuple[Any, np.ndarray]:
+            data = training_data(feats, times, labels, episodes, settings.train_seconds,
+                                 max_position=k, max_rows=settings.max_training_rows)
+            policy = train_policy(data, replace(gbm, num_threads=threads), features=features,
+                                  with_prefetch=False)
+            return policy, score_all(policy, feats[:n])["score"]
+        return train
+
+    # the candidates' trainings side by side, one LightGBM thread each (the same trees)
+    trained = side_by_side([candidate(k) for k in settings.k_candidates], gbm.num_threads)
     scores: dict[int, np.ndarray] = {}
-    for k in settings.k_candidates:  # LightGBM trains on every core: one at a time
-        data = training_data(feats, times, labels, episodes, settings.train_seconds,
-                             max_position=k, max_rows=settings.max_training_rows)
-        policy = train_policy(data, gbm, features=features, with_prefetch=False)
+    for k, (policy, score) in zip(settings.k_candidates, trained, strict=True):
         if keep is not None:
             keep[k] = policy
-        scores[k] = score_all(policy, feats[:n])["score"]
+        scores[k] = score
 
     def mean_dt(k: int) -> float:
         return float(tune_threshold(sub, cfg, target_mbps, {"score": scores[k]})

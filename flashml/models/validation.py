@@ -27,6 +27,7 @@ recorded (`beats_rejectx`), and the job warns when it does not.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -37,7 +38,7 @@ from flashml.features.contract import contract
 from flashml.models.baleen import score_all, train_policy
 from flashml.models.converge import training_day
 from flashml.models.dataset import training_data
-from flashml.models.gbm import split_by_key
+from flashml.models.gbm import side_by_side, split_by_key
 from flashml.models.peak import busy_hours, schedule_candidates
 from flashml.policies.baselines import tune_rejectx, tune_threshold
 from flashml.policies.tuning import parallel_map
@@ -135,16 +136,24 @@ def out_of_fold_scores(df: pl.DataFrame, feats: np.ndarray, labels: pl.DataFrame
     fold = split_by_key(data.adm_keys, 0.5, seed=FOLD_SEED)
     day_fold = split_by_key(df["key"].to_numpy()[:n], 0.5, seed=FOLD_SEED)
     out = np.zeros(n, dtype=np.float64)
-    for side in (True, False):
-        rows = fold == side
-        if len(np.unique(data.adm_y[rows])) < 2:  # too few labels on one side: in-sample
-            rows = np.ones(len(rows), dtype=bool)
-        half = replace(data, adm_X=data.adm_X[rows], adm_y=data.adm_y[rows],
-                       adm_keys=data.adm_keys[rows])
-        policy = train_policy(half, gbm, with_prefetch=False,
-                              zeroed=zeroed_features(feature_set))
-        other = day_fold != side
-        out[other] = score_all(policy, feats[:n][other])["score"]
+
+    def fold_scores(side: bool) -> Callable[[int], np.ndarray]:
+        def train(threads: int) -> np.ndarray:
+            rows = fold == side
+            if len(np.unique(data.adm_y[rows])) < 2:  # too few labels on one side: in-sample
+                rows = np.ones(len(rows), dtype=bool)
+            half = replace(data, adm_X=data.adm_X[rows], adm_y=data.adm_y[rows],
+                           adm_keys=data.adm_keys[rows])
+            policy = train_policy(half, replace(gbm, num_threads=threads), with_prefetch=False,
+                                  zeroed=zeroed_features(feature_set))
+            return score_all(policy, feats[:n][day_fold != side])["score"]
+        return train
+
+    # the two folds' trainings side by side, one LightGBM thread each (the same trees)
+    sides = (True, False)
+    for side, score in zip(sides, side_by_side([fold_scores(s) for s in sides],
+                                               gbm.num_threads), strict=True):
+        out[day_fold != side] = score
     return out
 
 
