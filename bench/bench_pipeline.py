@@ -18,6 +18,19 @@ each run is pinned (taskset) to one core per worker, as that many one-core machi
 it (on a 2-core VM the unpinned one-worker sweep already keeps 1.6 cores busy, so two
 unpinned workers cannot beat ~0.8x of it whatever the code does).
 Writes bench/results/pipeline.json and pipeline.png (seconds per stage vs accesses).
+
+Before and after, side by side (`--compare REV`): the same job on the same traces with the code
+of git revision REV (a temporary `git worktree`, imported through PYTHONPATH; the installed
+simulator extension serves both) and with this tree, one seed after the other
+(`--seeds 3,5`), each run's stage timings, the load average around it and its policy table;
+this tree's runs start with an empty compile cache (FLASHML_CACHE_DIR), and the compile of
+the run's bundle is then repeated with the cache it filled (a rerun with an unchanged model).
+Recorded under `compare` in pipeline.json; the seed-3 run of this tree also replaces the
+size's row under `runs`. Timings count only on a quiet machine: run it under
+`flock /tmp/flashml-timing.lock`.
+
+    flock /tmp/flashml-timing.lock .venv/bin/python bench/bench_pipeline.py \
+        --accesses 1000000 --compare 6b42d71 --seeds 3,5
 """
 
 from __future__ import annotations
@@ -67,13 +80,17 @@ def sizes_small(text: str) -> list[int]:
 
 
 def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
-            workers: int = 1, cores_per_worker: int | None = None) -> dict[str, Any]:
-    trace = tmp / f"region1-like-{accesses}.trace"
+            workers: int = 1, cores_per_worker: int | None = None, seed: int = 3,
+            code: Path | None = None, tag: str = "") -> dict[str, Any]:
+    """One `flashml pipeline run` on a generated region1-like trace of `accesses` (seed
+    `seed`), with this tree's code or, with `code`, that checkout's (PYTHONPATH)."""
+    trace = tmp / f"region1-like-{accesses}-seed{seed}.trace"
     if not trace.exists():
         subprocess.run([*FLASHML, "trace", "generate", "--preset", "region1-like", "--seed",
-                        "3", "--accesses", str(accesses), "-o", str(trace)], check=True,
+                        str(seed), "--accesses", str(accesses), "-o", str(trace)], check=True,
                        cwd=ROOT, stdout=subprocess.DEVNULL)
-    home = tmp / f"home-{accesses}-{'cold' if cold else 'warm'}-{workers}-{cores_per_worker}"
+    home = tmp / (f"home-{accesses}-{'cold' if cold else 'warm'}-{workers}-{cores_per_worker}"
+                  f"-seed{seed}{tag}")
     out = home / "run"
     cmd = [*FLASHML, "pipeline", "run", "--trace", str(trace), "--out", str(out),
            "--engine", engine, "--sweep-trials", str(trials), "--sweep-workers", str(workers)]
@@ -84,9 +101,13 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
     env = {k: v for k, v in os.environ.items()
            if k not in ("MLFLOW_TRACKING_URI", "FLASHML_OPTUNA_STORAGE")}
     env["FLASHML_HOME"] = str(home)
+    env["FLASHML_CACHE_DIR"] = str(home / "cache")  # empty: the run compiles everything
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=code or ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
@@ -95,7 +116,9 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
     summary = json.loads((out / "summary.json").read_text())
     sweep = (summary.get("sweep") or {})
     return {
-        "accesses": accesses, "sweep": "cold" if cold else "warm", "sweep_trials": trials,
+        "accesses": accesses, "seed": seed, "load_avg_1m_before": round(load_before, 2),
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        "sweep": "cold" if cold else "warm", "sweep_trials": trials,
         "sweep_workers": workers, "cores_per_worker": cores_per_worker,
         "engine": engine, "wall_s": round(wall, 1),
         # the largest child so far (kB on Linux); only meaningful when it grew
@@ -118,7 +141,78 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
         "policies": {name: {k: m.get(k) for k in ("peak_dt_util", "flash_write_rate_mbps",
                                                   "tco")}
                      for name, m in (summary.get("policies") or {}).items()},
+        "compiled_sha256": (summary.get("compiled") or {}).get("sha256"),
+        "run_dir": str(out),
     }
+
+
+def compile_again(run: dict[str, Any]) -> dict[str, Any]:
+    """Compile a finished run's policy bundle once more with the compile cache its run
+    filled (this tree's code): what a rerun with an unchanged model costs."""
+    out = Path(run["run_dir"])
+    env = dict(os.environ, FLASHML_HOME=str(out.parent),
+               FLASHML_CACHE_DIR=str(out.parent / "cache"))
+    dest = out.parent / "compiled-again"
+    t0 = time.perf_counter()
+    subprocess.run([*FLASHML, "compile", "--model-dir", str(out / "policy"), "-o", str(dest),
+                    "--no-log"], check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    m = json.loads((dest / "manifest.json").read_text())
+    return {"wall_s": round(wall, 2), "compile_s": round(m["build"]["compile_s"], 2),
+            "object_cache": m["build"].get("object_cache"), "sha256": m["sha256"]}
+
+
+def same_results(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """How far two runs' figures are apart: every policy's peak DT, write rate and TCO, and
+    the sweep's choice (0.0 everywhere: the same results)."""
+    def rel(x: Any, y: Any) -> float:
+        if x is None or y is None:
+            return float("nan") if x is not y else 0.0
+        return abs(float(x) - float(y)) / max(abs(float(x)), 1e-12)
+
+    diffs = {f"{n}.{k}": rel(m.get(k), b["policies"].get(n, {}).get(k))
+             for n, m in a["policies"].items() for k in m}
+    diffs["chosen_write_rate_mbps"] = rel(a["chosen_write_rate_mbps"],
+                                          b["chosen_write_rate_mbps"])
+    diffs["chosen_tco"] = rel(a["chosen_tco"], b["chosen_tco"])
+    worst = max(diffs, key=lambda k: diffs[k] if diffs[k] == diffs[k] else float("inf"))
+    return {"identical": all(v == 0.0 for v in diffs.values()),
+            "max_relative_difference": diffs[worst], "where": worst}
+
+
+def compare(args: argparse.Namespace, tmp: Path, commit: str) -> dict[str, Any]:
+    """The job with the code of `args.compare` and with this tree, side by side per seed."""
+    rev = subprocess.run(["git", "rev-parse", "--short", args.compare], cwd=ROOT, text=True,
+                         capture_output=True, check=True).stdout.strip()
+    base = tmp / f"baseline-{rev}"
+    subprocess.run(["git", "worktree", "add", "--detach", str(base), rev], cwd=ROOT,
+                   check=True, capture_output=True)
+    rows = []
+    try:
+        for n in args.accesses:
+            for seed in args.seeds:
+                pair: dict[str, Any] = {"accesses": n, "seed": seed}
+                for side, code in (("before", base), ("after", None)):
+                    print(f"pipeline: {n:,} accesses, seed {seed}, {side} "
+                          f"({rev if code else commit}) ...", flush=True)
+                    r = run_one(n, tmp, cold=False, trials=args.sweep_trials,
+                                engine=args.engine, seed=seed, code=code, tag=f"-{side}")
+                    r["commit"] = rev if code else commit
+                    r["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                    print(f"  {r['wall_s']:.0f} s (load {r['load_avg_1m_before']:.1f} -> "
+                          f"{r['load_avg_1m_after']:.1f})", flush=True)
+                    pair[side] = r
+                pair["compile_again"] = compile_again(pair["after"])
+                pair["results"] = same_results(pair["before"], pair["after"])
+                pair["speedup"] = round(pair["before"]["wall_s"] / pair["after"]["wall_s"], 2)
+                print(f"  after/before: {pair['speedup']:.2f}x faster; compile again "
+                      f"{pair['compile_again']['compile_s']:.1f} s; same results: "
+                      f"{pair['results']['identical']}", flush=True)
+                rows.append(pair)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
+                       capture_output=True)
+    return {"baseline_commit": rev, "commit": commit, "runs": rows}
 
 
 def plot(runs: list[dict[str, Any]]) -> None:
@@ -172,11 +266,39 @@ def main() -> int:
                     "--sweep-workers 1,2 on two cores (default: every run on all cores)")
     ap.add_argument("--engine", default="auto", choices=["auto", "spark", "polars"],
                     help="episode engine of the job (default auto, as the job's default)")
+    ap.add_argument("--compare", metavar="REV", default=None,
+                    help="run each size and seed with the code of git revision REV and with "
+                    "this tree, side by side (pipeline.json `compare`)")
+    ap.add_argument("--seeds", type=sizes_small, default=[3],
+                    help="comma-separated trace seeds for --compare (default 3)")
     args = ap.parse_args()
     modes = {"warm": [False], "cold": [True], "both": [False, True]}[args.sweep]
     runs = []
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
                             capture_output=True).stdout.strip() or "unknown"
+    previous = json.loads(OUT.read_text()) if OUT.exists() else {}
+    if args.compare:
+        with tempfile.TemporaryDirectory(prefix="flashml-bench-pipeline-") as tmp:
+            cmp = compare(args, Path(tmp), commit)
+        for row in cmp["runs"]:
+            for side in ("before", "after"):
+                row[side].pop("run_dir", None)
+        # this tree's seed-3 run (the bench's default trace) stands for its size in `runs`
+        runs = [dict(row["after"]) for row in cmp["runs"] if row["seed"] == 3]
+        for r in runs:
+            r["sweep_workers"], r["cores_per_worker"] = 1, None
+        key = ("accesses", "sweep", "sweep_workers", "cores_per_worker")
+
+        def of_(r: dict[str, Any]) -> tuple[Any, ...]:
+            return tuple(r.get(k) or (0 if k == "cores_per_worker" else 1) for k in key)
+
+        new = {of_(r) for r in runs}
+        kept = [r for r in previous.get("runs", []) if of_(r) not in new]
+        write_json(OUT, {"machine": machine(), "runs": sorted(kept + runs, key=of_),
+                         "compare": cmp})
+        plot(sorted(kept + runs, key=of_))
+        print(f"pipeline: {len(cmp['runs'])} before/after pairs -> {OUT.relative_to(ROOT)}")
+        return 0
     with tempfile.TemporaryDirectory(prefix="flashml-bench-pipeline-") as tmp:
         for n, cold, w in [(n, c, w) for n in args.accesses for c in modes
                            for w in args.sweep_workers]:
@@ -189,6 +311,7 @@ def main() -> int:
                   + ", ".join(f"{k} {v:.0f} s" for k, v in top), flush=True)
             r["commit"] = commit
             r["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            r.pop("run_dir", None)
             runs.append(r)
     # runs of other sizes or modes measured before are kept (each says its commit and time)
     key = ("accesses", "sweep", "sweep_workers", "cores_per_worker")
@@ -197,10 +320,10 @@ def main() -> int:
         return tuple(r.get(k) or (0 if k == "cores_per_worker" else 1) for k in key)
 
     new = {of(r) for r in runs}
-    kept = [r for r in (json.loads(OUT.read_text()).get("runs", []) if OUT.exists() else [])
-            if of(r) not in new]
+    kept = [r for r in previous.get("runs", []) if of(r) not in new]
     runs = sorted(kept + runs, key=of)
-    write_json(OUT, {"machine": machine(), "runs": runs})
+    write_json(OUT, {"machine": machine(), "runs": runs,
+                     **({"compare": previous["compare"]} if "compare" in previous else {})})
     plot(runs)
     print(f"pipeline: {len(runs)} runs -> {OUT.relative_to(ROOT)}, {PLOT.relative_to(ROOT)}")
     return 0

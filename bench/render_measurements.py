@@ -80,7 +80,53 @@ def pipeline_section(res: dict[str, Any]) -> str:
             f"| {r.get('cores_per_worker') or 'all'} | {r.get('commit', 'n/a')} "
             f"| {r['wall_s']:.0f} | {sweep:.0f} | {conv:.0f} | {peak:.1f} "
             f"| {r['chosen_write_rate_mbps']:.1f} | {r['chosen_tco']:.3f} |")
+    if "compare" in res:
+        lines += ["", *pipeline_compare(res["compare"])]
     return "\n".join(lines)
+
+
+#: The stages of the before/after table, by the prefix of their timer's name.
+COMPARE_STAGES = (("convergence + training", "convergence"),
+                  ("validation (schedule, features)", "validation"),
+                  ("cachelib_ml", "cachelib_ml"), ("sweep", "sweep"), ("compile", "compile"))
+
+
+def pipeline_compare(cmp: dict[str, Any]) -> list[str]:
+    """bench_pipeline.py --compare: each stage's seconds with the baseline's code and with
+    this tree's, per trace, then the compile repeated with a warm cache and whether the
+    figures are the same."""
+    pairs = cmp["runs"]
+    head = " | ".join(f"{p['accesses'] / 1e6:g} M, seed {p['seed']}: before | after"
+                      for p in pairs)
+    out = [f"Before ({cmp['baseline_commit']}) and after ({cmp['commit']}), side by side "
+           "(`bench_pipeline.py --compare`), seconds:", "",
+           f"| stage | {head} |", "|---|" + "---:|---:|" * len(pairs)]
+
+    def cell(r: dict[str, Any], prefix: str) -> str:
+        v = _stage(r, prefix)
+        return "-" if v is None else f"{v:.1f}"
+
+    for label, prefix in COMPARE_STAGES:
+        out.append(f"| {label} | " + " | ".join(
+            f"{cell(p['before'], prefix)} | {cell(p['after'], prefix)}" for p in pairs) + " |")
+    out.append("| **whole job** | " + " | ".join(
+        f"**{p['before']['wall_s']:.0f}** | **{p['after']['wall_s']:.0f}**" for p in pairs)
+        + " |")
+    out.append("| load average (1 min) at the start | " + " | ".join(
+        f"{p['before'].get('load_avg_1m_before', float('nan')):.1f} | "
+        f"{p['after'].get('load_avg_1m_before', float('nan')):.1f}" for p in pairs) + " |")
+    out.append("")
+    for p in pairs:
+        again, same = p["compile_again"], p["results"]
+        out.append(f"- seed {p['seed']}: {p['speedup']:.2f}x faster; the compile repeated with "
+                   f"the cache the run filled: {again['compile_s']:.1f} s "
+                   f"({(again.get('object_cache') or {}).get('hits', 0)} objects reused, "
+                   f"the same policy.so: {again['sha256'] == p['after']['compiled_sha256']}); "
+                   + ("every policy's figures and the sweep's choice identical"
+                      if same["identical"] else
+                      f"figures differ by up to {100 * same['max_relative_difference']:.2g}% "
+                      f"({same['where']})"))
+    return out
 
 
 def quality_section(res: dict[str, Any]) -> str:
