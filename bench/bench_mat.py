@@ -69,16 +69,11 @@ class TraceCase:
         return int(self.df.unique("key")["size"].sum())
 
 
-# ==========================================================================================
-# HOOK: rows of our own learned policies (MAT) go here.
-#
-# `extra_policies(trace, capacity, unit)` returns {policy name: row} for one trace and one
-# cache size, where a row has at least `miss_ratio` and `byte_miss_ratio` (and, for MAT,
-# `predictions_per_eviction`, `ns_per_eviction`). The benchmark puts the rows beside
-# libCacheSim's in bench/results/mat.json, the docs table and the plot (a policy named
-# `mat` is drawn bold). It returns {} until `flashml mat` lands; its owner fills it in,
-# e.g. by training on the trace's first window and simulating with the compiled bundle.
-# ==========================================================================================
+# Rows of our own learned policies: `extra_policies(trace, capacity, unit)` returns {policy
+# name: row} for one trace and one cache size, where a row has at least `miss_ratio` and
+# `byte_miss_ratio` (and, for MAT, `predictions_per_eviction`, `ns_per_eviction`). The
+# benchmark puts the rows beside libCacheSim's in bench/results/mat.json, the docs table and
+# the plot (a policy named `mat` is drawn bold).
 def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict[str, Any]]:
     """MAT's row at `capacity` (bytes, or objects) on `trace`: `flashml mat run`'s job
     (flashml/jobs/mat.py) with its defaults at this one capacity (objective: byte miss
