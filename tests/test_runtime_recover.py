@@ -1,6 +1,6 @@
 """Crash safety of the runtime engine (runtime/src/engine/persist.c, journal.c): `flashrt
 replay --recover` after kill -9 at random points of a composed replay (admission x eviction x
-budget) rebuilds the cache from the regions' headers and the journal and never serves a
+budget x placement) rebuilds the cache from the regions' headers and the journal and never serves a
 wrong byte; the next run hits on what it rebuilt.
 
 Each kill lands at a seeded random access: the replay holds there (the test hook
@@ -103,6 +103,7 @@ COMPOSITIONS = {
     "coinflip-mru-bucket": ["--admission", "coinflip", "--coinflip-p", "0.7", "--eviction",
                             "mru", "--budget", "bucket", "--write-rate-mbps", "4000"],
     "bundle-mat": ["--policy", "{count}", "--eviction", "mat", "--eviction-bundle", "{evict}"],
+    "admitall-lru-packing": ["--admission", "admitall", "--placement", "packing"],
 }
 
 
@@ -153,3 +154,16 @@ def test_recover_refuses_another_layout(env):
     assert p.returncode == 0 and json.loads(p.stdout)["recovered_regions"] > 0, p.stderr
     flash.unlink()
     Path(f"{flash}.journal").unlink()
+
+
+def test_journal_is_not_an_input(env, tmp_path):
+    """The flash file's journal is written (emptied without --recover): a trace by that name
+    is refused before anything is written, and left as it was."""
+    flash = tmp_path / "f.img"
+    journal = Path(f"{flash}.journal")
+    journal.write_bytes(env["trace"].read_bytes())
+    cmd = args(env, flash, ["--admission", "admitall"])
+    cmd[cmd.index("--trace") + 1] = str(journal)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "--flash's journal" in p.stderr, p.stderr
+    assert journal.read_bytes() == env["trace"].read_bytes() and not flash.exists()

@@ -147,6 +147,14 @@ enum flashrt_budget { FLASHRT_BUDGET_NONE = 0, FLASHRT_BUDGET_BUCKET = 1, FLASHR
 int flashrt_budget_from_name(const char *name);
 /* Its name, NULL when `which` is none of them. */
 const char *flashrt_budget_name(int which);
+/* The placement slot's policies: "single" (one open region) and "packing" (Pannier's hot/cold
+ * packing: a hot and a cold open region, a miss's block hot when the ghost sketch has counted
+ * it more often than the median block placed). */
+enum flashrt_placement { FLASHRT_PLACE_SINGLE = 0, FLASHRT_PLACE_PACKING = 1 };
+/* The placement policy of that name; -1 for another name. */
+int flashrt_placement_from_name(const char *name);
+/* Its name, NULL when `which` is none. */
+const char *flashrt_placement_name(int which);
 enum flashrt_direct { FLASHRT_DIRECT_AUTO = 0, FLASHRT_DIRECT_OFF = 1, FLASHRT_DIRECT_ON = 2 };
 enum flashrt_rate_clock { FLASHRT_CLOCK_TRACE = 0, FLASHRT_CLOCK_WALL = 1 };
 
@@ -194,6 +202,8 @@ struct flashrt_config {
      * and journal record (power loss; kill -9 needs none). */
     int recover, sync;
     const char *journal_path;
+    /* The placement slot (default FLASHRT_PLACE_SINGLE). */
+    enum flashrt_placement placement;
 };
 
 void flashrt_config_default(struct flashrt_config *c);
@@ -255,6 +265,8 @@ struct flashrt_metrics {
      * that could not be written; segments journalled */
     uint64_t recovered_regions, recovered_segments, recovery_dropped, recovered_hits;
     uint64_t header_errors, journalled;
+    /* the placement's: admitted misses placed in the hot region (packing) */
+    uint64_t placement_hot_misses;
 };
 
 /* Computes the metrics of everything served so far. */

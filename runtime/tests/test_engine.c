@@ -146,6 +146,66 @@ static void test_mru_on_a_scan(void) {
     flashrt_policy_free(pol);
 }
 
+/* The placement slot (src/policies/placement/): the store keeps an open region per stream
+ * (streams fill their own regions; with every region open, another stream's is sealed to make
+ * room), and packing sends a block hot once the ghost sketch has counted it more often than
+ * the median block placed. */
+static void test_placement_by_hand(void) {
+    struct frt_regions m;
+    memset(&m, 0, sizeof m);
+    CHECK(frt_regions_init(&m, 3, 2) == 0, "init");
+    m.ev = &frt_eviction_fifo;
+    uint32_t a = frt_regions_alloc_in(&m, 0, 0), b = frt_regions_alloc_in(&m, 0, 1);
+    uint32_t a2 = frt_regions_alloc_in(&m, 0, 0), b2 = frt_regions_alloc_in(&m, 0, 1);
+    CHECK(a / 2 != b / 2 && a2 == a + 1 && b2 == b + 1, "a region per stream: %u %u %u %u", a, b, a2, b2);
+    frt_regions_add(&m, 1, 0, a, 0);
+    frt_regions_add(&m, 2, 0, b, 0);
+    uint32_t c = frt_regions_alloc_in(&m, 1, 0); /* stream 0's region is full: the third */
+    CHECK(c / 2 != a / 2 && c / 2 != b / 2 && m.evicted_regions == 0, "a clean region: %u", c);
+    uint32_t d = frt_regions_alloc_in(&m, 2, 1); /* none clean: stream 1's full region is sealed, FIFO evicts stream 0's first */
+    CHECK(m.evicted_regions == 1 && d / 2 == a / 2 && !frt_regions_find(&m, 1) && frt_regions_find(&m, 2), "FIFO: %u", d);
+    frt_regions_free(&m);
+    /* two regions, two streams, a third region wanted: the other stream's open region is sealed */
+    memset(&m, 0, sizeof m);
+    CHECK(frt_regions_init(&m, 2, 1) == 0, "init");
+    m.ev = &frt_eviction_lru;
+    a = frt_regions_alloc_in(&m, 0, 0);
+    b = frt_regions_alloc_in(&m, 0, 1);
+    c = frt_regions_alloc_in(&m, 1, 2);
+    CHECK(a != b && m.evicted_regions == 1 && (c == a || c == b) && m.open[2] == c, "sealed and evicted: %u", c);
+    frt_regions_free(&m);
+    /* packing */
+    const struct frt_placement_ops *pk = frt_placement_policy(FLASHRT_PLACE_PACKING);
+    CHECK(pk && pk->streams == 2 && frt_placement_policy(FLASHRT_PLACE_SINGLE)->streams == 1, "the policies");
+    CHECK(flashrt_placement_from_name("packing") == FLASHRT_PLACE_PACKING && flashrt_placement_from_name("hot") == -1 &&
+          !strcmp(flashrt_placement_name(FLASHRT_PLACE_SINGLE), "single") && !flashrt_placement_name(9), "names");
+    struct flashrt_config cfg;
+    flashrt_config_default(&cfg);
+    struct frt_placement_setup ps = {&cfg, 1000};
+    void *st = NULL;
+    char err[FLASHRT_ERR_LEN];
+    CHECK(pk->init(&st, &ps, err, sizeof err) == 0, "%s", err);
+    struct flashrt_access x = {.key = 7, .size = 131072, .op = 2};
+    pk->access(st, &x);
+    CHECK(pk->place(st, &x) == 0, "first seen: cold");
+    pk->access(st, &x);
+    CHECK(pk->place(st, &x) == 1, "seen before, no median yet: hot");
+    for (uint64_t k = 100; k < 140; k++) { /* 40 blocks placed, each seen 3 times: median 2 */
+        x.key = k;
+        for (int i = 0; i < 3; i++) pk->access(st, &x);
+        pk->place(st, &x);
+    }
+    x.key = 7;
+    pk->access(st, &x); /* its third access: count 2, not above the median */
+    CHECK(pk->place(st, &x) == 0, "at the median: cold");
+    pk->access(st, &x);
+    CHECK(pk->place(st, &x) == 1, "above the median: hot");
+    struct frt_placement_stats pst;
+    pk->stats(st, &pst);
+    CHECK(pst.hot_misses >= 2, "hot misses counted: %llu", (unsigned long long)pst.hot_misses);
+    pk->free(st);
+}
+
 /* One GET of single-segment block `key` at time t: 1 on a hit, 0 on a miss, -1 on an error;
  * the bytes are checked (a wrong byte fails the test). */
 static int get_block(flashrt *rt, uint64_t key, double t) {
@@ -498,6 +558,7 @@ int main(int argc, char **argv) {
     test_mru_on_a_scan();
     test_mat_runs();
     test_recovery_by_hand();
+    test_placement_by_hand();
     test_admission_by_hand();
     test_budget_by_hand();
     return test_done("test_engine");

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "systems/pannier.h"
+#include "util/sketch.h"
 
 #include "check.h"
 
@@ -237,11 +238,11 @@ static void test_tire_overwrites_and_low_credit(void) {
 static void test_nearest_rank(void) {
     uint64_t xs[100];
     for (int i = 0; i < 100; i++) xs[i] = (uint64_t)(100 - i);
-    CHECK(frt_pn_nearest_rank(xs, 100, 99.0) == 99, "p99");
-    CHECK(frt_pn_nearest_rank(xs, 100, 50.0) == 50, "p50");
-    CHECK(frt_pn_nearest_rank(xs, 100, 100.0) == 100, "p100");
+    CHECK(frt_nearest_rank(xs, 100, 99.0) == 99, "p99");
+    CHECK(frt_nearest_rank(xs, 100, 50.0) == 50, "p50");
+    CHECK(frt_nearest_rank(xs, 100, 100.0) == 100, "p100");
     uint64_t one = 5;
-    CHECK(frt_pn_nearest_rank(&one, 1, 1.0) == 5, "one");
+    CHECK(frt_nearest_rank(&one, 1, 1.0) == 5, "one");
 }
 
 static frt_pn *data_cache(const char *dir, int recover, int journal) {

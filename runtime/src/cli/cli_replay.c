@@ -15,6 +15,7 @@
 
 static const char *REPLAY_HELP =
     "usage: flashrt replay [--policy DIR] [--admission NAME] [--eviction NAME] [--budget NAME]\n"
+    "                      [--placement NAME] [--partition NAME]\n"
     "                      --trace FILE --flash PATH --flash-bytes N --backing PATH [options]\n"
     "\n"
     "Replays the trace through the cache: GETs are served from flash or the backing device and\n"
@@ -35,6 +36,12 @@ static const char *REPLAY_HELP =
     "                         block's lowest segment goes); mru (the worked example: the most\n"
     "                         recently used region goes)\n"
     "  --eviction-bundle DIR  the bundle whose eviction capability --eviction mat asks\n"
+    "  --placement NAME       single (default: one open region) or packing (Pannier's hot/cold\n"
+    "                         packing: a hot and a cold open region; a missed block goes hot when\n"
+    "                         the ghost sketch counted it more often than the median block placed)\n"
+    "  --partition NAME       shared (default: no partition); the simulator's even,\n"
+    "                         static_optimal, discrete_optimal, previous_optimal and mlcache are\n"
+    "                         refused (the engine's regions are not partitioned yet)\n"
     "  --budget NAME          none (default), bucket (the write-rate token bucket: --write-rate-mbps,\n"
     "                         --write-burst-s, --rate-clock; a write rate alone means bucket),\n"
     "                         tire (Pannier's TIRE over the regions' erasures: --tire-*)\n"
@@ -97,6 +104,7 @@ struct replay_opts {
     const char *ev_bundle; /* --eviction-bundle, NULL: --policy's for --eviction mat */
     const char *admission; /* the admission slot's policy name */
     const char *budget;    /* the budget slot's policy name */
+    const char *placement; /* the placement slot's policy name */
     uint64_t ra_window_ms; /* 0: the bundle's */
     int as_json, allow_block;
     double sample_ratio; /* 0: from the trace */
@@ -195,8 +203,9 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
     o->admission = NULL;
     o->ra_window_ms = 0;
     /* the slots' options, each given at most once (one policy per slot); the knobs' */
-    static const char *const ONCE[] = {"--policy", "--admission", "--eviction", "--eviction-bundle", "--budget", NULL};
-    int seen[5] = {0, 0, 0, 0, 0};
+    static const char *const ONCE[] = {"--policy", "--admission", "--eviction", "--eviction-bundle", "--budget",
+                                       "--placement", "--partition", NULL};
+    int seen[7] = {0, 0, 0, 0, 0, 0, 0};
     const char *rx_knob = NULL, *cf_knob = NULL, *bucket_knob = NULL, *tire_knob = NULL;
     o->budget = NULL;
     o->as_json = o->allow_block = 0;
@@ -257,6 +266,19 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
             bucket_knob = "--rate-clock";
         }
         else if (OPT("--budget")) o->budget = v;
+        else if (OPT("--placement")) {
+            int pl = flashrt_placement_from_name(v);
+            if (pl < 0) BADR("--placement", "single or packing");
+            cfg->placement = (enum flashrt_placement)pl;
+        } else if (OPT("--partition")) {
+            const char *why = frt_partition_unsupported(v);
+            if (why) {
+                fprintf(stderr, "flashrt replay: error: --partition %s: not in this runtime yet: %s (use shared)\n", v, why);
+                return 2;
+            }
+            if (strcmp(v, "shared")) BADR("--partition", "shared (even, static_optimal, discrete_optimal, previous_optimal "
+                                                         "and mlcache are the simulator's)");
+        }
         else if (OPT("--tire-epbpd")) { if (cli_parse_double(v, &cfg->tire_epbpd) || !(cfg->tire_epbpd > 0 && cfg->tire_epbpd <= 1e9)) BADR("--tire-epbpd", "erasures per region per day in (0, 1e9]"); tire_knob = "--tire-epbpd"; }
         else if (OPT("--tire-slack")) { if (cli_parse_double(v, &cfg->tire_slack) || !(cfg->tire_slack >= 1 && cfg->tire_slack <= 1e6)) BADR("--tire-slack", "a factor in [1, 1e6]"); tire_knob = "--tire-slack"; }
         else if (OPT("--tire-steps")) { if (cli_parse_uint(v, &u) || u < 1 || u > 16) BADR("--tire-steps", "an integer in [1, 16]"); cfg->tire_steps = (unsigned)u; tire_knob = "--tire-steps"; }
@@ -366,7 +388,8 @@ static void print_readahead(void *ctx, int as_json, int *first) {
 /* The metrics in the simulator's key order, then the runtime's: one JSON object or a table. */
 static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, uint64_t verified_bytes,
                           double sample_ratio, const char *policy, const char *warning, const char *admission,
-                          const char *eviction, const char *budget, int as_json, const frt_ra_hook *ra) {
+                          const char *eviction, const char *budget, const char *placement, int as_json,
+                          const frt_ra_hook *ra) {
     const struct flashrt_metrics m = *mp;
     struct cli_figure kvs[] = {
         {"peak_dt_util", 0, m.peak_dt_util, 0}, {"mean_dt_util", 0, m.mean_dt_util, 0},
@@ -404,10 +427,11 @@ static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, 
         {"recovered_regions", 1, 0, m.recovered_regions}, {"recovered_segments", 1, 0, m.recovered_segments},
         {"recovery_dropped", 1, 0, m.recovery_dropped}, {"recovered_hits", 1, 0, m.recovered_hits},
         {"header_errors", 1, 0, m.header_errors}, {"journalled", 1, 0, m.journalled},
+        {"placement_hot_misses", 1, 0, m.placement_hot_misses},
     };
     const char *strs[] = {"policy", policy, "admission", admission, "eviction", eviction, "budget", budget,
-                          "policy_warning", warning};
-    cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 5, 4, as_json, ra ? print_readahead : NULL, (void *)ra);
+                          "placement", placement, "policy_warning", warning};
+    cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 6, 5, as_json, ra ? print_readahead : NULL, (void *)ra);
 }
 
 static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp, flashrt_policy *pol,
@@ -433,6 +457,7 @@ int cli_replay(int argc, char **argv) {
     cli_guard_add_bundle(&g, "--readahead-bundle", o.ra_bundle);
     cli_guard_add_bundle(&g, "--eviction-bundle", o.ev_bundle);
     cli_guard_add(&g, "--flash", cfg.flash_path, CLI_DEV);
+    cli_guard_add_suffix(&g, "--flash's journal", cfg.flash_path, ".journal", CLI_DEV);
     if (cli_guard_check(&g)) return 1;
     /* every bundle a slot takes, loaded and checked before any device is touched: --eviction
      * mat's eviction capability, --admission bundle's admission and prefetch */
@@ -533,7 +558,8 @@ static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp,
         struct flashrt_metrics m;
         flashrt_metrics(rt, &m);
         print_metrics(&m, integrity, verified_bytes, cfg.sample_ratio, pol ? flashrt_policy_name(pol) : o.admission,
-                      warning, o.admission, flashrt_eviction_name((int)cfg.eviction), o.budget, o.as_json, ra);
+                      warning, o.admission, flashrt_eviction_name((int)cfg.eviction), o.budget,
+                      flashrt_placement_name((int)cfg.placement), o.as_json, ra);
         if (integrity) rc = 3;
     }
     flashrt_close(rt);

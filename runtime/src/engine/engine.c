@@ -47,6 +47,8 @@ struct flashrt {
     void *adm_st;
     const struct frt_budget_ops *budget; /* the budget slot (NULL: none) and its state */
     void *bud_st;
+    const struct frt_placement_ops *place; /* the placement slot and its state */
+    void *place_st;
     uint8_t *fbuf, *bbuf, *rawbuf;
     void *ev_st; /* the eviction policy's state (rm.ev is the policy) */
     /* accounting */
@@ -131,6 +133,18 @@ static int open_budget(flashrt *rt, char *err, size_t errlen) {
     return b->init(&rt->bud_st, &s, err, errlen);
 }
 
+/* The placement slot: cfg->placement's policy, its streams' open regions. */
+static int open_placement(flashrt *rt, char *err, size_t errlen) {
+    const struct frt_placement_ops *p = frt_placement_policy((int)rt->cfg.placement);
+    if (!p) return frt_seterr(err, errlen, "unknown placement policy %d", (int)rt->cfg.placement);
+    if (p->streams > rt->rm.nregions)
+        return frt_seterr(err, errlen, "placement %s writes %u open regions; the flash has %llu", p->name, p->streams,
+                          (unsigned long long)rt->rm.nregions);
+    struct frt_placement_setup s = {&rt->cfg, rt->rm.nslots};
+    rt->place = p;
+    return p->init ? p->init(&rt->place_st, &s, err, errlen) : 0;
+}
+
 flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
                       flashrt_backing *backing, char *err, size_t errlen) {
     if (!cfg->flash_path) { frt_seterr(err, errlen, "no flash device given"); return NULL; }
@@ -190,7 +204,9 @@ flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
         frt_seterr(err, errlen, "out of memory");
         goto fail;
     }
-    if (open_admission(rt, policy, err, errlen) != 0 || open_budget(rt, err, errlen) != 0) goto fail;
+    if (open_admission(rt, policy, err, errlen) != 0 || open_budget(rt, err, errlen) != 0 ||
+        open_placement(rt, err, errlen) != 0)
+        goto fail;
     const struct frt_eviction_ops *ev = frt_eviction_policy((int)cfg->eviction);
     if (!ev) { frt_seterr(err, errlen, "unknown eviction policy %d", (int)cfg->eviction); goto fail; }
     if ((ev->needs & FRT_CAP_EVICTION) && !cfg->eviction_policy) {
@@ -213,6 +229,7 @@ void flashrt_close(flashrt *rt) {
     if (rt->rm.ev && rt->rm.ev->free) rt->rm.ev->free(rt->ev_st);
     if (rt->admit && rt->admit->free) rt->admit->free(rt->adm_st);
     if (rt->budget && rt->budget->free) rt->budget->free(rt->bud_st);
+    if (rt->place && rt->place->free) rt->place->free(rt->place_st);
     if (rt->persist_open) frt_persist_close(&rt->persist);
     frt_device_close(&rt->dev);
     frt_regions_free(&rt->rm);
@@ -276,11 +293,11 @@ static int read_cached(flashrt *rt, const struct frt_blk *b, unsigned s0, unsign
     return 0;
 }
 
-/* Writes segment s of `key` (data) to a fresh slot and indexes it; a write error leaves it
+/* Writes segment s of `key` (data) to a fresh slot of placement stream `stream` and indexes it; a write error leaves it
  * uncached (the slot stays invalid). A region whose last slot is written gets its header.
  * -1 (message in rt->err) when the device cannot take a region header. */
-static int insert_segment(flashrt *rt, uint64_t key, unsigned s, const uint8_t *data, double t) {
-    uint32_t id = frt_regions_alloc_slot(&rt->rm, t); /* may evict this very block */
+static int insert_segment(flashrt *rt, uint64_t key, unsigned s, const uint8_t *data, double t, unsigned stream) {
+    uint32_t id = frt_regions_alloc_in(&rt->rm, t, stream); /* may evict this very block */
     if (id == FRT_NONE)
         return frt_seterr(rt->err, sizeof rt->err, "%s: cannot clear a region header: %s", rt->cfg.flash_path,
                           strerror(errno));
@@ -338,6 +355,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         return 0;
     }
     if (rt->admit->arrive) rt->admit->arrive(rt->adm_st, a->key);
+    if (rt->place->access) rt->place->access(rt->place_st, a);
     uint64_t w0 = frt_now_ns();
     if (rt->rm.ev->get) { /* inside the hit and miss paths' time */
         const struct frt_blk *g = frt_regions_find(&rt->rm, a->key);
@@ -470,11 +488,12 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
             if (((want >> s) & 1) && !holds(b, s)) need++;
         if (!need || !rt->budget ||
             rt->budget->admit(rt->bud_st, t, need * SEG, FRT_BUDGET_READ_MISS, 0, rt->rm.evicted_regions)) {
+            unsigned stream = need && rt->place->place ? rt->place->place(rt->place_st, a) : 0;
             for (unsigned s = lo; s <= hi; s++) {
                 if (!((want >> s) & 1)) continue;
                 b = frt_regions_find(&rt->rm, a->key); /* an eviction may have freed it */
                 if (holds(b, s)) continue;
-                if (insert_segment(rt, a->key, s, buf + (size_t)(s - u0) * SEG, t) != 0) return -1;
+                if (insert_segment(rt, a->key, s, buf + (size_t)(s - u0) * SEG, t, stream) != 0) return -1;
                 rt->admitted++;
                 if (s < s0 || s > s1) rt->prefetched++;
             }
@@ -588,6 +607,9 @@ void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
     m->eviction_reinsertions = es.reinsertions;
     m->eviction_threshold = es.threshold;
     m->eviction_decision_ns_p50 = es.decision_ns_p50;
+    struct frt_placement_stats ps = {0};
+    if (rt->place->stats) rt->place->stats(rt->place_st, &ps);
+    m->placement_hot_misses = ps.hot_misses;
     m->recovered_regions = rt->persist.recovered_regions;
     m->recovered_segments = rt->persist.recovered_segments;
     m->recovery_dropped = rt->persist.recovery_dropped;

@@ -36,25 +36,29 @@ static const void *const ADMISSION[] = {
     [FLASHRT_ADMIT_COINFLIP] = &frt_admission_coinflip,
 };
 
+static const void *const PLACEMENT[] = {
+    [FLASHRT_PLACE_SINGLE] = &frt_placement_single,
+    [FLASHRT_PLACE_PACKING] = &frt_placement_packing,
+};
+
 /* none has no policy (no gate); its name is still a name */
 static const void *const BUDGET[] = {
     [FLASHRT_BUDGET_BUCKET] = &frt_budget_bucket,
     [FLASHRT_BUDGET_TIRE] = &frt_budget_tire,
 };
 
-const struct frt_eviction_ops *frt_eviction_policy(int which) { return policy(TABLE(EVICTION), which); }
-int flashrt_eviction_from_name(const char *name) { return from_name(TABLE(EVICTION), name); }
-const char *flashrt_eviction_name(int which) {
-    const void *ops = policy(TABLE(EVICTION), which);
-    return ops ? name_of(ops) : NULL;
-}
+/* A slot's three accessors: its policy by enum, the enum by name, the name by enum. */
+#define SLOT_NAMES(kind, TBL)                                                                              \
+    const struct frt_##kind##_ops *frt_##kind##_policy(int which) { return policy(TABLE(TBL), which); } \
+    int flashrt_##kind##_from_name(const char *name) { return from_name(TABLE(TBL), name); }           \
+    const char *flashrt_##kind##_name(int which) {                                                      \
+        const void *ops = policy(TABLE(TBL), which);                                                    \
+        return ops ? name_of(ops) : NULL;                                                               \
+    }
 
-const struct frt_admission_ops *frt_admission_policy(int which) { return policy(TABLE(ADMISSION), which); }
-int flashrt_admission_from_name(const char *name) { return from_name(TABLE(ADMISSION), name); }
-const char *flashrt_admission_name(int which) {
-    const void *ops = policy(TABLE(ADMISSION), which);
-    return ops ? name_of(ops) : NULL;
-}
+SLOT_NAMES(eviction, EVICTION)
+SLOT_NAMES(admission, ADMISSION)
+SLOT_NAMES(placement, PLACEMENT)
 
 const char *frt_admission_unsupported(const char *name) {
     if (!strcmp(name, "opt")) return "it reads each access's admit flag from an episodes run (flashml sim run --arrays)";
@@ -70,4 +74,13 @@ const char *flashrt_budget_name(int which) {
     if (which == FLASHRT_BUDGET_NONE) return "none";
     const void *ops = policy(TABLE(BUDGET), which);
     return ops ? name_of(ops) : NULL;
+}
+
+const char *frt_partition_unsupported(const char *name) {
+    static const char *const SIM[] = {"even", "static_optimal", "discrete_optimal", "previous_optimal", "mlcache"};
+    for (size_t i = 0; i < sizeof SIM / sizeof SIM[0]; i++)
+        if (!strcmp(name, SIM[i]))
+            return "the engine's regions are not partitioned among streams yet (flashml sim run partitions the "
+                   "simulator's flash cache)";
+    return NULL;
 }

@@ -11,6 +11,9 @@
  * - eviction (struct frt_eviction_ops): which sealed region to evict when no region is clean.
  *   Policies in runtime/src/policies/eviction/: lru.c, fifo.c, mru.c (the worked example) and
  *   mat_tail.c (MAT's Algorithm 1 over the block LRU tail, the bundle's eviction capability).
+ * - placement (struct frt_placement_ops): which open region an admitted miss's segments join.
+ *   Policies in runtime/src/policies/placement/: single.c (one open region), packing.c
+ *   (Pannier's hot/cold packing by the ghost sketch's counts).
  * - budget (struct frt_budget_ops): whether an admitted miss's bytes may be written now.
  *   Policies in runtime/src/policies/budget/: bucket.c (the write-rate token bucket), tire.c
  *   (Pannier's TIRE over the erasures of each quantum; Pannier's cache uses it too).
@@ -167,5 +170,40 @@ struct frt_budget_ops {
  * NULL, no gate). */
 extern const struct frt_budget_ops frt_budget_bucket, frt_budget_tire;
 const struct frt_budget_ops *frt_budget_policy(int which);
+
+/* What a placement policy is built from. */
+struct frt_placement_setup {
+    const struct flashrt_config *cfg;
+    uint64_t capacity_segments;
+};
+
+/* What a placement policy reports (flashrt_metrics). */
+struct frt_placement_stats {
+    uint64_t hot_misses; /* admitted misses placed in the hot region (packing) */
+};
+
+/* The placement slot: which open region a miss's segments join. The store keeps one open
+ * region per stream of the policy (`streams`, 1..FRT_OPEN_MAX); a region that fills is sealed
+ * and the stream opens another. Every hook may be NULL (`place` NULL: stream 0). The engine
+ * calls:
+ *   init    once, at open
+ *   access  a GET arrives, before its lookup
+ *   place   an admitted miss is about to write its segments: their stream (< streams)
+ *   stats, free. */
+struct frt_placement_ops {
+    const char *name;
+    unsigned streams;
+    int (*init)(void **st, const struct frt_placement_setup *s, char *err, size_t errlen);
+    void (*free)(void *st);
+    void (*access)(void *st, const struct flashrt_access *a);
+    unsigned (*place)(void *st, const struct flashrt_access *a);
+    void (*stats)(void *st, struct frt_placement_stats *out);
+};
+/* The placement slot's policies (runtime/src/policies/placement/), by enum flashrt_placement. */
+extern const struct frt_placement_ops frt_placement_single, frt_placement_packing;
+const struct frt_placement_ops *frt_placement_policy(int which);
+/* Why the simulator's partition policy `name` cannot fill the runtime (the partition slot is
+ * not built yet), or NULL ("shared": no partition, the engine as it is; or a name neither has). */
+const char *frt_partition_unsupported(const char *name);
 
 #endif

@@ -22,7 +22,8 @@ int frt_regions_init(struct frt_regions *m, uint64_t nregions, uint64_t spr) {
     for (uint64_t i = 0; i < m->nslots; i++)
         m->blks[i].next_free = i + 1 < m->nslots ? (uint32_t)(i + 1) : FRT_NONE;
     m->free_blk = 0;
-    m->head = m->tail = m->open_region = FRT_NONE;
+    m->head = m->tail = FRT_NONE;
+    for (int i = 0; i < FRT_OPEN_MAX; i++) m->open[i] = FRT_NONE;
     m->ev = NULL;
     m->ev_st = NULL;
     return 0;
@@ -70,9 +71,17 @@ static void evict_region(struct frt_regions *m, uint32_t r, double t) {
     m->evicted_regions++;
 }
 
-uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t) {
-    if (m->open_region == FRT_NONE || m->reg[m->open_region].fill == m->spr) {
-        if (m->open_region != FRT_NONE) frt_regions_push_head(m, m->open_region); /* seal */
+uint32_t frt_regions_alloc_in(struct frt_regions *m, double t, unsigned stream) {
+    uint32_t *open = &m->open[stream];
+    if (*open == FRT_NONE || m->reg[*open].fill == m->spr) {
+        if (*open != FRT_NONE) frt_regions_push_head(m, *open); /* seal */
+        *open = FRT_NONE;
+        if (m->nclean == 0 && m->head == FRT_NONE) /* every region is another stream's open one */
+            for (int i = 0; i < FRT_OPEN_MAX && m->head == FRT_NONE; i++)
+                if (m->open[i] != FRT_NONE) {
+                    frt_regions_push_head(m, m->open[i]);
+                    m->open[i] = FRT_NONE;
+                }
         if (m->nclean == 0) {
             uint32_t victim = m->ev->victim(m->ev_st, m);
             frt_regions_unlink(m, victim);
@@ -82,14 +91,13 @@ uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t) {
         uint32_t r = m->clean[--m->nclean];
         if (m->log && frt_persist_opening(m->log, r) != 0) {
             m->clean[m->nclean++] = r;
-            m->open_region = FRT_NONE;
             return FRT_NONE;
         }
-        m->open_region = r;
+        *open = r;
         m->reg[r].fill = m->reg[r].live = 0;
     }
-    struct frt_region *g = &m->reg[m->open_region];
-    return (uint32_t)(m->open_region * m->spr + g->fill++);
+    struct frt_region *g = &m->reg[*open];
+    return (uint32_t)(*open * m->spr + g->fill++);
 }
 
 void frt_regions_add(struct frt_regions *m, uint64_t key, unsigned s, uint32_t id, double t) {

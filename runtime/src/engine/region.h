@@ -16,6 +16,7 @@
 #include "util/units.h"
 
 #define FRT_NONE UINT32_MAX
+#define FRT_OPEN_MAX 4 /* open regions at once (the placement slot's streams) */
 
 struct frt_persist;
 
@@ -43,7 +44,8 @@ struct frt_regions {
     uint64_t nregions, spr, nslots; /* spr: segment slots per region */
     struct frt_region *reg;
     struct frt_slotref *slot;
-    uint32_t head, tail, open_region; /* the list of sealed regions: head = most recent */
+    uint32_t head, tail; /* the list of sealed regions: head = most recent */
+    uint32_t open[FRT_OPEN_MAX]; /* each placement stream's open region (FRT_NONE: none) */
     uint32_t *clean; /* stack of clean regions */
     uint64_t nclean;
     struct frt_blk *blks; /* nslots entries: a cached block holds >= 1 segment */
@@ -64,11 +66,13 @@ struct frt_regions {
 int frt_regions_init(struct frt_regions *m, uint64_t nregions, uint64_t spr);
 void frt_regions_free(struct frt_regions *m);
 
-/* The next flash slot, sealing the open region and evicting a whole region (at trace time t,
- * the one the eviction policy names) as needed; the eviction may drop the very block the
- * caller is inserting. FRT_NONE when the new open region's header cannot be cleared (the
- * device fails: nothing may be written). */
-uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t);
+/* The next flash slot of placement stream `stream` (< FRT_OPEN_MAX), sealing its open region
+ * and evicting a whole region (at trace time t, the one the eviction policy names) as needed;
+ * the eviction may drop the very block the caller is inserting. When no region is clean and
+ * none is sealed, another stream's open region is sealed as it is. FRT_NONE when the new open
+ * region's header cannot be cleared (the device fails: nothing may be written). */
+uint32_t frt_regions_alloc_in(struct frt_regions *m, double t, unsigned stream);
+static inline uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t) { return frt_regions_alloc_in(m, t, 0); }
 /* Indexes segment s of block `key` at `slot` (just written); t: the block's access time when
  * the block is new to the index (the eviction policy's `added`). */
 void frt_regions_add(struct frt_regions *m, uint64_t key, unsigned s, uint32_t slot, double t);

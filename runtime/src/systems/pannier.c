@@ -26,6 +26,7 @@
 #include "engine/device.h"
 #include "engine/journal.h"
 #include "util/internal.h"
+#include "util/sketch.h"
 #include "systems/pannier.h"
 
 #define NIL UINT32_MAX
@@ -43,106 +44,7 @@ struct pn_map {
 #define MAP_SCOPE static inline
 #include "util/map_tmpl.h"
 
-/* ---------- blocks.rs: nearest_rank, Sampler, Ghost, sampled ---------- */
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-uint64_t frt_pn_nearest_rank(uint64_t *xs, size_t n, double pct) {
-    double r = ceil(pct / 100.0 * (double)n);
-    size_t rank = r < 1.0 ? 1 : r >= (double)n ? n : (size_t)r;
-    qsort(xs, n, sizeof *xs, cmp_u64);
-    return xs[rank - 1];
-}
-
-struct sampler {
-    uint64_t *ring, *scratch;
-    size_t len, cap, next, fresh, every;
-    double pct;
-    int has;
-    uint64_t value;
-};
-
-static int sampler_init(struct sampler *s, double pct, size_t cap, size_t every) {
-    memset(s, 0, sizeof *s);
-    s->pct = pct;
-    s->cap = cap;
-    s->every = every;
-    s->ring = malloc(cap * sizeof *s->ring);
-    s->scratch = malloc(cap * sizeof *s->scratch);
-    return s->ring && s->scratch ? 0 : -1;
-}
-
-static void sampler_push(struct sampler *s, uint64_t x) {
-    if (s->len < s->cap) s->ring[s->len++] = x;
-    else {
-        s->ring[s->next] = x;
-        s->next = (s->next + 1) % s->cap;
-    }
-    s->fresh++;
-    if (s->fresh >= s->every || (!s->has && s->len >= 32)) {
-        s->fresh = 0;
-        memcpy(s->scratch, s->ring, s->len * sizeof *s->ring);
-        s->value = frt_pn_nearest_rank(s->scratch, s->len, s->pct);
-        s->has = 1;
-    }
-}
-
-struct ghost {
-    size_t cap, mask;
-    uint8_t *rows;
-    size_t since;
-};
-#define GHOST_ROWS 4
-
-static int ghost_init(struct ghost *g, size_t cap) {
-    memset(g, 0, sizeof *g);
-    g->cap = cap;
-    if (cap == 0) return 0;
-    size_t w = 1;
-    while (w < cap) w <<= 1;
-    if (w < 64) w = 64;
-    g->mask = w - 1;
-    g->rows = calloc(w * GHOST_ROWS, 1);
-    return g->rows ? 0 : -1;
-}
-
-static inline void ghost_slots(const struct ghost *g, uint64_t key, size_t out[GHOST_ROWS]) {
-    uint64_t h1 = frt_mix64(key), h2 = frt_mix64(key ^ 0x6A09E667F3BCC909ull) | 1;
-    size_t w = g->mask + 1;
-    for (size_t i = 0; i < GHOST_ROWS; i++) out[i] = i * w + ((size_t)(h1 + (uint64_t)i * h2) & g->mask);
-}
-
-/* Ghost::min_of: a key's count, the smallest of its counters */
-static inline uint8_t ghost_min(const struct ghost *g, const size_t idx[GHOST_ROWS]) {
-    uint8_t m = 255;
-    for (int i = 0; i < GHOST_ROWS; i++)
-        if (g->rows[idx[i]] < m) m = g->rows[idx[i]];
-    return m;
-}
-
-static uint32_t ghost_touch(struct ghost *g, uint64_t key) {
-    if (g->cap == 0) return 0;
-    size_t idx[GHOST_ROWS];
-    ghost_slots(g, key, idx);
-    uint8_t prev = ghost_min(g, idx);
-    if (prev < 255)
-        for (int i = 0; i < GHOST_ROWS; i++)
-            if (g->rows[idx[i]] == prev) g->rows[idx[i]] = (uint8_t)(prev + 1);
-    if (++g->since >= g->cap) {
-        g->since = 0;
-        for (size_t i = 0; i < (g->mask + 1) * GHOST_ROWS; i++) g->rows[i] >>= 1;
-    }
-    return prev;
-}
-
-static uint32_t ghost_count(const struct ghost *g, uint64_t key) {
-    if (g->cap == 0) return 0;
-    size_t idx[GHOST_ROWS];
-    ghost_slots(g, key, idx);
-    return ghost_min(g, idx);
-}
+/* blocks.rs: nearest_rank, Sampler and Ghost are util/sketch.h's */
 
 /* tire.rs's Gate is policies/budget/tire.h (`gate` below). What it is asked about: a client
  * write, a read miss, FRT_BUDGET_OVERWRITE (a client write of a block cached in flash, gated
@@ -229,9 +131,9 @@ struct frt_pn {
     struct pn_map index, last_access;
     uint32_t open[OPEN];
     uint64_t now, seal_seq;
-    struct ghost ghost;
+    struct frt_ghost ghost;
     struct frt_tire gate;
-    struct sampler reuse, access_pct, counts;
+    struct frt_sampler reuse, access_pct, counts;
     uint32_t *pending;
     uint32_t npending;
     int sealing;
@@ -620,7 +522,7 @@ static void insert(struct frt_pn *c, uint64_t page, enum frt_budget_kind kind, u
         return;
     }
     c->c.inserted_pages++;
-    if (c->packing && sampled(c, page)) sampler_push(&c->counts, count);
+    if (c->packing && sampled(c, page)) frt_sampler_push(&c->counts, count);
     add(c, page, 0, is_hot_count(c, count), 0, bytes, ver);
 }
 
@@ -657,7 +559,7 @@ static void write_sealed(struct frt_pn *c, uint32_t id) {
 static void evict_one(struct frt_pn *c) {
     int copy;
     uint32_t v = pol_victim(c, &copy);
-    if (sampled(c, c->cs[v].seal_seq)) sampler_push(&c->access_pct, access_permille(c, v));
+    if (sampled(c, c->cs[v].seal_seq)) frt_sampler_push(&c->access_pct, access_permille(c, v));
     if (c->data) { /* the header goes first: the slot's data will be overwritten */
         static const unsigned char zero[FRT_RHDR_FIXED];
         errno = 0;
@@ -670,7 +572,7 @@ static void evict_one(struct frt_pn *c) {
         (void)pn_map_del(&c->index, key);
         uint8_t f = c->cs[v].freq[i];
         if (copy && c->copy_forward && f > 0) {
-            uint32_t count = ghost_count(&c->ghost, key);
+            uint32_t count = frt_ghost_count(&c->ghost, key);
             if (frt_tire_admit(&c->gate, FRT_BUDGET_REINSERTION, count, c->c.erasures)) {
                 c->c.copied_forward_pages++;
                 uint32_t ver = c->cs[v].vers[i];
@@ -721,7 +623,7 @@ static void seal(struct frt_pn *c, uint32_t id) {
 
 /* BlockCache::access for ContainerCache: 1 if the block was cached */
 static int access_block(struct frt_pn *c, uint64_t page, int write) {
-    uint32_t count = ghost_touch(&c->ghost, page);
+    uint32_t count = frt_ghost_touch(&c->ghost, page);
     uint64_t *lp = pn_map_get(&c->index, page);
     int found = lp != NULL;
     uint64_t l = found ? *lp : 0;
@@ -729,7 +631,7 @@ static int access_block(struct frt_pn *c, uint64_t page, int write) {
         uint64_t last;
         int had = pn_map_put_old(&c->last_access, page, c->now, &last);
         if (had < 0) abort();
-        if (had == 1 && found) sampler_push(&c->reuse, c->now - last);
+        if (had == 1 && found) frt_sampler_push(&c->reuse, c->now - last);
     }
     if (!write) {
         c->c.page_reads++;
@@ -1033,10 +935,10 @@ frt_pn *frt_pn_open(const struct frt_pn_config *cfg, char *err, size_t errlen) {
     size_t gcap = !cfg->has_tire && !(c->packing && cfg->packing) ? 0 : (size_t)(cfg->ghost_factor * (double)cache_pages);
     frt_tire_init(&c->gate, cfg->has_tire, cfg->tire_epbpd, (uint64_t)c->slots * (uint64_t)c->ebpc, cfg->tire_slack,
                   cfg->tire_steps, cfg->quantum_s);
-    int oom = ghost_init(&c->ghost, gcap) | pn_map_init(&c->index, (size_t)cache_pages) |
+    int oom = frt_ghost_init(&c->ghost, gcap) | pn_map_init(&c->index, (size_t)cache_pages) |
               pn_map_init(&c->last_access, 1024) | pn_map_init(&c->versions, 1024) |
-              sampler_init(&c->reuse, cfg->lifetime_pct, 1 << 14, 1024) |
-              sampler_init(&c->access_pct, 50.0, 1 << 12, 64) | sampler_init(&c->counts, 50.0, 1 << 12, 256) |
+              frt_sampler_init(&c->reuse, cfg->lifetime_pct, 1 << 14, 1024) |
+              frt_sampler_init(&c->access_pct, 50.0, 1 << 12, 64) | frt_sampler_init(&c->counts, 50.0, 1 << 12, 256) |
               ensure_ids(c, c->slots + 2 * OPEN);
     if (oom) {
         frt_seterr(err, errlen, "out of memory");
@@ -1113,14 +1015,11 @@ void frt_pn_close(frt_pn *c) {
     pn_map_free(&c->index);
     pn_map_free(&c->last_access);
     pn_map_free(&c->versions);
-    free(c->ghost.rows);
+    frt_ghost_free(&c->ghost);
     frt_tire_free(&c->gate);
-    free(c->reuse.ring);
-    free(c->reuse.scratch);
-    free(c->access_pct.ring);
-    free(c->access_pct.scratch);
-    free(c->counts.ring);
-    free(c->counts.scratch);
+    frt_sampler_free(&c->reuse);
+    frt_sampler_free(&c->access_pct);
+    frt_sampler_free(&c->counts);
     free(c->blk);
     free(c->expect);
     free(c->hdr);

@@ -1,6 +1,6 @@
 /* pannier.h: Pannier's container flash cache (Middleware '15) with real bytes: a port of the
  * simulator's ContainerCache (sim/src/pannier.rs: LRU+ and Pannier's S2LRU* + survival queue,
- * sim/src/blocks.rs: the ghost count-min sketch, Sampler/nearest_rank, BlockConfig::sampled,
+ * sim/src/blocks.rs: the ghost count-min sketch, Sampler/nearest_rank (util/sketch.h), BlockConfig::sampled,
  * sim/src/tire.rs: TIRE's Gate) making the same decisions on the same trace and knobs, over a
  * flash file of containers, a backing file and two append-only logs (runtime/README.md,
  * "Pannier's container cache"). Not part of the public API; `flashrt pannier-replay` and the
@@ -84,8 +84,7 @@ void frt_pn_fill(void *buf, size_t bytes, uint64_t block, uint32_t version);
 /* TIRE's level with `erasures` so far (tire.rs Gate::level); after frt_pn_tick. */
 uint32_t frt_pn_tire_level(const frt_pn *c, uint64_t erasures);
 void frt_pn_tick(frt_pn *c, double t);
-/* nearest-rank percentile of xs (n >= 1; xs is reordered) */
-uint64_t frt_pn_nearest_rank(uint64_t *xs, size_t n, double pct);
+
 /* Test hooks: the clock, a container's state; -1 when the block is not cached. */
 uint64_t frt_pn_now(const frt_pn *c);
 void frt_pn_set_now(frt_pn *c, uint64_t now);
