@@ -16,7 +16,7 @@ from flashml.settings import BaleenSettings
 
 
 def _model_text(booster) -> str:  # type: ignore[no-untyped-def]
-    return booster.model_to_string().split("\nparameters:")[0]
+    return booster.model_to_string()
 
 
 def _data(n: int, seed: int = 3) -> TrainingData:
@@ -45,7 +45,17 @@ def test_trees_do_not_depend_on_the_thread_count() -> None:
     one = fit(X, y, keys, "binary", replace(gbm, num_threads=1), names)
     two = fit(X, y, keys, "binary", replace(gbm, num_threads=2), names)
     assert one.num_trees() > 10
-    assert _model_text(one) == _model_text(two)
+    # the trees are the same; only the parameters the text records differ
+    assert _model_text(one).split("\nparameters:")[0] == _model_text(two).split(
+        "\nparameters:")[0]
+    assert "[num_threads: 1]" in _model_text(one)
+    # trained on one thread for a model of two: the text of a model trained on two
+    side = fit(X, y, keys, "binary", replace(gbm, num_threads=2), names, threads=1)
+    assert _model_text(side) == _model_text(two)
+    # the held-out loss per round (summed in parallel) only to its last bits
+    for k, v in two.flashml_curve.items():
+        np.testing.assert_allclose(side.flashml_curve[k], v, rtol=1e-12)
+    np.testing.assert_array_equal(side.predict(X), two.predict(X))
 
 
 def test_a_policy_trained_side_by_side_equals_one_trained_in_turn(monkeypatch) -> None:

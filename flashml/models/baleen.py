@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import lightgbm as lgb
 import numpy as np
@@ -62,12 +62,14 @@ class LearnedPolicy:
 def train_policy(data: TrainingData, params: GbmParams, *, features: list[str] | None = None,
                  with_prefetch: bool = True, c: Contract | None = None,
                  admission: lgb.Booster | None = None,
-                 zeroed: tuple[str, ...] = ()) -> LearnedPolicy:
+                 zeroed: tuple[str, ...] = (), threads: int | None = None) -> LearnedPolicy:
     """Train the admission model (on `features`, default all 18; `admission`: one already
     trained on these rows with these parameters, kept as it is) and, optionally, ML-Range
     and ML-When. `zeroed`: features held at 0 in the admission model's rows, so it cannot
     split on them yet keeps every input (a model of CacheLib-ML's feature set that the
-    compiled ABI, which passes all 18, still takes)."""
+    compiled ABI, which passes all 18, still takes). `threads`: LightGBM threads to use
+    (default `params.num_threads`), shared by the models trained side by side (the
+    admission model beside ML-Range's two, then ML-When: `gbm.side_by_side`)."""
     c = c or contract()
     names = features or c.names
     cols = [c.names.index(n) for n in names]
@@ -75,12 +77,13 @@ def train_policy(data: TrainingData, params: GbmParams, *, features: list[str] |
     if zeroed:
         X = np.array(X)  # a copy: the rows may be the mapped feature matrix
         X[:, [names.index(n) for n in zeroed]] = 0.0
-    def train_admission(threads: int) -> lgb.Booster:
-        return fit(X, data.adm_y, data.adm_keys, "binary",
-                   replace(params, num_threads=threads), names)
+    threads = threads or params.num_threads
+
+    def train_admission(n: int) -> lgb.Booster:
+        return fit(X, data.adm_y, data.adm_keys, "binary", params, names, threads=n)
 
     if not with_prefetch:
-        adm = admission if admission is not None else train_admission(params.num_threads)
+        adm = admission if admission is not None else train_admission(threads)
         return LearnedPolicy(admission=adm, admission_features=names)
     if len(data.ep_start) == 0:
         raise ValueError("no OPT-admitted episodes in the training window: cannot train "
@@ -89,29 +92,29 @@ def train_policy(data: TrainingData, params: GbmParams, *, features: list[str] |
 
     def train_range(which: str) -> Callable[[int], lgb.Booster]:
         y = (data.ep_start if which == "start" else data.ep_end).astype(np.float64)
-        return lambda threads: fit(data.ep_X, y, data.ep_keys, "regression",
-                                   replace(params, num_threads=threads), rnames)
+        return lambda n: fit(data.ep_X, y, data.ep_keys, "regression", params, rnames,
+                             threads=n)
 
-    def train_prefetch(threads: int) -> tuple[lgb.Booster, lgb.Booster, lgb.Booster]:
+    def train_prefetch(n: int) -> tuple[lgb.Booster, lgb.Booster, lgb.Booster]:
         # ML-Range's two models side by side, then ML-When on their predictions
-        start, end = side_by_side([train_range("start"), train_range("end")], threads)
+        start, end = side_by_side([train_range("start"), train_range("end")], n)
         ps, pe = round_range(predict(start, data.ep_X), predict(end, data.ep_X))
         wX = np.column_stack([data.ep_X, ps, pe]).astype(np.float64)
-        p = replace(params, num_threads=threads)
+        p = params
         if len(np.unique(data.ep_when)) < 2:
             log.warning("ML-When labels are all %s; training a constant model",
                         data.ep_when[:1])
             p = p.with_overrides(num_boost_round=1)
             return start, end, fit(wX, data.ep_when.astype(np.float64), data.ep_keys,
-                                   "regression", p, c.model_features("when"))
+                                   "regression", p, c.model_features("when"), threads=n)
         return start, end, fit(wX, data.ep_when.astype(np.float64), data.ep_keys, "binary",
-                               p, c.model_features("when"))
+                               p, c.model_features("when"), threads=n)
 
     # the admission model and the prefetch models (independent) side by side
     if admission is not None:
-        adm, (start, end, when) = admission, train_prefetch(params.num_threads)
+        adm, (start, end, when) = admission, train_prefetch(threads)
     else:
-        adm, pre = side_by_side([train_admission, train_prefetch], params.num_threads)
+        adm, pre = side_by_side([train_admission, train_prefetch], threads)
         start, end, when = pre  # type: ignore[misc]
     return LearnedPolicy(admission=adm, admission_features=names, range_start=start,
                          range_end=end, when=when)

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -184,8 +184,8 @@ def select_accesses_per_episode(df: pl.DataFrame, feats: np.ndarray, labels: pl.
         def train(threads: int) -> tuple[Any, np.ndarray]:
             data = training_data(feats, times, labels, episodes, settings.train_seconds,
                                  max_position=k, max_rows=settings.max_training_rows)
-            policy = train_policy(data, replace(gbm, num_threads=threads), features=features,
-                                  with_prefetch=False)
+            policy = train_policy(data, gbm, features=features, with_prefetch=False,
+                                  threads=threads)
             return policy, score_all(policy, feats[:n])["score"]
         return train
 

@@ -23,14 +23,27 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 
+def _as_trained_with(booster: lgb.Booster, used: int, nominal: int) -> lgb.Booster:
+    """The booster whose model text records `nominal` threads instead of the `used` it
+    trained with (the only difference the thread count makes to it): the same trees and
+    text as a training on `nominal` threads (reloaded from that text)."""
+    text = booster.model_to_string()
+    line = f"[num_threads: {used}]"
+    if text.count(line) != 1:
+        return booster
+    return lgb.Booster(model_str=text.replace(line, f"[num_threads: {nominal}]"))
+
+
 def side_by_side(jobs: Sequence[Callable[[int], R]], threads: int) -> list[R]:
     """`[job(threads) for job in jobs]`, run side by side: min(len(jobs), threads, the
     available cores) at a time, each job told how many LightGBM threads it may use (the
     `threads` shared among them) and limited to as many cores (flashml/cores.py) for its
     scoring. LightGBM's trees do not depend on its thread count (deterministic, row-wise
-    histograms: bit for bit, tests/test_gbm_threads.py), so this changes only when they are
-    done: independent trainings of 7-100 k rows each on one core instead of one after the
-    other on two, where LightGBM's second thread gains little (and, on a busy machine, its
+    histograms: bit for bit, tests/test_gbm_threads.py; `fit(threads=...)` records the
+    nominal count in the model's text, and only the held-out loss curve, summed in
+    parallel, can differ in its last bits), so this changes only when they are done:
+    independent trainings of 7-100 k rows each on one core instead of one after the other
+    on two, where LightGBM's second thread gains little (and, on a busy machine, its
     threads wait for each other). Results keep the jobs' order; exceptions propagate."""
     from flashml.cores import available, limited
 
@@ -54,8 +67,10 @@ def split_by_key(keys: np.ndarray, train_share: float = 0.7, seed: int = 0) -> n
 
 
 def fit(X: np.ndarray, y: np.ndarray, keys: np.ndarray, objective: str, params: GbmParams,
-        feature_names: list[str]) -> lgb.Booster:
-    """Train with early stopping on a 30% split of the keys (all rows if it would be empty)."""
+        feature_names: list[str], threads: int | None = None) -> lgb.Booster:
+    """Train with early stopping on a 30% split of the keys (all rows if it would be empty).
+    `threads`: LightGBM threads to train with instead of `params.num_threads` (side_by_side);
+    the trees are the same, and the model records `params.num_threads` as it would have."""
     if len(y) == 0:
         raise ValueError("no training rows")
     mask = split_by_key(keys, seed=params.seed)
@@ -72,9 +87,14 @@ def fit(X: np.ndarray, y: np.ndarray, keys: np.ndarray, objective: str, params: 
         callbacks.append(lgb.early_stopping(params.early_stopping_rounds, verbose=False))
     if objective == "binary" and len(np.unique(y[mask])) < 2:
         raise ValueError("training labels are all one class; cannot train a classifier")
-    booster = lgb.train(params.lgb_params(objective), train,
+    lgb_params = params.lgb_params(objective)
+    if threads is not None:
+        lgb_params["num_threads"] = threads
+    booster = lgb.train(lgb_params, train,
                         num_boost_round=params.num_boost_round, valid_sets=valid_sets,
                         valid_names=["valid"] * len(valid_sets), callbacks=callbacks)
+    if threads is not None and threads != params.num_threads:
+        booster = _as_trained_with(booster, threads, params.num_threads)
     # the held-out loss per boosting round (the job logs it to MLflow as a stepped metric)
     booster.flashml_curve = {f"{ds}_{metric}": [float(v) for v in vals]
                              for ds, by_metric in curve.items()

@@ -144,8 +144,8 @@ def out_of_fold_scores(df: pl.DataFrame, feats: np.ndarray, labels: pl.DataFrame
                 rows = np.ones(len(rows), dtype=bool)
             half = replace(data, adm_X=data.adm_X[rows], adm_y=data.adm_y[rows],
                            adm_keys=data.adm_keys[rows])
-            policy = train_policy(half, replace(gbm, num_threads=threads), with_prefetch=False,
-                                  zeroed=zeroed_features(feature_set))
+            policy = train_policy(half, gbm, with_prefetch=False,
+                                  zeroed=zeroed_features(feature_set), threads=threads)
             return score_all(policy, feats[:n][day_fold != side])["score"]
         return train
 

@@ -3,6 +3,8 @@ plus a threshold tuner for any per-access score (learned models)."""
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -37,9 +39,48 @@ def tune_threshold(df: pl.DataFrame, base: SimConfig, target_mbps: float,
     cfg = base.replace(admission="threshold", **prefetch)
     knob = share_to_threshold(arrays["score"])
     tuned = tune_to_write_rate(
-        lambda q: simulate(df, cfg.replace(threshold=knob(q)), **arrays),
+        lambda q: simulate_threshold(df, cfg.replace(threshold=knob(q)), arrays),
         target_mbps, 0.0, 1.0, increasing=True, known=known, hint=hint)
     return replace(tuned, knob=knob(tuned.knob))
+
+
+#: The last simulations of `simulate_threshold`, newest last: (key, weak references to the
+#: table and the arrays it was run with, result).
+_RECENT: list[tuple[tuple[Any, ...], list[weakref.ref[Any]], Any]] = []
+_RECENT_LOCK = threading.Lock()
+#: How many `_RECENT` keeps (a result is a few KB: metrics and the window series).
+RECENT_SIMULATIONS = 64
+
+
+def simulate_threshold(df: pl.DataFrame, cfg: SimConfig, arrays: dict[str, np.ndarray]) -> Any:
+    """`simulate(df, cfg, **arrays)`, or its result when the same table and arrays (the same
+    objects, still alive: weak references, so no array outlives its search) were just
+    simulated with the same config: a search that starts on a point another search
+    measured (the main loop's last point, given to the flat-threshold row and to the
+    sweep's trial at the target as `known`) needs no simulation for that point's figures.
+    The simulator is deterministic, so the result is the one it would return."""
+    objs = [df, *(arrays[k] for k in sorted(arrays))]
+    key = (cfg, tuple(sorted(arrays)), tuple(id(o) for o in objs))
+    with _RECENT_LOCK:
+        _RECENT[:] = [e for e in _RECENT if all(r() is not None for r in e[1])]
+        for i, (k, refs, res) in enumerate(_RECENT):
+            if k == key and all(r() is o for r, o in zip(refs, objs, strict=True)):
+                _RECENT.append(_RECENT.pop(i))
+                return res
+    res = simulate(df, cfg, **arrays)
+    try:
+        refs = [weakref.ref(o) for o in objs]
+    except TypeError:  # an object without weak references (a plain list): not kept
+        return res
+    with _RECENT_LOCK:
+        _RECENT.append((key, refs, res))
+        del _RECENT[:-RECENT_SIMULATIONS]
+    return res
+    res = simulate(df, cfg, **arrays)
+    with _RECENT_LOCK:
+        _RECENT.append((key, df, arrays, res))
+        del _RECENT[:-RECENT_SIMULATIONS]
+    return res
 
 
 def share_to_threshold(score: np.ndarray) -> Callable[[float], float]:
