@@ -1,8 +1,10 @@
-"""The engine's placement slot (runtime/src/policies/placement/): `flashrt replay --placement
-single|packing` (one open region, or Pannier's hot/cold packing: a hot and a cold open region
-chosen by the ghost sketch's counts) serves every byte right; single is the engine as it was;
-and the slot's command-line errors, with --partition's (the simulator's partition policies
-are not in the engine yet), come before any file is touched."""
+"""The engine's placement and partition slots (runtime/src/policies/placement/, partition/):
+`flashrt replay --placement single|packing` (one open region, or Pannier's hot/cold packing: a
+hot and a cold open region chosen by the ghost sketch's counts) and `--partition
+shared|even|static` (each namespace of the trace owns a quota of regions and evicts its own)
+serve every byte right; single and shared are the engine as it was; the slots' command-line
+errors (the simulator's interval partition policies, MAT in a partitioned cache, shares that
+do not fit) come before any file is touched."""
 
 from __future__ import annotations
 
@@ -63,10 +65,15 @@ def test_packing_serves_right_bytes_and_single_is_the_default(env):
 @pytest.mark.parametrize(("args", "message"), [
     (["--placement", "packing", "--placement", "single"], "--placement given twice"),
     (["--placement", "hot"], "--placement: invalid value 'hot' (expected single or packing)"),
-    (["--partition", "even"], "--partition even: not in this runtime yet"),
+    (["--partition", "static_optimal"], "--partition static_optimal: not in this runtime yet"),
     (["--partition", "mlcache"], "--partition mlcache: not in this runtime yet"),
     (["--partition", "shared", "--partition", "even"], "--partition given twice"),
-    (["--partition", "lfu"], "--partition: invalid value 'lfu'"),
+    (["--partition", "lfu"], "--partition: invalid value 'lfu' (expected shared, even or static)"),
+    (["--partition", "static"], "--partition static needs --partition-shares"),
+    (["--partition", "even", "--partition-shares", "1,2"], "--partition-shares does not apply"),
+    (["--partition", "static", "--partition-shares", "1,x"], "--partition-shares: invalid value"),
+    (["--partition", "even", "--eviction", "mat", "--eviction-bundle", "nowhere"],
+     "--partition even with --eviction mat: not a composition this engine has"),
 ])
 def test_placement_and_partition_errors_before_any_io(env, args, message):
     flash = env["dir"] / "refused.img"
@@ -81,3 +88,62 @@ def test_partition_shared_is_the_engine(env):
     keys = ("hits", "admitted_segments", "evicted_segments")
     ma, mb = json.loads(a.stdout), json.loads(b.stdout)
     assert {k: ma[k] for k in keys} == {k: mb[k] for k in keys}
+
+
+def ns_trace(path: Path, n: int = 4000, blocks: int = 300, seed: int = 4) -> Path:
+    """fixed_range_trace's shape with three namespaces (5, 6, 7: block % 3)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    keys = np.minimum(rng.integers(0, blocks, n), rng.integers(0, blocks, n))
+    seg = 128 * 1024
+    with open(path, "w") as f:
+        f.write("#block_id io_offset io_size op_time op_name pipeline user_namespace user_name\n")
+        for i, k in enumerate(keys):
+            s0, nseg = int(k * 7 % 40), int(1 + k * 5 % 6)
+            f.write(f"{1000 + int(k)} {s0 * seg} {nseg * seg} {1572000000 + i}.0 2 1 "
+                    f"{5 + int(k) % 3} 1\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def ns_env(env):
+    trace = ns_trace(env["dir"] / "ns.trace")
+    backing = env["dir"] / "ns-backing.img"
+    p = subprocess.run([str(FLASHRT), "prepare-backing", "--backing", str(backing), "--trace",
+                        str(trace)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return {"dir": env["dir"], "trace": trace, "backing": backing}
+
+
+@pytest.mark.parametrize(("args", "quotas"), [
+    (["--partition", "even"], [16, 16, 16]),
+    (["--partition", "static", "--partition-shares", "1,2,5"], [6, 12, 30]),
+    (["--partition", "even", "--placement", "packing", "--eviction", "fifo"], [16, 16, 16]),
+    (["--partition", "static", "--partition-shares", "0,1,1", "--eviction", "mru"], [0, 24, 24]),
+])
+def test_partitions_keep_their_quotas_and_serve_right_bytes(ns_env, args, quotas):
+    """Each namespace (a stream, ranked as the simulator ranks them) holds at most its quota of
+    the 48 regions; a stream of quota 0 caches nothing; every byte is right."""
+    p = replay(ns_env, *args)
+    assert p.returncode == 0, p.stderr
+    m = json.loads(p.stdout)
+    assert m["integrity_errors"] == 0 and m["verified_bytes"] > 0
+    parts = m["partitions"]
+    assert [x["namespace"] for x in parts] == [5, 6, 7]
+    assert [x["quota_regions"] for x in parts] == quotas
+    assert all(x["regions"] <= x["quota_regions"] for x in parts)
+    assert sum(x["gets"] for x in parts) == m["gets"]
+    assert sum(x["hits"] for x in parts) == m["hits"]
+    for x, q in zip(parts, quotas, strict=True):
+        assert (x["hits"] == 0) == (q == 0), x
+    shared = json.loads(replay(ns_env).stdout)
+    assert "partitions" not in shared and shared["partition"] == "shared"
+
+
+def test_static_shares_must_match_the_namespaces(ns_env):
+    flash = ns_env["dir"] / "shares.img"
+    p = replay(ns_env, "--partition", "static", "--partition-shares", "1,2", flash=flash,
+               clean=False)
+    assert p.returncode == 1 and "2 shares for the 3 namespaces" in p.stderr, p.stderr
+    assert not flash.exists()

@@ -1,7 +1,7 @@
 """Crash safety of the runtime engine (runtime/src/engine/persist.c, journal.c): `flashrt
 replay --recover` after kill -9 at random points of a composed replay (admission x eviction x
-budget x placement) rebuilds the cache from the regions' headers and the journal and never serves a
-wrong byte; the next run hits on what it rebuilt.
+budget x placement x partition) rebuilds the cache from the regions' headers and the journal
+and never serves a wrong byte; the next run hits on what it rebuilt.
 
 Each kill lands at a seeded random access: the replay holds there (the test hook
 FLASHRT_TEST_HOLD_AT writes `<release>.held`), the test releases it and kills it at once, so
@@ -104,6 +104,7 @@ COMPOSITIONS = {
                             "mru", "--budget", "bucket", "--write-rate-mbps", "4000"],
     "bundle-mat": ["--policy", "{count}", "--eviction", "mat", "--eviction-bundle", "{evict}"],
     "admitall-lru-packing": ["--admission", "admitall", "--placement", "packing"],
+    "admitall-fifo-even": ["--admission", "admitall", "--eviction", "fifo", "--partition", "even"],
 }
 
 

@@ -155,6 +155,12 @@ enum flashrt_placement { FLASHRT_PLACE_SINGLE = 0, FLASHRT_PLACE_PACKING = 1 };
 int flashrt_placement_from_name(const char *name);
 /* Its name, NULL when `which` is none. */
 const char *flashrt_placement_name(int which);
+/* The partition slot's policies: "shared" (no partition), "even" (the simulator's: equal
+ * shares) and "static" (partition_shares). A stream is an access's namespace. */
+enum flashrt_partition { FLASHRT_PART_SHARED = 0, FLASHRT_PART_EVEN = 1, FLASHRT_PART_STATIC = 2 };
+#define FLASHRT_PART_MAX_STREAMS 16
+int flashrt_partition_from_name(const char *name);
+const char *flashrt_partition_name(int which);
 enum flashrt_direct { FLASHRT_DIRECT_AUTO = 0, FLASHRT_DIRECT_OFF = 1, FLASHRT_DIRECT_ON = 2 };
 enum flashrt_rate_clock { FLASHRT_CLOCK_TRACE = 0, FLASHRT_CLOCK_WALL = 1 };
 
@@ -204,6 +210,14 @@ struct flashrt_config {
     const char *journal_path;
     /* The placement slot (default FLASHRT_PLACE_SINGLE). */
     enum flashrt_placement placement;
+    /* The partition slot (default FLASHRT_PART_SHARED): partition_streams namespaces, sorted
+     * ascending in partition_ns (stream i is the accesses of namespace partition_ns[i], as the
+     * simulator ranks them; another namespace fails the access), 1..FLASHRT_PART_MAX_STREAMS;
+     * static: partition_nshares == streams shares (any scale). */
+    enum flashrt_partition partition;
+    unsigned partition_streams, partition_nshares;
+    const int32_t *partition_ns;
+    const double *partition_shares;
 };
 
 void flashrt_config_default(struct flashrt_config *c);
@@ -267,6 +281,11 @@ struct flashrt_metrics {
     uint64_t header_errors, journalled;
     /* the placement's: admitted misses placed in the hot region (packing) */
     uint64_t placement_hot_misses;
+    /* the partition's: streams (0: shared), each stream's quota and regions held at the end,
+     * its GETs and hits */
+    unsigned partitions;
+    uint64_t partition_quota[FLASHRT_PART_MAX_STREAMS], partition_regions[FLASHRT_PART_MAX_STREAMS];
+    uint64_t partition_gets[FLASHRT_PART_MAX_STREAMS], partition_hits[FLASHRT_PART_MAX_STREAMS];
 };
 
 /* Computes the metrics of everything served so far. */

@@ -155,23 +155,23 @@ static void test_placement_by_hand(void) {
     memset(&m, 0, sizeof m);
     CHECK(frt_regions_init(&m, 3, 2) == 0, "init");
     m.ev = &frt_eviction_fifo;
-    uint32_t a = frt_regions_alloc_in(&m, 0, 0), b = frt_regions_alloc_in(&m, 0, 1);
-    uint32_t a2 = frt_regions_alloc_in(&m, 0, 0), b2 = frt_regions_alloc_in(&m, 0, 1);
+    uint32_t a = frt_regions_alloc_in(&m, 0, 0, 0), b = frt_regions_alloc_in(&m, 0, 1, 0);
+    uint32_t a2 = frt_regions_alloc_in(&m, 0, 0, 0), b2 = frt_regions_alloc_in(&m, 0, 1, 0);
     CHECK(a / 2 != b / 2 && a2 == a + 1 && b2 == b + 1, "a region per stream: %u %u %u %u", a, b, a2, b2);
     frt_regions_add(&m, 1, 0, a, 0);
     frt_regions_add(&m, 2, 0, b, 0);
-    uint32_t c = frt_regions_alloc_in(&m, 1, 0); /* stream 0's region is full: the third */
+    uint32_t c = frt_regions_alloc_in(&m, 1, 0, 0); /* stream 0's region is full: the third */
     CHECK(c / 2 != a / 2 && c / 2 != b / 2 && m.evicted_regions == 0, "a clean region: %u", c);
-    uint32_t d = frt_regions_alloc_in(&m, 2, 1); /* none clean: stream 1's full region is sealed, FIFO evicts stream 0's first */
+    uint32_t d = frt_regions_alloc_in(&m, 2, 1, 0); /* none clean: stream 1's full region is sealed, FIFO evicts stream 0's first */
     CHECK(m.evicted_regions == 1 && d / 2 == a / 2 && !frt_regions_find(&m, 1) && frt_regions_find(&m, 2), "FIFO: %u", d);
     frt_regions_free(&m);
     /* two regions, two streams, a third region wanted: the other stream's open region is sealed */
     memset(&m, 0, sizeof m);
     CHECK(frt_regions_init(&m, 2, 1) == 0, "init");
     m.ev = &frt_eviction_lru;
-    a = frt_regions_alloc_in(&m, 0, 0);
-    b = frt_regions_alloc_in(&m, 0, 1);
-    c = frt_regions_alloc_in(&m, 1, 2);
+    a = frt_regions_alloc_in(&m, 0, 0, 0);
+    b = frt_regions_alloc_in(&m, 0, 1, 0);
+    c = frt_regions_alloc_in(&m, 1, 2, 0);
     CHECK(a != b && m.evicted_regions == 1 && (c == a || c == b) && m.open[2] == c, "sealed and evicted: %u", c);
     frt_regions_free(&m);
     /* packing */
@@ -204,6 +204,55 @@ static void test_placement_by_hand(void) {
     pk->stats(st, &pst);
     CHECK(pst.hot_misses >= 2, "hot misses counted: %llu", (unsigned long long)pst.hot_misses);
     pk->free(st);
+}
+
+/* The partition slot (src/policies/partition/): three regions of one segment, quotas 1 and 2;
+ * each partition opens regions up to its quota, then evicts its own (LRU's oldest of it). */
+static void test_partition_by_hand(void) {
+    struct frt_regions m;
+    memset(&m, 0, sizeof m);
+    CHECK(frt_regions_init(&m, 3, 1) == 0, "init");
+    m.ev = &frt_eviction_lru;
+    m.nparts = 2;
+    m.quota[0] = 1;
+    m.quota[1] = 2;
+    uint32_t s;
+    s = frt_regions_alloc_in(&m, 0, 0, 0);
+    frt_regions_add(&m, 10, 0, s, 0);
+    s = frt_regions_alloc_in(&m, 1, 1, 1);
+    frt_regions_add(&m, 20, 0, s, 1);
+    s = frt_regions_alloc_in(&m, 2, 1, 1);
+    frt_regions_add(&m, 21, 0, s, 2);
+    CHECK(m.held[0] == 1 && m.held[1] == 2 && m.evicted_regions == 0, "each at its quota");
+    s = frt_regions_alloc_in(&m, 3, 0, 0); /* partition 0 at its quota: its own region goes */
+    frt_regions_add(&m, 11, 0, s, 3);
+    CHECK(!frt_regions_find(&m, 10) && frt_regions_find(&m, 20) && frt_regions_find(&m, 21) && m.held[0] == 1,
+          "partition 0 evicted its own");
+    s = frt_regions_alloc_in(&m, 4, 1, 1); /* partition 1: its oldest (20) goes */
+    frt_regions_add(&m, 22, 0, s, 4);
+    CHECK(!frt_regions_find(&m, 20) && frt_regions_find(&m, 21) && frt_regions_find(&m, 11) && m.held[1] == 2,
+          "partition 1 evicted its oldest");
+    CHECK(m.evicted_regions == 2, "two evictions");
+    frt_regions_free(&m);
+    uint64_t q[3];
+    struct flashrt_config cfg;
+    flashrt_config_default(&cfg);
+    char err[FLASHRT_ERR_LEN];
+    struct frt_partition_setup ps = {&cfg, 3, 10};
+    CHECK(frt_partition_policy(FLASHRT_PART_EVEN)->quotas(&ps, q, err, sizeof err) == 0 && q[0] == 4 && q[1] == 3 &&
+          q[2] == 3, "even: 4 3 3");
+    double shares[3] = {1, 1, 2};
+    cfg.partition_shares = shares;
+    cfg.partition_nshares = 3;
+    CHECK(frt_partition_policy(FLASHRT_PART_STATIC)->quotas(&ps, q, err, sizeof err) == 0 && q[0] == 3 && q[1] == 2 &&
+          q[2] == 5, "static 1:1:2 of 10: %llu %llu %llu", (unsigned long long)q[0], (unsigned long long)q[1],
+          (unsigned long long)q[2]);
+    cfg.partition_nshares = 2;
+    CHECK(frt_partition_policy(FLASHRT_PART_STATIC)->quotas(&ps, q, err, sizeof err) != 0 && strstr(err, "2 shares"),
+          "%s", err);
+    CHECK(frt_partition_policy(FLASHRT_PART_SHARED) == NULL && flashrt_partition_from_name("shared") == FLASHRT_PART_SHARED &&
+          flashrt_partition_from_name("mlcache") == -1 && frt_partition_unsupported("mlcache") &&
+          !frt_partition_unsupported("even"), "names");
 }
 
 /* One GET of single-segment block `key` at time t: 1 on a hit, 0 on a miss, -1 on an error;
@@ -559,6 +608,7 @@ int main(int argc, char **argv) {
     test_mat_runs();
     test_recovery_by_hand();
     test_placement_by_hand();
+    test_partition_by_hand();
     test_admission_by_hand();
     test_budget_by_hand();
     return test_done("test_engine");

@@ -39,9 +39,12 @@ static const char *REPLAY_HELP =
     "  --placement NAME       single (default: one open region) or packing (Pannier's hot/cold\n"
     "                         packing: a hot and a cold open region; a missed block goes hot when\n"
     "                         the ghost sketch counted it more often than the median block placed)\n"
-    "  --partition NAME       shared (default: no partition); the simulator's even,\n"
-    "                         static_optimal, discrete_optimal, previous_optimal and mlcache are\n"
-    "                         refused (the engine's regions are not partitioned yet)\n"
+    "  --partition NAME       shared (default: no partition), even (the simulator's: each\n"
+    "                         namespace of the trace the same share of the regions) or static\n"
+    "                         (--partition-shares A,B,...: one per namespace, ascending); a\n"
+    "                         namespace's misses fill its own regions and, at its quota, evict its\n"
+    "                         own (with lru, fifo or mru); the simulator's static_optimal,\n"
+    "                         discrete_optimal, previous_optimal and mlcache are refused\n"
     "  --budget NAME          none (default), bucket (the write-rate token bucket: --write-rate-mbps,\n"
     "                         --write-burst-s, --rate-clock; a write rate alone means bucket),\n"
     "                         tire (Pannier's TIRE over the regions' erasures: --tire-*)\n"
@@ -105,6 +108,9 @@ struct replay_opts {
     const char *admission; /* the admission slot's policy name */
     const char *budget;    /* the budget slot's policy name */
     const char *placement; /* the placement slot's policy name */
+    double shares[FLASHRT_PART_MAX_STREAMS]; /* --partition-shares */
+    unsigned nshares;
+    int32_t ns[FLASHRT_PART_MAX_STREAMS];    /* the trace's namespaces, ascending (partitioned) */
     uint64_t ra_window_ms; /* 0: the bundle's */
     int as_json, allow_block;
     double sample_ratio; /* 0: from the trace */
@@ -208,6 +214,7 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
     int seen[7] = {0, 0, 0, 0, 0, 0, 0};
     const char *rx_knob = NULL, *cf_knob = NULL, *bucket_knob = NULL, *tire_knob = NULL;
     o->budget = NULL;
+    o->nshares = 0;
     o->as_json = o->allow_block = 0;
     o->sample_ratio = 0;
     o->limit = UINT64_MAX;
@@ -273,11 +280,26 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
         } else if (OPT("--partition")) {
             const char *why = frt_partition_unsupported(v);
             if (why) {
-                fprintf(stderr, "flashrt replay: error: --partition %s: not in this runtime yet: %s (use shared)\n", v, why);
+                fprintf(stderr, "flashrt replay: error: --partition %s: not in this runtime yet: %s (use shared, even or "
+                                "static)\n", v, why);
                 return 2;
             }
-            if (strcmp(v, "shared")) BADR("--partition", "shared (even, static_optimal, discrete_optimal, previous_optimal "
-                                                         "and mlcache are the simulator's)");
+            int pt = flashrt_partition_from_name(v);
+            if (pt < 0) BADR("--partition", "shared, even or static");
+            cfg->partition = (enum flashrt_partition)pt;
+        } else if (OPT("--partition-shares")) {
+            char *end = NULL;
+            const char *q = v;
+            o->nshares = 0;
+            for (;;) {
+                if (o->nshares == FLASHRT_PART_MAX_STREAMS) BADR("--partition-shares", "at most 16 shares");
+                double x = strtod(q, &end);
+                if (end == q || !(x >= 0 && x <= 1e12)) BADR("--partition-shares", "shares >= 0, comma-separated, one per namespace in ascending order");
+                o->shares[o->nshares++] = x;
+                if (*end == 0) break;
+                if (*end != ',') BADR("--partition-shares", "shares >= 0, comma-separated, one per namespace in ascending order");
+                q = end + 1;
+            }
         }
         else if (OPT("--tire-epbpd")) { if (cli_parse_double(v, &cfg->tire_epbpd) || !(cfg->tire_epbpd > 0 && cfg->tire_epbpd <= 1e9)) BADR("--tire-epbpd", "erasures per region per day in (0, 1e9]"); tire_knob = "--tire-epbpd"; }
         else if (OPT("--tire-slack")) { if (cli_parse_double(v, &cfg->tire_slack) || !(cfg->tire_slack >= 1 && cfg->tire_slack <= 1e6)) BADR("--tire-slack", "a factor in [1, 1e6]"); tire_knob = "--tire-slack"; }
@@ -313,6 +335,22 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
         return 2;
     }
     if (slots(o, rx_knob, cf_knob) != 0 || budget_slot(o, bucket_knob, tire_knob) != 0) return 2;
+    if (o->nshares && cfg->partition != FLASHRT_PART_STATIC) {
+        fprintf(stderr, "flashrt replay: error: --partition-shares does not apply: the partition is %s\n",
+                flashrt_partition_name((int)cfg->partition));
+        return 2;
+    }
+    if (cfg->partition == FLASHRT_PART_STATIC && !o->nshares) {
+        fprintf(stderr, "flashrt replay: error: --partition static needs --partition-shares A,B,... (one per namespace of "
+                        "the trace, in ascending order)\n");
+        return 2;
+    }
+    if (cfg->partition != FLASHRT_PART_SHARED && cfg->eviction == FLASHRT_MAT) {
+        fprintf(stderr, "flashrt replay: error: --partition %s with --eviction mat: not a composition this engine has (MAT "
+                        "chooses blocks across the whole cache); use --eviction lru, fifo or mru\n",
+                flashrt_partition_name((int)cfg->partition));
+        return 2;
+    }
     if (o->ev_bundle && cfg->eviction != FLASHRT_MAT) {
         fprintf(stderr, "flashrt replay: error: --eviction-bundle is for --eviction mat (the eviction is %s)\n",
                 flashrt_eviction_name((int)cfg->eviction));
@@ -385,11 +423,44 @@ static void print_readahead(void *ctx, int as_json, int *first) {
     fputc('}', stdout);
 }
 
+/* What follows the figures: the readahead hook's, the partitions'. */
+struct more_ctx {
+    const frt_ra_hook *ra;
+    const struct flashrt_metrics *m;
+    const int32_t *ns;
+};
+
+static void print_more(void *ctx, int as_json, int *first) {
+    const struct more_ctx *c = ctx;
+    if (c->ra) print_readahead((void *)c->ra, as_json, first);
+    const struct flashrt_metrics *m = c->m;
+    if (!m->partitions) return;
+    if (as_json) printf("%s\"partitions\": [", *first ? "" : ", ");
+    *first = 0;
+    for (unsigned p = 0; p < m->partitions; p++) {
+        if (!as_json) {
+            printf("partition %-16d  quota_regions %llu regions %llu gets %llu hits %llu\n", (int)c->ns[p],
+                   (unsigned long long)m->partition_quota[p], (unsigned long long)m->partition_regions[p],
+                   (unsigned long long)m->partition_gets[p], (unsigned long long)m->partition_hits[p]);
+            continue;
+        }
+        int f = 1;
+        printf("%s{", p ? ", " : "");
+        cli_json_int(stdout, "namespace", (uint64_t)(int64_t)c->ns[p], &f);
+        cli_json_int(stdout, "quota_regions", m->partition_quota[p], &f);
+        cli_json_int(stdout, "regions", m->partition_regions[p], &f);
+        cli_json_int(stdout, "gets", m->partition_gets[p], &f);
+        cli_json_int(stdout, "hits", m->partition_hits[p], &f);
+        fputc('}', stdout);
+    }
+    if (as_json) fputc(']', stdout);
+}
+
 /* The metrics in the simulator's key order, then the runtime's: one JSON object or a table. */
 static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, uint64_t verified_bytes,
                           double sample_ratio, const char *policy, const char *warning, const char *admission,
-                          const char *eviction, const char *budget, const char *placement, int as_json,
-                          const frt_ra_hook *ra) {
+                          const char *eviction, const char *budget, const char *placement, const char *partition,
+                          const int32_t *ns, int as_json, const frt_ra_hook *ra) {
     const struct flashrt_metrics m = *mp;
     struct cli_figure kvs[] = {
         {"peak_dt_util", 0, m.peak_dt_util, 0}, {"mean_dt_util", 0, m.mean_dt_util, 0},
@@ -430,12 +501,49 @@ static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, 
         {"placement_hot_misses", 1, 0, m.placement_hot_misses},
     };
     const char *strs[] = {"policy", policy, "admission", admission, "eviction", eviction, "budget", budget,
-                          "placement", placement, "policy_warning", warning};
-    cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 6, 5, as_json, ra ? print_readahead : NULL, (void *)ra);
+                          "placement", placement, "partition", partition, "policy_warning", warning};
+    struct more_ctx more = {ra, mp, ns};
+    cli_print_figures_more(kvs, sizeof kvs / sizeof kvs[0], strs, 7, 6, as_json, print_more, &more);
 }
 
 static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp, flashrt_policy *pol,
                       const char *warning, char *err);
+
+/* The partition's streams: the trace's namespaces, ascending (the simulator's dense rank),
+ * read before any file is written; static's shares must be one per namespace. 0, or 1 after
+ * printing the error. */
+static int partition_streams(struct replay_opts *o, struct flashrt_config *cfg) {
+    char err[FLASHRT_ERR_LEN];
+    flashrt_trace *tr = flashrt_trace_open(o->trace_path, err, sizeof err);
+    if (!tr) return ERR("%s", err);
+    struct flashrt_access a;
+    unsigned k = 0;
+    int r;
+    while ((r = flashrt_trace_next(tr, &a, err, sizeof err)) == 1) {
+        unsigned i = 0;
+        while (i < k && o->ns[i] < a.ns) i++;
+        if (i < k && o->ns[i] == a.ns) continue;
+        if (k == FLASHRT_PART_MAX_STREAMS) {
+            flashrt_trace_close(tr);
+            return ERR("--partition %s: %s has more than %d namespaces (%s:%llu); a partition per namespace needs at "
+                       "most %d", flashrt_partition_name((int)cfg->partition), o->trace_path, FLASHRT_PART_MAX_STREAMS,
+                       o->trace_path, (unsigned long long)a.line, FLASHRT_PART_MAX_STREAMS);
+        }
+        memmove(o->ns + i + 1, o->ns + i, (k - i) * sizeof o->ns[0]);
+        o->ns[i] = a.ns;
+        k++;
+    }
+    flashrt_trace_close(tr);
+    if (r < 0) return ERR("%s", err);
+    if (cfg->partition == FLASHRT_PART_STATIC && o->nshares != k)
+        return ERR("--partition-shares: %u shares for the %u namespaces of %s (one per namespace, ascending)", o->nshares,
+                   k, o->trace_path);
+    cfg->partition_streams = k;
+    cfg->partition_ns = o->ns;
+    cfg->partition_shares = o->shares;
+    cfg->partition_nshares = o->nshares;
+    return 0;
+}
 
 int cli_replay(int argc, char **argv) {
     if (cli_want_help(argc, argv)) { fputs(REPLAY_HELP, stdout); return 0; }
@@ -459,6 +567,7 @@ int cli_replay(int argc, char **argv) {
     cli_guard_add(&g, "--flash", cfg.flash_path, CLI_DEV);
     cli_guard_add_suffix(&g, "--flash's journal", cfg.flash_path, ".journal", CLI_DEV);
     if (cli_guard_check(&g)) return 1;
+    if (cfg.partition != FLASHRT_PART_SHARED && partition_streams(&o, &cfg) != 0) return 1;
     /* every bundle a slot takes, loaded and checked before any device is touched: --eviction
      * mat's eviction capability, --admission bundle's admission and prefetch */
     flashrt_policy *evb = NULL, *pol = NULL;
@@ -559,7 +668,8 @@ static int replay_run(const struct replay_opts *op, struct flashrt_config *cfgp,
         flashrt_metrics(rt, &m);
         print_metrics(&m, integrity, verified_bytes, cfg.sample_ratio, pol ? flashrt_policy_name(pol) : o.admission,
                       warning, o.admission, flashrt_eviction_name((int)cfg.eviction), o.budget,
-                      flashrt_placement_name((int)cfg.placement), o.as_json, ra);
+                      flashrt_placement_name((int)cfg.placement), flashrt_partition_name((int)cfg.partition),
+                      cfg.partition_ns, o.as_json, ra);
         if (integrity) rc = 3;
     }
     flashrt_close(rt);

@@ -49,6 +49,8 @@ struct flashrt {
     void *bud_st;
     const struct frt_placement_ops *place; /* the placement slot and its state */
     void *place_st;
+    const struct frt_partition_ops *part; /* the partition slot (NULL: shared) */
+    uint64_t part_gets[FLASHRT_PART_MAX_STREAMS], part_hits[FLASHRT_PART_MAX_STREAMS];
     uint8_t *fbuf, *bbuf, *rawbuf;
     void *ev_st; /* the eviction policy's state (rm.ev is the policy) */
     /* accounting */
@@ -145,6 +147,44 @@ static int open_placement(flashrt *rt, char *err, size_t errlen) {
     return p->init ? p->init(&rt->place_st, &s, err, errlen) : 0;
 }
 
+/* The partition slot: cfg->partition's quotas of regions per stream (after the placement and
+ * eviction slots: a stream's open regions are its placement's, its victims the eviction's). */
+static int open_partition(flashrt *rt, char *err, size_t errlen) {
+    const struct flashrt_config *c = &rt->cfg;
+    if (c->partition == FLASHRT_PART_SHARED) return 0;
+    const struct frt_partition_ops *p = frt_partition_policy((int)c->partition);
+    if (!p) return frt_seterr(err, errlen, "unknown partition policy %d", (int)c->partition);
+    unsigned k = c->partition_streams;
+    if (k < 1 || k > FLASHRT_PART_MAX_STREAMS || !c->partition_ns)
+        return frt_seterr(err, errlen, "partition %s: %u streams (1 to %d namespaces)", p->name, k, FLASHRT_PART_MAX_STREAMS);
+    for (unsigned i = 1; i < k; i++)
+        if (c->partition_ns[i] <= c->partition_ns[i - 1])
+            return frt_seterr(err, errlen, "partition %s: the streams' namespaces are not ascending", p->name);
+    if (!rt->rm.ev->victim_of)
+        return frt_seterr(err, errlen, "partition %s: eviction %s cannot run partitioned (it chooses blocks across "
+                          "the whole cache); use lru, fifo or mru", p->name, rt->rm.ev->name);
+    if ((uint64_t)k * rt->place->streams > FRT_OPEN_MAX || (uint64_t)k * rt->place->streams > rt->rm.nregions)
+        return frt_seterr(err, errlen, "partition %s: %u streams x %u open regions of placement %s do not fit %llu regions",
+                          p->name, k, rt->place->streams, rt->place->name, (unsigned long long)rt->rm.nregions);
+    struct frt_partition_setup s = {c, k, rt->rm.nregions};
+    if (p->quotas(&s, rt->rm.quota, err, errlen) != 0) return -1;
+    rt->rm.nparts = k;
+    rt->part = p;
+    return 0;
+}
+
+/* The stream of namespace ns (binary search of partition_ns); -1 when it has none. */
+static int stream_of(const flashrt *rt, int32_t ns) {
+    const int32_t *v = rt->cfg.partition_ns;
+    unsigned lo = 0, hi = rt->cfg.partition_streams;
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        if (v[mid] < ns) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < rt->cfg.partition_streams && v[lo] == ns ? (int)lo : -1;
+}
+
 flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
                       flashrt_backing *backing, char *err, size_t errlen) {
     if (!cfg->flash_path) { frt_seterr(err, errlen, "no flash device given"); return NULL; }
@@ -216,6 +256,7 @@ flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
     rt->rm.ev = ev;
     if (ev->init && ev->init(&rt->ev_st, &rt->rm, cfg->eviction_policy, err, errlen) != 0) goto fail;
     rt->rm.ev_st = rt->ev_st;
+    if (open_partition(rt, err, errlen) != 0) goto fail;
     rt->rm.log = &rt->persist;
     if (cfg->recover && frt_persist_recover(&rt->persist, &rt->rm, err, errlen) != 0) goto fail;
     return rt;
@@ -293,11 +334,13 @@ static int read_cached(flashrt *rt, const struct frt_blk *b, unsigned s0, unsign
     return 0;
 }
 
-/* Writes segment s of `key` (data) to a fresh slot of placement stream `stream` and indexes it; a write error leaves it
+/* Writes segment s of `key` (data) to a fresh slot of placement stream `stream` in partition
+ * `part` and indexes it; a write error leaves it
  * uncached (the slot stays invalid). A region whose last slot is written gets its header.
  * -1 (message in rt->err) when the device cannot take a region header. */
-static int insert_segment(flashrt *rt, uint64_t key, unsigned s, const uint8_t *data, double t, unsigned stream) {
-    uint32_t id = frt_regions_alloc_in(&rt->rm, t, stream); /* may evict this very block */
+static int insert_segment(flashrt *rt, uint64_t key, unsigned s, const uint8_t *data, double t, unsigned stream,
+                          uint32_t part) {
+    uint32_t id = frt_regions_alloc_in(&rt->rm, t, stream, part); /* may evict this very block */
     if (id == FRT_NONE)
         return frt_seterr(rt->err, sizeof rt->err, "%s: cannot clear a region header: %s", rt->cfg.flash_path,
                           strerror(errno));
@@ -356,6 +399,15 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     }
     if (rt->admit->arrive) rt->admit->arrive(rt->adm_st, a->key);
     if (rt->place->access) rt->place->access(rt->place_st, a);
+    uint32_t part = 0;
+    if (rt->part) {
+        int p = stream_of(rt, a->ns);
+        if (p < 0)
+            return frt_seterr(rt->err, sizeof rt->err, "namespace %d is not one of the %u streams of --partition %s",
+                              (int)a->ns, rt->cfg.partition_streams, rt->part->name);
+        part = (uint32_t)p;
+        rt->part_gets[part]++;
+    }
     uint64_t w0 = frt_now_ns();
     if (rt->rm.ev->get) { /* inside the hit and miss paths' time */
         const struct frt_blk *g = frt_regions_find(&rt->rm, a->key);
@@ -417,6 +469,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
             frt_vec_push(&rt->over_us, hit_us - raw / 1e3);
         }
         rt->hits++;
+        rt->part_hits[part] += rt->part != NULL;
         rt->recovered_hits += b->recovered;
         rt->hit_bytes += a->size;
         rt->hit_segs += nseg;
@@ -481,6 +534,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
             if (frt_backing_read(rt->backing, a->key, s, s, dst, t, rt->err, sizeof rt->err) != 0) return -1;
         }
     }
+    if (admit && rt->part && rt->rm.quota[part] == 0) admit = 0; /* its stream caches nothing */
     if (admit) {
         b = frt_regions_find(&rt->rm, a->key);
         unsigned need = 0;
@@ -489,11 +543,15 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
         if (!need || !rt->budget ||
             rt->budget->admit(rt->bud_st, t, need * SEG, FRT_BUDGET_READ_MISS, 0, rt->rm.evicted_regions)) {
             unsigned stream = need && rt->place->place ? rt->place->place(rt->place_st, a) : 0;
+            if (rt->part) { /* the stream's own open regions; a quota below them: the first only */
+                if (rt->rm.quota[part] < rt->place->streams) stream = 0;
+                stream += part * rt->place->streams;
+            }
             for (unsigned s = lo; s <= hi; s++) {
                 if (!((want >> s) & 1)) continue;
                 b = frt_regions_find(&rt->rm, a->key); /* an eviction may have freed it */
                 if (holds(b, s)) continue;
-                if (insert_segment(rt, a->key, s, buf + (size_t)(s - u0) * SEG, t, stream) != 0) return -1;
+                if (insert_segment(rt, a->key, s, buf + (size_t)(s - u0) * SEG, t, stream, part) != 0) return -1;
                 rt->admitted++;
                 if (s < s0 || s > s1) rt->prefetched++;
             }
@@ -610,6 +668,13 @@ void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
     struct frt_placement_stats ps = {0};
     if (rt->place->stats) rt->place->stats(rt->place_st, &ps);
     m->placement_hot_misses = ps.hot_misses;
+    m->partitions = rt->rm.nparts;
+    for (uint32_t p = 0; p < rt->rm.nparts; p++) {
+        m->partition_quota[p] = rt->rm.quota[p];
+        m->partition_regions[p] = rt->rm.held[p];
+        m->partition_gets[p] = rt->part_gets[p];
+        m->partition_hits[p] = rt->part_hits[p];
+    }
     m->recovered_regions = rt->persist.recovered_regions;
     m->recovered_segments = rt->persist.recovered_segments;
     m->recovery_dropped = rt->persist.recovery_dropped;

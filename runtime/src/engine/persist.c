@@ -90,7 +90,7 @@ int frt_persist_opening(struct frt_persist *p, uint32_t r) { return zero_hdr(p, 
 
 void frt_persist_sealed(struct frt_persist *p, const struct frt_regions *m, uint32_t r) {
     uint64_t seq = ++p->seal_seq;
-    frt_rhdr_begin(p->hdr, p->hb, MAGIC, 0, (uint32_t)m->spr, seq);
+    frt_rhdr_begin(p->hdr, p->hb, MAGIC, (uint16_t)m->reg[r].part, (uint32_t)m->spr, seq);
     for (uint64_t i = 0; i < m->spr; i++) {
         const struct frt_slotref *sr = &m->slot[r * m->spr + i];
         if (sr->valid) frt_rhdr_set(p->hdr, (uint32_t)i, m->blks[sr->blk].key, sr->seg);
@@ -160,7 +160,11 @@ int frt_persist_recover(struct frt_persist *p, struct frt_regions *m, char *err,
      * to the index is a GET at index 0 to the eviction policy (MAT: the block's first access) */
     for (uint32_t r = 0; r < nrec; r++) {
         const unsigned char *h = all + (size_t)rs[r].region * p->hb;
-        uint32_t reg = rs[r].region, nv = 0;
+        uint32_t reg = rs[r].region, nv = 0, part = frt_rhdr_flags(h);
+        if (m->nparts && part >= m->nparts) { /* a partition this run does not have */
+            for (uint32_t i = 0; i < m->spr; i++) p->recovery_dropped += keep[(size_t)r * m->spr + i];
+            continue;
+        }
         for (uint32_t i = 0; i < m->spr; i++) {
             if (!keep[(size_t)r * m->spr + i]) continue;
             uint64_t key;
@@ -176,6 +180,8 @@ int frt_persist_recover(struct frt_persist *p, struct frt_regions *m, char *err,
         }
         if (nv == 0) continue;
         m->reg[reg].fill = (uint32_t)m->spr;
+        m->reg[reg].part = m->nparts ? part : 0;
+        if (m->nparts) m->held[part]++;
         frt_regions_push_head(m, reg);
         used[reg] = 1;
         p->seq[reg] = rs[r].seq;

@@ -41,6 +41,12 @@ static const void *const PLACEMENT[] = {
     [FLASHRT_PLACE_PACKING] = &frt_placement_packing,
 };
 
+/* shared has no policy (no partition); its name is still a name */
+static const void *const PARTITION[] = {
+    [FLASHRT_PART_EVEN] = &frt_partition_even,
+    [FLASHRT_PART_STATIC] = &frt_partition_static,
+};
+
 /* none has no policy (no gate); its name is still a name */
 static const void *const BUDGET[] = {
     [FLASHRT_BUDGET_BUCKET] = &frt_budget_bucket,
@@ -66,21 +72,26 @@ const char *frt_admission_unsupported(const char *name) {
     return NULL;
 }
 
-const struct frt_budget_ops *frt_budget_policy(int which) { return policy(TABLE(BUDGET), which); }
-int flashrt_budget_from_name(const char *name) {
-    return !strcmp(name, "none") ? FLASHRT_BUDGET_NONE : from_name(TABLE(BUDGET), name);
-}
-const char *flashrt_budget_name(int which) {
-    if (which == FLASHRT_BUDGET_NONE) return "none";
-    const void *ops = policy(TABLE(BUDGET), which);
-    return ops ? name_of(ops) : NULL;
-}
+/* A slot whose index 0 is no policy (its name still a name): the accessors as SLOT_NAMES's. */
+#define SLOT_NAMES_WITH_NONE(kind, TBL, NONE, none)                                                     \
+    const struct frt_##kind##_ops *frt_##kind##_policy(int which) { return policy(TABLE(TBL), which); } \
+    int flashrt_##kind##_from_name(const char *name) {                                                  \
+        return !strcmp(name, none) ? NONE : from_name(TABLE(TBL), name);                                \
+    }                                                                                                   \
+    const char *flashrt_##kind##_name(int which) {                                                      \
+        if (which == NONE) return none;                                                                 \
+        const void *ops = policy(TABLE(TBL), which);                                                    \
+        return ops ? name_of(ops) : NULL;                                                               \
+    }
+
+SLOT_NAMES_WITH_NONE(budget, BUDGET, FLASHRT_BUDGET_NONE, "none")
+SLOT_NAMES_WITH_NONE(partition, PARTITION, FLASHRT_PART_SHARED, "shared")
 
 const char *frt_partition_unsupported(const char *name) {
-    static const char *const SIM[] = {"even", "static_optimal", "discrete_optimal", "previous_optimal", "mlcache"};
+    static const char *const SIM[] = {"static_optimal", "discrete_optimal", "previous_optimal", "mlcache"};
     for (size_t i = 0; i < sizeof SIM / sizeof SIM[0]; i++)
         if (!strcmp(name, SIM[i]))
-            return "the engine's regions are not partitioned among streams yet (flashml sim run partitions the "
-                   "simulator's flash cache)";
+            return "its shares come each interval from the monitor's hit curves or a bundle's network, which the "
+                   "engine has not yet";
     return NULL;
 }

@@ -14,6 +14,8 @@
  * - placement (struct frt_placement_ops): which open region an admitted miss's segments join.
  *   Policies in runtime/src/policies/placement/: single.c (one open region), packing.c
  *   (Pannier's hot/cold packing by the ghost sketch's counts).
+ * - partition (struct frt_partition_ops): each stream's quota of regions. Policies in
+ *   runtime/src/policies/partition/: even.c, static.c (the command line's shares).
  * - budget (struct frt_budget_ops): whether an admitted miss's bytes may be written now.
  *   Policies in runtime/src/policies/budget/: bucket.c (the write-rate token bucket), tire.c
  *   (Pannier's TIRE over the erasures of each quantum; Pannier's cache uses it too).
@@ -110,6 +112,7 @@ struct frt_eviction_stats {
  *   victim    no region is clean: the sealed region to evict whole (every region is sealed
  *             then; the answer must be on the store's list)
  *   stats     the figures above (may be NULL: zeros)
+ *   victim_of a partitioned store's partition at its quota: its sealed region to evict
  *   free      once, at close. */
 struct frt_eviction_ops {
     const char *name;
@@ -123,6 +126,9 @@ struct frt_eviction_ops {
     void (*removed)(void *st, uint32_t blk);
     uint32_t (*victim)(void *st, struct frt_regions *m);
     void (*stats)(void *st, struct frt_eviction_stats *out);
+    /* a partitioned store: partition part holds its quota and must give up one of its sealed
+     * regions (NULL: the policy cannot run partitioned) */
+    uint32_t (*victim_of)(void *st, struct frt_regions *m, uint32_t part);
 };
 
 /* The built-in eviction policies (runtime/src/policies/eviction/), by enum flashrt_eviction. */
@@ -202,8 +208,29 @@ struct frt_placement_ops {
 /* The placement slot's policies (runtime/src/policies/placement/), by enum flashrt_placement. */
 extern const struct frt_placement_ops frt_placement_single, frt_placement_packing;
 const struct frt_placement_ops *frt_placement_policy(int which);
-/* Why the simulator's partition policy `name` cannot fill the runtime (the partition slot is
- * not built yet), or NULL ("shared": no partition, the engine as it is; or a name neither has). */
+/* What a partition policy is built from: the knobs, the streams (partitions) and the regions
+ * to share among them. */
+struct frt_partition_setup {
+    const struct flashrt_config *cfg;
+    unsigned streams;
+    uint64_t regions;
+};
+
+/* The partition slot: each stream (the access's namespace, flashrt_config.partition_ns) owns
+ * the regions it opens and may hold `quota` of them; a stream at its quota evicts one of its
+ * own (the eviction policy's victim_of) to open another; a stream of quota 0 caches nothing.
+ *   quotas  once, at open: the regions of each stream (summing to `regions`). */
+struct frt_partition_ops {
+    const char *name;
+    int (*quotas)(const struct frt_partition_setup *s, uint64_t *quota, char *err, size_t errlen);
+};
+/* The partition slot's policies (runtime/src/policies/partition/), by enum flashrt_partition
+ * (shared: NULL, no partition). */
+extern const struct frt_partition_ops frt_partition_even, frt_partition_static;
+const struct frt_partition_ops *frt_partition_policy(int which);
+/* Why the simulator's partition policy `name` cannot fill the runtime's slot (its shares come
+ * from the monitor's curves or a bundle's network each interval, which the engine has not), or
+ * NULL. */
 const char *frt_partition_unsupported(const char *name);
 
 #endif

@@ -69,9 +69,24 @@ static void evict_region(struct frt_regions *m, uint32_t r, double t) {
     }
     m->reg[r].fill = m->reg[r].live = 0;
     m->evicted_regions++;
+    if (m->nparts) m->held[m->reg[r].part]--;
 }
 
-uint32_t frt_regions_alloc_in(struct frt_regions *m, double t, unsigned stream) {
+static uint32_t victim_of(struct frt_regions *m, uint32_t part, int from_tail) {
+    for (uint32_t r = from_tail ? m->tail : m->head; r != FRT_NONE; r = from_tail ? m->reg[r].prev : m->reg[r].next)
+        if (m->reg[r].part == part) return r;
+    return FRT_NONE;
+}
+uint32_t frt_victim_tail_of(void *st, struct frt_regions *m, uint32_t part) {
+    (void)st;
+    return victim_of(m, part, 1);
+}
+uint32_t frt_victim_head_of(void *st, struct frt_regions *m, uint32_t part) {
+    (void)st;
+    return victim_of(m, part, 0);
+}
+
+uint32_t frt_regions_alloc_in(struct frt_regions *m, double t, unsigned stream, uint32_t part) {
     uint32_t *open = &m->open[stream];
     if (*open == FRT_NONE || m->reg[*open].fill == m->spr) {
         if (*open != FRT_NONE) frt_regions_push_head(m, *open); /* seal */
@@ -82,7 +97,13 @@ uint32_t frt_regions_alloc_in(struct frt_regions *m, double t, unsigned stream) 
                     frt_regions_push_head(m, m->open[i]);
                     m->open[i] = FRT_NONE;
                 }
-        if (m->nclean == 0) {
+        uint32_t own = FRT_NONE; /* a partition at its quota evicts its own region */
+        if (m->nparts && m->held[part] >= m->quota[part]) own = m->ev->victim_of(m->ev_st, m, part);
+        if (own != FRT_NONE) {
+            frt_regions_unlink(m, own);
+            evict_region(m, own, t);
+            m->clean[m->nclean++] = own;
+        } else if (m->nclean == 0) {
             uint32_t victim = m->ev->victim(m->ev_st, m);
             frt_regions_unlink(m, victim);
             evict_region(m, victim, t);
@@ -95,6 +116,8 @@ uint32_t frt_regions_alloc_in(struct frt_regions *m, double t, unsigned stream) 
         }
         *open = r;
         m->reg[r].fill = m->reg[r].live = 0;
+        m->reg[r].part = part;
+        if (m->nparts) m->held[part]++;
     }
     struct frt_region *g = &m->reg[*open];
     return (uint32_t)(*open * m->spr + g->fill++);

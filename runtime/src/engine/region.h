@@ -16,7 +16,8 @@
 #include "util/units.h"
 
 #define FRT_NONE UINT32_MAX
-#define FRT_OPEN_MAX 4 /* open regions at once (the placement slot's streams) */
+#define FRT_OPEN_MAX 32 /* open regions at once (placement streams x partitions) */
+#define FRT_PARTS_MAX 16 /* partitions of the flash (FLASHML_PARTITION_MAX_STREAMS) */
 
 struct frt_persist;
 
@@ -33,6 +34,7 @@ struct frt_region {
     uint32_t prev, next; /* eviction list (head = most recent) */
     uint32_t fill, live;
     int in_list;
+    uint32_t part; /* the partition owning it (partitioned stores) */
 };
 
 struct frt_slotref {
@@ -51,6 +53,11 @@ struct frt_regions {
     struct frt_blk *blks; /* nslots entries: a cached block holds >= 1 segment */
     uint32_t free_blk;
     struct frt_map index; /* block key -> entry of blks */
+    /* partitions (nparts 0: none): each region belongs to the partition that opened it; a
+     * partition holding its quota of regions evicts one of its own (the eviction policy's
+     * victim_of) before it opens another */
+    uint32_t nparts;
+    uint64_t quota[FRT_PARTS_MAX], held[FRT_PARTS_MAX];
     /* the device's headers (engine/persist.h; NULL: none): told when a region opens */
     struct frt_persist *log;
     /* the eviction slot (set by the engine after init) */
@@ -66,13 +73,18 @@ struct frt_regions {
 int frt_regions_init(struct frt_regions *m, uint64_t nregions, uint64_t spr);
 void frt_regions_free(struct frt_regions *m);
 
-/* The next flash slot of placement stream `stream` (< FRT_OPEN_MAX), sealing its open region
+/* The next flash slot of placement stream `stream` (< FRT_OPEN_MAX) in partition `part` (0
+ * when the store is not partitioned), sealing its open region
  * and evicting a whole region (at trace time t, the one the eviction policy names) as needed;
  * the eviction may drop the very block the caller is inserting. When no region is clean and
  * none is sealed, another stream's open region is sealed as it is. FRT_NONE when the new open
  * region's header cannot be cleared (the device fails: nothing may be written). */
-uint32_t frt_regions_alloc_in(struct frt_regions *m, double t, unsigned stream);
-static inline uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t) { return frt_regions_alloc_in(m, t, 0); }
+uint32_t frt_regions_alloc_in(struct frt_regions *m, double t, unsigned stream, uint32_t part);
+static inline uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t) { return frt_regions_alloc_in(m, t, 0, 0); }
+/* The eviction slot's victim_of for list-ordered policies: partition part's sealed region
+ * nearest the list's tail (LRU, FIFO) or head (MRU); FRT_NONE if it has none. */
+uint32_t frt_victim_tail_of(void *st, struct frt_regions *m, uint32_t part);
+uint32_t frt_victim_head_of(void *st, struct frt_regions *m, uint32_t part);
 /* Indexes segment s of block `key` at `slot` (just written); t: the block's access time when
  * the block is new to the index (the eviction policy's `added`). */
 void frt_regions_add(struct frt_regions *m, uint64_t key, unsigned s, uint32_t slot, double t);

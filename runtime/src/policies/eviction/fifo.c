@@ -10,4 +10,5 @@ static uint32_t fifo_victim(void *st, struct frt_regions *m) {
 const struct frt_eviction_ops frt_eviction_fifo = {
     .name = "fifo",
     .victim = fifo_victim,
+    .victim_of = frt_victim_tail_of,
 };

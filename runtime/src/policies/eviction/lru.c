@@ -17,4 +17,5 @@ const struct frt_eviction_ops frt_eviction_lru = {
     .name = "lru",
     .refresh = lru_refresh,
     .victim = lru_victim,
+    .victim_of = frt_victim_tail_of,
 };

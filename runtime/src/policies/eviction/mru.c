@@ -19,4 +19,5 @@ const struct frt_eviction_ops frt_eviction_mru = {
     .name = "mru",
     .refresh = mru_refresh,
     .victim = mru_victim,
+    .victim_of = frt_victim_head_of,
 };
