@@ -14,6 +14,8 @@ Training rows (baleen-artifact-notes.md "Training facts"):
 from __future__ import annotations
 
 import logging
+import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -131,10 +133,55 @@ def score_all(policy: LearnedPolicy, feats: np.ndarray, c: Contract | None = Non
     x = feats if cols == list(range(feats.shape[1])) else feats[:, cols]
     out = {"score": predict(policy.admission, x)}
     if policy.range_start is not None:
-        rX = np.ascontiguousarray(feats[:, c.indices("range")], dtype=np.float64)
+        # ML-Range and ML-When read only the range features, and far fewer accesses differ
+        # in them than there are accesses (35% at 1 M region1-like accesses): each distinct
+        # row is scored once and its scores copied to its accesses (the same doubles: a
+        # row's score depends on that row alone), 2-3x less work for 85% of the trees
+        rX, inverse = range_rows(feats, c)
         ps, pe = round_range(predict(policy.range_start, rX), predict(policy.range_end, rX))
-        wm = when_matrix(None, ps, pe, range_x=rX)
-        del rX
-        out |= {"prefetch_start": ps, "prefetch_end": pe,
-                "when_score": predict(policy.when, wm)}
+        when = predict(policy.when, when_matrix(None, ps, pe, range_x=rX))
+        if inverse is not None:
+            ps, pe, when = ps[inverse], pe[inverse], when[inverse]
+        out |= {"prefetch_start": ps, "prefetch_end": pe, "when_score": when}
     return out
+
+
+#: `range_rows` of the feature matrices scored lately: (weak reference to the matrix, its
+#: shape, the distinct rows, the inverse), newest last.
+_RANGE_ROWS: list[tuple[weakref.ref[np.ndarray], tuple[int, ...], np.ndarray,
+                        np.ndarray | None]] = []
+_RANGE_ROWS_LOCK = threading.Lock()
+#: Below this many rows the distinct rows are not looked for (no time to save).
+DISTINCT_MIN_ROWS = 50_000
+#: With more distinct rows than this share of the rows, every row is scored.
+DISTINCT_MAX_SHARE = 0.8
+
+
+def range_rows(feats: np.ndarray, c: Contract | None = None
+               ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The distinct rows of `feats`'s range features (float64, C order) and, for each row of
+    `feats`, the index of its distinct row (None when every row is kept: a small matrix, or
+    one whose rows mostly differ). Rows are distinct by their bytes, so equal rows are equal
+    inputs. Computed once per matrix (the job's feature matrix is scored by every iteration
+    and every sweep trial) and kept while the matrix lives."""
+    c = c or contract()
+    with _RANGE_ROWS_LOCK:
+        _RANGE_ROWS[:] = [e for e in _RANGE_ROWS if e[0]() is not None]
+        for ref, shape, rows, inverse in _RANGE_ROWS:
+            if ref() is feats and shape == feats.shape:
+                return rows, inverse
+    rX = np.ascontiguousarray(feats[:, c.indices("range")], dtype=np.float64)
+    rows, inverse = rX, None
+    if len(rX) >= DISTINCT_MIN_ROWS:
+        keys = rX.view(np.dtype((np.void, rX.dtype.itemsize * rX.shape[1]))).ravel()
+        _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        if len(first) <= DISTINCT_MAX_SHARE * len(rX):
+            rows, inverse = np.ascontiguousarray(rX[first]), inv.reshape(-1)
+    try:
+        ref = weakref.ref(feats)
+    except TypeError:
+        return rows, inverse
+    with _RANGE_ROWS_LOCK:
+        _RANGE_ROWS.append((ref, feats.shape, rows, inverse))
+        del _RANGE_ROWS[:-2]
+    return rows, inverse
