@@ -138,6 +138,9 @@ def test_key_covers_headers_and_flags(tmp_path) -> None:
     k4 = objcache.object_key("tc2", argv, tmp_path, "x.c")
     assert len({k1, k2, k3, k4}) == 4
     assert objcache.object_key("tc2", argv, tmp_path, "x.c") == k4
+    with pytest.MonkeyPatch.context() as mp:  # an include path from the environment
+        mp.setenv("C_INCLUDE_PATH", str(tmp_path / "inc"))
+        assert objcache.object_key("tc2", argv, tmp_path, "x.c") != k4
 
 
 def _flip_a_byte(path: Path) -> None:

@@ -8,7 +8,8 @@ source and object names: every command runs in the build folder, so no temporary
 it or in the object), the source's bytes, the bytes of every header beside it and in each
 `-I` folder (TL2cgen's `header.h`, `flashml_policy.h`, emlearn's), and the toolchain's
 identity (`toolchain_id`: the compiler driver's real path and sha256, its `-v` banner, its
-target, the sha256 of the compiler proper it runs (gcc's cc1), the C library's version).
+target, the sha256 of the compiler proper it runs (gcc's cc1), the C library's version) with
+the environment variables the compiler reads for paths (`COMPILER_ENV`).
 A model, a threshold, a flag, a wrapper template or a compiler upgrade that changes the object
 therefore changes its key; nothing else does.
 
@@ -53,6 +54,10 @@ DEFAULT_MAX_BYTES = 1 << 30
 #: Bumped when the entry layout or the key's recipe changes (old entries are then unused).
 KEY_VERSION = "flashml-object-cache/1"
 OBJECT_NAME = "object.o"
+#: Environment variables the C compiler reads that can change an object (include paths, the
+#: compiler's own search paths): part of the key.
+COMPILER_ENV = ("CPATH", "C_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
+                "SOURCE_DATE_EPOCH")
 ENTRY_NAME = "entry.json"
 
 
@@ -119,6 +124,7 @@ def object_key(cc_id: str, argv: list[str], cwd: Path, source: str) -> str:
 
     put("version", KEY_VERSION.encode())
     put("toolchain", cc_id.encode())
+    put("environment", "\0".join(f"{k}={os.environ.get(k, '')}" for k in COMPILER_ENV).encode())
     put("argv", "\0".join(argv[1:]).encode())
     src = cwd / source
     put("source", src.read_bytes())
