@@ -219,10 +219,14 @@ def is_complete(res: dict[str, Any]) -> bool:
 
 
 def save(res: dict[str, Any]) -> None:
-    """cluster.json as measured so far (`complete` once every step is)."""
+    """cluster.json (or --out) as measured so far (`complete` once every step is)."""
     res["machine_load_avg_1m_after"] = os.getloadavg()[0]
     res["complete"] = is_complete(res)
-    write_json(OUT, res)
+    write_json(SAVE_TO[0], res)
+
+
+#: where `save` writes (--out)
+SAVE_TO = [OUT]
 
 
 def step(res: dict[str, Any], name: str, fn: Any) -> None:
@@ -645,6 +649,9 @@ def main() -> int:
                     f"figures are kept from cluster.json. Steps: {', '.join(STEPS)}")
     ap.add_argument("--render", action="store_true",
                     help="only render the docs' and README's figures from cluster.json")
+    ap.add_argument("--out", type=Path, default=OUT,
+                    help="results file (default bench/results/cluster.json; another one: "
+                    "the docs are not rendered, as for a trial run)")
     ap.add_argument("--size-note", default=None,
                     help="a sentence on the trace size, shown under the figures")
     args = ap.parse_args()
@@ -656,7 +663,9 @@ def main() -> int:
     if bad:
         ap.error(f"--steps: no such step {', '.join(bad)} (one of: {', '.join(STEPS)})")
     partial = set(steps) != set(STEPS)
-    res: dict[str, Any] = json.loads(OUT.read_text()) if partial and OUT.exists() else {}
+    SAVE_TO[0] = args.out
+    res: dict[str, Any] = (json.loads(args.out.read_text()) if partial and args.out.exists()
+                           else {})
     if partial and res.get("accesses") != args.accesses and \
             {"main_job", "sweep_workers"} - set(steps) and "main_job" in res:
         ap.error(f"--steps: cluster.json's main job is at {res.get('accesses')} accesses, "
@@ -683,7 +692,8 @@ def main() -> int:
         if os.environ.get("FLASHML_BENCH_KEEP") != "1":
             shutil.rmtree(tmp, ignore_errors=True)
     save(res)
-    write_doc(res)
+    if args.out == OUT:
+        write_doc(res)
     print(json.dumps({k: v for k, v in res.items() if k not in ("main_job", "faults")},
                      indent=1))
     return 0

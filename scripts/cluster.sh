@@ -77,6 +77,9 @@ kill_trees() {  # SIGTERM each process, its process group and its descendants, a
     alive_any $tree || return 0
     sleep 0.1
   done
+  for pid in $tree; do  # name what would not stop
+    kill -0 "$pid" 2>/dev/null && say "still running after 20 s, killed: $pid $(ps -o args= -p "$pid" | cut -c1-80)"
+  done
   for pid in "$@"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
   # shellcheck disable=SC2086
   kill -KILL $tree 2>/dev/null || true
