@@ -227,3 +227,22 @@ def test_two_compiles_at_once_share_the_cache(models, fresh, tmp_path) -> None:
     assert not [p for p in (cache / "objects").glob("*/*") if p.name.endswith(".tmp")]
     m = compile_policy(tmp_path / "again", model_dir=models, cache=cache)
     assert _stats(m)["compiled"] == 0
+
+
+def test_compile_ahead_fills_the_cache_the_compile_stage_links_from(models, fresh, tmp_path,
+                                                                     monkeypatch) -> None:
+    """The main job's compile stage starts compiling in a child process when `train` ends
+    (jobs/baleen.py CompileAhead); the stage then links the objects it cached."""
+    from flashml.jobs.baleen import CompileAhead
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FLASHML_CACHE_DIR", str(cache))
+    ahead = CompileAhead(models)
+    ahead.finish()
+    assert not ahead.tmp.exists()  # its own output is not kept
+    m = compile_policy(tmp_path / "stage", model_dir=models)
+    assert _stats(m)["compiled"] == 0 and _stats(m)["hits"] >= 5
+    assert m["sha256"] == fresh["sha256"]
+    stopped = CompileAhead(models)  # a job that ends first stops it
+    stopped.stop()
+    assert stopped.proc.returncode is not None and not stopped.tmp.exists()
