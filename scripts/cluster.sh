@@ -65,20 +65,30 @@ descendants() {  # every descendant PID of $1
   for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do echo "$c"; descendants "$c"; done
 }
 alive_any() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
-kill_trees() {  # SIGTERM each process, its process group and its descendants, all at once;
-                # SIGKILL whatever is left after 20 s
+kill_trees() {  # stop each process $@ with its process group and descendants: SIGTERM to
+                # the leaders first (a service shuts its own children down: the scheduler
+                # ends its LocalExecutor's workers, which outlive a SIGTERM of their own),
+                # after 10 s SIGTERM to whatever of the groups and trees is left, after 10 s
+                # more SIGKILL (naming what would not stop)
   local pid tree="" i
   for pid in "$@"; do tree+=" $pid $(descendants "$pid" | tr '\n' ' ')"; done
+  kill -TERM "$@" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    # shellcheck disable=SC2086
+    alive_any $tree || return 0
+    alive_any "$@" || break
+    sleep 0.1
+  done
   for pid in "$@"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
   # shellcheck disable=SC2086
   kill -TERM $tree 2>/dev/null || true
-  for ((i = 0; i < 200; i++)); do
+  for ((i = 0; i < 100; i++)); do
     # shellcheck disable=SC2086
     alive_any $tree || return 0
     sleep 0.1
   done
-  for pid in $tree; do  # name what would not stop
-    kill -0 "$pid" 2>/dev/null && say "still running after 20 s, killed: $pid $(ps -o args= -p "$pid" | cut -c1-80)"
+  for pid in $tree; do
+    kill -0 "$pid" 2>/dev/null && say "still running 20 s after SIGTERM, killed: $pid $(ps -o args= -p "$pid" | cut -c1-80)"
   done
   for pid in "$@"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
   # shellcheck disable=SC2086
