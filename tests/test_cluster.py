@@ -513,6 +513,10 @@ def test_down_leaves_no_process_and_no_port(up) -> None:
     assert len(pids) == 8
     down = cluster(state, "down")
     assert down.returncode == 0, down.stderr
+    # every service stopped on SIGTERM: the scheduler ended its LocalExecutor's workers
+    # itself (they outlive a SIGTERM of their own), nothing needed SIGKILL
+    assert "killed:" not in down.stderr, down.stderr
+    assert "Exited execute loop" in (state / "logs" / "airflow-scheduler.log").read_text()
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists() or \
             Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", pid
