@@ -1,7 +1,8 @@
 """The engine's placement and partition slots (runtime/src/policies/placement/, partition/):
 `flashrt replay --placement single|packing` (one open region, or Pannier's hot/cold packing: a
 hot and a cold open region chosen by the ghost sketch's counts) and `--partition
-shared|even|static` (each namespace of the trace owns a quota of regions and evicts its own)
+shared|even|static|bundle` (each namespace of the trace owns a quota of regions and evicts its
+own; bundle: MLCache's flashml_partition re-divides them every interval)
 serve every byte right; single and shared are the engine as it was; the slots' command-line
 errors (the simulator's interval partition policies, MAT in a partitioned cache, shares that
 do not fit) come before any file is touched."""
@@ -68,8 +69,14 @@ def test_packing_serves_right_bytes_and_single_is_the_default(env):
     (["--partition", "static_optimal"], "--partition static_optimal: not in this runtime yet"),
     (["--partition", "mlcache"], "--partition mlcache: not in this runtime yet"),
     (["--partition", "shared", "--partition", "even"], "--partition given twice"),
-    (["--partition", "lfu"], "--partition: invalid value 'lfu' (expected shared, even or static)"),
+    (["--partition", "lfu"],
+     "--partition: invalid value 'lfu' (expected shared, even, static or bundle)"),
     (["--partition", "static"], "--partition static needs --partition-shares"),
+    (["--partition", "bundle"], "--partition bundle needs --partition-bundle DIR"),
+    (["--partition", "even", "--partition-bundle", "x"], "--partition-bundle does not apply"),
+    (["--partition", "even", "--partition-interval", "10"], "--partition-interval does not apply"),
+    (["--partition", "bundle", "--partition-bundle", "x", "--partition-interval", "0"],
+     "--partition-interval: invalid value '0'"),
     (["--partition", "even", "--partition-shares", "1,2"], "--partition-shares does not apply"),
     (["--partition", "static", "--partition-shares", "1,x"], "--partition-shares: invalid value"),
     (["--partition", "even", "--eviction", "mat", "--eviction-bundle", "nowhere"],
@@ -195,3 +202,49 @@ def test_even_partition_against_the_simulator(ns_env, eviction, admission):
             assert abs(rt[k] - s.metrics[k]) <= 0.01 * s.metrics[k], (k, rt[k], s.metrics[k])
         for a, b in zip(hits, sim_hits, strict=True):
             assert abs(a - b) <= 0.02 * b, (hits, sim_hits)
+
+
+@pytest.fixture(scope="module")
+def rule_bundle(env):
+    """A partition bundle without a network: previous_optimal compiled into policy.so (the
+    rule `flashml mlcache run` ships by default), cheap to build."""
+    from flashml.compiler.build import compile_policy
+    from flashml.compiler.bundle import save_partition_rule
+
+    save_partition_rule(env["dir"] / "rule", capacity=120, interval=500, writes_only=False)
+    compile_policy(env["dir"] / "rule-compiled", model_dir=env["dir"] / "rule",
+                   log_to_mlflow=False)
+    return env["dir"] / "rule-compiled"
+
+
+def test_bundle_partition_moves_the_quotas(ns_env, rule_bundle):
+    """`--partition bundle`: every 500 page requests (the GETs' segments) the bundle's
+    flashml_partition re-divides the 120 regions from the monitor's features; the quotas of
+    the last interval sum to the regions, streams above a new quota evict their own (resize
+    evictions), and every byte is right."""
+    seg = 128 * 1024
+    p = replay(ns_env, "--partition", "bundle", "--partition-bundle", str(rule_bundle),
+               "--partition-interval", "500", "--region-bytes", "128KiB", "--flash-bytes",
+               str(120 * seg))
+    assert p.returncode == 0, p.stderr
+    m = json.loads(p.stdout)
+    assert m["partition"] == "bundle" and m["integrity_errors"] == 0
+    pages = sum(int(ln.split()[2]) // seg for ln in ns_env["trace"].read_text().splitlines()[1:])
+    assert m["partition_intervals"] == -(-pages // 500)
+    quotas = [x["quota_regions"] for x in m["partitions"]]
+    assert sum(quotas) == 120 and quotas != [40, 40, 40]  # moved from the first, even split
+    assert m["partition_resize_evictions"] > 0
+    assert all(x["regions"] <= x["quota_regions"] for x in m["partitions"])
+
+
+def test_bundle_partition_needs_the_capability(ns_env, env):
+    """A bundle without the partition capability is refused before the flash is touched."""
+    from test_runtime import BUILD, make_bundle
+
+    count = make_bundle(env["dir"] / "count", BUILD / "policies" / "count.so")
+    flash = ns_env["dir"] / "nocap.img"
+    p = replay(ns_env, "--partition", "bundle", "--partition-bundle", str(count), flash=flash,
+               clean=False)
+    assert p.returncode == 1 and "--partition bundle:" in p.stderr, p.stderr
+    assert "partition" in p.stderr.split("--partition bundle:")[1]
+    assert not flash.exists()

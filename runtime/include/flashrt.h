@@ -156,8 +156,11 @@ int flashrt_placement_from_name(const char *name);
 /* Its name, NULL when `which` is none. */
 const char *flashrt_placement_name(int which);
 /* The partition slot's policies: "shared" (no partition), "even" (the simulator's: equal
- * shares) and "static" (partition_shares). A stream is an access's namespace. */
-enum flashrt_partition { FLASHRT_PART_SHARED = 0, FLASHRT_PART_EVEN = 1, FLASHRT_PART_STATIC = 2 };
+ * shares), "static" (partition_shares) and "bundle" (MLCache: partition_policy's
+ * flashml_partition over the monitor's features every partition_interval page requests). A
+ * stream is an access's namespace. */
+enum flashrt_partition { FLASHRT_PART_SHARED = 0, FLASHRT_PART_EVEN = 1, FLASHRT_PART_STATIC = 2,
+                         FLASHRT_PART_BUNDLE = 3 };
 #define FLASHRT_PART_MAX_STREAMS 16
 int flashrt_partition_from_name(const char *name);
 const char *flashrt_partition_name(int which);
@@ -218,6 +221,10 @@ struct flashrt_config {
     unsigned partition_streams, partition_nshares;
     const int32_t *partition_ns;
     const double *partition_shares;
+    /* bundle: the bundle (flashrt_policy_load_partition; owned by the caller) and the interval
+     * in page requests (segments of GETs) */
+    flashrt_policy *partition_policy;
+    uint64_t partition_interval;
 };
 
 void flashrt_config_default(struct flashrt_config *c);
@@ -286,6 +293,8 @@ struct flashrt_metrics {
     unsigned partitions;
     uint64_t partition_quota[FLASHRT_PART_MAX_STREAMS], partition_regions[FLASHRT_PART_MAX_STREAMS];
     uint64_t partition_gets[FLASHRT_PART_MAX_STREAMS], partition_hits[FLASHRT_PART_MAX_STREAMS];
+    /* interval policies: intervals started, regions evicted by shrinking quotas */
+    uint64_t partition_intervals, partition_resize_evictions;
 };
 
 /* Computes the metrics of everything served so far. */

@@ -233,12 +233,18 @@ static void test_partition_by_hand(void) {
     CHECK(!frt_regions_find(&m, 20) && frt_regions_find(&m, 21) && frt_regions_find(&m, 11) && m.held[1] == 2,
           "partition 1 evicted its oldest");
     CHECK(m.evicted_regions == 2, "two evictions");
+    /* partition 1's quota shrinks to 0 (an interval policy's next quotas): its open region is
+     * sealed and both its regions go */
+    m.quota[1] = 0;
+    CHECK(frt_regions_shrink(&m, 5, 1, 1) == 2 && m.held[1] == 0 && m.open[1] == FRT_NONE, "shrunk");
+    CHECK(!frt_regions_find(&m, 21) && !frt_regions_find(&m, 22) && frt_regions_find(&m, 11), "partition 0 kept");
+    CHECK(frt_regions_shrink(&m, 6, 0, 1) == 0, "at its quota: nothing");
     frt_regions_free(&m);
     uint64_t q[3];
     struct flashrt_config cfg;
     flashrt_config_default(&cfg);
     char err[FLASHRT_ERR_LEN];
-    struct frt_partition_setup ps = {&cfg, 3, 10};
+    struct frt_partition_setup ps = {&cfg, 3, 10, 10, NULL};
     CHECK(frt_partition_policy(FLASHRT_PART_EVEN)->quotas(&ps, q, err, sizeof err) == 0 && q[0] == 4 && q[1] == 3 &&
           q[2] == 3, "even: 4 3 3");
     double shares[3] = {1, 1, 2};

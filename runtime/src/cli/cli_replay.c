@@ -43,8 +43,11 @@ static const char *REPLAY_HELP =
     "                         namespace of the trace the same share of the regions) or static\n"
     "                         (--partition-shares A,B,...: one per namespace, ascending); a\n"
     "                         namespace's misses fill its own regions and, at its quota, evict its\n"
-    "                         own (with lru, fifo or mru); the simulator's static_optimal,\n"
-    "                         discrete_optimal, previous_optimal and mlcache are refused\n"
+    "                         own (with lru, fifo or mru); bundle: MLCache, the\n"
+    "                         --partition-bundle's flashml_partition over the monitor's features\n"
+    "                         every --partition-interval N page requests (GETs' segments; default\n"
+    "                         1000); the simulator's static_optimal, discrete_optimal and\n"
+    "                         previous_optimal are refused (mlcache is bundle here)\n"
     "  --budget NAME          none (default), bucket (the write-rate token bucket: --write-rate-mbps,\n"
     "                         --write-burst-s, --rate-clock; a write rate alone means bucket),\n"
     "                         tire (Pannier's TIRE over the regions' erasures: --tire-*)\n"
@@ -105,6 +108,7 @@ struct replay_opts {
     const char *policy_dir, *trace_path, *backing_path, *map_path, *fallback;
     const char *ra_bundle; /* --readahead-bundle, NULL: no readahead hook */
     const char *ev_bundle; /* --eviction-bundle, NULL: --policy's for --eviction mat */
+    const char *part_bundle; /* --partition-bundle */
     const char *admission; /* the admission slot's policy name */
     const char *budget;    /* the budget slot's policy name */
     const char *placement; /* the placement slot's policy name */
@@ -206,13 +210,15 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
     o->fallback = "none";
     o->ra_bundle = NULL;
     o->ev_bundle = NULL;
+    o->part_bundle = NULL;
     o->admission = NULL;
     o->ra_window_ms = 0;
     /* the slots' options, each given at most once (one policy per slot); the knobs' */
     static const char *const ONCE[] = {"--policy", "--admission", "--eviction", "--eviction-bundle", "--budget",
-                                       "--placement", "--partition", NULL};
-    int seen[7] = {0, 0, 0, 0, 0, 0, 0};
+                                       "--placement", "--partition", "--partition-bundle", NULL};
+    int seen[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     const char *rx_knob = NULL, *cf_knob = NULL, *bucket_knob = NULL, *tire_knob = NULL;
+    int interval_knob = 0;
     o->budget = NULL;
     o->nshares = 0;
     o->as_json = o->allow_block = 0;
@@ -285,9 +291,11 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
                 return 2;
             }
             int pt = flashrt_partition_from_name(v);
-            if (pt < 0) BADR("--partition", "shared, even or static");
+            if (pt < 0) BADR("--partition", "shared, even, static or bundle");
             cfg->partition = (enum flashrt_partition)pt;
-        } else if (OPT("--partition-shares")) {
+        } else if (OPT("--partition-bundle")) { if (!*v) BAD("--partition-bundle"); o->part_bundle = v; }
+        else if (OPT("--partition-interval")) { if (cli_parse_uint(v, &cfg->partition_interval) || cfg->partition_interval == 0 || cfg->partition_interval > ((uint64_t)1 << 40)) BADR("--partition-interval", "page requests (segments of GETs) in [1, 2^40]"); interval_knob = 1; }
+        else if (OPT("--partition-shares")) {
             char *end = NULL;
             const char *q = v;
             o->nshares = 0;
@@ -340,6 +348,17 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
                 flashrt_partition_name((int)cfg->partition));
         return 2;
     }
+    if (cfg->partition == FLASHRT_PART_BUNDLE && !o->part_bundle) {
+        fprintf(stderr, "flashrt replay: error: --partition bundle needs --partition-bundle DIR (a bundle with the "
+                        "partition capability: flashml mlcache run)\n");
+        return 2;
+    }
+    if ((o->part_bundle || interval_knob) && cfg->partition != FLASHRT_PART_BUNDLE) {
+        fprintf(stderr, "flashrt replay: error: %s does not apply: the partition is %s\n",
+                o->part_bundle ? "--partition-bundle" : "--partition-interval", flashrt_partition_name((int)cfg->partition));
+        return 2;
+    }
+    if (cfg->partition == FLASHRT_PART_BUNDLE && !cfg->partition_interval) cfg->partition_interval = 1000;
     if (cfg->partition == FLASHRT_PART_STATIC && !o->nshares) {
         fprintf(stderr, "flashrt replay: error: --partition static needs --partition-shares A,B,... (one per namespace of "
                         "the trace, in ascending order)\n");
@@ -499,6 +518,8 @@ static void print_metrics(const struct flashrt_metrics *mp, uint64_t integrity, 
         {"recovery_dropped", 1, 0, m.recovery_dropped}, {"recovered_hits", 1, 0, m.recovered_hits},
         {"header_errors", 1, 0, m.header_errors}, {"journalled", 1, 0, m.journalled},
         {"placement_hot_misses", 1, 0, m.placement_hot_misses},
+        {"partition_intervals", 1, 0, m.partition_intervals},
+        {"partition_resize_evictions", 1, 0, m.partition_resize_evictions},
     };
     const char *strs[] = {"policy", policy, "admission", admission, "eviction", eviction, "budget", budget,
                           "placement", placement, "partition", partition, "policy_warning", warning};
@@ -564,21 +585,31 @@ int cli_replay(int argc, char **argv) {
     cli_guard_add_bundle(&g, "--policy", o.policy_dir);
     cli_guard_add_bundle(&g, "--readahead-bundle", o.ra_bundle);
     cli_guard_add_bundle(&g, "--eviction-bundle", o.ev_bundle);
+    cli_guard_add_bundle(&g, "--partition-bundle", o.part_bundle);
     cli_guard_add(&g, "--flash", cfg.flash_path, CLI_DEV);
     cli_guard_add_suffix(&g, "--flash's journal", cfg.flash_path, ".journal", CLI_DEV);
     if (cli_guard_check(&g)) return 1;
     if (cfg.partition != FLASHRT_PART_SHARED && partition_streams(&o, &cfg) != 0) return 1;
     /* every bundle a slot takes, loaded and checked before any device is touched: --eviction
      * mat's eviction capability, --admission bundle's admission and prefetch */
-    flashrt_policy *evb = NULL, *pol = NULL;
+    flashrt_policy *evb = NULL, *pol = NULL, *partb = NULL;
     char warning[FLASHRT_ERR_LEN] = "";
+    if (cfg.partition == FLASHRT_PART_BUNDLE) {
+        partb = flashrt_policy_load_partition(o.part_bundle, err, sizeof err);
+        if (!partb) return ERR("--partition bundle: %s", err);
+        cfg.partition_policy = partb;
+    }
     if (cfg.eviction == FLASHRT_MAT) {
         const char *dir = o.ev_bundle ? o.ev_bundle : o.policy_dir;
         evb = frt_policy_load_for(dir, FRT_CAP_AS_LISTED, err, sizeof err);
-        if (!evb) return ERR("--eviction mat: %s", err);
+        if (!evb) {
+            flashrt_policy_free(partb);
+            return ERR("--eviction mat: %s", err);
+        }
         if (!frt_policy_evict(evb)) {
             int rc = ERR("--eviction mat: bundle %s has no evict capability (it lists: %s)", dir, frt_policy_listed(evb));
             flashrt_policy_free(evb);
+            flashrt_policy_free(partb);
             return rc;
         }
         cfg.eviction_policy = evb;
@@ -587,6 +618,7 @@ int cli_replay(int argc, char **argv) {
         pol = flashrt_policy_load(o.policy_dir, !strcmp(o.fallback, "rejectx") ? FLASHRT_FALLBACK_REJECTX : FLASHRT_FALLBACK_NONE, err, FLASHRT_ERR_LEN);
         if (!pol) {
             flashrt_policy_free(evb);
+            flashrt_policy_free(partb);
             return ERR("--admission bundle: %s", err);
         }
         if (err[0]) {
@@ -604,6 +636,7 @@ int cli_replay(int argc, char **argv) {
     }
     flashrt_policy_free(pol);
     flashrt_policy_free(evb);
+    flashrt_policy_free(partb);
     return rc;
 }
 

@@ -49,7 +49,9 @@ struct flashrt {
     void *bud_st;
     const struct frt_placement_ops *place; /* the placement slot and its state */
     void *place_st;
-    const struct frt_partition_ops *part; /* the partition slot (NULL: shared) */
+    const struct frt_partition_ops *part; /* the partition slot (NULL: shared) and its state */
+    void *part_st;
+    uint64_t part_pages, part_intervals, part_resized; /* interval policies: page requests so far */
     uint64_t part_gets[FLASHRT_PART_MAX_STREAMS], part_hits[FLASHRT_PART_MAX_STREAMS];
     uint8_t *fbuf, *bbuf, *rawbuf;
     void *ev_st; /* the eviction policy's state (rm.ev is the policy) */
@@ -166,10 +168,16 @@ static int open_partition(flashrt *rt, char *err, size_t errlen) {
     if ((uint64_t)k * rt->place->streams > FRT_OPEN_MAX || (uint64_t)k * rt->place->streams > rt->rm.nregions)
         return frt_seterr(err, errlen, "partition %s: %u streams x %u open regions of placement %s do not fit %llu regions",
                           p->name, k, rt->place->streams, rt->place->name, (unsigned long long)rt->rm.nregions);
-    struct frt_partition_setup s = {c, k, rt->rm.nregions};
+    if ((p->needs & FRT_CAP_PARTITION) && !(c->partition_policy && (frt_policy_caps(c->partition_policy) & FRT_CAP_PARTITION)))
+        return frt_seterr(err, errlen, "partition %s needs a bundle with the partition capability "
+                          "(flashrt_config.partition_policy)", p->name);
+    if (p->next && c->partition_interval == 0)
+        return frt_seterr(err, errlen, "partition %s: an interval of 0 page requests", p->name);
+    struct frt_partition_setup s = {c, k, rt->rm.nregions, rt->rm.nslots, c->partition_policy};
+    rt->part = p;
+    if (p->init && p->init(&rt->part_st, &s, err, errlen) != 0) return -1;
     if (p->quotas(&s, rt->rm.quota, err, errlen) != 0) return -1;
     rt->rm.nparts = k;
-    rt->part = p;
     return 0;
 }
 
@@ -271,6 +279,7 @@ void flashrt_close(flashrt *rt) {
     if (rt->admit && rt->admit->free) rt->admit->free(rt->adm_st);
     if (rt->budget && rt->budget->free) rt->budget->free(rt->bud_st);
     if (rt->place && rt->place->free) rt->place->free(rt->place_st);
+    if (rt->part && rt->part->free) rt->part->free(rt->part_st);
     if (rt->persist_open) frt_persist_close(&rt->persist);
     frt_device_close(&rt->dev);
     frt_regions_free(&rt->rm);
@@ -361,6 +370,23 @@ static int drop_bad(flashrt *rt, uint32_t slot) {
     return 0;
 }
 
+/* An interval partition policy's page requests: the GET's segments, each (block, segment); at
+ * each boundary of partition_interval requests (before the request that starts an interval)
+ * the new quotas, and the streams above theirs shrink. */
+static int observe_pages(flashrt *rt, const struct flashrt_access *a, uint32_t part, unsigned s0, unsigned s1, double t) {
+    for (unsigned s = s0; s <= s1; s++, rt->part_pages++) {
+        if (rt->part_pages > 0 && rt->part_pages % rt->cfg.partition_interval == 0) {
+            if (rt->part->next(rt->part_st, rt->rm.quota, rt->err, sizeof rt->err) != 0) return -1;
+            rt->part_intervals++;
+            for (uint32_t p = 0; p < rt->rm.nparts; p++)
+                rt->part_resized += frt_regions_shrink(&rt->rm, t, p, rt->place->streams);
+        }
+        if (rt->part->observe(rt->part_st, part, a->key * FRT_SEGMENTS_PER_BLOCK + s) != 0)
+            return frt_seterr(rt->err, sizeof rt->err, "out of memory");
+    }
+    return 0;
+}
+
 /* The recovered blocks' last access: the first access's time. */
 static void recovered_start(flashrt *rt, double t) {
     for (uint64_t i = 0; i < rt->rm.nslots; i++) {
@@ -407,6 +433,7 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
                               (int)a->ns, rt->cfg.partition_streams, rt->part->name);
         part = (uint32_t)p;
         rt->part_gets[part]++;
+        if (rt->part->observe && observe_pages(rt, a, part, s0, s1, t) != 0) return -1;
     }
     uint64_t w0 = frt_now_ns();
     if (rt->rm.ev->get) { /* inside the hit and miss paths' time */
@@ -669,6 +696,8 @@ void flashrt_metrics(flashrt *rt, struct flashrt_metrics *m) {
     if (rt->place->stats) rt->place->stats(rt->place_st, &ps);
     m->placement_hot_misses = ps.hot_misses;
     m->partitions = rt->rm.nparts;
+    m->partition_intervals = rt->part ? rt->part_intervals + 1 : 0;
+    m->partition_resize_evictions = rt->part_resized;
     for (uint32_t p = 0; p < rt->rm.nparts; p++) {
         m->partition_quota[p] = rt->rm.quota[p];
         m->partition_regions[p] = rt->rm.held[p];

@@ -45,6 +45,7 @@ static const void *const PLACEMENT[] = {
 static const void *const PARTITION[] = {
     [FLASHRT_PART_EVEN] = &frt_partition_even,
     [FLASHRT_PART_STATIC] = &frt_partition_static,
+    [FLASHRT_PART_BUNDLE] = &frt_partition_bundle,
 };
 
 /* none has no policy (no gate); its name is still a name */
@@ -88,10 +89,11 @@ SLOT_NAMES_WITH_NONE(budget, BUDGET, FLASHRT_BUDGET_NONE, "none")
 SLOT_NAMES_WITH_NONE(partition, PARTITION, FLASHRT_PART_SHARED, "shared")
 
 const char *frt_partition_unsupported(const char *name) {
-    static const char *const SIM[] = {"static_optimal", "discrete_optimal", "previous_optimal", "mlcache"};
+    static const char *const SIM[] = {"static_optimal", "discrete_optimal", "previous_optimal"};
+    if (!strcmp(name, "mlcache")) return "the engine's name for MLCache's network each interval is bundle";
     for (size_t i = 0; i < sizeof SIM / sizeof SIM[0]; i++)
         if (!strcmp(name, SIM[i]))
-            return "its shares come each interval from the monitor's hit curves or a bundle's network, which the "
-                   "engine has not yet";
+            return "its shares come from the monitor's hit curves in hindsight (flashml.flash_partition); a bundle "
+                   "compiled with that rule is --partition bundle";
     return NULL;
 }

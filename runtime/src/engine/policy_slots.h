@@ -15,7 +15,8 @@
  *   Policies in runtime/src/policies/placement/: single.c (one open region), packing.c
  *   (Pannier's hot/cold packing by the ghost sketch's counts).
  * - partition (struct frt_partition_ops): each stream's quota of regions. Policies in
- *   runtime/src/policies/partition/: even.c, static.c (the command line's shares).
+ *   runtime/src/policies/partition/: even.c, static.c (the command line's shares), mlcache.c
+ *   (MLCache's network each interval, the bundle's partition capability).
  * - budget (struct frt_budget_ops): whether an admitted miss's bytes may be written now.
  *   Policies in runtime/src/policies/budget/: bucket.c (the write-rate token bucket), tire.c
  *   (Pannier's TIRE over the erasures of each quantum; Pannier's cache uses it too).
@@ -214,19 +215,32 @@ struct frt_partition_setup {
     const struct flashrt_config *cfg;
     unsigned streams;
     uint64_t regions;
+    uint64_t capacity_segments; /* the monitor's capacity (bundle) */
+    flashrt_policy *bundle;     /* the slot's bundle (needs FRT_CAP_PARTITION), else NULL */
 };
 
 /* The partition slot: each stream (the access's namespace, flashrt_config.partition_ns) owns
  * the regions it opens and may hold `quota` of them; a stream at its quota evicts one of its
  * own (the eviction policy's victim_of) to open another; a stream of quota 0 caches nothing.
- *   quotas  once, at open: the regions of each stream (summing to `regions`). */
+ *   quotas   once, at open: the regions of each stream (summing to `regions`)
+ * An interval policy (MLCache's) also has (else NULL):
+ *   init     once, at open; free at close
+ *   observe  every page request: each segment a GET covers, page = (block, segment)
+ *   next     at each boundary of partition_interval page requests (before the access whose
+ *            segment crosses it): the new quotas; a stream above its quota evicts its own
+ *            regions down to it (resize evictions). */
 struct frt_partition_ops {
     const char *name;
+    unsigned needs; /* FRT_CAP_PARTITION: the slot needs a bundle with that capability */
     int (*quotas)(const struct frt_partition_setup *s, uint64_t *quota, char *err, size_t errlen);
+    int (*init)(void **st, const struct frt_partition_setup *s, char *err, size_t errlen);
+    void (*free)(void *st);
+    int (*observe)(void *st, uint32_t stream, uint64_t page);
+    int (*next)(void *st, uint64_t *quota, char *err, size_t errlen);
 };
 /* The partition slot's policies (runtime/src/policies/partition/), by enum flashrt_partition
  * (shared: NULL, no partition). */
-extern const struct frt_partition_ops frt_partition_even, frt_partition_static;
+extern const struct frt_partition_ops frt_partition_even, frt_partition_static, frt_partition_bundle;
 const struct frt_partition_ops *frt_partition_policy(int which);
 /* Why the simulator's partition policy `name` cannot fill the runtime's slot (its shares come
  * from the monitor's curves or a bundle's network each interval, which the engine has not), or

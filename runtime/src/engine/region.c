@@ -86,6 +86,25 @@ uint32_t frt_victim_head_of(void *st, struct frt_regions *m, uint32_t part) {
     return victim_of(m, part, 0);
 }
 
+uint64_t frt_regions_shrink(struct frt_regions *m, double t, uint32_t part, unsigned per) {
+    if (m->held[part] <= m->quota[part]) return 0;
+    for (unsigned i = 0; i < per; i++) {
+        uint32_t *open = &m->open[part * per + i];
+        if (*open != FRT_NONE) frt_regions_push_head(m, *open);
+        *open = FRT_NONE;
+    }
+    uint64_t n = 0;
+    while (m->held[part] > m->quota[part]) {
+        uint32_t r = m->ev->victim_of(m->ev_st, m, part);
+        if (r == FRT_NONE) break;
+        frt_regions_unlink(m, r);
+        evict_region(m, r, t);
+        m->clean[m->nclean++] = r;
+        n++;
+    }
+    return n;
+}
+
 uint32_t frt_regions_alloc_in(struct frt_regions *m, double t, unsigned stream, uint32_t part) {
     uint32_t *open = &m->open[stream];
     if (*open == FRT_NONE || m->reg[*open].fill == m->spr) {

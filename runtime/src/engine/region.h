@@ -81,6 +81,9 @@ void frt_regions_free(struct frt_regions *m);
  * region's header cannot be cleared (the device fails: nothing may be written). */
 uint32_t frt_regions_alloc_in(struct frt_regions *m, double t, unsigned stream, uint32_t part);
 static inline uint32_t frt_regions_alloc_slot(struct frt_regions *m, double t) { return frt_regions_alloc_in(m, t, 0, 0); }
+/* Partition `part`'s quota shrank: its open regions (streams part x per .. + per - 1) are
+ * sealed and its regions evicted (victim_of) until it holds at most its quota; the count. */
+uint64_t frt_regions_shrink(struct frt_regions *m, double t, uint32_t part, unsigned per);
 /* The eviction slot's victim_of for list-ordered policies: partition part's sealed region
  * nearest the list's tail (LRU, FIFO) or head (MRU); FRT_NONE if it has none. */
 uint32_t frt_victim_tail_of(void *st, struct frt_regions *m, uint32_t part);

@@ -5,11 +5,10 @@
  * sim/src/reuse.rs interval_histograms), so the quotas and hits are the same on the same
  * requests (tests/test_runtime_partition.py).
  *
- * The monitor: exact per-stream LRU stack distances with a Fenwick tree over each stream's
- * request positions (a position is marked while it is its page's last access; the distance
- * of a request is 1 + the marks after its page's last position). The trees grow with the
- * stream's requests (a replay's length); a long-running server would renumber positions,
- * which changes no distance. Storage: slot i of the cache file holds one page
+ * The monitor (policies/partition/monitor.h, the engine's bundle partition's too): exact
+ * per-stream LRU stack distances with a Fenwick tree over each stream's request positions.
+ * The trees grow with the stream's requests (a replay's length); a long-running server would
+ * renumber positions, which changes no distance. Storage: slot i of the cache file holds one page
  * (page_bytes); capacity pages in all. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -20,6 +19,7 @@
 #include <string.h>
 
 #include "engine/device.h"
+#include "policies/partition/monitor.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "util/internal.h"
@@ -27,15 +27,6 @@
 
 #define NIL UINT32_MAX
 #define K_MAX FLASHML_PARTITION_MAX_STREAMS
-#define STEPS FLASHML_PARTITION_STEPS
-
-/* one stream's monitor: page -> last position; Fenwick tree over positions 1..n */
-struct monitor {
-    struct frt_map last;
-    uint32_t *tree;
-    uint8_t *mark;
-    size_t n, cap;
-};
 
 struct flashrt_part {
     struct flashrt_part_config cfg;
@@ -48,8 +39,7 @@ struct flashrt_part {
     uint32_t *prev, *next, *free_slots;
     uint64_t *page_of;
     size_t nfree;
-    struct monitor mon[K_MAX];
-    uint64_t hist[K_MAX][STEPS], count[K_MAX];
+    struct frt_mon mon;
     uint64_t seen; /* cached requests so far */
     uint64_t *alloc;
     size_t nalloc, alloccap;
@@ -58,7 +48,7 @@ struct flashrt_part {
     uint8_t *buf, *want;
     /* counters */
     uint64_t requests, hits, reads, read_hits, writes, write_hits, evictions, resize_evictions;
-    uint64_t fallbacks, calls, call_ns, bytes_written, bytes_read, verified, integrity_errors;
+    uint64_t fallbacks, bytes_written, bytes_read, verified, integrity_errors;
     double started;
     char err[FLASHRT_ERR_LEN];
 };
@@ -121,60 +111,6 @@ static int fail(flashrt_part *p, const char *fmt, ...) {
     return -1;
 }
 
-/* ---- the monitor ---- */
-
-static int mon_grow(struct monitor *m) {
-    size_t cap = m->cap ? m->cap * 2 : 1024;
-    uint32_t *tree = calloc(cap + 1, sizeof *tree);
-    uint8_t *mark = realloc(m->mark, cap + 1);
-    if (!tree || !mark) {
-        free(tree);
-        if (mark) m->mark = mark;
-        return -1;
-    }
-    memset(mark + m->cap + 1, 0, cap - m->cap);
-    /* rebuild the tree of the marks so far, O(cap) */
-    for (size_t i = 1; i <= cap; i++) {
-        tree[i] += mark[i];
-        size_t j = i + (i & (~i + 1));
-        if (j <= cap) tree[j] += tree[i];
-    }
-    free(m->tree);
-    m->tree = tree;
-    m->mark = mark;
-    m->cap = cap;
-    return 0;
-}
-
-static void fen_add(struct monitor *m, size_t i, int d) {
-    for (; i <= m->cap; i += i & (~i + 1)) m->tree[i] += (uint32_t)d;
-}
-
-static uint64_t fen_sum(const struct monitor *m, size_t i) {
-    uint64_t s = 0;
-    for (; i > 0; i -= i & (~i + 1)) s += m->tree[i];
-    return s;
-}
-
-/* The request's stack distance within its stream (0: a first request). -1: no memory. */
-static int64_t mon_access(struct monitor *m, uint64_t page) {
-    if (m->n + 1 > m->cap && mon_grow(m) != 0) return -1;
-    size_t pos = ++m->n;
-    uint32_t *last = frt_map_get(&m->last, page);
-    int64_t d = 0;
-    if (last) {
-        d = (int64_t)(fen_sum(m, pos - 1) - fen_sum(m, *last)) + 1;
-        m->mark[*last] = 0;
-        fen_add(m, *last, -1);
-        *last = (uint32_t)pos;
-    } else if (frt_map_put(&m->last, page, (uint32_t)pos) != 0) {
-        return -1;
-    }
-    m->mark[pos] = 1;
-    fen_add(m, pos, 1);
-    return d;
-}
-
 /* ---- the partitions ---- */
 
 static void lru_unlink(flashrt_part *p, int s, uint32_t v) {
@@ -204,23 +140,7 @@ static void evict_from(flashrt_part *p, int s) {
 static int start_interval(flashrt_part *p) {
     double shares[K_MAX];
     uint64_t pages[K_MAX];
-    for (int s = 0; s < p->k; s++) shares[s] = 1.0 / p->k;
-    if (p->seen > 0 && p->partition) {
-        double x[FLASHML_PARTITION_NUM_FEATURES] = {0};
-        uint64_t total = 0;
-        for (int s = 0; s < p->k; s++) total += p->count[s];
-        double t = total ? (double)total : 1.0;
-        for (int s = 0; s < p->k; s++) {
-            double *slot = x + s * (STEPS + 1);
-            for (int b = 0; b < STEPS; b++) slot[b] = (double)p->hist[s][b] / t;
-            slot[STEPS] = (double)p->count[s] / t;
-        }
-        uint64_t t0 = frt_now_ns();
-        int rc = p->partition(x, p->k, shares);
-        p->call_ns += frt_now_ns() - t0;
-        p->calls++;
-        if (rc < 0) return fail(p, "flashml_partition refused %d streams", p->k);
-    }
+    if (frt_mon_shares(&p->mon, p->partition, shares) != 0) return fail(p, "flashml_partition refused %d streams", p->k);
     p->fallbacks += (uint64_t)flashrt_part_pages_of_shares(shares, p->k, p->cfg.capacity, pages);
     if (p->nalloc + (size_t)p->k > p->alloccap) {
         size_t cap = p->alloccap ? p->alloccap * 2 : (size_t)p->k * 64;
@@ -236,8 +156,6 @@ static int start_interval(flashrt_part *p) {
             evict_from(p, s);
             p->resize_evictions++;
         }
-        memset(p->hist[s], 0, sizeof p->hist[s]);
-        p->count[s] = 0;
     }
     return 0;
 }
@@ -284,8 +202,9 @@ flashrt_part *flashrt_part_open(const struct flashrt_part_config *cfg, flashrt_p
     int bad = !p->prev || !p->next || !p->free_slots || !p->page_of;
     for (int s = 0; s < p->k && !bad; s++) {
         p->head[s] = p->tail[s] = NIL;
-        bad = frt_map_init(&p->index[s], 64) != 0 || frt_map_init(&p->mon[s].last, 64) != 0;
+        bad = frt_map_init(&p->index[s], 64) != 0;
     }
+    bad = bad || frt_mon_init(&p->mon, p->k, cfg->capacity) != 0;
     if (bad) {
         frt_seterr(err, errlen, "out of memory");
         flashrt_part_close(p);
@@ -318,11 +237,7 @@ int flashrt_part_get(flashrt_part *p, int s, uint64_t page, int write) {
     if (p->cfg.writes_only && !write) return 0; /* around the cache, unmonitored */
     if (p->seen % p->cfg.interval == 0 && start_interval(p) != 0) return -1;
     p->seen++;
-    int64_t d = mon_access(&p->mon[s], page);
-    if (d < 0) return fail(p, "out of memory");
-    p->count[s]++;
-    if (d > 0 && (uint64_t)d <= p->cfg.capacity)
-        p->hist[s][(uint64_t)(d - 1) * STEPS / p->cfg.capacity]++;
+    if (frt_mon_observe(&p->mon, s, page) != 0) return fail(p, "out of memory");
     uint32_t *hit = frt_map_get(&p->index[s], page);
     if (hit) {
         uint32_t v = *hit;
@@ -382,11 +297,11 @@ void flashrt_part_metrics(const flashrt_part *p, struct flashrt_part_metrics *o)
     o->evictions = p->evictions;
     o->resize_evictions = p->resize_evictions;
     o->fallbacks = p->fallbacks;
-    o->partition_calls = p->calls;
+    o->partition_calls = p->mon.calls;
     o->hit_ratio = p->requests ? (double)p->hits / (double)p->requests : NAN;
     o->read_hit_ratio = p->reads ? (double)p->read_hits / (double)p->reads : NAN;
     o->write_hit_ratio = p->writes ? (double)p->write_hits / (double)p->writes : NAN;
-    o->partition_ns_mean = p->calls ? (double)p->call_ns / (double)p->calls : NAN;
+    o->partition_ns_mean = p->mon.calls ? (double)p->mon.call_ns / (double)p->mon.calls : NAN;
     o->wall_s = frt_now() - p->started;
     o->bytes_written = p->bytes_written;
     o->bytes_read = p->bytes_read;
@@ -399,11 +314,9 @@ void flashrt_part_metrics(const flashrt_part *p, struct flashrt_part_metrics *o)
 void flashrt_part_close(flashrt_part *p) {
     if (!p) return;
     for (int s = 0; s < p->k; s++) {
-        frt_map_free(&p->index[s]);
-        frt_map_free(&p->mon[s].last);
-        free(p->mon[s].tree);
-        free(p->mon[s].mark);
+        if (p->index[s].cap) frt_map_free(&p->index[s]);
     }
+    frt_mon_free(&p->mon);
     frt_device_close(&p->dev);
     free(p->prev);
     free(p->next);
