@@ -244,7 +244,7 @@ def test_mru_the_worked_example(env):
 R = 63
 
 
-@pytest.mark.parametrize("eviction", ["lru", "mat"])
+@pytest.mark.parametrize("eviction", ["lru", "fifo", "mat"])
 @pytest.mark.parametrize(("admission", "runtime_args", "sim_args"), [
     ("admitall", [], []),
     ("rejectx", ["--rejectx-factor", 2], ["--rejectx-factor", 1.96875]),
@@ -257,8 +257,9 @@ R = 63
 def test_admission_builtins_make_the_simulators_decisions(env, eviction, admission,
                                                           runtime_args, sim_args):
     """`--admission NAME` takes the simulator's name and makes its decisions: with MAT in the
-    eviction slot (admit-all + MAT, RejectX + MAT, coin flip + MAT, ...) hits, admitted and
-    evicted segments equal `flashml sim run --admission NAME --mat` on the same trace. With LRU
+    eviction slot (admit-all + MAT, RejectX + MAT, coin flip + MAT, ...), and with FIFO
+    (`--eviction fifo` on both sides), hits, admitted and evicted segments equal `flashml sim
+    run --admission NAME [--mat | --eviction fifo]` on the same trace. With LRU
     they are equal for admit-all; a policy that admits part of a miss's segments leaves blocks
     partly cached, and then the two models' refresh differs (the engine refreshes a missed
     block before inserting, the simulator's LRU after, runtime/README.md "Policy slots"), so
@@ -271,10 +272,11 @@ def test_admission_builtins_make_the_simulators_decisions(env, eviction, admissi
     assert rt["integrity_errors"] == 0 and rt["verified_bytes"] > 0
     assert (rt["policy"], rt["admission"], rt["eviction"]) == (admission, admission, eviction)
     s = sim(env, "--capacity-segments", R + 1, "--admission", admission, *sim_args,
-            *(["--mat", env["evict"]] if eviction == "mat" else []))
+            *(["--mat", env["evict"]] if eviction == "mat" else []),
+            *(["--eviction", "fifo"] if eviction == "fifo" else []))
     keys = ("io_hit_ratio", "segment_hit_ratio", "backend_ios", "backend_bytes",
             "admitted_segments", "accesses")
-    if eviction == "mat" or admission == "admitall":
+    if eviction in ("mat", "fifo") or admission == "admitall":
         assert {k: rt[k] for k in keys} == {k: s[k] for k in keys}
         if eviction == "mat":
             assert rt["evicted_segments"] == s["mat_evicted_segments"]
