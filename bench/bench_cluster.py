@@ -8,7 +8,9 @@ with two worker processes against one, the DAG under the real Airflow scheduler 
                                                              # merged into cluster.json
     .venv/bin/python bench/bench_cluster.py --render         # only re-render the docs
 
-Steps (`--steps`; each on a cluster started afresh by this run):
+Steps (`--steps`; all on one cluster started afresh by this run, measured in the order
+startup, dag, dag_test, scheduler_fault, main_job, sweep_workers, small_job, mlflow_fault,
+spark_fault, restart; each saved as it ends; SIGTERM or Ctrl-C stops the cluster):
 
 1. `startup`: `scripts/cluster.sh up` in a fresh state folder: wall seconds until every
    health endpoint answers (Postgres, the MLflow server, the Spark master with 2 workers,
@@ -49,6 +51,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -600,6 +603,13 @@ def measure(res: dict[str, Any], steps: list[str], accesses: int, tmp: Path) -> 
                 "tasks": {k: v["state"] for k, v in r["tasks"].items()}, "tally": lost(t)}
 
     try:
+        # the DAG's figures first, then the jobs' (each step is saved as it ends)
+        if "dag" in steps:
+            step(res, "dag", dag)
+        if "dag_test" in steps:
+            step(res, "dag_test", lambda: dag_test(tmp / "dag-test", dict(SMALL)))
+        if "scheduler_fault" in steps:
+            step(faults, FAULT_KEYS["scheduler_fault"], scheduler_fault)
         if "main_job" in steps:
             step(res, "main_job", main_job)
         if "sweep_workers" in steps:
@@ -610,12 +620,6 @@ def measure(res: dict[str, Any], steps: list[str], accesses: int, tmp: Path) -> 
             step(faults, FAULT_KEYS["mlflow_fault"], mlflow_fault)
         if "spark_fault" in steps:
             step(faults, FAULT_KEYS["spark_fault"], spark_fault)
-        if "dag" in steps:
-            step(res, "dag", dag)
-        if "dag_test" in steps:
-            step(res, "dag_test", lambda: dag_test(tmp / "dag-test", dict(SMALL)))
-        if "scheduler_fault" in steps:
-            step(faults, FAULT_KEYS["scheduler_fault"], scheduler_fault)
         tallies = [f["tally"] for f in faults.values() if "tally" in f]
         if tallies:
             res["faults_lost"] = {k: sum(t[f"lost_{k}"] for t in tallies)
@@ -685,6 +689,11 @@ def main() -> int:
         elif s != "startup":
             res.pop(s, None)
     ROOT_RES.append(res)
+
+    def interrupted(signum: int, frame: Any) -> None:  # SIGTERM: down the cluster first
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
     tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     try:
         measure(res, steps, args.accesses, tmp)
