@@ -96,8 +96,8 @@ def pipeline_compare(cmp: dict[str, Any]) -> list[str]:
     this tree's, per trace, then the compile repeated with a warm cache and whether the
     figures are the same."""
     pairs = cmp["runs"]
-    head = " | ".join(f"{p['accesses'] / 1e6:g} M, seed {p['seed']}: before | after"
-                      for p in pairs)
+    head = " | ".join(f"{p['accesses'] / 1e6:g} M seed {p['seed']} before | "
+                      f"{p['accesses'] / 1e6:g} M seed {p['seed']} after" for p in pairs)
     out = [f"Before ({cmp['baseline_commit']}) and after ({cmp['commit']}), side by side "
            "(`bench_pipeline.py --compare`), seconds:", "",
            f"| stage | {head} |", "|---|" + "---:|---:|" * len(pairs)]
