@@ -2,7 +2,7 @@
 the MLflow server with served artifacts, a Spark master with two workers, Airflow 3 with the
 LocalExecutor; all on 127.0.0.1, from packages only.
 
-`make test` runs the fast part (about 2 minutes, most of it start-up): the compose file and
+`make test` runs the fast part (about 3 minutes, most of it start-up): the compose file and
 the cluster set the same variables; `up` brings every service to health and writes the
 client's variables; each service does its job through them (scripts/cluster_check.py: an
 Optuna study on Postgres, an MLflow run whose artifact goes through the server's proxy, a
@@ -10,7 +10,9 @@ Spark job with executors on both workers, Airflow's REST API with the DAG parsed
 leaves no process and no port; a service that cannot come up is named with its log and what
 was started is stopped again.
 
-`make cluster-test` (FLASHML_CLUSTER_FULL=1) adds the scaled-out jobs, about 25 minutes: the
+`make cluster-test` (FLASHML_CLUSTER_FULL=1) adds the scaled-out jobs on a small job (a
+generated trace of 20,000 accesses, at most 30 boosting rounds, 2 sweep trials on 2
+processes; about 35 minutes at a load average of 15-20 on 2 cores): the
 Airflow DAG triggered through the REST API and run by the real scheduler to success
 (promoting a champion in the server's registry), and `flashml pipeline run` on the cluster
 (episodes on the Spark workers, two sweep processes on one Postgres study, tracking and
@@ -73,7 +75,7 @@ def _missing() -> str | None:
 
 needs_cluster = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
 full_only = pytest.mark.skipif(not FULL, reason="the scaled-out jobs, the DAG and the faults "
-                               "take about 25 minutes: `make cluster-test` runs them")
+                               "take half an hour: `make cluster-test` runs them")
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
