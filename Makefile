@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export CARGO_TERM_QUIET := true
 
 .PHONY: setup demo test lint docs test-rust test-c test-python bench clean regress fuzz conformance \
-	cluster-test
+	cluster-test cluster-bench
 
 setup:
 	@bash scripts/setup.sh
@@ -50,6 +50,12 @@ regress: setup
 # load average of 15-20 on 2 cores); `make test` runs its fast part (about 3 minutes).
 cluster-test: setup
 	FLASHML_CLUSTER_FULL=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_cluster.py
+
+# The cluster's figures (bench/results/cluster.json; docs/how-to/scale-out.md and README's
+# "Scaling out" rendered from it): start-up, the 1 M-access main job scaled out vs embedded,
+# the sweep with 2 workers vs 1, the DAG under the scheduler vs dag.test(), the three faults.
+cluster-bench: setup
+	flock /tmp/flashml-timing.lock $(PY) bench/bench_cluster.py
 
 # `make bench` then renders docs/measurements.md's tables (and quality.png) from the new results.
 bench: setup
