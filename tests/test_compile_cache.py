@@ -206,6 +206,8 @@ def test_pruned_to_its_byte_budget(tmp_path) -> None:
         key = f"{i:02d}" + "0" * 62
         c.store(key, obj, ["cc", "-c", "x.c", "-o", "x.o"])
         os.utime(c._entry(key) / objcache.ENTRY_NAME, (1000 + i, 1000 + i))
+    assert len(_entries(tmp_path / "cache")) == 5
+    c.prune()
     left = [p.name[:2] for p in _entries(tmp_path / "cache")]
     assert left == ["03", "04"]  # the least recently used went first
 

@@ -847,6 +847,8 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
             for f in [ex.submit(_compile_one, cmd, what, build, objcache)
                       for cmd, what in order]:
                 f.result()
+        if objcache is not None and objcache.stats.stored:
+            objcache.prune()  # once per compile: the cache within its byte budget
         result = work / "bundle"
         result.mkdir()
         so = result / SO_NAME

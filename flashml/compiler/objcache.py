@@ -144,6 +144,7 @@ class Stats:
     hits: int = 0
     misses: int = 0
     refused: int = 0
+    stored: int = 0
 
 
 class ObjectCache:
@@ -243,9 +244,9 @@ class ObjectCache:
         except OSError as e:
             log.warning("compile cache: could not store %s: %s", entry, e)
             return
-        self._prune()
+        self._count("stored")
 
-    def _prune(self) -> None:
+    def prune(self) -> None:
         """Remove the least recently used entries while the cache holds more than
         `max_bytes` of objects (and temporaries of dead writers older than an hour)."""
         entries: list[tuple[float, int, Path]] = []
