@@ -501,7 +501,8 @@ def write_doc(res: dict[str, Any]) -> None:
 def measure(res: dict[str, Any], steps: list[str], accesses: int, tmp: Path) -> None:
     """The steps `steps` (module docstring) on one cluster started in `tmp`, into `res`."""
     state = tmp / "cluster"
-    env = clean_env(FLASHML_CLUSTER_DIR=str(state))
+    # manual runs only (no scheduled run of the DAG beside the triggered ones)
+    env = clean_env(FLASHML_CLUSTER_DIR=str(state), FLASHML_RETRAIN_SCHEDULE="none")
     main_args = ["--accesses", str(accesses), *JOB_OPTIONS]
     la = load()
     started = up(env)
