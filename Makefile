@@ -46,8 +46,8 @@ regress: setup
 # the MLflow server, a Spark master + 2 workers and Airflow 3 on 127.0.0.1; the whole
 # tests/test_cluster.py on a small job (the DAG under the real scheduler, the main job scaled
 # out and equal to the embedded run, and the faults: the MLflow server restarted mid-sweep,
-# the scheduler killed mid-DAG, a Spark worker killed mid-episodes; about 35 minutes at a
-# load average of 15-20 on 2 cores); `make test` runs its fast part (about 3 minutes).
+# the scheduler killed mid-DAG, a Spark worker killed mid-episodes; about 20 minutes at a
+# load average of 15 on 2 cores); `make test` runs its fast part (about 3 minutes).
 cluster-test: setup
 	FLASHML_CLUSTER_FULL=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_cluster.py
 

@@ -12,7 +12,7 @@ was started is stopped again.
 
 `make cluster-test` (FLASHML_CLUSTER_FULL=1) adds the scaled-out jobs on a small job (a
 generated trace of 20,000 accesses, at most 30 boosting rounds, 2 sweep trials on 2
-processes; about 35 minutes at a load average of 15-20 on 2 cores): the
+processes; about 20 minutes at a load average of 15 on 2 cores): the
 Airflow DAG triggered through the REST API and run by the real scheduler to success
 (promoting a champion in the server's registry), and `flashml pipeline run` on the cluster
 (episodes on the Spark workers, two sweep processes on one Postgres study, tracking and
