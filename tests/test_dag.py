@@ -142,9 +142,13 @@ from airflow.serialization.serialized_objects import DagSerialization
 
 def first_run(d):
     # what the scheduler computes for a DAG that has no scheduled run yet, as it does
-    # when the DAG is unpaused (by hand or by the Trigger form)
+    # when the DAG is unpaused (by hand or by the Trigger form), on a clock frozen half an
+    # hour after a daily tick (Airflow's own default runs a tick that passed less than a
+    # tenth of the interval ago)
+    import airflow.timetables.trigger as trigger
+    now = pendulum.datetime(2026, 1, 1, 0, 30, tz="UTC")
+    trigger.utcnow = lambda: now
     ser = DagSerialization.from_dict(DagSerialization.to_dict(d))
-    now = pendulum.now("UTC")
     info = ser.next_dagrun_info(last_automated_run_info=None)
     return {"after_now": info.run_after > now, "run_after": str(info.run_after)}
 
