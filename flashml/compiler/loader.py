@@ -384,11 +384,16 @@ def map_verified(v: VerifiedSo) -> Any:
                     | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
         # the dynamic linker matches an earlier object by name first: an object loaded from
         # an earlier memfd that had this number must not be taken for this one
+        # (a duplicate at the lowest number above each name taken; the ones passed over close)
         name_fd = fd
         while _loaded(f"/proc/self/fd/{name_fd}"):
-            if len(extra) >= 64:
-                raise UserError(f"{v.path}: cannot load: no free descriptor name")
-            name_fd = os.dup(fd)
+            try:
+                nxt = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, name_fd + 1)
+            except OSError:
+                raise UserError(f"{v.path}: cannot load: no free descriptor name") from None
+            if name_fd != fd:
+                os.close(extra.pop())
+            name_fd = nxt
             extra.append(name_fd)
         try:
             return ctypes.CDLL(f"/proc/self/fd/{name_fd}")
