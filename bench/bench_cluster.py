@@ -113,34 +113,8 @@ def up(env: dict[str, str]) -> dict[str, Any]:
             "airflow_migrate": "skipped" if "database already migrated" in err else "run"}
 
 
-def cluster_pids(state: Path) -> list[int]:
-    """Processes whose environment or command line names the cluster's folder."""
-    mark = str(state).encode()
-    out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                continue
-            if mark in (proc / "environ").read_bytes() + (proc / "cmdline").read_bytes():
-                out.append(int(proc.name))
-        except (OSError, IndexError):
-            continue
-    return out
-
-
 def open_ports(state: Path) -> list[int]:
-    import socket
-
-    ports = [int(p) for line in (state / "ports").read_text().splitlines()
-             for p in line.split()[1:]]
-    left = []
-    for p in ports:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", p)) == 0:
-                left.append(p)
-    return left
+    return [p for p in cluster_faults.ports(state) if cluster_faults.listening(p)]
 
 
 #: the main job's options besides the trace size, embedded and scaled out
@@ -627,14 +601,14 @@ def measure(res: dict[str, Any], steps: list[str], accesses: int, tmp: Path) -> 
                                   for k in ("runs", "trials", "artifacts")} | {
                 "faults": len(tallies)}
         res["down_s"] = timed(["bash", str(SCRIPT), "down"], env, ROOT)
-        res["processes_left"] = len(cluster_pids(state))
+        res["processes_left"] = len(cluster_faults.cluster_pids(state))
         res["ports_left"] = open_ports(state)
         if "restart" in steps:
             la = load()
             again = up(env)
             res["restart"] = again | {"load_avg_1m": la, "down_s": timed(
                 ["bash", str(SCRIPT), "down"], env, ROOT)}
-            res["processes_left"] = len(cluster_pids(state))
+            res["processes_left"] = len(cluster_faults.cluster_pids(state))
             res["ports_left"] = open_ports(state)
         save(res)
     finally:

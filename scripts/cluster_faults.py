@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,6 +41,38 @@ SCRIPT = REPO / "scripts" / "cluster.sh"
 sys.path.insert(0, str(REPO / "scripts"))
 
 import cluster_check  # noqa: E402
+
+
+def ports(state: Path) -> list[int]:
+    """The ports the cluster in `state` was given (its `ports` file)."""
+    return [int(p) for line in (state / "ports").read_text().splitlines()
+            for p in line.split()[1:]]
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:`port`."""
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def cluster_pids(state: Path) -> list[int]:
+    """Processes (not zombies) whose environment or command line names the cluster's folder:
+    its services, tasks, executors and jobs."""
+    mark = str(state).encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            text = (proc / "environ").read_bytes() + (proc / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if mark in text:
+            pids.append(int(proc.name))
+    return pids
+
 
 #: what urllib3 logs (WARNING) when MLflow's client retries a request
 RETRY_MARK = "Retrying (Retry("

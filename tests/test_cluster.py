@@ -45,6 +45,9 @@ import yaml
 
 from conftest import REPO
 
+sys.path.insert(0, str(REPO / "scripts"))
+import cluster_faults  # noqa: E402  (the cluster's own helpers: its processes, ports, faults)
+
 SCRIPT = REPO / "scripts" / "cluster.sh"
 FULL = os.environ.get("FLASHML_CLUSTER_FULL") == "1"
 #: variables of a client's environment that would point a child at other services
@@ -127,39 +130,11 @@ def _pids(state: Path) -> list[int]:
     return [int(f.read_text().split()[0]) for f in (state / "pids").glob("*.pid")]
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _ports(state: Path) -> list[int]:
-    return [int(p) for line in (state / "ports").read_text().splitlines()
-            for p in line.split()[1:]]
-
-
-def _cluster_pids(state: Path) -> list[int]:
-    """Processes (not zombies) whose environment or command line names the cluster's folder:
-    its services, tasks, executors and jobs."""
-    mark = str(state).encode()
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                continue
-            text = (proc / "environ").read_bytes() + (proc / "cmdline").read_bytes()
-        except (OSError, IndexError):
-            continue
-        if mark in text:
-            pids.append(int(proc.name))
-    return pids
-
-
 def _leftovers(state: Path) -> list[str]:
-    """A process of the cluster still running (_cluster_pids), with its command line."""
+    """A process of the cluster still running (cluster_faults.cluster_pids), with its command
+    line."""
     left = []
-    for pid in _cluster_pids(state):
+    for pid in cluster_faults.cluster_pids(state):
         try:
             left.append(f"{pid}: {Path(f'/proc/{pid}/cmdline').read_bytes()[:200]!r}")
         except OSError:
@@ -177,7 +152,8 @@ def _listeners(pids: list[int]) -> list[str]:
 def _down_leaves_nothing(state: Path, foreign: int | None = None) -> None:
     """`cluster.sh down`, then nothing of the cluster may be left: what is, is killed (so
     that no test leaks it) and reported. `foreign`: a port the test itself holds."""
-    ports = [p for p in (_ports(state) if (state / "ports").exists() else []) if p != foreign]
+    ports = [p for p in (cluster_faults.ports(state) if (state / "ports").exists() else [])
+             if p != foreign]
     down = cluster(state, "down")
     left = _leftovers(state)
     for line in left:
@@ -185,7 +161,7 @@ def _down_leaves_nothing(state: Path, foreign: int | None = None) -> None:
             os.kill(int(line.split(":")[0]), signal.SIGKILL)
         except OSError:
             pass
-    open_ports = [p for p in ports if _listening(p)]
+    open_ports = [p for p in ports if cluster_faults.listening(p)]
     assert down.returncode == 0 and not left and not open_ports, (
         f"down: {down.returncode} {down.stderr[-2000:]}\nleft: {left}\nports: {open_ports}")
 
@@ -274,13 +250,14 @@ def test_up_writes_the_client_variables_and_every_service_answers(up) -> None:
     # every socket any process of the cluster listens on is bound to loopback (the JVMs'
     # show it IPv4-mapped): the services' ports and every other (the Spark workers' own,
     # Postgres', no log server of the scheduler's on every interface)
-    for port in _ports(state):
-        assert _listening(port), port
+    for port in cluster_faults.ports(state):
+        assert cluster_faults.listening(port), port
     if shutil.which("ss"):
         # (Postgres runs as `nobody` from a data folder outside the state folder when that
         # user cannot reach it: its recorded PID)
-        listening = _listeners(sorted(set(_cluster_pids(state)) | set(_pids(state))))
-        assert {a.rsplit(":", 1)[1] for a in listening} >= {str(p) for p in _ports(state)}
+        listening = _listeners(sorted(set(cluster_faults.cluster_pids(state)) | set(_pids(state))))
+        assert ({a.rsplit(":", 1)[1] for a in listening}
+                >= {str(p) for p in cluster_faults.ports(state)})
         wide = [a for a in listening if a.rsplit(":", 1)[0] not in ("127.0.0.1",
                                                                        "[::ffff:127.0.0.1]")]
         assert not wide, f"listening beyond loopback: {wide}"
@@ -407,13 +384,6 @@ def test_the_other_systems_jobs_log_to_the_server(up, tmp_path: Path, args: list
     assert "summary.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
 
 
-def _faults(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    monkeypatch.syspath_prepend(str(REPO / "scripts"))
-    import cluster_faults
-
-    return cluster_faults
-
-
 @needs_cluster
 @full_only
 def test_the_mlflow_server_restarted_during_a_sweep(up, tmp_path: Path,
@@ -423,7 +393,7 @@ def test_the_mlflow_server_restarted_during_a_sweep(up, tmp_path: Path,
     finishes, its run, every trial's nested run and every artifact are on the server, every
     trial complete in the study."""
     state, env = up
-    faults = _faults(monkeypatch)
+    faults = cluster_faults
     res = faults.restart_mlflow_during_sweep(state, _clean_env() | env, tmp_path / "run",
                                              JOB_ARGS)
     assert res["retries_logged"] >= 1 and "Connection refused" in res["first_retry"]
@@ -446,7 +416,7 @@ def test_the_scheduler_killed_mid_dag_and_restarted(up, monkeypatch: pytest.Monk
     it unhealthy a new scheduler starts: it resets the orphaned task, which runs again (a
     second try), and the DAG run succeeds; its MLflow run, trials and artifacts are whole."""
     state, env = up
-    faults = _faults(monkeypatch)
+    faults = cluster_faults
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     res = faults.kill_scheduler_mid_dag(state, _clean_env() | env, DAG_CONF, task="train")
@@ -514,7 +484,7 @@ def test_a_spark_worker_killed_mid_episodes(up, tmp_path: Path) -> None:
 @needs_cluster
 def test_down_leaves_no_process_and_no_port(up) -> None:
     state, _ = up
-    pids, ports = _pids(state), _ports(state)
+    pids, ports = _pids(state), cluster_faults.ports(state)
     assert len(pids) == 8
     down = cluster(state, "down")
     assert down.returncode == 0, down.stderr
@@ -526,7 +496,7 @@ def test_down_leaves_no_process_and_no_port(up) -> None:
         assert not Path(f"/proc/{pid}").exists() or \
             Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", pid
     for port in ports:
-        assert not _listening(port), port
+        assert not cluster_faults.listening(port), port
     assert not _leftovers(state)
     assert cluster(state, "status").returncode != 0
 
@@ -549,7 +519,7 @@ def test_a_service_that_does_not_come_up_is_named_and_the_rest_stopped(tmp_path:
             assert "stopping postgres" in proc.stderr
             assert not list((state / "pids").glob("*.pid"))
             pg_port = int((state / "ports").read_text().split()[1])
-            assert not _listening(pg_port)
+            assert not cluster_faults.listening(pg_port)
             assert not _leftovers(state)
         finally:
             try:
