@@ -61,6 +61,11 @@ def train_demo_models(df: pl.DataFrame, *, num_trees: int = 20, num_leaves: int 
     return boosters
 
 
+#: the knobs a test bundle of the demo models is saved with (save_policy_models' keywords)
+DEMO_PARAMS = {"admit_threshold": 0.5, "when_threshold": 0.5, "eviction_age_s": 3600.0,
+               "target_write_rate_mbps": 35.599}
+
+
 def write_demo_bundle(df: pl.DataFrame, out: Path, *, admit_threshold: float = 0.5,
                       when_threshold: float = 0.5, peak_hours: tuple[int, ...] = (),
                       peak_bonus: float = 0.0, **kw: Any) -> Path:

@@ -19,10 +19,7 @@ from flashml.compiler.build import compile_policy
 from flashml.compiler.bundle import save_policy_models
 from flashml.compiler.loader import load_policy, verify_bundle
 
-from demo_policy import demo_trace, train_demo_models
-
-PARAMS = {"admit_threshold": 0.5, "when_threshold": 0.5, "eviction_age_s": 3600.0,
-          "target_write_rate_mbps": 35.599}
+from demo_policy import DEMO_PARAMS, demo_trace, train_demo_models
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +35,7 @@ def boosters(work):
 
 @pytest.fixture(scope="module")
 def models(work, boosters) -> Path:
-    return save_policy_models(work / "models", boosters, **PARAMS)
+    return save_policy_models(work / "models", boosters, **DEMO_PARAMS)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +65,7 @@ def test_unchanged_model_links_cached_objects_into_the_same_bytes(models, fresh,
     assert first["sha256"] == second["sha256"] == fresh["sha256"]
     verify_bundle(tmp_path / "b")
     lib = load_policy(tmp_path / "b")
-    assert lib.admit_threshold == PARAMS["admit_threshold"]
+    assert lib.admit_threshold == DEMO_PARAMS["admit_threshold"]
 
 
 def test_default_folder_and_off(monkeypatch, tmp_path) -> None:
@@ -90,7 +87,7 @@ def test_changed_threshold_recompiles_only_the_wrapper(boosters, models, tmp_pat
     cache = tmp_path / "cache"
     compile_policy(tmp_path / "a", model_dir=models, cache=cache)
     other = save_policy_models(tmp_path / "models2", boosters,
-                               **{**PARAMS, "admit_threshold": 0.625})
+                               **{**DEMO_PARAMS, "admit_threshold": 0.625})
     m = compile_policy(tmp_path / "b", model_dir=other, cache=cache)
     # the thresholds are baked into the wrapper only: the trees' objects are reused
     assert _stats(m)["compiled"] == 1 and _stats(m)["hits"] >= 4
@@ -104,7 +101,7 @@ def test_changed_model_recompiles_its_units(work, models, tmp_path) -> None:
     compile_policy(tmp_path / "a", model_dir=models, cache=cache)
     trace = demo_trace(work / "trace", accesses=15_000, seed=11)
     changed = save_policy_models(tmp_path / "models2",
-                                 train_demo_models(trace, num_trees=6, num_leaves=7), **PARAMS)
+                                 train_demo_models(trace, num_trees=6, num_leaves=7), **DEMO_PARAMS)
     m = compile_policy(tmp_path / "b", model_dir=changed, cache=cache)
     assert _stats(m)["compiled"] >= 5  # every model changed, and the wrapper with them
     assert m["sha256"] == compile_policy(tmp_path / "c", model_dir=changed,

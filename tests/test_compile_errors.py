@@ -21,10 +21,7 @@ from flashml.errors import UserError
 from flashml.features.contract import contract
 from flashml.simulation import SimConfig, simulate_policy
 
-from demo_policy import demo_trace, train_demo_models
-
-PARAMS = {"admit_threshold": 0.5, "when_threshold": 0.5, "eviction_age_s": 3600.0,
-          "target_write_rate_mbps": 35.599}
+from demo_policy import DEMO_PARAMS, demo_trace, train_demo_models
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +41,7 @@ def boosters(trace):
 
 @pytest.fixture(scope="module")
 def models(work, boosters) -> Path:
-    return save_policy_models(work / "models", boosters, **PARAMS)
+    return save_policy_models(work / "models", boosters, **DEMO_PARAMS)
 
 
 @pytest.fixture
@@ -77,7 +74,7 @@ def test_wrong_feature_count(bundle_copy, trace, tmp_path) -> None:
     # save_policy_models refuses it up front too
     with pytest.raises(ValueError, match="has 17 features"):
         save_policy_models(tmp_path / "x", {"admission": b, "range_start": b, "range_end": b,
-                                            "when": b}, **PARAMS)
+                                            "when": b}, **DEMO_PARAMS)
 
 
 def test_wrong_model_in_place(bundle_copy, tmp_path) -> None:
