@@ -33,18 +33,21 @@ from conftest import REPO
 SEG = 128 * 1024
 
 
-def fixed_range_trace(path: Path, n: int = 6000, blocks: int = 400, seed: int = 3) -> Path:
+def fixed_range_trace(path: Path, n: int = 6000, blocks: int = 400, seed: int = 3, *,
+                      puts: bool = True, namespaces: bool = False) -> Path:
     """Skewed block popularity; each block always read with its own range (1-6 segments);
-    10% PUTs (they advance MAT's logical clock and touch no cache)."""
+    10% PUTs (they advance MAT's logical clock and touch no cache) unless `puts` is False;
+    with `namespaces`, three namespaces (5, 6, 7: block % 3) instead of one."""
     rng = np.random.default_rng(seed)
     keys = np.minimum(rng.integers(0, blocks, n), rng.integers(0, blocks, n))
-    puts = rng.random(n) < 0.1
+    put = rng.random(n) < 0.1 if puts else np.zeros(n, dtype=bool)
     with open(path, "w") as f:
         f.write("#block_id io_offset io_size op_time op_name pipeline user_namespace user_name\n")
         for i, k in enumerate(keys):
             s0, nseg = int(k * 7 % 40), int(1 + k * 5 % 6)
+            ns = 5 + int(k) % 3 if namespaces else 1
             f.write(f"{1000 + int(k)} {s0 * SEG} {nseg * SEG} {1572000000 + i}.0 "
-                    f"{3 if puts[i] else 2} 1 1 1\n")
+                    f"{3 if put[i] else 2} 1 {ns} 1\n")
     return path
 
 

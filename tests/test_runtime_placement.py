@@ -97,20 +97,9 @@ def test_partition_shared_is_the_engine(env):
     assert {k: ma[k] for k in keys} == {k: mb[k] for k in keys}
 
 
-def ns_trace(path: Path, n: int = 4000, blocks: int = 300, seed: int = 4) -> Path:
-    """fixed_range_trace's shape with three namespaces (5, 6, 7: block % 3)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    keys = np.minimum(rng.integers(0, blocks, n), rng.integers(0, blocks, n))
-    seg = 128 * 1024
-    with open(path, "w") as f:
-        f.write("#block_id io_offset io_size op_time op_name pipeline user_namespace user_name\n")
-        for i, k in enumerate(keys):
-            s0, nseg = int(k * 7 % 40), int(1 + k * 5 % 6)
-            f.write(f"{1000 + int(k)} {s0 * seg} {nseg * seg} {1572000000 + i}.0 2 1 "
-                    f"{5 + int(k) % 3} 1\n")
-    return path
+def ns_trace(path: Path) -> Path:
+    """fixed_range_trace's shape, GETs only, with three namespaces (5, 6, 7: block % 3)."""
+    return fixed_range_trace(path, n=4000, blocks=300, seed=4, puts=False, namespaces=True)
 
 
 @pytest.fixture(scope="module")
