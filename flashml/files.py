@@ -35,6 +35,15 @@ _TEMP_MIDDLE = re.compile(r"p(?P<pid>[0-9]{1,10})-(?P<host>[0-9a-f]{8})\.[a-z0-9
                           r"|(?P<legacy>[a-z0-9_]{8})")
 
 
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's bytes, hex, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _temp_prefix(dest: Path) -> str:
     """How this process's temporary names for `dest` begin (then mkstemp's random part and
     `.tmp`): the writer's pid and host are in the name, so a later writer can tell a

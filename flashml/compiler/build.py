@@ -27,7 +27,6 @@ import concurrent.futures
 import contextlib
 import ctypes
 import datetime as _dt
-import hashlib
 import logging
 import math
 import os
@@ -68,7 +67,7 @@ from flashml.features import partition as partition_contract
 from flashml.features import readahead as readahead_contract
 from flashml.features.codegen import ABI_VERSION, capability_functions
 from flashml.features.contract import contract
-from flashml.files import jsonable, replace_dir, write_json
+from flashml.files import jsonable, replace_dir, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 
@@ -117,14 +116,6 @@ class ModelInfo:
     task: str
     postprocessor: str
     sigmoid_alpha: float = 1.0
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def abi_functions(header: Path = HEADER) -> list[str]:

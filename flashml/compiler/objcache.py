@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from flashml.files import sha256_file
+
 log = logging.getLogger(__name__)
 
 #: The cache keeps at most this many bytes of objects (oldest use first out), unless
@@ -65,14 +67,6 @@ def _sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _sha256_path(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _run_text(cmd: list[str]) -> str:
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
@@ -88,14 +82,14 @@ def toolchain_id(cc: str) -> str:
     real = os.path.realpath(cc)
     parts = [f"cc={real}"]
     try:
-        parts.append(f"cc-sha256={_sha256_path(Path(real))}")
+        parts.append(f"cc-sha256={sha256_file(Path(real))}")
     except OSError as e:
         parts.append(f"cc-sha256=<{e}>")
     parts.append(f"cc-v={_run_text([cc, '-v'])}")
     parts.append(f"dumpmachine={_run_text([cc, '-dumpmachine'])}")
     cc1 = _run_text([cc, "-print-prog-name=cc1"]).split("\n")[1].strip()
     if os.path.isabs(cc1) and os.path.isfile(cc1):  # gcc's compiler proper
-        parts.append(f"cc1={os.path.realpath(cc1)} {_sha256_path(Path(os.path.realpath(cc1)))}")
+        parts.append(f"cc1={os.path.realpath(cc1)} {sha256_file(Path(os.path.realpath(cc1)))}")
     libc = os.confstr("CS_GNU_LIBC_VERSION") if "CS_GNU_LIBC_VERSION" in os.confstr_names \
         else "unknown"
     parts.append(f"libc={libc}")
