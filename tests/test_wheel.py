@@ -7,13 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, hang_guard_expired
+from conftest import REPO, run_cli
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(),
                                 reason="needs a git checkout to know which files are tracked")
@@ -65,22 +64,9 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _from_install(installed: Path, cwd: Path, *args: object) -> subprocess.CompletedProcess[str]:
     """`python -m flashml.cli ARGS` importing flashml from the installed wheel (the working
     directory is outside the repository, so the source tree is not on the path)."""
-    env = {**os.environ, "PYTHONPATH": str(installed), "FLASHML_HOME": str(cwd / "state"),
-           "MLFLOW_TRACKING_URI": ""}
-    cmd = [sys.executable, "-m", "flashml.cli", *map(str, args)]
-    started, busiest = time.monotonic(), os.getloadavg()[0]
-    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True) as child:
-        while True:
-            try:
-                out, err = child.communicate(timeout=5)
-                break
-            except subprocess.TimeoutExpired:
-                busiest = max(busiest, os.getloadavg()[0])
-                if hang_guard_expired(started, 600, busiest):
-                    child.kill()
-                    raise
-    return subprocess.CompletedProcess(cmd, child.returncode, out, err)
+    return run_cli(*map(str, args), cwd=cwd,
+                   env={"PYTHONPATH": str(installed), "FLASHML_HOME": str(cwd / "state"),
+                        "MLFLOW_TRACKING_URI": ""})
 
 
 def test_flashml_imports_from_the_install(installed: Path, tmp_path: Path) -> None:
