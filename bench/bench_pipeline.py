@@ -1,4 +1,4 @@
-"""Where the main job's time goes as traces grow (issue 20): `flashml pipeline run` end to end
+"""Where the main job's time goes as traces grow: `flashml pipeline run` end to end
 on generated region1-like traces of growing size, the time and peak memory of every stage.
 
     .venv/bin/python bench/bench_pipeline.py                      # 0.1 M and 1 M accesses
