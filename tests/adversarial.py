@@ -357,19 +357,59 @@ RT_BASE: dict[str, tuple[list[str], list[str]]] = {
     "tune-readahead": (["--events", "{events}", "--readahead-file", "{rafile}", "--bundle",
                         "{rab}", "--json"], ["events", "rafile", "rab"]),
 }
-RT_NUMERIC = {
-    "replay": ["--flash-bytes", "--region-bytes", "--sample-ratio", "--write-rate-mbps",
-               "--write-burst-s", "--warmup-s", "--window-s", "--disks", "--tracker-width-log2",
-               "--tracker-depth", "--fail-read-every", "--fail-write-every", "--limit"],
-    "mat-replay": ["--capacity", "--k", "--max-candidates", "--delta", "--initial-threshold",
-                   "--memory-window"],
-    "partition-replay": ["--capacity", "--interval", "--streams", "--page-bytes"],
-    "pannier-replay": ["--flash-bytes", "--tire-epbpd", "--container-bytes", "--erase-bytes",
-                       "--page-bytes", "--promotion-pct", "--lifetime-pct", "--ghost-factor",
-                       "--tire-slack", "--tire-steps", "--quantum-s", "--sample-pct",
-                       "--stop-after"],
-    "tune-readahead": ["--interval-ms", "--duration"],
+RT_TEXT_OPTIONS = {"--format", "--allocations-out"}
+"""flashrt options whose one-letter metavar is not a number (a format name, a file)."""
+RT_TEXT_METAVARS = {"DIR", "FILE", "PATH", "NAME", "MODE", "DEV"}
+_RT_METAVAR = re.compile(r"(?<![\w-])(--[a-z][\w-]*)[ =]([A-Z][A-Z0-9]*(?:,[A-Z]+)*(?:,\.\.\.)?)"
+                         r"(?![\w.])")
+
+# What an option needs beside its command's base to apply (its slot's policy): the options
+# added (the base's --policy replaced where one is given) and the fixtures they name.
+RT_CONTEXT: dict[tuple[str, str], tuple[list[str], list[str]]] = {
+    ("replay", "--rejectx-x"): (["--policy", "builtin:rejectx"], []),
+    ("replay", "--rejectx-factor"): (["--policy", "builtin:rejectx"], []),
+    ("replay", "--coinflip-p"): (["--policy", "builtin:coinflip"], []),
+    ("replay", "--coinflip-seed"): (["--policy", "builtin:coinflip"], []),
+    ("replay", "--write-burst-s"): (["--write-rate-mbps", "100"], []),
+    ("replay", "--tire-epbpd"): (["--budget", "tire"], []),
+    ("replay", "--tire-slack"): (["--budget", "tire", "--tire-epbpd", "10"], []),
+    ("replay", "--tire-steps"): (["--budget", "tire", "--tire-epbpd", "10"], []),
+    ("replay", "--tire-quantum-s"): (["--budget", "tire", "--tire-epbpd", "10"], []),
+    ("replay", "--partition-shares"): (["--partition", "static"], []),
+    ("replay", "--partition-interval"): (["--partition", "bundle", "--partition-bundle",
+                                          "{partb}"], ["partb"]),
+    ("replay", "--readahead-window-ms"): (["--readahead-bundle", "{rab}"], ["rab"]),
 }
+
+
+def rt_help_options(cmd: str) -> list[str]:
+    """The numeric options `flashrt CMD --help` names (an option followed by a metavar that
+    is not a file, a folder or a name), in the order it names them."""
+    proc = subprocess.run([str(FLASHRT), cmd, "--help"], capture_output=True, text=True,
+                          timeout=30)
+    out: list[str] = []
+    for opt, metavar in _RT_METAVAR.findall(proc.stdout + proc.stderr):
+        if metavar not in RT_TEXT_METAVARS and opt not in RT_TEXT_OPTIONS and opt not in out:
+            out.append(opt)
+    return out
+
+
+def rt_numeric_options() -> dict[str, list[str]]:
+    """Every numeric option of every flashrt command in RT_BASE, from its own --help (a new
+    option is covered without a new case)."""
+    return {cmd: rt_help_options(cmd) for cmd in RT_BASE}
+
+
+def rt_base(cmd: str, opt: str) -> tuple[list[str], list[str]]:
+    """The valid command line (without `opt`) that `opt`'s hostile value is added to, and
+    its fixtures."""
+    base, files = RT_BASE[cmd]
+    extra, more = RT_CONTEXT.get((cmd, opt), ([], []))
+    argv = _drop_option(base, opt)
+    for i in range(0, len(extra), 2):
+        if extra[i] in argv and i + 1 < len(extra):
+            argv = _drop_option(argv, extra[i])
+    return [*argv, *extra], [*files, *(m for m in more if m not in files)]
 
 
 def numeric_options() -> dict[str, list[str]]:
@@ -426,10 +466,9 @@ def number_cases(values: list[str]) -> list[Case]:
                     argv=[*cmd.split(), *rest, f"{opt}={v}"], files=files, inproc=True,
                     option=opt, must_refuse=v in MUST_REFUSE, timeout=timeout,
                     budget=JOBS.get(cmd, 0.0), verdicts=VERDICTS.get(cmd, ())))
-    for cmd, opts in RT_NUMERIC.items():
-        base, files = RT_BASE[cmd]
+    for cmd, opts in rt_numeric_options().items():
         for opt in opts:
-            rest = _drop_option(base, opt)
+            rest, files = rt_base(cmd, opt)
             for v in values:
                 cases.append(Case(
                     id=f"number/flashrt {cmd} {opt}={v}", family="numbers-flashrt",

@@ -48,6 +48,40 @@ def test_every_numeric_option_has_a_base_command() -> None:
         assert all(o.startswith("--") for o in opts)
 
 
+def test_flashrt_numeric_options_come_from_its_help() -> None:
+    """flashrt's numeric options are read from each command's --help: the engine's slots'
+    knobs are covered, and every option given a context is one the help names."""
+    opts = adv.rt_numeric_options()
+    for o in ("--flash-bytes", "--region-bytes", "--partition-shares", "--partition-interval",
+              "--rejectx-x", "--rejectx-factor", "--coinflip-p", "--coinflip-seed",
+              "--tire-epbpd", "--tire-slack", "--tire-steps", "--tire-quantum-s",
+              "--readahead-window-ms", "--write-burst-s"):
+        assert o in opts["replay"], o
+    for cmd, opt in adv.RT_CONTEXT:
+        assert opt in opts[cmd], (cmd, opt)
+    assert all(opts[cmd] for cmd in adv.RT_BASE)
+
+
+_REPLAY_NUMBERS = [c for c in adv.number_cases(adv.HOSTILE)
+                   if c.family == "numbers-flashrt" and c.argv[0] == "replay"]
+
+
+def test_flashrt_replay_numbers_refused_with_option_and_unit(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every hostile value of every numeric option of `flashrt replay`, each in a context
+    where its slot's policy takes it: ok or one clear error; a value that must be refused is
+    refused by a line naming the option and what it expects (its unit)."""
+    scratch = tmp_path_factory.mktemp("adversarial-replay")
+    with adv.session(scratch, log=lambda s: None, cache=True) as (fx, scratch):
+        got = adv.Runner(fx, Path(scratch), parallel=2).run(_REPLAY_NUMBERS)
+    bad = [f"{r.cls}: {r.argv}\n  exit {r.rc}: {r.first_stderr} {r.detail}"
+           for r in got if r.cls not in ("ok", "error")]
+    unnamed = [f"{r.id}: {r.first_stderr}" for r, c in zip(got, _REPLAY_NUMBERS, strict=True)
+               if c.must_refuse and not (r.names_it and "expected" in r.first_stderr)]
+    assert not bad, "\n".join(bad)
+    assert not unnamed, "\n".join(unnamed)
+
+
 def test_docs_figures_are_the_committed_results() -> None:
     """docs/security.md's adversarial table is rendered from bench/results/adversarial.json."""
     import json

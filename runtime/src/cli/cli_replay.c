@@ -61,6 +61,9 @@ static const char *REPLAY_HELP =
     "                         (default 2)\n"
     "  --coinflip-p P         coinflip: admit probability in [0, 1] (default 0.5)\n"
     "  --coinflip-seed N      coinflip: hash seed (default 0)\n"
+    "  --partition-shares A,B,...  static: a share >= 0 per namespace of the trace, ascending\n"
+    "  --partition-bundle DIR bundle: a bundle with the partition capability (flashml mlcache run)\n"
+    "  --partition-interval N bundle: page requests (GETs' segments) per interval (default 1000)\n"
     "  --trace FILE           Tectonic text trace\n"
     "  --flash PATH           flash file (a missing file is created; locked while flashrt runs)\n"
     "  --allow-block-device   let --flash be a block device (its contents are overwritten)\n"
@@ -253,12 +256,12 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
             o->fallback = v;
         } else if (OPT("--trace")) o->trace_path = v;
         else if (OPT("--flash-bytes")) {
-            if (cli_parse_bytes(v, &cfg->flash_bytes)) BAD("--flash-bytes");
+            if (cli_parse_bytes(v, &cfg->flash_bytes)) BADR("--flash-bytes", "bytes: an integer with an optional unit, 256MiB, 1GB (docs: Sizes); 0 = all");
             have_bytes = 1;
         } else if (OPT("--flash")) cfg->flash_path = v;
         else if (OPT("--backing")) o->backing_path = v;
         else if (OPT("--map")) o->map_path = v;
-        else if (OPT("--region-bytes")) { if (cli_parse_bytes(v, &cfg->region_bytes)) BAD("--region-bytes"); }
+        else if (OPT("--region-bytes")) { if (cli_parse_bytes(v, &cfg->region_bytes) || !cfg->region_bytes || cfg->region_bytes % FRT_SEGMENT_BYTES || cfg->region_bytes > ((uint64_t)1 << 40)) BADR("--region-bytes", "bytes: a positive multiple of 128 KiB up to 1 TiB, 1MiB (docs: Sizes)"); }
         else if (OPT("--eviction-bundle")) { if (!*v) BAD("--eviction-bundle"); o->ev_bundle = v; }
         else if (OPT("--eviction")) {
             int e = flashrt_eviction_from_name(v);
@@ -269,7 +272,7 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
             else if (!strcmp(v, "on")) cfg->direct = FLASHRT_DIRECT_ON;
             else if (!strcmp(v, "off")) cfg->direct = FLASHRT_DIRECT_OFF;
             else BAD("--direct");
-        } else if (OPT("--sample-ratio")) { if (cli_parse_double(v, &o->sample_ratio) || !(o->sample_ratio > 0 && o->sample_ratio <= 100)) BAD("--sample-ratio"); }
+        } else if (OPT("--sample-ratio")) { if (cli_parse_double(v, &o->sample_ratio) || !(o->sample_ratio > 0 && o->sample_ratio <= 100)) BADR("--sample-ratio", "percent of a full node in (0, 100]"); }
         else if (OPT("--write-rate-mbps")) { if (cli_parse_double(v, &cfg->write_rate_mbps) || !(cfg->write_rate_mbps >= 0 && cfg->write_rate_mbps <= 1e9)) BADR("--write-rate-mbps", "MB/s in [0, 1e9]"); }
         else if (OPT("--write-burst-s")) { if (cli_parse_double(v, &cfg->write_burst_s) || !(cfg->write_burst_s > 0 && cfg->write_burst_s <= 1e9)) BADR("--write-burst-s", "seconds in (0, 1e9]"); bucket_knob = "--write-burst-s"; }
         else if (OPT("--rate-clock")) {
@@ -314,14 +317,14 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
         else if (OPT("--tire-steps")) { if (cli_parse_uint(v, &u) || u < 1 || u > 16) BADR("--tire-steps", "an integer in [1, 16]"); cfg->tire_steps = (unsigned)u; tire_knob = "--tire-steps"; }
         else if (OPT("--tire-quantum-s")) { if (cli_parse_double(v, &cfg->tire_quantum_s) || !(cfg->tire_quantum_s >= 1e-3 && cfg->tire_quantum_s <= 1e9)) BADR("--tire-quantum-s", "seconds in [0.001, 1e9]"); tire_knob = "--tire-quantum-s"; } else if (OPT("--warmup-s")) { if (cli_parse_double(v, &cfg->warmup_s) || !(cfg->warmup_s >= 0 && cfg->warmup_s <= 1e12)) BADR("--warmup-s", "seconds in [0, 1e12]"); }
         else if (OPT("--window-s")) { if (cli_parse_double(v, &cfg->window_s) || !(cfg->window_s >= 1e-3 && cfg->window_s <= 1e9)) BADR("--window-s", "seconds in [0.001, 1e9]"); }
-        else if (OPT("--disks")) { if (cli_parse_uint(v, &u) || u == 0 || u > 1000000) BAD("--disks"); cfg->disks = (unsigned)u; }
+        else if (OPT("--disks")) { if (cli_parse_uint(v, &u) || u == 0 || u > 1000000) BADR("--disks", "disks per node, an integer in [1, 1000000]"); cfg->disks = (unsigned)u; }
         else if (OPT("--tracker-width-log2")) { if (cli_parse_uint(v, &u) || u < 4 || u > 24) BADR("--tracker-width-log2", "an integer in [4, 24]"); cfg->tracker_width_log2 = (unsigned)u; }
         else if (OPT("--tracker-depth")) { if (cli_parse_uint(v, &u) || u < 1 || u > 8) BADR("--tracker-depth", "an integer in [1, 8]"); cfg->tracker_depth = (unsigned)u; }
-        else if (OPT("--fail-read-every")) { if (cli_parse_uint(v, &cfg->fail_read_every)) BAD("--fail-read-every"); }
-        else if (OPT("--fail-write-every")) { if (cli_parse_uint(v, &cfg->fail_write_every)) BAD("--fail-write-every"); }
-        else if (OPT("--limit")) { if (cli_parse_uint(v, &o->limit)) BAD("--limit"); }
+        else if (OPT("--fail-read-every")) { if (cli_parse_uint(v, &cfg->fail_read_every)) BADR("--fail-read-every", "flash reads, an integer in [0, 2^64 - 1]; 0 = never"); }
+        else if (OPT("--fail-write-every")) { if (cli_parse_uint(v, &cfg->fail_write_every)) BADR("--fail-write-every", "flash writes, an integer in [0, 2^64 - 1]; 0 = never"); }
+        else if (OPT("--limit")) { if (cli_parse_uint(v, &o->limit)) BADR("--limit", "accesses, an integer in [0, 2^64 - 1]"); }
         else if (OPT("--readahead-bundle")) { if (!*v) BAD("--readahead-bundle"); o->ra_bundle = v; }
-        else if (OPT("--readahead-window-ms")) { if (cli_parse_uint(v, &o->ra_window_ms) || o->ra_window_ms == 0 || o->ra_window_ms > 86400000) BAD("--readahead-window-ms"); }
+        else if (OPT("--readahead-window-ms")) { if (cli_parse_uint(v, &o->ra_window_ms) || o->ra_window_ms == 0 || o->ra_window_ms > 86400000) BADR("--readahead-window-ms", "milliseconds, an integer in [1, 86400000]"); }
         else if (!strcmp(a, "--recover")) cfg->recover = 1;
         else if (!strcmp(a, "--sync")) cfg->sync = 1;
         else if (!strcmp(a, "--measure-raw")) cfg->measure_raw = 1;
