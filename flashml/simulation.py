@@ -655,7 +655,9 @@ def simulate_mat_flash(table: Any, config: SimConfig | None = None, *, admit: An
                        score: Any = None, prefetch_start: Any = None, prefetch_end: Any = None,
                        when_score: Any = None, mat: dict[str, Any] | None = None,
                        predictor: Any = "none", collect_samples: bool = False,
-                       unverified: bool = False) -> MatSimResult:
+                       unverified: bool = False, policy: Any = None,
+                       threshold: float | None = None,
+                       when_threshold: float | None = None) -> MatSimResult:
     """Flash-cache mode with MAT as the eviction (sim/src/flash_mat.rs): learned eviction at
     the tail of the block LRU, with any admission/prefetch policy of `config` (and their
     per-access arrays, as `simulate`). Needs eviction "lru" with block-level recency (the
@@ -676,20 +678,41 @@ def simulate_mat_flash(table: Any, config: SimConfig | None = None, *, admit: An
     ns_per_eviction (per decision), final_threshold; info also has "mat_params"; with
     `collect_samples`, samples = {"features": (n, 44), "label", "time", "last", "censored"}
     as `simulate_objects_mat` gives them (a candidate tagged when it leaves the tail,
-    labelled log1p(its block's next GET - its last GET))."""
+    labelled log1p(its block's next GET - its last GET)).
+
+    `policy` (a compiled bundle folder or its .so, verified as `simulate_policy` verifies it):
+    Baleen + MAT, the bundle's admission + prefetch on each GET miss exactly as
+    `simulate_policy` asks them (the same online features, thresholds: the .so's unless
+    `threshold` / `when_threshold`), MAT's eviction as above; `config`'s admission/prefetch
+    settings and the admit/score/prefetch arrays do not apply then (ValueError if given)."""
     config = config or SimConfig()
     knobs = dict(mat or {})
     if unknown := sorted(set(knobs) - set(MAT_KNOBS)):
         raise ValueError(f"unknown MAT knob(s) {', '.join(map(repr, unknown))}; known: "
                          f"{', '.join(MAT_KNOBS)}")
-    cols = trace_arrays(table)
-    policy = _policy_arrays(admit=admit, score=score, prefetch_start=prefetch_start,
+    arrays = _policy_arrays(admit=admit, score=score, prefetch_start=prefetch_start,
                             prefetch_end=prefetch_end, when_score=when_score)
+    baleen: dict[str, Any] = {}
+    if policy is not None:
+        if arrays:
+            raise ValueError(f"policy {policy}: the bundle decides admission and prefetch; "
+                             f"give no {', '.join(sorted(arrays))} array with it")
+        args = _policy_core_args(policy, ("admission", "prefetch"), unverified)
+        cols = _feature_arrays(table)
+        baleen = {"policy": args["path"], "namespace": cols["namespace"], "user": cols["user"],
+                  "threshold": threshold, "when_threshold": when_threshold,
+                  "get_ops": _get_ops(), "policy_sha256": args["sha256"],
+                  "policy_size_bytes": args["size_bytes"]}
+    elif threshold is not None or when_threshold is not None:
+        raise ValueError("threshold and when_threshold are the policy bundle's: give policy")
+    else:
+        cols = trace_arrays(table)
     pred = _evict_predictor(predictor, unverified)
     out = _core().simulate_mat_flash(
         cols["time"], cols["key"], cols["offset"], cols["size"], cols["op"], config.to_dict(),
-        **policy, predictor=pred["predictor"], sha256=pred.get("sha256"),
-        size_bytes=pred.get("size_bytes"), collect_samples=bool(collect_samples), **knobs)
+        **arrays, predictor=pred["predictor"], sha256=pred.get("sha256"),
+        size_bytes=pred.get("size_bytes"), collect_samples=bool(collect_samples), **knobs,
+        **baleen)
     res = MatSimResult(metrics=out["metrics"], series=out["series"], info=out["info"],
                        config=config, samples=out.get("samples"))
     return _note_unverified(res, pred)

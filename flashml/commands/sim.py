@@ -120,12 +120,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         capacity_segments(cfg)  # validates the whole config before anything else is read
     except ValueError as e:
         raise UserError(_with_options(str(e))) from None
-    if args.mat is not None and args.policy is not None:
-        raise UserError("--mat with --policy: MAT's eviction runs with per-access admission "
-                        "arrays; give the scores with --admission threshold --arrays FILE")
     if args.mat_k is not None and args.mat is None:
         raise UserError("--mat-k needs --mat")
-    if args.policy is not None:
+    if args.policy is not None and args.mat is not None:
+        try:  # Baleen + MAT: the bundle's admission + prefetch, MAT's eviction
+            res = _run_mat(args, df, cfg, {})
+        except ValueError as e:
+            raise UserError(f"{args.trace}: {e}") from None
+    elif args.policy is not None:
         res = _run_policy(args, df, cfg)
     else:
         arrays = _policy_arrays(args, df, df.height)
@@ -154,7 +156,8 @@ def _add_unverified(p: argparse.ArgumentParser) -> None:
 
 
 def _run_mat(args: argparse.Namespace, df: Any, cfg: Any, arrays: dict[str, Any]) -> Any:
-    """--mat PREDICTOR: MAT evicts at the tail of the block LRU (simulate_mat_flash)."""
+    """--mat PREDICTOR: MAT evicts at the tail of the block LRU (simulate_mat_flash); with
+    --policy DIR the bundle's admission + prefetch beside it (Baleen + MAT)."""
     from flashml.simulation import simulate_mat_flash
 
     pred: Any = args.mat
@@ -164,8 +167,15 @@ def _run_mat(args: argparse.Namespace, df: Any, cfg: Any, arrays: dict[str, Any]
             raise UserError(f"{pred}: no such eviction policy (a `flashml compile -o DIR` "
                             "folder of a bundle with an eviction model, or its .so)")
     knobs = {} if args.mat_k is None else {"k": args.mat_k}
+    baleen: dict[str, Any] = {}
+    if args.policy is not None:
+        if not Path(args.policy).exists():
+            raise UserError(f"{args.policy}: no such policy (a `flashml compile -o DIR` folder "
+                            "or a .so)")
+        baleen = {"policy": Path(args.policy), "threshold": args.threshold,
+                  "when_threshold": args.when_threshold}
     return simulate_mat_flash(df, cfg, **arrays, predictor=pred, mat=knobs,
-                              unverified=args.unverified)
+                              unverified=args.unverified, **baleen)
 
 
 def _run_policy(args: argparse.Namespace, df: Any, cfg: Any) -> Any:
@@ -385,7 +395,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="evict by MAT at the tail of the block LRU (learned eviction; needs "
                    "--eviction lru and block recency): none (exactly LRU), oracle (each "
                    "block's next GET) or a compiled policy folder/.so with an eviction model; "
-                   "adds mat_decisions, predictions_per_eviction, ns_per_eviction")
+                   "with --policy DIR, the bundle's admission + prefetch beside it (Baleen + "
+                   "MAT); adds mat_decisions, predictions_per_eviction, ns_per_eviction")
     p.add_argument("--mat-k", type=Number(float, 0.0, 1024.0, low_open=True,
                                           unit="predictions per eviction"),
                    default=None, metavar="K",

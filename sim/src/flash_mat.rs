@@ -79,6 +79,7 @@
 
 use std::time::Instant;
 
+use crate::admission::Admission;
 use crate::config::{err, EvictionKind, FlashConfig, SimError};
 use crate::eviction::{Eviction, Lru};
 use crate::flash::{policies, validate, FlashResult, FlashSim, Orders, PolicyArrays, Trace};
@@ -87,6 +88,7 @@ use crate::mat::{
     ratio, DecisionClock, DenseTrace, Mat, MatParams, MatStats, Predictor, SampleBuf, Samples,
     Slots, NO_NEXT,
 };
+use crate::prefetch::Prefetch;
 
 /// The result of a flash-mode MAT run: the flash metrics and MAT's counters.
 #[derive(Debug, Clone, PartialEq)]
@@ -277,8 +279,35 @@ pub fn simulate_mat_flash<P: Predictor>(
     predictor: P,
     dense: &DenseTrace,
 ) -> Result<MatFlashResult, SimError> {
-    let start = Instant::now();
     validate(trace, arrays, cfg)?;
+    let (mut admission, mut prefetch) = policies(cfg, arrays);
+    simulate_mat_flash_with(
+        trace,
+        cfg,
+        admission.as_mut(),
+        prefetch.as_mut(),
+        params,
+        predictor,
+        dense,
+    )
+}
+
+/// [`simulate_mat_flash`] with caller-supplied admission and prefetch policies (the compiled
+/// policy .so's, `crate::so_policy::simulate_mat`: Baleen's learned admission + prefetch with
+/// MAT's learned eviction); `cfg`'s own admission/prefetch settings are only validated (use
+/// AdmitAll / None). The policies are asked exactly as in [`simulate_mat_flash`]: on each
+/// GET miss, before its insertions (and so before any eviction decision they cause).
+pub fn simulate_mat_flash_with<P: Predictor>(
+    trace: &Trace,
+    cfg: &FlashConfig,
+    admission: &mut dyn Admission,
+    prefetch: &mut dyn Prefetch,
+    params: MatParams,
+    predictor: P,
+    dense: &DenseTrace,
+) -> Result<MatFlashResult, SimError> {
+    let start = Instant::now();
+    validate(trace, &PolicyArrays::default(), cfg)?;
     if cfg.eviction != EvictionKind::Lru || !cfg.block_level_recency {
         return err(format!(
             "MAT in flash mode needs LRU eviction with block-level recency (its eviction unit \
@@ -295,10 +324,9 @@ pub fn simulate_mat_flash<P: Predictor>(
         return err("the dense trace does not belong to these keys");
     }
     let n = trace.key.len() as u64;
-    let (mut admission, mut prefetch) = policies(cfg, arrays);
     let orders = MatOrders::new(params, predictor, dense, trace.size);
     let mut sim: FlashSim<'_, Lru, MatOrders<'_, P>> = FlashSim::new(cfg, orders, 1);
-    let mut flash = sim.run(trace, admission.as_mut(), prefetch.as_mut(), None);
+    let mut flash = sim.run(trace, admission, prefetch, None);
     let mut o = sim.orders;
     o.mat.stats.decision_ns = o.clock.total_ns();
     flash.metrics.wall_s = start.elapsed().as_secs_f64();

@@ -826,7 +826,9 @@ fn samples_dict(py: Python<'_>, s: mat::Samples) -> PyResult<Bound<'_, PyDict>> 
                     predictor="none", k=None, max_candidates=None, delta=None,
                     initial_threshold=None, memory_window=None, collect_samples=false,
                     controller=None, reuse_predictions=None, sha256=None, size_bytes=None,
-                    unverified=false))]
+                    unverified=false, policy=None, namespace=None, user=None, threshold=None,
+                    when_threshold=None, get_ops=None, policy_sha256=None,
+                    policy_size_bytes=None))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_mat_flash<'py>(
     py: Python<'py>,
@@ -853,10 +855,54 @@ fn simulate_mat_flash<'py>(
     sha256: Option<String>,
     size_bytes: Option<u64>,
     unverified: bool,
+    policy: Option<std::path::PathBuf>,
+    namespace: Option<PyReadonlyArray1<'py, u32>>,
+    user: Option<PyReadonlyArray1<'py, u32>>,
+    threshold: Option<f64>,
+    when_threshold: Option<f64>,
+    get_ops: Option<Vec<u8>>,
+    policy_sha256: Option<String>,
+    policy_size_bytes: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = config_from(config)?;
     let trace = trace_of(&time, &key, &offset, &size, &op)?;
     let arrays = policy_arrays(&admit, &score, &prefetch_start, &prefetch_end, &when_score)?;
+    // Baleen's admission + prefetch from a policy .so (so_policy::simulate_mat) or cfg's.
+    let baleen = match &policy {
+        None => None,
+        Some(path) => {
+            if admit.is_some()
+                || score.is_some()
+                || prefetch_start.is_some()
+                || prefetch_end.is_some()
+                || when_score.is_some()
+            {
+                return Err(PyValueError::new_err(
+                    "policy: the .so decides admission and prefetch; give no admit, score, \
+                     prefetch or when_score arrays with it",
+                ));
+            }
+            if namespace.is_none() || user.is_none() {
+                return Err(PyValueError::new_err(
+                    "policy needs the namespace and user columns (its features read them)",
+                ));
+            }
+            let lib = load_policy(path, policy_sha256, policy_size_bytes, unverified)?;
+            let overrides = Overrides {
+                admit_threshold: threshold,
+                when_threshold,
+            };
+            Some((lib, overrides))
+        }
+    };
+    let get_ops = get_ops.unwrap_or_else(|| GET_OPS.to_vec());
+    let cols = match (&baleen, &namespace, &user) {
+        (Some(_), Some(ns), Some(us)) => Some(FeatureColumns {
+            namespace: slice("namespace", ns)?,
+            user: slice("user", us)?,
+        }),
+        _ => None,
+    };
     let (kind, lib) = evict_predictor(predictor, sha256, size_bytes, unverified)?;
     let so = lib.as_ref();
     let knobs = MatKnobs {
@@ -873,6 +919,38 @@ fn simulate_mat_flash<'py>(
         .allow_threads(|| {
             let dense = DenseTrace::new(trace.key)?;
             let (t, a, c) = (&trace, &arrays, &cfg);
+            if let (Some((plib, ov)), Some(cols)) = (&baleen, cols) {
+                let g = &get_ops;
+                return match (kind.as_str(), so) {
+                    (_, Some(lib)) => so_policy::simulate_mat(
+                        t,
+                        cols,
+                        c,
+                        plib,
+                        *ov,
+                        g,
+                        params,
+                        SoPredictor { lib },
+                        &dense,
+                    ),
+                    ("oracle", None) => {
+                        let next = flash_mat::next_gets(t, c, &dense);
+                        let oracle = Oracle { next: &next };
+                        so_policy::simulate_mat(t, cols, c, plib, *ov, g, params, oracle, &dense)
+                    }
+                    _ => so_policy::simulate_mat(
+                        t,
+                        cols,
+                        c,
+                        plib,
+                        *ov,
+                        g,
+                        params,
+                        NoPredictor,
+                        &dense,
+                    ),
+                };
+            }
             match (kind.as_str(), so) {
                 (_, Some(lib)) => {
                     flash_mat::simulate_mat_flash(t, a, c, params, SoPredictor { lib }, &dense)

@@ -29,6 +29,8 @@ use crate::config::{
 };
 use crate::contract::{ABI_VERSION, CAPABILITIES, CONTRACT_HASH, NUM_FEATURES, OPTIONAL_FUNCTIONS};
 use crate::flash::{self, FlashResult, Trace};
+use crate::flash_mat::{self, MatFlashResult};
+use crate::mat::{DenseTrace, MatParams, Predictor};
 use crate::online_features::{FeatureColumns, OnlineFeatures};
 use crate::prefetch::Prefetch;
 
@@ -559,16 +561,16 @@ impl Prefetch for SoPrefetch<'_, '_> {
     }
 }
 
-/// Simulate `cfg` (cache, eviction, disk model) with the policy .so as admission + prefetch.
-/// `cfg`'s own admission/prefetch settings are ignored.
-pub fn simulate(
+/// The checks and thresholds shared by [`simulate`] and [`simulate_mat`]: `cfg` with its
+/// admission and prefetch replaced by the .so's (AdmitAll / None, validated as a plain run),
+/// and the admission and when thresholds.
+fn prepare(
     trace: &Trace,
-    cols: FeatureColumns,
+    cols: &FeatureColumns,
     cfg: &FlashConfig,
     lib: &PolicyLib,
     overrides: Overrides,
-    get_ops: &[u8],
-) -> Result<FlashResult, SimError> {
+) -> Result<(FlashConfig, f64, f64), SimError> {
     let n = trace.time.len();
     for (name, len) in [
         ("namespace", cols.namespace.len()),
@@ -588,11 +590,24 @@ pub fn simulate(
             return err(format!("{name} must be finite, got {v}"));
         }
     }
-    // The cache and disk model of `cfg`, policies supplied here (validated as a plain run).
     let mut base = cfg.clone();
     base.admission = AdmissionKind::AdmitAll;
     base.prefetch = PrefetchKind::None;
     base.prefetch_when = WhenKind::Miss;
+    Ok((base, admit_threshold, when_threshold))
+}
+
+/// Simulate `cfg` (cache, eviction, disk model) with the policy .so as admission + prefetch.
+/// `cfg`'s own admission/prefetch settings are ignored.
+pub fn simulate(
+    trace: &Trace,
+    cols: FeatureColumns,
+    cfg: &FlashConfig,
+    lib: &PolicyLib,
+    overrides: Overrides,
+    get_ops: &[u8],
+) -> Result<FlashResult, SimError> {
+    let (base, admit_threshold, when_threshold) = prepare(trace, &cols, cfg, lib, overrides)?;
     let state = RefCell::new(State {
         online: OnlineFeatures::new(*trace, cols, cfg.segment_bytes, get_ops),
         row: [0.0; NUM_FEATURES],
@@ -610,6 +625,42 @@ pub fn simulate(
         threshold: when_threshold,
     };
     flash::simulate_with(trace, &base, &mut adm, &mut pf)
+}
+
+/// Baleen + MAT: the policy .so as admission + prefetch (as [`simulate`]: the same features,
+/// thresholds and calls on each GET miss) and MAT as the eviction
+/// ([`flash_mat::simulate_mat_flash_with`], its predictor and parameters). `cfg` must have
+/// LRU eviction with block-level recency; its admission/prefetch settings are ignored.
+#[allow(clippy::too_many_arguments)]
+pub fn simulate_mat<P: Predictor>(
+    trace: &Trace,
+    cols: FeatureColumns,
+    cfg: &FlashConfig,
+    lib: &PolicyLib,
+    overrides: Overrides,
+    get_ops: &[u8],
+    params: MatParams,
+    predictor: P,
+    dense: &DenseTrace,
+) -> Result<MatFlashResult, SimError> {
+    let (base, admit_threshold, when_threshold) = prepare(trace, &cols, cfg, lib, overrides)?;
+    let state = RefCell::new(State {
+        online: OnlineFeatures::new(*trace, cols, cfg.segment_bytes, get_ops),
+        row: [0.0; NUM_FEATURES],
+        row_index: None,
+        calls: 0,
+    });
+    let mut adm = SoAdmission {
+        lib,
+        state: &state,
+        threshold: admit_threshold,
+    };
+    let mut pf = SoPrefetch {
+        lib,
+        state: &state,
+        threshold: when_threshold,
+    };
+    flash_mat::simulate_mat_flash_with(trace, &base, &mut adm, &mut pf, params, predictor, dense)
 }
 
 #[cfg(test)]

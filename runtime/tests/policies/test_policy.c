@@ -2,6 +2,8 @@
  *   -DKIND=0  admit-all, no prefetch
  *   -DKIND=1  admit iff block_count_h1 >= 1 (seen earlier this hour), prefetch start..end+2
  *             when the access starts in the first half of the block
+ *   -DKIND=2  KIND 1's admission, no prefetch (Baleen's admission alone beside another
+ *             eviction: its decisions compared with the simulator's exactly)
  *   -DABI=N, -DHASH="..."  deliberately wrong identities (the loader must refuse them)
  *   -DBAD_VALUE=N  a value the loader must refuse: 1 NaN admission threshold, 2 infinite
  *             when threshold, 3 target write rate 0, 4 negative eviction age */
@@ -22,7 +24,7 @@ int flashml_policy_num_features(void) { return FLASHML_POLICY_NUM_FEATURES; }
 const char *flashml_policy_contract_hash(void) { return HASH; }
 
 double flashml_admit_score(const double *f) {
-#if KIND == 1
+#if KIND == 1 || KIND == 2
     return f[FLASHML_F_BLOCK_COUNT_H1];
 #else
     (void)f;
@@ -37,7 +39,7 @@ double flashml_admit_score(const double *f) {
 double flashml_admit_threshold(void) {
 #if BAD_VALUE == 1
     return __builtin_nan("");
-#elif KIND == 1
+#elif KIND == 1 || KIND == 2
     return 1.0;
 #else
     return 0.5;
