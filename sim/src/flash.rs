@@ -55,7 +55,9 @@
 //!   holds at most `quota[p] - 1` segments. A partition whose quota is 0 or 1 caches
 //!   nothing: its misses are asked to the admission policy as usual, then treated as
 //!   rejected (nothing inserted, nothing prefetched, not counted as admitted). This differs
-//!   from the unpartitioned cache at capacity 1, which holds one segment.
+//!   from the unpartitioned cache at capacity 1, which holds one segment. This is the one
+//!   definition of a quota: the runtime's engine holds q - 1 regions per quota of q
+//!   (`frt_partition_holds`, runtime/src/engine/policy_slots.h).
 //! * Interval `j` starts before access `bounds[j]`: the quotas become
 //!   `partition::pages_of_shares(shares[j], capacity)` (an invalid row: an even split,
 //!   counted in `fallbacks`), and every partition holding at least its new quota evicts from

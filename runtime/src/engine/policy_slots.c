@@ -88,6 +88,10 @@ const char *frt_admission_unsupported(const char *name) {
 SLOT_NAMES_WITH_NONE(budget, BUDGET, FLASHRT_BUDGET_NONE, "none")
 SLOT_NAMES_WITH_NONE(partition, PARTITION, FLASHRT_PART_SHARED, "shared")
 
+void frt_partition_holds(uint64_t *quota, unsigned k) {
+    for (unsigned i = 0; i < k; i++) quota[i] = quota[i] ? quota[i] - 1 : 0;
+}
+
 const char *frt_partition_unsupported(const char *name) {
     static const char *const SIM[] = {"static_optimal", "discrete_optimal", "previous_optimal"};
     if (!strcmp(name, "mlcache")) return "the engine's name for MLCache's network each interval is bundle";

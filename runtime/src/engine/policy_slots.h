@@ -219,15 +219,26 @@ struct frt_partition_setup {
     flashrt_policy *bundle;     /* the slot's bundle (needs FRT_CAP_PARTITION), else NULL */
 };
 
+/* A partition's quota, the one definition the engine and the simulator share (sim/src/flash.rs,
+ * "Partitioned mode"): the shares split the cache's capacity (the engine's regions, the
+ * simulator's segments) into quotas by pages_of_shares (largest remainder), and a stream of
+ * quota q holds at most q - 1 units: the artifact's capacity rule (a cache of capacity C holds
+ * C - 1) applied to each partition as to a cache of its own; a quota of 0 or 1 caches nothing.
+ * So k partitions of R regions hold R - k together (the unpartitioned engine holds R). In
+ * place: each quota becomes the regions its stream may hold. */
+void frt_partition_holds(uint64_t *quota, unsigned k);
+
 /* The partition slot: each stream (the access's namespace, flashrt_config.partition_ns) owns
- * the regions it opens and may hold `quota` of them; a stream at its quota evicts one of its
- * own (the eviction policy's victim_of) to open another; a stream of quota 0 caches nothing.
- *   quotas   once, at open: the regions of each stream (summing to `regions`)
+ * the regions it opens and may hold `quota` of them (frt_partition_holds: its share's quota
+ * - 1); a stream at its quota evicts one of its own (the eviction policy's victim_of) to open
+ * another; a stream of quota 0 caches nothing.
+ *   quotas   once, at open: the regions each stream may hold (frt_partition_holds of the
+ *            shares' quotas, which sum to `regions`)
  * An interval policy (MLCache's) also has (else NULL):
  *   init     once, at open; free at close
  *   observe  every page request: each segment a GET covers, page = (block, segment)
  *   next     at each boundary of partition_interval page requests (before the access whose
- *            segment crosses it): the new quotas; a stream above its quota evicts its own
+ *            segment crosses it): the new quotas (frt_partition_holds); a stream above its quota evicts its own
  *            regions down to it (resize evictions). */
 struct frt_partition_ops {
     const char *name;

@@ -1,6 +1,6 @@
 /* even.c: the partition slot's even split (engine/policy_slots.h; the simulator's `even`,
  * flashml.flash_partition): every stream the same share of the regions, the remainder to the
- * lower streams (sim/src/partition.rs apportion). */
+ * lower streams (sim/src/partition.rs apportion); each holds its quota - 1 (frt_partition_holds). */
 #include "engine/policy_slots.h"
 
 static int even_quotas(const struct frt_partition_setup *s, uint64_t *quota, char *err, size_t errlen) {
@@ -9,6 +9,7 @@ static int even_quotas(const struct frt_partition_setup *s, uint64_t *quota, cha
     uint64_t ones[FLASHRT_PART_MAX_STREAMS];
     for (unsigned i = 0; i < s->streams; i++) ones[i] = 1;
     flashrt_part_apportion(ones, (int)s->streams, s->regions, quota);
+    frt_partition_holds(quota, s->streams);
     return 0;
 }
 

@@ -3,7 +3,8 @@
  * the monitor's features of the interval before (monitor.h, the partitioned page cache's very
  * code; pages are the GETs' segments, the capacity the flash's segments, as
  * flashml.flash_partition's monitor view); its shares become regions by the simulator's rule
- * (pages_of_shares; an invalid vector: the even split). The first interval is even. */
+ * (pages_of_shares; an invalid vector: the even split; each holds its quota - 1,
+ * frt_partition_holds). The first interval is even. */
 #include <stdlib.h>
 
 #include "engine/policy_slots.h"
@@ -57,6 +58,7 @@ static int bundle_next(void *st, uint64_t *quota, char *err, size_t errlen) {
     if (frt_mon_shares(&b->mon, b->fn, shares) != 0)
         return frt_seterr(err, errlen, "flashml_partition refused %u streams", b->k);
     flashrt_part_pages_of_shares(shares, (int)b->k, b->regions, quota);
+    frt_partition_holds(quota, b->k);
     return 0;
 }
 

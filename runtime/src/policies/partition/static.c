@@ -1,7 +1,7 @@
 /* static.c: the partition slot's fixed split (engine/policy_slots.h): the shares the command
  * line gives (flashrt_config.partition_shares, one per stream, in the streams' order), made
  * regions by the simulator's rule (sim/src/partition.rs pages_of_shares: scaled to 2^40,
- * rounded, largest remainder). */
+ * rounded, largest remainder); each holds its quota - 1 (frt_partition_holds). */
 #include <math.h>
 
 #include "engine/policy_slots.h"
@@ -21,6 +21,7 @@ static int static_quotas(const struct frt_partition_setup *s, uint64_t *quota, c
     }
     if (!(sum > 0)) return frt_seterr(err, errlen, "partition static: the shares sum to 0");
     flashrt_part_pages_of_shares(c->partition_shares, (int)s->streams, s->regions, quota);
+    frt_partition_holds(quota, s->streams);
     return 0;
 }
 
