@@ -115,6 +115,13 @@ int flashrt_prepare_backing(const char *path, const char *map_path, const char *
 /* `direct`: an enum flashrt_direct (O_DIRECT on the backing device). */
 flashrt_backing *flashrt_backing_open(const char *path, const char *map_path, int direct,
                                       char *err, size_t errlen);
+/* A backing whose reads are the caller's (`flashrt mount`: the blocks of a directory's files):
+ * read(ctx, key, pos, buf, n) fills buf with n bytes of block `key` from byte `pos` (bytes past
+ * the end of what backs the block read as zeros) and returns 0, or -1 with errno set. `name`
+ * names it in messages. */
+typedef int (*flashrt_backing_read_fn)(void *ctx, uint64_t key, uint64_t pos, uint8_t *buf, size_t n);
+flashrt_backing *flashrt_backing_open_fn(flashrt_backing_read_fn read, void *ctx, const char *name, char *err,
+                                         size_t errlen);
 uint64_t flashrt_backing_blocks(const flashrt_backing *b);
 void flashrt_backing_close(flashrt_backing *b);
 
@@ -247,6 +254,11 @@ struct flashrt_result {
  * fails or the access is outside the backing's blocks (message: flashrt_error). */
 int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_result *res);
 const char *flashrt_error(const flashrt *rt);
+/* Drops the cached segments of block `key` that bytes offset..offset+size-1 touch (a write to
+ * the backing changed them), journalled as a segment dropped after a read error, so --recover
+ * never brings them back. The number of segments dropped, or -1 when the journal cannot say so
+ * (message: flashrt_error). */
+int flashrt_invalidate(flashrt *rt, uint64_t key, uint64_t offset, uint64_t size);
 /* Optional, between accesses (where a server would wait for the next request): brings the
  * policy's code and tables back into the CPU caches that serving the last access's bytes
  * evicted, so the next miss decides warm. Never changes a decision. */

@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_mat.h"
+#include "cli/cli_mount.h"
 #include "cli/cli_pannier.h"
 #include "cli/cli_partition.h"
 #include "cli/cli_readahead.h"
@@ -35,6 +36,8 @@ static const char *USAGE =
     "                   or Pannier, optionally TIRE), verifying every byte; survives kill -9\n"
     "  tune-readahead   set a block device's readahead every window with KML's model (a\n"
     "                   compiled bundle) from the page cache's activity; restores it on exit\n"
+    "  mount            serve a directory's files through the cache (FUSE): reads from flash\n"
+    "                   or the backing files by the policy, writes through\n"
     "  verify           verify a policy bundle as every command loads it (manifest schema,\n"
     "                   size, sha256, ELF checks, mapped from a sealed copy, the values it\n"
     "                   reports); prints its capabilities and sha256\n"
@@ -334,6 +337,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "mat-replay")) return cli_mat_replay(argc, argv);
     if (!strcmp(cmd, "partition-replay")) return cli_partition_replay(argc, argv);
     if (!strcmp(cmd, "pannier-replay")) return cli_pannier_replay(argc, argv);
+    if (!strcmp(cmd, "mount")) return cli_mount(argc, argv);
     if (!strcmp(cmd, "tune-readahead")) return cli_tune_readahead(argc, argv);
     if (!strcmp(cmd, "prepare-backing")) return cmd_prepare(argc, argv);
     if (!strcmp(cmd, "probe-disk")) return cmd_probe(argc, argv);

@@ -192,6 +192,8 @@ int flashrt_prepare_backing(const char *path, const char *map_path, const char *
 struct flashrt_backing {
     int fd, direct;
     uint64_t nblocks;
+    flashrt_backing_read_fn read_fn; /* flashrt_backing_open_fn's: the caller's reads */
+    void *read_ctx;
     struct frt_map slots;
     frt_ra_hook *ra; /* optional, the caller's (frt_backing_set_readahead) */
     char path[4096];
@@ -260,6 +262,21 @@ fail:
     return NULL;
 }
 
+flashrt_backing *flashrt_backing_open_fn(flashrt_backing_read_fn read, void *ctx, const char *name, char *err,
+                                         size_t errlen) {
+    flashrt_backing *b = calloc(1, sizeof *b);
+    if (!b || frt_map_init(&b->slots, 16) != 0) {
+        free(b);
+        frt_seterr(err, errlen, "out of memory");
+        return NULL;
+    }
+    b->fd = -1;
+    b->read_fn = read;
+    b->read_ctx = ctx;
+    snprintf(b->path, sizeof b->path, "%s", name ? name : "backing");
+    return b;
+}
+
 uint64_t flashrt_backing_blocks(const flashrt_backing *b) { return b->nblocks; }
 int frt_backing_direct(const flashrt_backing *b) { return b->direct; }
 void frt_backing_set_readahead(flashrt_backing *b, frt_ra_hook *h) { b->ra = h; }
@@ -273,6 +290,14 @@ void flashrt_backing_close(flashrt_backing *b) {
 
 int frt_backing_read(flashrt_backing *b, uint64_t key, unsigned lo, unsigned hi, uint8_t *buf,
                      double t, char *err, size_t errlen) {
+    if (b->read_fn) {
+        uint64_t pos = (uint64_t)lo * FRT_SEGMENT_BYTES;
+        size_t len = (size_t)(hi - lo + 1) * FRT_SEGMENT_BYTES;
+        if (b->read_fn(b->read_ctx, key, pos, buf, len) != 0)
+            return frt_seterr(err, errlen, "%s: read of %zu bytes of block %llu at %llu failed: %s", b->path, len,
+                              (unsigned long long)key, (unsigned long long)pos, strerror(errno));
+        return 0;
+    }
     uint32_t *slot = frt_map_get(&b->slots, key);
     if (!slot)
         return frt_seterr(err, errlen, "block %llu is not on the backing device %s (prepare it with this trace)",

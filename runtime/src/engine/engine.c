@@ -593,6 +593,19 @@ int flashrt_access(flashrt *rt, const struct flashrt_access *a, struct flashrt_r
     return 0;
 }
 
+int flashrt_invalidate(flashrt *rt, uint64_t key, uint64_t offset, uint64_t size) {
+    if (!size || offset >= FRT_BLOCK_BYTES) return 0;
+    uint64_t end = size - 1 < FRT_BLOCK_BYTES - offset ? offset + size - 1 : FRT_BLOCK_BYTES - 1;
+    int dropped = 0;
+    for (unsigned s = (unsigned)(offset / SEG); s <= (unsigned)(end / SEG); s++) {
+        struct frt_blk *b = frt_regions_find(&rt->rm, key); /* gone once its last segment is */
+        if (!holds(b, s)) continue;
+        if (drop_bad(rt, b->loc[s]) != 0) return -1;
+        dropped++;
+    }
+    return dropped;
+}
+
 void flashrt_idle(flashrt *rt) {
     if (rt->admit->idle) rt->admit->idle(rt->adm_st);
 }

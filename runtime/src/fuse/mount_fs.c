@@ -1,0 +1,578 @@
+/* mount_fs.c: `flashrt mount`: a FUSE file system (libfuse3, high-level API) whose files are
+ * the backing directory's, every read served by the cache engine (engine.c) exactly as
+ * `flashrt replay` serves a trace's GETs: a file's bytes are cut into 8 MiB blocks (cache key
+ * file id << 24 | block index, mount_fs.h) and 128 KiB segments; a read of one block is one
+ * GET access at the mount's wall-clock time, a hit read from the flash file, a miss read from
+ * the backing file through the admission slot (and the bundle's prefetch) and admitted or not.
+ * Writes go through to the backing file and drop the segments they touch from the cache
+ * (flashrt_invalidate); a truncate drops the segments past the new end. Creating, removing
+ * and renaming files, directories and links are refused (EROFS): the directory's shape is
+ * the backing's.
+ *
+ * One thread serves the kernel's requests (fuse_loop); a second waits for SIGUSR1 and writes
+ * the counters. The engine is used under one mutex. Reads bypass the kernel's page cache
+ * (direct_io) so that every read reaches the cache. The backing files must not change except
+ * through the mount while it is mounted (the cache would not know). */
+#define _GNU_SOURCE
+#define FUSE_USE_VERSION 31
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "fuse/mount_fs.h"
+#include "util/internal.h"
+#include "util/map.h"
+
+#define BLOCK ((uint64_t)FRT_BLOCK_BYTES)
+#define BLOCK_MASK ((1ull << FRT_MOUNT_FILE_SHIFT) - 1)
+#define MAX_FILE_BYTES (BLOCK << FRT_MOUNT_FILE_SHIFT)
+
+struct mfs {
+    const struct frt_mount_opts *o;
+    int root_fd;
+    dev_t root_dev;
+    flashrt *rt;
+    flashrt_backing *backing;
+    pthread_mutex_t mu;
+    double t0;
+    struct frt_map ids; /* inode -> file id */
+    uint32_t next_id;
+    /* the file the engine may read while one read is served (backing_read) */
+    int cur_fd;
+    uint64_t cur_id;
+    /* counters */
+    uint64_t reads, read_bytes, writes, write_bytes, truncates, invalidated, opens;
+    uint64_t backend_reads, backend_read_bytes, backend_errors, engine_errors;
+    uint64_t stats_written;
+    atomic_int stop;
+};
+
+struct handle {
+    int fd;
+    uint32_t id;
+};
+
+static struct mfs *ctx(void) { return fuse_get_context()->private_data; }
+
+/* The path below the backing directory ("/" is "."). */
+static const char *rel(const char *path) { return path[1] ? path + 1 : "."; }
+
+/* The file id of an inode; a new one when `assign`; 0 when it has none (or out of memory). */
+static uint32_t file_id(struct mfs *m, const struct stat *st, int assign) {
+    uint32_t *v = frt_map_get(&m->ids, (uint64_t)st->st_ino);
+    if (v) return *v;
+    if (!assign || m->next_id >= (1u << 31) || frt_map_put(&m->ids, (uint64_t)st->st_ino, m->next_id) != 0) return 0;
+    return m->next_id++;
+}
+
+/* The engine's backing reads: bytes of block `key` of the file being served; past its end,
+ * zeros (flashrt_backing_open_fn). */
+static int backing_read(void *c, uint64_t key, uint64_t pos, uint8_t *buf, size_t n) {
+    struct mfs *m = c;
+    if ((key >> FRT_MOUNT_FILE_SHIFT) != m->cur_id || m->cur_fd < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    uint64_t off = (key & BLOCK_MASK) * BLOCK + pos;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(m->cur_fd, buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            m->backend_errors++;
+            return -1;
+        }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    memset(buf + got, 0, n - got);
+    m->backend_reads++;
+    m->backend_read_bytes += got;
+    return 0;
+}
+
+/* Drops the cached segments of file `id` that bytes [from, to) touch. */
+static int invalidate(struct mfs *m, uint32_t id, uint64_t from, uint64_t to) {
+    if (to > MAX_FILE_BYTES) to = MAX_FILE_BYTES;
+    for (uint64_t pos = from; pos < to;) {
+        uint64_t boff = pos % BLOCK, n = BLOCK - boff < to - pos ? BLOCK - boff : to - pos;
+        int r = flashrt_invalidate(m->rt, (uint64_t)id << FRT_MOUNT_FILE_SHIFT | pos / BLOCK, boff, n);
+        if (r < 0) {
+            fprintf(stderr, "flashrt mount: %s\n", flashrt_error(m->rt));
+            m->engine_errors++;
+            return -1;
+        }
+        m->invalidated += (uint64_t)r;
+        pos += n;
+    }
+    return 0;
+}
+
+/* ---- the counters ---- */
+
+static int write_stats(struct mfs *m, int final, const char *stopped_by) {
+    struct flashrt_metrics mt;
+    flashrt_metrics(m->rt, &mt);
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) return -1;
+    int first = 1;
+    fputc('{', f);
+    cli_json_str(f, "backing", m->o->backing, &first);
+    cli_json_str(f, "mountpoint", m->o->mountpoint, &first);
+    cli_json_str(f, "flash", m->o->cfg.flash_path, &first);
+    cli_json_str(f, "policy", m->o->policy_name, &first);
+    cli_json_str(f, "admission", m->o->admission, &first);
+    cli_json_str(f, "eviction", m->o->eviction, &first);
+    cli_json_int(f, "pid", (uint64_t)getpid(), &first);
+    fprintf(f, ", \"final\": %s", final ? "true" : "false");
+    if (stopped_by) cli_json_str(f, "stopped_by", stopped_by, &first);
+    cli_json_num(f, "seconds", frt_now() - m->t0, &first);
+    /* the file system's */
+    cli_json_int(f, "files", m->next_id - 1, &first);
+    cli_json_int(f, "opens", m->opens, &first);
+    cli_json_int(f, "reads", m->reads, &first);
+    cli_json_int(f, "read_bytes", m->read_bytes, &first);
+    cli_json_int(f, "writes", m->writes, &first);
+    cli_json_int(f, "write_bytes", m->write_bytes, &first);
+    cli_json_int(f, "truncates", m->truncates, &first);
+    cli_json_int(f, "invalidated_segments", m->invalidated, &first);
+    cli_json_int(f, "backend_read_calls", m->backend_reads, &first);
+    cli_json_int(f, "backend_file_bytes", m->backend_read_bytes, &first);
+    cli_json_int(f, "backend_errors", m->backend_errors, &first);
+    cli_json_int(f, "engine_errors", m->engine_errors, &first);
+    /* the engine's (flashrt replay's names) */
+    cli_json_int(f, "accesses", mt.gets, &first);
+    cli_json_int(f, "hits", mt.hits, &first);
+    cli_json_int(f, "misses", mt.gets - mt.hits, &first);
+    cli_json_num(f, "io_hit_ratio", mt.io_hit_ratio, &first);
+    cli_json_num(f, "byte_hit_ratio", mt.byte_hit_ratio, &first);
+    cli_json_num(f, "segment_hit_ratio", mt.segment_hit_ratio, &first);
+    cli_json_int(f, "backend_ios", mt.backend_ios, &first);
+    cli_json_int(f, "backend_bytes", mt.backend_bytes, &first);
+    cli_json_int(f, "admitted_segments", mt.admitted_segments, &first);
+    cli_json_int(f, "prefetched_segments", mt.prefetched_segments, &first);
+    cli_json_int(f, "flash_written_bytes", mt.admitted_segments * (uint64_t)FRT_SEGMENT_BYTES, &first);
+    cli_json_int(f, "evicted_regions", mt.evicted_regions, &first);
+    cli_json_int(f, "evicted_segments", mt.evicted_segments, &first);
+    cli_json_int(f, "capacity_segments", mt.capacity_segments, &first);
+    cli_json_int(f, "flash_read_errors", mt.flash_read_errors, &first);
+    cli_json_int(f, "flash_write_errors", mt.flash_write_errors, &first);
+    cli_json_num(f, "backend_dt_s", mt.backend_dt_s, &first);
+    cli_json_num(f, "backend_wall_s", mt.backend_wall_s, &first);
+    cli_json_num(f, "hit_path_us_p50", mt.hit_path_us_p50, &first);
+    cli_json_num(f, "hit_path_us_p99", mt.hit_path_us_p99, &first);
+    cli_json_num(f, "miss_path_us_p50", mt.miss_path_us_p50, &first);
+    cli_json_num(f, "miss_path_us_p99", mt.miss_path_us_p99, &first);
+    cli_json_int(f, "direct_io", (uint64_t)mt.direct_io, &first);
+    cli_json_int(f, "stats_written", ++m->stats_written, &first);
+    fputs("}\n", f);
+    if (fclose(f) != 0) {
+        free(text);
+        return -1;
+    }
+    int rc = 0;
+    if (m->o->stats_out) {
+        char err[FLASHRT_ERR_LEN];
+        if (frt_write_file_atomic(m->o->stats_out, text, n, err, sizeof err) != 0) {
+            fprintf(stderr, "flashrt mount: %s\n", err);
+            rc = -1;
+        }
+    } else if (final) {
+        fputs(text, stdout);
+        fflush(stdout);
+    }
+    free(text);
+    return rc;
+}
+
+static void *stats_thread(void *arg) {
+    struct mfs *m = arg;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    for (;;) {
+        int sig;
+        if (sigwait(&set, &sig) != 0) continue;
+        if (atomic_load(&m->stop)) break;
+        pthread_mutex_lock(&m->mu);
+        write_stats(m, 0, NULL);
+        pthread_mutex_unlock(&m->mu);
+    }
+    return NULL;
+}
+
+/* ---- the file system ---- */
+
+static void *fs_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
+    (void)conn;
+    cfg->use_ino = 1;
+    cfg->direct_io = 1; /* every read reaches the cache */
+    cfg->kernel_cache = 0;
+    return ctx();
+}
+
+static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *fi) {
+    if (fi) {
+        const struct handle *h = (const struct handle *)(uintptr_t)fi->fh;
+        return fstat(h->fd, st) == 0 ? 0 : -errno;
+    }
+    return fstatat(ctx()->root_fd, rel(path), st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
+}
+
+static int fs_readlink(const char *path, char *buf, size_t size) {
+    if (size == 0) return -EINVAL;
+    ssize_t n = readlinkat(ctx()->root_fd, rel(path), buf, size - 1);
+    if (n < 0) return -errno;
+    buf[n] = 0;
+    return 0;
+}
+
+static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t off, struct fuse_file_info *fi,
+                      enum fuse_readdir_flags flags) {
+    (void)off;
+    (void)fi;
+    (void)flags;
+    int fd = openat(ctx()->root_fd, rel(path), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    struct dirent *e;
+    errno = 0;
+    while ((e = readdir(d)) != NULL)
+        if (fill(buf, e->d_name, NULL, 0, (enum fuse_fill_dir_flags)0)) break;
+    int rc = errno ? -errno : 0;
+    closedir(d);
+    return rc;
+}
+
+static int fs_open(const char *path, struct fuse_file_info *fi) {
+    struct mfs *m = ctx();
+    int acc = fi->flags & O_ACCMODE;
+    /* the kernel gives every write its offset (O_APPEND's too) */
+    int fd = openat(m->root_fd, rel(path), acc | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_dev != m->root_dev) {
+        close(fd);
+        return S_ISREG(st.st_mode) ? -EXDEV : -EOPNOTSUPP; /* another file system's file; a device, FIFO */
+    }
+    struct handle *h = malloc(sizeof *h);
+    if (!h) {
+        close(fd);
+        return -ENOMEM;
+    }
+    h->fd = fd;
+    pthread_mutex_lock(&m->mu);
+    h->id = file_id(m, &st, 1);
+    int rc = h->id ? 0 : -ENOMEM;
+    if (!rc && (fi->flags & O_TRUNC) && acc != O_RDONLY) {
+        if (ftruncate(fd, 0) != 0) rc = -errno;
+        else if (invalidate(m, h->id, 0, (uint64_t)st.st_size) != 0) rc = -EIO;
+        m->truncates++;
+    }
+    m->opens += rc == 0;
+    pthread_mutex_unlock(&m->mu);
+    if (rc) {
+        close(fd);
+        free(h);
+        return rc;
+    }
+    fi->fh = (uint64_t)(uintptr_t)h;
+    fi->direct_io = 1;
+    fi->keep_cache = 0;
+    return 0;
+}
+
+static int fs_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
+    (void)path;
+    struct mfs *m = ctx();
+    const struct handle *h = (const struct handle *)(uintptr_t)fi->fh;
+    struct stat st;
+    if (fstat(h->fd, &st) != 0) return -errno;
+    uint64_t fsize = (uint64_t)st.st_size, pos0 = (uint64_t)off;
+    if (off < 0) return -EINVAL;
+    if (pos0 >= fsize || size == 0) return 0;
+    if (size > fsize - pos0) size = (size_t)(fsize - pos0);
+    if (pos0 + size > MAX_FILE_BYTES) return -EFBIG;
+    pthread_mutex_lock(&m->mu);
+    m->cur_fd = h->fd;
+    m->cur_id = h->id;
+    size_t done = 0;
+    int rc = 0;
+    while (done < size) {
+        uint64_t pos = pos0 + done, boff = pos % BLOCK;
+        uint64_t n = BLOCK - boff < size - done ? BLOCK - boff : size - done;
+        struct flashrt_access a = {(uint64_t)h->id << FRT_MOUNT_FILE_SHIFT | pos / BLOCK, boff, n, frt_now() - m->t0,
+                                   1 /* GET */, 0, 0, 0};
+        struct flashrt_result res;
+        if (flashrt_access(m->rt, &a, &res) != 0 || res.len != n) {
+            fprintf(stderr, "flashrt mount: %s: %s\n", path, flashrt_error(m->rt));
+            m->engine_errors++;
+            rc = -EIO;
+            break;
+        }
+        memcpy(buf + done, res.data, n);
+        done += n;
+    }
+    m->cur_fd = -1;
+    m->reads++;
+    m->read_bytes += done;
+    pthread_mutex_unlock(&m->mu);
+    return rc ? rc : (int)done;
+}
+
+static int fs_write(const char *path, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
+    (void)path;
+    struct mfs *m = ctx();
+    const struct handle *h = (const struct handle *)(uintptr_t)fi->fh;
+    if (off < 0) return -EINVAL;
+    if ((uint64_t)off + size > MAX_FILE_BYTES) return -EFBIG;
+    pthread_mutex_lock(&m->mu);
+    size_t done = 0;
+    int rc = 0;
+    while (done < size) {
+        ssize_t r = pwrite(h->fd, buf + done, size - done, off + (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            rc = r < 0 ? -errno : -EIO;
+            break;
+        }
+        done += (size_t)r;
+    }
+    /* what was written is no longer what the cache holds */
+    if (done && invalidate(m, h->id, (uint64_t)off, (uint64_t)off + done) != 0) rc = -EIO;
+    m->writes++;
+    m->write_bytes += done;
+    pthread_mutex_unlock(&m->mu);
+    return done ? (int)done : rc;
+}
+
+static int fs_truncate(const char *path, off_t size, struct fuse_file_info *fi) {
+    struct mfs *m = ctx();
+    if (size < 0) return -EINVAL;
+    int fd = fi ? ((const struct handle *)(uintptr_t)fi->fh)->fd
+                : openat(m->root_fd, rel(path), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    struct stat st;
+    int rc = 0;
+    pthread_mutex_lock(&m->mu);
+    if (fstat(fd, &st) != 0) rc = -errno;
+    else if (!S_ISREG(st.st_mode)) rc = -EINVAL;
+    else if (ftruncate(fd, size) != 0) rc = -errno;
+    else {
+        /* bytes past the new end read as zeros if the file grows again */
+        uint32_t id = file_id(m, &st, 0);
+        if (id && (uint64_t)size < (uint64_t)st.st_size && invalidate(m, id, (uint64_t)size, (uint64_t)st.st_size) != 0)
+            rc = -EIO;
+        m->truncates++;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (!fi) close(fd);
+    return rc;
+}
+
+static int fs_release(const char *path, struct fuse_file_info *fi) {
+    (void)path;
+    struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+    close(h->fd);
+    free(h);
+    return 0;
+}
+
+static int fs_fsync(const char *path, int datasync, struct fuse_file_info *fi) {
+    (void)path;
+    const struct handle *h = (const struct handle *)(uintptr_t)fi->fh;
+    return (datasync ? fdatasync(h->fd) : fsync(h->fd)) == 0 ? 0 : -errno;
+}
+
+static int fs_statfs(const char *path, struct statvfs *sv) {
+    (void)path;
+    return fstatvfs(ctx()->root_fd, sv) == 0 ? 0 : -errno;
+}
+
+/* The directory's shape is the backing's: nothing is created, removed or renamed. */
+static int ro_mode(const char *p, mode_t mode) { (void)p; (void)mode; return -EROFS; }
+static int ro_path(const char *p) { (void)p; return -EROFS; }
+static int ro_two(const char *a, const char *b) { (void)a; (void)b; return -EROFS; }
+static int ro_rename(const char *a, const char *b, unsigned int flags) { (void)a; (void)b; (void)flags; return -EROFS; }
+static int ro_mknod(const char *p, mode_t mode, dev_t dev) { (void)p; (void)mode; (void)dev; return -EROFS; }
+static int ro_create(const char *p, mode_t mode, struct fuse_file_info *fi) { (void)p; (void)mode; (void)fi; return -EROFS; }
+static int ro_chmod(const char *p, mode_t mode, struct fuse_file_info *fi) { (void)p; (void)mode; (void)fi; return -EROFS; }
+static int ro_chown(const char *p, uid_t u, gid_t g, struct fuse_file_info *fi) { (void)p; (void)u; (void)g; (void)fi; return -EROFS; }
+static int ro_utimens(const char *p, const struct timespec tv[2], struct fuse_file_info *fi) { (void)p; (void)tv; (void)fi; return -EROFS; }
+
+static const struct fuse_operations OPS = {
+    .init = fs_init,
+    .getattr = fs_getattr,
+    .readlink = fs_readlink,
+    .readdir = fs_readdir,
+    .open = fs_open,
+    .read = fs_read,
+    .write = fs_write,
+    .truncate = fs_truncate,
+    .release = fs_release,
+    .fsync = fs_fsync,
+    .statfs = fs_statfs,
+    .mknod = ro_mknod,
+    .mkdir = ro_mode,
+    .unlink = ro_path,
+    .rmdir = ro_path,
+    .symlink = ro_two,
+    .rename = ro_rename,
+    .link = ro_two,
+    .chmod = ro_chmod,
+    .chown = ro_chown,
+    .utimens = ro_utimens,
+    .create = ro_create,
+};
+
+/* ---- mount and serve ---- */
+
+static void tell(int ready_fd, const char *msg) {
+    if (ready_fd < 0) return;
+    size_t n = strlen(msg);
+    while (n) {
+        ssize_t w = write(ready_fd, msg, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        msg += w;
+        n -= (size_t)w;
+    }
+}
+
+/* An error before the mount serves: printed, and told to a waiting parent. */
+static int fail(int ready_fd, const char *msg) {
+    fprintf(stderr, "flashrt: error: %s\n", msg);
+    tell(ready_fd, msg);
+    return 1;
+}
+
+int frt_mount_run(const struct frt_mount_opts *o, int ready_fd) {
+    struct mfs *m = calloc(1, sizeof *m);
+    if (!m) return fail(ready_fd, "out of memory");
+    m->o = o;
+    m->cur_fd = -1;
+    m->root_fd = -1;
+    m->next_id = 1;
+    m->t0 = frt_now();
+    atomic_init(&m->stop, 0);
+    pthread_mutex_init(&m->mu, NULL);
+    char err[FLASHRT_ERR_LEN], msg[FLASHRT_ERR_LEN + 4200];
+    int rc = 1;
+    struct fuse *f = NULL;
+    struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+    int mounted = 0, handlers = 0;
+    if (frt_map_init(&m->ids, 64) != 0) {
+        rc = fail(ready_fd, "out of memory");
+        goto out;
+    }
+    m->root_fd = open(o->backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat rst;
+    if (m->root_fd < 0 || fstat(m->root_fd, &rst) != 0) {
+        snprintf(msg, sizeof msg, "BACKING_DIR %s: %s", o->backing, strerror(errno));
+        rc = fail(ready_fd, msg);
+        goto out;
+    }
+    m->root_dev = rst.st_dev;
+    m->backing = flashrt_backing_open_fn(backing_read, m, o->backing, err, sizeof err);
+    if (!m->backing) {
+        rc = fail(ready_fd, err);
+        goto out;
+    }
+    m->rt = flashrt_open(&o->cfg, o->policy, m->backing, err, sizeof err);
+    if (!m->rt) {
+        rc = fail(ready_fd, err);
+        goto out;
+    }
+    /* auto_unmount: fusermount3 stays beside the mount and unmounts it when this process ends
+     * in any way (kill -9 included) */
+    if (fuse_opt_add_arg(&args, "flashrt") != 0 || fuse_opt_add_arg(&args, "-o") != 0 ||
+        fuse_opt_add_arg(&args, "fsname=flashrt,subtype=flashrt,default_permissions,auto_unmount") != 0) {
+        rc = fail(ready_fd, "out of memory");
+        goto out;
+    }
+    f = fuse_new(&args, &OPS, sizeof OPS, m);
+    if (!f) {
+        rc = fail(ready_fd, "cannot start the FUSE file system (libfuse's message above)");
+        goto out;
+    }
+    if (fuse_mount(f, o->mountpoint) != 0) {
+        snprintf(msg, sizeof msg, "MOUNTPOINT %s: cannot mount it (libfuse's message above; it needs /dev/fuse and fusermount3)",
+                 o->mountpoint);
+        rc = fail(ready_fd, msg);
+        goto out;
+    }
+    mounted = 1;
+    struct fuse_session *se = fuse_get_session(f);
+    if (fuse_set_signal_handlers(se) != 0) {
+        rc = fail(ready_fd, "cannot set the signal handlers");
+        goto out;
+    }
+    handlers = 1;
+    /* SIGUSR1 is the counters thread's only (blocked here before it starts) */
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, NULL);
+    pthread_t th;
+    int have_th = pthread_create(&th, NULL, stats_thread, m) == 0;
+    if (ready_fd >= 0) {
+        tell(ready_fd, "ok\n");
+        close(ready_fd);
+        setsid();
+        int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (nul >= 0) {
+            dup2(nul, 0);
+            dup2(nul, 1);
+            dup2(nul, 2);
+            close(nul);
+        }
+    } else {
+        fprintf(stderr, "flashrt mount: serving %s at %s (pid %ld)\n", o->backing, o->mountpoint, (long)getpid());
+    }
+    int lr = fuse_loop(f);
+    if (have_th) {
+        atomic_store(&m->stop, 1);
+        pthread_kill(th, SIGUSR1);
+        pthread_join(th, NULL);
+    }
+    pthread_mutex_lock(&m->mu);
+    int sw = write_stats(m, 1, lr < 0 ? "error" : "unmount or signal");
+    pthread_mutex_unlock(&m->mu);
+    rc = lr < 0 || sw != 0 ? 1 : 0;
+    if (lr < 0) fprintf(stderr, "flashrt mount: the FUSE loop failed: %s\n", strerror(-lr));
+out:
+    if (handlers) fuse_remove_signal_handlers(fuse_get_session(f));
+    if (mounted) fuse_unmount(f);
+    if (f) fuse_destroy(f);
+    fuse_opt_free_args(&args);
+    flashrt_close(m->rt);
+    flashrt_backing_close(m->backing);
+    if (m->root_fd >= 0) close(m->root_fd);
+    frt_map_free(&m->ids);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+    return rc;
+}
