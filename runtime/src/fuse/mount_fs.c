@@ -470,6 +470,12 @@ static int fail(int ready_fd, const char *msg) {
 }
 
 int frt_mount_run(const struct frt_mount_opts *o, int ready_fd) {
+    /* SIGUSR1 is the counters thread's only: blocked before anything is mounted, so one sent
+     * as soon as the mount appears waits for the thread instead of ending the process */
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, NULL);
     struct mfs *m = calloc(1, sizeof *m);
     if (!m) return fail(ready_fd, "out of memory");
     m->o = o;
@@ -531,11 +537,6 @@ int frt_mount_run(const struct frt_mount_opts *o, int ready_fd) {
         goto out;
     }
     handlers = 1;
-    /* SIGUSR1 is the counters thread's only (blocked here before it starts) */
-    sigset_t usr1;
-    sigemptyset(&usr1);
-    sigaddset(&usr1, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &usr1, NULL);
     pthread_t th;
     int have_th = pthread_create(&th, NULL, stats_thread, m) == 0;
     if (ready_fd >= 0) {
