@@ -4,6 +4,7 @@
  * policies by hand (src/policies/admission/, src/policies/budget/), and the refusals. Run under ASan+UBSan by `make
  * test` and under valgrind by `make valgrind`. Usage: test_engine POLICY_BUILD_DIR */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -602,6 +603,78 @@ static void test_budget_by_hand(void) {
           !strcmp(flashrt_budget_name(FLASHRT_BUDGET_TIRE), "tire"), "budget names");
 }
 
+/* A backing whose reads are the caller's (flashrt_backing_open_fn, `flashrt mount`'s): one
+ * block of bytes in memory, short of 8 MiB (the rest reads as zeros). */
+struct mem_backing {
+    uint8_t *bytes;
+    size_t n;
+    unsigned reads;
+    int fail;
+};
+
+static int mem_read(void *ctx, uint64_t key, uint64_t pos, uint8_t *buf, size_t n) {
+    struct mem_backing *mb = ctx;
+    if (mb->fail || key != 5) {
+        errno = EIO;
+        return -1;
+    }
+    mb->reads++;
+    size_t have = pos < mb->n ? mb->n - pos : 0;
+    if (have > n) have = n;
+    memcpy(buf, mb->bytes + pos, have);
+    memset(buf + have, 0, n - have);
+    return 0;
+}
+
+/* A miss reads the caller's backing, a second read hits, flashrt_invalidate drops exactly the
+ * segments a changed range touches (the next read misses and returns the new bytes), and a
+ * failing backing read fails the access with a message. */
+static void test_invalidate_by_hand(void) {
+    struct mem_backing mb = {malloc(300000), 300000, 0, 0};
+    for (size_t i = 0; i < mb.n; i++) mb.bytes[i] = (uint8_t)(i * 7 + 3);
+    char err[FLASHRT_ERR_LEN] = "", flash[512];
+    snprintf(flash, sizeof flash, "%s/invalidate.img", TMP);
+    struct flashrt_config cfg;
+    flashrt_config_default(&cfg);
+    cfg.flash_path = flash;
+    cfg.flash_bytes = 8u << 20;
+    cfg.direct = FLASHRT_DIRECT_OFF;
+    cfg.admission = FLASHRT_ADMIT_ALL;
+    flashrt_backing *bk = flashrt_backing_open_fn(mem_read, &mb, "mem", err, sizeof err);
+    flashrt *rt = bk ? flashrt_open(&cfg, NULL, bk, err, sizeof err) : NULL;
+    CHECK(rt != NULL, "open: %s", err);
+    if (!rt) { flashrt_backing_close(bk); free(mb.bytes); return; }
+    struct flashrt_access a = {5, 131000, 2000, 1.0, 1, 0, 0, 1}; /* segments 0 and 1 */
+    struct flashrt_result r;
+    CHECK(flashrt_access(rt, &a, &r) == 0 && !r.hit && r.len == 2000 && !memcmp(r.data, mb.bytes + 131000, 2000),
+          "the miss serves the backing's bytes");
+    CHECK(mb.reads == 1, "one backing read, %u", mb.reads);
+    a.time = 2.0;
+    CHECK(flashrt_access(rt, &a, &r) == 0 && r.hit && !memcmp(r.data, mb.bytes + 131000, 2000), "then a hit");
+    CHECK(flashrt_invalidate(rt, 5, 262144, 100) == 0, "an uncached segment: nothing dropped");
+    CHECK(flashrt_invalidate(rt, 6, 0, 100) == 0 && flashrt_invalidate(rt, 5, 8u << 20, 100) == 0, "nothing there");
+    memset(mb.bytes + 131072, 0xEE, 100); /* segment 1 changes */
+    CHECK(flashrt_invalidate(rt, 5, 131072, 100) == 1, "segment 1 dropped");
+    a.time = 3.0;
+    CHECK(flashrt_access(rt, &a, &r) == 0 && !r.hit && !memcmp(r.data, mb.bytes + 131000, 2000),
+          "after the drop: a miss with the new bytes");
+    CHECK(mb.reads == 2, "a second backing read, %u", mb.reads);
+    struct flashrt_access tail = {5, 299000, 5000, 4.0, 1, 0, 0, 2}; /* past the backing's end: zeros */
+    CHECK(flashrt_access(rt, &tail, &r) == 0 && !memcmp(r.data, mb.bytes + 299000, 1000) && r.data[1000] == 0 &&
+              r.data[4999] == 0, "bytes past the end read as zeros");
+    CHECK(flashrt_invalidate(rt, 5, 0, (uint64_t)1 << 40) == 3, "a range to the block's end: segments 0, 1, 2");
+    mb.fail = 1;
+    a.time = 5.0;
+    CHECK(flashrt_access(rt, &a, &r) == -1 && strstr(flashrt_error(rt), "mem: read of"), "a failing read: %s",
+          flashrt_error(rt));
+    struct flashrt_metrics m;
+    flashrt_metrics(rt, &m);
+    CHECK(m.gets == 5 && m.hits == 1, "gets %llu hits %llu", (unsigned long long)m.gets, (unsigned long long)m.hits);
+    flashrt_close(rt);
+    flashrt_backing_close(bk);
+    free(mb.bytes);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_engine POLICY_BUILD_DIR\n");
@@ -617,5 +690,6 @@ int main(int argc, char **argv) {
     test_partition_by_hand();
     test_admission_by_hand();
     test_budget_by_hand();
+    test_invalidate_by_hand();
     return test_done("test_engine");
 }
