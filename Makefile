@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export CARGO_TERM_QUIET := true
 
 .PHONY: setup demo test lint docs test-rust test-c test-python bench clean regress fuzz conformance \
-	cluster-test cluster-bench
+	cluster-test cluster-bench mount-bench
 
 setup:
 	@bash scripts/setup.sh
@@ -56,6 +56,11 @@ cluster-test: setup
 # the sweep with 2 workers vs 1, the DAG under the scheduler vs dag.test(), the three faults.
 cluster-bench: setup
 	flock /tmp/flashml-timing.lock $(PY) bench/bench_cluster.py
+
+# The mount's overhead on hits (bench/results/mount.json): p50/p99 of reads through `flashrt
+# mount` that hit vs direct preads of the flash file; root and FUSE (it says when they lack).
+mount-bench: setup
+	flock /tmp/flashml-timing.lock $(PY) bench/bench_mount.py
 
 # `make bench` then renders docs/measurements.md's tables (and quality.png) from the new results.
 bench: setup
