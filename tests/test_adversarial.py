@@ -62,22 +62,23 @@ def test_flashrt_numeric_options_come_from_its_help() -> None:
     assert all(opts[cmd] for cmd in adv.RT_BASE)
 
 
-_REPLAY_NUMBERS = [c for c in adv.number_cases(adv.HOSTILE)
-                   if c.family == "numbers-flashrt" and c.argv[0] == "replay"]
+_RT_NUMBERS = [c for c in adv.number_cases(adv.HOSTILE) if c.family == "numbers-flashrt"]
 
 
-def test_flashrt_replay_numbers_refused_with_option_and_unit(
+def test_flashrt_numbers_refused_with_option_and_unit(
         tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Every hostile value of every numeric option of `flashrt replay`, each in a context
-    where its slot's policy takes it: ok or one clear error; a value that must be refused is
-    refused by a line naming the option and what it expects (its unit)."""
-    scratch = tmp_path_factory.mktemp("adversarial-replay")
+    """Every hostile value of every numeric option of every flashrt replay command (`replay`'s
+    each in a context where its slot's policy takes it): ok or one clear error; a value that
+    must be refused is refused by a line naming the option and what it expects (its unit:
+    "(expected ...)" or "must be in ...")."""
+    scratch = tmp_path_factory.mktemp("adversarial-rt")
     with adv.session(scratch, log=lambda s: None, cache=True) as (fx, scratch):
-        got = adv.Runner(fx, Path(scratch), parallel=2).run(_REPLAY_NUMBERS)
+        got = adv.Runner(fx, Path(scratch), parallel=2).run(_RT_NUMBERS)
     bad = [f"{r.cls}: {r.argv}\n  exit {r.rc}: {r.first_stderr} {r.detail}"
            for r in got if r.cls not in ("ok", "error")]
-    unnamed = [f"{r.id}: {r.first_stderr}" for r, c in zip(got, _REPLAY_NUMBERS, strict=True)
-               if c.must_refuse and not (r.names_it and "expected" in r.first_stderr)]
+    unnamed = [f"{r.id}: {r.first_stderr}" for r, c in zip(got, _RT_NUMBERS, strict=True)
+               if c.must_refuse and not (r.names_it and ("expected" in r.first_stderr
+                                                         or "must be in" in r.first_stderr))]
     assert not bad, "\n".join(bad)
     assert not unnamed, "\n".join(unnamed)
 

@@ -123,7 +123,7 @@ int cli_mat_replay(int argc, char **argv) {
         if (OPT("--bundle")) bundle = v;
         else if (OPT("--trace")) trace = v;
         else if (OPT("--format")) format = v;
-        else if (OPT("--capacity")) { if (cli_parse_bytes(v, &cfg.capacity)) BAD("--capacity"); have_cap = 1; }
+        else if (OPT("--capacity")) { if (cli_parse_bytes(v, &cfg.capacity)) BADR("--capacity", "an integer with an optional size unit, 2GiB, 500MB, in --unit (docs: Sizes)"); have_cap = 1; }
         else if (OPT("--unit")) {
             if (!strcmp(v, "bytes")) cfg.unit = FLASHRT_MAT_BYTES;
             else if (!strcmp(v, "objects")) cfg.unit = FLASHRT_MAT_OBJECTS;
@@ -135,7 +135,7 @@ int cli_mat_replay(int argc, char **argv) {
             else if (!strcmp(v, "off")) cfg.direct = FLASHRT_DIRECT_OFF;
             else BAD("--direct");
         } else if (OPT("--k")) { if (cli_parse_double(v, &cfg.k) || !(cfg.k > 0 && cfg.k <= 1e6)) BADR("--k", "predictions per eviction in (0, 1e6]"); }
-        else if (OPT("--max-candidates")) { if (cli_parse_uint(v, &u) || u == 0 || u > 1000000) BAD("--max-candidates"); cfg.max_candidates = (uint32_t)u; }
+        else if (OPT("--max-candidates")) { if (cli_parse_uint(v, &u) || u == 0 || u > 1000000) BADR("--max-candidates", "tail candidates per eviction, an integer in [1, 1000000]"); cfg.max_candidates = (uint32_t)u; }
         else if (OPT("--controller")) {
             if (!strcmp(v, "sign")) cfg.controller = 0;
             else if (!strcmp(v, "mean")) cfg.controller = 1;
@@ -144,11 +144,11 @@ int cli_mat_replay(int argc, char **argv) {
             if (!strcmp(v, "on")) cfg.reuse_predictions = 1;
             else if (!strcmp(v, "off")) cfg.reuse_predictions = 0;
             else BAD("--reuse-predictions");
-        } else if (OPT("--delta")) { if (cli_parse_double(v, &cfg.delta) || !(cfg.delta >= 0 && cfg.delta < 1)) BAD("--delta"); }
+        } else if (OPT("--delta")) { if (cli_parse_double(v, &cfg.delta) || !(cfg.delta >= 0 && cfg.delta < 1)) BADR("--delta", "the threshold step, a fraction in [0, 1)"); }
         else if (OPT("--initial-threshold")) {
             if (!strcmp(v, "auto")) cfg.initial_threshold = 0.0;
             else if (cli_parse_double(v, &cfg.initial_threshold) || !(cfg.initial_threshold > 0 && cfg.initial_threshold <= 1e18)) BADR("--initial-threshold", "auto or logical requests in (0, 1e18]");
-        } else if (OPT("--memory-window")) { if (cli_parse_uint(v, &cfg.memory_window) || cfg.memory_window == 0) BAD("--memory-window"); }
+        } else if (OPT("--memory-window")) { if (cli_parse_uint(v, &cfg.memory_window) || cfg.memory_window == 0) BADR("--memory-window", "logical requests, an integer in [1, 2^64 - 1]"); }
         else if (OPT("--decisions-out")) { if (!*v) BAD("--decisions-out"); dec_path = v; }
         else if (OPT("--candidates-out")) { if (!*v) BAD("--candidates-out"); cand_path = v; }
         else if (!strcmp(a, "--no-model")) no_model = 1;

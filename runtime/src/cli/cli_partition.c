@@ -131,12 +131,15 @@ int cli_partition_replay(int argc, char **argv) {
         const char *v, *a = argv[i];
 #define OPT(name) (v = cli_optval(argc, argv, &i, name))
 #define BAD(name) do { fprintf(stderr, "flashrt partition-replay: error: %s: invalid value '%s'\n", name, v); return 2; } while (0)
+#define PART_STR_(x) #x
+#define PART_STR(x) PART_STR_(x)
+#define BADR(name, what) do { fprintf(stderr, "flashrt partition-replay: error: %s: invalid value '%s' (expected %s)\n", name, v, what); return 2; } while (0)
         if (OPT("--bundle")) bundle = v;
         else if (OPT("--trace")) trace = v;
-        else if (OPT("--capacity")) { if (cli_parse_uint(v, &cfg.capacity) || cfg.capacity == 0) BAD("--capacity"); have_cap = 1; }
-        else if (OPT("--interval")) { if (cli_parse_uint(v, &cfg.interval) || cfg.interval == 0) BAD("--interval"); have_iv = 1; }
-        else if (OPT("--streams")) { if (cli_parse_uint(v, &streams) || streams == 0 || streams > FLASHML_PARTITION_MAX_STREAMS) BAD("--streams"); }
-        else if (OPT("--page-bytes")) { if (cli_parse_uint(v, &u) || u == 0 || u % 4096 || u > (1u << 30)) BAD("--page-bytes"); cfg.page_bytes = (uint32_t)u; }
+        else if (OPT("--capacity")) { if (cli_parse_uint(v, &cfg.capacity) || cfg.capacity == 0) BADR("--capacity", "cache pages, an integer in [1, 2^64 - 1]"); have_cap = 1; }
+        else if (OPT("--interval")) { if (cli_parse_uint(v, &cfg.interval) || cfg.interval == 0) BADR("--interval", "requests per interval, an integer in [1, 2^64 - 1]"); have_iv = 1; }
+        else if (OPT("--streams")) { if (cli_parse_uint(v, &streams) || streams == 0 || streams > FLASHML_PARTITION_MAX_STREAMS) BADR("--streams", "streams, an integer in [1, " PART_STR(FLASHML_PARTITION_MAX_STREAMS) "]"); }
+        else if (OPT("--page-bytes")) { if (cli_parse_uint(v, &u) || u == 0 || u % 4096 || u > (1u << 30)) BADR("--page-bytes", "bytes per page, a multiple of 4096 up to 1 GiB"); cfg.page_bytes = (uint32_t)u; }
         else if (OPT("--cache-file")) { if (!*v) BAD("--cache-file"); cfg.cache_path = v; }
         else if (OPT("--direct")) {
             if (!strcmp(v, "auto")) cfg.direct = FLASHRT_DIRECT_AUTO;
@@ -153,6 +156,9 @@ int cli_partition_replay(int argc, char **argv) {
             return 2;
         }
 #undef BAD
+#undef BADR
+#undef PART_STR
+#undef PART_STR_
 #undef OPT
     }
     const char *missing = !bundle && !even ? "--bundle (or --even)" : !trace || !*trace ? "--trace"

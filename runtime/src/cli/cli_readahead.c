@@ -570,10 +570,11 @@ int cli_tune_readahead(int argc, char **argv) {
         const char *v, *a = argv[i];
 #define OPT(name) (v = cli_optval(argc, argv, &i, name))
 #define BAD(name) do { fprintf(stderr, "flashrt tune-readahead: error: %s: invalid value '%s'\n", name, v); return 2; } while (0)
+#define BADR(name, what) do { fprintf(stderr, "flashrt tune-readahead: error: %s: invalid value '%s' (expected %s)\n", name, v, what); return 2; } while (0)
         if (OPT("--device")) { if (!*v) BAD("--device"); dev = v; }
         else if (OPT("--bundle")) { if (!*v) BAD("--bundle"); bundle = v; }
-        else if (OPT("--interval-ms")) { if (cli_parse_uint(v, &interval_ms) || interval_ms == 0 || interval_ms > 3600000) BAD("--interval-ms"); }
-        else if (OPT("--duration")) { if (cli_parse_double(v, &duration) || !(duration >= 0.0 && duration < 1e9)) BAD("--duration"); }
+        else if (OPT("--interval-ms")) { if (cli_parse_uint(v, &interval_ms) || interval_ms == 0 || interval_ms > 3600000) BADR("--interval-ms", "milliseconds, an integer in [1, 3600000]"); }
+        else if (OPT("--duration")) { if (cli_parse_double(v, &duration) || !(duration >= 0.0 && duration < 1e9)) BADR("--duration", "seconds in [0, 1e9); 0 = until SIGINT or SIGTERM"); }
         else if (OPT("--log")) { if (!*v) BAD("--log"); log_path = v; }
         else if (OPT("--events")) { if (!*v) BAD("--events"); events = v; }
         else if (OPT("--readahead-file")) { if (!*v) BAD("--readahead-file"); ra_file = v; }
@@ -584,6 +585,7 @@ int cli_tune_readahead(int argc, char **argv) {
             return 2;
         }
 #undef BAD
+#undef BADR
 #undef OPT
     }
     const char *missing = !bundle ? "--bundle" : !events && !dev ? "--device (or --events with --readahead-file)"
