@@ -246,14 +246,19 @@ static void test_partition_by_hand(void) {
     flashrt_config_default(&cfg);
     char err[FLASHRT_ERR_LEN];
     struct frt_partition_setup ps = {&cfg, 3, 10, 10, NULL};
-    CHECK(frt_partition_policy(FLASHRT_PART_EVEN)->quotas(&ps, q, err, sizeof err) == 0 && q[0] == 4 && q[1] == 3 &&
-          q[2] == 3, "even: 4 3 3");
+    /* the quotas of the shares (pages_of_shares of the 10 regions), each holding its quota - 1
+     * (frt_partition_holds, the simulator's rule) */
+    CHECK(frt_partition_policy(FLASHRT_PART_EVEN)->quotas(&ps, q, err, sizeof err) == 0 && q[0] == 3 && q[1] == 2 &&
+          q[2] == 2, "even: quotas 4 3 3 hold 3 2 2");
     double shares[3] = {1, 1, 2};
     cfg.partition_shares = shares;
     cfg.partition_nshares = 3;
-    CHECK(frt_partition_policy(FLASHRT_PART_STATIC)->quotas(&ps, q, err, sizeof err) == 0 && q[0] == 3 && q[1] == 2 &&
-          q[2] == 5, "static 1:1:2 of 10: %llu %llu %llu", (unsigned long long)q[0], (unsigned long long)q[1],
+    CHECK(frt_partition_policy(FLASHRT_PART_STATIC)->quotas(&ps, q, err, sizeof err) == 0 && q[0] == 2 && q[1] == 1 &&
+          q[2] == 4, "static 1:1:2 of 10 (quotas 3 2 5) holds: %llu %llu %llu", (unsigned long long)q[0], (unsigned long long)q[1],
           (unsigned long long)q[2]);
+    uint64_t one[3] = {1, 0, 9};
+    frt_partition_holds(one, 3);
+    CHECK(one[0] == 0 && one[1] == 0 && one[2] == 8, "a quota of 1 or 0 holds nothing");
     cfg.partition_nshares = 2;
     CHECK(frt_partition_policy(FLASHRT_PART_STATIC)->quotas(&ps, q, err, sizeof err) != 0 && strstr(err, "2 shares"),
           "%s", err);
