@@ -299,6 +299,39 @@ def test_kill_9_leaves_the_backing_intact_and_the_mount_point_released(built, pl
     assert os.listdir(place["mnt"]) == []  # a plain directory again
 
 
+@needs_fuse
+def test_background_mount_returns_once_mounted_and_holds_its_flash(built, place) -> None:
+    """Without -f the command returns once the mount is up; the serving process holds the
+    flash file's lock (a second mount of it is refused, nothing mounted), and unmounting
+    ends it with the final counters."""
+    m2 = place["dir"] / "mnt2"
+    m2.mkdir()
+    base = ["--flash", str(place["flash"]), "--flash-bytes", "16MiB", "--admission", "admitall"]
+    try:
+        p = subprocess.run([str(built), "mount", str(place["backing"]), str(place["mnt"]), *base,
+                            "--stats-out", str(place["stats"])], capture_output=True, text=True,
+                           timeout=GUARD_S)
+        assert p.returncode == 0, p.stderr
+        assert is_mounted(place["mnt"])
+        assert (place["mnt"] / "c.bin").read_bytes() == (place["backing"] / "c.bin").read_bytes()
+        q = subprocess.run([str(built), "mount", str(place["backing"]), str(m2), *base],
+                           capture_output=True, text=True, timeout=GUARD_S)
+        assert q.returncode == 1 and "in use by flashrt" in q.stderr, q.stderr
+        assert not is_mounted(m2)
+        subprocess.run(["fusermount3", "-u", str(place["mnt"])], check=True, timeout=GUARD_S)
+
+        def final() -> bool:
+            try:
+                return json.loads(place["stats"].read_text())["final"] is True
+            except (FileNotFoundError, json.JSONDecodeError):
+                return False
+        wait_for("the final counters", final)
+        assert json.loads(place["stats"].read_text())["reads"] >= 1
+    finally:
+        release(place["mnt"])
+        release(m2)
+
+
 # ---- bad input ---------------------------------------------------------------------------
 
 
