@@ -300,6 +300,56 @@ def test_kill_9_leaves_the_backing_intact_and_the_mount_point_released(built, pl
 
 
 @needs_fuse
+@pytest.mark.parametrize("policy", ["rejectx", "bundle"])
+def test_the_recorded_trace_replays_to_the_mounts_counts(built, place, policy) -> None:
+    """--trace-out records what the mount served; `flashrt replay` of it through the same
+    engine composition makes the same decisions: the same hits, backend IOs and bytes,
+    admitted and prefetched segments and evictions as the mount counted."""
+    trace = place["dir"] / "served.trace"
+    if policy == "bundle":
+        bundle = make_bundle(place["dir"] / "bundle", BUILD / "policies" / "count.so")
+        mount_policy, replay_policy = ["--bundle", str(bundle)], ["--policy", str(bundle)]
+    else:
+        mount_policy = replay_policy = ["--admission", "rejectx"]
+    rng = np.random.default_rng(3)
+    with mounted(built, place["backing"], place["mnt"], place["flash"], place["stats"],
+                 *mount_policy, "--trace-out", str(trace)) as proc:
+        for _ in range(3):
+            for name, size in FILES.items():
+                fd = os.open(place["mnt"] / name, os.O_RDONLY)
+                try:
+                    for off, length in random_reads(rng, size, 40 if size else 1):
+                        os.pread(fd, length, off)
+                finally:
+                    os.close(fd)
+        assert not trace.exists()  # written under a temporary name until the mount ends
+        rc, err = stop(proc)
+    assert rc == 0, err
+    s = json.loads(place["stats"].read_text())
+    lines = trace.read_text().splitlines()
+    assert lines[0].startswith("#block_id io_offset io_size op_time op_name")
+    assert s["traced_accesses"] == s["accesses"] == len(lines) - 1 > 0, s
+    backing = place["dir"] / "replay-backing.img"
+    p = subprocess.run([str(built), "prepare-backing", "--backing", str(backing), "--trace",
+                        str(trace)], capture_output=True, text=True, timeout=GUARD_S)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([str(built), "replay", "--trace", str(trace), "--flash",
+                        str(place["dir"] / "replay-flash.img"), "--flash-bytes", "16MiB",
+                        "--region-bytes", "1MiB", "--backing", str(backing), "--warmup-s", "0",
+                        "--json", *replay_policy], capture_output=True, text=True,
+                       timeout=GUARD_S)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    keys = ("hits", "backend_ios", "backend_bytes", "admitted_segments", "prefetched_segments",
+            "evicted_regions")
+    assert {k: r[k] for k in keys} == {k: s[k] for k in keys}
+    assert r["gets"] == s["accesses"] and r["integrity_errors"] == 0
+    assert s["evicted_regions"] > 0 and s["hits"] > 0
+    if policy == "bundle":
+        assert s["prefetched_segments"] > 0
+
+
+@needs_fuse
 def test_background_mount_returns_once_mounted_and_holds_its_flash(built, place) -> None:
     """Without -f the command returns once the mount is up; the serving process holds the
     flash file's lock (a second mount of it is refused, nothing mounted), and unmounting

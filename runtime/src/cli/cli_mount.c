@@ -50,6 +50,10 @@ static const char *MOUNT_HELP =
     "  --direct auto|on|off   O_DIRECT on the flash file (default auto: when supported)\n"
     "  --stats-out FILE       the counters' JSON (written atomically on SIGUSR1 and at\n"
     "                         unmount); default: stdout at unmount (foreground only)\n"
+    "  --trace-out FILE       record every access served as a Tectonic trace (schema 201910:\n"
+    "                         block_id = the cache key, op_time = seconds since the mount, GET\n"
+    "                         for a read, PUT for a write), renamed into place when the mount\n"
+    "                         ends cleanly; `flashrt replay` of it makes the same decisions\n"
     "  -f, --foreground       serve in the foreground (default: return once mounted)\n";
 
 /* PATH made absolute with its links resolved; a missing last component is resolved through
@@ -175,6 +179,7 @@ int cli_mount(int argc, char **argv) {
             else if (!strcmp(v, "off")) o.cfg.direct = FLASHRT_DIRECT_OFF;
             else BADR("--direct", "auto, on or off");
         } else if (OPT("--stats-out")) { if (!*v) BADR("--stats-out", "a file"); o.stats_out = v; }
+        else if (OPT("--trace-out")) { if (!*v) BADR("--trace-out", "a file"); o.trace_out = v; }
         else if (!strcmp(a, "-f") || !strcmp(a, "--foreground")) o.foreground = 1;
         else if (a[0] == '-' || npos == 2) {
             fprintf(stderr, "flashrt mount: error: unknown argument '%s' (see --help)\n", a);
@@ -223,7 +228,8 @@ int cli_mount(int argc, char **argv) {
     char journal[4200];
     snprintf(journal, sizeof journal, "%s.journal", o.cfg.flash_path);
     if (outside("--flash", o.cfg.flash_path, backing, mnt) || outside("--flash's journal", journal, backing, mnt) ||
-        (o.stats_out && outside("--stats-out", o.stats_out, backing, mnt)))
+        (o.stats_out && outside("--stats-out", o.stats_out, backing, mnt)) ||
+        (o.trace_out && outside("--trace-out", o.trace_out, backing, mnt)))
         return 1;
     if (access("/dev/fuse", R_OK | W_OK) != 0)
         return ERR("mount: /dev/fuse: %s: this machine (or container) gives no FUSE device (load the fuse module; "
@@ -234,6 +240,7 @@ int cli_mount(int argc, char **argv) {
     cli_guard_add(&g, "--flash", o.cfg.flash_path, CLI_DEV);
     cli_guard_add(&g, "--flash's journal", journal, CLI_DEV);
     cli_guard_add(&g, "--stats-out", o.stats_out, CLI_OUT);
+    cli_guard_add(&g, "--trace-out", o.trace_out, CLI_OUT);
     if (cli_guard_check(&g)) return 1;
     /* the bundle verified (never loaded by path) before anything is written */
     flashrt_policy *pol = NULL;

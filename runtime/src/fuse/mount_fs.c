@@ -9,6 +9,12 @@
  * and renaming files, directories and links are refused (EROFS): the directory's shape is
  * the backing's.
  *
+ * With a trace to record (--trace-out), every access the engine served is one line of a
+ * Tectonic trace (schema 201910, its header first): block_id = the cache key, the offset and
+ * size in the block, op_time = the access's time, op_name 1 (GET) for a read and 3 (PUT) for
+ * a write through; written to PATH.tmp.PID and renamed to PATH when the mount ends cleanly,
+ * so `flashrt replay` of it makes the engine's decisions again.
+ *
  * One thread serves the kernel's requests (fuse_loop); a second waits for SIGUSR1 and writes
  * the counters. The engine is used under one mutex. Reads bypass the kernel's page cache
  * (direct_io) so that every read reaches the cache. The backing files must not change except
@@ -56,7 +62,18 @@ struct mfs {
     uint64_t backend_reads, backend_read_bytes, backend_errors, engine_errors;
     uint64_t stats_written;
     atomic_int stop;
+    FILE *trace; /* --trace-out's temporary file */
+    char trace_tmp[4200];
+    uint64_t traced;
 };
+
+/* One access of the recorded trace. */
+static void record(struct mfs *m, uint64_t key, uint64_t off, uint64_t size, double t, int op) {
+    if (!m->trace) return;
+    fprintf(m->trace, "%llu %llu %llu %.9f %d 0 0 0\n", (unsigned long long)key, (unsigned long long)off,
+            (unsigned long long)size, t, op);
+    m->traced++;
+}
 
 struct handle {
     int fd;
@@ -177,6 +194,10 @@ static int write_stats(struct mfs *m, int final, const char *stopped_by) {
     cli_json_num(f, "miss_path_us_p50", mt.miss_path_us_p50, &first);
     cli_json_num(f, "miss_path_us_p99", mt.miss_path_us_p99, &first);
     cli_json_int(f, "direct_io", (uint64_t)mt.direct_io, &first);
+    if (m->o->trace_out) {
+        cli_json_str(f, "trace_out", m->o->trace_out, &first);
+        cli_json_int(f, "traced_accesses", m->traced, &first);
+    }
     cli_json_int(f, "stats_written", ++m->stats_written, &first);
     fputs("}\n", f);
     if (fclose(f) != 0) {
@@ -334,6 +355,7 @@ static int fs_read(const char *path, char *buf, size_t size, off_t off, struct f
             break;
         }
         memcpy(buf + done, res.data, n);
+        record(m, a.key, a.offset, a.size, a.time, 1);
         done += n;
     }
     m->cur_fd = -1;
@@ -363,6 +385,14 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
     }
     /* what was written is no longer what the cache holds */
     if (done && invalidate(m, h->id, (uint64_t)off, (uint64_t)off + done) != 0) rc = -EIO;
+    if (m->trace) { /* a PUT per block written */
+        double t = frt_now() - m->t0;
+        for (uint64_t pos = (uint64_t)off, end = (uint64_t)off + done; pos < end;) {
+            uint64_t boff = pos % BLOCK, n = BLOCK - boff < end - pos ? BLOCK - boff : end - pos;
+            record(m, (uint64_t)h->id << FRT_MOUNT_FILE_SHIFT | pos / BLOCK, boff, n, t, 3);
+            pos += n;
+        }
+    }
     m->writes++;
     m->write_bytes += done;
     pthread_mutex_unlock(&m->mu);
@@ -512,6 +542,19 @@ int frt_mount_run(const struct frt_mount_opts *o, int ready_fd) {
         rc = fail(ready_fd, err);
         goto out;
     }
+    if (o->trace_out) {
+        snprintf(m->trace_tmp, sizeof m->trace_tmp, "%s.tmp.%ld", o->trace_out, (long)getpid());
+        int tfd = open(m->trace_tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        m->trace = tfd >= 0 ? fdopen(tfd, "w") : NULL;
+        if (!m->trace) {
+            snprintf(msg, sizeof msg, "--trace-out %s: %s", m->trace_tmp, strerror(errno));
+            if (tfd >= 0) close(tfd);
+            m->trace_tmp[0] = 0;
+            rc = fail(ready_fd, msg);
+            goto out;
+        }
+        fputs("#block_id io_offset io_size op_time op_name pipeline user_namespace user_name\n", m->trace);
+    }
     /* auto_unmount: fusermount3 stays beside the mount and unmounts it when this process ends
      * in any way (kill -9 included) */
     if (fuse_opt_add_arg(&args, "flashrt") != 0 || fuse_opt_add_arg(&args, "-o") != 0 ||
@@ -559,16 +602,26 @@ int frt_mount_run(const struct frt_mount_opts *o, int ready_fd) {
         pthread_kill(th, SIGUSR1);
         pthread_join(th, NULL);
     }
+    /* the recorded trace whole, before the counters that name it */
+    int tw = 0;
+    if (m->trace) {
+        tw = fclose(m->trace) != 0 || (lr >= 0 && rename(m->trace_tmp, o->trace_out) != 0);
+        if (tw) fprintf(stderr, "flashrt mount: --trace-out %s: %s\n", o->trace_out, strerror(errno));
+        m->trace = NULL;
+        if (!tw && lr >= 0) m->trace_tmp[0] = 0;
+    }
     pthread_mutex_lock(&m->mu);
     int sw = write_stats(m, 1, lr < 0 ? "error" : "unmount or signal");
     pthread_mutex_unlock(&m->mu);
-    rc = lr < 0 || sw != 0 ? 1 : 0;
+    rc = lr < 0 || sw != 0 || tw ? 1 : 0;
     if (lr < 0) fprintf(stderr, "flashrt mount: the FUSE loop failed: %s\n", strerror(-lr));
 out:
     if (handlers) fuse_remove_signal_handlers(fuse_get_session(f));
     if (mounted) fuse_unmount(f);
     if (f) fuse_destroy(f);
     fuse_opt_free_args(&args);
+    if (m->trace) fclose(m->trace);
+    if (m->trace_tmp[0]) unlink(m->trace_tmp); /* never half a trace under its name */
     flashrt_close(m->rt);
     flashrt_backing_close(m->backing);
     if (m->root_fd >= 0) close(m->root_fd);

@@ -14,6 +14,7 @@
 struct frt_mount_opts {
     const char *backing, *mountpoint; /* absolute, resolved (realpath) */
     const char *stats_out;            /* the counters' JSON file; NULL: stdout at unmount */
+    const char *trace_out;            /* the accesses served, a Tectonic trace; NULL: none */
     const char *policy_name, *admission, *eviction; /* for the counters */
     int foreground;
     struct flashrt_config cfg;
