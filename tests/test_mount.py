@@ -1,5 +1,6 @@
 """`flashrt mount` (runtime/src/cli/cli_mount.c, runtime/src/fuse/mount_fs.c): a FUSE file
-system whose reads go through the cache engine. Bytes read through the mount equal the
+system whose reads go through the cache engine, and `flashrt play` (cli_play.c) reading a
+trace through it. Bytes read through the mount equal the
 backing files' under random preads (block and segment borders crossed, files of sizes that
 are not multiples of 8 MiB, a flash small enough to evict), also under ASan + UBSan; a second
 read of a range is a flash hit; writes go through and drop what the cache held; kill -9 of the
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_runtime import BUILD, FLASHRT, RUNTIME, build_runtime, make_bundle
-from test_runtime_engine import evict_bundle
+from test_runtime_engine import evict_bundle, fixed_range_trace
 
 MiB = 1 << 20
 BLOCK = 8 * MiB
@@ -350,6 +351,44 @@ def test_the_recorded_trace_replays_to_the_mounts_counts(built, place, policy) -
 
 
 @needs_fuse
+def test_a_trace_played_through_the_mount_makes_the_replays_decisions(built, tmp_path) -> None:
+    """`flashrt play` reads a trace's GETs through the mount from a file `flashrt
+    prepare-backing` laid out: every byte is the prepared content, and the mount's engine
+    makes the decisions `flashrt replay` makes on the same trace (PUTs, which play does not
+    send, are replay's only extra backend IOs)."""
+    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
+    backing.mkdir()
+    mnt.mkdir()
+    trace = fixed_range_trace(tmp_path / "t.trace", n=1500, blocks=200, seed=5)
+    img = backing / "blocks.img"
+    p = subprocess.run([str(built), "prepare-backing", "--backing", str(img), "--trace",
+                        str(trace)], capture_output=True, text=True, timeout=GUARD_S)
+    assert p.returncode == 0, p.stderr
+    stats = tmp_path / "stats.json"
+    with mounted(built, backing, mnt, tmp_path / "flash.img", stats) as proc:
+        p = subprocess.run([str(built), "play", "--trace", str(trace), "--to", str(mnt), "--map",
+                            f"{img}.map", "--speed", "5000", "--verify", "--json"],
+                           capture_output=True, text=True, timeout=GUARD_S)
+        assert p.returncode == 0, p.stderr
+        rc, err = stop(proc)
+    assert rc == 0, err
+    play = json.loads(p.stdout)
+    assert play["integrity_errors"] == 0 and play["verified_bytes"] == play["bytes"] > 0, play
+    s = json.loads(stats.read_text())
+    assert s["accesses"] == play["gets"], (s, play)  # one FUSE read per access
+    p = subprocess.run([str(built), "replay", "--trace", str(trace), "--flash",
+                        str(tmp_path / "replay.img"), "--flash-bytes", "16MiB", "--backing",
+                        str(img), "--admission", "admitall", "--warmup-s", "0", "--json"],
+                       capture_output=True, text=True, timeout=GUARD_S)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    keys = ("hits", "admitted_segments", "evicted_regions")
+    assert {k: r[k] for k in keys} == {k: s[k] for k in keys}
+    assert r["backend_ios"] - r["puts"] == s["backend_ios"] and r["puts"] == play["puts_not_played"]
+    assert s["hits"] > 0 and s["evicted_regions"] > 0
+
+
+@needs_fuse
 def test_background_mount_returns_once_mounted_and_holds_its_flash(built, place) -> None:
     """Without -f the command returns once the mount is up; the serving process holds the
     flash file's lock (a second mount of it is refused, nothing mounted), and unmounting
@@ -453,3 +492,40 @@ def test_built_without_fuse_says_so(tmp_path) -> None:
     assert p.returncode == 1 and "built without FUSE" in p.stderr, p.stderr
     assert not (tmp_path / "f.img").exists()
     assert "mount" in subprocess.run([str(NOFUSE), "--help"], capture_output=True, text=True).stdout
+
+
+def test_play_checks_every_byte_and_refuses_blocks_its_file_lacks(tmp_path) -> None:
+    """`flashrt play` straight from a prepared file (no mount): a corrupted byte is found
+    (exit 3), a block the map does not list is refused naming the trace's line."""
+    build_runtime()
+    trace = fixed_range_trace(tmp_path / "t.trace", n=300, blocks=40, seed=2)
+    img = tmp_path / "blocks.img"
+    p = subprocess.run([str(FLASHRT), "prepare-backing", "--backing", str(img), "--trace",
+                        str(trace)], capture_output=True, text=True, timeout=GUARD_S)
+    assert p.returncode == 0, p.stderr
+
+    def play(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(FLASHRT), "play", "--trace", str(trace), "--to", str(img),
+                               "--no-pace", "--verify", "--json", *extra], capture_output=True,
+                              text=True, timeout=GUARD_S)
+
+    p = play()
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["integrity_errors"] == 0 and out["gets"] + out["puts_not_played"] == 300
+    first = trace.read_text().splitlines()[1].split()  # the first access: block, offset
+    slot = sorted({int(line.split()[0]) for line in trace.read_text().splitlines()[1:]})
+    at = slot.index(int(first[0])) * BLOCK + int(first[1]) + 10
+    with open(img, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    p = play()
+    assert p.returncode == 3 and "wrong byte" in p.stderr, p.stderr
+    other = tmp_path / "other.trace"
+    other.write_text(trace.read_text() + "999999 0 4096 1572999999.0 2 1 1 1\n")
+    p = subprocess.run([str(FLASHRT), "play", "--trace", str(other), "--to", str(img), "--map",
+                        f"{img}.map", "--no-pace"], capture_output=True, text=True,
+                       timeout=GUARD_S)
+    assert p.returncode == 1 and "block 999999 is not in" in p.stderr and ":302:" in p.stderr

@@ -123,6 +123,9 @@ typedef int (*flashrt_backing_read_fn)(void *ctx, uint64_t key, uint64_t pos, ui
 flashrt_backing *flashrt_backing_open_fn(flashrt_backing_read_fn read, void *ctx, const char *name, char *err,
                                          size_t errlen);
 uint64_t flashrt_backing_blocks(const flashrt_backing *b);
+/* Where block `key` lives on a prepared backing (its slot x 8 MiB): 0, or -1 when the map has
+ * no such block (or the backing's reads are the caller's). */
+int flashrt_backing_offset(const flashrt_backing *b, uint64_t key, uint64_t *off);
 void flashrt_backing_close(flashrt_backing *b);
 
 /* ---- the cache -------------------------------------------------------------------------- */

@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/cli_mat.h"
 #include "cli/cli_mount.h"
+#include "cli/cli_play.h"
 #include "cli/cli_pannier.h"
 #include "cli/cli_partition.h"
 #include "cli/cli_readahead.h"
@@ -38,6 +39,8 @@ static const char *USAGE =
     "                   compiled bundle) from the page cache's activity; restores it on exit\n"
     "  mount            serve a directory's files through the cache (FUSE): reads from flash\n"
     "                   or the backing files by the policy, writes through\n"
+    "  play             read a trace's GETs from a prepared file (e.g. through a mount) at\n"
+    "                   the trace's offsets, sizes and pace\n"
     "  verify           verify a policy bundle as every command loads it (manifest schema,\n"
     "                   size, sha256, ELF checks, mapped from a sealed copy, the values it\n"
     "                   reports); prints its capabilities and sha256\n"
@@ -338,6 +341,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "partition-replay")) return cli_partition_replay(argc, argv);
     if (!strcmp(cmd, "pannier-replay")) return cli_pannier_replay(argc, argv);
     if (!strcmp(cmd, "mount")) return cli_mount(argc, argv);
+    if (!strcmp(cmd, "play")) return cli_play(argc, argv);
     if (!strcmp(cmd, "tune-readahead")) return cli_tune_readahead(argc, argv);
     if (!strcmp(cmd, "prepare-backing")) return cmd_prepare(argc, argv);
     if (!strcmp(cmd, "probe-disk")) return cmd_probe(argc, argv);

@@ -278,6 +278,13 @@ flashrt_backing *flashrt_backing_open_fn(flashrt_backing_read_fn read, void *ctx
 }
 
 uint64_t flashrt_backing_blocks(const flashrt_backing *b) { return b->nblocks; }
+
+int flashrt_backing_offset(const flashrt_backing *b, uint64_t key, uint64_t *off) {
+    const uint32_t *slot = b->read_fn ? NULL : frt_map_get(&b->slots, key);
+    if (!slot) return -1;
+    *off = (uint64_t)*slot * FRT_BLOCK_BYTES;
+    return 0;
+}
 int frt_backing_direct(const flashrt_backing *b) { return b->direct; }
 void frt_backing_set_readahead(flashrt_backing *b, frt_ra_hook *h) { b->ra = h; }
 
