@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,11 +49,45 @@ def hang_guard_expired(started: float, timeout: float, busiest: float) -> bool:
     return time.monotonic() - started > timeout * max(1.0, busiest / (os.cpu_count() or 1))
 
 
+@functools.cache
+def _migrated_mlflow_store() -> Path:
+    """An empty MLflow sqlite store as MLflow's first touch leaves it (every migration run,
+    only MLflow's Default experiment), made once per test process: migrating a new store
+    costs several CPU seconds per process that touches it."""
+    folder = Path(tempfile.mkdtemp(prefix="flashml-test-mlflow-"))
+    atexit.register(shutil.rmtree, folder, True)
+    db = folder / "mlflow.db"
+    code = ("import sys\n"
+            "from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore\n"
+            "SqlAlchemyStore(f'sqlite:///{sys.argv[1]}', './mlruns').engine.dispose()\n")
+    subprocess.run([sys.executable, "-c", code, str(db)], check=True, cwd=REPO, timeout=600,
+                   capture_output=True)
+    return db
+
+
+def seed_mlflow_store(home: Path) -> Path:
+    """HOME/mlflow.db (the embedded store under FLASHML_HOME=HOME) made a copy of an already
+    migrated empty store unless it exists: the same tables and rows MLflow's own first touch
+    writes, so a test whose subject is not the store's creation skips the migrations (first
+    touch itself: tests/test_tracking.py). Returns HOME."""
+    home.mkdir(parents=True, exist_ok=True)
+    db = home / "mlflow.db"
+    if not db.exists():
+        part = home / ".mlflow.db.seeding"
+        shutil.copyfile(_migrated_mlflow_store(), part)
+        part.replace(db)
+    return home
+
+
 def run_cli(*args: str, check: bool = False, cwd: Path | None = None,
-            timeout: float = 600, env: dict[str, str] | None = None
+            timeout: float = 600, env: dict[str, str] | None = None, seed_store: bool = True
             ) -> subprocess.CompletedProcess[str]:
     """Run `flashml ARGS...` as a user would, in a fresh interpreter (`env` adds variables);
-    killed as hung after `timeout` seconds scaled by the machine's load (hang_guard_expired)."""
+    killed as hung after `timeout` seconds scaled by the machine's load (hang_guard_expired).
+    An isolated embedded store (`env` with FLASHML_HOME and an empty MLFLOW_TRACKING_URI) is
+    seeded migrated (seed_mlflow_store) unless `seed_store` is False."""
+    if seed_store and env and env.get("FLASHML_HOME") and env.get("MLFLOW_TRACKING_URI") == "":
+        seed_mlflow_store(Path(env["FLASHML_HOME"]))
     cmd = [sys.executable, "-m", "flashml.cli", *map(str, args)]
     started, busiest = time.monotonic(), os.getloadavg()[0]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

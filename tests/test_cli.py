@@ -10,6 +10,8 @@ import pytest
 
 from flashml.cli import build_parser, main
 
+from conftest import run_cli, seed_mlflow_store
+
 
 def all_commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
     yield prefix
@@ -79,7 +81,7 @@ def test_main_job_on_a_real_trace_shorter_than_a_day(tmp_path: Path, cli,
         simulate(df, cfg.replace(warmup_s=3600.0)).metrics["mean_dt_util"], rel=1e-6)
 
 
-def check_a_worker_runs_the_jobs_trials(work: Path, summary: dict, tmp_path: Path,
+def check_a_worker_runs_the_jobs_trials(work: Path, summary: dict, state: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep worker process (flashml/jobs/sweep_worker.py, started as the job starts it)
     on the finished run folder gets each of the job's sweep points and gives the trial the
@@ -99,7 +101,7 @@ def check_a_worker_runs_the_jobs_trials(work: Path, summary: dict, tmp_path: Pat
     sw = summary["sweep"]
     peak0 = summary["policies"]["rejectx"]["peak_dt_util"]
     # the worker's MLflow and Optuna stores: the job's
-    monkeypatch.setenv("FLASHML_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("FLASHML_HOME", str(state))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
     spawn = baleen._sweep_spawner(run, s, "again", sw["storage"], peak0,
                                   summary["mlflow_run_id"])
@@ -113,19 +115,31 @@ def check_a_worker_runs_the_jobs_trials(work: Path, summary: dict, tmp_path: Pat
     assert worker.close() is None
 
 
-def test_main_job_end_to_end(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+#: The main job's knobs in the tests below: two sweep trials, two sweep processes.
+MAIN_JOB = ("pipeline", "run", "--engine", "polars", "--sweep-trials", "2", "--sweep-workers",
+            "2")
+
+
+@pytest.fixture(scope="module")
+def main_job(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The whole main job run once by the real CLI (isolated MLflow store under its own
+    FLASHML_HOME): (the process, its run folder, its summary, its FLASHML_HOME)."""
+    top = tmp_path_factory.mktemp("main_job")
+    work, state = top / "run", top / "state"
+    env = {"FLASHML_HOME": str(state), "MLFLOW_TRACKING_URI": ""}
+    proc = run_cli(*MAIN_JOB, "--out", work, check=True, env=env, timeout=900)
+    return proc, work, json.loads((work / "summary.json").read_text()), state
+
+
+def test_main_job_end_to_end(main_job, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole main job on the embedded default trace, with real MLflow (isolated store),
     Optuna (two sweep processes: the job's and a worker started when `train` finished), the
     registry and the compiled policy .so."""
-    work = tmp_path / "run"
-    env = {"FLASHML_HOME": str(tmp_path / "state"), "MLFLOW_TRACKING_URI": ""}
-    proc = cli("pipeline", "run", "--out", work, "--engine", "polars", "--sweep-trials", "2",
-               "--sweep-workers", "2", check=True, env=env, timeout=900)
-    summary = json.loads((work / "summary.json").read_text())
+    proc, work, summary, state = main_job
     assert summary["validate"]["success"] is True
     assert Path(summary["validate"]["data_docs"]).exists()
     # where `flashml ui docs` looks: the shared context (an index across runs), not the run's
-    assert Path(summary["validate"]["data_docs"]) == tmp_path / "state" / "gx" / \
+    assert Path(summary["validate"]["data_docs"]) == state / "gx" / \
         "uncommitted" / "data_docs" / "local_site" / "index.html"
     stats = summary["stats"]
     assert stats["requests"] == summary["ingest"]["rows"] == summary["generate"]["accesses"]
@@ -168,7 +182,7 @@ def test_main_job_end_to_end(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatc
     # the MLflow run exists in the isolated store, with nested runs per policy and trial
     import mlflow
 
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}")
+    mlflow.set_tracking_uri(f"sqlite:///{state / 'mlflow.db'}")
     runs = mlflow.search_runs(search_all_experiments=True, output_format="list")
     names = {r.info.run_name for r in runs}
     assert summary["mlflow_run_id"] in {r.info.run_id for r in runs}
@@ -177,7 +191,7 @@ def test_main_job_end_to_end(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatc
     # may run both trials before it has loaded the run)
     assert "started 1 sweep worker process" in proc.stdout + proc.stderr
     assert (work / "work" / "sweep" / "worker-01.log").exists()
-    check_a_worker_runs_the_jobs_trials(work, summary, tmp_path, monkeypatch)
+    check_a_worker_runs_the_jobs_trials(work, summary, state, monkeypatch)
     assert "peak DT" in proc.stdout and "Baleen vs RejectX" in proc.stdout
     check_mlflow_as_users_see_it(summary, runs)
 
@@ -352,21 +366,21 @@ def test_every_option_has_help() -> None:
 
 
 def test_the_main_job_resumes_to_the_summary_of_an_uninterrupted_run(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        main_job, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`flashml pipeline run --resume`: the main job interrupted in its sweep (its
     worker already started at the end of `train`), run again with --resume, redoes none of
     the recorded stages (the trained models, episodes and policies come from the run
     folder, the warm start from the policy bundle) and ends with the summary an
-    uninterrupted run gives, figures and chosen write rate included."""
+    uninterrupted run (the `main_job` fixture's, same knobs) gives, figures and chosen write
+    rate included; this one does not register (so its summary has no `registry`)."""
     from flashml import cli as flashml_cli
     from flashml.jobs import baleen
 
-    monkeypatch.setenv("FLASHML_HOME", str(tmp_path / "state"))
+    _, whole_dir, whole, whole_state = main_job
+    state = tmp_path / "state"
+    monkeypatch.setenv("FLASHML_HOME", str(seed_mlflow_store(state)))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    args = ["pipeline", "run", "--engine", "polars", "--sweep-trials", "2", "--sweep-workers",
-            "2", "--no-register"]
-    assert flashml_cli.main([*args, "--out", str(tmp_path / "whole")]) == 0
-    whole = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    args = [*MAIN_JOB, "--no-register"]
 
     real = baleen.STAGES
 
@@ -385,9 +399,12 @@ def test_the_main_job_resumes_to_the_summary_of_an_uninterrupted_run(
     monkeypatch.setattr(baleen, "STAGES", real)
     assert flashml_cli.main([*args, "--out", str(out), "--resume"]) == 0
     assert (out / "stages" / "train.json").stat().st_mtime_ns == trained  # not trained again
-    # the summaries with each run's folder named alike
-    resumed = json.loads((out / "summary.json").read_text().replace(str(out), "RUN"))
-    whole = json.loads(json.dumps(whole).replace(str(tmp_path / "whole"), "RUN"))
+    # the summaries with each run's folder and FLASHML_HOME named alike
+    resumed = json.loads((out / "summary.json").read_text().replace(str(out), "RUN")
+                         .replace(str(state), "STATE"))
+    whole = json.loads(json.dumps(whole).replace(str(whole_dir), "RUN")
+                       .replace(str(whole_state), "STATE"))
+    assert "registry" not in resumed and whole.pop("registry")["promoted"] is True
     volatile = {"mlflow_run_id", "timings_s", "peak_rss_mb", "seconds", "wall_s", "study",
                 "data_docs", "sha256", "created", "accesses_per_s", "compile_s"}
 
