@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import REPO
+from conftest import REPO, seed_mlflow_store
 
 # A job for run_job: `ingest` writes accesses.txt (atomically) and its record, `work` writes
 # work/out.txt and its record. $TOY_FAIL=<stage> makes that stage fail halfway (after it
@@ -68,7 +68,8 @@ run_job(job, sys.argv[2], Path(sys.argv[1]), resume="--resume" in sys.argv)
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {**os.environ, "FLASHML_HOME": str(home), "MLFLOW_TRACKING_URI": "", **extra}
+    env = {**os.environ, "FLASHML_HOME": str(seed_mlflow_store(home)), "MLFLOW_TRACKING_URI": "",
+           **extra}
     for k in ("TOY_FAIL", "TOY_READY"):
         if k not in extra:
             env.pop(k, None)

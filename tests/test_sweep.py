@@ -17,7 +17,7 @@ import pytest
 
 from flashml.models.sweep import WIDEN, grid, widened_range
 
-from conftest import REPO
+from conftest import REPO, seed_mlflow_store
 
 FAKE = r"""
 import inspect, json, os, sys, time
@@ -163,7 +163,8 @@ print("RESULT " + json.dumps({
 
 def _sweep(tmp: Path, fails: bool = False, **cfg: object) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHML_", "MLFLOW_"))}
-    env |= {"FLASHML_HOME": str(tmp / "state"), "PYTHONPATH": str(REPO / "tests")}
+    env |= {"FLASHML_HOME": str(seed_mlflow_store(tmp / "state")),
+            "PYTHONPATH": str(REPO / "tests")}
     # top: the first round's top, 4 x the 10 MB/s target DRIVER asks for
     cfg = {"tmp": str(tmp), "worker": WORKER, "top": 40.0,
            "storage": f"sqlite:///{tmp / 'state' / 'optuna.db'}", **cfg}
@@ -302,11 +303,26 @@ def _same_trials(a: dict, b: dict) -> None:
     assert rows(a) == rows(b)
 
 
+@pytest.fixture(scope="module")
+def one_process_sweep(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The one-process warm sweep at a saturation, run once for the tests that compare with
+    it (its trials' results do not depend on how long a trial takes)."""
+    done: dict[float, dict] = {}
+
+    def get(saturation: float) -> dict:
+        if saturation not in done:
+            done[saturation] = _sweep(tmp_path_factory.mktemp("one"), trials=6,
+                                      saturation_mbps=saturation, scale_mbps=60.0, warm=True)
+        return done[saturation]
+    return get
+
+
 @pytest.mark.parametrize(("saturation", "slow"), [(400.0, "main"), (30.0, "main"),
                                                   (400.0, "worker"), (30.0, "worker")])
 def test_a_free_process_runs_the_next_rounds_first_point_ahead(tmp_path: Path,
                                                                saturation: float,
-                                                               slow: str) -> None:
+                                                               slow: str,
+                                                               one_process_sweep) -> None:
     """A warm sweep with a worker process: when one process has no point left while the
     other still runs the round's last one, it runs the next round's first point ahead of
     time (a worker in its process, the main process in a thread). If the range widens, that
@@ -315,7 +331,7 @@ def test_a_free_process_runs_the_next_rounds_first_point_ahead(tmp_path: Path,
     widen, the worker is stopped (the main process's loop cancelled) and the sweep ends as it
     would have. Either way the trials are those of the one-process sweep."""
     cfg = dict(trials=6, saturation_mbps=saturation, scale_mbps=60.0, warm=True, trial_s=0.3)
-    one = _sweep(tmp_path / "one", **cfg)
+    one = one_process_sweep(saturation)
     # the slow process's trial lasts until the other, out of points, runs the next round's
     # first point ahead of time (sync "ahead"; the other waits for the slow one to have
     # taken a point of the round first, however long the worker takes to start)
