@@ -44,6 +44,20 @@ def fresh(work, models) -> dict:
     return compile_policy(work / "fresh", model_dir=models, cache=False)
 
 
+@pytest.fixture(scope="module")
+def filled(work, models) -> tuple[Path, dict]:
+    """A cache filled by one compile of the bundle into an empty cache, and that compile's
+    manifest; a test copies the folder (cached_copy) instead of compiling it again (an
+    entry's key holds no path: a copy is the same cache)."""
+    cache = work / "filled-cache"
+    return cache, compile_policy(work / "filled", model_dir=models, cache=cache)
+
+
+def cached_copy(filled: tuple[Path, dict], tmp_path: Path) -> Path:
+    """tmp_path/cache: a copy of the filled cache, modes included."""
+    return Path(shutil.copytree(filled[0], tmp_path / "cache", symlinks=True))
+
+
 def _stats(m: dict) -> dict:
     return m["build"]["object_cache"]
 
@@ -52,10 +66,9 @@ def _entries(cache: Path) -> list[Path]:
     return sorted(p for p in (cache / "objects").glob("*/*") if not p.name.endswith(".tmp"))
 
 
-def test_unchanged_model_links_cached_objects_into_the_same_bytes(models, fresh,
+def test_unchanged_model_links_cached_objects_into_the_same_bytes(models, fresh, filled,
                                                                   tmp_path) -> None:
-    cache = tmp_path / "cache"
-    first = compile_policy(tmp_path / "a", model_dir=models, cache=cache)
+    cache, first = cached_copy(filled, tmp_path), filled[1]
     n = _stats(first)["compiled"]
     assert n >= 5 and _stats(first)["hits"] == 0  # four models' units and the wrapper
     assert len(_entries(cache)) == n
@@ -83,9 +96,9 @@ def test_default_folder_and_off(monkeypatch, tmp_path) -> None:
     assert cache_dir() is None
 
 
-def test_changed_threshold_recompiles_only_the_wrapper(boosters, models, tmp_path) -> None:
-    cache = tmp_path / "cache"
-    compile_policy(tmp_path / "a", model_dir=models, cache=cache)
+def test_changed_threshold_recompiles_only_the_wrapper(boosters, models, filled,
+                                                       tmp_path) -> None:
+    cache = cached_copy(filled, tmp_path)
     other = save_policy_models(tmp_path / "models2", boosters,
                                **{**DEMO_PARAMS, "admit_threshold": 0.625})
     m = compile_policy(tmp_path / "b", model_dir=other, cache=cache)
@@ -96,9 +109,8 @@ def test_changed_threshold_recompiles_only_the_wrapper(boosters, models, tmp_pat
                                          cache=False)["sha256"]
 
 
-def test_changed_model_recompiles_its_units(work, models, tmp_path) -> None:
-    cache = tmp_path / "cache"
-    compile_policy(tmp_path / "a", model_dir=models, cache=cache)
+def test_changed_model_recompiles_its_units(work, models, filled, tmp_path) -> None:
+    cache = cached_copy(filled, tmp_path)
     trace = demo_trace(work / "trace", accesses=15_000, seed=11)
     changed = save_policy_models(tmp_path / "models2",
                                  train_demo_models(trace, num_trees=6, num_leaves=7), **DEMO_PARAMS)
@@ -109,9 +121,8 @@ def test_changed_model_recompiles_its_units(work, models, tmp_path) -> None:
     assert {i["num_trees"] for i in m["models"].values()} == {6}
 
 
-def test_another_compiler_does_not_reuse_objects(models, fresh, tmp_path) -> None:
-    cache = tmp_path / "cache"
-    compile_policy(tmp_path / "a", model_dir=models, cache=cache)
+def test_another_compiler_does_not_reuse_objects(models, fresh, filled, tmp_path) -> None:
+    cache = cached_copy(filled, tmp_path)
     cc = shutil.which(os.environ.get("CC") or "cc")
     assert cc is not None
     wrapper = tmp_path / "bin" / "mycc"
@@ -147,10 +158,9 @@ def _flip_a_byte(path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["flipped byte", "truncated", "symlink", "entry gone"])
-def test_tampered_entry_is_refused_and_compiled_again(models, fresh, tmp_path,
+def test_tampered_entry_is_refused_and_compiled_again(models, fresh, filled, tmp_path,
                                                       damage) -> None:
-    cache = tmp_path / "cache"
-    compile_policy(tmp_path / "a", model_dir=models, cache=cache)
+    cache = cached_copy(filled, tmp_path)
     entries = _entries(cache)
     victims = entries if damage != "symlink" else entries[:1]
     for e in victims:
@@ -178,9 +188,8 @@ def test_tampered_entry_is_refused_and_compiled_again(models, fresh, tmp_path,
     assert again["sha256"] == fresh["sha256"]
 
 
-def test_cache_folder_writable_by_others_is_not_used(models, fresh, tmp_path) -> None:
-    cache = tmp_path / "cache"
-    compile_policy(tmp_path / "a", model_dir=models, cache=cache)
+def test_cache_folder_writable_by_others_is_not_used(models, fresh, filled, tmp_path) -> None:
+    cache = cached_copy(filled, tmp_path)
     _flip_a_byte(_entries(cache)[0] / objcache.OBJECT_NAME)
     for e in _entries(cache):  # a consistent forgery: object and entry agree
         data = (e / objcache.OBJECT_NAME).read_bytes()

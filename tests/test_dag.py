@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, seed_mlflow_store
 
 DRIVER = r"""
 import json, runpy, sys
@@ -47,7 +47,7 @@ def _env(tmp: Path) -> dict[str, str]:
         "AIRFLOW_HOME": str(tmp / "airflow"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "FLASHML_HOME": str(tmp / "state"),
+        "FLASHML_HOME": str(seed_mlflow_store(tmp / "state")),
         "PYTHONPATH": str(REPO / "tests"),
     }
     return env

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, seed_mlflow_store
 
 
 def free_port() -> int:
@@ -95,7 +95,8 @@ def test_ui_mlflow_lists_the_runs(tmp_path: Path) -> None:
             "mlflow.end_run()")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHML_", "MLFLOW_"))}
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO,
-                   env=env | {"FLASHML_HOME": str(tmp_path)}, capture_output=True)
+                   env=env | {"FLASHML_HOME": str(seed_mlflow_store(tmp_path))},
+                   capture_output=True)
     proc, port = start("mlflow", tmp_path)
     wait_ready(proc)
     base = f"http://127.0.0.1:{port}"
