@@ -517,3 +517,22 @@ def test_pannier_knobs_only_bundle_stays_valid(tmp_path) -> None:
     write_manifest(d, m)
     with pytest.raises(UserError, match="no admission capability"):
         load_policy(d)
+
+
+def test_a_process_loads_more_bundles_than_it_has_descriptors(good) -> None:
+    """Every load maps a fresh memfd under a name no loaded object has. ctypes never unloads,
+    and a closed memfd's number comes back for the next one: a loader that told names apart
+    by holding descriptors ran out of them (here 64) after a few dozen loads in one process
+    ("no free descriptor name"), as a long test worker or training process does."""
+    code = (
+        "import resource, sys\n"
+        "from flashml.compiler.loader import load_policy\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit("
+        "resource.RLIMIT_NOFILE)[1]))\n"
+        "libs = [load_policy(sys.argv[1]) for _ in range(300)]\n"
+        "names = {p.lib._name for p in libs}\n"
+        "print(len(libs), len(names))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(good)], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["300", "300"]

@@ -21,6 +21,7 @@ import ctypes
 import errno
 import fcntl
 import hashlib
+import itertools
 import logging
 import os
 import stat
@@ -374,7 +375,6 @@ def map_verified(v: VerifiedSo) -> Any:
         if e.errno != errno.EINVAL:
             raise UserError(f"{v.path}: cannot load: memfd_create: {e.strerror}") from None
         fd = os.memfd_create("flashml-policy", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    extra: list[int] = []
     try:
         with open(fd, "wb", closefd=False, buffering=0) as f:
             view = memoryview(v.data)
@@ -382,28 +382,38 @@ def map_verified(v: VerifiedSo) -> Any:
                 view = view[f.write(view):]
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
                     | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
-        # the dynamic linker matches an earlier object by name first: an object loaded from
-        # an earlier memfd that had this number must not be taken for this one
-        # (a duplicate at the lowest number above each name taken; the ones passed over close)
-        name_fd = fd
-        while _loaded(f"/proc/self/fd/{name_fd}"):
-            try:
-                nxt = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, name_fd + 1)
-            except OSError:
-                raise UserError(f"{v.path}: cannot load: no free descriptor name") from None
-            if name_fd != fd:
-                os.close(extra.pop())
-            name_fd = nxt
-            extra.append(name_fd)
+        name = _free_name(fd)
         try:
-            return ctypes.CDLL(f"/proc/self/fd/{name_fd}")
+            return ctypes.CDLL(name)
         except OSError as e:
-            why = str(e).replace(f"/proc/self/fd/{name_fd}", str(v.path))
+            why = str(e).replace(name, str(v.path))
             raise UserError(f"{v.path}: cannot load: {why}") from None
     finally:
-        for x in extra:
-            os.close(x)
         os.close(fd)
+
+
+#: How many names _free_name handed out in this process: where the next search starts.
+_names_used = itertools.count()
+
+
+def memfd_name(fd: int, k: int) -> str:
+    """The k-th spelling of /proc/self/fd/<fd>: k's binary digits as "/." (1) and "//" (0)
+    between the folder and the number, so every k names the same descriptor by a different
+    string (k = 0 is the plain /proc/self/fd/<fd>)."""
+    bits = "".join("/." if b == "1" else "//" for b in format(k, "b")) if k else ""
+    return f"/proc/self/fd{bits}/{fd}"
+
+
+def _free_name(fd: int) -> str:
+    """A name for `fd` that no loaded object has. The dynamic linker takes an object whose
+    name matches an earlier one for that one, and a memfd's number is reused once it is
+    closed while the object loaded from it stays (ctypes never unloads): spelling the path
+    differently each time (memfd_name) keeps names unique without holding descriptors.
+    The Rust simulator's loader in this process checks the same names the same way."""
+    k = next(_names_used)
+    while _loaded(name := memfd_name(fd, k)):
+        k = next(_names_used)
+    return name
 
 
 def core_args(target: str | os.PathLike[str], need: tuple[str, ...] | list[str] | str, *,

@@ -233,11 +233,44 @@ fn loaded(name: &CStr) -> bool {
     }
 }
 
+/// How many names [`free_name`] handed out in this process: where the next search starts.
+static NAMES_USED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The k-th spelling of /proc/self/fd/<fd>: k's binary digits as "/." (1) and "//" (0)
+/// between the folder and the number, so every k names the same descriptor by a different
+/// string (k = 0 is the plain /proc/self/fd/<fd>). The Python loader spells them the same.
+pub fn memfd_name(fd: i32, k: usize) -> String {
+    let bits: String = if k == 0 {
+        String::new()
+    } else {
+        format!("{k:b}")
+            .chars()
+            .map(|b| if b == '1' { "/." } else { "//" })
+            .collect()
+    };
+    format!("/proc/self/fd{bits}/{fd}")
+}
+
+/// A name for `fd` that no loaded object has. The dynamic linker takes an object whose name
+/// matches an earlier one for that one, and a memfd's number is reused once it is closed
+/// while the object loaded from it may stay: spelling the path differently each time
+/// ([`memfd_name`]) keeps names unique without holding descriptors.
+fn free_name(fd: i32) -> std::ffi::CString {
+    use std::sync::atomic::Ordering;
+    loop {
+        let k = NAMES_USED.fetch_add(1, Ordering::Relaxed);
+        let name = std::ffi::CString::new(memfd_name(fd, k)).expect("no NUL in a path");
+        if !loaded(&name) {
+            return name;
+        }
+    }
+}
+
 /// Map exactly `data`: copied into a sealed memfd (no shrink, grow or write; the seals
 /// sealed) and dlopen()ed as /proc/self/fd/N under a name no loaded object has.
 fn map_bytes(data: &[u8], p: &str) -> Result<Library, SimError> {
     use std::io::Write;
-    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::fd::FromRawFd;
 
     let sys = |what: &str| {
         SimError(format!(
@@ -269,25 +302,7 @@ fn map_bytes(data: &[u8], p: &str) -> Result<Library, SimError> {
     if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } != 0 {
         return Err(sys("sealing the memfd"));
     }
-    // The dynamic linker matches an earlier object by name first: an object loaded from an
-    // earlier memfd that had this number must not be taken for this one.
-    let mut names = vec![];
-    let mut name_fd = fd;
-    let name = loop {
-        let name =
-            std::ffi::CString::new(format!("/proc/self/fd/{name_fd}")).expect("no NUL in a number");
-        if !loaded(&name) {
-            break name;
-        }
-        if names.len() >= 64 {
-            return err(format!("{p}: cannot load: no free descriptor name"));
-        }
-        let dup = file
-            .try_clone()
-            .map_err(|e| SimError(format!("{p}: cannot load: dup: {e}")))?;
-        name_fd = dup.as_raw_fd();
-        names.push(dup);
-    };
+    let name = free_name(fd);
     let shown = name.to_string_lossy().into_owned();
     // SAFETY: loading a shared object runs its initialisers; these bytes passed the checks
     // the caller asked for (the manifest's size and sha256, or an explicit unverified load).
@@ -669,6 +684,26 @@ mod tests {
     use crate::so_evict::EvictLib;
     use std::path::PathBuf;
     use std::process::Command;
+
+    /// Every spelling of one descriptor is a different string that names the same file.
+    #[test]
+    fn memfd_names_differ_and_name_the_descriptor() {
+        let names: Vec<String> = (0..300).map(|k| memfd_name(7, k)).collect();
+        assert_eq!(names[0], "/proc/self/fd/7");
+        assert_eq!(names[1], "/proc/self/fd/./7");
+        assert_eq!(names[2], "/proc/self/fd/.///7");
+        let unique: std::collections::HashSet<&String> = names.iter().collect();
+        assert_eq!(unique.len(), names.len());
+        let f = std::fs::File::open("/proc/self/exe").unwrap();
+        use std::os::fd::AsRawFd;
+        let fd = f.as_raw_fd();
+        let want = std::fs::metadata(memfd_name(fd, 0)).unwrap();
+        for k in [1, 2, 5, 255, 100_000] {
+            let got = std::fs::metadata(memfd_name(fd, k)).unwrap();
+            use std::os::unix::fs::MetadataExt;
+            assert_eq!((got.dev(), got.ino()), (want.dev(), want.ino()), "k = {k}");
+        }
+    }
 
     /// A real shared object (an eviction policy with a 1 MiB table, so it has several
     /// loadable segments) built with `cc` into a fresh folder.
