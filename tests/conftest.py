@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import functools
 import os
 import shutil
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,41 @@ def cli():
 def cloudphysics_path() -> Path:
     assert CLOUDPHYSICS.exists(), f"{CLOUDPHYSICS} missing: ../shared must sit beside the repo"
     return CLOUDPHYSICS
+
+
+def made_once(factory: pytest.TempPathFactory, name: str,
+              make: Callable[[Path], None]) -> Path:
+    """A folder NAME that `make(folder)` fills once per test session, shared by the xdist
+    workers (test files running on other workers wait for it, under a lock, instead of
+    making it again); for outputs several test files only read. A `make` that fails leaves
+    no folder (the next caller tries again)."""
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above each worker's own
+    done = root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        folder = root / name
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            try:
+                make(folder)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            done.touch()
+    return folder
+
+
+def cloudphysics_pipeline_run(factory: pytest.TempPathFactory) -> Path:
+    """`flashml pipeline run` on the real CloudPhysics sample (2 hours: trained on the first
+    half hour, no sweep, nothing registered or compiled), made once per session
+    (made_once): FOLDER/run is its run folder, FOLDER/state its FLASHML_HOME."""
+    def make(folder: Path) -> None:
+        run_cli("pipeline", "run", "--trace", CLOUDPHYSICS, "--format", "cloudphysics",
+                "--engine", "polars", "--sweep-trials", "0", "--no-register", "--no-compile",
+                "--train-hours", "0.5", "--target-write-rate", "0.1", "--out", folder / "run",
+                check=True, env={"FLASHML_HOME": str(folder / "state"),
+                                 "MLFLOW_TRACKING_URI": ""}, timeout=900)
+    return made_once(factory, "cloudphysics-pipeline", make)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_ui import start, stop_and_check, wait_ready
 
-from conftest import run_cli
+from conftest import cloudphysics_pipeline_run, run_cli
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (apt-get install "
@@ -41,12 +41,8 @@ def shows(page, text: str, timeout: float = 120.0) -> str:
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory, cloudphysics_path: Path) -> tuple:
-    home = tmp_path_factory.mktemp("browser")
-    env = {"FLASHML_HOME": str(home / "state"), "MLFLOW_TRACKING_URI": ""}
-    run_cli("pipeline", "run", "--trace", cloudphysics_path, "--format", "cloudphysics",
-            "--engine", "polars", "--sweep-trials", "0", "--no-register", "--no-compile",
-            "--train-hours", "0.5", "--target-write-rate", "0.1", "--out", home / "run",
-            check=True, env=env, timeout=900)
+    """A real `flashml pipeline run` (on the CloudPhysics sample; shared with test_cli)."""
+    home = cloudphysics_pipeline_run(tmp_path_factory)
     return home, json.loads((home / "run" / "summary.json").read_text())
 
 

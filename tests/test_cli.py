@@ -10,7 +10,7 @@ import pytest
 
 from flashml.cli import build_parser, main
 
-from conftest import run_cli, seed_mlflow_store
+from conftest import cloudphysics_pipeline_run, run_cli, seed_mlflow_store
 
 
 def all_commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
@@ -42,7 +42,8 @@ def test_every_command_has_help(cmd: tuple[str, ...], capsys) -> None:
 
 
 def test_main_job_on_a_real_trace_shorter_than_a_day(tmp_path: Path, cli,
-                                                    cloudphysics_path: Path) -> None:
+                                                    cloudphysics_path: Path,
+                                                    tmp_path_factory) -> None:
     """The real CloudPhysics sample spans 2 hours: with the default training day the main
     job stops before any work with an error naming the trace and the way out, leaving no
     summary and no MLflow run; with --train-hours 0.5 it trains on the first half hour and
@@ -62,9 +63,8 @@ def test_main_job_on_a_real_trace_shorter_than_a_day(tmp_path: Path, cli,
     assert cli("pipeline", "run", *common, "--out", tmp_path / "x", "--train-hours", "0",
                env=env).returncode != 0
 
-    work = tmp_path / "ok"
-    cli("pipeline", "run", *common, "--out", work, "--train-hours", "0.5", "--target-write-rate",
-        "0.1", check=True, env=env, timeout=900)
+    # `common` with --train-hours 0.5 --target-write-rate 0.1 (run once per session)
+    work = cloudphysics_pipeline_run(tmp_path_factory) / "run"
     summary = json.loads((work / "summary.json").read_text())
     rx = summary["policies"]["rejectx"]
     from flashml.simulation import SimConfig, simulate

@@ -15,7 +15,7 @@ import pytest
 
 from flashml import cli
 
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, seed_mlflow_store
 
 TRACE = REPO.parent / "shared" / "traces" / "cloudphysics-sample.csv"
 needs_trace = pytest.mark.skipif(not TRACE.is_file(), reason="../shared/traces is missing")
@@ -24,7 +24,7 @@ SIZES = ("16x16", "32x32")
 
 @pytest.fixture
 def state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("FLASHML_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("FLASHML_HOME", str(seed_mlflow_store(tmp_path / "state")))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 

@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import seed_mlflow_store
+
 
 @pytest.fixture
 def isolated_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("FLASHML_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("FLASHML_HOME", str(seed_mlflow_store(tmp_path / "state")))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     from flashml.tracking import setup
 

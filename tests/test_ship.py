@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from conftest import seed_mlflow_store
+
 
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setenv("FLASHML_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("FLASHML_HOME", str(seed_mlflow_store(tmp_path / "state")))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return tmp_path
 

@@ -12,7 +12,7 @@ import pytest
 
 from flashml import cli, jobs
 
-from conftest import REPO
+from conftest import REPO, seed_mlflow_store
 
 TRACE = REPO.parent / "shared" / "traces" / "cloudphysics-sample.csv"
 
@@ -20,7 +20,7 @@ TRACE = REPO.parent / "shared" / "traces" / "cloudphysics-sample.csv"
 @pytest.fixture
 def toy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(jobs, "SYSTEMS", [*jobs.SYSTEMS, "toy_system.job"])
-    monkeypatch.setenv("FLASHML_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("FLASHML_HOME", str(seed_mlflow_store(tmp_path / "state")))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
