@@ -24,6 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flashml.device.host import in_cgroups
+from flashml.device.host import io_cgroup as _io_cgroup
+from flashml.device.host import memory_cgroup as _memory_cgroup
+from flashml.device.host import run as _run
 from flashml.errors import UserError
 
 #: The paper's workloads (KML Table 2): db_bench benchmarks run on an existing database.
@@ -67,17 +71,6 @@ def unavailable(backend: str = "loop") -> str | None:
     if not os.access("/proc/sys/vm/drop_caches", os.W_OK):
         return "cannot drop the page cache (/proc/sys/vm/drop_caches is read-only here)"
     return None
-
-
-def _run(cmd: list[str], what: str, timeout: float = 600) -> str:
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise UserError(f"{what}: timed out after {timeout:.0f} s") from None
-    if p.returncode != 0:
-        raise UserError(f"{what} failed (exit {p.returncode}): "
-                        f"{(p.stderr or p.stdout).strip()[-500:]}")
-    return p.stdout
 
 
 def drop_caches() -> None:
@@ -221,15 +214,13 @@ class Testbed:
 
     def _db_bench(self, benchmark: str, *extra: str) -> str:
         assert self.mount is not None, "the testbed is not open"
-        # in the cgroups: the shell joins them, then becomes db_bench
-        joins = " && ".join(f'echo $$ > {cg / "cgroup.procs"}' for cg in self.cgroups)
-        prefix = (["sh", "-c", f'{joins} && exec "$@"', "sh"] if self.cgroups else [])
-        return _run([*prefix, "db_bench", f"--benchmarks={benchmark}", f"--db={self.mount / 'db'}",
+        return _run(in_cgroups(self.cgroups, [
+                        "db_bench", f"--benchmarks={benchmark}", f"--db={self.mount / 'db'}",
                      f"--value_size={self.value_size}", "--compression_type=none",
                      "--cache_size=1048576", "--threads=1",
                      # --duration is checked every this many ops (default 1,000: a 5 s run
                      # at 21 ops/s lasted 60 s)
-                     "--ops_between_duration_checks=1", *self.db_bench_flags, *extra],
+                     "--ops_between_duration_checks=1", *self.db_bench_flags, *extra]),
                     f"db_bench {benchmark}", timeout=1800)
 
     def fill(self, num: int) -> dict[str, float]:
@@ -299,44 +290,6 @@ def _clone(src: Path, dst: Path) -> None:
                 os.link(f, dst / f.name)
             else:
                 shutil.copy2(f, dst / f.name)
-
-
-def _cgroup(name: str, v1_controller: str, v2_controller: str, why: str) -> tuple[Path, bool]:
-    """A new cgroup `name` under cgroup v1's hierarchy of `v1_controller` where mounted, else
-    under cgroup v2's root (which must offer `v2_controller`); and whether it is v1."""
-    v1 = Path("/sys/fs/cgroup") / v1_controller
-    if v1.is_dir():
-        (v1 / name).mkdir(exist_ok=True)
-        return v1 / name, True
-    root = Path("/sys/fs/cgroup")
-    if v2_controller not in (root / "cgroup.controllers").read_text().split():
-        raise UserError(f"no {v2_controller} cgroup controller: cannot {why}")
-    (root / name).mkdir(exist_ok=True)
-    return root / name, False
-
-
-def _memory_cgroup(name: str, limit: int) -> Path:
-    """A memory cgroup limited to `limit` bytes (cgroup v1's memory controller, else v2)."""
-    cg, v1 = _cgroup(name, "memory", "memory", "limit db_bench's page cache")
-    (cg / ("memory.limit_in_bytes" if v1 else "memory.max")).write_text(f"{limit}\n")
-    return cg
-
-
-def _io_cgroup(name: str, device: str, iops: int | None, bps: int | None) -> Path:
-    """A blkio cgroup throttling reads of `device` (cgroup v1's blkio, else v2's io.max)."""
-    st = os.stat(device)
-    dev = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-    cg, v1 = _cgroup(name, "blkio", "io", "throttle the loop device")
-    if v1:
-        if iops:
-            (cg / "blkio.throttle.read_iops_device").write_text(f"{dev} {iops}\n")
-        if bps:
-            (cg / "blkio.throttle.read_bps_device").write_text(f"{dev} {bps}\n")
-    else:
-        limits = " ".join(x for x in (f"riops={iops}" if iops else "",
-                                      f"rbps={bps}" if bps else "") if x)
-        (cg / "io.max").write_text(f"{dev} {limits}\n")
-    return cg
 
 
 def sweep(tb: Testbed, workloads: tuple[str, ...] = WORKLOADS,
