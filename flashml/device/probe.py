@@ -5,10 +5,11 @@
 The simulator charges each backend IO `t_seek_s + bytes / bandwidth_bytes_per_s` (its config
 keys, declared in sim/src/config.rs). The probe reads the device with O_DIRECT, one read at a
 time at random aligned offsets, at several sizes (4 KiB .. 2 MiB), and fits that line to the
-read times by least squares: the intercept is t_seek_s, the slope's inverse the bandwidth.
-`--out` writes exactly those two keys (a SimConfig override: SimConfig(**json)); stdout gets
-them with the per-size mean read times and the fit's mean relative error. Run it as the process whose reads the
-device sees (e.g. inside a throttling cgroup: ThrottledDevice.in_cgroup).
+mean read time at each size by least squares: the intercept is t_seek_s, the slope's
+inverse the bandwidth. `--out` writes exactly those two keys (a SimConfig override:
+SimConfig(**json)); stdout gets them with the per-size mean read times and the fit's mean
+relative error. Run it as the process whose reads the device sees (e.g. inside a throttling
+cgroup: ThrottledDevice.in_cgroup).
 """
 
 from __future__ import annotations
