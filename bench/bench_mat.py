@@ -77,8 +77,8 @@ class TraceCase:
 def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict[str, Any]]:
     """MAT's row at `capacity` (bytes, or objects) on `trace`: `flashml mat run`'s job
     (flashml/jobs/mat.py) with its defaults at this one capacity (objective: byte miss
-    ratio): trained on the first 30% of the requests, T0, k and the model size tuned on the
-    next 20%, judged on the whole trace (the row's miss ratios, comparable with
+    ratio): trained on the first 30% of the requests, T0, k and the model (size and label
+    horizon) tuned on the next 20%, judged on the whole trace (the row's miss ratios, comparable with
     libCacheSim's) and on the held-out last 50%; and its periodic-retraining emulation (4
     windows, each of windows 1-3 judged by a model trained on MAT's own tail in the window
     before). Beside it, from the same job run, `lrb_inhouse`: LRB's decision (64 sampled
@@ -106,7 +106,8 @@ def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict
            "lru_held_out_miss_ratio": pol["lru"]["held_out_miss_ratio"],
            "lru_held_out_byte_miss_ratio": pol["lru"]["held_out_byte_miss_ratio"],
            "objective": summary["objective"],
-           "model_size": res["model_size"], "k": tuned["k"],
+           "model_size": res["model_size"], "label_horizon": res.get("label_horizon"),
+           "k": tuned["k"],
            "controller": s.mat.controller, "reuse_predictions": s.mat.reuse_predictions,
            "initial_threshold": tuned["initial_threshold"],
            "val_predictions_per_eviction": tuned.get("predictions_per_eviction")}

@@ -8,10 +8,11 @@ window (the first `train_fraction` of the requests) tags every candidate that le
 tail and labels it at its next request (rows whose label horizon the replay saw whole;
 flashml/models/mat.py `label_samples`: the paper's label for `--objective bytes`, the
 default, the size-aware one for `--objective requests`); LightGBM regressors of the label,
-one per model size of `model_sizes`, are trained on them; Optuna picks k, T0 and the model
-size on the validation window by the objective's miss ratio (byte miss ratio by default;
-within the prediction budget); the chosen one is compiled into a policy .so exporting
-`flashml_evict_predict`; the simulator then runs MAT
+one per model size of `model_sizes` and label horizon of `label_horizons`, are trained on
+them; Optuna picks k, T0 and the model (size and horizon) on the validation window by the
+objective's miss ratio (byte miss ratio by default; within the prediction budget); the
+chosen one is compiled into a policy .so exporting `flashml_evict_predict`; the simulator
+then runs MAT
 (Algorithm 1: at most L candidates from the LRU tail, evict the first whose predicted
 time-to-next-access is at least the adaptive threshold T) with that .so on the whole trace,
 beside the baselines (ours: LRU, FIFO, Belady, and LRB's decision with MAT's model,
@@ -90,14 +91,19 @@ class MatSettings:
     train_fraction: float = 0.3
     #: The next fraction: the validation window on which Optuna tunes T0 and k.
     val_fraction: float = 0.2
-    #: Optuna trials over (T0, k) per capacity (0: the defaults).
+    #: Optuna trials over (T0, k, model size) per capacity and label horizon (0: the
+    #: defaults).
     trials: int = 16
     #: LRB's memory window in logical requests; None: the training window's length (what a
     #: replay of it can observe; LRB's 2^26 suits 100 M-request traces, not short ones).
     memory_window: int | None = None
-    #: The label horizon H as a fraction of the training window (models/mat.py
-    #: `label_samples`): back within H is labelled by its distance, else "not back".
-    label_horizon: float = 0.25
+    #: The label horizons H the tuning chooses among, as fractions of the training window
+    #: (models/mat.py `label_samples`): back within H is labelled by its distance, else "not
+    #: back"; the first is the default trial's. A horizon shorter than the ages of the tail
+    #: candidates labels almost all of them "not back" (a large cache's tail is old), a long
+    #: one keeps fewer rows (those whose whole horizon the replay saw); which is better
+    #: depends on the cache size, so the validation window decides (`tune`).
+    label_horizons: tuple[float, ...] = (0.25, 0.5)
     #: What the job minimises (OBJECTIVES): byte miss ratio (the paper's) or miss ratio;
     #: it chooses the default label and scores the tuning trials.
     objective: str = "bytes"
@@ -143,8 +149,7 @@ class MatSettings:
                             f"(max candidates - k) must stay below 1 (here {args.delta * worst:g}"
                             "), or the threshold would turn negative; lower --delta or "
                             "--max-candidates")
-        if not 0.0 < args.label_horizon <= 1.0:
-            raise UserError(f"--label-horizon must be in (0, 1], got {args.label_horizon}")
+        horizons = _label_horizons(args.label_horizon)
         if args.size_exponent is not None and not 0.0 <= args.size_exponent <= 4.0:
             raise UserError(f"--size-exponent must be in [0, 4], got {args.size_exponent}")
         if args.objective not in OBJECTIVES:
@@ -161,7 +166,7 @@ class MatSettings:
                                  reuse_predictions=args.reuse_predictions),
                    train_fraction=args.train_fraction, val_fraction=args.val_fraction,
                    trials=args.trials, memory_window=args.memory_window,
-                   label_horizon=args.label_horizon, size_exponent=args.size_exponent,
+                   label_horizons=horizons, size_exponent=args.size_exponent,
                    objective=args.objective,
                    model_sizes=sizes, windows=args.windows,
                    baselines=_baselines(args.baselines))
@@ -178,6 +183,26 @@ def _baselines(text: str) -> tuple[str, ...]:
         raise UserError(f"--baselines: unknown {', '.join(map(repr, unknown))}; known: "
                         f"{', '.join(POLICIES)} (or none)")
     return names
+
+
+def _label_horizons(text: str) -> tuple[float, ...]:
+    """`0.25,0.5` -> (0.25, 0.5): each in (0, 1], at least one."""
+    out = []
+    for part in (t.strip() for t in str(text).split(",")):
+        if not part:
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise UserError(f"--label-horizon: expected fractions of the training window, "
+                            f"e.g. 0.25,0.5; cannot read {part!r}") from None
+        if not 0.0 < v <= 1.0:
+            raise UserError(f"--label-horizon must be in (0, 1] (a fraction of the training "
+                            f"window), got {part}")
+        out.append(v)
+    if not out:
+        raise UserError("--label-horizon: give at least one fraction, e.g. 0.25")
+    return tuple(dict.fromkeys(out))
 
 
 def _model_sizes(text: str) -> tuple[tuple[int, int], ...]:
@@ -253,14 +278,17 @@ def add_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-fraction", type=Number(float, 0.0, 1.0), default=d.val_fraction,
                    help="the next fraction, on which Optuna tunes T0 and k")
     p.add_argument("--trials", type=Number(int, 0, 10_000, unit="trials"), default=d.trials,
-                   help="Optuna trials over (T0, k) per capacity (0: defaults)")
+                   help="Optuna trials over (T0, k, model size) per capacity and label "
+                   "horizon (0: defaults)")
     p.add_argument("--memory-window", type=Number(int, MIN_MEMORY_WINDOW, 2**32 - 1,
                                                   unit="logical requests"), default=None,
                    help="LRB's memory window, logical requests (default: the training "
                    "window's length)")
-    p.add_argument("--label-horizon", type=Number(float, 0.0, 1.0, low_open=True),
-                   default=d.label_horizon,
-                   help="label horizon as a fraction of the training window")
+    p.add_argument("--label-horizon", default=",".join(f"{h:g}" for h in d.label_horizons),
+                   metavar="H[,H...]",
+                   help="label horizons, fractions of the training window (in (0, 1]), the "
+                   "tuning chooses among on the validation window; default "
+                   f"{','.join(f'{h:g}' for h in d.label_horizons)}")
     p.add_argument("--objective", choices=tuple(OBJECTIVES), default=d.objective,
                    help="the miss ratio to minimise: bytes (byte miss ratio, the paper's "
                    "metric) or requests (object miss ratio); it picks the default label "
@@ -335,9 +363,10 @@ def _resolve(text: str, unit: str, ws: dict[str, int]) -> dict[str, Any]:
 
 def samples(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     """Per capacity: an LRU replay of the training window (no model: MAT's tail with zero
-    predictions), tagging every candidate that leaves the tail; the rows whose label horizon
-    the replay saw whole (LRB's 44 features at tag time; models/mat.py `label_samples`) ->
-    `work/samples-*.npz`."""
+    predictions), tagging every candidate that leaves the tail; per label horizon
+    (`s.label_horizons`) the rows whose horizon the replay saw whole (LRB's 44 features at
+    tag time; models/mat.py `label_samples`) -> `work/samples-*.npz`. The record's `file`,
+    `rows`, ... are the first horizon's; `horizons` has each one's."""
     rec = run.done("samples")
     if rec is not None:
         return rec
@@ -351,7 +380,6 @@ def samples(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     train = df.slice(0, n)
     caps = run.done("ingest")["capacities"]
     window = memory_window(s, n)
-    horizon = label_horizon(s, n)
     run.work.mkdir(parents=True, exist_ok=True)
     out = {}
     for name, cap in caps.items():
@@ -359,14 +387,19 @@ def samples(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
             r = simulate_objects_mat(train["key"], train["size"], cap["capacity"], cap["unit"],
                                      predictor="none", collect_samples=True,
                                      memory_window=window, **_knobs(s.mat))
-            rows = label_samples(r["samples"], n, horizon,
+        per_h = {}
+        for h in s.label_horizons:
+            rows = label_samples(r["samples"], n, label_horizon(h, n),
                                  size_exponent=size_exponent(s, cap))
-        path = run.work / f"samples-{_slug(name)}.npz"
-        np.savez(path, features=rows.features, label=rows.label)
-        out[name] = {"file": str(path), "samples": int(len(r["samples"]["label"])),
-                     "train_requests": n, "lru_miss_ratio": r["miss_ratio"], **rows.info()}
+            path = run.work / f"samples-{_slug(name)}-h{_slug(f'{h:g}')}.npz"
+            np.savez(path, features=rows.features, label=rows.label)
+            per_h[f"{h:g}"] = {"file": str(path), "horizon_fraction": h, **rows.info()}
+        out[name] = {**per_h[f"{s.label_horizons[0]:g}"], "horizons": per_h,
+                     "samples": int(len(r["samples"]["label"])), "train_requests": n,
+                     "lru_miss_ratio": r["miss_ratio"]}
     return run.record("samples", {"per_capacity": out, "memory_window": window,
-                                  "label_horizon": horizon, "train_requests": n})
+                                  "label_horizon": label_horizon(s.label_horizons[0], n),
+                                  "train_requests": n})
 
 
 def size_exponent(s: MatSettings, cap: dict[str, Any]) -> float:
@@ -389,9 +422,9 @@ def memory_window(s: MatSettings, train_requests: int) -> int:
     return int(s.memory_window or max(MIN_MEMORY_WINDOW, train_requests))
 
 
-def label_horizon(s: MatSettings, window_requests: int) -> int:
-    """The label horizon in logical requests for a window of `window_requests`."""
-    return max(1, int(s.label_horizon * window_requests))
+def label_horizon(fraction: float, window_requests: int) -> int:
+    """The label horizon in logical requests, `fraction` of a window of `window_requests`."""
+    return max(1, int(fraction * window_requests))
 
 
 def _knobs(m: MatParams, **over: Any) -> dict[str, Any]:
@@ -408,10 +441,18 @@ def _size_slug(size: tuple[int, int] | list[int]) -> str:
     return f"{size[0]}x{size[1]}"
 
 
+def _variant(s: MatSettings, size: tuple[int, int], horizon: float) -> str:
+    """A trained model's key: its size (32x32), with `-h<H>` for a label horizon other than
+    the first of `s.label_horizons`."""
+    first = s.label_horizons[0]
+    return _size_slug(size) + ("" if horizon == first else f"-h{horizon:g}")
+
+
 def train(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
-    """Per capacity and model size (`s.model_sizes`): the TTA regressor on its samples
-    (flashml/models/mat.py), logged to MLflow with its metrics; the model bundles in
-    `work/bundle-<capacity>-<trees>x<leaves>`."""
+    """Per capacity, label horizon (`s.label_horizons`) and model size (`s.model_sizes`):
+    the TTA regressor on that horizon's samples (flashml/models/mat.py), logged to MLflow with
+    its metrics; the model bundles in `work/bundle-<capacity>-<trees>x<leaves>[-h<H>]`
+    (`_variant`: no suffix for the first horizon)."""
     rec = run.done("train")
     if rec is not None:
         return rec
@@ -424,28 +465,33 @@ def train(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     caps, ws = ing["capacities"], ing["working_set"]
     out: dict[str, Any] = {}
     smp = samples(run, s, timer)
-    for name, info in smp["per_capacity"].items():
-        with np.load(info["file"]) as z:
-            x, y = z["features"], z["label"]
-        if len(y) < 2:
-            raise UserError(f"--train-fraction {s.train_fraction:g}: only {len(y)} training "
-                            f"samples at capacity {name}: in the first "
-                            f"{s.train_fraction:.3g} of the trace the cache evicted no "
-                            "returning object; raise --train-fraction, use a smaller "
-                            "capacity or a longer trace")
+    for name, cap_info in smp["per_capacity"].items():
         models = {}
-        for size in s.model_sizes:
-            bundle = run.work / f"bundle-{_slug(name)}-{_size_slug(size)}"
-            with timer.stage(f"train at {name} ({_size_slug(size)})"):
-                metrics = _train_bundle(bundle, x, y, mat_gbm(*size), s,
-                                        initial_threshold=_initial_threshold(s, caps[name], ws),
-                                        memory_window=smp["memory_window"],
-                                        extra={"size_ref": info["size_ref"],
-                                               "size_exponent": info["size_exponent"]})
-            mlflow.log_metrics({f"{_slug(name)}_{_size_slug(size)}_{k}": v
-                                for k, v in finite_numbers(metrics).items()})
-            models[_size_slug(size)] = {"bundle": str(bundle), "trees": size[0],
-                                        "leaves": size[1], **metrics}
+        for h in s.label_horizons:
+            info = cap_info["horizons"][f"{h:g}"]
+            with np.load(info["file"]) as z:
+                x, y = z["features"], z["label"]
+            if len(y) < 2:
+                raise UserError(f"--train-fraction {s.train_fraction:g}: only {len(y)} "
+                                f"training samples at capacity {name} (--label-horizon "
+                                f"{h:g}): in the first {s.train_fraction:.3g} of the trace "
+                                "the cache evicted no returning object; raise "
+                                "--train-fraction, use a smaller capacity or a longer trace")
+            for size in s.model_sizes:
+                key = _variant(s, size, h)
+                bundle = run.work / f"bundle-{_slug(name)}-{_slug(key)}"
+                with timer.stage(f"train at {name} ({key})"):
+                    metrics = _train_bundle(bundle, x, y, mat_gbm(*size), s,
+                                            initial_threshold=_initial_threshold(
+                                                s, caps[name], ws),
+                                            memory_window=smp["memory_window"],
+                                            extra={"size_ref": info["size_ref"],
+                                                   "size_exponent": info["size_exponent"]})
+                mlflow.log_metrics({f"{_slug(name)}_{_slug(key)}_{k}": v
+                                    for k, v in finite_numbers(metrics).items()})
+                models[key] = {"bundle": str(bundle), "trees": size[0], "leaves": size[1],
+                               "model_size": _size_slug(size), "label_horizon": h,
+                               **metrics}
         out[name] = {"models": models}
     return run.record("train", {"per_capacity": out})
 
@@ -523,15 +569,20 @@ def _over_budget(r: dict[str, Any]) -> float:
 
 
 def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
-    """Per capacity: Optuna (TPE, `s.trials` trials) over MAT's initial threshold T0, k
-    (1..K_MAX, or 1..K_MAX_REUSED candidates with reused predictions) and the model size
-    (`s.model_sizes`, each trained once), scored by the objective's miss ratio (byte or
-    object: `s.objective`) of the validation window (the `val_fraction` of requests after
-    the training window); a trial whose predictions per
-    eviction (the model's calls, over its run or over the validation window alone) exceed
-    K_MAX is infeasible (the sign controller balances tries below and above k, so its mean
-    can exceed k; T's start-up moves any controller's). The defaults are trial 0, so the
-    choice is never worse than them there. The evaluation window after it stays unseen."""
+    """Per capacity and label horizon (`s.label_horizons`): Optuna (TPE, `s.trials` trials)
+    over MAT's initial threshold T0, k (1..K_MAX, or 1..K_MAX_REUSED candidates with reused
+    predictions) and the model size (`s.model_sizes`: each size and horizon trained once),
+    scored by the objective's miss ratio (byte or object: `s.objective`) of the validation
+    window (the `val_fraction` of requests after the training window); the best trial of
+    the horizons' studies is chosen (the record's `model` is its key, `model_size` and
+    `label_horizon` its parts; each horizon's best in `val_miss_ratio_by_label_horizon`). A
+    trial whose predictions per eviction (the model's calls, over its run or over the
+    validation window alone) exceed K_MAX is infeasible (the sign controller balances tries
+    below and above k, so its mean can exceed k; T's start-up moves any controller's). The
+    defaults are each study's trial 0, so the choice is never worse than them there; the
+    first horizon's study alone is the search of a job with that one horizon, so the choice
+    is never worse on the validation window than that job's either. The evaluation window
+    after it stays unseen."""
     rec = run.done("tune")
     if rec is not None:
         return rec
@@ -554,50 +605,71 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
             so = run.work / f"scratch-{_slug(name)}-{size}"
             compile_policy(so, model_dir=m["bundle"], log_to_mlflow=False)
             sos[size] = str(so)
-        first = _size_slug(s.model_sizes[0])
+        first = _variant(s, s.model_sizes[0], s.label_horizons[0])
         common = {**_knobs(s.mat), "memory_window": window}
         # no validation window (--val-fraction 0, or too small to hold a request): nothing
         # to judge a trial on, the defaults are kept below
         wkey = "window_" + objective_key(s)
         lru_val = (_window_hits(keys, sizes, cap, n_train, n_val, predictor="none")[1][wkey]
                    if n_val > n_train else None)
-        default = {"initial_threshold": t0, "k": s.mat.k, "model_size": first}
+        default = {"initial_threshold": t0, "k": s.mat.k, "model": first}
         if s.trials == 0 or n_val <= n_train:
-            out[name] = {**default, "val_miss_ratio": None, "lru_val_miss_ratio": lru_val,
+            out[name] = {**default, **_model_parts(info["models"][first]),
+                         "val_miss_ratio": None, "lru_val_miss_ratio": lru_val,
                          "val_metric": objective_key(s), "trials": 0}
             continue
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(direction="minimize",
-                                    sampler=optuna.samplers.TPESampler(seed=0))
-        study.enqueue_trial(default)
         hi = max(4.0 * window, 10.0 * t0)
         k_hi = min(K_MAX_REUSED, float(s.mat.max_candidates)) if s.mat.reuse_predictions \
             else K_MAX
 
-        def objective(trial: Any, hi: float = hi, k_hi: float = k_hi, wkey: str = wkey,
-                      cap: dict[str, Any] = cap,
+        def objective(trial: Any, h: float, hi: float = hi, k_hi: float = k_hi,
+                      wkey: str = wkey, cap: dict[str, Any] = cap,
                       common: dict[str, Any] = common, sos: dict[str, str] = sos) -> float:
             kw = {"initial_threshold": trial.suggest_float("initial_threshold", 1.0, hi,
                                                            log=True),
                   "k": trial.suggest_float("k", 1.0, k_hi)}
-            size = trial.suggest_categorical("model_size", list(sos))
-            _, r = _window_hits(keys, sizes, cap, n_train, n_val, predictor=sos[size],
+            size = trial.suggest_categorical("model_size",
+                                             [_size_slug(z) for z in s.model_sizes])
+            key = _variant(s, tuple(int(v) for v in size.split("x")), h)
+            _, r = _window_hits(keys, sizes, cap, n_train, n_val, predictor=sos[key],
                                 **(common | kw))
             mr = r[wkey]
             ppe = _over_budget(r)
             trial.set_user_attr("predictions_per_eviction", ppe)
+            trial.set_user_attr("model", key)
             # over the budget is infeasible: ranked after every trial within it
             return mr if not ppe > K_MAX else 1.0 + ppe
 
-        with timer.stage(f"tune at {name} ({s.trials} trials)"):
-            study.optimize(objective, n_trials=s.trials)
-        best = study.best_trial
-        out[name] = {**best.params, "val_miss_ratio": best.value,
+        # one study per label horizon, each the same search over T0, k and the model size
+        # (trial 0: the defaults); the best of them on the validation window (the first
+        # horizon's on a tie)
+        best, studies = None, []
+        for h in s.label_horizons:
+            study = optuna.create_study(direction="minimize",
+                                        sampler=optuna.samplers.TPESampler(seed=0))
+            study.enqueue_trial({"initial_threshold": t0, "k": s.mat.k,
+                                 "model_size": _size_slug(s.model_sizes[0])})
+            with timer.stage(f"tune at {name} (label horizon {h:g}, {s.trials} trials)"):
+                study.optimize(lambda trial, h=h: objective(trial, h), n_trials=s.trials)
+            studies.append(study)
+            if best is None or study.best_trial.value < best.value:
+                best = study.best_trial
+        assert best is not None
+        model = best.user_attrs["model"]
+        out[name] = {"initial_threshold": best.params["initial_threshold"],
+                     "k": best.params["k"], "model": model,
+                     **_model_parts(info["models"][model]),
+                     "val_miss_ratio": best.value,
                      "val_metric": objective_key(s),
-                     "default_val_miss_ratio": study.trials[0].value,
-                     "lru_val_miss_ratio": lru_val, "trials": len(study.trials),
+                     "default_val_miss_ratio": studies[0].trials[0].value,
+                     "val_miss_ratio_by_label_horizon": {
+                         f"{h:g}": st.best_trial.value
+                         for h, st in zip(s.label_horizons, studies, strict=True)},
+                     "lru_val_miss_ratio": lru_val,
+                     "trials": sum(len(st.trials) for st in studies),
                      "feasible": best.value <= 1.0,
                      "predictions_per_eviction": best.user_attrs["predictions_per_eviction"]}
         mlflow.log_metrics({f"{_slug(name)}_tuned_val_miss_ratio": best.value,
@@ -605,6 +677,11 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
                                 best.params["initial_threshold"],
                             f"{_slug(name)}_tuned_k": best.params["k"]})
     return run.record("tune", {"per_capacity": out, "validation": [n_train, n_val]})
+
+
+def _model_parts(m: dict[str, Any]) -> dict[str, Any]:
+    """A trained model's size (32x32) and label horizon (a fraction of the window)."""
+    return {"model_size": m["model_size"], "label_horizon": m["label_horizon"]}
 
 
 def compile_models(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
@@ -627,7 +704,7 @@ def compile_models(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     window = samples(run, s, timer)["memory_window"]
     for name, info in trained.items():
         size = tuned[name]["model_size"]
-        model = info["models"][size]
+        model = info["models"][tuned[name]["model"]]
         bundle = Path(model["bundle"])
         booster = lgb.Booster(model_file=str(bundle / "evict.txt"))
         metrics = finite_numbers({k: v for k, v in model.items() if k != "bundle"})
@@ -640,6 +717,7 @@ def compile_models(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         with timer.stage(f"compile at {name}"):
             manifest = compile_policy(dest, model_dir=bundle, log_to_mlflow=False)
         out[name] = {"dir": str(dest), "sha256": manifest["sha256"], "model_size": size,
+                     "label_horizon": tuned[name]["label_horizon"],
                      "capabilities": manifest.get("capabilities")}
     middle = list(trained)[len(trained) // 2]
     shipped = run.path / "compiled"
@@ -654,7 +732,7 @@ def periodic(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     tail-candidate samples fills): the whole trace in `s.windows` equal request windows;
     model i is trained on the tail candidates of window i of a replay with model i - 1 (MAT's
     own tail; window 0: LRU's), labelled with what window i itself shows (the horizon a
-    `label_horizon` fraction of a window), and judges window i + 1: its miss ratio there, from
+    tuned label horizon's fraction of a window), and judges window i + 1: its miss ratio there, from
     a run with model i from request 0 (the cache warm as that model left it), beside LRU's.
     The tuned k, T0 and model size; the memory window of the main model. Windows 1.. are
     thus judged by models that never saw them."""
@@ -687,7 +765,8 @@ def periodic(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
                                          predictor=predictor, collect_samples=True,
                                          **(knobs if predictor != "none" else
                                             {"memory_window": window}))
-                lab = label_samples(r["samples"], b, label_horizon(s, b - a), start=a,
+                lab = label_samples(r["samples"], b, label_horizon(t["label_horizon"], b - a),
+                                    start=a,
                                     size_exponent=size_exponent(s, cap), size_ref=size_ref)
                 size_ref = lab.size_ref  # one scale for every window's label
                 del r
@@ -769,7 +848,8 @@ def evaluate(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
             pol |= _libcachesim(keys, sizes, c, unit, s.baselines)
         results[name] = {"capacity": c, "unit": unit, "policies": pol,
                          "held_out_from_request": held_out, "model_size":
-                         compiled[name]["model_size"]}
+                         compiled[name]["model_size"],
+                         "label_horizon": compiled[name]["label_horizon"]}
         if name in per:
             results[name]["periodic"] = per[name]
         for p, m in pol.items():
@@ -874,7 +954,8 @@ def mlflow_params(run: RunDir, s: MatSettings) -> dict[str, Any]:
             "k": s.mat.k, "max_candidates": s.mat.max_candidates, "delta": s.mat.delta,
             "controller": s.mat.controller, "reuse_predictions": s.mat.reuse_predictions,
             "initial_threshold": s.mat.initial_threshold, "train_fraction": s.train_fraction,
-            "label_horizon": s.label_horizon, "objective": s.objective,
+            "label_horizons": ",".join(f"{h:g}" for h in s.label_horizons),
+            "objective": s.objective,
             "size_exponent": size_exponent(s, {"unit": "bytes"}),
             "model_sizes": ",".join(_size_slug(z) for z in s.model_sizes),
             "windows": s.windows}
