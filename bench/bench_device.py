@@ -1,0 +1,142 @@
+"""The simulator's disk-head time checked against a real device (flashml.device.check): a
+generated Tectonic-like trace's reads played with `flashrt play` through `flashrt mount`
+over a throttled loop device, once per policy (admit-all, RejectX, the Baleen-style demo
+bundle), the device's busy time (io_ticks) per window beside the simulator's DT for the trace
+the mount recorded, at the probed seek time and bandwidth.
+
+    make device-bench    # flock /tmp/flashml-timing.lock .venv/bin/python bench/bench_device.py
+    .venv/bin/python bench/bench_device.py --quick --out /tmp/device.json   # a small run
+
+Each window of the trace (its day cut into WINDOWS) is played back to back, so the
+throttle is the bottleneck (flashml.device.check says why).
+Results go to bench/results/device.json with the load average beside them. Needs root, loop
+devices, an io cgroup controller, /dev/fuse and a flashrt built with libfuse3; without them
+it says which is missing and writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from machine import machine
+
+ROOT = Path(__file__).resolve().parents[1]
+FLASHRT = ROOT / "runtime" / "build" / "flashrt"
+OUT = ROOT / "bench" / "results" / "device.json"
+SEG = 128 * 1024
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def missing() -> str | None:
+    from flashml.device.throttled import unavailable
+
+    why = unavailable()
+    if why:
+        return why
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    if not shutil.which("fusermount3"):
+        return "no fusermount3 (Debian fuse3)"
+    if subprocess.run(["pkg-config", "--exists", "fuse3"], capture_output=True).returncode:
+        return "no libfuse3 (Debian libfuse3-dev): flashrt is built without FUSE"
+    return None
+
+
+def sh(*args: object) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run([str(a) for a in args], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"{args[:3]} failed: {p.stderr[-2000:]}")
+    return p
+
+
+def make_trace(d: Path, accesses: int, keep_every: int) -> Path:
+    from test_runtime import small_trace
+
+    raw, trace = d / "gen.trace", d / "workload.trace"
+    sh(sys.executable, "-m", "flashml.cli", "trace", "generate", "--preset", "region1-like",
+       "--seed", "0", "--accesses", accesses, "--days", "1", "--quiet", "-o", raw)
+    small_trace(raw, trace, keep_every=keep_every, max_size=1 << 20)
+    return trace
+
+
+def make_bundle(d: Path, trace: Path) -> Path:
+    """The demo policy (LightGBM admission + prefetch, tests/demo_policy.py) trained on the
+    workload trace and compiled by `flashml compile`."""
+    from flashml.trace.ingest import load_trace
+
+    from demo_policy import write_demo_bundle
+
+    df, _ = load_trace(trace, "tectonic")
+    write_demo_bundle(df, d / "models")
+    sh(sys.executable, "-m", "flashml.cli", "compile", "--model-dir", d / "models", "-o",
+       d / "bundle", "--no-log")
+    return d / "bundle"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a small trace, two policies")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="where the device file and flash files go (default: a temp dir)")
+    args = ap.parse_args()
+    why = missing()
+    if why:
+        print(f"bench_device: skipped: {why}", file=sys.stderr)
+        return 0
+    sh("make", "-s", "-C", ROOT / "runtime", "all")
+    from flashml.device.check import device_check
+
+    accesses, keep, windows = (4000, 3, 8) if args.quick else (20000, 3, 24)
+    load_before = os.getloadavg()
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="flashml-bench-device-",
+                                     dir=args.workdir) as tmp:
+        d = Path(tmp)
+        trace = make_trace(d, accesses, keep)
+        policies: dict[str, list[str]] = {"admitall": ["--admission", "admitall"],
+                                          "rejectx": ["--admission", "rejectx"]}
+        if not args.quick:
+            policies["baleen_bundle"] = ["--bundle", str(make_bundle(d, trace))]
+        r: dict[str, Any] = device_check(
+            d / "dev", FLASHRT, trace, policies,
+            flash_bytes=(32 << 20) if args.quick else (128 << 20), windows=windows,
+            device_bytes=16 << 30, read_iops=200, read_bps=40 << 20)
+        span = _span(trace)
+    r["workload"] = {"preset": "region1-like", "seed": 0, "accesses_generated": accesses,
+                     "keep_every_block": keep, "max_io_bytes": 1 << 20,
+                     "trace_span_s": span}
+    r["wall_s"] = round(time.time() - started, 1)
+    r["machine"] = machine()
+    r["load_avg_before"] = load_before
+    r["load_avg_after"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    from flashml.files import atomic_path
+
+    with atomic_path(args.out) as t:
+        Path(t).write_text(json.dumps(r, indent=1) + "\n")
+    for name, p in r["policies"].items():
+        print(f"{name:14s} peak measured {p['peak_measured_s']:.3f} s  simulated "
+              f"{p['peak_simulated_s']:.3f} s  ({p['peak_rel_error']:+.1%})  "
+              f"spearman {p['spearman']}")
+    print("ranking measured", r["ranking_measured"], "simulated", r["ranking_simulated"])
+    return 0
+
+
+def _span(trace: Path) -> float:
+    t = [float(line.split()[3]) for line in trace.read_text().splitlines()
+         if not line.startswith("#")]
+    return max(t) - min(t)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
