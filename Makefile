@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export CARGO_TERM_QUIET := true
 
 .PHONY: setup demo test lint docs test-rust test-c test-python bench clean regress fuzz conformance \
-	cluster-test cluster-bench mount-bench
+	cluster-test cluster-bench mount-bench device-bench
 
 setup:
 	@bash scripts/setup.sh
@@ -61,6 +61,12 @@ cluster-bench: setup
 # mount` that hit vs direct preads of the flash file; root and FUSE (it says when they lack).
 mount-bench: setup
 	flock /tmp/flashml-timing.lock $(PY) bench/bench_mount.py
+
+# The simulator's DT against a throttled loop device's busy time (bench/results/device.json;
+# flashml/device/check.py): a generated trace played through the mount window by window with
+# admit-all, RejectX and the demo bundle; root, loop devices, an io cgroup and FUSE.
+device-bench: setup
+	flock /tmp/flashml-timing.lock $(PY) bench/bench_device.py
 
 # `make bench` then renders docs/measurements.md's tables (and quality.png) from the new results.
 bench: setup
