@@ -315,6 +315,78 @@ def plot_pannier(res: dict[str, Any], out: Path = RESULTS / "pannier.png") -> Pa
     return out
 
 
+def engine_section(res: dict[str, Any]) -> str:
+    """The engine's slots on flashrt replay's paths (before the slots vs LRU in the eviction
+    slot) and Baleen + MAT composed: one miss decision + one eviction decision, inside a
+    replay and from C in a loop (bench_engine.py)."""
+    p, r, bm = res["paths"], res["lru_vs_before"], res["baleen_mat"]
+    rows = [("hit path p50", "hit_path_us_p50", "us", 1),
+            ("miss path p50", "miss_path_us_p50", "us", 1),
+            ("miss decision p50", "decision_ns_p50", "ns", 0)]
+    lines = ["| `flashrt replay` | before the slots | LRU in the eviction slot | LRU / before |",
+             "|---|---|---|---|"]
+    lines += [f"| {name} | {p['before'][k]:,.{d}f} {u} | {p['lru'][k]:,.{d}f} {u} | {r[k]:.2f}x |"
+              for name, k, u, d in rows]
+    load = res["load_avg"]["timed_runs_start"][0], res["load_avg"]["timed_runs_end"][0]
+    c = res["cache"]
+    out = [f"Trace {res['trace']['preset']} ({res['trace']['accesses']:,} accesses, "
+           f"{res['trace']['gets']:,} GETs), {c['regions']} regions of "
+           f"{c['region_bytes'] >> 20} MiB; medians of {res['repeats']} alternated runs' p50s; "
+           f"load average (1 min) {load[0]:.1f} at the start of the timed runs, {load[1]:.1f} at "
+           f"the end (2 cores); same decisions as before the slots: "
+           f"{'yes' if res['lru_decisions_equal_before'] else '**no**'}.", "", *lines, ""]
+    tgt = bm["target_ns"]
+    both = bm["miss_plus_eviction_ns_p50"]
+    mat = ["| Baleen + MAT composed | miss decision p50 | eviction decision p50 | sum | target |",
+           "|---|---|---|---|---|",
+           f"| inside a replay (`flashrt replay --eviction mat`) | "
+           f"{bm['miss_decision_ns_p50']:,.0f} ns | {bm['eviction_decision_ns_p50']:,.0f} ns | "
+           f"{both:,.0f} ns | <= {tgt:,} ns: {'met' if both <= tgt else '**not met**'} |"]
+    loop = res.get("from_c_loop")
+    if loop:
+        for kind, what in (("hot", "from C in a loop, back to back"),
+                           ("cold", "from C in a loop, 8 MiB written between calls")):
+            total = loop[f"{kind}_decide_plus_evict_predict_ns"]
+            mat.append(f"| {what} | {loop[f'{kind}_decide_ns_p50']:,.0f} ns | "
+                       f"{loop[f'{kind}_evict_predict_ns_p50']:,.0f} ns (model call) | "
+                       f"{total:,.0f} ns | <= {tgt:,} ns: "
+                       f"{'met' if total <= tgt else '**not met**'} |")
+    out += mat
+    out += ["", f"MAT: {bm['eviction_decisions']:,} eviction decisions, "
+            f"{bm['predictions_per_decision']:.2f} model calls each; IO hit ratio "
+            f"{bm['io_hit_ratio']:.4f} (LRU {bm['io_hit_ratio_lru']:.4f})."]
+    return "\n".join(out)
+
+
+def plot_engine(res: dict[str, Any], out: Path = RESULTS / "engine.png") -> Path:
+    """Baleen + MAT: the miss and the eviction decision's p50, stacked, inside a replay and
+    from C in a loop (hot, cold), against the target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bm, loop = res["baleen_mat"], res.get("from_c_loop") or {}
+    rows = [("inside a replay", bm["miss_decision_ns_p50"], bm["eviction_decision_ns_p50"])]
+    rows += [(f"C loop, {k}", loop[f"{k}_decide_ns_p50"], loop[f"{k}_evict_predict_ns_p50"])
+             for k in ("hot", "cold") if loop]
+    fig, ax = plt.subplots(figsize=(7, 2.8), dpi=110)
+    names = [r[0] for r in rows]
+    ax.barh(names, [r[1] for r in rows], label="miss decision (admission + prefetch)")
+    ax.barh(names, [r[2] for r in rows], left=[r[1] for r in rows],
+            label="eviction decision (loop: MAT's model call)")
+    ax.axvline(bm["target_ns"], color="k", ls="--", lw=1, label="target")
+    ax.set_xlabel("ns (p50)")
+    ax.set_title(f"Baleen + MAT decisions (load average {res['load_avg']['timed_runs_end'][0]:.1f}"
+                 ", 2 cores)", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
 #: bench_quality's bars on the shipped default, as the table says them.
 QUALITY_BARS = {"at_or_above_cachelib_ml": ">= CacheLib-ML",
                 "at_or_above_flat_threshold": ">= flat threshold",
@@ -328,6 +400,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "quality": quality_section,
     "mlcache": mlcache_section,
     "pannier": pannier_section,
+    "engine": engine_section,
 }
 
 
@@ -390,6 +463,7 @@ def main(argv: list[str]) -> int:
         print(plot_quality(_load("quality")).relative_to(REPO))
         print(plot_mlcache(_load("mlcache")).relative_to(REPO))
         print(plot_pannier(_load("pannier")).relative_to(REPO))
+        print(plot_engine(_load("engine")).relative_to(REPO))
     if "--write" in argv:
         PAGE.write_text(replace_sections(PAGE.read_text()))
     elif "--plots" not in argv:

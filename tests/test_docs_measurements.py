@@ -57,3 +57,16 @@ def test_headline_summary_is_the_committed_json() -> None:
     assert section() in PAGE.read_text(), (
         "docs/measurements.md's headline figures are stale: run "
         "`.venv/bin/python bench/render_measurements.py --write`")
+
+
+def test_engine_section_follows_engine_json() -> None:
+    """The engine's section states the committed decision times and whether each meets the
+    target: a changed figure or target makes the page stale."""
+    res = rm._load("engine")
+    page = PAGE.read_text()
+    assert rm.engine_section(res) in page
+    bm = res["baleen_mat"]
+    assert f"{bm['miss_plus_eviction_ns_p50']:,.0f} ns" in page
+    res["baleen_mat"]["target_ns"] = 10 ** 9
+    assert rm.engine_section(res) not in page
+    assert "**not met**" not in rm.engine_section(res)
