@@ -96,7 +96,7 @@ def main() -> int:
     sh("make", "-s", "-C", ROOT / "runtime", "all")
     from flashml.device.check import device_check
 
-    accesses, keep, windows = (4000, 3, 8) if args.quick else (20000, 3, 24)
+    accesses, keep, windows = (4000, 3, 8) if args.quick else (10000, 3, 12)
     load_before = os.getloadavg()
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="flashml-bench-device-",

@@ -68,7 +68,8 @@ def _wait(what: str, done: Any, proc: subprocess.Popen | None, timeout: float = 
 def split_windows(trace: Path, work: Path, windows: int) -> tuple[list[Path], np.ndarray,
                                                                       float, float]:
     """The trace's lines cut into `windows` files by time (equal spans of trace time; the
-    header kept in each); the GETs' times in order, the first time and the window length."""
+    header kept in each); the GETs' (time, size) rows in order, the first time and the
+    window length."""
     from flashml.config import GET_OPS
 
     header, rows = [], []
@@ -92,7 +93,8 @@ def split_windows(trace: Path, work: Path, windows: int) -> tuple[list[Path], np
             f.writelines(r for r, kk in zip(rows, k, strict=True) if kk == w)
         files.append(path)
     get = np.asarray([int(r.split()[4]) in GET_OPS for r in rows])
-    return files, times[get], t0, window_s
+    sizes = np.asarray([int(r.split()[2]) for r in rows], dtype=float)
+    return files, np.stack([times[get], sizes[get]], axis=1), t0, window_s
 
 
 def run_policy(dev: ThrottledDevice, flashrt: Path, backing: Path, windows: list[Path],
@@ -145,20 +147,32 @@ def run_policy(dev: ThrottledDevice, flashrt: Path, backing: Path, windows: list
             "wall_s": wall, "busy_s": busy, "gets": gets}
 
 
-def retime(recorded: Path, get_times: np.ndarray, out: Path) -> Path:
-    """The recorded trace with the i-th access at the i-th workload GET's time."""
+def retime(recorded: Path, gets: np.ndarray, out: Path) -> Path:
+    """The recorded trace with each access at the time of the workload GET it served. The
+    kernel cuts a read into FUSE reads of at most 128 KiB (and the mount a FUSE read at a
+    block's end), so one GET is one or more consecutive recorded accesses whose sizes add up
+    to the GET's."""
     with open(recorded) as f:
         lines = f.readlines()
-    body = [ln for ln in lines if not ln.startswith("#")]
-    if len(body) != len(get_times):
-        raise UserError(f"{recorded}: {len(body)} accesses recorded, the workload has "
-                        f"{len(get_times)} GETs")
     with open(out, "w") as f:
         f.writelines(ln for ln in lines if ln.startswith("#"))
-        for ln, t in zip(body, get_times, strict=True):
+        i, left = 0, 0.0
+        for ln in lines:
+            if ln.startswith("#"):
+                continue
+            while left <= 0:
+                if i >= len(gets):
+                    raise UserError(f"{recorded}: more bytes recorded than the workload's "
+                                    f"{len(gets)} GETs read")
+                left, t = float(gets[i][1]), float(gets[i][0])
+                i += 1
             x = ln.split()
-            x[3] = repr(float(t))
+            left -= float(x[2])
+            x[3] = repr(t)
             f.write(" ".join(x) + "\n")
+    if i != len(gets) or left != 0:
+        raise UserError(f"{recorded}: the recorded reads cover {i} of the workload's "
+                        f"{len(gets)} GETs ({left:g} bytes short in the last)")
     return out
 
 
@@ -203,7 +217,7 @@ def device_check(workdir: Path, flashrt: Path, trace: Path, policies: dict[str, 
     out: dict[str, Any] = {"flash_bytes": flash_bytes, "windows": windows,
                            "throttle": {"read_iops": read_iops, "read_bps": read_bps},
                            "policies": {}}
-    files, get_times, t0, window_s = split_windows(trace, workdir, windows)
+    files, gets, t0, window_s = split_windows(trace, workdir, windows)
     out["window_trace_s"] = window_s
     with ThrottledDevice(workdir, device_bytes, read_iops=read_iops, read_bps=read_bps) as dev:
         assert dev.mount is not None and dev.upper is not None
@@ -228,7 +242,7 @@ def device_check(workdir: Path, flashrt: Path, trace: Path, policies: dict[str, 
         out["disk"] = disk
         for name, args in policies.items():
             r = run_policy(dev, flashrt, backing, files, name, args, flash_bytes, workdir)
-            timed = retime(r["recorded"], get_times, workdir / f"served-{name}.retimed.trace")
+            timed = retime(r["recorded"], gets, workdir / f"served-{name}.retimed.trace")
             res, sim_dt = simulate_recorded(timed, args, flash_bytes, disk, window_s)
             sim_dt = np.pad(sim_dt, (0, max(0, windows - len(sim_dt))))[:windows]
             measured = np.asarray(r["busy_s"])
