@@ -7,7 +7,9 @@ the mount recorded, at the probed seek time and bandwidth.
     make device-bench    # flock /tmp/flashml-timing.lock .venv/bin/python bench/bench_device.py
     .venv/bin/python bench/bench_device.py --quick --out /tmp/device.json   # a small run
 
-Each window of the trace (its day cut into WINDOWS) is played back to back, so the
+Then fio (random reads, Zipf) and db_bench readrandom run through the mount with RejectX
+and the bundle, the device's busy time measured around each (not simulated). Each window
+of the trace (its day cut into WINDOWS) is played back to back, so the
 throttle is the bottleneck (flashml.device.check says why).
 Results go to bench/results/device.json with the load average beside them. Needs root, loop
 devices, an io cgroup controller, /dev/fuse and a flashrt built with libfuse3; without them
@@ -82,6 +84,57 @@ def make_bundle(d: Path, trace: Path) -> Path:
     return d / "bundle"
 
 
+FIO_FILE_MIB = 512
+
+
+def applications(flashrt: Path, policies: dict[str, list[str]], flash_bytes: int,
+                 work: Path) -> Any:
+    """fio (random 128 KiB reads, Zipf 1.1) and db_bench readrandom (read-only, its database
+    written straight onto the device first) through the mount, once per policy; the device's
+    busy time around each. A run that fails is recorded with its error."""
+    from flashml.device.check import app_run
+    from flashml.errors import UserError
+
+    def run(dev: Any, backing: Path) -> dict[str, Any]:
+        sh("fio", "--name=lay", f"--filename={backing / 'fio.dat'}", f"--size={FIO_FILE_MIB}M",
+           "--rw=write", "--bs=1M", "--ioengine=psync", "--end_fsync=1")
+        db = backing / "db"
+        sh("db_bench", "--benchmarks=fillrandom,compact", f"--db={db}", "--num=200000",
+           "--value_size=1000", "--compression_type=none", "--threads=1")
+        jobs = {
+            "fio_randread_zipf": lambda mnt: [
+                "fio", "--name=zipf", f"--filename={mnt / 'fio.dat'}", f"--size={FIO_FILE_MIB}M",
+                "--rw=randread", "--bs=128k", "--random_distribution=zipf:1.1",
+                "--io_size=256M", "--ioengine=psync", "--randseed=7", "--output-format=json"],
+            "db_bench_readrandom": lambda mnt: [
+                "db_bench", "--benchmarks=readrandom", f"--db={mnt / 'db'}", "--readonly=1",
+                "--use_existing_db=1", "--num=200000", "--reads=20000", "--value_size=1000",
+                "--cache_size=1048576", "--threads=1", "--seed=7"],
+        }
+        out: dict[str, Any] = {}
+        for job, cmd in jobs.items():
+            for name, args in policies.items():
+                try:
+                    r = app_run(dev, flashrt, backing, f"{job}-{name}", args, flash_bytes,
+                                work, cmd)
+                except UserError as e:
+                    out.setdefault(job, {})[name] = {"error": str(e)[-600:]}
+                    continue
+                text = r.pop("stdout")
+                if job.startswith("fio"):
+                    rd = json.loads(text[text.index("{"):])["jobs"][0]["read"]
+                    r["fio"] = {"iops": round(rd["iops"], 1), "bw_kib_s": rd["bw"],
+                                "clat_p50_us": rd["clat_ns"]["percentile"]["50.000000"] / 1e3,
+                                "clat_p99_us": rd["clat_ns"]["percentile"]["99.000000"] / 1e3}
+                else:
+                    from flashml.kml.testbed import parse_db_bench
+                    r["db_bench"] = parse_db_bench(text, "readrandom")
+                out.setdefault(job, {})[name] = r
+        return out
+
+    return run
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a small trace, two policies")
@@ -110,7 +163,10 @@ def main() -> int:
         r: dict[str, Any] = device_check(
             d / "dev", FLASHRT, trace, policies,
             flash_bytes=(32 << 20) if args.quick else (128 << 20), windows=windows,
-            device_bytes=16 << 30, read_iops=200, read_bps=40 << 20)
+            device_bytes=16 << 30, read_iops=200, read_bps=40 << 20,
+            on_device=None if args.quick else applications(
+                FLASHRT, {k: v for k, v in policies.items() if k != "admitall"}, 128 << 20,
+                d / "dev"))
         span = _span(trace)
     r["workload"] = {"preset": "region1-like", "seed": 0, "accesses_generated": accesses,
                      "keep_every_block": keep, "max_io_bytes": 1 << 20,

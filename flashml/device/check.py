@@ -156,6 +156,53 @@ def run_policy(dev: ThrottledDevice, flashrt: Path, backing: Path, windows: list
             "wall_s": wall, "busy_s": busy, "gets": gets}
 
 
+def app_run(dev: ThrottledDevice, flashrt: Path, backing: Path, name: str,
+             policy_args: list[str], flash_bytes: int, work: Path,
+             cmd: Any) -> dict[str, Any]:
+    """An application on the mount: `cmd(mountpoint)` (a command line) run once with the
+    policy's mount over the device; its stdout, wall seconds, the device's busy seconds and
+    the mount's counters."""
+    mnt, flash = work / f"app-mnt-{name}", work / f"app-flash-{name}.img"
+    stats = work / f"app-stats-{name}.json"
+    mnt.mkdir(parents=True, exist_ok=True)
+    flash.unlink(missing_ok=True)
+    os.sync()
+    for f in backing.rglob("*"):
+        if f.is_file():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+    proc = subprocess.Popen(dev.in_cgroup([
+        str(flashrt), "mount", str(backing), str(mnt), "--flash", str(flash), "--flash-bytes",
+        str(flash_bytes), *policy_args, "--stats-out", str(stats), "-f"]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(f"mount {name}", lambda: os.path.ismount(mnt), proc)
+        t, ticks = time.monotonic(), dev.io_ticks_ms()
+        p = subprocess.run([str(c) for c in cmd(mnt)], capture_output=True, text=True,
+                           timeout=GUARD_S)
+        busy, wall = (dev.io_ticks_ms() - ticks) / 1000.0, time.monotonic() - t
+        if p.returncode != 0:
+            raise UserError(f"{name}: {cmd(mnt)[0]} failed: {(p.stderr or p.stdout)[-800:]}")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if os.path.ismount(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+        flash.unlink(missing_ok=True)
+        Path(f"{flash}.journal").unlink(missing_ok=True)
+    m = json.loads(stats.read_text())
+    return {"stdout": p.stdout, "wall_s": round(wall, 3), "busy_s": round(busy, 3),
+            "mount": {k: m.get(k) for k in ("accesses", "hits", "backend_ios",
+                                            "backend_bytes", "admitted_segments",
+                                            "prefetched_segments", "flash_written_bytes")}}
+
+
 def retime(recorded: Path, gets: np.ndarray, out: Path) -> Path:
     """The recorded trace with each access at the time of the workload GET it served. The
     kernel cuts a read into FUSE reads of at most 128 KiB (and the mount a FUSE read at a
@@ -217,9 +264,12 @@ def compare(measured: np.ndarray, simulated: np.ndarray) -> dict[str, Any]:
 def device_check(workdir: Path, flashrt: Path, trace: Path, policies: dict[str, list[str]],
                  *, flash_bytes: int, windows: int, device_bytes: int,
                  read_iops: int | None, read_bps: int | None, probe_s: float = 8.0,
-                 disk: dict[str, float] | None = None) -> dict[str, Any]:
+                 disk: dict[str, float] | None = None,
+                 on_device: Any = None) -> dict[str, Any]:
     """Set up the throttled device, lay the trace's blocks out on it, probe it (unless `disk`
-    is given), run every policy; the whole comparison as one JSON-able dict."""
+    is given), run every policy; the whole comparison as one JSON-able dict. `on_device(dev,
+    backing)`, when given, runs on the device afterwards (application runs); its result goes
+    under "applications"."""
     import sys
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -271,6 +321,8 @@ def device_check(workdir: Path, flashrt: Path, trace: Path, policies: dict[str, 
                     "backend_ios", "backend_bytes", "admitted_segments", "prefetched_segments",
                     "flash_write_rate_mbps")},
             }
+        if on_device is not None:
+            out["applications"] = on_device(dev, backing)
     names = list(out["policies"])
     by = out["policies"]
     out["ranking_measured"] = sorted(names, key=lambda n: by[n]["peak_measured_s"])
