@@ -50,6 +50,22 @@ def device_section(r: dict[str, Any]) -> str:
               f"({'the same' if r['ranking_equal'] else 'different'}).", "",
               "![measured device busy time vs simulated DT per window]"
               "(../assets/device_busy.png)"]
+    apps = r.get("applications")
+    if apps:
+        lines += ["", "Applications through the mount (measured only):", "",
+                  "| workload | policy | device busy (s) | wall (s) | backend IOs | hits / "
+                  "reads | result |", "|---|---|---:|---:|---:|---:|---|"]
+        for job, per in apps.items():
+            for name, a in per.items():
+                if "error" in a:
+                    lines.append(f"| {job} | {name} | | | | | failed: "
+                                 f"{a['error'][:120].replace('|', '/')} |")
+                    continue
+                m = a["mount"]
+                res = (f"{a['fio']['iops']:.0f} IOPS, p99 {a['fio']['clat_p99_us']:.0f} µs"
+                       if "fio" in a else f"{a['db_bench']['ops_per_s']:.0f} ops/s")
+                lines.append(f"| {job} | {name} | {a['busy_s']:.2f} | {a['wall_s']:.2f} | "
+                             f"{m['backend_ios']} | {m['hits']} / {m['accesses']} | {res} |")
     return "\n".join(lines)
 
 
