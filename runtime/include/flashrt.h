@@ -318,7 +318,7 @@ void flashrt_close(flashrt *rt);
 
 /* ---- MAT: an object cache with learned eviction at the LRU tail ------------------------ */
 /*
- * Whole objects (key, size) cached in a file, evicted by MAT (ML at the tail, issue 16):
+ * Whole objects (key, size) cached in a file, evicted by MAT (ML at the tail of LRU):
  * an LRU list whose tail candidates are asked, one at a time, for their time to next access
  * (TTA = |expm1(flashml_evict_predict(features)) - age|, LRB's 44 features of the eviction
  * contract); the first with TTA >= T goes, else it is re-inserted at the head, at most L

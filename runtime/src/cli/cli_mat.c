@@ -19,7 +19,7 @@ static const char *MAT_HELP =
     "                          (--cache-file PATH | --no-data) [options]\n"
     "\n"
     "Replays an object trace (one request per line: key, size) through an object cache with\n"
-    "MAT's learned eviction (ML at the tail of LRU, issue 16): on each eviction the LRU tail\n"
+    "MAT's learned eviction (ML at the tail of LRU): on each eviction the LRU tail\n"
     "candidates' times to next access are predicted by the bundle's flashml_evict_predict from\n"
     "LRB's 44 features; the decisions are the simulator's (flashml.simulation.\n"
     "simulate_objects_mat) on the same trace and capacity. Objects' bytes live in the cache\n"

@@ -1,4 +1,4 @@
-/* cli_readahead.c: `flashrt tune-readahead`: KML's readahead tuner (issue 19). Every window
+/* cli_readahead.c: `flashrt tune-readahead`: KML's readahead tuner. Every window
  * the page cache's events of one block device (the kernel's mm_filemap_add_to_page_cache
  * tracepoint, read from trace_pipe in a tracefs instance of our own, as flashml/kml/collect.py
  * reads them) become the contract's five features (readahead.c), the bundle's
@@ -39,7 +39,7 @@ static const char *RA_HELP =
     "usage: flashrt tune-readahead --device DEV --bundle DIR [options]\n"
     "       flashrt tune-readahead --events FILE --readahead-file PATH --bundle DIR [options]\n"
     "\n"
-    "Tunes a block device's readahead with KML's model (issue 19): every window the pages\n"
+    "Tunes a block device's readahead with KML's model: every window the pages\n"
     "the page cache adds from the device (the mm_filemap_add_to_page_cache tracepoint, in a\n"
     "tracefs instance of its own) give the contract's five features (features/readahead.toml:\n"
     "tracepoints, offset_mean, offset_std, offset_absdiff_mean, readahead_kib); the bundle's\n"

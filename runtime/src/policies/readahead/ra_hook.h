@@ -1,5 +1,5 @@
-/* ra_hook.h: KML's readahead model on the runtime's own backing reads (issue 19: "the C
- * runtime's own backing reads use the same model for their prefetch size on each stream";
+/* ra_hook.h: KML's readahead model on the runtime's own backing reads (the C
+ * runtime's own backing reads use the same model for their prefetch size on each stream;
  * ra_hook.c). An optional controller the caller creates and attaches to a backing store
  * (frt_backing_set_readahead, backing_internal.h); no global state: everything lives in the
  * frt_ra_hook object.

@@ -1,4 +1,4 @@
-/* readahead.h: KML's readahead tuner, the library part (issue 19; readahead.c): the
+/* readahead.h: KML's readahead tuner, the library part (readahead.c): the
  * contract's features of a window of page-cache events (features/readahead.toml), the parser
  * of the kernel's mm_filemap_add_to_page_cache trace lines, and loading a bundle's readahead
  * functions. `flashrt tune-readahead` (cli_readahead.c) runs them against a live device or a
