@@ -34,7 +34,10 @@ def _data(n: int, seed: int = 3) -> TrainingData:
                         rng.integers(0, m // 3, size=m).astype(np.uint64))
 
 
-def test_trees_do_not_depend_on_the_thread_count() -> None:
+def test_trees_do_not_depend_on_the_thread_count(monkeypatch) -> None:
+    import flashml.models.gbm as gbm_mod
+
+    monkeypatch.setattr(gbm_mod, "ONE_THREAD_ROWS", 0)  # two threads really used
     gbm = BaleenSettings().gbm
     rng = np.random.default_rng(1)
     n = 20_000
