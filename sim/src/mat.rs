@@ -1100,7 +1100,9 @@ mod tests {
         assert_eq!(t.next(), vec![2, 4, NO_NEXT, NO_NEXT, NO_NEXT]);
         // the table grows past its first size; key 0 and u64::MAX are keys like any other
         let keys: Vec<u64> = (0..5000u64)
-            .map(|i| (i % 1700).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i % 3 * u64::MAX))
+            .map(|i| {
+                (i % 1700).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i % 3).wrapping_mul(u64::MAX)
+            })
             .collect();
         let t = DenseTrace::new(&keys).unwrap();
         let mut first = std::collections::HashMap::new();
@@ -1174,7 +1176,10 @@ mod tests {
         }
         // predicted distances by last access: TTA = |d - age|
         let d = [12.0, 9.0, 0.0, 100.0]; // ttas at now=10: 2, 0, 8, 93
-        let meta = MetaStore::new(4, MEMORY_WINDOW);
+        let mut meta = MetaStore::new(4, MEMORY_WINDOW);
+        for o in 0..4u32 {
+            meta.access(o, o as u64, 1); // accessed before: what features are asked of
+        }
         let mut mat = Mat::new(params, FnPredictor(move |last, _| d[last as usize]));
         let mut none = None;
         let mut ev = |mat: &mut Mat<_>, order: &mut Lru, now| {

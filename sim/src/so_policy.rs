@@ -612,16 +612,17 @@ fn prepare(
     Ok((base, admit_threshold, when_threshold))
 }
 
-/// Simulate `cfg` (cache, eviction, disk model) with the policy .so as admission + prefetch.
-/// `cfg`'s own admission/prefetch settings are ignored.
-pub fn simulate(
+/// The policy .so as admission + prefetch over `trace` (the same features, thresholds and
+/// calls on each GET miss), handed to `run` with the config it simulates.
+fn with_so_policy<R>(
     trace: &Trace,
     cols: FeatureColumns,
     cfg: &FlashConfig,
     lib: &PolicyLib,
     overrides: Overrides,
     get_ops: &[u8],
-) -> Result<FlashResult, SimError> {
+    run: impl FnOnce(&FlashConfig, &mut SoAdmission, &mut SoPrefetch) -> R,
+) -> Result<R, SimError> {
     let (base, admit_threshold, when_threshold) = prepare(trace, &cols, cfg, lib, overrides)?;
     let state = RefCell::new(State {
         online: OnlineFeatures::new(*trace, cols, cfg.segment_bytes, get_ops),
@@ -639,7 +640,28 @@ pub fn simulate(
         state: &state,
         threshold: when_threshold,
     };
-    flash::simulate_with(trace, &base, &mut adm, &mut pf)
+    Ok(run(&base, &mut adm, &mut pf))
+}
+
+/// Simulate `cfg` (cache, eviction, disk model) with the policy .so as admission + prefetch.
+/// `cfg`'s own admission/prefetch settings are ignored.
+pub fn simulate(
+    trace: &Trace,
+    cols: FeatureColumns,
+    cfg: &FlashConfig,
+    lib: &PolicyLib,
+    overrides: Overrides,
+    get_ops: &[u8],
+) -> Result<FlashResult, SimError> {
+    with_so_policy(
+        trace,
+        cols,
+        cfg,
+        lib,
+        overrides,
+        get_ops,
+        |base, adm, pf| flash::simulate_with(trace, base, adm, pf),
+    )?
 }
 
 /// Baleen + MAT: the policy .so as admission + prefetch (as [`simulate`]: the same features,
@@ -658,24 +680,17 @@ pub fn simulate_mat<P: Predictor>(
     predictor: P,
     dense: &DenseTrace,
 ) -> Result<MatFlashResult, SimError> {
-    let (base, admit_threshold, when_threshold) = prepare(trace, &cols, cfg, lib, overrides)?;
-    let state = RefCell::new(State {
-        online: OnlineFeatures::new(*trace, cols, cfg.segment_bytes, get_ops),
-        row: [0.0; NUM_FEATURES],
-        row_index: None,
-        calls: 0,
-    });
-    let mut adm = SoAdmission {
+    with_so_policy(
+        trace,
+        cols,
+        cfg,
         lib,
-        state: &state,
-        threshold: admit_threshold,
-    };
-    let mut pf = SoPrefetch {
-        lib,
-        state: &state,
-        threshold: when_threshold,
-    };
-    flash_mat::simulate_mat_flash_with(trace, &base, &mut adm, &mut pf, params, predictor, dense)
+        overrides,
+        get_ops,
+        |base, adm, pf| {
+            flash_mat::simulate_mat_flash_with(trace, base, adm, pf, params, predictor, dense)
+        },
+    )?
 }
 
 #[cfg(test)]
