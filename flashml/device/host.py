@@ -5,7 +5,9 @@ reads (cgroup v1's controllers where mounted, else v2's)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from flashml.errors import UserError
@@ -72,3 +74,27 @@ def in_cgroups(cgroups: list[Path], cmd: list[str]) -> list[str]:
         return list(cmd)
     joins = " && ".join(f'echo $$ > {cg / "cgroup.procs"}' for cg in cgroups)
     return ["sh", "-c", f'{joins} && exec "$@"', "sh", *cmd]
+
+
+def remove_cgroups(cgroups: list[Path]) -> None:
+    """Remove `cgroups`, retrying a moment for one whose process just exited (the kernel may
+    still count it); one that cannot go is left, never an error (clean-up must go on)."""
+    for cg in cgroups:
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def unmount_and_remove(mount: Path) -> None:
+    """Unmount `mount` if mounted (lazily when a plain unmount fails) and remove the folder."""
+    if os.path.ismount(mount):
+        for args in (["umount", str(mount)], ["umount", "-l", str(mount)]):
+            if subprocess.run(args, capture_output=True).returncode == 0:
+                break
+            time.sleep(0.5)
+    shutil.rmtree(mount, ignore_errors=True)

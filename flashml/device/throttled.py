@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flashml.device.host import in_cgroups, io_cgroup, run
+from flashml.device.host import in_cgroups, io_cgroup, remove_cgroups, run, unmount_and_remove
 from flashml.errors import UserError
 
 #: the upper device's readahead (KiB)
@@ -121,23 +121,10 @@ class ThrottledDevice:
         return io_ticks_ms(self.upper)
 
     def close(self) -> None:
-        for cg in self.cgroups:
-            for _ in range(50):  # a process that just exited may still be counted a moment
-                try:
-                    cg.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)
+        remove_cgroups(self.cgroups)
         self.cgroups = []
         if self.mount is not None:
-            if os.path.ismount(self.mount):
-                for args in (["umount", str(self.mount)], ["umount", "-l", str(self.mount)]):
-                    if subprocess.run(args, capture_output=True).returncode == 0:
-                        break
-                    time.sleep(0.5)
-            shutil.rmtree(self.mount, ignore_errors=True)
+            unmount_and_remove(self.mount)
             self.mount = None
         for attr in ("upper", "lower"):
             dev = getattr(self, attr)

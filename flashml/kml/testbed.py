@@ -20,11 +20,10 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from flashml.device.host import in_cgroups
+from flashml.device.host import in_cgroups, remove_cgroups, unmount_and_remove
 from flashml.device.host import io_cgroup as _io_cgroup
 from flashml.device.host import memory_cgroup as _memory_cgroup
 from flashml.device.host import run as _run
@@ -164,19 +163,10 @@ class Testbed:
 
     def close(self) -> None:
         """Unmount, detach, remove; each step tried even if an earlier one failed."""
-        for cg in self.cgroups:
-            try:
-                cg.rmdir()
-            except OSError:
-                pass
+        remove_cgroups(self.cgroups)
         self.cgroups = []
         if self.mount is not None:
-            if os.path.ismount(self.mount):
-                for args in (["umount", str(self.mount)], ["umount", "-l", str(self.mount)]):
-                    if subprocess.run(args, capture_output=True).returncode == 0:
-                        break
-                    time.sleep(0.5)
-            shutil.rmtree(self.mount, ignore_errors=True)
+            unmount_and_remove(self.mount)
             self.mount = None
         if self.zram_id is not None:
             try:
