@@ -78,10 +78,10 @@ def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict
     """MAT's row at `capacity` (bytes, or objects) on `trace`: `flashml mat run`'s job
     (flashml/jobs/mat.py) with its defaults at this one capacity (objective: byte miss
     ratio): trained on the first 30% of the requests, T0, k and the model (size and label
-    horizon) tuned on the next 20%, judged on the whole trace (the row's miss ratios, comparable with
-    libCacheSim's) and on the held-out last 50%; and its periodic-retraining emulation (4
-    windows, each of windows 1-3 judged by a model trained on MAT's own tail in the window
-    before). Beside it, from the same job run, `lrb_inhouse`: LRB's decision (64 sampled
+    horizon) tuned on the next 20%, judged on the whole trace (the row's miss ratios,
+    comparable with libCacheSim's) and on the held-out last 50%; and its periodic-retraining
+    emulation (4 windows, each of windows 1-3 judged by a model trained on MAT's own tail in
+    the window before). Beside it, from the same job run, `lrb_inhouse`: LRB's decision (64 sampled
     candidates, the farthest predicted next access; sim/src/lrb.rs) with MAT's very model
     and features, so that both decisions' predictions and time per eviction are measured
     in one run."""
