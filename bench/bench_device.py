@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,18 +38,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def missing() -> str | None:
+    from flashml.device.host import fuse_unavailable
     from flashml.device.throttled import unavailable
 
-    why = unavailable()
-    if why:
-        return why
-    if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse"
-    if not shutil.which("fusermount3"):
-        return "no fusermount3 (Debian fuse3)"
-    if subprocess.run(["pkg-config", "--exists", "fuse3"], capture_output=True).returncode:
-        return "no libfuse3 (Debian libfuse3-dev): flashrt is built without FUSE"
-    return None
+    return unavailable() or fuse_unavailable()
 
 
 def sh(*args: object) -> subprocess.CompletedProcess[str]:

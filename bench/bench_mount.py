@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,15 +39,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def missing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root"
-    if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse"
-    if not shutil.which("fusermount3"):
-        return "no fusermount3 (Debian fuse3)"
-    if subprocess.run(["pkg-config", "--exists", "fuse3"], capture_output=True).returncode:
-        return "no libfuse3 (Debian libfuse3-dev): flashrt is built without FUSE"
-    return None
+    from flashml.device.host import fuse_unavailable
+
+    return fuse_unavailable()
 
 
 def pct(xs: list[float]) -> dict[str, float]:

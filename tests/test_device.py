@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,18 +21,10 @@ FLASHRT = ROOT / "runtime" / "build" / "flashrt"
 
 
 def _missing() -> str | None:
+    from flashml.device.host import fuse_unavailable
     from flashml.device.throttled import unavailable
 
-    why = unavailable()
-    if why:
-        return why
-    if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse"
-    if not shutil.which("fusermount3"):
-        return "no fusermount3 (Debian fuse3)"
-    if subprocess.run(["pkg-config", "--exists", "fuse3"], capture_output=True).returncode:
-        return "no libfuse3 (Debian libfuse3-dev): flashrt is built without FUSE"
-    return None
+    return unavailable() or fuse_unavailable()
 
 
 pytestmark = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))

@@ -43,16 +43,9 @@ GUARD_S = 120  # a hang guard only: every wait below ends on an event
 
 
 def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (mounting a FUSE file system and its clean-up)"
-    if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse on this machine (a container needs --device /dev/fuse)"
-    if not shutil.which("fusermount3"):
-        return "no fusermount3 (Debian package fuse3; .ci/run installs it)"
-    if subprocess.run(["pkg-config", "--exists", "fuse3"], capture_output=True).returncode != 0:
-        return ("flashrt is built without FUSE here: pkg-config finds no libfuse3 "
-                "(Debian libfuse3-dev)")
-    return None
+    from flashml.device.host import fuse_unavailable
+
+    return fuse_unavailable()
 
 
 MISSING = _missing()

@@ -98,3 +98,17 @@ def unmount_and_remove(mount: Path) -> None:
                 break
             time.sleep(0.5)
     shutil.rmtree(mount, ignore_errors=True)
+
+
+def fuse_unavailable() -> str | None:
+    """Why a FUSE mount (`flashrt mount`) cannot run here, or None when it can."""
+    if os.geteuid() != 0:
+        return "needs root (mounting a FUSE file system and its clean-up)"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse on this machine (a container needs --device /dev/fuse)"
+    if not shutil.which("fusermount3"):
+        return "no fusermount3 (Debian package fuse3; .ci/run installs it)"
+    if subprocess.run(["pkg-config", "--exists", "fuse3"], capture_output=True).returncode != 0:
+        return ("flashrt is built without FUSE here: pkg-config finds no libfuse3 "
+                "(Debian libfuse3-dev)")
+    return None
