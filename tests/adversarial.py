@@ -282,7 +282,8 @@ def _readahead_bundle(d: Path) -> Path:
     m = json.loads((b / "manifest.json").read_text())
     so = b / "policy.so"
     m.update({"format": "flashml-policy-bundle/1", "system": "kml", "policy_so": "policy.so",
-              "size_bytes": so.stat().st_size, "sha256": _sha(so)})
+              "size_bytes": so.stat().st_size,
+              "sha256": hashlib.sha256(so.read_bytes()).hexdigest()})
     (b / "manifest.json").write_text(json.dumps(m, indent=1))
     return b
 
@@ -357,6 +358,15 @@ RT_BASE: dict[str, tuple[list[str], list[str]]] = {
     "tune-readahead": (["--events", "{events}", "--readahead-file", "{rafile}", "--bundle",
                         "{rab}", "--json"], ["events", "rafile", "rab"]),
 }
+
+
+def rt_base_cases() -> list[Case]:
+    """Every flashrt command's base line as it is, without a hostile option: each must run
+    (exit 0), or every hostile case built on it is refused for a reason other than its own."""
+    return [Case(id=f"base/flashrt {cmd}", family="base", tool="flashrt", argv=[cmd, *argv],
+                 files=files) for cmd, (argv, files) in RT_BASE.items()]
+
+
 RT_TEXT_OPTIONS = {"--format", "--allocations-out"}
 """flashrt options whose one-letter metavar is not a number (a format name, a file)."""
 RT_TEXT_METAVARS = {"DIR", "FILE", "PATH", "NAME", "MODE", "DEV"}

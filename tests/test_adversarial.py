@@ -62,6 +62,17 @@ def test_flashrt_numeric_options_come_from_its_help() -> None:
     assert all(opts[cmd] for cmd in adv.RT_BASE)
 
 
+def test_every_flashrt_base_command_runs(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The command lines the hostile values are added to run as they are: a fixture that
+    broke one (a bundle whose manifest does not match its .so) would turn every case of that
+    command into a refusal for the wrong reason."""
+    scratch = tmp_path_factory.mktemp("adversarial-base")
+    with adv.session(scratch, log=lambda s: None, cache=True) as (fx, scratch):
+        got = adv.Runner(fx, Path(scratch), parallel=2).run(adv.rt_base_cases())
+    bad = [f"{r.id}: exit {r.rc}: {r.first_stderr} {r.detail}" for r in got if r.rc != 0]
+    assert not bad, "\n".join(bad)
+
+
 _RT_NUMBERS = [c for c in adv.number_cases(adv.HOSTILE) if c.family == "numbers-flashrt"]
 
 
