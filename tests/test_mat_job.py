@@ -275,6 +275,26 @@ def test_label_horizons_parse() -> None:
     assert _label_horizons("1") == (1.0,)
 
 
+def test_plots_skip_a_policy_without_the_metric() -> None:
+    """libCacheSim counts an object cache's capacity in objects and gives no byte miss
+    ratio (None): its curve has no point there, and the other policies keep theirs."""
+    from flashml.jobs.mat import miss_ratio_curves
+
+    res = {"a": {"capacity": 60, "policies": {
+        "mat": {"miss_ratio": 0.5, "byte_miss_ratio": 0.6},
+        "lcs_lru": {"miss_ratio": 0.55, "byte_miss_ratio": None}}}}
+    assert miss_ratio_curves(res, "byte_miss_ratio") == {"mat": [(60.0, 0.6)]}
+    assert miss_ratio_curves(res, "miss_ratio") == {"mat": [(60.0, 0.5)],
+                                                    "lcs_lru": [(60.0, 0.55)]}
+    from flashml.jobs.mat import MatSettings, describe
+
+    res["a"]["unit"] = "objects"
+    res["a"]["policies"]["lru"] = {"miss_ratio": 0.5, "byte_miss_ratio": 0.5}
+    text = describe({"per_capacity": res}, MatSettings())
+    assert text.splitlines()[-1].split() == [
+        "lcs_lru", "byte", "miss", "ratio", "n/a", "miss", "ratio", "0.5500", "(+10.0%)"]
+
+
 @needs_trace
 def test_a_large_cache_chooses_the_longer_label_horizon(state: None, tmp_path: Path) -> None:
     """CloudPhysics at 10% of its unique bytes: the LRU tail's candidates are 3,000-9,000

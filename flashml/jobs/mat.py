@@ -905,6 +905,18 @@ def _libcachesim(keys: Any, sizes: Any, capacity: int, unit: str,
     return out
 
 
+def miss_ratio_curves(per_capacity: dict[str, Any], metric: str
+                      ) -> dict[str, list[tuple[float, float]]]:
+    """{policy: [(capacity, metric)]} for the plots; a policy that has no figure for the
+    metric (libCacheSim's byte miss ratio when the cache counts objects) has no point."""
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for r in per_capacity.values():
+        for p, m in r["policies"].items():
+            if m.get(metric) is not None:
+                curves.setdefault(p, []).append((float(r["capacity"]), float(m[metric])))
+    return curves
+
+
 def plots(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     """Byte miss ratio and miss ratio vs cache size per policy (two PNGs), logged to
     MLflow."""
@@ -920,11 +932,8 @@ def plots(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     paths = []
     for metric, label in (("byte_miss_ratio", "byte miss ratio"),
                           ("miss_ratio", "miss ratio")):
-        curves: dict[str, list[tuple[float, float]]] = {}
-        for r in res.values():
-            for p, m in r["policies"].items():
-                curves.setdefault(p, []).append((float(r["capacity"]), float(m[metric])))
-        path = plot_miss_ratio_curves(curves, run.path / "plots" / f"{metric}_vs_size.png",
+        path = plot_miss_ratio_curves(miss_ratio_curves(res, metric),
+                                      run.path / "plots" / f"{metric}_vs_size.png",
                                       xlabel=f"cache size ({unit})", ylabel=label)
         mlflow.log_artifact(str(path), artifact_path="plots")
         paths.append(str(path))
@@ -977,6 +986,13 @@ def summary(records: dict[str, dict[str, Any]], s: MatSettings) -> dict[str, Any
     return out
 
 
+def _vs_lru(m: dict[str, Any], lru: dict[str, Any], metric: str, vs: str = "") -> str:
+    """'0.4321 (+1.2%)' for the summary's lines; 'n/a' where the policy has no figure."""
+    if m.get(metric) is None:
+        return "n/a"
+    return f"{m[metric]:.4f} ({m[metric] / lru[metric] - 1:+.1%}{vs})"
+
+
 def describe(summary: dict[str, Any], s: MatSettings) -> str:
     """Per capacity every policy's byte miss ratio and miss ratio (sorted by the objective's,
     each against LRU's), predictions and time per eviction where it predicts."""
@@ -985,14 +1001,15 @@ def describe(summary: dict[str, Any], s: MatSettings) -> str:
     for name, r in summary["per_capacity"].items():
         lines.append(f"\ncapacity {name} ({r['capacity']} {r['unit']}):")
         lru = r["policies"]["lru"]
-        for p, m in sorted(r["policies"].items(), key=lambda kv: kv[1][key]):
+        # a policy without the figure (libCacheSim's byte miss ratio of an object-counted
+        # cache is None) sorts last and reads n/a
+        for p, m in sorted(r["policies"].items(),
+                           key=lambda kv: (kv[1][key] is None, kv[1][key] or 0.0)):
             ppe = m.get("predictions_per_eviction")
             extra = (f"  {ppe:.2f} predictions/eviction, {m['ns_per_eviction']:.0f} ns"
                      if ppe and m.get("ns_per_eviction") is not None else "")
-            lines.append(f"  {p:12} byte miss ratio {m['byte_miss_ratio']:.4f} ("
-                         f"{m['byte_miss_ratio'] / lru['byte_miss_ratio'] - 1:+.1%} vs LRU)  "
-                         f"miss ratio {m['miss_ratio']:.4f} ("
-                         f"{m['miss_ratio'] / lru['miss_ratio'] - 1:+.1%})" + extra)
+            lines.append(f"  {p:12} byte miss ratio {_vs_lru(m, lru, 'byte_miss_ratio', ' vs LRU')}"
+                         f"  miss ratio {_vs_lru(m, lru, 'miss_ratio')}" + extra)
         if "periodic" in r:
             pr = r["periodic"]
             lines.append(f"  periodic retraining ({len(pr['windows'])} windows judged by the "
