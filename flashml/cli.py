@@ -12,7 +12,8 @@ import sys
 from flashml import __version__
 
 # Each name is a module in flashml.commands exposing `register(subparsers)`.
-COMMAND_MODULES = ("trace", "sim", "episodes", "train", "compile", "systems", "regress", "ui")
+COMMAND_MODULES = ("trace", "sim", "episodes", "train", "compile", "systems", "regress", "ui",
+                   "device")
 
 
 def build_parser() -> argparse.ArgumentParser:

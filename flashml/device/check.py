@@ -27,12 +27,14 @@ peak on both sides.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,39 +108,32 @@ def split_windows(trace: Path, work: Path, windows: int) -> tuple[list[Path], np
     return files, np.stack([times[get], sizes[get]], axis=1), t0, window_s
 
 
-def run_policy(dev: ThrottledDevice, flashrt: Path, backing: Path, windows: list[Path],
-               name: str, policy_args: list[str], flash_bytes: int,
-               work: Path) -> dict[str, Any]:
-    """One policy's run: mounted in the cgroup, each window's GETs played back to back
-    through it, unmounted. Per window: wall seconds and the device's busy seconds."""
+@contextlib.contextmanager
+def _mounted(dev: ThrottledDevice, flashrt: Path, backing: Path, name: str,
+             policy_args: list[str], flash_bytes: int, work: Path,
+             extra: list[str]) -> Iterator[tuple[Path, subprocess.Popen]]:
+    """`flashrt mount` of `backing` with one policy, in the device's throttling cgroup, its
+    flash file under `work` and nothing of the backing in the page cache to start: yields
+    (mount point, process) once the mount is up; unmounts (SIGTERM, the exit checked when
+    the body ended normally) and removes the flash file and its journal on every path."""
     mnt, flash = work / f"mnt-{name}", work / f"flash-{name}.img"
-    stats, recorded = work / f"stats-{name}.json", work / f"served-{name}.trace"
     mnt.mkdir(parents=True, exist_ok=True)
     flash.unlink(missing_ok=True)
-    img = backing / "blocks.img"
-    fd = os.open(img, os.O_RDONLY)  # no bytes of the backing in the page cache to start
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    os.sync()
+    for f in backing.rglob("*"):
+        if f.is_file():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
     proc = subprocess.Popen(dev.in_cgroup([
         str(flashrt), "mount", str(backing), str(mnt), "--flash", str(flash), "--flash-bytes",
-        str(flash_bytes), *policy_args, "--stats-out", str(stats), "--trace-out", str(recorded),
-        "-f"]), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wall, busy, gets = [], [], []
+        str(flash_bytes), *policy_args, *extra, "-f"]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _wait(f"mount {name}", lambda: os.path.ismount(mnt), proc)
-        for w in windows:
-            t, ticks = time.monotonic(), dev.io_ticks_ms()
-            p = subprocess.run([str(flashrt), "play", "--trace", str(w), "--to", str(mnt),
-                                "--map", f"{img}.map", "--no-pace", "--json"],
-                               capture_output=True, text=True, timeout=GUARD_S)
-            if p.returncode != 0:
-                raise UserError(f"flashrt play through the {name} mount failed: {p.stderr}")
-            busy.append((dev.io_ticks_ms() - ticks) / 1000.0)
-            wall.append(time.monotonic() - t)
-            gets.append(int(json.loads(p.stdout)["gets"]))
+        yield mnt, proc
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
         if proc.returncode != 0:
@@ -152,50 +147,47 @@ def run_policy(dev: ThrottledDevice, flashrt: Path, backing: Path, windows: list
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
         flash.unlink(missing_ok=True)
         Path(f"{flash}.journal").unlink(missing_ok=True)
+
+
+def run_policy(dev: ThrottledDevice, flashrt: Path, backing: Path, windows: list[Path],
+               name: str, policy_args: list[str], flash_bytes: int,
+               work: Path) -> dict[str, Any]:
+    """One policy's run: mounted in the cgroup, each window's GETs played back to back
+    through it, unmounted. Per window: wall seconds and the device's busy seconds."""
+    stats, recorded = work / f"stats-{name}.json", work / f"served-{name}.trace"
+    img = backing / "blocks.img"
+    wall, busy, gets = [], [], []
+    with _mounted(dev, flashrt, backing, name, policy_args, flash_bytes, work,
+                  ["--stats-out", str(stats), "--trace-out", str(recorded)]) as (mnt, _):
+        for w in windows:
+            t, ticks = time.monotonic(), dev.io_ticks_ms()
+            p = subprocess.run([str(flashrt), "play", "--trace", str(w), "--to", str(mnt),
+                                "--map", f"{img}.map", "--no-pace", "--json"],
+                               capture_output=True, text=True, timeout=GUARD_S)
+            if p.returncode != 0:
+                raise UserError(f"flashrt play through the {name} mount failed: {p.stderr}")
+            busy.append((dev.io_ticks_ms() - ticks) / 1000.0)
+            wall.append(time.monotonic() - t)
+            gets.append(int(json.loads(p.stdout)["gets"]))
     return {"mount": json.loads(stats.read_text()), "recorded": recorded,
             "wall_s": wall, "busy_s": busy, "gets": gets}
 
 
 def app_run(dev: ThrottledDevice, flashrt: Path, backing: Path, name: str,
-             policy_args: list[str], flash_bytes: int, work: Path,
-             cmd: Any) -> dict[str, Any]:
+            policy_args: list[str], flash_bytes: int, work: Path,
+            cmd: Any) -> dict[str, Any]:
     """An application on the mount: `cmd(mountpoint)` (a command line) run once with the
     policy's mount over the device; its stdout, wall seconds, the device's busy seconds and
     the mount's counters."""
-    mnt, flash = work / f"app-mnt-{name}", work / f"app-flash-{name}.img"
     stats = work / f"app-stats-{name}.json"
-    mnt.mkdir(parents=True, exist_ok=True)
-    flash.unlink(missing_ok=True)
-    os.sync()
-    for f in backing.rglob("*"):
-        if f.is_file():
-            fd = os.open(f, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-    proc = subprocess.Popen(dev.in_cgroup([
-        str(flashrt), "mount", str(backing), str(mnt), "--flash", str(flash), "--flash-bytes",
-        str(flash_bytes), *policy_args, "--stats-out", str(stats), "-f"]),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait(f"mount {name}", lambda: os.path.ismount(mnt), proc)
+    with _mounted(dev, flashrt, backing, f"app-{name}", policy_args, flash_bytes, work,
+                  ["--stats-out", str(stats)]) as (mnt, _):
         t, ticks = time.monotonic(), dev.io_ticks_ms()
         p = subprocess.run([str(c) for c in cmd(mnt)], capture_output=True, text=True,
                            timeout=GUARD_S)
         busy, wall = (dev.io_ticks_ms() - ticks) / 1000.0, time.monotonic() - t
         if p.returncode != 0:
             raise UserError(f"{name}: {cmd(mnt)[0]} failed: {(p.stderr or p.stdout)[-800:]}")
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if os.path.ismount(mnt):
-            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
-        flash.unlink(missing_ok=True)
-        Path(f"{flash}.journal").unlink(missing_ok=True)
     m = json.loads(stats.read_text())
     return {"stdout": p.stdout, "wall_s": round(wall, 3), "busy_s": round(busy, 3),
             "mount": {k: m.get(k) for k in ("accesses", "hits", "backend_ios",
@@ -290,9 +282,9 @@ def device_check(workdir: Path, flashrt: Path, trace: Path, policies: dict[str, 
         out["backing"] = json.loads(p.stdout)
         if disk is None:
             probe_out = workdir / "disk.json"
-            p = subprocess.run(dev.in_cgroup([sys.executable, "-m", "flashml.device.probe",
-                                              dev.upper, "--seconds", str(probe_s), "--out",
-                                              str(probe_out)]),
+            p = subprocess.run(dev.in_cgroup([sys.executable, "-m", "flashml.cli", "device",
+                                              "probe", dev.upper, "--seconds", str(probe_s),
+                                              "--out", str(probe_out)]),
                                capture_output=True, text=True, timeout=GUARD_S)
             if p.returncode != 0:
                 raise UserError(f"the probe failed: {p.stderr}")

@@ -1,6 +1,6 @@
 """Measure a device's seek time and bandwidth into the simulator's disk model.
 
-    python -m flashml.device.probe DEVICE_OR_FILE [--out disk.json] [--seconds 8]
+    flashml device probe DEVICE_OR_FILE [--out disk.json] [--seconds 8]
 
 The simulator charges each backend IO `t_seek_s + bytes / bandwidth_bytes_per_s` (its config
 keys, declared in sim/src/config.rs). The probe reads the device with O_DIRECT, one read at a
@@ -14,7 +14,6 @@ cgroup: ThrottledDevice.in_cgroup).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import mmap
@@ -88,25 +87,10 @@ def write_disk_config(result: dict[str, Any], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m flashml.device.probe",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("device", help="block device or file to read (O_DIRECT)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="write {t_seek_s, bandwidth_bytes_per_s} (SimConfig keys) here")
-    ap.add_argument("--seconds", type=float, default=8.0, help="probe time in s (default 8)")
-    args = ap.parse_args(argv)
-    if not (0 < args.seconds <= 3600):
-        print("flashml: error: --seconds must be in (0, 3600] s", file=sys.stderr)
-        return 1
-    try:
-        r = probe(args.device, args.seconds)
-        if args.out is not None:
-            write_disk_config(r, args.out)
-    except UserError as e:
-        print(f"flashml: error: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(r))
-    return 0
+    """`python -m flashml.device.probe ARGS` is `flashml device probe ARGS`."""
+    from flashml.cli import main as cli
+
+    return cli(["device", "probe", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
