@@ -73,19 +73,25 @@ def test_the_probe_writes_positive_finite_disk_keys_the_simulator_reads(tmp_path
 
 
 def test_a_tiny_device_check_writes_both_sides_per_window(built, tmp_path) -> None:
+    """`flashml device check` end to end (the disk given, not probed): strict JSON with both
+    sides per window, every GET served, nothing left behind."""
     from test_runtime_engine import fixed_range_trace
 
-    from flashml.device.check import device_check
-
     trace = fixed_range_trace(tmp_path / "t.trace", n=300, blocks=40, seed=2, puts=False)
-    r = device_check(tmp_path / "w", built, trace,
-                     {"admitall": ["--admission", "admitall"],
-                      "rejectx": ["--admission", "rejectx"]},
-                     flash_bytes=16 << 20, windows=4,
-                     device_bytes=256 << 20, read_iops=400, read_bps=80 << 20,
-                     disk={"t_seek_s": 2.5e-3, "bandwidth_bytes_per_s": 80.0 * (1 << 20)})
-    json.dumps(r, allow_nan=False)  # complete and strict JSON
+    disk, out = tmp_path / "disk.json", tmp_path / "device.json"
+    disk.write_text(json.dumps({"t_seek_s": 2.5e-3, "bandwidth_bytes_per_s": 80.0 * (1 << 20)}))
+    p = subprocess.run([sys.executable, "-m", "flashml.cli", "device", "check", "--trace",
+                        str(trace), "--admission", "admitall", "--admission", "rejectx",
+                        "--flash-mib", "16", "--windows", "4", "--device-mib", "256",
+                        "--read-iops", "400", "--read-mibps", "80", "--disk", str(disk),
+                        "--workdir", str(tmp_path / "w"), "-o", str(out)],
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "FLASHML_FLASHRT": str(built)})
+    assert p.returncode == 0, p.stderr
+    assert "ranking by peak" in p.stdout, p.stdout
+    r = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"not strict: {c}"))
     assert set(r["policies"]) == {"admitall", "rejectx"}
+    assert r["disk"] == json.loads(disk.read_text()) and "probe" not in r
     for name, p in r["policies"].items():
         n = len(p["window_start_s"])
         assert n >= 3 and len(p["measured_busy_s"]) == len(p["simulated_dt_s"]) == n, (name, p)
@@ -94,6 +100,7 @@ def test_a_tiny_device_check_writes_both_sides_per_window(built, tmp_path) -> No
     assert sorted(r["ranking_measured"]) == sorted(r["ranking_simulated"]) == ["admitall",
                                                                                 "rejectx"]
     assert leftovers(tmp_path) == []
+    assert not [f for f in (tmp_path / "w").iterdir()]  # its temporary folder removed
 
 
 def test_clean_up_after_a_failed_step(built, tmp_path) -> None:

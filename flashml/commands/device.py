@@ -85,8 +85,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     from flashml.files import atomic_path, check_outputs
     from flashml.kml.experiment import flashrt_binary
 
-    if not args.trace.is_file():
-        raise UserError(f"{args.trace}: option --trace: no such file")
+    try:
+        mode = os.stat(args.trace).st_mode
+    except FileNotFoundError:
+        raise UserError(f"{args.trace}: option --trace: no such file") from None
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{args.trace}: option --trace: not a regular file (a Tectonic trace)")
     inputs: dict[str, Path | None] = {"--trace": args.trace, "--disk": args.disk}
     inputs.update({f"--bundle {b}": b for b in args.bundle or []})
     check_outputs({"-o": args.out}, inputs)
