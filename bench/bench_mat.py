@@ -110,7 +110,8 @@ def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict
            "k": tuned["k"],
            "controller": s.mat.controller, "reuse_predictions": s.mat.reuse_predictions,
            "initial_threshold": tuned["initial_threshold"],
-           "val_predictions_per_eviction": tuned.get("predictions_per_eviction")}
+           "val_predictions_per_eviction": tuned.get("predictions_per_eviction"),
+           "val_miss_ratio_by_label_horizon": tuned.get("val_miss_ratio_by_label_horizon")}
     if "periodic" in res:
         per = res["periodic"]
         row |= {"periodic_miss_ratio": per["mat_miss_ratio"],
@@ -352,7 +353,7 @@ def docs_table(results: dict[str, Any]) -> str:
     ratio / miss ratio of LRU, MAT, the in-house LRB (MAT's model, 64 sampled candidates)
     and libCacheSim's LRB (marked where it never trained), the best simple heuristic and
     Belady; MAT's and the in-house LRB's predictions and ns per eviction, side by side from
-    one run."""
+    one run (the ns marked "earlier run" where they were kept from one: `keep_timings`)."""
     lines = ["| trace | size | LRU | MAT (byte vs LRU) | in-house LRB | MAT - in-house LRB "
              "(byte) | predictions / eviction MAT / LRB (ratio) | ns / eviction MAT / LRB "
              "| libCacheSim LRB | best heuristic (byte) | Belady |",
@@ -378,7 +379,8 @@ def docs_table(results: dict[str, Any]) -> str:
                 f"({100 * cut:+.1f}%) | {pair(lrbi)} "
                 f"| {mat['byte_miss_ratio'] - lrbi['byte_miss_ratio']:+.4f} "
                 f"| {ppe_m:.2f} / {ppe_l:.1f} ({ppe_l / ppe_m:.0f}x) "
-                f"| {mat['ns_per_eviction']:.0f} / {lrbi['ns_per_eviction']:.0f} "
+                f"| {mat['ns_per_eviction']:.0f} / {lrbi['ns_per_eviction']:.0f}"
+                f"{' (earlier run)' if 'ns_from' in mat else ''} "
                 f"| {lcs_cell} | {hval:.4f} ({hname}) "
                 f"| {lcs['belady']['byte_miss_ratio']:.4f} |")
     return "\n".join(lines)
@@ -469,9 +471,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="combine results of runs over parts of the traces and sizes (e.g. "
                     "one process per trace and size: --traces T --fractions F --out P) "
                     "into --out")
+    ap.add_argument("--timings-from", type=Path, default=None, metavar="JSON",
+                    help="with --merge: keep the ns per eviction of MAT and the in-house LRB "
+                    "from this earlier result (for parts not run under the timing lock)")
     args = ap.parse_args(argv)
     if args.merge:
-        return merge(args.merge, args.out)
+        return merge(args.merge, args.out, json.loads(args.timings_from.read_text())
+                     if args.timings_from else None)
     if args.render_only:
         out = json.loads(args.out.read_text())
         return write(out, out["traces"], args.out)
@@ -514,7 +520,28 @@ def main(argv: list[str] | None = None) -> int:
     return write(out, results, args.out)
 
 
-def merge(parts: list[Path], path: Path) -> int:
+def keep_timings(results: dict[str, Any], earlier: dict[str, Any]) -> None:
+    """MAT's and the in-house LRB's ns per eviction taken from `earlier` (a result of this
+    benchmark) at every trace and size both hold, for rows whose run could not time them
+    (only a run under the timing lock may): each such row keeps its own figure as
+    `ns_per_eviction_this_run` and says where the kept one comes from (`ns_from`). A row
+    that already kept a figure keeps it."""
+    old = {(name, s["fraction"]): s["extra"] for name, t in earlier["traces"].items()
+           for s in t["sizes"]}
+    for name, t in results.items():
+        for s in t["sizes"]:
+            ex, prev = s["extra"], old.get((name, s["fraction"]))
+            if not prev or "mat" not in ex or "ns_from" in ex["mat"]:
+                continue
+            for pol in ("mat", "lrb_inhouse"):
+                if pol in ex and pol in prev:
+                    row = ex[pol]
+                    row["ns_per_eviction_this_run"] = row["ns_per_eviction"]
+                    row["ns_per_eviction"] = prev[pol]["ns_per_eviction"]
+                    row["ns_from"] = prev[pol].get("ns_from", f"the run of {earlier['date']}")
+
+
+def merge(parts: list[Path], path: Path, timings: dict[str, Any] | None = None) -> int:
     """Results of runs over parts of the traces and sizes -> one result at `path`: each
     trace's sizes in order of their fraction, the parts' wall times summed."""
     runs = [json.loads(p.read_text()) for p in parts]
@@ -531,6 +558,8 @@ def merge(parts: list[Path], path: Path) -> int:
                                              if k in order else len(order))}
     for t in results.values():
         t["sizes"].sort(key=lambda s: s["fraction"])
+    if timings is not None:
+        keep_timings(results, timings)
     out = {k: v for k, v in runs[0].items()
            if k not in ("traces", "table", "byte_table", "targets", "plot")}
     out |= {"date": max(r["date"] for r in runs),

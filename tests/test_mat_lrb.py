@@ -91,6 +91,30 @@ def test_lrb_counted_only_where_it_trained() -> None:
     assert t["points"][0]["prediction_ratio"] == pytest.approx(64 / 1.5)
 
 
+def test_a_merge_keeps_the_earlier_timings_and_says_so() -> None:
+    """Rows of a run not under the timing lock take the ns per eviction of the earlier
+    result (`--timings-from`), keep their own beside them, and the docs table marks them;
+    the miss ratios stay this run's."""
+    import copy
+
+    from bench_mat import docs_table, keep_timings
+
+    earlier = {"date": "2026-01-01 00:00:00", "traces": {"a": {"sizes": [_size(12, 10)]}}}
+    now = {"a": {"sizes": [copy.deepcopy(_size(12, 10))]}}
+    ex = now["a"]["sizes"][0]["extra"]
+    ex["mat"] |= {"ns_per_eviction": 900.0, "byte_miss_ratio": 0.59}
+    ex["lrb_inhouse"]["ns_per_eviction"] = 90_000.0
+    keep_timings(now, earlier)
+    assert ex["mat"]["ns_per_eviction"] == 100.0 and ex["mat"]["byte_miss_ratio"] == 0.59
+    assert ex["mat"]["ns_per_eviction_this_run"] == 900.0
+    assert ex["lrb_inhouse"]["ns_per_eviction"] == 6_400.0
+    assert ex["mat"]["ns_from"] == "the run of 2026-01-01 00:00:00"
+    assert "| 100 / 6400 (earlier run) |" in docs_table(now)
+    keep_timings(now, {"date": "later", "traces": {"a": {"sizes": [_size(12, 10)]}}})
+    assert ex["mat"]["ns_from"] == "the run of 2026-01-01 00:00:00"  # applied once
+    assert "(earlier run)" not in docs_table(earlier["traces"])
+
+
 def test_mat_docs_tables_are_rendered_from_the_results() -> None:
     """docs/systems/mat.md's measured tables are what bench/render_mat_docs.py renders from
     bench/results/mat.json and mat_flash.json (the flash table's ns per decision were once
