@@ -525,14 +525,14 @@ def keep_timings(results: dict[str, Any], earlier: dict[str, Any]) -> None:
     benchmark) at every trace and size both hold, for rows whose run could not time them
     (only a run under the timing lock may): each such row keeps its own figure as
     `ns_per_eviction_this_run` and says where the kept one comes from (`ns_from`). A row
-    that already kept a figure keeps it."""
+    that already kept a figure, or is the earlier row itself, is left as it is."""
     old = {(name, s["fraction"]): s["extra"] for name, t in earlier["traces"].items()
            for s in t["sizes"]}
     for name, t in results.items():
         for s in t["sizes"]:
             ex, prev = s["extra"], old.get((name, s["fraction"]))
-            if not prev or "mat" not in ex or "ns_from" in ex["mat"]:
-                continue
+            if not prev or prev == ex or "mat" not in ex or "ns_from" in ex["mat"]:
+                continue  # none earlier, the earlier row itself, or already kept
             for pol in ("mat", "lrb_inhouse"):
                 if pol in ex and pol in prev:
                     row = ex[pol]
