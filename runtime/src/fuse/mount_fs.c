@@ -159,44 +159,36 @@ static int write_stats(struct mfs *m, int final, const char *stopped_by) {
     cli_json_int(f, "pid", (uint64_t)getpid(), &first);
     fprintf(f, ", \"final\": %s", final ? "true" : "false");
     if (stopped_by) cli_json_str(f, "stopped_by", stopped_by, &first);
-    cli_json_num(f, "seconds", frt_now() - m->t0, &first);
-    /* the file system's */
-    cli_json_int(f, "files", m->next_id - 1, &first);
-    cli_json_int(f, "opens", m->opens, &first);
-    cli_json_int(f, "reads", m->reads, &first);
-    cli_json_int(f, "read_bytes", m->read_bytes, &first);
-    cli_json_int(f, "writes", m->writes, &first);
-    cli_json_int(f, "write_bytes", m->write_bytes, &first);
-    cli_json_int(f, "truncates", m->truncates, &first);
-    cli_json_int(f, "invalidated_segments", m->invalidated, &first);
-    cli_json_int(f, "backend_read_calls", m->backend_reads, &first);
-    cli_json_int(f, "backend_file_bytes", m->backend_read_bytes, &first);
-    cli_json_int(f, "backend_errors", m->backend_errors, &first);
-    cli_json_int(f, "engine_errors", m->engine_errors, &first);
-    /* the engine's (flashrt replay's names) */
-    cli_json_int(f, "accesses", mt.gets, &first);
-    cli_json_int(f, "hits", mt.hits, &first);
-    cli_json_int(f, "misses", mt.gets - mt.hits, &first);
-    cli_json_num(f, "io_hit_ratio", mt.io_hit_ratio, &first);
-    cli_json_num(f, "byte_hit_ratio", mt.byte_hit_ratio, &first);
-    cli_json_num(f, "segment_hit_ratio", mt.segment_hit_ratio, &first);
-    cli_json_int(f, "backend_ios", mt.backend_ios, &first);
-    cli_json_int(f, "backend_bytes", mt.backend_bytes, &first);
-    cli_json_int(f, "admitted_segments", mt.admitted_segments, &first);
-    cli_json_int(f, "prefetched_segments", mt.prefetched_segments, &first);
-    cli_json_int(f, "flash_written_bytes", mt.admitted_segments * (uint64_t)FRT_SEGMENT_BYTES, &first);
-    cli_json_int(f, "evicted_regions", mt.evicted_regions, &first);
-    cli_json_int(f, "evicted_segments", mt.evicted_segments, &first);
-    cli_json_int(f, "capacity_segments", mt.capacity_segments, &first);
-    cli_json_int(f, "flash_read_errors", mt.flash_read_errors, &first);
-    cli_json_int(f, "flash_write_errors", mt.flash_write_errors, &first);
-    cli_json_num(f, "backend_dt_s", mt.backend_dt_s, &first);
-    cli_json_num(f, "backend_wall_s", mt.backend_wall_s, &first);
-    cli_json_num(f, "hit_path_us_p50", mt.hit_path_us_p50, &first);
-    cli_json_num(f, "hit_path_us_p99", mt.hit_path_us_p99, &first);
-    cli_json_num(f, "miss_path_us_p50", mt.miss_path_us_p50, &first);
-    cli_json_num(f, "miss_path_us_p99", mt.miss_path_us_p99, &first);
-    cli_json_int(f, "direct_io", (uint64_t)mt.direct_io, &first);
+    const struct cli_figure fig[] = {
+        {"seconds", 0, frt_now() - m->t0, 0},
+        /* the file system's */
+        {"files", 1, 0, m->next_id - 1}, {"opens", 1, 0, m->opens}, {"reads", 1, 0, m->reads},
+        {"read_bytes", 1, 0, m->read_bytes}, {"writes", 1, 0, m->writes},
+        {"write_bytes", 1, 0, m->write_bytes}, {"truncates", 1, 0, m->truncates},
+        {"invalidated_segments", 1, 0, m->invalidated}, {"backend_read_calls", 1, 0, m->backend_reads},
+        {"backend_file_bytes", 1, 0, m->backend_read_bytes}, {"backend_errors", 1, 0, m->backend_errors},
+        {"engine_errors", 1, 0, m->engine_errors},
+        /* the engine's (flashrt replay's names) */
+        {"accesses", 1, 0, mt.gets}, {"hits", 1, 0, mt.hits}, {"misses", 1, 0, mt.gets - mt.hits},
+        {"io_hit_ratio", 0, mt.io_hit_ratio, 0}, {"byte_hit_ratio", 0, mt.byte_hit_ratio, 0},
+        {"segment_hit_ratio", 0, mt.segment_hit_ratio, 0}, {"backend_ios", 1, 0, mt.backend_ios},
+        {"backend_bytes", 1, 0, mt.backend_bytes}, {"admitted_segments", 1, 0, mt.admitted_segments},
+        {"prefetched_segments", 1, 0, mt.prefetched_segments},
+        {"flash_written_bytes", 1, 0, mt.admitted_segments * (uint64_t)FRT_SEGMENT_BYTES},
+        {"evicted_regions", 1, 0, mt.evicted_regions}, {"evicted_segments", 1, 0, mt.evicted_segments},
+        {"capacity_segments", 1, 0, mt.capacity_segments},
+        {"flash_read_errors", 1, 0, mt.flash_read_errors}, {"flash_write_errors", 1, 0, mt.flash_write_errors},
+        {"backend_dt_s", 0, mt.backend_dt_s, 0}, {"backend_wall_s", 0, mt.backend_wall_s, 0},
+        {"hit_path_us_p50", 0, mt.hit_path_us_p50, 0}, {"hit_path_us_p99", 0, mt.hit_path_us_p99, 0},
+        {"miss_path_us_p50", 0, mt.miss_path_us_p50, 0}, {"miss_path_us_p99", 0, mt.miss_path_us_p99, 0},
+        {"direct_io", 1, 0, (uint64_t)mt.direct_io},
+    };
+    for (size_t i = 0; i < sizeof fig / sizeof fig[0]; i++) {
+        if (fig[i].is_int)
+            cli_json_int(f, fig[i].k, fig[i].u, &first);
+        else
+            cli_json_num(f, fig[i].k, fig[i].d, &first);
+    }
     if (m->o->trace_out) {
         cli_json_str(f, "trace_out", m->o->trace_out, &first);
         cli_json_int(f, "traced_accesses", m->traced, &first);
