@@ -167,22 +167,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "and rejectx when no --bundle is given)")
     ck.add_argument("--bundle", action="append", type=Path, default=None, metavar="DIR",
                     help="a compiled policy bundle to run (repeatable)")
-    ck.add_argument("--flash-mib", type=FLASH_MIB, default=128, metavar="MIB",
-                    help=f"flash cache size, {FLASH_MIB.expected()} (default 128)")
-    ck.add_argument("--windows", type=WINDOWS, default=12, metavar="N",
-                    help=f"windows the trace's time is cut into, {WINDOWS.expected()} "
-                    "(default 12)")
-    ck.add_argument("--device-mib", type=DEVICE_MIB, default=16384, metavar="MIB",
-                    help=f"the loop device's size (a sparse file), {DEVICE_MIB.expected()} "
-                    "(default 16384)")
-    ck.add_argument("--read-iops", type=READ_IOPS, default=200, metavar="IOPS",
-                    help=f"the throttle's read IOPS, {READ_IOPS.expected()} (default 200)")
-    ck.add_argument("--read-mibps", type=READ_MIBPS, default=40.0, metavar="MIBPS",
-                    help=f"the throttle's read bandwidth, {READ_MIBPS.expected()} "
-                    "(default 40)")
-    ck.add_argument("--probe-seconds", type=PROBE_SECONDS, default=8.0, metavar="S",
-                    help=f"probe time, {PROBE_SECONDS.expected()} (default 8; not used with "
-                    "--disk)")
+    for opt, kind, default, metavar, what in (
+            ("--flash-mib", FLASH_MIB, 128, "MIB", "flash cache size"),
+            ("--windows", WINDOWS, 12, "N", "windows the trace's time is cut into"),
+            ("--device-mib", DEVICE_MIB, 16384, "MIB", "the loop device's size (a sparse file)"),
+            ("--read-iops", READ_IOPS, 200, "IOPS", "the throttle's read IOPS"),
+            ("--read-mibps", READ_MIBPS, 40.0, "MIBPS", "the throttle's read bandwidth"),
+            ("--probe-seconds", PROBE_SECONDS, 8.0, "S", "probe time (not used with --disk)")):
+        ck.add_argument(opt, type=kind, default=default, metavar=metavar,
+                        help=f"{what}, {kind.expected()} (default {default:g})")
     ck.add_argument("--disk", type=Path, default=None, metavar="FILE",
                     help="a disk config (`device probe --out`) instead of probing")
     ck.add_argument("--workdir", type=Path, default=None, metavar="DIR",
