@@ -332,12 +332,18 @@ BASE: dict[str, tuple[list[str], list[str], float]] = {
     "regress": (["--candidate", "{bundle}", "--baseline", "{bundle}", "--trace", "{pq}"],
                 ["bundle", "pq"], 60),
     "ui": (["mlflow", "--context-dir", "{w}/ctx"], [], 20),
+    "device probe": (["{backing}", "--seconds", "0.2", "--out", "{w}/disk.json"], ["backing"],
+                     30),
+    # root, loop devices, an io cgroup and FUSE (else one clear error naming what is missing)
+    "device check": (["--trace", "{rtrace}", "-o", "{w}/device.json", "--admission",
+                      "admitall", "--windows", "2", "--flash-mib", "16", "--device-mib", "256",
+                      "--probe-seconds", "0.5", "--workdir", "{w}/dev"], ["rtrace"], 300),
 }
 
 # Commands whose valid run takes longer than a case may: judged by `Case.budget` (s).
 JOBS = {"trace validate": 8.0, "train": 8.0, "sweep": 8.0, "pipeline run": 8.0,
         "mat run": 8.0, "pannier run": 8.0, "mlcache run": 8.0, "kml run": 8.0, "ui": 6.0,
-        "episodes build": 8.0}
+        "episodes build": 8.0, "device check": 8.0}
 
 VERDICTS = {"regress": (1,)}  # exit 1: the candidate regressed (a result, no error line)
 
@@ -533,6 +539,10 @@ SAME_IO: list[tuple[str, list[str], list[str], str, str]] = [
      "pq", "-o"),
     ("sweep", ["sweep", "--trace", "{pq}", "--trials", "1", "--storage",
                "sqlite:///{w}/optuna.db", "-o", "{OUT}"], ["pq"], "pq", "-o"),
+    ("device probe", ["device", "probe", "{backing}", "--seconds", "0.2", "--out", "{OUT}"],
+     ["backing"], "backing", "--out"),
+    ("device check", ["device", "check", "--trace", "{rtrace}", "--windows", "2", "-o",
+                      "{OUT}"], ["rtrace"], "rtrace", "-o"),
 ]
 RT_SAME_IO: list[tuple[str, list[str], list[str], str, str]] = [
     ("replay flash=backing", ["replay", *RT_BASE["replay"][0]], RT_BASE["replay"][1],
