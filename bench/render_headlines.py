@@ -73,6 +73,7 @@ def rows() -> list[tuple[str, str, str]]:
     out.append((f"`policy.so`: one admission decision in C ({comp['model']['trees']} trees)",
                 f"**{comp['c_ns_per_decision'] / 1000:.2f} us**", "compile.json"))
     out.append(engine_row(_load("engine")))
+    out.append(device_row(_load("device")))
     adv = _load("adversarial")
     t = adv["totals"]
     bad = sum(t[k] for k in ("unverified_code_executions", "user_files_changed",
@@ -100,6 +101,25 @@ def engine_row(res: dict[str, Any]) -> tuple[str, str, str]:
               f"{r['miss_path_us_p50']:.2f}x")
     return ("`flashrt` engine: Baleen admission + MAT eviction, one miss decision + one "
             "eviction decision (p50)", value, "engine.json")
+
+
+def device_row(res: dict[str, Any]) -> tuple[str, str, str]:
+    """`flashml device check` (bench_device.py): per policy, the simulator's peak DT beside
+    the throttled device's measured peak busy time over the windows, and whether the two
+    rank the policies alike."""
+    pol = res["policies"]
+    rho = [p["spearman"] for p in pol.values() if p["spearman"] is not None]
+    t = res["throttle"]
+    value = "; ".join(
+        f"{n} **{p['peak_simulated_s']:.2f} s** vs {p['peak_measured_s']:.2f} s "
+        f"({100 * p['peak_rel_error']:+.0f}%)" for n, p in pol.items()
+        if p["peak_rel_error"] is not None)
+    value += (f"; ranking by peak {'the same' if res['ranking_equal'] else 'NOT the same'} "
+              f"on both sides; Spearman over windows {min(rho):.2f}-{max(rho):.2f} "
+              "(targets: peak within 10%, Spearman >= 0.9)")
+    return (f"The mount on a loop device throttled to {t['read_iops']} IOPS and "
+            f"{t['read_bps'] / (1 << 20):g} MiB/s: simulated peak DT vs measured peak busy "
+            f"time, {res['windows']} windows", value, "device.json")
 
 
 def mlcache_row(res: dict[str, Any]) -> tuple[str, str, str]:
