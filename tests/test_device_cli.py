@@ -135,3 +135,21 @@ def test_check_refuses_before_any_work(tmp_path: Path, capsys: pytest.CaptureFix
     assert not out.exists() and not (tmp_path / "w").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "disk.json", "t.fifo",
                                                           "t.trace"]
+
+
+def test_the_readme_device_row_follows_device_json() -> None:
+    """The README's mount/device headline is rendered from bench/results/device.json: a
+    changed peak makes the README stale."""
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo / "bench"))
+    from render_headlines import _load, device_row
+
+    readme = (repo / "README.md").read_text()
+    res = _load("device")
+    what, value, src = device_row(res)
+    assert f"| {what} | {value} | `bench/results/{src}` |" in readme
+    name = next(iter(res["policies"]))
+    res["policies"][name]["peak_measured_s"] *= 2
+    assert device_row(res)[1] not in readme
