@@ -294,15 +294,20 @@ def test_kill_9_leaves_the_backing_intact_and_the_mount_point_released(built, pl
 
 
 @needs_fuse
-@pytest.mark.parametrize("policy", ["rejectx", "bundle"])
+@pytest.mark.parametrize("policy", ["rejectx", "bundle", "bundle+mat"])
 def test_the_recorded_trace_replays_to_the_mounts_counts(built, place, policy) -> None:
     """--trace-out records what the mount served; `flashrt replay` of it through the same
     engine composition makes the same decisions: the same hits, backend IOs and bytes,
-    admitted and prefetched segments and evictions as the mount counted."""
+    admitted and prefetched segments and evictions as the mount counted (bundle+mat: the
+    bundle's admission and prefetch with MAT's eviction, `--eviction mat`)."""
     trace = place["dir"] / "served.trace"
-    if policy == "bundle":
+    if policy.startswith("bundle"):
         bundle = make_bundle(place["dir"] / "bundle", BUILD / "policies" / "count.so")
         mount_policy, replay_policy = ["--bundle", str(bundle)], ["--policy", str(bundle)]
+        if policy == "bundle+mat":
+            mat = ["--eviction", "mat", "--eviction-bundle",
+                   str(evict_bundle(place["dir"] / "evict"))]
+            mount_policy, replay_policy = mount_policy + mat, replay_policy + mat
     else:
         mount_policy = replay_policy = ["--admission", "rejectx"]
     rng = np.random.default_rng(3)
@@ -339,8 +344,9 @@ def test_the_recorded_trace_replays_to_the_mounts_counts(built, place, policy) -
     assert {k: r[k] for k in keys} == {k: s[k] for k in keys}
     assert r["gets"] == s["accesses"] and r["integrity_errors"] == 0
     assert s["evicted_regions"] > 0 and s["hits"] > 0
-    if policy == "bundle":
+    if policy.startswith("bundle"):
         assert s["prefetched_segments"] > 0
+    assert s["eviction"] == ("mat" if policy == "bundle+mat" else "lru")
 
 
 @needs_fuse
@@ -459,6 +465,25 @@ def test_a_bundle_without_admission_is_refused(built, place) -> None:
     ev = evict_bundle(place["dir"] / "evict")
     err = refused(built, place, str(place["backing"]), str(place["mnt"]), "--bundle", str(ev))
     assert "--bundle" in err and "baleen" in err, err
+
+
+@needs_fuse
+def test_mat_eviction_needs_a_bundle_with_the_evict_capability(built, place) -> None:
+    """--eviction mat without a bundle, --eviction-bundle with another eviction (usage
+    errors), and a bundle without the evict capability: refused, nothing mounted or
+    written."""
+    b, m = str(place["backing"]), str(place["mnt"])
+    ev = str(evict_bundle(place["dir"] / "evict"))
+    for args, want in ((["--eviction", "mat"], "--eviction mat needs a bundle"),
+                       (["--eviction-bundle", ev], "--eviction-bundle is for --eviction mat")):
+        p = subprocess.run([str(built), "mount", b, m, "--flash", str(place["flash"]),
+                            "--flash-bytes", "16MiB", "-f", "--admission", "admitall", *args],
+                           capture_output=True, text=True, timeout=GUARD_S)
+        assert p.returncode == 2 and want in p.stderr, (p.returncode, p.stderr)
+        assert not is_mounted(place["mnt"]) and not place["flash"].exists()
+    count = make_bundle(place["dir"] / "count", BUILD / "policies" / "count.so")
+    err = refused(built, place, b, m, "--eviction", "mat", "--eviction-bundle", str(count))
+    assert "--eviction mat" in err and "no evict capability" in err, err
 
 
 @needs_fuse

@@ -16,6 +16,7 @@
 #include "cli/cli_mount.h"
 #include "flashrt.h"
 #include "fuse/mount_fs.h"
+#include "policies/policy_internal.h"
 #include "util/units.h"
 
 static const char *MOUNT_HELP =
@@ -45,7 +46,9 @@ static const char *MOUNT_HELP =
     "                         verify` does; its admission fills the admission slot\n"
     "  --admission NAME       bundle (the --bundle's; the default with --bundle), admitall,\n"
     "                         rejectx, rejectx_block, coinflip\n"
-    "  --eviction NAME        lru (default), fifo or mru over regions\n"
+    "  --eviction NAME        lru (default), fifo or mru over regions; mat: MAT's eviction\n"
+    "                         (the model of --eviction-bundle, or else of --bundle)\n"
+    "  --eviction-bundle DIR  the bundle whose eviction capability --eviction mat asks\n"
     "  --region-bytes N       flash region size (default 1MiB; a multiple of 128 KiB)\n"
     "  --direct auto|on|off   O_DIRECT on the flash file (default auto: when supported)\n"
     "  --stats-out FILE       the counters' JSON (written atomically on SIGUSR1 and at\n"
@@ -149,7 +152,7 @@ int cli_mount(int argc, char **argv) {
     struct frt_mount_opts o;
     memset(&o, 0, sizeof o);
     flashrt_config_default(&o.cfg);
-    const char *pos[2] = {NULL, NULL}, *bundle = NULL, *admission = NULL, *eviction = "lru";
+    const char *pos[2] = {NULL, NULL}, *bundle = NULL, *admission = NULL, *eviction = "lru", *ev_bundle = NULL;
     int npos = 0, have_bytes = 0;
     for (int i = 0; i < argc; i++) {
         const char *v;
@@ -161,12 +164,13 @@ int cli_mount(int argc, char **argv) {
             if (cli_parse_bytes(v, &o.cfg.flash_bytes) || !o.cfg.flash_bytes) BADR("--flash-bytes", "bytes > 0: an integer with an optional unit, 256MiB, 1GB (docs: Sizes)");
             have_bytes = 1;
         } else if (OPT("--bundle")) { if (!*v) BADR("--bundle", "a policy bundle directory"); bundle = v; }
+        else if (OPT("--eviction-bundle")) { if (!*v) BADR("--eviction-bundle", "a policy bundle directory"); ev_bundle = v; }
         else if (OPT("--admission")) {
             if (flashrt_admission_from_name(v) < 0) BADR("--admission", "bundle, admitall, rejectx, rejectx_block or coinflip");
             admission = v;
         } else if (OPT("--eviction")) {
             int e = flashrt_eviction_from_name(v);
-            if (e < 0 || e == FLASHRT_MAT) BADR("--eviction", "lru, fifo or mru");
+            if (e < 0) BADR("--eviction", "lru, fifo, mru or mat");
             o.cfg.eviction = (enum flashrt_eviction)e;
             eviction = v;
         } else if (OPT("--region-bytes")) {
@@ -206,6 +210,15 @@ int cli_mount(int argc, char **argv) {
         fprintf(stderr, "flashrt mount: error: --bundle %s fills no slot: the admission is %s\n", bundle, admission);
         return 2;
     }
+    if (ev_bundle && o.cfg.eviction != FLASHRT_MAT) {
+        fprintf(stderr, "flashrt mount: error: --eviction-bundle is for --eviction mat (the eviction is %s)\n", eviction);
+        return 2;
+    }
+    if (o.cfg.eviction == FLASHRT_MAT && !ev_bundle && !bundle) {
+        fprintf(stderr, "flashrt mount: error: --eviction mat needs a bundle with the evict capability: "
+                        "--eviction-bundle DIR, or --bundle DIR\n");
+        return 2;
+    }
     o.cfg.admission = (enum flashrt_admission)adm;
     o.admission = admission;
     o.eviction = eviction;
@@ -237,17 +250,32 @@ int cli_mount(int argc, char **argv) {
     struct cli_guard g;
     cli_guard_init(&g, "mount");
     cli_guard_add_bundle(&g, "--bundle", bundle);
+    cli_guard_add_bundle(&g, "--eviction-bundle", ev_bundle);
     cli_guard_add(&g, "--flash", o.cfg.flash_path, CLI_DEV);
     cli_guard_add(&g, "--flash's journal", journal, CLI_DEV);
     cli_guard_add(&g, "--stats-out", o.stats_out, CLI_OUT);
     cli_guard_add(&g, "--trace-out", o.trace_out, CLI_OUT);
     if (cli_guard_check(&g)) return 1;
     /* the bundle verified (never loaded by path) before anything is written */
-    flashrt_policy *pol = NULL;
+    flashrt_policy *pol = NULL, *evb = NULL;
+    char err[FLASHRT_ERR_LEN];
+    if (o.cfg.eviction == FLASHRT_MAT) {
+        const char *dir = ev_bundle ? ev_bundle : bundle;
+        evb = frt_policy_load_for(dir, FRT_CAP_AS_LISTED, err, sizeof err);
+        if (!evb) return ERR("--eviction mat: %s", err);
+        if (!frt_policy_evict(evb)) {
+            int erc = ERR("--eviction mat: bundle %s has no evict capability (it lists: %s)", dir, frt_policy_listed(evb));
+            flashrt_policy_free(evb);
+            return erc;
+        }
+        o.cfg.eviction_policy = evb;
+    }
     if (bundle) {
-        char err[FLASHRT_ERR_LEN];
         pol = flashrt_policy_load(bundle, FLASHRT_FALLBACK_NONE, err, sizeof err);
-        if (!pol) return ERR("--bundle: %s", err);
+        if (!pol) {
+            flashrt_policy_free(evb);
+            return ERR("--bundle: %s", err);
+        }
         o.policy = pol;
     }
     int rc;
@@ -262,6 +290,7 @@ int cli_mount(int argc, char **argv) {
         cli_guard_release(&g, rc == 1);
     }
     flashrt_policy_free(pol);
+    flashrt_policy_free(evb);
     return rc;
 #endif
 }
