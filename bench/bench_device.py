@@ -2,7 +2,8 @@
 generated Tectonic-like trace's reads played with `flashrt play` through `flashrt mount`
 over a throttled loop device, once per policy (admit-all, RejectX, the Baleen-style demo
 bundle), the device's busy time (io_ticks) per window beside the simulator's DT for the trace
-the mount recorded, at the probed seek time and bandwidth.
+the mount recorded, at the probed seek time and bandwidth (what `flashml device check` does
+for any trace and policies).
 
     make device-bench    # flock /tmp/flashml-timing.lock .venv/bin/python bench/bench_device.py
     .venv/bin/python bench/bench_device.py --quick --out /tmp/device.json   # a small run
