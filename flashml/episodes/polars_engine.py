@@ -5,7 +5,14 @@ runs per key bucket (`key % chunks`), each bucket read from the Parquet input by
 streaming scan, so a trace larger than RAM works with enough chunks (default: one chunk per
 `CHUNK_GETS` GETs). Per-bucket results go to Parquet parts; the episodes table (one row per
 episode, far smaller than the trace) is ranked in memory; labels and the simulator arrays
-are assembled by streaming sorts/joins over the parts.
+are assembled by streaming sorts/joins over the parts. With one bucket of at most
+`MEMORY_GETS` GETs its frames stay in memory: no parts are written and read back.
+
+A build's first step does not depend on the eviction age: the bucket's GETs read, sorted by
+key and time, with each GET's segment mask. The convergence loop and the sweep build
+episodes of one table at many eviction ages, so the last table's sorted GETs are kept (up
+to `MEMORY_GETS`; `sorted_gets`, keyed by the file's identity and the reading parameters)
+and a later build of the same table starts from them (the same frame: the same episodes).
 
 The replay's "segments covered by earlier GETs of the episode" is a running bitwise OR of
 64-bit segment masks within each episode, computed as a Hillis-Steele prefix scan
@@ -16,7 +23,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -32,6 +42,9 @@ log = logging.getLogger(__name__)
 
 #: GETs per key bucket when `chunks` is not given.
 CHUNK_GETS = 20_000_000
+#: A one-bucket build of at most this many GETs keeps its frames in memory (no parts) and
+#: its table's sorted GETs for the next build (`sorted_gets`: ~55 MB a million GETs).
+MEMORY_GETS = 4_000_000
 #: Parquet compression of the parts and the outputs: LZ4 writes several times faster than
 #: Polars' default zstd for slightly larger files, and every file here is read once or twice
 #: by the same job (at 10 M accesses zstd writing was 6 s of each build's 8).
@@ -48,10 +61,20 @@ def _with_stages(df: pl.DataFrame, stages: list[dict]) -> pl.DataFrame:
     return df
 
 
-def episode_gets(gets: pl.DataFrame, job: Job) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One key bucket's GETs (prepared columns) -> (per-GET frame, per-episode aggregates)."""
+def sort_gets(gets: pl.DataFrame) -> pl.DataFrame:
+    """One key bucket's GETs (prepared columns) sorted by key, time and row, with each GET's
+    segment mask (`_mask`): the part of `episode_gets` that no eviction age changes."""
+    return gets.sort(["key", "time", "row"]).with_columns(
+        (pl.lit(_LUT).gather(pl.col("s1") + 1) ^ pl.lit(_LUT).gather(pl.col("s0")))
+        .alias("_mask"))
+
+
+def episode_gets(gets: pl.DataFrame, job: Job, *, presorted: bool = False
+                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One key bucket's GETs (prepared columns; with `presorted`, `sort_gets`'s frame) ->
+    (per-GET frame, per-episode aggregates)."""
     col = job.gap_column
-    g = gets.sort(["key", "time", "row"])
+    g = gets if presorted else sort_gets(gets)
     gap = pl.col(col) - pl.col(col).shift(1)
     new = ((pl.col("key") != pl.col("key").shift(1)).fill_null(True)
            | (gap > job.split_threshold).fill_null(True))
@@ -60,8 +83,6 @@ def episode_gets(gets: pl.DataFrame, job: Job) -> tuple[pl.DataFrame, pl.DataFra
     g = g.with_columns(
         (pl.col("_idx") - pl.when("_new").then(pl.col("_idx")).forward_fill()).alias("position"),
         pl.when("_new").then(pl.col("row")).forward_fill().alias("first_row"),
-        (pl.lit(_LUT).gather(pl.col("s1") + 1) ^ pl.lit(_LUT).gather(pl.col("s0")))
-        .alias("_mask"),
     )
     longest = int(g["position"].max()) + 1 if g.height else 1
     incl = g["_mask"]
@@ -126,47 +147,92 @@ def run_polars(src: Path, outdir: Path, job: Job, work: Path, *,
         chunks = max(1, math.ceil(job.info.gets / CHUNK_GETS))
     if chunks < 1:
         raise ValueError(f"chunks must be >= 1, got {chunks}")
-    prep = prepared(src, job.info.segment_bytes, with_gidx=job.params.time_mode == "logical")
+    with_gidx = job.params.time_mode == "logical"
+    prep = prepared(src, job.info.segment_bytes, with_gidx=with_gidx)
     gets = prep.filter("is_get").drop("is_get")
-    g_parts, e_parts = [], []
+    # one bucket of at most MEMORY_GETS: its frames stay in memory, no scratch parts
+    in_memory = chunks == 1 and job.info.gets <= MEMORY_GETS
+    g_parts: list[pl.LazyFrame] = []
+    e_frames: list[pl.DataFrame] = []
     for c in range(chunks):  # pass 1: episodes of one key bucket at a time
         part = gets
         if chunks > 1:
             part = gets.filter(pl.col("key").reinterpret(signed=False) % chunks == c)
-        df = part.collect(engine="streaming")
-        per_get, eps = episode_gets(df, job)
-        del df
-        gp, ep = work / f"gets-{c:05d}.parquet", work / f"eps-{c:05d}.parquet"
-        per_get.write_parquet(gp, compression=COMPRESSION)
-        eps.write_parquet(ep, compression=COMPRESSION)
-        g_parts.append(gp)
-        e_parts.append(ep)
+        if in_memory:
+            g = sorted_gets(src, (job.info.segment_bytes, with_gidx, chunks, c),
+                            lambda part=part: sort_gets(part.collect(engine="streaming")))
+        else:
+            g = sort_gets(part.collect(engine="streaming"))
+        per_get, eps = episode_gets(g, job, presorted=True)
+        del g
         log.debug("polars episodes: chunk %d/%d: %d GETs, %d episodes", c + 1, chunks,
                   per_get.height, eps.height)
+        if in_memory:
+            g_parts.append(per_get.lazy())
+            e_frames.append(eps)
+        else:
+            gp, ep = work / f"gets-{c:05d}.parquet", work / f"eps-{c:05d}.parquet"
+            per_get.write_parquet(gp, compression=COMPRESSION)
+            eps.write_parquet(ep, compression=COMPRESSION)
+            g_parts.append(pl.scan_parquet(gp))
+            e_frames.append(pl.read_parquet(ep))
         del per_get, eps
-    eps = rank_episodes(pl.read_parquet(e_parts), job)
+    eps = rank_episodes(pl.concat(e_frames) if len(e_frames) > 1 else e_frames[0], job)
+    del e_frames
     conform(eps.lazy(), "episodes").sink_parquet(outdir / "episodes.parquet",
                                                  compression=COMPRESSION)
     decisions = eps.select("first_row", "episode_id", "admitted", "range_start", "range_end",
                            "when_label")
     del eps
-    l_parts, a_parts = [], []
+    l_parts: list[pl.LazyFrame] = []
+    a_parts: list[pl.LazyFrame] = []
     for c, gp in enumerate(g_parts):  # pass 2: labels and arrays per bucket, sorted by row
-        lab = label_frame(pl.scan_parquet(gp), decisions.lazy(), job).sort("row").collect()
-        lp, ap = work / f"labels-{c:05d}.parquet", work / f"arrays-{c:05d}.parquet"
-        lab.write_parquet(lp, compression=COMPRESSION)
-        arrays_frame(lab).write_parquet(ap, compression=COMPRESSION)
-        l_parts.append(lp)
-        a_parts.append(ap)
+        lab = label_frame(gp, decisions.lazy(), job).sort("row").collect()
+        if in_memory:
+            l_parts.append(lab.lazy())
+            a_parts.append(arrays_frame(lab).lazy())
+        else:
+            lp, ap = work / f"labels-{c:05d}.parquet", work / f"arrays-{c:05d}.parquet"
+            lab.write_parquet(lp, compression=COMPRESSION)
+            arrays_frame(lab).write_parquet(ap, compression=COMPRESSION)
+            l_parts.append(pl.scan_parquet(lp))
+            a_parts.append(pl.scan_parquet(ap))
         del lab
+    g_parts.clear()
     # Merge the row-sorted parts (streaming k-way merges, no global sort in memory).
-    labels = _merge([pl.scan_parquet(p) for p in l_parts])
+    labels = _merge(l_parts)
     conform(labels, "labels").sink_parquet(outdir / "labels.parquet", compression=COMPRESSION)
     puts = prep.filter(~pl.col("is_get")).select(
         "row", pl.lit(False).alias("admitted"), pl.lit(-1, pl.Int64).alias("range_start"),
         pl.lit(-1, pl.Int64).alias("range_end"))
-    arrays = _merge([arrays_lazy(puts)] + [pl.scan_parquet(p) for p in a_parts])
+    arrays = _merge([arrays_lazy(puts)] + a_parts)
     conform(arrays, "arrays").sink_parquet(outdir / "arrays.parquet", compression=COMPRESSION)
+
+
+#: The last table's sorted GET buckets (`sort_gets`): (the file's identity, the reading
+#: parameters) -> frame. One table at a time (at 1 M accesses ~50 MB).
+_SORTED: dict[tuple[Any, ...], pl.DataFrame] = {}
+_SORTED_LOCK = threading.Lock()
+
+
+def sorted_gets(src: Path, how: tuple[Any, ...], make: Any) -> pl.DataFrame:
+    """`make()` (one bucket's `sort_gets` frame of table `src` read as `how` says: segment
+    size, GET ordinals, buckets, bucket), or the frame an earlier build of the same file
+    made: the same path, inode, size and modification time (a rewritten table is a new
+    file: `flashml.files.atomic_path`). Frames of another table are dropped."""
+    st = os.stat(src)
+    ident = (str(Path(src).resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (ident, *how)
+    with _SORTED_LOCK:
+        got = _SORTED.get(key)
+    if got is not None:
+        return got
+    frame = make()
+    with _SORTED_LOCK:
+        for k in [k for k in _SORTED if k[0] != ident]:
+            del _SORTED[k]
+        _SORTED[key] = frame
+    return frame
 
 
 def _merge(frames: list[pl.LazyFrame]) -> pl.LazyFrame:
