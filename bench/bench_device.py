@@ -62,7 +62,8 @@ def make_trace(d: Path, accesses: int, keep_every: int) -> Path:
     return trace
 
 
-def make_bundle(d: Path, trace: Path) -> Path:
+def make_bundle(d: Path, trace: Path, admit_threshold: float = 0.5,
+                name: str = "bundle") -> Path:
     """The demo policy (LightGBM admission + prefetch, tests/demo_policy.py) trained on the
     workload trace and compiled by `flashml compile`."""
     from flashml.trace.ingest import load_trace
@@ -70,10 +71,69 @@ def make_bundle(d: Path, trace: Path) -> Path:
     from demo_policy import write_demo_bundle
 
     df, _ = load_trace(trace, "tectonic")
-    write_demo_bundle(df, d / "models")
-    sh(sys.executable, "-m", "flashml.cli", "compile", "--model-dir", d / "models", "-o",
-       d / "bundle", "--no-log")
-    return d / "bundle"
+    write_demo_bundle(df, d / f"models-{name}", admit_threshold=admit_threshold)
+    sh(sys.executable, "-m", "flashml.cli", "compile", "--model-dir", d / f"models-{name}",
+       "-o", d / name, "--no-log")
+    return d / name
+
+
+def equal_write_threshold(trace: Path, bundle: Path, flash_bytes: int) -> dict[str, Any]:
+    """The bundle's admission threshold at which the simulator has it write as much flash
+    (admitted segments, prefetches included) as RejectX on the workload trace: a bisection
+    over the threshold (more threshold, fewer admissions)."""
+    from flashml.simulation import SimConfig, simulate, simulate_policy
+    from flashml.trace.ingest import load_trace
+
+    df, _ = load_trace(trace, "tectonic", sample_ratio=100.0)
+    cfg = SimConfig(capacity_segments=flash_bytes // SEG, sample_ratio=100.0, disks=1,
+                    warmup_s=0.0, eviction="lru", admission="rejectx")
+    target = int(simulate(df, cfg).metrics["admitted_segments"])
+
+    def written(t: float) -> int:
+        return int(simulate_policy(df, bundle, cfg, threshold=t).metrics["admitted_segments"])
+
+    lo, hi, tried = 0.5, 1.0, {}
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        tried[round(mid, 6)] = w = written(mid)
+        lo, hi = (mid, hi) if w > target else (lo, mid)
+    best = min(tried, key=lambda t: abs(tried[t] - target))
+    return {"rejectx_admitted_segments": target, "threshold": best,
+            "bundle_admitted_segments": tried[best], "tried": tried}
+
+
+def equal_write_rate(d: Path, trace: Path, base: Path, flash_bytes: int, windows: int,
+                     lock: Path | None = None) -> dict[str, Any]:
+    """RejectX beside the demo bundle recompiled at the admission threshold where the
+    simulator has both write the same flash: each one's measured peak busy time and the
+    simulator's peak DT, and the bundle's cut vs RejectX on both sides. `lock`: the timing
+    lock, taken around the device runs only (the calibration is not timed)."""
+    import contextlib
+    import fcntl
+
+    from flashml.device.check import device_check
+
+    cal = equal_write_threshold(trace, base, flash_bytes)
+    eq = make_bundle(d, trace, admit_threshold=cal["threshold"], name="bundle_equal_write")
+    with contextlib.ExitStack() as stack:
+        if lock is not None:
+            fcntl.flock(stack.enter_context(open(lock, "a")), fcntl.LOCK_EX)
+            os.setpriority(os.PRIO_PROCESS, 0, 0)  # the lock holder gets the CPUs (root)
+        loads = {"load_avg_before": os.getloadavg()}
+        r = device_check(d / "dev-eq", FLASHRT, trace,
+                         {"rejectx": ["--admission", "rejectx"],
+                          "baleen_bundle_equal_write": ["--bundle", str(eq)]},
+                         flash_bytes=flash_bytes, windows=windows, device_bytes=16 << 30,
+                         read_iops=200, read_bps=40 << 20)
+        loads["load_avg_after"] = os.getloadavg()
+    pol = r["policies"]
+    rx, bb = pol["rejectx"], pol["baleen_bundle_equal_write"]
+    cut = {side: round(1 - bb[f"peak_{side}_s"] / rx[f"peak_{side}_s"], 4)
+           for side in ("measured", "simulated") if rx[f"peak_{side}_s"] > 0}
+    return {"calibration": cal, "disk": r["disk"], "policies": pol, **loads,
+            "flash_written_bytes": {n: p["mount"]["flash_written_bytes"]
+                                    for n, p in pol.items()},
+            "bundle_cut_of_peak_vs_rejectx": cut}
 
 
 FIO_FILE_MIB = 512
@@ -131,6 +191,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a small trace, two policies")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--equal-write-only", action="store_true",
+                    help="run only the equal-flash-write comparison and merge it into --out "
+                    "(its other results kept)")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="where the device file and flash files go (default: a temp dir)")
     args = ap.parse_args()
@@ -142,6 +205,8 @@ def main() -> int:
     from flashml.device.check import device_check
 
     accesses, keep, windows = (4000, 3, 8) if args.quick else (10000, 3, 12)
+    if args.equal_write_only:
+        return _equal_write_only(args.out, accesses, keep, windows, args.workdir)
     load_before = os.getloadavg()
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="flashml-bench-device-",
@@ -150,8 +215,9 @@ def main() -> int:
         trace = make_trace(d, accesses, keep)
         policies: dict[str, list[str]] = {"admitall": ["--admission", "admitall"],
                                           "rejectx": ["--admission", "rejectx"]}
-        if not args.quick:
-            policies["baleen_bundle"] = ["--bundle", str(make_bundle(d, trace))]
+        bundle = None if args.quick else make_bundle(d, trace)
+        if bundle is not None:
+            policies["baleen_bundle"] = ["--bundle", str(bundle)]
         r: dict[str, Any] = device_check(
             d / "dev", FLASHRT, trace, policies,
             flash_bytes=(32 << 20) if args.quick else (128 << 20), windows=windows,
@@ -159,6 +225,8 @@ def main() -> int:
             on_device=None if args.quick else applications(
                 FLASHRT, {k: v for k, v in policies.items() if k != "admitall"}, 128 << 20,
                 d / "dev"))
+        if bundle is not None:  # make device-bench holds the timing lock already
+            r["equal_write_rate"] = equal_write_rate(d, trace, bundle, 128 << 20, windows)
         span = _span(trace)
     r["workload"] = {"preset": "region1-like", "seed": 0, "accesses_generated": accesses,
                      "keep_every_block": keep, "max_io_bytes": 1 << 20,
@@ -177,6 +245,26 @@ def main() -> int:
               f"{p['peak_simulated_s']:.3f} s  ({p['peak_rel_error']:+.1%})  "
               f"spearman {p['spearman']}")
     print("ranking measured", r["ranking_measured"], "simulated", r["ranking_simulated"])
+    return 0
+
+
+def _equal_write_only(out: Path, accesses: int, keep: int, windows: int,
+                      workdir: Path | None) -> int:
+    from flashml.files import atomic_path
+
+    doc = json.loads(out.read_text())
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="flashml-bench-device-eq-", dir=workdir) as tmp:
+        d = Path(tmp)
+        trace = make_trace(d, accesses, keep)
+        eq = equal_write_rate(d, trace, make_bundle(d, trace), 128 << 20, windows,
+                              lock=Path("/tmp/flashml-timing.lock"))
+    eq["wall_s"] = round(time.time() - started, 1)
+    doc["equal_write_rate"] = eq
+    with atomic_path(out) as t:
+        Path(t).write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps({k: eq[k] for k in ("calibration", "flash_written_bytes",
+                                         "bundle_cut_of_peak_vs_rejectx")}, indent=1))
     return 0
 
 
