@@ -50,6 +50,23 @@ def device_section(r: dict[str, Any]) -> str:
               f"({'the same' if r['ranking_equal'] else 'different'}).", "",
               "![measured device busy time vs simulated DT per window]"
               "(../assets/device_busy.png)"]
+    eq = r.get("equal_write_rate")
+    if eq:
+        cal, ch = eq["calibration"], eq["bundle_peak_vs_rejectx"]
+        lines += ["", "At equal flash writes: the demo bundle recompiled at admission threshold "
+                  f"{cal['threshold']:.4f}, where the simulator has it admit "
+                  f"{cal['bundle_admitted_segments']} segments to RejectX's "
+                  f"{cal['rejectx_admitted_segments']} on the trace RejectX's mount "
+                  "recorded (load average "
+                  f"{eq['load_avg']['rejectx']['before'][0]:.1f} and "
+                  f"{eq['load_avg']['bundle']['before'][0]:.1f}):", "",
+                  "| policy | flash written, mount (MiB) | peak busy, measured (s) | "
+                  "peak DT, simulated (s) |", "|---|---:|---:|---:|"]
+        for name, p in eq["policies"].items():
+            lines.append(f"| {name} | {eq['flash_written_bytes'][name] / 2**20:.0f} | "
+                         f"{p['peak_measured_s']:.2f} | {p['peak_simulated_s']:.2f} |")
+        lines += ["", "The bundle's peak busy time vs RejectX's: measured "
+                  f"{ch['measured']:+.1%}, simulated {ch['simulated']:+.1%}."]
     apps = r.get("applications")
     if apps:
         lines += ["", "Applications through the mount (measured only):", "",

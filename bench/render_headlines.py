@@ -117,6 +117,12 @@ def device_row(res: dict[str, Any]) -> tuple[str, str, str]:
     value += (f"; ranking by peak {'the same' if res['ranking_equal'] else 'NOT the same'} "
               f"on both sides; Spearman over windows {min(rho):.2f}-{max(rho):.2f} "
               "(targets: peak within 10%, Spearman >= 0.9)")
+    eq = res.get("equal_write_rate")
+    if eq:
+        ch = eq["bundle_peak_vs_rejectx"]
+        value += (f"; at equal flash writes, the bundle's peak busy time vs RejectX: "
+                  f"measured **{100 * ch['measured']:+.0f}%**, simulated "
+                  f"{100 * ch['simulated']:+.0f}%")
     return (f"The mount on a loop device throttled to {t['read_iops']} IOPS and "
             f"{t['read_bps'] / (1 << 20):g} MiB/s: simulated peak DT vs measured peak busy "
             f"time, {res['windows']} windows", value, "device.json")
