@@ -21,6 +21,12 @@ log = logging.getLogger(__name__)
 
 #: The attribute a booster keeps its evaluator in (or the reason it has none).
 _ATTR = "_flashml_forest"
+#: The attribute a booster keeps its split thresholds in: per model feature, sorted.
+_THRESHOLDS = "_flashml_thresholds"
+#: LightGBM's kZeroThreshold (1e-35f widened): a value with |x| <= it is read as 0.0.
+ZERO_THRESHOLD = float(np.float32(1e-35))
+#: Fewer rows than this are scored row by row (`predict_classes` looks for no classes).
+CLASSES_MIN_ROWS = 50_000
 
 
 def threads() -> int:
@@ -61,6 +67,14 @@ def _build(booster: Any) -> tuple[Any, str | None]:
     why = why or split_refusal(trees)
     if why:
         return None, why
+    nf = int(head["num_feature"])
+    cuts: list[list[float]] = [[] for _ in range(nf)]
+    for t in trees:
+        inner = t["node_type"] != LEAF
+        for f, th in zip(t["split_index"][inner], t["threshold"][inner], strict=True):
+            if 0 <= int(f) < nf:
+                cuts[int(f)].append(float(th))
+    setattr(booster, _THRESHOLDS, [np.unique(np.asarray(c, dtype=np.float64)) for c in cuts])
     args = [(np.ascontiguousarray(t["node_type"] == LEAF),
              *(np.ascontiguousarray(t[k], dtype=d) for k, d in (
                  ("split_index", np.uint32), ("threshold", np.float64),
@@ -83,3 +97,34 @@ def predict(booster: Any, x: np.ndarray) -> np.ndarray:
             log.debug("LightGBM scores this model itself: %s", why)
         return booster.predict(x)
     return forest.predict(x, threads())
+
+
+def predict_classes(booster: Any, x: np.ndarray) -> np.ndarray:
+    """`predict(booster, x)`, each class of rows the model cannot tell apart scored once: the
+    evaluator decides every split `x <= t` on the rank of x among the feature's thresholds
+    (`#{t < x}`, |x| <= ZERO_THRESHOLD read as 0.0, NaN apart), so rows of equal ranks get
+    the same doubles, and each row takes its class's (its first row's) score. Rows of range
+    features at 1 M accesses: 38% of the distinct rows are distinct classes. Without the
+    evaluator (LightGBM scores), with few rows, or with more rank combinations than an int64
+    holds, every row is scored."""
+    forest, _ = forest_of(booster)
+    cuts = getattr(booster, _THRESHOLDS, None)
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if forest is None or cuts is None or x.ndim != 2 or x.shape[1] != len(cuts) or \
+            len(x) < CLASSES_MIN_ROWS:
+        return predict(booster, x)
+    key = np.zeros(len(x), dtype=np.int64)
+    radix = 1
+    for j, t in enumerate(cuts):
+        if len(t) == 0:
+            continue
+        if radix * (len(t) + 2) >= 2**62:
+            return predict(booster, x)
+        col = x[:, j]
+        col = np.where(np.abs(col) <= ZERO_THRESHOLD, 0.0, col)
+        rank = np.searchsorted(t, col, side="left").astype(np.int64)
+        rank[np.isnan(col)] = len(t) + 1  # NaN: a class of its own (its default side)
+        key += rank * radix
+        radix *= len(t) + 2
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return predict(booster, x[first])[inverse.reshape(-1)]
