@@ -107,8 +107,9 @@ def equal_write_rate(d: Path, trace: Path, base: Path, flash_bytes: int, windows
     """RejectX beside the demo bundle recompiled at the admission threshold where the
     simulator has both write the same flash: each one's measured peak busy time and the
     simulator's peak DT, and the bundle's change vs RejectX on both sides. RejectX runs
-    first; the threshold is calibrated on the trace its mount recorded (the kernel's FUSE
-    reads, at most 128 KiB each: the stream the policy sees, whatever the policy), then the
+    first; the threshold is calibrated on the trace its mount recorded, at the mount's times
+    (the kernel's FUSE reads, at most 128 KiB each, when the mount served them: what the
+    policy's features see; the bundle's own run is paced by its own misses), then the
     bundle runs with RejectX's probed disk. `lock`: the timing lock, taken around the device
     runs only (the calibration is not timed)."""
     import contextlib
@@ -130,7 +131,9 @@ def equal_write_rate(d: Path, trace: Path, base: Path, flash_bytes: int, windows
         return r
 
     rx = on_device(d / "dev-eq-rejectx", {"rejectx": ["--admission", "rejectx"]}, None)
-    cal = equal_write_threshold(d / "dev-eq-rejectx" / "served-rejectx.retimed.trace", base,
+    # the recorded times (the mount's clock), not the retimed ones: the times the policy's
+    # features saw
+    cal = equal_write_threshold(d / "dev-eq-rejectx" / "served-rejectx.trace", base,
                                 flash_bytes)
     eq = make_bundle(d, trace, admit_threshold=cal["threshold"], name="bundle_equal_write")
     bb = on_device(d / "dev-eq-bundle", {"baleen_bundle_equal_write": ["--bundle", str(eq)]},

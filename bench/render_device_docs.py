@@ -53,7 +53,8 @@ def device_section(r: dict[str, Any]) -> str:
     eq = r.get("equal_write_rate")
     if eq:
         cal, ch = eq["calibration"], eq["bundle_peak_vs_rejectx"]
-        lines += ["", "At equal flash writes: the demo bundle recompiled at admission threshold "
+        lines += ["", "At near-equal flash writes: the demo bundle recompiled at the admission "
+                  "threshold closest to RejectX's flash writes, "
                   f"{cal['threshold']:.4f}, where the simulator has it admit "
                   f"{cal['bundle_admitted_segments']} segments to RejectX's "
                   f"{cal['rejectx_admitted_segments']} on the trace RejectX's mount "

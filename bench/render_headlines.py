@@ -120,7 +120,9 @@ def device_row(res: dict[str, Any]) -> tuple[str, str, str]:
     eq = res.get("equal_write_rate")
     if eq:
         ch = eq["bundle_peak_vs_rejectx"]
-        value += (f"; at equal flash writes, the bundle's peak busy time vs RejectX: "
+        w = eq["flash_written_bytes"]
+        value += (f"; at near-equal flash writes ({w['baleen_bundle_equal_write'] / 2**20:.0f} "
+                  f"vs {w['rejectx'] / 2**20:.0f} MiB), the bundle's peak busy time vs RejectX: "
                   f"measured **{100 * ch['measured']:+.0f}%**, simulated "
                   f"{100 * ch['simulated']:+.0f}%")
     return (f"The mount on a loop device throttled to {t['read_iops']} IOPS and "
