@@ -75,6 +75,25 @@ def test_ui_docs(tmp_path: Path) -> None:
     stop_and_check(proc, port, signal.SIGINT)
 
 
+def test_a_killed_ui_leaves_no_server_behind(tmp_path: Path) -> None:
+    """SIGKILL to `flashml ui` (no chance to stop the server it started in a session of its
+    own): its watchdog stops the server's whole group, so the port is free again."""
+    site = tmp_path / "ctx" / "uncommitted" / "data_docs" / "local_site"
+    site.mkdir(parents=True)
+    (site / "index.html").write_text("<html>marker</html>")
+    proc, port = start("docs", tmp_path, "--context-dir", str(tmp_path / "ctx"))
+    wait_ready(proc)
+    proc.kill()
+    proc.wait()
+    end = time.monotonic() + 120  # a guard against a hang only: the stop is SIGTERM at once
+    while time.monotonic() < end:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) != 0:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"the server still answers on port {port} after its ui was killed")
+
+
 def test_ui_optuna_lists_the_study(tmp_path: Path) -> None:
     import optuna
 

@@ -244,17 +244,53 @@ def stop(proc: subprocess.Popen, grace: float = 15.0) -> None:
     proc.wait()
 
 
+# Run beside the server in a session of its own: when `flashml ui` dies without stopping the
+# server (SIGKILL, an OOM kill), the server's process group gets SIGTERM, then SIGKILL. The
+# server has its own session so that Ctrl-C reaches `flashml ui` alone, which then stops it in
+# order; without this, a killed `flashml ui` leaves the server and its workers running.
+WATCHDOG = r"""
+import os, select, signal, sys, time
+parent, group = int(sys.argv[1]), int(sys.argv[2])
+try:
+    fd = os.pidfd_open(parent)
+    select.select([fd], [], [])
+except ProcessLookupError:
+    pass
+for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 0.0)):
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:
+        break
+    end = time.monotonic() + wait
+    while time.monotonic() < end:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            sys.exit(0)
+        time.sleep(0.2)
+"""
+
+
+def watchdog(proc: subprocess.Popen) -> subprocess.Popen:
+    """A process that stops the server's group once this one is gone (see WATCHDOG)."""
+    return subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(proc.pid)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     port = args.port or PORTS[args.tool]
     cmd, env, url = command(args.tool, args.host, port, args.context_dir)
     check_port(args.tool, args.host, port)
     print(f"starting {args.tool} on {url} ...", flush=True)
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    guard = watchdog(proc)
 
     def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGTERM, on_term)
+    old_hup = signal.signal(signal.SIGHUP, on_term)  # the terminal closed
     # Ctrl-C stops the server even where SIGINT came ignored (a background job of a shell)
     old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -286,7 +322,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
         stop(proc)
         return 0
     finally:
+        guard.kill()  # the server is stopped (every path above stops it)
+        guard.wait()
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGHUP, old_hup)
         signal.signal(signal.SIGINT, old_int)
 
 
