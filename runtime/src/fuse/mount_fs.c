@@ -75,10 +75,19 @@ static void record(struct mfs *m, uint64_t key, uint64_t off, uint64_t size, dou
     m->traced++;
 }
 
+/* An open file: its descriptor on the backing and its file id, packed into fuse's 64-bit
+   fh rather than allocated, so a handle the kernel never releases (the file system unmounted
+   while a file is open) leaks nothing. */
 struct handle {
     int fd;
     uint32_t id;
 };
+
+static uint64_t handle_pack(int fd, uint32_t id) { return (uint64_t)id << 32 | (uint32_t)fd; }
+
+static struct handle handle_of(const struct fuse_file_info *fi) {
+    return (struct handle){(int)(uint32_t)fi->fh, (uint32_t)(fi->fh >> 32)};
+}
 
 static struct mfs *ctx(void) { return fuse_get_context()->private_data; }
 
@@ -242,8 +251,8 @@ static void *fs_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
 
 static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *fi) {
     if (fi) {
-        const struct handle *h = (const struct handle *)(uintptr_t)fi->fh;
-        return fstat(h->fd, st) == 0 ? 0 : -errno;
+        const struct handle h = handle_of(fi);
+        return fstat(h.fd, st) == 0 ? 0 : -errno;
     }
     return fstatat(ctx()->root_fd, rel(path), st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
 }
@@ -294,28 +303,21 @@ static int fs_open(const char *path, struct fuse_file_info *fi) {
         close(fd);
         return S_ISREG(st.st_mode) ? -EXDEV : -EOPNOTSUPP; /* another file system's file; a device, FIFO */
     }
-    struct handle *h = malloc(sizeof *h);
-    if (!h) {
-        close(fd);
-        return -ENOMEM;
-    }
-    h->fd = fd;
     pthread_mutex_lock(&m->mu);
-    h->id = file_id(m, &st, 1);
-    int rc = h->id ? 0 : -ENOMEM;
+    uint32_t id = file_id(m, &st, 1);
+    int rc = id ? 0 : -ENOMEM;
     if (!rc && (fi->flags & O_TRUNC) && acc != O_RDONLY) {
         if (ftruncate(fd, 0) != 0) rc = -errno;
-        else if (invalidate(m, h->id, 0, (uint64_t)st.st_size) != 0) rc = -EIO;
+        else if (invalidate(m, id, 0, (uint64_t)st.st_size) != 0) rc = -EIO;
         m->truncates++;
     }
     m->opens += rc == 0;
     pthread_mutex_unlock(&m->mu);
     if (rc) {
         close(fd);
-        free(h);
         return rc;
     }
-    fi->fh = (uint64_t)(uintptr_t)h;
+    fi->fh = handle_pack(fd, id);
     fi->direct_io = 1;
     fi->keep_cache = 0;
     return 0;
@@ -324,23 +326,23 @@ static int fs_open(const char *path, struct fuse_file_info *fi) {
 static int fs_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
     (void)path;
     struct mfs *m = ctx();
-    const struct handle *h = (const struct handle *)(uintptr_t)fi->fh;
+    const struct handle h = handle_of(fi);
     struct stat st;
-    if (fstat(h->fd, &st) != 0) return -errno;
+    if (fstat(h.fd, &st) != 0) return -errno;
     uint64_t fsize = (uint64_t)st.st_size, pos0 = (uint64_t)off;
     if (off < 0) return -EINVAL;
     if (pos0 >= fsize || size == 0) return 0;
     if (size > fsize - pos0) size = (size_t)(fsize - pos0);
     if (pos0 + size > MAX_FILE_BYTES) return -EFBIG;
     pthread_mutex_lock(&m->mu);
-    m->cur_fd = h->fd;
-    m->cur_id = h->id;
+    m->cur_fd = h.fd;
+    m->cur_id = h.id;
     size_t done = 0;
     int rc = 0;
     while (done < size) {
         uint64_t pos = pos0 + done, boff = pos % BLOCK;
         uint64_t n = BLOCK - boff < size - done ? BLOCK - boff : size - done;
-        struct flashrt_access a = {(uint64_t)h->id << FRT_MOUNT_FILE_SHIFT | pos / BLOCK, boff, n, frt_now() - m->t0,
+        struct flashrt_access a = {(uint64_t)h.id << FRT_MOUNT_FILE_SHIFT | pos / BLOCK, boff, n, frt_now() - m->t0,
                                    1 /* GET */, 0, 0, 0};
         struct flashrt_result res;
         if (flashrt_access(m->rt, &a, &res) != 0 || res.len != n) {
@@ -363,14 +365,14 @@ static int fs_read(const char *path, char *buf, size_t size, off_t off, struct f
 static int fs_write(const char *path, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
     (void)path;
     struct mfs *m = ctx();
-    const struct handle *h = (const struct handle *)(uintptr_t)fi->fh;
+    const struct handle h = handle_of(fi);
     if (off < 0) return -EINVAL;
     if ((uint64_t)off + size > MAX_FILE_BYTES) return -EFBIG;
     pthread_mutex_lock(&m->mu);
     size_t done = 0;
     int rc = 0;
     while (done < size) {
-        ssize_t r = pwrite(h->fd, buf + done, size - done, off + (off_t)done);
+        ssize_t r = pwrite(h.fd, buf + done, size - done, off + (off_t)done);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             rc = r < 0 ? -errno : -EIO;
@@ -379,12 +381,12 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
         done += (size_t)r;
     }
     /* what was written is no longer what the cache holds */
-    if (done && invalidate(m, h->id, (uint64_t)off, (uint64_t)off + done) != 0) rc = -EIO;
+    if (done && invalidate(m, h.id, (uint64_t)off, (uint64_t)off + done) != 0) rc = -EIO;
     if (m->trace) { /* a PUT per block written */
         double t = frt_now() - m->t0;
         for (uint64_t pos = (uint64_t)off, end = (uint64_t)off + done; pos < end;) {
             uint64_t boff = pos % BLOCK, n = BLOCK - boff < end - pos ? BLOCK - boff : end - pos;
-            record(m, (uint64_t)h->id << FRT_MOUNT_FILE_SHIFT | pos / BLOCK, boff, n, t, 3);
+            record(m, (uint64_t)h.id << FRT_MOUNT_FILE_SHIFT | pos / BLOCK, boff, n, t, 3);
             pos += n;
         }
     }
@@ -397,7 +399,7 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
 static int fs_truncate(const char *path, off_t size, struct fuse_file_info *fi) {
     struct mfs *m = ctx();
     if (size < 0) return -EINVAL;
-    int fd = fi ? ((const struct handle *)(uintptr_t)fi->fh)->fd
+    int fd = fi ? handle_of(fi).fd
                 : openat(m->root_fd, rel(path), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -errno;
     struct stat st;
@@ -420,16 +422,14 @@ static int fs_truncate(const char *path, off_t size, struct fuse_file_info *fi) 
 
 static int fs_release(const char *path, struct fuse_file_info *fi) {
     (void)path;
-    struct handle *h = (struct handle *)(uintptr_t)fi->fh;
-    close(h->fd);
-    free(h);
+    close(handle_of(fi).fd);
     return 0;
 }
 
 static int fs_fsync(const char *path, int datasync, struct fuse_file_info *fi) {
     (void)path;
-    const struct handle *h = (const struct handle *)(uintptr_t)fi->fh;
-    return (datasync ? fdatasync(h->fd) : fsync(h->fd)) == 0 ? 0 : -errno;
+    const struct handle h = handle_of(fi);
+    return (datasync ? fdatasync(h.fd) : fsync(h.fd)) == 0 ? 0 : -errno;
 }
 
 static int fs_statfs(const char *path, struct statvfs *sv) {
