@@ -30,6 +30,7 @@ subprocesses.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import math
@@ -366,11 +367,17 @@ RT_BASE: dict[str, tuple[list[str], list[str]]] = {
 }
 
 
-def rt_base_cases() -> list[Case]:
-    """Every flashrt command's base line as it is, without a hostile option: each must run
-    (exit 0), or every hostile case built on it is refused for a reason other than its own."""
-    return [Case(id=f"base/flashrt {cmd}", family="base", tool="flashrt", argv=[cmd, *argv],
-                 files=files) for cmd, (argv, files) in RT_BASE.items()]
+def base_cases() -> list[Case]:
+    """Every command's base line as it is, without a hostile option: each must run to its end
+    (exit 0; `ui`, a server, until its budget), or every hostile case built on it is refused
+    for a reason other than its own, and a job stopped at its budget hides what its end does."""
+    rt = [Case(id=f"base/flashrt {cmd}", family="base", tool="flashrt", argv=[cmd, *argv],
+               files=files) for cmd, (argv, files) in RT_BASE.items()]
+    return rt + [Case(id=f"base/{cmd}", family="base", tool="flashml",
+                      argv=[*cmd.split(), *argv], files=files, timeout=max(timeout, 600.0),
+                      budget=JOBS[cmd] if cmd == "ui" else 0.0,
+                      verdicts=VERDICTS.get(cmd, ()))
+                 for cmd, (argv, files, timeout) in BASE.items()]
 
 
 RT_TEXT_OPTIONS = {"--format", "--allocations-out"}
@@ -789,7 +796,7 @@ def catalogue(*, seed: int, quick: bool = False) -> list[Case]:
     values = HOSTILE if not quick else ["0", "-1", "nan", "1e300", "abc"]
     return [*number_cases(values), *same_io_cases(), *fifo_cases(), *tamper_cases(),
             *hostile_trace_cases(), *concurrency_cases(), *kill_cases(4 if quick else 10, seed),
-            *race_cases(60 if quick else 150)]
+            *race_cases(60 if quick else 150), *base_cases()]
 
 
 def subset(cases: list[Case], n: int, seed: int) -> list[Case]:
@@ -804,6 +811,8 @@ def subset(cases: list[Case], n: int, seed: int) -> list[Case]:
     for name, cs in sorted(fam.items()):
         if name == "concurrent":
             cs = [c for c in cs if c.tool == "flashrt"]
+        if name == "base":  # the jobs' whole runs: bench/`make fuzz` only
+            cs = [c for c in cs if " ".join(c.argv[:2]) not in JOBS and c.argv[0] not in JOBS]
         # a job command given a value it may take runs for its whole budget: the subset
         # keeps the values that must be refused at once
         cs = [c for c in cs if not c.budget or c.must_refuse or c.family != "numbers"]
@@ -1088,6 +1097,8 @@ def judge(case: Case, p: dict[str, str], w: Path, before: dict[str, tuple[str, s
         cls = "accepted" if case.must_refuse else "ok"
         if rc == 0 and any(Path(k).name.startswith(".") and ".tmp" in k for k in new):
             cls, detail = "partial", f"temporary files left: {new[:5]}"
+    elif case.family == "base":  # a valid command line must run
+        cls, detail = "wrong", f"exit {rc}: a valid command line failed"
     elif rc in (1, 2) and len(err_lines) == 1:
         cls = "error"
     else:
@@ -1606,14 +1617,27 @@ def session(scratch: Path | None = None, log: Callable[[str], None] = print,
     .flashml/adversarial-fixtures/<fixtures_key()> and reuse them (the tests)."""
     own = scratch is None
     scratch = scratch or Path(tempfile.mkdtemp(prefix="flashml-adversarial-"))
+    held = None
     try:
         where = scratch / "fixtures"
         if cache:
+            # One checkout, several sessions at once (two pytest runs, an edit that changes the
+            # key mid-run): a set is built under its key's exclusive lock, used under a shared
+            # one, and an older key's set is removed only when nobody holds its lock.
             base = REPO / ".flashml" / "adversarial-fixtures"
-            where = base / fixtures_key()
+            base.mkdir(parents=True, exist_ok=True)
+            key = fixtures_key()
+            where = base / key
+            held = open(base / f"{key}.lock", "a+")  # noqa: SIM115 - held for the session
+            fcntl.flock(held, fcntl.LOCK_SH)  # (a session in this process may hold it too)
+            _remove_unused_fixture_sets(base, key)
             if not (where / "fixtures.json").exists():
-                shutil.rmtree(base, ignore_errors=True)  # older keys: stale
-        fx = build_fixtures(where, log)
+                fcntl.flock(held, fcntl.LOCK_EX)
+                build_fixtures(where, log)
+                fcntl.flock(held, fcntl.LOCK_SH)
+            fx = build_fixtures(where, log)  # the complete set: read back
+        else:
+            fx = build_fixtures(where, log)
         before = {k: _snapshot_path(v) for k, v in fx.items()}
         yield fx, scratch
         after = {k: _snapshot_path(v) for k, v in fx.items()}
@@ -1621,8 +1645,24 @@ def session(scratch: Path | None = None, log: Callable[[str], None] = print,
         if bad:
             log(f"WARNING: fixtures changed during the run: {bad}")
     finally:
+        if held is not None:
+            held.close()
         if own:
             _rmtree(scratch)
+
+
+def _remove_unused_fixture_sets(base: Path, keep: str) -> None:
+    """Remove every cached fixture set but `keep` that no session holds (its lock file free)."""
+    for d in base.iterdir():
+        if not d.is_dir() or d.name == keep:
+            continue
+        with open(base / f"{d.name}.lock", "a+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # another session is using it
+            shutil.rmtree(d, ignore_errors=True)
+            (base / f"{d.name}.lock").unlink(missing_ok=True)
 
 
 def _snapshot_path(p: Path) -> Any:
