@@ -93,6 +93,11 @@ COMMANDS: dict[tuple[str, ...], Command] = {
     ("kml", "run"): Command(lambda d, i: ["--mode", "twin", "--twin-requests", "10000",
                                           "--repeats", "1", *_out(d, i)],
                             stub="flashml.jobs.run:run_job"),
+    # the device commands stop before any device work (root, loop devices, FUSE)
+    ("device", "probe"): Command(lambda d, i: [str(i["table"]), *_out(d, i)],
+                                 stub="flashml.device.probe:probe", real=False),
+    ("device", "check"): Command(lambda d, i: ["--trace", str(i["table"]), *_out(d, i)],
+                                 stub="flashml.device.throttled:unavailable", real=False),
 }
 
 

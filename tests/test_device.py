@@ -58,7 +58,7 @@ def test_the_probe_writes_positive_finite_disk_keys_the_simulator_reads(tmp_path
     out = tmp_path / "disk.json"
     with ThrottledDevice(tmp_path / "w", 256 << 20, read_iops=200, read_bps=20 << 20) as dev:
         assert dev.upper is not None
-        p = subprocess.run(dev.in_cgroup([sys.executable, "-m", "flashml.device.probe",
+        p = subprocess.run(dev.in_cgroup([sys.executable, "-m", "flashml.cli", "device", "probe",
                                           dev.upper, "--seconds", "3", "--out", str(out)]),
                            capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr

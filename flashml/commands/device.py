@@ -141,11 +141,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "(t_seek_s, bandwidth_bytes_per_s)",
                          description="Time O_DIRECT reads of DEVICE at 4 KiB..2 MiB and fit "
                          "the simulator's t_seek_s + bytes / bandwidth_bytes_per_s. Prints the "
-                         "fit, the mean read time per size and the fit's error as JSON.")
+                         "fit, the mean read time per size and the fit's error as JSON.",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         epilog="examples:\n  flashml device probe /dev/loop7 -o disk.json\n"
+                         "  flashml device probe /dev/nvme0n1 --seconds 20 --seed 3")
     pr.add_argument("device", type=Path, metavar="DEVICE",
                     help="block device, or a file on a file system that takes O_DIRECT; only "
                     "read")
-    pr.add_argument("--out", type=Path, default=None, metavar="FILE",
+    pr.add_argument("-o", "--out", type=Path, default=None, metavar="FILE",
                     help="write {t_seek_s, bandwidth_bytes_per_s} here (a SimConfig override; "
                     "`device check --disk` and `sim run` read it)")
     pr.add_argument("--seconds", type=PROBE_SECONDS, default=8.0, metavar="S",
@@ -157,7 +160,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ck = dsub.add_parser("check", help="the simulator's DT beside a throttled device's "
                          "measured busy time, per window and policy (root, loop, FUSE)",
                          description=__doc__,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         epilog="examples:\n  flashml device check --trace workload.trace "
+                         "-o device.json\n  flashml device check --trace workload.trace "
+                         "--admission rejectx --bundle bundle/ --disk disk.json -o device.json")
     ck.add_argument("--trace", type=Path, required=True, metavar="FILE",
                     help="Tectonic trace whose GETs are played through the mount")
     ck.add_argument("-o", "--out", type=Path, required=True, metavar="FILE",

@@ -18,7 +18,6 @@ import json
 import math
 import mmap
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -84,14 +83,3 @@ def write_disk_config(result: dict[str, Any], out: Path) -> None:
     with atomic_path(out) as tmp:
         Path(tmp).write_text(json.dumps({k: result[k] for k in ("t_seek_s",
                                                                 "bandwidth_bytes_per_s")}) + "\n")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m flashml.device.probe ARGS` is `flashml device probe ARGS`."""
-    from flashml.cli import main as cli
-
-    return cli(["device", "probe", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
