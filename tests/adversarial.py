@@ -1632,12 +1632,10 @@ def session(scratch: Path | None = None, log: Callable[[str], None] = print,
             fcntl.flock(held, fcntl.LOCK_SH)  # (a session in this process may hold it too)
             _remove_unused_fixture_sets(base, key)
             if not (where / "fixtures.json").exists():
-                fcntl.flock(held, fcntl.LOCK_EX)
-                build_fixtures(where, log)
-                fcntl.flock(held, fcntl.LOCK_SH)
-            fx = build_fixtures(where, log)  # the complete set: read back
-        else:
-            fx = build_fixtures(where, log)
+                fcntl.flock(held, fcntl.LOCK_EX)  # build it (or read what another built)
+        fx = build_fixtures(where, log)
+        if held is not None:
+            fcntl.flock(held, fcntl.LOCK_SH)
         before = {k: _snapshot_path(v) for k, v in fx.items()}
         yield fx, scratch
         after = {k: _snapshot_path(v) for k, v in fx.items()}
