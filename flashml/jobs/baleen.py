@@ -203,6 +203,9 @@ def warm_start(run: RunDir, s: BaleenSettings) -> Any:
     policy = _learned(run)
     k = rec.get("convergence", {}).get("accesses_per_episode") or s.loop.accesses_per_episode
     pts = rec.get("search_points") or {}
+    from flashml.models.validation import FEATURE_SETS, zeroed_features
+
+    fs = (rec.get("choice") or {}).get("feature_set")
 
     def pairs(xs: Any) -> list[tuple[float, float]]:
         return [(float(x), float(w)) for x, w in xs or []]
@@ -212,7 +215,8 @@ def warm_start(run: RunDir, s: BaleenSettings) -> Any:
                      float(read_policy_json(policy_dir(run))["when_threshold"]),
                      points=pairs(pts.get("points")),
                      when_points={float(c): pairs(v) for c, v in pts.get("when_points", [])},
-                     final_points=pairs(pts.get("final_points")))
+                     final_points=pairs(pts.get("final_points")),
+                     zeroed=zeroed_features(fs) if fs in FEATURE_SETS else ())
 
 
 def log_training_curves(run_id: str, boosters: dict[str, Any]) -> None:
@@ -360,6 +364,8 @@ def ship_variant(run: RunDir, s: BaleenSettings, loop: Any) -> dict[str, Any]:
     labels = pl.read_parquet(loop.episodes_dir / "labels.parquet")
     eps = pl.read_parquet(loop.episodes_dir / "episodes.parquet")
     choice = choose(df, feats, labels, eps, base, target, k, s.loop, s.gbm, s.peak)
+    # a sweep trial warm-started from this loop retrains with the shipped feature set
+    loop.extra["zeroed"] = zeroed_features(choice.feature_set)
     prefetch = {"prefetch": "range", "prefetch_when": "score"} if s.with_prefetch else {}
     flat = base.replace(when_threshold=loop.when_threshold)
     if choice.feature_set != "baleen":

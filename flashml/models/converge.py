@@ -79,12 +79,16 @@ class WarmStart:
     #: The loop's final search's points (under `final_base`): a trial's final search aims
     #: with them (the peak schedule shapes the rate more than the model does).
     final_points: list[tuple[float, float]] = field(default_factory=list)
+    #: The admission features `policy` holds at 0 (its feature set's, models/validation.py
+    #: `zeroed_features`): a trial that retrains keeps the shipped model's feature set.
+    zeroed: tuple[str, ...] = ()
 
     @classmethod
     def from_loop(cls, loop: LoopResult, default_k: int) -> WarmStart:
         return cls(loop.eviction_age_s, int(loop.extra.get("accesses_per_episode", default_k)),
                    loop.policy, loop.arrays, loop.when_threshold, list(loop.points),
-                   dict(loop.when_points), list(loop.final_points))
+                   dict(loop.when_points), list(loop.final_points),
+                   tuple(loop.extra.get("zeroed", ())))
 
 
 @dataclass
@@ -171,7 +175,8 @@ def select_accesses_per_episode(df: pl.DataFrame, feats: np.ndarray, labels: pl.
                                 episodes: pl.DataFrame, base: SimConfig, target_mbps: float,
                                 settings: LoopSettings, gbm: GbmParams,
                                 features: list[str] | None,
-                                keep: dict[int, Any] | None = None) -> tuple[int, dict[int, float]]:
+                                keep: dict[int, Any] | None = None,
+                                zeroed: tuple[str, ...] = ()) -> tuple[int, dict[int, float]]:
     """The K (labelled GETs per episode) whose admission-only model has the lowest mean DT
     on the training window (simulated from a cold cache, at the target write rate), with
     the mean DT by K. Ties go to the artifact's K, then to the smaller one. Training data
@@ -185,7 +190,7 @@ def select_accesses_per_episode(df: pl.DataFrame, feats: np.ndarray, labels: pl.
             data = training_data(feats, times, labels, episodes, settings.train_seconds,
                                  max_position=k, max_rows=settings.max_training_rows)
             policy = train_policy(data, gbm, features=features, with_prefetch=False,
-                                  threads=threads)
+                                  zeroed=zeroed, threads=threads)
             return policy, score_all(policy, feats[:n])["score"]
         return train
 
@@ -222,7 +227,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
              *, features: list[str] | None = None,
              with_prefetch: bool = True, spark: Any = None,
              final_base: SimConfig | None = None, warm: WarmStart | None = None,
-             prebuilt: Path | None = None,
+             prebuilt: Path | None = None, zeroed: tuple[str, ...] = (),
              cancel: threading.Event | None = None) -> LoopResult:
     """Iterate episodes -> train -> simulate until the eviction age is stable. With
     `final_base` (e.g. `base` plus a peak schedule, models/peak.py) the last model's
@@ -233,8 +238,10 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     age the loop stops there, with no episodes built and nothing trained. `prebuilt`: a
     folder of episodes of this table (another loop's, `LoopResult.episodes_dir`) that the
     first iteration uses instead of building when its parameters serve it
-    (`episodes.core.reusable`). `cancel`: once set, the loop raises `Cancelled` at its next
-    stage (a sweep point run ahead of time that no round asks for)."""
+    (`episodes.core.reusable`). `zeroed`: admission features held at 0 in every model the
+    loop trains (`train_policy`; a warm start's own, `WarmStart.zeroed`, when it has them).
+    `cancel`: once set, the loop raises `Cancelled` at its next stage (a sweep point run
+    ahead of time that no round asks for)."""
     from flashml.episodes.core import EpisodeParams, build, reusable
 
     times = df["time"].to_numpy()
@@ -243,6 +250,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     result: LoopResult | None = None
     prefetch = {"prefetch": "range", "prefetch_when": "score"} if with_prefetch else {}
     k_fixed = warm.accesses_per_episode if warm is not None else None
+    zeroed = tuple(zeroed or (warm.zeroed if warm is not None else ()))
     k_build = k_fixed or max((settings.accesses_per_episode, *settings.k_candidates))
     k_chosen: int | None = None
     # Each threshold search aims with the one before it at this target (a model trained at
@@ -278,7 +286,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             if k_fixed is None and len(settings.k_candidates) > 1:
                 k_chosen, kmeans = select_accesses_per_episode(
                     df, feats, labels, episodes, base, target_mbps, settings, gbm, features,
-                    keep=chosen)
+                    keep=chosen, zeroed=zeroed)
                 log.info("accesses per episode K=%d (training-day mean DT by K: %s); kept "
                          "for the loop's later iterations", k_chosen,
                          {k: round(v, 5) for k, v in kmeans.items()})
@@ -290,7 +298,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             data = training_data(feats, times, labels, episodes, settings.train_seconds,
                                  max_position=k_chosen, max_rows=settings.max_training_rows)
             policy = train_policy(data, gbm, features=features, with_prefetch=with_prefetch,
-                                  admission=getattr(chosen.get(k_chosen), "admission", None))
+                                  admission=getattr(chosen.get(k_chosen), "admission", None),
+                                  zeroed=zeroed)
             arrays = score_all(policy, feats)
             when_threshold = base.when_threshold
             if with_prefetch:
@@ -331,7 +340,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         moved = abs(new_ea - ea)
         result = LoopResult(False, history, policy, arrays, tuned, ea, out, "",
                             when_threshold=when_threshold,
-                            extra={"accesses_per_episode": k_chosen}, points=tuned.points,
+                            extra={"accesses_per_episode": k_chosen, "zeroed": zeroed},
+                            points=tuned.points,
                             when_points=dict(when_points))
         if saturated and len(history) > 1 and history[-2].threshold == 0.0 and \
                 abs(measured - history[-2].measured_eviction_age_s) < max(
