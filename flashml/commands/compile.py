@@ -63,7 +63,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                        model_dir=args.model_dir, cc=args.cc,
                        segments_per_block=args.segments_per_block,
                        log_to_mlflow=not args.no_log, jobs=args.jobs,
-                       fast=not args.no_fast_trees)
+                       fast=not args.no_fast_trees, portable=args.portable)
     if args.json:
         print(json.dumps(m))
     else:
@@ -114,8 +114,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    metavar="N",
                    help="parallel C compiler jobs (default: CPU count)")
     p.add_argument("--no-fast-trees", action="store_true",
-                   help="build TL2cgen's code only, without the AVX-512 evaluator the .so "
-                   "otherwise picks on CPUs with AVX-512 VBMI (scores are identical)")
+                   help="build the portable evaluator only (--portable), without the "
+                   "AVX-512 evaluator the .so otherwise picks on CPUs with AVX-512 VBMI "
+                   "(scores are identical)")
+    # compiler/build.py PORTABLE_EVALUATORS, PORTABLE_DEFAULT (not imported: CLI start-up)
+    p.add_argument("--portable", choices=("compact", "tl2cgen"), default="compact",
+                   help="the evaluator of CPUs without AVX-512 VBMI: compact (the trees as "
+                   "data walked by one small loop; a model it cannot take, e.g. with "
+                   "categorical splits, stays on TL2cgen's code) or tl2cgen (TL2cgen's "
+                   "if/else code); scores are identical (default compact)")
     p.add_argument("--no-log", action="store_true",
                    help="do not log the compiled bundle to the MLflow run")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flashml.compiler import compact_trees
 from flashml.compiler import manifest as manifest_schema
 from flashml.compiler import readahead as ra
 from flashml.compiler.bundle import (
@@ -99,6 +100,9 @@ _GLOBAL_DEF_RE = re.compile(
 _ABI_FN_RE = re.compile(r"^[A-Za-z_][\w \t\*]*?\b(flashml_\w+)\s*\(", re.M)
 #: Trees per generated translation unit (compiled in parallel).
 TREES_PER_UNIT = 25
+#: Evaluators of the portable path (compile_policy's `portable`), and the default.
+PORTABLE_EVALUATORS = ("compact", "tl2cgen")
+PORTABLE_DEFAULT = "compact"
 
 
 class CompileError(UserError):
@@ -337,6 +341,20 @@ def _fast_trees(models: dict[str, Any], cc: str,
                    if not isinstance(p, str)}
 
 
+def _compact_trees(models: dict[str, Any], portable: str
+                   ) -> tuple[dict[str, compact_trees.CompactTrees | str], dict[str, str]]:
+    """Plan the compact evaluator of each model when the portable path is "compact":
+    (name -> tables or why not, name -> symbol of the models it takes)."""
+    if portable != "compact":
+        return {}, {}
+    plans = {name: compact_trees.plan(model) for name, model in models.items()}
+    for name, p in plans.items():
+        if isinstance(p, str):
+            log.info("model %s stays on TL2cgen's code: %s", name, p)
+    return plans, {n: f"flashml_compact_{n}" for n, p in plans.items()
+                   if not isinstance(p, str)}
+
+
 #: How far (relative) a score must be from its threshold for the margin test to decide it.
 BAND_REL = 1e-9
 
@@ -384,12 +402,21 @@ def _c_double(v: float) -> str:
 
 
 def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
-                  fast: dict[str, str], infos: dict[str, ModelInfo]) -> str:
+                  fast: dict[str, str], infos: dict[str, ModelInfo],
+                  compact: dict[str, str] | None = None) -> str:
     """The wrapper source; `fast` maps model name -> symbol of its fast_trees evaluator,
-    `infos` holds the bundle's models (the admission group's, MAT's evict model, or both)."""
+    `compact` model name -> symbol of its compact evaluator (the portable path of those
+    models; the others' is TL2cgen's code), `infos` holds the bundle's models (the admission
+    group's, MAT's evict model, or both)."""
+    compact = compact or {}
     have_adm = "admission" in infos
     have_evict = EVICT_MODEL in infos
     values = {
+        **{f"TL2_{n.upper()}": "1" if n in infos and n not in compact else "0"
+           for n in ALL_MODEL_FILES},
+        "COMPACT_DECLS": "\n".join(f"double {sym}(const double *x);\n"
+                                   f"double {sym}_margin(const double *x);"
+                                   for sym in compact.values()),
         "ABI_VERSION": str(ABI_VERSION),
         "HAVE_ADMISSION": "1" if have_adm else "0",
         "HAVE_EVICTION": "1" if have_evict else "0",
@@ -398,8 +425,8 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
                                 f"double {sym}_margin(const double *x);\n"
                                 f"void {sym}_prefetch(void);" for sym in fast.values()),
     }
-    values.update(_admission_values(params, segments_per_block, fast, infos) if have_adm
-                  else dict.fromkeys(_ADMISSION_PLACEHOLDERS, "0"))
+    values.update(_admission_values(params, segments_per_block, fast, infos, compact)
+                  if have_adm else dict.fromkeys(_ADMISSION_PLACEHOLDERS, "0"))
     if have_evict:
         ev = params[EVICT_PARAMS]
         controller, reuse = _evict_flags(ev)
@@ -415,6 +442,7 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
             "EVICT_CONTROLLER": str(controller),
             "EVICT_REUSE_PREDICTIONS": str(reuse),
             "FAST_EVICT": fast.get(EVICT_MODEL, "evict_portable"),
+            "PORT_EVICT": compact.get(EVICT_MODEL, "0"),
         })
     else:
         values.update(dict.fromkeys(_EVICT_PLACEHOLDERS, "0"))
@@ -433,7 +461,9 @@ _ADMISSION_PLACEHOLDERS = (
     "SEGMENTS_PER_BLOCK", "RANGE_N", "RANGE_IDX", "FAST_PREFETCH_CALLS", "FAST_ADMISSION",
     "FAST_RANGE_START", "FAST_RANGE_END", "FAST_WHEN", "FAST_ADMISSION_MARGIN",
     "FAST_WHEN_MARGIN", "ADMIT_MARGIN_LO", "ADMIT_MARGIN_HI", "ADMIT_PEAK_MARGIN_LO",
-    "ADMIT_PEAK_MARGIN_HI", "WHEN_MARGIN_LO", "WHEN_MARGIN_HI")
+    "ADMIT_PEAK_MARGIN_HI", "WHEN_MARGIN_LO", "WHEN_MARGIN_HI", "PORT_ADMISSION",
+    "PORT_RANGE_START", "PORT_RANGE_END", "PORT_WHEN", "PORT_ADMISSION_MARGIN",
+    "PORT_WHEN_MARGIN")
 def _evict_flags(ev: dict[str, Any]) -> tuple[int, int]:
     """What the .so exports for policy.json's eviction controller and reused predictions:
     (flashml_evict_controller, flashml_evict_reuse_predictions). `ev` is read_policy_json's,
@@ -446,13 +476,15 @@ _EVICT_PLACEHOLDERS = (
     "EVICT_TL2_PREDICT", "EVICT_NUM_FEATURES", "EVICT_CONTRACT_HASH", "EVICT_K",
     "EVICT_MAX_CANDIDATES", "EVICT_DELTA", "EVICT_INITIAL_THRESHOLD", "EVICT_MEMORY_WINDOW",
     "EVICT_CONTROLLER", "EVICT_REUSE_PREDICTIONS",
-    "FAST_EVICT")
+    "FAST_EVICT", "PORT_EVICT")
 
 
 def _admission_values(params: dict[str, Any], segments_per_block: int,
-                      fast: dict[str, str], infos: dict[str, ModelInfo]) -> dict[str, str]:
+                      fast: dict[str, str], infos: dict[str, ModelInfo],
+                      compact: dict[str, str]) -> dict[str, str]:
     """The admission part's placeholders: thresholds, hash, rate, age, range indices, the
-    evaluator of each of the four models and the margin bands of the two classifiers."""
+    evaluators of each of the four models (fast and portable) and the margin bands of the
+    two classifiers."""
     c = contract()
     range_idx = c.indices("range")
     if c.model_features("when") != c.model_features("range") + ["predicted_start",
@@ -478,10 +510,14 @@ def _admission_values(params: dict[str, Any], segments_per_block: int,
                                          if name in MODEL_FILES),
     }
     for name in MODEL_FILES:
-        values[f"FAST_{name.upper()}"] = fast.get(name, f"tl2_{name}")
+        port = compact.get(name, f"tl2_{name}")
+        values[f"PORT_{name.upper()}"] = port
+        values[f"FAST_{name.upper()}"] = fast.get(name, port)
     for name in ("admission", "when"):
+        port = f"{compact[name]}_margin" if name in compact else f"tl2_{name}_margin"
+        values[f"PORT_{name.upper()}_MARGIN"] = port
         sym = fast.get(name)
-        values[f"FAST_{name.upper()}_MARGIN"] = f"{sym}_margin" if sym else f"tl2_{name}_margin"
+        values[f"FAST_{name.upper()}_MARGIN"] = f"{sym}_margin" if sym else port
     for name, key, threshold in (
             ("admission", "ADMIT", float(params["admit_threshold"])),
             ("admission", "ADMIT_PEAK", admit_threshold_peak(params)),
@@ -728,12 +764,17 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                    cc: str | None = None,
                    segments_per_block: int = UNITS.segments_per_block,
                    log_to_mlflow: bool = True, jobs: int | None = None,
-                   fast: bool = True,
+                   fast: bool = True, portable: str = PORTABLE_DEFAULT,
                    cache: bool | str | os.PathLike[str] = True) -> dict[str, Any]:
     """Compile a model bundle into `out` (policy.so, flashml_policy.h, manifest.json).
 
     fast: also build compiler/fast_trees.py's AVX-512 evaluator for every model it accepts
     (x86-64 only; the .so picks it at load time on CPUs that have AVX-512 VBMI).
+
+    portable: the evaluator of the portable path (every CPU without AVX-512 VBMI), one of
+    PORTABLE_EVALUATORS: "compact" (compiler/compact_trees.py: the trees as data walked by
+    one small loop; a model it cannot take stays on TL2cgen's code) or "tl2cgen" (TL2cgen's
+    if/else code, the reference). Both give the same bits.
 
     cache: reuse compiled objects (compiler/objcache.py) from the user's cache folder
     (True: flashml.config.cache_dir(); a path: that folder; False: compile everything).
@@ -748,6 +789,9 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
     out = Path(out)
     if segments_per_block < 1:
         raise UserError(f"segments per block must be >= 1, got {segments_per_block}")
+    if portable not in PORTABLE_EVALUATORS:
+        raise UserError(f"portable evaluator must be one of {', '.join(PORTABLE_EVALUATORS)}, "
+                        f"got {portable!r}")
     cc_path = find_cc(cc)
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
@@ -789,7 +833,19 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
         def rel(p: Path) -> str:
             return str(p.relative_to(build))
 
+        compact_plans, compact_syms = _compact_trees(models, portable)
+        for name, sym in compact_syms.items():
+            ct = compact_plans[name]
+            assert not isinstance(ct, str)
+            src = build / f"{name}_compact.c"
+            src.write_text(compact_trees.emit_c(ct, sym))
+            obj = build / f"{name}_compact.o"
+            jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-c", rel(src), "-o",
+                               rel(obj)], src.name))
+            objects.append(obj)
         for name, model in models.items():
+            if name in compact_syms:  # TL2cgen's code would never run
+                continue
             sources, defines = _generate(name, model, infos[name].num_trees, build / name)
             for src in sources:
                 obj = build / f"{name}_{src.stem}.o"
@@ -823,7 +879,8 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
                                rel(src), "-o", rel(obj)], src.name))
             objects.append(obj)
         wrapper = build / "policy_wrapper.c"
-        wrapper.write_text(_fill_wrapper(params, segments_per_block, fast_syms, infos))
+        wrapper.write_text(_fill_wrapper(params, segments_per_block, fast_syms, infos,
+                                         compact_syms))
         wobj = build / "policy_wrapper.o"
         jobs_list.append(([cc_path, *CFLAGS, *WRAPPER_WARNINGS, "-I", ".", "-c",
                            rel(wrapper), "-o", rel(wobj)], "policy_wrapper.c"))
@@ -891,12 +948,16 @@ def compile_policy(out: str | os.PathLike[str], *, model_uri: str | None = None,
             "models": {n: {"file": i.file, "sha256": i.sha256, "num_trees": i.num_trees,
                            "num_features": i.num_features, "features": i.features,
                            "task": i.task, "postprocessor": i.postprocessor,
-                           "evaluators": (["fast_trees", "tl2cgen"] if n in fast_syms
-                                          else ["tl2cgen"]),
+                           "evaluators": ((["fast_trees"] if n in fast_syms else [])
+                                          + ["compact" if n in compact_syms else "tl2cgen"]),
                            "fast_trees": (f"not used: {evaluators[n]}"
                                           if isinstance(evaluators.get(n), str) else
                                           "used where the CPU has AVX-512 VBMI"
-                                          if n in fast_syms else "disabled (--no-fast-trees)")}
+                                          if n in fast_syms else "disabled (--no-fast-trees)"),
+                           "compact": ("used on the portable path" if n in compact_syms
+                                       else f"not used: {compact_plans[n]}"
+                                       if isinstance(compact_plans.get(n), str)
+                                       else "disabled (--portable tl2cgen)")}
                        for n, i in infos.items()},
             "build": {**_versions(cc_path), "cflags": list(CFLAGS), "tl2cgen_opt": TL2CGEN_OPT,
                       "wrapper_warnings": list(WRAPPER_WARNINGS), "codegen_s": codegen_s,
