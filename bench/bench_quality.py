@@ -98,9 +98,14 @@ def from_summary(s: dict, preset: str, seed: int, days: float | None,
     return {"preset": preset, "seed": seed, "days": days,
             **{f"{n}_vs_rejectx": vs(n) for n in named},
             **{f"{n}_vs_rejectx_mean_dt": vs(n, "mean_dt_util") for n in named},
-            "choice": {k: ch.get(k) for k in (
+            "choice": {**{k: ch.get(k) for k in (
                 "feature_set", "peak_hours", "peak_bonus", "beats_rejectx",
-                "validation_peak_dt_util", "validation_rejectx_peak_dt_util")},
+                "validation_peak_dt_util", "validation_rejectx_peak_dt_util",
+                "validation_warmup_s")},
+                # what the held-out window measured for every variant
+                "candidates": [{k: c.get(k) for k in (
+                    "feature_set", "peak_hours", "peak_bonus", "peak_dt_util", "top_dt_util",
+                    "mean_dt_util")} for c in ch.get("candidates") or []]},
             "write_rate_mbps": {k: v["flash_write_rate_mbps"] for k, v in pol.items()},
             "accesses_per_episode": s["convergence"].get("accesses_per_episode"),
             "eviction_age_s": s["eviction_age_s"], "wall_s": wall_s,
