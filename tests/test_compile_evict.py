@@ -129,7 +129,7 @@ def mat_bundle(work, mat_models) -> Path:
 @pytest.fixture(scope="module")
 def mat_bundle_tl2(work, mat_models) -> Path:
     out = work / "mat-tl2"
-    compile_policy(out, model_dir=mat_models, fast=False)
+    compile_policy(out, model_dir=mat_models, fast=False, portable="tl2cgen")
     return out
 
 
@@ -209,7 +209,7 @@ def test_parity_with_lightgbm(mat_bundle, mat_bundle_tl2, booster, data) -> None
         np.testing.assert_array_equal(got, want)  # in fact bit for bit
     m = json.loads((mat_bundle / "manifest.json").read_text())["models"]["evict"]
     if cpu_has_fast_trees():
-        assert m["evaluators"] == ["fast_trees", "tl2cgen"]
+        assert m["evaluators"] == ["fast_trees", "compact"]
     import treelite
 
     ft = plan(treelite.frontend.from_lightgbm(booster))

@@ -132,8 +132,8 @@ def test_fast_and_portable_policy_so_equal_lightgbm(bundles, boosters, data) -> 
         np.testing.assert_array_equal(pol.when_scores(rows), want_when, err_msg=name)
     fast = json.loads((bundles["fast"] / "manifest.json").read_text())["models"]
     portable = json.loads((bundles["portable"] / "manifest.json").read_text())["models"]
-    assert all(m["evaluators"] == ["fast_trees", "tl2cgen"] for m in fast.values()), fast
-    assert all(m["evaluators"] == ["tl2cgen"] and "--no-fast-trees" in m["fast_trees"]
+    assert all(m["evaluators"] == ["fast_trees", "compact"] for m in fast.values()), fast
+    assert all(m["evaluators"] == ["compact"] and "--no-fast-trees" in m["fast_trees"]
                for m in portable.values())
     if not cpu_has_fast_trees():
         print("this CPU has no AVX-512 VBMI: both bundles ran TL2cgen's code")
@@ -219,14 +219,14 @@ def test_plan_refuses_what_it_cannot_evaluate(work, boosters, data) -> None:
                                 categorical_feature=["user"]),
                     num_boost_round=5)
     assert "categorical" in plan(_treelite(cat))
-    # the compiler keeps such a model on TL2cgen, still exact
+    # the compiler keeps such a model on the portable evaluator, still exact
     models = save_policy_models(work / "models-big", {**boosters, "admission": big},
                                 admit_threshold=0.5, when_threshold=0.5,
                                 eviction_age_s=3600.0, target_write_rate_mbps=35.599)
     m = compile_policy(work / "policy-big", model_dir=models)
-    assert m["models"]["admission"]["evaluators"] == ["tl2cgen"]
+    assert m["models"]["admission"]["evaluators"] == ["compact"]
     assert "leaves" in m["models"]["admission"]["fast_trees"]
-    assert m["models"]["when"]["evaluators"] == ["fast_trees", "tl2cgen"]
+    assert m["models"]["when"]["evaluators"] == ["fast_trees", "compact"]
     rows = x[held[:2000]]
     np.testing.assert_array_equal(load_policy(work / "policy-big").admit_scores(rows),
                                   big.predict(rows))
@@ -249,7 +249,7 @@ def test_constant_model_has_no_splits(work, boosters, data) -> None:
                                 admit_threshold=0.5, when_threshold=0.5,
                                 eviction_age_s=3600.0, target_write_rate_mbps=35.599)
     m = compile_policy(work / "policy-const", model_dir=models)
-    assert m["models"]["when"]["evaluators"] == ["fast_trees", "tl2cgen"]
+    assert m["models"]["when"]["evaluators"] == ["fast_trees", "compact"]
     rows = x[held[:500]]
     s, e = round_range(boosters["range_start"].predict(rows[:, c.indices("range")]),
                        boosters["range_end"].predict(rows[:, c.indices("range")]))

@@ -297,6 +297,8 @@ def _generate(name: str, model: Any, num_trees: int, gen: Path) -> tuple[list[Pa
             raise CompileError(f"TL2cgen failed on model '{name}': "
                                f"{str(e).strip().splitlines()[-1]}") from None
     log.debug("tl2cgen %s: %s", name, "".join(err).strip())
+    for src in gen.glob("*.c"):
+        _test_nan_not_missing_word(src)
     header = (gen / "header.h").read_text()
     if not _ENTRY_RE.search(header):
         raise CompileError(f"TL2cgen {tl2cgen.__version__} generated an unexpected input layout "
@@ -309,6 +311,24 @@ def _generate(name: str, model: Any, num_trees: int, gen: Path) -> tuple[list[Pa
         raise CompileError(f"TL2cgen generated no predict() for model '{name}'")
     defines = [f"-D{s}={tl2_prefix(name)}{s}" for s in symbols]
     return sorted(gen.glob("*.c")), defines
+
+
+#: TL2cgen's test of a missing input: the int `missing` member of `union Entry`, which shares
+#: its 4 bytes with the low half of `fvalue`.
+_MISSING_TEST_RE = re.compile(r"data\[(\d+)\]\.missing != -1")
+
+
+def _test_nan_not_missing_word(src: Path) -> None:
+    """Rewrite TL2cgen's "input i is present" tests (`data[i].missing != -1`) in one generated
+    file into `data[i].fvalue == data[i].fvalue` (not NaN), the wrapper storing every input,
+    NaN included, as fvalue. TL2cgen's own test reads the low 32 bits of the double: a number
+    whose low word is all ones (0xffffffff) was taken for a missing value and sent to the
+    default side, where LightGBM compares it."""
+    text = _MISSING_TEST_RE.sub(r"data[\1].fvalue == data[\1].fvalue", src.read_text())
+    if ".missing" in text:
+        raise CompileError(f"TL2cgen generated an unexpected missing-value test in {src.name} "
+                           "(this compiler supports TL2cgen 1.x)")
+    src.write_text(text)
 
 
 def tl2_prefix(name: str) -> str:
