@@ -392,7 +392,9 @@ def test_when_threshold_is_chosen_on_the_training_day(small_trace) -> None:
     base = SimConfig.for_trace(read_meta(table))
     best, peaks = select_when_threshold(df, arrays, base, 35.599, 86_400.0, (0.5, 0.9, 1.0))
     assert set(peaks) == {0.5, 0.9, 1.0}
-    assert peaks[best] == min(peaks.values())
+    # the least prefetch within 1% of the lowest peak (converge.simplest_when)
+    assert peaks[best] <= min(peaks.values()) * 1.01
+    assert all(w <= best for w, p in peaks.items() if p <= min(peaks.values()) * 1.01)
     # only the first day was simulated: the evaluation days cannot influence the choice
     later = df["time"].to_numpy() >= df["time"][0] + 86_400
     arrays2 = {k: v.copy() for k, v in arrays.items()}

@@ -38,6 +38,17 @@ def test_fewer_features_win_a_tie_as_the_flat_threshold_does() -> None:
     assert pick([sched, c("cachelib_like", 0.1, 0.1992)]).feature_set == "cachelib_like"
 
 
+def test_ml_when_prefetches_only_when_it_beats_less_prefetch_by_more_than_noise() -> None:
+    """ML-When's training-day peaks by threshold (1.0: never prefetch): 0.7 is lowest, 0.9
+    is 0.3% above it (noise): the reader keeps the lesser prefetch, 0.9; with 0.9 at 1.5%
+    above, 0.7 has earned it. NaN (no measured window) never wins."""
+    from flashml.models.converge import simplest_when
+
+    assert simplest_when({0.5: 0.0723, 0.7: 0.0716, 0.9: 0.0718, 1.0: 0.0744}) == 0.9
+    assert simplest_when({0.5: 0.0723, 0.7: 0.0716, 0.9: 0.0727, 1.0: 0.0744}) == 0.7
+    assert simplest_when({0.5: 0.0700, 1.0: float("nan")}) == 0.5
+
+
 def test_the_window_is_judged_once_the_cache_has_filled() -> None:
     """A cold cache misses on every access of the day's first windows, whatever a policy
     admits, so they set the training day's peak and every variant ties there (the evaluation

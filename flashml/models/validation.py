@@ -41,7 +41,7 @@ import polars as pl
 
 from flashml.features.contract import contract
 from flashml.models.baleen import score_all, train_policy
-from flashml.models.converge import warm_training_day
+from flashml.models.converge import TOLERANCE, warm_training_day
 from flashml.models.dataset import training_data
 from flashml.models.gbm import side_by_side, split_by_key
 from flashml.models.peak import busy_hours, schedule_candidates
@@ -52,8 +52,6 @@ from flashml.simulation import SimConfig
 
 log = logging.getLogger(__name__)
 
-#: Relative peak-DT margin within which the simpler candidate is taken.
-TOLERANCE = 0.01
 #: Windows averaged by `top_dt_util` (an hour of 10-minute windows).
 TOP_WINDOWS = 6
 #: Hash seed of the two validation folds (not the GBM's early-stopping split's).
