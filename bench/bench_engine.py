@@ -23,6 +23,11 @@ figures are medians over the runs of each run's p50:
   mat: decision_ns_p50 + eviction_decision_ns_p50 (one MAT decision: Algorithm 1 with its
   model calls, timed in C around frt_mat_choose) = one miss decision + one eviction decision
   (target <= 1.5 us; the sum of the two p50s).
+"portable_evaluator": the bundles are compiled with `flashml compile`'s default portable
+evaluator (compiler/compact_trees.py: this CPU has no AVX-512 VBMI, so the portable path is
+the one timed); `mat_tl2cgen` / "baleen_mat_tl2cgen" and "from_c_loop_tl2cgen" are the same
+models compiled with --portable tl2cgen (TL2cgen's if/else code), replays alternated with the
+others (same decisions asserted).
 "from_c_loop": the same bundles called from C in a loop (bench/engine_decide_loop.c):
   flashml_policy_decide over every access's admission features and flashml_evict_predict over
   CANDIDATES rows of MAT features (objects of the trace at random points), hot (back to back)
@@ -93,6 +98,14 @@ def build_before(tmp: Path) -> tuple[str, Path]:
     return base, src / "runtime" / "build" / "flashrt"
 
 
+def compile_tl2cgen(models: Path, out: Path) -> Path:
+    """The same models compiled with TL2cgen's code on the portable path (the reference)."""
+    from flashml.compiler.build import compile_policy
+
+    compile_policy(out, model_dir=models, log_to_mlflow=False, portable="tl2cgen")
+    return out
+
+
 def train_mat(trace: Path, capacity: int, tmp: Path) -> Path:
     """MAT's TTA model on the LRU tail candidates of the trace's first half, compiled."""
     from flashml.compiler.build import compile_policy
@@ -134,12 +147,20 @@ def main() -> int:
         base, before = build_before(d)
         trace, _ = prepare_replay_inputs(d, accesses)
         evict = train_mat(trace, flash_bytes // (128 << 10), d)
-        common = ["--policy", d / "policy", "--trace", trace, "--flash-bytes", flash_bytes,
+        policy_tl2 = compile_tl2cgen(d / "models", d / "policy-tl2cgen")
+        evict_tl2 = compile_tl2cgen(d / "evict-models", d / "evict-tl2cgen")
+        evaluator = json.loads((d / "policy" / "manifest.json").read_text()
+                               )["models"]["admission"]["evaluators"]
+        common = ["--trace", trace, "--flash-bytes", flash_bytes,
                   "--backing", d / "backing.img", "--warmup-s", "0", "--direct", "off", "--json"]
-        variants = {"before": (before, []), "lru": (FLASHRT, []),
-                    "mat": (FLASHRT, ["--eviction", "mat", "--eviction-bundle", evict])}
+        pol = ["--policy", d / "policy"]
+        variants = {"before": (before, pol), "lru": (FLASHRT, pol),
+                    "mat": (FLASHRT, [*pol, "--eviction", "mat", "--eviction-bundle", evict]),
+                    "mat_tl2cgen": (FLASHRT, ["--policy", policy_tl2, "--eviction", "mat",
+                                              "--eviction-bundle", evict_tl2])}
         runs: dict[str, list[dict]] = {k: [] for k in variants}
-        sh(FLASHRT, "replay", "--flash", d / "warm.img", *common)  # the backing into the page cache
+        # the backing into the page cache
+        sh(FLASHRT, "replay", "--flash", d / "warm.img", *common, *pol)
         timed_from = os.getloadavg()
         for i in range(REPEATS):
             for name, (exe, extra) in variants.items():
@@ -148,17 +169,25 @@ def main() -> int:
                                                 *extra).stdout))
                 flash.unlink()
         timed_to = os.getloadavg()
-        loop = decide_loop(trace, d / "policy", evict, d)
-        loop["hot_decide_plus_evict_predict_ns"] = (loop["hot_decide_ns_p50"]
-                                                    + loop["hot_evict_predict_ns_p50"])
-        loop["cold_decide_plus_evict_predict_ns"] = (loop["cold_decide_ns_p50"]
-                                                     + loop["cold_evict_predict_ns_p50"])
-        loop["load_avg_end"] = list(os.getloadavg())
+        loops = {}
+        for name, (adm, ev) in {"compact": (d / "policy", evict),
+                                "tl2cgen": (policy_tl2, evict_tl2)}.items():
+            loop = decide_loop(trace, adm, ev, d)
+            loop["hot_decide_plus_evict_predict_ns"] = (loop["hot_decide_ns_p50"]
+                                                        + loop["hot_evict_predict_ns_p50"])
+            loop["cold_decide_plus_evict_predict_ns"] = (loop["cold_decide_ns_p50"]
+                                                         + loop["cold_evict_predict_ns_p50"])
+            loop["load_avg_end"] = list(os.getloadavg())
+            loops[name] = loop
+        loop = loops["compact"]
         keys = ("hit_path_us_p50", "miss_path_us_p50", "decision_ns_p50")
         med = {name: {k: statistics.median(r[k] for r in rs) for k in keys}
                for name, rs in runs.items()}
         mat_ev = statistics.median(r["eviction_decision_ns_p50"] for r in runs["mat"])
+        tl2_ev = statistics.median(r["eviction_decision_ns_p50"] for r in runs["mat_tl2cgen"])
         m, lru = runs["mat"][0], runs["lru"][0]
+        for k in ("hits", "admitted_segments", "evicted_segments"):  # the same decisions
+            assert runs["mat_tl2cgen"][0][k] == m[k], k
         assert all(r["integrity_errors"] == 0 for rs in runs.values() for r in rs)
         for k in ("hits", "admitted_segments", "evicted_segments"):  # the same decisions
             assert runs["before"][0][k] == lru[k], k
@@ -188,7 +217,16 @@ def main() -> int:
                 if m["eviction_decisions"] else None,
                 "io_hit_ratio": m["io_hit_ratio"], "io_hit_ratio_lru": lru["io_hit_ratio"],
             },
+            "portable_evaluator": {"admission": evaluator,
+                                   "flashml_compile": "default (--portable compact)"},
+            "baleen_mat_tl2cgen": {
+                "miss_decision_ns_p50": med["mat_tl2cgen"]["decision_ns_p50"],
+                "eviction_decision_ns_p50": tl2_ev,
+                "miss_plus_eviction_ns_p50": med["mat_tl2cgen"]["decision_ns_p50"] + tl2_ev,
+                "decisions_equal_compact": True,
+            },
             "from_c_loop": loop,
+            "from_c_loop_tl2cgen": loops["tl2cgen"],
             "note": "medians over the runs of each run's p50; miss_plus_eviction_ns_p50 is the "
                     "sum of the two p50s (one miss decision + one MAT decision); a MAT decision "
                     "condemns a block whose segments then leave without new decisions; every "
@@ -201,7 +239,8 @@ def main() -> int:
             "machine": machine(),
         }
     write_json(Path(args.out), result)
-    shown = ("paths", "lru_vs_before", "baleen_mat", "from_c_loop")
+    shown = ("paths", "lru_vs_before", "baleen_mat", "baleen_mat_tl2cgen", "from_c_loop",
+             "from_c_loop_tl2cgen")
     print(json.dumps({k: result[k] for k in shown}, indent=1))
     return 0
 
