@@ -435,7 +435,8 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
         **{f"TL2_{n.upper()}": "1" if n in infos and n not in compact else "0"
            for n in ALL_MODEL_FILES},
         "COMPACT_DECLS": "\n".join(f"double {sym}(const double *x);\n"
-                                   f"double {sym}_margin(const double *x);"
+                                   f"double {sym}_margin(const double *x);\n"
+                                   f"void {sym}_prefetch(void);"
                                    for sym in compact.values()),
         "ABI_VERSION": str(ABI_VERSION),
         "HAVE_ADMISSION": "1" if have_adm else "0",
@@ -483,7 +484,7 @@ _ADMISSION_PLACEHOLDERS = (
     "FAST_WHEN_MARGIN", "ADMIT_MARGIN_LO", "ADMIT_MARGIN_HI", "ADMIT_PEAK_MARGIN_LO",
     "ADMIT_PEAK_MARGIN_HI", "WHEN_MARGIN_LO", "WHEN_MARGIN_HI", "PORT_ADMISSION",
     "PORT_RANGE_START", "PORT_RANGE_END", "PORT_WHEN", "PORT_ADMISSION_MARGIN",
-    "PORT_WHEN_MARGIN")
+    "PORT_WHEN_MARGIN", "PORT_PREFETCH_CALLS")
 def _evict_flags(ev: dict[str, Any]) -> tuple[int, int]:
     """What the .so exports for policy.json's eviction controller and reused predictions:
     (flashml_evict_controller, flashml_evict_reuse_predictions). `ev` is read_policy_json's,
@@ -527,6 +528,9 @@ def _admission_values(params: dict[str, Any], segments_per_block: int,
         "RANGE_N": str(len(range_idx)),
         "RANGE_IDX": ", ".join(str(i) for i in range_idx),
         "FAST_PREFETCH_CALLS": "\n".join(f"    {sym}_prefetch();" for name, sym in fast.items()
+                                         if name in MODEL_FILES),
+        "PORT_PREFETCH_CALLS": "\n".join(f"    {sym}_prefetch();"
+                                         for name, sym in compact.items()
                                          if name in MODEL_FILES),
     }
     for name in MODEL_FILES:

@@ -52,6 +52,8 @@ INTERLEAVE = 4
 #: Children at or above LEAF_BASE are leaves (child - LEAF_BASE): internal nodes per tree
 #: and leaves per tree are at most this many.
 LEAF_BASE = 128
+#: Bytes of code from the evaluator's entry its prefetch hint loads (binning + walk).
+PREFETCH_CODE_BYTES = 2048
 #: Bin indices are bytes: 2 per feature.
 MAX_FEATURES = 128
 #: A feature's distinct thresholds: ranks 0..253, 255 = a node that never goes right.
@@ -240,6 +242,10 @@ def emit_c(ct: CompactTrees, symbol: str) -> str:
         s += {p}_leaves[{(w + 1) * t} + (i - {LEAF_BASE})];
     }}
 """ for t in range(nt - nt % k, nt))
+    prefetch = "".join(
+        f"    for (int i = 0; i < (int)sizeof {p}_{t}; i += 64) "
+        f"__builtin_prefetch((const char *){p}_{t} + i);\n"
+        for t in (["thr"] if thr else []) + ["nodes", "leaves"])
     thr_table = ("/* every feature's sorted distinct thresholds, feature after feature */\n"
                  + _array(f"{p}_thr", "double", [_hex(v) for v in thr], per_line=4)
                  if thr else "")
@@ -291,4 +297,11 @@ double {p}_margin(const double *x) {{
 double {p}(const double *x) {{
     const double s = {p}_margin(x);
 {post}}}
+
+/* the prefetch hint (flashml_policy_prefetch): every table line and the first
+ * {PREFETCH_CODE_BYTES} bytes of the code; no loads, no effect on scores */
+void {p}_prefetch(void) {{
+{prefetch}    const char *code = (const char *)(uintptr_t)&{p}_margin;
+    for (int i = 0; i < {PREFETCH_CODE_BYTES}; i += 64) __builtin_prefetch(code + i);
+}}
 """
