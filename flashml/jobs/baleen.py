@@ -363,20 +363,25 @@ def ship_variant(run: RunDir, s: BaleenSettings, loop: Any) -> dict[str, Any]:
     k = int(loop.extra.get("accesses_per_episode") or s.loop.accesses_per_episode)
     labels = pl.read_parquet(loop.episodes_dir / "labels.parquet")
     eps = pl.read_parquet(loop.episodes_dir / "episodes.parquet")
-    choice = choose(df, feats, labels, eps, base, target, k, s.loop, s.gbm, s.peak)
+    choice = choose(df, feats, labels, eps, base, target, k, s.loop, s.gbm, s.peak,
+                    arrays=loop.arrays if s.with_prefetch else None)
     # a sweep trial warm-started from this loop retrains with the shipped feature set
     loop.extra["zeroed"] = zeroed_features(choice.feature_set)
     prefetch = {"prefetch": "range", "prefetch_when": "score"} if s.with_prefetch else {}
+    retune = choice.when_threshold not in (None, loop.when_threshold)
+    if choice.when_threshold is not None:  # chosen for the shipped variant
+        loop.when_threshold = choice.when_threshold
     flat = base.replace(when_threshold=loop.when_threshold)
-    if choice.feature_set != "baleen":
-        data = training_data(feats, df["time"].to_numpy(), labels, eps, s.train_seconds,
-                             max_position=k, max_rows=s.loop.max_training_rows)
-        adm = train_policy(data, s.gbm, with_prefetch=False,
-                           zeroed=zeroed_features(choice.feature_set))
-        loop.policy.admission = adm.admission
-        loop.arrays = {**loop.arrays, "score": score_all(adm, feats)["score"]}
-        # the flat search of these scores: what the sweep's trials and the flat-threshold
-        # row start from (the loop's own points were another model's)
+    if choice.feature_set != "baleen" or retune:
+        if choice.feature_set != "baleen":
+            data = training_data(feats, df["time"].to_numpy(), labels, eps, s.train_seconds,
+                                 max_position=k, max_rows=s.loop.max_training_rows)
+            adm = train_policy(data, s.gbm, with_prefetch=False,
+                               zeroed=zeroed_features(choice.feature_set))
+            loop.policy.admission = adm.admission
+            loop.arrays = {**loop.arrays, "score": score_all(adm, feats)["score"]}
+        # the flat search of these arrays: what the sweep's trials and the flat-threshold
+        # row start from (the loop's own points were another model's or ML-When's)
         flat_tuned = tune_threshold(df, flat, target, loop.arrays, **prefetch,
                                     hint=loop.points)
         loop.tuned, loop.points = flat_tuned, flat_tuned.points

@@ -41,7 +41,7 @@ import polars as pl
 
 from flashml.features.contract import contract
 from flashml.models.baleen import score_all, train_policy
-from flashml.models.converge import TOLERANCE, warm_training_day
+from flashml.models.converge import TOLERANCE, select_when_threshold, warm_training_day
 from flashml.models.dataset import training_data
 from flashml.models.gbm import side_by_side, split_by_key
 from flashml.models.peak import busy_hours, schedule_candidates
@@ -103,6 +103,10 @@ class Choice:
     candidates: list[Candidate] = field(default_factory=list)
     #: The cold start left out of the window's figures (`converge.fill_seconds`).
     warmup_s: float = 0.0
+    #: ML-When's threshold for the chosen variant (None: not chosen here) and the window's
+    #: peak DT by threshold.
+    when_threshold: float | None = None
+    when_peaks: dict[float, float] = field(default_factory=dict)
 
     @property
     def beats_rejectx(self) -> bool:
@@ -114,6 +118,8 @@ class Choice:
                 "validation_peak_dt_util": self.peak_dt_util,
                 "validation_rejectx_peak_dt_util": self.rejectx_peak_dt_util,
                 "beats_rejectx": self.beats_rejectx, "validation_warmup_s": self.warmup_s,
+                "when_threshold": self.when_threshold,
+                "when_peaks": [[w, p] for w, p in self.when_peaks.items()],
                 "candidates": [asdict(c) | {"peak_hours": list(c.peak_hours)}
                                for c in self.candidates]}
 
@@ -171,16 +177,24 @@ def out_of_fold_scores(df: pl.DataFrame, feats: np.ndarray, labels: pl.DataFrame
 def choose(df: pl.DataFrame, feats: np.ndarray, labels: pl.DataFrame,
            episodes: pl.DataFrame, base: SimConfig, target_mbps: float, k: int,
            settings: LoopSettings, gbm: GbmParams, peak: PeakSettings,
-           feature_sets: tuple[str, ...] = FEATURE_SETS) -> Choice:
+           feature_sets: tuple[str, ...] = FEATURE_SETS,
+           arrays: dict[str, np.ndarray] | None = None) -> Choice:
     """The feature set and peak schedule (or none) with the lowest held-out peak DT on the
-    training window (module docstring), and every candidate's figures."""
+    training window (module docstring), and every candidate's figures. With `arrays` (the
+    loop's ML-Range/ML-When arrays of every access), ML-When's threshold is chosen again
+    for the chosen variant (`converge.select_when_threshold` among
+    `settings.when_candidates`): with its schedule and its out-of-fold admission scores,
+    not the loop's in-sample scores of Baleen's features (a threshold chosen for one
+    admission model prefetched where the other's admissions did not need it)."""
     n, day, warm = warm_training_day(df, base, settings.train_seconds, target_mbps)
     schedules: list[tuple[tuple[int, ...], float]] = [((), 0.0)]
     for hours, bonus in schedule_candidates(peak):
         schedules.append((busy_hours(df, settings.train_seconds, hours), bonus))
     cands: list[Candidate] = []
+    scores: dict[str, np.ndarray] = {}
     for fs in feature_sets:
-        score = out_of_fold_scores(df, feats, labels, episodes, n, k, settings, gbm, fs)
+        score = scores[fs] = out_of_fold_scores(df, feats, labels, episodes, n, k, settings,
+                                                gbm, fs)
         sets = [Candidate(fs, h, b) for h, b in schedules]
 
         def run(c: Candidate, score: np.ndarray = score) -> None:
@@ -204,6 +218,12 @@ def choose(df: pl.DataFrame, feats: np.ndarray, labels: pl.DataFrame,
               f"(the cache filling) left out")
     choice = Choice(best.feature_set, best.peak_hours, best.peak_bonus, reason, rx,
                     best.peak_dt_util, cands, warm.warmup_s)
+    if arrays is not None and len(settings.when_candidates) > 1:
+        sub = {name: v[:n] for name, v in arrays.items()} | {"score": scores[best.feature_set]}
+        choice.when_threshold, choice.when_peaks = select_when_threshold(
+            day, sub, base.replace(peak_hours=best.peak_hours, peak_bonus=best.peak_bonus),
+            target_mbps, settings.train_seconds, settings.when_candidates)
+        choice.reason += f"; ML-When {choice.when_threshold:g}"
     log.info("validation on the training window: %s", reason)
     if not choice.beats_rejectx:
         log.warning("no learned variant beats RejectX's peak DT on the held-out training "
