@@ -351,7 +351,23 @@ def engine_section(res: dict[str, Any]) -> str:
                        f"{loop[f'{kind}_evict_predict_ns_p50']:,.0f} ns (model call) | "
                        f"{total:,.0f} ns | <= {tgt:,} ns: "
                        f"{'met' if total <= tgt else '**not met**'} |")
+    tl2, tl2_loop = res.get("baleen_mat_tl2cgen"), res.get("from_c_loop_tl2cgen")
+    if tl2 and tl2_loop:  # the same models with TL2cgen's code as the portable evaluator
+        mat.append(f"| inside a replay, TL2cgen's code (`--portable tl2cgen`) | "
+                   f"{tl2['miss_decision_ns_p50']:,.0f} ns | "
+                   f"{tl2['eviction_decision_ns_p50']:,.0f} ns | "
+                   f"{tl2['miss_plus_eviction_ns_p50']:,.0f} ns | |")
+        for kind, what in (("hot", "back to back"), ("cold", "8 MiB written between calls")):
+            mat.append(f"| from C, {what}, TL2cgen's code | "
+                       f"{tl2_loop[f'{kind}_decide_ns_p50']:,.0f} ns | "
+                       f"{tl2_loop[f'{kind}_evict_predict_ns_p50']:,.0f} ns (model call) | "
+                       f"{tl2_loop[f'{kind}_decide_plus_evict_predict_ns']:,.0f} ns | |")
     out += mat
+    if tl2 and tl2_loop:
+        out += ["", "The bundles' portable evaluator is the compact one "
+                "(compiler/compact_trees.py, `flashml compile`'s default; this CPU has no "
+                "AVX-512 VBMI); the TL2cgen rows are the same models compiled with "
+                "`--portable tl2cgen`, replays alternated with the others, the same decisions."]
     out += ["", f"MAT: {bm['eviction_decisions']:,} eviction decisions, "
             f"{bm['predictions_per_decision']:.2f} model calls each; IO hit ratio "
             f"{bm['io_hit_ratio']:.4f} (LRU {bm['io_hit_ratio_lru']:.4f})."]
