@@ -7,8 +7,10 @@ Figures go to bench/results/compile.json:
   c_ns_per_decision        single-row admission decision (score + threshold compare) timed in
                            C: a small driver linked to policy.so loops over held-out rows;
                            policy.so runs compiler/fast_trees.py's evaluator where the CPU has
-                           AVX-512 VBMI (machine.avx512_vbmi), TL2cgen's code elsewhere
-  c_ns_per_decision_tl2cgen the same for a policy.so built without fast_trees (TL2cgen only),
+                           AVX-512 VBMI (machine.avx512_vbmi), the compact evaluator
+                           (compiler/compact_trees.py) elsewhere
+  c_ns_per_decision_tl2cgen the same for a policy.so built with TL2cgen's code only (no
+                           fast_trees, `--portable tl2cgen`),
                            side by side: speedup_fast_trees_vs_tl2cgen
   c_ns_per_miss_path       a miss's whole decision as the runtime makes it (admission; for an
                            admitted row the when-score; where it passes the range) as separate
@@ -191,7 +193,8 @@ def main() -> int:
         so = work / "policy" / "policy.so"
         print(f"compiled: {so.stat().st_size} bytes in {compile_s:.1f} s", flush=True)
         t0 = time.perf_counter()
-        compile_policy(work / "policy-tl2cgen", model_dir=models, fast=False)
+        compile_policy(work / "policy-tl2cgen", model_dir=models, fast=False,
+                       portable="tl2cgen")
         so_tl2 = work / "policy-tl2cgen" / "policy.so"
         compile_tl2_s = time.perf_counter() - t0
 
