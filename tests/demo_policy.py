@@ -99,3 +99,27 @@ def split_by_block(df: pl.DataFrame, train_share: float = 0.7) -> tuple[np.ndarr
     h = splitmix64(df["key"].to_numpy().astype(np.uint64)) % np.uint64(1000)
     train = h < np.uint64(int(train_share * 1000))
     return np.flatnonzero(train), np.flatnonzero(~train)
+
+
+def threshold_edge_rows(thresholds: Any, base: np.ndarray, *,
+                        nan_tail: bool = False) -> np.ndarray:
+    """Rows that sit on a model's splits, for the equality tests of its evaluators: for
+    every feature f and each t of `thresholds[f]`, a row with f at t, just below and just
+    above it; then NaN, +inf, -inf, 0.0 and -0.0 in f; with `nan_tail`, also a row with f
+    and every feature after it NaN. The other features come from `base`'s rows in turn."""
+    rows: list[np.ndarray] = []
+
+    def row(f: int | slice, v: float) -> None:
+        r = base[len(rows) % len(base)].copy()
+        r[f] = v
+        rows.append(r)
+
+    for f, ts in enumerate(thresholds):
+        for t in ts:
+            for v in (t, np.nextafter(t, -np.inf), np.nextafter(t, np.inf)):
+                row(f, v)
+        for v in (np.nan, np.inf, -np.inf, 0.0, -0.0):
+            row(f, v)
+        if nan_tail:
+            row(slice(f, None), np.nan)
+    return np.array(rows)

@@ -28,7 +28,13 @@ from flashml.features.contract import contract
 from flashml.features.online import feature_matrix
 
 from conftest import run_cli
-from demo_policy import DEMO_PARAMS, demo_trace, split_by_block, train_demo_models
+from demo_policy import (
+    DEMO_PARAMS,
+    demo_trace,
+    split_by_block,
+    threshold_edge_rows,
+    train_demo_models,
+)
 
 
 def _treelite(booster: lgb.Booster):
@@ -51,21 +57,8 @@ def edge_rows(ct, base: np.ndarray) -> np.ndarray:
     """For every feature and each of its thresholds t: rows with the feature at t, just
     below and just above it; plus NaN, +-inf, +-0.0 in every feature, NaN in runs of features
     (f to the last) and base rows with their low words all ones."""
-    rows = []
-    for f, ts in enumerate(ct.thresholds):
-        for t in ts:
-            for v in (t, np.nextafter(t, -np.inf), np.nextafter(t, np.inf)):
-                r = base[len(rows) % len(base)].copy()
-                r[f] = v
-                rows.append(r)
-        for v in (np.nan, np.inf, -np.inf, 0.0, -0.0):
-            r = base[len(rows) % len(base)].copy()
-            r[f] = v
-            rows.append(r)
-        r = base[len(rows) % len(base)].copy()
-        r[f:] = np.nan
-        rows.append(r)
-    return np.vstack([np.array(rows), low_word_ones(base)])
+    return np.vstack([threshold_edge_rows(ct.thresholds, base, nan_tail=True),
+                      low_word_ones(base)])
 
 
 def c_scorer(ct, tmp: Path, name: str = "m"):

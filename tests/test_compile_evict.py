@@ -34,7 +34,7 @@ from flashml.features.codegen import ABI_VERSION, CAPABILITIES, capability_funct
 from flashml.simulation import SimConfig, simulate_policy
 
 from conftest import REPO, run_cli
-from demo_policy import demo_trace, train_demo_models
+from demo_policy import demo_trace, threshold_edge_rows, train_demo_models
 
 TOL = 1e-6
 NF = 44
@@ -82,18 +82,7 @@ def edge_rows(booster: lgb.Booster, base: np.ndarray) -> np.ndarray:
             if "split_feature" in nd:
                 thresholds.setdefault(nd["split_feature"], set()).add(float(nd["threshold"]))
                 stack += [nd["left_child"], nd["right_child"]]
-    rows = []
-    for f in range(NF):
-        for t in sorted(thresholds.get(f, ())):
-            for v in (t, np.nextafter(t, -np.inf), np.nextafter(t, np.inf)):
-                r = base[len(rows) % len(base)].copy()
-                r[f] = v
-                rows.append(r)
-        for v in (np.nan, np.inf, -np.inf, 0.0, -0.0):
-            r = base[len(rows) % len(base)].copy()
-            r[f] = v
-            rows.append(r)
-    return np.array(rows)
+    return threshold_edge_rows([sorted(thresholds.get(f, ())) for f in range(NF)], base)
 
 
 @pytest.fixture(scope="module")

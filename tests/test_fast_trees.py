@@ -24,7 +24,7 @@ from flashml.features.contract import contract
 from flashml.features.online import feature_matrix
 
 from conftest import run_cli
-from demo_policy import demo_trace, split_by_block, train_demo_models
+from demo_policy import demo_trace, split_by_block, threshold_edge_rows, train_demo_models
 
 
 @pytest.fixture(scope="module")
@@ -67,18 +67,7 @@ def _treelite(booster):
 def edge_rows(ft, base: np.ndarray) -> np.ndarray:
     """For every feature and each of its thresholds t: rows with the feature at t, just
     below and just above it; plus NaN, +inf and -inf in every feature."""
-    rows = []
-    for f, ts in enumerate(ft.thresholds):
-        for t in ts:
-            for v in (t, np.nextafter(t, -np.inf), np.nextafter(t, np.inf)):
-                r = base[len(rows) % len(base)].copy()
-                r[f] = v
-                rows.append(r)
-        for v in (np.nan, np.inf, -np.inf, 0.0, -0.0):
-            r = base[len(rows) % len(base)].copy()
-            r[f] = v
-            rows.append(r)
-    return np.array(rows)
+    return threshold_edge_rows(ft.thresholds, base)
 
 
 def test_tables_reproduce_lightgbm_raw_scores(boosters, data) -> None:
