@@ -302,14 +302,16 @@ def reference_margin(ft: FastTrees, x: np.ndarray) -> np.ndarray:
     return s + ft.base_score
 
 
-def _array(name: str, ctype: str, values: list[str], per_line: int = 16) -> str:
+def c_array(name: str, ctype: str, values: list[str], per_line: int = 16) -> str:
+    """A static, 64-byte aligned C array `name` of `values` (C literals)."""
     lines = [", ".join(values[i:i + per_line]) for i in range(0, len(values), per_line)]
     body = ",\n    ".join(lines) if lines else "0"
     return (f"static const {ctype} {name}[{max(len(values), 1)}] "
             f"__attribute__((aligned(64))) = {{\n    {body}\n}};\n")
 
 
-def _hex(v: float) -> str:
+def c_hex(v: float) -> str:
+    """`v` as an exact C double literal (hex float; INFINITY for infinities)."""
     if math.isinf(v):
         return "INFINITY" if v > 0 else "-INFINITY"
     return float(v).hex()
@@ -376,18 +378,18 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
         "#include <math.h>\n#include <stdint.h>\n#include <immintrin.h>\n\n",
         f"#define FT_TARGET __attribute__((target(\"{','.join(ISA)}\")))\n\n",
         ("/* per feature: its sorted distinct thresholds, padded with +inf */\n"
-         + _array(f"{p}_thr", "double", [_hex(v) for v in thr_flat], per_line=4)
+         + c_array(f"{p}_thr", "double", [c_hex(v) for v in thr_flat], per_line=4)
          if thr_flat else ""),
         ("/* features with more than 16 thresholds: every 8th (up to 63: t[7], t[15], ...) or "
          "16th (t[15], t[31], ...) */\n"
-         + _array(f"{p}_split", "double", [_hex(v) for v in split_flat], per_line=4)
+         + c_array(f"{p}_split", "double", [c_hex(v) for v in split_flat], per_line=4)
          if split_flat else ""),
         f"/* per group of {per} tree(s) (tree j's node i in lane {per}i + j, its leaf l "
         f"numbered 64 + {per}l + j), 4 x 64 bytes: node feature, threshold rank, left next, "
         "right next */\n",
-        _array(f"{p}_tree", "uint8_t", [str(int(v)) for v in tree], per_line=32),
+        c_array(f"{p}_tree", "uint8_t", [str(int(v)) for v in tree], per_line=32),
         "/* per group, 64 leaf values (leaf 64 + m at m) */\n",
-        _array(f"{p}_leaf", "double", [_hex(v) for v in leaf], per_line=4),
+        c_array(f"{p}_leaf", "double", [c_hex(v) for v in leaf], per_line=4),
         f"""
 /* how many of the 8 (16) sorted values at t are < v (every lane holds v) */
 FT_TARGET static inline int {p}_below8(const double *t, __m512d v) {{
@@ -418,7 +420,7 @@ FT_TARGET static inline void {p}_bin(const double *x, uint8_t *bins) {{
         bins_load = "const __m512i bv = _mm512_load_si512((const void *)bins);"
         node_bins = "_mm512_permutexvar_epi8(feat, bv)"
     if ft.postprocessor == "sigmoid":
-        post = (f"    return (double)(1) / ((double)(1) + exp(-(double){_hex(ft.sigmoid_alpha)}"
+        post = (f"    return (double)(1) / ((double)(1) + exp(-(double){c_hex(ft.sigmoid_alpha)}"
                 f" * s));\n")
     else:
         post = "    return s;\n"
@@ -443,7 +445,7 @@ FT_TARGET double {p}_margin(const double *x) {{
         /* lane j holds tree j's leaf, 64 + m: its value is at m; the leaves are added in
          * tree order */
 {_emit_leaf_adds(p, per, ft.num_trees, groups)}    }}
-    s += (double){_hex(ft.base_score)};
+    s += (double){c_hex(ft.base_score)};
     return s;
 }}
 
