@@ -30,6 +30,7 @@ subprocesses.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import fcntl
 import hashlib
 import json
@@ -1139,12 +1140,13 @@ class Worker:
         return self.proc
 
     def run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
-            err_path: Path) -> tuple[int | None, bool]:
-        """(exit status, hung): the status is negative when the worker died of a signal."""
+            err_path: Path, entry: str = "") -> tuple[int | None, bool]:
+        """(exit status, hung): the status is negative when the worker died of a signal.
+        `entry` (module:function) runs instead of flashml's cli.main."""
         proc = self._start()
         assert proc.stdin and proc.stdout
-        req = {"argv": argv, "cwd": str(cwd), "env": env, "timeout": timeout,
-               "err": str(err_path)}
+        req: dict[str, Any] = {"argv": argv, "cwd": str(cwd), "env": env, "timeout": timeout,
+                               "err": str(err_path), **({"entry": entry} if entry else {})}
         proc.stdin.write((json.dumps(req) + "\n").encode())
         proc.stdin.flush()
         ready, _, _ = select.select([proc.stdout], [], [], timeout + 30)
@@ -1187,6 +1189,14 @@ class Hang(BaseException):
     """A case ran past its timeout (raised by SIGALRM in the worker)."""
 
 
+def _entry(spec: str) -> Callable[[list[str]], int | None]:
+    """`module:function` run instead of flashml's cli.main (the harness's own tests)."""
+    import importlib
+
+    mod, fn = spec.split(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
 def worker_main() -> None:
     """The in-process runner: one JSON request per line on stdin, one answer per line."""
     proto = os.fdopen(os.dup(1), "w")
@@ -1198,7 +1208,17 @@ def worker_main() -> None:
 
     home = os.getcwd()
 
+    # where stderr stood when the alarm stopped the case: what the command prints after it is
+    # the interruption's noise (a cleanup meeting the half-done operation the exception
+    # landed in), not the command's answer, and is cut from the case's stderr
+    stopped_at = [0]
+
     def on_alarm(signum: int, frame: Any) -> None:  # noqa: ARG001
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        stopped_at[0] = os.lseek(2, 0, os.SEEK_CUR)
+        with open(req["err"] + ".stacks", "w") as f:
+            faulthandler.dump_traceback(file=f, all_threads=True)
         raise Hang()
 
     signal.signal(signal.SIGALRM, on_alarm)
@@ -1217,7 +1237,7 @@ def worker_main() -> None:
         rc, hang, tb = 0, False, False
         signal.setitimer(signal.ITIMER_REAL, req["timeout"])
         try:
-            rc = int(main(req["argv"]) or 0)
+            rc = int((_entry(req["entry"]) if "entry" in req else main)(req["argv"]) or 0)
         except Hang:
             hang = True
         except SystemExit as e:
@@ -1233,6 +1253,8 @@ def worker_main() -> None:
             sys.stderr.flush()
         os.dup2(old1, 1)
         os.dup2(old2, 2)
+        if hang:
+            os.ftruncate(err, stopped_at[0])
         for fd in (old1, old2, out, err):
             os.close(fd)
         os.environ.clear()
@@ -1318,7 +1340,13 @@ class Runner:
             secs = time.perf_counter() - t0
             stderr = err.read_text(errors="replace") if err.exists() else ""
             err.unlink(missing_ok=True)
-            return judge(case, p, w, before, rc, stderr, secs, marker, argv, hang)
+            res = judge(case, p, w, before, rc, stderr, secs, marker, argv, hang)
+            stacks = Path(f"{err}.stacks")
+            if stacks.exists():
+                if res.cls == "hang":
+                    res.detail += "; where it was: " + stacks.read_text(errors="replace")[-1500:]
+                stacks.unlink()
+            return res
         except Exception as e:  # noqa: BLE001 - a harness error is reported, not raised
             return Result(case.id, case.family, "harness", " ".join(case.argv), None,
                           time.perf_counter() - started, f"{type(e).__name__}: {e}"[:300],

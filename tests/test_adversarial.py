@@ -8,6 +8,9 @@ abort or partial output, nothing that must be refused accepted."""
 from __future__ import annotations
 
 import os
+import sys
+import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +19,7 @@ import pytest
 
 SEED = 40
 CASES = int(os.environ.get("FLASHML_ADVERSARIAL_CASES", "100"))
+REPO = Path(__file__).resolve().parents[1]
 _SUBSET = adv.subset(adv.catalogue(seed=SEED, quick=True), CASES, SEED)
 
 
@@ -135,3 +139,37 @@ def test_docs_figures_are_the_committed_results() -> None:
     assert security_section(doc) in (repo / "docs" / "security.md").read_text(), (
         "docs/security.md's adversarial table is stale: run bench/bench_adversarial.py "
         "(it rewrites the section) or paste the section it prints")
+
+
+def slow_then_noisy(argv: list[str]) -> int:
+    """A command that says one line, works until it is stopped, and then (as a cleanup meeting
+    an operation the stop interrupted can) prints a traceback while unwinding."""
+    print(f"flashml: working on {argv[0]}", file=sys.stderr, flush=True)
+    try:
+        time.sleep(60)
+    finally:
+        traceback.print_stack()
+        print("sqlite3.ProgrammingError: Cannot operate on a closed database.", file=sys.stderr)
+    return 0
+
+
+def test_a_stop_at_the_budget_judges_what_came_before_it(tmp_path: Path) -> None:
+    """The in-process worker stops a case at its budget by raising in it; what the command
+    prints while unwinding is the stop's noise and is cut, so a job stopped at its budget is
+    `ok`, not a `hang` with a traceback. Where every thread stood is kept for a real hang."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    worker = adv.Worker(env)
+    err = tmp_path / "case.err"
+    try:
+        rc, hang = worker.run(["trace.csv"], tmp_path, {}, 1.0, err,
+                              entry="test_adversarial:slow_then_noisy")
+    finally:
+        worker.kill()
+    assert hang
+    assert err.read_text() == "flashml: working on trace.csv\n"
+    assert "slow_then_noisy" in Path(f"{err}.stacks").read_text()
+    case = adv.Case(id="job", family="numbers", tool="flashml", argv=[], budget=1.0,
+                    timeout=1.0)
+    got = adv.judge(case, {}, tmp_path, adv._snapshot(tmp_path), rc, err.read_text(), 1.0,
+                    tmp_path / "EVIL_MARKER", [], hang)
+    assert got.cls == "ok", got
