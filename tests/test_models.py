@@ -521,3 +521,79 @@ def test_features_are_computed_once_per_table_and_contract(small_trace, tmp_path
     with open(run.table, "ab") as f:
         f.write(b"x")
     assert features_file(run) != key
+
+
+def test_training_key_reads_every_input() -> None:
+    from flashml.models.baleen import TrainingData
+    from flashml.models.converge import training_key
+
+    rng = np.random.default_rng(0)
+    data = TrainingData(rng.random((50, 18)), rng.integers(0, 2, 50).astype(np.float64),
+                        np.arange(50, dtype=np.uint64), rng.random((9, 6)),
+                        rng.integers(0, 64, 9), rng.integers(0, 64, 9),
+                        rng.integers(0, 2, 9), np.arange(9, dtype=np.uint64))
+    gbm = GbmParams()
+    key = training_key(data, gbm, None, True, ())
+    copy = TrainingData(*(np.array(getattr(data, f)) for f in TrainingData.__dataclass_fields__))
+    assert training_key(copy, gbm, None, True, ()) == key  # equal contents, other objects
+    flipped = TrainingData(**{**data.__dict__, "adm_y": 1.0 - data.adm_y})
+    assert training_key(flipped, gbm, None, True, ()) != key
+    when = TrainingData(**{**data.__dict__, "ep_when": 1 - data.ep_when})
+    assert training_key(when, gbm, None, True, ()) != key
+    assert training_key(data, gbm.with_overrides(num_leaves=7), None, True, ()) != key
+    assert training_key(data, gbm, ["op"], True, ()) != key
+    assert training_key(data, gbm, None, False, ()) != key
+    assert training_key(data, gbm, None, True, ("user",)) != key
+
+
+def test_an_iteration_with_the_last_ones_rows_keeps_its_models(small_trace, tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """Iterations whose episodes give the same training rows (an eviction age that moved
+    less than any gap of the trace) train nothing: the last training's models and scores
+    are kept, and every figure of the loop equals a loop that trains each time."""
+    import os
+
+    from flashml.features.online import feature_matrix
+    from flashml.models import converge
+    from flashml.simulation import SimConfig
+    from flashml.trace.canonical import read_meta
+
+    df, table = small_trace
+    base = SimConfig.for_trace(read_meta(table))
+    gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
+    feats = feature_matrix(df)
+    first: list = []
+
+    def same_rows(*a, **kw):  # every iteration's rows are the first's (equal copies)
+        if not first:
+            first.append(training_data(*a, **kw))
+        d = first[0]
+        return type(d)(*(np.array(getattr(d, f)) for f in type(d).__dataclass_fields__))
+
+    trainings: list[int] = []
+    real_train = converge.train_policy
+
+    def counted(*a, **kw):
+        trainings.append(1)
+        return real_train(*a, **kw)
+
+    monkeypatch.setattr(converge, "training_data", same_rows)
+    monkeypatch.setattr(converge, "train_policy", counted)
+    # an eviction age that never holds: every iteration trains (or would)
+    settings = LoopSettings(max_iter=3, k_candidates=(6,), min_move_s=0.0, min_move_rel=0.0)
+    kept = run_loop(df, table, feats, base, DEFAULTS.target_write_rate_mbps,
+                    tmp_path / "kept", gbm, settings)
+    assert len(kept.iterations) == 3 and len(trainings) == 1
+    trainings.clear()
+    monkeypatch.setattr(converge, "training_key", lambda *a, **kw: os.urandom(32))
+    fresh = run_loop(df, table, feats, base, DEFAULTS.target_write_rate_mbps,
+                     tmp_path / "fresh", gbm, settings)
+    assert len(trainings) == 3
+    strip = [{**it.__dict__, "seconds": 0.0} for it in kept.iterations]
+    assert strip == [{**it.__dict__, "seconds": 0.0} for it in fresh.iterations]
+    assert kept.when_threshold == fresh.when_threshold
+    assert kept.tuned.knob == fresh.tuned.knob and kept.points == fresh.points
+    for k, v in fresh.arrays.items():
+        assert np.array_equal(kept.arrays[k], v)
+    for name, b in fresh.policy.boosters().items():
+        assert kept.policy.boosters()[name].model_to_string() == b.model_to_string()

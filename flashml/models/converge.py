@@ -16,6 +16,7 @@ precisely.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -28,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from flashml.config import GB, MB
-from flashml.models.baleen import LearnedPolicy, score_all, train_policy
+from flashml.models.baleen import LearnedPolicy, TrainingData, score_all, train_policy
 from flashml.models.dataset import training_data, training_window
 from flashml.models.gbm import side_by_side
 from flashml.policies.baselines import tune_threshold
@@ -256,6 +257,21 @@ def select_accesses_per_episode(df: pl.DataFrame, feats: np.ndarray, labels: pl.
     return best, means
 
 
+def training_key(data: TrainingData, gbm: GbmParams, features: list[str] | None,
+                 with_prefetch: bool, zeroed: tuple[str, ...]) -> bytes:
+    """A digest of everything `train_policy` reads: every array of `data` (dtype, shape and
+    bytes), the LightGBM parameters, the feature set, whether the prefetch models train and
+    the features held at 0. LightGBM is deterministic, so two trainings with the same digest
+    give the same models, and their scores of the same feature matrix the same doubles."""
+    h = hashlib.blake2b(digest_size=32)
+    for name in TrainingData.__dataclass_fields__:
+        a = np.ascontiguousarray(getattr(data, name))
+        h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
+        h.update(a.view(np.uint8).ravel() if a.size else b"")
+    h.update(repr((gbm, features, with_prefetch, zeroed)).encode())
+    return h.digest()
+
+
 def should_stop(assumed_ea: float, new_ea: float, write_rate: float, target: float,
                 s: LoopSettings) -> bool:
     """The artifact's rule: the eviction age moved less than max(300 s, 5%) and the write
@@ -301,6 +317,9 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     # a nearby eviction age admits a similar share): `tune_to_write_rate`'s hint
     when_points = dict(warm.when_points) if warm is not None else {}
     last_points: list[tuple[float, float]] | None = None
+    # the last training's rows' digest (`training_key`), models, scores and iteration
+    last_trained: tuple[bytes, LearnedPolicy, dict[str, np.ndarray], int] | None = None
+
     def check() -> None:
         if cancel is not None and cancel.is_set():
             raise Cancelled(f"convergence loop at {target_mbps:.4g} MB/s cancelled")
@@ -341,10 +360,22 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             check()
             data = training_data(feats, times, labels, episodes, settings.train_seconds,
                                  max_position=k_chosen, max_rows=settings.max_training_rows)
-            policy = train_policy(data, gbm, features=features, with_prefetch=with_prefetch,
-                                  admission=getattr(chosen.get(k_chosen), "admission", None),
-                                  zeroed=zeroed)
-            arrays = score_all(policy, feats)
+            # (a given admission model is the one these rows and parameters train)
+            given = getattr(chosen.get(k_chosen), "admission", None)
+            key = training_key(data, gbm, features, with_prefetch, zeroed)
+            if last_trained is not None and last_trained[0] == key:
+                # the same rows as the last training (episodes at an eviction age that moved
+                # less than any gap between two of the trace's accesses): the same models
+                # and scores, kept instead of trained and scored again
+                policy, arrays = last_trained[1], last_trained[2]
+                log.info("convergence iteration %d: the same training rows as iteration "
+                         "%d's; its models and scores kept", it, last_trained[3])
+            else:
+                policy = train_policy(data, gbm, features=features,
+                                      with_prefetch=with_prefetch, admission=given,
+                                      zeroed=zeroed)
+                arrays = score_all(policy, feats)
+                last_trained = (key, policy, arrays, it)
             when_threshold = base.when_threshold
             if with_prefetch:
                 when_threshold, peaks = select_when_threshold(
