@@ -1208,17 +1208,22 @@ def worker_main() -> None:
 
     home = os.getcwd()
 
-    # where stderr stood when the alarm stopped the case: what the command prints after it is
-    # the interruption's noise (a cleanup meeting the half-done operation the exception
-    # landed in), not the command's answer, and is cut from the case's stderr
-    stopped_at = [0]
+    # Where stderr stood when the alarm first stopped the case (None: it did not): what the
+    # command prints after it is the interruption's noise (a cleanup meeting the half-done
+    # operation the exception landed in), not the command's answer, and is cut. Whatever the
+    # exception turns into on its way out (swallowed by a garbage collector's callback,
+    # wrapped by a class body's __set_name__), a case the alarm fired in ran past its time;
+    # the alarm fires again each second until the case has stopped.
+    stopped_at: list[int | None] = [None]
 
     def on_alarm(signum: int, frame: Any) -> None:  # noqa: ARG001
-        with contextlib.suppress(Exception):
-            sys.stderr.flush()
-        stopped_at[0] = os.lseek(2, 0, os.SEEK_CUR)
-        with open(req["err"] + ".stacks", "w") as f:
-            faulthandler.dump_traceback(file=f, all_threads=True)
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        if stopped_at[0] is None:
+            with contextlib.suppress(Exception):
+                sys.stderr.flush()
+            stopped_at[0] = os.lseek(2, 0, os.SEEK_CUR)
+            with open(req["err"] + ".stacks", "w") as f:
+                faulthandler.dump_traceback(file=f, all_threads=True)
         raise Hang()
 
     signal.signal(signal.SIGALRM, on_alarm)
@@ -1234,26 +1239,30 @@ def worker_main() -> None:
         old1, old2 = os.dup(1), os.dup(2)
         os.dup2(out, 1)
         os.dup2(err, 2)
-        rc, hang, tb = 0, False, False
+        rc, tb = 0, False
+        stopped_at[0] = None
         signal.setitimer(signal.ITIMER_REAL, req["timeout"])
         try:
-            rc = int((_entry(req["entry"]) if "entry" in req else main)(req["argv"]) or 0)
-        except Hang:
-            hang = True
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        except BaseException:  # noqa: BLE001 - what an uncaught exception prints
-            traceback.print_exc()
-            rc, tb = 1, True
+            try:
+                rc = int((_entry(req["entry"]) if "entry" in req else main)(req["argv"]) or 0)
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except BaseException:  # noqa: BLE001 - what an uncaught exception prints
+                if stopped_at[0] is None:
+                    traceback.print_exc()
+                    rc, tb = 1, True
+        except Hang:  # fired again while the first one was being handled
+            pass
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        hang = stopped_at[0] is not None
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         with contextlib.suppress(Exception):
             sys.stderr.flush()
         os.dup2(old1, 1)
         os.dup2(old2, 2)
-        if hang:
+        if stopped_at[0] is not None:
             os.ftruncate(err, stopped_at[0])
         for fd in (old1, old2, out, err):
             os.close(fd)

@@ -153,21 +153,45 @@ def slow_then_noisy(argv: list[str]) -> int:
     return 0
 
 
-def test_a_stop_at_the_budget_judges_what_came_before_it(tmp_path: Path) -> None:
+def swallows_the_stop(argv: list[str]) -> int:
+    """The stop raised where it is swallowed (as in a garbage collector's callback)."""
+    print(f"flashml: working on {argv[0]}", file=sys.stderr, flush=True)
+    try:
+        time.sleep(60)
+    except BaseException:  # noqa: BLE001, S110 - what a GC callback does to an exception
+        pass
+    time.sleep(60)
+    return 0
+
+
+def wraps_the_stop(argv: list[str]) -> int:
+    """The stop raised in a class body and re-raised as another error (__set_name__ does)."""
+    print(f"flashml: working on {argv[0]}", file=sys.stderr, flush=True)
+    try:
+        time.sleep(60)
+    except BaseException as e:
+        raise RuntimeError("Error calling __set_name__ on 'cached_property' instance") from e
+    return 0
+
+
+@pytest.mark.parametrize("entry", ["slow_then_noisy", "swallows_the_stop", "wraps_the_stop"])
+def test_a_stop_at_the_budget_judges_what_came_before_it(tmp_path: Path, entry: str) -> None:
     """The in-process worker stops a case at its budget by raising in it; what the command
-    prints while unwinding is the stop's noise and is cut, so a job stopped at its budget is
-    `ok`, not a `hang` with a traceback. Where every thread stood is kept for a real hang."""
+    prints while unwinding is the stop's noise and is cut, and whatever the stop turns into
+    on its way out, the case ran past its time: a job stopped at its budget is `ok`, not a
+    `hang` or a `traceback`, and the worker answers (it is not killed). Where every thread
+    stood is kept for a real hang."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
     worker = adv.Worker(env)
     err = tmp_path / "case.err"
     try:
         rc, hang = worker.run(["trace.csv"], tmp_path, {}, 1.0, err,
-                              entry="test_adversarial:slow_then_noisy")
+                              entry=f"test_adversarial:{entry}")
     finally:
         worker.kill()
-    assert hang
+    assert hang and rc is not None
     assert err.read_text() == "flashml: working on trace.csv\n"
-    assert "slow_then_noisy" in Path(f"{err}.stacks").read_text()
+    assert entry in Path(f"{err}.stacks").read_text()
     case = adv.Case(id="job", family="numbers", tool="flashml", argv=[], budget=1.0,
                     timeout=1.0)
     got = adv.judge(case, {}, tmp_path, adv._snapshot(tmp_path), rc, err.read_text(), 1.0,
