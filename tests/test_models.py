@@ -571,14 +571,14 @@ def test_an_iteration_with_the_last_ones_rows_keeps_its_models(small_trace, tmp_
         return type(d)(*(np.array(getattr(d, f)) for f in type(d).__dataclass_fields__))
 
     trainings: list[int] = []
-    real_train = converge.train_policy
+    real_train = converge.train_and_score
 
     def counted(*a, **kw):
         trainings.append(1)
         return real_train(*a, **kw)
 
     monkeypatch.setattr(converge, "training_data", same_rows)
-    monkeypatch.setattr(converge, "train_policy", counted)
+    monkeypatch.setattr(converge, "train_and_score", counted)
     # an eviction age that never holds: every iteration trains (or would)
     settings = LoopSettings(max_iter=3, k_candidates=(6,), min_move_s=0.0, min_move_rel=0.0)
     kept = run_loop(df, table, feats, base, DEFAULTS.target_write_rate_mbps,
@@ -597,3 +597,34 @@ def test_an_iteration_with_the_last_ones_rows_keeps_its_models(small_trace, tmp_
         assert np.array_equal(kept.arrays[k], v)
     for name, b in fresh.policy.boosters().items():
         assert kept.policy.boosters()[name].model_to_string() == b.model_to_string()
+
+
+def test_train_and_score_equals_train_then_score(small_trace, tmp_path: Path) -> None:
+    """The prefetch models scored on their own thread beside the admission model's training:
+    the same models and the same doubles as training, then `score_all`."""
+    from flashml.episodes.core import EpisodeParams, build
+    from flashml.features.online import feature_matrix
+    from flashml.models.baleen import score_all, train_and_score, train_policy
+
+    df, table = small_trace
+    feats = feature_matrix(df)
+    built = build(table, tmp_path / "eps", EpisodeParams(
+        eviction_age_s=7200.0, target_write_rate_mbps=DEFAULTS.target_write_rate_mbps,
+        accesses_per_episode=6), engine="polars", plot=False)
+    data = training_data(feats, df["time"].to_numpy(),
+                         pl.read_parquet(built.out / "labels.parquet"),
+                         pl.read_parquet(built.out / "episodes.parquet"), DEFAULTS.warmup_s)
+    gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
+    plain = train_policy(data, gbm)
+    want = score_all(plain, feats)
+    policy, got = train_and_score(data, gbm, feats)
+    assert list(got) == list(want)
+    for k, v in want.items():
+        assert np.array_equal(got[k], v), k
+    for name, b in plain.boosters().items():
+        assert policy.boosters()[name].model_to_string() == b.model_to_string()
+    # with the admission model given (the K choice's), only the prefetch models train
+    kept, got2 = train_and_score(data, gbm, feats, admission=plain.admission)
+    assert kept.admission is plain.admission
+    for k, v in want.items():
+        assert np.array_equal(got2[k], v), k

@@ -111,6 +111,7 @@ def test_a_warm_started_loop_retrains_with_the_shipped_feature_set(
     monkeypatch.setattr(converge, "tune_threshold", tuned)
     monkeypatch.setattr(core, "build", build)
     monkeypatch.setattr(converge, "training_data", lambda *a, **k: None)
+    monkeypatch.setattr(converge, "training_key", lambda *a, **k: object())  # never equal
     monkeypatch.setattr(converge, "train_policy", train_policy)
     monkeypatch.setattr(converge, "score_all", lambda _p, f: {"score": np.zeros(len(f))})
     df = pl.DataFrame({"time": [0.0, 1.0]})

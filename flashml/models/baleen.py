@@ -64,14 +64,18 @@ class LearnedPolicy:
 def train_policy(data: TrainingData, params: GbmParams, *, features: list[str] | None = None,
                  with_prefetch: bool = True, c: Contract | None = None,
                  admission: lgb.Booster | None = None,
-                 zeroed: tuple[str, ...] = (), threads: int | None = None) -> LearnedPolicy:
+                 zeroed: tuple[str, ...] = (), threads: int | None = None,
+                 then: Callable[[lgb.Booster, lgb.Booster, lgb.Booster], None] | None = None
+                 ) -> LearnedPolicy:
     """Train the admission model (on `features`, default all 18; `admission`: one already
     trained on these rows with these parameters, kept as it is) and, optionally, ML-Range
     and ML-When. `zeroed`: features held at 0 in the admission model's rows, so it cannot
     split on them yet keeps every input (a model of CacheLib-ML's feature set that the
     compiled ABI, which passes all 18, still takes). `threads`: LightGBM threads to use
     (default `params.num_threads`), shared by the models trained side by side (the
-    admission model beside ML-Range's two, then ML-When: `gbm.side_by_side`)."""
+    admission model beside ML-Range's two, then ML-When: `gbm.side_by_side`). `then`: called
+    with ML-Range's two models and ML-When's as soon as they are trained, on their thread
+    (beside the admission model's training, within that thread's cores)."""
     c = c or contract()
     names = features or c.names
     cols = [c.names.index(n) for n in names]
@@ -98,6 +102,12 @@ def train_policy(data: TrainingData, params: GbmParams, *, features: list[str] |
                              threads=n)
 
     def train_prefetch(n: int) -> tuple[lgb.Booster, lgb.Booster, lgb.Booster]:
+        start, end, when = train_prefetch_models(n)
+        if then is not None:
+            then(start, end, when)
+        return start, end, when
+
+    def train_prefetch_models(n: int) -> tuple[lgb.Booster, lgb.Booster, lgb.Booster]:
         # ML-Range's two models side by side, then ML-When on their predictions
         start, end = side_by_side([train_range("start"), train_range("end")], n)
         ps, pe = round_range(predict(start, data.ep_X), predict(end, data.ep_X))
@@ -133,20 +143,48 @@ def score_all(policy: LearnedPolicy, feats: np.ndarray, c: Contract | None = Non
     x = feats if cols == list(range(feats.shape[1])) else feats[:, cols]
     out = {"score": predict(policy.admission, x)}
     if policy.range_start is not None:
-        # ML-Range and ML-When read only the range features, and far fewer accesses differ
-        # in them than there are accesses (35% at 1 M region1-like accesses): each distinct
-        # row is scored once and its scores copied to its accesses (the same doubles: a
-        # row's score depends on that row alone), 2-3x less work for 85% of the trees
-        # (and of those, each class of rows a model's splits cannot tell apart is scored
-        # once: `predict_classes`, 38% of the distinct rows for ML-Range at 1 M)
-        rX, inverse = range_rows(feats, c)
-        ps, pe = round_range(predict_classes(policy.range_start, rX),
-                             predict_classes(policy.range_end, rX))
-        when = predict_classes(policy.when, when_matrix(None, ps, pe, range_x=rX))
-        if inverse is not None:
-            ps, pe, when = ps[inverse], pe[inverse], when[inverse]
-        out |= {"prefetch_start": ps, "prefetch_end": pe, "when_score": when}
+        assert policy.range_end is not None and policy.when is not None
+        out |= score_prefetch(policy.range_start, policy.range_end, policy.when, feats, c)
     return out
+
+
+def score_prefetch(range_start: lgb.Booster, range_end: lgb.Booster, when_model: lgb.Booster,
+                   feats: np.ndarray, c: Contract | None = None) -> dict[str, np.ndarray]:
+    """`score_all`'s prefetch arrays: `prefetch_start`, `prefetch_end` and `when_score`."""
+    c = c or contract()
+    # ML-Range and ML-When read only the range features, and far fewer accesses differ
+    # in them than there are accesses (35% at 1 M region1-like accesses): each distinct
+    # row is scored once and its scores copied to its accesses (the same doubles: a
+    # row's score depends on that row alone), 2-3x less work for 85% of the trees
+    # (and of those, each class of rows a model's splits cannot tell apart is scored
+    # once: `predict_classes`, 38% of the distinct rows for ML-Range at 1 M)
+    rX, inverse = range_rows(feats, c)
+    ps, pe = round_range(predict_classes(range_start, rX), predict_classes(range_end, rX))
+    when = predict_classes(when_model, when_matrix(None, ps, pe, range_x=rX))
+    if inverse is not None:
+        ps, pe, when = ps[inverse], pe[inverse], when[inverse]
+    return {"prefetch_start": ps, "prefetch_end": pe, "when_score": when}
+
+
+def train_and_score(data: TrainingData, params: GbmParams, feats: np.ndarray, *,
+                    features: list[str] | None = None, c: Contract | None = None,
+                    admission: lgb.Booster | None = None, zeroed: tuple[str, ...] = ()
+                    ) -> tuple[LearnedPolicy, dict[str, np.ndarray]]:
+    """`train_policy(data, params, with_prefetch=True, ...)` and `score_all` of its policy on
+    `feats`: the same models and the same doubles, but ML-Range's and ML-When's scores are
+    computed on the prefetch models' thread as soon as they are trained, beside the
+    admission model's training (one LightGBM thread below `gbm.ONE_THREAD_ROWS` rows: the
+    prefetch models, a quarter of its time, left the other core idle for the rest)."""
+    c = c or contract()
+    pre: dict[str, np.ndarray] = {}
+
+    def then(start: lgb.Booster, end: lgb.Booster, when: lgb.Booster) -> None:
+        pre.update(score_prefetch(start, end, when, feats, c))
+
+    policy = train_policy(data, params, features=features, with_prefetch=True, c=c,
+                          admission=admission, zeroed=zeroed, then=then)
+    out = score_all(LearnedPolicy(policy.admission, policy.admission_features), feats, c)
+    return policy, out | pre
 
 
 #: `range_rows` of the feature matrices scored lately: (weak reference to the matrix, its

@@ -29,7 +29,13 @@ import numpy as np
 import polars as pl
 
 from flashml.config import GB, MB
-from flashml.models.baleen import LearnedPolicy, TrainingData, score_all, train_policy
+from flashml.models.baleen import (
+    LearnedPolicy,
+    TrainingData,
+    score_all,
+    train_and_score,
+    train_policy,
+)
 from flashml.models.dataset import training_data, training_window
 from flashml.models.gbm import side_by_side
 from flashml.policies.baselines import tune_threshold
@@ -370,10 +376,13 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                 policy, arrays = last_trained[1], last_trained[2]
                 log.info("convergence iteration %d: the same training rows as iteration "
                          "%d's; its models and scores kept", it, last_trained[3])
+            elif with_prefetch:  # the prefetch models scored beside the admission training
+                policy, arrays = train_and_score(data, gbm, feats, features=features,
+                                                 admission=given, zeroed=zeroed)
+                last_trained = (key, policy, arrays, it)
             else:
-                policy = train_policy(data, gbm, features=features,
-                                      with_prefetch=with_prefetch, admission=given,
-                                      zeroed=zeroed)
+                policy = train_policy(data, gbm, features=features, with_prefetch=False,
+                                      admission=given, zeroed=zeroed)
                 arrays = score_all(policy, feats)
                 last_trained = (key, policy, arrays, it)
             when_threshold = base.when_threshold
