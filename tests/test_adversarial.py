@@ -197,3 +197,13 @@ def test_a_stop_at_the_budget_judges_what_came_before_it(tmp_path: Path, entry: 
     got = adv.judge(case, {}, tmp_path, adv._snapshot(tmp_path), rc, err.read_text(), 1.0,
                     tmp_path / "EVIL_MARKER", [], hang)
     assert got.cls == "ok", got
+
+
+def test_a_cases_timeout_stretches_with_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timeout guards against a hang: at a load of 8 on 2 cores a command gets 4 times it
+    (a FIFO refusal by a job command, with its imports, took over 10 s at a load of 5)."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (8.0, 1.0, 1.0))
+    assert adv.load_factor() == 4.0
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 1.0, 1.0))
+    assert adv.load_factor() == 1.0
