@@ -258,6 +258,31 @@ def test_predict_batch_and_constants(mat_bundle, data) -> None:
         pol.evict_predict(xh[:, :43])
 
 
+def test_evict_prefetch_hint_changes_no_prediction(mat_bundle, mat_bundle_tl2, data) -> None:
+    """flashml_evict_prefetch (the optional hint the runtime calls when an eviction decision
+    starts) is exported by the compact and the TL2cgen build alike, and predictions with the
+    hint called before each row equal those without it."""
+    import ctypes
+
+    _, _, xh, _ = data
+    rows = np.ascontiguousarray(xh[:500])
+    for bundle in (mat_bundle, mat_bundle_tl2):
+        assert "flashml_evict_prefetch" in exported_functions(bundle / "policy.so")
+        lib = ctypes.CDLL(str(bundle / "policy.so"))
+        lib.flashml_evict_prefetch.restype = None
+        lib.flashml_evict_predict.restype = ctypes.c_double
+        lib.flashml_evict_predict.argtypes = [ctypes.POINTER(ctypes.c_double)]
+        p = ctypes.POINTER(ctypes.c_double)
+        plain = [lib.flashml_evict_predict(r.ctypes.data_as(p)) for r in rows]
+        hinted = []
+        for r in rows:
+            lib.flashml_evict_prefetch()
+            hinted.append(lib.flashml_evict_predict(r.ctypes.data_as(p)))
+        assert hinted == plain
+        np.testing.assert_array_equal(
+            plain, load_policy(bundle, need=("eviction",)).evict_predict(rows))
+
+
 def test_combined_bundle_exports_both(combined, booster, data, trace) -> None:
     adm, both = combined
     m = json.loads((both / "manifest.json").read_text())

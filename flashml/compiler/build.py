@@ -463,6 +463,8 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
             "EVICT_CONTROLLER": str(controller),
             "EVICT_REUSE_PREDICTIONS": str(reuse),
             "FAST_EVICT": fast.get(EVICT_MODEL, "evict_portable"),
+            "FAST_EVICT_PREFETCH": f"{fast[EVICT_MODEL]}_prefetch" if EVICT_MODEL in fast
+            else "evict_prefetch_portable",
             "PORT_EVICT": compact.get(EVICT_MODEL, "0"),
         })
     else:
@@ -497,7 +499,7 @@ _EVICT_PLACEHOLDERS = (
     "EVICT_TL2_PREDICT", "EVICT_NUM_FEATURES", "EVICT_CONTRACT_HASH", "EVICT_K",
     "EVICT_MAX_CANDIDATES", "EVICT_DELTA", "EVICT_INITIAL_THRESHOLD", "EVICT_MEMORY_WINDOW",
     "EVICT_CONTROLLER", "EVICT_REUSE_PREDICTIONS",
-    "FAST_EVICT", "PORT_EVICT")
+    "FAST_EVICT", "FAST_EVICT_PREFETCH", "PORT_EVICT")
 
 
 def _admission_values(params: dict[str, Any], segments_per_block: int,

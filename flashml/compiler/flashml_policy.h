@@ -6,7 +6,7 @@
  * each capability it has; its manifest.json lists them in `capabilities` (a manifest without
  * the field: admission and prefetch). A loader refuses a bundle that lacks a capability it
  * is asked to use; look optional functions up with dlsym. Optional (older .so files lack
- * them): flashml_policy_prefetch, flashml_policy_decide, flashml_policy_decide_at, flashml_admit_peak_hours, flashml_admit_peak_bonus, flashml_evict_controller, flashml_evict_reuse_predictions.
+ * them): flashml_policy_prefetch, flashml_policy_decide, flashml_policy_decide_at, flashml_admit_peak_hours, flashml_admit_peak_bonus, flashml_evict_controller, flashml_evict_reuse_predictions, flashml_evict_prefetch.
  *   core: flashml_policy_abi_version
  *   admission: flashml_policy_num_features, flashml_policy_contract_hash, flashml_admit_score,
  *       flashml_admit_threshold, flashml_target_write_rate_mbps, flashml_eviction_age_s,
@@ -17,7 +17,7 @@
  *   eviction: flashml_evict_num_features, flashml_evict_contract_hash, flashml_evict_predict,
  *       flashml_evict_predict_batch, flashml_evict_k, flashml_evict_max_candidates,
  *       flashml_evict_delta, flashml_evict_initial_threshold, flashml_evict_memory_window,
- *       flashml_evict_controller, flashml_evict_reuse_predictions
+ *       flashml_evict_controller, flashml_evict_reuse_predictions, flashml_evict_prefetch
  *   partition: flashml_partition_num_features, flashml_partition_contract_hash,
  *       flashml_partition_max_streams, flashml_partition_steps, flashml_partition
  *   readahead: flashml_readahead_num_features, flashml_readahead_contract_hash,
@@ -256,6 +256,10 @@ double flashml_evict_predict(const double *features);
 /* flashml_evict_predict for n rows (row-major n x FLASHML_EVICT_NUM_FEATURES) into out[n];
  * equal to n single calls. */
 void flashml_evict_predict_batch(const double *features, int n, double *out);
+/* A hint before an eviction decision (optional: a .so compiled before it lacks it): prefetch
+ * instructions for the tables and code flashml_evict_predict reads on every call; no loads,
+ * no effect on predictions. */
+void flashml_evict_prefetch(void);
 /* MAT's controller (Algorithm 1): k, the target number of predictions per eviction; at most
  * flashml_evict_max_candidates() candidates per eviction (then the largest TTA goes); the
  * threshold T (logical requests) starts at flashml_evict_initial_threshold(). After each

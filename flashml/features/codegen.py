@@ -57,6 +57,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
         "flashml_evict_k", "flashml_evict_max_candidates", "flashml_evict_delta",
         "flashml_evict_initial_threshold", "flashml_evict_memory_window",
         "flashml_evict_controller", "flashml_evict_reuse_predictions",
+        "flashml_evict_prefetch",
     ),
     "partition": (
         "flashml_partition_num_features", "flashml_partition_contract_hash",
@@ -74,7 +75,7 @@ LEGACY_CAPABILITIES: tuple[str, ...] = ("admission", "prefetch")
 OPTIONAL_FUNCTIONS: tuple[str, ...] = (
     "flashml_policy_prefetch", "flashml_policy_decide", "flashml_policy_decide_at",
     "flashml_admit_peak_hours", "flashml_admit_peak_bonus", "flashml_evict_controller",
-    "flashml_evict_reuse_predictions",
+    "flashml_evict_reuse_predictions", "flashml_evict_prefetch",
 )
 
 
@@ -230,6 +231,10 @@ double flashml_evict_predict(const double *features);
 /* flashml_evict_predict for n rows (row-major n x FLASHML_EVICT_NUM_FEATURES) into out[n];
  * equal to n single calls. */
 void flashml_evict_predict_batch(const double *features, int n, double *out);
+/* A hint before an eviction decision (optional: a .so compiled before it lacks it): prefetch
+ * instructions for the tables and code flashml_evict_predict reads on every call; no loads,
+ * no effect on predictions. */
+void flashml_evict_prefetch(void);
 /* MAT's controller (Algorithm 1): k, the target number of predictions per eviction; at most
  * flashml_evict_max_candidates() candidates per eviction (then the largest TTA goes); the
  * threshold T (logical requests) starts at flashml_evict_initial_threshold(). After each

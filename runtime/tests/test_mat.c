@@ -13,6 +13,7 @@
 #include "flashrt.h"
 #include "util/internal.h"
 #include "policies/eviction/lrb_features.h"
+#include "policies/eviction/mat_alg.h"
 
 #include "check.h"
 
@@ -648,6 +649,42 @@ static void test_refusals(const char *poldir) {
     flashrt_policy_free(p);
 }
 
+/* frt_mat_surely_far never says "far" where libm's TTA test says "near": predictions over
+ * the whole range (random, integers, and expm1's boundary at log1p(age + T) and
+ * log1p(age - T), each +- a few ulps), ages and thresholds; and it does decide most. */
+static void test_surely_far(void) {
+    uint64_t s = 43;
+    long decided = 0, n = 0, wrong = 0;
+    for (int i = 0; i < 400000; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        const double u = (double)(s >> 11) / 9007199254740992.0;
+        const double age = (double)((s >> 7) % (1u << ((s >> 3) % 30)));
+        const double T = 1.0 + (double)((s >> 17) % 100000) * u;
+        double pred;
+        switch (i % 5) {
+        case 0: pred = -800.0 + 1600.0 * u; break;
+        case 1: pred = -2.0 + 40.0 * u; break;
+        case 2: pred = log1p(age + T); break;
+        case 3: pred = age > T ? log1p(age - T) : log(T); break;
+        default: pred = (double)(int)(30.0 * u); break;
+        }
+        for (int ulps = -3; ulps <= 3; ulps++) {
+            const double x = ulps < 0 ? nextafter(pred, -INFINITY) : ulps > 0 ? nextafter(pred, INFINITY) : pred;
+            pred = x;
+            const int exact = fabs(expm1(x) - age) >= T;
+            const int far = frt_mat_surely_far(x, age, T);
+            n++;
+            decided += far;
+            if (far && !exact) wrong++;
+        }
+    }
+    CHECK(wrong == 0, "%ld of %ld predictions surely far where the TTA test says near", wrong, n);
+    CHECK(decided > n / 3, "only %ld of %ld decided without expm1", decided, n);
+    CHECK(!frt_mat_surely_far(NAN, 1.0, 1.0) && !frt_mat_surely_far(INFINITY, 1.0, 1.0) &&
+              !frt_mat_surely_far(701.0, 1.0, 1.0),
+          "NaN, inf and beyond the bracket's range go to expm1");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_mat POLICY_BUILD_DIR\n");
@@ -655,6 +692,7 @@ int main(int argc, char **argv) {
     }
     test_scratch("flashrt-mat");
     test_features();
+    test_surely_far();
     test_objects();
     test_lru();
     test_integrity();

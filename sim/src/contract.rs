@@ -88,6 +88,7 @@ pub const CAP_EVICTION: &[&str] = &[
     "flashml_evict_memory_window",
     "flashml_evict_controller",
     "flashml_evict_reuse_predictions",
+    "flashml_evict_prefetch",
 ];
 pub const CAP_PARTITION: &[&str] = &[
     "flashml_partition_num_features",
@@ -120,6 +121,7 @@ pub const OPTIONAL_FUNCTIONS: &[&str] = &[
     "flashml_admit_peak_bonus",
     "flashml_evict_controller",
     "flashml_evict_reuse_predictions",
+    "flashml_evict_prefetch",
 ];
 
 /// sha256 of the canonical eviction contract (features/eviction.toml); an eviction policy

@@ -910,6 +910,8 @@ static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
     memcpy(&hash, &s[1], sizeof hash);
     memcpy(&p->evict.predict, &s[2], sizeof p->evict.predict);
     memcpy(&p->evict.predict_batch, &s[3], sizeof p->evict.predict_batch);
+    void *hint = dlsym(p->dl, "flashml_evict_prefetch"); /* optional: older bundles lack it */
+    if (hint) memcpy(&p->evict.prefetch, &hint, sizeof p->evict.prefetch);
     memcpy(&k, &s[4], sizeof k);
     memcpy(&maxc, &s[5], sizeof maxc);
     memcpy(&delta, &s[6], sizeof delta);

@@ -73,6 +73,7 @@ uint64_t frt_policy_size_bytes(const flashrt_policy *p);
 struct frt_evict_fns {
     double (*predict)(const double *features);
     void (*predict_batch)(const double *features, int n, double *out);
+    void (*prefetch)(void); /* flashml_evict_prefetch (optional, absent: NULL): the model's hint */
     double k, delta, initial_threshold;
     int max_candidates;
     int64_t memory_window;

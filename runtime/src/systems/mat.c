@@ -122,7 +122,7 @@ flashrt_mat *flashrt_mat_open(const struct flashrt_mat_config *cfg, flashrt_poli
     if (frt_mat_params_resolve(&prm, cfg->k, cfg->delta, cfg->initial_threshold, cfg->max_candidates, cfg->controller,
                                cfg->reuse_predictions, cfg->memory_window, ev, err, errlen) != 0)
         goto fail;
-    frt_mat_alg_init(&m->alg, &prm, ev ? ev->predict : NULL);
+    frt_mat_alg_init(&m->alg, &prm, ev ? ev->predict : NULL, ev ? ev->prefetch : NULL);
     if (frt_lrb_init(&m->meta, prm.window, err, errlen) != 0) goto fail;
     if (frt_map_init(&m->ids, 1 << 16) != 0) { frt_seterr(err, errlen, "out of memory"); goto fail; }
     if (cfg->cache_path) {

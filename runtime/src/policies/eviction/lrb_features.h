@@ -68,4 +68,12 @@ int frt_lrb_access(struct frt_lrb *s, uint32_t id, uint64_t t, uint64_t size);
 void frt_lrb_features(const struct frt_lrb *s, uint32_t id, uint64_t now, double out[FRT_EVICT_NF]);
 void frt_lrb_free(struct frt_lrb *s);
 
+/* Prefetches what frt_lrb_features(s, id, ...) reads (one load: the entry's history pointer). */
+static inline void frt_lrb_prefetch(const struct frt_lrb *s, uint32_t id) {
+    const struct frt_lrb_meta *m = &s->m[id];
+    const char *x = (const char *)m->extra;
+    if (!x) return;
+    for (size_t i = 0; i < sizeof *m->extra; i += 64) __builtin_prefetch(x + i);
+}
+
 #endif

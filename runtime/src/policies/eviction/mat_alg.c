@@ -1,6 +1,7 @@
 /* mat_alg.c: MAT's Algorithm 1 and its knobs (mat_alg.h). Every comparison is the
  * simulator's (sim/src/mat.rs Mat::evict, MatParams::validate). */
 #include <math.h>
+#include <string.h>
 
 #include "policies/eviction/mat_alg.h"
 
@@ -26,9 +27,39 @@ int frt_mat_params_resolve(struct frt_mat_params *o, double k, double delta, dou
     return 0;
 }
 
-void frt_mat_alg_init(struct frt_mat_alg *a, const struct frt_mat_params *p, double (*predict)(const double *)) {
+/* lo <= expm1(x) <= hi for libm's expm1 (within 1 ulp of the exact value) when |x| <= 700:
+ * e^x = 2^k e^r, |r| <= ln2 / 2, by Taylor to degree 13 (remainder < 1e-17 relative; r's
+ * error from k ln2 < 1e-13), the bracket 1e-11 (e^x + 1) wide each side. 0 outside. */
+static int expm1_bracket(double x, double *lo, double *hi) {
+    if (!(x >= -700.0 && x <= 700.0)) return 0; /* NaN too */
+    const double kd = (double)(int64_t)(x * 1.4426950408889634 + (x >= 0.0 ? 0.5 : -0.5));
+    const double r = x - kd * 0.6931471805599453;
+    double p = 1.0 / 6227020800.0; /* 1/13! */
+    static const double INV_FACT[13] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040,
+                                        1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600};
+    for (int i = 12; i >= 0; i--) p = p * r + INV_FACT[i];
+    const uint64_t bits = (uint64_t)((int64_t)kd + 1023) << 52; /* 2^k, k in -1010..1010 */
+    double scale;
+    memcpy(&scale, &bits, sizeof scale);
+    const double ex = p * scale;
+    const double w = 1e-11 * (ex + 1.0);
+    *lo = (ex - 1.0) - w;
+    *hi = (ex - 1.0) + w;
+    return 1;
+}
+
+int frt_mat_surely_far(double pred, double age, double threshold) {
+    double lo, hi;
+    if (!expm1_bracket(pred, &lo, &hi)) return 0;
+    /* lo <= e <= hi gives fl(lo - age) <= fl(e - age) <= fl(hi - age) */
+    return lo - age >= threshold || hi - age <= -threshold;
+}
+
+void frt_mat_alg_init(struct frt_mat_alg *a, const struct frt_mat_params *p, double (*predict)(const double *),
+                      void (*hint)(void)) {
     a->p = *p;
     a->predict = predict;
+    a->hint = hint;
     a->threshold = NAN;
     a->evictions = a->predictions = a->reused = a->reinsertions = 0;
 }
@@ -41,6 +72,15 @@ uint32_t frt_mat_choose(struct frt_mat_alg *a, struct frt_dlist *l, const struct
         return frt_dlist_pop_tail(l);
     }
     if (isnan(a->threshold)) a->threshold = a->p.t0 > 0.0 ? a->p.t0 : (double)l->len;
+    {   /* the first candidate's state and the model's tables at once (prefetches: no effect on
+         * the decision) */
+        const uint32_t c = l->tail;
+        __builtin_prefetch(&v->last[c]);
+        __builtin_prefetch(&l->prev[c]);
+        frt_lrb_prefetch(v->meta, v->obj[c]);
+        for (size_t i = 0; i < FRT_EVICT_NF; i += 8) __builtin_prefetch(&a->feat[i], 1);
+        if (a->hint) a->hint();
+    }
     const uint32_t L = a->p.L;
     uint32_t best = FRT_MAT_NIL, found = FRT_MAT_NIL, r;
     double best_tta = -INFINITY;
@@ -64,6 +104,10 @@ uint32_t frt_mat_choose(struct frt_mat_alg *a, struct frt_dlist *l, const struct
                 v->klast[c] = last;
                 v->kpred[c] = pred;
             }
+        }
+        if (!v->on_candidate && frt_mat_surely_far(pred, (double)(now - last), a->threshold)) {
+            found = c; /* its TTA reaches T: no need of its value */
+            break;
         }
         double tta = fabs(expm1(pred) - (double)(now - last));
         if (v->on_candidate) v->on_candidate(v->ctx, c, now, last, a->feat, pred, tta, a->threshold);

@@ -70,6 +70,7 @@ int frt_mat_params_resolve(struct frt_mat_params *out, double k, double delta, d
 struct frt_mat_alg {
     struct frt_mat_params p;
     double (*predict)(const double *features); /* NULL: no model, the tail goes (LRU) */
+    void (*hint)(void); /* the model's prefetch hint (flashml_evict_prefetch), NULL: none */
     double threshold;                          /* T; NaN until the first predicted eviction */
     uint64_t evictions, predictions, reused, reinsertions;
     double feat[FRT_EVICT_NF];
@@ -95,8 +96,16 @@ struct frt_mat_view {
     void *ctx;
 };
 
+/* `hint` (may be NULL) is called when a decision that asks the model starts, beside
+ * prefetches of the tail candidate's state, so that their misses overlap. */
 void frt_mat_alg_init(struct frt_mat_alg *a, const struct frt_mat_params *p,
-                      double (*predict)(const double *));
+                      double (*predict)(const double *), void (*hint)(void));
+/* 1 when |expm1(pred) - age| >= threshold (the TTA test, with libm's expm1 and IEEE double
+ * arithmetic) holds for certain, found without libm: expm1 bracketed to about 1e-11
+ * relative by a polynomial, and the subtraction's rounding being monotone; 0 when not
+ * certain (then the caller computes the TTA). libm's code is cold when an eviction decision
+ * starts; most decisions take their first candidate, whose TTA is then not needed. */
+int frt_mat_surely_far(double pred, double age, double threshold);
 /* Chooses and unlinks the victim among the list's handles at logical time `now` (Algorithm
  * 1: tail candidates popped one at a time, kept by re-insertion at the head while TTA < T, at
  * most L, then the largest TTA; T moved by the controller); its try in *tries (L + 1 on

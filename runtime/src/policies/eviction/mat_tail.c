@@ -69,7 +69,7 @@ static int mat_init(void **st, struct frt_regions *m, flashrt_policy *bundle, ch
     *st = e;
     struct frt_mat_params p;
     if (frt_mat_params_resolve(&p, NAN, NAN, NAN, 0, -1, -1, 0, ev, err, errlen) != 0) return -1;
-    frt_mat_alg_init(&e->alg, &p, ev->predict);
+    frt_mat_alg_init(&e->alg, &p, ev->predict, ev->prefetch);
     if (frt_lrb_init(&e->meta, p.window, err, errlen) != 0) return -1;
     size_t n = m->nslots; /* block entries */
     e->obj = malloc(n * sizeof *e->obj);
