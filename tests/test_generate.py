@@ -120,6 +120,10 @@ def test_bad_arguments(tmp_path: Path) -> None:
                        progress=False)
     with pytest.raises(UserError, match="days"):
         generate_trace("region1-like", 0, tmp_path / "x", days=0, progress=False)
+    # the options that together ask too much are named
+    with pytest.raises(UserError, match=r"^--accesses 300 in --days 1e-300 exceed the full "):
+        generate_trace("region1-like", 0, tmp_path / "x", accesses=300, days=1e-300,
+                       progress=False)
     assert not list(tmp_path.iterdir())
 
 

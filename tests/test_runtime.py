@@ -253,6 +253,9 @@ def test_bad_input_is_refused_clearly(env, tmp_path):
     assert p.returncode == 1 and "no such device" in p.stderr
     p, _ = replay(env, flash_bytes="512KiB")
     assert p.returncode == 1 and "too small for one region" in p.stderr
+    assert "(--flash-bytes; 0 = the file's size)" in p.stderr and "(--region-bytes)" in p.stderr
+    p, _ = replay(env, flash_bytes=str(2**63))
+    assert p.returncode == 1 and "--flash-bytes 9223372036854775808: more segments" in p.stderr
     garbage = tmp_path / "garbage.so"
     garbage.write_bytes(b"\x7fELF garbage" * 10)
     corrupt = make_bundle(tmp_path / "corrupt", garbage)

@@ -268,7 +268,7 @@ def _tampered(bundle: Path, dst: Path, **manifest) -> Path:
 
 
 @pytest.mark.parametrize("case", ["no_evict_fn", "no_capability", "capacity0", "oversize",
-                                  "bad_line", "bad_header", "no_trace"])
+                                  "bad_line", "bad_header", "no_trace", "window"])
 def test_bad_input_is_refused_before_any_output(small, tmp_path, case):
     trace, bundle = small
     args: dict[str, object] = {"--bundle": bundle, "--trace": trace, "--capacity": 150,
@@ -313,6 +313,10 @@ def test_bad_input_is_refused_before_any_output(small, tmp_path, case):
     elif case == "no_trace":
         args["--trace"] = tmp_path / "missing.csv"
         want = "missing.csv: No such file"
+    elif case == "window":  # the feature history's range, named by the option and its unit
+        args["--memory-window"] = 2**63
+        want, code = "--memory-window: invalid value '9223372036854775808' (expected logical " \
+            "requests, an integer in [1024, 4294967295])", 2
     dec, cache = tmp_path / "dec.csv", tmp_path / "cache.bin"
     flat = [str(x) for kv in args.items() for x in kv]
     p = flashrt(*flat, "--cache-file", cache, "--decisions-out", dec, "--json")

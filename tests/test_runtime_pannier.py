@@ -221,7 +221,12 @@ def test_bad_input(trace, tmp_path: Path) -> None:
     assert proc.returncode == 1 and f"{bad}:3: field 'time'" in proc.stderr
     proc = flashrt("--trace", csv, *ok, "--container-bytes", "1KiB")
     assert proc.returncode == 1 and "--container-bytes" in proc.stderr
-    assert "smaller than a block" in proc.stderr
+    assert "larger than the container" in proc.stderr
+    # a size too large for the other names both options, the one given first
+    for opt, names in (("--page-bytes", "--page-bytes / --container-bytes"),
+                       ("--erase-bytes", "--erase-bytes / --container-bytes")):
+        proc = flashrt("--trace", csv, *ok, opt, "9223372036854775808")
+        assert proc.returncode == 1 and f"error: {names}: " in proc.stderr, proc.stderr
     proc = flashrt("--trace", csv, *ok, "--tire-epbpd", "0")
     assert proc.returncode == 1 and "--tire-epbpd" in proc.stderr
     assert proc.stdout == ""

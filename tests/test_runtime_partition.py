@@ -143,3 +143,9 @@ def test_bad_input(setup: tuple, tmp_path: Path) -> None:
                  ["--even", "--trace", tmp / "pages.csv", "--capacity", "0", "--interval", "5",
                   "--no-data"]):
         assert flashrt(*args).returncode == 2
+    # more pages than the index holds: named by the option, with its unit and range
+    proc = flashrt("--even", "--trace", tmp / "pages.csv", "--capacity", str(2**63),
+                   "--interval", "5", "--no-data")
+    assert proc.returncode == 2
+    assert "--capacity: invalid value '9223372036854775808' (expected cache pages, an " \
+        "integer in [1, 4294967294])" in proc.stderr

@@ -257,10 +257,11 @@ def _resolve_size(p: Preset, accesses: int | None, days: float | None) -> tuple[
         ratio = 100.0 * n / (p.full_node_rate_per_s * d * DAY_S)
         if ratio > 100.0:
             raise UserError(
-                f"{n:,} accesses in {d:g} days exceed the full node's {p.full_node_rate_per_s}"
-                f" req/s (sample ratio {ratio:.1f}% > 100%); ask for more days")
+                f"--accesses {n:,} in --days {d:g} exceed the full node's "
+                f"{p.full_node_rate_per_s} req/s (sample ratio {ratio:.3g}% > 100%); ask for "
+                "more days or fewer accesses")
         if ratio < MIN_SAMPLE_RATIO:
-            raise UserError(f"{n:,} accesses in {d:g} days are a sample ratio of {ratio:g}%, "
+            raise UserError(f"--accesses {n:,} in --days {d:g} are a sample ratio of {ratio:g}%, "
                             f"below the smallest, {MIN_SAMPLE_RATIO:g}%; ask for more "
                             "accesses or fewer days")
     check_accesses(n, f"accesses ({d:g} days of preset {p.name})")

@@ -206,7 +206,7 @@ static void test_tire_levels(void) {
     CHECK(frt_pn_open(&k, err, sizeof err) == NULL && strstr(err, "lifespan target must be > 0"), "%s", err);
     k.has_tire = 0;
     k.container_bytes = 1024;
-    CHECK(frt_pn_open(&k, err, sizeof err) == NULL && strstr(err, "smaller than a block"), "%s", err);
+    CHECK(frt_pn_open(&k, err, sizeof err) == NULL && strstr(err, "larger than the container"), "%s", err);
 }
 
 static void test_tire_overwrites_and_low_credit(void) {

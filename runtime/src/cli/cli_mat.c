@@ -148,7 +148,7 @@ int cli_mat_replay(int argc, char **argv) {
         else if (OPT("--initial-threshold")) {
             if (!strcmp(v, "auto")) cfg.initial_threshold = 0.0;
             else if (cli_parse_double(v, &cfg.initial_threshold) || !(cfg.initial_threshold > 0 && cfg.initial_threshold <= 1e18)) BADR("--initial-threshold", "auto or logical requests in (0, 1e18]");
-        } else if (OPT("--memory-window")) { if (cli_parse_uint(v, &cfg.memory_window) || cfg.memory_window == 0) BADR("--memory-window", "logical requests, an integer in [1, 2^64 - 1]"); }
+        } else if (OPT("--memory-window")) { if (cli_parse_uint(v, &cfg.memory_window) || cfg.memory_window < 1024 || cfg.memory_window > UINT32_MAX) BADR("--memory-window", "logical requests, an integer in [1024, 4294967295]"); }
         else if (OPT("--decisions-out")) { if (!*v) BAD("--decisions-out"); dec_path = v; }
         else if (OPT("--candidates-out")) { if (!*v) BAD("--candidates-out"); cand_path = v; }
         else if (!strcmp(a, "--no-model")) no_model = 1;

@@ -330,8 +330,9 @@ int cli_pannier_replay(int argc, char **argv) {
     if (frt_pn_config_check(&cfg, err, sizeof err) != 0) {
         /* the flag (or the bundle's knob) each check is about */
         static const struct { const char *prefix, *flag; } FLAGS[] = {
-            {"block size", "--page-bytes"}, {"container size", "--container-bytes"},
-            {"erase block", "--erase-bytes"}, {"more than 2^20", "--container-bytes"},
+            {"block size", "--page-bytes"}, {"block of", "--page-bytes / --container-bytes"},
+            {"container size", "--container-bytes / --page-bytes"},
+            {"erase block", "--erase-bytes / --container-bytes"}, {"more than 2^20", "--container-bytes"},
             {"cache size", "--flash-bytes"}, {"the cache has", "--flash-bytes"},
             {"promotion", "--promotion-pct"}, {"sample", "--sample-pct"},
             {"lifetime", "--lifetime-pct"}, {"ghost", "--ghost-factor"},

@@ -136,7 +136,7 @@ int cli_partition_replay(int argc, char **argv) {
 #define BADR(name, what) do { fprintf(stderr, "flashrt partition-replay: error: %s: invalid value '%s' (expected %s)\n", name, v, what); return 2; } while (0)
         if (OPT("--bundle")) bundle = v;
         else if (OPT("--trace")) trace = v;
-        else if (OPT("--capacity")) { if (cli_parse_uint(v, &cfg.capacity) || cfg.capacity == 0) BADR("--capacity", "cache pages, an integer in [1, 2^64 - 1]"); have_cap = 1; }
+        else if (OPT("--capacity")) { if (cli_parse_uint(v, &cfg.capacity) || cfg.capacity == 0 || cfg.capacity >= UINT32_MAX) BADR("--capacity", "cache pages, an integer in [1, 4294967294]"); have_cap = 1; }
         else if (OPT("--interval")) { if (cli_parse_uint(v, &cfg.interval) || cfg.interval == 0) BADR("--interval", "requests per interval, an integer in [1, 2^64 - 1]"); have_iv = 1; }
         else if (OPT("--streams")) { if (cli_parse_uint(v, &streams) || streams == 0 || streams > FLASHML_PARTITION_MAX_STREAMS) BADR("--streams", "streams, an integer in [1, " PART_STR(FLASHML_PARTITION_MAX_STREAMS) "]"); }
         else if (OPT("--page-bytes")) { if (cli_parse_uint(v, &u) || u == 0 || u % 4096 || u > (1u << 30)) BADR("--page-bytes", "bytes per page, a multiple of 4096 up to 1 GiB"); cfg.page_bytes = (uint32_t)u; }

@@ -228,11 +228,16 @@ flashrt *flashrt_open(const struct flashrt_config *cfg, flashrt_policy *policy,
     uint64_t spr = cfg->region_bytes / SEG;
     uint64_t nregions = frt_persist_regions(want, cfg->region_bytes, spr, rt->dev.is_blockdev, size);
     if (nregions == 0) {
-        frt_seterr(err, errlen, "%s: flash of %llu bytes is too small for one region of %llu bytes",
+        frt_seterr(err, errlen, "%s: flash of %llu bytes (--flash-bytes; 0 = the file's size) is too small for one "
+                   "region of %llu bytes (--region-bytes)",
                    cfg->flash_path, (unsigned long long)want, (unsigned long long)cfg->region_bytes);
         goto fail;
     }
-    if (nregions * spr >= FRT_NONE) { frt_seterr(err, errlen, "flash too large"); goto fail; }
+    if (nregions * spr >= FRT_NONE) {
+        frt_seterr(err, errlen, "%s: --flash-bytes %llu: more segments (%llu bytes each) than the index holds (%llu)",
+                   cfg->flash_path, (unsigned long long)want, (unsigned long long)SEG, (unsigned long long)FRT_NONE - 1);
+        goto fail;
+    }
     /* the regions' headers after their data; the journal beside a regular file */
     char journal[4200];
     const char *jpath = cfg->journal_path;

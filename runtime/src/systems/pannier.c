@@ -750,8 +750,8 @@ int frt_pn_config_check(const struct frt_pn_config *c, char *err, size_t errlen)
     uint64_t pb = c->page_bytes, cb = c->container_bytes, eb = c->erase_bytes ? c->erase_bytes : cb;
     if (pb == 0) return frt_seterr(err, errlen, "block size must be > 0 bytes");
     if (cb < pb)
-        return frt_seterr(err, errlen, "container size %llu bytes is smaller than a block (%llu bytes)",
-                          (unsigned long long)cb, (unsigned long long)pb);
+        return frt_seterr(err, errlen, "block of %llu bytes is larger than the container (%llu bytes)",
+                          (unsigned long long)pb, (unsigned long long)cb);
     if (cb % pb)
         return frt_seterr(err, errlen, "container size %llu bytes is not a whole number of %llu-byte blocks",
                           (unsigned long long)cb, (unsigned long long)pb);
@@ -759,8 +759,8 @@ int frt_pn_config_check(const struct frt_pn_config *c, char *err, size_t errlen)
         return frt_seterr(err, errlen, "erase block %llu bytes is not a whole number of %llu-byte blocks",
                           (unsigned long long)eb, (unsigned long long)pb);
     if (cb % eb)
-        return frt_seterr(err, errlen, "container size %llu bytes is not a whole number of %llu-byte erase blocks",
-                          (unsigned long long)cb, (unsigned long long)eb);
+        return frt_seterr(err, errlen, "erase blocks of %llu bytes do not divide the container (%llu bytes)",
+                          (unsigned long long)eb, (unsigned long long)cb);
     if (cb / pb > (1u << 20)) return frt_seterr(err, errlen, "more than 2^20 blocks per container");
     if (c->cache_bytes < 2 * cb)
         return frt_seterr(err, errlen, "cache size %llu bytes holds fewer than 2 containers of %llu bytes",
