@@ -1346,10 +1346,11 @@ class Runner:
             if case.runner:
                 res = RUNNERS[case.runner.split(":")[0]](self, case, p, w, argv, env)
                 return res
-            # a timeout guards against a hang, it is no speed check: it stretches with the
-            # machine's load (on 2 cores at a load of 10 an import takes 5 times as long); a
-            # budget is how long a job may run before it is stopped as having taken its value
-            limit = case.budget or case.timeout * load_factor()
+            # a timeout guards against a hang and a budget is how long a job may run before it
+            # is stopped as having taken its value (a value it must refuse is refused before
+            # any work): neither is a speed check, both stretch with the machine's load (on 2
+            # cores at a load of 10 an import takes 5 times as long)
+            limit = (case.budget or case.timeout) * load_factor()
             if case.inproc and case.tool == "flashml":
                 rc, hang = self._worker().run(argv, w, env, limit, err)
             else:

@@ -200,8 +200,10 @@ def test_a_stop_at_the_budget_judges_what_came_before_it(tmp_path: Path, entry: 
 
 
 def test_a_cases_timeout_stretches_with_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A timeout guards against a hang: at a load of 8 on 2 cores a command gets 4 times it
-    (a FIFO refusal by a job command, with its imports, took over 10 s at a load of 5)."""
+    """A timeout guards against a hang, a budget stops a job that took its value: at a load of
+    8 on 2 cores a command gets 4 times either (a FIFO refusal by a job command, with its
+    imports, took over 10 s at a load of 5; a refusal of an output that is a hard link of the
+    input came after an 8 s budget at a load of 10)."""
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (8.0, 1.0, 1.0))
     assert adv.load_factor() == 4.0
