@@ -51,6 +51,19 @@ def hang_guard_expired(started: float, timeout: float, busiest: float) -> bool:
     return time.monotonic() - started > timeout * max(1.0, busiest / (os.cpu_count() or 1))
 
 
+def wait_exit(proc: subprocess.Popen, timeout: float) -> int:
+    """`proc`'s exit status, waiting `timeout` seconds of a quiet machine (hang_guard_expired:
+    stretched by the busiest load seen); raises subprocess.TimeoutExpired past that."""
+    started, busiest = time.monotonic(), os.getloadavg()[0]
+    while True:
+        try:
+            return proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            busiest = max(busiest, os.getloadavg()[0])
+            if hang_guard_expired(started, timeout, busiest):
+                raise
+
+
 @functools.cache
 def _migrated_mlflow_store() -> Path:
     """An empty MLflow sqlite store as MLflow's first touch leaves it (every migration run,

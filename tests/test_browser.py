@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_ui import start, stop_and_check, wait_ready
 
-from conftest import cloudphysics_pipeline_run, run_cli
+from conftest import cloudphysics_pipeline_run, run_cli, wait_exit
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (apt-get install "
@@ -120,7 +120,7 @@ def test_airflow_trigger_form_accepts_its_defaults(tmp_path: Path) -> None:
             browser.close()
     finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
+        assert wait_exit(proc, 60) == 0
     import psutil
 
     left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])

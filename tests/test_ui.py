@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, seed_mlflow_store
+from conftest import REPO, seed_mlflow_store, wait_exit
 
 
 def free_port() -> int:
@@ -59,7 +59,7 @@ def get(url: str) -> str:
 
 def stop_and_check(proc: subprocess.Popen, port: int, sig: int) -> None:
     proc.send_signal(sig)
-    assert proc.wait(timeout=30) == 0
+    assert wait_exit(proc, 30) == 0
     with socket.socket() as s:  # the server is gone with it
         assert s.connect_ex(("127.0.0.1", port)) != 0
 
