@@ -55,6 +55,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadavg import load_factor
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 FLASHRT = REPO / "runtime" / "build" / "flashrt"
@@ -1271,11 +1273,6 @@ def worker_main() -> None:
         os.chdir(home)
         proto.write(json.dumps({"rc": rc, "hang": hang, "fresh": hang or tb}) + "\n")
         proto.flush()
-
-
-def load_factor() -> float:
-    """How many times slower than on a quiet machine a command runs now (>= 1)."""
-    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 
 def _cmd(case: Case, argv: list[str]) -> list[str]:

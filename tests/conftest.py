@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from loadavg import load_factor
 
 # One BLAS thread per process: pytest runs two workers on two cores, and OpenBLAS's own
 # threads spin waiting for a core on a busy machine (training KML's networks ran several
@@ -48,7 +49,7 @@ def hang_guard_expired(started: float, timeout: float, busiest: float) -> bool:
     """True once `timeout` seconds of a quiet machine have passed: a guard against a hang,
     not a speed check, so it stretches with the busiest load average seen while waiting
     (on 2 cores under a load of 40 a job takes 20 times its quiet time)."""
-    return time.monotonic() - started > timeout * max(1.0, busiest / (os.cpu_count() or 1))
+    return time.monotonic() - started > timeout * load_factor(busiest)
 
 
 def wait_exit(proc: subprocess.Popen, timeout: float) -> int:
