@@ -54,8 +54,11 @@ def security_section(doc: dict) -> str:
                      f"{counts['error']:,} | {bad} |")
     lines += ["", "| outcome | count |", "|---|---|"]
     lines += [f"| {label} | {t[key]} |" for key, label in _TOTALS]
+    checked = t.get("rejections_checked_for_a_name", t["rejections"])
     lines.append(f"| rejections naming the file or option | "
-                 f"{t['rejections_naming_file_or_option']:,} of {t['rejections']:,} |")
+                 f"{t['rejections_naming_file_or_option']:,} of {checked:,} "
+                 f"(of {t['rejections']:,} rejections, {t['rejections'] - checked:,} had "
+                 f"neither an option nor a file of the user's to name) |")
     lines.append(SECTION_END)
     return "\n".join(lines)
 
