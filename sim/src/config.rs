@@ -154,7 +154,7 @@ pub enum WhenKind {
 /// string-valued where Rust has an enum), its Rust type, its default and its doc. It calls
 /// `$m!` with the field list, so each consumer generates its code from the same list:
 /// [`SimParams`], its `Default` and [`PARAM_FIELDS`] here, the Python dict conversions and
-/// `flashml_sim.config_fields()` in `python.rs`, and from those the Python `SimConfig`
+/// `flashml_sim.config_fields()` in `python/mod.rs`, and from those the Python `SimConfig`
 /// dataclass (flashml/simulation.py). Field syntax:
 /// `/// doc` `name: Type = default_expr` optionally `, one of CHOICES` (a `[&str; N]`), then `;`.
 ///

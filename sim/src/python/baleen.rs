@@ -1,0 +1,298 @@
+//! Baleen's flash cache: the simulator's settings, flash mode, the compiled policy .so and its online features.
+
+use super::*;
+use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use crate::config::{SimParams, PARAM_FIELDS};
+use crate::contract::NUM_FEATURES;
+use crate::flash::{self};
+use crate::online_features::{self as online, FeatureColumns, GET_OPS};
+use crate::so_policy::{self, Expected, Overrides, PolicyLib};
+
+/// The declared defaults of every config key, as a dict (sim_params! in config.rs).
+#[pyfunction]
+pub(super) fn default_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    params_dict(py, &SimParams::default())
+}
+
+/// The declaration of every config key, in order: a list of
+/// (name, type, default, doc, choices) with type one of int, float, bool, str,
+/// tuple[int, ...]; sequence defaults are tuples; choices is the tuple of accepted values of a
+/// string key, else None.
+#[pyfunction]
+pub(super) fn config_fields(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+    let defaults = default_config(py)?;
+    let out = PyList::empty(py);
+    for f in PARAM_FIELDS {
+        let mut default = defaults.get_item(f.name)?.ok_or_else(|| {
+            PyValueError::new_err(format!("no default for config key '{}'", f.name))
+        })?;
+        if let Ok(list) = default.downcast::<PyList>() {
+            default = list.to_tuple().into_any();
+        }
+        let doc = f.doc.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+        let choices = if f.choices.is_empty() {
+            py.None().into_bound(py)
+        } else {
+            PyTuple::new(py, f.choices)?.into_any()
+        };
+        out.append((f.name, f.py_type, default, doc.trim(), choices))?;
+    }
+    Ok(out)
+}
+
+/// Capacity in segments that a config dict gives (after validation).
+#[pyfunction]
+#[pyo3(signature = (config=None))]
+pub(super) fn capacity_segments(config: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
+    Ok(config_from(config)?.capacity())
+}
+
+/// Simulate the flash cache over the canonical table's columns.
+///
+/// Arrays: time f64, key u64, offset u64, size u64, op u8 (C-contiguous; borrowed, not
+/// copied); per-access policy arrays admit u8, score f64, prefetch_start/prefetch_end i64
+/// (inclusive segment indices), when_score f64. Partitioned mode (all four or none):
+/// `streams` k, `stream` u32 per access, `bounds` u64 (interval starts), `shares` f64
+/// (intervals x k, flattened row-major); see sim/src/flash.rs. Returns
+/// {"metrics": {...}, "series": {"time", "dt_util", "write_rate_mbps", "warmup"}, "info": {...}};
+/// partitioned, info also has "streams", "stream_gets", "stream_hits",
+/// "stream_admitted_segments", "stream_evictions" (arrays of k), "quotas" ((intervals, k)
+/// segments), "resize_evictions" and "fallbacks".
+#[pyfunction]
+#[pyo3(signature = (time, key, offset, size, op, config=None, *, admit=None, score=None,
+                    prefetch_start=None, prefetch_end=None, when_score=None, stream=None,
+                    bounds=None, shares=None, streams=None))]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn simulate<'py>(
+    py: Python<'py>,
+    time: PyReadonlyArray1<'py, f64>,
+    key: PyReadonlyArray1<'py, u64>,
+    offset: PyReadonlyArray1<'py, u64>,
+    size: PyReadonlyArray1<'py, u64>,
+    op: PyReadonlyArray1<'py, u8>,
+    config: Option<&Bound<'py, PyDict>>,
+    admit: Option<PyReadonlyArray1<'py, u8>>,
+    score: Option<PyReadonlyArray1<'py, f64>>,
+    prefetch_start: Option<PyReadonlyArray1<'py, i64>>,
+    prefetch_end: Option<PyReadonlyArray1<'py, i64>>,
+    when_score: Option<PyReadonlyArray1<'py, f64>>,
+    stream: Option<PyReadonlyArray1<'py, u32>>,
+    bounds: Option<PyReadonlyArray1<'py, u64>>,
+    shares: Option<PyReadonlyArray1<'py, f64>>,
+    streams: Option<i64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cfg = config_from(config)?;
+    let trace = trace_of(&time, &key, &offset, &size, &op)?;
+    let arrays = policy_arrays(&admit, &score, &prefetch_start, &prefetch_end, &when_score)?;
+    let part = match (&stream, &bounds, &shares, streams) {
+        (None, None, None, None) => None,
+        (Some(st), Some(b), Some(sh), Some(k)) => Some(flash::StreamPartition {
+            streams: u32::try_from(k).ok().filter(|&k| k >= 1).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "'streams' must be a number of streams in 1..2^32, got {k}"
+                ))
+            })?,
+            stream: slice("stream", st)?,
+            bounds: slice("bounds", b)?,
+            shares: slice("shares", sh)?,
+        }),
+        _ => {
+            let missing: Vec<&str> = [
+                ("stream", stream.is_none()),
+                ("bounds", bounds.is_none()),
+                ("shares", shares.is_none()),
+                ("streams", streams.is_none()),
+            ]
+            .iter()
+            .filter(|(_, m)| *m)
+            .map(|(name, _)| *name)
+            .collect();
+            return Err(PyValueError::new_err(format!(
+                "partitioned mode needs 'stream', 'bounds', 'shares' and 'streams' together; \
+                 missing: {}",
+                missing.join(", ")
+            )));
+        }
+    };
+    let r = py
+        .allow_threads(|| flash::simulate_partitioned(&trace, &arrays, &cfg, part.as_ref()))
+        .map_err(value_error)?;
+    result_dict(py, r)
+}
+
+/// The result of a flash-cache run as the Python dict `simulate` returns.
+pub(super) fn result_dict(py: Python<'_>, r: flash::FlashResult) -> PyResult<Bound<'_, PyDict>> {
+    let m = &r.metrics;
+    let metrics = fields_dict!(py, m; peak_dt_util, mean_dt_util, p50_dt_util, p90_dt_util,
+        p99_dt_util, peak_dt_util_with_puts, mean_dt_util_with_puts, p50_dt_util_with_puts,
+        p90_dt_util_with_puts, p99_dt_util_with_puts, flash_write_rate_mbps,
+        flash_write_rate_mibps, dwpd, io_hit_ratio, byte_hit_ratio, segment_hit_ratio,
+        service_time_saved_ratio, iops_saved_ratio, avg_eviction_age_s, backend_ios,
+        backend_bytes, admitted_segments, prefetched_segments, accesses, wall_s);
+    let s = r.series;
+    let series = fields_dict!(py, s; ;
+        "time" => PyArray1::from_vec(py, s.time),
+        "dt_util" => PyArray1::from_vec(py, s.dt_util),
+        "dt_util_with_puts" => PyArray1::from_vec(py, s.dt_util_with_puts),
+        "write_rate_mbps" => PyArray1::from_vec(py, s.write_rate_mbps),
+        "warmup" => PyArray1::from_vec(py, s.warmup));
+    let i = &r.info;
+    let info = fields_dict!(py, i; capacity_segments, segments_per_block, get_accesses,
+        put_accesses, hits, evictions, trace_seconds, windows, measured_windows,
+        rejectx_history, peak_cached_blocks);
+    if let Some(st) = r.info.streams {
+        let k = st.streams as usize;
+        let rows = st.quotas.len() / k.max(1);
+        info.set_item("streams", st.streams)?;
+        info.set_item("stream_gets", PyArray1::from_vec(py, st.gets))?;
+        info.set_item("stream_hits", PyArray1::from_vec(py, st.hits))?;
+        info.set_item(
+            "stream_admitted_segments",
+            PyArray1::from_vec(py, st.admitted_segments),
+        )?;
+        info.set_item("stream_evictions", PyArray1::from_vec(py, st.evictions))?;
+        info.set_item(
+            "quotas",
+            PyArray1::from_vec(py, st.quotas).reshape([rows, k])?,
+        )?;
+        info.set_item("resize_evictions", st.resize_evictions)?;
+        info.set_item("fallbacks", st.fallbacks)?;
+    }
+    Ok(fields_dict!(py, r; ; "metrics" => metrics, "series" => series, "info" => info))
+}
+
+/// A policy .so through the one loader ([`so_policy::load_verified`]): `sha256` and
+/// `size_bytes` are its manifest's (flashml.compiler.loader reads and checks the manifest);
+/// without them only with `unverified`.
+pub(super) fn load_policy(
+    policy: &std::path::Path,
+    sha256: Option<String>,
+    size_bytes: Option<u64>,
+    unverified: bool,
+) -> PyResult<PolicyLib> {
+    let what = policy.display().to_string();
+    let expect =
+        Expected::from_parts(&what, sha256, size_bytes, unverified).map_err(value_error)?;
+    PolicyLib::load(policy, expect.as_ref()).map_err(value_error)
+}
+
+/// Simulate the flash cache with a compiled policy .so (compiler/) as admission + prefetch:
+/// features computed online from the trace (time, key, offset, size, op, namespace u32,
+/// user u32), the .so called on each miss. The ABI version and contract hash are checked
+/// (ValueError otherwise). Thresholds default to the .so's own; `config`'s admission and
+/// prefetch keys are ignored. `get_ops`: op codes counted as GETs by the features.
+/// Returns the same dict as `simulate`.
+#[pyfunction]
+#[pyo3(signature = (time, key, offset, size, op, namespace, user, policy, config=None, *,
+                    threshold=None, when_threshold=None, get_ops=None, sha256=None,
+                    size_bytes=None, unverified=false))]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn simulate_policy<'py>(
+    py: Python<'py>,
+    time: PyReadonlyArray1<'py, f64>,
+    key: PyReadonlyArray1<'py, u64>,
+    offset: PyReadonlyArray1<'py, u64>,
+    size: PyReadonlyArray1<'py, u64>,
+    op: PyReadonlyArray1<'py, u8>,
+    namespace: PyReadonlyArray1<'py, u32>,
+    user: PyReadonlyArray1<'py, u32>,
+    policy: std::path::PathBuf,
+    config: Option<&Bound<'py, PyDict>>,
+    threshold: Option<f64>,
+    when_threshold: Option<f64>,
+    get_ops: Option<Vec<u8>>,
+    sha256: Option<String>,
+    size_bytes: Option<u64>,
+    unverified: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cfg = config_from(config)?;
+    let trace = trace_of(&time, &key, &offset, &size, &op)?;
+    let cols = FeatureColumns {
+        namespace: slice("namespace", &namespace)?,
+        user: slice("user", &user)?,
+    };
+    let lib = load_policy(&policy, sha256, size_bytes, unverified)?;
+    let overrides = Overrides {
+        admit_threshold: threshold,
+        when_threshold,
+    };
+    let get_ops = get_ops.unwrap_or_else(|| GET_OPS.to_vec());
+    let r = py
+        .allow_threads(|| so_policy::simulate(&trace, cols, &cfg, &lib, overrides, &get_ops))
+        .map_err(value_error)?;
+    result_dict(py, r)
+}
+
+/// What a policy .so reports about itself (after the ABI and contract checks):
+/// {"abi_version", "contract_hash", "admit_threshold", "when_threshold", "peak_hours", "peak_bonus",
+/// "target_write_rate_mbps", "eviction_age_s"}.
+#[pyfunction]
+#[pyo3(signature = (policy, *, sha256=None, size_bytes=None, unverified=false))]
+pub(super) fn policy_info(
+    py: Python<'_>,
+    policy: std::path::PathBuf,
+    sha256: Option<String>,
+    size_bytes: Option<u64>,
+    unverified: bool,
+) -> PyResult<Bound<'_, PyDict>> {
+    let lib = load_policy(&policy, sha256, size_bytes, unverified)?;
+    Ok(
+        fields_dict!(py, lib; abi_version, admit_threshold, when_threshold,
+        target_write_rate_mbps, eviction_age_s; "contract_hash" => &lib.contract_hash,
+        "peak_hours" => (0..24u32).filter(|h| lib.peak.hours >> h & 1 == 1).collect::<Vec<u32>>(),
+        "peak_bonus" => lib.peak.bonus),
+    )
+}
+
+/// The admission features of every access computed online in Rust (the simulator's .so
+/// path), as a (rows, NUM_FEATURES) float64 array; equal to features/online.py's matrix.
+/// `segment_bytes` is required (flashml.config is the one place that knows it).
+#[pyfunction]
+#[pyo3(signature = (time, key, offset, size, op, namespace, user, *,
+                    segment_bytes, get_ops=None))]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn online_features<'py>(
+    py: Python<'py>,
+    time: PyReadonlyArray1<'py, f64>,
+    key: PyReadonlyArray1<'py, u64>,
+    offset: PyReadonlyArray1<'py, u64>,
+    size: PyReadonlyArray1<'py, u64>,
+    op: PyReadonlyArray1<'py, u8>,
+    namespace: PyReadonlyArray1<'py, u32>,
+    user: PyReadonlyArray1<'py, u32>,
+    segment_bytes: u64,
+    get_ops: Option<Vec<u8>>,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let trace = trace_of(&time, &key, &offset, &size, &op)?;
+    let cols = FeatureColumns {
+        namespace: slice("namespace", &namespace)?,
+        user: slice("user", &user)?,
+    };
+    let n = trace.time.len();
+    for (name, len) in [
+        ("key", trace.key.len()),
+        ("offset", trace.offset.len()),
+        ("size", trace.size.len()),
+        ("op", trace.op.len()),
+        ("namespace", cols.namespace.len()),
+        ("user", cols.user.len()),
+    ] {
+        if len != n {
+            return Err(PyValueError::new_err(format!(
+                "column '{name}' has {len} rows but 'time' has {n}"
+            )));
+        }
+    }
+    if segment_bytes == 0 {
+        return Err(PyValueError::new_err("segment_bytes must be > 0"));
+    }
+    if let Some(i) = (0..n).find(|&i| trace.size[i] == 0) {
+        return Err(PyValueError::new_err(format!("access {i}: size is 0")));
+    }
+    let get_ops = get_ops.unwrap_or_else(|| GET_OPS.to_vec());
+    let flat = py.allow_threads(|| online::feature_matrix(trace, cols, segment_bytes, &get_ops));
+    PyArray1::from_vec(py, flat).reshape([n, NUM_FEATURES])
+}
