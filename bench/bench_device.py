@@ -192,7 +192,7 @@ def applications(flashrt: Path, policies: dict[str, list[str]], flash_bytes: int
                                 "clat_p50_us": rd["clat_ns"]["percentile"]["50.000000"] / 1e3,
                                 "clat_p99_us": rd["clat_ns"]["percentile"]["99.000000"] / 1e3}
                 else:
-                    from flashml.kml.testbed import parse_db_bench
+                    from flashml.systems.kml.testbed import parse_db_bench
                     r["db_bench"] = parse_db_bench(text, "readrandom")
                 out.setdefault(job, {})[name] = r
         return out

@@ -111,8 +111,9 @@ def train_mat(trace: Path, capacity: int, tmp: Path) -> Path:
     from flashml.compiler.build import compile_policy
     from flashml.compiler.bundle import save_evict_model
     from flashml.features.eviction import contract as evict_contract
-    from flashml.models.mat import label_samples, mat_gbm, train_tta
-    from flashml.simulation import SimConfig, simulate_mat_flash
+    from flashml.simulation import SimConfig
+    from flashml.systems.mat.model import label_samples, mat_gbm, train_tta
+    from flashml.systems.mat.simulation import simulate_mat_flash
     from flashml.trace.ingest import load_trace
 
     df, meta = load_trace(trace, "tectonic")

@@ -106,8 +106,8 @@ def real_args(name: str, repeats: int = 5, duration: int = 5, sizes: str = SIZES
 
 def run(mode: str, out: Path, extra: list[str]) -> dict[str, Any]:
     from flashml.commands.systems import system_parser
-    from flashml.jobs import kml
     from flashml.jobs.run import run_job
+    from flashml.systems.kml import job as kml
 
     args = system_parser(kml).parse_args(["--mode", mode, *extra] if mode == "twin" else extra)
     s = kml.Settings.from_cli(args)
@@ -192,7 +192,7 @@ def main() -> int:
 
     logging.basicConfig(level=logging.INFO, datefmt="%H:%M:%S",
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from flashml.kml import collect, testbed
+    from flashml.systems.kml import collect, testbed
 
     why = testbed.unavailable(BACKEND) or collect.unavailable()
     res: dict[str, Any] = {"machine": machine(), "real_unavailable": why}
@@ -236,7 +236,7 @@ def targets(res: dict[str, Any]) -> dict[str, Any]:
     """Per run (real, real_unthrottled, twin) and tuner: >= 1.5x Linux's 128 KiB on the
     random workloads, >= 0.95x the best fixed size on every workload (each with its ratio's
     interval); inference <= 5 us from C; the model < 64 KiB."""
-    from flashml.jobs.kml import TUNERS
+    from flashml.systems.kml.job import TUNERS
 
     out: dict[str, Any] = {}
     for mode in (*REAL_RUNS, "twin"):
@@ -282,7 +282,7 @@ def _minutes(s: float) -> str:
 def run_text(name: str, r: dict[str, Any], t: dict[str, Any]) -> str:
     """One run's tables: ops/s per workload and policy, each tuner's ratios to the best
     fixed size and Linux's 128 KiB (95% intervals and verdicts), the targets met or not."""
-    from flashml.jobs.kml import TUNERS
+    from flashml.systems.kml.job import TUNERS
 
     shipped = r["shipped"]
     load = r.get("load") or {}

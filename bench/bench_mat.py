@@ -12,7 +12,7 @@ and the generated object presets, at several cache sizes.
 
 For each trace (CloudPhysics sample; cdn-like and kv-like at their default size, seed 0) and
 each cache size (fractions of the trace's unique bytes: --fractions, default 1%, 5%, 10%):
-every policy of flashml.policies.object_baselines.POLICIES (lru, fifo, lfu, arc, s3fifo,
+every policy of flashml.systems.mat.object_baselines.POLICIES (lru, fifo, lfu, arc, s3fifo,
 sieve, lhd, lrb, glcache, belady, belady-size) run by libCacheSim, and our simulator's lru,
 fifo and belady (flashml.simulation.simulate_objects) side by side, with whether they agree
 exactly (hit counts). Rows of MAT, or any other policy of ours, come from `extra_policies`
@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from machine import machine  # noqa: E402
 
-from flashml.policies import object_baselines as ob  # noqa: E402
 from flashml.simulation import simulate_objects  # noqa: E402
+from flashml.systems.mat import object_baselines as ob  # noqa: E402
 from flashml.trace.generate import generate_trace  # noqa: E402
 from flashml.trace.objects import read_objects  # noqa: E402
 
@@ -76,7 +76,7 @@ class TraceCase:
 # the plot (a policy named `mat` is drawn bold).
 def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict[str, Any]]:
     """MAT's row at `capacity` (bytes, or objects) on `trace`: `flashml mat run`'s job
-    (flashml/jobs/mat.py) with its defaults at this one capacity (objective: byte miss
+    (flashml/systems/mat/job.py) with its defaults at this one capacity (objective: byte miss
     ratio): trained on the first 30% of the requests, T0, k and the model (size and label
     horizon) tuned on the next 20%, judged on the whole trace (the row's miss ratios,
     comparable with libCacheSim's) and on the held-out last 50%; and its periodic-retraining
@@ -85,8 +85,8 @@ def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict
     candidates, the farthest predicted next access; sim/src/lrb.rs) with MAT's very model
     and features, so that both decisions' predictions and time per eviction are measured
     in one run."""
-    from flashml.jobs import mat
     from flashml.jobs.run import run_job
+    from flashml.systems.mat import job as mat
 
     with tempfile.TemporaryDirectory(prefix="flashml-bench-mat-job-") as tmp:
         src = Path(tmp) / "objects.parquet"

@@ -96,14 +96,14 @@ def experiment(run_dir: Path, tmp: Path, k: float, controller: str,
     from flashml.compiler.build import compile_policy
     from flashml.compiler.bundle import read_policy_json, save_evict_model, sim_peak
     from flashml.features.eviction import contract as evict_contract
-    from flashml.jobs import baleen
     from flashml.jobs.run import RunDir
-    from flashml.models.baleen import score_all
-    from flashml.models.mat import label_samples, mat_gbm, train_tta
-    from flashml.policies.baselines import share_to_threshold
-    from flashml.policies.tuning import tune_to_write_rate
     from flashml.settings import BaleenSettings
-    from flashml.simulation import simulate_mat_flash
+    from flashml.systems.baleen import job as baleen
+    from flashml.systems.baleen.baselines import share_to_threshold
+    from flashml.systems.baleen.model import score_all
+    from flashml.systems.baleen.tuning import tune_to_write_rate
+    from flashml.systems.mat.model import label_samples, mat_gbm, train_tta
+    from flashml.systems.mat.simulation import simulate_mat_flash
 
     run = RunDir(run_dir)
     s = BaleenSettings()

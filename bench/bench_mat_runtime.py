@@ -5,8 +5,8 @@ made the same decisions (victims in order, hits, predictions, final T).
 
 Traces: the CloudPhysics sample (../shared/traces, 5000 objects; the cache keeps the bytes in
 a file and verifies every hit) and a cdn-like trace (decisions only: its objects are MiBs).
-The policy is MAT's model as `flashml mat run` trains it (flashml.models.mat.train_tta: 32
-trees of <= 32 leaves on the simulator's tail-candidate samples) with the job's default knobs
+The policy is MAT's model as `flashml mat run` trains it (flashml.systems.mat.model.train_tta:
+32 trees of <= 32 leaves on the simulator's tail-candidate samples) with the job's default knobs
 (k 2, the mean controller, reused predictions), compiled by flashml.compiler. Each replay
 runs REPEATS times, the simulator at least REPEATS times and SIM_MIN_S seconds in all; the
 figures are the median run's.
@@ -42,9 +42,9 @@ from machine import machine  # noqa: E402
 from flashml.compiler.build import compile_policy  # noqa: E402
 from flashml.compiler.bundle import save_evict_model  # noqa: E402
 from flashml.features import eviction  # noqa: E402
-from flashml.models.mat import mat_gbm, train_tta  # noqa: E402
 from flashml.settings import MatParams  # noqa: E402
 from flashml.simulation import simulate_objects_mat  # noqa: E402
+from flashml.systems.mat.model import mat_gbm, train_tta  # noqa: E402
 from flashml.trace.generate import generate_objects  # noqa: E402
 from flashml.trace.objects import read_objects  # noqa: E402
 
@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         "what": "one MAT eviction decision (tail candidates' features + predictions + list "
                 "moves), timed alone around each decision from C (clock_gettime, its ~20-40 ns "
                 f"included); flashrt mat-replay, median of {REPEATS} runs",
-        "policy": "flashml.models.mat.train_tta (32 trees, <= 32 leaves) via flashml compile",
+        "policy": "flashml.systems.mat.model.train_tta (32 trees, <= 32 leaves) via "
+                  "flashml compile",
         "cases": cases,
         "k_curve": curve,
         "c_decision_ns_p50_worst_case": worst,

@@ -12,8 +12,8 @@ generated multi-stream page traces, and the learned network (`flashml mlcache ru
    timed here for the paper's t = 10 points; the points must equal ours.
 2. Hit ratios of shared, even, static_optimal, discrete_optimal and previous_optimal (the
    `mlcache` hook fed the previous interval's best split) on generated mixes
-   (`flashml.trace.multistream.generate_mix`) of 2, 4 and 8 streams at the paper's cache sizes
-   (220, 260, 680 pages), several seeds each: reads and writes cached (hit and write-hit
+   (`flashml.systems.mlcache.multistream.generate_mix`) of 2, 4 and 8 streams at the paper's cache
+   sizes (220, 260, 680 pages), several seeds each: reads and writes cached (hit and write-hit
    ratio), and writes only (the paper's Alg. 1: write-hit ratio).
 3. What ships (shipped_bench): `flashml mlcache run --streams k --test-mixes 10` for k = 2, 4,
    8 with the job's defaults (previous_optimal compiled into policy.so, intervals of twice
@@ -60,11 +60,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 from machine import machine  # noqa: E402
 from test_partitioning import slow_distances as _slow  # noqa: E402  (the tests' reference)
 
-from flashml import partitioning as part  # noqa: E402
 from flashml.files import atomic_path, dumps, jsonable  # noqa: E402
-from flashml.jobs.mlcache import MlcacheSettings  # noqa: E402
-from flashml.models.mlcache import previous_optimal_shares  # noqa: E402
-from flashml.trace.multistream import generate_mix  # noqa: E402
+from flashml.systems.mlcache import partitioning as part  # noqa: E402
+from flashml.systems.mlcache.job import MlcacheSettings  # noqa: E402
+from flashml.systems.mlcache.model import previous_optimal_shares  # noqa: E402
+from flashml.systems.mlcache.multistream import generate_mix  # noqa: E402
 
 CLOUDPHYSICS = ROOT.parent / "shared" / "traces" / "cloudphysics-sample.csv"
 RESULTS = ROOT / "bench" / "results"
@@ -130,7 +130,7 @@ def distance_bench(quick: bool) -> dict[str, Any]:
 
     lcs_rows = []
     try:
-        from flashml.policies import object_baselines as ob
+        from flashml.systems.mat import object_baselines as ob
 
         cases = [("cloudphysics-sample", cp)]
         if not quick:
@@ -203,7 +203,7 @@ def network_bench(quick: bool) -> dict[str, Any]:
 
     from flashml.compiler.loader import PolicyLibrary
     from flashml.features.partition import contract
-    from flashml.jobs.mlcache import TEST_SEED
+    from flashml.systems.mlcache.job import TEST_SEED
 
     out: dict[str, Any] = {}
     extra = ["--policy", "network", "--interval", "1000"] + (
@@ -319,7 +319,7 @@ def _shipped_record(summ: dict[str, Any], wall: float, text: str) -> dict[str, A
 
 
 def _verdict(policies: dict[str, Any]) -> dict[str, Any]:
-    from flashml.jobs.mlcache import headline
+    from flashml.systems.mlcache.job import headline
 
     return headline(policies)
 
@@ -344,10 +344,10 @@ MSR_PAGE = 4096
 
 
 def msr_trace(path: Path, lines: int) -> Path:
-    """A 4-host MSR Cambridge CSV: each block preset (flashml/trace/blockgen.py) one host of
-    lines / 4 requests (seeds 100..103), merged by timestamp."""
+    """A 4-host MSR Cambridge CSV: each block preset (flashml/systems/pannier/blockgen.py) one
+    host of lines / 4 requests (seeds 100..103), merged by timestamp."""
     from flashml.files import atomic_path
-    from flashml.trace.blockgen import BLOCK_PRESETS, write_block_msr
+    from flashml.systems.pannier.blockgen import BLOCK_PRESETS, write_block_msr
 
     rows: list[tuple[int, str]] = []
     for i, name in enumerate(BLOCK_PRESETS):
@@ -382,7 +382,7 @@ def msr_bench(quick: bool) -> dict[str, Any]:
 
 
 def _hosts() -> list[str]:
-    from flashml.trace.blockgen import BLOCK_PRESETS
+    from flashml.systems.pannier.blockgen import BLOCK_PRESETS
 
     return [n.replace("-", "_") for n in BLOCK_PRESETS]
 

@@ -47,10 +47,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from machine import machine  # noqa: E402
 
-from flashml.blockcache import POLICIES, preset_requests, simulate  # noqa: E402
 from flashml.files import atomic_path, dumps, jsonable  # noqa: E402
-from flashml.jobs.pannier import PannierSettings  # noqa: E402
-from flashml.trace.blockgen import get_block_preset, write_block_msr  # noqa: E402
+from flashml.systems.pannier.blockcache import POLICIES, preset_requests, simulate  # noqa: E402
+from flashml.systems.pannier.blockgen import get_block_preset, write_block_msr  # noqa: E402
+from flashml.systems.pannier.job import PannierSettings  # noqa: E402
 
 CLOUDPHYSICS = ROOT.parent / "shared" / "traces" / "cloudphysics-sample.csv"
 RESULTS = ROOT / "bench" / "results"
@@ -104,7 +104,7 @@ def speed(quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"requests": len(req), "blocks": req.blocks, "cache_bytes": cache,
                            "policies": rows}
     try:
-        from flashml.policies.object_baselines import run_baselines
+        from flashml.systems.mat.object_baselines import run_baselines
 
         rq = req.subset(~req.writes)
         keys = rq.block_keys()

@@ -45,11 +45,11 @@ PRESETS = ("region1-like", "region2-like", "region3-like")
 def ablation(out: Path) -> dict:
     from flashml.features.contract import contract
     from flashml.features.online import feature_matrix
-    from flashml.jobs.registry import load_policy_dir
-    from flashml.models.baleen import score_all
-    from flashml.policies.baselines import tune_threshold
-    from flashml.policies.opt import tune_opt
     from flashml.simulation import SimConfig
+    from flashml.systems.baleen.baselines import tune_threshold
+    from flashml.systems.baleen.model import score_all
+    from flashml.systems.baleen.opt import tune_opt
+    from flashml.systems.baleen.registry import load_policy_dir
     from flashml.trace.canonical import read_table
 
     s = json.loads((out / "summary.json").read_text())

@@ -16,7 +16,7 @@ Per run: `baleen_vs_rejectx` and `opt_vs_rejectx` (peak-DT reduction on the eval
 days), the same for mean DT (`*_mean_dt`: one 10-minute window sets the peak, so the mean
 is the steadier reading), the flat-threshold Baleen, CacheLib-ML, the variant the job
 shipped (`choice`: peak schedule or none, feature set, chosen on held-out data of the
-training day, models/validation.py), the chosen K and eviction age, wall time. Per
+training day, systems/baleen/validation.py), the chosen K and eviction age, wall time. Per
 protocol: the means by preset and overall, and the shipped default's bars by preset
 (`bars`): its mean at or above CacheLib-ML's and the flat threshold's, no run below
 RejectX, at least half of OPT's cut.
@@ -170,11 +170,11 @@ def ceiling(out: Path) -> dict:
     """Baleen's admission model (the artifact's GBM parameters) trained on every day of the
     run's trace (evaluation days included: in-sample), with the run's K and OPT labels, at
     the target write rate."""
-    from flashml.models.baleen import score_all, train_policy
-    from flashml.models.dataset import training_data
-    from flashml.policies.baselines import tune_threshold
     from flashml.settings import GbmParams, LoopSettings
     from flashml.simulation import SimConfig
+    from flashml.systems.baleen.baselines import tune_threshold
+    from flashml.systems.baleen.dataset import training_data
+    from flashml.systems.baleen.model import score_all, train_policy
 
     s, df, meta, feats, times, labels, episodes = _load_run(out)
     k = s["convergence"].get("accesses_per_episode") or LoopSettings().accesses_per_episode
@@ -195,12 +195,12 @@ def k_choice(out: Path) -> dict:
     criterion: for every candidate K, an admission-only model trained on the first day (the
     run's final episodes and labels, flat threshold), its training-day mean and peak DT
     (cold cache, as the loop simulates them) and its evaluation-day peak-DT reduction."""
-    from flashml.models.baleen import score_all, train_policy
-    from flashml.models.converge import training_day
-    from flashml.models.dataset import training_data
-    from flashml.policies.baselines import tune_threshold
     from flashml.settings import GbmParams, LoopSettings
     from flashml.simulation import SimConfig
+    from flashml.systems.baleen.baselines import tune_threshold
+    from flashml.systems.baleen.converge import training_day
+    from flashml.systems.baleen.dataset import training_data
+    from flashml.systems.baleen.model import score_all, train_policy
 
     s, df, meta, feats, times, labels, episodes = _load_run(out)
     loop = LoopSettings()

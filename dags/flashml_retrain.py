@@ -2,7 +2,7 @@
 
 `ingest -> train -> episodes -> policies -> sweep -> plots -> compile -> evaluate -> promote`
 
-One task per stage of `flashml.jobs.baleen.STAGES`, the stage list `flashml pipeline run`
+One task per stage of `flashml.systems.baleen.job.STAGES`, the stage list `flashml pipeline run`
 runs in one process, on the run folder `<workdir>/<dag_id>/<run_id>/`. Tasks pass only that
 path between them (a short XCom string); every stage records `stages/<stage>.json` and
 returns the record when it is run again, so retries and re-runs of a task are idempotent.
@@ -62,8 +62,8 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.timetables.trigger import CronTriggerTimetable
 
 from flashml.errors import UserError
-from flashml.jobs.baleen import STAGES
 from flashml.settings import BaleenSettings, dag_params
+from flashml.systems.baleen.job import STAGES
 from flashml.trace.formats import FORMATS
 
 DAG_ID = "flashml_retrain"
@@ -185,8 +185,8 @@ def run_stage(run_dir: str, name: str) -> dict[str, Any]:
 
 
 def _run_stage(folder: Any, s: BaleenSettings, name: str) -> dict[str, Any]:
-    from flashml.jobs import baleen
     from flashml.jobs.run import Timer, open_run
+    from flashml.systems.baleen import job as baleen
     from flashml.tracking import end_stale_runs
 
     run = folder.run

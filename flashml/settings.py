@@ -63,7 +63,7 @@ JOB_GBM = GbmParams(learning_rate=0.05, num_boost_round=500)
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """Baleen's convergence loop (flashml/models/converge.py)."""
+    """Baleen's convergence loop (flashml/systems/baleen/converge.py)."""
 
     start_eviction_age_s: float = 7200.0
     damping: float = 0.5
@@ -91,14 +91,14 @@ class LoopSettings:
 
 @dataclass(frozen=True)
 class PeakSettings:
-    """The learned policies' peak schedule (flashml/models/peak.py)."""
+    """The learned policies' peak schedule (flashml/systems/baleen/peak.py)."""
 
     #: Busy hours of the day given the bonus (0: a flat threshold).
     hours: int = 9
     #: How much lower the admission threshold is in those hours (0.2 moved nearly every
     #: write into the busy hours and let the hours beside them set the peak; 0.1 beat it
     #: and the flat threshold on the evaluation days of region1-like 3- and 7-day traces).
-    #: Whether the schedule is used is chosen on held-out data (models/validation.py).
+    #: Whether the schedule is used is chosen on held-out data (systems/baleen/validation.py).
     bonus: float = 0.1
 
     def __post_init__(self) -> None:
@@ -153,7 +153,8 @@ class BaleenSettings:
     days: float | None = None
     cache_gb: float = DEFAULTS.cache_gb
     target_write_rate_mbps: float = DEFAULTS.target_write_rate_mbps
-    #: Engine of the recorded episodes: auto (by size: flashml.episodes.core.choose_engine).
+    #: Engine of the recorded episodes: auto (by size:
+    #: flashml.systems.baleen.episodes.core.choose_engine).
     engine: str = "auto"
     master: str | None = None
     gbm: GbmParams = JOB_GBM

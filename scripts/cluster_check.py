@@ -145,7 +145,7 @@ def check_mlflow() -> str:
 
 
 def check_spark() -> str:
-    from flashml.episodes.spark_engine import spark_session
+    from flashml.systems.baleen.episodes.spark_engine import spark_session
 
     master = os.environ["FLASHML_SPARK_MASTER"]
     ui = os.environ["FLASHML_SPARK_UI_URL"]

@@ -202,9 +202,9 @@ def build_fixtures(root: Path, log: Callable[[str], None] = print) -> dict[str, 
     # MLCache partition bundle and its page trace
     log("fixtures: partition bundle")
     from flashml.compiler.bundle import save_partition_model
-    from flashml.models import mlcache as model
-    from flashml.partitioning import page_requests, write_page_csv
-    from flashml.trace.multistream import generate_mix
+    from flashml.systems.mlcache import model
+    from flashml.systems.mlcache.multistream import generate_mix
+    from flashml.systems.mlcache.partitioning import page_requests, write_page_csv
 
     rng = np.random.default_rng(0)
     train = [page_requests(generate_mix(4, 8000, s)[0], "namespace") for s in range(2)]

@@ -125,7 +125,7 @@ def opt_episodes(trace: Path, params: dict[str, float], work: Path) -> Any:
     GET with its episode and whether OPT admits it), built by the Polars episode engine."""
     import polars as pl
 
-    from flashml.episodes.core import EpisodeParams, build
+    from flashml.systems.baleen.episodes.core import EpisodeParams, build
     from flashml.trace.ingest import canonical_path
 
     out = work / "episodes"

@@ -83,7 +83,7 @@ def test_main_job_on_a_real_trace_shorter_than_a_day(tmp_path: Path, cli,
 
 def check_a_worker_runs_the_jobs_trials(work: Path, summary: dict, state: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sweep worker process (flashml/jobs/sweep_worker.py, started as the job starts it)
+    """A sweep worker process (flashml/systems/baleen/sweep_worker.py, started as the job starts it)
     on the finished run folder gets each of the job's sweep points and gives the trial the
     job's own process gave: it rebuilds the warm start from the run folder (the policy
     bundle, the train record), not from memory."""
@@ -91,10 +91,10 @@ def check_a_worker_runs_the_jobs_trials(work: Path, summary: dict, state: Path,
 
     import optuna
 
-    from flashml.jobs import baleen
     from flashml.jobs.run import RunDir
-    from flashml.jobs.sweep_worker import SETTINGS
-    from flashml.models.sweep import Worker
+    from flashml.systems.baleen import job as baleen
+    from flashml.systems.baleen.sweep import Worker
+    from flashml.systems.baleen.sweep_worker import SETTINGS
 
     run = RunDir(work)
     s = pickle.loads((run.work / SETTINGS).read_bytes())
@@ -163,7 +163,7 @@ def test_main_job_end_to_end(main_job, monkeypatch: pytest.MonkeyPatch) -> None:
     compiled = Path(summary["compiled"]["dir"])
     assert (compiled / "policy.so").exists() and (compiled / "manifest.json").exists()
     # the shipped .so carries the peak schedule the held-out validation chose (flat or the
-    # configured one: models/validation.py), and the summary says which and why
+    # configured one: systems/baleen/validation.py), and the summary says which and why
     from flashml.settings import PeakSettings
 
     manifest = json.loads((compiled / "manifest.json").read_text())
@@ -374,7 +374,7 @@ def test_the_main_job_resumes_to_the_summary_of_an_uninterrupted_run(
     uninterrupted run (the `main_job` fixture's, same knobs) gives, figures and chosen write
     rate included; this one does not register (so its summary has no `registry`)."""
     from flashml import cli as flashml_cli
-    from flashml.jobs import baleen
+    from flashml.systems.baleen import job as baleen
 
     _, whole_dir, whole, whole_state = main_job
     state = tmp_path / "state"

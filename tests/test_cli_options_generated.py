@@ -66,7 +66,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
                                                 "--interval", "100"]),
     ("episodes", "build"): Command(lambda d, i: ["--trace", str(i["table"]), "--eviction-age",
                                                  "600", "--engine", "polars", *_out(d, i)],
-                                   stub="flashml.episodes.core:build"),
+                                   stub="flashml.systems.baleen.episodes.core:build"),
     ("train",): Command(lambda d, i: ["--trace", str(i["table"]), *_out(d, i)],
                         stub="flashml.commands.train:_run"),
     ("sweep",): Command(lambda d, i: ["--trace", str(i["table"]), *_out(d, i)],

@@ -134,7 +134,7 @@ def test_identity_and_thresholds(bundle) -> None:
 def test_decide_at_applies_the_peak_threshold(bundle, trace) -> None:
     """flashml_policy_decide_at admits score >= 0.6 off-peak and >= 0.6 - 0.15 in the peak
     hours (hour of the trace time, UTC), exactly as the scores say; decide is off-peak."""
-    from flashml.models.peak import hour_of_day
+    from flashml.systems.baleen.peak import hour_of_day
 
     pol = load_policy(bundle)
     x = feature_matrix(trace)

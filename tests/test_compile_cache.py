@@ -240,8 +240,8 @@ def test_two_compiles_at_once_share_the_cache(models, fresh, tmp_path) -> None:
 def test_compile_ahead_fills_the_cache_the_compile_stage_links_from(models, fresh, tmp_path,
                                                                      monkeypatch) -> None:
     """The main job's compile stage starts compiling in a child process when `train` ends
-    (jobs/baleen.py CompileAhead); the stage then links the objects it cached."""
-    from flashml.jobs.baleen import CompileAhead
+    (systems/baleen/job.py CompileAhead); the stage then links the objects it cached."""
+    from flashml.systems.baleen.job import CompileAhead
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("FLASHML_CACHE_DIR", str(cache))

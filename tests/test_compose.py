@@ -119,7 +119,7 @@ def test_environment_switches_the_settings(monkeypatch: pytest.MonkeyPatch,
                                            tmp_path: Path) -> None:
     """Embedded defaults without the variables, the services with them."""
     from flashml import config, tracking
-    from flashml.models.sweep import default_storage
+    from flashml.systems.baleen.sweep import default_storage
 
     for k in ("FLASHML_OPTUNA_STORAGE", "FLASHML_SPARK_MASTER", "MLFLOW_TRACKING_URI"):
         monkeypatch.delenv(k, raising=False)

@@ -26,7 +26,7 @@ def test_limits_nest_restore_and_stay_in_their_thread() -> None:
 
 def test_the_tree_evaluator_and_the_searches_follow_the_limit() -> None:
     from flashml.models.forest import threads
-    from flashml.policies.tuning import parallel_map
+    from flashml.systems.baleen.tuning import parallel_map
 
     with limited(1):
         assert threads() == 1

@@ -98,8 +98,8 @@ print("RATES " + json.dumps(rates))
     # the state folder never depends on the worker's working directory
     homes = json.loads(proc.stdout.split("HOMES ", 1)[1].splitlines()[0])
     assert homes == {"None": str(REPO / ".flashml"), "rel/state": str(REPO / "rel" / "state")}
-    from flashml.jobs.baleen import CLI_OPTIONS as JOB_OPTIONS
     from flashml.settings import OPTIONS, BaleenSettings, dag_params
+    from flashml.systems.baleen.job import CLI_OPTIONS as JOB_OPTIONS
 
     d = BaleenSettings()
     # the target as the user says it (the artifact's 35.599 MiB/s), not 37.328257023999996
@@ -171,7 +171,7 @@ print("RESULT " + json.dumps({
     res = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert res["errors"] == {}
     assert "flashml_retrain" in res["dags"]
-    from flashml.jobs.baleen import STAGES
+    from flashml.systems.baleen.job import STAGES
 
     names = [st.name for st in STAGES]  # one task per stage of the job, in its order
     after = names[1:] + [None]

@@ -1,4 +1,4 @@
-"""The stage functions the DAG tasks call (flashml.jobs.baleen): a recorded stage is not
+"""The stage functions the DAG tasks call (flashml.systems.baleen.job): a recorded stage is not
 redone (retries are idempotent), a stage that died half way starts over, promotion exports
 atomically and repoints `champion`, and a failed decision moves nothing."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from flashml.errors import UserError
-from flashml.jobs import baleen
-from flashml.jobs.baleen import compiled_dir, policy_dir
 from flashml.jobs.run import RunDir, Timer
 from flashml.settings import BaleenSettings
+from flashml.systems.baleen import job as baleen
+from flashml.systems.baleen.job import compiled_dir, policy_dir
 
 
 def test_records_reset_and_run_id(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from polars.testing import assert_frame_equal
 from test_episodes_reference import reference
 
 from flashml.config import DEFAULTS, GB, MB, UNITS
-from flashml.episodes.core import EpisodeParams, build
 from flashml.errors import TraceError, UserError
+from flashml.systems.baleen.episodes.core import EpisodeParams, build
 from flashml.trace.canonical import TraceMeta, write_table
 
 SEG = UNITS.segment_bytes
@@ -60,7 +60,7 @@ HAND = [
 
 
 def hand_expected():
-    """Worked by hand (module docstring of flashml.episodes.core)."""
+    """Worked by hand (module docstring of flashml.systems.baleen.episodes.core)."""
     return {
         # episode_id: (first_row, gets, range, size, get_segs, accessed, replay ios/segs,
         #              saved with prefetch, saved without, score, when_label)

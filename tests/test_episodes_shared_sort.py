@@ -15,8 +15,8 @@ import pytest
 from polars.testing import assert_frame_equal
 from test_episodes import generated_table, read_out
 
-from flashml.episodes import polars_engine
-from flashml.episodes.core import EpisodeParams, build
+from flashml.systems.baleen.episodes import polars_engine
+from flashml.systems.baleen.episodes.core import EpisodeParams, build
 
 EAS = (900.0, 3600.0, 14400.0, 3600.0)
 

@@ -11,14 +11,14 @@ import pytest
 from polars.testing import assert_frame_equal
 from test_episodes import HAND, generated_table, write_trace
 
-from flashml.episodes.core import EpisodeParams, build
+from flashml.systems.baleen.episodes.core import EpisodeParams, build
 
 NAMES = ("episodes", "labels", "arrays")
 
 
 @pytest.fixture(scope="module")
 def spark():
-    from flashml.episodes.spark_engine import spark_session
+    from flashml.systems.baleen.episodes.spark_engine import spark_session
 
     s = spark_session("local[2]", shuffle_partitions=2)
     yield s
@@ -62,7 +62,7 @@ def test_cli_auto_engine_by_size(spark, tmp_path, capsys, monkeypatch):
     the machine is made to look full; in-process, so the build reuses the module's Spark
     session; the fixture itself shows that `spark_session` starts a local Spark with no
     setup). Both give the same admissions."""
-    import flashml.episodes.core as core
+    import flashml.systems.baleen.episodes.core as core
     from flashml.cli import main
 
     trace = write_trace(tmp_path / "hand.parquet", HAND)
@@ -74,7 +74,8 @@ def test_cli_auto_engine_by_size(spark, tmp_path, capsys, monkeypatch):
     # half of this is one byte short of the table's estimate
     monkeypatch.setattr(core, "available_memory_bytes",
                         lambda: 2 * rows * core.POLARS_BYTES_PER_ACCESS - 2)
-    monkeypatch.setattr("flashml.episodes.spark_engine.spark_session", lambda master=None: spark)
+    monkeypatch.setattr("flashml.systems.baleen.episodes.spark_engine.spark_session",
+                        lambda master=None: spark)
     assert main([*args, "-o", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "4 episodes" in out and "(spark," in out

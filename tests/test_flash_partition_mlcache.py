@@ -1,5 +1,5 @@
-"""MLCache in flash mode (flashml/flash_partition.py, `flashml mlcache run --flash`): the
-monitor's page requests tied to the flash cache's accesses, the policies' quotas, the
+"""MLCache in flash mode (flashml/systems/mlcache/flash_partition.py, `flashml mlcache run
+--flash`): the monitor's page requests tied to the flash cache's accesses, the policies' quotas, the
 same-write-rate bisection, and the job's bad input."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from test_flash_partition import pages_of_shares
 
 from flashml import cli
-from flashml.flash_partition import compare_flash, monitor_view, same_write_rate
 from flashml.simulation import FlashPartition, SimConfig, capacity_segments, simulate
+from flashml.systems.mlcache.flash_partition import compare_flash, monitor_view, same_write_rate
 from flashml.trace.generate import generate_trace
 from flashml.trace.ingest import load_trace
 
@@ -207,7 +207,7 @@ def test_mlcache_flash_job_end_to_end(region1, tmp_path: Path) -> None:
     h = f["headline"]
     assert h["mlcache_peak_dt_util"] == f["same_write_rate"]["mlcache"]["peak_dt_util"]
     # mlcache's admit-all run re-simulated from the shipped .so's shares
-    from flashml.flash_partition import policy_shares
+    from flashml.systems.mlcache.flash_partition import policy_shares
 
     df, meta = load_trace(trace, None)
     c = SimConfig.for_trace(meta, capacity_segments=300, warmup_s=0.0)

@@ -555,9 +555,9 @@ def test_pipeline_skip_bad_lines_option(trace_with_a_bad_line: tuple[Path, Path,
     at that line, naming it."""
     from flashml import cli
     from flashml.errors import TraceError
-    from flashml.jobs import baleen
     from flashml.jobs.run import RunDir, Timer
     from flashml.settings import BaleenSettings, dag_params
+    from flashml.systems.baleen import job as baleen
     from flashml.trace.canonical import read_table
     from flashml.trace.ingest import ingest
 

@@ -10,9 +10,9 @@ from dataclasses import replace
 import numpy as np
 
 from flashml.cores import available
-from flashml.models.baleen import TrainingData, train_policy
 from flashml.models.gbm import fit, side_by_side
 from flashml.settings import BaleenSettings
+from flashml.systems.baleen.model import TrainingData, train_policy
 
 
 def _model_text(booster) -> str:  # type: ignore[no-untyped-def]
@@ -64,7 +64,7 @@ def test_trees_do_not_depend_on_the_thread_count(monkeypatch) -> None:
 def test_a_policy_trained_side_by_side_equals_one_trained_in_turn(monkeypatch) -> None:
     """train_policy's admission and prefetch models, trained side by side, against the
     same models trained one after the other on two threads (side_by_side on one core)."""
-    import flashml.models.baleen as baleen_mod
+    import flashml.systems.baleen.model as baleen_mod
 
     data = _data(12_000)
     gbm = BaleenSettings().gbm

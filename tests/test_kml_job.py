@@ -1,5 +1,5 @@
-"""`flashml kml run` (flashml/jobs/kml.py), the offline part end to end on the twin: the sweep
-names the best fixed size per workload, both networks (KML's and mlp16) and the tree are
+"""`flashml kml run` (flashml/systems/kml/job.py), the offline part end to end on the twin: the
+sweep names the best fixed size per workload, both networks (KML's and mlp16) and the tree are
 trained, compiled and called every window, and the summary holds every workload's fixed
 baselines and tuners with their ratios. The real
 experiment (db_bench on a throttled loop device) runs in `make bench` (bench/bench_kml.py);
@@ -25,7 +25,7 @@ def _run(tmp_path: Path, *args: object) -> None:
 
 def test_kml_run_twin_end_to_end(tmp_path: Path) -> None:
     from flashml.compiler.loader import PolicyLibrary
-    from flashml.trace.blockgen import get_block_preset, write_block_msr
+    from flashml.systems.pannier.blockgen import get_block_preset, write_block_msr
 
     write_block_msr(get_block_preset("prn0-like"), 1, tmp_path / "prn0.csv", requests=20_000)
     out = tmp_path / "run"
@@ -38,7 +38,7 @@ def test_kml_run_twin_end_to_end(tmp_path: Path) -> None:
     names = ("readrandom", "readseq", "readreverse", "readrandomwriterandom", "updaterandom",
              "mixgraph", "trace:prn0.csv")
     assert tuple(s["workloads"]) == names
-    from flashml.jobs.kml import FIXED, TUNERS
+    from flashml.systems.kml.job import FIXED, TUNERS
 
     assert s["shipped"] == "kml_mlp16" and s["network"] == "mlp16"
     assert s["linux_kib"] == 128 and s["repeats"] == 1  # the twin is deterministic
@@ -124,8 +124,8 @@ def test_kml_run_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 def test_kml_mode_real_says_why_it_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
     from flashml.errors import UserError
-    from flashml.jobs import kml
-    from flashml.kml import testbed
+    from flashml.systems.kml import job as kml
+    from flashml.systems.kml import testbed
 
     monkeypatch.setattr(testbed, "unavailable", lambda backend="loop": "needs root (test)")
     with pytest.raises(UserError, match="cannot run here: needs root"):
@@ -148,15 +148,15 @@ def test_pipeline_system_kml_runs_the_twin(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(run_mod, "run_job", fake_run_job)
     with pytest.raises(SystemExit):
         cli.main(["pipeline", "run", "--system", "kml", "-o", str(tmp_path / "r")])
-    assert seen["job"] == "flashml.jobs.kml" and seen["settings"].mode == "twin"
+    assert seen["job"] == "flashml.systems.kml.job" and seen["settings"].mode == "twin"
 
 
 def test_run_order_cancels_a_drift_over_each_pair_of_repeats() -> None:
     """A drift (the machine's load) over the runs: over two repeats every policy sits at
     the same mean position, so a throughput falling linearly with each run costs them all
     the same; the order is as given first, and repeats 3, 4 are 1, 2 again."""
-    from flashml.jobs.kml import TUNERS as POLICIES
-    from flashml.jobs.kml import run_order
+    from flashml.systems.kml.job import TUNERS as POLICIES
+    from flashml.systems.kml.job import run_order
 
     assert run_order(POLICIES, 0) == POLICIES and run_order(POLICIES, 2) == POLICIES
     assert run_order(POLICIES, 1) == run_order(POLICIES, 3) == POLICIES[::-1]

@@ -1,4 +1,4 @@
-"""KML's readahead models (flashml/models/kml.py) and their compiled form (capability
+"""KML's readahead models (flashml/systems/kml/model.py) and their compiled form (capability
 "readahead", flashml/compiler/readahead.py): the .so's choice equals scikit-learn's on every
 row, for the network and the tree; the bundle's files are checked field by field; loaders
 refuse a bundle of another contract or without the capability."""
@@ -15,7 +15,7 @@ import pytest
 from flashml.compiler import readahead as ra
 from flashml.errors import UserError
 from flashml.features import readahead as rc
-from flashml.models import kml as model
+from flashml.systems.kml import model
 
 
 def windows(rng: np.random.Generator, n: int, absdiff: float, tp: float) -> list[dict]:

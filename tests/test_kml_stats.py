@@ -1,4 +1,4 @@
-"""KML's statistics over repeated runs (flashml/kml/stats.py): intervals, ratios with their
+"""KML's statistics over repeated runs (flashml/systems/kml/stats.py): intervals, ratios with their
 intervals and verdicts, and the sweep's ties decided by the intervals, on hand examples."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from flashml.kml import stats
+from flashml.systems.kml import stats
 
 
 def test_interval_by_hand() -> None:

@@ -1,4 +1,4 @@
-"""KML's real experiment (flashml/kml/testbed.py): db_bench on ext4 on a loop device. Skips
+"""KML's real experiment (flashml/systems/kml/testbed.py): db_bench on ext4 on a loop device. Skips
 with the reason where root, loop devices or db_bench (Debian's rocksdb-tools; `.ci/run`
 installs it) are missing. Checks that the readahead is really set, db_bench's figures are
 parsed, the sweep names a best size per workload, and nothing is left behind, also when a
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flashml.errors import UserError
-from flashml.kml import testbed as kml
+from flashml.systems.kml import testbed as kml
 
 WHY = kml.unavailable()
 needs_testbed = pytest.mark.skipif(WHY is not None, reason=f"KML testbed: {WHY}")
@@ -70,7 +70,7 @@ def test_testbed_cleans_up_after_a_failure(tmp_path: Path) -> None:
 
 def test_window_features_by_hand() -> None:
     from flashml.features.readahead import contract
-    from flashml.kml.collect import window_features
+    from flashml.systems.kml.collect import window_features
 
     # window 0: pages 10, 12, 11; window 1: 100; (window 2 empty); window 3: 100, 104
     ev = [(5.0, 1, 10), (5.2, 1, 12), (5.9, 1, 11), (6.5, 1, 100), (8.1, 1, 100),
@@ -95,7 +95,7 @@ def test_window_features_by_hand() -> None:
 def test_tracer_sees_the_workloads_pages(tmp_path: Path) -> None:
     """The tracepoint of the testbed's device only, in a tracing instance removed after; a
     sequential read shows small offset jumps, a random read large ones."""
-    from flashml.kml import collect
+    from flashml.systems.kml import collect
 
     if collect.unavailable():
         pytest.skip(f"page-cache tracing: {collect.unavailable()}")

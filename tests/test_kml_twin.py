@@ -13,7 +13,7 @@ import pytest
 
 import flashml_sim
 from flashml.features.readahead import window_features
-from flashml.kml import twin
+from flashml.systems.kml import twin
 
 
 class SlowTwin:

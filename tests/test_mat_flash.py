@@ -14,15 +14,8 @@ import numpy as np
 import pytest
 
 from flashml.features import eviction
-from flashml.simulation import (
-    MAT_METRIC_KEYS,
-    METRIC_KEYS,
-    MatSimResult,
-    SimConfig,
-    simulate,
-    simulate_mat_flash,
-    trace_arrays,
-)
+from flashml.simulation import METRIC_KEYS, SimConfig, simulate, trace_arrays
+from flashml.systems.mat.simulation import MAT_METRIC_KEYS, MatSimResult, simulate_mat_flash
 
 W = 1024  # the smallest memory window: labels and features reach past it on these traces
 CAPACITY = 200  # segments: ~20 cached 8 MiB blocks of 64 segments on the generated trace

@@ -1,4 +1,4 @@
-"""`flashml mat run` (flashml/jobs/mat.py) end to end on a generated kv-like trace: stage
+"""`flashml mat run` (flashml/systems/mat/job.py) end to end on a generated kv-like trace: stage
 records, the shipped eviction-only policy .so, figures that re-simulate exactly, LRU equal
 to libCacheSim's, MAT below LRU on the held-out window and under periodic retraining within
 the prediction budget; the held-out-window arithmetic against a slow obvious LRU; and bad
@@ -124,7 +124,7 @@ def test_periodic_retraining_judges_each_window_with_the_model_before(mat_run: P
 def test_mat_figures_re_simulate_with_the_shipped_policy(mat_run: Path) -> None:
     import polars as pl
 
-    from flashml.simulation import simulate_objects_mat
+    from flashml.systems.mat.simulation import simulate_objects_mat
 
     s = json.loads((mat_run / "summary.json").read_text())
     df = pl.read_parquet(mat_run / "objects.parquet")
@@ -140,7 +140,7 @@ def test_mat_figures_re_simulate_with_the_shipped_policy(mat_run: Path) -> None:
 def test_held_out_window_is_the_hits_after_the_start(tmp_path: Path) -> None:
     """`_window_hits` (run to end minus run to start) equals counting the hits of requests
     [start, end) in one slow obvious LRU run."""
-    from flashml.jobs.mat import _window_hits
+    from flashml.systems.mat.job import _window_hits
 
     rng = np.random.default_rng(3)
     keys = (rng.zipf(1.3, 20_000) % 3_000).astype(np.uint64)
@@ -207,7 +207,7 @@ def test_a_short_trace_gets_the_contracts_shortest_memory_window() -> None:
     """A 3,000-request trace's training window (900 requests) is shorter than the eviction
     contract's shortest memory window (1024): the default memory window was the former, and
     `flashml mat run` with default options stopped with the simulator's ValueError."""
-    from flashml.jobs import mat
+    from flashml.systems.mat import job as mat
 
     assert mat.memory_window(mat.MatSettings(), 900) == mat.MIN_MEMORY_WINDOW == 1024
     assert mat.memory_window(mat.MatSettings(), 5000) == 5000
@@ -218,7 +218,7 @@ def test_held_out_window_byte_miss_ratio_counts_the_window_bytes() -> None:
     """`_window_hits`'s window byte miss ratio (the tuning score of `--objective bytes`)
     equals the missed bytes of requests [start, end) over their bytes in one slow obvious
     byte-capacity LRU run."""
-    from flashml.jobs.mat import _window_hits
+    from flashml.systems.mat.job import _window_hits
 
     rng = np.random.default_rng(5)
     keys = (rng.zipf(1.3, 20_000) % 3_000).astype(np.uint64)
@@ -248,7 +248,7 @@ def test_objective_chooses_the_label_and_the_score() -> None:
     weighs sizes. (Before, the default label was the size-aware one whatever the metric.)"""
     import argparse
 
-    from flashml.jobs import mat
+    from flashml.systems.mat import job as mat
 
     p = argparse.ArgumentParser()
     mat.add_cli(p)
@@ -268,7 +268,7 @@ def test_objective_chooses_the_label_and_the_score() -> None:
 
 
 def test_label_horizons_parse() -> None:
-    from flashml.jobs.mat import MatSettings, _label_horizons
+    from flashml.systems.mat.job import MatSettings, _label_horizons
 
     assert MatSettings().label_horizons == (0.25, 0.5)
     assert _label_horizons("0.5, 0.25,0.5") == (0.5, 0.25)
@@ -278,7 +278,7 @@ def test_label_horizons_parse() -> None:
 def test_plots_skip_a_policy_without_the_metric() -> None:
     """libCacheSim counts an object cache's capacity in objects and gives no byte miss
     ratio (None): its curve has no point there, and the other policies keep theirs."""
-    from flashml.jobs.mat import miss_ratio_curves
+    from flashml.systems.mat.job import miss_ratio_curves
 
     res = {"a": {"capacity": 60, "policies": {
         "mat": {"miss_ratio": 0.5, "byte_miss_ratio": 0.6},
@@ -286,7 +286,7 @@ def test_plots_skip_a_policy_without_the_metric() -> None:
     assert miss_ratio_curves(res, "byte_miss_ratio") == {"mat": [(60.0, 0.6)]}
     assert miss_ratio_curves(res, "miss_ratio") == {"mat": [(60.0, 0.5)],
                                                     "lcs_lru": [(60.0, 0.55)]}
-    from flashml.jobs.mat import MatSettings, describe
+    from flashml.systems.mat.job import MatSettings, describe
 
     res["a"]["unit"] = "objects"
     res["a"]["policies"]["lru"] = {"miss_ratio": 0.5, "byte_miss_ratio": 0.5}
@@ -305,8 +305,8 @@ def test_a_large_cache_chooses_the_longer_label_horizon(state: None, tmp_path: P
     ratio falls below 0.90, within a point of the in-house LRB's with its model."""
     import polars as pl
 
-    from flashml.jobs import mat
     from flashml.jobs.run import run_job
+    from flashml.systems.mat import job as mat
     from flashml.trace.objects import read_objects
 
     src = tmp_path / "objects.parquet"

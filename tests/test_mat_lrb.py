@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from flashml.simulation import simulate_objects, simulate_objects_lrb, simulate_objects_mat
+from flashml.simulation import simulate_objects
+from flashml.systems.mat.simulation import simulate_objects_lrb, simulate_objects_mat
 
 from conftest import REPO
 

@@ -1,5 +1,5 @@
-"""MAT's training rows (flashml/models/mat.py `label_samples`) against a slow obvious labelling
-of the simulator's tail candidates straight from the trace, the size-aware label, and the
+"""MAT's training rows (flashml/systems/mat/model.py `label_samples`) against a slow obvious
+labelling of the simulator's tail candidates straight from the trace, the size-aware label, and the
 model size settings."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from flashml.models.mat import AGE, MAT_GBM, SIZE, label_samples, mat_gbm
-from flashml.simulation import simulate_objects_mat
+from flashml.systems.mat.model import AGE, MAT_GBM, SIZE, label_samples, mat_gbm
+from flashml.systems.mat.simulation import simulate_objects_mat
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ import pytest
 import flashml_sim
 from flashml.features import eviction
 from flashml.features.contract import contract as admission_contract
-from flashml.simulation import eviction_features, simulate_objects, simulate_objects_mat
+from flashml.simulation import simulate_objects
+from flashml.systems.mat.simulation import eviction_features, simulate_objects_mat
 from flashml.trace.objects import read_objects
 
 from conftest import CLOUDPHYSICS

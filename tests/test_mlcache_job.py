@@ -1,4 +1,4 @@
-"""`flashml mlcache run` (flashml/jobs/mlcache.py) end to end on generated mixes: the shipped
+"""`flashml mlcache run` (flashml/systems/mlcache/job.py) end to end on generated mixes: the shipped
 partition-only policy .so, the summary's figures re-simulated with it, the network above the
 even split on held-out mixes, and bad input."""
 
@@ -12,9 +12,9 @@ import pytest
 
 from flashml import cli
 from flashml.compiler.loader import PolicyLibrary, verify_bundle
-from flashml.jobs.mlcache import POLICIES, _mix
-from flashml.models import mlcache as model
-from flashml.partitioning import compare
+from flashml.systems.mlcache import model
+from flashml.systems.mlcache.job import POLICIES, _mix
+from flashml.systems.mlcache.partitioning import compare
 
 from conftest import REPO, run_cli
 
@@ -59,7 +59,7 @@ def test_mlcache_run_in_mlflow(mlc_run: Path) -> None:
 
 
 def test_mlcache_figures_re_simulate_with_the_shipped_policy(mlc_run: Path) -> None:
-    from flashml.jobs.mlcache import MlcacheSettings
+    from flashml.systems.mlcache.job import MlcacheSettings
 
     s = json.loads((mlc_run / "summary.json").read_text())
     lib = PolicyLibrary(mlc_run / "compiled" / "policy.so", need="partition")

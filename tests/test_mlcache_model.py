@@ -1,4 +1,4 @@
-"""MLCache's network (flashml/models/mlcache.py, features/partition.py) and its compiled form
+"""MLCache's network (flashml/systems/mlcache/model.py, features/partition.py) and its compiled form
 (capability "partition"): the features against a slow obvious monitor, the labels against a
 brute-force split of the next interval, the shares rule, the .so against the network's own
 arithmetic, its fallback and argument checks, and bad bundles."""
@@ -17,8 +17,8 @@ from flashml.compiler.bundle import PARTITION_FILE, save_partition_model
 from flashml.compiler.loader import PolicyLibrary, verify_bundle
 from flashml.errors import UserError
 from flashml.features.partition import contract
-from flashml.models import mlcache as model
-from flashml.partitioning import stream_trace
+from flashml.systems.mlcache import model
+from flashml.systems.mlcache.partitioning import stream_trace
 
 C = contract()
 
@@ -283,7 +283,7 @@ def test_cross_validation_judges_each_fold_network_on_its_held_out_mixes() -> No
     """cross_validate's hit ratios are those of each fold's network (trained on the other
     mixes) running mlcache's schedule on the mixes it did not see, simulated one by one here;
     the sharpness it returns is the best of them."""
-    from flashml.partitioning import simulate_partitioned
+    from flashml.systems.mlcache.partitioning import simulate_partitioned
 
     cap, iv = 60, 300
     traces = [small_trace(s) for s in range(4)]

@@ -13,12 +13,12 @@ import pytest
 
 from flashml.compiler.bundle import round_range
 from flashml.config import DEFAULTS
-from flashml.models.converge import run_loop, should_stop
-from flashml.models.dataset import training_data
 from flashml.models.gbm import split_by_key
 from flashml.policies.tco import tco
-from flashml.policies.tuning import tune_to_write_rate
 from flashml.settings import GbmParams, LoopSettings
+from flashml.systems.baleen.converge import run_loop, should_stop
+from flashml.systems.baleen.dataset import training_data
+from flashml.systems.baleen.tuning import tune_to_write_rate
 
 
 def test_tco_formula_by_hand() -> None:
@@ -121,7 +121,7 @@ def test_tuning_aims_with_a_similar_searchs_points() -> None:
 
 
 def test_share_to_threshold() -> None:
-    from flashml.policies.baselines import share_to_threshold
+    from flashml.systems.baleen.baselines import share_to_threshold
 
     score = np.array([0.9, 0.1, 0.5, 0.5, 0.3])
     knob = share_to_threshold(score)
@@ -177,7 +177,7 @@ def test_training_rows_from_labels() -> None:
 
 
 def test_training_rows_beyond_the_cap_are_a_sample_of_the_keys() -> None:
-    from flashml.models.dataset import SAMPLE_SEED
+    from flashml.systems.baleen.dataset import SAMPLE_SEED
 
     rng = np.random.default_rng(1)
     n_keys, per_key = 4_000, 10
@@ -257,7 +257,7 @@ def test_loop_on_a_small_trace(small_trace, tmp_path: Path) -> None:
     # a warm start from that loop (a sweep trial): at the same target its first iteration
     # is the given model's, at its eviction age, with the same threshold search (so the
     # same figures) and no episodes built; it stops where the loop itself would have
-    from flashml.models.converge import WarmStart
+    from flashml.systems.baleen.converge import WarmStart
 
     warm = WarmStart.from_loop(res2, 6)
     res3 = run_loop(df, table, feature_matrix(df), base, target, tmp_path / "c", gbm,
@@ -311,8 +311,8 @@ def test_a_saturated_loop_stops_once_its_eviction_age_holds(small_trace, tmp_pat
 def bisect_threshold(df, base, target, arrays, known=None, hint=None, **prefetch):
     """The threshold search before its speed-ups, as the reference: bisection of the
     threshold itself in [0, 1] for the largest write rate within 1% of the target."""
-    from flashml.policies.tuning import Tuned
     from flashml.simulation import simulate
+    from flashml.systems.baleen.tuning import Tuned
 
     cfg = base.replace(admission="threshold", **prefetch)
     evals = 0
@@ -353,8 +353,8 @@ def test_the_faster_searches_keep_the_loops_figures(small_trace, tmp_path: Path,
     threshold, the converged eviction age within 10%, the same K. (One-sided on the peak: a
     faster search must not cost quality, and a better landing is not a failure.)"""
     from flashml.features.online import feature_matrix
-    from flashml.models import converge
     from flashml.simulation import SimConfig
+    from flashml.systems.baleen import converge
     from flashml.trace.canonical import read_meta
 
     df, table = small_trace
@@ -382,8 +382,8 @@ def test_the_faster_searches_keep_the_loops_figures(small_trace, tmp_path: Path,
 
 
 def test_when_threshold_is_chosen_on_the_training_day(small_trace) -> None:
-    from flashml.models.converge import select_when_threshold
     from flashml.simulation import SimConfig
+    from flashml.systems.baleen.converge import select_when_threshold
     from flashml.trace.canonical import read_meta
 
     df, table = small_trace
@@ -421,7 +421,7 @@ def test_loop_warns_when_the_peak_schedule_cannot_meet_the_target(small_trace, t
     gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
     target = DEFAULTS.target_write_rate_mbps
     greedy = base.replace(peak_hours=tuple(range(24)), peak_bonus=1.0)
-    with caplog.at_level(logging.WARNING, logger="flashml.models.converge"):
+    with caplog.at_level(logging.WARNING, logger="flashml.systems.baleen.converge"):
         res = run_loop(df, table, feature_matrix(df), base, target, tmp_path, gbm,
                        LoopSettings(max_iter=1, k_candidates=(6,)), with_prefetch=False,
                        final_base=greedy)
@@ -435,10 +435,10 @@ def test_accesses_per_episode_chosen_on_the_training_day(small_trace, tmp_path: 
     and keeps the K with the lowest training-day mean DT; its rows are the first K GETs of
     each episode."""
     from flashml.features.online import feature_matrix
-    from flashml.models.baleen import score_all, train_policy
-    from flashml.models.converge import select_accesses_per_episode
-    from flashml.policies.baselines import tune_threshold
     from flashml.simulation import SimConfig
+    from flashml.systems.baleen.baselines import tune_threshold
+    from flashml.systems.baleen.converge import select_accesses_per_episode
+    from flashml.systems.baleen.model import score_all, train_policy
     from flashml.trace.canonical import read_meta
 
     df, table = small_trace
@@ -483,8 +483,8 @@ def test_a_trace_too_large_for_memory_is_refused_before_training(small_trace,
     import shutil
 
     from flashml.errors import UserError
-    from flashml.jobs.baleen import JOB_BASE_BYTES, JOB_BYTES_PER_ACCESS, check_memory
     from flashml.jobs.run import RunDir
+    from flashml.systems.baleen.job import JOB_BASE_BYTES, JOB_BYTES_PER_ACCESS, check_memory
 
     df, table = small_trace
     run = RunDir(tmp_path / "run")
@@ -505,8 +505,8 @@ def test_features_are_computed_once_per_table_and_contract(small_trace, tmp_path
     import shutil
 
     from flashml.features.online import feature_matrix
-    from flashml.jobs.baleen import features, features_file
     from flashml.jobs.run import RunDir
+    from flashml.systems.baleen.job import features, features_file
 
     df, table = small_trace
     run = RunDir(tmp_path / "run")
@@ -524,8 +524,8 @@ def test_features_are_computed_once_per_table_and_contract(small_trace, tmp_path
 
 
 def test_training_key_reads_every_input() -> None:
-    from flashml.models.baleen import TrainingData
-    from flashml.models.converge import training_key
+    from flashml.systems.baleen.converge import training_key
+    from flashml.systems.baleen.model import TrainingData
 
     rng = np.random.default_rng(0)
     data = TrainingData(rng.random((50, 18)), rng.integers(0, 2, 50).astype(np.float64),
@@ -554,8 +554,8 @@ def test_an_iteration_with_the_last_ones_rows_keeps_its_models(small_trace, tmp_
     import os
 
     from flashml.features.online import feature_matrix
-    from flashml.models import converge
     from flashml.simulation import SimConfig
+    from flashml.systems.baleen import converge
     from flashml.trace.canonical import read_meta
 
     df, table = small_trace
@@ -602,9 +602,9 @@ def test_an_iteration_with_the_last_ones_rows_keeps_its_models(small_trace, tmp_
 def test_train_and_score_equals_train_then_score(small_trace, tmp_path: Path) -> None:
     """The prefetch models scored on their own thread beside the admission model's training:
     the same models and the same doubles as training, then `score_all`."""
-    from flashml.episodes.core import EpisodeParams, build
     from flashml.features.online import feature_matrix
-    from flashml.models.baleen import score_all, train_and_score, train_policy
+    from flashml.systems.baleen.episodes.core import EpisodeParams, build
+    from flashml.systems.baleen.model import score_all, train_and_score, train_policy
 
     df, table = small_trace
     feats = feature_matrix(df)

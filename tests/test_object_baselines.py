@@ -19,7 +19,7 @@ lcs = pytest.importorskip(
     "libcachesim", reason="libcachesim (libCacheSim's Python bindings, a dev dependency in "
     "requirements.lock) is not installed: run `make setup`")
 
-from flashml.policies import object_baselines as ob  # noqa: E402
+from flashml.systems.mat import object_baselines as ob  # noqa: E402
 
 from conftest import CLOUDPHYSICS  # noqa: E402
 

@@ -1,5 +1,5 @@
 """OPT as a policy: one episode build ranks the episodes, and each episode target is a cut of
-that ranking equal to a build at that target (policies/opt.py)."""
+that ranking equal to a build at that target (systems/baleen/opt.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def table(tmp_path_factory) -> tuple[Path, int]:
 
 
 def test_a_cut_of_one_ranking_equals_a_build_at_that_target(table, tmp_path: Path) -> None:
-    from flashml.policies.opt import opt_arrays, opt_ranking
+    from flashml.systems.baleen.opt import opt_arrays, opt_ranking
 
     path, rows = table
     ranking = opt_ranking(path, tmp_path / "ranking", 5400.0, rows)
@@ -39,8 +39,8 @@ def test_a_cut_of_one_ranking_equals_a_build_at_that_target(table, tmp_path: Pat
 
 
 def test_a_finished_build_is_reused_only_where_it_serves(table, tmp_path: Path) -> None:
-    from flashml.episodes.core import EpisodeParams, build, reusable
-    from flashml.policies.opt import opt_ranking
+    from flashml.systems.baleen.episodes.core import EpisodeParams, build, reusable
+    from flashml.systems.baleen.opt import opt_ranking
 
     path, rows = table
     params = EpisodeParams(eviction_age_s=5400.0, target_write_rate_mbps=30.0,

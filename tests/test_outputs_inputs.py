@@ -40,8 +40,8 @@ def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
 
     import flashml.commands.train as train
     import flashml.compiler.build as build
-    import flashml.episodes.core as core
     import flashml.jobs.run as run
+    import flashml.systems.baleen.episodes.core as core
     import flashml.trace.ingest as ingest
 
     for module, attr in ((run, "run_job"), (train, "_run"), (core, "build"),

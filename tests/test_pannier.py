@@ -16,21 +16,16 @@ import numpy as np
 import polars as pl
 import pytest
 
-from flashml.blockcache import (
-    POLICIES,
-    block_requests,
-    from_arrays,
-    preset_requests,
-    simulate,
-)
 from flashml.config import OP_CODES
-from flashml.trace.blockgen import (
+from flashml.systems.pannier.blockcache import POLICIES, preset_requests, simulate
+from flashml.systems.pannier.blockgen import (
     BLOCK_BYTES,
     BLOCK_PRESETS,
     generate_block_requests,
     get_block_preset,
     write_block_msr,
 )
+from flashml.trace.blocks import block_requests, from_arrays
 
 MiB = 1 << 20
 
@@ -73,7 +68,7 @@ def test_lru_matches_slow_reference():
 def test_lru_matches_libcachesim():
     lcs = pytest.importorskip("libcachesim")
     del lcs
-    from flashml.policies.object_baselines import run_baselines
+    from flashml.systems.mat.object_baselines import run_baselines
 
     req = _small("map-like", 20_000, zipf=0.8)
     req = req.subset(~req.writes)
@@ -377,7 +372,7 @@ def test_summary_judges_pannier_against_the_strongest_simple_rival():
     """RIPQ+ above Pannier on a run: the summary names it as the strongest rival (not LRU+ or
     MQ alone), the gain against it is negative and the run is listed where Pannier is not at
     or above its best rival."""
-    from flashml.jobs.pannier import _gains, _versus, best_rival
+    from flashml.systems.pannier.job import _gains, _versus, best_rival
 
     runs = [_fake_run("web", {"pannier": 0.30, "lru_plus": 0.25, "mq": 0.33, "ripq_plus": 0.37}),
             _fake_run("src11", {"pannier": 0.42, "lru_plus": 0.35, "mq": 0.41,
@@ -396,7 +391,7 @@ def test_summary_judges_pannier_against_the_strongest_simple_rival():
 def test_fue_with_internal_reads_by_hand():
     """Copy-forward reads every block it writes again: 10 client flash reads + 5 internal
     writes over 30 written = 0.5 (plain FUE 10/30)."""
-    from flashml.blockcache import fue_with_internal_reads
+    from flashml.systems.pannier.blockcache import fue_with_internal_reads
 
     r = {"flash_read_bytes": 10, "internal_write_bytes": 5, "flash_write_bytes": 30}
     assert fue_with_internal_reads(r) == 0.5
@@ -406,7 +401,7 @@ def test_fue_with_internal_reads_by_hand():
 def test_holdout_split_leaves_each_side_a_request():
     """The tuning window and the held-out half split the trace; neither is ever empty (an
     empty side would make the simulator refuse the run)."""
-    from flashml.jobs.pannier import _holdout_start
+    from flashml.systems.pannier.job import _holdout_start
 
     def req(n: int):
         return from_arrays(np.arange(n, dtype=float), np.arange(n), np.ones(n), np.zeros(n))

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flashml import partitioning as part
-from flashml.trace.multistream import generate_mix, write_mix
+from flashml.systems.mlcache import partitioning as part
+from flashml.systems.mlcache.multistream import generate_mix, write_mix
 
 from conftest import CLOUDPHYSICS
 
@@ -126,7 +126,7 @@ def test_hit_curve_equals_libcachesim_lru(cloudphysics_writes) -> None:
     """The MRC from our stack distances on the CloudPhysics sample's 66,898 writes equals the
     miss ratios of libCacheSim's own LRU (count capacity) at every capacity asked."""
     pytest.importorskip("libcachesim")
-    from flashml.policies import object_baselines as ob
+    from flashml.systems.mat import object_baselines as ob
 
     keys = cloudphysics_writes
     assert len(keys) == 66_898

@@ -1,4 +1,4 @@
-"""Peak-aware admission (models/peak.py): the busy hours come from the training window's
+"""Peak-aware admission (systems/baleen/peak.py): the busy hours come from the training window's
 no-cache disk-head time, the simulator lowers the threshold exactly in those hours, and bad
 schedules are refused where a user can write one."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from flashml.config import UNITS, MiB
 from flashml.errors import UserError
-from flashml.models.peak import busy_hours, hour_of_day, hourly_dt_profile
 from flashml.simulation import SimConfig, simulate
+from flashml.systems.baleen.peak import busy_hours, hour_of_day, hourly_dt_profile
 
 from conftest import access_table
 
@@ -61,8 +61,8 @@ def test_busy_hours_are_one_block_around_a_quiet_hour() -> None:
 
 
 def test_schedule_candidates() -> None:
-    from flashml.models.peak import schedule_candidates
     from flashml.settings import PeakSettings
+    from flashml.systems.baleen.peak import schedule_candidates
 
     assert schedule_candidates(PeakSettings(hours=9, bonus=0.1)) == [(9, 0.1)]
     assert schedule_candidates(PeakSettings(hours=0, bonus=0.1)) == []
@@ -73,7 +73,7 @@ def test_validation_picks_the_simplest_within_tolerance() -> None:
     """The shipped variant: the lowest held-out peak DT, but a schedule or Baleen's size
     features only when they beat the flat threshold with CacheLib-ML's features by more
     than the tolerance (a 10-minute window sets the peak: a smaller difference is noise)."""
-    from flashml.models.validation import Candidate, pick
+    from flashml.systems.baleen.validation import Candidate, pick
 
     def c(fs: str, bonus: float, peak: float) -> Candidate:
         return Candidate(fs, (10, 11, 12) if bonus else (), bonus, peak_dt_util=peak)
@@ -95,9 +95,9 @@ def test_zeroed_features_are_never_split_on() -> None:
     features are held at 0 in its rows, so its scores do not depend on them, while a model
     on all 18 learns the label from the size."""
     from flashml.features.contract import contract
-    from flashml.models.baleen import TrainingData, score_all, train_policy
-    from flashml.models.validation import zeroed_features
     from flashml.settings import GbmParams
+    from flashml.systems.baleen.model import TrainingData, score_all, train_policy
+    from flashml.systems.baleen.validation import zeroed_features
 
     names = contract().names
     zeroed = zeroed_features("cachelib_like")

@@ -26,10 +26,10 @@ def test_champion_moves_only_for_a_better_candidate(isolated_mlflow: Path) -> No
 
     from flashml.compiler.bundle import save_policy_models
     from flashml.features.online import feature_matrix
-    from flashml.jobs.registry import evaluate, register_and_maybe_promote
-    from flashml.models.converge import run_loop
     from flashml.settings import GbmParams, LoopSettings
     from flashml.simulation import SimConfig
+    from flashml.systems.baleen.converge import run_loop
+    from flashml.systems.baleen.registry import evaluate, register_and_maybe_promote
     from flashml.trace.canonical import read_table
     from flashml.trace.generate import generate_trace
     from flashml.trace.ingest import ingest

@@ -77,8 +77,9 @@ def trained_bundle(directory: Path, trace: Path, capacity: int) -> Path:
     from flashml.compiler.build import compile_policy
     from flashml.compiler.bundle import save_evict_model
     from flashml.features import eviction
-    from flashml.models.mat import label_samples
-    from flashml.simulation import SimConfig, simulate_mat_flash
+    from flashml.simulation import SimConfig
+    from flashml.systems.mat.model import label_samples
+    from flashml.systems.mat.simulation import simulate_mat_flash
     from flashml.trace.ingest import load_trace
 
     df, meta = load_trace(trace, "tectonic")
@@ -205,7 +206,8 @@ def test_sim_baleen_with_mat_none_is_baleen_with_lru(env, tmp_path):
     """The simulator's Baleen + MAT with no predictor (MAT's tail block condemned unasked) is
     its Baleen + LRU (`simulate_policy`), prefetch included: the bundle is asked the same
     way in both."""
-    from flashml.simulation import SimConfig, simulate_mat_flash, simulate_policy
+    from flashml.simulation import SimConfig, simulate_policy
+    from flashml.systems.mat.simulation import simulate_mat_flash
     from flashml.trace.ingest import load_trace
 
     df, meta = load_trace(env["trace"], "tectonic")

@@ -23,7 +23,8 @@ import flashml_sim
 from flashml.compiler.build import HEADER, compile_policy, sha256_file
 from flashml.compiler.bundle import save_evict_model
 from flashml.features import eviction
-from flashml.simulation import eviction_features, simulate_objects, simulate_objects_mat
+from flashml.simulation import simulate_objects
+from flashml.systems.mat.simulation import eviction_features, simulate_objects_mat
 from flashml.trace.generate import generate_objects
 from flashml.trace.objects import read_objects
 

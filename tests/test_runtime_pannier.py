@@ -19,7 +19,7 @@ import pytest
 from test_runtime import FLASHRT, build_runtime
 
 import flashml_sim
-from flashml.trace.blockgen import generate_block_requests, get_block_preset
+from flashml.systems.pannier.blockgen import generate_block_requests, get_block_preset
 
 CONTAINER = 256 * 1024  # 64 blocks
 CACHE = 12 * CONTAINER

@@ -21,9 +21,9 @@ from test_runtime import FLASHRT, build_runtime
 from flashml.compiler.build import compile_policy
 from flashml.compiler.bundle import save_partition_model
 from flashml.compiler.loader import PolicyLibrary
-from flashml.models import mlcache as model
-from flashml.partitioning import page_requests, simulate_partitioned, write_page_csv
-from flashml.trace.multistream import generate_mix
+from flashml.systems.mlcache import model
+from flashml.systems.mlcache.multistream import generate_mix
+from flashml.systems.mlcache.partitioning import page_requests, simulate_partitioned, write_page_csv
 
 CAP, IV = 260, 1500
 

@@ -241,8 +241,8 @@ def test_bundle_partition_against_the_simulator(ns_env, rule_bundle, eviction):
     (runtime/README.md "Policy slots")."""
     import numpy as np
 
-    from flashml.flash_partition import monitor_view, policy_shares
     from flashml.simulation import FlashPartition, SimConfig, simulate
+    from flashml.systems.mlcache.flash_partition import monitor_view, policy_shares
     from flashml.trace.ingest import load_trace
 
     df, meta = load_trace(ns_env["trace"], "tectonic")

@@ -10,8 +10,8 @@ import pytest
 from flashml.compiler.bundle import round_range, when_matrix
 from flashml.features.contract import contract
 from flashml.features.online import feature_matrix
-from flashml.models import baleen
-from flashml.models.baleen import LearnedPolicy, range_rows, score_all
+from flashml.systems.baleen import model as baleen
+from flashml.systems.baleen.model import LearnedPolicy, range_rows, score_all
 
 from demo_policy import demo_trace, train_demo_models
 

@@ -10,8 +10,8 @@ import gc
 import numpy as np
 import pytest
 
-from flashml.policies import baselines
 from flashml.simulation import SimConfig, simulate
+from flashml.systems.baleen import baselines
 
 from demo_policy import demo_trace
 

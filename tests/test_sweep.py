@@ -1,4 +1,4 @@
-"""The Optuna sweep as its users see it (flashml/models/sweep.py), with the convergence loop
+"""The Optuna sweep as its users see it (flashml/systems/baleen/sweep.py), with the convergence loop
 replaced by a stand-in whose TCO is a known function of the write rate: the trials are the
 grid (the target, then log-spaced points over the range), every trial a FINISHED nested
 MLflow run tagged COMPLETE, the study carries its objective's name and the user attributes,
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from flashml.models.sweep import WIDEN, grid, widened_range
+from flashml.systems.baleen.sweep import WIDEN, grid, widened_range
 
 from conftest import REPO, seed_mlflow_store
 
@@ -26,7 +26,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-import flashml.models.sweep as sweep
+import flashml.systems.baleen.sweep as sweep
 
 cfg = json.loads(sys.argv[1])
 SAT = cfg["saturation_mbps"]
@@ -46,7 +46,7 @@ def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=Non
     end = time.monotonic() + cfg.get(f"{ROLE}_trial_s", cfg.get("trial_s", 0.0))
     while time.monotonic() < end:  # as run_loop does between its stages
         if cancel is not None and cancel.is_set():
-            from flashml.models.converge import Cancelled
+            from flashml.systems.baleen.converge import Cancelled
             raise Cancelled("cancelled")
         time.sleep(0.05)
     return SimpleNamespace(iterations=its, converged=True,
@@ -106,7 +106,7 @@ ROLE = "worker"
 WARM = SimpleNamespace(eviction_age_s=3600.0) if cfg.get("warm") else None
 """
 
-# A worker process: serves the points it is sent, as flashml/jobs/sweep_worker.py does.
+# A worker process: serves the points it is sent, as flashml/systems/baleen/sweep_worker.py does.
 WORKER = FAKE + r"""
 from flashml.settings import JOB_GBM, LoopSettings
 from flashml.tracking import setup

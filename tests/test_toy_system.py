@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flashml import cli, jobs
+from flashml import cli, systems
 
 from conftest import REPO, seed_mlflow_store
 
@@ -19,7 +19,7 @@ TRACE = REPO.parent / "shared" / "traces" / "cloudphysics-sample.csv"
 
 @pytest.fixture
 def toy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(jobs, "SYSTEMS", [*jobs.SYSTEMS, "toy_system.job"])
+    monkeypatch.setattr(systems, "SYSTEMS", [*systems.SYSTEMS, "toy_system.job"])
     monkeypatch.setenv("FLASHML_HOME", str(seed_mlflow_store(tmp_path / "state")))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 

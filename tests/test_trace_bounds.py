@@ -288,9 +288,9 @@ def test_seed_must_be_a_32_bit_non_negative_integer(tmp_path: Path, capsys, comm
 
 
 def test_seed_check_in_the_functions(tmp_path: Path) -> None:
+    from flashml.systems.mlcache.multistream import generate_mix
     from flashml.trace.canonical import TraceMeta
     from flashml.trace.generate import generate_trace
-    from flashml.trace.multistream import generate_mix
     from flashml.trace.sample import sample_by_key
 
     for seed in (-1, 1 << 32, True):
@@ -318,7 +318,11 @@ def test_generate_sizes_are_capped(tmp_path: Path, capsys, args: list[str], why:
 
 
 def test_block_preset_zero_requests_is_refused_not_the_default() -> None:
-    from flashml.trace.blockgen import BLOCK_PRESETS, generate_block_requests, get_block_preset
+    from flashml.systems.pannier.blockgen import (
+        BLOCK_PRESETS,
+        generate_block_requests,
+        get_block_preset,
+    )
 
     p = get_block_preset(next(iter(BLOCK_PRESETS)))
     with pytest.raises(UserError, match="--accesses must be an integer number of accesses"):

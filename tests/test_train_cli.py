@@ -32,7 +32,7 @@ def test_train_writes_a_bundle(small, cli) -> None:
     assert params["mlflow_run_id"]
     # the peak schedule: the block of 4 busiest hours of the first day, by no-cache
     # disk-head time, or none when the flat threshold won on held-out data of that day
-    from flashml.models.peak import busy_hours
+    from flashml.systems.baleen.peak import busy_hours
     from flashml.trace.ingest import load_trace
 
     df, _ = load_trace(d / "t.trace", "tectonic")

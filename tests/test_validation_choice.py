@@ -1,5 +1,5 @@
-"""The shipped variant's held-out choice (flashml/models/validation.py) and what follows from
-it: the simpler candidate wins a tie, the window is judged once the cache has filled, and
+"""The shipped variant's held-out choice (flashml/systems/baleen/validation.py) and what follows
+from it: the simpler candidate wins a tie, the window is judged once the cache has filled, and
 the feature set the choice shipped is the one every later retraining uses."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def test_fewer_features_win_a_tie_as_the_flat_threshold_does() -> None:
     CacheLib-ML's (no size features), both flat: within the 1% noise of a one-window peak,
     so the reader ships the smaller model, as a schedule within 1% of the flat threshold is
     not shipped. A 1.5% gap is a signal: Baleen's size features earn their place."""
-    from flashml.models.validation import Candidate, feature_count, pick
+    from flashml.systems.baleen.validation import Candidate, feature_count, pick
 
     def c(fs: str, bonus: float, peak: float) -> Candidate:
         return Candidate(fs, (10, 11, 12) if bonus else (), bonus, peak_dt_util=peak)
@@ -42,7 +42,7 @@ def test_ml_when_prefetches_only_when_it_beats_less_prefetch_by_more_than_noise(
     """ML-When's training-day peaks by threshold (1.0: never prefetch): 0.7 is lowest, 0.9
     is 0.3% above it (noise): the reader keeps the lesser prefetch, 0.9; with 0.9 at 1.5%
     above, 0.7 has earned it. NaN (no measured window) never wins."""
-    from flashml.models.converge import simplest_when
+    from flashml.systems.baleen.converge import simplest_when
 
     assert simplest_when({0.5: 0.0723, 0.7: 0.0716, 0.9: 0.0718, 1.0: 0.0744}) == 0.9
     assert simplest_when({0.5: 0.0723, 0.7: 0.0716, 0.9: 0.0727, 1.0: 0.0744}) == 0.7
@@ -55,7 +55,7 @@ def test_the_window_is_judged_once_the_cache_has_filled() -> None:
     days are measured after a day of warm-up). The held-out choice and ML-When's leave out
     the time the target write rate takes to fill the cache (1 GiB at 1 MB/s: 1,074 s, two
     10-minute windows), at most half the day's span."""
-    from flashml.models.converge import fill_seconds, warm_training_day
+    from flashml.systems.baleen.converge import fill_seconds, warm_training_day
 
     base = SimConfig(sample_ratio=100.0, cache_gb=1.0, admission="rejectx", warmup_s=86_400.0)
     assert fill_seconds(base, 1.0, 86_400.0) == 1200.0
@@ -85,10 +85,10 @@ def test_a_warm_started_loop_retrains_with_the_shipped_feature_set(
     the eviction age) trains without the size features too, not with all 18 (which would
     judge another model than the one shipped). The loop's stages are stubbed: only the
     feature set handed to the training is checked."""
-    from flashml.episodes import core
-    from flashml.models import converge
-    from flashml.models.validation import zeroed_features
-    from flashml.policies.tuning import Tuned
+    from flashml.systems.baleen import converge
+    from flashml.systems.baleen.episodes import core
+    from flashml.systems.baleen.tuning import Tuned
+    from flashml.systems.baleen.validation import zeroed_features
 
     zeroed = zeroed_features("cachelib_like")
     trained: list[tuple[str, ...]] = []

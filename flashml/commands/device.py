@@ -83,7 +83,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from flashml.device.host import fuse_unavailable
     from flashml.device.throttled import unavailable
     from flashml.files import atomic_path, check_outputs
-    from flashml.kml.experiment import flashrt_binary
+    from flashml.systems.kml.experiment import flashrt_binary
 
     try:
         mode = os.stat(args.trace).st_mode

@@ -10,13 +10,13 @@ from pathlib import Path
 from flashml.commands.argtypes import Number
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
-from flashml.episodes.constants import DEFAULT_K, ENGINES, WHEN_EPSILON_S
 from flashml.files import check_outputs, dumps
 from flashml.settings import OPTIONS
+from flashml.systems.baleen.episodes.constants import DEFAULT_K, ENGINES, WHEN_EPSILON_S
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from flashml.episodes.core import EpisodeParams, build
+    from flashml.systems.baleen.episodes.core import EpisodeParams, build
     from flashml.trace.ingest import canonical_path
 
     check_outputs({"-o": args.out}, {"--trace": args.trace}, folders=("-o",))
@@ -59,7 +59,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 EPILOG = """\
-outputs (in -o DIR, written atomically; semantics in flashml/episodes/core.py):
+outputs (in -o DIR, written atomically; semantics in flashml/systems/baleen/episodes/core.py):
   episodes.parquet  one row per episode: episode_id, key, first_row, first_time, last_time,
                     gets, range_start, range_end (OPT-Range, inclusive segments),
                     size_segments, get_segments, accessed_segments, replay_ios,

@@ -95,8 +95,8 @@ def simulate_resolved(pol: Resolved, df: Any, base: Any) -> dict[str, Any]:
             raise UserError(f"{pol.source}: {e}") from None
     from flashml.compiler.bundle import sim_peak
     from flashml.features.online import feature_matrix
-    from flashml.jobs.registry import load_policy_dir
-    from flashml.models.baleen import score_all
+    from flashml.systems.baleen.model import score_all
+    from flashml.systems.baleen.registry import load_policy_dir
 
     try:
         policy = load_policy_dir(pol.path)

@@ -158,7 +158,7 @@ def _add_unverified(p: argparse.ArgumentParser) -> None:
 def _run_mat(args: argparse.Namespace, df: Any, cfg: Any, arrays: dict[str, Any]) -> Any:
     """--mat PREDICTOR: MAT evicts at the tail of the block LRU (simulate_mat_flash); with
     --policy DIR the bundle's admission + prefetch beside it (Baleen + MAT)."""
-    from flashml.simulation import simulate_mat_flash
+    from flashml.systems.mat.simulation import simulate_mat_flash
 
     pred: Any = args.mat
     if pred not in ("none", "oracle"):
@@ -229,7 +229,7 @@ def cmd_objects(args: argparse.Namespace) -> int:
 
 def _policy_list(text: str) -> tuple[str, ...]:
     """`all` (every policy that needs only the trace) or a comma-separated list."""
-    from flashml.partitioning import POLICIES, TRACE_POLICIES
+    from flashml.systems.mlcache.partitioning import POLICIES, TRACE_POLICIES
 
     if text.strip().lower() == "all":
         return TRACE_POLICIES
@@ -263,7 +263,7 @@ def _bundle_shares(args: argparse.Namespace, trace: Any) -> Any:
     the end of each interval for the next, as the runtime would."""
     from flashml.compiler.loader import load_policy
     from flashml.features.partition import contract
-    from flashml.models.mlcache import schedule, trace_features
+    from flashml.systems.mlcache.model import schedule, trace_features
 
     if args.steps != contract().steps:
         raise UserError(f"--steps {args.steps}: the partition network's features have "
@@ -279,7 +279,7 @@ def _bundle_shares(args: argparse.Namespace, trace: Any) -> Any:
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
-    from flashml.partitioning import compare, page_requests
+    from flashml.systems.mlcache.partitioning import compare, page_requests
     from flashml.trace.ingest import load_trace
 
     if "mlcache" in args.policy and (args.shares is None) == (args.bundle is None):

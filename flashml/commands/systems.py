@@ -1,7 +1,7 @@
 """`flashml <system> run`: every system's main job end to end, one command shape for all.
 
-For each job module in `flashml.jobs.SYSTEMS` (e.g. flashml/jobs/baleen.py, whose command is
-`pipeline`): `--trace/--format/--sample-ratio` and `--out`, the job's own options
+For each job module in `flashml.systems.SYSTEMS` (e.g. flashml/systems/baleen/job.py, whose
+command is `pipeline`): `--trace/--format/--sample-ratio` and `--out`, the job's own options
 (`add_cli`), settings built once (`Settings.from_cli`, validated before any work), then
 `flashml.jobs.run.run_job`: every stage of `STAGES` over the run folder, one MLflow run,
 `summary.json`, and the job's `describe(summary, settings)` printed at the end.
@@ -50,7 +50,7 @@ def _make_run(job: ModuleType):  # type: ignore[no-untyped-def]
         if system and system != command_name(job):
             # `flashml pipeline run --system NAME`: that system's job on its embedded
             # default (its own options at their defaults; --trace/--format passed on)
-            from flashml.jobs import SYSTEMS
+            from flashml.systems import SYSTEMS
 
             other = next(_job(m) for m in SYSTEMS if command_name(_job(m)) == system)
             passed = []
@@ -79,7 +79,7 @@ def _make_run(job: ModuleType):  # type: ignore[no-untyped-def]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from flashml.jobs import SYSTEMS
+    from flashml.systems import SYSTEMS
 
     for module in SYSTEMS:
         job = _job(module)

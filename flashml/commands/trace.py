@@ -212,11 +212,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from flashml.trace.blockgen import BLOCK_PRESETS
+    from flashml.systems.pannier.blockgen import BLOCK_PRESETS
 
     refuse_overwriting_inputs({"-o": args.output}, {})
     if args.preset in BLOCK_PRESETS:
-        from flashml.trace.blockgen import get_block_preset, write_block_msr
+        from flashml.systems.pannier.blockgen import get_block_preset, write_block_msr
 
         if args.days is not None:
             raise UserError(f"--days: the block preset {args.preset} has a fixed span "
@@ -237,12 +237,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_mix(args: argparse.Namespace) -> int:
-    from flashml.trace.multistream import generate_mix, write_mix
+    from flashml.systems.mlcache.multistream import generate_mix, write_mix
 
     refuse_overwriting_inputs({"-o": args.output}, {})
     kinds = None
     if args.kinds:
-        from flashml.trace.multistream import STREAM_KINDS
+        from flashml.systems.mlcache.multistream import STREAM_KINDS
 
         kinds = tuple(k.strip() for k in args.kinds.split(","))
         bad = [k for k in kinds if k not in STREAM_KINDS]
@@ -341,7 +341,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="shuffle seed, an integer in 0..2^32-1 (default 0)")
     p.set_defaults(func=cmd_sample)
 
-    from flashml.trace.blockgen import BLOCK_PRESETS
+    from flashml.systems.pannier.blockgen import BLOCK_PRESETS
     from flashml.trace.limits import MAX_PHASES, MAX_SCALE, MAX_STREAMS
     from flashml.trace.presets import OBJECT_PRESETS, PRESETS
 

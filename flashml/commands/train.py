@@ -1,6 +1,6 @@
 """`flashml train` and `flashml sweep`: the learning stages of Baleen's main job on their own.
 
-Both run stages of `flashml.jobs.baleen.STAGES` (the list `flashml pipeline run` and the DAG
+Both run stages of `flashml.systems.baleen.job.STAGES` (the list `flashml pipeline run` and the DAG
 run) over a run folder: `train` runs `ingest` + `train` and copies the candidate bundle to
 `-o`; `sweep` runs `ingest` + `sweep`.
 """
@@ -30,8 +30,8 @@ def _run(stage_names: tuple[str, ...], s: BaleenSettings, kind: str, workdir: Pa
     """Run the job's stages `stage_names` over the run folder `workdir` in a new MLflow run
     (named, tagged and described as a `kind` run: train or sweep); returns the run folder
     and the records."""
-    from flashml.jobs import baleen
     from flashml.jobs.run import RunDir, Timer, open_run, run_stages, select
+    from flashml.systems.baleen import job as baleen
 
     run = RunDir(workdir)
     timer = Timer()
@@ -45,7 +45,7 @@ def _run(stage_names: tuple[str, ...], s: BaleenSettings, kind: str, workdir: Pa
 
 def cmd_train(args: argparse.Namespace) -> int:
     from flashml.files import atomic_dir
-    from flashml.jobs.baleen import policy_dir
+    from flashml.systems.baleen.job import policy_dir
 
     s = BaleenSettings.from_cli(args).replace(sweep_trials=0, register=False, compile=False)
     out: Path = args.output

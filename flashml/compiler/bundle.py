@@ -498,7 +498,7 @@ def _checked_evict(where: str, ev: Any) -> dict[str, Any]:
 
 
 def _checked_peak(where: str, hours: Any, bonus: Any) -> dict[str, Any]:
-    """The peak schedule (models/peak.py) as policy.json stores it, checked: distinct hours
+    """The peak schedule (systems/baleen/peak.py) as policy.json stores it, checked: distinct hours
     of the day in 0..23, a bonus in [0, 1]. Bundles without one have a flat threshold."""
     if not isinstance(hours, list) or not all(
             isinstance(h, int) and not isinstance(h, bool) and 0 <= h < 24 for h in hours) \
@@ -520,7 +520,7 @@ def sim_peak(params: Mapping[str, Any]) -> dict[str, Any]:
 
 def find_bundle(root: Path) -> Path:
     """The folder under `root` (itself, `policy/`, or `artifacts/policy/` of the registered
-    pyfunc policy model, flashml/jobs/policy_model.py) that holds policy.json."""
+    pyfunc policy model, flashml/systems/baleen/policy_model.py) that holds policy.json."""
     for cand in (root, root / ARTIFACT_PATH, root / "artifacts" / ARTIFACT_PATH):
         if (cand / POLICY_JSON).is_file():
             return cand

@@ -8,7 +8,7 @@ deviations; the class maps to a readahead size (KiB). Two kinds:
 
 - `mlp`: a network of one or more hidden layers of logistic units and a softmax output (its
   argmax is the class, so the C takes the argmax of the output layer's sums): KML's own
-  (5 -> 15 -> 5 -> 4) or one hidden layer (models/kml.py NETWORKS).
+  (5 -> 15 -> 5 -> 4) or one hidden layer (systems/kml/model.py NETWORKS).
 - `tree`: a decision tree (the paper's comparison), as its node arrays.
 
 Why our own C and not emlearn's (which MLCache's network uses): emlearn evaluates networks in

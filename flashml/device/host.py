@@ -1,6 +1,6 @@
-"""Host helpers shared by the device testbeds (flashml.kml.testbed, flashml.device.throttled):
-running a tool with a clear error, and cgroups that limit memory or throttle a block device's
-reads (cgroup v1's controllers where mounted, else v2's)."""
+"""Host helpers shared by the device testbeds (flashml.systems.kml.testbed,
+flashml.device.throttled): running a tool with a clear error, and cgroups that limit memory
+or throttle a block device's reads (cgroup v1's controllers where mounted, else v2's)."""
 
 from __future__ import annotations
 

@@ -67,8 +67,8 @@ def contract() -> Contract:
 
 def interval_features(histograms: Any, counts: Any, c: Contract | None = None) -> np.ndarray:
     """The contract's features of every interval: histograms (intervals, k, steps) from
-    `flashml.partitioning.partition_curves`, counts (intervals, k) the requests of each
-    stream in each interval (those the cache sees). Both are divided by the interval's
+    `flashml.systems.mlcache.partitioning.partition_curves`, counts (intervals, k) the requests of
+    each stream in each interval (those the cache sees). Both are divided by the interval's
     requests; slots k.. are zero. float64 (intervals, num_features)."""
     c = c or contract()
     h = np.asarray(histograms, dtype=np.float64)

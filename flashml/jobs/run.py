@@ -1,7 +1,7 @@
 """What every system's main job shares: the run folder with its stage records, the stage
 list runner, the stage timer, the MLflow run, and the summary.
 
-A job (`flashml/jobs/baleen.py`, later `mat.py`, ...) is a tuple of `Stage`s over one
+A job (`flashml/systems/baleen/job.py`, later `mat.py`, ...) is a tuple of `Stage`s over one
 `RunDir`. Every stage reads its inputs from the run folder and writes its outputs into it,
 then records `stages/<stage>.json` atomically; calling a recorded stage again returns the
 record without redoing the work, so a retried Airflow task is idempotent and the CLI, the

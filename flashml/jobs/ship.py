@@ -14,7 +14,7 @@ A job module opts in with:
 - optionally `judged_on(run, s) -> str`: what a score is comparable across (default: the
   trace's name).
 
-**The champion rule** (as Baleen's `flashml/jobs/registry.py`): every run registers its
+**The champion rule** (as Baleen's `flashml/systems/baleen/registry.py`): every run registers its
 bundle as a new version of `flashml-<system>`; alias `champion` moves to it only when it
 beats the champion on the same judgement (`judged_on`: the same trace, scored the same way:
 lower `SCORE` wins for "min", higher for "max"); a tie keeps the champion; the first version

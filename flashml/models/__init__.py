@@ -1,2 +1,1 @@
-"""Training: LightGBM (gbm), Baleen's policy models and convergence loop, the peak
-schedule, the Optuna sweep."""
+"""Training shared by the systems: LightGBM (gbm) and its exact fast scoring (forest)."""

@@ -1,2 +1,1 @@
-"""Policies judged on the simulator at a target write rate: the tuning helper, the
-heuristic baselines (RejectX, CoinFlip), OPT, and Baleen-TCO."""
+"""Policies' costs shared by the systems: Baleen-TCO (tco), the reports' TCO curve."""

@@ -73,7 +73,7 @@ FREE_ACCESSES = 1 << 24
 """The first 16,777,216 accesses of a trace are allowed whatever `--max-expansion` says."""
 
 
-# A mix's sizes (trace/multistream.py), here for the same reason.
+# A mix's sizes (systems/mlcache/multistream.py), here for the same reason.
 MAX_STREAMS = 1024
 """The most streams of a mix."""
 MAX_PHASES = 10_000

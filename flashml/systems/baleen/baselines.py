@@ -1,0 +1,108 @@
+"""Baselines tuned to the same target write rate: RejectX (history factor) and CoinFlip (p),
+plus a threshold tuner for any per-access score (learned models)."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from flashml.simulation import SimConfig, simulate
+from flashml.systems.baleen.tuning import Tuned, tune_to_write_rate
+
+
+def tune_rejectx(df: pl.DataFrame, base: SimConfig, target_mbps: float) -> Tuned:
+    cfg = base.replace(admission="rejectx")
+    return tune_to_write_rate(lambda f: simulate(df, cfg.replace(rejectx_factor=f)),
+                              target_mbps, 1e-4, 1e3, increasing=True, log_scale=True)
+
+
+def tune_coinflip(df: pl.DataFrame, base: SimConfig, target_mbps: float) -> Tuned:
+    cfg = base.replace(admission="coinflip")
+    return tune_to_write_rate(lambda p: simulate(df, cfg.replace(coinflip_p=p)),
+                              target_mbps, 0.0, 1.0, increasing=True)
+
+
+def tune_threshold(df: pl.DataFrame, base: SimConfig, target_mbps: float,
+                   arrays: dict[str, np.ndarray], *,
+                   known: list[tuple[float, float]] | None = None,
+                   hint: list[tuple[float, float]] | None = None, **prefetch: Any) -> Tuned:
+    """Admission threshold on `arrays['score']` (with any prefetch arrays) at the target.
+    The search runs over the share of accesses admitted (`share_to_threshold`); `known` and
+    the result's `points` are (share, write rate) pairs of these arrays and config; `hint`:
+    such pairs of similar arrays or config, to aim with (`tune_to_write_rate`)."""
+    cfg = base.replace(admission="threshold", **prefetch)
+    knob = share_to_threshold(arrays["score"])
+    tuned = tune_to_write_rate(
+        lambda q: simulate_threshold(df, cfg.replace(threshold=knob(q)), arrays),
+        target_mbps, 0.0, 1.0, increasing=True, known=known, hint=hint)
+    return replace(tuned, knob=knob(tuned.knob))
+
+
+#: The last simulations of `simulate_threshold`, newest last: (key, weak references to the
+#: table and the arrays it was run with, result).
+_RECENT: list[tuple[tuple[Any, ...], list[weakref.ref[Any]], Any]] = []
+_RECENT_LOCK = threading.Lock()
+#: How many `_RECENT` keeps (a result is a few KB: metrics and the window series).
+RECENT_SIMULATIONS = 64
+
+
+def simulate_threshold(df: pl.DataFrame, cfg: SimConfig, arrays: dict[str, np.ndarray]) -> Any:
+    """`simulate(df, cfg, **arrays)`, or its result when the same table and arrays (the same
+    objects, still alive: weak references, so no array outlives its search) were just
+    simulated with the same config: a search that starts on a point another search
+    measured (the main loop's last point, given to the flat-threshold row and to the
+    sweep's trial at the target as `known`) needs no simulation for that point's figures.
+    The simulator is deterministic, so the result is the one it would return."""
+    objs = [df, *(arrays[k] for k in sorted(arrays))]
+    key = (cfg, tuple(sorted(arrays)), tuple(id(o) for o in objs))
+    with _RECENT_LOCK:
+        _RECENT[:] = [e for e in _RECENT if all(r() is not None for r in e[1])]
+        for i, (k, refs, res) in enumerate(_RECENT):
+            if k == key and all(r() is o for r, o in zip(refs, objs, strict=True)):
+                _RECENT.append(_RECENT.pop(i))
+                return res
+    res = simulate(df, cfg, **arrays)
+    try:
+        refs = [weakref.ref(o) for o in objs]
+    except TypeError:  # an object without weak references (a plain list): not kept
+        return res
+    with _RECENT_LOCK:
+        _RECENT.append((key, refs, res))
+        del _RECENT[:-RECENT_SIMULATIONS]
+    return res
+    res = simulate(df, cfg, **arrays)
+    with _RECENT_LOCK:
+        _RECENT.append((key, df, arrays, res))
+        del _RECENT[:-RECENT_SIMULATIONS]
+    return res
+
+
+def share_to_threshold(score: np.ndarray) -> Callable[[float], float]:
+    """The threshold that admits about a share q of the accesses by score (q = 0: 1.0, none;
+    q = 1: 0.0, all), interpolated between the ranked scores so that every threshold in
+    [0, 1] stays reachable (a peak schedule's lowered threshold falls between them): the
+    write rate is close to linear in q, not in the threshold (scores bunch near 0 and 1), so
+    the tuner's interpolation lands near the target in a few steps."""
+    score = np.asarray(score, dtype=np.float64)
+    # every n/2^18-th score: quantiles within ~0.2% (the map only has to be monotone and
+    # near linear), a 4 ms sort instead of 1 s at 10 M accesses
+    step = max(1, len(score) >> 18)
+    ranked = np.concatenate(([0.0], np.sort(np.clip(score[::step], 0.0, 1.0)), [1.0]))
+    top = float(len(ranked) - 1)
+
+    def threshold(q: float) -> float:
+        if q <= 0.0:
+            return 1.0
+        if q >= 1.0:
+            return 0.0
+        x = (1.0 - q) * top
+        i = min(int(x), len(ranked) - 2)
+        return float(ranked[i] + (x - i) * (ranked[i + 1] - ranked[i]))
+
+    return threshold

@@ -1,0 +1,1160 @@
+"""Baleen's main job: learned admission + prefetch, as a list of stages over one run folder.
+
+`STAGES` is the one stage list: `flashml pipeline run` runs all of it in one process,
+`flashml train` the stages up to `train`, `flashml sweep` `ingest` + `sweep`, and the Airflow
+DAG (`dags/flashml_retrain.py`) one task per stage. Settings: `flashml.settings.BaleenSettings`.
+
+    ingest -> train -> episodes -> policies -> sweep -> plots -> compile -> evaluate -> promote
+
+Policies (all at the same target write rate, on the same simulated cache): `rejectx`
+(history factor tuned), `coinflip` (p tuned), `cachelib_ml` (the admission GBM without the
+size features, under the shipped policy's schedule), `baleen_admission_only`,
+`baleen_flat_threshold` (the shipped models, flat threshold), `baleen` (ML admission +
+ML-Range + ML-When, the shipped variant: peak schedule or none and feature set chosen on
+held-out data of the training window, systems/baleen/validation.py) and `opt` (episodes'
+OPT with OPT-Range: the bound). Peak
+DT and all metrics are measured on the evaluation days (the training window, the first day
+by default, is the simulator's warm-up).
+
+Files of a run folder (flashml/jobs/run.py has the common part):
+
+| path                 | written by          | what                                         |
+|----------------------|---------------------|----------------------------------------------|
+| `accesses.parquet`   | ingest              | the canonical, validated access table        |
+| `work/`              | train, policies, sweep | features, loops, OPT, trials, DT series |
+| `policy/`            | train               | the candidate model bundle (compiler/bundle) |
+| `episodes/`          | episodes            | episodes, labels, OPT arrays, summary (Spark)|
+| `plots/`             | plots               | DT utilisation, TCO curve, ... (PNG)         |
+| `compiled/`          | compile             | policy.so, flashml_policy.h, manifest.json   |
+| `mlflow_run_id`      | the first stage     | the MLflow run every stage logs into         |
+| `stages/*.json`      | every stage         | the stage's record (small JSON)              |
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flashml.config import DEFAULTS
+from flashml.errors import TraceError, UserError
+from flashml.files import atomic_dir, write_json
+from flashml.jobs import report
+from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
+from flashml.settings import BaleenSettings
+
+if TYPE_CHECKING:  # numpy, the simulator and the tuner load when a stage runs, not with the CLI
+    import numpy as np
+
+    from flashml.simulation import SimConfig
+    from flashml.systems.baleen.tuning import Tuned
+
+log = logging.getLogger("flashml.pipeline")
+
+SERIES_FILE = "policy_series.npz"
+
+
+# --- what the stages share, derived from the run folder ----------------------------------
+
+
+def policy_dir(run: RunDir) -> Path:
+    return run.path / "policy"
+
+
+def compiled_dir(run: RunDir) -> Path:
+    return run.path / "compiled"
+
+
+def features(run: RunDir) -> np.ndarray:
+    """The admission features of every access: computed once per run folder and kept in
+    `work/features-<key>.npy`, the key a hash of the accesses table's bytes and the feature
+    contract, so a resumed job or a sweep worker process maps the file instead of computing
+    them again (15 s at 10 M accesses); once per process after that."""
+    if "feats" not in run.cache:
+        import numpy as np
+
+        from flashml.features.online import feature_matrix
+        from flashml.files import atomic_path
+
+        path = features_file(run)
+        if path.is_file():
+            run.cache["feats"] = np.load(path, mmap_mode="r")
+        else:
+            feats = feature_matrix(run.frame()[0])
+            with atomic_path(path) as tmp, open(tmp, "wb") as f:
+                np.save(f, feats)
+            run.cache["feats"] = feats
+    return run.cache["feats"]
+
+
+def features_file(run: RunDir) -> Path:
+    """Where `features` keeps the run's feature matrix: keyed by the accesses table's bytes
+    and the feature contract's hash."""
+    import hashlib
+
+    from flashml.compiler.build import sha256_file
+    from flashml.features.contract import contract
+
+    key = hashlib.sha256(f"{sha256_file(run.table)} {contract().hash}".encode()).hexdigest()
+    return run.work / f"features-{key[:16]}.npy"
+
+
+def base_config(run: RunDir, s: BaleenSettings) -> SimConfig:
+    """The simulator set-up every policy is judged with: the evaluation starts where the
+    training window ends (the first day by default)."""
+    from flashml.simulation import SimConfig
+
+    return SimConfig.for_trace(run.frame()[1], cache_gb=s.cache_gb, warmup_s=s.train_seconds)
+
+
+def learned_config(run: RunDir, s: BaleenSettings) -> SimConfig:
+    """`base_config` with the shipped policy's peak schedule (after `train`): the one the
+    held-out validation chose (systems/baleen/validation.py: flat, or the `s.peak.hours` busiest
+    consecutive hours of the training window with a threshold `s.peak.bonus` lower), or a
+    given candidate bundle's."""
+    if "learned_base" not in run.cache:
+        rec = run.done("train")
+        if rec is None or "choice" not in rec:
+            raise RuntimeError("the learned policies' schedule is known after `train`")
+        ch = rec["choice"]
+        run.cache["learned_base"] = base_config(run, s).replace(
+            peak_hours=tuple(int(h) for h in ch["peak_hours"]),
+            peak_bonus=float(ch["peak_bonus"]))
+    return run.cache["learned_base"]
+
+
+#: The main job's peak memory: a fixed part and a part per access (bench_pipeline.py: 1.5 GB
+#: at 1 M accesses, 7.6 GB at 10 M; the feature matrix alone is 144 B per access).
+JOB_BASE_BYTES = 800 * 2**20
+JOB_BYTES_PER_ACCESS = 700
+
+
+def check_memory(run: RunDir, available: int | None = None) -> None:
+    """UserError, before the first model is trained, when the trace's accesses would not fit
+    in the available memory (`available`, default MemAvailable): the job keeps every
+    access's features, scores and the simulator's columns in memory, so a trace too large
+    would be killed half-way instead."""
+    import pyarrow.parquet as pq
+
+    from flashml.systems.baleen.episodes.core import available_memory_bytes
+
+    rows = pq.ParquetFile(run.table).metadata.num_rows
+    need = JOB_BASE_BYTES + rows * JOB_BYTES_PER_ACCESS
+    avail = available_memory_bytes() if available is None else available
+    if need <= avail:
+        return
+    fit = max(0, (avail - JOB_BASE_BYTES) // JOB_BYTES_PER_ACCESS)
+    share = 100.0 * fit / rows
+    raise UserError(
+        f"{run.table}: the main job on {rows:,} accesses needs about {need / 2**30:.1f} GiB "
+        f"(the features, scores and simulator columns of every access: ~"
+        f"{JOB_BYTES_PER_ACCESS} B each, plus {JOB_BASE_BYTES / 2**30:.1f} GiB), and "
+        f"{avail / 2**30:.1f} GiB are available. Sample the trace by key to about {fit:,} "
+        f"accesses (`flashml trace sample TRACE --size {max(share, 0.01):.2g} -o "
+        f"sample.parquet`: the sample keeps whole blocks, as the artifact's traces do), or "
+        f"build the episodes alone, which scale out on Spark (`flashml episodes build "
+        f"--engine spark`)")
+
+
+def check_span(run: RunDir, s: BaleenSettings, source: Path | None = None) -> None:
+    """UserError (naming `source`, else the run's table) unless the trace outlasts the
+    training window by at least one measurement window (systems/baleen/dataset.py)."""
+    from flashml.systems.baleen.dataset import check_span as check
+
+    check(run.frame()[0]["time"].to_numpy(), s.train_seconds, source or run.table)
+
+
+def _metrics(t: Tuned, knob_name: str) -> dict[str, Any]:
+    m = dict(t.result.metrics)
+    m[knob_name] = t.knob
+    m["reached_target"] = t.reached
+    return m
+
+
+def _learned(run: RunDir) -> Any:
+    """The candidate's LearnedPolicy: in memory after `train`, else from `policy/`."""
+    loop = run.cache.get("loop")
+    if loop is not None:
+        return loop.policy
+    from flashml.systems.baleen.registry import load_policy_dir
+
+    return load_policy_dir(policy_dir(run))
+
+
+def warm_start(run: RunDir, s: BaleenSettings) -> Any:
+    """The main loop's converged state for the sweep's trials (models/converge.WarmStart):
+    in memory after `train`, else from its record and the policy bundle; None when the run
+    trained no loop (a given candidate bundle) or ships no bundle (admission only)."""
+    from flashml.systems.baleen.converge import WarmStart
+
+    loop = run.cache.get("loop")
+    if loop is not None:
+        return WarmStart.from_loop(loop, s.loop.accesses_per_episode)
+    rec = run.done("train") or {}
+    if "policy_bundle" not in rec or "candidate_source" in rec:
+        return None
+    from flashml.compiler.bundle import read_policy_json
+    from flashml.systems.baleen.model import score_all
+
+    policy = _learned(run)
+    k = rec.get("convergence", {}).get("accesses_per_episode") or s.loop.accesses_per_episode
+    pts = rec.get("search_points") or {}
+    from flashml.systems.baleen.validation import FEATURE_SETS, zeroed_features
+
+    fs = (rec.get("choice") or {}).get("feature_set")
+
+    def pairs(xs: Any) -> list[tuple[float, float]]:
+        return [(float(x), float(w)) for x, w in xs or []]
+
+    return WarmStart(float(rec["eviction_age_s"]), int(k), policy,
+                     score_all(policy, features(run)),
+                     float(read_policy_json(policy_dir(run))["when_threshold"]),
+                     points=pairs(pts.get("points")),
+                     when_points={float(c): pairs(v) for c, v in pts.get("when_points", [])},
+                     final_points=pairs(pts.get("final_points")),
+                     zeroed=zeroed_features(fs) if fs in FEATURE_SETS else ())
+
+
+def log_training_curves(run_id: str, boosters: dict[str, Any]) -> None:
+    """Each shipped model's held-out loss per boosting round (`gbm.fit`'s record) as the
+    stepped metric `gbm_<model>_<set>_<metric>` of the run, so MLflow plots the curves."""
+    import time as _time
+
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    now = int(_time.time() * 1000)
+    rows = [Metric(f"gbm_{name}_{key}", v, now, i)
+            for name, b in boosters.items()
+            for key, vals in (getattr(b, "flashml_curve", None) or {}).items()
+            for i, v in enumerate(vals)]
+    client = MlflowClient()
+    for k in range(0, len(rows), 1000):  # MLflow's batch limit
+        client.log_batch(run_id, metrics=rows[k:k + 1000])
+
+
+def feature_frame(rows: np.ndarray) -> Any:
+    """Feature rows as a pandas DataFrame with the contract's 18 feature names (what the
+    MLflow models' signatures and input examples show)."""
+    import numpy as np
+    import pandas as pd
+
+    from flashml.features.contract import contract
+
+    return pd.DataFrame(np.asarray(rows, dtype=np.float64), columns=list(contract().names))
+
+
+def trace_name(run: RunDir | None, s: BaleenSettings) -> str:
+    """The trace as runs and studies name it: its file name, else the generated preset."""
+    if s.trace is not None:
+        return Path(s.trace).name
+    return f"{s.preset}-seed{s.seed}"
+
+
+def log_dataset(run: RunDir, s: BaleenSettings) -> None:
+    """The validated accesses table as the MLflow run's input dataset (`mlflow.log_input`:
+    name, source, digest, schema and row count on the run page); the first
+    `s.train_seconds` train, the rest judge."""
+    import mlflow
+
+    df, meta = run.frame()
+    rec = run.done("ingest") or {}
+    source = str(Path(rec.get("trace") or run.table).resolve())
+    import polars as pl
+    from mlflow.data.polars_dataset import infer_schema
+
+    ds = mlflow.data.from_polars(df, source=source, name=trace_name(run, s))
+    # MLflow's schema has no unsigned integers: the table's schema with them as long
+    ds.__dict__["schema"] = infer_schema(df.head(0).cast(
+        {c: pl.Int64 for c, t in df.schema.items() if t.is_unsigned_integer()}))
+    mlflow.log_input(ds, context="training", tags={
+        "train_hours": f"{s.train_seconds / 3600:g}",
+        "sample_ratio": str(getattr(meta, "sample_ratio", ""))})
+
+
+# --- stages --------------------------------------------------------------------------------
+
+
+def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """Trace -> `accesses.parquet`, validated by Great Expectations (Data Docs in
+    `$FLASHML_HOME/gx`, with every run's: `flashml ui docs`),
+    with its Table 2 statistics; without a trace, the synthetic `s.preset` is generated
+    first (the embedded default). UserError if validation fails or the trace is shorter
+    than the training window."""
+    rec = run.done("ingest")
+    if rec is not None:
+        return rec
+    from flashml.trace.canonical import read_table, with_sample_ratio, write_table
+    from flashml.trace.ingest import ingest as ingest_trace
+    from flashml.trace.ingest import is_parquet
+    from flashml.trace.stats import compute_stats, format_stats
+    from flashml.trace.validate import validate_table
+
+    out: dict[str, Any] = {}
+    if s.trace is None:
+        from flashml.trace.generate import generate_trace
+
+        raw = run.path / f"{s.preset}-seed{s.seed}.trace"
+        with timer.stage("generate"):
+            out["generate"] = generate_trace(s.preset, s.seed, raw, accesses=s.accesses,
+                                             days=s.days)
+    else:
+        raw = Path(s.trace)
+    if not raw.exists():
+        raise TraceError(raw, "no such file")
+    table = run.table
+    with timer.stage("ingest"):
+        if is_parquet(raw) and s.format in (None, "parquet"):
+            if raw.resolve() != table.resolve():
+                from flashml.files import atomic_path
+
+                with atomic_path(table) as tmp:
+                    shutil.copyfile(raw, tmp)
+        else:
+            res = ingest_trace(raw, table, s.format or "tectonic", sample_ratio=s.sample_ratio,
+                               skip_bad_lines=s.skip_bad_lines)
+            out["ingest"] = {"rows": res.rows, "lines": res.lines, "seconds": res.seconds,
+                             "skipped_lines": res.skipped_lines}
+    run.cache.pop("frame", None)
+    df, meta = read_table(table)
+    resolved = with_sample_ratio(meta, s.sample_ratio, raw)
+    if resolved != meta:
+        meta = resolved
+        write_table(df, table, meta)
+    run.cache["frame"] = (df, meta)
+    check_span(run, s, raw)  # before any training or MLflow run
+    with timer.stage("validate"):
+        # the shared context ($FLASHML_HOME/gx): an index across runs (`flashml ui docs`),
+        # and a failed validation's pages outlive the run folder put back as it was
+        rep = validate_table(df, meta, name=raw.name)
+        print(rep.describe())
+        if not rep.success:
+            raise UserError(f"validation failed on {table}; see {rep.docs_index}")
+    out["validate"] = {"success": True, "data_docs": str(rep.docs_index)}
+    with timer.stage("stats"):
+        stats = compute_stats(df, meta)
+        print(format_stats(stats))
+    out["stats"] = stats
+    out["trace"] = str(raw)
+    return run.record("ingest", out)
+
+
+def ship_variant(run: RunDir, s: BaleenSettings, loop: Any) -> dict[str, Any]:
+    """Choose the shipped variant on held-out data of the training window
+    (systems/baleen/validation.py: flat threshold or the peak schedule, Baleen's features or
+    CacheLib-ML's) and make `loop` that variant: its admission model retrained on the loop's
+    final labels without the size features when CacheLib-ML's set won, and its threshold
+    tuned to the target under the chosen schedule. The choice's record."""
+    import polars as pl
+
+    from flashml.systems.baleen.baselines import tune_threshold
+    from flashml.systems.baleen.dataset import training_data
+    from flashml.systems.baleen.model import score_all, train_policy
+    from flashml.systems.baleen.validation import choose, zeroed_features
+
+    df, _ = run.frame()
+    feats = features(run)
+    base = base_config(run, s)
+    target = s.target_write_rate_mbps
+    k = int(loop.extra.get("accesses_per_episode") or s.loop.accesses_per_episode)
+    labels = pl.read_parquet(loop.episodes_dir / "labels.parquet")
+    eps = pl.read_parquet(loop.episodes_dir / "episodes.parquet")
+    choice = choose(df, feats, labels, eps, base, target, k, s.loop, s.gbm, s.peak,
+                    arrays=loop.arrays if s.with_prefetch else None)
+    # a sweep trial warm-started from this loop retrains with the shipped feature set
+    loop.extra["zeroed"] = zeroed_features(choice.feature_set)
+    prefetch = {"prefetch": "range", "prefetch_when": "score"} if s.with_prefetch else {}
+    retune = choice.when_threshold not in (None, loop.when_threshold)
+    if choice.when_threshold is not None:  # chosen for the shipped variant
+        loop.when_threshold = choice.when_threshold
+    flat = base.replace(when_threshold=loop.when_threshold)
+    if choice.feature_set != "baleen" or retune:
+        if choice.feature_set != "baleen":
+            data = training_data(feats, df["time"].to_numpy(), labels, eps, s.train_seconds,
+                                 max_position=k, max_rows=s.loop.max_training_rows)
+            adm = train_policy(data, s.gbm, with_prefetch=False,
+                               zeroed=zeroed_features(choice.feature_set))
+            loop.policy.admission = adm.admission
+            loop.arrays = {**loop.arrays, "score": score_all(adm, feats)["score"]}
+        # the flat search of these arrays: what the sweep's trials and the flat-threshold
+        # row start from (the loop's own points were another model's or ML-When's)
+        flat_tuned = tune_threshold(df, flat, target, loop.arrays, **prefetch,
+                                    hint=loop.points)
+        loop.tuned, loop.points = flat_tuned, flat_tuned.points
+    if choice.peak_hours and choice.peak_bonus > 0.0:
+        loop.tuned = tune_threshold(
+            df, flat.replace(peak_hours=choice.peak_hours, peak_bonus=choice.peak_bonus),
+            target, loop.arrays, **prefetch, hint=loop.points)
+        loop.final_points = loop.tuned.points
+    return choice.record()
+
+
+def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """Baleen's convergence loop (episodes -> train -> simulate until the eviction age is
+    stable) -> the candidate bundle `policy/`, logged to the MLflow run with the admission
+    model. With `s.candidate_bundle`, that bundle is the candidate instead (scored on this
+    trace the way the registry scores a champion)."""
+    rec = run.done("train")
+    if rec is not None:
+        return rec
+    import mlflow
+    from mlflow.models import infer_signature
+
+    from flashml.compiler.bundle import save_policy_models
+    from flashml.systems.baleen.converge import run_loop
+
+    check_span(run, s)
+    check_memory(run)
+    df, _ = run.frame()
+    with timer.stage("features"):
+        feats = features(run)
+    target = s.target_write_rate_mbps
+    run_id = mlflow.active_run().info.run_id
+    extra: dict[str, Any] = {}
+    converged = True
+    loop = None
+    if s.candidate_bundle is None:
+        with timer.stage("convergence + training (baleen)"):
+            loop = run_loop(df, run.table, feats, base_config(run, s), target,
+                            run.work / "baleen", s.gbm, s.loop,
+                            with_prefetch=s.with_prefetch)
+        print(loop.report())
+        with timer.stage("validation (peak schedule, feature set)"):
+            choice = ship_variant(run, s, loop)
+        print(f"shipped variant: {choice['reason']}")
+        extra["choice"] = choice
+        base = base_config(run, s).replace(peak_hours=tuple(choice["peak_hours"]),
+                                           peak_bonus=choice["peak_bonus"])
+        run.cache["loop"] = loop
+        policy, tuned, ea = loop.policy, loop.tuned, loop.eviction_age_s
+        when_threshold = loop.when_threshold
+        converged = loop.converged
+        convergence = {"converged": loop.converged, "reason": loop.reason,
+                       "accesses_per_episode": loop.extra.get("accesses_per_episode"),
+                       "iterations": [asdict(i) for i in loop.iterations]}
+    else:
+        from flashml.compiler.bundle import find_bundle, read_policy_json, sim_peak
+        from flashml.systems.baleen.baselines import tune_threshold
+        from flashml.systems.baleen.model import score_all
+        from flashml.systems.baleen.registry import load_policy_dir
+
+        src = find_bundle(Path(s.candidate_bundle))
+        with timer.stage("candidate bundle (given)"):
+            policy = load_policy_dir(src)
+            params = read_policy_json(src)
+            when_threshold = params["when_threshold"]
+            base = base_config(run, s).replace(**sim_peak(params))
+            tuned = tune_threshold(df, base.replace(when_threshold=when_threshold), target,
+                                   score_all(policy, feats), prefetch="range",
+                                   prefetch_when="score")
+        ea = params["eviction_age_s"]
+        convergence = {"converged": True, "reason": f"given candidate bundle {src}",
+                       "iterations": []}
+        extra["candidate_source"] = str(src)
+        extra["choice"] = {"feature_set": "given", "peak_hours": list(base.peak_hours),
+                           "peak_bonus": base.peak_bonus,
+                           "reason": f"the given candidate bundle's ({src})"}
+    run.cache["learned_base"] = base
+    m = _metrics(tuned, "threshold")
+    mlflow.log_params({"eviction_age_s": ea, "threshold": m["threshold"]})
+    log_dataset(run, s)
+    for step, it in enumerate(convergence["iterations"]):  # the loop's curve, one step each
+        mlflow.log_metrics(finite_numbers({f"loop_{k}": it[k] for k in (
+            "eviction_age_s", "measured_eviction_age_s", "threshold", "write_rate_mbps",
+            "peak_dt_util")}), step=step)
+    log_training_curves(run_id, policy.boosters())
+    run.cache["tuned_baleen"] = tuned
+    if not s.with_prefetch:  # admission only: no ML-Range/ML-When, so no shippable bundle
+        return run.record("train", {"eviction_age_s": ea, "metrics": m,
+                                    "convergence": convergence, "mlflow_run_id": run_id,
+                                    "choice": extra["choice"]})
+    bundle = save_policy_models(
+        policy_dir(run), policy.boosters(), admit_threshold=m["threshold"],
+        when_threshold=when_threshold, eviction_age_s=ea, target_write_rate_mbps=target,
+        metrics={k: v for k, v in finite_numbers(m).items() if k != "threshold"},
+        mlflow_run_id=run_id, converged=converged, peak_hours=base.peak_hours,
+        peak_bonus=base.peak_bonus)
+    mlflow.log_artifacts(str(bundle), artifact_path="policy")
+    sample = feature_frame(feats[:: max(1, len(feats) // 200)][:200])
+    cols = list(policy.admission_features)
+    info = mlflow.lightgbm.log_model(policy.admission, name="admission",
+                                     signature=infer_signature(
+                                         sample[cols], policy.admission.predict(sample[cols])),
+                                     input_example=sample[cols].head(5),
+                                     # the flavour's own list, not inferred: inference
+                                     # loads the model in a subprocess that imports mlflow
+                                     # again (~8 s at 1 M accesses)
+                                     pip_requirements=mlflow.lightgbm
+                                     .get_default_pip_requirements())
+    if loop is not None:  # what the sweep's trials aim their searches with (warm_start)
+        extra["search_points"] = {
+            "points": loop.points, "final_points": loop.final_points,
+            "when_points": [[k, v] for k, v in loop.when_points.items()]}
+    return run.record("train", {"eviction_age_s": ea, "metrics": m,
+                                "convergence": convergence, "policy_bundle": str(bundle),
+                                "model_uri": info.model_uri, "mlflow_run_id": run_id, **extra})
+
+
+def episodes(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """Episodes, OPT and labels of the table at the converged eviction age (from `train`),
+    with `s.engine` (auto by default: Polars or Spark by the table's size; Spark's master
+    `s.master`, else FLASHML_SPARK_MASTER, else local[*]): the recorded episode table of the
+    run."""
+    eviction_age_s = float(train(run, s, timer)["eviction_age_s"])
+    rec = run.done("episodes")
+    if rec is not None and rec.get("eviction_age_s") == eviction_age_s:
+        return rec
+    from flashml.systems.baleen.episodes.core import EpisodeParams, build, choose_engine
+
+    spark = None
+    master = s.resolved_master()
+    engine, why = choose_engine(run.table, s.engine, master)
+    log.info("episodes engine: %s (%s)", engine, why)
+    if engine == "spark":
+        with timer.stage("spark session"):
+            from flashml.systems.baleen.episodes.spark_engine import spark_session
+
+            spark = spark_session(master)
+    try:
+        with timer.stage(f"episodes at eviction age {eviction_age_s:.0f} s ({engine})"):
+            built = build(run.table, run.path / "episodes", EpisodeParams(
+                eviction_age_s=eviction_age_s, target_write_rate_mbps=s.target_write_rate_mbps,
+                accesses_per_episode=s.loop.accesses_per_episode),
+                engine=engine, spark=spark, master=master)
+    finally:
+        if spark is not None:
+            spark.stop()
+    summary = {k: built.summary.get(k) for k in
+               ("episodes", "admitted_episodes", "cutoff_score", "dt_saved_ratio",
+                "littles_law_cache_gb", "engine", "engine_choice")}
+    return run.record("episodes", {"eviction_age_s": eviction_age_s,
+                                   "dir": str(run.path / "episodes"), "summary": summary})
+
+
+def rejectx_peak0(run: RunDir, s: BaleenSettings) -> float:
+    """TCO's PeakDT_0: RejectX's peak DT at the default write rate WR_0 (Baleen eq. 4b), from
+    the `policies` record when the target is WR_0, else simulated here."""
+    wr0 = DEFAULTS.target_write_rate_mbps
+    rec = run.done("policies")
+    if rec is not None and s.target_write_rate_mbps == wr0:
+        return float(rec["policies"]["rejectx"]["peak_dt_util"])
+    if "rejectx_peak0" not in run.cache:
+        from flashml.systems.baleen.baselines import tune_rejectx
+
+        run.cache["rejectx_peak0"] = float(tune_rejectx(run.frame()[0], base_config(run, s), wr0)
+                                           .result.metrics["peak_dt_util"])
+    return run.cache["rejectx_peak0"]
+
+
+def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """Every policy tuned to the same target write rate and simulated: the baselines,
+    Baleen admission only, CacheLib-ML-like, Baleen (from `train`) and OPT; TCO relative to
+    RejectX at the default write rate. Each is a nested MLflow run; their DT series go to
+    `work/policy_series.npz` for the plots."""
+    rec = run.done("policies")
+    if rec is not None:
+        return rec
+    import mlflow
+    import numpy as np
+
+    from flashml.compiler.bundle import read_policy_json
+    from flashml.features.contract import contract
+    from flashml.systems.baleen.baselines import tune_coinflip, tune_rejectx, tune_threshold
+    from flashml.systems.baleen.converge import run_loop
+    from flashml.systems.baleen.model import score_all
+    from flashml.systems.baleen.opt import tune_opt
+    from flashml.systems.baleen.tuning import parallel_map
+
+    df, _ = run.frame()
+    feats = features(run)
+    base = base_config(run, s)
+    target = s.target_write_rate_mbps
+    trained = train(run, s, timer)
+    learned_base = learned_config(run, s)
+    ea = trained["eviction_age_s"]
+    pol: dict[str, dict[str, Any]] = {"baleen": dict(trained["metrics"])}
+    tuned: dict[str, Tuned] = {}
+    if "tuned_baleen" in run.cache:
+        tuned["baleen"] = run.cache["tuned_baleen"]
+    else:  # a fresh process: simulate the shipped policy again (same decisions)
+        from flashml.compiler.bundle import sim_peak
+
+        params = read_policy_json(policy_dir(run))
+        tuned["baleen"] = tune_threshold(
+            df, base.replace(when_threshold=params["when_threshold"], **sim_peak(params)),
+            target, score_all(_learned(run), feats), prefetch="range", prefetch_when="score")
+    loop = run.cache.get("loop")
+    arrays = loop.arrays if loop is not None else score_all(_learned(run), feats)
+    with timer.stage("baleen_admission_only"):
+        # aimed by the shipped policy's search (the same scores with prefetch)
+        tuned["baleen_admission_only"] = tune_threshold(
+            df, learned_base, target, {"score": arrays["score"]},
+            hint=loop.tuned.points if loop is not None else None)
+        pol["baleen_admission_only"] = _metrics(tuned["baleen_admission_only"], "threshold")
+    with timer.stage("baleen_flat_threshold"):  # what the peak schedule adds
+        wt = read_policy_json(policy_dir(run))["when_threshold"]
+        # the loop's own last search is this one (same arrays, config and target): its
+        # points put it on target at once
+        tuned["baleen_flat_threshold"] = tune_threshold(
+            df, base.replace(when_threshold=wt), target, arrays, prefetch="range",
+            prefetch_when="score", known=loop.points if loop is not None else None)
+        pol["baleen_flat_threshold"] = _metrics(tuned["baleen_flat_threshold"], "threshold")
+    # CacheLib-ML-like is trained on the episodes of Baleen's converged eviction age and K
+    # (one training instead of one per K candidate): the baselines differ in features only
+    k = trained.get("convergence", {}).get("accesses_per_episode")
+    cl_loop = replace(s.loop, start_eviction_age_s=ea, max_iter=1)
+    if k:
+        cl_loop = replace(cl_loop, accesses_per_episode=int(k), k_candidates=(int(k),))
+    with timer.stage("cachelib_ml"):
+        cl = run_loop(df, run.table, feats, base, target, run.work / "cachelib", s.gbm, cl_loop,
+                      features=list(contract().models["cachelib_like"]), with_prefetch=False,
+                      final_base=learned_base,
+                      prebuilt=loop.episodes_dir if loop is not None else None)
+        tuned["cachelib_ml"] = cl.tuned
+        pol["cachelib_ml"] = _metrics(cl.tuned, "threshold")
+    with timer.stage("baselines (rejectx, coinflip)"):  # two searches side by side
+        tuned["rejectx"], tuned["coinflip"] = parallel_map(
+            lambda tune: tune(df, base, target), [tune_rejectx, tune_coinflip])
+        pol["rejectx"] = _metrics(tuned["rejectx"], "rejectx_factor")
+        pol["coinflip"] = _metrics(tuned["coinflip"], "coinflip_p")
+    with timer.stage("opt"):
+        # the ranking of the recorded episodes (same eviction age) when the stage built them
+        rec_eps = run.done("episodes") or {}
+        tuned["opt"] = tune_opt(df, run.table, base, target, ea, run.work / "opt",
+                                built=Path(rec_eps["dir"]) if "dir" in rec_eps else None)
+        pol["opt"] = _metrics(tuned["opt"], "episode_target_write_rate_mbps")
+    pol = {name: pol[name] for name in report.POLICIES}
+    wr0 = DEFAULTS.target_write_rate_mbps
+    peak0 = pol["rejectx"]["peak_dt_util"] if target == wr0 else rejectx_peak0(run, s)
+    report.add_tco(pol, peak0, wr0)
+    run.work.mkdir(parents=True, exist_ok=True)
+    from flashml.files import atomic_path
+
+    with atomic_path(run.work / SERIES_FILE) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **{f"{n}/{k}": np.asarray(v) for n in report.POLICIES
+                       for k, v in tuned[n].result.series.items()})
+    for name, m in pol.items():
+        with mlflow.start_run(run_name=name, nested=True, tags={"policy": name}):
+            mlflow.log_param("policy", name)
+            mlflow.log_metrics(finite_numbers(m))
+    mlflow.log_metrics(headline_metrics(pol))  # the parent run: what the runs table compares
+    from flashml.jobs.ship import log_headlines
+
+    log_headlines(headlines_of(pol))  # the runs table's few default columns
+    return run.record("policies", {"policies": pol})
+
+
+def headlines_of(pol: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's `headline.*` metrics (flashml/jobs/ship.py): Baleen's peak DT, its cut vs
+    RejectX, its gap to OPT and its write rate."""
+    b = pol.get("baleen", {})
+    out = {"peak_dt_util": b.get("peak_dt_util"),
+           "write_rate_mbps": b.get("flash_write_rate_mbps")}
+    if {"baleen", "rejectx", "opt"} <= set(pol):
+        out["peak_dt_cut"] = 1 - b["peak_dt_util"] / pol["rejectx"]["peak_dt_util"]
+        out["gap_to_opt"] = b["peak_dt_util"] / pol["opt"]["peak_dt_util"] - 1
+    return out
+
+
+#: Per policy, the parent run's metrics `<policy>_<metric>` (the headline of the table).
+HEADLINE = ("peak_dt_util", "flash_write_rate_mbps", "tco")
+
+
+def headline_metrics(pol: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The parent run's headline metrics: every policy's peak DT, write rate and TCO, and
+    Baleen's peak-DT reduction vs RejectX and gap to OPT (as in summary.json)."""
+    out = {f"{name}_{k}": m[k] for name, m in pol.items() for k in HEADLINE if k in m}
+    if {"baleen", "rejectx", "opt"} <= set(pol):
+        out["baleen_vs_rejectx_peak_reduction"] = \
+            1 - pol["baleen"]["peak_dt_util"] / pol["rejectx"]["peak_dt_util"]
+        out["gap_to_opt"] = pol["baleen"]["peak_dt_util"] / pol["opt"]["peak_dt_util"] - 1
+    return finite_numbers(out)
+
+
+def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """Optuna over target write rate, each trial a convergence loop scored by TCO started
+    from the main loop's converged state (`--sweep-cold`: from scratch, with the starting
+    eviction age swept too); Baleen-TCO's chosen write rate. Storage: `s.sweep_storage`, else
+    FLASHML_OPTUNA_STORAGE, else sqlite under FLASHML_HOME. With 0 trials (or a given
+    candidate bundle), the chosen rate is the target."""
+    rec = run.done("sweep")
+    if rec is not None:
+        return rec
+    if s.sweep_trials <= 0 or s.candidate_bundle is not None:
+        return run.record("sweep", {"chosen_write_rate_mbps": s.target_write_rate_mbps})
+    import mlflow
+
+    from flashml.config import optuna_storage, redact_url
+    from flashml.systems.baleen.sweep import run_sweep
+    from flashml.tracking import git_commit
+
+    df, _ = run.frame()
+    peak0 = rejectx_peak0(run, s)
+    warm = None
+    if not s.sweep_cold:  # the trials start from the main loop's state (trained if not yet)
+        train(run, s, timer)
+        warm = warm_start(run, s)
+    with timer.stage(f"sweep ({s.sweep_trials} Optuna trials)"):
+        run_id = mlflow.active_run().info.run_id
+        attrs = {"trace": trace_name(run, s), "trace_path": str((run.done("ingest") or {})
+                                                                  .get("trace", run.table)),
+                 "cache_gb": s.cache_gb, "mlflow_run_id": run_id,
+                 "git_commit": git_commit() or "unknown"}
+        study = s.sweep_study or study_name(run, s, run_id)
+        storage = s.sweep_storage or optuna_storage()
+        res = run_sweep(df, run.table, features(run), base_config(run, s),
+                        s.target_write_rate_mbps, peak0, DEFAULTS.target_write_rate_mbps,
+                        run.work / "sweep", s.gbm, s.loop, trials=s.sweep_trials,
+                        storage=storage, study_name=study,
+                        rate_range=s.sweep_rate_range, final_base=learned_config(run, s),
+                        user_attrs=attrs, warm=warm, workers=s.sweep_workers,
+                        spawn=_sweep_spawner(run, s, study, storage, peak0, run_id))
+    mlflow.log_metrics({"chosen_write_rate_mbps": res.chosen_write_rate_mbps,
+                        "chosen_tco": res.chosen_tco,
+                        "sweep_range_low_mbps": res.range_mbps[0],
+                        "sweep_range_high_mbps": res.range_mbps[1]})
+    # the storage URL as summaries and tags show it: without its password
+    shown = redact_url(res.storage)
+    mlflow.set_tags({"optuna.study": res.study_name, "optuna.storage": shown})
+    return run.record("sweep", {
+        "sweep": {"study": res.study_name, "storage": shown, "trials": res.trials,
+                  "range_mbps": list(res.range_mbps), "widened": res.widened},
+        "chosen_write_rate_mbps": res.chosen_write_rate_mbps, "chosen_tco": res.chosen_tco})
+
+
+def _sweep_spawner(run: RunDir, s: BaleenSettings, study: str, storage: str, peak0: float,
+                   run_id: str) -> Any:
+    """How the sweep starts a parallel worker (`--sweep-workers`): one started when `train`
+    finished (`start_sweep_workers`, its data loaded meanwhile), else a new one; either gets
+    the sweep's study, storage, sampler seed, parent MLflow run and PeakDT_0 as its first line
+    (flashml/systems/baleen/sweep_worker.py)."""
+    if s.sweep_workers <= 1:
+        return None
+
+    def spawn(seed: int) -> Any:
+        started = run.cache.get("sweep_workers") or []
+        proc = started.pop(0) if started else _start_sweep_worker(run, s)
+        proc.stdin.write(json.dumps({"study": study, "storage": storage, "seed": seed,
+                                     "parent_run": run_id, "peak0": peak0}) + "\n")
+        proc.stdin.flush()
+        return proc
+
+    return spawn
+
+
+def start_sweep_workers(run: RunDir, s: BaleenSettings) -> Any:
+    """The sweep stage's `prepare`: once `train` has finished, start the sweep's worker
+    processes (`--sweep-workers N`: N - 1 of them) so that their loading (the run's table,
+    features and warm start, 10-20 s at 1-10 M accesses) overlaps the stages before the
+    sweep instead of its first round. Nothing when the sweep will not run workers or is
+    already recorded. Returns the function that stops the workers the sweep did not take
+    (the job failed or stopped before it)."""
+    if (s.sweep_workers <= 1 or s.sweep_trials <= 0 or s.candidate_bundle is not None
+            or run.done("sweep") is not None or run.cache.get("sweep_workers")):
+        return None
+    started = run.cache["sweep_workers"] = [_start_sweep_worker(run, s)
+                                            for _ in range(s.sweep_workers - 1)]
+    log.info("started %d sweep worker process(es) to load the run while the stages before "
+             "the sweep run", s.sweep_workers - 1)
+
+    def stop_unused() -> None:
+        while started:  # the sweep pops the ones it takes
+            proc = started.pop()
+            proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                pipe.close()
+
+    return stop_unused
+
+
+def _start_sweep_worker(run: RunDir, s: BaleenSettings) -> Any:
+    """A sweep worker process on this run folder (flashml/systems/baleen/sweep_worker.py), points in
+    on its stdin and trial numbers out on its stdout, its log in `work/sweep/worker-NN.log`;
+    the settings go to the folder for it first."""
+    import pickle
+    import subprocess
+    import sys
+
+    from flashml.files import atomic_path
+    from flashml.systems.baleen.sweep_worker import SETTINGS
+
+    path = run.work / SETTINGS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(pickle.dumps(s))
+    number = run.cache["sweep_worker_count"] = run.cache.get("sweep_worker_count", 0) + 1
+    log_path = path.parent / f"worker-{number:02d}.log"
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flashml.systems.baleen.sweep_worker", str(run.path.resolve())],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out, text=True)
+    proc.log_path = log_path  # type: ignore[attr-defined]
+    return proc
+
+
+def study_name(run: RunDir | None, s: BaleenSettings, run_id: str) -> str:
+    """The Optuna study of a run: `<trace>-<target>MBps-<UTC date and time>-<run id[:8]>`,
+    by trace and target in optuna-dashboard's list, unique per run (a study mixes only one
+    run's trials: TCO is relative to that run's RejectX)."""
+    import datetime as dt
+
+    when = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M")
+    return f"{trace_name(run, s)}-{s.target_write_rate_mbps:.4g}MBps-{when}-{run_id[:8]}"
+
+
+def plots(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """The report's plots (PNG in `plots/`), logged to the MLflow run."""
+    rec = run.done("plots")
+    if rec is not None:
+        return rec
+    import mlflow
+    import numpy as np
+
+    from flashml.systems.baleen.peak import hourly_dt_profile
+
+    pol = policies(run, s, timer)["policies"]
+    sw = run.done("sweep") or {}
+    figs = run.path / "plots"
+    with timer.stage("plots"):
+        with np.load(run.work / SERIES_FILE) as z:
+            series = {n: {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith(f"{n}/")}
+                      for n in report.POLICIES}
+        paths = [report.plot_dt_utilisation(series, figs / "dt_utilisation.png",
+                                            title="DT utilisation per policy (peak marked)")]
+        points = {n: [(m["flash_write_rate_mbps"], m["peak_dt_util"])] for n, m in pol.items()}
+        if "sweep" in sw:
+            trials = [t for t in sw["sweep"]["trials"] if t["state"] == "COMPLETE"]
+            points["baleen (sweep)"] = [(t["write_rate_mbps"], t["peak_dt_util"])
+                                        for t in trials]
+            rng = sw["sweep"].get("range_mbps")
+            paths.append(report.plot_tco_curve([(t["write_rate_mbps"], t["tco"])
+                                                for t in trials],
+                                               sw["chosen_write_rate_mbps"],
+                                               figs / "tco_curve.png",
+                                               bounds=tuple(rng) if rng else None))
+        paths.append(report.plot_write_rate_vs_peak(points, figs / "write_rate_vs_peak_dt.png"))
+        learned = learned_config(run, s)
+        paths.append(report.plot_peak_schedule(
+            list(hourly_dt_profile(run.frame()[0], s.train_seconds)), learned.peak_hours,
+            learned.peak_bonus, figs / "peak_schedule.png", days=s.train_seconds / 86400.0))
+        adm = _learned(run).admission
+        paths.append(report.plot_feature_importance(
+            adm.feature_name(), list(adm.feature_importance("gain")),
+            figs / "feature_importance.png"))
+    for p in paths:
+        mlflow.log_artifact(str(p), artifact_path="plots")
+    return run.record("plots", {"plots": [str(p) for p in paths]})
+
+
+def evaluate(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """Register the candidate and judge it against the registry's `champion` on this
+    trace's evaluation days (flashml/systems/baleen/registry.py's rule: both re-tuned to the target,
+    lower peak DT wins, a tie keeps the champion). Records the decision; moves nothing."""
+    if not s.register:
+        return {"skipped": "the registry is off (--no-register)"}
+    rec = run.done("evaluate")
+    if rec is not None:
+        return rec
+    import mlflow
+
+    from flashml.systems.baleen.policy_model import log_policy_model
+    from flashml.systems.baleen.registry import judge
+
+    trained = train(run, s, timer)
+    compiled = run.done("compile")
+    so_dir = compiled_dir(run) if compiled is not None and compiled_dir(run).is_dir() else None
+    feats = features(run)
+    with timer.stage("log the policy bundle model"):
+        info = log_policy_model(policy_dir(run), so_dir,
+                                feature_frame(feats[:: max(1, len(feats) // 50)][:50]))
+    tags = {"trace": trace_name(run, s),
+            "target_write_rate_mbps": f"{s.target_write_rate_mbps:g}",
+            "peak_dt_util": f"{float(trained['metrics']['peak_dt_util']):.6g}",
+            "compiled": str(so_dir is not None)}
+    if compiled is not None:
+        tags["policy_so_sha256"] = compiled["sha256"]
+    with timer.stage("evaluate against the champion"):
+        d = judge(trained["mlflow_run_id"], info.model_uri,
+                  float(trained["metrics"]["peak_dt_util"]), run.frame()[0], feats,
+                  base_config(run, s), s.target_write_rate_mbps, tags=tags,
+                  description=f"Baleen policy bundle trained on {trace_name(run, s)} at "
+                  f"{s.target_write_rate_mbps:g} MB/s: LightGBM models + policy.json"
+                  + (" and the compiled policy.so bundle (manifest.json)" if so_dir else ""))
+    log.info("registry: %s", d.reason)
+    mlflow.log_metrics(finite_numbers({"candidate_passed": float(d.promoted),
+                                       "candidate_peak_dt_util": d.candidate_peak,
+                                       "champion_peak_dt_util": d.champion_peak}))
+    return run.record("evaluate", d.as_dict() | {"model_uri": info.model_uri})
+
+
+def compile_candidate(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """The candidate bundle -> `compiled/` (policy.so, header, manifest), logged to MLflow."""
+    if not s.compile:
+        return {"skipped": "compiling is off (--no-compile)"}
+    rec = run.done("compile")
+    if rec is not None and compiled_dir(run).is_dir():
+        return rec
+    from flashml.compiler.build import compile_policy
+
+    out = compiled_dir(run)
+    if out.exists():  # left by an attempt that died before recording
+        shutil.rmtree(out)
+    run_id = train(run, s, timer)["mlflow_run_id"]
+    with timer.stage("compile"):
+        ahead = run.cache.pop("compile_ahead", None)
+        if ahead is not None:  # its objects, compiled meanwhile, are in the cache
+            ahead.finish()
+        manifest = compile_policy(out, run_id=run_id)
+    return run.record("compile", {"dir": str(out), "sha256": manifest["sha256"],
+                                  "size_bytes": manifest["size_bytes"],
+                                  "compile_s": round(manifest["build"]["compile_s"], 2)})
+
+
+class CompileAhead:
+    """`flashml compile` of the run's candidate bundle in a child process at low priority
+    (nice 10, one compiler at a time), started when `train` has finished: it fills the
+    compile cache (compiler/objcache.py) while the policies and the sweep run, so the compile
+    stage links cached, verified objects instead of compiling TL2cgen's trees on the job's
+    critical path. Its own output goes to a temporary folder, removed afterwards; the stage
+    compiles (and checks) the shipped bundle itself, whatever this one did."""
+
+    def __init__(self, bundle: Path) -> None:
+        import subprocess
+        import sys
+        import tempfile
+
+        self.tmp = Path(tempfile.mkdtemp(prefix="flashml-compile-ahead-"))
+        cmd = [sys.executable, "-m", "flashml.cli", "compile", "--model-dir", str(bundle),
+               "-o", str(self.tmp / "bundle"), "--no-log", "--jobs", "1"]
+        if shutil.which("nice"):
+            cmd = ["nice", "-n", "10", *cmd]
+        self.log_path = self.tmp / "compile.log"
+        with open(self.log_path, "w") as err:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=err)
+
+    def finish(self) -> None:
+        """Wait for it (the stage that needs its objects)."""
+        rc = self.proc.wait()
+        if rc != 0:
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-1:]
+            log.info("compiling ahead failed (exit %d%s); the compile stage compiles it all",
+                     rc, f": {tail[0]}" if tail else "")
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def stop(self) -> None:
+        """Stop it (the job ended before its compile stage)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def compile_ahead(run: RunDir, s: BaleenSettings) -> Any:
+    """The compile stage's `prepare` (after `train`): start `CompileAhead` on the candidate
+    bundle when the stage will compile it and the compile cache is on; returns what stops it
+    if the job ends first."""
+    from flashml.config import cache_dir
+
+    if not s.compile or run.done("compile") is not None or cache_dir() is None or \
+            not (policy_dir(run) / "policy.json").is_file() or run.cache.get("compile_ahead"):
+        return None
+    ahead = run.cache["compile_ahead"] = CompileAhead(policy_dir(run))
+    log.info("compiling the candidate bundle ahead, at low priority (pid %d)", ahead.proc.pid)
+
+    def release() -> None:
+        if run.cache.get("compile_ahead") is ahead:
+            run.cache.pop("compile_ahead")
+            ahead.stop()
+
+    return release
+
+
+def promote(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
+    """If the candidate passed `evaluate`: move alias `champion` to it and, with
+    `s.export_dir`, export the model bundle and compiled policy to `export_dir/v<version>/`
+    and point `export_dir/champion` at it (a symlink, replaced atomically). Otherwise
+    nothing moves. Safe to repeat."""
+    if not s.register:
+        return {"skipped": "the registry is off (--no-register)"}
+    from flashml.systems.baleen.registry import Decision
+    from flashml.systems.baleen.registry import promote as move_champion
+
+    d = run.done("evaluate")
+    if d is None:
+        raise UserError(f"{run.path}: no evaluate record; run the evaluate stage first")
+    out: dict[str, Any] = {"promoted": bool(d["promoted"]), "reason": d["reason"],
+                           "version": d["candidate_version"], "exported": None}
+    decision = Decision(**{k: d[k] for k in Decision.__dataclass_fields__})
+    if move_champion(decision) and s.export_dir is not None:
+        out["exported"] = str(export_bundle(run, Path(s.export_dir),
+                                            f"v{d['candidate_version']}"))
+    return run.record("promote", out)
+
+
+def export_bundle(run: RunDir, export_dir: Path, name: str) -> Path:
+    """Copy `policy/` and `compiled/` to `export_dir/name/` (atomically) and repoint the
+    `export_dir/champion` symlink at it."""
+    export_dir.mkdir(parents=True, exist_ok=True)
+    dest = export_dir / name
+    if not dest.exists():
+        with atomic_dir(dest) as tmp:
+            shutil.copytree(policy_dir(run), tmp / "policy")
+            if compiled_dir(run).is_dir():
+                shutil.copytree(compiled_dir(run), tmp / "compiled")
+            write_json(tmp / "promotion.json", {"run_dir": str(run.path),
+                                                "mlflow_run_id": run.mlflow_run_id()})
+    link = export_dir / "champion"
+    tmp_link = export_dir / f".champion.{os.getpid()}"
+    if tmp_link.is_symlink() or tmp_link.exists():
+        tmp_link.unlink()
+    tmp_link.symlink_to(name)
+    tmp_link.replace(link)
+    return dest
+
+
+#: The one stage list of Baleen's main job (the CLI, `flashml train` and the DAG run it).
+STAGES: tuple[Stage, ...] = (
+    Stage("ingest", ingest),
+    Stage("train", train),
+    Stage("episodes", episodes),
+    Stage("policies", policies),
+    Stage("sweep", sweep, prepare=start_sweep_workers, prepare_after="train"),
+    Stage("plots", plots),
+    Stage("compile", compile_candidate, prepare=compile_ahead, prepare_after="train"),
+    Stage("evaluate", evaluate),
+    Stage("promote", promote),
+)
+
+
+#: How the CLI names the job: `flashml pipeline run` (flashml/commands/systems.py).
+COMMAND = "pipeline"
+HELP = "Baleen: learned admission + prefetch, trace -> validated table -> policy.so"
+Settings = BaleenSettings
+
+#: The options of `flashml pipeline run` from the settings table (flashml/settings.py).
+CLI_OPTIONS = ("cache_gb", "target_write_rate_mbps", "engine", "master", "learning_rate",
+               "max_rounds", "max_iterations", "max_training_rows", "train_hours",
+               "accesses_per_episode", "peak_hours", "peak_bonus", "sweep_trials", "sweep_cold",
+               "sweep_workers", "skip_bad_lines")
+
+
+def add_cli(p: Any) -> None:
+    """The job's command-line options (an argparse parser that already has --trace,
+    --format, --sample-ratio and --out)."""
+    from flashml.settings import add_options
+
+    d = BaleenSettings()
+    p.add_argument("--preset", default=d.preset, help="synthetic preset for the default")
+    add_options(p, "seed", "accesses", "days", *CLI_OPTIONS)
+    p.add_argument("--no-register", action="store_true", help="skip the model registry")
+    p.add_argument("--no-compile", action="store_true", help="skip compiling the policy .so")
+
+
+def run_name(s: BaleenSettings, kind: str = "pipeline", when: str | None = None) -> str:
+    """The MLflow parent run's name: `<kind> <trace> <target>MBps <UTC date time>`, distinct
+    and readable in the runs table (e.g. `pipeline region1-like-seed0 35.6MBps
+    2026-01-02 10:30:12`)."""
+    import datetime as dt
+
+    when = when or dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{kind} {trace_name(None, s)} {s.target_write_rate_mbps:.4g}MBps {when}"
+
+
+def mlflow_tags(run: RunDir, s: BaleenSettings, kind: str = "pipeline") -> dict[str, str]:
+    """The parent run's tags (besides the git commit, flashml.tracking.source_tags): the
+    job, the trace and the target, to filter the runs table by."""
+    rec = run.done("ingest") or {}
+    return {"flashml.job": kind, "trace": trace_name(run, s),
+            "trace_path": str(rec.get("trace", s.trace or "")),
+            "target_write_rate_mbps": f"{s.target_write_rate_mbps:g}",
+            "cache_gb": f"{s.cache_gb:g}"}
+
+
+def describe_run(run: RunDir, s: BaleenSettings, kind: str = "pipeline") -> str:
+    """The parent run's description (Markdown, the run page's Description)."""
+    rec = run.done("ingest") or {}
+    what = {"pipeline": "Baleen's main job (`flashml pipeline run`): every policy tuned to "
+            "the target write rate and judged on the evaluation days, the Optuna sweep "
+            "(Baleen-TCO), the compiled policy.so, the registry decision",
+            "train": "`flashml train`: Baleen's convergence loop -> the policy bundle",
+            "sweep": "`flashml sweep`: Optuna over target write rates, scored by TCO",
+            "dag": "Airflow DAG `flashml_retrain`: Baleen's main job, one task per stage"}
+    return (f"{what.get(kind, kind)}.\n\n"
+            f"- trace: `{rec.get('trace', s.trace or trace_name(run, s))}`\n"
+            f"- target write rate: {s.target_write_rate_mbps:g} MB/s; cache "
+            f"{s.cache_gb:g} GB\n"
+            f"- training window: the first {s.train_seconds / 3600:g} h; metrics on the "
+            f"rest\n"
+            "- nested runs: one per policy (`policies`) and per Optuna trial (`sweep`)\n"
+            "- metrics `<policy>_peak_dt_util`, `<policy>_flash_write_rate_mbps`, "
+            "`<policy>_tco`, `baleen_vs_rejectx_peak_reduction`, `chosen_write_rate_mbps`")
+
+
+def mlflow_params(run: RunDir, s: BaleenSettings) -> dict[str, Any]:
+    """The parent run's params (after `ingest`: the trace and its sample ratio)."""
+    return s.mlflow_params() | {"trace": run.done("ingest")["trace"],
+                                "sample_ratio": run.frame()[1].sample_ratio}
+
+
+def summary(records: dict[str, dict[str, Any]], s: BaleenSettings) -> dict[str, Any]:
+    """The job's summary.json from its stage records."""
+    pol = records["policies"]["policies"]
+    trained = records["train"]
+    out: dict[str, Any] = {k: v for k, v in records["ingest"].items() if k != "trace"}
+    out |= {
+        "policies": pol,
+        "target_write_rate_mbps": s.target_write_rate_mbps,
+        "cache_gb": s.cache_gb,
+        "eviction_age_s": trained["eviction_age_s"],
+        "convergence": trained["convergence"],
+        "choice": trained.get("choice"),
+        "episodes": records["episodes"]["summary"],
+        "baleen_vs_rejectx_peak_reduction":
+            1 - pol["baleen"]["peak_dt_util"] / pol["rejectx"]["peak_dt_util"],
+        "gap_to_opt": pol["baleen"]["peak_dt_util"] / pol["opt"]["peak_dt_util"] - 1,
+    }
+    out |= records["sweep"]
+    out["plots"] = records["plots"]["plots"]
+    out["policy_bundle"] = trained.get("policy_bundle")
+    out["mlflow_run_id"] = trained["mlflow_run_id"]
+    if "skipped" not in records["evaluate"]:
+        out["registry"] = records["evaluate"]
+    if "skipped" not in records["compile"]:
+        out["compiled"] = records["compile"]
+    return out
+
+
+def describe(summary: dict[str, Any], s: BaleenSettings) -> str:
+    """What `flashml pipeline run` prints at the end: the policy table and the headline."""
+    return "\n".join([
+        "", report.table(summary["policies"]),
+        _notes(summary["policies"], s.target_write_rate_mbps),
+        *([f"\nshipped variant (chosen on held-out data of the training window): "
+           f"{summary['choice']['reason']}"] if summary.get("choice") else []),
+        f"\nBaleen vs RejectX peak DT: {summary['baleen_vs_rejectx_peak_reduction']:+.1%} "
+        f"reduction; gap to OPT {summary['gap_to_opt']:+.1%}; TCO-chosen write rate "
+        f"{summary['chosen_write_rate_mbps']:.1f} MB/s"])
+
+
+def _notes(policies: dict[str, dict[str, Any]], target: float) -> str:
+    """What to tell the user when policies cannot be tuned to the target write rate."""
+    tuned = {k: v for k, v in policies.items() if k != "opt"}
+    short = {k: v["flash_write_rate_mbps"] for k, v in tuned.items()
+             if v.get("reached_target") is False}
+    if short and len(short) == len(tuned) and max(short.values()) < target:
+        top = max(short.values())
+        return (f"\nnote: no policy reaches the target write rate {target:g} MB/s on this "
+                f"trace (at most {top:.3g} MB/s): the write budget does not bind, so the "
+                f"policies differ little; try --target-write-rate below {top:.3g} or a "
+                f"smaller --cache-gb")
+    if short:
+        return (f"\nnote: {', '.join(short)} cannot be tuned to within 5% of the target "
+                f"write rate {target:g} MB/s on this trace; they run at "
+                + ", ".join(f"{v:.3g}" for v in short.values()) + " MB/s")
+    return ""

@@ -1,0 +1,87 @@
+"""OPT as a simulated policy: the episode job's admit flags and OPT-Range at an eviction age,
+with the episode job's target adjusted until the simulated write rate meets the real target
+(episodes assume an eviction age; the simulated cache decides the real one)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from flashml.simulation import SimConfig, SimResult, simulate
+from flashml.systems.baleen.tuning import Tuned, tune_to_write_rate
+
+
+def opt_arrays(table: Path, out: Path, eviction_age_s: float, target_mbps: float,
+               spark: Any = None, engine: str = "polars") -> dict[str, np.ndarray]:
+    from flashml.systems.baleen.episodes.core import EpisodeParams, build
+
+    build(table, out, EpisodeParams(eviction_age_s=eviction_age_s,
+                                    target_write_rate_mbps=target_mbps),
+          engine=engine, spark=spark, plot=False)
+    arr = pl.read_parquet(out / "arrays.parquet").sort("row")
+    return {"admit": arr["admit"].to_numpy(), "prefetch_start": arr["prefetch_start"].to_numpy(),
+            "prefetch_end": arr["prefetch_end"].to_numpy()}
+
+
+def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark: Any = None,
+                engine: str = "polars", built: Path | None = None
+                ) -> Callable[[float], dict[str, np.ndarray]]:
+    """OPT's arrays at any episode target from one episode build: an episode is admitted
+    when its score is positive and the write rate of the episodes ranked above it and itself
+    (`cum_write_rate_mbps`, independent of the target) is within the target
+    (episodes/core.py `ranked_stages`), so the ranking is built once and each target is a
+    cut of it, equal to `opt_arrays` at that target (tests/test_opt.py). `built`: a folder
+    of episodes already built from `table` at this eviction age (any target and K: the
+    ranking depends on neither), used instead of building them again."""
+    from flashml.systems.baleen.episodes.core import EpisodeParams, build, finished_build
+
+    found = finished_build(built)
+    if built is not None and found is not None and found[0].eviction_age_s == eviction_age_s:
+        out = built
+    else:
+        build(table, out, EpisodeParams(eviction_age_s=eviction_age_s), engine=engine,
+              spark=spark, plot=False)
+    eps = pl.read_parquet(out / "episodes.parquet", columns=[
+        "episode_id", "score", "cum_write_rate_mbps", "range_start", "range_end"])
+    per = pl.read_parquet(out / "labels.parquet", columns=["row", "episode_id"]).join(
+        eps, on="episode_id", how="left")
+    at = per["row"].to_numpy().astype(np.int64)
+    cut = np.full(rows, np.inf)  # PUTs: never admitted
+    cut[at] = np.where(per["score"].to_numpy() > 0, per["cum_write_rate_mbps"].to_numpy(),
+                       np.inf)
+    start = np.full(rows, -1, dtype=np.int64)
+    end = np.full(rows, -1, dtype=np.int64)
+    start[at] = per["range_start"].to_numpy()
+    end[at] = per["range_end"].to_numpy()
+
+    def arrays(target_mbps: float) -> dict[str, np.ndarray]:
+        admit = cut <= target_mbps
+        return {"admit": admit.astype(np.uint8),
+                "prefetch_start": np.where(admit, start, -1),
+                "prefetch_end": np.where(admit, end, -1)}
+
+    return arrays
+
+
+def tune_opt(df: pl.DataFrame, table: Path, base: SimConfig, target_mbps: float,
+             eviction_age_s: float, workdir: Path, *, prefetch: bool = True,
+             engine: str = "polars", spark: Any = None, built: Path | None = None) -> Tuned:
+    """OPT (with OPT-Range prefetch by default) at the target write rate in simulation: the
+    episode target is tuned (the episodes' write rate assumes an eviction age; the simulated
+    cache has its own), each one a cut of one ranking (`opt_ranking`)."""
+    cfg = base.replace(admission="opt", prefetch="range" if prefetch else "none")
+    ranking = opt_ranking(table, workdir / "opt-ranking", eviction_age_s, df.height,
+                          spark=spark, engine=engine, built=built)
+
+    def run(episode_target: float) -> SimResult:
+        arrays = ranking(episode_target)
+        if not prefetch:
+            arrays = {"admit": arrays["admit"]}
+        return simulate(df, cfg, **arrays)
+
+    return tune_to_write_rate(run, target_mbps, target_mbps / 20, target_mbps * 4,
+                              increasing=True, log_scale=True, max_iter=12, rel_tol=0.02)
