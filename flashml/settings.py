@@ -83,9 +83,9 @@ class LoopSettings:
     k_candidates: tuple[int, ...] = (6, 1, 2, 4, 12)
     #: ML-When thresholds tried on the training window (1.0: prefetch never pays off).
     when_candidates: tuple[float, ...] = (0.5, 0.7, 0.9, 1.0)
-    #: At most this many admission training rows (a sample of the keys beyond it: models/
-    #: dataset.py training_data). A 1 M-access region1-like trace has ~120 k, under it; a
-    #: 10 M one ~1.2 M, where each training would take 4x longer for little gain.
+    #: At most this many admission training rows (a sample of the keys beyond it:
+    #: systems/baleen/dataset.py training_data). A 1 M-access region1-like trace has ~120 k, under
+    #: it; a 10 M one ~1.2 M, where each training would take 4x longer for little gain.
     max_training_rows: int | None = 300_000
 
 

@@ -232,8 +232,8 @@ def test_bundle_partition_moves_the_quotas(ns_env, rule_bundle):
 @pytest.mark.parametrize("eviction", ["fifo", "lru"])
 def test_bundle_partition_against_the_simulator(ns_env, rule_bundle, eviction):
     """`--partition bundle` against the simulator's MLCache in flash mode (flashml.
-    flash_partition: the monitor's features of each interval of 500 page requests, the
-    bundle's shares, FlashPartition) on the same trace: the same capacity (120 regions of one
+    systems.mlcache.flash_partition: the monitor's features of each interval of 500 page requests,
+    the bundle's shares, FlashPartition) on the same trace: the same capacity (120 regions of one
     segment, 120 segments), so the same monitor, the same quotas every interval and one rule
     for what a quota holds (frt_partition_holds: q - 1). With FIFO the simulator's decisions
     exactly (hits per stream, resize evictions, the last quotas); with LRU within 1% (per

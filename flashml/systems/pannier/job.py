@@ -150,8 +150,8 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    "writes per day for erase-aligned containers; the paper: 5 or 8.3); "
                    "default: half of Pannier's own rate without TIRE on each trace and size")
     p.add_argument("--presets", default=",".join(d.presets),
-                   help="without --trace: the block presets to judge on (flashml/trace/"
-                   "blockgen.py)")
+                   help="without --trace: the block presets to judge on (flashml/systems/"
+                   "pannier/blockgen.py)")
     p.add_argument("--requests", type=Number(int, 1000, 10**9, unit="requests"),
                    default=None,
                    help="without --trace: requests per preset trace (default: the preset's)")
