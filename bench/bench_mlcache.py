@@ -62,9 +62,9 @@ from test_partitioning import slow_distances as _slow  # noqa: E402  (the tests'
 
 from flashml.files import atomic_path, dumps, jsonable  # noqa: E402
 from flashml.systems.mlcache import partitioning as part  # noqa: E402
-from flashml.systems.mlcache.job import MlcacheSettings  # noqa: E402
 from flashml.systems.mlcache.model import previous_optimal_shares  # noqa: E402
 from flashml.systems.mlcache.multistream import generate_mix  # noqa: E402
+from flashml.systems.mlcache.settings import MlcacheSettings  # noqa: E402
 
 CLOUDPHYSICS = ROOT.parent / "shared" / "traces" / "cloudphysics-sample.csv"
 RESULTS = ROOT / "bench" / "results"
@@ -203,7 +203,7 @@ def network_bench(quick: bool) -> dict[str, Any]:
 
     from flashml.compiler.loader import PolicyLibrary
     from flashml.features.partition import contract
-    from flashml.systems.mlcache.job import TEST_SEED
+    from flashml.systems.mlcache.settings import TEST_SEED
 
     out: dict[str, Any] = {}
     extra = ["--policy", "network", "--interval", "1000"] + (
@@ -319,7 +319,7 @@ def _shipped_record(summ: dict[str, Any], wall: float, text: str) -> dict[str, A
 
 
 def _verdict(policies: dict[str, Any]) -> dict[str, Any]:
-    from flashml.systems.mlcache.job import headline
+    from flashml.systems.mlcache.report import headline
 
     return headline(policies)
 

@@ -13,8 +13,9 @@ import pytest
 from flashml import cli
 from flashml.compiler.loader import PolicyLibrary, verify_bundle
 from flashml.systems.mlcache import model
-from flashml.systems.mlcache.job import POLICIES, _mix
+from flashml.systems.mlcache.job import _mix
 from flashml.systems.mlcache.partitioning import compare
+from flashml.systems.mlcache.settings import POLICIES
 
 from conftest import REPO, run_cli
 
@@ -59,7 +60,7 @@ def test_mlcache_run_in_mlflow(mlc_run: Path) -> None:
 
 
 def test_mlcache_figures_re_simulate_with_the_shipped_policy(mlc_run: Path) -> None:
-    from flashml.systems.mlcache.job import MlcacheSettings
+    from flashml.systems.mlcache.settings import MlcacheSettings
 
     s = json.loads((mlc_run / "summary.json").read_text())
     lib = PolicyLibrary(mlc_run / "compiled" / "policy.so", need="partition")

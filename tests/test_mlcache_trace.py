@@ -15,9 +15,9 @@ import pytest
 from flashml import cli
 from flashml.compiler.loader import PolicyLibrary, verify_bundle
 from flashml.systems.mlcache import model
-from flashml.systems.mlcache.job import flash_headline, headline
 from flashml.systems.mlcache.multistream import generate_mix, write_mix
 from flashml.systems.mlcache.partitioning import page_requests
+from flashml.systems.mlcache.report import flash_headline, headline
 from flashml.trace.ingest import load_trace
 
 from conftest import run_cli
@@ -171,7 +171,8 @@ def test_default_interval_is_twice_the_pages() -> None:
     """Without --interval or --interval-s the interval is twice the cache's pages (at most half
     the judged trace's requests): at 1,000 requests a 16,384-page cache's growing partitions
     could not fill (previous_optimal 13% below one shared LRU on the MSR-like trace)."""
-    from flashml.systems.mlcache.job import MlcacheSettings, _interval
+    from flashml.systems.mlcache.job import _interval
+    from flashml.systems.mlcache.settings import MlcacheSettings
 
     s = MlcacheSettings()
     assert _interval(None, s, 376_783, 3600.0, 16_384, "t") == (32_768, "2 x 16384 pages")
