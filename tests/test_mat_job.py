@@ -248,7 +248,7 @@ def test_objective_chooses_the_label_and_the_score() -> None:
     weighs sizes. (Before, the default label was the size-aware one whatever the metric.)"""
     import argparse
 
-    from flashml.systems.mat import job as mat
+    from flashml.systems.mat import settings as mat
 
     p = argparse.ArgumentParser()
     mat.add_cli(p)
@@ -268,7 +268,7 @@ def test_objective_chooses_the_label_and_the_score() -> None:
 
 
 def test_label_horizons_parse() -> None:
-    from flashml.systems.mat.job import MatSettings, _label_horizons
+    from flashml.systems.mat.settings import MatSettings, _label_horizons
 
     assert MatSettings().label_horizons == (0.25, 0.5)
     assert _label_horizons("0.5, 0.25,0.5") == (0.5, 0.25)
@@ -278,7 +278,7 @@ def test_label_horizons_parse() -> None:
 def test_plots_skip_a_policy_without_the_metric() -> None:
     """libCacheSim counts an object cache's capacity in objects and gives no byte miss
     ratio (None): its curve has no point there, and the other policies keep theirs."""
-    from flashml.systems.mat.job import miss_ratio_curves
+    from flashml.systems.mat.report import miss_ratio_curves
 
     res = {"a": {"capacity": 60, "policies": {
         "mat": {"miss_ratio": 0.5, "byte_miss_ratio": 0.6},
@@ -286,7 +286,8 @@ def test_plots_skip_a_policy_without_the_metric() -> None:
     assert miss_ratio_curves(res, "byte_miss_ratio") == {"mat": [(60.0, 0.6)]}
     assert miss_ratio_curves(res, "miss_ratio") == {"mat": [(60.0, 0.5)],
                                                     "lcs_lru": [(60.0, 0.55)]}
-    from flashml.systems.mat.job import MatSettings, describe
+    from flashml.systems.mat.report import describe
+    from flashml.systems.mat.settings import MatSettings
 
     res["a"]["unit"] = "objects"
     res["a"]["policies"]["lru"] = {"miss_ratio": 0.5, "byte_miss_ratio": 0.5}

@@ -30,16 +30,25 @@ middle capacity's model.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import shutil
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
-from flashml.settings import MAT_CONTROLLERS, MAX_SEED, MatParams, Number
+from flashml.settings import MatParams
+from flashml.systems.mat.report import SCORE, describe, headlines, miss_ratio_curves, summary
+from flashml.systems.mat.settings import (
+    K_MAX,
+    K_MAX_REUSED,
+    LRB_SAMPLE,
+    MIN_MEMORY_WINDOW,
+    MatSettings,
+    add_cli,
+    objective_key,
+    size_exponent,
+)
 from flashml.trace.formats import OBJECT_FORMATS
 
 if TYPE_CHECKING:  # numpy loads when a stage runs, not with the CLI
@@ -53,257 +62,12 @@ HELP = "MAT: learned eviction at the tail of LRU (object mode) -> policy.so"
 FORMATS = OBJECT_FORMATS
 DEFAULT_FORMAT = "cloudphysics"
 OBJECTS = "objects.parquet"
-#: The issue's budget: <= 2.5 predictions per eviction (LRB: 64); Optuna's trials above it
-#: are infeasible, and without reused predictions it is the largest k tried.
-K_MAX = 2.5
-#: The largest k (candidates per eviction) Optuna tries with reused predictions: a candidate
-#: seen at the tail again costs no prediction, so more candidates fit the same budget.
-K_MAX_REUSED = 8.0
-#: The shortest memory window the eviction contract takes, in logical requests (the
-#: simulator's and the runtime's `check_memory_window`).
-MIN_MEMORY_WINDOW = 1024
-#: The most candidates per eviction (--max-candidates) and so the largest --k.
-MAX_CANDIDATES = 1024
-#: --objective's choices: the miss ratio the job minimises, its summary key and the
-#: size-aware label's default exponent for it (flashml/systems/mat/model.py `label_samples`): bytes
-#: (the paper's metric, byte miss ratio) takes the paper's label, in which size plays no part
-#: (a byte of a large object is worth a byte of a small one); requests (object miss ratio)
-#: the size-aware label, which evicts large objects sooner at equal remaining time.
-OBJECTIVES = {"bytes": ("byte_miss_ratio", 0.0), "requests": ("miss_ratio", 0.5)}
-#: The in-house LRB's candidates sampled per eviction (LRB's 64; sim/src/lrb.rs).
-LRB_SAMPLE = 64
 
-
-@dataclass(frozen=True)
-class MatSettings:
-    """Everything `flashml mat run` needs."""
-
-    trace: Path | None = None
-    format: str | None = None
-    preset: str = "cdn-like"
-    seed: int = 0
-    accesses: int | None = None
-    #: Sizes (4MiB, 1000obj) or percentages of the working set (5%).
-    capacities: tuple[str, ...] = ("1%", "5%", "10%")
-    unit: str = "bytes"
-    mat: MatParams = MatParams()
-    #: The first fraction of the requests whose LRU replay gives the training samples.
-    train_fraction: float = 0.3
-    #: The next fraction: the validation window on which Optuna tunes T0 and k.
-    val_fraction: float = 0.2
-    #: Optuna trials over (T0, k, model size) per capacity and label horizon (0: the
-    #: defaults).
-    trials: int = 16
-    #: LRB's memory window in logical requests; None: the training window's length (what a
-    #: replay of it can observe; LRB's 2^26 suits 100 M-request traces, not short ones).
-    memory_window: int | None = None
-    #: The label horizons H the tuning chooses among, as fractions of the training window
-    #: (systems/mat/model.py `label_samples`): back within H is labelled by its distance, else "not
-    #: back"; the first is the default trial's. A horizon shorter than the ages of the tail
-    #: candidates labels almost all of them "not back" (a large cache's tail is old), a long
-    #: one keeps fewer rows (those whose whole horizon the replay saw); which is better
-    #: depends on the cache size, so the validation window decides (`tune`).
-    label_horizons: tuple[float, ...] = (0.25, 0.5)
-    #: What the job minimises (OBJECTIVES): byte miss ratio (the paper's) or miss ratio;
-    #: it chooses the default label and scores the tuning trials.
-    objective: str = "bytes"
-    #: The size-aware label's exponent (0: the paper's label, the distance alone); None:
-    #: the objective's (OBJECTIVES).
-    size_exponent: float | None = None
-    #: Model sizes (trees, leaves) Optuna chooses among; the first is the default trial's.
-    model_sizes: tuple[tuple[int, int], ...] = ((32, 32), (16, 16), (64, 32))
-    #: Equal windows of the whole trace for the periodic-retraining emulation (0: skip it).
-    windows: int = 4
-    #: libCacheSim baselines to run beside ours (those its package provides).
-    baselines: tuple[str, ...] = ("lru", "fifo", "lfu", "arc", "s3fifo", "sieve", "lhd",
-                                  "lrb", "glcache", "belady")
-
-    def replace(self, **kw: Any) -> MatSettings:
-        return replace(self, **kw)
-
-    @classmethod
-    def from_cli(cls, args: argparse.Namespace) -> MatSettings:
-        d = cls()
-        caps = tuple(c.strip() for c in (args.capacity or ",".join(d.capacities)).split(",")
-                     if c.strip())
-        if not caps:
-            raise UserError("--capacity: give at least one size, e.g. 4MiB,16MiB or 1%,5%")
-        for c in caps:
-            _check_capacity(c)
-        if not (0.0 < args.train_fraction and 0.0 <= args.val_fraction
-                and args.train_fraction + args.val_fraction < 1.0):
-            raise UserError("--train-fraction and --val-fraction must be > 0 and >= 0 with a "
-                            f"sum below 1, got {args.train_fraction} and {args.val_fraction}")
-        if args.trials < 0:
-            raise UserError(f"--trials must be >= 0, got {args.trials}")
-        if args.memory_window is not None and args.memory_window < 1:
-            raise UserError(f"--memory-window must be >= 1, got {args.memory_window}")
-        if args.k <= 0 or args.max_candidates < 1 or not 0.0 < args.delta < 1.0:
-            raise UserError("--k must be > 0, --max-candidates >= 1 and --delta in (0, 1)")
-        # the mean controller multiplies T by 1 + delta (k - p), p up to L candidates, for
-        # the given k and for every k tuning tries (from 1): it must stay > 0
-        worst = args.max_candidates - min(args.k, 1.0)
-        if args.controller == "mean" and args.delta * worst >= 1.0:
-            raise UserError(f"--delta {args.delta:g} with --max-candidates "
-                            f"{args.max_candidates} and --controller mean: delta x "
-                            f"(max candidates - k) must stay below 1 (here {args.delta * worst:g}"
-                            "), or the threshold would turn negative; lower --delta or "
-                            "--max-candidates")
-        horizons = _label_horizons(args.label_horizon)
-        if args.size_exponent is not None and not 0.0 <= args.size_exponent <= 4.0:
-            raise UserError(f"--size-exponent must be in [0, 4], got {args.size_exponent}")
-        if args.objective not in OBJECTIVES:
-            raise UserError(f"--objective must be one of {', '.join(OBJECTIVES)}, got "
-                            f"{args.objective!r}")
-        if args.windows != 0 and not 2 <= args.windows <= 64:
-            raise UserError(f"--windows must be 0 (off) or 2..64, got {args.windows}")
-        sizes = _model_sizes(args.model_sizes)
-        return cls(trace=args.trace, format=args.format, preset=args.preset, seed=args.seed,
-                   accesses=args.accesses, capacities=caps, unit=args.unit,
-                   mat=MatParams(k=args.k, max_candidates=args.max_candidates,
-                                 delta=args.delta, initial_threshold=args.initial_threshold,
-                                 controller=args.controller,
-                                 reuse_predictions=args.reuse_predictions),
-                   train_fraction=args.train_fraction, val_fraction=args.val_fraction,
-                   trials=args.trials, memory_window=args.memory_window,
-                   label_horizons=horizons, size_exponent=args.size_exponent,
-                   objective=args.objective,
-                   model_sizes=sizes, windows=args.windows,
-                   baselines=_baselines(args.baselines))
-
-
-def _baselines(text: str) -> tuple[str, ...]:
-    """`lru,lrb` -> ("lru", "lrb"); empty or `none`: no libCacheSim baselines."""
-    from flashml.systems.mat.object_baselines import POLICIES
-
-    names = tuple(dict.fromkeys(b.strip().lower() for b in text.split(",") if b.strip()))
-    if names in ((), ("none",)):
-        return ()
-    if unknown := [b for b in names if b not in POLICIES]:
-        raise UserError(f"--baselines: unknown {', '.join(map(repr, unknown))}; known: "
-                        f"{', '.join(POLICIES)} (or none)")
-    return names
-
-
-def _label_horizons(text: str) -> tuple[float, ...]:
-    """`0.25,0.5` -> (0.25, 0.5): each in (0, 1], at least one."""
-    out = []
-    for part in (t.strip() for t in str(text).split(",")):
-        if not part:
-            continue
-        try:
-            v = float(part)
-        except ValueError:
-            raise UserError(f"--label-horizon: expected fractions of the training window, "
-                            f"e.g. 0.25,0.5; cannot read {part!r}") from None
-        if not 0.0 < v <= 1.0:
-            raise UserError(f"--label-horizon must be in (0, 1] (a fraction of the training "
-                            f"window), got {part}")
-        out.append(v)
-    if not out:
-        raise UserError("--label-horizon: give at least one fraction, e.g. 0.25")
-    return tuple(dict.fromkeys(out))
-
-
-def _model_sizes(text: str) -> tuple[tuple[int, int], ...]:
-    """`32x32,16x16` -> ((32, 32), (16, 16))."""
-    out = []
-    for part in (t.strip() for t in text.split(",")):
-        if not part:
-            continue
-        try:
-            trees, leaves = (int(v) for v in part.lower().split("x"))
-        except ValueError:
-            raise UserError(f"--model-sizes: expected TREESxLEAVES, got {part!r}") from None
-        if not (1 <= trees <= 1024 and 2 <= leaves <= 1024):
-            raise UserError(f"--model-sizes: {part!r}: trees in 1..1024, leaves in 2..1024")
-        out.append((trees, leaves))
-    if not out:
-        raise UserError("--model-sizes: give at least one TREESxLEAVES, e.g. 32x32")
-    return tuple(dict.fromkeys(out))
-
-
-def _check_capacity(text: str) -> None:
-    if text.endswith("%"):
-        try:
-            v = float(text[:-1])
-        except ValueError:
-            raise UserError(f"--capacity: cannot read {text!r}") from None
-        if not 0.0 < v <= 100.0:
-            raise UserError(f"--capacity: a percentage must be in (0, 100], got {text!r}")
-        return
-    from flashml.simulation import parse_capacity
-
-    try:
-        parse_capacity(text)
-    except ValueError as e:
-        raise UserError(f"--capacity: {e}") from None
-
-
-def add_cli(p: argparse.ArgumentParser) -> None:
-    d = MatSettings()
-    p.add_argument("--preset", default=d.preset, help="object preset for the default trace")
-    p.add_argument("--seed", type=Number(int, 0, MAX_SEED), default=d.seed,
-                   help="seed of the generated trace")
-    p.add_argument("--accesses", type=Number(int, 1, 10**9, unit="requests"), default=None,
-                   help="size of the generated trace")
-    p.add_argument("--capacity", default=None, metavar="SIZE[,SIZE...]",
-                   help="cache sizes: bytes (4MiB), objects (1000obj) or percent of the "
-                   f"working set (5%%); default {','.join(d.capacities).replace('%', '%%')}")
-    p.add_argument("--unit", choices=("bytes", "objects"), default=d.unit,
-                   help="what a percentage capacity counts (objects: sizes ignored)")
-    p.add_argument("--k", type=Number(float, 1.0, MAX_CANDIDATES,
-                                      unit="predictions per eviction"),
-                   default=d.mat.k, help="target predictions per eviction")
-    p.add_argument("--max-candidates", type=Number(int, 1, MAX_CANDIDATES, unit="candidates"),
-                   default=d.mat.max_candidates,
-                   help="L: tail candidates tried before the largest-TTA one goes")
-    p.add_argument("--delta", type=Number(float, 0.0, 0.5, low_open=True), default=d.mat.delta,
-                   help="threshold step")
-    p.add_argument("--controller", choices=MAT_CONTROLLERS, default=d.mat.controller,
-                   help="how T moves: mean (holds the mean candidates per eviction at k) or "
-                   "sign (the paper's rule: T *= 1 +- delta as the victim's try is below or "
-                   f"above k; its mean lies above k); default {d.mat.controller}")
-    p.add_argument("--reuse-predictions", action=argparse.BooleanOptionalAction,
-                   default=d.mat.reuse_predictions,
-                   help="keep a candidate's prediction until its next access, so a candidate "
-                   "seen at the tail again costs no prediction (the paper's recorded "
-                   "predictions, §4.6); default on")
-    p.add_argument("--initial-threshold", type=Number(float, 1.0, 1e15,
-                                                      unit="logical requests"), default=None,
-                   help="T0, logical requests (default: the simulator's)")
-    p.add_argument("--train-fraction", type=Number(float, 0.0, 1.0, low_open=True),
-                   default=d.train_fraction,
-                   help="first fraction of the trace whose LRU replay gives training samples")
-    p.add_argument("--val-fraction", type=Number(float, 0.0, 1.0), default=d.val_fraction,
-                   help="the next fraction, on which Optuna tunes T0 and k")
-    p.add_argument("--trials", type=Number(int, 0, 10_000, unit="trials"), default=d.trials,
-                   help="Optuna trials over (T0, k, model size) per capacity and label "
-                   "horizon (0: defaults)")
-    p.add_argument("--memory-window", type=Number(int, MIN_MEMORY_WINDOW, 2**32 - 1,
-                                                  unit="logical requests"), default=None,
-                   help="LRB's memory window, logical requests (default: the training "
-                   "window's length)")
-    p.add_argument("--label-horizon", default=",".join(f"{h:g}" for h in d.label_horizons),
-                   metavar="H[,H...]",
-                   help="label horizons, fractions of the training window (in (0, 1]), the "
-                   "tuning chooses among on the validation window; default "
-                   f"{','.join(f'{h:g}' for h in d.label_horizons)}")
-    p.add_argument("--objective", choices=tuple(OBJECTIVES), default=d.objective,
-                   help="the miss ratio to minimise: bytes (byte miss ratio, the paper's "
-                   "metric) or requests (object miss ratio); it picks the default label "
-                   "(--size-exponent 0 for bytes, 0.5 for requests) and scores the tuning "
-                   f"trials; default {d.objective}")
-    p.add_argument("--size-exponent", type=Number(float, 0.0, 4.0), default=None,
-                   help="size-aware label exponent (0: the paper's label); default: the "
-                   "objective's (0 for bytes, 0.5 for requests)")
-    p.add_argument("--model-sizes", default=",".join(f"{t}x{lv}" for t, lv in d.model_sizes),
-                   help="TREESxLEAVES model sizes Optuna chooses among")
-    p.add_argument("--windows", type=Number(int, 0, 64, unit="windows"), default=d.windows,
-                   help="equal windows for the periodic-retraining emulation (0: off)")
-    p.add_argument("--baselines", default=",".join(d.baselines),
-                   help="libCacheSim baselines beside ours, comma-separated (none or empty: "
-                   "none)")
+#: The job module's interface (ARCHITECTURE.md, "A system's five parts"); the settings and
+#: the options are in settings.py, the summary and its text in report.py.
+__all__ = ["COMMAND", "DEFAULT_FORMAT", "FORMATS", "HELP", "SCORE", "STAGES", "Settings",
+           "add_cli", "describe", "headlines", "judged_on", "mlflow_params", "run_name",
+           "shipped", "summary"]
 
 
 # --- stages --------------------------------------------------------------------------------
@@ -400,20 +164,6 @@ def samples(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     return run.record("samples", {"per_capacity": out, "memory_window": window,
                                   "label_horizon": label_horizon(s.label_horizons[0], n),
                                   "train_requests": n})
-
-
-def size_exponent(s: MatSettings, cap: dict[str, Any]) -> float:
-    """The size-aware label's exponent at a capacity: 0 for a cache counting objects (its
-    sizes cost nothing), for one counting bytes `s.size_exponent`, else the objective's
-    (OBJECTIVES: 0 for bytes, 0.5 for requests)."""
-    if cap["unit"] != "bytes":
-        return 0.0
-    return s.size_exponent if s.size_exponent is not None else OBJECTIVES[s.objective][1]
-
-
-def objective_key(s: MatSettings) -> str:
-    """The summary key of the miss ratio the job minimises: byte_miss_ratio or miss_ratio."""
-    return OBJECTIVES[s.objective][0]
 
 
 def memory_window(s: MatSettings, train_requests: int) -> int:
@@ -906,18 +656,6 @@ def _libcachesim(keys: Any, sizes: Any, capacity: int, unit: str,
     return out
 
 
-def miss_ratio_curves(per_capacity: dict[str, Any], metric: str
-                      ) -> dict[str, list[tuple[float, float]]]:
-    """{policy: [(capacity, metric)]} for the plots; a policy that has no figure for the
-    metric (libCacheSim's byte miss ratio when the cache counts objects) has no point."""
-    curves: dict[str, list[tuple[float, float]]] = {}
-    for r in per_capacity.values():
-        for p, m in r["policies"].items():
-            if m.get(metric) is not None:
-                curves.setdefault(p, []).append((float(r["capacity"]), float(m[metric])))
-    return curves
-
-
 def plots(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     """Byte miss ratio and miss ratio vs cache size per policy (two PNGs), logged to
     MLflow."""
@@ -971,77 +709,7 @@ def mlflow_params(run: RunDir, s: MatSettings) -> dict[str, Any]:
             "windows": s.windows}
 
 
-def summary(records: dict[str, dict[str, Any]], s: MatSettings) -> dict[str, Any]:
-    res = records["evaluate"]["per_capacity"]
-    names = list(res)
-    middle = names[len(names) // 2]
-    out: dict[str, Any] = {k: v for k, v in records["ingest"].items()}
-    out |= {"per_capacity": res, "policies": res[middle]["policies"],
-            "middle_capacity": middle, "samples": records["samples"]["per_capacity"],
-            "models": records["train"]["per_capacity"], "plots": records["plots"]["plots"]}
-    out["compiled"] = records["compile"]["shipped"]
-    out["tuned"] = records["tune"]["per_capacity"]
-    out["periodic_window_requests"] = records["periodic"].get("window_requests")
-    out["objective"] = {"name": s.objective, "metric": objective_key(s),
-                        "size_exponent": size_exponent(s, {"unit": "bytes"})}
-    return out
-
-
-def _vs_lru(m: dict[str, Any], lru: dict[str, Any], metric: str, vs: str = "") -> str:
-    """'0.4321 (+1.2%)' for the summary's lines; 'n/a' where the policy has no figure."""
-    if m.get(metric) is None:
-        return "n/a"
-    return f"{m[metric]:.4f} ({m[metric] / lru[metric] - 1:+.1%}{vs})"
-
-
-def describe(summary: dict[str, Any], s: MatSettings) -> str:
-    """Per capacity every policy's byte miss ratio and miss ratio (sorted by the objective's,
-    each against LRU's), predictions and time per eviction where it predicts."""
-    key = objective_key(s)
-    lines = [f"objective: {s.objective} ({key.replace('_', ' ')}; policies sorted by it)"]
-    for name, r in summary["per_capacity"].items():
-        lines.append(f"\ncapacity {name} ({r['capacity']} {r['unit']}):")
-        lru = r["policies"]["lru"]
-        # a policy without the figure (libCacheSim's byte miss ratio of an object-counted
-        # cache is None) sorts last and reads n/a
-        for p, m in sorted(r["policies"].items(),
-                           key=lambda kv: (kv[1][key] is None, kv[1][key] or 0.0)):
-            ppe = m.get("predictions_per_eviction")
-            extra = (f"  {ppe:.2f} predictions/eviction, {m['ns_per_eviction']:.0f} ns"
-                     if ppe and m.get("ns_per_eviction") is not None else "")
-            lines.append(f"  {p:12} byte miss ratio {_vs_lru(m, lru, 'byte_miss_ratio', ' vs LRU')}"
-                         f"  miss ratio {_vs_lru(m, lru, 'miss_ratio')}" + extra)
-        if "periodic" in r:
-            pr = r["periodic"]
-            lines.append(f"  periodic retraining ({len(pr['windows'])} windows judged by the "
-                         f"model of the window before): MAT byte miss ratio "
-                         f"{pr['mat_byte_miss_ratio']:.4f} vs LRU {pr['lru_byte_miss_ratio']:.4f}"
-                         f", miss ratio {pr['mat_miss_ratio']:.4f} vs LRU "
-                         f"{pr['lru_miss_ratio']:.4f}, "
-                         f"{pr['predictions_per_eviction']:.2f} predictions/eviction")
-    return "\n".join(lines)
-
-
 # --- MLflow: the runs table's headline, the shipped bundle (flashml/jobs/ship.py) ----------
-
-#: The registry judges a candidate by the miss ratio of its objective (byte miss ratio by
-#: default, `--objective`) at the shipped (middle) capacity; `judged_on` names the objective.
-SCORE = ("objective_miss_ratio", "min")
-
-
-def headlines(summary: dict[str, Any], s: MatSettings) -> dict[str, Any]:
-    """At the middle capacity (the shipped policy's): MAT's byte miss ratio and miss ratio,
-    each one's cut vs LRU, the objective's (the registry's score) and its predictions per
-    eviction."""
-    pol = summary["policies"]
-    mat, lru = pol["mat"], pol.get("lru", {})
-    out: dict[str, Any] = {"objective_miss_ratio": mat[objective_key(s)]}
-    for key in ("byte_miss_ratio", "miss_ratio"):
-        base = lru.get(key)
-        out[key] = mat[key]
-        out[f"{key}_cut"] = 1 - mat[key] / base if base else None
-    out["predictions_per_eviction"] = mat.get("predictions_per_eviction")
-    return out
 
 
 def shipped(run: RunDir, summary: dict[str, Any], s: MatSettings) -> Path:
