@@ -98,7 +98,7 @@ def experiment(run_dir: Path, tmp: Path, k: float, controller: str,
     from flashml.features.eviction import contract as evict_contract
     from flashml.jobs.run import RunDir
     from flashml.settings import BaleenSettings
-    from flashml.systems.baleen import job as baleen
+    from flashml.systems.baleen import run_folder as baleen
     from flashml.systems.baleen.baselines import share_to_threshold
     from flashml.systems.baleen.model import score_all
     from flashml.systems.baleen.tuning import tune_to_write_rate

@@ -241,7 +241,7 @@ def test_compile_ahead_fills_the_cache_the_compile_stage_links_from(models, fres
                                                                      monkeypatch) -> None:
     """The main job's compile stage starts compiling in a child process when `train` ends
     (systems/baleen/job.py CompileAhead); the stage then links the objects it cached."""
-    from flashml.systems.baleen.job import CompileAhead
+    from flashml.systems.baleen.compile_ahead import CompileAhead
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("FLASHML_CACHE_DIR", str(cache))

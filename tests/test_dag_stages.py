@@ -14,7 +14,7 @@ from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Timer
 from flashml.settings import BaleenSettings
 from flashml.systems.baleen import job as baleen
-from flashml.systems.baleen.job import compiled_dir, policy_dir
+from flashml.systems.baleen.run_folder import compiled_dir, policy_dir
 
 
 def test_records_reset_and_run_id(tmp_path: Path) -> None:

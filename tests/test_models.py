@@ -484,7 +484,7 @@ def test_a_trace_too_large_for_memory_is_refused_before_training(small_trace,
 
     from flashml.errors import UserError
     from flashml.jobs.run import RunDir
-    from flashml.systems.baleen.job import JOB_BASE_BYTES, JOB_BYTES_PER_ACCESS, check_memory
+    from flashml.systems.baleen.run_folder import JOB_BASE_BYTES, JOB_BYTES_PER_ACCESS, check_memory
 
     df, table = small_trace
     run = RunDir(tmp_path / "run")
@@ -506,7 +506,7 @@ def test_features_are_computed_once_per_table_and_contract(small_trace, tmp_path
 
     from flashml.features.online import feature_matrix
     from flashml.jobs.run import RunDir
-    from flashml.systems.baleen.job import features, features_file
+    from flashml.systems.baleen.run_folder import features, features_file
 
     df, table = small_trace
     run = RunDir(tmp_path / "run")

@@ -45,7 +45,7 @@ def _run(stage_names: tuple[str, ...], s: BaleenSettings, kind: str, workdir: Pa
 
 def cmd_train(args: argparse.Namespace) -> int:
     from flashml.files import atomic_dir
-    from flashml.systems.baleen.job import policy_dir
+    from flashml.systems.baleen.run_folder import policy_dir
 
     s = BaleenSettings.from_cli(args).replace(sweep_trials=0, register=False, compile=False)
     out: Path = args.output

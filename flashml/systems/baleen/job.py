@@ -46,234 +46,35 @@ from flashml.files import atomic_dir, write_json
 from flashml.jobs import report
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
 from flashml.settings import BaleenSettings
+from flashml.systems.baleen.compile_ahead import compile_ahead
+from flashml.systems.baleen.report import describe, headline_metrics, headlines_of, summary
+from flashml.systems.baleen.run_folder import (
+    SERIES_FILE,
+    _learned,
+    base_config,
+    check_memory,
+    check_span,
+    compiled_dir,
+    feature_frame,
+    features,
+    learned_config,
+    log_dataset,
+    log_training_curves,
+    policy_dir,
+    trace_name,
+    warm_start,
+)
 
 if TYPE_CHECKING:  # numpy, the simulator and the tuner load when a stage runs, not with the CLI
-    import numpy as np
 
-    from flashml.simulation import SimConfig
     from flashml.systems.baleen.tuning import Tuned
 
 log = logging.getLogger("flashml.pipeline")
 
-SERIES_FILE = "policy_series.npz"
-
-
-# --- what the stages share, derived from the run folder ----------------------------------
-
-
-def policy_dir(run: RunDir) -> Path:
-    return run.path / "policy"
-
-
-def compiled_dir(run: RunDir) -> Path:
-    return run.path / "compiled"
-
-
-def features(run: RunDir) -> np.ndarray:
-    """The admission features of every access: computed once per run folder and kept in
-    `work/features-<key>.npy`, the key a hash of the accesses table's bytes and the feature
-    contract, so a resumed job or a sweep worker process maps the file instead of computing
-    them again (15 s at 10 M accesses); once per process after that."""
-    if "feats" not in run.cache:
-        import numpy as np
-
-        from flashml.features.online import feature_matrix
-        from flashml.files import atomic_path
-
-        path = features_file(run)
-        if path.is_file():
-            run.cache["feats"] = np.load(path, mmap_mode="r")
-        else:
-            feats = feature_matrix(run.frame()[0])
-            with atomic_path(path) as tmp, open(tmp, "wb") as f:
-                np.save(f, feats)
-            run.cache["feats"] = feats
-    return run.cache["feats"]
-
-
-def features_file(run: RunDir) -> Path:
-    """Where `features` keeps the run's feature matrix: keyed by the accesses table's bytes
-    and the feature contract's hash."""
-    import hashlib
-
-    from flashml.compiler.build import sha256_file
-    from flashml.features.contract import contract
-
-    key = hashlib.sha256(f"{sha256_file(run.table)} {contract().hash}".encode()).hexdigest()
-    return run.work / f"features-{key[:16]}.npy"
-
-
-def base_config(run: RunDir, s: BaleenSettings) -> SimConfig:
-    """The simulator set-up every policy is judged with: the evaluation starts where the
-    training window ends (the first day by default)."""
-    from flashml.simulation import SimConfig
-
-    return SimConfig.for_trace(run.frame()[1], cache_gb=s.cache_gb, warmup_s=s.train_seconds)
-
-
-def learned_config(run: RunDir, s: BaleenSettings) -> SimConfig:
-    """`base_config` with the shipped policy's peak schedule (after `train`): the one the
-    held-out validation chose (systems/baleen/validation.py: flat, or the `s.peak.hours` busiest
-    consecutive hours of the training window with a threshold `s.peak.bonus` lower), or a
-    given candidate bundle's."""
-    if "learned_base" not in run.cache:
-        rec = run.done("train")
-        if rec is None or "choice" not in rec:
-            raise RuntimeError("the learned policies' schedule is known after `train`")
-        ch = rec["choice"]
-        run.cache["learned_base"] = base_config(run, s).replace(
-            peak_hours=tuple(int(h) for h in ch["peak_hours"]),
-            peak_bonus=float(ch["peak_bonus"]))
-    return run.cache["learned_base"]
-
-
-#: The main job's peak memory: a fixed part and a part per access (bench_pipeline.py: 1.5 GB
-#: at 1 M accesses, 7.6 GB at 10 M; the feature matrix alone is 144 B per access).
-JOB_BASE_BYTES = 800 * 2**20
-JOB_BYTES_PER_ACCESS = 700
-
-
-def check_memory(run: RunDir, available: int | None = None) -> None:
-    """UserError, before the first model is trained, when the trace's accesses would not fit
-    in the available memory (`available`, default MemAvailable): the job keeps every
-    access's features, scores and the simulator's columns in memory, so a trace too large
-    would be killed half-way instead."""
-    import pyarrow.parquet as pq
-
-    from flashml.systems.baleen.episodes.core import available_memory_bytes
-
-    rows = pq.ParquetFile(run.table).metadata.num_rows
-    need = JOB_BASE_BYTES + rows * JOB_BYTES_PER_ACCESS
-    avail = available_memory_bytes() if available is None else available
-    if need <= avail:
-        return
-    fit = max(0, (avail - JOB_BASE_BYTES) // JOB_BYTES_PER_ACCESS)
-    share = 100.0 * fit / rows
-    raise UserError(
-        f"{run.table}: the main job on {rows:,} accesses needs about {need / 2**30:.1f} GiB "
-        f"(the features, scores and simulator columns of every access: ~"
-        f"{JOB_BYTES_PER_ACCESS} B each, plus {JOB_BASE_BYTES / 2**30:.1f} GiB), and "
-        f"{avail / 2**30:.1f} GiB are available. Sample the trace by key to about {fit:,} "
-        f"accesses (`flashml trace sample TRACE --size {max(share, 0.01):.2g} -o "
-        f"sample.parquet`: the sample keeps whole blocks, as the artifact's traces do), or "
-        f"build the episodes alone, which scale out on Spark (`flashml episodes build "
-        f"--engine spark`)")
-
-
-def check_span(run: RunDir, s: BaleenSettings, source: Path | None = None) -> None:
-    """UserError (naming `source`, else the run's table) unless the trace outlasts the
-    training window by at least one measurement window (systems/baleen/dataset.py)."""
-    from flashml.systems.baleen.dataset import check_span as check
-
-    check(run.frame()[0]["time"].to_numpy(), s.train_seconds, source or run.table)
-
-
-def _metrics(t: Tuned, knob_name: str) -> dict[str, Any]:
-    m = dict(t.result.metrics)
-    m[knob_name] = t.knob
-    m["reached_target"] = t.reached
-    return m
-
-
-def _learned(run: RunDir) -> Any:
-    """The candidate's LearnedPolicy: in memory after `train`, else from `policy/`."""
-    loop = run.cache.get("loop")
-    if loop is not None:
-        return loop.policy
-    from flashml.systems.baleen.registry import load_policy_dir
-
-    return load_policy_dir(policy_dir(run))
-
-
-def warm_start(run: RunDir, s: BaleenSettings) -> Any:
-    """The main loop's converged state for the sweep's trials (models/converge.WarmStart):
-    in memory after `train`, else from its record and the policy bundle; None when the run
-    trained no loop (a given candidate bundle) or ships no bundle (admission only)."""
-    from flashml.systems.baleen.converge import WarmStart
-
-    loop = run.cache.get("loop")
-    if loop is not None:
-        return WarmStart.from_loop(loop, s.loop.accesses_per_episode)
-    rec = run.done("train") or {}
-    if "policy_bundle" not in rec or "candidate_source" in rec:
-        return None
-    from flashml.compiler.bundle import read_policy_json
-    from flashml.systems.baleen.model import score_all
-
-    policy = _learned(run)
-    k = rec.get("convergence", {}).get("accesses_per_episode") or s.loop.accesses_per_episode
-    pts = rec.get("search_points") or {}
-    from flashml.systems.baleen.validation import FEATURE_SETS, zeroed_features
-
-    fs = (rec.get("choice") or {}).get("feature_set")
-
-    def pairs(xs: Any) -> list[tuple[float, float]]:
-        return [(float(x), float(w)) for x, w in xs or []]
-
-    return WarmStart(float(rec["eviction_age_s"]), int(k), policy,
-                     score_all(policy, features(run)),
-                     float(read_policy_json(policy_dir(run))["when_threshold"]),
-                     points=pairs(pts.get("points")),
-                     when_points={float(c): pairs(v) for c, v in pts.get("when_points", [])},
-                     final_points=pairs(pts.get("final_points")),
-                     zeroed=zeroed_features(fs) if fs in FEATURE_SETS else ())
-
-
-def log_training_curves(run_id: str, boosters: dict[str, Any]) -> None:
-    """Each shipped model's held-out loss per boosting round (`gbm.fit`'s record) as the
-    stepped metric `gbm_<model>_<set>_<metric>` of the run, so MLflow plots the curves."""
-    import time as _time
-
-    from mlflow import MlflowClient
-    from mlflow.entities import Metric
-
-    now = int(_time.time() * 1000)
-    rows = [Metric(f"gbm_{name}_{key}", v, now, i)
-            for name, b in boosters.items()
-            for key, vals in (getattr(b, "flashml_curve", None) or {}).items()
-            for i, v in enumerate(vals)]
-    client = MlflowClient()
-    for k in range(0, len(rows), 1000):  # MLflow's batch limit
-        client.log_batch(run_id, metrics=rows[k:k + 1000])
-
-
-def feature_frame(rows: np.ndarray) -> Any:
-    """Feature rows as a pandas DataFrame with the contract's 18 feature names (what the
-    MLflow models' signatures and input examples show)."""
-    import numpy as np
-    import pandas as pd
-
-    from flashml.features.contract import contract
-
-    return pd.DataFrame(np.asarray(rows, dtype=np.float64), columns=list(contract().names))
-
-
-def trace_name(run: RunDir | None, s: BaleenSettings) -> str:
-    """The trace as runs and studies name it: its file name, else the generated preset."""
-    if s.trace is not None:
-        return Path(s.trace).name
-    return f"{s.preset}-seed{s.seed}"
-
-
-def log_dataset(run: RunDir, s: BaleenSettings) -> None:
-    """The validated accesses table as the MLflow run's input dataset (`mlflow.log_input`:
-    name, source, digest, schema and row count on the run page); the first
-    `s.train_seconds` train, the rest judge."""
-    import mlflow
-
-    df, meta = run.frame()
-    rec = run.done("ingest") or {}
-    source = str(Path(rec.get("trace") or run.table).resolve())
-    import polars as pl
-    from mlflow.data.polars_dataset import infer_schema
-
-    ds = mlflow.data.from_polars(df, source=source, name=trace_name(run, s))
-    # MLflow's schema has no unsigned integers: the table's schema with them as long
-    ds.__dict__["schema"] = infer_schema(df.head(0).cast(
-        {c: pl.Int64 for c, t in df.schema.items() if t.is_unsigned_integer()}))
-    mlflow.log_input(ds, context="training", tags={
-        "train_hours": f"{s.train_seconds / 3600:g}",
-        "sample_ratio": str(getattr(meta, "sample_ratio", ""))})
+#: The job module's interface (ARCHITECTURE.md, "A system's five parts"); what the stages
+#: share is in run_folder.py, the summary and its text in report.py.
+__all__ = ["COMMAND", "HELP", "STAGES", "Settings", "add_cli", "describe", "mlflow_params",
+           "run_name", "summary"]
 
 
 # --- stages --------------------------------------------------------------------------------
@@ -550,6 +351,13 @@ def rejectx_peak0(run: RunDir, s: BaleenSettings) -> float:
     return run.cache["rejectx_peak0"]
 
 
+def _metrics(t: Tuned, knob_name: str) -> dict[str, Any]:
+    m = dict(t.result.metrics)
+    m[knob_name] = t.knob
+    m["reached_target"] = t.reached
+    return m
+
+
 def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     """Every policy tuned to the same target write rate and simulated: the baselines,
     Baleen admission only, CacheLib-ML-like, Baleen (from `train`) and OPT; TCO relative to
@@ -646,33 +454,6 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
 
     log_headlines(headlines_of(pol))  # the runs table's few default columns
     return run.record("policies", {"policies": pol})
-
-
-def headlines_of(pol: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The run's `headline.*` metrics (flashml/jobs/ship.py): Baleen's peak DT, its cut vs
-    RejectX, its gap to OPT and its write rate."""
-    b = pol.get("baleen", {})
-    out = {"peak_dt_util": b.get("peak_dt_util"),
-           "write_rate_mbps": b.get("flash_write_rate_mbps")}
-    if {"baleen", "rejectx", "opt"} <= set(pol):
-        out["peak_dt_cut"] = 1 - b["peak_dt_util"] / pol["rejectx"]["peak_dt_util"]
-        out["gap_to_opt"] = b["peak_dt_util"] / pol["opt"]["peak_dt_util"] - 1
-    return out
-
-
-#: Per policy, the parent run's metrics `<policy>_<metric>` (the headline of the table).
-HEADLINE = ("peak_dt_util", "flash_write_rate_mbps", "tco")
-
-
-def headline_metrics(pol: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """The parent run's headline metrics: every policy's peak DT, write rate and TCO, and
-    Baleen's peak-DT reduction vs RejectX and gap to OPT (as in summary.json)."""
-    out = {f"{name}_{k}": m[k] for name, m in pol.items() for k in HEADLINE if k in m}
-    if {"baleen", "rejectx", "opt"} <= set(pol):
-        out["baleen_vs_rejectx_peak_reduction"] = \
-            1 - pol["baleen"]["peak_dt_util"] / pol["rejectx"]["peak_dt_util"]
-        out["gap_to_opt"] = pol["baleen"]["peak_dt_util"] / pol["opt"]["peak_dt_util"] - 1
-    return finite_numbers(out)
 
 
 def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
@@ -915,66 +696,6 @@ def compile_candidate(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str,
                                   "compile_s": round(manifest["build"]["compile_s"], 2)})
 
 
-class CompileAhead:
-    """`flashml compile` of the run's candidate bundle in a child process at low priority
-    (nice 10, one compiler at a time), started when `train` has finished: it fills the
-    compile cache (compiler/objcache.py) while the policies and the sweep run, so the compile
-    stage links cached, verified objects instead of compiling TL2cgen's trees on the job's
-    critical path. Its own output goes to a temporary folder, removed afterwards; the stage
-    compiles (and checks) the shipped bundle itself, whatever this one did."""
-
-    def __init__(self, bundle: Path) -> None:
-        import subprocess
-        import sys
-        import tempfile
-
-        self.tmp = Path(tempfile.mkdtemp(prefix="flashml-compile-ahead-"))
-        cmd = [sys.executable, "-m", "flashml.cli", "compile", "--model-dir", str(bundle),
-               "-o", str(self.tmp / "bundle"), "--no-log", "--jobs", "1"]
-        if shutil.which("nice"):
-            cmd = ["nice", "-n", "10", *cmd]
-        self.log_path = self.tmp / "compile.log"
-        with open(self.log_path, "w") as err:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=err)
-
-    def finish(self) -> None:
-        """Wait for it (the stage that needs its objects)."""
-        rc = self.proc.wait()
-        if rc != 0:
-            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-1:]
-            log.info("compiling ahead failed (exit %d%s); the compile stage compiles it all",
-                     rc, f": {tail[0]}" if tail else "")
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def stop(self) -> None:
-        """Stop it (the job ended before its compile stage)."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def compile_ahead(run: RunDir, s: BaleenSettings) -> Any:
-    """The compile stage's `prepare` (after `train`): start `CompileAhead` on the candidate
-    bundle when the stage will compile it and the compile cache is on; returns what stops it
-    if the job ends first."""
-    from flashml.config import cache_dir
-
-    if not s.compile or run.done("compile") is not None or cache_dir() is None or \
-            not (policy_dir(run) / "policy.json").is_file() or run.cache.get("compile_ahead"):
-        return None
-    ahead = run.cache["compile_ahead"] = CompileAhead(policy_dir(run))
-    log.info("compiling the candidate bundle ahead, at low priority (pid %d)", ahead.proc.pid)
-
-    def release() -> None:
-        if run.cache.get("compile_ahead") is ahead:
-            run.cache.pop("compile_ahead")
-            ahead.stop()
-
-    return release
-
-
 def promote(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     """If the candidate passed `evaluate`: move alias `champion` to it and, with
     `s.export_dir`, export the model bundle and compiled policy to `export_dir/v<version>/`
@@ -1102,59 +823,3 @@ def mlflow_params(run: RunDir, s: BaleenSettings) -> dict[str, Any]:
                                 "sample_ratio": run.frame()[1].sample_ratio}
 
 
-def summary(records: dict[str, dict[str, Any]], s: BaleenSettings) -> dict[str, Any]:
-    """The job's summary.json from its stage records."""
-    pol = records["policies"]["policies"]
-    trained = records["train"]
-    out: dict[str, Any] = {k: v for k, v in records["ingest"].items() if k != "trace"}
-    out |= {
-        "policies": pol,
-        "target_write_rate_mbps": s.target_write_rate_mbps,
-        "cache_gb": s.cache_gb,
-        "eviction_age_s": trained["eviction_age_s"],
-        "convergence": trained["convergence"],
-        "choice": trained.get("choice"),
-        "episodes": records["episodes"]["summary"],
-        "baleen_vs_rejectx_peak_reduction":
-            1 - pol["baleen"]["peak_dt_util"] / pol["rejectx"]["peak_dt_util"],
-        "gap_to_opt": pol["baleen"]["peak_dt_util"] / pol["opt"]["peak_dt_util"] - 1,
-    }
-    out |= records["sweep"]
-    out["plots"] = records["plots"]["plots"]
-    out["policy_bundle"] = trained.get("policy_bundle")
-    out["mlflow_run_id"] = trained["mlflow_run_id"]
-    if "skipped" not in records["evaluate"]:
-        out["registry"] = records["evaluate"]
-    if "skipped" not in records["compile"]:
-        out["compiled"] = records["compile"]
-    return out
-
-
-def describe(summary: dict[str, Any], s: BaleenSettings) -> str:
-    """What `flashml pipeline run` prints at the end: the policy table and the headline."""
-    return "\n".join([
-        "", report.table(summary["policies"]),
-        _notes(summary["policies"], s.target_write_rate_mbps),
-        *([f"\nshipped variant (chosen on held-out data of the training window): "
-           f"{summary['choice']['reason']}"] if summary.get("choice") else []),
-        f"\nBaleen vs RejectX peak DT: {summary['baleen_vs_rejectx_peak_reduction']:+.1%} "
-        f"reduction; gap to OPT {summary['gap_to_opt']:+.1%}; TCO-chosen write rate "
-        f"{summary['chosen_write_rate_mbps']:.1f} MB/s"])
-
-
-def _notes(policies: dict[str, dict[str, Any]], target: float) -> str:
-    """What to tell the user when policies cannot be tuned to the target write rate."""
-    tuned = {k: v for k, v in policies.items() if k != "opt"}
-    short = {k: v["flash_write_rate_mbps"] for k, v in tuned.items()
-             if v.get("reached_target") is False}
-    if short and len(short) == len(tuned) and max(short.values()) < target:
-        top = max(short.values())
-        return (f"\nnote: no policy reaches the target write rate {target:g} MB/s on this "
-                f"trace (at most {top:.3g} MB/s): the write budget does not bind, so the "
-                f"policies differ little; try --target-write-rate below {top:.3g} or a "
-                f"smaller --cache-gb")
-    if short:
-        return (f"\nnote: {', '.join(short)} cannot be tuned to within 5% of the target "
-                f"write rate {target:g} MB/s on this trace; they run at "
-                + ", ".join(f"{v:.3g}" for v in short.values()) + " MB/s")
-    return ""

@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
 
     from flashml.config import DEFAULTS
     from flashml.jobs.run import RunDir
-    from flashml.systems.baleen import job as baleen
+    from flashml.systems.baleen import run_folder as baleen
     from flashml.systems.baleen.sweep import TrialSetup, serve, trial_cores
     from flashml.tracking import setup as tracking_setup
 
