@@ -236,7 +236,7 @@ def targets(res: dict[str, Any]) -> dict[str, Any]:
     """Per run (real, real_unthrottled, twin) and tuner: >= 1.5x Linux's 128 KiB on the
     random workloads, >= 0.95x the best fixed size on every workload (each with its ratio's
     interval); inference <= 5 us from C; the model < 64 KiB."""
-    from flashml.systems.kml.job import TUNERS
+    from flashml.systems.kml.settings import TUNERS
 
     out: dict[str, Any] = {}
     for mode in (*REAL_RUNS, "twin"):
@@ -282,7 +282,7 @@ def _minutes(s: float) -> str:
 def run_text(name: str, r: dict[str, Any], t: dict[str, Any]) -> str:
     """One run's tables: ops/s per workload and policy, each tuner's ratios to the best
     fixed size and Linux's 128 KiB (95% intervals and verdicts), the targets met or not."""
-    from flashml.systems.kml.job import TUNERS
+    from flashml.systems.kml.settings import TUNERS
 
     shipped = r["shipped"]
     load = r.get("load") or {}

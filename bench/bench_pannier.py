@@ -50,7 +50,7 @@ from machine import machine  # noqa: E402
 from flashml.files import atomic_path, dumps, jsonable  # noqa: E402
 from flashml.systems.pannier.blockcache import POLICIES, preset_requests, simulate  # noqa: E402
 from flashml.systems.pannier.blockgen import get_block_preset, write_block_msr  # noqa: E402
-from flashml.systems.pannier.job import PannierSettings  # noqa: E402
+from flashml.systems.pannier.settings import PannierSettings  # noqa: E402
 
 CLOUDPHYSICS = ROOT.parent / "shared" / "traces" / "cloudphysics-sample.csv"
 RESULTS = ROOT / "bench" / "results"

@@ -38,7 +38,7 @@ def test_kml_run_twin_end_to_end(tmp_path: Path) -> None:
     names = ("readrandom", "readseq", "readreverse", "readrandomwriterandom", "updaterandom",
              "mixgraph", "trace:prn0.csv")
     assert tuple(s["workloads"]) == names
-    from flashml.systems.kml.job import FIXED, TUNERS
+    from flashml.systems.kml.settings import FIXED, TUNERS
 
     assert s["shipped"] == "kml_mlp16" and s["network"] == "mlp16"
     assert s["linux_kib"] == 128 and s["repeats"] == 1  # the twin is deterministic
@@ -155,8 +155,8 @@ def test_run_order_cancels_a_drift_over_each_pair_of_repeats() -> None:
     """A drift (the machine's load) over the runs: over two repeats every policy sits at
     the same mean position, so a throughput falling linearly with each run costs them all
     the same; the order is as given first, and repeats 3, 4 are 1, 2 again."""
-    from flashml.systems.kml.job import TUNERS as POLICIES
     from flashml.systems.kml.job import run_order
+    from flashml.systems.kml.settings import TUNERS as POLICIES
 
     assert run_order(POLICIES, 0) == POLICIES and run_order(POLICIES, 2) == POLICIES
     assert run_order(POLICIES, 1) == run_order(POLICIES, 3) == POLICIES[::-1]

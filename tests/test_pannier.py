@@ -372,7 +372,7 @@ def test_summary_judges_pannier_against_the_strongest_simple_rival():
     """RIPQ+ above Pannier on a run: the summary names it as the strongest rival (not LRU+ or
     MQ alone), the gain against it is negative and the run is listed where Pannier is not at
     or above its best rival."""
-    from flashml.systems.pannier.job import _gains, _versus, best_rival
+    from flashml.systems.pannier.report import _gains, _versus, best_rival
 
     runs = [_fake_run("web", {"pannier": 0.30, "lru_plus": 0.25, "mq": 0.33, "ripq_plus": 0.37}),
             _fake_run("src11", {"pannier": 0.42, "lru_plus": 0.35, "mq": 0.41,

@@ -30,176 +30,34 @@ quantum against K x quota, the final credit), and the plots.
 
 from __future__ import annotations
 
-import argparse
 import logging
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
-from flashml.settings import MAX_SEED, Number
+from flashml.systems.pannier.report import SCORE, describe, headlines, summary
+from flashml.systems.pannier.settings import (
+    HOLDOUT,
+    NO_RAM,
+    TIRE_OF,
+    TUNING_FRACTION,
+    PannierSettings,
+    _cache_bytes,
+    add_cli,
+)
 
 log = logging.getLogger("flashml.pannier")
 
 COMMAND = "pannier"
 HELP = "Pannier: container flash cache with the TIRE write budget (block traces)"
 DEFAULT_FORMAT = "msr"
-#: The paper's cache sizes in % of the working set (Fig. 6).
-PAPER_SIZES = ("2.5%", "5%", "10%")
-TIRE_OF = ("lru_plus", "s2lru_plus", "ripq_plus", "pannier")
-#: The simple rivals the headline compares Pannier with: the strongest of them on the judged
-#: traces (by mean read-hit ratio) is the one the summary and the README name.
-RIVALS = ("lru_plus", "mq", "ripq_plus")
-#: What runs on the held-out half (the tuning saw only the first half): the defaults and the
-#: rivals, without and with TIRE at the run's target, beside `pannier_tuned`.
-HOLDOUT = ("lru_plus", "mq", "ripq_plus", "pannier", "ripq_plus_tire", "pannier_tire")
-#: What runs again without the RAM cache in front (FUE with and without it).
-NO_RAM = ("lru_plus", "ripq_plus", "pannier")
-#: The share of a trace the tuning sees (its first requests); the rest is the held-out half.
-TUNING_FRACTION = 0.5
 
-
-@dataclass(frozen=True)
-class PannierSettings:
-    """Everything `flashml pannier run` needs."""
-
-    trace: Path | None = None
-    format: str | None = None
-    sample_ratio: float | None = None
-    presets: tuple[str, ...] = ("prn0-like", "src11-like", "map-like", "web-like")
-    requests: int | None = None
-    seed: int = 0
-    cache_sizes: tuple[str, ...] = PAPER_SIZES
-    lifespan_epbpd: float | None = None
-    page_bytes: int = 4096
-    container_bytes: int = 2 * 1024 * 1024
-    tire_slack: float = 4.0
-    quantum_s: float = 300.0
-    promotion_pct: float = 5.0
-    trials: int = 16
-    #: charge the RAM open containers to the cache size (default: the paper's model)
-    open_in_cache: bool = False
-    #: the storage system's RAM cache (LRU) in front of the flash cache, in % of the flash
-    #: cache's size: the paper's simulator (§4.3) puts 5% there; 0: none
-    ram_pct: float = 5.0
-
-    def replace(self, **kw: Any) -> PannierSettings:
-        return replace(self, **kw)
-
-    @classmethod
-    def from_cli(cls, args: argparse.Namespace) -> PannierSettings:
-        from flashml.systems.pannier.blockgen import BLOCK_PRESETS
-
-        sizes = tuple(x.strip() for x in args.cache_size.split(",") if x.strip())
-        if not sizes:
-            raise UserError("--cache-size: give at least one size, e.g. 10% or 256MiB")
-        for x in sizes:
-            _cache_bytes(x, 1 << 40)  # validates
-        presets = tuple(x.strip() for x in args.presets.split(",") if x.strip())
-        bad = [p for p in presets if p not in BLOCK_PRESETS]
-        if bad or not presets:
-            raise UserError(f"--presets: unknown {bad[0] if bad else 'empty list'!r}; block "
-                            f"presets: {', '.join(BLOCK_PRESETS)}")
-        if args.lifespan_dwpd is not None and not args.lifespan_dwpd > 0:
-            raise UserError(f"--lifespan-dwpd must be > 0 erasures per block per day, got "
-                            f"{args.lifespan_dwpd}: with no erasures allowed nothing could be "
-                            "cached")
-        if args.requests is not None and args.requests < 1000:
-            raise UserError(f"--requests must be >= 1000, got {args.requests}")
-        from flashml.simulation import parse_capacity
-
-        try:
-            container = parse_capacity(args.container_size)[0]
-        except ValueError as e:
-            raise UserError(f"--container-size: {e}") from None
-        if container < args.page_bytes:
-            raise UserError(f"--container-size ({container} bytes) is smaller than a block "
-                            f"(--page-bytes {args.page_bytes})")
-        if container % args.page_bytes:
-            raise UserError(f"--container-size ({container} bytes) is not a whole number of "
-                            f"{args.page_bytes}-byte blocks")
-        if not 0 <= args.promotion_pct <= 100:
-            raise UserError(f"--promotion-pct must be in [0, 100], got {args.promotion_pct}")
-        if args.trials < 0:
-            raise UserError(f"--trials must be >= 0, got {args.trials}")
-        if not 0 <= args.ram_pct <= 100:
-            raise UserError(f"--ram-pct must be in [0, 100] (% of the flash cache), got "
-                            f"{args.ram_pct}")
-        return cls(trace=args.trace, format=args.format, sample_ratio=args.sample_ratio,
-                   presets=presets, requests=args.requests, seed=args.seed,
-                   cache_sizes=sizes, lifespan_epbpd=args.lifespan_dwpd,
-                   page_bytes=args.page_bytes, container_bytes=container,
-                   promotion_pct=args.promotion_pct, trials=args.trials,
-                   open_in_cache=args.open_in_cache, ram_pct=args.ram_pct)
-
-
-def add_cli(p: argparse.ArgumentParser) -> None:
-    d = PannierSettings()
-    p.epilog = ("examples:\n  flashml pannier run -o runs/pannier\n"
-                "  flashml pannier run --trace prn0.csv --format msr --cache-size 10% "
-                "--lifespan-dwpd 5 -o runs/prn0")
-    p.add_argument("--cache-size", default=",".join(d.cache_sizes), metavar="SIZE|PCT%",
-                   help="flash cache sizes, comma-separated: bytes (256MiB, 1GB) or a "
-                   "percentage of each trace's working set (default: the paper's 2.5%%, 5%%, "
-                   "10%%)")
-    p.add_argument("--lifespan-dwpd",
-                   type=Number(float, 1e-6, 1e6, unit="erasures per block per day"),
-                   default=None, metavar="N",
-                   help="TIRE's lifespan target: erasures per erase block per day (= drive "
-                   "writes per day for erase-aligned containers; the paper: 5 or 8.3); "
-                   "default: half of Pannier's own rate without TIRE on each trace and size")
-    p.add_argument("--presets", default=",".join(d.presets),
-                   help="without --trace: the block presets to judge on (flashml/systems/"
-                   "pannier/blockgen.py)")
-    p.add_argument("--requests", type=Number(int, 1000, 10**9, unit="requests"),
-                   default=None,
-                   help="without --trace: requests per preset trace (default: the preset's)")
-    p.add_argument("--seed", type=Number(int, 0, MAX_SEED),
-                   default=d.seed, help="seed of the preset traces")
-    p.add_argument("--page-bytes", type=Number(int, 512, 1 << 30, unit="bytes"),
-                   default=d.page_bytes,
-                   help="block size: the unit of insert, read and invalidate")
-    p.add_argument("--container-size", default="2MiB",
-                   help="container = flash erase block (default 2MiB)")
-    p.add_argument("--promotion-pct", type=Number(float, 0.0, 100.0, unit="%"),
-                   default=d.promotion_pct,
-                   help="S2LRU*: accesses to promote a cold container, in %% of its blocks")
-    p.add_argument("--open-in-cache", action="store_true",
-                   help="charge the RAM open containers to the cache size (sealed + open <= "
-                   "the cache's containers: Pannier's 4 and RIPQ+'s 8 get no more cache than "
-                   "LRU+'s 1); default: RAM beside the flash, as in the paper's prototype")
-    p.add_argument("--ram-pct", type=Number(float, 0.0, 100.0, unit="%"),
-                   default=d.ram_pct, metavar="PCT",
-                   help="the storage system's RAM cache (LRU) in front of the flash cache, in "
-                   "%% of the flash cache's size: its read hits never reach flash (a hit all "
-                   "the same in the read-hit ratio), writes go through it to the flash cache "
-                   "(default: the paper's %(default)s; 0: none)")
-    p.add_argument("--trials", type=Number(int, 0, 10_000, unit="trials"),
-                   default=d.trials,
-                   help="Optuna trials per trace tuning Pannier's knobs under the lifespan "
-                   "target (0: no tuning; the paper's defaults ship)")
-
-
-def _cache_bytes(text: str, working_set: int) -> int:
-    """'10%' of the working set, or a size ('256MiB'), in bytes."""
-    if text.endswith("%"):
-        try:
-            v = float(text[:-1])
-        except ValueError:
-            raise UserError(f"--cache-size: cannot read {text!r}") from None
-        if not 0.0 < v <= 100.0:
-            raise UserError(f"--cache-size: a percentage must be in (0, 100], got {text!r}")
-        return int(working_set * v / 100.0)
-    from flashml.simulation import parse_capacity
-
-    try:
-        n, kind = parse_capacity(text)
-    except ValueError as e:
-        raise UserError(f"--cache-size: {e}") from None
-    if kind != "bytes":
-        raise UserError(f"--cache-size: {text!r} is an object count; give bytes or a %")
-    return n
+#: The job module's interface (ARCHITECTURE.md, "A system's five parts"); the settings and
+#: the options are in settings.py, the summary and its text in report.py.
+__all__ = ["COMMAND", "DEFAULT_FORMAT", "HELP", "SCORE", "STAGES", "Settings", "add_cli",
+           "describe", "headlines", "judged_on", "mlflow_params", "run_name", "shipped",
+           "summary"]
 
 
 # --- stages --------------------------------------------------------------------------------
@@ -456,72 +314,6 @@ def _slug(x: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in x).strip("_")
 
 
-def _means(per_run: list[dict[str, Any]], key: str = "policies"
-           ) -> dict[str, dict[str, float]]:
-    """The mean of every figure of every policy over the runs (`key`: the runs' `policies`,
-    `holdout` or `no_ram` table)."""
-    names = per_run[0][key].keys()
-    out: dict[str, dict[str, float]] = {}
-    for p in names:
-        keys = per_run[0][key][p].keys()
-        out[p] = {k: sum(float(r[key][p][k]) for r in per_run) / len(per_run)
-                  for k in keys}
-    return out
-
-
-def _gains(per_run: list[dict[str, Any]], a: str, b: str, key: str = "policies"
-           ) -> dict[str, float]:
-    """Mean relative gain of `a` over `b` in read-hit ratio and FUE, and how many runs `a`
-    is ahead (and at or above) in read-hit ratio (`key`: which table of the runs)."""
-    rows = [r[key] for r in per_run]
-    rhr = [m[a]["read_hit_ratio"] / max(m[b]["read_hit_ratio"], 1e-12) - 1 for m in rows]
-    fue = [m[a]["fue"] / max(m[b]["fue"], 1e-12) - 1 for m in rows]
-    fue_i = [m[a]["fue_with_internal_reads"] / max(m[b]["fue_with_internal_reads"], 1e-12) - 1
-             for m in rows]
-    ahead = sum(m[a]["read_hit_ratio"] > m[b]["read_hit_ratio"] for m in rows)
-    at_least = sum(m[a]["read_hit_ratio"] >= m[b]["read_hit_ratio"] for m in rows)
-    return {"read_hit_gain": sum(rhr) / len(rhr), "read_hit_gain_max": max(rhr),
-            "read_hit_gain_min": min(rhr), "fue_gain": sum(fue) / len(fue),
-            "fue_with_internal_reads_gain": sum(fue_i) / len(fue_i),
-            "runs_ahead": ahead, "runs_at_or_above": at_least, "runs": len(rows)}
-
-
-def best_rival(per_run: list[dict[str, Any]], key: str = "policies") -> str:
-    """The strongest simple rival (`RIVALS`) on these runs: the highest mean read-hit ratio."""
-    means = _means(per_run, key)
-    return max(RIVALS, key=lambda p: means[p]["read_hit_ratio"])
-
-
-def _versus(per_run: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per run: Pannier's and each rival's read-hit ratio, the run's strongest rival and
-    whether Pannier is at or above it (the table of where it is not)."""
-    out = []
-    for r in per_run:
-        m = r["policies"]
-        top = max(RIVALS, key=lambda p: m[p]["read_hit_ratio"])
-        out.append({"trace": r["trace"], "size": r["size"],
-                    "pannier": m["pannier"]["read_hit_ratio"],
-                    **{p: m[p]["read_hit_ratio"] for p in RIVALS}, "best_rival": top,
-                    "pannier_at_or_above": m["pannier"]["read_hit_ratio"]
-                    >= m[top]["read_hit_ratio"]})
-    return out
-
-
-def _tire_check(per_run: list[dict[str, Any]], slack: float) -> list[dict[str, Any]]:
-    rows = []
-    for r in per_run:
-        for p in TIRE_OF:
-            m, base = r["policies"][f"{p}_tire"], r["policies"][p]
-            rows.append({"trace": r["trace"], "size": r["size"], "policy": f"{p}_tire",
-                         "quota": m["quota"], "max_quantum_erasures": m["max_quantum_erasures"],
-                         "within_slack": m["max_quantum_erasures"] <= slack * m["quota"] + 1,
-                         "final_credit": m["final_credit"], "epbpd": m["epbpd"],
-                         "target_epbpd": r["lifespan_epbpd"],
-                         "read_hit_loss": 1 - m["read_hit_ratio"]
-                         / max(base["read_hit_ratio"], 1e-12)})
-    return rows
-
-
 def plots(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
     """Read-hit ratio and FUE per policy for every trace and size; TIRE's erasure credit and
     erasures per quantum over time (PNG), logged to MLflow."""
@@ -611,104 +403,7 @@ def mlflow_params(run: RunDir, s: PannierSettings) -> dict[str, Any]:
             "open_in_cache": s.open_in_cache, "ram_pct": s.ram_pct}
 
 
-def summary(records: dict[str, dict[str, Any]], s: PannierSettings) -> dict[str, Any]:
-    per_run = records["simulate"]["per_run"]
-    rival = best_rival(per_run)
-    out = {"traces": records["ingest"]["traces"], "policies": _means(per_run),
-           **{f"pannier_vs_{p}": _gains(per_run, "pannier", p) for p in RIVALS},
-           "best_rival": rival,
-           "pannier_vs_best_rival": _gains(per_run, "pannier", rival),
-           "versus_rivals": _versus(per_run),
-           "holdout": _holdout_summary(per_run, records["tune"]),
-           "fue_without_ram": _no_ram_summary(per_run, s),
-           "tire": _tire_check(per_run, s.tire_slack), "per_run": per_run,
-           "tuned": records["tune"]["per_trace"],
-           "plots": records["plots"]["plots"]}
-    return out
-
-
-def _holdout_summary(per_run: list[dict[str, Any]], tune_rec: dict[str, Any]
-                     ) -> dict[str, Any]:
-    """The held-out half: means, the tuned knobs against the defaults (both under TIRE at the
-    run's target) and against RIPQ+ under the same TIRE."""
-    frac = tune_rec.get("tuning_fraction", TUNING_FRACTION)
-    return {"judged_on": f"the last {1 - frac:.0%} of each trace's requests (the tuning saw "
-                         f"only the first {frac:.0%}); the cache starts empty there",
-            "tuning_fraction": frac, "policies": _means(per_run, "holdout"),
-            "best_rival": best_rival(per_run, "holdout"),
-            "tuned_vs_default": _gains(per_run, "pannier_tuned", "pannier_tire", "holdout"),
-            "tuned_vs_ripq_plus_tire": _gains(per_run, "pannier_tuned", "ripq_plus_tire",
-                                              "holdout"),
-            "pannier_vs_ripq_plus": _gains(per_run, "pannier", "ripq_plus", "holdout")}
-
-
-def _no_ram_summary(per_run: list[dict[str, Any]], s: PannierSettings) -> dict[str, Any] | None:
-    """FUE (and read hits) with no RAM cache in front, against the runs' own (with it)."""
-    if not s.ram_pct > 0 or per_run[0].get("no_ram") is None:
-        return None
-    return {"policies": _means(per_run, "no_ram"),
-            "pannier_vs_lru_plus": _gains(per_run, "pannier", "lru_plus", "no_ram"),
-            "ripq_plus_vs_lru_plus": _gains(per_run, "ripq_plus", "lru_plus", "no_ram"),
-            "pannier_vs_ripq_plus": _gains(per_run, "pannier", "ripq_plus", "no_ram"),
-            "with_ram_pct": s.ram_pct}
-
-
-def describe(summary: dict[str, Any], s: PannierSettings) -> str:
-    lines = [f"{len(summary['per_run'])} runs (traces x sizes); means:",
-             f"  {'policy':18} {'read-hit':>9} {'FUE':>7} {'erasures':>10} {'DWPD':>7}"]
-    for p, m in summary["policies"].items():
-        lines.append(f"  {p:18} {m['read_hit_ratio']:9.4f} {m['fue']:7.3f} "
-                     f"{m['erasures']:10.0f} {m['dwpd']:7.2f}")
-    for p in RIVALS:
-        g = summary[f"pannier_vs_{p}"]
-        lines.append(f"pannier vs {p:9}: read-hit {g['read_hit_gain']:+.1%} (at or above in "
-                     f"{g['runs_at_or_above']}/{g['runs']}), FUE {g['fue_gain']:+.1%}")
-    rival = summary["best_rival"]
-    behind = [f"{v['trace']} {v['size']} ({v['best_rival']})"
-              for v in summary["versus_rivals"] if not v["pannier_at_or_above"]]
-    lines.append(f"strongest simple rival: {rival}; pannier below the run's best rival in "
-                 f"{len(behind)}/{len(summary['versus_rivals'])} runs"
-                 + (f": {', '.join(behind)}" if behind else ""))
-    nr = summary.get("fue_without_ram")
-    if nr:
-        lines.append(f"FUE vs lru_plus: {summary['pannier_vs_lru_plus']['fue_gain']:+.1%} with "
-                     f"the RAM cache ({nr['with_ram_pct']:g}%) in front, "
-                     f"{nr['pannier_vs_lru_plus']['fue_gain']:+.1%} without it")
-    h = summary["holdout"]
-    hp = h["policies"]
-    lines.append(f"held out ({h['judged_on']}): pannier_tuned "
-                 f"{hp['pannier_tuned']['read_hit_ratio']:.4f}"
-                 f" vs defaults {hp['pannier_tire']['read_hit_ratio']:.4f} and ripq_plus "
-                 f"{hp['ripq_plus_tire']['read_hit_ratio']:.4f} (all under TIRE)")
-    for name, t in summary["tuned"].items():
-        if t["trials"]:
-            lines.append(f"tuned on {name} ({t['trials']} trials, first half, {t['size']}): "
-                         f"{t['params']} -> bundle {t['bundle']}")
-    t = [r for r in summary["tire"] if r["policy"] == "pannier_tire"]
-    ok = sum(r["within_slack"] for r in t)
-    lines.append(f"TIRE (pannier): worst quantum within K x quota in {ok}/{len(t)} runs; "
-                 f"read-hit loss vs no TIRE {sum(r['read_hit_loss'] for r in t) / len(t):.1%}")
-    return "\n".join(lines)
-
-
 # --- MLflow: the runs table's headline, the shipped bundle (flashml/jobs/ship.py) ----------
-
-#: The registry judges a candidate (the tuned knobs) by the tuned Pannier's read-hit ratio.
-SCORE = ("read_hit_ratio", "max")
-
-
-def headlines(summary: dict[str, Any], s: PannierSettings) -> dict[str, Any]:
-    """Means over the runs: the tuned Pannier's read-hit ratio on the held-out half (the
-    shipped knobs; judged on requests the tuning did not see), Pannier's read-hit and FUE
-    gains vs LRU+ and vs the strongest simple rival, and the TIRE-held runs' share."""
-    g = summary["pannier_vs_lru_plus"]
-    r = summary["pannier_vs_best_rival"]
-    tire = [x for x in summary["tire"] if x["policy"] == "pannier_tire"]
-    return {"read_hit_ratio": summary["holdout"]["policies"]["pannier_tuned"]["read_hit_ratio"],
-            "read_hit_gain": g["read_hit_gain"], "fue_gain": g["fue_gain"],
-            "rival_read_hit_gain": r["read_hit_gain"],
-            "tire_within_slack": sum(x["within_slack"] for x in tire) / len(tire)
-            if tire else None}
 
 
 def shipped(run: RunDir, summary: dict[str, Any], s: PannierSettings) -> Path | None:
