@@ -1,5 +1,6 @@
 """Baleen: learned admission + prefetch for a flash cache in front of disks. `job`:
-`flashml pipeline run` (the stages; `flashml train`, `flashml sweep` and the DAG run the same);
+`flashml pipeline run` (the stages; `flashml train`, `flashml sweep` and the DAG run the same),
+with `run_folder` (what the stages share), `report` (summary, text) and `compile_ahead`;
 `model`: the admission, ML-Range and ML-When models; `dataset`: their training rows;
 `converge`: the convergence loop; `peak`: the peak schedule; `validation`: the shipped
 variant chosen on held-out data; `sweep` (+ `sweep_worker`): the Optuna sweep; `episodes/`:
