@@ -149,7 +149,7 @@ def test_header_declares_every_capability() -> None:
     assert f'#define FLASHML_EVICT_CONTRACT_HASH "{c.hash}"' in text
     assert "FLASHML_EVICT_F_EDC_9 = 43," in text
     assert "#define FLASHML_POLICY_ABI_VERSION 1" in text  # new functions are optional
-    rust = (REPO / "sim" / "src" / "contract.rs").read_text()
+    rust = (REPO / "sim" / "src" / "core" / "contract.rs").read_text()
     assert f'pub const EVICT_CONTRACT_HASH: &str =\n    "{c.hash}";' in rust
     assert "pub const EVICT_NUM_FEATURES: usize = 44;" in rust
     names = re.search(r"EVICT_FEATURE_NAMES: \[&str; EVICT_NUM_FEATURES\] = \[(.*?)\];", rust,

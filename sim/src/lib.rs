@@ -1,54 +1,40 @@
-//! flashml_sim: the trace-driven flash-cache simulator.
+//! flashml_sim: the trace-driven cache simulator of flashml's five systems.
 //!
-//! * [`flash`]: Baleen's flash-cache model (segments of blocks, DT, admission, prefetch).
-//! * [`objects`]: libCacheSim's object-cache model (key, size; byte or count capacity).
-//! * [`contract`]: the feature contract's constants (generated from features/contract.toml).
-//! * Policies live behind traits: [`eviction::Eviction`], [`admission::Admission`],
-//!   [`prefetch::Prefetch`].
+//! One folder per system over a shared core:
+//!
+//! * [`core`]: what every system shares: configuration and errors, the feature contract's
+//!   constants (generated from flashml/features/contract.toml), hashing, the intrusive list,
+//!   the eviction trait and heuristics, the capacity split across streams, tree ensembles, and
+//!   libCacheSim's object-cache loop (key, size; byte or count capacity).
+//! * [`flash`]: Baleen's flash-cache model (segments of blocks, DT), its admission
+//!   ([`flash::admission`]) and prefetch ([`flash::prefetch`]) policies and the features the
+//!   compiled policy computes online ([`flash::online_features`]).
 //! * [`mat`]: MAT (learned eviction at the tail of LRU) and Belady in object mode, with LRB's
-//!   eviction features ([`lrb_features`]) and the compiled eviction .so ([`so_evict`]);
-//!   [`flash_mat`]: MAT as the eviction of flash-cache mode (block units); [`lrb`]: LRB's
-//!   decision (64 sampled candidates, the farthest predicted next access) on MAT's parts.
-//! * [`so_policy`]: the compiled policy .so (compiler/) as admission + prefetch, with the
-//!   features computed online ([`online_features`]).
-//! * [`reuse`]: exact per-stream LRU stack distances and hit/miss-ratio curves (Fenwick tree,
-//!   O(n log n)); [`partition`]: MLCache's partitioned page cache across streams (shared,
-//!   even, static and discrete optimal, predicted shares) and the DP partition search.
-//! * [`blocks`]: block mode (Pannier's setting: 4 KiB blocks, reads and writes, flash writes
-//!   and erasures): per-block LRU, S2LRU, MQ and Belady over a page-mapped FTL ([`ftl`]) and
-//!   the container caches LRU+, S2LRU+ and Pannier ([`pannier`]), each optionally gated by
-//!   the TIRE erasure-budget controller ([`tire`]).
-//! * [`readahead`]: KML's offline twin: a closed-loop page cache with Linux-like
-//!   mmap readahead over a throttled device, run per feature window.
-//! * With the `python` feature, a thin PyO3 layer exposes `flashml_sim.simulate`,
-//!   `flashml_sim.simulate_objects` and `flashml_sim.default_config`.
+//!   eviction features ([`mat::lrb_features`]) and LRB's decision ([`mat::lrb`]).
+//! * [`pannier`]: block mode (Pannier's setting: 4 KiB blocks, reads and writes, flash writes
+//!   and erasures): per-block LRU, S2LRU, MQ and Belady over a page-mapped FTL
+//!   ([`pannier::ftl`]) and the container caches LRU+, S2LRU+, RIPQ ([`pannier::ripq`]) and
+//!   Pannier, each optionally gated by the TIRE erasure-budget controller ([`pannier::tire`]).
+//! * [`mlcache`]: MLCache's page cache partitioned across streams and its reuse curves.
+//! * [`kml`]: KML's offline twin (a closed-loop page cache with Linux-like mmap readahead).
+//! * [`compose`]: compositions of several systems: MAT as the flash cache's eviction, the
+//!   compiled policy .so (Baleen's admission + prefetch, alone or with MAT) and the compiled
+//!   eviction .so as MAT's predictor.
+//! * With the `python` feature, a thin PyO3 layer (`python/`, one file per system) exposes
+//!   the module `flashml_sim`.
+//!
+//! The dependency rule (enforced by `tests/module_deps.rs`): `core` uses no other folder; a
+//! system folder (`flash`, `mat`, `pannier`, `mlcache`, `kml`) uses only `core` and itself;
+//! `compose` uses `core` and the systems; `python` may use everything. So no system depends on
+//! another, and the folders form no cycle.
 
-pub mod admission;
-pub mod blocks;
-pub mod config;
-pub mod contract;
-pub mod eviction;
+pub mod compose;
+pub mod core;
 pub mod flash;
-pub mod flash_mat;
-pub mod forest;
-pub mod ftl;
-pub mod hash;
-mod hugepages;
-pub mod list;
-pub mod lrb;
-pub mod lrb_features;
+pub mod kml;
 pub mod mat;
-pub mod objects;
-pub mod online_features;
+pub mod mlcache;
 pub mod pannier;
-pub mod partition;
-pub mod prefetch;
-pub mod readahead;
-pub mod reuse;
-pub mod ripq;
-pub mod so_evict;
-pub mod so_policy;
-pub mod tire;
 
 #[cfg(feature = "python")]
 mod python;

@@ -4,11 +4,11 @@
 //! first tail candidate, so MAT over FIFO is FIFO; a predictor that says "soon" for one
 //! object keeps it, so that object survives where FIFO evicts it.
 
-use flashml_sim::config::{CapacityUnit, EvictionKind, ObjectConfig};
-use flashml_sim::eviction::{Eviction, Fifo};
-use flashml_sim::lrb_features::{MetaStore, MEMORY_WINDOW};
+use flashml_sim::core::config::{CapacityUnit, EvictionKind, ObjectConfig};
+use flashml_sim::core::eviction::{Eviction, Fifo};
+use flashml_sim::core::objects::simulate_objects;
+use flashml_sim::mat::lrb_features::{MetaStore, MEMORY_WINDOW};
 use flashml_sim::mat::{FnPredictor, Mat, MatParams, Predictor, Slots};
-use flashml_sim::objects::simulate_objects;
 
 /// Count-capacity cache with FIFO order and MAT choosing victims: (hits, evictions).
 fn mat_over_fifo<P: Predictor>(keys: &[u64], capacity: usize, predictor: P) -> (u64, u64) {

@@ -2,9 +2,9 @@
 //! into the object cache from outside the crate, without touching the core loop. The toy is
 //! MRU (evict the most recently used object), checked against a slow obvious simulation.
 
-use flashml_sim::config::{CapacityUnit, EvictionKind, ObjectConfig};
-use flashml_sim::eviction::Eviction;
-use flashml_sim::objects::{simulate_objects, simulate_objects_with};
+use flashml_sim::core::config::{CapacityUnit, EvictionKind, ObjectConfig};
+use flashml_sim::core::eviction::Eviction;
+use flashml_sim::core::objects::{simulate_objects, simulate_objects_with};
 
 /// Most recently used: a hit moves the unit to the top of a stack; the victim is the top.
 #[derive(Default)]

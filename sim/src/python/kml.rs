@@ -5,7 +5,7 @@ use numpy::PyReadonlyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::types::PyDict;
 
-use crate::readahead::{self, ReadaheadConfig, ReadaheadTrace};
+use crate::kml::readahead::{self, ReadaheadConfig, ReadaheadTrace};
 
 /// A readahead size from Python: an int > 0 (KiB).
 fn ra_kib_of(ra_kib: i64) -> PyResult<u64> {
@@ -35,7 +35,7 @@ impl PyReadaheadSim {
     #[new]
     #[pyo3(signature = (files, pages, npages, writes, *, cache_pages, riops=2000.0,
                         rbps=67108864.0, cpu_us=5.0, page_bytes=4096,
-                        window_ms=crate::contract::READAHEAD_WINDOW_MS as i64))]
+                        window_ms=crate::core::contract::READAHEAD_WINDOW_MS as i64))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         files: PyReadonlyArray1<'_, u32>,

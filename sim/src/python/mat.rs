@@ -5,14 +5,14 @@ use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::types::PyDict;
 
-use crate::config::{EvictionKind, ObjectConfig};
-use crate::flash_mat;
-use crate::lrb::{self, LrbParams};
-use crate::lrb_features::EVICT_NUM_FEATURES;
+use crate::compose::flash_mat;
+use crate::compose::so_evict::{EvictLib, SoPredictor};
+use crate::compose::so_policy::{self, Expected, Overrides};
+use crate::core::config::{EvictionKind, ObjectConfig};
+use crate::flash::online_features::{FeatureColumns, GET_OPS};
+use crate::mat::lrb::{self, LrbParams};
+use crate::mat::lrb_features::EVICT_NUM_FEATURES;
 use crate::mat::{self, Controller, DenseTrace, MatParams, NoPredictor, Oracle};
-use crate::online_features::{FeatureColumns, GET_OPS};
-use crate::so_evict::{EvictLib, SoPredictor};
-use crate::so_policy::{self, Expected, Overrides};
 
 /// Object-mode MAT (learned eviction at the LRU tail, sim/src/mat.rs) over (key u64, size u64)
 /// requests. `predictor`: "none" (evict the LRU tail: exactly LRU, zero predictions),
@@ -167,7 +167,7 @@ pub(super) fn simulate_objects_lrb<'py>(
     let (kind, lib) = evict_predictor(predictor, sha256, size_bytes, unverified)?;
     let so = lib.as_ref();
     let memory_window = match memory_window.or(so.and_then(|l| l.memory_window)) {
-        None => crate::lrb_features::MEMORY_WINDOW,
+        None => crate::mat::lrb_features::MEMORY_WINDOW,
         Some(w) if w > 0 => w as u64,
         Some(w) => {
             return Err(PyValueError::new_err(format!(
@@ -284,7 +284,7 @@ fn mat_params(
         }
     };
     let memory_window = match knobs.memory_window.or(so.and_then(|l| l.memory_window)) {
-        None => crate::lrb_features::MEMORY_WINDOW,
+        None => crate::mat::lrb_features::MEMORY_WINDOW,
         Some(w) if w > 0 => w as u64,
         Some(w) => {
             return Err(PyValueError::new_err(format!(
@@ -530,16 +530,16 @@ pub(super) fn eviction_features<'py>(
     if keys.len() != sizes.len() {
         return Err(PyValueError::new_err("'key' and 'size' differ in length"));
     }
-    let w = memory_window.unwrap_or(crate::lrb_features::MEMORY_WINDOW);
-    crate::lrb_features::check_memory_window(w).map_err(value_error)?;
+    let w = memory_window.unwrap_or(crate::mat::lrb_features::MEMORY_WINDOW);
+    crate::mat::lrb_features::check_memory_window(w).map_err(value_error)?;
     let trace = DenseTrace::new(keys).map_err(value_error)?;
-    let mut ids = crate::hash::new_map();
+    let mut ids = crate::core::hash::new_map();
     for (i, &k) in keys.iter().enumerate() {
         ids.entry(k).or_insert(trace.ids[i]);
     }
     let mut order: Vec<usize> = (0..queries.len()).collect();
     order.sort_by_key(|&q| queries[q].1);
-    let mut meta = crate::lrb_features::MetaStore::new(trace.objects, w);
+    let mut meta = crate::mat::lrb_features::MetaStore::new(trace.objects, w);
     let mut out = vec![0.0; queries.len() * EVICT_NUM_FEATURES];
     let mut t = 0usize;
     for q in order {

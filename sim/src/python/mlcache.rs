@@ -5,8 +5,8 @@ use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::types::PyDict;
 
-use crate::partition;
-use crate::reuse;
+use crate::mlcache::partition;
+use crate::mlcache::reuse;
 
 /// The (keys, streams, writes) arrays of a multi-stream page trace, checked.
 fn stream_trace<'a>(

@@ -10,12 +10,12 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::config::{sim_params, FlashConfig, ParamType, SimError, SimParams, PARAM_FIELDS};
+use crate::core::config::{sim_params, FlashConfig, ParamType, SimError, SimParams, PARAM_FIELDS};
+use crate::core::forest::{self, TreeArrays};
 use crate::flash::{PolicyArrays, Trace};
-use crate::forest::{self, TreeArrays};
-use crate::lrb_features::{EVICT_CONTRACT_HASH, EVICT_FEATURE_NAMES, EVICT_NUM_FEATURES};
-use crate::partition;
-use crate::reuse;
+use crate::mat::lrb_features::{EVICT_CONTRACT_HASH, EVICT_FEATURE_NAMES, EVICT_NUM_FEATURES};
+use crate::mlcache::partition;
+use crate::mlcache::reuse;
 
 /// A dict of `src`'s named fields, each keyed by its field name (so a metric's Python key is
 /// its Rust name, written once); `key => value` pairs may follow for the rest.
@@ -157,11 +157,17 @@ use pannier::*;
 #[pymodule]
 fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("ABI_VERSION", crate::contract::ABI_VERSION)?;
-    m.add("CONTRACT_HASH", crate::contract::CONTRACT_HASH)?;
-    m.add("NUM_FEATURES", crate::contract::NUM_FEATURES)?;
-    m.add("FEATURE_NAMES", crate::contract::FEATURE_NAMES.to_vec())?;
-    m.add("REJECTX_DITHER_SEED", crate::admission::REJECTX_DITHER_SEED)?;
+    m.add("ABI_VERSION", crate::core::contract::ABI_VERSION)?;
+    m.add("CONTRACT_HASH", crate::core::contract::CONTRACT_HASH)?;
+    m.add("NUM_FEATURES", crate::core::contract::NUM_FEATURES)?;
+    m.add(
+        "FEATURE_NAMES",
+        crate::core::contract::FEATURE_NAMES.to_vec(),
+    )?;
+    m.add(
+        "REJECTX_DITHER_SEED",
+        crate::flash::admission::REJECTX_DITHER_SEED,
+    )?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_objects, m)?)?;
     m.add_function(wrap_pyfunction!(default_config, m)?)?;

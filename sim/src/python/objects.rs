@@ -5,9 +5,9 @@ use numpy::PyReadonlyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::types::PyDict;
 
-use crate::config::{CapacityUnit, EvictionKind, ObjectConfig};
+use crate::core::config::{CapacityUnit, EvictionKind, ObjectConfig};
+use crate::core::objects;
 use crate::mat::{self};
-use crate::objects;
 
 /// Simulate an object cache (libCacheSim's model) over (key u64, size u64) requests.
 /// `policy`: lru | fifo | belady (MIN: evict the farthest next request); `unit`: bytes | objects. Returns

@@ -4,7 +4,7 @@ use super::*;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::types::PyDict;
 
-use crate::blocks;
+use crate::pannier::blocks;
 
 /// A block trace over the four arrays of the block-mode functions (contiguous, or an error).
 fn block_trace<'a>(

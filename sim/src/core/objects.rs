@@ -5,9 +5,9 @@
 
 use std::time::Instant;
 
-use crate::config::{err, CapacityUnit, EvictionKind, ObjectConfig, SimError};
-use crate::eviction::{Eviction, Fifo, Lru};
-use crate::hash::{new_map, FastMap};
+use crate::core::config::{err, CapacityUnit, EvictionKind, ObjectConfig, SimError};
+use crate::core::eviction::{Eviction, Fifo, Lru};
+use crate::core::hash::{new_map, FastMap};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ObjectResult {

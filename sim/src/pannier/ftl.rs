@@ -7,7 +7,7 @@
 //! are copied forward (internal writes) and it is erased. Container caches write and evict
 //! whole erase blocks, so they need none of this (write amplification 1).
 
-use crate::list::NIL;
+use crate::core::list::NIL;
 
 #[derive(Debug, Clone)]
 pub struct Ftl {

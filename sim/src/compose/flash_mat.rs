@@ -11,7 +11,7 @@
 //!   mode uses request indices). Decisions are made during GETs (only GETs insert), so a
 //!   decision's `now` is the index of the GET whose insertion needs room.
 //! * Blocks get dense ids over all accesses ([`DenseTrace`] of the key column). A block's
-//!   feature history ([`MetaStore`], LRB's 44 features, `crate::lrb_features`) is updated at
+//!   feature history ([`MetaStore`], LRB's 44 features, `crate::mat::lrb_features`) is updated at
 //!   the START of each GET of the block (before its lookup, insertions and evictions, as
 //!   object mode records a request before serving it), with size = that access's `size`
 //!   column (its bytes; always present in the flash [`Trace`] and validated > 0, so the
@@ -61,7 +61,7 @@
 //! unpredicted, so flash MAT is exactly flash LRU: same metrics, every one), the oracle
 //! ([`Oracle`](crate::mat::Oracle) over [`next_gets`]: the index of the block's next GET, not
 //! PUT, since a PUT does not read the cache; "never" when none), a function (`FnPredictor`,
-//! tests) and the compiled eviction .so (`crate::so_evict::SoPredictor`), reading the same 44
+//! tests) and the compiled eviction .so (`crate::compose::so_evict::SoPredictor`), reading the same 44
 //! features as in object mode.
 //!
 //! Training samples (`collect_samples`), as object mode: every candidate that leaves the
@@ -79,16 +79,16 @@
 
 use std::time::Instant;
 
-use crate::admission::Admission;
-use crate::config::{err, EvictionKind, FlashConfig, SimError};
-use crate::eviction::{Eviction, Lru};
+use crate::core::config::{err, EvictionKind, FlashConfig, SimError};
+use crate::core::eviction::{Eviction, Lru};
+use crate::flash::admission::Admission;
+use crate::flash::prefetch::Prefetch;
 use crate::flash::{policies, validate, FlashResult, FlashSim, Orders, PolicyArrays, Trace};
-use crate::lrb_features::MetaStore;
+use crate::mat::lrb_features::MetaStore;
 use crate::mat::{
     ratio, DecisionClock, DenseTrace, Mat, MatParams, MatStats, Predictor, SampleBuf, Samples,
     Slots, NO_NEXT,
 };
-use crate::prefetch::Prefetch;
 
 /// The result of a flash-mode MAT run: the flash metrics and MAT's counters.
 #[derive(Debug, Clone, PartialEq)]
@@ -293,7 +293,7 @@ pub fn simulate_mat_flash<P: Predictor>(
 }
 
 /// [`simulate_mat_flash`] with caller-supplied admission and prefetch policies (the compiled
-/// policy .so's, `crate::so_policy::simulate_mat`: Baleen's learned admission + prefetch with
+/// policy .so's, `crate::compose::so_policy::simulate_mat`: Baleen's learned admission + prefetch with
 /// MAT's learned eviction); `cfg`'s own admission/prefetch settings are only validated (use
 /// AdmitAll / None). The policies are asked exactly as in [`simulate_mat_flash`]: on each
 /// GET miss, before its insertions (and so before any eviction decision they cause).
@@ -341,9 +341,9 @@ pub fn simulate_mat_flash_with<P: Predictor>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{AdmissionKind, PrefetchKind};
+    use crate::core::config::{AdmissionKind, PrefetchKind};
     use crate::flash::simulate;
-    use crate::lrb_features::F_AGE;
+    use crate::mat::lrb_features::F_AGE;
     use crate::mat::{FnPredictor, NoPredictor, Oracle};
 
     use crate::flash::tests::{Rows, SEG};
@@ -484,7 +484,7 @@ mod tests {
             ..MatParams::default()
         };
         let seen = std::cell::RefCell::new(Vec::new());
-        let pred = FnPredictor(|last, f: &crate::lrb_features::EvictFeatures| {
+        let pred = FnPredictor(|last, f: &crate::mat::lrb_features::EvictFeatures| {
             seen.borrow_mut().push((last, f[F_AGE]));
             if last == 0 {
                 f[F_AGE] // TTA 0
@@ -513,7 +513,10 @@ mod tests {
         assert_eq!(s.label, vec![5f64.ln_1p(), 5f64.ln_1p(), far, far]);
         assert_eq!(s.censored, vec![false, false, true, true]);
         assert_eq!(s.features[F_AGE], 3.0);
-        assert_eq!(s.features[crate::lrb_features::F_SIZE], (2 * SEG) as f64);
+        assert_eq!(
+            s.features[crate::mat::lrb_features::F_SIZE],
+            (2 * SEG) as f64
+        );
     }
 
     /// The block being accessed by a GET miss: with a cached segment outside the request it
@@ -541,7 +544,7 @@ mod tests {
                 (1, get.0, get.1, 1),
             ]);
             let seen = std::cell::RefCell::new(Vec::new());
-            let pred = FnPredictor(|last, f: &crate::lrb_features::EvictFeatures| {
+            let pred = FnPredictor(|last, f: &crate::mat::lrb_features::EvictFeatures| {
                 seen.borrow_mut().push((last, f[F_AGE]));
                 f64::INFINITY
             });

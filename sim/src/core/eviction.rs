@@ -2,7 +2,7 @@
 //! items; a policy only orders handles and names the next victim. New policies implement
 //! [`Eviction`] and plug into both caches without touching their loops.
 
-use crate::list::DList;
+use crate::core::list::DList;
 
 pub trait Eviction {
     /// Whether `touch` can change the eviction order (lets caches skip no-op work).

@@ -1,7 +1,7 @@
 //! Prefetch policies: on a GET miss, an extra segment range to fetch in the same backend IO.
 //! A range is split into *what* to fetch ([`PrefetchRange`]) and *when* ([`When`]).
 
-use crate::admission::MissCtx;
+use crate::flash::admission::MissCtx;
 
 pub trait Prefetch {
     /// The inclusive segment range to fetch in addition to the missing span, if any. The

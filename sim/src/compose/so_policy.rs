@@ -2,7 +2,7 @@
 //! admission + prefetch policy: the artifact production caches load is the one simulated.
 //!
 //! On each GET miss the policy computes the access's features online
-//! ([`crate::online_features`]), then, exactly like the precomputed-score path (Threshold
+//! ([`crate::flash::online_features`]), then, exactly like the precomputed-score path (Threshold
 //! admission, range prefetch triggered by the when-score):
 //! * admission: admit iff `flashml_admit_score(features) >= admit threshold` at the access's
 //!   hour (the .so's peak schedule, `flashml_admit_peak_hours` / `flashml_admit_peak_bonus`,
@@ -13,7 +13,7 @@
 //! Thresholds default to the ones baked into the .so and may be overridden.
 //!
 //! Capabilities (compiler/flashml_policy.h): a policy .so exports the functions of the
-//! capabilities its bundle has ([`crate::contract::CAPABILITIES`]). This path uses
+//! capabilities its bundle has ([`crate::core::contract::CAPABILITIES`]). This path uses
 //! admission and prefetch; a .so without them (e.g. MAT's eviction-only bundle) is refused
 //! with an error naming the bundle and the missing capability ([`require_capabilities`]).
 
@@ -23,16 +23,18 @@ use std::path::Path;
 
 use libloading::Library;
 
-use crate::admission::{Admission, MissCtx};
-use crate::config::{
+use crate::compose::flash_mat::{self, MatFlashResult};
+use crate::core::config::{
     err, AdmissionKind, FlashConfig, PeakSchedule, PrefetchKind, SimError, WhenKind,
 };
-use crate::contract::{ABI_VERSION, CAPABILITIES, CONTRACT_HASH, NUM_FEATURES, OPTIONAL_FUNCTIONS};
+use crate::core::contract::{
+    ABI_VERSION, CAPABILITIES, CONTRACT_HASH, NUM_FEATURES, OPTIONAL_FUNCTIONS,
+};
+use crate::flash::admission::{Admission, MissCtx};
+use crate::flash::online_features::{FeatureColumns, OnlineFeatures};
+use crate::flash::prefetch::Prefetch;
 use crate::flash::{self, FlashResult, Trace};
-use crate::flash_mat::{self, MatFlashResult};
 use crate::mat::{DenseTrace, MatParams, Predictor};
-use crate::online_features::{FeatureColumns, OnlineFeatures};
-use crate::prefetch::Prefetch;
 
 type IntFn = unsafe extern "C" fn() -> i32;
 type StrFn = unsafe extern "C" fn() -> *const c_char;
@@ -696,7 +698,7 @@ pub fn simulate_mat<P: Predictor>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::so_evict::EvictLib;
+    use crate::compose::so_evict::EvictLib;
     use std::path::PathBuf;
     use std::process::Command;
 
@@ -757,7 +759,7 @@ mod tests {
         check_elf(&so).unwrap();
         let lib = EvictLib::load(&so, None).unwrap();
         assert_eq!(
-            lib.predict(&[0.0; crate::lrb_features::EVICT_NUM_FEATURES]),
+            lib.predict(&[0.0; crate::mat::lrb_features::EVICT_NUM_FEATURES]),
             1.0
         );
         std::fs::remove_dir_all(dir).unwrap();
@@ -852,7 +854,7 @@ mod tests {
         for _ in 0..3 {
             let lib = EvictLib::load(&so, Some(&want)).unwrap();
             assert_eq!(
-                lib.predict(&[0.0; crate::lrb_features::EVICT_NUM_FEATURES]),
+                lib.predict(&[0.0; crate::mat::lrb_features::EVICT_NUM_FEATURES]),
                 1.0
             );
         }

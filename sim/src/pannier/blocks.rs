@@ -9,10 +9,10 @@
 //! * Two families of caches implement [`BlockCache`]:
 //!   - per-block policies ([`PerBlock`] over a [`PageOrder`]: LRU, S2LRU, MQ, Belady with
 //!     bypass) write single blocks into cache slots, which a page-mapped FTL with greedy GC
-//!     and 7% over-provisioning ([`crate::ftl`]) turns into flash writes and erasures;
-//!   - container policies ([`crate::pannier`]: LRU+, S2LRU+, Pannier; [`crate::ripq`]: RIPQ+)
+//!     and 7% over-provisioning ([`crate::pannier::ftl`]) turns into flash writes and erasures;
+//!   - container policies ([`crate::pannier`]: LRU+, S2LRU+, Pannier; [`crate::pannier::ripq`]: RIPQ+)
 //!     pack blocks into erase-block-sized containers, written and erased whole.
-//! * Either can be gated by TIRE ([`crate::tire`]), fed by the erasures the cache causes.
+//! * Either can be gated by TIRE ([`crate::pannier::tire`]), fed by the erasures the cache causes.
 //! * A RAM cache may sit in front (`BlockConfig::ram_pct`; the paper's simulator: an LRU of 5%
 //!   of the flash cache, [`ram_served`]): the reads it serves are hits that never reach the
 //!   flash cache.
@@ -23,13 +23,13 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Instant;
 
-use crate::config::{err, SimError};
-use crate::eviction::{Eviction, Lru};
-use crate::ftl::Ftl;
-use crate::hash::{new_map, splitmix64, FastMap};
-use crate::list::DList;
+use crate::core::config::{err, SimError};
+use crate::core::eviction::{Eviction, Lru};
+use crate::core::hash::{new_map, splitmix64, FastMap};
+use crate::core::list::DList;
+use crate::pannier::ftl::Ftl;
+use crate::pannier::tire::{Gate, InsertKind, Quantum, TireConfig};
 use crate::pannier::ContainerCache;
-use crate::tire::{Gate, InsertKind, Quantum, TireConfig};
 
 /// A block-level request trace: request `i` at `times[i]` seconds covers blocks
 /// `pages[i] .. pages[i] + lens[i]`, a write iff `writes[i]`.

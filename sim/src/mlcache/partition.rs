@@ -18,7 +18,7 @@
 //! interval, supplied as an array; the network comes later).
 //!
 //! The optima come from hit curves: a request hits an LRU partition of `c` pages iff its
-//! per-stream stack distance is `<= c` ([`crate::reuse`]), so the hits of a split are the sum
+//! per-stream stack distance is `<= c` ([`crate::mlcache::reuse`]), so the hits of a split are the sum
 //! of each stream's hit curve at its size, and [`best_split`] maximises that sum by dynamic
 //! programming over `steps` equal steps of the capacity (the paper's t = 10). Curves assume a
 //! partition has had its size all along; the real outcome (warm-up after a resize included)
@@ -26,10 +26,11 @@
 
 use std::time::Instant;
 
-use crate::config::{err, SimError};
-use crate::eviction::{Eviction, Lru};
-use crate::hash::{new_map, FastMap};
-use crate::reuse::{interval_histograms, interval_hit_curves, stream_stack_distances};
+use crate::core::config::{err, SimError};
+use crate::core::eviction::{Eviction, Lru};
+use crate::core::hash::{new_map, FastMap};
+pub use crate::core::shares::{apportion, pages_of_shares};
+use crate::mlcache::reuse::{interval_histograms, interval_hit_curves, stream_stack_distances};
 
 /// The partition policies by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,48 +272,6 @@ pub fn best_split(curves: &[&[u64]], steps: usize) -> (Vec<usize>, u64) {
         b -= split[i];
     }
     (split, best[k - 1][steps] as u64)
-}
-
-/// Pages for each stream in proportion to `weights`, summing to `capacity` exactly
-/// (largest remainder: each gets `floor(w * C / W)`, the pages left over go one each to the
-/// largest remainders, ties to the lower stream). All-zero weights split evenly.
-pub fn apportion(weights: &[u64], capacity: u64) -> Vec<u64> {
-    let k = weights.len();
-    if k == 0 {
-        return Vec::new();
-    }
-    let total: u128 = weights.iter().map(|&w| w as u128).sum();
-    if total == 0 {
-        return apportion(&vec![1; k], capacity);
-    }
-    let c = capacity as u128;
-    let mut pages: Vec<u64> = weights
-        .iter()
-        .map(|&w| (w as u128 * c / total) as u64)
-        .collect();
-    let left = capacity - pages.iter().sum::<u64>();
-    let mut order: Vec<usize> = (0..k).collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(weights[i] as u128 * c % total), i));
-    for &i in order.iter().take(left as usize) {
-        pages[i] += 1;
-    }
-    pages
-}
-
-/// Shares (fractions of the capacity, one per stream) as pages. The paper's constraint check:
-/// a share vector with a non-finite or negative entry, or summing to zero, falls back to an
-/// even split; otherwise shares are normalised to sum 1 (the whole cache is used).
-/// Returns (pages, whether the shares were valid).
-pub fn pages_of_shares(shares: &[f64], capacity: u64) -> (Vec<u64>, bool) {
-    let k = shares.len();
-    let sum: f64 = shares.iter().sum();
-    let valid = shares.iter().all(|s| s.is_finite() && *s >= 0.0) && sum > 0.0 && sum.is_finite();
-    if !valid {
-        return (apportion(&vec![1; k], capacity), false);
-    }
-    let scale = (1u64 << 40) as f64 / sum;
-    let w: Vec<u64> = shares.iter().map(|s| (s * scale).round() as u64).collect();
-    (apportion(&w, capacity), true)
 }
 
 /// What a policy may see when it sets the quotas of an interval.
@@ -689,7 +648,7 @@ pub fn simulate_partitioned(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::lcg;
+    use crate::core::hash::lcg;
 
     /// Every composition of `steps` into `k` parts.
     fn compositions(k: usize, steps: usize) -> Vec<Vec<usize>> {
@@ -749,20 +708,6 @@ mod tests {
         let a = [0u64, 10, 10, 10, 10];
         let b = [0u64, 4, 8, 12, 16];
         assert_eq!(best_split(&[&a, &b], 4), (vec![1, 3], 22));
-    }
-
-    #[test]
-    fn apportion_sums_and_rounds() {
-        assert_eq!(apportion(&[1, 1, 1], 10), vec![4, 3, 3]);
-        assert_eq!(apportion(&[3, 7], 10), vec![3, 7]);
-        assert_eq!(apportion(&[1, 2], 10), vec![3, 7]); // 3.33, 6.67
-        assert_eq!(apportion(&[0, 0], 5), vec![3, 2]);
-        assert_eq!(apportion(&[0, 5], 5), vec![0, 5]);
-        let (p, ok) = pages_of_shares(&[0.5, f64::NAN], 8);
-        assert_eq!((p, ok), (vec![4, 4], false));
-        let (p, ok) = pages_of_shares(&[-0.1, 1.1], 8);
-        assert_eq!((p, ok), (vec![4, 4], false));
-        assert_eq!(pages_of_shares(&[2.0, 6.0], 8), (vec![2, 6], true));
     }
 
     type Quotas = Box<dyn Fn(usize) -> Option<Vec<u64>>>;

@@ -24,7 +24,7 @@
 //!
 //! Predictors ([`Predictor`]): none ([`NoPredictor`]: the tail is evicted unpredicted, so MAT
 //! is exactly LRU and T never moves), the oracle ([`Oracle`]: the true next access from the
-//! trace), a function ([`FnPredictor`]: tests), a compiled .so (`crate::so_evict`).
+//! trace), a function ([`FnPredictor`]: tests), a compiled .so (`crate::compose::so_evict`).
 //! Predictions are counted one per candidate (the paper's batches of B = 64 are not
 //! simulated: a batch only changes when the predictions are made, not their values).
 //!
@@ -38,7 +38,7 @@
 //! window), so returning ones yield their labels. Samples still open at the end of the trace
 //! (their window reaches past it) get the not-returned label and `censored = true`.
 //!
-//! The loop is libCacheSim's object model, as `crate::objects`: a hit refreshes recency and
+//! The loop is libCacheSim's object model, as `crate::core::objects`: a hit refreshes recency and
 //! never changes the recorded size; a miss evicts until the object fits, then inserts it; an
 //! object larger than the whole cache is never inserted (a miss, no eviction). Objects get
 //! dense ids first ([`DenseTrace`]); the cache is kept by dense slots ([`Slots`]).
@@ -49,15 +49,19 @@
 //! per training sample; the oracle and Belady read a 4-byte next-request index per request.
 //! `ns_per_eviction` is the wall time of the decisions (TSC-timed, `DecisionClock`).
 
+mod hugepages;
+pub mod lrb;
+pub mod lrb_features;
+
 use std::collections::BinaryHeap;
 use std::time::Instant;
 
-use crate::config::{err, ObjectConfig, SimError};
-use crate::eviction::{Eviction, Lru, Reinsert};
-use crate::lrb_features::{
+use crate::core::config::{err, ObjectConfig, SimError};
+use crate::core::eviction::{Eviction, Lru, Reinsert};
+use crate::core::objects::check_trace;
+use crate::mat::lrb_features::{
     check_memory_window, prefetch, EvictFeatures, MetaStore, EVICT_NUM_FEATURES, MEMORY_WINDOW,
 };
-use crate::objects::check_trace;
 
 /// No next access (in [`DenseTrace::next`]).
 pub const NO_NEXT: u32 = u32::MAX;
@@ -913,7 +917,7 @@ pub fn simulate_mat<P: Predictor>(
         .then(|| SampleBuf::new(trace.objects, params.memory_window));
     let mut order = Lru::new();
     let mut slots = Slots::default();
-    let mut obj_slot = crate::hugepages::filled(trace.objects, NIL);
+    let mut obj_slot = crate::mat::hugepages::filled(trace.objects, NIL);
     let (mut used, capacity) = (0u64, cfg.capacity);
     let (mut hits, mut miss_bytes, mut req_bytes) = (0u64, 0u64, 0u64);
     let mut victims = params.record_victims.then(Vec::new);
@@ -998,7 +1002,7 @@ pub fn simulate_belady(
     keys: &[u64],
     sizes: &[u64],
     cfg: &ObjectConfig,
-) -> Result<crate::objects::ObjectResult, SimError> {
+) -> Result<crate::core::objects::ObjectResult, SimError> {
     check_trace(keys, sizes, cfg)?;
     let start = Instant::now();
     let trace = DenseTrace::new(keys)?;
@@ -1045,7 +1049,7 @@ pub fn simulate_belady(
             heap.retain(|&(nx, v)| cached[v as usize] && cur_next[v as usize] == nx);
         }
     }
-    Ok(crate::objects::ObjectResult {
+    Ok(crate::core::objects::ObjectResult {
         requests: n as u64,
         hits,
         miss_ratio: (n as u64 - hits) as f64 / n as f64,
@@ -1062,8 +1066,8 @@ pub fn simulate_belady(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{CapacityUnit, EvictionKind};
-    use crate::objects::simulate_objects;
+    use crate::core::config::{CapacityUnit, EvictionKind};
+    use crate::core::objects::simulate_objects;
 
     fn cfg(capacity: u64, unit: CapacityUnit) -> ObjectConfig {
         ObjectConfig {

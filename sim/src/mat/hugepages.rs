@@ -7,7 +7,7 @@
 //! or `always` mode, the default of common distributions) removes most of the walks. On a
 //! 1 M-request cdn-like trace (interleaved runs) MAT's simulator ran ~15% faster with every
 //! allocation of the process on huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1), and 8%
-//! faster with only its feature histories (`crate::lrb_features`, one arena) and metadata
+//! faster with only its feature histories (`crate::mat::lrb_features`, one arena) and metadata
 //! advised here. Where THP is off it is a no-op; the contents are the same either way.
 
 /// Arrays smaller than this stay on normal pages (a huge page would be mostly empty).

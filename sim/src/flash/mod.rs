@@ -37,7 +37,7 @@
 //!   (of the block under block-level recency, else of the segment).
 //!
 //! MAT (learned eviction at the tail of the block LRU) is another eviction of this mode, in
-//! `crate::flash_mat` (LRU with block-level recency only; same loop, its own `Orders`).
+//! `crate::compose::flash_mat` (LRU with block-level recency only; same loop, its own `Orders`).
 //!
 //! Partitioned mode (optional, [`StreamPartition`]; MLCache in flash mode): the
 //! cache is divided among `k` streams (e.g. namespaces), each with its own eviction order (of
@@ -59,25 +59,29 @@
 //!   definition of a quota: the runtime's engine holds q - 1 regions per quota of q
 //!   (`frt_partition_holds`, runtime/src/engine/policy_slots.h).
 //! * Interval `j` starts before access `bounds[j]`: the quotas become
-//!   `partition::pages_of_shares(shares[j], capacity)` (an invalid row: an even split,
+//!   `core::shares::pages_of_shares(shares[j], capacity)` (an invalid row: an even split,
 //!   counted in `fallbacks`), and every partition holding at least its new quota evicts from
 //!   its own order (LRU end) until it holds at most `quota - 1` (none when the quota is <= 1).
 //!   These count as evictions (their age is taken at the time of access `bounds[j]`) and
 //!   also as `resize_evictions`. Equal bounds make an empty interval: its quotas are applied,
 //!   then at once the next interval's.
 
+pub mod admission;
+pub mod online_features;
+pub mod prefetch;
+
 use std::time::Instant;
 
-use crate::admission::{
-    Admission, AdmitAll, CoinFlip, MissCtx, Opt, RejectX, RejectXBlock, Threshold,
-};
-use crate::config::{
+use crate::core::config::{
     err, AdmissionKind, EvictionKind, FlashConfig, PrefetchKind, SimError, WhenKind,
 };
-use crate::eviction::{Eviction, Fifo, Lru};
-use crate::hash::{new_map, FastMap};
-use crate::partition::pages_of_shares;
-use crate::prefetch::{GivenRange, NoPrefetch, Prefetch, Triggered, When, WholeBlock};
+use crate::core::eviction::{Eviction, Fifo, Lru};
+use crate::core::hash::{new_map, FastMap};
+use crate::core::shares::pages_of_shares;
+use crate::flash::admission::{
+    Admission, AdmitAll, CoinFlip, MissCtx, Opt, RejectX, RejectXBlock, Threshold,
+};
+use crate::flash::prefetch::{GivenRange, NoPrefetch, Prefetch, Triggered, When, WholeBlock};
 
 /// The canonical table's columns the simulator reads (borrowed, never copied).
 #[derive(Debug, Clone, Copy)]
@@ -512,7 +516,7 @@ fn run_orders<E: Eviction>(
 /// stream ([`PerStream`]). Units are the cache's handles, `slot * units_per_block + segment`
 /// (block units: the slot). `FlashSim` is generic over it, and every piece of per-stream
 /// work is behind the constant `PARTITIONED` or in `PerStream`, so the unpartitioned loop
-/// compiles to the plain calls on one order. MAT (`crate::flash_mat`) is one more
+/// compiles to the plain calls on one order. MAT (`crate::compose::flash_mat`) is one more
 /// implementation, with its own hooks (`on_get`; no-ops here).
 pub(crate) trait Orders<E: Eviction> {
     const PARTITIONED: bool;
@@ -1580,7 +1584,7 @@ pub(crate) mod tests {
     /// keys are disjoint between streams (stream s: `s * 1000 + 0..keys`). Each access reads
     /// 1-3 segments from the block's first 6. Returns the rows and each access's stream.
     fn random_streams(seed: u64, n: usize, k: u32, keys: u64) -> (Rows, Vec<u32>) {
-        let mut r = crate::hash::lcg(seed);
+        let mut r = crate::core::hash::lcg(seed);
         let mut rows_v = Vec::with_capacity(n);
         let mut stream = Vec::with_capacity(n);
         for i in 0..n {

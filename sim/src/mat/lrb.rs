@@ -24,11 +24,11 @@
 
 use std::time::Instant;
 
-use crate::config::{err, ObjectConfig, SimError};
-use crate::eviction::Eviction;
-use crate::lrb_features::{check_memory_window, EvictFeatures, MetaStore, EVICT_NUM_FEATURES};
+use crate::core::config::{err, ObjectConfig, SimError};
+use crate::core::eviction::Eviction;
+use crate::core::objects::check_trace;
+use crate::mat::lrb_features::{check_memory_window, EvictFeatures, MetaStore, EVICT_NUM_FEATURES};
 use crate::mat::{ratio, DecisionClock, DenseTrace, Predictor, Slots};
-use crate::objects::check_trace;
 
 /// LRB's sample size per eviction.
 pub const SAMPLE_SIZE: u32 = 64;
@@ -139,7 +139,7 @@ impl Default for LrbParams {
     fn default() -> Self {
         LrbParams {
             sample_size: SAMPLE_SIZE,
-            memory_window: crate::lrb_features::MEMORY_WINDOW,
+            memory_window: crate::mat::lrb_features::MEMORY_WINDOW,
             seed: 0,
             record_victims: false,
         }
@@ -338,10 +338,10 @@ pub fn simulate_lrb<P: Predictor>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{CapacityUnit, EvictionKind};
-    use crate::lrb_features::MEMORY_WINDOW;
+    use crate::core::config::{CapacityUnit, EvictionKind};
+    use crate::core::objects::simulate_objects;
+    use crate::mat::lrb_features::MEMORY_WINDOW;
     use crate::mat::{simulate_mat, FnPredictor, MatParams, NoPredictor, Oracle};
-    use crate::objects::simulate_objects;
 
     fn cfg(capacity: u64, unit: CapacityUnit) -> ObjectConfig {
         ObjectConfig {

@@ -24,10 +24,10 @@ use std::path::Path;
 
 use libloading::Library;
 
-use crate::config::{err, SimError};
-use crate::lrb_features::{EvictFeatures, EVICT_CONTRACT_HASH, EVICT_NUM_FEATURES};
+use crate::compose::so_policy::Expected;
+use crate::core::config::{err, SimError};
+use crate::mat::lrb_features::{EvictFeatures, EVICT_CONTRACT_HASH, EVICT_NUM_FEATURES};
 use crate::mat::Predictor;
-use crate::so_policy::Expected;
 
 type PredictFn = unsafe extern "C" fn(*const f64) -> f64;
 type F64Fn = unsafe extern "C" fn() -> f64;
@@ -57,12 +57,12 @@ fn optional<T: Copy>(lib: &Library, name: &str) -> Option<T> {
 }
 
 impl EvictLib {
-    /// Load `path` through [`crate::so_policy::load_verified`] (size and sha256 against
+    /// Load `path` through [`crate::compose::so_policy::load_verified`] (size and sha256 against
     /// `expect`, the ELF checks, the verified bytes mapped from a sealed memfd), find
     /// `flashml_evict_predict`, check the optional identity functions.
     pub fn load(path: &Path, expect: Option<&Expected>) -> Result<Self, SimError> {
         let p = path.display().to_string();
-        let lib = crate::so_policy::load_verified(path, expect)?;
+        let lib = crate::compose::so_policy::load_verified(path, expect)?;
         let predict: PredictFn = optional(&lib, "flashml_evict_predict").ok_or_else(|| {
             SimError(format!(
                 "{p}: not an eviction policy: it does not export flashml_evict_predict \

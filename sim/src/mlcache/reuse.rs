@@ -20,7 +20,7 @@
 //! slow obvious O(n*m) LRU stack walk, and tests/test_partitioning.py checks the hit curve
 //! against libCacheSim's own LRU at several capacities.
 
-use crate::hash::{new_map, FastMap};
+use crate::core::hash::{new_map, FastMap};
 
 /// The distance of a key's first request: it misses at every capacity.
 pub const COLD: u64 = u64::MAX;
@@ -204,7 +204,7 @@ pub fn interval_histograms(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::lcg;
+    use crate::core::hash::lcg;
 
     /// The obvious definition: walk an explicit LRU stack (front = most recent). O(n * m).
     fn slow_distances(keys: &[u64]) -> Vec<u64> {

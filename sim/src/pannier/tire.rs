@@ -31,7 +31,7 @@
 //!   invalidated either way) and is gated like a reinsertion: refusing it drops a cached,
 //!   often hot, block, which the next read of it has to bring back as a read miss.
 
-use crate::config::{err, SimError};
+use crate::core::config::{err, SimError};
 
 /// What is being written to flash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

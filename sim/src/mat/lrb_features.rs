@@ -7,17 +7,17 @@
 //! Memory: 24 bytes per object seen once; objects seen twice or more (within the window) also
 //! own a 256-byte `Extra` (the ring of 31 distances and the 10 counters, four cache lines),
 //! like LRB's `MetaExtra`, in one arena on huge pages where the kernel gives them
-//! (`crate::hugepages`): no allocation per object, and its random reads mostly hit the TLB.
+//! (`crate::mat::hugepages`): no allocation per object, and its random reads mostly hit the TLB.
 
-pub use crate::contract::{EVICT_CONTRACT_HASH, EVICT_FEATURE_NAMES, EVICT_NUM_FEATURES};
+pub use crate::core::contract::{EVICT_CONTRACT_HASH, EVICT_FEATURE_NAMES, EVICT_NUM_FEATURES};
 /// The contract's memory window, logical requests (LRB's default).
-pub const MEMORY_WINDOW: u64 = crate::contract::EVICT_MEMORY_WINDOW;
+pub const MEMORY_WINDOW: u64 = crate::core::contract::EVICT_MEMORY_WINDOW;
 /// Past inter-access distances kept (LRB's max_n_past_distances).
-pub const MAX_PAST_DISTANCES: usize = crate::contract::EVICT_MAX_PAST_DISTANCES;
+pub const MAX_PAST_DISTANCES: usize = crate::core::contract::EVICT_MAX_PAST_DISTANCES;
 /// Number of exponentially decayed counters.
-pub const NUM_EDCS: usize = crate::contract::EVICT_NUM_EDCS;
+pub const NUM_EDCS: usize = crate::core::contract::EVICT_NUM_EDCS;
 /// log2 of the first counter's window (LRB's base_edc_window): windows are 2^(10+i).
-pub const EDC_BASE_LOG2: u32 = crate::contract::EVICT_EDC_BASE_LOG2;
+pub const EDC_BASE_LOG2: u32 = crate::core::contract::EVICT_EDC_BASE_LOG2;
 /// Index of the age (logical requests since the last access).
 pub const F_AGE: usize = 0;
 /// Index of the most recent inter-access distance (delta_1); delta_j is at F_DELTA1 + j - 1.
@@ -31,7 +31,7 @@ pub const F_EDC0: usize = F_N_WITHIN + 1;
 
 // The layout this code writes is the generated contract's (features/codegen.py).
 const _: () = {
-    use crate::contract::{EF_AGE, EF_DELTA_1, EF_EDC_0, EF_N_WITHIN, EF_SIZE};
+    use crate::core::contract::{EF_AGE, EF_DELTA_1, EF_EDC_0, EF_N_WITHIN, EF_SIZE};
     assert!(F_AGE == EF_AGE && F_DELTA1 == EF_DELTA_1 && F_SIZE == EF_SIZE);
     assert!(F_N_WITHIN == EF_N_WITHIN && F_EDC0 == EF_EDC_0);
     assert!(F_EDC0 + NUM_EDCS == EVICT_NUM_FEATURES);
@@ -110,7 +110,7 @@ impl MetaStore {
     /// [`check_memory_window`]).
     pub fn new(objects: usize, memory_window: u64) -> Self {
         MetaStore {
-            metas: crate::hugepages::filled(
+            metas: crate::mat::hugepages::filled(
                 objects,
                 Meta {
                     last: NEVER,
@@ -119,7 +119,7 @@ impl MetaStore {
                 },
             ),
             // room for a million histories (256 MiB) up front, on huge pages; more grow
-            extras: crate::hugepages::with_capacity(objects.min(1 << 20)),
+            extras: crate::mat::hugepages::with_capacity(objects.min(1 << 20)),
             free: Vec::new(),
             window: memory_window,
             max_decay: (memory_window >> EDC_BASE_LOG2).saturating_sub(1),
@@ -263,9 +263,9 @@ impl MetaStore {
 
 /// The memory window must be at least LRB's first EDC window (1024: its decay clamp
 /// `window / 1024 - 1` must be >= 0) and fit the u32 distances.
-pub fn check_memory_window(w: u64) -> Result<(), crate::config::SimError> {
+pub fn check_memory_window(w: u64) -> Result<(), crate::core::config::SimError> {
     if !(1024..=u32::MAX as u64).contains(&w) {
-        return crate::config::err(format!(
+        return crate::core::config::err(format!(
             "memory_window must be in 1024..=4294967295 logical requests, got {w}"
         ));
     }

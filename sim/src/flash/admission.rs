@@ -4,8 +4,8 @@
 
 use std::collections::VecDeque;
 
-use crate::config::PeakSchedule;
-use crate::hash::{new_map, splitmix64, unit_interval, FastMap};
+use crate::core::config::PeakSchedule;
+use crate::core::hash::{new_map, splitmix64, unit_interval, FastMap};
 
 /// What an admission policy may look at for one miss.
 #[derive(Debug, Clone, Copy)]
@@ -263,7 +263,7 @@ mod tests {
         for &(history, frac) in &[(1usize, 0.5f64), (2, 0.3), (3, 0.9), (5, 0.01), (4, 0.0)] {
             let mut r = RejectXBlock::new(1, history, frac);
             let keys: Vec<u64> = (0..5_000u64)
-                .map(|i| crate::hash::splitmix64(i ^ 0x77) % 9)
+                .map(|i| crate::core::hash::splitmix64(i ^ 0x77) % 9)
                 .collect();
             let mut admitted = 0;
             for (i, &k) in keys.iter().enumerate() {
@@ -294,7 +294,7 @@ mod tests {
             let mut slow: Vec<((u64, u32), u32)> = Vec::new();
             let mut admitted = 0;
             for i in 0..4_000u64 {
-                let h = crate::hash::splitmix64(i ^ 0x5eed);
+                let h = crate::core::hash::splitmix64(i ^ 0x5eed);
                 let (block, seg) = (h % 6, ((h >> 8) % 4) as u32);
                 if slow.len() as f64 >= window {
                     slow.remove(0);

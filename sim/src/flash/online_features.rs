@@ -8,15 +8,15 @@
 //!
 //! Memory: one small ring of HOURS buckets per block seen.
 
-use crate::contract::{
+use crate::core::contract::{
     F_BLOCK_COUNT_H1, F_END, F_NAMESPACE, F_OP, F_SEGMENT_COUNT_H1, F_SIZE, F_START, F_USER, HOURS,
     HOUR_SECONDS, NUM_FEATURES,
 };
+use crate::core::hash::{new_map, FastMap};
 use crate::flash::Trace;
-use crate::hash::{new_map, FastMap};
 
 /// Tectonic GET op codes: the accesses counted (generated from flashml.config.GET_OPS).
-pub use crate::contract::GET_OPS;
+pub use crate::core::contract::GET_OPS;
 
 /// The columns beyond the simulator's [`Trace`] that the features read.
 #[derive(Debug, Clone, Copy)]

@@ -33,10 +33,10 @@
 //!   window index of a time is Python's `t // w` exactly (fmod based), so a reference built
 //!   on `window_features` puts every event in the same window.
 
-use crate::config::SimError;
-use crate::contract::{READAHEAD_NUM_FEATURES, READAHEAD_PAGE_BYTES, READAHEAD_WINDOW_MS};
-use crate::hash::FastMap;
-use crate::list::DList;
+use crate::core::config::SimError;
+use crate::core::contract::{READAHEAD_NUM_FEATURES, READAHEAD_PAGE_BYTES, READAHEAD_WINDOW_MS};
+use crate::core::hash::FastMap;
+use crate::core::list::DList;
 
 /// Largest page index a request may touch (offsets stay exact in f64).
 pub const MAX_PAGE: u64 = 1 << 53;
@@ -725,7 +725,7 @@ mod tests {
     #[ignore]
     fn speed() {
         // cargo test --release readahead::tests::speed -- --ignored --nocapture
-        let mut next = crate::hash::lcg(7);
+        let mut next = crate::core::hash::lcg(7);
         let n = 4_000_000usize;
         let files: Vec<u32> = (0..n).map(|_| (next() % 16) as u32).collect();
         let random: Vec<u64> = (0..n).map(|_| next() % 16384).collect();

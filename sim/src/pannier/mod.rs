@@ -39,12 +39,17 @@
 //! * Open containers: 4 for Pannier (insertion and reinsertion, each hot and cold; the
 //!   paper's clean/dirty split is not modelled: writes are write-through), 1 for LRU+/S2LRU+.
 
+pub mod blocks;
+pub mod ftl;
+pub mod ripq;
+pub mod tire;
+
 use std::collections::BTreeSet;
 
-use crate::blocks::{BlockCache, BlockConfig, FlashCounters, Ghost, Sampler};
-use crate::hash::{new_map, FastMap};
-use crate::list::{DList, NIL};
-use crate::tire::{Gate, InsertKind};
+use crate::core::hash::{new_map, FastMap};
+use crate::core::list::{DList, NIL};
+use crate::pannier::blocks::{BlockCache, BlockConfig, FlashCounters, Ghost, Sampler};
+use crate::pannier::tire::{Gate, InsertKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContainerKind {
@@ -538,9 +543,9 @@ impl ContainerCache<S2lruPlus> {
     }
 }
 
-impl ContainerCache<crate::ripq::RipqPlus> {
+impl ContainerCache<crate::pannier::ripq::RipqPlus> {
     pub fn ripq_plus(cfg: &BlockConfig) -> Self {
-        let p = crate::ripq::RipqPlus::new(cfg.containers() as usize);
+        let p = crate::pannier::ripq::RipqPlus::new(cfg.containers() as usize);
         ContainerCache::with(ContainerKind::RipqPlus, p, cfg)
     }
 }
@@ -764,10 +769,10 @@ impl<P: ContainerPolicy> BlockCache for ContainerCache<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blocks::{simulate_blocks, BlockPolicy, BlockTrace};
+    use crate::pannier::blocks::{simulate_blocks, BlockPolicy, BlockTrace};
 
     fn cfg(containers: u64, ppc: u64) -> BlockConfig {
-        crate::blocks::tests::small_cfg(containers * ppc, ppc)
+        crate::pannier::blocks::tests::small_cfg(containers * ppc, ppc)
     }
 
     fn read<P: ContainerPolicy>(c: &mut ContainerCache<P>, p: u64) -> bool {
@@ -861,7 +866,7 @@ mod tests {
         for p in 0..6 {
             read(&mut c, p);
         }
-        let tire = crate::tire::TireConfig {
+        let tire = crate::pannier::tire::TireConfig {
             quota: 1.0,
             slack: 4.0,
             steps: 3,
@@ -1053,7 +1058,7 @@ mod tests {
         let mut x = 1u64;
         let mut cold = 1_000_000u64;
         for i in 0..n {
-            x = crate::hash::splitmix64(x);
+            x = crate::core::hash::splitmix64(x);
             if i % 4 == 0 {
                 pages.push(x % 256);
             } else {

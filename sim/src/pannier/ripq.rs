@@ -11,8 +11,8 @@
 //!
 //! The Pannier paper runs RIPQ+ with 8 insertion points (Fig. 13): K = 8 here.
 
-use crate::hash::{new_map, FastMap};
-use crate::list::DList;
+use crate::core::hash::{new_map, FastMap};
+use crate::core::list::DList;
 use crate::pannier::{ContainerPolicy, Store};
 
 pub const SECTIONS: usize = 8;
@@ -106,11 +106,14 @@ impl ContainerPolicy for RipqPlus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blocks::BlockCache;
+    use crate::pannier::blocks::BlockCache;
     use crate::pannier::ContainerCache;
 
     fn cache(containers: u64, ppc: u64) -> ContainerCache<RipqPlus> {
-        ContainerCache::ripq_plus(&crate::blocks::tests::small_cfg(containers * ppc, ppc))
+        ContainerCache::ripq_plus(&crate::pannier::blocks::tests::small_cfg(
+            containers * ppc,
+            ppc,
+        ))
     }
 
     #[test]
@@ -136,7 +139,7 @@ mod tests {
         let mut c = cache(16, 2);
         let mut x = 5u64;
         for _ in 0..5000 {
-            x = crate::hash::splitmix64(x);
+            x = crate::core::hash::splitmix64(x);
             c.access(x % 200, x.is_multiple_of(5), 0);
         }
         let lens = c.policy().section_lens();
