@@ -40,15 +40,21 @@
 //!   paper's clean/dirty split is not modelled: writes are write-through), 1 for LRU+/S2LRU+.
 
 pub mod blocks;
+pub mod config;
 pub mod ftl;
+pub mod per_block;
 pub mod ripq;
+pub mod sketch;
 pub mod tire;
+pub mod trace;
 
 use std::collections::BTreeSet;
 
 use crate::core::hash::{new_map, FastMap};
 use crate::core::list::{DList, NIL};
-use crate::pannier::blocks::{BlockCache, BlockConfig, FlashCounters, Ghost, Sampler};
+use crate::pannier::blocks::{BlockCache, FlashCounters};
+use crate::pannier::config::BlockConfig;
+use crate::pannier::sketch::{Ghost, Sampler};
 use crate::pannier::tire::{Gate, InsertKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -769,7 +775,9 @@ impl<P: ContainerPolicy> BlockCache for ContainerCache<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pannier::blocks::{simulate_blocks, BlockPolicy, BlockTrace};
+    use crate::pannier::blocks::simulate_blocks;
+    use crate::pannier::config::BlockPolicy;
+    use crate::pannier::trace::BlockTrace;
 
     fn cfg(containers: u64, ppc: u64) -> BlockConfig {
         crate::pannier::blocks::tests::small_cfg(containers * ppc, ppc)

@@ -4,7 +4,7 @@ use super::*;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::types::PyDict;
 
-use crate::pannier::blocks;
+use crate::pannier::{blocks, config, trace};
 
 /// A block trace over the four arrays of the block-mode functions (contiguous, or an error).
 fn block_trace<'a>(
@@ -12,8 +12,8 @@ fn block_trace<'a>(
     pages: &'a PyReadonlyArray1<'_, u64>,
     lens: &'a PyReadonlyArray1<'_, u32>,
     writes: &'a PyReadonlyArray1<'_, bool>,
-) -> PyResult<blocks::BlockTrace<'a>> {
-    Ok(blocks::BlockTrace {
+) -> PyResult<trace::BlockTrace<'a>> {
+    Ok(trace::BlockTrace {
         times: times.as_slice()?,
         pages: pages.as_slice()?,
         lens: lens.as_slice()?,
@@ -21,7 +21,7 @@ fn block_trace<'a>(
     })
 }
 
-/// The RAM cache's pass of block mode (`blocks::ram_served`): for each block access, whether
+/// The RAM cache's pass of block mode (`trace::ram_served`): for each block access, whether
 /// the LRU RAM cache of `ram_pct`% of `cache_bytes` in front of the flash cache serves it
 /// (empty for ram_pct 0), and the seconds the pass took: (bool array, float), to give
 /// `simulate_blocks` for every policy run on the same trace and sizes.
@@ -38,11 +38,11 @@ pub(super) fn block_ram_served<'py>(
     page_bytes: u64,
     ram_pct: f64,
 ) -> PyResult<(Bound<'py, PyArray1<bool>>, f64)> {
-    let cfg = blocks::BlockConfig {
+    let cfg = config::BlockConfig {
         cache_bytes,
         page_bytes,
         ram_pct,
-        ..blocks::BlockConfig::default()
+        ..config::BlockConfig::default()
     };
     // (only the knobs the pass reads: the container knobs are the policies')
     cfg.validate_ram().map_err(value_error)?;
@@ -50,13 +50,13 @@ pub(super) fn block_ram_served<'py>(
     trace.validate().map_err(value_error)?;
     let (served, secs) = py.allow_threads(|| {
         let t0 = std::time::Instant::now();
-        let s = blocks::ram_served(&trace, cfg.ram_pages());
+        let s = trace::ram_served(&trace, cfg.ram_pages());
         (s, t0.elapsed().as_secs_f64())
     });
     Ok((PyArray1::from_vec(py, served), secs))
 }
 
-/// Block mode (Pannier's setting; sim/src/blocks.rs): replay a block-level trace (request i at
+/// Block mode (Pannier's setting; sim/src/pannier/blocks.rs): replay a block-level trace (request i at
 /// `times[i]` s covers blocks `pages[i] .. pages[i] + lens[i]`, a write iff `writes[i]`)
 /// through one policy: lru, s2lru, mq, belady (per block, over an FTL with `op`
 /// over-provisioning), lru_plus, s2lru_plus or pannier (containers of `container_bytes`,
@@ -105,8 +105,8 @@ pub(super) fn simulate_blocks<'py>(
     ram_served: Option<PyReadonlyArray1<'py, bool>>,
     ram_served_s: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let kind = blocks::BlockPolicy::parse(policy).map_err(value_error)?;
-    let cfg = blocks::BlockConfig {
+    let kind = config::BlockPolicy::parse(policy).map_err(value_error)?;
+    let cfg = config::BlockConfig {
         cache_bytes,
         page_bytes,
         container_bytes,
