@@ -82,7 +82,7 @@ def extra_policies(trace: TraceCase, capacity: int, unit: str) -> dict[str, dict
     comparable with libCacheSim's) and on the held-out last 50%; and its periodic-retraining
     emulation (4 windows, each of windows 1-3 judged by a model trained on MAT's own tail in
     the window before). Beside it, from the same job run, `lrb_inhouse`: LRB's decision (64 sampled
-    candidates, the farthest predicted next access; sim/src/lrb.rs) with MAT's very model
+    candidates, the farthest predicted next access; sim/src/mat/lrb.rs) with MAT's very model
     and features, so that both decisions' predictions and time per eviction are measured
     in one run."""
     from flashml.jobs.run import run_job

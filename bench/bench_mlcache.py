@@ -4,7 +4,7 @@ generated multi-stream page traces, and the learned network (`flashml mlcache ru
     .venv/bin/python bench/bench_mlcache.py           # full run, about 10 minutes
     .venv/bin/python bench/bench_mlcache.py --quick   # smaller traces: a smoke test
 
-1. Stack distances (sim/src/reuse.rs, Fenwick tree, O(n log n)) in requests per second: on
+1. Stack distances (sim/src/mlcache/reuse.rs, Fenwick tree, O(n log n)) in requests per second: on
    Zipf traces of 10^5..10^7 requests and on the CloudPhysics sample; against the slow
    obvious O(n*m) LRU-stack walk (Python, tests/test_partitioning.py's reference) on small n,
    and against libCacheSim: its Python bindings have no MRC or stack-distance API, so its way

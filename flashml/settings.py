@@ -109,7 +109,7 @@ class PeakSettings:
 
 
 #: MAT's threshold controllers, in the order of their codes in the policy ABI
-#: (`flashml_evict_controller`; sim/src/mat.rs `Controller`).
+#: (`flashml_evict_controller`; sim/src/mat/mod.rs `Controller`).
 MAT_CONTROLLERS = ("sign", "mean")
 
 

@@ -1,4 +1,4 @@
-"""Partitioned flash cache (MLCache in flash mode; sim/src/flash.rs, "Partitioned
+"""Partitioned flash cache (MLCache in flash mode; sim/src/flash/mod.rs, "Partitioned
 mode"): per-stream eviction orders and quotas through `simulate(..., partition=...)`.
 
 Checked against two independent references: the unpartitioned simulator run on each stream's
@@ -66,7 +66,7 @@ def subset(cols: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarra
 
 
 def pages_of_shares(row: list[float], capacity: int) -> tuple[list[int], bool]:
-    """sim/src/partition.rs's rule, written again: shares -> segments by largest remainder
+    """sim/src/mlcache/partition.rs's rule, written again: shares -> segments by largest remainder
     (weights of 2^40 in all), an invalid row -> an even split."""
     total_share = 0.0
     for x in row:

@@ -1,4 +1,4 @@
-"""models/forest.py (sim/src/forest.rs): the simulator crate's tree evaluator gives exactly
+"""models/forest.py (sim/src/core/forest.rs): the simulator crate's tree evaluator gives exactly
 LightGBM's `Booster.predict` doubles, on the training rows, on rows sitting on, just below and
 just above every split threshold, on missing values, after early stopping (the best
 iteration), on any number of threads, by both evaluators (the byte-vector one runs where

@@ -1,4 +1,4 @@
-"""KML's offline twin: flashml_sim.ReadaheadSim (sim/src/readahead.rs) against a slow,
+"""KML's offline twin: flashml_sim.ReadaheadSim (sim/src/kml/readahead.rs) against a slow,
 obvious Python model of the same page cache, readahead and clock; the window features against
 flashml.features.readahead.window_features; the workloads' orderings; bad input."""
 
@@ -17,7 +17,7 @@ from flashml.systems.kml import twin
 
 
 class SlowTwin:
-    """The model of sim/src/readahead.rs, written the obvious way: an OrderedDict LRU of
+    """The model of sim/src/kml/readahead.rs, written the obvious way: an OrderedDict LRU of
     (file, page) -> readahead mark (last = most recent), per-file windows, the same cost rules.
     Records every event as (time = the clock when the page was added, file, page)."""
 

@@ -1,4 +1,4 @@
-"""MAT as the eviction of flash-cache mode (sim/src/flash_mat.rs): no predictor is flash LRU
+"""MAT as the eviction of flash-cache mode (sim/src/compose/flash_mat.rs): no predictor is flash LRU
 exactly, the oracle beats LRU, training samples against a slow obvious Python replay, the .so
 predictor, bad input."""
 

@@ -1,4 +1,4 @@
-"""The in-house LRB (sim/src/lrb.rs, `simulate_objects_lrb`): LRB's decision (64 sampled
+"""The in-house LRB (sim/src/mat/lrb.rs, `simulate_objects_lrb`): LRB's decision (64 sampled
 candidates, evict the farthest predicted next access) on MAT's predictor, features and
 loop; and how bench/bench_mat.py counts MAT against libCacheSim's LRB only where that LRB
 trained, and renders the MAT tables of docs/systems/mat.md from the committed JSON."""

@@ -1,7 +1,7 @@
 """The runtime engine's eviction slot (runtime/src/engine/policy_slots.h): `flashrt replay
 --eviction mat` (MAT's Algorithm 1 over the block LRU tail, the bundle's eviction capability,
 Baleen's admission slot beside it) makes the simulator's decisions (`flashml sim run --mat`,
-sim/src/flash_mat.rs) on the same trace, with a hand-written and a trained LightGBM eviction
+sim/src/compose/flash_mat.rs) on the same trace, with a hand-written and a trained LightGBM eviction
 model: hits, evicted segments, decisions, predictions, re-insertions and the final threshold
 T, all equal; its bytes are verified; a bundle without
 the capability is refused before any device is touched.

@@ -79,7 +79,7 @@ def scenario(draw, eviction: str, block_level: bool, admission: str, prefetch: s
         segment_bytes=seg, block_bytes=block,
         # LRU with block-level recency and a cache of at most one block: flashml evicts the
         # accessed block's lowest segment first, the artifact (and the reference) its
-        # requested hits before the segments just inserted (sim/src/flash.rs, "Capacity").
+        # requested hits before the segments just inserted (sim/src/flash/mod.rs, "Capacity").
         capacity_segments=draw(st.integers(1, 40)) + (
             spb if eviction == "lru" and block_level else 0),
         eviction=eviction, block_level_recency=block_level, admission=admission,

@@ -14,7 +14,7 @@ from flashml.files import atomic_path, check_outputs, dumps, jsonable
 from flashml.settings import OPTIONS
 from flashml.trace.formats import OBJECT_FORMATS
 
-#: `--admission` choices: flashml.simulation.ADMISSIONS (declared in sim/src/config.rs),
+#: `--admission` choices: flashml.simulation.ADMISSIONS (declared in sim/src/core/config.rs),
 #: restated so that `--help` needs no simulator import; tests/test_sim_cli.py checks it.
 ADMISSION_CHOICES = ("admitall", "coinflip", "rejectx", "rejectx_block", "opt", "threshold")
 

@@ -408,7 +408,7 @@ def margin_band(postprocessor: str, alpha: float, threshold: float) -> tuple[flo
 
 def admit_threshold_peak(params: dict[str, Any]) -> float:
     """The admission threshold in a peak hour: threshold - bonus, in float64 (the same
-    expression sim/src/config.rs `PeakSchedule::threshold_at` and the runtime evaluate)."""
+    expression sim/src/core/config.rs `PeakSchedule::threshold_at` and the runtime evaluate)."""
     return float(params["admit_threshold"]) - float(params.get("peak_bonus", 0.0))
 
 

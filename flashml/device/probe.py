@@ -3,7 +3,7 @@
     flashml device probe DEVICE_OR_FILE [--out disk.json] [--seconds 8]
 
 The simulator charges each backend IO `t_seek_s + bytes / bandwidth_bytes_per_s` (its config
-keys, declared in sim/src/config.rs). The probe reads the device with O_DIRECT, one read at a
+keys, declared in sim/src/core/config.rs). The probe reads the device with O_DIRECT, one read at a
 time at random aligned offsets, at several sizes (4 KiB .. 2 MiB), and fits that line to the
 mean read time at each size by least squares: the intercept is t_seek_s, the slope's
 inverse the bandwidth. `--out` writes exactly those two keys (a SimConfig override:

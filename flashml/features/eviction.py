@@ -5,7 +5,7 @@ The hash is sha256 over a canonical JSON rendering of the contract (the same rul
 admission contract's, features/contract.py), so it changes whenever a feature, its order, the
 memory window or the label convention changes, and not when comments or whitespace do.
 
-`features(history, now)` is the reference the Rust simulator (sim/src/lrb_features.rs) is
+`features(history, now)` is the reference the Rust simulator (sim/src/mat/lrb_features.rs) is
 tested against: it recomputes everything from the object's access times on every call, in
 plain Python floats, following the conventions written at the top of eviction.toml.
 """

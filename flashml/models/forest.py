@@ -1,4 +1,4 @@
-"""LightGBM's scores, exactly, in a fraction of `Booster.predict`'s time (sim/src/forest.rs).
+"""LightGBM's scores, exactly, in a fraction of `Booster.predict`'s time (sim/src/core/forest.rs).
 
 The training loop scores every access of the trace with each model it trains (admission,
 ML-Range's two, ML-When): at 1 M accesses LightGBM's own predict took 65% of the main job.

@@ -10,7 +10,7 @@ misses become hits. The busy hours are the block of `count` consecutive hours of
 backend IO), so the choice uses training data only. Whether a schedule is used at all, and
 which, is chosen on held-out data inside the training window (systems/baleen/validation.py).
 
-The rule itself (threshold - bonus in a peak hour) lives in sim/src/config.rs
+The rule itself (threshold - bonus in a peak hour) lives in sim/src/core/config.rs
 (`PeakSchedule`), compiler/policy_wrapper.c.in and runtime/src/policies/policy.c;
 `hour_of_day` here is the same arithmetic, for tests and reports.
 """

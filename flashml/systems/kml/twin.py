@@ -1,7 +1,7 @@
 """KML's offline twin: evaluate a readahead tuner on a trace without root.
 
 The testbed (`testbed.py`) runs db_bench over a throttled loop device; the twin replays a
-page-level trace through `flashml_sim.ReadaheadSim` (sim/src/readahead.rs: an LRU page cache
+page-level trace through `flashml_sim.ReadaheadSim` (sim/src/kml/readahead.rs: an LRU page cache
 with Linux-like mmap read-around and async readahead, closed loop over a device of `riops`
 read IOs/s and `rbps` bytes/s, `cpu_us` per request) one feature window at a time, and asks
 the tuner for the next window's readahead from the contract's five features

@@ -56,7 +56,7 @@ pub(super) fn capacity_segments(config: Option<&Bound<'_, PyDict>>) -> PyResult<
 /// copied); per-access policy arrays admit u8, score f64, prefetch_start/prefetch_end i64
 /// (inclusive segment indices), when_score f64. Partitioned mode (all four or none):
 /// `streams` k, `stream` u32 per access, `bounds` u64 (interval starts), `shares` f64
-/// (intervals x k, flattened row-major); see sim/src/flash.rs. Returns
+/// (intervals x k, flattened row-major); see sim/src/flash/mod.rs. Returns
 /// {"metrics": {...}, "series": {"time", "dt_util", "write_rate_mbps", "warmup"}, "info": {...}};
 /// partitioned, info also has "streams", "stream_gets", "stream_hits",
 /// "stream_admitted_segments", "stream_evictions" (arrays of k), "quotas" ((intervals, k)

@@ -18,7 +18,7 @@ fn ra_kib_of(ra_kib: i64) -> PyResult<u64> {
 }
 
 /// A page cache with Linux-like mmap readahead over a throttled device, closed loop, run one
-/// feature window at a time (sim/src/readahead.rs describes the model).
+/// feature window at a time (sim/src/kml/readahead.rs describes the model).
 ///
 /// `ReadaheadSim(files u32, pages u64, npages u32, writes bool, *, cache_pages, riops=2000,
 /// rbps=64 MiB/s, cpu_us=5, page_bytes=4096, window_ms=the contract's)`: the arrays are copied

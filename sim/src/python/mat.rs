@@ -14,10 +14,10 @@ use crate::mat::lrb::{self, LrbParams};
 use crate::mat::lrb_features::EVICT_NUM_FEATURES;
 use crate::mat::{self, Controller, DenseTrace, MatParams, NoPredictor, Oracle};
 
-/// Object-mode MAT (learned eviction at the LRU tail, sim/src/mat.rs) over (key u64, size u64)
+/// Object-mode MAT (learned eviction at the LRU tail, sim/src/mat/mod.rs) over (key u64, size u64)
 /// requests. `predictor`: "none" (evict the LRU tail: exactly LRU, zero predictions),
 /// "oracle" (the true next access), or the path of an eviction policy .so
-/// (`flashml_evict_predict`, sim/src/so_evict.rs). `k`, `max_candidates`, `delta`,
+/// (`flashml_evict_predict`, sim/src/compose/so_evict.rs). `k`, `max_candidates`, `delta`,
 /// `initial_threshold`, `controller` ("sign" | "mean"), `reuse_predictions`: Algorithm 1's
 /// knobs; None takes the .so's exported value if any, else 2, 10, 1e-4, the number of cached
 /// objects at the first eviction, "sign" and false. `memory_window`: None
@@ -119,7 +119,7 @@ pub(super) fn simulate_objects_mat<'py>(
     Ok(d)
 }
 
-/// Object-mode LRB on MAT's parts (sim/src/lrb.rs): each eviction samples `sample_size`
+/// Object-mode LRB on MAT's parts (sim/src/mat/lrb.rs): each eviction samples `sample_size`
 /// (64) distinct cached objects, predicts each one's distance to its next access and evicts
 /// the farthest predicted next access. `predictor`: "none" (a random victim, no
 /// predictions), "oracle", or an eviction policy .so as for `simulate_objects_mat`.
@@ -333,7 +333,7 @@ fn samples_dict(py: Python<'_>, s: mat::Samples) -> PyResult<Bound<'_, PyDict>> 
 }
 
 /// Flash-cache mode with MAT as the eviction (learned eviction at the tail of the block LRU,
-/// sim/src/flash_mat.rs): the arguments of `simulate` (no partitioned mode) plus MAT's, as
+/// sim/src/compose/flash_mat.rs): the arguments of `simulate` (no partitioned mode) plus MAT's, as
 /// `simulate_objects_mat` takes them (`predictor` "none" | "oracle" | an eviction .so path;
 /// the oracle reads the next GET of the block). The config must have eviction "lru" with
 /// block-level recency (ValueError otherwise). Returns the dict of `simulate`, with MAT's
@@ -570,5 +570,5 @@ pub(super) fn eviction_features<'py>(
     PyArray1::from_vec(py, out).reshape([queries.len(), EVICT_NUM_FEATURES])
 }
 
-// --- MLCache: stack distances and partitioned caching (sim/src/reuse.rs,
-// sim/src/partition.rs) ---------------------------------------------------------------------
+// --- MLCache: stack distances and partitioned caching (sim/src/mlcache/reuse.rs,
+// sim/src/mlcache/partition.rs) ---------------------------------------------------------------------

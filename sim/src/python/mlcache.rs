@@ -160,7 +160,7 @@ pub(super) fn best_split(curves: numpy::PyReadonlyArray2<'_, u64>) -> PyResult<(
     Ok(partition::best_split(&refs, w - 1))
 }
 
-/// Partitioned page cache across streams (sim/src/partition.rs): `policy` one of shared,
+/// Partitioned page cache across streams (sim/src/mlcache/partition.rs): `policy` one of shared,
 /// even, static_optimal, discrete_optimal, mlcache (`shares`: (intervals, n_streams) f64, a
 /// share of the capacity per stream per interval). Returns the counts and ratios (hit,
 /// read, write), per-stream requests/hits, "allocations" (intervals, n_streams) pages,

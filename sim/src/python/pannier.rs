@@ -162,4 +162,4 @@ pub(super) fn simulate_blocks<'py>(
     Ok(d)
 }
 
-// --- KML's offline twin (sim/src/readahead.rs) ----------------------------------
+// --- KML's offline twin (sim/src/kml/readahead.rs) ----------------------------------
