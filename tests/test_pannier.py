@@ -1,7 +1,7 @@
 """Pannier: block mode from Python, the block presets, `flashml pannier run`.
 
 The simulator's hand examples (S2LRU* promotion, survival queue, aging, copy-forward, TIRE's
-steps, the FTL) are Rust tests in sim/src/{pannier,tire,ftl,blocks}.rs; here the Python side
+steps, the FTL) are Rust tests in sim/src/pannier/; here the Python side
 is checked against independent references: a slow obvious LRU, libCacheSim's LRU, and the
 paper's orderings.
 """
