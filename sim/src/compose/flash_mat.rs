@@ -61,7 +61,7 @@
 //! unpredicted, so flash MAT is exactly flash LRU: same metrics, every one), the oracle
 //! ([`Oracle`](crate::mat::Oracle) over [`next_gets`]: the index of the block's next GET, not
 //! PUT, since a PUT does not read the cache; "never" when none), a function (`FnPredictor`,
-//! tests) and the compiled eviction .so (`crate::compose::so_evict::SoPredictor`), reading the same 44
+//! tests) and the compiled eviction .so (`crate::mat::so_evict::SoPredictor`), reading the same 44
 //! features as in object mode.
 //!
 //! Training samples (`collect_samples`), as object mode: every candidate that leaves the

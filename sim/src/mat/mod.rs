@@ -24,7 +24,7 @@
 //!
 //! Predictors ([`Predictor`]): none ([`NoPredictor`]: the tail is evicted unpredicted, so MAT
 //! is exactly LRU and T never moves), the oracle ([`Oracle`]: the true next access from the
-//! trace), a function ([`FnPredictor`]: tests), a compiled .so (`crate::compose::so_evict`).
+//! trace), a function ([`FnPredictor`]: tests), a compiled .so (`crate::mat::so_evict`).
 //! Predictions are counted one per candidate (the paper's batches of B = 64 are not
 //! simulated: a batch only changes when the predictions are made, not their values).
 //!
@@ -52,6 +52,7 @@
 mod hugepages;
 pub mod lrb;
 pub mod lrb_features;
+pub mod so_evict;
 
 use std::collections::BinaryHeap;
 use std::time::Instant;

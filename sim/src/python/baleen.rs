@@ -5,9 +5,10 @@ use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::compose::so_policy::{self, Expected, Overrides, PolicyLib};
+use crate::compose::so_policy::{self, Overrides, PolicyLib};
 use crate::core::config::{SimParams, PARAM_FIELDS};
 use crate::core::contract::NUM_FEATURES;
+use crate::core::solib::Expected;
 use crate::flash::online_features::{self as online, FeatureColumns, GET_OPS};
 use crate::flash::{self};
 
@@ -164,7 +165,7 @@ pub(super) fn result_dict(py: Python<'_>, r: flash::FlashResult) -> PyResult<Bou
     Ok(fields_dict!(py, r; ; "metrics" => metrics, "series" => series, "info" => info))
 }
 
-/// A policy .so through the one loader ([`so_policy::load_verified`]): `sha256` and
+/// A policy .so through the one loader ([`load_verified`](crate::core::solib::load_verified)): `sha256` and
 /// `size_bytes` are its manifest's (flashml.compiler.loader reads and checks the manifest);
 /// without them only with `unverified`.
 pub(super) fn load_policy(

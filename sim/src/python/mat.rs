@@ -6,18 +6,19 @@ use pyo3::exceptions::PyValueError;
 use pyo3::types::PyDict;
 
 use crate::compose::flash_mat;
-use crate::compose::so_evict::{EvictLib, SoPredictor};
-use crate::compose::so_policy::{self, Expected, Overrides};
+use crate::compose::so_policy::{self, Overrides};
 use crate::core::config::{EvictionKind, ObjectConfig};
+use crate::core::solib::Expected;
 use crate::flash::online_features::{FeatureColumns, GET_OPS};
 use crate::mat::lrb::{self, LrbParams};
 use crate::mat::lrb_features::EVICT_NUM_FEATURES;
+use crate::mat::so_evict::{EvictLib, SoPredictor};
 use crate::mat::{self, Controller, DenseTrace, MatParams, NoPredictor, Oracle};
 
 /// Object-mode MAT (learned eviction at the LRU tail, sim/src/mat/mod.rs) over (key u64, size u64)
 /// requests. `predictor`: "none" (evict the LRU tail: exactly LRU, zero predictions),
 /// "oracle" (the true next access), or the path of an eviction policy .so
-/// (`flashml_evict_predict`, sim/src/compose/so_evict.rs). `k`, `max_candidates`, `delta`,
+/// (`flashml_evict_predict`, sim/src/mat/so_evict.rs). `k`, `max_candidates`, `delta`,
 /// `initial_threshold`, `controller` ("sign" | "mean"), `reuse_predictions`: Algorithm 1's
 /// knobs; None takes the .so's exported value if any, else 2, 10, 1e-4, the number of cached
 /// objects at the first eviction, "sign" and false. `memory_window`: None
@@ -240,7 +241,7 @@ fn mat_params_dict<'py>(
 
 /// The predictor named by `predictor`: ("none" | "oracle" | the path, lowercased) and the
 /// loaded eviction .so when it is a path.
-/// A path is loaded through [`so_policy::load_verified`] against `sha256` and `size_bytes`
+/// A path is loaded through [`load_verified`](crate::core::solib::load_verified) against `sha256` and `size_bytes`
 /// (its manifest's), or without them only with `unverified`.
 fn evict_predictor(
     predictor: &str,

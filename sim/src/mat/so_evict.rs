@@ -24,8 +24,8 @@ use std::path::Path;
 
 use libloading::Library;
 
-use crate::compose::so_policy::Expected;
 use crate::core::config::{err, SimError};
+use crate::core::solib::Expected;
 use crate::mat::lrb_features::{EvictFeatures, EVICT_CONTRACT_HASH, EVICT_NUM_FEATURES};
 use crate::mat::Predictor;
 
@@ -57,12 +57,12 @@ fn optional<T: Copy>(lib: &Library, name: &str) -> Option<T> {
 }
 
 impl EvictLib {
-    /// Load `path` through [`crate::compose::so_policy::load_verified`] (size and sha256 against
+    /// Load `path` through [`crate::core::solib::load_verified`] (size and sha256 against
     /// `expect`, the ELF checks, the verified bytes mapped from a sealed memfd), find
     /// `flashml_evict_predict`, check the optional identity functions.
     pub fn load(path: &Path, expect: Option<&Expected>) -> Result<Self, SimError> {
         let p = path.display().to_string();
-        let lib = crate::compose::so_policy::load_verified(path, expect)?;
+        let lib = crate::core::solib::load_verified(path, expect)?;
         let predict: PredictFn = optional(&lib, "flashml_evict_predict").ok_or_else(|| {
             SimError(format!(
                 "{p}: not an eviction policy: it does not export flashml_evict_predict \
