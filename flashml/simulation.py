@@ -6,9 +6,9 @@
 
 The Rust core (`sim/`, module `flashml_sim`) does the work with the GIL released. The
 configuration's keys, types, defaults and docs are declared once, in Rust (`sim_params!` in
-sim/src/config.rs); `SimConfig` is generated from that declaration here.
+sim/src/core/config.rs); `SimConfig` is generated from that declaration here.
 
-Semantics (see `sim/src/flash.rs` for the full statement): an access covers segments
+Semantics (see `sim/src/flash/mod.rs` for the full statement): an access covers segments
 `offset//seg .. (offset+size-1)//seg` of its block; a GET hits iff all are cached; a miss
 costs one backend IO from the first to the last missing segment, extended by the prefetch
 range; `DT = t_seek + segments * segment_bytes / bandwidth`; PUTs cost one IO over their
@@ -68,7 +68,7 @@ PREFETCH_WHENS: tuple[str, ...] = _CHOICES["prefetch_when"]
 # The Rust declaration is the one source of SimConfig's defaults. Some of them are also units
 # that Python code uses without the extension (flashml.config: trace stats, features, the run
 # settings Airflow parses); flashml.config keeps those values and this check, at import, makes
-# the two agree, so they cannot drift (change both: sim/src/config.rs and flashml/config.py).
+# the two agree, so they cannot drift (change both: sim/src/core/config.rs and flashml/config.py).
 SHARED_DEFAULTS: dict[str, Any] = {
     "segment_bytes": UNITS.segment_bytes,
     "block_bytes": UNITS.block_bytes,
@@ -88,7 +88,7 @@ def _check_shared_defaults() -> None:
     for name, value in SHARED_DEFAULTS.items():
         if name not in declared or declared[name] != value:
             raise ImportError(
-                f"simulator config default {name}={declared.get(name)!r} (sim/src/config.rs) "
+                f"simulator config default {name}={declared.get(name)!r} (sim/src/core/config.rs) "
                 f"differs from flashml.config's {value!r}; they are one fact: make them equal "
                 "(and run `make setup` after changing sim/)")
 
@@ -168,7 +168,7 @@ def _sim_config_class() -> type:
               for name, typ, default, doc, choices in CONFIG_FIELDS]
     doc = "\n".join(
         ["Every knob of flash-cache mode (sizes at full-node scale unless noted), generated",
-         "from the Rust declaration (sim_params! in sim/src/config.rs). Keyword-only, frozen.",
+         "from the Rust declaration (sim_params! in sim/src/core/config.rs). Keyword-only, frozen.",
          ""]
         + [f"{name} ({typ} = {default!r}"
            + (f", one of {', '.join(choices)}" if choices else "") + f"): {d}"
@@ -270,7 +270,7 @@ def _index_array(values: Any, dtype: type, name: str) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class FlashPartition:
-    """Partitioned flash cache (MLCache in flash mode; sim/src/flash.rs,
+    """Partitioned flash cache (MLCache in flash mode; sim/src/flash/mod.rs,
     "Partitioned mode"): the cache is divided among k streams (e.g. namespaces), each with its
     own eviction order and its own quota of segments.
 

@@ -1,5 +1,5 @@
 """Block requests: a canonical access table -> the requests a block cache sees (the
-simulator's block mode, sim/src/blocks.rs; Pannier's job and KML's twin read them).
+simulator's block mode, sim/src/pannier/blocks.rs; Pannier's job and KML's twin read them).
 
 A request of the canonical table (one row: `offset`, `size` inside block `key`) covers the
 `page_bytes` blocks from `offset // page_bytes` to `(offset + size - 1) // page_bytes`; blocks
@@ -17,7 +17,7 @@ import numpy as np
 
 from flashml.config import PUT_OPS
 
-#: The simulator's default block (page) size (sim/src/blocks.rs BlockConfig).
+#: The simulator's default block (page) size (sim/src/pannier/blocks.rs BlockConfig).
 PAGE_BYTES = 4096
 
 

@@ -209,7 +209,7 @@ struct flashrt_config {
     uint64_t coinflip_seed;
     /* The budget gate (default none; the bucket when write_rate_mbps > 0) and TIRE's knobs:
      * tire_epbpd erasures per erase unit (region) per day, in quanta of tire_quantum_s
-     * (300 s), slack K (4) and steps (3), as Pannier's (sim/src/tire.rs). */
+     * (300 s), slack K (4) and steps (3), as Pannier's (sim/src/pannier/tire.rs). */
     enum flashrt_budget budget;
     double tire_epbpd, tire_slack, tire_quantum_s;
     unsigned tire_steps;
@@ -268,7 +268,7 @@ int flashrt_invalidate(flashrt *rt, uint64_t key, uint64_t offset, uint64_t size
 void flashrt_idle(flashrt *rt);
 
 struct flashrt_metrics {
-    /* the simulator's metric keys (sim/src/flash.rs) */
+    /* the simulator's metric keys (sim/src/flash/mod.rs) */
     double peak_dt_util, mean_dt_util, p50_dt_util, p90_dt_util, p99_dt_util;
     double flash_write_rate_mbps, dwpd, io_hit_ratio, byte_hit_ratio, segment_hit_ratio;
     double avg_eviction_age_s;
@@ -329,7 +329,7 @@ void flashrt_close(flashrt *rt);
  * predicted distance is kept until the object's next access (or eviction), so one kept and
  * seen at the tail again is judged by |kept distance - its age now| without a new prediction
  * (counted in `reused`, not in `predictions`; r still counts every candidate taken). The
- * same decisions as the simulator's `simulate_objects_mat` (sim/src/mat.rs) on the same
+ * same decisions as the simulator's `simulate_objects_mat` (sim/src/mat/mod.rs) on the same
  * requests and capacity.
  */
 
@@ -398,7 +398,7 @@ void flashrt_part_metrics(const flashrt_part *p, struct flashrt_part_metrics *ou
 const uint64_t *flashrt_part_allocations(const flashrt_part *p, size_t *intervals);
 void flashrt_part_close(flashrt_part *p);
 
-/* The simulator's share-to-page rules (sim/src/partition.rs), exposed for tests:
+/* The simulator's share-to-page rules (sim/src/mlcache/partition.rs), exposed for tests:
  * apportion: `capacity` pages in proportion to weights[0..k-1] (floor, then the largest
  * remainders, ties to the lower index; all-zero weights: equal); pages_of_shares: shares
  * scaled to sum 2^40 and rounded, then apportioned; an invalid share vector (a non-finite or

@@ -485,7 +485,7 @@ static int ask(const struct frt_admission_ops *ops, void *st, uint64_t key, uint
     return ops->admit_segment ? ops->admit_segment(st, &a, index, seg) : ops->decide(st, &a, index, &lo, &hi);
 }
 
-/* The built-in admission policies by name, against their definitions (sim/src/admission.rs). */
+/* The built-in admission policies by name, against their definitions (sim/src/flash/admission.rs). */
 static void test_admission_by_hand(void) {
     struct flashrt_config cfg;
     flashrt_config_default(&cfg);
@@ -552,7 +552,7 @@ static void *budget(const struct frt_budget_ops *ops, const struct flashrt_confi
 }
 
 /* The budget slot's two policies by hand: the token bucket's tokens, TIRE's ladder and credit
- * (sim/src/tire.rs's rules). */
+ * (sim/src/pannier/tire.rs's rules). */
 static void test_budget_by_hand(void) {
     struct flashrt_config cfg;
     flashrt_config_default(&cfg);

@@ -18,7 +18,7 @@
 #include "check.h"
 
 
-/* ---- features: sim/src/lrb_features.rs's hand examples ---- */
+/* ---- features: sim/src/mat/lrb_features.rs's hand examples ---- */
 
 static void test_features(void) {
     char err[FLASHRT_ERR_LEN];
@@ -199,7 +199,7 @@ static void count_candidates(void *ctx, const struct flashrt_mat_candidate *c) {
     ncand++;
 }
 
-/* sim/src/mat.rs threshold_controller_by_hand, through the cache: L = 3, k = 2, T0 = 10,
+/* sim/src/mat/mod.rs threshold_controller_by_hand, through the cache: L = 3, k = 2, T0 = 10,
  * delta = 0.5 (the test policy's exports); the predicted distance is the size. */
 static void test_controller(const char *poldir) {
     flashrt_policy *p = evict_policy(poldir);
@@ -249,7 +249,7 @@ static void test_controller(const char *poldir) {
     flashrt_policy_free(p);
 }
 
-/* sim/src/mat.rs mean_controller_steps_by_hand, through the cache: test_controller's requests
+/* sim/src/mat/mod.rs mean_controller_steps_by_hand, through the cache: test_controller's requests
  * with k = 1.5 and delta = 0.25 given (L = 3, T0 = 10 the policy's). The mean controller:
  * T *= 1 + delta (k - p), p = the predictions made, L (not L + 1) on exhaustion; the sign
  * controller on the same requests for contrast. */
@@ -343,7 +343,7 @@ static void test_mean_controller(const char *poldir) {
     flashrt_policy_free(p);
 }
 
-/* ---- reused predictions (sim/src/mat.rs MatParams::reuse_predictions, Mat::kept) ---- */
+/* ---- reused predictions (sim/src/mat/mod.rs MatParams::reuse_predictions, Mat::kept) ---- */
 
 /* The candidates examined, as on_candidate reports them. */
 struct cand_log {

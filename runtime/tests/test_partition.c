@@ -1,6 +1,6 @@
 /* test_partition.c: C unit tests of MLCache's partitioned page cache (src/systems/partition.c) under
  * ASan+UBSan (`make test`) and valgrind (`make valgrind`): the share-to-page rules by hand
- * (sim/src/partition.rs's apportion and pages_of_shares), the cache by hand, its bytes read
+ * (sim/src/mlcache/partition.rs's apportion and pages_of_shares), the cache by hand, its bytes read
  * back, and bad input. The decisions with a real network against the simulator's:
  * tests/test_runtime_partition.py. */
 #define _GNU_SOURCE

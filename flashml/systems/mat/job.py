@@ -16,7 +16,7 @@ then runs MAT
 (Algorithm 1: at most L candidates from the LRU tail, evict the first whose predicted
 time-to-next-access is at least the adaptive threshold T) with that .so on the whole trace,
 beside the baselines (ours: LRU, FIFO, Belady, and LRB's decision with MAT's model,
-`lrb_inhouse`: 64 sampled candidates a decision, sim/src/lrb.rs; libCacheSim's from the
+`lrb_inhouse`: 64 sampled candidates a decision, sim/src/mat/lrb.rs; libCacheSim's from the
 `libcachesim` package where installed). `periodic` emulates the paper's online
 retraining: the trace cut into `windows` equal windows, the model judging window i+1 is
 trained on MAT's own tail candidates of window i (those of the model before it; LRU's for window 0).
@@ -560,7 +560,7 @@ def periodic(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
 
 def evaluate(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     """Per capacity, on the whole trace: MAT with its compiled model, LRB's decision with
-    the same model (`lrb_inhouse`: 64 sampled candidates, sim/src/lrb.rs), our LRU, FIFO and
+    the same model (`lrb_inhouse`: 64 sampled candidates, sim/src/mat/lrb.rs), our LRU, FIFO and
     Belady, and libCacheSim's baselines; each policy's miss ratio, byte miss ratio,
     predictions per eviction and ns per eviction decision; nested MLflow metrics."""
     rec = run.done("evaluate")

@@ -33,7 +33,7 @@ MAX_CANDIDATES = 1024
 #: the size-aware label, which evicts large objects sooner at equal remaining time.
 OBJECTIVES = {"bytes": ("byte_miss_ratio", 0.0), "requests": ("miss_ratio", 0.5)}
 
-#: The in-house LRB's candidates sampled per eviction (LRB's 64; sim/src/lrb.rs).
+#: The in-house LRB's candidates sampled per eviction (LRB's 64; sim/src/mat/lrb.rs).
 LRB_SAMPLE = 64
 
 

@@ -1,6 +1,6 @@
 """MAT's part of the simulator's Python face (flashml/simulation.py has the rest): object-mode
-MAT and LRB on MAT's parts (sim/src/mat.rs, sim/src/lrb.rs), flash mode with MAT as the
-eviction (learned eviction at the tail of the block LRU, sim/src/flash_mat.rs) and the
+MAT and LRB on MAT's parts (sim/src/mat/mod.rs, sim/src/mat/lrb.rs), flash mode with MAT as the
+eviction (learned eviction at the tail of the block LRU, sim/src/compose/flash_mat.rs) and the
 simulator's eviction features (features/eviction.toml).
 """
 
@@ -33,7 +33,7 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
                          record_victims: bool = False, controller: str | None = None,
                          reuse_predictions: bool | None = None,
                          unverified: bool = False) -> dict[str, Any]:
-    """Object-mode MAT (sim/src/mat.rs): learned eviction at the tail of LRU.
+    """Object-mode MAT (sim/src/mat/mod.rs): learned eviction at the tail of LRU.
 
     On each eviction the LRU tail candidate's distance d from its last access to its next
     access is predicted, TTA = |d - age|; TTA >= T evicts it, else it is re-inserted at the
@@ -90,7 +90,7 @@ def simulate_objects_lrb(keys: Any, sizes: Any, capacity: int, unit: str = "byte
                          memory_window: int | None = None, seed: int = 0,
                          record_victims: bool = False,
                          unverified: bool = False) -> dict[str, Any]:
-    """Object-mode LRB on MAT's parts (sim/src/lrb.rs): on each eviction `sample_size` (LRB:
+    """Object-mode LRB on MAT's parts (sim/src/mat/lrb.rs): on each eviction `sample_size` (LRB:
     64) distinct cached objects are sampled at random, each one's distance to its next access
     predicted by `predictor` (as `simulate_objects_mat` takes it: "none" gives a random
     victim, "oracle", or an eviction bundle), and the one whose predicted next access is
@@ -155,7 +155,7 @@ def simulate_mat_flash(table: Any, config: SimConfig | None = None, *, admit: An
                        unverified: bool = False, policy: Any = None,
                        threshold: float | None = None,
                        when_threshold: float | None = None) -> MatSimResult:
-    """Flash-cache mode with MAT as the eviction (sim/src/flash_mat.rs): learned eviction at
+    """Flash-cache mode with MAT as the eviction (sim/src/compose/flash_mat.rs): learned eviction at
     the tail of the block LRU, with any admission/prefetch policy of `config` (and their
     per-access arrays, as `simulate`). Needs eviction "lru" with block-level recency (the
     defaults); ValueError otherwise, or on bad input.

@@ -1,5 +1,5 @@
 """Block mode from Python: block requests (flashml/trace/blocks.py) -> the simulator's
-per-block and container caches (sim/src/blocks.rs, sim/src/pannier.rs; Pannier)."""
+per-block and container caches (sim/src/pannier/blocks.rs, sim/src/pannier/mod.rs; Pannier)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from flashml.trace.blocks import PAGE_BYTES, BlockRequests, from_arrays
 PER_BLOCK = ("lru", "s2lru", "mq", "belady")
 CONTAINER = ("lru_plus", "s2lru_plus", "ripq_plus", "pannier")
 POLICIES = PER_BLOCK + CONTAINER
-#: Defaults of the simulator's knobs (sim/src/blocks.rs BlockConfig), for help texts
+#: Defaults of the simulator's knobs (sim/src/pannier/blocks.rs BlockConfig), for help texts
 #: (PAGE_BYTES: flashml/trace/blocks.py).
 CONTAINER_BYTES = 2 * 1024 * 1024
 

@@ -30,7 +30,7 @@ static const char *PART_HELP =
     "bytes read back were wrong, 1 on bad input or an IO error, 2 on bad options.\n"
     "\n"
     "The trace: CSV with the header stream,page,write; stream 0..K-1 (K <= 16), page a\n"
-    "non-negative integer, write 0 or 1 (flashml.partitioning.write_page_csv writes one).\n"
+    "non-negative integer, write 0 or 1 (flashml.systems.mlcache.partitioning.write_page_csv writes one).\n"
     "\n"
     "options:\n"
     "  --bundle DIR          compiled bundle with the partition capability (flashml mlcache\n"

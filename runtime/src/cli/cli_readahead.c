@@ -1,6 +1,6 @@
 /* cli_readahead.c: `flashrt tune-readahead`: KML's readahead tuner. Every window
  * the page cache's events of one block device (the kernel's mm_filemap_add_to_page_cache
- * tracepoint, read from trace_pipe in a tracefs instance of our own, as flashml/kml/collect.py
+ * tracepoint, read from trace_pipe in a tracefs instance of our own, as flashml/systems/kml/collect.py
  * reads them) become the contract's five features (readahead.c), the bundle's
  * flashml_readahead_kib picks the readahead for the next window, and it is written to the
  * device's queue/read_ahead_kb. `--events` replays a CSV of events instead (windows cut by

@@ -3,7 +3,7 @@
  * slots (engine/policy_slots.h: admission, eviction, budget), plus the DT and latency
  * accounting.
  *
- * Model (the simulator's, sim/src/flash.rs, with Navy's storage layout):
+ * Model (the simulator's, sim/src/flash/mod.rs, with Navy's storage layout):
  * - GET covering segments s0..s1 of block `key`: a hit iff every covered segment is indexed.
  *   Block-level recency: a GET of a cached block refreshes every region holding one of its
  *   segments (LRU) and sets the block's last-access time.

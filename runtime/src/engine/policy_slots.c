@@ -97,7 +97,7 @@ const char *frt_partition_unsupported(const char *name) {
     if (!strcmp(name, "mlcache")) return "the engine's name for MLCache's network each interval is bundle";
     for (size_t i = 0; i < sizeof SIM / sizeof SIM[0]; i++)
         if (!strcmp(name, SIM[i]))
-            return "its shares come from the monitor's hit curves in hindsight (flashml.flash_partition); a bundle "
+            return "its shares come from the monitor's hit curves in hindsight (flashml.systems.mlcache.flash_partition); a bundle "
                    "compiled with that rule is --partition bundle";
     return NULL;
 }

@@ -7,7 +7,7 @@
  * - admission (struct frt_admission_ops below): on a miss, admit or not and the prefetch
  *   range. Policies in runtime/src/policies/admission/: bundle.c (a bundle's admission
  *   capability with the count-min feature tracker), admitall.c, rejectx.c, rejectx_block.c,
- *   coinflip.c (the simulator's built-ins, sim/src/admission.rs).
+ *   coinflip.c (the simulator's built-ins, sim/src/flash/admission.rs).
  * - eviction (struct frt_eviction_ops): which sealed region to evict when no region is clean.
  *   Policies in runtime/src/policies/eviction/: lru.c, fifo.c, mru.c (the worked example) and
  *   mat_tail.c (MAT's Algorithm 1 over the block LRU tail, the bundle's eviction capability).
@@ -219,7 +219,7 @@ struct frt_partition_setup {
     flashrt_policy *bundle;     /* the slot's bundle (needs FRT_CAP_PARTITION), else NULL */
 };
 
-/* A partition's quota, the one definition the engine and the simulator share (sim/src/flash.rs,
+/* A partition's quota, the one definition the engine and the simulator share (sim/src/flash/mod.rs,
  * "Partitioned mode"): the shares split the cache's capacity (the engine's regions, the
  * simulator's segments) into quotas by pages_of_shares (largest remainder), and a stream of
  * quota q holds at most q - 1 units: the artifact's capacity rule (a cache of capacity C holds

@@ -987,7 +987,7 @@ int frt_policy_wants_features(const flashrt_policy *p) {
 }
 
 /* The admission threshold at trace time t: flashml_policy.h's peak rule (the same
- * expression as sim/src/config.rs PeakSchedule::threshold_at). */
+ * expression as sim/src/core/config.rs PeakSchedule::threshold_at). */
 static double threshold_at(const flashrt_policy *p, double t) {
     if (p->peak_hours == 0u) return p->admit_threshold;
     double r = fmod(t, 86400.0);

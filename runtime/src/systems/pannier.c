@@ -1,8 +1,8 @@
 /* pannier.c: Pannier's container flash cache with real bytes (pannier.h). The decisions are a
- * line-by-line port of sim/src/pannier.rs (Store, LruPlus, Queues, PannierPolicy,
- * ContainerCache), sim/src/blocks.rs (Ghost, Sampler, nearest_rank, BlockConfig::sampled),
- * sim/src/tire.rs (Gate: policies/budget/tire.c, shared with the engine's budget slot) and
- * sim/src/list.rs (DList); the comments name the Rust they mirror.
+ * line-by-line port of sim/src/pannier/mod.rs (Store, LruPlus, Queues, PannierPolicy,
+ * ContainerCache), sim/src/pannier/blocks.rs (Ghost, Sampler, nearest_rank, BlockConfig::sampled),
+ * sim/src/pannier/tire.rs (Gate: policies/budget/tire.c, shared with the engine's budget slot) and
+ * sim/src/core/list.rs (DList); the comments name the Rust they mirror.
  * The bytes (runtime/README.md, "Pannier's container cache"):
  *   FLASH           `slots` data areas of container_bytes (container slot s at s x
  *                   container_bytes), then `slots` headers of header_bytes each;

@@ -1,7 +1,7 @@
 /* pannier.h: Pannier's container flash cache (Middleware '15) with real bytes: a port of the
- * simulator's ContainerCache (sim/src/pannier.rs: LRU+ and Pannier's S2LRU* + survival queue,
- * sim/src/blocks.rs: the ghost count-min sketch, Sampler/nearest_rank (util/sketch.h), BlockConfig::sampled,
- * sim/src/tire.rs: TIRE's Gate) making the same decisions on the same trace and knobs, over a
+ * simulator's ContainerCache (sim/src/pannier/mod.rs: LRU+ and Pannier's S2LRU* + survival queue,
+ * sim/src/pannier/blocks.rs: the ghost count-min sketch, Sampler/nearest_rank (util/sketch.h), BlockConfig::sampled,
+ * sim/src/pannier/tire.rs: TIRE's Gate) making the same decisions on the same trace and knobs, over a
  * flash file of containers, a backing file and two append-only logs (runtime/README.md,
  * "Pannier's container cache"). Not part of the public API; `flashrt pannier-replay` and the
  * C tests use it. Everything lives in the frt_pn the caller opens and closes. */

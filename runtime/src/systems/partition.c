@@ -1,8 +1,8 @@
 /* partition.c: MLCache's partitioned page cache (flashrt.h, "MLCache"): one LRU list per
  * stream with a quota of pages, re-divided at each interval boundary by the policy's
  * flashml_partition from the monitor's features of the interval before. Every step is the
- * simulator's (sim/src/partition.rs Partitions::access/resize, pages_of_shares, apportion;
- * sim/src/reuse.rs interval_histograms), so the quotas and hits are the same on the same
+ * simulator's (sim/src/mlcache/partition.rs Partitions::access/resize, pages_of_shares, apportion;
+ * sim/src/mlcache/reuse.rs interval_histograms), so the quotas and hits are the same on the same
  * requests (tests/test_runtime_partition.py).
  *
  * The monitor (policies/partition/monitor.h, the engine's bundle partition's too): exact

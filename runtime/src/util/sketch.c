@@ -1,4 +1,4 @@
-/* sketch.c: Pannier's ghost sketch and percentile sampler (sketch.h; sim/src/blocks.rs). */
+/* sketch.c: Pannier's ghost sketch and percentile sampler (sketch.h; sim/src/pannier/blocks.rs). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

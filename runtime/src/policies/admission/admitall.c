@@ -1,5 +1,5 @@
 /* admitall.c: the admission slot's policy "admitall" (engine/policy_slots.h; the simulator's
- * AdmitAll, sim/src/admission.rs): every miss is admitted, nothing prefetched. */
+ * AdmitAll, sim/src/flash/admission.rs): every miss is admitted, nothing prefetched. */
 #include <stdlib.h>
 
 #include "engine/policy_slots.h"

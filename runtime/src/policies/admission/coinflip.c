@@ -1,5 +1,5 @@
 /* coinflip.c: the admission slot's policy "coinflip" (engine/policy_slots.h; the simulator's
- * CoinFlip, sim/src/admission.rs): admit with probability p, decided by a deterministic draw
+ * CoinFlip, sim/src/flash/admission.rs): admit with probability p, decided by a deterministic draw
  * of the block key and the access index, unit(splitmix64(key ^ splitmix64(index ^ seed))) < p
  * (unit: the top 53 bits as a double in [0, 1)). */
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* rejectx.c: the admission slot's policy "rejectx" (engine/policy_slots.h; the simulator's
- * RejectX, the Baleen artifact's, sim/src/admission.rs), asked once per uncached segment of a
+ * RejectX, the Baleen artifact's, sim/src/flash/admission.rs), asked once per uncached segment of a
  * miss: the history is a FIFO of distinct (block, segment) keys, each with a count of the
  * queries since it entered. A query first drops the oldest key if the history holds `window`
  * or more keys (window = factor x capacity in segments, a real number), then counts its key:

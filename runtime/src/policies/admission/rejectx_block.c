@@ -1,5 +1,5 @@
 /* rejectx_block.c: the admission slot's policy "rejectx_block" (engine/policy_slots.h; the
- * simulator's RejectXBlock, sim/src/admission.rs): the history holds the block keys of the
+ * simulator's RejectXBlock, sim/src/flash/admission.rs): the history holds the block keys of the
  * last `history` misses (this one included), and a miss is admitted iff its key occurs more
  * than X times in it. The window factor x capacity is a real number: history = max(1,
  * floor(window)), and its fractional part `frac` dithers it (each query looks back history + 1

@@ -1,5 +1,5 @@
 /* tire.h: TIRE (Throttle Insertions and Reinsertions for Erasures, Pannier §3.1; the
- * simulator's sim/src/tire.rs Gate, every rule and rounding as there): a multi-step bang-bang
+ * simulator's sim/src/pannier/tire.rs Gate, every rule and rounding as there): a multi-step bang-bang
  * controller keeping flash erasures within a quota per quantum of trace time. The credit
  * carries unused quota over (credit += q - erasures of the quantum, starting at q); within a
  * quantum with e erasures so far and allowance b = min(q, credit at its start): e <= b admits

@@ -1,5 +1,5 @@
 /* lrb_features.c: LRB's eviction features (lrb_features.h), line for line the simulator's
- * sim/src/lrb_features.rs. */
+ * sim/src/mat/lrb_features.rs. */
 #include "policies/eviction/lrb_features.h"
 
 #include <math.h>

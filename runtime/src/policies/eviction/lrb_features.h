@@ -1,6 +1,6 @@
 /* lrb_features.h: LRB's 44 eviction features (the eviction contract,
  * flashml/features/eviction.toml), kept per object while requests stream, for MAT
- * (mat.c). The same definitions as sim/src/lrb_features.rs (every convention is written in
+ * (mat.c). The same definitions as sim/src/mat/lrb_features.rs (every convention is written in
  * the TOML); tests/test_runtime_mat.py compares this code's vectors with the simulator's.
  *
  * One definition: the layout (count, indices, 31 distances, 10 counters, the memory window)

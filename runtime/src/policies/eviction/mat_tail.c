@@ -1,5 +1,5 @@
 /* mat_tail.c: MAT as the flash cache's eviction (the eviction slot, engine/policy_slots.h): the
- * simulator's flash-mode MAT (sim/src/flash_mat.rs) over the region store. Blocks sit on an
+ * simulator's flash-mode MAT (sim/src/compose/flash_mat.rs) over the region store. Blocks sit on an
  * LRU order of their own (a GET that refreshes a block moves it to the head; a new block
  * enters at the head); when a region must go and no block is condemned, Algorithm 1
  * (mat_alg.c, the object cache's very code) examines the order's tail, asking the bundle's

@@ -1,6 +1,6 @@
 /* even.c: the partition slot's even split (engine/policy_slots.h; the simulator's `even`,
- * flashml.flash_partition): every stream the same share of the regions, the remainder to the
- * lower streams (sim/src/partition.rs apportion); each holds its quota - 1 (frt_partition_holds). */
+ * flashml.systems.mlcache.flash_partition): every stream the same share of the regions, the remainder to the
+ * lower streams (sim/src/mlcache/partition.rs apportion); each holds its quota - 1 (frt_partition_holds). */
 #include "engine/policy_slots.h"
 
 static int even_quotas(const struct frt_partition_setup *s, uint64_t *quota, char *err, size_t errlen) {

@@ -2,7 +2,7 @@
  * the bundle's partition capability (flashml_partition), asked at each interval boundary with
  * the monitor's features of the interval before (monitor.h, the partitioned page cache's very
  * code; pages are the GETs' segments, the capacity the flash's segments, as
- * flashml.flash_partition's monitor view); its shares become regions by the simulator's rule
+ * flashml.systems.mlcache.flash_partition's monitor view); its shares become regions by the simulator's rule
  * (pages_of_shares; an invalid vector: the even split; each holds its quota - 1,
  * frt_partition_holds). The first interval is even. */
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* monitor.h: MLCache's monitor (sim/src/reuse.rs interval_histograms, features/partition.toml),
+/* monitor.h: MLCache's monitor (sim/src/mlcache/reuse.rs interval_histograms, features/partition.toml),
  * shared by the partitioned page cache (systems/partition.c) and the engine's bundle partition
  * (policies/partition/mlcache.c): each stream's exact LRU stack distances over its requests (a
  * Fenwick tree over request positions: a position is marked while it is its page's last

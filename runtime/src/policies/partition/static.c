@@ -1,6 +1,6 @@
 /* static.c: the partition slot's fixed split (engine/policy_slots.h): the shares the command
  * line gives (flashrt_config.partition_shares, one per stream, in the streams' order), made
- * regions by the simulator's rule (sim/src/partition.rs pages_of_shares: scaled to 2^40,
+ * regions by the simulator's rule (sim/src/mlcache/partition.rs pages_of_shares: scaled to 2^40,
  * rounded, largest remainder); each holds its quota - 1 (frt_partition_holds). */
 #include <math.h>
 
