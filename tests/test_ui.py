@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, seed_mlflow_store, wait_exit
+from conftest import REPO, hang_guard_expired, seed_mlflow_store, wait_exit
 
 
 def free_port() -> int:
@@ -40,8 +40,9 @@ def start(tool: str, home: Path, *args: str,
 
 def wait_ready(proc: subprocess.Popen, timeout: float = 180) -> str:
     lines = []
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    started, busiest = time.monotonic(), os.getloadavg()[0]
+    while not hang_guard_expired(started, timeout, busiest):
+        busiest = max(busiest, os.getloadavg()[0])
         line = proc.stdout.readline()
         if not line:
             break
