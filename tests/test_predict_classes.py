@@ -12,8 +12,9 @@ import pytest
 
 from flashml.features.contract import contract
 from flashml.features.online import feature_matrix
-from flashml.models import baleen, forest
+from flashml.models import forest
 from flashml.models.forest import predict, predict_classes
+from flashml.systems.baleen import model as baleen
 from flashml.systems.baleen.model import LearnedPolicy, score_all
 
 from demo_policy import demo_trace, train_demo_models

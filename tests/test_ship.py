@@ -106,7 +106,8 @@ def test_job_name_of_a_module_a_command_and_a_namespace() -> None:
     that is neither (a namespace of stages, as tests build) all have a name."""
     from types import SimpleNamespace
 
-    from flashml.jobs import mat, ship
+    from flashml.jobs import ship
+    from flashml.systems.mat import job as mat
 
     assert ship.job_name(mat) == "mat"
     assert ship.job_name(SimpleNamespace(COMMAND="pipeline")) == "pipeline"
