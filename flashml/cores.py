@@ -22,6 +22,15 @@ def machine() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def load_factor(load: float | None = None) -> float:
+    """How much slower than on a quiet machine work runs now: `load` (default: the 1-minute
+    load average) per core, at least 1. On 2 cores under a load of 40 a job takes about 20
+    times its quiet time; waits for a server to start and the tests' hang guards stretch by it."""
+    if load is None:
+        load = os.getloadavg()[0]
+    return max(1.0, load / machine())
+
+
 def available() -> int:
     """The cores the current thread's work may use: `machine()`, or the innermost limit."""
     return min(machine(), getattr(_local, "limit", None) or machine())

@@ -32,6 +32,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from flashml import cores
 from flashml.commands.argtypes import Number
 from flashml.errors import UserError
 
@@ -199,7 +200,7 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float,
     # A server still starting on a busy machine is given time in proportion to the load (on
     # 2 cores under a load of 20, MLflow's start takes ten times its quiet 10 s).
     started, busiest = time.monotonic(), os.getloadavg()[0]
-    while time.monotonic() - started < timeout * max(1.0, busiest / (os.cpu_count() or 1)):
+    while time.monotonic() - started < timeout * cores.load_factor(busiest):
         busiest = max(busiest, os.getloadavg()[0])
         if proc.poll() is not None:
             return False
