@@ -172,3 +172,38 @@ def cloudphysics_pipeline_run(factory: pytest.TempPathFactory) -> Path:
                 check=True, env={"FLASHML_HOME": str(folder / "state"),
                                  "MLFLOW_TRACKING_URI": ""}, timeout=900)
     return made_once(factory, "cloudphysics-pipeline", make)
+
+
+# Where the suite's CPU goes: with FLASHML_TEST_CPU=FILE each test phase appends a JSON line
+# {"test", "phase", "wall_s", "cpu_s", "children_cpu_s"} (children: the processes the test
+# started and waited for: CLI runs, Spark's JVM, compilers). scripts/test_cpu.py sums it.
+_CPU_LOG = os.environ.get("FLASHML_TEST_CPU")
+
+
+if _CPU_LOG:
+    import json as _json
+    import resource as _resource
+
+    def _cpu() -> tuple[float, float]:
+        me = _resource.getrusage(_resource.RUSAGE_SELF)
+        kids = _resource.getrusage(_resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+    def _measured(phase: str):  # type: ignore[no-untyped-def]
+        @pytest.hookimpl(wrapper=True)
+        def hook(item: pytest.Item, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+            wall, (me, kids) = time.monotonic(), _cpu()
+            try:
+                return (yield)
+            finally:
+                me2, kids2 = _cpu()
+                with open(_CPU_LOG, "a") as f:
+                    f.write(_json.dumps({"test": item.nodeid, "phase": phase,
+                                         "wall_s": round(time.monotonic() - wall, 3),
+                                         "cpu_s": round(me2 - me, 3),
+                                         "children_cpu_s": round(kids2 - kids, 3)}) + "\n")
+        return hook
+
+    pytest_runtest_setup = _measured("setup")
+    pytest_runtest_call = _measured("call")
+    pytest_runtest_teardown = _measured("teardown")
