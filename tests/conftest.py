@@ -81,6 +81,54 @@ def _migrated_mlflow_store() -> Path:
     return db
 
 
+_WARM: dict[str, object] = {}
+
+
+def python_argv(*args: str) -> list[str]:
+    """The command line of `python ARGS` for subprocess.run/Popen: a warm one (tests/
+    warm_python.py: forked from a server that has imported MLflow, Polars, ... once per test
+    worker; it behaves as a fresh interpreter to everything but signals to its process group)
+    unless FLASHML_WARM_PYTHON=0 or the server could not start."""
+    # -m MODULE, -c CODE or SCRIPT (or none: a prefix for them); an interpreter option
+    # (-u, -X ...) gets a cold one
+    cold = bool(args) and args[0].startswith("-") and args[0] not in ("-m", "-c")
+    sock = None if cold else _warm_server()
+    if sock is None:
+        return [sys.executable, *args]
+    return [sys.executable, "-S", str(Path(__file__).with_name("warm_python.py")), sock, *args]
+
+
+def _warm_server() -> str | None:
+    if os.environ.get("FLASHML_WARM_PYTHON", "1") == "0":
+        return None
+    if "sock" in _WARM:
+        return _WARM["sock"]  # type: ignore[return-value]
+    folder = tempfile.mkdtemp(prefix="flashml-warm-")
+    sock, log = os.path.join(folder, "sock"), os.path.join(folder, "server.log")
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("warm_python.py")),
+                                 "--serve", sock], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err)
+
+    def stop() -> None:
+        proc.kill()
+        proc.wait()  # its children's CPU then counts in this process's (FLASHML_TEST_CPU)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(stop)
+    started, busiest = time.monotonic(), os.getloadavg()[0]
+    while not os.path.exists(sock):
+        busiest = max(busiest, os.getloadavg()[0])
+        if proc.poll() is not None or hang_guard_expired(started, 120, busiest):
+            print(f"warm_python: no server ({proc.poll()}), cold interpreters from here: "
+                  f"{Path(log).read_text()[-2000:]}", file=sys.stderr)
+            _WARM["sock"] = None
+            return None
+        time.sleep(0.05)
+    _WARM["sock"] = sock
+    return sock
+
+
 def seed_mlflow_store(home: Path) -> Path:
     """HOME/mlflow.db (the embedded store under FLASHML_HOME=HOME) made a copy of an already
     migrated empty store unless it exists: the same tables and rows MLflow's own first touch
@@ -98,13 +146,14 @@ def seed_mlflow_store(home: Path) -> Path:
 def run_cli(*args: str, check: bool = False, cwd: Path | None = None,
             timeout: float = 600, env: dict[str, str] | None = None, seed_store: bool = True
             ) -> subprocess.CompletedProcess[str]:
-    """Run `flashml ARGS...` as a user would, in a fresh interpreter (`env` adds variables);
-    killed as hung after `timeout` seconds scaled by the machine's load (hang_guard_expired).
+    """Run `flashml ARGS...` as a user would, in a warm interpreter (python_argv; `env` adds
+    variables); killed as hung after `timeout` seconds scaled by the machine's load
+    (hang_guard_expired).
     An isolated embedded store (`env` with FLASHML_HOME and an empty MLFLOW_TRACKING_URI) is
     seeded migrated (seed_mlflow_store) unless `seed_store` is False."""
     if seed_store and env and env.get("FLASHML_HOME") and env.get("MLFLOW_TRACKING_URI") == "":
         seed_mlflow_store(Path(env["FLASHML_HOME"]))
-    cmd = [sys.executable, "-m", "flashml.cli", *map(str, args)]
+    cmd = python_argv("-m", "flashml.cli", *map(str, args))
     started, busiest = time.monotonic(), os.getloadavg()[0]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           cwd=cwd or REPO, env={**os.environ, **(env or {})}) as child:

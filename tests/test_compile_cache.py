@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from flashml.compiler.build import compile_policy
 from flashml.compiler.bundle import save_policy_models
 from flashml.compiler.loader import load_policy, verify_bundle
 
+from conftest import python_argv
 from demo_policy import DEMO_PARAMS, demo_trace, train_demo_models
 
 
@@ -223,7 +223,7 @@ def test_two_compiles_at_once_share_the_cache(models, fresh, tmp_path) -> None:
     code = ("import sys; from flashml.compiler.build import compile_policy; "
             "m = compile_policy(sys.argv[1], model_dir=sys.argv[2], cache=sys.argv[3]); "
             "print(m['sha256'])")
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / f"out{i}"),
+    procs = [subprocess.Popen([*python_argv(), "-c", code, str(tmp_path / f"out{i}"),
                                str(models), str(cache)], stdout=subprocess.PIPE, text=True)
              for i in range(2)]
     outs = [p.communicate(timeout=600)[0].strip() for p in procs]

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from flashml.errors import UserError
 from flashml.features.contract import contract
 from flashml.simulation import SimConfig, simulate_policy
 
+from conftest import python_argv
 from demo_policy import DEMO_PARAMS, demo_trace, train_demo_models
 
 
@@ -266,7 +266,7 @@ client = mlflow.tracking.MlflowClient(tracking_uri())
 logged = sorted(f.path for f in client.list_artifacts(rid, "policy_so"))
 print(json.dumps({{"rid": rid, "m1": m1, "m2": m2, "logged": logged}}))
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+    proc = subprocess.run([*python_argv(), "-c", script], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, seed_mlflow_store
+from conftest import REPO, python_argv, seed_mlflow_store
 
 DRIVER = r"""
 import json, runpy, sys
@@ -55,7 +55,7 @@ def _env(tmp: Path) -> dict[str, str]:
 
 def _py(code: str, *args: str, env: dict[str, str], timeout: float
         ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+    return subprocess.run([*python_argv(), "-c", code, *args], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=timeout)
 
 
@@ -86,7 +86,7 @@ print("RATES " + json.dumps(rates))
 """
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
-    proc = subprocess.run([sys.executable, "-c", code, str(REPO / "dags" / "flashml_retrain.py")],
+    proc = subprocess.run([*python_argv(), "-c", code, str(REPO / "dags" / "flashml_retrain.py")],
                           capture_output=True, text=True, env=_env(tmp_path), cwd=elsewhere,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -12,7 +12,6 @@ cases per format (FLASHML_FUZZ_PROFILE=fuzz).
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from hypothesis import strategies as st
 from flashml.trace.ingest import ingest
 from flashml.trace.objects import OBJECT_FORMATS
 
-from conftest import REPO
+from conftest import REPO, python_argv
 
 SPECS = fs.specs()
 INGEST = sorted(n for n, s in SPECS.items() if not s.objects and not s.canonical)
@@ -77,7 +76,7 @@ def test_object_parquet_that_panics_polars_is_a_clear_error(tmp_path: Path) -> N
     with pytest.raises(TraceError, match="cannot read Parquet") as e:
         read_objects(src, "parquet")
     assert e.value.path == str(src) and str(e.value).startswith(f"{src}: "), str(e.value)
-    proc = subprocess.run([sys.executable, "-m", "flashml.cli", "sim", "objects", "--trace",
+    proc = subprocess.run([*python_argv(), "-m", "flashml.cli", "sim", "objects", "--trace",
                            str(src), "--format", "parquet", "--capacity", "1MiB"],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 1, proc.stderr
@@ -164,7 +163,7 @@ def test_the_real_cli_agrees(tmp_path: Path, name: str, kinds: list[str], seed: 
     args = ["trace", "ingest", str(src), "-o", str(out), "--format", spec.fmt]
     for k, v in spec.options.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
-    proc = subprocess.run([sys.executable, "-m", "flashml.cli", *args], capture_output=True,
+    proc = subprocess.run([*python_argv(), "-m", "flashml.cli", *args], capture_output=True,
                           text=True, cwd=REPO, timeout=120)
     assert "Traceback" not in proc.stderr, proc.stderr
     if o.kind == "ok":

@@ -24,6 +24,8 @@ import pytest
 
 from flashml import cli
 
+from conftest import python_argv
+
 DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -226,7 +228,7 @@ def test_sim_run_json_into_a_closed_pipe(tmp_path: Path) -> None:
     r, w = os.pipe()
     os.close(r)  # the reader is gone
     try:
-        proc = subprocess.run([sys.executable, "-m", "flashml.cli", "sim", "run", "--trace",
+        proc = subprocess.run([*python_argv(), "-m", "flashml.cli", "sim", "run", "--trace",
                                str(trace), "--json"], stdout=w, stderr=subprocess.PIPE,
                               text=True, timeout=600)
     finally:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import REPO, seed_mlflow_store
+from conftest import REPO, python_argv, seed_mlflow_store
 
 # A job for run_job: `ingest` writes accesses.txt (atomically) and its record, `work` writes
 # work/out.txt and its record. $TOY_FAIL=<stage> makes that stage fail halfway (after it
@@ -78,7 +78,7 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 
 def _toy(out: Path, content: str, home: Path, *args: str,
          **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", TOY_JOB, str(out), content, *args],
+    return subprocess.run(python_argv("-c", TOY_JOB, str(out), content, *args),
                           cwd=REPO, env=_env(home, **extra), capture_output=True, text=True,
                           timeout=600)
 
@@ -126,7 +126,7 @@ def _mlflow_runs(home: Path) -> dict[str, str]:
             "print(json.dumps({r.info.run_id: r.info.status for e in c.search_experiments() "
             "for r in c.search_runs([e.experiment_id]) "
             "if 'mlflow.parentRunId' not in r.data.tags}))")
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(home),
+    p = subprocess.run(python_argv("-c", code), cwd=REPO, env=_env(home),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -247,7 +247,7 @@ def test_a_killed_jobs_mlflow_run_is_marked_killed(tmp_path: Path) -> None:
                       "r = mlflow.MlflowClient().create_run(mlflow.get_experiment_by_name("
                       "'flashml').experiment_id, tags={'flashml.pid': '1', 'flashml.host': "
                       "'another-host'}); print(r.info.run_id)")
-        p = subprocess.run([sys.executable, "-c", other_host], cwd=REPO, env=_env(home),
+        p = subprocess.run(python_argv("-c", other_host), cwd=REPO, env=_env(home),
                            capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
         other = p.stdout.strip().splitlines()[-1]
@@ -293,7 +293,7 @@ def test_a_dag_task_holds_the_run_folder_while_it_runs(tmp_path: Path) -> None:
         before = _tree(held)
         env = _env(home, AIRFLOW_HOME=str(tmp_path / "airflow"),
                    AIRFLOW__CORE__LOAD_EXAMPLES="False")
-        p = subprocess.run([sys.executable, "-c", DAG_TASK, str(REPO / "dags" /
+        p = subprocess.run([*python_argv(), "-c", DAG_TASK, str(REPO / "dags" /
                             "flashml_retrain.py"), str(held), str(new),
                             str(tmp_path / "missing.trace")], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=600)

@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +18,8 @@ import numpy as np
 import pytest
 
 from flashml.config import DEFAULTS, GB, MB, UNITS
+
+from conftest import python_argv
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME = REPO / "runtime"
@@ -77,7 +78,7 @@ def env(tmp_path_factory):
     build_runtime()
     d = tmp_path_factory.mktemp("runtime")
     raw = d / "gen.trace"
-    subprocess.run([sys.executable, "-m", "flashml.cli", "trace", "generate", "--preset",
+    subprocess.run([*python_argv(), "-m", "flashml.cli", "trace", "generate", "--preset",
                     "region1-like", "--seed", "0", "--accesses", "12000", "--days", "1.5",
                     "--quiet", "-o", str(raw)], check=True, capture_output=True, cwd=REPO)
     trace = d / "small.trace"
@@ -168,7 +169,7 @@ def test_replay_serves_correct_bytes_and_agrees_with_simulator(env):
 
 def assert_agrees_with_simulator(env, m: dict, sim_args: list[str], name: str) -> None:
     """Replay metrics `m` within 2% of `flashml sim run` on the same trace and capacity."""
-    sim = subprocess.run([sys.executable, "-m", "flashml.cli", "sim", "run", "--trace",
+    sim = subprocess.run([*python_argv(), "-m", "flashml.cli", "sim", "run", "--trace",
                           str(env["trace"]), "--capacity-segments",
                           str(m["capacity_segments"]), "--warmup-s", "0", "--json",
                           *sim_args], capture_output=True, text=True, cwd=REPO)

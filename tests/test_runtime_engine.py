@@ -21,14 +21,13 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from test_runtime import BUILD, FLASHRT, build_runtime, make_bundle
 
-from conftest import REPO
+from conftest import REPO, python_argv
 
 SEG = 128 * 1024
 
@@ -126,7 +125,7 @@ def replay(env, *extra: object, trace: Path | None = None, backing: Path | None 
 
 
 def sim(env, *args: object) -> dict:
-    p = subprocess.run([sys.executable, "-m", "flashml.cli", "sim", "run", "--trace",
+    p = subprocess.run([*python_argv(), "-m", "flashml.cli", "sim", "run", "--trace",
                         str(env["trace"]), "--warmup-s", "0", "--json", *map(str, args)],
                        capture_output=True, text=True, cwd=REPO)
     assert p.returncode == 0, p.stderr
@@ -251,7 +250,7 @@ def test_mat_with_wide_regions_and_any_ranges_serves_right_bytes(env):
     """Regions of 1 MiB (a region leaves whole, other blocks' segments with it) on a trace with
     overlapping ranges and prefetch (the count policy): MAT decides, every byte is right."""
     gen = env["dir"] / "gen.trace"
-    subprocess.run([sys.executable, "-m", "flashml.cli", "trace", "generate", "--preset",
+    subprocess.run([*python_argv(), "-m", "flashml.cli", "trace", "generate", "--preset",
                     "region1-like", "--seed", "1", "--accesses", "3000", "--days", "1",
                     "--quiet", "-o", str(gen)], check=True, capture_output=True, cwd=REPO)
     from test_runtime import small_trace

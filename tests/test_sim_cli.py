@@ -182,6 +182,7 @@ def test_cli_parser_loads_no_heavy_library():
             "print(','.join(sorted(m for m in ('numpy', 'polars', 'pyarrow', 'pandas', "
             "'lightgbm', 'mlflow', 'optuna', 'pyspark', 'treelite', 'flashml_sim', "
             "'matplotlib', 'great_expectations') if m in sys.modules)))")
+    # a cold interpreter: a warm one (tests/warm_python.py) has them all loaded at its start
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "", f"loaded while building the parser: {p.stdout.strip()}"

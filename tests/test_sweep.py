@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from flashml.systems.baleen.sweep import WIDEN, grid, widened_range
 
-from conftest import REPO, seed_mlflow_store
+from conftest import REPO, python_argv, seed_mlflow_store
 
 FAKE = r"""
 import inspect, json, os, sys, time
@@ -139,7 +138,7 @@ with mlflow.start_run(run_name="parent") as parent:
     spawn = None
     if cfg.get("workers", 1) > 1:
         def spawn(seed):
-            return subprocess.Popen([sys.executable, "-c", cfg["worker"], json.dumps(cfg),
+            return subprocess.Popen([*cfg["python"], "-c", cfg["worker"], json.dumps(cfg),
                                      str(seed), parent.info.run_id], text=True,
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     res = sweep.run_sweep(None, Path("t"), None, None, 10.0, 0.4, 10.0, Path(cfg["tmp"]),
@@ -166,9 +165,9 @@ def _sweep(tmp: Path, fails: bool = False, **cfg: object) -> dict:
     env |= {"FLASHML_HOME": str(seed_mlflow_store(tmp / "state")),
             "PYTHONPATH": str(REPO / "tests")}
     # top: the first round's top, 4 x the 10 MB/s target DRIVER asks for
-    cfg = {"tmp": str(tmp), "worker": WORKER, "top": 40.0,
+    cfg = {"tmp": str(tmp), "worker": WORKER, "top": 40.0, "python": python_argv(),
            "storage": f"sqlite:///{tmp / 'state' / 'optuna.db'}", **cfg}
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(cfg)],
+    proc = subprocess.run(python_argv("-c", DRIVER, json.dumps(cfg)),
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     if fails:
         assert proc.returncode != 0

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import python_argv
+
 
 @pytest.mark.parametrize("explicit", [False, True])
 def test_artifacts_next_to_the_sqlite_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -36,11 +38,10 @@ def test_concurrent_first_runs_share_one_fresh_store(tmp_path: Path) -> None:
     migration and the experiment's creation are serialised) and agree on the experiment."""
     import os
     import subprocess
-    import sys
 
     env = {**os.environ, "FLASHML_HOME": str(tmp_path / "state"), "MLFLOW_TRACKING_URI": ""}
     code = "from flashml.tracking import setup; print(setup('t'))"
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([*python_argv(), "-c", code], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [e[-2000:] for _, e in outs]
@@ -54,7 +55,6 @@ def test_a_run_never_stays_running(tmp_path: Path) -> None:
     git commit."""
     import os
     import subprocess
-    import sys
 
     code = """
 import os, signal, sys, time
@@ -69,7 +69,7 @@ with open_run(run, "a run", {"p": 1}, tags={"trace": "t"}, description="what it 
 """
     env = {**os.environ, "FLASHML_HOME": str(tmp_path / "state"), "MLFLOW_TRACKING_URI": ""}
     cases = {"sigterm": (143, "KILLED"), "error": (1, "FAILED")}
-    procs = {how: subprocess.Popen([sys.executable, "-c", code, str(tmp_path / how), how],
+    procs = {how: subprocess.Popen([*python_argv(), "-c", code, str(tmp_path / how), how],
                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True) for how in cases}
     for how, p in procs.items():
