@@ -89,3 +89,25 @@ with open_run(run, "a run", {"p": 1}, tags={"trace": "t"}, description="what it 
         assert run.data.tags["mlflow.note.content"] == "what it is"
         if commit:  # (HEAD may move on while the test runs in a busy checkout)
             assert len(run.data.tags["mlflow.source.git.commit"]) == 40
+
+
+def test_nothing_leaves_the_machine_unless_the_user_says_so() -> None:
+    """A flashml process turns MLflow's usage telemetry and Great Expectations' analytics
+    off (outside CI too), and a user's own setting of either variable wins."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import flashml, os; from mlflow.telemetry.utils import is_telemetry_disabled; "
+            "print(is_telemetry_disabled(), os.environ['GX_ANALYTICS_ENABLED'])")
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("CI", "MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK", "GX_ANALYTICS_ENABLED",
+                         "PYTEST_CURRENT_TEST", "PYTEST_VERSION")}
+    for extra, want in (({}, "True False"),
+                        ({"MLFLOW_DISABLE_TELEMETRY": "false", "GX_ANALYTICS_ENABLED": "True"},
+                         "False True")):
+        # cold: the warm server imported MLflow before any child's environment was set
+        p = subprocess.run([sys.executable, "-c", code], env={**base, **extra},
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert p.stdout.split()[-2:] == want.split(), (extra, p.stdout)

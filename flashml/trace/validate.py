@@ -13,7 +13,6 @@ browser: every build is made static and offline (flashml/trace/datadocs.py).
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +79,6 @@ def validate_table(df: pl.DataFrame, meta: TraceMeta, *, context_dir: Path | Non
     """Run the suite over `df` (with its metadata) and build the Data Docs in the file
     context `context_dir` (that folder is the context: great_expectations.yml, expectations/,
     uncommitted/data_docs/); `name` (the trace) names the validation run in the pages."""
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
