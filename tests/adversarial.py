@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadavg import load_factor
+from flashml.cores import load_factor
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from loadavg import load_factor
+
+from flashml.cores import load_factor
 
 # One BLAS thread per process: pytest runs two workers on two cores, and OpenBLAS's own
 # threads spin waiting for a core on a busy machine (training KML's networks ran several
@@ -81,6 +82,7 @@ def _migrated_mlflow_store() -> Path:
     return db
 
 
+WARM_PYTHON = Path(__file__).with_name("warm_python.py")
 _WARM: dict[str, object] = {}
 
 
@@ -95,7 +97,7 @@ def python_argv(*args: str) -> list[str]:
     sock = None if cold else _warm_server()
     if sock is None:
         return [sys.executable, *args]
-    return [sys.executable, "-S", str(Path(__file__).with_name("warm_python.py")), sock, *args]
+    return [sys.executable, "-S", str(WARM_PYTHON), sock, *args]
 
 
 def _warm_server() -> str | None:
@@ -106,8 +108,8 @@ def _warm_server() -> str | None:
     folder = tempfile.mkdtemp(prefix="flashml-warm-")
     sock, log = os.path.join(folder, "sock"), os.path.join(folder, "server.log")
     with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("warm_python.py")),
-                                 "--serve", sock], stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([sys.executable, str(WARM_PYTHON), "--serve", sock],
+                                stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=err)
 
     def stop() -> None:
@@ -225,7 +227,8 @@ def cloudphysics_pipeline_run(factory: pytest.TempPathFactory) -> Path:
 
 # Where the suite's CPU goes: with FLASHML_TEST_CPU=FILE each test phase appends a JSON line
 # {"test", "phase", "wall_s", "cpu_s", "children_cpu_s"} (children: the processes the test
-# started and waited for: CLI runs, Spark's JVM, compilers). scripts/test_cpu.py sums it.
+# started and waited for: CLI runs, Spark's JVM, compilers; a warm interpreter's child is the
+# warm server's, so only its relay counts here). scripts/test_cpu.py sums it.
 _CPU_LOG = os.environ.get("FLASHML_TEST_CPU")
 
 

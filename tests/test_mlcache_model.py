@@ -20,8 +20,6 @@ from flashml.features.partition import contract
 from flashml.systems.mlcache import model
 from flashml.systems.mlcache.partitioning import stream_trace
 
-from conftest import python_argv
-
 C = contract()
 
 
@@ -269,6 +267,7 @@ def test_compiling_leaves_numpys_error_state_alone() -> None:
     predict's harmless underflow into a FloatingPointError). Fresh interpreter: emlearn may
     already be imported in this one."""
     import subprocess
+    import sys
 
     code = ("import numpy as np\n"
             "from flashml.compiler import build\n"
@@ -277,7 +276,7 @@ def test_compiling_leaves_numpys_error_state_alone() -> None:
             "build._emlearn().net.c_generate_net_loadable\n"
             "assert np.geterr() == before, np.geterr()\n"
             "np.ones((2, 2)) * 1e-320 @ np.ones((2, 2)) * 1e-10\n")
-    subprocess.run([*python_argv(), "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_cross_validation_judges_each_fold_network_on_its_held_out_mixes() -> None:
