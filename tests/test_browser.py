@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -96,18 +96,18 @@ def test_airflow_trigger_form_accepts_its_defaults(tmp_path: Path) -> None:
     line = wait_ready(proc, timeout=400)
     assert "simple_auth_manager_passwords.json.generated" in line
     try:
+        get = airflow_api(port)
+        dag_parsed(get, timeout=300)  # the dag-processor parses dags/ after start
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
             page.goto(f"http://127.0.0.1:{port}/dags/flashml_retrain", timeout=120_000)
-            # the dag-processor parses dags/ shortly after start: reload until it has
-            for _ in range(40):
-                if "flashml_retrain" in page.inner_text("body") and \
-                        page.get_by_role("button", name="Trigger").count():
-                    break
-                page.wait_for_timeout(3000)
-                page.reload()
-            page.get_by_role("button", name="Trigger").first.click()
+            # the page renders its keys ("nav.home") until its translations arrive, and the
+            # button is named "Trigger" only then: wait for it, never reload on a timer (a
+            # reload restarts that rendering, and on a busy machine it never ends)
+            button = page.get_by_role("button", name="Trigger").first
+            button.wait_for(state="visible", timeout=180_000)
+            button.click()
             dialog = page.get_by_role("dialog")
             dialog.wait_for(timeout=60_000)
             text = shows(page, "Run Parameters")
@@ -116,7 +116,7 @@ def test_airflow_trigger_form_accepts_its_defaults(tmp_path: Path) -> None:
             rate = dialog.locator("#element_target_write_rate").input_value()
             if enabled:  # one click, as a user would: exactly one run, started at once
                 trigger.click()
-                runs, dag = one_trigger_one_run(port)
+                runs, dag = one_trigger_one_run(get)
             browser.close()
     finally:
         proc.send_signal(signal.SIGINT)
@@ -138,21 +138,44 @@ def test_airflow_trigger_form_accepts_its_defaults(tmp_path: Path) -> None:
     assert dag["next_dagrun_run_after"] > runs[0]["run_after"], (dag, runs)
 
 
-def one_trigger_one_run(port: int, timeout: float = 180) -> tuple[list, dict]:
-    """Airflow's REST API after a Trigger click: wait until the triggered run is running
-    (the scheduler has been through its loop since the unpause), then the DAG's runs and the
-    DAG (its pause state and next scheduled run)."""
-    import time
+def airflow_api(port: int) -> Callable[[str], dict]:
+    """GET on Airflow's REST API (everyone is admin: the token needs no password)."""
     import urllib.request
 
     base = f"http://127.0.0.1:{port}"
-    with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as r:  # all admins
+    with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as r:
         token = json.loads(r.read())["access_token"]
 
     def get(path: str) -> dict:
         req = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.loads(r.read())
+
+    return get
+
+
+def dag_parsed(get: Callable[[str], dict], timeout: float) -> None:
+    """Wait until Airflow knows the DAG (the dag-processor has parsed dags/ once)."""
+    import time
+    import urllib.error
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            get("/api/v2/dags/flashml_retrain")
+            return
+        except urllib.error.HTTPError as e:
+            if e.code != 404 or time.monotonic() > end:
+                raise
+        time.sleep(1)
+
+
+def one_trigger_one_run(get: Callable[[str], dict], timeout: float = 180
+                        ) -> tuple[list, dict]:
+    """Airflow's REST API after a Trigger click: wait until the triggered run is running
+    (the scheduler has been through its loop since the unpause), then the DAG's runs and the
+    DAG (its pause state and next scheduled run)."""
+    import time
 
     end = time.monotonic() + timeout
     runs: list = []
