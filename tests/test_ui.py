@@ -119,6 +119,11 @@ def test_ui_mlflow_lists_the_runs(tmp_path: Path) -> None:
                    capture_output=True)
     proc, port = start("mlflow", tmp_path)
     wait_ready(proc)
+    import psutil
+
+    # the server runs without MLflow's GenAI job runner (seven huey consumers)
+    parts = [" ".join(c.cmdline()) for c in psutil.Process(proc.pid).children(recursive=True)]
+    assert parts and not any("huey" in c or "_job_runner" in c for c in parts), parts
     base = f"http://127.0.0.1:{port}"
     assert "<html" in get(base + "/").lower()
     req = urllib.request.Request(base + "/ajax-api/2.0/mlflow/runs/search",
