@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_ui import start, stop_and_check, wait_ready
 
-from conftest import cloudphysics_pipeline_run, run_cli, wait_exit
+from conftest import cloudphysics_pipeline_run, hang_guard_expired, run_cli, wait_exit
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (apt-get install "
@@ -155,17 +155,20 @@ def airflow_api(port: int) -> Callable[[str], dict]:
 
 
 def dag_parsed(get: Callable[[str], dict], timeout: float) -> None:
-    """Wait until Airflow knows the DAG (the dag-processor has parsed dags/ once)."""
+    """Wait until Airflow knows the DAG (the dag-processor has parsed dags/ once); `timeout`
+    is a hang guard in quiet-machine seconds (hang_guard_expired)."""
+    import os
     import time
     import urllib.error
 
-    end = time.monotonic() + timeout
+    started, busiest = time.monotonic(), os.getloadavg()[0]
     while True:
         try:
             get("/api/v2/dags/flashml_retrain")
             return
         except urllib.error.HTTPError as e:
-            if e.code != 404 or time.monotonic() > end:
+            busiest = max(busiest, os.getloadavg()[0])
+            if e.code != 404 or hang_guard_expired(started, timeout, busiest):
                 raise
         time.sleep(1)
 

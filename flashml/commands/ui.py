@@ -70,7 +70,7 @@ def command(tool: str, host: str, port: int, context: Path | None = None
         cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
                "--host", host, "--port", str(port), "--workers", "1"]
         # MLflow 3's server also starts a GenAI job runner (seven huey consumers, each
-        # importing MLflow: ~20 CPU s and ~1 GB at start) unless told not to; flashml runs
+        # importing MLflow: ~20 CPU s at start) unless told not to; flashml runs
         # no MLflow jobs. The user's own setting wins.
         env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
         root = artifact_root(uri)
