@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from machine import machine  # noqa: E402
 
 from flashml.files import write_json  # noqa: E402
-from flashml.settings import MAT_CONTROLLERS  # noqa: E402
+from flashml.systems.mat.settings import KNOBS  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "mat_flash.json"
 FLASHML = [sys.executable, "-m", "flashml.cli"]
@@ -56,7 +56,7 @@ def main() -> int:
     # learned model judge more candidates and lose (docs/systems/mat.md, "MAT in flash mode")
     ap.add_argument("--k", type=float, default=2.0,
                     help="MAT's target candidates per eviction (default 2)")
-    ap.add_argument("--controller", choices=MAT_CONTROLLERS, default="sign",
+    ap.add_argument("--controller", choices=KNOBS["controller"].choices, default="sign",
                     help="MAT's threshold controller (default sign, the paper's)")
     ap.add_argument("--reuse-predictions", action=argparse.BooleanOptionalAction,
                     default=False,

@@ -42,9 +42,9 @@ from machine import machine  # noqa: E402
 from flashml.compiler.build import compile_policy  # noqa: E402
 from flashml.compiler.bundle import save_evict_model  # noqa: E402
 from flashml.features import eviction  # noqa: E402
-from flashml.settings import MatParams  # noqa: E402
 from flashml.simulation import simulate_objects_mat  # noqa: E402
 from flashml.systems.mat.model import mat_gbm, train_tta  # noqa: E402
+from flashml.systems.mat.settings import MatParams  # noqa: E402
 from flashml.trace.generate import generate_objects  # noqa: E402
 from flashml.trace.objects import read_objects  # noqa: E402
 

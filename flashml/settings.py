@@ -108,36 +108,6 @@ class PeakSettings:
             raise ValueError(f"peak bonus must be in [0, 1], got {self.bonus}")
 
 
-#: MAT's threshold controllers, in the order of their codes in the policy ABI
-#: (`flashml_evict_controller`; sim/src/mat/mod.rs `Controller`).
-MAT_CONTROLLERS = ("sign", "mean")
-
-
-@dataclass(frozen=True)
-class MatParams:
-    """Algorithm 1's knobs: target candidates per eviction k, at most L
-    candidates, threshold step delta, initial threshold T0 in logical requests (None: the
-    simulator's default), the threshold controller: "mean" (T *= 1 + delta (k - p), p the
-    candidates taken: holds their mean per eviction at k, the issue's "the average number of
-    predictions per eviction stays at k") or "sign" (the paper's rule, T *= 1 +- delta as the
-    victim's try is below or above k: its mean lies above k, 2.9-3.1 at k ~2.4 on
-    CloudPhysics), and `reuse_predictions` (the paper's recorded predictions, §4.6: a
-    candidate's predicted distance is kept until its next access, so a candidate seen at the
-    tail again costs no prediction; then predictions per eviction stay well below k)."""
-
-    k: float = 2.0
-    max_candidates: int = 10
-    delta: float = 1e-4
-    initial_threshold: float | None = None
-    controller: str = "mean"
-    reuse_predictions: bool = True
-
-    def sim_kwargs(self) -> dict[str, Any]:
-        return {"k": self.k, "max_candidates": self.max_candidates, "delta": self.delta,
-                "initial_threshold": self.initial_threshold, "controller": self.controller,
-                "reuse_predictions": self.reuse_predictions}
-
-
 @dataclass(frozen=True)
 class BaleenSettings:
     """Everything `flashml pipeline run` (and its stages: `train`, `sweep`, the DAG) needs."""
@@ -313,7 +283,8 @@ def _num(x: float) -> str:
 @dataclass(frozen=True)
 class Number:
     """The one declaration of a numeric option's values: an integer (`kind` int) or a
-    finite float within [low, high] (`low_open`: low itself excluded), in `unit`. Used as
+    finite float within [low, high] (`low_open`/`high_open`: that bound itself excluded), in
+    `unit`. Used as
     the argparse type (a bad value is a usage error naming the option, its bound and unit)
     and by `check` for values from elsewhere (DAG params, settings by name). An integer
     option without `high` is bounded by MAX_INTEGER."""
@@ -323,6 +294,7 @@ class Number:
     high: float | None = None
     low_open: bool = False
     unit: str = ""
+    high_open: bool = False
 
     def __post_init__(self) -> None:
         if self.kind is int and self.high is None:
@@ -345,7 +317,8 @@ class Number:
         if self.low is not None:
             parts.append(f"{'>' if self.low_open else '>='} {_num(self.low)}")
         if self.high is not None:
-            parts.append(f"at most {_num(self.high)}")
+            parts.append(f"below {_num(self.high)}" if self.high_open
+                         else f"at most {_num(self.high)}")
         return f"{noun}{' ' + ' and '.join(parts) if parts else ''}{self._u()}"
 
     def problem(self, v: float) -> str | None:
@@ -353,10 +326,19 @@ class Number:
         if isinstance(v, float) and not math.isfinite(v):
             return "a finite number"
         if self.low is not None and (v <= self.low if self.low_open else v < self.low):
-            return f"{'>' if self.low_open else '>='} {_num(self.low)}{self._u()}"
-        if self.high is not None and v > self.high:
-            return f"at most {_num(self.high)}{self._u()}"
+            return self.low_text()
+        if self.high is not None and (v >= self.high if self.high_open else v > self.high):
+            return self.high_text()
         return None
+
+    def low_text(self) -> str:
+        """What a value below the range must be: `>= 1 candidates` (the generated Rust and C
+        checks say the same)."""
+        return f"{'>' if self.low_open else '>='} {_num(self.low or 0)}{self._u()}"
+
+    def high_text(self) -> str:
+        """What a value above the range must be: `at most 1024 candidates`, `< 1`."""
+        return f"{'< ' if self.high_open else 'at most '}{_num(self.high or 0)}{self._u()}"
 
     def __call__(self, text: str) -> int | float:
         """argparse type: the value of `text`, or ArgumentTypeError saying what is expected."""
@@ -564,7 +546,7 @@ def dag_params() -> dict[str, dict[str, Any]]:
             if o.type.low is not None:
                 spec["exclusiveMinimum" if o.type.low_open else "minimum"] = o.type.low
             if o.type.high is not None:
-                spec["maximum"] = o.type.high
+                spec["exclusiveMaximum" if o.type.high_open else "maximum"] = o.type.high
         out[o.name] = spec
     return out
 

@@ -59,7 +59,10 @@ def _out(d: Path, i: dict[str, Path]) -> list[str]:
 #: Minimal otherwise-valid arguments of each command (keyed by its path).
 COMMANDS: dict[tuple[str, ...], Command] = {
     ("sim", "run"): Command(lambda d, i: ["--trace", str(i["table"])],
-                            needs=(("--mat-k", ("--mat", "none")),)),
+                            needs=tuple((f"--mat-{n.replace('_', '-')}", ("--mat", "none"))
+                                        for n in ("k", "max-candidates", "delta",
+                                                  "initial-threshold", "controller",
+                                                  "reuse-predictions", "memory-window"))),
     ("sim", "objects"): Command(lambda d, i: ["--trace", str(i["objects"]), "--capacity",
                                               "2obj"]),
     ("sim", "partition"): Command(lambda d, i: ["--trace", str(i["table"]), "--capacity", "8",

@@ -14,7 +14,7 @@ from conftest import REPO
 # Lowest first. A module's layer is the one of its longest matching prefix.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("flashml", "flashml.config", "flashml.errors", "flashml.files", "flashml.settings",
-     "flashml.tracking"),
+     "flashml.tracking", "flashml.knobs"),
     ("flashml.trace",),
     ("flashml.features",),
     ("flashml.compiler",),

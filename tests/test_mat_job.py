@@ -169,6 +169,7 @@ def test_mat_bad_input(state: None, tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--capacity", "150%"], "percentage"),
         (["--train-fraction", "0.9", "--val-fraction", "0.2"], "--train-fraction"),
         (["--k", "0.5"], "--k"),
+        (["--k", "11"], "k must be at most max_candidates, got k 11.0, max_candidates 10"),
         (["--label-horizon", "0"], "--label-horizon"),
         (["--label-horizon", "0.25,1.5"], "--label-horizon must be in (0, 1]"),
         (["--label-horizon", "0.25,x"], "--label-horizon: expected fractions"),
@@ -180,10 +181,10 @@ def test_mat_bad_input(state: None, tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--baselines", "lru,nope"], "--baselines: unknown 'nope'"),
         # were tracebacks from the simulator
         (["--k", "nan"], "argument --k: expected a finite number >= 1"),
-        (["--k", "1e300"], "argument --k: must be at most 1024 predictions per eviction"),
+        (["--k", "1e300"], "argument --k: must be at most 1024 candidates per eviction"),
         (["--max-candidates", "100000000"], "argument --max-candidates: must be at most"),
         (["--initial-threshold", "nan"], "argument --initial-threshold: expected"),
-        (["--initial-threshold=-1"], "argument --initial-threshold: must be >= 1 logical"),
+        (["--initial-threshold=-1"], "argument --initial-threshold: must be >= 0 logical"),
         (["--delta", "0.2"], "--delta 0.2 with --max-candidates 10 and --controller mean"),
     ):
         try:

@@ -18,10 +18,20 @@ import flashml_sim
 from flashml.features import eviction
 from flashml.features.contract import contract as admission_contract
 from flashml.simulation import simulate_objects
-from flashml.systems.mat.simulation import eviction_features, simulate_objects_mat
+from flashml.systems.mat.simulation import eviction_features
+from flashml.systems.mat.simulation import simulate_objects_mat as simulate_declared
 from flashml.trace.objects import read_objects
 
 from conftest import CLOUDPHYSICS
+
+#: The paper's Algorithm 1 as written (the sign controller, a prediction per candidate taken):
+#: what the brief's figures and the slow reference below compute. The declared defaults
+#: (the mean controller, reused predictions) are checked in test_the_declared_defaults.
+ALGORITHM_1 = {"controller": "sign", "reuse_predictions": False}
+
+
+def simulate_objects_mat(*args, **kw):
+    return simulate_declared(*args, **{**ALGORITHM_1, **kw})
 
 MiB = 1 << 20
 W = eviction.contract().memory_window
@@ -503,7 +513,7 @@ def test_the_mean_controller_against_the_slow_replay(tmp_path):
     keys, sizes = synthetic(4000, 150, seed=5)
     knobs = knobs_c(2.0, 5, 0.02, 30.0, 4096, controller=1)
     so = build_so(tmp_path, IDENTITY + knobs + PREDICT_3AGE, "mean")
-    r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, unverified=True)
+    r = simulate_declared(keys, sizes, 30, "objects", predictor=so, unverified=True)
     assert r["params"]["controller"] == "mean"
     want = slow_mat(keys, sizes, 30, "objects", lambda _l, f: math.expm1(math.log1p(3 * f[0])),
                     k=2.0, L=5, delta=0.02, t0=30.0, window=4096, features=True,
@@ -528,7 +538,7 @@ def test_reused_predictions_against_the_slow_replay(tmp_path):
     keys, sizes = synthetic(4000, 150, seed=7)
     knobs = knobs_c(4.0, 8, 0.02, 30.0, 4096, controller=1, reuse_predictions=1)
     so = build_so(tmp_path, IDENTITY + knobs + PREDICT_3AGE, "reuse")
-    r = simulate_objects_mat(keys, sizes, 30, "objects", predictor=so, unverified=True)
+    r = simulate_declared(keys, sizes, 30, "objects", predictor=so, unverified=True)
     assert r["params"]["reuse_predictions"] is True
     want = slow_mat(keys, sizes, 30, "objects", lambda _l, f: math.expm1(math.log1p(3 * f[0])),
                     k=4.0, L=8, delta=0.02, t0=30.0, window=4096, features=True,
@@ -541,3 +551,37 @@ def test_reused_predictions_against_the_slow_replay(tmp_path):
                                  reuse_predictions=False)
     assert fresh["reused_predictions"] == 0
     assert fresh["predictions_per_eviction"] > r["predictions_per_eviction"]
+
+
+def test_the_declared_defaults(cp):
+    """Without knobs the simulator runs settings.toml's defaults (what `flashml mat run`, the
+    compiled bundles and `flashrt mat-replay` use): the mean controller, reused predictions."""
+    from flashml.systems.mat.settings import MatParams
+
+    keys, sizes = cp
+    keys, sizes = keys[:20_000], sizes[:20_000]
+    r = simulate_declared(keys, sizes, 1000, "objects", predictor="oracle")
+    d = MatParams()
+    p = r["params"]
+    assert (p["k"], p["max_candidates"], p["delta"], p["controller"], p["reuse_predictions"]) \
+        == (d.k, d.max_candidates, d.delta, d.controller, d.reuse_predictions) \
+        == (2.0, 10, 1e-4, "mean", True)
+    given = simulate_declared(keys, sizes, 1000, "objects", predictor="oracle",
+                              **d.sim_kwargs() | {"initial_threshold": None})
+    for key in ("miss_ratio", "predictions_per_eviction", "reused_predictions"):
+        assert r[key] == given[key]
+
+
+def test_a_so_without_the_controller_functions_runs_what_it_was_compiled_for(tmp_path):
+    """A .so exporting neither `flashml_evict_controller` nor
+    `flashml_evict_reuse_predictions` (compiled before they existed) runs the declared legacy
+    values, the paper's sign rule without reuse, not today's defaults; one exporting them
+    runs its own."""
+    keys, sizes = synthetic(4000, 150, seed=5)
+    old = build_so(tmp_path, IDENTITY + knobs_c(2.0, 5, 0.02, 30.0, 4096) + PREDICT_3AGE, "old")
+    r = simulate_declared(keys, sizes, 30, "objects", predictor=old, unverified=True)
+    assert (r["params"]["controller"], r["params"]["reuse_predictions"]) == ("sign", False)
+    new = build_so(tmp_path, IDENTITY + knobs_c(2.0, 5, 0.02, 30.0, 4096, controller=1,
+                                                reuse_predictions=1) + PREDICT_3AGE, "new")
+    r = simulate_declared(keys, sizes, 30, "objects", predictor=new, unverified=True)
+    assert (r["params"]["controller"], r["params"]["reuse_predictions"]) == ("mean", True)

@@ -316,8 +316,8 @@ def test_bad_input_is_refused_before_any_output(small, tmp_path, case):
         want = "missing.csv: No such file"
     elif case == "window":  # the feature history's range, named by the option and its unit
         args["--memory-window"] = 2**63
-        want, code = "--memory-window: invalid value '9223372036854775808' (expected logical " \
-            "requests, an integer in [1024, 4294967295])", 2
+        want, code = "--memory-window: invalid value '9223372036854775808' (must be at most " \
+            "4294967295 logical requests)", 2
     dec, cache = tmp_path / "dec.csv", tmp_path / "cache.bin"
     flat = [str(x) for kv in args.items() for x in kv]
     p = flashrt(*flat, "--cache-file", cache, "--decisions-out", dec, "--json")

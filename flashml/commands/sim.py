@@ -6,13 +6,18 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from flashml import knobs
 from flashml.commands.argtypes import SEED, Number, hours_of_day, positive_int, unit_fraction
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS, UNITS
 from flashml.errors import UserError
 from flashml.files import atomic_path, check_outputs, dumps, jsonable
 from flashml.settings import OPTIONS
+from flashml.systems.mat.settings import KNOBS as MAT_KNOBS
 from flashml.trace.formats import OBJECT_FORMATS
+
+#: MAT's knobs offered as `--mat-*` options of `sim run` (unset: the policy's, else declared).
+MAT_OPTIONS = tuple(MAT_KNOBS.knobs)
 
 #: `--admission` choices: flashml.simulation.ADMISSIONS (declared in sim/src/core/config.rs),
 #: restated so that `--help` needs no simulator import; tests/test_sim_cli.py checks it.
@@ -120,8 +125,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         capacity_segments(cfg)  # validates the whole config before anything else is read
     except ValueError as e:
         raise UserError(_with_options(str(e))) from None
-    if args.mat_k is not None and args.mat is None:
-        raise UserError("--mat-k needs --mat")
+    for name in MAT_OPTIONS:
+        if getattr(args, f"mat_{name}") is not None and args.mat is None:
+            raise UserError(f"--mat-{name.replace('_', '-')} needs --mat")
     if args.policy is not None and args.mat is not None:
         try:  # Baleen + MAT: the bundle's admission + prefetch, MAT's eviction
             res = _run_mat(args, df, cfg, {})
@@ -166,7 +172,8 @@ def _run_mat(args: argparse.Namespace, df: Any, cfg: Any, arrays: dict[str, Any]
         if not pred.exists():
             raise UserError(f"{pred}: no such eviction policy (a `flashml compile -o DIR` "
                             "folder of a bundle with an eviction model, or its .so)")
-    knobs = {} if args.mat_k is None else {"k": args.mat_k}
+    knobs = {name: getattr(args, f"mat_{name}") for name in MAT_OPTIONS
+             if getattr(args, f"mat_{name}") is not None}
     baleen: dict[str, Any] = {}
     if args.policy is not None:
         if not Path(args.policy).exists():
@@ -397,10 +404,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "block's next GET) or a compiled policy folder/.so with an eviction model; "
                    "with --policy DIR, the bundle's admission + prefetch beside it (Baleen + "
                    "MAT); adds mat_decisions, predictions_per_eviction, ns_per_eviction")
-    p.add_argument("--mat-k", type=Number(float, 0.0, 1024.0, low_open=True,
-                                          unit="predictions per eviction"),
-                   default=None, metavar="K",
-                   help="MAT's target predictions per eviction (default: the policy's, else 2)")
+    knobs.add_options(p, MAT_KNOBS, MAT_OPTIONS, prefix="mat-",
+                      defaults=dict.fromkeys(MAT_OPTIONS),
+                      shown={k.name: f"the policy's, else {knobs.show_value(k.default)}"
+                             for k in MAT_KNOBS})
     p.add_argument("--no-block-recency", action="store_true",
                    help="refresh only the accessed segments, not every cached segment of the "
                    "block (block-level recency is on by default, as in the artifact)")

@@ -41,13 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flashml import knobs
 from flashml.compiler import compact_trees
 from flashml.compiler import manifest as manifest_schema
 from flashml.compiler import readahead as ra
 from flashml.compiler.bundle import (
     COMPILED_ARTIFACT_PATH,
-    CONTROLLERS,
     EVICT_FILE,
+    EVICT_KNOBS,
     EVICT_MODEL,
     EVICT_PARAMS,
     MODEL_FILES,
@@ -450,18 +451,11 @@ def _fill_wrapper(params: dict[str, Any], segments_per_block: int,
                   if have_adm else dict.fromkeys(_ADMISSION_PLACEHOLDERS, "0"))
     if have_evict:
         ev = params[EVICT_PARAMS]
-        controller, reuse = _evict_flags(ev)
         values.update({
             "EVICT_TL2_PREDICT": f"{tl2_prefix(EVICT_MODEL)}predict",
             "EVICT_NUM_FEATURES": str(eviction.contract().num_features),
             "EVICT_CONTRACT_HASH": ev["contract_hash"],
-            "EVICT_K": repr(float(ev["k"])),
-            "EVICT_MAX_CANDIDATES": str(int(ev["max_candidates"])),
-            "EVICT_DELTA": repr(float(ev["delta"])),
-            "EVICT_INITIAL_THRESHOLD": repr(float(ev["initial_threshold"])),
-            "EVICT_MEMORY_WINDOW": f"INT64_C({int(ev['memory_window'])})",
-            "EVICT_CONTROLLER": str(controller),
-            "EVICT_REUSE_PREDICTIONS": str(reuse),
+            "EVICT_KNOB_EXPORTS": _evict_knob_exports(ev),
             "FAST_EVICT": fast.get(EVICT_MODEL, "evict_portable"),
             "FAST_EVICT_PREFETCH": f"{fast[EVICT_MODEL]}_prefetch" if EVICT_MODEL in fast
             else "evict_prefetch_portable",
@@ -487,18 +481,27 @@ _ADMISSION_PLACEHOLDERS = (
     "ADMIT_PEAK_MARGIN_HI", "WHEN_MARGIN_LO", "WHEN_MARGIN_HI", "PORT_ADMISSION",
     "PORT_RANGE_START", "PORT_RANGE_END", "PORT_WHEN", "PORT_ADMISSION_MARGIN",
     "PORT_WHEN_MARGIN", "PORT_PREFETCH_CALLS")
-def _evict_flags(ev: dict[str, Any]) -> tuple[int, int]:
-    """What the .so exports for policy.json's eviction controller and reused predictions:
-    (flashml_evict_controller, flashml_evict_reuse_predictions). `ev` is read_policy_json's,
-    checked, with a bundle written before them given the paper's rule and a prediction per
-    candidate ("sign", False: 0, 0)."""
-    return CONTROLLERS.index(ev["controller"]), int(ev["reuse_predictions"])
+def _evict_knob_exports(ev: dict[str, Any]) -> str:
+    """C source of the function that exports each of MAT's knobs (EVICT_KNOBS: its ABI name
+    and type) with policy.json's value; `ev` is read_policy_json's, checked (a bundle written
+    before the controller and reuse fields has their legacy values, sign and off)."""
+    out = []
+    for k in EVICT_KNOBS:
+        v = ev[k.name]
+        if k.kind == "float":
+            lit = repr(float(v))
+        elif k.kind == "choice":
+            lit = str(k.code(v))
+        elif k.c_type == "int64_t":
+            lit = f"INT64_C({int(v)})"
+        else:
+            lit = str(int(v))
+        out.append(f"FLASHML_EXPORT {k.c_type} {k.abi}(void) {{ return {lit}; }}")
+    return "\n\n".join(out)
 
 
 _EVICT_PLACEHOLDERS = (
-    "EVICT_TL2_PREDICT", "EVICT_NUM_FEATURES", "EVICT_CONTRACT_HASH", "EVICT_K",
-    "EVICT_MAX_CANDIDATES", "EVICT_DELTA", "EVICT_INITIAL_THRESHOLD", "EVICT_MEMORY_WINDOW",
-    "EVICT_CONTROLLER", "EVICT_REUSE_PREDICTIONS",
+    "EVICT_TL2_PREDICT", "EVICT_NUM_FEATURES", "EVICT_CONTRACT_HASH", "EVICT_KNOB_EXPORTS",
     "FAST_EVICT", "FAST_EVICT_PREFETCH", "PORT_EVICT")
 
 
@@ -607,26 +610,17 @@ def _check_so(so: Path, params: dict[str, Any], capabilities: list[str], sha256:
         })
     if "eviction" in capabilities:
         ev = params[EVICT_PARAMS]
-        controller, reuse = _evict_flags(ev)
         lib.flashml_evict_contract_hash.restype = ctypes.c_char_p
-        for fn in ("flashml_evict_k", "flashml_evict_delta", "flashml_evict_initial_threshold"):
-            getattr(lib, fn).restype = ctypes.c_double
-        lib.flashml_evict_memory_window.restype = ctypes.c_int64
         checks.update({
             "eviction feature count": (lib.flashml_evict_num_features(),
                                        eviction.contract().num_features),
             "eviction contract hash": (lib.flashml_evict_contract_hash().decode(),
                                        ev["contract_hash"]),
-            "eviction k": (lib.flashml_evict_k(), ev["k"]),
-            "eviction max candidates": (lib.flashml_evict_max_candidates(),
-                                        ev["max_candidates"]),
-            "eviction delta": (lib.flashml_evict_delta(), ev["delta"]),
-            "eviction initial threshold": (lib.flashml_evict_initial_threshold(),
-                                           ev["initial_threshold"]),
-            "eviction memory window": (lib.flashml_evict_memory_window(), ev["memory_window"]),
-            "eviction controller": (lib.flashml_evict_controller(), controller),
-            "eviction reuse predictions": (lib.flashml_evict_reuse_predictions(), reuse),
         })
+        # every knob the .so exports equals policy.json's (systems/mat/settings.toml)
+        got = knobs.read_exports(lib, EVICT_KNOBS)
+        checks.update({f"eviction {name.replace('_', ' ')}": (got[name], ev[name])
+                       for name in EVICT_KNOBS.knobs})
     if "readahead" in capabilities:
         rc = readahead_contract.contract()
         lib.flashml_readahead_contract_hash.restype = ctypes.c_char_p

@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from flashml import knobs
+
 # KML's readahead model lives in its own module (compiler/readahead.py); its names here too
 from flashml.compiler.readahead import (  # noqa: E402
     READAHEAD_FILE,
@@ -56,7 +58,6 @@ from flashml.features import eviction
 from flashml.features import partition as partition_contract
 from flashml.features.contract import contract
 from flashml.files import atomic_dir
-from flashml.settings import MAT_CONTROLLERS
 
 #: Model name -> file name inside a bundle, in ABI order.
 MODEL_FILES: dict[str, str] = {
@@ -85,8 +86,10 @@ REQUIRED_PARAMS = ("admit_threshold", "when_threshold", "eviction_age_s",
 #: policy.json `eviction` fields (MAT's controller and the features' memory window).
 EVICT_REQUIRED = ("contract_hash", "k", "max_candidates", "delta", "initial_threshold",
                   "memory_window")
-#: policy.json `eviction.controller` (optional, default "sign"): flashml.settings.MAT_CONTROLLERS.
-CONTROLLERS = MAT_CONTROLLERS
+#: MAT's knobs as declared (flashml/systems/mat/settings.toml): each `eviction` field's bounds;
+#: `controller` and `reuse_predictions` are optional (absent: the declared legacy values).
+EVICT_KNOBS = knobs.load("mat")
+CONTROLLERS = EVICT_KNOBS["controller"].choices
 
 
 def tracking_uri() -> str:
@@ -461,35 +464,18 @@ def _checked_evict(where: str, ev: Any) -> dict[str, Any]:
                             f"{lo}, got {v!r}")
         return int(v)
 
-    out["max_candidates"] = integer("max_candidates", 1)
-    out["memory_window"] = integer("memory_window", 1)
-    for k in ("k", "delta", "initial_threshold"):
-        if isinstance(ev[k], bool) or not isinstance(ev[k], (int, float)):
-            raise UserError(f"{where}: field '{EVICT_PARAMS}.{k}' must be a number, got "
-                            f"{ev[k]!r}")
-        out[k] = _finite(f"{EVICT_PARAMS}.{k}", ev[k])
-    if not 1.0 <= out["k"] <= out["max_candidates"]:
-        raise UserError(f"{where}: field '{EVICT_PARAMS}.k': expected a number in [1, "
-                        f"max_candidates={out['max_candidates']}], got {ev['k']!r}")
-    if not 0.0 < out["delta"] < 1.0:
-        raise UserError(f"{where}: field '{EVICT_PARAMS}.delta': expected a number in (0, 1), "
-                        f"got {ev['delta']!r}")
-    if out["initial_threshold"] < 0.0:
-        raise UserError(f"{where}: field '{EVICT_PARAMS}.initial_threshold': expected a number "
-                        f">= 0 (logical requests), got {ev['initial_threshold']!r}")
-    out["controller"] = ev.get("controller", "sign")
-    if out["controller"] not in CONTROLLERS:
-        raise UserError(f"{where}: field '{EVICT_PARAMS}.controller': expected one of "
-                        f"{', '.join(CONTROLLERS)}, got {out['controller']!r}")
-    reuse = ev.get("reuse_predictions", False)
-    if not isinstance(reuse, bool):
-        raise UserError(f"{where}: field '{EVICT_PARAMS}.reuse_predictions': expected true or "
-                        f"false, got {reuse!r}")
-    out["reuse_predictions"] = reuse
-    if out["controller"] == "mean" and \
-            out["delta"] * (out["max_candidates"] - out["k"]) >= 1.0:
-        raise UserError(f"{where}: field '{EVICT_PARAMS}.delta': the mean controller needs "
-                        f"delta * (max_candidates - k) < 1, got {out['delta']!r}")
+    for name in ("k", "max_candidates", "delta", "initial_threshold", "memory_window"):
+        knob = EVICT_KNOBS[name]
+        out[name] = knob.check(f"{where}: field '{EVICT_PARAMS}.{name}'", ev[name])
+        if knob.kind == "float":
+            out[name] = float(out[name])
+    out["controller"] = EVICT_KNOBS["controller"].check(
+        f"{where}: field '{EVICT_PARAMS}.controller'",
+        ev.get("controller", EVICT_KNOBS["controller"].legacy))
+    out["reuse_predictions"] = EVICT_KNOBS["reuse_predictions"].check(
+        f"{where}: field '{EVICT_PARAMS}.reuse_predictions'",
+        ev.get("reuse_predictions", EVICT_KNOBS["reuse_predictions"].legacy))
+    EVICT_KNOBS.check_rules(f"{where}: field '{EVICT_PARAMS}'", out)
     metrics = ev.get("metrics") or {}
     if not isinstance(metrics, dict):
         raise UserError(f"{where}: field '{EVICT_PARAMS}.metrics': expected an object")

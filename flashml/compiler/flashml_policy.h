@@ -267,19 +267,19 @@ void flashml_evict_prefetch(void);
  * T is multiplied by 1 + delta when the victim is found in fewer than k tries, by 1 - delta
  * when in more (L + 1 tries when none of the L reached T); with 1 (the mean rule) by
  * 1 + delta * (k - p), p the candidates taken (L when none reached T), which holds the mean
- * number of predictions per eviction at k. */
+ * number of predictions per eviction at k. flashml_evict_reuse_predictions() 1: a candidate's
+ * prediction is kept until the object's next access, and a candidate seen at the tail again
+ * is judged by TTA = |kept distance - its age now| without a new prediction (the MAT paper's
+ * recorded predictions); 0 (or a .so without the function): a prediction per candidate.
+ * flashml_evict_memory_window(): the memory window (logical requests) the features of this
+ * policy are computed with. Defaults and bounds: flashml/systems/mat/settings.toml. */
 double flashml_evict_k(void);
 int flashml_evict_max_candidates(void);
 double flashml_evict_delta(void);
 double flashml_evict_initial_threshold(void);
-int flashml_evict_controller(void);
-/* 1: a candidate's prediction is kept until the object's next access, and a candidate seen
- * at the tail again is judged by TTA = |kept distance - its age now| without a new
- * prediction (the MAT paper's recorded predictions); 0 (or a .so without the function): a
- * prediction per candidate. */
-int flashml_evict_reuse_predictions(void);
-/* The memory window (logical requests) the features of this policy are computed with. */
 int64_t flashml_evict_memory_window(void);
+int flashml_evict_controller(void);
+int flashml_evict_reuse_predictions(void);
 
 /* ---- Partitioning (capability "partition"; MLCache: a cache shared by streams, divided
  * every interval by a small network; features/partition.toml) ----

@@ -31,8 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from flashml import knobs
 from flashml.compiler import manifest as manifest_schema
 from flashml.compiler.build import MANIFEST_NAME, SO_NAME
+from flashml.compiler.bundle import EVICT_KNOBS
 from flashml.errors import UserError
 from flashml.features import eviction
 from flashml.features import partition as partition_contract
@@ -644,26 +646,26 @@ class PolicyLibrary:
         lib.flashml_evict_predict.argtypes = [_DOUBLE_P]
         lib.flashml_evict_predict_batch.restype = None
         lib.flashml_evict_predict_batch.argtypes = [_DOUBLE_P, ctypes.c_int, _DOUBLE_P]
-        for fn in ("flashml_evict_k", "flashml_evict_delta", "flashml_evict_initial_threshold"):
-            getattr(lib, fn).restype = ctypes.c_double
-        lib.flashml_evict_memory_window.restype = ctypes.c_int64
         nf = lib.flashml_evict_num_features()
         if nf != e.num_features:
             raise UserError(f"{self.path}: its eviction model reads {nf} features, the "
                             f"eviction contract has {e.num_features}")
         self.evict_contract_hash = self._contract_hash(lib.flashml_evict_contract_hash, e.hash,
                                                        "eviction")
-        self.evict_k = lib.flashml_evict_k()
-        self.evict_max_candidates = lib.flashml_evict_max_candidates()
-        self.evict_delta = lib.flashml_evict_delta()
-        self.evict_initial_threshold = lib.flashml_evict_initial_threshold()
-        self.evict_memory_window = lib.flashml_evict_memory_window()
-        # 0 sign, 1 mean (bundle.CONTROLLERS); .so files compiled before it have the sign rule
-        self.evict_controller = (lib.flashml_evict_controller()
-                                 if hasattr(lib, "flashml_evict_controller") else 0)
-        self.evict_reuse_predictions = bool(lib.flashml_evict_reuse_predictions()
-                                            if hasattr(lib, "flashml_evict_reuse_predictions")
-                                            else 0)
+        # MAT's knobs as declared (systems/mat/settings.toml); a .so compiled before the
+        # controller and reuse functions existed gets their legacy values (sign, off)
+        try:
+            got = knobs.read_exports(lib, EVICT_KNOBS)
+        except ValueError as err:
+            raise UserError(f"{self.path}: {err}") from None
+        self.evict_knobs = got
+        self.evict_k = got["k"]
+        self.evict_max_candidates = got["max_candidates"]
+        self.evict_delta = got["delta"]
+        self.evict_initial_threshold = got["initial_threshold"]
+        self.evict_memory_window = got["memory_window"]
+        self.evict_controller = EVICT_KNOBS["controller"].code(got["controller"])
+        self.evict_reuse_predictions = got["reuse_predictions"]
 
     def _rows(self, x: Any, nf: int | None = None) -> np.ndarray:
         nf = contract().num_features if nf is None else nf

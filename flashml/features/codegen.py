@@ -21,6 +21,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from flashml import knobs as declared
 from flashml.config import GET_OPS
 from flashml.features import eviction
 from flashml.features import partition as partition_contract
@@ -54,9 +55,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "eviction": (
         "flashml_evict_num_features", "flashml_evict_contract_hash",
         "flashml_evict_predict", "flashml_evict_predict_batch",
-        "flashml_evict_k", "flashml_evict_max_candidates", "flashml_evict_delta",
-        "flashml_evict_initial_threshold", "flashml_evict_memory_window",
-        "flashml_evict_controller", "flashml_evict_reuse_predictions",
+        *(k.abi for k in declared.load("mat")),  # MAT's knobs (systems/mat/settings.toml)
         "flashml_evict_prefetch",
     ),
     "partition": (
@@ -74,8 +73,9 @@ LEGACY_CAPABILITIES: tuple[str, ...] = ("admission", "prefetch")
 #: without; a capability is there when its other functions all are.
 OPTIONAL_FUNCTIONS: tuple[str, ...] = (
     "flashml_policy_prefetch", "flashml_policy_decide", "flashml_policy_decide_at",
-    "flashml_admit_peak_hours", "flashml_admit_peak_bonus", "flashml_evict_controller",
-    "flashml_evict_reuse_predictions", "flashml_evict_prefetch",
+    "flashml_admit_peak_hours", "flashml_admit_peak_bonus",
+    *(k.abi for k in declared.load("mat") if k.legacy is not None),
+    "flashml_evict_prefetch",
 )
 
 
@@ -106,6 +106,7 @@ def render_c_header(c: Contract, e: eviction.Contract,
     e_order = "\n".join(f" *   [{i:2d}] {n:10s} {d}".rstrip()
                          for i, (n, d) in enumerate(zip(e.names, e.docs, strict=True)))
     e_enum = "\n".join(f"    FLASHML_EVICT_F_{n.upper()} = {i}," for i, n in enumerate(e.names))
+    evict_knob_functions = "\n".join(f"{k.c_type} {k.abi}(void);" for k in declared.load("mat"))
     caps = "\n".join(textwrap.fill(f"{cap}: {', '.join(fns)}", width=96,
                                     initial_indent=" *   ", subsequent_indent=" *       ")
                       for cap, fns in CAPABILITIES.items())
@@ -242,19 +243,13 @@ void flashml_evict_prefetch(void);
  * T is multiplied by 1 + delta when the victim is found in fewer than k tries, by 1 - delta
  * when in more (L + 1 tries when none of the L reached T); with 1 (the mean rule) by
  * 1 + delta * (k - p), p the candidates taken (L when none reached T), which holds the mean
- * number of predictions per eviction at k. */
-double flashml_evict_k(void);
-int flashml_evict_max_candidates(void);
-double flashml_evict_delta(void);
-double flashml_evict_initial_threshold(void);
-int flashml_evict_controller(void);
-/* 1: a candidate's prediction is kept until the object's next access, and a candidate seen
- * at the tail again is judged by TTA = |kept distance - its age now| without a new
- * prediction (the MAT paper's recorded predictions); 0 (or a .so without the function): a
- * prediction per candidate. */
-int flashml_evict_reuse_predictions(void);
-/* The memory window (logical requests) the features of this policy are computed with. */
-int64_t flashml_evict_memory_window(void);
+ * number of predictions per eviction at k. flashml_evict_reuse_predictions() 1: a candidate's
+ * prediction is kept until the object's next access, and a candidate seen at the tail again
+ * is judged by TTA = |kept distance - its age now| without a new prediction (the MAT paper's
+ * recorded predictions); 0 (or a .so without the function): a prediction per candidate.
+ * flashml_evict_memory_window(): the memory window (logical requests) the features of this
+ * policy are computed with. Defaults and bounds: flashml/systems/mat/settings.toml. */
+{evict_knob_functions}
 
 /* ---- Partitioning (capability "partition"; MLCache: a cache shared by streams, divided
  * every interval by a small network; features/partition.toml) ----
@@ -444,7 +439,8 @@ pub const READAHEAD_FEATURE_NAMES: [&str; READAHEAD_NUM_FEATURES] = [
 def outputs(c: Contract | None = None, e: eviction.Contract | None = None) -> dict[Path, str]:
     c = c or contract()
     e = e or eviction.contract()
-    return {C_HEADER: render_c_header(c, e), RUST_FILE: render_rust(c, e)}
+    return {C_HEADER: render_c_header(c, e), RUST_FILE: render_rust(c, e),
+            **declared.generated_files()}
 
 
 def main(argv: list[str] | None = None) -> int:

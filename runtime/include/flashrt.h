@@ -429,11 +429,11 @@ struct flashrt_mat_config {
     uint64_t memory_window;
     /* the threshold controller: 0 sign, 1 mean (the header comment above); -1 (what
      * flashrt_mat_config_default sets) takes the policy's (flashml_evict_controller; sign
-     * for bundles without it, and without a policy) */
+     * for bundles without it; mean, the declared default, without a policy) */
     int controller;
     /* reuse predictions (the header comment above): 0 off, 1 on; -1 (what
      * flashrt_mat_config_default sets) takes the policy's (flashml_evict_reuse_predictions;
-     * off for bundles without it, and without a policy) */
+     * off for bundles without it; on, the declared default, without a policy) */
     int reuse_predictions;
     int time_decisions;          /* keep each decision's time for percentiles (default 1) */
     void (*on_candidate)(void *ctx, const struct flashrt_mat_candidate *c);

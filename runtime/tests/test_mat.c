@@ -14,6 +14,7 @@
 #include "util/internal.h"
 #include "policies/eviction/lrb_features.h"
 #include "policies/eviction/mat_alg.h"
+#include "policies/eviction/mat_settings.h"
 
 #include "check.h"
 
@@ -313,7 +314,7 @@ static void test_mean_controller(const char *poldir) {
     c.max_candidates = 10;
     err[0] = 0;
     CHECK(flashrt_mat_open(&c, p, err, sizeof err) == NULL && strstr(err, "the mean controller needs delta * (max_candidates - k) < 1") &&
-              strstr(err, "0.5 * 8"), "%s", err);
+              strstr(err, "got delta 0.5 and max_candidates - k 8"), "%s", err);
     c.controller = 0;
     m = flashrt_mat_open(&c, p, err, sizeof err);
     CHECK(m != NULL, "sign with the same knobs: %s", err);
@@ -568,8 +569,9 @@ static void reuse_policy_so(int reuse, char *so, size_t n) {
     if (system(cmd) != 0) { fprintf(stderr, "%s failed\n", cmd); exit(2); }
 }
 
-/* (c) flashrt_mat_config.reuse_predictions -1 (the default) takes the policy's export: 0 for a
- * bundle without it (evict.so) and without a policy, 1 for one exporting 1; 0/1 given win;
+/* (c) flashrt_mat_config.reuse_predictions -1 (the default) takes the policy's export: 0 (the
+ * declared legacy) for a bundle without it (evict.so), 1 (the declared default) without a
+ * policy, 1 for one exporting 1; 0/1 given win;
  * other values are refused, the config's at open and the export's at load. */
 static void test_reuse_config(const char *poldir) {
     struct flashrt_mat_config c;
@@ -585,7 +587,7 @@ static void test_reuse_config(const char *poldir) {
     CHECK(p1 != NULL, "%s", err);
     if (!p1) { flashrt_policy_free(old); return; }
     struct { flashrt_policy *p; int cfg, want; } cases[] = {
-        {old, -1, 0}, {old, 1, 1}, {old, 0, 0}, {p1, -1, 1}, {p1, 0, 0}, {p1, 1, 1}, {NULL, -1, 0}, {NULL, 1, 1},
+        {old, -1, 0}, {old, 1, 1}, {old, 0, 0}, {p1, -1, 1}, {p1, 0, 0}, {p1, 1, 1}, {NULL, -1, FRT_MAT_REUSE_PREDICTIONS_DEFAULT}, {NULL, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         c.reuse_predictions = cases[i].cfg;

@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
-from flashml.settings import MatParams
 from flashml.systems.mat.report import SCORE, describe, headlines, miss_ratio_curves, summary
 from flashml.systems.mat.settings import (
     K_MAX,
     K_MAX_REUSED,
     LRB_SAMPLE,
     MIN_MEMORY_WINDOW,
+    MatParams,
     MatSettings,
     add_cli,
     objective_key,
@@ -271,7 +271,7 @@ def _initial_threshold(s: MatSettings, cap: dict[str, Any], ws: dict[str, int]) 
     """T0 in logical requests: `s.mat.initial_threshold`, else the cache's size in objects
     (the paper: T0 = capacity; a byte capacity over the mean object size of the working
     set), as the simulator's default for a cache that counts objects."""
-    if s.mat.initial_threshold is not None:
+    if s.mat.initial_threshold > 0:
         return float(s.mat.initial_threshold)
     if cap["unit"] == "objects":
         return float(cap["capacity"])
@@ -372,8 +372,8 @@ def tune(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         hi = max(4.0 * window, 10.0 * t0)
-        k_hi = min(K_MAX_REUSED, float(s.mat.max_candidates)) if s.mat.reuse_predictions \
-            else K_MAX
+        k_hi = min(K_MAX_REUSED if s.mat.reuse_predictions else K_MAX,
+                   float(s.mat.max_candidates))  # k <= max_candidates (settings.toml's rule)
 
         def objective(trial: Any, h: float, hi: float = hi, k_hi: float = k_hi,
                       wkey: str = wkey, cap: dict[str, Any] = cap,

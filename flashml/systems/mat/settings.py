@@ -1,5 +1,6 @@
-"""`flashml mat run`'s settings: the knobs' bounds, the objectives and `MatSettings` with
-its options (`add_cli`)."""
+"""`flashml mat run`'s settings: MAT's policy knobs (`MatParams`, declared once in
+settings.toml beside this file), the objectives and `MatSettings` with its options
+(`add_cli`)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,60 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from flashml import knobs
 from flashml.errors import UserError
-from flashml.settings import MAT_CONTROLLERS, MAX_SEED, MatParams, Number
+from flashml.settings import MAX_SEED, Number
+
+#: MAT's policy knobs as settings.toml declares them (defaults, bounds, ABI names).
+KNOBS = knobs.load("mat")
 
 #: The issue's budget: <= 2.5 predictions per eviction (LRB: 64); Optuna's trials above it
 #: are infeasible, and without reused predictions it is the largest k tried.
 K_MAX = 2.5
 
+_D = KNOBS.defaults()
+
+
+@dataclass(frozen=True)
+class MatParams:
+    """Algorithm 1's knobs (settings.toml has each one's meaning, unit and bounds): target
+    candidates per eviction k, at most L candidates, threshold step delta, initial threshold
+    T0 in logical requests (0: the number of cached objects at the first eviction), the
+    threshold controller ("mean": T *= 1 + delta (k - p), p the candidates taken, which holds
+    their mean per eviction at k; "sign": the paper's Algorithm 1, T *= 1 +- delta as the
+    victim's try is below or above k, whose mean lies above k: 2.9-3.1 at k ~2.4 on
+    CloudPhysics) and `reuse_predictions` (the paper's recorded predictions, §4.6: a
+    candidate's predicted distance is kept until its next access, so a candidate seen at the
+    tail again costs no prediction). The defaults are the declared ones, the simulator's and
+    the C runtime's alike."""
+
+    k: float = _D["k"]
+    max_candidates: int = _D["max_candidates"]
+    delta: float = _D["delta"]
+    initial_threshold: float = _D["initial_threshold"]
+    controller: str = _D["controller"]
+    reuse_predictions: bool = _D["reuse_predictions"]
+
+    def sim_kwargs(self) -> dict[str, Any]:
+        return {"k": self.k, "max_candidates": self.max_candidates, "delta": self.delta,
+                "initial_threshold": self.initial_threshold, "controller": self.controller,
+                "reuse_predictions": self.reuse_predictions}
+
+
+#: The knobs `flashml mat run` offers as options (memory_window has its own default there).
+PARAM_KNOBS = ("k", "max_candidates", "delta", "initial_threshold", "controller",
+               "reuse_predictions")
+
 #: The largest k (candidates per eviction) Optuna tries with reused predictions: a candidate
 #: seen at the tail again costs no prediction, so more candidates fit the same budget.
 K_MAX_REUSED = 8.0
 
-#: The shortest memory window the eviction contract takes, in logical requests (the
-#: simulator's and the runtime's `check_memory_window`).
-MIN_MEMORY_WINDOW = 1024
+#: The shortest memory window the eviction contract takes, in logical requests (declared:
+#: the simulator's and the runtime's checks say the same).
+MIN_MEMORY_WINDOW = int(KNOBS["memory_window"].min or 0)
 
 #: The most candidates per eviction (--max-candidates) and so the largest --k.
-MAX_CANDIDATES = 1024
+MAX_CANDIDATES = int(KNOBS["max_candidates"].max or 0)
 
 #: --objective's choices: the miss ratio the job minimises, its summary key and the
 #: size-aware label's default exponent for it (flashml/systems/mat/model.py `label_samples`): bytes
@@ -99,19 +137,17 @@ class MatSettings:
                             f"sum below 1, got {args.train_fraction} and {args.val_fraction}")
         if args.trials < 0:
             raise UserError(f"--trials must be >= 0, got {args.trials}")
-        if args.memory_window is not None and args.memory_window < 1:
-            raise UserError(f"--memory-window must be >= 1, got {args.memory_window}")
-        if args.k <= 0 or args.max_candidates < 1 or not 0.0 < args.delta < 1.0:
-            raise UserError("--k must be > 0, --max-candidates >= 1 and --delta in (0, 1)")
         # the mean controller multiplies T by 1 + delta (k - p), p up to L candidates, for
-        # the given k and for every k tuning tries (from 1): it must stay > 0
+        # every k tuning tries (from 1): it must stay > 0 there too
         worst = args.max_candidates - min(args.k, 1.0)
         if args.controller == "mean" and args.delta * worst >= 1.0:
             raise UserError(f"--delta {args.delta:g} with --max-candidates "
                             f"{args.max_candidates} and --controller mean: delta x "
-                            f"(max candidates - k) must stay below 1 (here {args.delta * worst:g}"
-                            "), or the threshold would turn negative; lower --delta or "
+                            f"(max candidates - 1) must stay below 1 for the k tuning tries "
+                            f"(here {args.delta * worst:g}); lower --delta or "
                             "--max-candidates")
+        values = {name: getattr(args, name) for name in PARAM_KNOBS}
+        KNOBS.check_rules("--k, --max-candidates, --delta and --controller", values)
         horizons = _label_horizons(args.label_horizon)
         if args.size_exponent is not None and not 0.0 <= args.size_exponent <= 4.0:
             raise UserError(f"--size-exponent must be in [0, 4], got {args.size_exponent}")
@@ -123,10 +159,7 @@ class MatSettings:
         sizes = _model_sizes(args.model_sizes)
         return cls(trace=args.trace, format=args.format, preset=args.preset, seed=args.seed,
                    accesses=args.accesses, capacities=caps, unit=args.unit,
-                   mat=MatParams(k=args.k, max_candidates=args.max_candidates,
-                                 delta=args.delta, initial_threshold=args.initial_threshold,
-                                 controller=args.controller,
-                                 reuse_predictions=args.reuse_predictions),
+                   mat=MatParams(**values),
                    train_fraction=args.train_fraction, val_fraction=args.val_fraction,
                    trials=args.trials, memory_window=args.memory_window,
                    label_horizons=horizons, size_exponent=args.size_exponent,
@@ -215,26 +248,7 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    f"working set (5%%); default {','.join(d.capacities).replace('%', '%%')}")
     p.add_argument("--unit", choices=("bytes", "objects"), default=d.unit,
                    help="what a percentage capacity counts (objects: sizes ignored)")
-    p.add_argument("--k", type=Number(float, 1.0, MAX_CANDIDATES,
-                                      unit="predictions per eviction"),
-                   default=d.mat.k, help="target predictions per eviction")
-    p.add_argument("--max-candidates", type=Number(int, 1, MAX_CANDIDATES, unit="candidates"),
-                   default=d.mat.max_candidates,
-                   help="L: tail candidates tried before the largest-TTA one goes")
-    p.add_argument("--delta", type=Number(float, 0.0, 0.5, low_open=True), default=d.mat.delta,
-                   help="threshold step")
-    p.add_argument("--controller", choices=MAT_CONTROLLERS, default=d.mat.controller,
-                   help="how T moves: mean (holds the mean candidates per eviction at k) or "
-                   "sign (the paper's rule: T *= 1 +- delta as the victim's try is below or "
-                   f"above k; its mean lies above k); default {d.mat.controller}")
-    p.add_argument("--reuse-predictions", action=argparse.BooleanOptionalAction,
-                   default=d.mat.reuse_predictions,
-                   help="keep a candidate's prediction until its next access, so a candidate "
-                   "seen at the tail again costs no prediction (the paper's recorded "
-                   "predictions, §4.6); default on")
-    p.add_argument("--initial-threshold", type=Number(float, 1.0, 1e15,
-                                                      unit="logical requests"), default=None,
-                   help="T0, logical requests (default: the simulator's)")
+    knobs.add_options(p, KNOBS, PARAM_KNOBS)
     p.add_argument("--train-fraction", type=Number(float, 0.0, 1.0, low_open=True),
                    default=d.train_fraction,
                    help="first fraction of the trace whose LRU replay gives training samples")
@@ -243,10 +257,8 @@ def add_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=Number(int, 0, 10_000, unit="trials"), default=d.trials,
                    help="Optuna trials over (T0, k, model size) per capacity and label "
                    "horizon (0: defaults)")
-    p.add_argument("--memory-window", type=Number(int, MIN_MEMORY_WINDOW, 2**32 - 1,
-                                                  unit="logical requests"), default=None,
-                   help="LRB's memory window, logical requests (default: the training "
-                   "window's length)")
+    knobs.add_options(p, KNOBS, ("memory_window",), defaults={"memory_window": None},
+                      shown={"memory_window": "the training window's length"})
     p.add_argument("--label-horizon", default=",".join(f"{h:g}" for h in d.label_horizons),
                    metavar="H[,H...]",
                    help="label horizons, fractions of the training window (in (0, 1]), the "

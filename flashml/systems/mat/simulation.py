@@ -51,9 +51,12 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
     .so exporting `flashml_evict_predict` (log1p of the predicted distance), or a compiled
     bundle folder holding one as `policy.so`.
     k, max_candidates, delta, initial_threshold, memory_window, controller,
-    reuse_predictions: None takes the .so's exported value if it has one, else 2, 10, 1e-4,
-    the number of cached objects at the first eviction (= the capacity with unit "objects"),
-    the eviction contract's window (features/eviction.toml), "sign" and False.
+    reuse_predictions: None takes the .so's exported value if it has one (a .so without the
+    controller or reuse function: "sign" and False, what it was compiled for), else the
+    declared default (flashml/systems/mat/settings.toml: 2, 10, 1e-4, the number of cached
+    objects at the first eviction (= the capacity with unit "objects"), the eviction
+    contract's window, "mean" and True). controller="sign", reuse_predictions=False is the
+    paper's Algorithm 1 as written.
 
     An object larger than the whole cache is never inserted (a miss, no eviction), as in
     `simulate_objects`; a capacity smaller than every object gives miss ratio 1, no evictions

@@ -13,6 +13,7 @@
 #include "cli/cli_mat.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
+#include "policies/eviction/mat_settings.h"
 
 static const char *MAT_HELP =
     "usage: flashrt mat-replay (--bundle DIR | --no-model) --trace FILE --capacity N\n"
@@ -115,11 +116,14 @@ int cli_mat_replay(int argc, char **argv) {
     const char *bundle = NULL, *trace = NULL, *format = "objects-csv", *dec_path = NULL, *cand_path = NULL;
     int no_model = 0, no_data = 0, as_json = 0, bypass = 0, have_cap = 0;
     uint64_t u;
+    const char *why;
     for (int i = 0; i < argc; i++) {
         const char *v, *a = argv[i];
 #define OPT(name) (v = cli_optval(argc, argv, &i, name))
 #define BAD(name) do { fprintf(stderr, "flashrt mat-replay: error: %s: invalid value '%s'\n", name, v); return 2; } while (0)
 #define BADR(name, what) do { fprintf(stderr, "flashrt mat-replay: error: %s: invalid value '%s' (expected %s)\n", name, v, what); return 2; } while (0)
+/* a number outside the knob's declared bounds (mat_settings.h) */
+#define BADW(name, why) do { fprintf(stderr, "flashrt mat-replay: error: %s: invalid value '%s' (must be %s)\n", name, v, why); return 2; } while (0)
         if (OPT("--bundle")) bundle = v;
         else if (OPT("--trace")) trace = v;
         else if (OPT("--format")) format = v;
@@ -134,8 +138,14 @@ int cli_mat_replay(int argc, char **argv) {
             else if (!strcmp(v, "on")) cfg.direct = FLASHRT_DIRECT_ON;
             else if (!strcmp(v, "off")) cfg.direct = FLASHRT_DIRECT_OFF;
             else BAD("--direct");
-        } else if (OPT("--k")) { if (cli_parse_double(v, &cfg.k) || !(cfg.k > 0 && cfg.k <= 1e6)) BADR("--k", "predictions per eviction in (0, 1e6]"); }
-        else if (OPT("--max-candidates")) { if (cli_parse_uint(v, &u) || u == 0 || u > 1000000) BADR("--max-candidates", "tail candidates per eviction, an integer in [1, 1000000]"); cfg.max_candidates = (uint32_t)u; }
+        } else if (OPT("--k")) {
+            if (cli_parse_double(v, &cfg.k)) BADR("--k", "a number of candidates per eviction");
+            if ((why = frt_mat_k_problem(cfg.k))) BADW("--k", why);
+        } else if (OPT("--max-candidates")) {
+            if (cli_parse_uint(v, &u)) BADR("--max-candidates", "an integer number of candidates");
+            if ((why = frt_mat_max_candidates_problem(u > INT64_MAX ? INT64_MAX : (int64_t)u))) BADW("--max-candidates", why);
+            cfg.max_candidates = (uint32_t)u;
+        }
         else if (OPT("--controller")) {
             if (!strcmp(v, "sign")) cfg.controller = 0;
             else if (!strcmp(v, "mean")) cfg.controller = 1;
@@ -144,11 +154,17 @@ int cli_mat_replay(int argc, char **argv) {
             if (!strcmp(v, "on")) cfg.reuse_predictions = 1;
             else if (!strcmp(v, "off")) cfg.reuse_predictions = 0;
             else BAD("--reuse-predictions");
-        } else if (OPT("--delta")) { if (cli_parse_double(v, &cfg.delta) || !(cfg.delta >= 0 && cfg.delta < 1)) BADR("--delta", "the threshold step, a fraction in [0, 1)"); }
-        else if (OPT("--initial-threshold")) {
+        } else if (OPT("--delta")) {
+            if (cli_parse_double(v, &cfg.delta)) BADR("--delta", "a number");
+            if ((why = frt_mat_delta_problem(cfg.delta))) BADW("--delta", why);
+        } else if (OPT("--initial-threshold")) {
             if (!strcmp(v, "auto")) cfg.initial_threshold = 0.0;
-            else if (cli_parse_double(v, &cfg.initial_threshold) || !(cfg.initial_threshold > 0 && cfg.initial_threshold <= 1e18)) BADR("--initial-threshold", "auto or logical requests in (0, 1e18]");
-        } else if (OPT("--memory-window")) { if (cli_parse_uint(v, &cfg.memory_window) || cfg.memory_window < 1024 || cfg.memory_window > UINT32_MAX) BADR("--memory-window", "logical requests, an integer in [1024, 4294967295]"); }
+            else if (cli_parse_double(v, &cfg.initial_threshold)) BADR("--initial-threshold", "auto or a number of logical requests");
+            else if ((why = frt_mat_initial_threshold_problem(cfg.initial_threshold))) BADW("--initial-threshold", why);
+        } else if (OPT("--memory-window")) {
+            if (cli_parse_uint(v, &cfg.memory_window)) BADR("--memory-window", "an integer number of logical requests");
+            if ((why = frt_mat_memory_window_problem(cfg.memory_window > INT64_MAX ? INT64_MAX : (int64_t)cfg.memory_window))) BADW("--memory-window", why);
+        }
         else if (OPT("--decisions-out")) { if (!*v) BAD("--decisions-out"); dec_path = v; }
         else if (OPT("--candidates-out")) { if (!*v) BAD("--candidates-out"); cand_path = v; }
         else if (!strcmp(a, "--no-model")) no_model = 1;

@@ -24,6 +24,8 @@
 #include "flashrt.h"
 #include "util/internal.h"
 #include "policies/policy_internal.h"
+#include "policies/eviction/mat_alg.h"
+#include "policies/eviction/mat_settings.h"
 #include "policies/readahead/readahead.h"
 
 enum kind { K_SO, K_BUILTIN };
@@ -708,8 +710,8 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
              "flashml_target_write_rate_mbps", "flashml_eviction_age_s"},
             {"flashml_prefetch_range", "flashml_prefetch_when_score", "flashml_prefetch_when_threshold"},
             {"flashml_evict_num_features", "flashml_evict_contract_hash", "flashml_evict_predict", "flashml_evict_predict_batch",
-             "flashml_evict_k", "flashml_evict_max_candidates", "flashml_evict_delta", "flashml_evict_initial_threshold",
-             "flashml_evict_memory_window"},
+             FRT_MAT_K_ABI, FRT_MAT_MAX_CANDIDATES_ABI, FRT_MAT_DELTA_ABI, FRT_MAT_INITIAL_THRESHOLD_ABI,
+             FRT_MAT_MEMORY_WINDOW_ABI},
             {"flashml_partition_num_features", "flashml_partition_contract_hash", "flashml_partition_max_streams",
              "flashml_partition_steps", "flashml_partition"},
             {"flashml_readahead_num_features", "flashml_readahead_contract_hash", "flashml_readahead_window_ms",
@@ -877,8 +879,9 @@ const struct frt_readahead_fns *frt_policy_readahead(const flashrt_policy *p) {
 
 /* `*out` = the value of the optional `int name(void)` the .so exports, 0 without it; -1 when
  * the value is neither 0 nor 1. */
-static int optional_flag(void *dl, const char *name, int *out) {
-    *out = 0;
+/* An optional 0/1 function: its value, or `absent` when the .so lacks it (-1: neither). */
+static int optional_flag(void *dl, const char *name, int absent, int *out) {
+    *out = absent;
     void *sym = dlsym(dl, name);
     if (!sym) return 0;
     int (*fn)(void);
@@ -888,13 +891,13 @@ static int optional_flag(void *dl, const char *name, int *out) {
 }
 
 /* The eviction functions (capability "eviction"), checked against this runtime's eviction
- * contract and the manifest. */
+ * contract, the manifest and the knobs' declared bounds (mat_settings.h). */
 static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
                          const char *manifest_hash, char *err, size_t errlen) {
     static const char *const NAMES[] = {
         "flashml_evict_num_features", "flashml_evict_contract_hash", "flashml_evict_predict",
-        "flashml_evict_predict_batch", "flashml_evict_k", "flashml_evict_max_candidates",
-        "flashml_evict_delta", "flashml_evict_initial_threshold", "flashml_evict_memory_window"};
+        "flashml_evict_predict_batch", FRT_MAT_K_ABI, FRT_MAT_MAX_CANDIDATES_ABI,
+        FRT_MAT_DELTA_ABI, FRT_MAT_INITIAL_THRESHOLD_ABI, FRT_MAT_MEMORY_WINDOW_ABI};
     void *s[sizeof NAMES / sizeof NAMES[0]];
     for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
         s[i] = dlsym(p->dl, NAMES[i]);
@@ -929,18 +932,17 @@ static int bind_eviction(flashrt_policy *p, const char *so, const char *mf,
     p->evict.delta = delta();
     p->evict.initial_threshold = t0();
     p->evict.memory_window = window();
-    if (!(isfinite(p->evict.k) && isfinite(p->evict.delta) && isfinite(p->evict.initial_threshold) &&
-          p->evict.max_candidates >= 1 && p->evict.k >= 1.0 && p->evict.k <= p->evict.max_candidates &&
-          p->evict.delta > 0.0 && p->evict.delta < 1.0 && p->evict.initial_threshold >= 0.0 &&
-          p->evict.memory_window >= 1))
-        return frt_seterr(err, errlen, "%s: refused: bad eviction parameters (k %g, max candidates %d, delta %g, initial threshold %g, memory window %lld)", so,
-                          p->evict.k, p->evict.max_candidates, p->evict.delta, p->evict.initial_threshold, (long long)p->evict.memory_window);
-    /* optional (bundles built before them lack them: the paper's sign controller, a
-     * prediction per candidate) */
-    if (optional_flag(p->dl, "flashml_evict_controller", &p->evict.controller) != 0)
+    /* optional (bundles built before them lack them: the declared legacy values, the paper's
+     * sign controller and a prediction per candidate) */
+    if (optional_flag(p->dl, FRT_MAT_CONTROLLER_ABI, FRT_MAT_CONTROLLER_LEGACY, &p->evict.controller) != 0)
         return frt_seterr(err, errlen, "%s: refused: bad eviction controller %d (0 sign, 1 mean)", so, p->evict.controller);
-    if (optional_flag(p->dl, "flashml_evict_reuse_predictions", &p->evict.reuse_predictions) != 0)
-        return frt_seterr(err, errlen, "%s: refused: bad flashml_evict_reuse_predictions %d (0 off, 1 on)", so, p->evict.reuse_predictions);
+    if (optional_flag(p->dl, FRT_MAT_REUSE_PREDICTIONS_ABI, FRT_MAT_REUSE_PREDICTIONS_LEGACY, &p->evict.reuse_predictions) != 0)
+        return frt_seterr(err, errlen, "%s: refused: bad %s %d (0 off, 1 on)", so, FRT_MAT_REUSE_PREDICTIONS_ABI, p->evict.reuse_predictions);
+    /* every knob within its declared bounds and rules: what the simulator accepts */
+    struct frt_mat_params checked;
+    char why[256];
+    if (frt_mat_params_resolve(&checked, NAN, NAN, NAN, 0, -1, -1, 0, &p->evict, why, sizeof why) != 0)
+        return frt_seterr(err, errlen, "%s: refused: bad eviction parameters: %s", so, why);
     return 0;
 }
 

@@ -77,8 +77,8 @@ struct frt_evict_fns {
     double k, delta, initial_threshold;
     int max_candidates;
     int64_t memory_window;
-    int controller; /* flashml_evict_controller (optional, absent: 0): 0 sign, 1 mean */
-    int reuse_predictions; /* flashml_evict_reuse_predictions (optional, absent: 0): 0 or 1 */
+    int controller; /* flashml_evict_controller (optional, absent: FRT_MAT_CONTROLLER_LEGACY): 0 sign, 1 mean */
+    int reuse_predictions; /* flashml_evict_reuse_predictions (optional, absent: FRT_MAT_REUSE_PREDICTIONS_LEGACY): 0 or 1 */
 };
 const struct frt_evict_fns *frt_policy_evict(const flashrt_policy *p);
 

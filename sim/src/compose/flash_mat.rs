@@ -421,7 +421,7 @@ mod tests {
                 let p = MatParams {
                     collect_samples: true,
                     memory_window: 1024,
-                    ..MatParams::default()
+                    ..MatParams::algorithm1()
                 };
                 let m = run(&r, &c, p, NoPredictor);
                 same_flash(&m.flash, &lru);
@@ -445,7 +445,7 @@ mod tests {
         let m = run(
             &r,
             &c,
-            MatParams::default(),
+            MatParams::algorithm1(),
             FnPredictor(|_, _| f64::INFINITY),
         );
         same_flash(&m.flash, &lru);
@@ -481,7 +481,7 @@ mod tests {
             delta: 0.5,
             collect_samples: true,
             memory_window: 1024,
-            ..MatParams::default()
+            ..MatParams::algorithm1()
         };
         let seen = std::cell::RefCell::new(Vec::new());
         let pred = FnPredictor(|last, f: &crate::mat::lrb_features::EvictFeatures| {
@@ -529,7 +529,7 @@ mod tests {
         let params = MatParams {
             collect_samples: true,
             memory_window: 1024,
-            ..MatParams::default()
+            ..MatParams::algorithm1()
         };
         for (a_segs, get, want_last, want_age) in [
             // A caches 0..=2; the GET of 1..=3 misses 3: A (last 3 = now) condemned, loses 0
@@ -567,7 +567,7 @@ mod tests {
         let c = cfg(30);
         let params = MatParams {
             max_candidates: 4,
-            ..MatParams::default()
+            ..MatParams::algorithm1()
         };
         let mut condemned_seen = 0;
         for end in (1..=2_000).step_by(37) {
@@ -608,7 +608,7 @@ mod tests {
                 &t,
                 &PolicyArrays::default(),
                 &c,
-                MatParams::default(),
+                MatParams::algorithm1(),
                 Oracle { next: &next },
                 &dense,
             )
@@ -643,18 +643,24 @@ mod tests {
                 ..cfg(8)
             },
         ] {
-            let e = simulate_mat_flash(&t, &a, &c, MatParams::default(), NoPredictor, &dense)
+            let e = simulate_mat_flash(&t, &a, &c, MatParams::algorithm1(), NoPredictor, &dense)
                 .unwrap_err();
             assert!(e.0.contains("block-level recency"), "{}", e.0);
         }
         let bad = MatParams {
             max_candidates: 0,
-            ..MatParams::default()
+            ..MatParams::algorithm1()
         };
         assert!(simulate_mat_flash(&t, &a, &cfg(8), bad, NoPredictor, &dense).is_err());
         let other = DenseTrace::new(&[1]).unwrap();
-        assert!(
-            simulate_mat_flash(&t, &a, &cfg(8), MatParams::default(), NoPredictor, &other).is_err()
-        );
+        assert!(simulate_mat_flash(
+            &t,
+            &a,
+            &cfg(8),
+            MatParams::algorithm1(),
+            NoPredictor,
+            &other
+        )
+        .is_err());
     }
 }

@@ -262,14 +262,12 @@ impl MetaStore {
 }
 
 /// The memory window must be at least LRB's first EDC window (1024: its decay clamp
-/// `window / 1024 - 1` must be >= 0) and fit the u32 distances.
+/// `window / 1024 - 1` must be >= 0) and fit the u32 distances (settings.toml's bounds).
 pub fn check_memory_window(w: u64) -> Result<(), crate::core::config::SimError> {
-    if !(1024..=u32::MAX as u64).contains(&w) {
-        return crate::core::config::err(format!(
-            "memory_window must be in 1024..=4294967295 logical requests, got {w}"
-        ));
+    match crate::mat::settings::memory_window_problem(i64::try_from(w).unwrap_or(i64::MAX)) {
+        Some(why) => crate::core::config::err(format!("memory_window must be {why}, got {w}")),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]

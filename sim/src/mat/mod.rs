@@ -52,6 +52,7 @@
 mod hugepages;
 pub mod lrb;
 pub mod lrb_features;
+pub mod settings;
 pub mod so_evict;
 
 use std::collections::BinaryHeap;
@@ -61,7 +62,7 @@ use crate::core::config::{err, ObjectConfig, SimError};
 use crate::core::eviction::{Eviction, Lru, Reinsert};
 use crate::core::objects::check_trace;
 use crate::mat::lrb_features::{
-    check_memory_window, prefetch, EvictFeatures, MetaStore, EVICT_NUM_FEATURES, MEMORY_WINDOW,
+    check_memory_window, prefetch, EvictFeatures, MetaStore, EVICT_NUM_FEATURES,
 };
 
 /// No next access (in [`DenseTrace::next`]).
@@ -273,7 +274,8 @@ pub enum Controller {
 }
 
 impl Controller {
-    /// Its number in the policy ABI (`flashml_evict_controller`) and the bundles: 0 sign, 1 mean.
+    /// Its number in the policy ABI (`flashml_evict_controller`) and the bundles: its place
+    /// in the declared choices (`settings::CONTROLLER_CHOICES`: 0 sign, 1 mean).
     pub fn code(self) -> u32 {
         match self {
             Controller::Sign => 0,
@@ -291,17 +293,24 @@ impl Controller {
     }
     /// Its name in Python and the bundles (`from_name`'s inverse).
     pub fn name(self) -> &'static str {
-        match self {
-            Controller::Sign => "sign",
-            Controller::Mean => "mean",
-        }
+        settings::CONTROLLER_CHOICES[self.code() as usize]
     }
     pub fn from_name(name: &str) -> Result<Self, SimError> {
-        match name {
-            "sign" => Ok(Controller::Sign),
-            "mean" => Ok(Controller::Mean),
-            _ => err(format!("controller must be 'sign' or 'mean', got {name:?}")),
+        match settings::CONTROLLER_CHOICES.iter().position(|c| *c == name) {
+            Some(i) => Self::from_code(i as i64),
+            None => err(format!(
+                "controller must be one of {}, got {name:?}",
+                settings::CONTROLLER_CHOICES.join(", ")
+            )),
         }
+    }
+    /// The declared default (`settings::CONTROLLER`).
+    pub fn default_choice() -> Self {
+        Self::from_name(settings::CONTROLLER).expect("settings.toml declares a controller")
+    }
+    /// What a loader takes for a .so without `flashml_evict_controller`.
+    pub fn legacy() -> Self {
+        Self::from_name(settings::CONTROLLER_LEGACY).expect("settings.toml declares a controller")
     }
 }
 
@@ -333,13 +342,14 @@ pub struct MatParams {
 impl Default for MatParams {
     fn default() -> Self {
         MatParams {
-            k: 2.0,
-            max_candidates: 10,
-            delta: 1e-4,
-            controller: Controller::Sign,
-            reuse_predictions: false,
-            initial_threshold: None,
-            memory_window: MEMORY_WINDOW,
+            k: settings::K,
+            max_candidates: settings::MAX_CANDIDATES as u32,
+            delta: settings::DELTA,
+            controller: Controller::default_choice(),
+            reuse_predictions: settings::REUSE_PREDICTIONS,
+            initial_threshold: (settings::INITIAL_THRESHOLD > 0.0)
+                .then_some(settings::INITIAL_THRESHOLD),
+            memory_window: settings::MEMORY_WINDOW,
             collect_samples: false,
             record_victims: false,
         }
@@ -347,6 +357,16 @@ impl Default for MatParams {
 }
 
 impl MatParams {
+    /// Algorithm 1 as the paper writes it: the sign controller, a prediction per candidate
+    /// taken; the other knobs their defaults.
+    pub fn algorithm1() -> Self {
+        MatParams {
+            controller: Controller::Sign,
+            reuse_predictions: false,
+            ..MatParams::default()
+        }
+    }
+
     /// The factor T is multiplied by after an eviction whose victim came at try `r`
     /// (L + 1: none of the L reached T).
     pub fn step(&self, r: u32) -> f64 {
@@ -369,32 +389,47 @@ impl MatParams {
         }
     }
 
+    /// Each knob within its declared bounds (settings.toml, as `settings::*_problem` say) and
+    /// its rules: k <= max_candidates; the mean controller needs delta * (L - k) < 1.
     pub fn validate(&self) -> Result<(), SimError> {
-        if !(self.k.is_finite() && self.k > 0.0) {
-            return err(format!("k must be a finite number > 0, got {}", self.k));
+        let bound = |name: &str, why: Option<&str>, got: String| match why {
+            Some(w) => err(format!("{name} must be {w}, got {got}")),
+            None => Ok(()),
+        };
+        bound("k", settings::k_problem(self.k), self.k.to_string())?;
+        bound(
+            "max_candidates",
+            settings::max_candidates_problem(self.max_candidates.into()),
+            self.max_candidates.to_string(),
+        )?;
+        bound(
+            "delta",
+            settings::delta_problem(self.delta),
+            self.delta.to_string(),
+        )?;
+        if let Some(t) = self.initial_threshold {
+            bound(
+                "initial_threshold",
+                settings::initial_threshold_problem(t),
+                t.to_string(),
+            )?;
         }
-        if self.max_candidates == 0 {
-            return err("max_candidates must be >= 1");
-        }
-        if !(0.0..1.0).contains(&self.delta) {
-            return err(format!("delta must be in [0, 1), got {}", self.delta));
+        check_memory_window(self.memory_window)?;
+        if self.k > self.max_candidates as f64 {
+            return err(format!(
+                "k must be at most max_candidates, got k {} and max_candidates {}",
+                self.k, self.max_candidates
+            ));
         }
         let worst = self.max_candidates as f64 - self.k; // the largest step down
         if self.controller == Controller::Mean && self.delta * worst >= 1.0 {
             return err(format!(
                 "the mean controller needs delta * (max_candidates - k) < 1 (T stays > 0), \
-                 got {} * {worst}",
+                 got delta {} and max_candidates - k {worst}",
                 self.delta
             ));
         }
-        if let Some(t) = self.initial_threshold {
-            if !(t.is_finite() && t > 0.0) {
-                return err(format!(
-                    "initial_threshold must be a finite number > 0, got {t}"
-                ));
-            }
-        }
-        check_memory_window(self.memory_window)
+        Ok(())
     }
 }
 
@@ -757,7 +792,9 @@ impl<P: Predictor> Mat<P> {
             return c;
         }
         if self.threshold.is_nan() {
-            self.threshold = self.params.initial_threshold.unwrap_or(order.len() as f64);
+            self.threshold = (self.params.initial_threshold)
+                .filter(|t| *t > 0.0) // 0: not given (the ABI's and settings.toml's)
+                .unwrap_or(order.len() as f64);
         }
         let l = self.params.max_candidates;
         let mut best = (NIL, f64::NEG_INFINITY);
@@ -1132,7 +1169,7 @@ mod tests {
             let dt = DenseTrace::new(&k).unwrap();
             let p = MatParams {
                 collect_samples: true,
-                ..MatParams::default()
+                ..MatParams::algorithm1()
             };
             let m = simulate_mat(&k, &s, &c, p, NoPredictor, &dt).unwrap();
             assert_eq!((m.hits, m.stats.evictions), (lru.hits, lru.evictions));
@@ -1151,7 +1188,7 @@ mod tests {
         let c = cfg(40, CapacityUnit::Objects);
         let lru = simulate_objects(&k, &s, &c).unwrap();
         let dt = DenseTrace::new(&k).unwrap();
-        let p = MatParams::default();
+        let p = MatParams::algorithm1();
         let m = simulate_mat(&k, &s, &c, p, FnPredictor(|_, _| f64::INFINITY), &dt).unwrap();
         assert_eq!((m.hits, m.stats.evictions), (lru.hits, lru.evictions));
         assert_eq!(m.stats.predictions, m.stats.evictions);
@@ -1171,7 +1208,7 @@ mod tests {
             max_candidates: 3,
             delta: 0.5,
             initial_threshold: Some(10.0),
-            ..MatParams::default()
+            ..MatParams::algorithm1()
         };
         // four objects accessed at t = 0..4 (LRU tail = object 0); at now = 10 ages 10..7
         let mut slots = Slots::default();
@@ -1181,7 +1218,7 @@ mod tests {
         }
         // predicted distances by last access: TTA = |d - age|
         let d = [12.0, 9.0, 0.0, 100.0]; // ttas at now=10: 2, 0, 8, 93
-        let mut meta = MetaStore::new(4, MEMORY_WINDOW);
+        let mut meta = MetaStore::new(4, settings::MEMORY_WINDOW);
         for o in 0..4u32 {
             meta.access(o, o as u64, 1); // accessed before: what features are asked of
         }
@@ -1219,7 +1256,7 @@ mod tests {
             max_candidates: 3,
             delta: 0.25,
             controller: Controller::Mean,
-            ..MatParams::default()
+            ..MatParams::algorithm1()
         };
         assert_eq!(mean.step(1), 1.25); // one prediction: 1 + 0.25 (2 - 1)
         assert_eq!(mean.step(2), 1.0); // on target
@@ -1268,7 +1305,7 @@ mod tests {
                 k,
                 delta: 1e-3,
                 controller: Controller::Mean,
-                ..MatParams::default()
+                ..MatParams::algorithm1()
             };
             let m = simulate_mat(&keys, &s, &c, p, Oracle { next: &next }, &dt).unwrap();
             let ppe = m.predictions_per_eviction();
@@ -1295,7 +1332,7 @@ mod tests {
             controller: Controller::Mean,
             reuse_predictions: reuse,
             record_victims: true,
-            ..MatParams::default()
+            ..MatParams::algorithm1()
         };
         let fresh = simulate_mat(&keys, &s, &c, params(false), FnPredictor(of_last), &dt).unwrap();
         let kept = simulate_mat(&keys, &s, &c, params(true), FnPredictor(of_last), &dt).unwrap();
@@ -1390,7 +1427,7 @@ mod tests {
             let p = MatParams {
                 k: kk,
                 max_candidates: l,
-                ..MatParams::default()
+                ..MatParams::algorithm1()
             };
             let c = cfg(cap, CapacityUnit::Objects);
             let m = simulate_mat(&k, &s, &c, p, Oracle { next: &next }, &dt).unwrap();
@@ -1408,7 +1445,7 @@ mod tests {
         let p = MatParams {
             collect_samples: true,
             memory_window: 1024,
-            ..MatParams::default()
+            ..MatParams::algorithm1()
         };
         let r = simulate_mat(
             &keys,
@@ -1436,7 +1473,7 @@ mod tests {
         let dt = DenseTrace::new(&k).unwrap();
         let next = dt.next();
         let c = cfg(30, CapacityUnit::Objects);
-        let p = MatParams::default();
+        let p = MatParams::algorithm1();
         let a = simulate_mat(&k, &s, &c, p, Oracle { next: &next }, &dt).unwrap();
         let rec = MatParams {
             record_victims: true,
@@ -1519,27 +1556,29 @@ mod tests {
         for p in [
             MatParams {
                 k: 0.0,
-                ..MatParams::default()
+                ..MatParams::algorithm1()
             },
             MatParams {
                 max_candidates: 0,
-                ..MatParams::default()
+                ..MatParams::algorithm1()
             },
             MatParams {
                 delta: 1.0,
-                ..MatParams::default()
+                ..MatParams::algorithm1()
             },
             MatParams {
                 initial_threshold: Some(f64::NAN),
-                ..MatParams::default()
+                ..MatParams::algorithm1()
             },
             MatParams {
                 memory_window: 100,
-                ..MatParams::default()
+                ..MatParams::algorithm1()
             },
         ] {
             assert!(simulate_mat(&[1], &[1], &c, p, NoPredictor, &dt).is_err());
         }
-        assert!(simulate_mat(&[1, 2], &[1], &c, MatParams::default(), NoPredictor, &dt).is_err());
+        assert!(
+            simulate_mat(&[1, 2], &[1], &c, MatParams::algorithm1(), NoPredictor, &dt).is_err()
+        );
     }
 }

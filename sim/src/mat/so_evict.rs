@@ -27,6 +27,7 @@ use libloading::Library;
 use crate::core::config::{err, SimError};
 use crate::core::solib::Expected;
 use crate::mat::lrb_features::{EvictFeatures, EVICT_CONTRACT_HASH, EVICT_NUM_FEATURES};
+use crate::mat::settings;
 use crate::mat::Predictor;
 
 type PredictFn = unsafe extern "C" fn(*const f64) -> f64;
@@ -106,17 +107,16 @@ impl EvictLib {
             }
         }
         let f64_of = |name: &str| optional::<F64Fn>(&lib, name).map(|f| unsafe { f() });
-        let k = f64_of("flashml_evict_k");
-        let delta = f64_of("flashml_evict_delta");
-        let initial_threshold = f64_of("flashml_evict_initial_threshold");
+        let k = f64_of(settings::K_ABI);
+        let delta = f64_of(settings::DELTA_ABI);
+        let initial_threshold = f64_of(settings::INITIAL_THRESHOLD_ABI);
         let max_candidates =
-            optional::<IntFn>(&lib, "flashml_evict_max_candidates").map(|f| unsafe { f() });
+            optional::<IntFn>(&lib, settings::MAX_CANDIDATES_ABI).map(|f| unsafe { f() });
         let memory_window =
-            optional::<I64Fn>(&lib, "flashml_evict_memory_window").map(|f| unsafe { f() });
-        let controller =
-            optional::<IntFn>(&lib, "flashml_evict_controller").map(|f| unsafe { f() });
+            optional::<I64Fn>(&lib, settings::MEMORY_WINDOW_ABI).map(|f| unsafe { f() });
+        let controller = optional::<IntFn>(&lib, settings::CONTROLLER_ABI).map(|f| unsafe { f() });
         let reuse_predictions =
-            optional::<IntFn>(&lib, "flashml_evict_reuse_predictions").map(|f| unsafe { f() });
+            optional::<IntFn>(&lib, settings::REUSE_PREDICTIONS_ABI).map(|f| unsafe { f() });
         Ok(EvictLib {
             controller,
             reuse_predictions,

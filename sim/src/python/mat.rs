@@ -12,6 +12,7 @@ use crate::core::solib::Expected;
 use crate::flash::online_features::{FeatureColumns, GET_OPS};
 use crate::mat::lrb::{self, LrbParams};
 use crate::mat::lrb_features::EVICT_NUM_FEATURES;
+use crate::mat::settings;
 use crate::mat::so_evict::{EvictLib, SoPredictor};
 use crate::mat::{self, Controller, DenseTrace, MatParams, NoPredictor, Oracle};
 
@@ -264,19 +265,21 @@ fn evict_predictor(
     Ok((kind, lib))
 }
 
-/// MAT's parameters: each knob given, else the .so's exported one, else the default (2, 10,
-/// 1e-4, the number of cached units at the first decision, the contract's window).
+/// MAT's parameters: each knob given, else the .so's exported one (a .so without the
+/// controller or reuse function: their `*_LEGACY` values), else the declared default
+/// (`MatParams::default`: sim/src/mat/settings.rs); then `MatParams::validate`.
 fn mat_params(
     so: Option<&EvictLib>,
     knobs: MatKnobs,
     collect_samples: bool,
     record_victims: bool,
 ) -> PyResult<MatParams> {
+    let d = MatParams::default();
     let max_candidates = match knobs
         .max_candidates
         .or(so.and_then(|l| l.max_candidates.map(i64::from)))
     {
-        None => 10,
+        None => d.max_candidates,
         Some(l) if (1..=u32::MAX as i64).contains(&l) => l as u32,
         Some(l) => {
             return Err(PyValueError::new_err(format!(
@@ -285,7 +288,7 @@ fn mat_params(
         }
     };
     let memory_window = match knobs.memory_window.or(so.and_then(|l| l.memory_window)) {
-        None => crate::mat::lrb_features::MEMORY_WINDOW,
+        None => d.memory_window,
         Some(w) if w > 0 => w as u64,
         Some(w) => {
             return Err(PyValueError::new_err(format!(
@@ -293,28 +296,37 @@ fn mat_params(
             )))
         }
     };
-    let controller = match (knobs.controller, so.and_then(|l| l.controller)) {
+    let controller = match (knobs.controller, so) {
         (Some(name), _) => Controller::from_name(name).map_err(value_error)?,
-        (None, Some(code)) => Controller::from_code(code.into()).map_err(value_error)?,
-        (None, None) => Controller::Sign,
+        (None, Some(l)) => match l.controller {
+            Some(code) => Controller::from_code(code.into()).map_err(value_error)?,
+            None => Controller::legacy(),
+        },
+        (None, None) => d.controller,
     };
-    let reuse_predictions = knobs
-        .reuse_predictions
-        .or(so.and_then(|l| l.reuse_predictions.map(|v| v != 0)))
-        .unwrap_or(false);
-    Ok(MatParams {
+    let reuse_predictions = match (knobs.reuse_predictions, so) {
+        (Some(r), _) => r,
+        (None, Some(l)) => l
+            .reuse_predictions
+            .map_or(settings::REUSE_PREDICTIONS_LEGACY, |v| v != 0),
+        (None, None) => d.reuse_predictions,
+    };
+    let p = MatParams {
         controller,
         reuse_predictions,
-        k: knobs.k.or(so.and_then(|l| l.k)).unwrap_or(2.0),
+        k: knobs.k.or(so.and_then(|l| l.k)).unwrap_or(d.k),
         max_candidates,
-        delta: knobs.delta.or(so.and_then(|l| l.delta)).unwrap_or(1e-4),
+        delta: knobs.delta.or(so.and_then(|l| l.delta)).unwrap_or(d.delta),
         initial_threshold: knobs
             .initial_threshold
-            .or(so.and_then(|l| l.initial_threshold)),
+            .or(so.and_then(|l| l.initial_threshold))
+            .or(d.initial_threshold),
         memory_window,
         collect_samples,
         record_victims,
-    })
+    };
+    p.validate().map_err(value_error)?;
+    Ok(p)
 }
 
 /// MAT's training samples as a dict of NumPy arrays: "features" (n, 44) f64, "label",

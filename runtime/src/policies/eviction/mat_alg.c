@@ -4,26 +4,41 @@
 #include <string.h>
 
 #include "policies/eviction/mat_alg.h"
+#include "policies/eviction/mat_settings.h"
+
+/* "<name> must be <why>, got <v>" when the declared bounds (mat_settings.h) refuse v. */
+static int out_of_range(const char *name, const char *why, double v, char *err, size_t errlen) {
+    return frt_seterr(err, errlen, "%s must be %s, got %.17g", name, why, v);
+}
 
 int frt_mat_params_resolve(struct frt_mat_params *o, double k, double delta, double t0, uint32_t L,
                            int controller, int reuse, uint64_t window, const struct frt_evict_fns *ev,
                            char *err, size_t errlen) {
-    o->k = !isnan(k) ? k : ev ? ev->k : 2.0;
-    o->delta = !isnan(delta) ? delta : ev ? ev->delta : 1e-4;
-    o->L = L ? L : ev ? (uint32_t)ev->max_candidates : 10u;
-    o->controller = controller != -1 ? controller : ev ? ev->controller : 0;
-    o->reuse = reuse != -1 ? reuse : ev ? ev->reuse_predictions : 0;
-    o->t0 = !isnan(t0) ? t0 : ev ? ev->initial_threshold : 0.0;
-    o->window = window ? window : ev ? (uint64_t)ev->memory_window : FLASHML_EVICT_CONTRACT_MEMORY_WINDOW;
-    if (!(isfinite(o->k) && o->k > 0.0)) return frt_seterr(err, errlen, "k must be a finite number > 0, got %g", o->k);
-    if (!(o->delta >= 0.0 && o->delta < 1.0)) return frt_seterr(err, errlen, "delta must be in [0, 1), got %g", o->delta);
-    if (o->controller != 0 && o->controller != 1) return frt_seterr(err, errlen, "controller must be 0 (sign) or 1 (mean), got %d", o->controller);
-    if (o->reuse != 0 && o->reuse != 1) return frt_seterr(err, errlen, "reuse_predictions must be 0 (off) or 1 (on) (-1: the policy's), got %d", o->reuse);
+    o->k = !isnan(k) ? k : ev ? ev->k : FRT_MAT_K_DEFAULT;
+    o->delta = !isnan(delta) ? delta : ev ? ev->delta : FRT_MAT_DELTA_DEFAULT;
+    o->L = L ? L : ev ? (uint32_t)ev->max_candidates : (uint32_t)FRT_MAT_MAX_CANDIDATES_DEFAULT;
+    o->controller = controller != -1 ? controller : ev ? ev->controller : FRT_MAT_CONTROLLER_DEFAULT;
+    o->reuse = reuse != -1 ? reuse : ev ? ev->reuse_predictions : FRT_MAT_REUSE_PREDICTIONS_DEFAULT;
+    o->t0 = !isnan(t0) ? t0 : ev ? ev->initial_threshold : FRT_MAT_INITIAL_THRESHOLD_DEFAULT;
+    o->window = window ? window : ev ? (uint64_t)ev->memory_window : FRT_MAT_MEMORY_WINDOW_DEFAULT;
+    const char *why;
+    if ((why = frt_mat_k_problem(o->k))) return out_of_range("k", why, o->k, err, errlen);
+    if ((why = frt_mat_max_candidates_problem(o->L))) return out_of_range("max_candidates", why, o->L, err, errlen);
+    if ((why = frt_mat_delta_problem(o->delta))) return out_of_range("delta", why, o->delta, err, errlen);
+    if ((why = frt_mat_initial_threshold_problem(o->t0)))
+        return out_of_range("initial_threshold", why, o->t0, err, errlen);
+    if ((why = frt_mat_memory_window_problem(o->window > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)o->window)))
+        return out_of_range("memory_window", why, (double)o->window, err, errlen);
+    if (o->controller != FRT_MAT_CONTROLLER_SIGN && o->controller != FRT_MAT_CONTROLLER_MEAN)
+        return frt_seterr(err, errlen, "controller must be 0 (sign) or 1 (mean), got %d", o->controller);
+    if (o->reuse != 0 && o->reuse != 1)
+        return frt_seterr(err, errlen, "reuse_predictions must be 0 (off) or 1 (on) (-1: the policy's), got %d", o->reuse);
+    /* the rules between knobs (settings.toml [rules]) */
+    if (o->k > (double)o->L)
+        return frt_seterr(err, errlen, "k must be at most max_candidates, got k %g and max_candidates %u", o->k, o->L);
     const double worst = (double)o->L - o->k; /* the largest step down */
-    if (o->controller == 1 && o->delta * worst >= 1.0)
-        return frt_seterr(err, errlen, "the mean controller needs delta * (max_candidates - k) < 1 (T stays > 0), got %g * %g", o->delta, worst);
-    if (!(isfinite(o->t0) && o->t0 >= 0.0))
-        return frt_seterr(err, errlen, "initial_threshold must be a finite number > 0 (0: the cached objects at the first eviction), got %g", o->t0);
+    if (o->controller == FRT_MAT_CONTROLLER_MEAN && o->delta * worst >= 1.0)
+        return frt_seterr(err, errlen, "the mean controller needs delta * (max_candidates - k) < 1 (T stays > 0), got delta %g and max_candidates - k %g", o->delta, worst);
     return 0;
 }
 
