@@ -9,15 +9,13 @@
 //! * `int flashml_evict_num_features(void)`, `const char *flashml_evict_contract_hash(void)`:
 //!   checked against this simulator's eviction contract when present (a mismatch is an
 //!   error);
-//! * `double flashml_evict_k(void)`, `int flashml_evict_max_candidates(void)`,
-//!   `double flashml_evict_delta(void)`, `double flashml_evict_initial_threshold(void)`:
-//!   Algorithm 1's knobs the policy was tuned with;
-//! * `int flashml_evict_controller(void)`: how its threshold moves (0 the paper's sign rule,
-//!   1 the mean rule: [`crate::mat::Controller`]; absent: 0);
-//! * `int flashml_evict_reuse_predictions(void)`: 1 when a candidate's prediction is kept
-//!   until its next access ([`crate::mat::MatParams::reuse_predictions`]; absent: 0);
-//! * `int64_t flashml_evict_memory_window(void)`: the memory window its features were
-//!   computed with (default: the contract's).
+//! * one function per knob of Algorithm 1 the policy was tuned with, as
+//!   flashml/systems/mat/settings.toml declares them ([`crate::mat::settings`]: each `*_ABI`
+//!   name; their C types in flashml_policy.h): k, max candidates, delta, the initial
+//!   threshold, the memory window its features were computed with, the controller (0 sign,
+//!   1 mean: [`crate::mat::Controller`]) and reused predictions
+//!   ([`crate::mat::MatParams::reuse_predictions`]); a .so without the controller or the
+//!   reuse function gets their `*_LEGACY` values (sign, off).
 
 use std::ffi::{c_char, CStr};
 use std::path::Path;

@@ -275,26 +275,25 @@ fn mat_params(
     record_victims: bool,
 ) -> PyResult<MatParams> {
     let d = MatParams::default();
+    // out of u32/u64 range: the declared bounds' message (settings::*_problem)
+    let bound = |name: &str, why: Option<&str>, v: i64| {
+        PyValueError::new_err(format!(
+            "{name} must be {}, got {v}",
+            why.unwrap_or("in range")
+        ))
+    };
     let max_candidates = match knobs
         .max_candidates
         .or(so.and_then(|l| l.max_candidates.map(i64::from)))
     {
         None => d.max_candidates,
-        Some(l) if (1..=u32::MAX as i64).contains(&l) => l as u32,
-        Some(l) => {
-            return Err(PyValueError::new_err(format!(
-                "max_candidates must be >= 1, got {l}"
-            )))
-        }
+        Some(l) => u32::try_from(l)
+            .map_err(|_| bound("max_candidates", settings::max_candidates_problem(l), l))?,
     };
     let memory_window = match knobs.memory_window.or(so.and_then(|l| l.memory_window)) {
         None => d.memory_window,
-        Some(w) if w > 0 => w as u64,
-        Some(w) => {
-            return Err(PyValueError::new_err(format!(
-                "memory_window must be > 0, got {w}"
-            )))
-        }
+        Some(w) => u64::try_from(w)
+            .map_err(|_| bound("memory_window", settings::memory_window_problem(w), w))?,
     };
     let controller = match (knobs.controller, so) {
         (Some(name), _) => Controller::from_name(name).map_err(value_error)?,
