@@ -110,7 +110,7 @@ def speed(quick: bool) -> dict[str, Any]:
         keys = rq.block_keys()
         blocks = cache // 4096
         t0 = time.perf_counter()
-        ours = simulate(rq, "lru", blocks * 4096, container_bytes=1 << 20)
+        ours = simulate(rq, "lru", blocks * 4096, container_bytes=1 << 20, ram_pct=0.0)
         t_ours = time.perf_counter() - t0
         lcs = run_baselines(keys, np.ones(len(keys), dtype=np.int64), blocks, unit="objects",
                             policies=("lru",), isolate=False)[blocks]["lru"]

@@ -40,10 +40,12 @@ KINDS = ("float", "int", "choice", "bool")
 class Knob:
     name: str
     kind: str
-    default: Any
     help: str
     flag: str
-    abi: str
+    #: None: no default (the option is unset unless given; what that means, `help` says).
+    default: Any = None
+    #: Its function in the policy ABI ("": a knob the .so does not carry).
+    abi: str = ""
     unit: str = ""
     min: float | None = None
     max: float | None = None
@@ -262,7 +264,7 @@ def add_options(parser: Any, knobs: Knobs, names: tuple[str, ...] | None = None,
             assert n is not None
             parser.add_argument(flag, dest=dest, type=n, default=default,
                                 metavar="N" if k.kind == "int" else "X",
-                                help=f"{help_}: {n.expected()}{shown_}")
+                                help=f"{help_}: {n.expected().replace('%', '%%')}{shown_}")
 
 
 def show_value(v: Any) -> str:
@@ -319,7 +321,9 @@ def rust_text(knobs: Knobs) -> str:
     for k in knobs:
         up = k.name.upper()
         lines += _comment("///", k)
-        if k.kind == "float":
+        if k.default is None:
+            pass
+        elif k.kind == "float":
             lines.append(f"pub const {up}: f64 = {_rust_float(k.default)};")
         elif k.kind == "int":
             lines.append(f"pub const {up}: u64 = {int(k.default)};")
@@ -333,7 +337,8 @@ def rust_text(knobs: Knobs) -> str:
             lit = (f'"{k.legacy}"' if k.kind == "choice" else str(k.legacy).lower())
             ty = "&str" if k.kind == "choice" else "bool"
             lines.append(f"pub const {up}_LEGACY: {ty} = {lit};")
-        lines.append(f'pub const {up}_ABI: &str = "{k.abi}";')
+        if k.abi:
+            lines.append(f'pub const {up}_ABI: &str = "{k.abi}";')
         if k.kind in ("float", "int"):
             ty = "f64" if k.kind == "float" else "i64"
             lines += ["", f"/// What `{k.name}` must be when `v` is out of its range, or None.",
@@ -362,7 +367,9 @@ def c_text(knobs: Knobs) -> str:
     for k in knobs:
         up = f"{pre}_{k.name.upper()}"
         lines += _comment("/*", k)
-        if k.kind == "float":
+        if k.default is None:
+            pass
+        elif k.kind == "float":
             lines.append(f"#define {up}_DEFAULT {_c_float(k.default)}")
         elif k.kind == "int":
             lines.append(f"#define {up}_DEFAULT {int(k.default)}ull")
@@ -377,7 +384,8 @@ def c_text(knobs: Knobs) -> str:
         if k.legacy is not None:
             code = k.code(k.legacy) if k.kind == "choice" else int(k.legacy)
             lines.append(f"#define {up}_LEGACY {code} /* {k.legacy} */")
-        lines.append(f'#define {up}_ABI "{k.abi}"')
+        if k.abi:
+            lines.append(f'#define {up}_ABI "{k.abi}"')
         if k.kind in ("float", "int"):
             ty = "double" if k.kind == "float" else "int64_t"
             fn = f"{pre.lower()}_{k.name}_problem"

@@ -58,7 +58,7 @@ def test_flashrt_numeric_options_come_from_its_help() -> None:
     opts = adv.rt_numeric_options()
     for o in ("--flash-bytes", "--region-bytes", "--partition-shares", "--partition-interval",
               "--rejectx-x", "--rejectx-factor", "--coinflip-p", "--coinflip-seed",
-              "--tire-epbpd", "--tire-slack", "--tire-steps", "--tire-quantum-s",
+              "--lifespan-epbpd", "--tire-slack", "--tire-steps", "--tire-quantum-s",
               "--readahead-window-ms", "--write-burst-s"):
         assert o in opts["replay"], o
     for cmd, opt in adv.RT_CONTEXT:
@@ -113,7 +113,7 @@ def test_flashrt_numbers_refused_with_option_and_unit(
     """Every hostile value of every numeric option of every flashrt replay command (`replay`'s
     each in a context where its slot's policy takes it): ok or one clear error; a value that
     must be refused is refused by a line naming the option and what it expects (its unit:
-    "(expected ...)" or "must be in ...")."""
+    "(expected ...)", "must be in ..." or a declared knob's "(must be at most 100 %)")."""
     scratch = tmp_path_factory.mktemp("adversarial-rt")
     with adv.session(scratch, log=lambda s: None, cache=True) as (fx, scratch):
         got = adv.Runner(fx, Path(scratch), parallel=2).run(_RT_NUMBERS)
@@ -121,7 +121,8 @@ def test_flashrt_numbers_refused_with_option_and_unit(
            for r in got if r.cls not in ("ok", "error")]
     unnamed = [f"{r.id}: {r.first_stderr}" for r, c in zip(got, _RT_NUMBERS, strict=True)
                if c.must_refuse and not (r.names_it and ("expected" in r.first_stderr
-                                                         or "must be in" in r.first_stderr))]
+                                                         or "must be in" in r.first_stderr
+                                                         or "(must be " in r.first_stderr))]
     assert not bad, "\n".join(bad)
     assert not unnamed, "\n".join(unnamed)
 

@@ -17,7 +17,8 @@ import polars as pl
 import pytest
 
 from flashml.config import OP_CODES
-from flashml.systems.pannier.blockcache import POLICIES, preset_requests, simulate
+from flashml.systems.pannier import blockcache
+from flashml.systems.pannier.blockcache import POLICIES, preset_requests
 from flashml.systems.pannier.blockgen import (
     BLOCK_BYTES,
     BLOCK_PRESETS,
@@ -26,6 +27,12 @@ from flashml.systems.pannier.blockgen import (
     write_block_msr,
 )
 from flashml.trace.blocks import block_requests, from_arrays
+
+
+def simulate(req, policy, cache, **knobs):
+    """The flash cache alone (no RAM cache in front: the references have none) unless a test
+    gives ram_pct; test_the_declared_ram_cache_is_the_default checks the default itself."""
+    return blockcache.simulate(req, policy, cache, **{"ram_pct": 0.0, **knobs})
 
 MiB = 1 << 20
 
@@ -333,7 +340,7 @@ def test_pannier_run_bad_input(tmp_path: Path, capsys):
 
     for args, msg in ((["--cache-size", "0%"], "percentage must be in"),
                       (["--container-size", "1KiB"], "smaller than a block"),
-                      (["--lifespan-dwpd", "0"], "lifespan-dwpd: must be >= 1e-06 erasures"),
+                      (["--lifespan-epbpd", "0"], "lifespan-epbpd: must be > 0 erasures"),
                       (["--ram-pct", "101"], "--ram-pct: must be at most 100 %"),
                       (["--page-bytes", "0"], "--page-bytes: must be >= 512 bytes"),
                       (["--presets", "nope"], "unknown 'nope'")):
@@ -407,3 +414,18 @@ def test_holdout_split_leaves_each_side_a_request():
         return from_arrays(np.arange(n, dtype=float), np.arange(n), np.ones(n), np.zeros(n))
 
     assert [_holdout_start(req(n)) for n in (1, 2, 3, 1000)] == [0, 1, 1, 500]
+
+
+def test_the_declared_ram_cache_is_the_default():
+    """Without ram_pct the simulator's Python face puts settings.toml's RAM cache (the
+    paper's 5% LRU) in front, as `flashml pannier run` does."""
+    from flashml.systems.pannier.settings import KNOBS, PannierSettings
+
+    req = preset_requests(get_block_preset("prn0-like"), 1, 20_000)
+    cache = 64 * MiB
+    assert KNOBS["ram_pct"].default == PannierSettings().ram_pct == 5.0
+    default = blockcache.simulate(req, "lru_plus", cache)
+    given = blockcache.simulate(req, "lru_plus", cache, ram_pct=5.0)
+    assert (default["page_read_hits"], default["erasures"]) \
+        == (given["page_read_hits"], given["erasures"])
+    assert default["page_read_hits"] != simulate(req, "lru_plus", cache)["page_read_hits"]

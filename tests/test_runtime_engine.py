@@ -465,7 +465,8 @@ def test_tire_budget_keeps_erasures_to_its_quota(env):
     none = json.loads(replay(env, *base).stdout)
     runs = {}
     for epbpd in (20, 100, 1e6):
-        p = replay(env, *base, "--budget", "tire", "--tire-epbpd", epbpd, "--tire-quantum-s", 600)
+        p = replay(env, *base, "--budget", "tire", "--lifespan-epbpd", epbpd,
+                   "--tire-quantum-s", 600)
         assert p.returncode == 0, p.stderr
         m = runs[epbpd] = json.loads(p.stdout)
         assert m["budget"] == "tire" and m["integrity_errors"] == 0
@@ -483,18 +484,19 @@ def test_tire_budget_keeps_erasures_to_its_quota(env):
 def test_budget_errors_come_before_any_io(env):
     flash = env["dir"] / "never.img"
     cases = [
-        (["--budget", "tire"], "--budget tire needs --tire-epbpd"),
+        (["--budget", "tire"], "--budget tire needs --lifespan-epbpd"),
         (["--budget", "bucket"], "--budget bucket needs --write-rate-mbps"),
         (["--budget", "none", "--write-rate-mbps", "5"], "two policies for the budget slot"),
-        (["--budget", "tire", "--tire-epbpd", "5", "--write-rate-mbps", "5"],
+        (["--budget", "tire", "--lifespan-epbpd", "5", "--write-rate-mbps", "5"],
          "two policies for the budget slot: --budget tire and --write-rate-mbps"),
-        (["--budget", "tire", "--tire-epbpd", "5", "--rate-clock", "wall"],
+        (["--budget", "tire", "--lifespan-epbpd", "5", "--rate-clock", "wall"],
          "--rate-clock does not apply: the budget is tire"),
         (["--tire-steps", "2"], "--tire-steps does not apply: the budget is none"),
         (["--budget", "tire", "--budget", "bucket"], "--budget given twice"),
         (["--budget", "lifespan"], "--budget: invalid value 'lifespan'"),
-        (["--budget", "tire", "--tire-epbpd", "0"], "--tire-epbpd: invalid value"),
-        (["--budget", "tire", "--tire-epbpd", "1", "--tire-steps", "17"], "--tire-steps: invalid"),
+        (["--budget", "tire", "--lifespan-epbpd", "0"], "--lifespan-epbpd: invalid value"),
+        (["--budget", "tire", "--lifespan-epbpd", "1", "--tire-steps", "17"],
+         "--tire-steps: invalid"),
     ]
     for args, words in cases:
         p = replay(env, "--admission", "admitall", *args, "--flash-bytes", "8MiB", flash=flash)

@@ -72,14 +72,14 @@ def test_runtime_makes_the_simulators_decisions(trace, policy: str, tire: bool,
     epbpd = None
     if tire:  # half of Pannier's own rate: TIRE binds
         base = flashml_sim.simulate_blocks(t, b, n, w, "pannier", CACHE, page_bytes=4096,
-                                           container_bytes=CONTAINER)
+                                           ram_pct=0.0, container_bytes=CONTAINER)
         epbpd = base["epbpd"] / 2
-    sim = flashml_sim.simulate_blocks(t, b, n, w, policy, CACHE, page_bytes=4096,
+    sim = flashml_sim.simulate_blocks(t, b, n, w, policy, CACHE, page_bytes=4096, ram_pct=0.0,
                                       container_bytes=CONTAINER, tire_epbpd=epbpd,
                                       open_in_cache=open_in_cache)
     name = f"{policy}-{tire}-{open_in_cache}"
     clean(tmp, name)
-    extra = ["--policy", policy] + (["--tire-epbpd", repr(epbpd)] if tire else []) + \
+    extra = ["--policy", policy] + (["--lifespan-epbpd", repr(epbpd)] if tire else []) + \
         (["--open-in-cache"] if open_in_cache else [])
     rt = replay(tmp, csv, *extra, name=name)
     assert {k: rt[k] for k in KEYS} == {k: sim[k] for k in KEYS}
@@ -183,7 +183,7 @@ def test_kill_9_then_recover(trace, policy: str) -> None:
 
 def test_bundle_knobs(trace, tmp_path: Path) -> None:
     tmp, csv, (t, b, n, w) = trace
-    sim = flashml_sim.simulate_blocks(t, b, n, w, "pannier", CACHE, page_bytes=4096,
+    sim = flashml_sim.simulate_blocks(t, b, n, w, "pannier", CACHE, page_bytes=4096, ram_pct=0.0,
                                       container_bytes=CONTAINER, tire_epbpd=40.0,
                                       promotion_pct=3.0, tire_steps=2)
     knobs = {"container_bytes": CONTAINER, "erase_bytes": None, "promotion_pct": 3.0,
@@ -227,8 +227,8 @@ def test_bad_input(trace, tmp_path: Path) -> None:
                        ("--erase-bytes", "--erase-bytes / --container-bytes")):
         proc = flashrt("--trace", csv, *ok, opt, "9223372036854775808")
         assert proc.returncode == 1 and f"error: {names}: " in proc.stderr, proc.stderr
-    proc = flashrt("--trace", csv, *ok, "--tire-epbpd", "0")
-    assert proc.returncode == 1 and "--tire-epbpd" in proc.stderr
+    proc = flashrt("--trace", csv, *ok, "--lifespan-epbpd", "0")
+    assert proc.returncode == 1 and "--lifespan-epbpd" in proc.stderr
     assert proc.stdout == ""
     proc = flashrt("--trace", csv, *ok, "--recover", "--container-bytes", "512KiB")
     assert proc.returncode == 1  # no flash file of that layout to recover

@@ -99,7 +99,7 @@ def test_kill_9_at_20_points_then_recover(env):
 
 COMPOSITIONS = {
     "rejectx-fifo-tire": ["--admission", "rejectx", "--eviction", "fifo", "--budget", "tire",
-                          "--tire-epbpd", "40000"],
+                          "--lifespan-epbpd", "40000"],
     "coinflip-mru-bucket": ["--admission", "coinflip", "--coinflip-p", "0.7", "--eviction",
                             "mru", "--budget", "bucket", "--write-rate-mbps", "4000"],
     "bundle-mat": ["--policy", "{count}", "--eviction", "mat", "--eviction-bundle", "{evict}"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flashml.systems.pannier.settings import KNOBS
 from flashml.trace.blocks import PAGE_BYTES, BlockRequests, from_arrays
 
 #: Per-block policies (over the FTL) and container policies, in the order tables show them.
@@ -29,15 +30,17 @@ def simulate(req: BlockRequests, policy: str, cache_bytes: int, **knobs: Any) ->
     """One policy over the requests (`flashml_sim.simulate_blocks`; knobs: container_bytes,
     op, tire_epbpd, tire_slack, tire_steps, quantum_s, promotion_pct, sample_pct,
     lifetime_pct, ghost_factor, survival, aging, invalidation_aware, packing,
-    fixed_lifetime, open_in_cache, ram_pct: the RAM cache in front, % of the flash cache, 0 if
-    not given). ValueError with the simulator's message for bad input.
+    fixed_lifetime, open_in_cache, ram_pct: the RAM cache in front, % of the flash cache;
+    unset: settings.toml's default, the simulator's too). ValueError with the simulator's
+    message for bad input.
 
     The RAM cache's pass depends on the trace and sizes only: it is computed once for the
     policies run in turn on the same requests, cache size and ram_pct, and its time counts in
     each run's wall_s as if it had been computed there."""
     import flashml_sim
 
-    ram_pct = float(knobs.get("ram_pct", 0.0))
+    ram_pct = float(knobs.get("ram_pct", KNOBS["ram_pct"].default))
+    knobs = {**knobs, "ram_pct": ram_pct}
     if ram_pct > 0 and "ram_served" not in knobs:
         key = (int(cache_bytes), ram_pct)
         if key not in req._ram:

@@ -4,14 +4,14 @@ against per-block and container policies on block traces with reads and overwrit
     ingest -> tune -> simulate -> plots
 
 `flashml pannier run [--trace FILE --format msr|cloudphysics|csv|...] [--cache-size SIZE|PCT%]
-[--lifespan-dwpd N] -o DIR`: without `--trace`, the block presets
+[--lifespan-epbpd N] -o DIR`: without `--trace`, the block presets
 (flashml/systems/pannier/blockgen.py: prn0-like, src11-like, map-like, web-like) at their
 default size; each judged trace at each cache size (default 2.5%, 5% and 10% of its working
 set, the paper's Fig. 6) through the per-block policies (lru, s2lru, mq, belady: single
 4 KiB blocks over a page-mapped FTL with greedy GC and 7% over-provisioning) and the
 container policies (lru_plus, s2lru_plus, ripq_plus, pannier: 2 MiB containers = erase
 blocks), the container ones also with TIRE (`*_tire`) at a lifespan target:
-`--lifespan-dwpd` erasures per erase block per day, by default half of what Pannier without
+`--lifespan-epbpd` erasures per erase block per day, by default half of what Pannier without
 TIRE does on that trace and size (the paper's Fig. 12 setting: a budget that binds).
 `--trials N`: Optuna tunes Pannier's knobs per trace under that target on the trace's first
 half and exports the winner as a knobs-only policy bundle (`compiled/<trace>/manifest.json`),

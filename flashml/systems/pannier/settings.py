@@ -1,5 +1,6 @@
 """`flashml pannier run`'s settings: the paper's sizes, the policies judged and tuned, and
-`PannierSettings` with its options (`add_cli`)."""
+`PannierSettings` with its options (`add_cli`). Pannier's knobs (TIRE, S2LRU*, the sampler,
+the RAM cache in front) are declared once in settings.toml beside this file (`KNOBS`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from flashml import knobs
 from flashml.errors import UserError
 from flashml.settings import MAX_SEED, Number
+
+#: Pannier's knobs as settings.toml declares them (the simulator's and the runtime's too).
+KNOBS = knobs.load("pannier")
+_D = KNOBS.defaults()
 
 #: The paper's cache sizes in % of the working set (Fig. 6).
 PAPER_SIZES = ("2.5%", "5%", "10%")
@@ -42,18 +48,19 @@ class PannierSettings:
     requests: int | None = None
     seed: int = 0
     cache_sizes: tuple[str, ...] = PAPER_SIZES
-    lifespan_epbpd: float | None = None
+    #: TIRE's target, erasures per erase block per day; None: half of Pannier's own rate
+    lifespan_epbpd: float | None = _D["lifespan_epbpd"]
     page_bytes: int = 4096
     container_bytes: int = 2 * 1024 * 1024
-    tire_slack: float = 4.0
-    quantum_s: float = 300.0
-    promotion_pct: float = 5.0
+    tire_slack: float = _D["tire_slack"]
+    quantum_s: float = _D["quantum_s"]
+    promotion_pct: float = _D["promotion_pct"]
     trials: int = 16
     #: charge the RAM open containers to the cache size (default: the paper's model)
     open_in_cache: bool = False
     #: the storage system's RAM cache (LRU) in front of the flash cache, in % of the flash
-    #: cache's size: the paper's simulator (§4.3) puts 5% there; 0: none
-    ram_pct: float = 5.0
+    #: cache's size (settings.toml: the paper's simulator, §4.3, puts 5% there; 0: none)
+    ram_pct: float = _D["ram_pct"]
 
     def replace(self, **kw: Any) -> PannierSettings:
         return replace(self, **kw)
@@ -72,10 +79,6 @@ class PannierSettings:
         if bad or not presets:
             raise UserError(f"--presets: unknown {bad[0] if bad else 'empty list'!r}; block "
                             f"presets: {', '.join(BLOCK_PRESETS)}")
-        if args.lifespan_dwpd is not None and not args.lifespan_dwpd > 0:
-            raise UserError(f"--lifespan-dwpd must be > 0 erasures per block per day, got "
-                            f"{args.lifespan_dwpd}: with no erasures allowed nothing could be "
-                            "cached")
         if args.requests is not None and args.requests < 1000:
             raise UserError(f"--requests must be >= 1000, got {args.requests}")
         from flashml.simulation import parse_capacity
@@ -90,16 +93,11 @@ class PannierSettings:
         if container % args.page_bytes:
             raise UserError(f"--container-size ({container} bytes) is not a whole number of "
                             f"{args.page_bytes}-byte blocks")
-        if not 0 <= args.promotion_pct <= 100:
-            raise UserError(f"--promotion-pct must be in [0, 100], got {args.promotion_pct}")
         if args.trials < 0:
             raise UserError(f"--trials must be >= 0, got {args.trials}")
-        if not 0 <= args.ram_pct <= 100:
-            raise UserError(f"--ram-pct must be in [0, 100] (% of the flash cache), got "
-                            f"{args.ram_pct}")
         return cls(trace=args.trace, format=args.format, sample_ratio=args.sample_ratio,
                    presets=presets, requests=args.requests, seed=args.seed,
-                   cache_sizes=sizes, lifespan_epbpd=args.lifespan_dwpd,
+                   cache_sizes=sizes, lifespan_epbpd=args.lifespan_epbpd,
                    page_bytes=args.page_bytes, container_bytes=container,
                    promotion_pct=args.promotion_pct, trials=args.trials,
                    open_in_cache=args.open_in_cache, ram_pct=args.ram_pct)
@@ -109,17 +107,13 @@ def add_cli(p: argparse.ArgumentParser) -> None:
     d = PannierSettings()
     p.epilog = ("examples:\n  flashml pannier run -o runs/pannier\n"
                 "  flashml pannier run --trace prn0.csv --format msr --cache-size 10% "
-                "--lifespan-dwpd 5 -o runs/prn0")
+                "--lifespan-epbpd 5 -o runs/prn0")
     p.add_argument("--cache-size", default=",".join(d.cache_sizes), metavar="SIZE|PCT%",
                    help="flash cache sizes, comma-separated: bytes (256MiB, 1GB) or a "
                    "percentage of each trace's working set (default: the paper's 2.5%%, 5%%, "
                    "10%%)")
-    p.add_argument("--lifespan-dwpd",
-                   type=Number(float, 1e-6, 1e6, unit="erasures per block per day"),
-                   default=None, metavar="N",
-                   help="TIRE's lifespan target: erasures per erase block per day (= drive "
-                   "writes per day for erase-aligned containers; the paper: 5 or 8.3); "
-                   "default: half of Pannier's own rate without TIRE on each trace and size")
+    knobs.add_options(p, KNOBS, ("lifespan_epbpd",),
+                      shown={"lifespan_epbpd": "half of Pannier's own rate without TIRE"})
     p.add_argument("--presets", default=",".join(d.presets),
                    help="without --trace: the block presets to judge on (flashml/systems/"
                    "pannier/blockgen.py)")
@@ -133,19 +127,12 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                    help="block size: the unit of insert, read and invalidate")
     p.add_argument("--container-size", default="2MiB",
                    help="container = flash erase block (default 2MiB)")
-    p.add_argument("--promotion-pct", type=Number(float, 0.0, 100.0, unit="%"),
-                   default=d.promotion_pct,
-                   help="S2LRU*: accesses to promote a cold container, in %% of its blocks")
+    knobs.add_options(p, KNOBS, ("promotion_pct",))
     p.add_argument("--open-in-cache", action="store_true",
                    help="charge the RAM open containers to the cache size (sealed + open <= "
                    "the cache's containers: Pannier's 4 and RIPQ+'s 8 get no more cache than "
                    "LRU+'s 1); default: RAM beside the flash, as in the paper's prototype")
-    p.add_argument("--ram-pct", type=Number(float, 0.0, 100.0, unit="%"),
-                   default=d.ram_pct, metavar="PCT",
-                   help="the storage system's RAM cache (LRU) in front of the flash cache, in "
-                   "%% of the flash cache's size: its read hits never reach flash (a hit all "
-                   "the same in the read-hit ratio), writes go through it to the flash cache "
-                   "(default: the paper's %(default)s; 0: none)")
+    knobs.add_options(p, KNOBS, ("ram_pct",))
     p.add_argument("--trials", type=Number(int, 0, 10_000, unit="trials"),
                    default=d.trials,
                    help="Optuna trials per trace tuning Pannier's knobs under the lifespan "

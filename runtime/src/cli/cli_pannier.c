@@ -45,7 +45,7 @@ static const char *PN_HELP =
     "  --policy lru_plus|pannier   (default pannier)\n"
     "  --bundle DIR            knobs from DIR/manifest.json (flashml pannier's compiled/;\n"
     "                          format flashml-policy-bundle/1, system pannier); flags override\n"
-    "  --tire-epbpd N          TIRE's lifespan target in erasures per erase block per day\n"
+    "  --lifespan-epbpd N      TIRE's lifespan target in erasures per erase block per day\n"
     "  --container-bytes SIZE  (default 2MiB)     --erase-bytes SIZE  (default: the container)\n"
     "  --page-bytes N          (default 4096)     --promotion-pct P   (default 5)\n"
     "  --lifetime-pct P        (default 99)       --ghost-factor F    (default 2)\n"
@@ -277,6 +277,13 @@ int cli_pannier_replay(int argc, char **argv) {
         double d;
 #define OPT(name) (v = cli_optval(argc, argv, &i, name))
 #define BAD(name, what) return ERR("%s: invalid value '%s' (expected %s)", name, v, what)
+/* a number of the declared knob `knob` (policies/budget/pannier_settings.h): read, checked */
+#define KNOB_F(name, knob, dst) do { \
+        const char *why_; \
+        if (cli_parse_double(v, &d)) BAD(name, "a number"); \
+        if ((why_ = frt_pn_##knob##_problem(d))) return ERR("%s: invalid value '%s' (must be %s)", name, v, why_); \
+        dst = d; \
+    } while (0)
         if (OPT("--bundle")) continue;
         else if (OPT("--trace")) trace = v;
         else if (OPT("--flash")) flash = v;
@@ -286,20 +293,24 @@ int cli_pannier_replay(int argc, char **argv) {
             if (!strcmp(v, "lru_plus")) cfg.policy = FRT_PN_LRU_PLUS;
             else if (!strcmp(v, "pannier")) cfg.policy = FRT_PN_PANNIER;
             else BAD("--policy", "lru_plus or pannier");
-        } else if (OPT("--tire-epbpd")) {
-            if (cli_parse_double(v, &d) || !(d > 0 && d <= 1e12)) BAD("--tire-epbpd", "a lifespan target in (0, 1e12] erasures per erase block per day");
+        } else if (OPT("--lifespan-epbpd")) {
+            KNOB_F("--lifespan-epbpd", lifespan_epbpd, cfg.tire_epbpd);
             cfg.has_tire = 1;
-            cfg.tire_epbpd = d;
         } else if (OPT("--container-bytes")) { if (cli_parse_bytes(v, &u) || u == 0) BAD("--container-bytes", "a size such as 2MiB"); cfg.container_bytes = u; }
         else if (OPT("--erase-bytes")) { if (cli_parse_bytes(v, &u) || u == 0) BAD("--erase-bytes", "a size such as 2MiB"); cfg.erase_bytes = u; }
         else if (OPT("--page-bytes")) { if (cli_parse_bytes(v, &u) || u == 0 || u % 8) BAD("--page-bytes", "a positive multiple of 8 bytes"); cfg.page_bytes = u; }
-        else if (OPT("--promotion-pct")) { if (cli_parse_double(v, &d)) BAD("--promotion-pct", "a number"); cfg.promotion_pct = d; }
-        else if (OPT("--lifetime-pct")) { if (cli_parse_double(v, &d)) BAD("--lifetime-pct", "a number"); cfg.lifetime_pct = d; }
-        else if (OPT("--sample-pct")) { if (cli_parse_double(v, &d)) BAD("--sample-pct", "a number"); cfg.sample_pct = d; }
-        else if (OPT("--ghost-factor")) { if (cli_parse_double(v, &d) || !(d >= 0 && d <= 1e6)) BAD("--ghost-factor", "a number in [0, 1e6]"); cfg.ghost_factor = d; }
-        else if (OPT("--tire-slack")) { if (cli_parse_double(v, &d) || !(d >= 0 && d <= 1e6)) BAD("--tire-slack", "a number in [0, 1e6]"); cfg.tire_slack = d; }
-        else if (OPT("--tire-steps")) { if (cli_parse_uint(v, &u) || u == 0 || u > 16) BAD("--tire-steps", "1..16"); cfg.tire_steps = (uint32_t)u; }
-        else if (OPT("--quantum-s")) { if (cli_parse_double(v, &d) || !(d > 0 && d <= 1e12)) BAD("--quantum-s", "seconds in (0, 1e12]"); cfg.quantum_s = d; }
+        else if (OPT("--promotion-pct")) KNOB_F("--promotion-pct", promotion_pct, cfg.promotion_pct);
+        else if (OPT("--lifetime-pct")) KNOB_F("--lifetime-pct", lifetime_pct, cfg.lifetime_pct);
+        else if (OPT("--sample-pct")) KNOB_F("--sample-pct", sample_pct, cfg.sample_pct);
+        else if (OPT("--ghost-factor")) KNOB_F("--ghost-factor", ghost_factor, cfg.ghost_factor);
+        else if (OPT("--tire-slack")) KNOB_F("--tire-slack", tire_slack, cfg.tire_slack);
+        else if (OPT("--tire-steps")) {
+            if (cli_parse_uint(v, &u)) BAD("--tire-steps", "an integer");
+            const char *why = frt_pn_tire_steps_problem(u > INT64_MAX ? INT64_MAX : (int64_t)u);
+            if (why) return ERR("%s: invalid value '%s' (must be %s)", "--tire-steps", v, why);
+            cfg.tire_steps = (uint32_t)u;
+        }
+        else if (OPT("--quantum-s")) KNOB_F("--quantum-s", quantum_s, cfg.quantum_s);
         else if (OPT("--stop-after")) { if (cli_parse_uint(v, &stop_after) || stop_after == 0) BAD("--stop-after", "a number of requests >= 1"); }
         else if (!strcmp(a, "--recover")) cfg.recover = 1;
         else if (!strcmp(a, "--sync")) cfg.sync = 1;
@@ -336,7 +347,7 @@ int cli_pannier_replay(int argc, char **argv) {
             {"cache size", "--flash-bytes"}, {"the cache has", "--flash-bytes"},
             {"promotion", "--promotion-pct"}, {"sample", "--sample-pct"},
             {"lifetime", "--lifetime-pct"}, {"ghost", "--ghost-factor"},
-            {"lifespan", "--tire-epbpd"}, {"TIRE slack", "--tire-slack"},
+            {"lifespan", "--lifespan-epbpd"}, {"TIRE slack", "--tire-slack"},
             {"TIRE steps", "--tire-steps"}, {"TIRE quantum", "--quantum-s"}};
         const char *flag = "options";
         for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++)

@@ -9,6 +9,7 @@
 #include "engine/policy_slots.h"
 #include "cli/cli.h"
 #include "flashrt.h"
+#include "policies/budget/pannier_settings.h"
 #include "policies/policy_internal.h"
 #include "policies/readahead/ra_hook.h"
 #include "policies/readahead/readahead.h"
@@ -77,7 +78,7 @@ static const char *REPLAY_HELP =
     "  --write-rate-mbps X    bucket: write-rate limit at full-node scale, MB/s\n"
     "  --write-burst-s X      bucket: depth in seconds of the rate (default 60)\n"
     "  --rate-clock trace|wall  bucket: its clock (default trace time)\n"
-    "  --tire-epbpd N         tire: erasures allowed per region per day (required)\n"
+    "  --lifespan-epbpd N     tire: erasures allowed per region per day (required)\n"
     "  --tire-slack K         tire: the ladder's top, K x the quantum's allowance (default 4)\n"
     "  --tire-steps N         tire: the ladder's steps, 1..16 (default 3)\n"
     "  --tire-quantum-s X     tire: the quantum of trace time, seconds (default 300)\n"
@@ -197,7 +198,7 @@ static int budget_slot(struct replay_opts *o, const char *bucket_knob, const cha
         return -1;
     }
     if (which == FLASHRT_BUDGET_TIRE && !(cfg->tire_epbpd > 0)) {
-        fprintf(stderr, "flashrt replay: error: --budget tire needs --tire-epbpd N (erasures allowed per region per day)\n");
+        fprintf(stderr, "flashrt replay: error: --budget tire needs --lifespan-epbpd N (erasures allowed per region per day)\n");
         return -1;
     }
     cfg->budget = (enum flashrt_budget)which;
@@ -245,6 +246,7 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
 #define OPT(name) (v = cli_optval(argc, argv, &i, name))
 #define BAD(name) do { fprintf(stderr, "flashrt replay: error: %s: invalid value '%s'\n", name, v); return 2; } while (0)
 #define BADR(name, what) do { fprintf(stderr, "flashrt replay: error: %s: invalid value '%s' (expected %s)\n", name, v, what); return 2; } while (0)
+#define BADW(name, why) do { fprintf(stderr, "flashrt replay: error: %s: invalid value '%s' (must be %s)\n", name, v, why); return 2; } while (0)
         if (OPT("--policy")) o->policy_dir = v;
         else if (OPT("--admission")) o->admission = v;
         else if (OPT("--rejectx-x")) { if (cli_parse_uint(v, &u) || u < 1 || u > 4294967295u) BADR("--rejectx-x", "an integer in [1, 2^32 - 1] (accesses)"); cfg->rejectx_x = (unsigned)u; rx_knob = "--rejectx-x"; }
@@ -312,7 +314,12 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
                 q = end + 1;
             }
         }
-        else if (OPT("--tire-epbpd")) { if (cli_parse_double(v, &cfg->tire_epbpd) || !(cfg->tire_epbpd > 0 && cfg->tire_epbpd <= 1e9)) BADR("--tire-epbpd", "erasures per region per day in (0, 1e9]"); tire_knob = "--tire-epbpd"; }
+        else if (OPT("--lifespan-epbpd")) {
+            const char *why;
+            if (cli_parse_double(v, &cfg->tire_epbpd)) BADR("--lifespan-epbpd", "a number of erasures per region per day");
+            if ((why = frt_pn_lifespan_epbpd_problem(cfg->tire_epbpd))) BADW("--lifespan-epbpd", why);
+            tire_knob = "--lifespan-epbpd";
+        }
         else if (OPT("--tire-slack")) { if (cli_parse_double(v, &cfg->tire_slack) || !(cfg->tire_slack >= 1 && cfg->tire_slack <= 1e6)) BADR("--tire-slack", "a factor in [1, 1e6]"); tire_knob = "--tire-slack"; }
         else if (OPT("--tire-steps")) { if (cli_parse_uint(v, &u) || u < 1 || u > 16) BADR("--tire-steps", "an integer in [1, 16]"); cfg->tire_steps = (unsigned)u; tire_knob = "--tire-steps"; }
         else if (OPT("--tire-quantum-s")) { if (cli_parse_double(v, &cfg->tire_quantum_s) || !(cfg->tire_quantum_s >= 1e-3 && cfg->tire_quantum_s <= 1e9)) BADR("--tire-quantum-s", "seconds in [0.001, 1e9]"); tire_knob = "--tire-quantum-s"; } else if (OPT("--warmup-s")) { if (cli_parse_double(v, &cfg->warmup_s) || !(cfg->warmup_s >= 0 && cfg->warmup_s <= 1e12)) BADR("--warmup-s", "seconds in [0, 1e12]"); }

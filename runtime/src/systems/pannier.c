@@ -739,10 +739,10 @@ void frt_pn_config_default(struct frt_pn_config *c) {
     c->tire_slack = FRT_TIRE_SLACK;
     c->tire_steps = FRT_TIRE_STEPS;
     c->quantum_s = FRT_TIRE_QUANTUM_S;
-    c->promotion_pct = 5.0;
-    c->sample_pct = 3.0;
-    c->lifetime_pct = 99.0;
-    c->ghost_factor = 2.0;
+    c->promotion_pct = FRT_PN_PROMOTION_PCT_DEFAULT;
+    c->sample_pct = FRT_PN_SAMPLE_PCT_DEFAULT;
+    c->lifetime_pct = FRT_PN_LIFETIME_PCT_DEFAULT;
+    c->ghost_factor = FRT_PN_GHOST_FACTOR_DEFAULT;
     c->survival = c->aging = c->invalidation_aware = c->packing = 1;
 }
 
@@ -766,14 +766,15 @@ int frt_pn_config_check(const struct frt_pn_config *c, char *err, size_t errlen)
         return frt_seterr(err, errlen, "cache size %llu bytes holds fewer than 2 containers of %llu bytes",
                           (unsigned long long)c->cache_bytes, (unsigned long long)cb);
     if (c->cache_bytes / pb >= UINT32_MAX / 2) return frt_seterr(err, errlen, "the cache has more than 2^31 blocks; use larger blocks");
-    if (!(c->promotion_pct >= 0.0 && c->promotion_pct <= 100.0))
-        return frt_seterr(err, errlen, "promotion threshold must be in [0, 100] %%, got %g", c->promotion_pct);
-    if (!(c->sample_pct > 0.0 && c->sample_pct <= 100.0))
-        return frt_seterr(err, errlen, "sample share must be in (0, 100] %%, got %g", c->sample_pct);
-    if (!(c->lifetime_pct > 0.0 && c->lifetime_pct <= 100.0))
-        return frt_seterr(err, errlen, "lifetime percentile must be in (0, 100], got %g", c->lifetime_pct);
-    if (!(c->ghost_factor >= 0.0 && isfinite(c->ghost_factor)))
-        return frt_seterr(err, errlen, "ghost factor must be >= 0, got %g", c->ghost_factor);
+    const char *why; /* the declared bounds (pannier_settings.h) */
+    if ((why = frt_pn_promotion_pct_problem(c->promotion_pct)))
+        return frt_seterr(err, errlen, "promotion threshold must be %s, got %g", why, c->promotion_pct);
+    if ((why = frt_pn_sample_pct_problem(c->sample_pct)))
+        return frt_seterr(err, errlen, "sample share must be %s, got %g", why, c->sample_pct);
+    if ((why = frt_pn_lifetime_pct_problem(c->lifetime_pct)))
+        return frt_seterr(err, errlen, "lifetime percentile must be %s, got %g", why, c->lifetime_pct);
+    if ((why = frt_pn_ghost_factor_problem(c->ghost_factor)))
+        return frt_seterr(err, errlen, "ghost factor must be %s, got %g", why, c->ghost_factor);
     if (c->has_tire && frt_tire_check(c->tire_epbpd, c->tire_slack, c->tire_steps, c->quantum_s, err, errlen) != 0)
         return -1;
     if (c->flash_path && !c->backing_path) return frt_seterr(err, errlen, "a flash file needs a backing file");

@@ -9,13 +9,14 @@
 #include "util/internal.h"
 
 int frt_tire_check(double epbpd, double slack, unsigned steps, double quantum_s, char *err, size_t errlen) {
-    if (!(isfinite(epbpd) && epbpd > 0.0))
-        return frt_seterr(err, errlen, "lifespan target must be > 0 erasures per block per day, got %g: with no "
-                                       "erasures allowed nothing could ever be cached", epbpd);
-    if (!(isfinite(slack) && slack >= 1.0)) return frt_seterr(err, errlen, "TIRE slack K must be >= 1, got %g", slack);
-    if (steps == 0 || steps > 16) return frt_seterr(err, errlen, "TIRE steps must be in 1..=16, got %u", steps);
-    if (!(isfinite(quantum_s) && quantum_s > 0.0))
-        return frt_seterr(err, errlen, "TIRE quantum must be > 0 seconds, got %g", quantum_s);
+    const char *why; /* the declared bounds (pannier_settings.h) */
+    if ((why = frt_pn_lifespan_epbpd_problem(epbpd)))
+        return frt_seterr(err, errlen, "lifespan target must be %s, got %g%s", why, epbpd,
+                          epbpd > 0.0 ? "" : ": with no erasures allowed nothing could ever be cached");
+    if ((why = frt_pn_tire_slack_problem(slack))) return frt_seterr(err, errlen, "TIRE slack K must be %s, got %g", why, slack);
+    if ((why = frt_pn_tire_steps_problem(steps))) return frt_seterr(err, errlen, "TIRE steps must be %s, got %u", why, steps);
+    if ((why = frt_pn_quantum_s_problem(quantum_s)))
+        return frt_seterr(err, errlen, "TIRE quantum must be %s, got %g", why, quantum_s);
     return 0;
 }
 

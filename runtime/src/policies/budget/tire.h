@@ -17,11 +17,13 @@
 #include <stdint.h>
 
 #include "engine/policy_slots.h"
+#include "policies/budget/pannier_settings.h"
 
-/* TIRE's knobs by default (Pannier's, tire.rs): slack K, steps, quantum of trace time. */
-#define FRT_TIRE_SLACK 4.0
-#define FRT_TIRE_STEPS 3u
-#define FRT_TIRE_QUANTUM_S 300.0
+/* TIRE's knobs by default (flashml/systems/pannier/settings.toml): slack K, steps, quantum of
+ * trace time. */
+#define FRT_TIRE_SLACK FRT_PN_TIRE_SLACK_DEFAULT
+#define FRT_TIRE_STEPS ((unsigned)FRT_PN_TIRE_STEPS_DEFAULT)
+#define FRT_TIRE_QUANTUM_S FRT_PN_QUANTUM_S_DEFAULT
 
 /* One quantum (tire.rs Quantum): its start, the credit at its end, its erasures, and whether it
  * started blocked. */
