@@ -10,6 +10,59 @@ use crate::flash::metrics::{window_stats, FlashMetrics, FlashResult, Info, Serie
 use crate::flash::orders::Orders;
 use crate::flash::prefetch::Prefetch;
 
+/// A run's fixed quantities: the disk model, the windows, and which ops are PUTs.
+struct Setup {
+    seg_bytes: u64,
+    seg_time: f64,
+    t_seek: f64,
+    t0: f64,
+    span: f64,
+    n_windows: usize,
+    per_segment: bool,
+    is_put: [bool; 256],
+}
+
+/// A run's counts and disk-head time (per window and whole trace).
+#[derive(Default)]
+struct Totals {
+    win_dt: Vec<f64>,
+    win_put_dt: Vec<f64>,
+    get_dt: f64,
+    get_dt_nocache: f64,
+    gets: u64,
+    puts: u64,
+    hits: u64,
+    get_bytes: u64,
+    hit_bytes: u64,
+    get_segs: u64,
+    hit_segs: u64,
+    backend_ios: u64,
+    backend_bytes: u64,
+}
+
+/// One access: its index, time, block and size, the segments `s0..=s1` it covers (`nseg`)
+/// and its window `k`.
+struct Access {
+    i: usize,
+    t: f64,
+    key: u64,
+    size: u64,
+    s0: u32,
+    s1: u32,
+    nseg: u32,
+    k: usize,
+}
+
+/// A GET's lookup: its block's slot if cached, the requested segments cached, the first and
+/// last missing ones, and whether the block's refresh waits for the insertions.
+struct Lookup {
+    slot: Option<u32>,
+    cached: u32,
+    m0: u32,
+    m1: u32,
+    deferred: bool,
+}
+
 impl<E: Eviction, L: Orders<E>> FlashSim<'_, E, L> {
     /// Simulate the (validated) trace; `part` is the partition when `L::PARTITIONED`.
     pub(crate) fn run(
@@ -27,20 +80,28 @@ impl<E: Eviction, L: Orders<E>> FlashSim<'_, E, L> {
         let t0 = trace.time[0];
         let span = trace.time[n - 1] - t0;
         let n_windows = (span / cfg.window_s).floor() as usize + 1;
-        let mut win_dt = vec![0.0f64; n_windows];
-        let mut win_put_dt = vec![0.0f64; n_windows];
-        let (mut get_dt, mut get_dt_nocache) = (0.0f64, 0.0f64);
+        let mut tot = Totals {
+            win_dt: vec![0.0f64; n_windows],
+            win_put_dt: vec![0.0f64; n_windows],
+            ..Default::default()
+        };
         let per_segment = admission.per_segment();
         self.win_admitted = vec![0u64; n_windows];
         let mut is_put = [false; 256];
         for &p in &cfg.put_ops {
             is_put[p as usize] = true;
         }
+        let setup = Setup {
+            seg_bytes,
+            seg_time,
+            t_seek,
+            t0,
+            span,
+            n_windows,
+            per_segment,
+            is_put,
+        };
 
-        let (mut gets, mut puts, mut hits) = (0u64, 0u64, 0u64);
-        let (mut get_bytes, mut hit_bytes) = (0u64, 0u64);
-        let (mut get_segs, mut hit_segs) = (0u64, 0u64);
-        let (mut backend_ios, mut backend_bytes) = (0u64, 0u64);
         let (stream_of, bounds, shares): (&[u32], &[u64], &[f64]) = match part {
             Some(p) if L::PARTITIONED => (p.stream, p.bounds, p.shares),
             _ => (&[], &[], &[]),
@@ -65,168 +126,261 @@ impl<E: Eviction, L: Orders<E>> FlashSim<'_, E, L> {
             let s1 = ((off + size - 1) / seg_bytes) as u32;
             let nseg = s1 - s0 + 1;
             let k = (((t - t0) / cfg.window_s).floor() as usize).min(n_windows - 1);
-            if is_put[trace.op[i] as usize] {
-                puts += 1;
-                backend_ios += 1;
-                backend_bytes += nseg as u64 * seg_bytes;
-                win_put_dt[k] += t_seek + nseg as f64 * seg_time;
+            if setup.is_put[trace.op[i] as usize] {
+                tot.puts += 1;
+                tot.backend_ios += 1;
+                tot.backend_bytes += nseg as u64 * seg_bytes;
+                tot.win_put_dt[k] += t_seek + nseg as f64 * seg_time;
                 continue;
             }
-            get_dt_nocache += t_seek + nseg as f64 * seg_time;
-            gets += 1;
-            get_bytes += size;
-            get_segs += nseg as u64;
-            let slot = self.map.get(&key).copied();
-            self.orders.on_get(i, slot);
-            let stream = if L::PARTITIONED {
-                let s = stream_of[i];
-                self.streams.gets[s as usize] += 1;
-                // the block's owner, if cached, else the access's stream
-                self.part = slot.map_or(s, |sl| self.orders.part_of(sl));
-                s as usize
-            } else {
-                0
-            };
-            let (cached, m0, m1) = match slot {
-                None => (0, s0, s1),
-                Some(sl) => self.scan(sl, s0, s1),
-            };
-            // A miss refreshes its block after inserting the requested segments (below).
-            let deferred = self.block_level && cached < nseg;
-            if let Some(sl) = slot {
-                if self.block_level {
-                    if !deferred {
-                        self.touch_block(sl, t);
-                    } else if L::EARLY_REFRESH
-                        && self.block_units
-                        && self.slot_count[sl as usize] == cached
-                    {
-                        // only the order: the last access is set by the deferred refresh
-                        let part = self.orders.part_of(sl);
-                        self.orders.touch(part, sl);
-                    }
-                } else {
-                    let spb = self.spb;
-                    let base = sl * spb;
-                    let part = self.orders.part_of(sl);
-                    let (seg_last, orders) = (&mut self.seg_last, &mut self.orders);
-                    let masks = &self.masks;
-                    let words = self.words;
-                    for_cached_in(masks, sl as usize * words, s0, s1, |s| {
-                        let u = base + s;
-                        seg_last[u as usize] = t;
-                        if E::REORDERS_ON_TOUCH {
-                            orders.touch(part, u);
-                        }
-                    });
-                }
-            }
-            if cached == nseg {
-                if L::PARTITIONED {
-                    self.streams.hits[stream] += 1;
-                }
-                hits += 1;
-                hit_bytes += size;
-                hit_segs += nseg as u64;
-                continue;
-            }
-            hit_segs += cached as u64;
-            let ctx = MissCtx {
-                index: i,
+            let a = Access {
+                i,
+                t,
                 key,
-                time: t,
-                first_seg: s0,
-                last_seg: s1,
-                first_missing: m0,
-                last_missing: m1,
-                partial_hit: cached > 0,
+                size,
+                s0,
+                s1,
+                nseg,
+                k,
             };
-            // The requested segments missing at lookup, and those of them to insert (one
-            // insertion may evict a requested hit of the same block: it stays evicted).
-            self.to_insert.clear();
-            self.missing.clear();
-            for s in m0..=m1 {
-                if slot.is_none_or(|sl| !self.is_cached(sl, s)) {
-                    self.missing.push(s);
-                }
-            }
-            let admitted = if per_segment {
-                for j in 0..self.missing.len() {
-                    let s = self.missing[j];
-                    if admission.admit_segment(&ctx, s) {
-                        self.to_insert.push(s);
-                    }
-                }
-                !self.to_insert.is_empty()
-            } else {
-                let a = admission.admit(&ctx);
-                if a {
-                    self.to_insert.extend_from_slice(&self.missing);
-                }
-                a
-            };
-            // A partition whose quota is <= 1 caches nothing: the miss is treated as rejected.
-            let admitted = admitted && (!L::PARTITIONED || self.quota[self.part as usize] > 1);
-            // Prefetch only for an admitted miss (a rejected one keeps nothing it reads).
-            let range = if admitted {
-                prefetch.range(&ctx).and_then(|(p0, p1)| {
-                    let (p0, p1) = (p0.max(0), p1.min(self.spb as i64 - 1));
-                    (p0 <= p1).then_some((p0 as u32, p1 as u32))
-                })
-            } else {
-                None
-            };
-            let mut cur = slot;
-            if admitted {
-                // the requested segments, with the block at its old place
-                if self.block_units && deferred {
-                    self.pending = slot.map(|sl| (sl, s0, s1));
-                }
-                for i_adm in 0..self.to_insert.len() {
-                    let s = self.to_insert[i_adm];
-                    cur = Some(self.insert(key, cur, s, t));
-                    self.admitted += 1;
-                    self.win_admitted[k] += 1;
-                }
-                self.pending = None;
-            }
-            if deferred {
-                if let Some(sl) = cur {
-                    self.touch_block(sl, t);
-                }
-            }
-            // One backend IO from the first to the last segment read: the missing requested
-            // ones and the prefetched ones (as the artifact: the prefetch range's segments
-            // not cached once the requested ones are in, nor missing requested ones).
-            let (mut lo, mut hi) = (m0, m1);
-            if let Some((p0, p1)) = range {
-                // then the prefetched segments, ascending
-                for s in p0..=p1 {
-                    if self.missing.binary_search(&s).is_ok()
-                        || cur.is_some_and(|sl| self.is_cached(sl, s))
-                    {
-                        continue;
-                    }
-                    if per_segment && !admission.admit_segment(&ctx, s) {
-                        continue;
-                    }
-                    cur = Some(self.insert(key, cur, s, t));
-                    self.admitted += 1;
-                    self.win_admitted[k] += 1;
-                    self.prefetched += 1;
-                    lo = lo.min(s);
-                    hi = hi.max(s);
-                }
-            }
-            let io_segs = hi - lo + 1;
-            backend_ios += 1;
-            backend_bytes += io_segs as u64 * seg_bytes;
-            let dt = t_seek + io_segs as f64 * seg_time;
-            win_dt[k] += dt;
-            get_dt += dt;
+            self.get(&a, stream_of, &setup, &mut tot, admission, prefetch);
         }
 
-        // Metrics.
+        self.result(n, &setup, tot)
+    }
+
+    /// A GET: the lookup and its recency refresh; a hit ends there, a miss goes on to
+    /// [`Self::miss`].
+    #[inline]
+    fn get(
+        &mut self,
+        a: &Access,
+        stream_of: &[u32],
+        setup: &Setup,
+        tot: &mut Totals,
+        admission: &mut dyn Admission,
+        prefetch: &mut dyn Prefetch,
+    ) {
+        let (s0, s1, nseg) = (a.s0, a.s1, a.nseg);
+        tot.get_dt_nocache += setup.t_seek + nseg as f64 * setup.seg_time;
+        tot.gets += 1;
+        tot.get_bytes += a.size;
+        tot.get_segs += nseg as u64;
+        let slot = self.map.get(&a.key).copied();
+        self.orders.on_get(a.i, slot);
+        let stream = if L::PARTITIONED {
+            let s = stream_of[a.i];
+            self.streams.gets[s as usize] += 1;
+            // the block's owner, if cached, else the access's stream
+            self.part = slot.map_or(s, |sl| self.orders.part_of(sl));
+            s as usize
+        } else {
+            0
+        };
+        let (cached, m0, m1) = match slot {
+            None => (0, s0, s1),
+            Some(sl) => self.scan(sl, s0, s1),
+        };
+        // A miss refreshes its block after inserting the requested segments (below).
+        let deferred = self.block_level && cached < nseg;
+        if let Some(sl) = slot {
+            self.refresh_at_lookup(sl, a, cached, deferred);
+        }
+        if cached == nseg {
+            if L::PARTITIONED {
+                self.streams.hits[stream] += 1;
+            }
+            tot.hits += 1;
+            tot.hit_bytes += a.size;
+            tot.hit_segs += nseg as u64;
+            return;
+        }
+        tot.hit_segs += cached as u64;
+        let look = Lookup {
+            slot,
+            cached,
+            m0,
+            m1,
+            deferred,
+        };
+        self.miss(a, &look, setup, tot, admission, prefetch);
+    }
+
+    /// The lookup's refresh of cached block `sl`: the whole block (block-level recency; on a
+    /// miss deferred until the requested segments are in, unless the orders refresh such a
+    /// block at once, `Orders::EARLY_REFRESH`) or the cached requested segments.
+    #[inline]
+    fn refresh_at_lookup(&mut self, sl: u32, a: &Access, cached: u32, deferred: bool) {
+        let t = a.t;
+        if self.block_level {
+            if !deferred {
+                self.touch_block(sl, t);
+            } else if L::EARLY_REFRESH && self.block_units && self.slot_count[sl as usize] == cached
+            {
+                // only the order: the last access is set by the deferred refresh
+                let part = self.orders.part_of(sl);
+                self.orders.touch(part, sl);
+            }
+        } else {
+            let spb = self.spb;
+            let base = sl * spb;
+            let part = self.orders.part_of(sl);
+            let (seg_last, orders) = (&mut self.seg_last, &mut self.orders);
+            let masks = &self.masks;
+            let words = self.words;
+            for_cached_in(masks, sl as usize * words, a.s0, a.s1, |s| {
+                let u = base + s;
+                seg_last[u as usize] = t;
+                if E::REORDERS_ON_TOUCH {
+                    orders.touch(part, u);
+                }
+            });
+        }
+    }
+
+    /// A GET miss: ask the admission policy, insert the admitted requested segments, refresh
+    /// the block, prefetch, and charge one backend IO from the first to the last segment read.
+    #[inline]
+    fn miss(
+        &mut self,
+        a: &Access,
+        look: &Lookup,
+        setup: &Setup,
+        tot: &mut Totals,
+        admission: &mut dyn Admission,
+        prefetch: &mut dyn Prefetch,
+    ) {
+        let (key, t, k) = (a.key, a.t, a.k);
+        let (slot, m0, m1) = (look.slot, look.m0, look.m1);
+        let ctx = MissCtx {
+            index: a.i,
+            key,
+            time: t,
+            first_seg: a.s0,
+            last_seg: a.s1,
+            first_missing: m0,
+            last_missing: m1,
+            partial_hit: look.cached > 0,
+        };
+        let admitted = self.admit(&ctx, slot, setup.per_segment, admission);
+        // A partition whose quota is <= 1 caches nothing: the miss is treated as rejected.
+        let admitted = admitted && (!L::PARTITIONED || self.quota[self.part as usize] > 1);
+        // Prefetch only for an admitted miss (a rejected one keeps nothing it reads).
+        let range = if admitted {
+            prefetch.range(&ctx).and_then(|(p0, p1)| {
+                let (p0, p1) = (p0.max(0), p1.min(self.spb as i64 - 1));
+                (p0 <= p1).then_some((p0 as u32, p1 as u32))
+            })
+        } else {
+            None
+        };
+        let mut cur = slot;
+        if admitted {
+            // the requested segments, with the block at its old place
+            if self.block_units && look.deferred {
+                self.pending = slot.map(|sl| (sl, a.s0, a.s1));
+            }
+            for i_adm in 0..self.to_insert.len() {
+                let s = self.to_insert[i_adm];
+                cur = Some(self.insert(key, cur, s, t));
+                self.admitted += 1;
+                self.win_admitted[k] += 1;
+            }
+            self.pending = None;
+        }
+        if look.deferred {
+            if let Some(sl) = cur {
+                self.touch_block(sl, t);
+            }
+        }
+        // One backend IO from the first to the last segment read: the missing requested
+        // ones and the prefetched ones (as the artifact: the prefetch range's segments
+        // not cached once the requested ones are in, nor missing requested ones).
+        let (mut lo, mut hi) = (m0, m1);
+        if let Some((p0, p1)) = range {
+            // then the prefetched segments, ascending
+            for s in p0..=p1 {
+                if self.missing.binary_search(&s).is_ok()
+                    || cur.is_some_and(|sl| self.is_cached(sl, s))
+                {
+                    continue;
+                }
+                if setup.per_segment && !admission.admit_segment(&ctx, s) {
+                    continue;
+                }
+                cur = Some(self.insert(key, cur, s, t));
+                self.admitted += 1;
+                self.win_admitted[k] += 1;
+                self.prefetched += 1;
+                lo = lo.min(s);
+                hi = hi.max(s);
+            }
+        }
+        let io_segs = hi - lo + 1;
+        tot.backend_ios += 1;
+        tot.backend_bytes += io_segs as u64 * setup.seg_bytes;
+        let dt = setup.t_seek + io_segs as f64 * setup.seg_time;
+        tot.win_dt[k] += dt;
+        tot.get_dt += dt;
+    }
+
+    /// The admission decision of a miss: collects the requested segments missing at lookup
+    /// (`self.missing`) and those of them to insert (`self.to_insert`); true if the miss is
+    /// admitted (per segment: any segment).
+    #[inline]
+    fn admit(
+        &mut self,
+        ctx: &MissCtx,
+        slot: Option<u32>,
+        per_segment: bool,
+        admission: &mut dyn Admission,
+    ) -> bool {
+        // The requested segments missing at lookup, and those of them to insert (one
+        // insertion may evict a requested hit of the same block: it stays evicted).
+        self.to_insert.clear();
+        self.missing.clear();
+        for s in ctx.first_missing..=ctx.last_missing {
+            if slot.is_none_or(|sl| !self.is_cached(sl, s)) {
+                self.missing.push(s);
+            }
+        }
+        if per_segment {
+            for j in 0..self.missing.len() {
+                let s = self.missing[j];
+                if admission.admit_segment(ctx, s) {
+                    self.to_insert.push(s);
+                }
+            }
+            !self.to_insert.is_empty()
+        } else {
+            let a = admission.admit(ctx);
+            if a {
+                self.to_insert.extend_from_slice(&self.missing);
+            }
+            a
+        }
+    }
+
+    /// The metrics, series and counts of the finished run of `n` accesses.
+    fn result(&mut self, n: usize, setup: &Setup, tot: Totals) -> FlashResult {
+        let cfg = self.cfg;
+        let (seg_bytes, t0, span, n_windows) =
+            (setup.seg_bytes, setup.t0, setup.span, setup.n_windows);
+        let Totals {
+            win_dt,
+            win_put_dt,
+            get_dt,
+            get_dt_nocache,
+            gets,
+            puts,
+            hits,
+            get_bytes,
+            hit_bytes,
+            get_segs,
+            hit_segs,
+            backend_ios,
+            backend_bytes,
+        } = tot;
         let sr_scale = 100.0 / cfg.sample_ratio;
         let mut series = Series::default();
         let (mut measured, mut measured_puts) = (Vec::new(), Vec::new());
