@@ -70,11 +70,13 @@
 //! `input.rs`; the entry points ([`simulate`], [`simulate_partitioned`], [`simulate_with`]) in
 //! `simulate.rs`; the eviction orders (whole cache or per stream) in `orders.rs`; the cache
 //! state and its operations (`FlashSim`) in `cache.rs`, its per-access loop in `run.rs`; the
-//! metrics and per-window series in `metrics.rs`.
+//! metrics and per-window series in `metrics.rs`; the compiled policy .so as admission +
+//! prefetch in [`so_policy`].
 
 pub mod admission;
 pub mod online_features;
 pub mod prefetch;
+pub mod so_policy;
 
 mod cache;
 mod input;
