@@ -346,7 +346,7 @@ mod tests {
     use crate::mat::lrb_features::F_AGE;
     use crate::mat::{FnPredictor, NoPredictor, Oracle};
 
-    use crate::flash::tests::{Rows, SEG};
+    use crate::flash::testing::{Rows, SEG};
 
     /// (key, first segment, segments, op) at times 0, 1, 2, ...
     fn rows(r: &[(u64, u64, u64, u8)]) -> Rows {

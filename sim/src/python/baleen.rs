@@ -5,11 +5,11 @@ use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::compose::so_policy::{self, Overrides, PolicyLib};
 use crate::core::config::{SimParams, PARAM_FIELDS};
 use crate::core::contract::NUM_FEATURES;
 use crate::core::solib::Expected;
 use crate::flash::online_features::{self as online, FeatureColumns, GET_OPS};
+use crate::flash::so_policy::{self, Overrides, PolicyLib};
 use crate::flash::{self};
 
 /// The declared defaults of every config key, as a dict (sim_params! in config.rs).
