@@ -2,7 +2,7 @@
 
 It is written for clarity, not speed: dicts, sets and an OrderedDict for the eviction order.
 The property tests demand that the Rust core (flashml_sim) agrees with it exactly, float for
-float, so float expressions are evaluated in the same order as in `sim/src/flash/mod.rs`.
+float, so float expressions are evaluated in the same order as in `sim/src/flash/run.rs`.
 
 Flash-cache mode is kept as BCacheSim keeps it: one ordered dict of (block, segment)
 entries (first = next victim), per access i at time t on block `key`, covering s0..s1:

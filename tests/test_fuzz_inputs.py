@@ -281,7 +281,7 @@ except ValueError as e:
 ])
 def test_bad_so_is_refused_before_dlopen_by_the_simulator(bundle: Path, tmp_path: Path,
                                                          variant: str, message: str) -> None:
-    """The Rust simulator's loader (sim/src/compose/so_policy.rs, given a .so path: no manifest)
+    """The Rust simulator's loader (sim/src/flash/so_policy.rs, given a .so path: no manifest)
     checks the ELF file as flashml's loader does before dlopen: a clear ValueError naming
     the .so, not a SIGBUS. In a child process: a truncated ELF can kill the process that
     maps it."""

@@ -19,8 +19,8 @@
 //!   Pannier, each optionally gated by the TIRE erasure-budget controller ([`pannier::tire`]).
 //! * [`mlcache`]: MLCache's page cache partitioned across streams and its reuse curves.
 //! * [`kml`]: KML's offline twin (a closed-loop page cache with Linux-like mmap readahead).
-//! * [`compose`]: compositions of several systems: MAT as the flash cache's eviction, the
-//!   compiled policy .so (Baleen's admission + prefetch, alone or with MAT).
+//! * [`compose`]: compositions of several systems: MAT as the flash cache's eviction, with the
+//!   compiled policy .so's admission + prefetch (the .so alone is `flash::so_policy`).
 //! * With the `python` feature, a thin PyO3 layer (`python/`, one file per system) exposes
 //!   the module `flashml_sim`.
 //!

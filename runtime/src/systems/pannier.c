@@ -1,5 +1,5 @@
 /* pannier.c: Pannier's container flash cache with real bytes (pannier.h). The decisions are a
- * line-by-line port of sim/src/pannier/mod.rs (Store, LruPlus, Queues, PannierPolicy,
+ * line-by-line port of sim/src/pannier/{store,policy,container}.rs (Store, LruPlus, Queues, PannierPolicy,
  * ContainerCache), sim/src/pannier/blocks.rs (Ghost, Sampler, nearest_rank, BlockConfig::sampled),
  * sim/src/pannier/tire.rs (Gate: policies/budget/tire.c, shared with the engine's budget slot) and
  * sim/src/core/list.rs (DList); the comments name the Rust they mirror.

@@ -1,5 +1,5 @@
 /* pannier.h: Pannier's container flash cache (Middleware '15) with real bytes: a port of the
- * simulator's ContainerCache (sim/src/pannier/mod.rs: LRU+ and Pannier's S2LRU* + survival queue,
+ * simulator's ContainerCache (sim/src/pannier/container.rs: LRU+ and Pannier's S2LRU* + survival queue,
  * sim/src/pannier/blocks.rs: the ghost count-min sketch, Sampler/nearest_rank (util/sketch.h), BlockConfig::sampled,
  * sim/src/pannier/tire.rs: TIRE's Gate) making the same decisions on the same trace and knobs, over a
  * flash file of containers, a backing file and two append-only logs (runtime/README.md,

@@ -2,7 +2,7 @@
 //! open it once, check its size and sha256 against the bundle's manifest ([`Expected`]) and
 //! its ELF headers, then map exactly the bytes that were checked ([`load_verified`]); its
 //! symbols and capabilities ([`symbol`], [`capabilities`], [`require_capabilities`]). Used by
-//! every compiled policy: admission + prefetch (`compose::so_policy`) and MAT's eviction
+//! every compiled policy: admission + prefetch (`flash::so_policy`) and MAT's eviction
 //! predictor (`mat::so_evict`).
 
 use std::ffi::CStr;

@@ -1,5 +1,5 @@
 /* packing.c: Pannier's hot/cold packing as the engine's placement (engine/policy_slots.h,
- * sim/src/pannier/mod.rs's Store::slot_for): two open regions, cold (0) and hot (1). Every GET
+ * sim/src/pannier/store.rs, packed_hot): two open regions, cold (0) and hot (1). Every GET
  * counts its block in the ghost sketch (util/sketch.h, the container cache's: 2 x capacity
  * counters' worth of accesses before they halve); an admitted miss's segments go to the hot
  * region iff the block's count before this GET exceeds the median count of the blocks placed
