@@ -159,7 +159,7 @@ def tire_budgets(quick: bool) -> dict[str, Any]:
             c = int(ws * pct)
             free = sim(req, "pannier", c)
             for frac in rows:
-                t = sim(req, "pannier", c, tire_epbpd=free["epbpd"] * float(frac))
+                t = sim(req, "pannier", c, lifespan_epbpd=free["epbpd"] * float(frac))
                 rows[frac].append({
                     "trace": pre, "size": pct,
                     "loss": 1 - t["read_hit_ratio"] / free["read_hit_ratio"],

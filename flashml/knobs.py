@@ -291,10 +291,12 @@ def _c_float(v: float) -> str:
 
 
 def _comment(style: str, k: Knob) -> list[str]:
-    """The knob's help (and unit) as a Rust doc comment (`///`) or a C comment (`/*`)."""
+    """The knob's help (and unit) as a Rust doc comment (`///`), a Rust comment (`//`) or a C
+    comment (`/*`)."""
     text = k.help + (f" ({k.unit})" if k.unit else "")
-    if style == "///":
-        return textwrap.wrap(text, 95, initial_indent="/// ", subsequent_indent="/// ")
+    if style.startswith("//"):
+        lead = style + " "
+        return textwrap.wrap(text, 95, initial_indent=lead, subsequent_indent=lead)
     out = textwrap.wrap(text, 95, initial_indent="/* ", subsequent_indent=" * ")
     out[-1] += " */"
     return out
@@ -320,7 +322,8 @@ def rust_text(knobs: Knobs) -> str:
              "function.", ""]
     for k in knobs:
         up = k.name.upper()
-        lines += _comment("///", k)
+        # a knob with no default and no ABI name has no constant for its doc: a plain comment
+        lines += _comment("///" if k.default is not None or k.abi else "//", k)
         if k.default is None:
             pass
         elif k.kind == "float":

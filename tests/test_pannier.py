@@ -214,7 +214,8 @@ def test_ram_pass_shared_between_runs_changes_nothing():
     # without a RAM cache the pass is empty, and a non-empty one is refused
     with pytest.raises(ValueError, match="computed for another trace or RAM size"):
         flashml_sim.simulate_blocks(req.times, req.pages, req.lens, req.writes, "lru",
-                                    16 * MiB, page_bytes=req.page_bytes, ram_served=mask)
+                                    16 * MiB, page_bytes=req.page_bytes, ram_pct=0.0,
+                                    ram_served=mask)
     # the pass checks only its own knobs: blocks larger than the default container, with
     # containers to match, run with a RAM cache as without one
     big = preset_requests(BLOCK_PRESETS["src11-like"], 0, 3000, page_bytes=4 * MiB)
@@ -259,7 +260,7 @@ def test_tire_holds_the_quota():
     cache = 32 * MiB
     free = simulate(req, "pannier", cache)
     target = free["epbpd"] / 2
-    t = simulate(req, "pannier", cache, tire_epbpd=target)
+    t = simulate(req, "pannier", cache, lifespan_epbpd=target)
     assert t["quanta_erasures"].max() <= 4 * t["quota"] + 1
     assert t["epbpd"] <= target * 1.15
     assert t["final_credit"] > -4 * t["quota"]
@@ -272,7 +273,7 @@ def test_bad_knobs_are_clear():
     with pytest.raises(ValueError, match="smaller than a block"):
         simulate(req, "pannier", 64 * MiB, container_bytes=1024)
     with pytest.raises(ValueError, match="lifespan target"):
-        simulate(req, "pannier", 64 * MiB, tire_epbpd=0.0)
+        simulate(req, "pannier", 64 * MiB, lifespan_epbpd=0.0)
     with pytest.raises(ValueError, match="fewer than 2 containers"):
         simulate(req, "pannier", 3 * MiB)
     with pytest.raises(ValueError, match="unknown block-mode policy"):

@@ -75,7 +75,7 @@ def test_runtime_makes_the_simulators_decisions(trace, policy: str, tire: bool,
                                            ram_pct=0.0, container_bytes=CONTAINER)
         epbpd = base["epbpd"] / 2
     sim = flashml_sim.simulate_blocks(t, b, n, w, policy, CACHE, page_bytes=4096, ram_pct=0.0,
-                                      container_bytes=CONTAINER, tire_epbpd=epbpd,
+                                      container_bytes=CONTAINER, lifespan_epbpd=epbpd,
                                       open_in_cache=open_in_cache)
     name = f"{policy}-{tire}-{open_in_cache}"
     clean(tmp, name)
@@ -184,7 +184,7 @@ def test_kill_9_then_recover(trace, policy: str) -> None:
 def test_bundle_knobs(trace, tmp_path: Path) -> None:
     tmp, csv, (t, b, n, w) = trace
     sim = flashml_sim.simulate_blocks(t, b, n, w, "pannier", CACHE, page_bytes=4096, ram_pct=0.0,
-                                      container_bytes=CONTAINER, tire_epbpd=40.0,
+                                      container_bytes=CONTAINER, lifespan_epbpd=40.0,
                                       promotion_pct=3.0, tire_steps=2)
     knobs = {"container_bytes": CONTAINER, "erase_bytes": None, "promotion_pct": 3.0,
              "lifetime_pct": 99.0, "ghost_factor": 2.0, "tire_slack": 4.0, "tire_steps": 2,

@@ -208,10 +208,10 @@ struct flashrt_config {
     double rejectx_factor, coinflip_p;
     uint64_t coinflip_seed;
     /* The budget gate (default none; the bucket when write_rate_mbps > 0) and TIRE's knobs:
-     * tire_epbpd erasures per erase unit (region) per day, in quanta of tire_quantum_s
+     * lifespan_epbpd erasures per erase unit (region) per day, in quanta of tire_quantum_s
      * (300 s), slack K (4) and steps (3), as Pannier's (sim/src/pannier/tire.rs). */
     enum flashrt_budget budget;
-    double tire_epbpd, tire_slack, tire_quantum_s;
+    double lifespan_epbpd, tire_slack, tire_quantum_s;
     unsigned tire_steps;
     /* Crash safety (runtime/README.md, "Crash safety"): each region's header follows the
      * regions' data on the flash device, and segments dropped after a read error are

@@ -579,7 +579,7 @@ static void test_budget_by_hand(void) {
      * b = 1; the steps are (1, 2], (2, 3], (3, 4] */
     const struct frt_budget_ops *ti = frt_budget_policy(FLASHRT_BUDGET_TIRE);
     CHECK(ti && !strcmp(ti->name, "tire") && ti->tick, "tire");
-    cfg.tire_epbpd = 8.64;
+    cfg.lifespan_epbpd = 8.64;
     cfg.tire_quantum_s = 1000.0;
     st = budget(ti, &cfg, 10);
     ti->tick(st, 0.0, 0);

@@ -184,7 +184,7 @@ static frt_pn *tire_cache(struct frt_pn_config *k, int policy) {
     k->container_bytes = 4096;
     k->cache_bytes = 288 * 4096;
     k->has_tire = 1;
-    k->tire_epbpd = 10.0;
+    k->lifespan_epbpd = 10.0;
     char err[256];
     frt_pn *c = frt_pn_open(k, err, sizeof err);
     CHECK(c != NULL, "%s", err);
@@ -202,7 +202,7 @@ static void test_tire_levels(void) {
     const uint32_t lv[] = {0, 0, 1, 1, 2, 2, 3, 3, 4};
     for (int i = 0; i < 9; i++) CHECK(frt_pn_tire_level(c, e[i]) == lv[i], "erasures %llu: level %u", (unsigned long long)e[i], frt_pn_tire_level(c, e[i]));
     frt_pn_close(c);
-    k.tire_epbpd = 0.0;
+    k.lifespan_epbpd = 0.0;
     CHECK(frt_pn_open(&k, err, sizeof err) == NULL && strstr(err, "lifespan target must be > 0"), "%s", err);
     k.has_tire = 0;
     k.container_bytes = 1024;

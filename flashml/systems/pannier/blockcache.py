@@ -28,7 +28,7 @@ def preset_requests(preset: Any, seed: int = 0, requests: int | None = None,
 
 def simulate(req: BlockRequests, policy: str, cache_bytes: int, **knobs: Any) -> dict[str, Any]:
     """One policy over the requests (`flashml_sim.simulate_blocks`; knobs: container_bytes,
-    op, tire_epbpd, tire_slack, tire_steps, quantum_s, promotion_pct, sample_pct,
+    op, lifespan_epbpd, tire_slack, tire_steps, quantum_s, promotion_pct, sample_pct,
     lifetime_pct, ghost_factor, survival, aging, invalidation_aware, packing,
     fixed_lifetime, open_in_cache, ram_pct: the RAM cache in front, % of the flash cache;
     unset: settings.toml's default, the simulator's too). ValueError with the simulator's

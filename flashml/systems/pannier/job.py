@@ -154,7 +154,7 @@ def simulate(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
                     res[p] = brief(r)
                 target = s.lifespan_epbpd or res["pannier"]["epbpd"] / 2.0
                 for p in TIRE_OF:
-                    r = sim(req, p, cache, tire_epbpd=target, **_knobs(s))
+                    r = sim(req, p, cache, lifespan_epbpd=target, **_knobs(s))
                     res[f"{p}_tire"] = brief(r)
                     res[f"{p}_tire"]["max_quantum_erasures"] = int(r["quanta_erasures"].max())
                     quanta[f"{p}_tire"] = {"start_s": r["quanta_start_s"].tolist(),
@@ -164,10 +164,10 @@ def simulate(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
                 # see, beside the defaults and the rivals on that same half.
                 hold: dict[str, Any] = {}
                 for p in HOLDOUT:
-                    tire = {"tire_epbpd": target} if p.endswith("_tire") else {}
+                    tire = {"lifespan_epbpd": target} if p.endswith("_tire") else {}
                     hold[p] = brief(sim(tail, p.removesuffix("_tire"), cache, **tire,
                                         **_knobs(s)))
-                hold["pannier_tuned"] = brief(sim(tail, "pannier", cache, tire_epbpd=target,
+                hold["pannier_tuned"] = brief(sim(tail, "pannier", cache, lifespan_epbpd=target,
                                                   ram_pct=s.ram_pct,
                                                   **_tuned_knobs(s, tun[name]["params"])))
                 # FUE without the RAM cache in front (its hits of recently used blocks are
@@ -257,7 +257,7 @@ def tune(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
                           "tire_steps": trial.suggest_int("tire_steps", 1, 5),
                           "quantum_s": trial.suggest_float("quantum_s", 60.0, 900.0)}
                 k = _tuned_knobs(s, params)
-                r = sim(head, "pannier", cache, tire_epbpd=target, ram_pct=s.ram_pct, **k)
+                r = sim(head, "pannier", cache, lifespan_epbpd=target, ram_pct=s.ram_pct, **k)
                 trial.set_user_attr("epbpd", r["epbpd"])
                 over = r["epbpd"] / max(target, 1e-12) - 1.0
                 return r["read_hit_ratio"] if over <= 0.05 else -over

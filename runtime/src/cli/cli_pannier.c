@@ -234,7 +234,7 @@ static int load_bundle(const char *dir, struct frt_pn_config *cfg) {
             case 6: cfg->tire_steps = v > 1000 ? 1000 : (uint32_t)v; break;
             case 7: cfg->quantum_s = v; break;
             case 8: cfg->page_bytes = (uint64_t)v; break;
-            default: cfg->has_tire = 1; cfg->tire_epbpd = v; break;
+            default: cfg->has_tire = 1; cfg->lifespan_epbpd = v; break;
             }
         }
     }
@@ -294,7 +294,7 @@ int cli_pannier_replay(int argc, char **argv) {
             else if (!strcmp(v, "pannier")) cfg.policy = FRT_PN_PANNIER;
             else BAD("--policy", "lru_plus or pannier");
         } else if (OPT("--lifespan-epbpd")) {
-            KNOB_F("--lifespan-epbpd", lifespan_epbpd, cfg.tire_epbpd);
+            KNOB_F("--lifespan-epbpd", lifespan_epbpd, cfg.lifespan_epbpd);
             cfg.has_tire = 1;
         } else if (OPT("--container-bytes")) { if (cli_parse_bytes(v, &u) || u == 0) BAD("--container-bytes", "a size such as 2MiB"); cfg.container_bytes = u; }
         else if (OPT("--erase-bytes")) { if (cli_parse_bytes(v, &u) || u == 0) BAD("--erase-bytes", "a size such as 2MiB"); cfg.erase_bytes = u; }

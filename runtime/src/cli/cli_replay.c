@@ -197,7 +197,7 @@ static int budget_slot(struct replay_opts *o, const char *bucket_knob, const cha
         fprintf(stderr, "flashrt replay: error: %s does not apply: the budget is %s\n", stray, name);
         return -1;
     }
-    if (which == FLASHRT_BUDGET_TIRE && !(cfg->tire_epbpd > 0)) {
+    if (which == FLASHRT_BUDGET_TIRE && !(cfg->lifespan_epbpd > 0)) {
         fprintf(stderr, "flashrt replay: error: --budget tire needs --lifespan-epbpd N (erasures allowed per region per day)\n");
         return -1;
     }
@@ -316,8 +316,8 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
         }
         else if (OPT("--lifespan-epbpd")) {
             const char *why;
-            if (cli_parse_double(v, &cfg->tire_epbpd)) BADR("--lifespan-epbpd", "a number of erasures per region per day");
-            if ((why = frt_pn_lifespan_epbpd_problem(cfg->tire_epbpd))) BADW("--lifespan-epbpd", why);
+            if (cli_parse_double(v, &cfg->lifespan_epbpd)) BADR("--lifespan-epbpd", "a number of erasures per region per day");
+            if ((why = frt_pn_lifespan_epbpd_problem(cfg->lifespan_epbpd))) BADW("--lifespan-epbpd", why);
             tire_knob = "--lifespan-epbpd";
         }
         else if (OPT("--tire-slack")) { if (cli_parse_double(v, &cfg->tire_slack) || !(cfg->tire_slack >= 1 && cfg->tire_slack <= 1e6)) BADR("--tire-slack", "a factor in [1, 1e6]"); tire_knob = "--tire-slack"; }

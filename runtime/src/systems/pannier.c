@@ -775,7 +775,7 @@ int frt_pn_config_check(const struct frt_pn_config *c, char *err, size_t errlen)
         return frt_seterr(err, errlen, "lifetime percentile must be %s, got %g", why, c->lifetime_pct);
     if ((why = frt_pn_ghost_factor_problem(c->ghost_factor)))
         return frt_seterr(err, errlen, "ghost factor must be %s, got %g", why, c->ghost_factor);
-    if (c->has_tire && frt_tire_check(c->tire_epbpd, c->tire_slack, c->tire_steps, c->quantum_s, err, errlen) != 0)
+    if (c->has_tire && frt_tire_check(c->lifespan_epbpd, c->tire_slack, c->tire_steps, c->quantum_s, err, errlen) != 0)
         return -1;
     if (c->flash_path && !c->backing_path) return frt_seterr(err, errlen, "a flash file needs a backing file");
     return 0;
@@ -934,7 +934,7 @@ frt_pn *frt_pn_open(const struct frt_pn_config *cfg, char *err, size_t errlen) {
     /* the ghost: off when nothing reads it (BlockConfig::ghost_blocks) */
     uint32_t cache_pages = (uint32_t)(cfg->cache_bytes / cfg->page_bytes);
     size_t gcap = !cfg->has_tire && !(c->packing && cfg->packing) ? 0 : (size_t)(cfg->ghost_factor * (double)cache_pages);
-    frt_tire_init(&c->gate, cfg->has_tire, cfg->tire_epbpd, (uint64_t)c->slots * (uint64_t)c->ebpc, cfg->tire_slack,
+    frt_tire_init(&c->gate, cfg->has_tire, cfg->lifespan_epbpd, (uint64_t)c->slots * (uint64_t)c->ebpc, cfg->tire_slack,
                   cfg->tire_steps, cfg->quantum_s);
     int oom = frt_ghost_init(&c->ghost, gcap) | pn_map_init(&c->index, (size_t)cache_pages) |
               pn_map_init(&c->last_access, 1024) | pn_map_init(&c->versions, 1024) |

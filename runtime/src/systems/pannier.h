@@ -22,8 +22,8 @@ struct frt_pn_config {
     uint64_t page_bytes;      /* 4096 */
     uint64_t container_bytes; /* 2 MiB */
     uint64_t erase_bytes;     /* 0: the container size */
-    int has_tire;             /* TIRE on (tire_epbpd > 0) */
-    double tire_epbpd, tire_slack, quantum_s, promotion_pct, sample_pct, lifetime_pct,
+    int has_tire;             /* TIRE on (lifespan_epbpd > 0) */
+    double lifespan_epbpd, tire_slack, quantum_s, promotion_pct, sample_pct, lifetime_pct,
         ghost_factor;
     uint32_t tire_steps;
     int survival, aging, invalidation_aware, packing;

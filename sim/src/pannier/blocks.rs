@@ -135,7 +135,7 @@ pub fn run<C: BlockCache>(
     let t0 = Instant::now();
     let mut r = BlockResult {
         policy: policy.to_string(),
-        tire: cfg.tire_epbpd.is_some(),
+        tire: cfg.lifespan_epbpd.is_some(),
         ..Default::default()
     };
     let mut pos = 0usize;
@@ -397,7 +397,7 @@ pub(crate) mod tests {
             .0
             .contains("fewer than 2 containers"));
         c.cache_bytes = 1 << 30;
-        c.tire_epbpd = Some(0.0);
+        c.lifespan_epbpd = Some(0.0);
         assert!(c.validate().unwrap_err().0.contains("lifespan target"));
         let (t, p, _, w) = trace_of(&[(1, false), (2, false)]);
         let l = vec![1, 0];

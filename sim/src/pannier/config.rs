@@ -3,6 +3,7 @@
 
 use crate::core::config::{err, SimError};
 use crate::core::hash::splitmix64;
+use crate::pannier::settings;
 use crate::pannier::tire::{Gate, TireConfig};
 
 /// The block-mode policies.
@@ -58,7 +59,8 @@ impl BlockPolicy {
     }
 }
 
-/// Block-mode configuration. Defaults are the paper's (Table 3 and §4.4).
+/// Block-mode configuration. Defaults are the paper's (Table 3 and §4.4), as
+/// flashml/systems/pannier/settings.toml declares them ([`settings`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BlockConfig {
     /// Flash cache size in bytes (usable: per-block policies get `op` more on top).
@@ -73,7 +75,7 @@ pub struct BlockConfig {
     /// Over-provisioning of the per-block policies' FTL (0.07).
     pub op: f64,
     /// TIRE's lifespan target in erasures per erase block per day; None: no TIRE.
-    pub tire_epbpd: Option<f64>,
+    pub lifespan_epbpd: Option<f64>,
     /// TIRE's slack K (4).
     pub tire_slack: f64,
     /// TIRE's intervals in (q, K q] (3).
@@ -112,22 +114,22 @@ impl Default for BlockConfig {
             page_bytes: 4096,
             container_bytes: 2 << 20,
             erase_bytes: None,
-            op: 0.07,
-            tire_epbpd: None,
-            tire_slack: 4.0,
-            tire_steps: 3,
-            quantum_s: 300.0,
-            promotion_pct: 5.0,
-            sample_pct: 3.0,
-            lifetime_pct: 99.0,
-            ghost_factor: 2.0,
+            op: settings::OP,
+            lifespan_epbpd: None,
+            tire_slack: settings::TIRE_SLACK,
+            tire_steps: settings::TIRE_STEPS as u32,
+            quantum_s: settings::QUANTUM_S,
+            promotion_pct: settings::PROMOTION_PCT,
+            sample_pct: settings::SAMPLE_PCT,
+            lifetime_pct: settings::LIFETIME_PCT,
+            ghost_factor: settings::GHOST_FACTOR,
             survival: true,
             aging: true,
             invalidation_aware: true,
             packing: true,
             fixed_lifetime: None,
             open_in_cache: false,
-            ram_pct: 0.0,
+            ram_pct: settings::RAM_PCT,
         }
     }
 }
@@ -139,9 +141,9 @@ impl BlockConfig {
         if self.page_bytes == 0 {
             return err("block size must be > 0 bytes");
         }
-        if !(self.ram_pct >= 0.0 && self.ram_pct <= 100.0) {
+        if let Some(why) = settings::ram_pct_problem(self.ram_pct) {
             return err(format!(
-                "RAM cache size {}% of the flash cache is not in [0, 100]",
+                "RAM cache size must be {why} of the flash cache, got {}",
                 self.ram_pct
             ));
         }
@@ -188,46 +190,56 @@ impl BlockConfig {
         if self.cache_bytes / self.page_bytes >= u32::MAX as u64 / 2 {
             return err("the cache has more than 2^31 blocks; use larger blocks");
         }
-        if !(0.0..=1.0).contains(&self.op) {
-            return err(format!(
-                "over-provisioning must be in [0, 1], got {}",
-                self.op
-            ));
-        }
-        if !(self.promotion_pct >= 0.0 && self.promotion_pct <= 100.0) {
-            return err(format!(
-                "promotion threshold must be in [0, 100] %, got {}",
-                self.promotion_pct
-            ));
-        }
-        if !(self.sample_pct > 0.0 && self.sample_pct <= 100.0) {
-            return err(format!(
-                "sample share must be in (0, 100] %, got {}",
-                self.sample_pct
-            ));
-        }
-        if !(self.lifetime_pct > 0.0 && self.lifetime_pct <= 100.0) {
-            return err(format!(
-                "lifetime percentile must be in (0, 100], got {}",
-                self.lifetime_pct
-            ));
-        }
-        if !(self.ghost_factor >= 0.0 && self.ghost_factor.is_finite()) {
-            return err(format!(
-                "ghost factor must be >= 0, got {}",
-                self.ghost_factor
-            ));
-        }
+        let bound = |name: &str, why: Option<&str>, v: f64| match why {
+            Some(w) => err(format!("{name} must be {w}, got {v}")),
+            None => Ok(()),
+        };
+        bound("over-provisioning", settings::op_problem(self.op), self.op)?;
+        bound(
+            "promotion threshold",
+            settings::promotion_pct_problem(self.promotion_pct),
+            self.promotion_pct,
+        )?;
+        bound(
+            "sample share",
+            settings::sample_pct_problem(self.sample_pct),
+            self.sample_pct,
+        )?;
+        bound(
+            "lifetime percentile",
+            settings::lifetime_pct_problem(self.lifetime_pct),
+            self.lifetime_pct,
+        )?;
+        bound(
+            "ghost factor",
+            settings::ghost_factor_problem(self.ghost_factor),
+            self.ghost_factor,
+        )?;
         if self.fixed_lifetime == Some(0) {
             return err("a fixed lifetime must be >= 1 insertion");
         }
-        if let Some(e) = self.tire_epbpd {
-            if !(e.is_finite() && e > 0.0) {
-                return err(format!(
-                    "lifespan target must be > 0 erasures per block per day, got {e}: with no \
-                     erasures allowed nothing could ever be cached"
-                ));
+        if let Some(e) = self.lifespan_epbpd {
+            if let Some(why) = settings::lifespan_epbpd_problem(e) {
+                let none = if e > 0.0 {
+                    ""
+                } else {
+                    ": with no erasures allowed nothing could ever be cached"
+                };
+                return err(format!("lifespan target must be {why}, got {e}{none}"));
             }
+            bound(
+                "TIRE slack K",
+                settings::tire_slack_problem(self.tire_slack),
+                self.tire_slack,
+            )?;
+            if let Some(why) = settings::tire_steps_problem(self.tire_steps.into()) {
+                return err(format!("TIRE steps must be {why}, got {}", self.tire_steps));
+            }
+            bound(
+                "TIRE quantum",
+                settings::quantum_s_problem(self.quantum_s),
+                self.quantum_s,
+            )?;
             self.tire(1).validate()?;
         }
         Ok(())
@@ -266,7 +278,7 @@ impl BlockConfig {
     /// TIRE over `erase_blocks` erase blocks (the quota scales with the flash size).
     pub fn tire(&self, erase_blocks: u32) -> TireConfig {
         TireConfig::from_epbpd(
-            self.tire_epbpd.unwrap_or(0.0),
+            self.lifespan_epbpd.unwrap_or(0.0),
             erase_blocks,
             self.tire_slack,
             self.tire_steps,
@@ -276,7 +288,7 @@ impl BlockConfig {
 
     pub fn gate(&self, erase_blocks: u32) -> Gate {
         Gate::new(
-            self.tire_epbpd.map(|_| self.tire(erase_blocks)),
+            self.lifespan_epbpd.map(|_| self.tire(erase_blocks)),
             self.quantum_s,
         )
     }
@@ -284,7 +296,7 @@ impl BlockConfig {
     /// The ghost cache's size in blocks: 0 (off) when nothing reads its counts (no TIRE, and
     /// no hot/cold packing).
     pub fn ghost_blocks(&self, packs: bool) -> usize {
-        if self.tire_epbpd.is_none() && !(packs && self.packing) {
+        if self.lifespan_epbpd.is_none() && !(packs && self.packing) {
             return 0;
         }
         (self.ghost_factor * self.cache_pages() as f64) as usize

@@ -50,6 +50,7 @@ pub mod config;
 pub mod ftl;
 pub mod per_block;
 pub mod ripq;
+pub mod settings;
 pub mod sketch;
 pub mod tire;
 pub mod trace;

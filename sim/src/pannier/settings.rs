@@ -3,9 +3,9 @@
 //! pannier's policy knobs: each default, its bounds, its function in the policy ABI
 //! and (`*_LEGACY`) what a loader takes when a .so lacks that function.
 
-/// TIRE's lifespan target: erasures per erase block per day (= drive writes per day for erase-
-/// aligned containers; the paper: 5 or 8.3); unset: no TIRE (the job: half of Pannier's own
-/// rate without TIRE on each trace and size) (erasures per erase block per day)
+// TIRE's lifespan target: erasures per erase block per day (= drive writes per day for erase-
+// aligned containers; the paper: 5 or 8.3); unset: no TIRE (the job: half of Pannier's own
+// rate without TIRE on each trace and size) (erasures per erase block per day)
 
 /// What `lifespan_epbpd` must be when `v` is out of its range, or None.
 pub fn lifespan_epbpd_problem(v: f64) -> Option<&'static str> {

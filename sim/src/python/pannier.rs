@@ -4,7 +4,7 @@ use super::*;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::types::PyDict;
 
-use crate::pannier::{blocks, config, trace};
+use crate::pannier::{blocks, config, settings, trace};
 
 /// A block trace over the four arrays of the block-mode functions (contiguous, or an error).
 fn block_trace<'a>(
@@ -26,7 +26,7 @@ fn block_trace<'a>(
 /// (empty for ram_pct 0), and the seconds the pass took: (bool array, float), to give
 /// `simulate_blocks` for every policy run on the same trace and sizes.
 #[pyfunction]
-#[pyo3(signature = (times, pages, lens, writes, cache_bytes, *, page_bytes=4096, ram_pct=0.0))]
+#[pyo3(signature = (times, pages, lens, writes, cache_bytes, *, page_bytes=4096, ram_pct=settings::RAM_PCT))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn block_ram_served<'py>(
     py: Python<'py>,
@@ -61,7 +61,7 @@ pub(super) fn block_ram_served<'py>(
 /// through one policy: lru, s2lru, mq, belady (per block, over an FTL with `op`
 /// over-provisioning), lru_plus, s2lru_plus or pannier (containers of `container_bytes`,
 /// each a whole number of `erase_bytes` erase blocks; default: one).
-/// `tire_epbpd`: gate insertions with TIRE at that many erasures per erase block per day.
+/// `lifespan_epbpd`: gate insertions with TIRE at that many erasures per erase block per day.
 /// `ram_pct`: the RAM cache in front, % of the cache; `ram_served`, `ram_served_s`: its pass
 /// as `block_ram_served` returned it for the same trace, cache_bytes, page_bytes and ram_pct
 /// (shared by the policies run on them; None: computed here).
@@ -69,11 +69,14 @@ pub(super) fn block_ram_served<'py>(
 /// blocked) as arrays.
 #[pyfunction]
 #[pyo3(signature = (times, pages, lens, writes, policy, cache_bytes, *, page_bytes=4096,
-                    container_bytes=2_097_152, erase_bytes=None, op=0.07, tire_epbpd=None, tire_slack=4.0,
-                    tire_steps=3, quantum_s=300.0, promotion_pct=5.0, sample_pct=3.0,
-                    lifetime_pct=99.0, ghost_factor=2.0, survival=true, aging=true,
-                    invalidation_aware=true, packing=true, fixed_lifetime=None,
-                    open_in_cache=false, ram_pct=0.0, ram_served=None, ram_served_s=0.0))]
+                    container_bytes=2_097_152, erase_bytes=None, op=settings::OP,
+                    lifespan_epbpd=None, tire_slack=settings::TIRE_SLACK,
+                    tire_steps=settings::TIRE_STEPS as u32, quantum_s=settings::QUANTUM_S,
+                    promotion_pct=settings::PROMOTION_PCT, sample_pct=settings::SAMPLE_PCT,
+                    lifetime_pct=settings::LIFETIME_PCT, ghost_factor=settings::GHOST_FACTOR,
+                    survival=true, aging=true, invalidation_aware=true, packing=true,
+                    fixed_lifetime=None, open_in_cache=false, ram_pct=settings::RAM_PCT,
+                    ram_served=None, ram_served_s=0.0))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn simulate_blocks<'py>(
     py: Python<'py>,
@@ -87,7 +90,7 @@ pub(super) fn simulate_blocks<'py>(
     container_bytes: u64,
     erase_bytes: Option<u64>,
     op: f64,
-    tire_epbpd: Option<f64>,
+    lifespan_epbpd: Option<f64>,
     tire_slack: f64,
     tire_steps: u32,
     quantum_s: f64,
@@ -112,7 +115,7 @@ pub(super) fn simulate_blocks<'py>(
         container_bytes,
         erase_bytes,
         op,
-        tire_epbpd,
+        lifespan_epbpd,
         tire_slack,
         tire_steps,
         quantum_s,

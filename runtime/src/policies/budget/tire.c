@@ -116,10 +116,10 @@ struct tire_budget {
 
 static int tire_init(void **st, const struct frt_budget_setup *s, char *err, size_t errlen) {
     const struct flashrt_config *c = s->cfg;
-    if (frt_tire_check(c->tire_epbpd, c->tire_slack, c->tire_steps, c->tire_quantum_s, err, errlen) != 0) return -1;
+    if (frt_tire_check(c->lifespan_epbpd, c->tire_slack, c->tire_steps, c->tire_quantum_s, err, errlen) != 0) return -1;
     struct tire_budget *b = calloc(1, sizeof *b);
     if (!b) return frt_seterr(err, errlen, "out of memory");
-    frt_tire_init(&b->g, 1, c->tire_epbpd, s->erase_units, c->tire_slack, c->tire_steps, c->tire_quantum_s);
+    frt_tire_init(&b->g, 1, c->lifespan_epbpd, s->erase_units, c->tire_slack, c->tire_steps, c->tire_quantum_s);
     *st = b;
     return 0;
 }
