@@ -221,7 +221,8 @@ def test_ram_pass_shared_between_runs_changes_nothing():
     big = preset_requests(BLOCK_PRESETS["src11-like"], 0, 3000, page_bytes=4 * MiB)
     r = simulate(big, "lru_plus", 256 * MiB, ram_pct=5.0, container_bytes=8 * MiB)
     assert r["ram_read_hits"] > 0
-    with pytest.raises(ValueError, match="RAM cache size 101"):
+    with pytest.raises(ValueError, match=r"RAM cache size must be at most 100 % of the flash "
+                                         r"cache, got 101"):
         flashml_sim.block_ram_served(req.times, req.pages, req.lens, req.writes, 16 * MiB,
                                      page_bytes=req.page_bytes, ram_pct=101.0)
 
