@@ -36,6 +36,7 @@ FLASHRT = ROOT / "runtime" / "build" / "flashrt"
 OUT = ROOT / "bench" / "results" / "device.json"
 SEG = 128 * 1024
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "runtime"))  # test_runtime
 
 
 def missing() -> str | None:

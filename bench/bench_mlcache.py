@@ -6,10 +6,10 @@ generated multi-stream page traces, and the learned network (`flashml mlcache ru
 
 1. Stack distances (sim/src/mlcache/reuse.rs, Fenwick tree, O(n log n)) in requests per second: on
    Zipf traces of 10^5..10^7 requests and on the CloudPhysics sample; against the slow
-   obvious O(n*m) LRU-stack walk (Python, tests/test_partitioning.py's reference) on small n,
-   and against libCacheSim: its Python bindings have no MRC or stack-distance API, so its way
-   to a t-point MRC is t LRU simulations (`object_baselines.run_baselines`, count capacity),
-   timed here for the paper's t = 10 points; the points must equal ours.
+   obvious O(n*m) LRU-stack walk (Python, tests/mlcache/test_partitioning.py's reference) on
+   small n, and against libCacheSim: its Python bindings have no MRC or stack-distance API, so
+   its way to a t-point MRC is t LRU simulations (`object_baselines.run_baselines`, count
+   capacity), timed here for the paper's t = 10 points; the points must equal ours.
 2. Hit ratios of shared, even, static_optimal, discrete_optimal and previous_optimal (the
    `mlcache` hook fed the previous interval's best split) on generated mixes
    (`flashml.systems.mlcache.multistream.generate_mix`) of 2, 4 and 8 streams at the paper's cache
@@ -56,6 +56,7 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "mlcache"))  # test_partitioning
 
 from machine import machine  # noqa: E402
 from test_partitioning import slow_distances as _slow  # noqa: E402  (the tests' reference)

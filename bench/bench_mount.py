@@ -36,6 +36,7 @@ FILE_BYTES = 64 << 20
 READS = 3000
 SIZES = (4096, SEG)
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "runtime"))  # test_mount
 
 
 def missing() -> str | None:

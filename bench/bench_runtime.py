@@ -42,6 +42,7 @@ FLASHRT = ROOT / "runtime" / "build" / "flashrt"
 #: Page-cache replays whose median decision latency is reported.
 REPEATS = 5
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "runtime"))  # test_runtime
 
 
 def sh(*args, **kw) -> subprocess.CompletedProcess[str]:

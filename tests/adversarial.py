@@ -1,4 +1,4 @@
-"""The adversarial suite's catalogue and runner, shared by tests/test_adversarial.py (a
+"""The adversarial suite's catalogue and runner, shared by tests/trust/test_adversarial.py (a
 fixed-seed subset in `make test`) and bench/bench_adversarial.py (the full catalogue in
 `make fuzz` -> bench/results/adversarial.json).
 
@@ -61,6 +61,10 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 FLASHRT = REPO / "runtime" / "build" / "flashrt"
 PY = sys.executable
+#: The test folders whose modules lend the suite their helpers: tests/ (fuzz_support,
+#: demo_policy), tests/runtime/ (test_runtime's cut-down trace, test_runtime_mat's objects
+#: trace, test_runtime_readahead's bundle) and tests/trust/ (test_fuzz_kill's kill -9 helpers).
+TEST_FOLDERS = [REPO / "tests", REPO / "tests" / "runtime", REPO / "tests" / "trust"]
 MEMORY_LIMIT = 6 << 30
 """Address-space limit of every case's process: a hostile input that wants more memory fails
 inside its own process instead of taking the machine's."""
@@ -129,6 +133,13 @@ __attribute__((constructor)) static void flashml_evil(void) {
 """
 
 
+def _test_folders_on_path() -> None:
+    """TEST_FOLDERS importable (once), as the tests' own modules import one another."""
+    for d in reversed(TEST_FOLDERS):
+        if str(d) not in sys.path:
+            sys.path.insert(0, str(d))
+
+
 def _sh(*args: object, cwd: Path = REPO, timeout: float = 900) -> None:
     proc = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
@@ -155,7 +166,7 @@ def build_fixtures(root: Path, log: Callable[[str], None] = print) -> dict[str, 
     started = time.perf_counter()
     if not FLASHRT.exists():
         _sh("make", "-s", "-C", REPO / "runtime", "all")
-    sys.path.insert(0, str(REPO / "tests"))
+    _test_folders_on_path()
     import numpy as np
 
     from flashml.compiler.build import compile_policy
@@ -1487,8 +1498,10 @@ def _run_kill(r: Runner, case: Case, p: dict[str, str], w: Path, argv: list[str]
               env: dict[str, str]) -> Result:
     """kill -9 of `flashml trace ingest` at a random point (the case's fraction of a full
     run): the output is absent or complete, temporary files are hidden `.tmp` ones that the
-    next run removes; the rerun completes (tests/test_fuzz_kill.py's helpers)."""
+    next run removes; the rerun completes (tests/trust/test_fuzz_kill.py's helpers)."""
     import polars as pl
+
+    _test_folders_on_path()
     from test_fuzz_kill import _kill, _popen, _temp_files  # type: ignore[import-not-found]
 
     frac = float(case.runner.split(":")[1])
@@ -1644,8 +1657,9 @@ def fixtures_key() -> str:
              *sorted((REPO / "flashml" / "compiler").glob("*.in")),
              *sorted((REPO / "runtime" / "src").rglob("*.[ch]")),
              *(REPO / "tests" / n for n in ("adversarial.py", "demo_policy.py",
-                                            "test_runtime.py", "test_runtime_mat.py",
-                                            "test_runtime_readahead.py"))]
+                                            "runtime/test_runtime.py",
+                                            "runtime/test_runtime_mat.py",
+                                            "runtime/test_runtime_readahead.py"))]
     for f in files:
         if f.exists():
             h.update(f.name.encode() + b"\0" + f.read_bytes())

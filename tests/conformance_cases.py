@@ -1,5 +1,5 @@
 """The cases flashml is compared with BCacheSim on (bench/bench_conformance.py runs both;
-tests/test_conformance.py checks flashml against the recorded BCacheSim figures in
+tests/kernel/test_conformance.py checks flashml against the recorded BCacheSim figures in
 tests/fixtures/bcachesim_conformance.json). One definition of the traces, the policies and
 the metric map for both."""
 

@@ -141,7 +141,7 @@ def seed_mlflow_store(home: Path) -> Path:
     """HOME/mlflow.db (the embedded store under FLASHML_HOME=HOME) made a copy of an already
     migrated empty store unless it exists: the same tables and rows MLflow's own first touch
     writes, so a test whose subject is not the store's creation skips the migrations (first
-    touch itself: tests/test_tracking.py). Returns HOME."""
+    touch itself: tests/services/test_tracking.py). Returns HOME."""
     home.mkdir(parents=True, exist_ok=True)
     db = home / "mlflow.db"
     if not db.exists():

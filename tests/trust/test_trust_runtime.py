@@ -23,9 +23,11 @@ import pytest
 from manifest_corpus import CORPUS, apply_case
 from test_runtime import BUILD, FLASHRT, build_runtime
 
+from conftest import REPO
+
 POLICIES = BUILD / "policies"
 FORMAT = "flashml-policy-bundle/1"
-HEADER = Path(__file__).resolve().parents[1] / "flashml" / "compiler" / "flashml_policy.h"
+HEADER = REPO / "flashml" / "compiler" / "flashml_policy.h"
 
 
 def contract_hash(name: str) -> str:
@@ -456,7 +458,7 @@ def test_fifos_never_hang(env, tmp_path):
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small real compiled admission bundle (as tests/test_trust_bundle.py's)."""
+    """A small real compiled admission bundle (as tests/trust/test_trust_bundle.py's)."""
     from flashml.compiler.build import compile_policy
     from flashml.trace.canonical import read_table
 

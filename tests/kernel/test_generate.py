@@ -15,9 +15,11 @@ from flashml.trace.generate import HEADER, generate_trace
 from flashml.trace.presets import PRESETS, markdown
 from flashml.trace.stats import compute_stats
 
+from conftest import REPO
+
 FIELDS = HEADER.lstrip("#").split()
 #: The page whose preset sections `markdown` / `object_markdown` render.
-PRESETS_DOC = Path(__file__).resolve().parents[1] / "docs" / "reference" / "synthetic-traces.md"
+PRESETS_DOC = REPO / "docs" / "reference" / "synthetic-traces.md"
 
 
 def parse(path: Path) -> tuple[list[str], pl.DataFrame]:

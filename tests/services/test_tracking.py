@@ -51,7 +51,7 @@ def test_concurrent_first_runs_share_one_fresh_store(tmp_path: Path) -> None:
 def test_a_run_never_stays_running(tmp_path: Path) -> None:
     """A job's MLflow run (flashml.jobs.run.open_run) ends KILLED when the process is
     stopped by SIGTERM (a benchmark's timeout, `kill`), FAILED on an error (FINISHED
-    otherwise: tests/test_cli.py); a new run carries its name, description, tags and the
+    otherwise: tests/kernel/test_cli.py); a new run carries its name, description, tags and the
     git commit."""
     import os
     import subprocess

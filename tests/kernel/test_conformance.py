@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from conformance_cases import METRIC_MAP, POLICIES, TRACES, flashml_metrics, generate
 
-FIXTURE = Path(__file__).parent / "fixtures" / "bcachesim_conformance.json"
+from conftest import REPO
+
+FIXTURE = REPO / "tests" / "fixtures" / "bcachesim_conformance.json"
 CASES = json.loads(FIXTURE.read_text())["cases"]
 POLICY = {p["name"]: p for p in POLICIES}
 
@@ -53,8 +55,8 @@ def test_bench_refuses_a_wrong_checkout(tmp_path):
     import subprocess
     import sys
 
-    bench = Path(__file__).parent.parent / "bench" / "bench_conformance.py"
-    out = Path(__file__).parent.parent / "bench" / "results" / "conformance.json"
+    bench = REPO / "bench" / "bench_conformance.py"
+    out = REPO / "bench" / "results" / "conformance.json"
     before = out.read_bytes() if out.exists() else None
 
     def run(*args: str) -> subprocess.CompletedProcess:

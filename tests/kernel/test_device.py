@@ -16,7 +16,8 @@ import pytest
 
 from flashml.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO as ROOT
+
 FLASHRT = ROOT / "runtime" / "build" / "flashrt"
 
 

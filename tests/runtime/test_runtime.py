@@ -19,9 +19,8 @@ import pytest
 
 from flashml.config import DEFAULTS, GB, MB, UNITS
 
-from conftest import python_argv
+from conftest import REPO, python_argv
 
-REPO = Path(__file__).resolve().parents[1]
 RUNTIME = REPO / "runtime"
 BUILD = RUNTIME / "build"
 FLASHRT = BUILD / "flashrt"

@@ -1,7 +1,7 @@
 """A reader's crash and its neighbours, as regression tests: a trace cut in the middle of its
 last line (or a short line in any chunk, at any place in it) is an error naming the file, the
 line and the field, exit 1, no output; `--skip-bad-lines` leaves such lines out and counts
-them. Then the other hostile inputs the fuzzer found (tests/test_fuzz_traces.py)."""
+them. Then the other hostile inputs the fuzzer found (tests/trust/test_fuzz_traces.py)."""
 
 from __future__ import annotations
 

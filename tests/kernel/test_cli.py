@@ -10,7 +10,7 @@ import pytest
 
 from flashml.cli import build_parser, main
 
-from conftest import cloudphysics_pipeline_run, run_cli, seed_mlflow_store
+from conftest import REPO, cloudphysics_pipeline_run, run_cli, seed_mlflow_store
 
 
 def all_commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
@@ -427,7 +427,7 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
 
     from flashml import cli as flashml_cli
 
-    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert scripts["project"]["scripts"]["flashml"] == "flashml.cli:console"
 
     def interrupted(argv=None):

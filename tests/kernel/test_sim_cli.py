@@ -15,8 +15,8 @@ import pytest
 from flashml.simulation import METRIC_KEYS, SimConfig, simulate
 from flashml.trace.canonical import TraceMeta, read_meta, write_table
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+from conftest import REPO, SHARED
+
 CLOUDPHYSICS = SHARED / "traces" / "cloudphysics-sample.csv"
 FLASHML = REPO / ".venv" / "bin" / "flashml"
 SEG = 131072

@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 sys.path.insert(0, str(REPO / "bench"))
 
 import render_pannier_docs as rp  # noqa: E402

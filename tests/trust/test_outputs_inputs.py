@@ -24,9 +24,7 @@ import pytest
 
 from flashml import cli
 
-from conftest import python_argv
-
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA, python_argv
 
 
 class Reached(Exception):

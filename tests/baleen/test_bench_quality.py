@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 sys.path.insert(0, str(REPO / "bench"))
 
 import bench_quality  # noqa: E402

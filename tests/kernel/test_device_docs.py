@@ -4,11 +4,11 @@ from the committed bench/results/device.json; the check's rank correlation."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO as ROOT
+
 sys.path.insert(0, str(ROOT / "bench"))
 
 

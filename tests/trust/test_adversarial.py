@@ -17,9 +17,10 @@ from pathlib import Path
 import adversarial as adv
 import pytest
 
+from conftest import REPO
+
 SEED = 40
 CASES = int(os.environ.get("FLASHML_ADVERSARIAL_CASES", "100"))
-REPO = Path(__file__).resolve().parents[1]
 _SUBSET = adv.subset(adv.catalogue(seed=SEED, quick=True), CASES, SEED)
 
 
@@ -132,7 +133,7 @@ def test_docs_figures_are_the_committed_results() -> None:
     import json
     import sys
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO
     sys.path.insert(0, str(repo / "bench"))
     from bench_adversarial import security_section
 
@@ -186,7 +187,9 @@ def test_a_stop_at_the_budget_judges_what_came_before_it(tmp_path: Path, entry: 
     on its way out, the case ran past its time: a job stopped at its budget is `ok`, not a
     `hang` or a `traceback`, and the worker answers (it is not killed). Where every thread
     stood is kept for a real hang."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    # the worker imports this module (its entries below) from its folder
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"),
+                                                        str(Path(__file__).resolve().parent)])}
     worker = adv.Worker(env)
     err = tmp_path / "case.err"
     try:

@@ -3,8 +3,6 @@ the Python reference on random request streams."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,8 +12,8 @@ from flashml.simulation import parse_capacity, simulate_objects
 from flashml.trace.objects import read_objects
 
 import reference_sim as ref
+from conftest import SHARED
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CLOUDPHYSICS = SHARED / "traces" / "cloudphysics-sample.csv"
 MiB = 1 << 20
 

@@ -10,7 +10,7 @@ A refusal costs a parse; an accepted value runs its command. The cheap commands 
 the others stop at the start of their work (`Command.stub`: reaching it means every check
 before the work passed) unless FLASHML_FUZZ_PROFILE=fuzz, which runs them for real where
 their minimal arguments can (`Command.real`). `flashml trace ...` is its owner's
-(tests/test_fuzz_traces.py and friends).
+(tests/trust/test_fuzz_traces.py and friends).
 """
 
 from __future__ import annotations

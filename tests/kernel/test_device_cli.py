@@ -1,7 +1,7 @@
 """`flashml device probe` and `flashml device check` as commands: the probe of a plain file
 (no root needed; skips where the file system refuses O_DIRECT), and the refusals made before
 any work (inputs never overwritten, a missing root / loop / cgroup / FUSE named, nothing
-written). The real check on a throttled device is tests/test_device.py (root)."""
+written). The real check on a throttled device is tests/kernel/test_device.py (root)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from flashml.cli import main
+
+from conftest import REPO
 
 
 def _o_direct_ok(d: Path) -> str | None:
@@ -153,7 +155,7 @@ def test_the_readme_device_row_follows_device_json() -> None:
     changed peak makes the README stale."""
     import sys
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO
     sys.path.insert(0, str(repo / "bench"))
     from render_headlines import _load, device_row
 
