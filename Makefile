@@ -46,12 +46,12 @@ regress: setup
 
 # The scaled-out topology (docker-compose.yml) run natively: scripts/cluster.sh starts Postgres,
 # the MLflow server, a Spark master + 2 workers and Airflow 3 on 127.0.0.1; the whole
-# tests/test_cluster.py on a small job (the DAG under the real scheduler, the main job scaled
-# out and equal to the embedded run, and the faults: the MLflow server restarted mid-sweep,
+# tests/services/test_cluster.py on a small job (the DAG under the real scheduler, the main job
+# scaled out and equal to the embedded run, and the faults: the MLflow server restarted mid-sweep,
 # the scheduler killed mid-DAG, a Spark worker killed mid-episodes; about 20 minutes at a
 # load average of 15 on 2 cores); `make test` runs its fast part (about 3 minutes).
 cluster-test: setup
-	FLASHML_CLUSTER_FULL=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_cluster.py
+	FLASHML_CLUSTER_FULL=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/services/test_cluster.py
 
 # The cluster's figures (bench/results/cluster.json; docs/how-to/scale-out.md and README's
 # "Scaling out" rendered from it): start-up, the 1 M-access main job scaled out vs embedded,
@@ -84,18 +84,19 @@ conformance: setup
 # FUZZ_CASES mutated inputs per format through every trace reader, object reader, bundle
 # loader and settings parser (Hypothesis, random seeds); the C runtime's trace and manifest
 # parsers under libFuzzer + ASan/UBSan for FUZZ_SECONDS each (runtime/fuzz/); kill -9 at
-# random points of ingest and of the main job, then a rerun (tests/test_fuzz_kill.py); the
+# random points of ingest and of the main job, then a rerun (tests/trust/test_fuzz_kill.py); the
 # adversarial suite's full catalogue (tests/adversarial.py: hostile numbers for every option,
 # outputs that are inputs, FIFOs, tampered bundles, two runs on one output) ->
-# bench/results/adversarial.json (its subset runs in `make test`: tests/test_adversarial.py).
+# bench/results/adversarial.json (its subset runs in `make test`: tests/trust/test_adversarial.py).
 FUZZ_CASES ?= 1000
 FUZZ_SECONDS ?= 600
 fuzz: setup
 	FLASHML_FUZZ_PROFILE=fuzz FLASHML_FUZZ_CASES=$(FUZZ_CASES) $(VENV)/bin/pytest -n 2 \
-		--dist loadfile -q -p no:cacheprovider tests/test_fuzz_traces.py \
-		tests/test_fuzz_inputs.py tests/test_fuzz_cut_lines.py tests/test_fuzz_runtime.py
-	FLASHML_FUZZ_SLOW=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_fuzz_kill.py \
-		tests/test_trace_bounds.py
+		--dist loadfile -q -p no:cacheprovider tests/trust/test_fuzz_traces.py \
+		tests/trust/test_fuzz_inputs.py tests/trust/test_fuzz_cut_lines.py \
+		tests/trust/test_fuzz_runtime.py
+	FLASHML_FUZZ_SLOW=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/trust/test_fuzz_kill.py \
+		tests/kernel/test_trace_bounds.py
 	$(MAKE) -C runtime/fuzz run FUZZ_SECONDS=$(FUZZ_SECONDS)
 	$(PY) bench/bench_adversarial.py
 

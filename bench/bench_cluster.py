@@ -23,7 +23,7 @@ spark_fault, restart; each saved as it ends; SIGTERM or Ctrl-C stops the cluster
    policy's metrics, convergence, episodes, the sweep's trials);
 3. `sweep_workers`: the same scaled-out job with `--sweep-workers 1`: its sweep stage
    against step 2's;
-4. `small_job`: the small job of tests/test_cluster.py (20,000 accesses, at most 30
+4. `small_job`: the small job of tests/services/test_cluster.py (20,000 accesses, at most 30
    boosting rounds, 2 trials on 2 workers) embedded and scaled out: the reference the
    faults' runs are compared with (their summary, the artifacts a run logs);
 5. `mlflow_fault`, `spark_fault` (scripts/cluster_faults.py), each on the small job scaled
@@ -119,7 +119,7 @@ def open_ports(state: Path) -> list[int]:
 
 #: the main job's options besides the trace size, embedded and scaled out
 JOB_OPTIONS = ["--sweep-trials", "2", "--sweep-workers", "2"]
-#: the small job (tests/test_cluster.py's): the faults' runs and the DAG's params
+#: the small job (tests/services/test_cluster.py's): the faults' runs and the DAG's params
 SMALL = {"accesses": 20000, "max_rounds": 30, "sweep_trials": 2, "sweep_workers": 2}
 SMALL_ARGS = [a for k, v in SMALL.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 

@@ -1,6 +1,6 @@
 """Fuzzing figures: mutated inputs per format through every trace reader, object
-reader, bundle loader and settings parser (Hypothesis, tests/test_fuzz_*.py, random seeds, every
-outcome counted: ok, clear error, traceback, hang, partial output, unclear or invalid),
+reader, bundle loader and settings parser (Hypothesis, tests/trust/test_fuzz_*.py, random seeds,
+every outcome counted: ok, clear error, traceback, hang, partial output, unclear or invalid),
 kill -9 crash safety of ingest and of the main job, and the C runtime's parsers under
 libFuzzer + ASan/UBSan (runtime/fuzz/).
 
@@ -52,8 +52,8 @@ def _records(log: Path) -> list[dict]:
 def python_fuzz(tmp: Path) -> dict:
     """Every fuzz test at CASES cases, counting outcomes (FLASHML_FUZZ_COUNT_ONLY)."""
     log = tmp / "python.jsonl"
-    run = _pytest(["-n", "2", "--dist", "loadfile", "tests/test_fuzz_traces.py",
-                   "tests/test_fuzz_inputs.py"], log, FLASHML_FUZZ_PROFILE="fuzz",
+    run = _pytest(["-n", "2", "--dist", "loadfile", "tests/trust/test_fuzz_traces.py",
+                   "tests/trust/test_fuzz_inputs.py"], log, FLASHML_FUZZ_PROFILE="fuzz",
                   FLASHML_FUZZ_CASES=str(CASES), FLASHML_FUZZ_COUNT_ONLY="1")
     by: dict[str, Counter] = defaultdict(Counter)
     secs: dict[str, list[float]] = defaultdict(list)
@@ -87,7 +87,7 @@ def python_fuzz(tmp: Path) -> dict:
 
 def kill_tests(tmp: Path) -> dict:
     log = tmp / "kill.jsonl"
-    run = _pytest(["tests/test_fuzz_kill.py", "-rxX"], log, FLASHML_FUZZ_SLOW="1")
+    run = _pytest(["tests/trust/test_fuzz_kill.py", "-rxX"], log, FLASHML_FUZZ_SLOW="1")
     recs = _records(log)
     ingest = [r for r in recs if r["spec"] == "kill-ingest"]
     pipeline = [r for r in recs if r["spec"] == "kill-pipeline"]

@@ -1,5 +1,5 @@
 """The README's headline figures, rendered from the committed bench/results/*.json (the
-benchmarks that measured them: `make bench`). tests/test_docs.py checks that README.md holds
+benchmarks that measured them: `make bench`). tests/kernel/test_docs.py checks that README.md holds
 exactly this section, so a figure on the front page always has its source.
 
     .venv/bin/python bench/render_headlines.py           # print the section

@@ -5,7 +5,7 @@ rendered from the committed bench/results/kml.json (bench/bench_kml.py). One mar
     ...
     <!-- kml.json: end -->
 
-tests/test_kml_docs.py fails when the marked section differs from what this script renders
+tests/kml/test_kml_docs.py fails when the marked section differs from what this script renders
 from the committed JSON; prose outside the markers is hand-written.
 
     .venv/bin/python bench/render_kml_docs.py           # print the section

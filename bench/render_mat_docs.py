@@ -6,7 +6,7 @@ bench/results/mat.json (bench/bench_mat.py) and bench/results/mat_flash.json
     ...
     <!-- NAME.json: end -->
 
-tests/test_mat_docs.py fails when a marked section differs from what this script renders
+tests/mat/test_mat_lrb.py fails when a marked section differs from what this script renders
 from the committed JSON; prose outside the markers is hand-written.
 
     .venv/bin/python bench/render_mat_docs.py           # print the sections

@@ -8,7 +8,7 @@ Each results file with a table on the page owns one marked section of it:
     <!-- NAME.json: end -->
 
 The page's summary at the top is the README's headline table (bench/render_headlines.py,
-its own markers). tests/test_docs_measurements.py fails when a marked section differs from
+its own markers). tests/kernel/test_docs_measurements.py fails when a marked section differs from
 what these scripts render from the committed JSON. Prose outside the markers is hand-written.
 
     .venv/bin/python bench/render_measurements.py           # print the sections

@@ -5,7 +5,7 @@ bench/results/pannier.json (bench/bench_pannier.py). One marked section of the p
     ...
     <!-- pannier.json: end -->
 
-tests/test_pannier_docs.py fails when the marked section differs from what this script
+tests/pannier/test_pannier_docs.py fails when the marked section differs from what this script
 renders from the committed JSON; prose outside the markers is hand-written.
 
     .venv/bin/python bench/render_pannier_docs.py           # print the section

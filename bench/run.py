@@ -23,7 +23,8 @@ def main() -> int:
     if failed:
         print(f"benchmarks failed: {', '.join(failed)}", file=sys.stderr)
         return 1
-    # the README's headline figures, from the results just written (tests/test_docs.py checks)
+    # the README's headline figures, from the results just written (tests/kernel/test_docs.py
+    # checks)
     return subprocess.run([sys.executable, str(HERE / "render_headlines.py"), "--write"],
                           cwd=HERE.parent).returncode
 

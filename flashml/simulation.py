@@ -466,7 +466,7 @@ def default_core_config() -> dict[str, Any]:
 
 _CAP = re.compile(r"^\s*(?P<int>[0-9]+)(?:\.(?P<frac>[0-9]+))?\s*(?P<unit>[a-zA-Z]*)\s*$")
 #: Size units, case-insensitive: the one table of docs/reference/conventions.md ("Sizes"),
-#: which the C runtime's cli_parse_bytes follows too (tests/test_runtime.py checks both
+#: which the C runtime's cli_parse_bytes follows too (tests/runtime/test_runtime.py checks both
 #: agree). Bare K/M/G/T are refused: they mean 1000^n to some users and 1024^n to others.
 _BYTE_UNITS = {
     "": 1, "b": 1,

@@ -395,7 +395,7 @@ print(importlib.metadata.version("apache-airflow-core"))')
   ( umask 077; cat > "$ENV_FILE" <<EOF
 # flashml's scaled-out services on this machine (scripts/cluster.sh up); source with
 #   set -a; . $ENV_FILE; set +a
-# -- the variables docker-compose.yml sets (tests/test_cluster.py checks they are the same)
+# -- the variables docker-compose.yml sets (tests/services/test_cluster.py checks they are the same)
 MLFLOW_TRACKING_URI=http://127.0.0.1:$MLFLOW_PORT
 FLASHML_OPTUNA_STORAGE=postgresql+psycopg2://$PG/optuna
 FLASHML_SPARK_MASTER=spark://127.0.0.1:$SPARK_PORT

@@ -19,7 +19,7 @@ counted: what a job or DAG run lost through them.
   lists for the run present on the artifact store with its size.
 
 Every wait is on an event (a file, the REST API, the storage), with a generous deadline
-only against a hang. Used by tests/test_cluster.py and bench/bench_cluster.py.
+only against a hang. Used by tests/services/test_cluster.py and bench/bench_cluster.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """An example in every command's help: the commands whose parsers do not carry their own
 (`epilog` with "example"), by command path. `apply` adds them after the parser is built;
-tests/test_cli.py checks that every command has one."""
+tests/kernel/test_cli.py checks that every command has one."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from flashml.trace.formats import OBJECT_FORMATS
 MAT_OPTIONS = tuple(MAT_KNOBS.knobs)
 
 #: `--admission` choices: flashml.simulation.ADMISSIONS (declared in sim/src/core/config.rs),
-#: restated so that `--help` needs no simulator import; tests/test_sim_cli.py checks it.
+#: restated so that `--help` needs no simulator import; tests/kernel/test_sim_cli.py checks it.
 ADMISSION_CHOICES = ("admitall", "coinflip", "rejectx", "rejectx_block", "opt", "threshold")
 
 

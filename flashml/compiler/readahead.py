@@ -15,7 +15,7 @@ Why our own C and not emlearn's (which MLCache's network uses): emlearn evaluate
 float32 with activations in static buffers (not reentrant), and prints tree thresholds with
 six decimals; this model is ~150 multiply-adds or a few comparisons, so the C here evaluates
 in double with every weight and threshold written as an exact hexadecimal literal, which
-makes the compiled model agree with scikit-learn's own prediction (tests/test_kml_model.py),
+makes the compiled model agree with scikit-learn's own prediction (tests/kml/test_kml_model.py),
 and keeps flashml_readahead_kib reentrant.
 """
 

@@ -4,7 +4,7 @@ The training loop scores every access of the trace with each model it trains (ad
 ML-Range's two, ML-When): at 1 M accesses LightGBM's own predict took 65% of the main job.
 `predict(booster, x)` reads the booster's trees once through Treelite (the compiler's
 frontend: the same trees, up to the best iteration, that `Booster.predict` uses) into the
-simulator crate's evaluator, which returns the same doubles (tests/test_forest.py checks
+simulator crate's evaluator, which returns the same doubles (tests/kernel/test_forest.py checks
 them bit for bit, on threshold edges and NaN too). A model the evaluator does not take
 (categorical splits, several outputs, another postprocessor) is scored by LightGBM itself.
 """

@@ -46,7 +46,7 @@ def side_by_side(jobs: Sequence[Callable[[int], R]], threads: int) -> list[R]:
     available cores) at a time, each job told how many LightGBM threads it may use (the
     `threads` shared among them) and limited to as many cores (flashml/cores.py) for its
     scoring. LightGBM's trees do not depend on its thread count (deterministic, row-wise
-    histograms: bit for bit, tests/test_gbm_threads.py; `fit(threads=...)` records the
+    histograms: bit for bit, tests/kernel/test_gbm_threads.py; `fit(threads=...)` records the
     nominal count in the model's text, and only the held-out loss curve, summed in
     parallel, can differ in its last bits), so this changes only when they are done:
     independent trainings of 7-100 k rows each on one core instead of one after the other

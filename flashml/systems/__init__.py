@@ -6,7 +6,7 @@ is what they share.
 `SYSTEMS` lists the job modules; `flashml <command> run` exists for each
 (flashml/commands/systems.py). ARCHITECTURE.md says what a job module provides. Only this
 registry and the CLI (`commands/`, `cli.py`) import a system; a system never imports another
-(tests/test_layers.py).
+(tests/kernel/test_layers.py).
 """
 
 #: Job modules, one per system.

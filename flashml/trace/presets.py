@@ -4,7 +4,7 @@ block traces (`PRESETS`), and on CDN and key-value caches for the whole-object t
 
 `generate_trace` (trace/generate.py) builds traces from them, and the preset sections of
 docs/reference/synthetic-traces.md are rendered from them by `markdown` and `object_markdown`
-(with the measured statistics of each preset's default trace, seed 0); tests/test_generate.py
+(with the measured statistics of each preset's default trace, seed 0); tests/kernel/test_generate.py
 checks that the page says exactly what they render. To refresh the page after changing a
 preset:
 

@@ -5,7 +5,7 @@
  * the blocks, TIRE's levels at q, 2q, 3q, 4q, overwrites of cached blocks in interval 1, the
  * ladder scaled to a credit below q), nearest-rank, the bytes, and recovery (the index
  * rebuilt, an overwritten block never served). The decisions on whole traces against the
- * simulator's: tests/test_runtime_pannier.py. */
+ * simulator's: tests/runtime/test_runtime_pannier.py. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * ASan+UBSan (`make test`) and valgrind (`make valgrind`): the share-to-page rules by hand
  * (sim/src/mlcache/partition.rs's apportion and pages_of_shares), the cache by hand, its bytes read
  * back, and bad input. The decisions with a real network against the simulator's:
- * tests/test_runtime_partition.py. */
+ * tests/runtime/test_runtime_partition.py. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * tests/policies/readahead.c) with the loader's refusals, and the per-stream controller of the
  * backing reads (src/policies/readahead/ra_hook.c: decisions per stream, determinism, the table's reuse, the
  * hints on a real backing). The features against Python's
- * window_features, and the command: tests/test_runtime_readahead.py. */
+ * window_features, and the command: tests/runtime/test_runtime_readahead.py. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <math.h>

@@ -34,7 +34,7 @@ def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark:
     when its score is positive and the write rate of the episodes ranked above it and itself
     (`cum_write_rate_mbps`, independent of the target) is within the target
     (episodes/core.py `ranked_stages`), so the ranking is built once and each target is a
-    cut of it, equal to `opt_arrays` at that target (tests/test_opt.py). `built`: a folder
+    cut of it, equal to `opt_arrays` at that target (tests/baleen/test_opt.py). `built`: a folder
     of episodes already built from `table` at this eviction age (any target and K: the
     ranking depends on neither), used instead of building them again."""
     from flashml.systems.baleen.episodes.core import EpisodeParams, build, finished_build

@@ -11,7 +11,7 @@ the byte miss ratio.
 The oracle trace (24-byte records: u32 clock_time, u64 obj_id, u32 obj_size, i64
 next_access_vtime) carries each request's next access, which Belady needs; it is written
 exactly as libCacheSim's own converter (`Util.convert_to_oracleGeneral`) writes it: the
-1-based index of the key's next request, -1 for none (tests/test_object_baselines.py checks
+1-based index of the key's next request, -1 for none (tests/mat/test_object_baselines.py checks
 the bytes). clock_time is seconds since the first request (0 without times).
 
 Capacity is bytes, or objects with `unit="objects"`: then every size is written as 1, so

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 # NumPy and the MSR reader are imported inside the functions: `flashml --help` builds its
-# parser from BLOCK_PRESETS and must not load them (tests/test_sim_cli.py).
+# parser from BLOCK_PRESETS and must not load them (tests/kernel/test_sim_cli.py).
 
 #: The block (page) size of the presets' address space and of Pannier's cache.
 BLOCK_BYTES = 4 * KiB

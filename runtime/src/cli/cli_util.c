@@ -25,7 +25,7 @@ static int parse_leading_uint(const char *s, unsigned long long *v, char **end) 
 
 int cli_parse_bytes(const char *s, uint64_t *out) {
     /* docs/reference/conventions.md "Sizes": the table flashml.simulation's parse_capacity reads (case-insensitive;
-     * bare K/M/G/T refused as ambiguous); tests/test_runtime.py checks both agree. */
+     * bare K/M/G/T refused as ambiguous); tests/runtime/test_runtime.py checks both agree. */
     static const struct { const char *unit; uint64_t mult; } UNITS[] = {
         {"", 1}, {"b", 1},
         {"kb", 1000ull}, {"mb", 1000000ull}, {"gb", 1000000000ull}, {"tb", 1000000000000ull},

@@ -3,7 +3,7 @@
  * flashml_partition from the monitor's features of the interval before. Every step is the
  * simulator's (sim/src/mlcache/partition.rs Partitions::access/resize, pages_of_shares, apportion;
  * sim/src/mlcache/reuse.rs interval_histograms), so the quotas and hits are the same on the same
- * requests (tests/test_runtime_partition.py).
+ * requests (tests/runtime/test_runtime_partition.py).
  *
  * The monitor (policies/partition/monitor.h, the engine's bundle partition's too): exact
  * per-stream LRU stack distances with a Fenwick tree over each stream's request positions.

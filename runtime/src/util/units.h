@@ -1,5 +1,5 @@
 /* units.h: the ONE place the C runtime defines flashml's units (DESIGN.md "Units and
- * definitions"). They must equal flashml/config.py; tests/test_runtime.py checks it through
+ * definitions"). They must equal flashml/config.py; tests/runtime/test_runtime.py checks it through
  * `flashrt units --json`. */
 #ifndef FLASHRT_UNITS_H
 #define FLASHRT_UNITS_H

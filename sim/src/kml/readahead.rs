@@ -3,7 +3,7 @@
 //! tuner can pick the size of the next window from the contract's features
 //! (features/readahead.toml; the reference is `flashml.features.readahead.window_features`).
 //!
-//! The model (the slow reference in tests/test_kml_twin.py implements the same rules):
+//! The model (the slow reference in tests/kml/test_kml_twin.py implements the same rules):
 //!
 //! * Requests `(file, page, npages, write)` run in order, closed loop (the next one starts when
 //!   the previous one finished, like db_bench with one thread); trace timestamps are not used.

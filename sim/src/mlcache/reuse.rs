@@ -17,7 +17,7 @@
 //! libCacheSim's Python bindings (`libcachesim` 0.3.5, the project's external oracle) expose
 //! caches and a trace analyser (reuse *time*, written to files) but no stack distance or MRC
 //! API (its `distUtil` binary is not in the wheel). The tests check this module against a
-//! slow obvious O(n*m) LRU stack walk, and tests/test_partitioning.py checks the hit curve
+//! slow obvious O(n*m) LRU stack walk, and tests/mlcache/test_partitioning.py checks the hit curve
 //! against libCacheSim's own LRU at several capacities.
 
 use crate::core::hash::{new_map, FastMap};

@@ -1,12 +1,12 @@
 /* lrb_features.h: LRB's 44 eviction features (the eviction contract,
  * flashml/features/eviction.toml), kept per object while requests stream, for MAT
  * (mat.c). The same definitions as sim/src/mat/lrb_features.rs (every convention is written in
- * the TOML); tests/test_runtime_mat.py compares this code's vectors with the simulator's.
+ * the TOML); tests/runtime/test_runtime_mat.py compares this code's vectors with the simulator's.
  *
  * One definition: the layout (count, indices, 31 distances, 10 counters, the memory window)
  * comes from the generated flashml_policy.h and is checked below at compile time; the one
  * constant the header does not carry, the first counter's window, is FRT_EVICT_EDC_BASE_LOG2,
- * which tests/test_runtime_mat.py checks against eviction.toml. A policy .so is refused
+ * which tests/runtime/test_runtime_mat.py checks against eviction.toml. A policy .so is refused
  * unless its flashml_evict_contract_hash() is the header's (policy.c). Not public. */
 #ifndef FLASHRT_LRB_FEATURES_H
 #define FLASHRT_LRB_FEATURES_H

@@ -13,7 +13,7 @@
  * access's size, its last access set then too.
  *
  * With regions of one segment this is the simulator's flash MAT segment for segment on a
- * trace where each GET covers all the cached segments of its block (tests/
+ * trace where each GET covers all the cached segments of its block (tests/runtime/
  * test_runtime_engine.py). Elsewhere it differs as the engine differs from the simulator:
  * a region of several segments leaves whole (the other blocks' segments in it too); a miss
  * refreshes its block before inserting, where the simulator keeps the block's cached
