@@ -1,7 +1,8 @@
 """MAT in the simulator's object mode (sim/src/mat/mod.rs): LRB's eviction features
-against the slow reference, the fallback (no predictor = LRU), the oracle table of the brief
-(other-seeds-notes.md §1.5), a slow obvious Python MAT matched exactly, the compiled .so path
-with hand-written C policies, Belady, training samples and their labels, bad input."""
+against the slow reference, the fallback (no predictor = LRU), the oracle table of the seed
+notes (../shared/seeds/other-seeds-notes.md §1.5), a slow obvious Python MAT matched exactly,
+the compiled .so path with hand-written C policies, Belady, training samples and their labels,
+bad input."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ from flashml.trace.objects import read_objects
 from conftest import CLOUDPHYSICS
 
 #: The paper's Algorithm 1 as written (the sign controller, a prediction per candidate taken):
-#: what the brief's figures and the slow reference below compute. The declared defaults
-#: (the mean controller, reused predictions) are checked in test_the_declared_defaults.
+#: what the seed notes' oracle table (other-seeds-notes.md) and the slow reference compute.
+#: The declared defaults (the mean controller, reused predictions) are checked in
+#: test_the_declared_defaults.
 ALGORITHM_1 = {"controller": "sign", "reuse_predictions": False}
 
 
@@ -256,15 +258,15 @@ def test_no_predictor_is_exactly_lru(cp, capacity, unit):
 # ---------------------------------------------------------------- the oracle table (§1.5)
 
 # capacity in objects, k -> (MAT-oracle miss ratio, predictions per eviction), T0 = capacity
-BRIEF = [
+SEED_TABLE = [
     (1000, 2, 0.7863, 3.18), (1000, 3, 0.7861, 3.43), (1000, 4, 0.7861, 3.45),
     (5000, 2, 0.6685, 2.15), (5000, 3, 0.6542, 2.99), (5000, 4, 0.6522, 3.40),
     (10000, 2, 0.5888, 1.87), (10000, 3, 0.5831, 3.03), (10000, 4, 0.5828, 3.28),
 ]
 
 
-@pytest.mark.parametrize("capacity, k, miss, ppe", BRIEF)
-def test_oracle_reproduces_the_brief(cp, capacity, k, miss, ppe):
+@pytest.mark.parametrize("capacity, k, miss, ppe", SEED_TABLE)
+def test_oracle_reproduces_the_seed_table(cp, capacity, k, miss, ppe):
     keys, sizes = cp
     r = simulate_objects_mat(keys, sizes, capacity, "objects", predictor="oracle", k=k)
     assert round(r["miss_ratio"], 4) == miss
@@ -309,7 +311,7 @@ def test_oracle_closes_most_of_the_gap_to_belady(cp):
         bel = simulate_objects(keys, sizes, cap, "belady", "objects")["miss_ratio"]
         mat = simulate_objects_mat(keys, sizes, cap, "objects", predictor="oracle")["miss_ratio"]
         assert bel < mat < lru
-        assert 0.6 < (lru - mat) / (lru - bel) < 0.8  # the brief: 68-76%
+        assert 0.6 < (lru - mat) / (lru - bel) < 0.8  # the seed notes: 68-76%
 
 
 # ---------------------------------------------------------------- Belady
