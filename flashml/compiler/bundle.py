@@ -83,6 +83,8 @@ ARTIFACT_PATH = "policy"
 COMPILED_ARTIFACT_PATH = "policy_so"
 REQUIRED_PARAMS = ("admit_threshold", "when_threshold", "eviction_age_s",
                    "target_write_rate_mbps")
+#: Every model file a bundle may hold, by model name (the admission group, then MAT's).
+ALL_MODEL_FILES: dict[str, str] = {**MODEL_FILES, EVICT_MODEL: EVICT_FILE}
 #: policy.json `eviction` fields (MAT's controller and the features' memory window).
 EVICT_REQUIRED = ("contract_hash", "k", "max_candidates", "delta", "initial_threshold",
                   "memory_window")

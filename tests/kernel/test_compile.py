@@ -17,12 +17,11 @@ from flashml.compiler.build import (
     HEADER,
     abi_functions,
     compile_policy,
-    exported_functions,
-    readelf_needed,
     sha256_file,
 )
 from flashml.compiler.bundle import round_range, save_policy_models, when_matrix
 from flashml.compiler.loader import load_policy, verify_bundle
+from flashml.compiler.so_checks import exported_functions, readelf_needed
 from flashml.features.codegen import ABI_VERSION, capability_functions
 from flashml.features.contract import contract
 from flashml.features.online import feature_matrix

@@ -21,13 +21,12 @@ from flashml.compiler.build import (
     CompileError,
     abi_functions,
     compile_policy,
-    exported_functions,
-    readelf_needed,
     sha256_file,
 )
 from flashml.compiler.bundle import save_evict_model, save_policy_models
 from flashml.compiler.fast_trees import cpu_has_fast_trees, plan, reference_margin
 from flashml.compiler.loader import PolicyLibrary, load_policy, verify_bundle
+from flashml.compiler.so_checks import exported_functions, readelf_needed
 from flashml.errors import UserError
 from flashml.features import eviction
 from flashml.features.codegen import ABI_VERSION, CAPABILITIES, capability_functions

@@ -16,10 +16,11 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
-from flashml.compiler.build import compile_policy, margin_band
+from flashml.compiler.build import compile_policy
 from flashml.compiler.bundle import round_range, save_policy_models, when_matrix
 from flashml.compiler.fast_trees import cpu_has_fast_trees, plan, reference_margin
 from flashml.compiler.loader import load_policy
+from flashml.compiler.wrapper import margin_band
 from flashml.features.contract import contract
 from flashml.features.online import feature_matrix
 

@@ -182,8 +182,8 @@ def test_partition_merges_with_an_eviction_model(compiled: tuple, tmp_path: Path
     their functions, each answering as alone."""
     import lightgbm as lgb
 
-    from flashml.compiler.build import exported_functions
     from flashml.compiler.bundle import save_evict_model
+    from flashml.compiler.so_checks import exported_functions
     from flashml.features import eviction
     from flashml.features.codegen import capability_functions
 
@@ -211,8 +211,8 @@ def test_our_loop_equals_emlearns_inference_bit_for_bit(compiled: tuple, tmp_pat
     float32 inputs it gives exactly what emlearn's eml_net_regress gives."""
     import subprocess
 
-    from flashml.compiler.build import _emlearn_include, _partition_sources
     from flashml.compiler.bundle import read_partition_model
+    from flashml.compiler.partition_build import _emlearn_include, _partition_sources
 
     tmp, _, x = compiled
     ws, bs = read_partition_model(tmp / "bundle" / PARTITION_FILE)
@@ -270,7 +270,7 @@ def test_compiling_leaves_numpys_error_state_alone() -> None:
     import sys
 
     code = ("import numpy as np\n"
-            "from flashml.compiler import build\n"
+            "from flashml.compiler import partition_build as build\n"
             "before = np.geterr()\n"
             "build._emlearn_include()\n"
             "build._emlearn().net.c_generate_net_loadable\n"
