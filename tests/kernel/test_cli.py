@@ -103,8 +103,8 @@ def check_a_worker_runs_the_jobs_trials(work: Path, summary: dict, state: Path,
     # the worker's MLflow and Optuna stores: the job's
     monkeypatch.setenv("FLASHML_HOME", str(state))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
-    spawn = baleen._sweep_spawner(run, s, "again", sw["storage"], peak0,
-                                  summary["mlflow_run_id"])
+    spawn = baleen.sweep_spawner(run, s, "again", sw["storage"], peak0,
+                                 summary["mlflow_run_id"])
     worker = Worker(spawn(7))
     worker.ready()
     for t in sw["trials"]:
