@@ -54,6 +54,8 @@ pub mod lrb;
 pub mod lrb_features;
 pub mod settings;
 pub mod so_evict;
+#[cfg(test)]
+mod testing;
 
 use std::collections::BinaryHeap;
 use std::time::Instant;
@@ -1104,35 +1106,9 @@ pub fn simulate_belady(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::config::{CapacityUnit, EvictionKind};
+    use crate::core::config::CapacityUnit;
     use crate::core::objects::simulate_objects;
-
-    fn cfg(capacity: u64, unit: CapacityUnit) -> ObjectConfig {
-        ObjectConfig {
-            eviction: EvictionKind::Lru,
-            capacity,
-            unit,
-        }
-    }
-
-    fn trace(n: usize, keys: u64, seed: u64) -> (Vec<u64>, Vec<u64>) {
-        let mut x = seed;
-        let mut step = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        let k: Vec<u64> = (0..n)
-            .map(|_| {
-                let a = step() % keys;
-                let b = step() % keys;
-                a.min(b) // skewed
-            })
-            .collect();
-        let s = k.iter().map(|&k| 1 + k % 7 * 100).collect();
-        (k, s)
-    }
+    use crate::mat::testing::{cfg, trace};
 
     #[test]
     fn dense_ids_and_next() {
