@@ -53,6 +53,7 @@
 //! [`Lru`]: crate::core::eviction::Lru
 
 mod chooser;
+mod clock;
 mod dense;
 mod hugepages;
 pub mod lrb;
@@ -67,6 +68,7 @@ pub mod so_evict;
 mod testing;
 
 pub use chooser::{Mat, MatStats};
+pub(crate) use clock::DecisionClock;
 pub use dense::{DenseTrace, NO_NEXT};
 pub use params::{Controller, MatParams};
 pub use predictor::{FnPredictor, NoPredictor, Oracle, Predictor};
@@ -84,57 +86,6 @@ use crate::core::eviction::{Eviction, Lru};
 use crate::core::objects::check_trace;
 use crate::mat::dense::PREFETCH_AHEAD;
 use crate::mat::lrb_features::{prefetch, MetaStore};
-
-/// Cheap timing of the eviction decisions: the x86-64 time-stamp counter (~10 ns to read, vs
-/// ~25-50 ns for two `Instant::now` per decision), converted to ns by the ratio of wall time
-/// to ticks over the whole run (the TSC is invariant on x86-64 CPUs of the last decade);
-/// `Instant` elsewhere.
-pub(crate) struct DecisionClock {
-    start: Instant,
-    start_ticks: u64,
-    ticks: u64,
-}
-
-impl DecisionClock {
-    pub(crate) fn new() -> Self {
-        let start = Instant::now();
-        let mut c = DecisionClock {
-            start,
-            start_ticks: 0,
-            ticks: 0,
-        };
-        c.start_ticks = c.now();
-        c
-    }
-
-    #[inline]
-    pub(crate) fn now(&self) -> u64 {
-        #[cfg(target_arch = "x86_64")]
-        {
-            // SAFETY: RDTSC exists on every x86-64 CPU and has no preconditions.
-            unsafe { core::arch::x86_64::_rdtsc() }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            self.start.elapsed().as_nanos() as u64
-        }
-    }
-
-    #[inline]
-    pub(crate) fn add_since(&mut self, t0: u64) {
-        self.ticks += self.now().wrapping_sub(t0);
-    }
-
-    /// The decisions' total, ns.
-    pub(crate) fn total_ns(&self) -> u64 {
-        let wall_ns = self.start.elapsed().as_nanos() as f64;
-        let wall_ticks = self.now().wrapping_sub(self.start_ticks) as f64;
-        if wall_ticks <= 0.0 {
-            return 0;
-        }
-        (self.ticks as f64 * wall_ns / wall_ticks).round() as u64
-    }
-}
 
 /// The result of an object-mode MAT run.
 #[derive(Debug, Clone, PartialEq)]
