@@ -3,5 +3,6 @@
 //! partitioned cache (shared, even, static and discrete optimal, predicted shares) and the DP
 //! partition search.
 
+mod optimal;
 pub mod partition;
 pub mod reuse;
