@@ -5,4 +5,5 @@
 
 mod optimal;
 pub mod partition;
+mod policy;
 pub mod reuse;
