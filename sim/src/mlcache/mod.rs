@@ -3,6 +3,7 @@
 //! partitioned cache (shared, even, static and discrete optimal, predicted shares) and the DP
 //! partition search.
 
+mod config;
 mod optimal;
 pub mod partition;
 mod policy;
