@@ -8,3 +8,4 @@ mod optimal;
 pub mod partition;
 mod policy;
 pub mod reuse;
+mod trace;
