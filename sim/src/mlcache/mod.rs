@@ -3,5 +3,9 @@
 //! partitioned cache (shared, even, static and discrete optimal, predicted shares) and the DP
 //! partition search.
 
+mod config;
+mod optimal;
 pub mod partition;
+mod policy;
 pub mod reuse;
+mod trace;

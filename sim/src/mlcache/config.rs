@@ -1,0 +1,99 @@
+//! The partitioned cache's knobs: the policy by name, the objective and the configuration.
+
+use crate::core::config::{err, SimError};
+
+/// The partition policies by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionKind {
+    Shared,
+    Even,
+    StaticOptimal,
+    DiscreteOptimal,
+    MlCache,
+}
+
+pub const PARTITION_POLICIES: [&str; 5] = [
+    "shared",
+    "even",
+    "static_optimal",
+    "discrete_optimal",
+    "mlcache",
+];
+
+impl PartitionKind {
+    pub fn parse(s: &str) -> Result<Self, SimError> {
+        match s.to_ascii_lowercase().as_str() {
+            "shared" => Ok(PartitionKind::Shared),
+            "even" => Ok(PartitionKind::Even),
+            "static_optimal" => Ok(PartitionKind::StaticOptimal),
+            "discrete_optimal" => Ok(PartitionKind::DiscreteOptimal),
+            "mlcache" => Ok(PartitionKind::MlCache),
+            _ => err(format!(
+                "unknown partition policy {s:?}; expected one of {}",
+                PARTITION_POLICIES.join(", ")
+            )),
+        }
+    }
+}
+
+/// What hits are counted for the optima (and the result's `objective_hits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Objective {
+    /// Every request the cache sees.
+    Hits,
+    /// Writes only (the paper's headline).
+    WriteHits,
+}
+
+impl Objective {
+    pub fn parse(s: &str) -> Result<Self, SimError> {
+        match s.to_ascii_lowercase().as_str() {
+            "hits" => Ok(Objective::Hits),
+            "write_hits" => Ok(Objective::WriteHits),
+            _ => err(format!(
+                "unknown objective {s:?}; expected hits or write_hits"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionConfig {
+    /// Cache capacity in pages.
+    pub capacity: u64,
+    /// Requests (of those the cache sees) per interval.
+    pub interval: usize,
+    /// Equal steps of the capacity for the optima's search and the monitor's histograms
+    /// (the paper's t).
+    pub steps: usize,
+    /// Reads go around the cache (the paper's setting).
+    pub writes_only: bool,
+    pub objective: Objective,
+}
+
+impl Default for PartitionConfig {
+    fn default() -> Self {
+        PartitionConfig {
+            capacity: 1024,
+            interval: 10_000,
+            steps: 10,
+            writes_only: false,
+            objective: Objective::Hits,
+        }
+    }
+}
+
+impl PartitionConfig {
+    pub fn validate(&self) -> Result<(), SimError> {
+        if self.capacity == 0 {
+            return err("capacity must be > 0 pages");
+        }
+        if self.interval == 0 {
+            return err("interval must be > 0 requests");
+        }
+        if self.steps == 0 || self.steps > 100_000 {
+            return err(format!("steps must be in 1..=100000, got {}", self.steps));
+        }
+        Ok(())
+    }
+}
