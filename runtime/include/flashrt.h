@@ -329,7 +329,7 @@ void flashrt_close(flashrt *rt);
  * predicted distance is kept until the object's next access (or eviction), so one kept and
  * seen at the tail again is judged by |kept distance - its age now| without a new prediction
  * (counted in `reused`, not in `predictions`; r still counts every candidate taken). The
- * same decisions as the simulator's `simulate_objects_mat` (sim/src/mat/mod.rs) on the same
+ * same decisions as the simulator's `simulate_mat` (sim/src/mat/object.rs) on the same
  * requests and capacity.
  */
 

@@ -200,7 +200,7 @@ static void count_candidates(void *ctx, const struct flashrt_mat_candidate *c) {
     ncand++;
 }
 
-/* sim/src/mat/mod.rs threshold_controller_by_hand, through the cache: L = 3, k = 2, T0 = 10,
+/* sim/src/mat/chooser.rs threshold_controller_by_hand, through the cache: L = 3, k = 2, T0 = 10,
  * delta = 0.5 (the test policy's exports); the predicted distance is the size. */
 static void test_controller(const char *poldir) {
     flashrt_policy *p = evict_policy(poldir);
@@ -250,7 +250,7 @@ static void test_controller(const char *poldir) {
     flashrt_policy_free(p);
 }
 
-/* sim/src/mat/mod.rs mean_controller_steps_by_hand, through the cache: test_controller's requests
+/* sim/src/mat/params.rs mean_controller_steps_by_hand, through the cache: test_controller's requests
  * with k = 1.5 and delta = 0.25 given (L = 3, T0 = 10 the policy's). The mean controller:
  * T *= 1 + delta (k - p), p = the predictions made, L (not L + 1) on exhaustion; the sign
  * controller on the same requests for contrast. */
@@ -344,7 +344,7 @@ static void test_mean_controller(const char *poldir) {
     flashrt_policy_free(p);
 }
 
-/* ---- reused predictions (sim/src/mat/mod.rs MatParams::reuse_predictions, Mat::kept) ---- */
+/* ---- reused predictions (sim/src/mat/params.rs MatParams::reuse_predictions, slots.rs Slots::kept) ---- */
 
 /* The candidates examined, as on_candidate reports them. */
 struct cand_log {

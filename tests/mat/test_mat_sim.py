@@ -1,4 +1,4 @@
-"""MAT in the simulator's object mode (sim/src/mat/mod.rs): LRB's eviction features
+"""MAT in the simulator's object mode (sim/src/mat/object.rs): LRB's eviction features
 against the slow reference, the fallback (no predictor = LRU), the oracle table of the seed
 notes (../shared/seeds/other-seeds-notes.md §1.5), a slow obvious Python MAT matched exactly,
 the compiled .so path with hand-written C policies, Belady, training samples and their labels,

@@ -1,5 +1,5 @@
 """MAT's part of the simulator's Python face (flashml/simulation.py has the rest): object-mode
-MAT and LRB on MAT's parts (sim/src/mat/mod.rs, sim/src/mat/lrb.rs), flash mode with MAT as the
+MAT and LRB on MAT's parts (sim/src/mat/object.rs, sim/src/mat/lrb.rs), flash mode with MAT as the
 eviction (learned eviction at the tail of the block LRU, sim/src/compose/flash_mat.rs) and the
 simulator's eviction features (features/eviction.toml).
 """
@@ -33,7 +33,7 @@ def simulate_objects_mat(keys: Any, sizes: Any, capacity: int, unit: str = "byte
                          record_victims: bool = False, controller: str | None = None,
                          reuse_predictions: bool | None = None,
                          unverified: bool = False) -> dict[str, Any]:
-    """Object-mode MAT (sim/src/mat/mod.rs): learned eviction at the tail of LRU.
+    """Object-mode MAT (sim/src/mat/object.rs): learned eviction at the tail of LRU.
 
     On each eviction the LRU tail candidate's distance d from its last access to its next
     access is predicted, TTA = |d - age|; TTA >= T evicts it, else it is re-inserted at the

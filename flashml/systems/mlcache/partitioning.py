@@ -1,5 +1,5 @@
 """Partitioned caching across streams (MLCache): the Python side of
-`sim/src/mlcache/reuse.rs` and `sim/src/mlcache/partition.rs` (layer 4, beside flashml.simulation).
+`sim/src/mlcache/reuse.rs`, `optimal.rs` and `partition.rs` (layer 4, beside flashml.simulation).
 
     from flashml.systems.mlcache.partitioning import page_requests, compare
     trace = page_requests(df, "namespace")          # canonical table -> one page per request

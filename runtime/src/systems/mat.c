@@ -2,7 +2,7 @@
  * LRB's feature history (lrb_features.c) and Algorithm 1 with its threshold controller
  * (policies/eviction/mat_alg.c, shared with the flash cache's MAT eviction), the predictor
  * being the bundle's flashml_evict_predict. The loop, the list moves and every
- * comparison are those of the simulator's sim/src/mat/mod.rs (Mat::evict, simulate_mat), so the
+ * comparison are those of the simulator's sim/src/mat/{chooser,object}.rs (Mat::evict, simulate_mat), so the
  * decisions are the same on the same requests and capacity (tests/runtime/test_runtime_mat.py),
  * with reused predictions (Mat::kept: by slot, valid while the slot holds the same object at
  * the same access) as without.

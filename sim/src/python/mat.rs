@@ -16,7 +16,7 @@ use crate::mat::settings;
 use crate::mat::so_evict::{EvictLib, SoPredictor};
 use crate::mat::{self, Controller, DenseTrace, MatParams, NoPredictor, Oracle};
 
-/// Object-mode MAT (learned eviction at the LRU tail, sim/src/mat/mod.rs) over (key u64, size u64)
+/// Object-mode MAT (learned eviction at the LRU tail, sim/src/mat/object.rs) over (key u64, size u64)
 /// requests. `predictor`: "none" (evict the LRU tail: exactly LRU, zero predictions),
 /// "oracle" (the true next access), or the path of an eviction policy .so
 /// (`flashml_evict_predict`, sim/src/mat/so_evict.rs). `k`, `max_candidates`, `delta`,

@@ -1,5 +1,5 @@
 /* mat_alg.c: MAT's Algorithm 1 and its knobs (mat_alg.h). Every comparison is the
- * simulator's (sim/src/mat/mod.rs Mat::evict, MatParams::validate). */
+ * simulator's (sim/src/mat/chooser.rs Mat::evict, params.rs MatParams::validate). */
 #include <math.h>
 #include <string.h>
 
