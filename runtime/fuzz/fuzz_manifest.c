@@ -1,6 +1,7 @@
 /* fuzz_manifest.c: libFuzzer target for the runtime's manifest parsing: the JSON reader
  * (src/util/json.c: frt_json_parse_object, frt_json_get) on the raw input, then the policy loader
- * (src/policies/policy.c: flashrt_policy_load) on a bundle folder whose manifest.json is the input and
+ * (src/policies/policy.c: flashrt_policy_load; policy_manifest.c: the manifest's checks) on a
+ * bundle folder whose manifest.json is the input and
  * whose policy.so is a real test policy (FLASHRT_FUZZ_POLICY_SO, default
  * build/policies/admitall.so), so a manifest that passes every check reaches dlopen. */
 #define _GNU_SOURCE

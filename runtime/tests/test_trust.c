@@ -1,5 +1,6 @@
-/* test_trust.c: the verified loader (policy.c) against hostile bundles: a .so swapped under a
- * manifest that vouches for another, lying manifests (the schema's rules), symbolic links,
+/* test_trust.c: the verified loader (policy.c, policy_manifest.c, policy_bind.c) against
+ * hostile bundles: a .so swapped under a manifest that vouches for another, lying manifests
+ * (the schema's rules), symbolic links,
  * FIFOs and directories in place of the bundle's files, values a .so reports that are not
  * finite or in range, and a race that flips policy.so between a good and an evil .so while
  * the bundle loads. The evil .so's constructor leaves a marker file: it must never appear.

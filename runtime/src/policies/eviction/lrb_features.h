@@ -7,7 +7,7 @@
  * comes from the generated flashml_policy.h and is checked below at compile time; the one
  * constant the header does not carry, the first counter's window, is FRT_EVICT_EDC_BASE_LOG2,
  * which tests/runtime/test_runtime_mat.py checks against eviction.toml. A policy .so is refused
- * unless its flashml_evict_contract_hash() is the header's (policy.c). Not public. */
+ * unless its flashml_evict_contract_hash() is the header's (policy_bind.c). Not public. */
 #ifndef FLASHRT_LRB_FEATURES_H
 #define FLASHRT_LRB_FEATURES_H
 
