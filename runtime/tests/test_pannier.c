@@ -1,5 +1,6 @@
-/* test_pannier.c: C unit tests of Pannier's container cache (src/systems/pannier.c) under ASan+UBSan
- * (`make test`) and valgrind (`make valgrind`): the hand examples of sim/src/pannier/policy.rs and
+/* test_pannier.c: C unit tests of Pannier's container cache (src/systems/pannier.c,
+ * pannier_store.c) under ASan+UBSan (`make test`) and valgrind (`make valgrind`): the hand
+ * examples of sim/src/pannier/policy.rs and
  * sim/src/pannier/tire.rs (a fully invalidated container goes first, aging by elapsed lifetimes,
  * copy-forward from an expired survival top and from the cold LRU, promotion after ceil(5%) of
  * the blocks, TIRE's levels at q, 2q, 3q, 4q, overwrites of cached blocks in interval 1, the

@@ -4,7 +4,7 @@
  * must have `uint64_t *keys; MAP_VAL *vals; uint8_t *used; size_t cap, len;`), MAP_VAL (the
  * value type) and MAP_SCOPE (the public functions' linkage: empty, or `static inline`).
  * Instances: map.c (frt_map, u64 -> u32, and frt_map64, u64 -> u64, declared in map.h) and
- * pannier.c (u64 -> u64, inlined into its hot path). */
+ * pannier_internal.h (u64 -> u64, inlined into pannier.c's hot path and pannier_store.c). */
 #include <stdlib.h>
 #include <string.h>
 
