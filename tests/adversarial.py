@@ -62,7 +62,7 @@ SHARED = REPO.parent / "shared"
 FLASHRT = REPO / "runtime" / "build" / "flashrt"
 PY = sys.executable
 #: The test folders whose modules lend the suite their helpers: tests/ (fuzz_support,
-#: demo_policy), tests/runtime/ (test_runtime's cut-down trace, test_runtime_mat's objects
+#: demo_policy, runtime_support's cut-down trace), tests/runtime/ (test_runtime_mat's objects
 #: trace, test_runtime_readahead's bundle) and tests/trust/ (test_fuzz_kill's kill -9 helpers).
 TEST_FOLDERS = [REPO / "tests", REPO / "tests" / "runtime", REPO / "tests" / "trust"]
 MEMORY_LIMIT = 6 << 30
@@ -178,7 +178,7 @@ def build_fixtures(root: Path, log: Callable[[str], None] = print) -> dict[str, 
     gen = root / "gen.trace"
     generate_trace("region1-like", 0, gen, accesses=4000, days=2.5, progress=False)
     f["trace"] = root / "small.trace"
-    from test_runtime import small_trace  # the runtime tests' cut-down trace
+    from runtime_support import small_trace  # the runtime tests' cut-down trace
 
     small_trace(gen, f["trace"])
     f["pq"] = root / "small.parquet"
@@ -1657,7 +1657,7 @@ def fixtures_key() -> str:
              *sorted((REPO / "flashml" / "compiler").glob("*.in")),
              *sorted((REPO / "runtime" / "src").rglob("*.[ch]")),
              *(REPO / "tests" / n for n in ("adversarial.py", "demo_policy.py",
-                                            "runtime/test_runtime.py",
+                                            "runtime_support.py",
                                             "runtime/test_runtime_mat.py",
                                             "runtime/test_runtime_readahead.py"))]
     for f in files:

@@ -607,7 +607,7 @@ int main(int argc, char **argv) {
 
 @pytest.fixture(scope="module")
 def harness(work) -> Path:
-    from test_runtime import BUILD, build_runtime
+    from runtime_support import BUILD, build_runtime
 
     build_runtime()
     src = work / "harness.c"
@@ -663,7 +663,7 @@ def test_runtime_capabilities(harness, mat_bundle, combined, booster, data, work
 
 
 def test_flashrt_replay_refuses_mat_only(harness, mat_bundle, work, trace) -> None:
-    from test_runtime import FLASHRT
+    from runtime_support import FLASHRT
 
     raw = next((work / "trace").glob("*.trace"))
     p = subprocess.run([str(FLASHRT), "replay", "--policy", str(mat_bundle), "--trace",

@@ -76,7 +76,7 @@ def test_the_probe_writes_positive_finite_disk_keys_the_simulator_reads(tmp_path
 def test_a_tiny_device_check_writes_both_sides_per_window(built, tmp_path) -> None:
     """`flashml device check` end to end (the disk given, not probed): strict JSON with both
     sides per window, every GET served, nothing left behind."""
-    from test_runtime_engine import fixed_range_trace
+    from runtime_support import fixed_range_trace
 
     trace = fixed_range_trace(tmp_path / "t.trace", n=300, blocks=40, seed=2, puts=False)
     disk, out = tmp_path / "disk.json", tmp_path / "device.json"
@@ -107,7 +107,7 @@ def test_a_tiny_device_check_writes_both_sides_per_window(built, tmp_path) -> No
 def test_clean_up_after_a_failed_step(built, tmp_path) -> None:
     """A policy the mount refuses fails the run half-way: the mount point is released, the
     cgroup removed, both loop devices detached, the device file gone."""
-    from test_runtime_engine import fixed_range_trace
+    from runtime_support import fixed_range_trace
 
     from flashml.device.check import device_check
     from flashml.device.throttled import ThrottledDevice

@@ -28,8 +28,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_runtime import BUILD, FLASHRT, RUNTIME, build_runtime, make_bundle
-from test_runtime_engine import evict_bundle, fixed_range_trace
+from runtime_support import (
+    BUILD,
+    FLASHRT,
+    RUNTIME,
+    build_runtime,
+    evict_bundle,
+    fixed_range_trace,
+    make_bundle,
+)
 
 MiB = 1 << 20
 BLOCK = 8 * MiB

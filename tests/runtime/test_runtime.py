@@ -4,8 +4,6 @@ probe-disk and a loop device. The C unit tests (ASan/UBSan, valgrind) run from `
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -16,60 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from runtime_support import BUILD, FLASHRT, RUNTIME, build_runtime, make_bundle, run, small_trace
 
 from flashml.config import DEFAULTS, GB, MB, UNITS
 
 from conftest import REPO, python_argv
-
-RUNTIME = REPO / "runtime"
-BUILD = RUNTIME / "build"
-FLASHRT = BUILD / "flashrt"
-HASH = "c713dcc31811000a51aa73476b508c3e8e07bbb9dcc48319423102c0e562228d"
-
-
-def build_runtime() -> Path:
-    """`make -C runtime all` once per session; a file lock keeps xdist workers apart."""
-    BUILD.mkdir(exist_ok=True)
-    with open(BUILD / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        proc = subprocess.run(["make", "-s", "-C", str(RUNTIME), "all"], capture_output=True,
-                              text=True)
-        fcntl.flock(lock, fcntl.LOCK_UN)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return FLASHRT
-
-
-def run(*args, env=None, timeout=300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(FLASHRT), *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout)
-
-
-def make_bundle(directory: Path, so: Path, *, sha: str | None = None, abi: int = 1,
-                contract_hash: str = HASH) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    shutil.copy(so, directory / "policy.so")
-    digest = hashlib.sha256((directory / "policy.so").read_bytes()).hexdigest()
-    (directory / "manifest.json").write_text(json.dumps({
-        "format": "flashml-policy-bundle/1", "size_bytes": (directory / "policy.so").stat().st_size,
-        "abi_version": abi, "contract_hash": contract_hash, "sha256": sha or digest,
-        "mlflow_run_id": None, "eviction_age_s": 7200.0, "target_write_rate_mbps": 35.599,
-        "admit_threshold": 1.0, "when_threshold": 0.5, "metrics": {}, "versions": {}}))
-    return directory
-
-
-def small_trace(src: Path, dst: Path, *, keep_every: int = 3, max_size: int = 512 * 1024) -> None:
-    """A generated trace cut down for tests: every `keep_every`-th block id and IOs of at most
-    `max_size` bytes, so the backing stays small."""
-    with open(src) as f, open(dst, "w") as out:
-        for line in f:
-            if line.startswith("#"):
-                out.write(line)
-                continue
-            fields = line.split()
-            if int(fields[0]) % keep_every:
-                continue
-            fields[2] = str(min(int(fields[2]), max_size))
-            out.write(" ".join(fields) + "\n")
 
 
 @pytest.fixture(scope="module")

@@ -17,53 +17,23 @@ runtime still serves every byte right (checked below); its decisions are then th
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_runtime import BUILD, FLASHRT, build_runtime, make_bundle
+from runtime_support import (
+    BUILD,
+    FLASHRT,
+    SEG,
+    build_runtime,
+    evict_bundle,
+    fixed_range_trace,
+    make_bundle,
+)
 
 from conftest import REPO, python_argv
-
-SEG = 128 * 1024
-
-
-def fixed_range_trace(path: Path, n: int = 6000, blocks: int = 400, seed: int = 3, *,
-                      puts: bool = True, namespaces: bool = False) -> Path:
-    """Skewed block popularity; each block always read with its own range (1-6 segments);
-    10% PUTs (they advance MAT's logical clock and touch no cache) unless `puts` is False;
-    with `namespaces`, three namespaces (5, 6, 7: block % 3) instead of one."""
-    rng = np.random.default_rng(seed)
-    keys = np.minimum(rng.integers(0, blocks, n), rng.integers(0, blocks, n))
-    put = rng.random(n) < 0.1 if puts else np.zeros(n, dtype=bool)
-    with open(path, "w") as f:
-        f.write("#block_id io_offset io_size op_time op_name pipeline user_namespace user_name\n")
-        for i, k in enumerate(keys):
-            s0, nseg = int(k * 7 % 40), int(1 + k * 5 % 6)
-            ns = 5 + int(k) % 3 if namespaces else 1
-            f.write(f"{1000 + int(k)} {s0 * SEG} {nseg * SEG} {1572000000 + i}.0 "
-                    f"{3 if put[i] else 2} 1 {ns} 1\n")
-    return path
-
-
-def evict_bundle(directory: Path) -> Path:
-    """The hand-written eviction .so (runtime/tests/policies/evict_policy.c: the predicted
-    distance is the request's size, so T's controller both keeps and evicts candidates) under
-    a manifest listing the eviction capability."""
-    from flashml.features import eviction
-
-    directory.mkdir(parents=True, exist_ok=True)
-    shutil.copy(BUILD / "policies" / "evict.so", directory / "policy.so")
-    so = (directory / "policy.so").read_bytes()
-    (directory / "manifest.json").write_text(json.dumps({
-        "format": "flashml-policy-bundle/1", "system": "mat", "capabilities": ["eviction"],
-        "abi_version": 1, "sha256": hashlib.sha256(so).hexdigest(), "size_bytes": len(so),
-        "evict_contract_hash": eviction.contract().hash}))
-    return directory
 
 
 def trained_bundle(directory: Path, trace: Path, capacity: int) -> Path:
@@ -253,7 +223,7 @@ def test_mat_with_wide_regions_and_any_ranges_serves_right_bytes(env):
     subprocess.run([*python_argv(), "-m", "flashml.cli", "trace", "generate", "--preset",
                     "region1-like", "--seed", "1", "--accesses", "3000", "--days", "1",
                     "--quiet", "-o", str(gen)], check=True, capture_output=True, cwd=REPO)
-    from test_runtime import small_trace
+    from runtime_support import small_trace
 
     trace = env["dir"] / "any.trace"
     small_trace(gen, trace)

@@ -17,7 +17,7 @@ from pathlib import Path
 import lightgbm as lgb
 import numpy as np
 import pytest
-from test_runtime import FLASHRT, build_runtime
+from runtime_support import FLASHRT, build_runtime
 
 import flashml_sim
 from flashml.compiler.build import HEADER, compile_policy, sha256_file

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_runtime import FLASHRT, build_runtime
+from runtime_support import FLASHRT, build_runtime
 
 import flashml_sim
 from flashml.systems.pannier.blockgen import generate_block_requests, get_block_preset

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from test_runtime import FLASHRT, build_runtime
+from runtime_support import FLASHRT, build_runtime
 
 from flashml.compiler.build import compile_policy
 from flashml.compiler.bundle import save_partition_model

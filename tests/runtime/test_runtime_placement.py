@@ -14,8 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_runtime import FLASHRT, build_runtime
-from test_runtime_engine import fixed_range_trace
+from runtime_support import FLASHRT, build_runtime, fixed_range_trace
 
 
 @pytest.fixture(scope="module")
@@ -278,7 +277,7 @@ def test_bundle_partition_against_the_simulator(ns_env, rule_bundle, eviction):
 
 def test_bundle_partition_needs_the_capability(ns_env, env):
     """A bundle without the partition capability is refused before the flash is touched."""
-    from test_runtime import BUILD, make_bundle
+    from runtime_support import BUILD, make_bundle
 
     count = make_bundle(env["dir"] / "count", BUILD / "policies" / "count.so")
     flash = ns_env["dir"] / "nocap.img"

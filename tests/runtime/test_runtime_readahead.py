@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_runtime import BUILD, FLASHRT, build_runtime
+from runtime_support import BUILD, FLASHRT, build_runtime
 
 from flashml.features.readahead import contract, window_features
 

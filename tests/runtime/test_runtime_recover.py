@@ -21,8 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_runtime import BUILD, FLASHRT, build_runtime, make_bundle
-from test_runtime_engine import evict_bundle, fixed_range_trace
+from runtime_support import (
+    BUILD,
+    FLASHRT,
+    build_runtime,
+    evict_bundle,
+    fixed_range_trace,
+    make_bundle,
+)
 
 N = 6000  # accesses of the trace
 SEG = 128 * 1024

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_runtime import RUNTIME, build_runtime, run
+from runtime_support import RUNTIME, build_runtime, run
 
 from flashml.errors import TraceError
 from flashml.trace.ingest import ingest

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from manifest_corpus import CORPUS, apply_case
-from test_runtime import BUILD, FLASHRT, build_runtime
+from runtime_support import BUILD, FLASHRT, build_runtime
 
 from conftest import REPO
 
