@@ -281,13 +281,10 @@ def _banner(k: Knobs) -> str:
             f"{k.source.relative_to(REPO)}; do not edit.")
 
 
-def _rust_float(v: float) -> str:
+def _float_literal(v: float) -> str:
+    """A float as Rust and C both read it: 2.0, 0.0001, 1e+15."""
     r = repr(float(v))
     return r if ("." in r or "e" in r or "inf" in r) else r + ".0"
-
-
-def _c_float(v: float) -> str:
-    return _rust_float(v)
 
 
 def _comment(style: str, k: Knob) -> list[str]:
@@ -302,15 +299,21 @@ def _comment(style: str, k: Knob) -> list[str]:
     return out
 
 
-def _limits(k: Knob) -> list[tuple[str, float, bool, str]]:
-    """(which, bound, open, what the value must be) for the knob's bounds."""
+def _limits(k: Knob, int_suffix: str = "") -> list[tuple[str, str, str]]:
+    """(comparison, bound literal, what the value must be) for each of the knob's bounds: `v
+    <op> <bound>` holds for a value outside it (the same in Rust and C; `int_suffix` goes
+    after an integer bound, `ll` in C)."""
     n = k.number
     assert n is not None
+
+    def lit(b: float) -> str:
+        return _float_literal(b) if k.kind == "float" else f"{int(b)}{int_suffix}"
+
     out = []
     if k.min is not None:
-        out.append(("min", k.min, k.min_open, n.low_text()))
+        out.append(("<=" if k.min_open else "<", lit(k.min), n.low_text()))
     if k.max is not None:
-        out.append(("max", k.max, k.max_open, n.high_text()))
+        out.append((">=" if k.max_open else ">", lit(k.max), n.high_text()))
     return out
 
 
@@ -327,7 +330,7 @@ def rust_text(knobs: Knobs) -> str:
         if k.default is None:
             pass
         elif k.kind == "float":
-            lines.append(f"pub const {up}: f64 = {_rust_float(k.default)};")
+            lines.append(f"pub const {up}: f64 = {_float_literal(k.default)};")
         elif k.kind == "int":
             lines.append(f"pub const {up}: u64 = {int(k.default)};")
         elif k.kind == "choice":
@@ -349,9 +352,7 @@ def rust_text(knobs: Knobs) -> str:
             if k.kind == "float":
                 lines += ["    if !v.is_finite() {", '        return Some("a finite number");',
                           "    }"]
-            for which, bound, open_, text in _limits(k):
-                b = _rust_float(bound) if k.kind == "float" else str(int(bound))
-                op = ("<=" if open_ else "<") if which == "min" else (">=" if open_ else ">")
+            for op, b, text in _limits(k):
                 lines += [f"    if v {op} {b} {{", f'        return Some("{text}");', "    }"]
             lines += ["    None", "}"]
         lines.append("")
@@ -373,7 +374,7 @@ def c_text(knobs: Knobs) -> str:
         if k.default is None:
             pass
         elif k.kind == "float":
-            lines.append(f"#define {up}_DEFAULT {_c_float(k.default)}")
+            lines.append(f"#define {up}_DEFAULT {_float_literal(k.default)}")
         elif k.kind == "int":
             lines.append(f"#define {up}_DEFAULT {int(k.default)}ull")
         elif k.kind == "choice":
@@ -396,9 +397,7 @@ def c_text(knobs: Knobs) -> str:
                       f"static inline const char *{fn}({ty} v) {{"]
             if k.kind == "float":
                 lines.append('    if (!isfinite(v)) return "a finite number";')
-            for which, bound, open_, text in _limits(k):
-                b = _c_float(bound) if k.kind == "float" else f"{int(bound)}ll"
-                op = ("<=" if open_ else "<") if which == "min" else (">=" if open_ else ">")
+            for op, b, text in _limits(k, int_suffix="ll"):
                 lines.append(f'    if (v {op} {b}) return "{text}";')
             lines += ["    return NULL;", "}"]
         lines.append("")

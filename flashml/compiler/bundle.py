@@ -91,7 +91,6 @@ EVICT_REQUIRED = ("contract_hash", "k", "max_candidates", "delta", "initial_thre
 #: MAT's knobs as declared (flashml/systems/mat/settings.toml): each `eviction` field's bounds;
 #: `controller` and `reuse_predictions` are optional (absent: the declared legacy values).
 EVICT_KNOBS = knobs.load("mat")
-CONTROLLERS = EVICT_KNOBS["controller"].choices
 
 
 def tracking_uri() -> str:
@@ -221,7 +220,7 @@ def save_evict_model(directory: str | os.PathLike[str], booster: Any, *, k: floa
     eviction features predicting log1p of the logical distance from the last access to the
     next) and policy.json's `eviction` object: MAT's controller (k: the target number of
     predictions per eviction, max_candidates: L, delta, initial_threshold: T0 in logical
-    requests, controller: "sign" or "mean", `CONTROLLERS`, reuse_predictions: keep a
+    requests, controller: "sign" or "mean" (EVICT_KNOBS), reuse_predictions: keep a
     candidate's prediction until its next access), the memory window the features
     were computed with (default: the contract's), the model's metrics and `extra` fields.
 
@@ -447,7 +446,7 @@ def _checked_partition(where: str, pp: Any) -> dict[str, Any]:
 def _checked_evict(where: str, ev: Any) -> dict[str, Any]:
     """policy.json's `eviction` object, checked: MAT's k in [1, max_candidates], at least one
     candidate, delta in (0, 1), a finite initial threshold >= 0 (logical requests), a memory
-    window >= 1 (logical requests), a controller in CONTROLLERS (default sign)."""
+    window >= 1 (logical requests), a controller of EVICT_KNOBS (absent: its legacy, sign)."""
     if not isinstance(ev, dict):
         raise UserError(f"{where}: field '{EVICT_PARAMS}': missing or not an object (the "
                         f"eviction model's parameters: {', '.join(EVICT_REQUIRED)})")

@@ -658,7 +658,6 @@ class PolicyLibrary:
             got = knobs.read_exports(lib, EVICT_KNOBS)
         except ValueError as err:
             raise UserError(f"{self.path}: {err}") from None
-        self.evict_knobs = got
         self.evict_k = got["k"]
         self.evict_max_candidates = got["max_candidates"]
         self.evict_delta = got["delta"]

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::core::config::{ObjectConfig, SimError};
 use crate::core::objects::check_trace;
-use crate::mat::{DenseTrace, NO_NEXT};
+use crate::mat::{ratio, DenseTrace, NO_NEXT};
 
 /// Belady's MIN in object mode: evict the cached object whose next request is farthest (never
 /// = farthest; ties among never-again objects: the larger dense id, i.e. the later first
@@ -66,11 +66,7 @@ pub fn simulate_belady(
         requests: n as u64,
         hits,
         miss_ratio: (n as u64 - hits) as f64 / n as f64,
-        byte_miss_ratio: if req_bytes == 0 {
-            f64::NAN
-        } else {
-            miss_bytes as f64 / req_bytes as f64
-        },
+        byte_miss_ratio: ratio(miss_bytes, req_bytes),
         evictions,
         wall_s: start.elapsed().as_secs_f64(),
     })

@@ -324,11 +324,7 @@ pub fn simulate_lrb<P: Predictor>(
         requests: n as u64,
         hits,
         miss_ratio: (n as u64 - hits) as f64 / n as f64,
-        byte_miss_ratio: if req_bytes == 0 {
-            f64::NAN
-        } else {
-            miss_bytes as f64 / req_bytes as f64
-        },
+        byte_miss_ratio: ratio(miss_bytes, req_bytes),
         stats: lrb.stats,
         wall_s: start.elapsed().as_secs_f64(),
         victims,
