@@ -81,13 +81,14 @@ use std::time::Instant;
 
 use crate::core::config::{err, EvictionKind, FlashConfig, SimError};
 use crate::core::eviction::{Eviction, Lru};
+use crate::core::ratio;
 use crate::flash::admission::Admission;
 use crate::flash::prefetch::Prefetch;
 use crate::flash::{policies, validate, FlashResult, FlashSim, Orders, PolicyArrays, Trace};
 use crate::mat::lrb_features::MetaStore;
 use crate::mat::{
-    ratio, DecisionClock, DenseTrace, Mat, MatParams, MatStats, Predictor, SampleBuf, Samples,
-    Slots, NO_NEXT,
+    DecisionClock, DenseTrace, Mat, MatParams, MatStats, Predictor, SampleBuf, Samples, Slots,
+    NO_NEXT,
 };
 
 /// The result of a flash-mode MAT run: the flash metrics and MAT's counters.

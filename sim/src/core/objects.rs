@@ -105,16 +105,8 @@ fn run_with<E: Eviction>(
     ObjectResult {
         requests: n,
         hits,
-        miss_ratio: if n == 0 {
-            f64::NAN
-        } else {
-            (n - hits) as f64 / n as f64
-        },
-        byte_miss_ratio: if req_bytes == 0 {
-            f64::NAN
-        } else {
-            miss_bytes as f64 / req_bytes as f64
-        },
+        miss_ratio: super::ratio(n - hits, n),
+        byte_miss_ratio: super::ratio(miss_bytes, req_bytes),
         evictions: c.evictions,
         wall_s: start.elapsed().as_secs_f64(),
     }

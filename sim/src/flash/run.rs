@@ -3,6 +3,7 @@
 //! prefetch policies, the backend IOs in disk-head time, and the metrics at the end.
 
 use crate::core::eviction::Eviction;
+use crate::core::ratio;
 use crate::flash::admission::{Admission, MissCtx};
 use crate::flash::cache::{for_cached_in, FlashSim};
 use crate::flash::input::{StreamPartition, Trace};
@@ -405,13 +406,6 @@ impl<E: Eviction, L: Orders<E>> FlashSim<'_, E, L> {
         let written = self.admitted as f64 * seg_bytes as f64 / span * sr_scale;
         let wr = written / 1e6;
         let cache_bytes_full = self.capacity as f64 * seg_bytes as f64 * sr_scale;
-        let ratio = |a: u64, b: u64| {
-            if b == 0 {
-                f64::NAN
-            } else {
-                a as f64 / b as f64
-            }
-        };
         let metrics = FlashMetrics {
             peak_dt_util: peak,
             mean_dt_util: mean,

@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use crate::core::config::{ObjectConfig, SimError};
 use crate::core::objects::check_trace;
-use crate::mat::{ratio, DenseTrace, NO_NEXT};
+use crate::core::ratio;
+use crate::mat::{DenseTrace, NO_NEXT};
 
 /// Belady's MIN in object mode: evict the cached object whose next request is farthest (never
 /// = farthest; ties among never-again objects: the larger dense id, i.e. the later first

@@ -27,8 +27,9 @@ use std::time::Instant;
 use crate::core::config::{err, ObjectConfig, SimError};
 use crate::core::eviction::Eviction;
 use crate::core::objects::check_trace;
+use crate::core::ratio;
 use crate::mat::lrb_features::{check_memory_window, EvictFeatures, MetaStore, EVICT_NUM_FEATURES};
-use crate::mat::{ratio, DecisionClock, DenseTrace, Predictor, Slots};
+use crate::mat::{DecisionClock, DenseTrace, Predictor, Slots};
 
 /// LRB's sample size per eviction.
 pub const SAMPLE_SIZE: u32 = 64;

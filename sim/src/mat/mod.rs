@@ -73,7 +73,6 @@ pub use belady::simulate_belady;
 pub use chooser::{Mat, MatStats};
 pub(crate) use clock::DecisionClock;
 pub use dense::{DenseTrace, NO_NEXT};
-pub(crate) use object::ratio;
 pub use object::{simulate_mat, MatResult};
 pub use params::{Controller, MatParams};
 pub use predictor::{FnPredictor, NoPredictor, Oracle, Predictor};

@@ -5,6 +5,7 @@ use std::time::Instant;
 use crate::core::config::{err, ObjectConfig, SimError};
 use crate::core::eviction::{Eviction, Lru};
 use crate::core::objects::check_trace;
+use crate::core::ratio;
 use crate::mat::dense::PREFETCH_AHEAD;
 use crate::mat::lrb_features::{prefetch, MetaStore};
 use crate::mat::{
@@ -40,14 +41,6 @@ impl MatResult {
             self.stats.predictions + self.stats.reused,
             self.stats.evictions,
         )
-    }
-}
-
-pub(crate) fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 {
-        f64::NAN
-    } else {
-        a as f64 / b as f64
     }
 }
 
@@ -140,7 +133,7 @@ pub fn simulate_mat<P: Predictor>(
     Ok(MatResult {
         requests: n as u64,
         hits,
-        miss_ratio: (n as u64 - hits) as f64 / n as f64,
+        miss_ratio: ratio(n as u64 - hits, n as u64),
         byte_miss_ratio: ratio(miss_bytes, req_bytes),
         stats: mat.stats,
         final_threshold: mat.threshold,

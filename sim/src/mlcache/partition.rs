@@ -29,6 +29,7 @@ use std::time::Instant;
 use crate::core::config::{err, SimError};
 use crate::core::eviction::{Eviction, Lru};
 use crate::core::hash::{new_map, FastMap};
+use crate::core::ratio;
 pub use crate::core::shares::{apportion, pages_of_shares};
 pub use crate::mlcache::config::{Objective, PartitionConfig, PartitionKind, PARTITION_POLICIES};
 pub use crate::mlcache::optimal::{best_split, discrete_optimal, pages_of_split, static_optimal};
@@ -252,7 +253,6 @@ pub fn simulate_partitioned_with<P: PartitionPolicy>(
             r.read_hits += h;
         }
     }
-    let ratio = |a: u64, b: u64| if b > 0 { a as f64 / b as f64 } else { f64::NAN };
     r.hit_ratio = ratio(r.hits, r.requests);
     r.read_hit_ratio = ratio(r.read_hits, r.reads);
     r.write_hit_ratio = ratio(r.write_hits, r.writes);

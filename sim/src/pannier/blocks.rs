@@ -197,12 +197,9 @@ pub fn run<C: BlockCache>(
     r
 }
 
+/// Pannier's reports count an empty class (no reads, no writes) as a 0 ratio.
 fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 {
-        0.0
-    } else {
-        a as f64 / b as f64
-    }
+    crate::core::ratio_or(a, b, 0.0)
 }
 
 /// Simulate one policy over a block trace.
