@@ -6,13 +6,13 @@
 /// (largest remainder: each gets `floor(w * C / W)`, the pages left over go one each to the
 /// largest remainders, ties to the lower stream). All-zero weights split evenly.
 pub fn apportion(weights: &[u64], capacity: u64) -> Vec<u64> {
-    let k = weights.len();
-    if k == 0 {
+    let streams = weights.len();
+    if streams == 0 {
         return Vec::new();
     }
     let total: u128 = weights.iter().map(|&w| w as u128).sum();
     if total == 0 {
-        return apportion(&vec![1; k], capacity);
+        return apportion(&vec![1; streams], capacity);
     }
     let c = capacity as u128;
     let mut pages: Vec<u64> = weights
@@ -20,7 +20,7 @@ pub fn apportion(weights: &[u64], capacity: u64) -> Vec<u64> {
         .map(|&w| (w as u128 * c / total) as u64)
         .collect();
     let left = capacity - pages.iter().sum::<u64>();
-    let mut order: Vec<usize> = (0..k).collect();
+    let mut order: Vec<usize> = (0..streams).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(weights[i] as u128 * c % total), i));
     for &i in order.iter().take(left as usize) {
         pages[i] += 1;
@@ -33,11 +33,11 @@ pub fn apportion(weights: &[u64], capacity: u64) -> Vec<u64> {
 /// even split; otherwise shares are normalised to sum 1 (the whole cache is used).
 /// Returns (pages, whether the shares were valid).
 pub fn pages_of_shares(shares: &[f64], capacity: u64) -> (Vec<u64>, bool) {
-    let k = shares.len();
+    let streams = shares.len();
     let sum: f64 = shares.iter().sum();
     let valid = shares.iter().all(|s| s.is_finite() && *s >= 0.0) && sum > 0.0 && sum.is_finite();
     if !valid {
-        return (apportion(&vec![1; k], capacity), false);
+        return (apportion(&vec![1; streams], capacity), false);
     }
     let scale = (1u64 << 40) as f64 / sum;
     let w: Vec<u64> = shares.iter().map(|s| (s * scale).round() as u64).collect();

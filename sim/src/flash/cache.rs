@@ -64,11 +64,11 @@ fn bits(lo: u32, hi: u32) -> u64 {
 }
 
 impl<'c, E: Eviction, L: Orders<E>> FlashSim<'c, E, L> {
-    /// A cache of `cfg`'s capacity and units with `orders` (of `k` partitions when
+    /// A cache of `cfg`'s capacity and units with `orders` (of `streams` partitions when
     /// partitioned).
-    pub(crate) fn new(cfg: &'c FlashConfig, orders: L, k: usize) -> Self {
+    pub(crate) fn new(cfg: &'c FlashConfig, orders: L, streams: usize) -> Self {
         let spb = cfg.segments_per_block();
-        let k = if L::PARTITIONED { k } else { 0 };
+        let streams = if L::PARTITIONED { streams } else { 0 };
         FlashSim {
             cfg,
             orders,
@@ -96,14 +96,14 @@ impl<'c, E: Eviction, L: Orders<E>> FlashSim<'c, E, L> {
             to_insert: Vec::new(),
             missing: Vec::new(),
             part: 0,
-            quota: vec![0; k],
-            part_used: vec![0; k],
+            quota: vec![0; streams],
+            part_used: vec![0; streams],
             streams: StreamInfo {
-                streams: k as u32,
-                gets: vec![0; k],
-                hits: vec![0; k],
-                admitted_segments: vec![0; k],
-                evictions: vec![0; k],
+                streams: streams as u32,
+                gets: vec![0; streams],
+                hits: vec![0; streams],
+                admitted_segments: vec![0; streams],
+                evictions: vec![0; streams],
                 ..Default::default()
             },
         }

@@ -29,7 +29,7 @@ pub struct PolicyArrays<'a> {
 pub struct StreamPartition<'a> {
     /// The number of streams, k >= 1.
     pub streams: u32,
-    /// Per access (GETs and PUTs alike): its stream, in 0..k.
+    /// Per access (GETs and PUTs alike): its stream, in 0..streams.
     pub stream: &'a [u32],
     /// Access indices where the intervals start: `bounds[0] == 0`, non-decreasing, each below
     /// the number of accesses; interval j covers accesses `bounds[j]..bounds[j+1]` (the last
@@ -41,8 +41,8 @@ pub struct StreamPartition<'a> {
 
 /// Check the partitioned mode's inputs against a trace of `n` accesses; O(n), no allocation.
 pub fn validate_partition(n: usize, part: &StreamPartition) -> Result<(), SimError> {
-    let k = part.streams;
-    if k == 0 {
+    let streams = part.streams;
+    if streams == 0 {
         return err("partitioned mode needs at least one stream ('streams' is 0)");
     }
     if part.stream.len() != n {
@@ -51,9 +51,9 @@ pub fn validate_partition(n: usize, part: &StreamPartition) -> Result<(), SimErr
             part.stream.len()
         ));
     }
-    if let Some((i, s)) = part.stream.iter().enumerate().find(|(_, &s)| s >= k) {
+    if let Some((i, s)) = part.stream.iter().enumerate().find(|(_, &s)| s >= streams) {
         return err(format!(
-            "array 'stream': access {i} has stream {s}, but there are {k} streams (0..{k})"
+            "array 'stream': access {i} has stream {s}, but there are {streams} streams (0..{streams})"
         ));
     }
     let b = part.bounds;
@@ -81,10 +81,10 @@ pub fn validate_partition(n: usize, part: &StreamPartition) -> Result<(), SimErr
             b.len() - 1
         ));
     }
-    let want = b.len() as u128 * k as u128;
+    let want = b.len() as u128 * streams as u128;
     if part.shares.len() as u128 != want {
         return err(format!(
-            "array 'shares' has {} elements but intervals x streams = {} x {k} = {want}",
+            "array 'shares' has {} elements but intervals x streams = {} x {streams} = {want}",
             part.shares.len(),
             b.len()
         ));
@@ -246,8 +246,10 @@ mod tests {
             (2.0, 2, 0, SEG, 1),
         ]);
         let cfg = tiny();
-        let e = |stream: &[u32], bounds: &[u64], shares: &[f64], k: u32| {
-            run_part(&r, &cfg, stream, bounds, shares, k).unwrap_err().0
+        let e = |stream: &[u32], bounds: &[u64], shares: &[f64], streams: u32| {
+            run_part(&r, &cfg, stream, bounds, shares, streams)
+                .unwrap_err()
+                .0
         };
         let ok_shares = [0.5, 0.5];
         assert!(e(&[0, 0], &[0], &ok_shares, 2).contains("array 'stream' has 2 elements"));

@@ -8,20 +8,20 @@ use crate::core::shares::apportion;
 /// and steps used, O(k * steps^2). Returns (steps per stream, summing to `steps`; the hits).
 /// Ties go to the split found first (fewer steps to later streams).
 pub fn best_split(curves: &[&[u64]], steps: usize) -> (Vec<usize>, u64) {
-    let k = curves.len();
+    let streams = curves.len();
     assert!(curves.iter().all(|c| c.len() == steps + 1));
-    if k == 0 {
+    if streams == 0 {
         return (Vec::new(), 0);
     }
     // best[i][b]: the most hits of streams 0..=i with exactly b steps; choice[i][b] its s_i
     let neg = i128::MIN;
-    let mut best = vec![vec![neg; steps + 1]; k];
-    let mut choice = vec![vec![0usize; steps + 1]; k];
+    let mut best = vec![vec![neg; steps + 1]; streams];
+    let mut choice = vec![vec![0usize; steps + 1]; streams];
     for b in 0..=steps {
         best[0][b] = curves[0][b] as i128;
         choice[0][b] = b;
     }
-    for i in 1..k {
+    for i in 1..streams {
         for b in 0..=steps {
             for s in 0..=b {
                 let prev = best[i - 1][b - s];
@@ -36,13 +36,13 @@ pub fn best_split(curves: &[&[u64]], steps: usize) -> (Vec<usize>, u64) {
             }
         }
     }
-    let mut split = vec![0usize; k];
+    let mut split = vec![0usize; streams];
     let mut b = steps;
-    for i in (0..k).rev() {
+    for i in (0..streams).rev() {
         split[i] = choice[i][b];
         b -= split[i];
     }
-    (split, best[k - 1][steps] as u64)
+    (split, best[streams - 1][steps] as u64)
 }
 
 /// The pages of a DP split of `steps` steps: `split[i] / steps` of the capacity each.
@@ -83,14 +83,14 @@ mod tests {
     use super::*;
     use crate::core::hash::lcg;
 
-    /// Every composition of `steps` into `k` parts.
-    fn compositions(k: usize, steps: usize) -> Vec<Vec<usize>> {
-        if k == 1 {
+    /// Every composition of `steps` into `streams` parts.
+    fn compositions(streams: usize, steps: usize) -> Vec<Vec<usize>> {
+        if streams == 1 {
             return vec![vec![steps]];
         }
         let mut out = Vec::new();
         for s in 0..=steps {
-            for mut rest in compositions(k - 1, steps - s) {
+            for mut rest in compositions(streams - 1, steps - s) {
                 rest.insert(0, s);
                 out.push(rest);
             }
@@ -102,11 +102,11 @@ mod tests {
     fn dp_equals_brute_force() {
         for seed in 0..60u64 {
             let mut r = lcg(seed);
-            let k = 1 + (r() % 4) as usize;
+            let streams = 1 + (r() % 4) as usize;
             let steps = 1 + (r() % 7) as usize;
             // non-decreasing curves, as hit curves are, and arbitrary ones: the DP needs neither
             let monotone = seed % 2 == 0;
-            let curves: Vec<Vec<u64>> = (0..k)
+            let curves: Vec<Vec<u64>> = (0..streams)
                 .map(|_| {
                     let mut acc = 0;
                     (0..=steps)
@@ -124,7 +124,7 @@ mod tests {
             let refs: Vec<&[u64]> = curves.iter().map(|c| c.as_slice()).collect();
             let (split, hits) = best_split(&refs, steps);
             let value = |s: &[usize]| -> u64 { s.iter().zip(&curves).map(|(&x, c)| c[x]).sum() };
-            let brute = compositions(k, steps)
+            let brute = compositions(streams, steps)
                 .iter()
                 .map(|s| value(s))
                 .max()

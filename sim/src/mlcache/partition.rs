@@ -1,5 +1,5 @@
 //! Partitioned caching across streams (MLCache): a cache of `capacity` pages shared
-//! by `k` streams, in object/page mode (every request is one page; sizes play no part).
+//! by several streams, in object/page mode (every request is one page; sizes play no part).
 //!
 //! * Each stream has its own LRU partition with a quota of pages; a miss inserts the page into
 //!   its stream's partition, evicting that partition's LRU pages while it is over quota (a
@@ -12,7 +12,7 @@
 //!   ratio and the read hit ratio are reported beside it.
 //!
 //! Policies ([`PartitionKind`]): `shared` (one LRU over all streams, no partitions), `even`
-//! (capacity / k each), `static_optimal` (the best fixed split for the whole trace),
+//! (capacity / streams each), `static_optimal` (the best fixed split for the whole trace),
 //! `discrete_optimal` (the best split of each interval, in hindsight: the paper's ideal
 //! model and the labels MLCache trains on) and `mlcache` (a predicted share per stream per
 //! interval, supplied as an array; the network comes later).
@@ -173,10 +173,10 @@ pub fn simulate_partitioned_with<P: PartitionPolicy>(
     cfg.validate()?;
     trace.validate()?;
     let start = Instant::now();
-    let k = trace.n_streams;
+    let n_streams = trace.n_streams;
     let n_iv = cached.n_intervals(cfg);
-    let hist = cached.histograms(k, cfg);
-    let mut parts = Partitions::new(k);
+    let hist = cached.histograms(n_streams, cfg);
+    let mut parts = Partitions::new(n_streams);
     let mut allocations = Vec::new();
     let mut interval_hits = vec![0u64; n_iv];
     let mut hit = vec![false; trace.keys.len()];
@@ -184,10 +184,11 @@ pub fn simulate_partitioned_with<P: PartitionPolicy>(
     let mut shared = None;
     for iv in 0..n_iv {
         let view = IntervalView {
-            n_streams: k,
+            n_streams,
             capacity: cfg.capacity,
             steps: cfg.steps,
-            prev_histograms: (iv > 0).then(|| &hist[(iv - 1) * k * cfg.steps..iv * k * cfg.steps]),
+            prev_histograms: (iv > 0)
+                .then(|| &hist[(iv - 1) * n_streams * cfg.steps..iv * n_streams * cfg.steps]),
         };
         let quotas = policy.allocate(iv, &view);
         if *shared.get_or_insert(quotas.is_none()) != quotas.is_none() {
@@ -196,8 +197,11 @@ pub fn simulate_partitioned_with<P: PartitionPolicy>(
             ));
         }
         if let Some(q) = &quotas {
-            if q.len() != k {
-                return err(format!("interval {iv}: {} quotas for {k} streams", q.len()));
+            if q.len() != n_streams {
+                return err(format!(
+                    "interval {iv}: {} quotas for {n_streams} streams",
+                    q.len()
+                ));
             }
             let sum: u128 = q.iter().map(|&x| x as u128).sum();
             if sum > cfg.capacity as u128 {
@@ -232,8 +236,8 @@ pub fn simulate_partitioned_with<P: PartitionPolicy>(
         intervals: n_iv as u64,
         evictions: parts.evictions,
         resize_evictions,
-        stream_requests: vec![0; k],
-        stream_hits: vec![0; k],
+        stream_requests: vec![0; n_streams],
+        stream_hits: vec![0; n_streams],
         allocations,
         interval_hits,
         fallbacks: 0,
@@ -275,20 +279,20 @@ pub fn simulate_partitioned(
         return err("shares are only for policy mlcache");
     }
     let cached = CachedRequests::new(trace, cfg);
-    let k = trace.n_streams;
+    let n_streams = trace.n_streams;
     let mut fallbacks = 0;
     let mut r = match kind {
         PartitionKind::Shared => simulate_partitioned_with(&mut Shared, trace, &cached, cfg)?,
         PartitionKind::Even => simulate_partitioned_with(&mut Even, trace, &cached, cfg)?,
         PartitionKind::StaticOptimal => {
-            let curves = cached.curves(k, cfg);
-            let (split, _) = static_optimal(&curves, k, cfg.steps);
+            let curves = cached.curves(n_streams, cfg);
+            let (split, _) = static_optimal(&curves, n_streams, cfg.steps);
             let mut p = Fixed(pages_of_split(&split, cfg.capacity));
             simulate_partitioned_with(&mut p, trace, &cached, cfg)?
         }
         PartitionKind::DiscreteOptimal => {
-            let curves = cached.curves(k, cfg);
-            let splits = discrete_optimal(&curves, k, cfg.steps);
+            let curves = cached.curves(n_streams, cfg);
+            let splits = discrete_optimal(&curves, n_streams, cfg.steps);
             let pages = splits
                 .iter()
                 .map(|s| pages_of_split(s, cfg.capacity))
@@ -299,14 +303,14 @@ pub fn simulate_partitioned(
             let Some(shares) = shares else {
                 return err("policy mlcache needs shares: one row of n_streams per interval");
             };
-            if shares.is_empty() || shares.len() % k != 0 {
+            if shares.is_empty() || shares.len() % n_streams != 0 {
                 return err(format!(
-                    "shares has {} values, not a whole number (>= 1) of rows of {k} streams",
+                    "shares has {} values, not a whole number (>= 1) of rows of {n_streams} streams",
                     shares.len()
                 ));
             }
             let pages = shares
-                .chunks(k)
+                .chunks(n_streams)
                 .map(|row| {
                     let (p, ok) = pages_of_shares(row, cfg.capacity);
                     fallbacks += u64::from(!ok);
@@ -331,26 +335,26 @@ mod tests {
     fn slow_partitioned(
         keys: &[u64],
         streams: &[u32],
-        k: usize,
+        n_streams: usize,
         interval: usize,
         quotas: &dyn Fn(usize) -> Option<Vec<u64>>,
         capacity: u64,
     ) -> Vec<bool> {
-        let mut lists: Vec<Vec<(u32, u64)>> = vec![Vec::new(); k];
+        let mut lists: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n_streams];
         let mut shared = false;
-        let mut q = vec![0u64; k];
+        let mut q = vec![0u64; n_streams];
         let mut out = Vec::new();
         for (i, (&key, &s)) in keys.iter().zip(streams).enumerate() {
             if i % interval == 0 {
                 match quotas(i / interval) {
                     None => {
                         shared = true;
-                        q = vec![0; k];
+                        q = vec![0; n_streams];
                         q[0] = capacity;
                     }
                     Some(v) => q = v,
                 }
-                for l in 0..k {
+                for l in 0..n_streams {
                     lists[l].truncate(q[l] as usize);
                 }
             }
@@ -370,9 +374,9 @@ mod tests {
         out
     }
 
-    fn random_trace(seed: u64, n: usize, k: usize) -> (Vec<u64>, Vec<u32>, Vec<bool>) {
+    fn random_trace(seed: u64, n: usize, n_streams: usize) -> (Vec<u64>, Vec<u32>, Vec<bool>) {
         let mut r = lcg(seed);
-        let streams: Vec<u32> = (0..n).map(|_| (r() % k as u64) as u32).collect();
+        let streams: Vec<u32> = (0..n).map(|_| (r() % n_streams as u64) as u32).collect();
         let keys: Vec<u64> = streams
             .iter()
             .map(|&s| r() % (10 + 25 * s as u64))
@@ -384,13 +388,13 @@ mod tests {
     #[test]
     fn simulation_equals_slow_reference() {
         for seed in 0..12u64 {
-            let k = 1 + (seed % 3) as usize;
-            let (keys, streams, writes) = random_trace(seed, 1200, k);
+            let n_streams = 1 + (seed % 3) as usize;
+            let (keys, streams, writes) = random_trace(seed, 1200, n_streams);
             let trace = StreamTrace {
                 keys: &keys,
                 streams: &streams,
                 writes: &writes,
-                n_streams: k,
+                n_streams,
             };
             let cfg = PartitionConfig {
                 capacity: 23,
@@ -400,10 +404,10 @@ mod tests {
                 objective: Objective::Hits,
             };
             let cached = CachedRequests::new(&trace, &cfg);
-            let curves = cached.curves(k, &cfg);
-            let splits = discrete_optimal(&curves, k, cfg.steps);
+            let curves = cached.curves(n_streams, &cfg);
+            let splits = discrete_optimal(&curves, n_streams, cfg.steps);
             let disc: Vec<Vec<u64>> = splits.iter().map(|s| pages_of_split(s, 23)).collect();
-            let even = apportion(&vec![1; k], 23);
+            let even = apportion(&vec![1; n_streams], 23);
             let cases: Vec<(PartitionKind, Quotas)> = vec![
                 (PartitionKind::Shared, Box::new(|_| None)),
                 (PartitionKind::Even, Box::new(move |_| Some(even.clone()))),
@@ -414,7 +418,7 @@ mod tests {
             ];
             for (kind, quotas) in cases {
                 let r = simulate_partitioned(kind, &trace, &cfg, None).unwrap();
-                let want = slow_partitioned(&keys, &streams, k, 150, &*quotas, 23);
+                let want = slow_partitioned(&keys, &streams, n_streams, 150, &*quotas, 23);
                 let hits = want.iter().filter(|&&h| h).count() as u64;
                 let whits = want.iter().zip(&writes).filter(|(&h, &w)| h && w).count() as u64;
                 assert_eq!(
@@ -430,13 +434,13 @@ mod tests {
     fn curves_predict_steady_state_hits() {
         // With fixed quotas there is no resize, so each partition is an LRU of its size from
         // the start: the simulated hits equal the curves' sum at those sizes exactly.
-        let k = 3;
-        let (keys, streams, writes) = random_trace(5, 5000, k);
+        let n_streams = 3;
+        let (keys, streams, writes) = random_trace(5, 5000, n_streams);
         let trace = StreamTrace {
             keys: &keys,
             streams: &streams,
             writes: &writes,
-            n_streams: k,
+            n_streams,
         };
         let cfg = PartitionConfig {
             capacity: 40,
@@ -446,8 +450,8 @@ mod tests {
             objective: Objective::WriteHits,
         };
         let cached = CachedRequests::new(&trace, &cfg);
-        let curves = cached.curves(k, &cfg);
-        let (split, _) = static_optimal(&curves, k, cfg.steps);
+        let curves = cached.curves(n_streams, &cfg);
+        let (split, _) = static_optimal(&curves, n_streams, cfg.steps);
         let total: u64 = split
             .iter()
             .enumerate()
@@ -455,7 +459,7 @@ mod tests {
                 curves
                     .chunks(cfg.steps + 1)
                     .skip(s)
-                    .step_by(k)
+                    .step_by(n_streams)
                     .map(|c| c[st])
                     .sum::<u64>()
             })
@@ -464,7 +468,7 @@ mod tests {
         let r = simulate_partitioned(PartitionKind::StaticOptimal, &trace, &cfg, None).unwrap();
         assert_eq!(r.write_hits, total);
         assert_eq!(r.read_hits, 0);
-        assert_eq!(r.allocations[..k], pages_of_split(&split, 40)[..]);
+        assert_eq!(r.allocations[..n_streams], pages_of_split(&split, 40)[..]);
         let even = simulate_partitioned(PartitionKind::Even, &trace, &cfg, None).unwrap();
         assert!(r.write_hits >= even.write_hits);
     }
