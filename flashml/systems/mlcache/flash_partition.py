@@ -138,10 +138,10 @@ def policy_shares(view: MonitorView, capacity: int, interval: int, policy: str, 
     from flashml.systems.mlcache import model
     from flashml.systems.mlcache.partitioning import best_split, partition_curves
 
-    t, k = view.trace, view.n_streams
+    t, n_streams = view.trace, view.n_streams
     n_int = -(-len(t) // interval)
     if policy == "even":
-        return np.full((n_int, k), 1.0 / k), {}
+        return np.full((n_int, n_streams), 1.0 / n_streams), {}
     if policy == "static_optimal":
         whole = partition_curves(t, capacity, len(t), writes_only=False)["curves"][0]
         split, _ = best_split(whole)
@@ -161,8 +161,8 @@ def policy_shares(view: MonitorView, capacity: int, interval: int, policy: str, 
         path = Path(bundle)
         lib = PolicyLibrary(path / "policy.so" if path.is_dir() else path, need="partition")
         x, _ = model.trace_features(t, capacity, interval, writes_only=False)
-        shares, status = lib.partition(x, k)
-        return model.schedule(shares, k), {"fallbacks": int(np.asarray(status).sum())}
+        shares, status = lib.partition(x, n_streams)
+        return model.schedule(shares, n_streams), {"fallbacks": int(np.asarray(status).sum())}
     raise ValueError(f"unknown flash policy {policy!r}; one of {', '.join(FLASH_POLICIES)}")
 
 

@@ -12,7 +12,7 @@ flashml.systems.mlcache.partitioning.best_split) of the same interval (`lead` 0,
 or of the next (`lead` 1): the network sees interval i and is judged on interval i+1 either way
 (other-seeds-notes §2.1: the label alignment the paper leaves open; the same interval's split is a
 function of the features, the next one's is a noisier target, and on held-out mixes the first judged
-better). The streams are shuffled among the slots 0..k-1 of every row (the paper's permutation
+better). The streams are shuffled among the slots of every row (the paper's permutation
 augmentation), and the label's split is searched in that shuffled order, so ties are not always
 broken towards one slot.
 
@@ -38,7 +38,7 @@ from flashml.systems.mlcache.partitioning import StreamTrace, best_split, partit
 @dataclass(frozen=True)
 class IntervalData:
     """Rows of one trace: x (rows, num_features), y (rows, max_streams) the label shares
-    (zero in absent slots), streams (k), group (an id of the trace, for cross-validation)."""
+    (zero in absent slots), n_streams, group (an id of the trace, for cross-validation)."""
 
     x: np.ndarray
     y: np.ndarray
@@ -54,7 +54,7 @@ def seen_streams(trace: StreamTrace, writes_only: bool) -> np.ndarray:
 def trace_features(trace: StreamTrace, capacity: int, interval: int, *,
                    writes_only: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The features of every interval of a trace (intervals, num_features) and its hit
-    curves (intervals, k, steps + 1), on the contract's grid."""
+    curves (intervals, n_streams, steps + 1), on the contract's grid."""
     c = pc.contract()
     cur = partition_curves(trace, capacity, interval, c.steps, writes_only=writes_only)
     counts = pc.interval_counts(seen_streams(trace, writes_only), trace.n_streams, interval)
@@ -65,31 +65,31 @@ def interval_dataset(trace: StreamTrace, capacity: int, interval: int, *,
                      rng: np.random.Generator, writes_only: bool = True,
                      permutations: int = 1, group: int = 0, lead: int = 1) -> IntervalData:
     """Training rows of one trace: interval i's features -> interval i+lead's best split
-    (lead 1: the next interval's, 0: its own), with the streams shuffled among slots 0..k-1
+    (lead 1: the next interval's, 0: its own), with the streams shuffled among slots 0..n_streams-1
     (`permutations` shuffles of every row)."""
     if lead not in (0, 1):
         raise ValueError(f"lead must be 0 or 1, got {lead}")
     c = pc.contract()
-    k = trace.n_streams
-    if k > c.max_streams:
-        raise ValueError(f"{k} streams; the partition contract has at most {c.max_streams}")
+    n_streams = trace.n_streams
+    if n_streams > c.max_streams:
+        raise ValueError(f"{n_streams} streams; the partition contract has at most {c.max_streams}")
     cur = partition_curves(trace, capacity, interval, c.steps, writes_only=writes_only)
     hist, curves = cur["histograms"], cur["curves"]
-    counts = pc.interval_counts(seen_streams(trace, writes_only), k, interval)
+    counts = pc.interval_counts(seen_streams(trace, writes_only), n_streams, interval)
     rows = len(curves) - lead
     xs, ys = [], []
     for _ in range(permutations):
-        perm = np.argsort(rng.random((rows, k)), axis=1)
+        perm = np.argsort(rng.random((rows, n_streams)), axis=1)
         h = np.take_along_axis(hist[:rows], perm[:, :, None], axis=1)
         n = np.take_along_axis(counts[:rows], perm, axis=1)
         xs.append(pc.interval_features(h, n, c))
         y = np.zeros((rows, c.max_streams))
         for i in range(rows):
             split, _ = best_split(curves[i + lead][perm[i]])
-            y[i, :k] = np.asarray(split, dtype=np.float64) / c.steps
+            y[i, :n_streams] = np.asarray(split, dtype=np.float64) / c.steps
         ys.append(y)
     return IntervalData(np.vstack(xs) if xs else np.zeros((0, c.num_features)),
-                        np.vstack(ys) if ys else np.zeros((0, c.max_streams)), k, group)
+                        np.vstack(ys) if ys else np.zeros((0, c.max_streams)), n_streams, group)
 
 
 #: Exponents the job chooses the shares' sharpness from (1: the outputs as they are).
@@ -153,8 +153,8 @@ def previous_optimal_shares(trace: StreamTrace, capacity: int, interval: int,
     if curves is None:
         curves = partition_curves(trace, capacity, interval,
                                   writes_only=writes_only)["curves"]
-    k = trace.n_streams
-    rows = [np.full(k, 1.0 / k)]
+    n_streams = trace.n_streams
+    rows = [np.full(n_streams, 1.0 / n_streams)]
     rows += [np.array(best_split(c)[0], dtype=np.float64) for c in curves[:-1]]
     return np.vstack(rows)
 

@@ -166,7 +166,7 @@ def page_rows(table: Any, page_bytes: int) -> np.ndarray:
 
 def write_page_csv(trace: StreamTrace, path: Any) -> Any:
     """The trace as the C runtime's page CSV (`flashrt partition-replay --trace`): the header
-    stream,page,write, one request per line (stream ids 0..k-1, write 0/1). Written under a
+    stream,page,write, one request per line (stream ids from 0, write 0/1). Written under a
     temporary name, then renamed."""
     import polars as pl
 
