@@ -209,7 +209,7 @@ def k_choice(out: Path) -> dict:
     target, rx = s["target_write_rate_mbps"], s["policies"]["rejectx"]["peak_dt_util"]
     gbm = GbmParams().with_overrides(learning_rate=0.05, num_boost_round=500)  # the CLI's
     by_k = {}
-    for k in loop.k_candidates:
+    for k in loop.accesses_per_episode_tried:
         data = training_data(feats, times, labels, episodes, loop.train_seconds,
                              max_position=k)
         score = score_all(train_policy(data, gbm, with_prefetch=False), feats)["score"]

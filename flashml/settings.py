@@ -80,7 +80,7 @@ class LoopSettings:
     #: peak; on 15 seven-day traces choosing by the training day's peak DT lost 2.0 points of
     #: evaluation-day peak-DT reduction on average (up to 13.6) against the best K, by its
     #: mean 0.3 (up to 2.7) (bench/bench_quality.py `k_choice`, docs/measurements.md).
-    k_candidates: tuple[int, ...] = (6, 1, 2, 4, 12)
+    accesses_per_episode_tried: tuple[int, ...] = (6, 1, 2, 4, 12)
     #: ML-When thresholds tried on the training window (1.0: prefetch never pays off).
     when_candidates: tuple[float, ...] = (0.5, 0.7, 0.9, 1.0)
     #: At most this many admission training rows (a sample of the keys beyond it:
@@ -186,7 +186,7 @@ class BaleenSettings:
             if "max_training_rows" in v else d.loop.max_training_rows)
         if ks:
             ks = tuple(int(k) for k in ks)
-            loop = replace(loop, accesses_per_episode=ks[0], k_candidates=ks)
+            loop = replace(loop, accesses_per_episode=ks[0], accesses_per_episode_tried=ks)
         try:
             peak = PeakSettings(hours=int(v.get("peak_hours", d.peak.hours)),
                                 bonus=float(v.get("peak_bonus", d.peak.bonus)))
@@ -469,8 +469,8 @@ _OPTIONS = (
     Option("accesses_per_episode", "--accesses-per-episode", positive_ints, None,
            "OPT-labelled GETs per episode in the admission training rows; several: the K "
            "whose admission-only model has the lowest mean DT on the training day (ties: the "
-           "first); one value fixes K (default: LoopSettings.k_candidates, the artifact's K=6 "
-           "wins ties)", metavar="K[,K...]"),
+           "first); one value fixes K (default: LoopSettings.accesses_per_episode_tried, the "
+           "artifact's K=6 wins ties)", metavar="K[,K...]"),
     Option("peak_hours", "--peak-hours", Number(int, 0, 24, unit="hours"), _D.peak.hours,
            "peak-aware admission: how many consecutive hours, the busiest block of the day "
            "(no-cache disk-head time of the training window), get a lower threshold (0: "

@@ -298,7 +298,7 @@ def test_a_saturated_loop_stops_once_its_eviction_age_holds(small_trace, tmp_pat
     gbm = GbmParams(learning_rate=0.1, num_boost_round=60)
     target = 100 * DEFAULTS.target_write_rate_mbps
     res = run_loop(df, table, feature_matrix(df), base, target, tmp_path, gbm,
-                   LoopSettings(max_iter=6, k_candidates=(6,)))
+                   LoopSettings(max_iter=6, accesses_per_episode_tried=(6,)))
     its = res.iterations
     assert all(it.threshold == 0.0 and it.write_rate_mbps < 0.5 * target for it in its)
     assert its[1].eviction_age_s == its[0].measured_eviction_age_s != its[0].eviction_age_s
@@ -423,7 +423,8 @@ def test_loop_warns_when_the_peak_schedule_cannot_meet_the_target(small_trace, t
     greedy = base.replace(peak_hours=tuple(range(24)), peak_bonus=1.0)
     with caplog.at_level(logging.WARNING, logger="flashml.systems.baleen.converge"):
         res = run_loop(df, table, feature_matrix(df), base, target, tmp_path, gbm,
-                       LoopSettings(max_iter=1, k_candidates=(6,)), with_prefetch=False,
+                       LoopSettings(max_iter=1, accesses_per_episode_tried=(6,)),
+                       with_prefetch=False,
                        final_base=greedy)
     assert not res.tuned.reached
     assert res.tuned.result.metrics["flash_write_rate_mbps"] > 1.1 * target
@@ -446,7 +447,7 @@ def test_accesses_per_episode_chosen_on_the_training_day(small_trace, tmp_path: 
     gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
     target = DEFAULTS.target_write_rate_mbps
     feats = feature_matrix(df)
-    settings = LoopSettings(max_iter=1, k_candidates=(6, 1, 3))
+    settings = LoopSettings(max_iter=1, accesses_per_episode_tried=(6, 1, 3))
     res = run_loop(df, table, feats, base, target, tmp_path, gbm, settings,
                    with_prefetch=False)
     labels = pl.read_parquet(res.episodes_dir / "labels.parquet")
@@ -580,7 +581,8 @@ def test_an_iteration_with_the_last_ones_rows_keeps_its_models(small_trace, tmp_
     monkeypatch.setattr(converge, "training_data", same_rows)
     monkeypatch.setattr(converge, "train_and_score", counted)
     # an eviction age that never holds: every iteration trains (or would)
-    settings = LoopSettings(max_iter=3, k_candidates=(6,), min_move_s=0.0, min_move_rel=0.0)
+    settings = LoopSettings(max_iter=3, accesses_per_episode_tried=(6,), min_move_s=0.0,
+                            min_move_rel=0.0)
     kept = run_loop(df, table, feats, base, DEFAULTS.target_write_rate_mbps,
                     tmp_path / "kept", gbm, settings)
     assert len(kept.iterations) == 3 and len(trainings) == 1

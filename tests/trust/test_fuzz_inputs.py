@@ -497,7 +497,7 @@ def test_settings_limits_accepted() -> None:
     s = BaleenSettings.from_values({"max_rounds": MAX_INTEGER, "cache_gb": 10**9,
                                     "accesses_per_episode": (1, MAX_INTEGER)})
     assert s.gbm.num_boost_round == MAX_INTEGER and s.cache_gb == 1e9
-    assert s.loop.k_candidates == (1, MAX_INTEGER)
+    assert s.loop.accesses_per_episode_tried == (1, MAX_INTEGER)
 
 
 def test_settings_huge_integer_on_the_command_line(capsys: Any) -> None:

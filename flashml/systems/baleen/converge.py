@@ -246,9 +246,10 @@ def select_accesses_per_episode(df: pl.DataFrame, feats: np.ndarray, labels: pl.
         return train
 
     # the candidates' trainings side by side, one LightGBM thread each (the same trees)
-    trained = side_by_side([candidate(k) for k in settings.k_candidates], gbm.num_threads)
+    tried = settings.accesses_per_episode_tried
+    trained = side_by_side([candidate(k) for k in tried], gbm.num_threads)
     scores: dict[int, np.ndarray] = {}
-    for k, (policy, score) in zip(settings.k_candidates, trained, strict=True):
+    for k, (policy, score) in zip(tried, trained, strict=True):
         if keep is not None:
             keep[k] = policy
         scores[k] = score
@@ -257,7 +258,7 @@ def select_accesses_per_episode(df: pl.DataFrame, feats: np.ndarray, labels: pl.
         return float(tune_threshold(sub, cfg, target_mbps, {"score": scores[k]})
                      .result.metrics["mean_dt_util"])
 
-    ks = list(settings.k_candidates)
+    ks = list(tried)
     means = dict(zip(ks, parallel_map(mean_dt, ks), strict=True))
     best = min(means, key=lambda k: (means[k], k != settings.accesses_per_episode, k))
     return best, means
@@ -315,10 +316,11 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     history: list[Iteration] = []
     result: LoopResult | None = None
     prefetch = {"prefetch": "range", "prefetch_when": "score"} if with_prefetch else {}
-    k_fixed = warm.accesses_per_episode if warm is not None else None
+    fixed_accesses = warm.accesses_per_episode if warm is not None else None
     zeroed = tuple(zeroed or (warm.zeroed if warm is not None else ()))
-    k_build = k_fixed or max((settings.accesses_per_episode, *settings.k_candidates))
-    k_chosen: int | None = None
+    build_accesses = fixed_accesses or max((settings.accesses_per_episode,
+                                            *settings.accesses_per_episode_tried))
+    chosen_accesses: int | None = None
     # Each threshold search aims with the one before it at this target (a model trained at
     # a nearby eviction age admits a similar share): `tune_to_write_rate`'s hint
     when_points = dict(warm.when_points) if warm is not None else {}
@@ -336,13 +338,13 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         out = workdir / f"episodes-{it:02d}"
         n_eps = n_admitted = 0
         if it == 0 and warm is not None:
-            policy, arrays, k_chosen = warm.policy, warm.arrays, warm.accesses_per_episode
+            policy, arrays, chosen_accesses = warm.policy, warm.arrays, warm.accesses_per_episode
             when_threshold = warm.when_threshold
             log.info("convergence iteration 0: warm start at EA %.0f s (K=%d, ML-When %.2f)",
-                     ea, k_chosen, when_threshold)
+                     ea, chosen_accesses, when_threshold)
         else:
             params = EpisodeParams(eviction_age_s=ea, target_write_rate_mbps=target_mbps,
-                                   accesses_per_episode=k_build)
+                                   accesses_per_episode=build_accesses)
             built = (reusable(prebuilt, params) if it == 0 else None) or build(
                 table, out, params, engine=settings.engine, spark=spark, plot=False)
             out = built.out
@@ -350,24 +352,24 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             n_admitted = int(built.summary["admitted_episodes"])
             labels = pl.read_parquet(out / "labels.parquet")
             episodes = pl.read_parquet(out / "episodes.parquet")
-            k_chosen = k_fixed or settings.accesses_per_episode
+            chosen_accesses = fixed_accesses or settings.accesses_per_episode
             chosen: dict[int, Any] = {}
-            if k_fixed is None and len(settings.k_candidates) > 1:
-                k_chosen, kmeans = select_accesses_per_episode(
+            if fixed_accesses is None and len(settings.accesses_per_episode_tried) > 1:
+                chosen_accesses, kmeans = select_accesses_per_episode(
                     df, feats, labels, episodes, base, target_mbps, settings, gbm, features,
                     keep=chosen, zeroed=zeroed)
                 log.info("accesses per episode K=%d (training-day mean DT by K: %s); kept "
-                         "for the loop's later iterations", k_chosen,
+                         "for the loop's later iterations", chosen_accesses,
                          {k: round(v, 5) for k, v in kmeans.items()})
                 # K is chosen once, in the first iteration: it is a property of the trace's
                 # access pattern (the same K at every iteration of every loop measured, and
                 # the choice costs one training per candidate)
-                k_fixed = k_chosen
+                fixed_accesses = chosen_accesses
             check()
             data = training_data(feats, times, labels, episodes, settings.train_seconds,
-                                 max_position=k_chosen, max_rows=settings.max_training_rows)
+                                 max_position=chosen_accesses, max_rows=settings.max_training_rows)
             # (a given admission model is the one these rows and parameters train)
-            given = getattr(chosen.get(k_chosen), "admission", None)
+            given = getattr(chosen.get(chosen_accesses), "admission", None)
             key = training_key(data, gbm, features, with_prefetch, zeroed)
             if last_trained is not None and last_trained[0] == key:
                 # the same rows as the last training (episodes at an eviction age that moved
@@ -424,7 +426,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         moved = abs(new_ea - ea)
         result = LoopResult(False, history, policy, arrays, tuned, ea, out, "",
                             when_threshold=when_threshold,
-                            extra={"accesses_per_episode": k_chosen, "zeroed": zeroed},
+                            extra={"accesses_per_episode": chosen_accesses, "zeroed": zeroed},
                             points=tuned.points,
                             when_points=dict(when_points))
         if saturated and len(history) > 1 and history[-2].threshold == 0.0 and \

@@ -416,7 +416,8 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     k = trained.get("convergence", {}).get("accesses_per_episode")
     cl_loop = replace(s.loop, start_eviction_age_s=ea, max_iter=1)
     if k:
-        cl_loop = replace(cl_loop, accesses_per_episode=int(k), k_candidates=(int(k),))
+        cl_loop = replace(cl_loop, accesses_per_episode=int(k),
+                          accesses_per_episode_tried=(int(k),))
     with timer.stage("cachelib_ml"):
         cl = run_loop(df, run.table, feats, base, target, run.work / "cachelib", s.gbm, cl_loop,
                       features=list(contract().models["cachelib_like"]), with_prefetch=False,
