@@ -50,7 +50,7 @@ import socket
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,6 +161,16 @@ class RunDir:
         data = jsonable(data)
         write_json(self.own(self.stage_file(name)), data)
         return data
+
+    def record_plots(self, paths: Iterable[Path | str]) -> dict[str, Any]:
+        """A job's `plots` stage ends here: each plot logged to the active MLflow run (its
+        artifact folder `plots/`) and the stage recorded with their paths."""
+        import mlflow
+
+        paths = [str(p) for p in paths]
+        for p in paths:
+            mlflow.log_artifact(p, artifact_path="plots")
+        return self.record("plots", {"plots": paths})
 
     def own(self, path: Path) -> Path:
         """`path` (inside the run folder) after checking, without following links, that

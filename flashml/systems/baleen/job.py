@@ -513,7 +513,6 @@ def plots(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     rec = run.done("plots")
     if rec is not None:
         return rec
-    import mlflow
     import numpy as np
 
     from flashml.systems.baleen.peak import hourly_dt_profile
@@ -547,9 +546,7 @@ def plots(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
         paths.append(report.plot_feature_importance(
             adm.feature_name(), list(adm.feature_importance("gain")),
             figs / "feature_importance.png"))
-    for p in paths:
-        mlflow.log_artifact(str(p), artifact_path="plots")
-    return run.record("plots", {"plots": [str(p) for p in paths]})
+    return run.record_plots(paths)
 
 
 def evaluate(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:

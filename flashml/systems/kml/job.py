@@ -377,7 +377,6 @@ def plots(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import mlflow
 
     ev = evaluate(run, s, timer)
     tls = json.loads(Path(ev["timelines"]).read_text())
@@ -432,9 +431,7 @@ def plots(run: RunDir, s: KmlSettings, timer: Timer) -> dict[str, Any]:
     ratios = out_dir / "ratios.png"
     save_figure(fig, ratios, dpi=110)
     plt.close(fig)
-    for p in (fig2, ratios):
-        mlflow.log_artifact(str(p), artifact_path="plots")
-    return run.record("plots", {"plots": [str(fig2), str(ratios)]})
+    return run.record_plots((fig2, ratios))
 
 
 STAGES: tuple[Stage, ...] = (

@@ -662,7 +662,6 @@ def plots(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
     rec = run.done("plots")
     if rec is not None:
         return rec
-    import mlflow
 
     from flashml.jobs.report import plot_miss_ratio_curves
 
@@ -674,9 +673,8 @@ def plots(run: RunDir, s: MatSettings, timer: Timer) -> dict[str, Any]:
         path = plot_miss_ratio_curves(miss_ratio_curves(res, metric),
                                       run.path / "plots" / f"{metric}_vs_size.png",
                                       xlabel=f"cache size ({unit})", ylabel=label)
-        mlflow.log_artifact(str(path), artifact_path="plots")
-        paths.append(str(path))
-    return run.record("plots", {"plots": paths})
+        paths.append(path)
+    return run.record_plots(paths)
 
 
 STAGES: tuple[Stage, ...] = (

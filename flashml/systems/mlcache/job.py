@@ -600,7 +600,6 @@ def plots(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import mlflow
     import numpy as np
 
     from flashml.compiler.loader import PolicyLibrary
@@ -648,9 +647,7 @@ def plots(run: RunDir, s: MlcacheSettings, timer: Timer) -> dict[str, Any]:
     alloc_png = out_dir / "allocation_over_time.png"
     save_figure(fig, alloc_png, dpi=120)
     plt.close(fig)
-    for p in (bar, alloc_png):
-        mlflow.log_artifact(str(p), artifact_path="plots")
-    return run.record("plots", {"plots": [str(bar), str(alloc_png)]})
+    return run.record_plots((bar, alloc_png))
 
 
 STAGES: tuple[Stage, ...] = (

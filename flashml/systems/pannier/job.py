@@ -322,8 +322,6 @@ def plots(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
         return rec
     import json
 
-    import mlflow
-
     from flashml.jobs.report import _plt
 
     per_run = simulate(run, s, timer)["per_run"]
@@ -376,9 +374,7 @@ def plots(run: RunDir, s: PannierSettings, timer: Timer) -> dict[str, Any]:
     save_figure(fig, p2)
     plt.close(fig)
     paths.append(p2)
-    for p in paths:
-        mlflow.log_artifact(str(p), artifact_path="plots")
-    return run.record("plots", {"plots": [str(p) for p in paths]})
+    return run.record_plots(paths)
 
 
 STAGES: tuple[Stage, ...] = (
