@@ -256,10 +256,14 @@ def abi_page() -> str:
         intro = "\n".join(ln.strip().removeprefix("*").removeprefix(" ")
                           for ln in m.group(1).strip("\n").split("\n"))
         out += ["```text", intro.strip(), "```", ""]
-    defines = re.findall(r"^#define (FLASHML_\w+)\s+(.+)$", text, re.M)
-    out += ["## Constants", "", "| name | value |", "|---|---|"]
-    out += [f"| {_code(n)} | {_code(v.strip())} |" for n, v in defines
-            if not n.endswith("_H")]
+    defines = re.findall(r"^#define (FLASHML_\w+)\s+(.+)$", text.replace("\\\n", " "), re.M)
+    out += ["## Constants", "",
+            "Each function's name is also a string constant for dlsym, `FLASHML_SYM_` and the "
+            "name without `flashml_` in upper case (`FLASHML_SYM_ADMIT_SCORE` is "
+            '`"flashml_admit_score"`), declared with the functions in features/abi.toml. The '
+            "others:", "", "| name | value |", "|---|---|"]
+    out += [f"| {_code(n)} | {_code(' '.join(v.split()))} |" for n, v in defines
+            if not n.endswith("_H") and not n.startswith("FLASHML_SYM_")]
     out += ["", "## Functions of `flashml_policy.h`", ""]
     out += _function_groups(header_functions(text))
     out += ["## libflashrt: `runtime/include/flashrt.h`", "",

@@ -96,7 +96,7 @@ from flashml.errors import UserError
 from flashml.features import eviction
 from flashml.features import partition as partition_contract
 from flashml.features import readahead as readahead_contract
-from flashml.features.codegen import ABI_VERSION
+from flashml.features.abi import ABI_VERSION
 from flashml.features.contract import contract
 from flashml.files import jsonable, replace_dir, sha256_file, write_json
 

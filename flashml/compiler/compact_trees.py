@@ -243,6 +243,10 @@ def emit_c(ct: CompactTrees, symbol: str) -> str:
 #include <math.h>
 #include <stdint.h>
 
+double {p}_margin(const double *x);
+double {p}(const double *x);
+void {p}_prefetch(void);
+
 {thr_table}\
 /* per tree, {w} nodes of 4 bytes: bin index, threshold rank ({NEVER_RIGHT}: never right), \
 left, right (>= {LEAF_BASE}: leaf child - {LEAF_BASE}) */

@@ -377,6 +377,8 @@ def emit_c(ft: FastTrees, symbol: str) -> str:
         f"{ft.num_features} features, K={ft.doublings}; do not edit. */\n",
         "#include <math.h>\n#include <stdint.h>\n#include <immintrin.h>\n\n",
         f"#define FT_TARGET __attribute__((target(\"{','.join(ISA)}\")))\n\n",
+        f"double {p}_margin(const double *x);\ndouble {p}(const double *x);\n"
+        f"void {p}_prefetch(void);\n\n",
         ("/* per feature: its sorted distinct thresholds, padded with +inf */\n"
          + c_array(f"{p}_thr", "double", [c_hex(v) for v in thr_flat], per_line=4)
          if thr_flat else ""),

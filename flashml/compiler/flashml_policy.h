@@ -6,18 +6,18 @@
  * each capability it has; its manifest.json lists them in `capabilities` (a manifest without
  * the field: admission and prefetch). A loader refuses a bundle that lacks a capability it
  * is asked to use; look optional functions up with dlsym. Optional (older .so files lack
- * them): flashml_policy_prefetch, flashml_policy_decide, flashml_policy_decide_at, flashml_admit_peak_hours, flashml_admit_peak_bonus, flashml_evict_controller, flashml_evict_reuse_predictions, flashml_evict_prefetch.
+ * them): flashml_policy_prefetch, flashml_policy_decide, flashml_admit_peak_hours, flashml_admit_peak_bonus, flashml_policy_decide_at, flashml_evict_prefetch, flashml_evict_controller, flashml_evict_reuse_predictions.
  *   core: flashml_policy_abi_version
  *   admission: flashml_policy_num_features, flashml_policy_contract_hash, flashml_admit_score,
  *       flashml_admit_threshold, flashml_target_write_rate_mbps, flashml_eviction_age_s,
- *       flashml_policy_prefetch, flashml_policy_decide, flashml_policy_decide_at,
- *       flashml_admit_peak_hours, flashml_admit_peak_bonus
+ *       flashml_policy_prefetch, flashml_policy_decide, flashml_admit_peak_hours,
+ *       flashml_admit_peak_bonus, flashml_policy_decide_at
  *   prefetch: flashml_prefetch_range, flashml_prefetch_when_score,
  *       flashml_prefetch_when_threshold
  *   eviction: flashml_evict_num_features, flashml_evict_contract_hash, flashml_evict_predict,
- *       flashml_evict_predict_batch, flashml_evict_k, flashml_evict_max_candidates,
- *       flashml_evict_delta, flashml_evict_initial_threshold, flashml_evict_memory_window,
- *       flashml_evict_controller, flashml_evict_reuse_predictions, flashml_evict_prefetch
+ *       flashml_evict_predict_batch, flashml_evict_prefetch, flashml_evict_k,
+ *       flashml_evict_max_candidates, flashml_evict_delta, flashml_evict_initial_threshold,
+ *       flashml_evict_memory_window, flashml_evict_controller, flashml_evict_reuse_predictions
  *   partition: flashml_partition_num_features, flashml_partition_contract_hash,
  *       flashml_partition_max_streams, flashml_partition_steps, flashml_partition
  *   readahead: flashml_readahead_num_features, flashml_readahead_contract_hash,
@@ -345,6 +345,64 @@ int flashml_readahead_num_features(void);
 const char *flashml_readahead_contract_hash(void);
 int flashml_readahead_window_ms(void);
 int flashml_readahead_kib(const double *features);
+
+/* ---- Names (features/abi.toml): each function's name, for dlsym ---- */
+#define FLASHML_SYM_POLICY_ABI_VERSION "flashml_policy_abi_version"
+#define FLASHML_SYM_POLICY_NUM_FEATURES "flashml_policy_num_features"
+#define FLASHML_SYM_POLICY_CONTRACT_HASH "flashml_policy_contract_hash"
+#define FLASHML_SYM_ADMIT_SCORE "flashml_admit_score"
+#define FLASHML_SYM_ADMIT_THRESHOLD "flashml_admit_threshold"
+#define FLASHML_SYM_PREFETCH_RANGE "flashml_prefetch_range"
+#define FLASHML_SYM_PREFETCH_WHEN_SCORE "flashml_prefetch_when_score"
+#define FLASHML_SYM_PREFETCH_WHEN_THRESHOLD "flashml_prefetch_when_threshold"
+#define FLASHML_SYM_TARGET_WRITE_RATE_MBPS "flashml_target_write_rate_mbps"
+#define FLASHML_SYM_EVICTION_AGE_S "flashml_eviction_age_s"
+#define FLASHML_SYM_POLICY_PREFETCH "flashml_policy_prefetch"
+#define FLASHML_SYM_POLICY_DECIDE "flashml_policy_decide"
+#define FLASHML_SYM_ADMIT_PEAK_HOURS "flashml_admit_peak_hours"
+#define FLASHML_SYM_ADMIT_PEAK_BONUS "flashml_admit_peak_bonus"
+#define FLASHML_SYM_POLICY_DECIDE_AT "flashml_policy_decide_at"
+#define FLASHML_SYM_EVICT_NUM_FEATURES "flashml_evict_num_features"
+#define FLASHML_SYM_EVICT_CONTRACT_HASH "flashml_evict_contract_hash"
+#define FLASHML_SYM_EVICT_PREDICT "flashml_evict_predict"
+#define FLASHML_SYM_EVICT_PREDICT_BATCH "flashml_evict_predict_batch"
+#define FLASHML_SYM_EVICT_PREFETCH "flashml_evict_prefetch"
+#define FLASHML_SYM_EVICT_K "flashml_evict_k"
+#define FLASHML_SYM_EVICT_MAX_CANDIDATES "flashml_evict_max_candidates"
+#define FLASHML_SYM_EVICT_DELTA "flashml_evict_delta"
+#define FLASHML_SYM_EVICT_INITIAL_THRESHOLD "flashml_evict_initial_threshold"
+#define FLASHML_SYM_EVICT_MEMORY_WINDOW "flashml_evict_memory_window"
+#define FLASHML_SYM_EVICT_CONTROLLER "flashml_evict_controller"
+#define FLASHML_SYM_EVICT_REUSE_PREDICTIONS "flashml_evict_reuse_predictions"
+#define FLASHML_SYM_PARTITION_NUM_FEATURES "flashml_partition_num_features"
+#define FLASHML_SYM_PARTITION_CONTRACT_HASH "flashml_partition_contract_hash"
+#define FLASHML_SYM_PARTITION_MAX_STREAMS "flashml_partition_max_streams"
+#define FLASHML_SYM_PARTITION_STEPS "flashml_partition_steps"
+#define FLASHML_SYM_PARTITION "flashml_partition"
+#define FLASHML_SYM_READAHEAD_NUM_FEATURES "flashml_readahead_num_features"
+#define FLASHML_SYM_READAHEAD_CONTRACT_HASH "flashml_readahead_contract_hash"
+#define FLASHML_SYM_READAHEAD_WINDOW_MS "flashml_readahead_window_ms"
+#define FLASHML_SYM_READAHEAD_KIB "flashml_readahead_kib"
+
+/* The functions a .so must export to have each capability (its optional ones aside), in
+ * declaration order: a list of the names above, for an array's initialiser. */
+#define FLASHML_REQUIRED_CORE FLASHML_SYM_POLICY_ABI_VERSION
+#define FLASHML_REQUIRED_ADMISSION FLASHML_SYM_POLICY_NUM_FEATURES, \
+    FLASHML_SYM_POLICY_CONTRACT_HASH, FLASHML_SYM_ADMIT_SCORE, FLASHML_SYM_ADMIT_THRESHOLD, \
+    FLASHML_SYM_TARGET_WRITE_RATE_MBPS, FLASHML_SYM_EVICTION_AGE_S
+#define FLASHML_REQUIRED_PREFETCH FLASHML_SYM_PREFETCH_RANGE, FLASHML_SYM_PREFETCH_WHEN_SCORE, \
+    FLASHML_SYM_PREFETCH_WHEN_THRESHOLD
+#define FLASHML_REQUIRED_EVICTION FLASHML_SYM_EVICT_NUM_FEATURES, \
+    FLASHML_SYM_EVICT_CONTRACT_HASH, FLASHML_SYM_EVICT_PREDICT, \
+    FLASHML_SYM_EVICT_PREDICT_BATCH, FLASHML_SYM_EVICT_K, FLASHML_SYM_EVICT_MAX_CANDIDATES, \
+    FLASHML_SYM_EVICT_DELTA, FLASHML_SYM_EVICT_INITIAL_THRESHOLD, \
+    FLASHML_SYM_EVICT_MEMORY_WINDOW
+#define FLASHML_REQUIRED_PARTITION FLASHML_SYM_PARTITION_NUM_FEATURES, \
+    FLASHML_SYM_PARTITION_CONTRACT_HASH, FLASHML_SYM_PARTITION_MAX_STREAMS, \
+    FLASHML_SYM_PARTITION_STEPS, FLASHML_SYM_PARTITION
+#define FLASHML_REQUIRED_READAHEAD FLASHML_SYM_READAHEAD_NUM_FEATURES, \
+    FLASHML_SYM_READAHEAD_CONTRACT_HASH, FLASHML_SYM_READAHEAD_WINDOW_MS, \
+    FLASHML_SYM_READAHEAD_KIB
 
 #ifdef __cplusplus
 }

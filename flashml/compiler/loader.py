@@ -39,10 +39,13 @@ from flashml.errors import UserError
 from flashml.features import eviction
 from flashml.features import partition as partition_contract
 from flashml.features import readahead as readahead_contract
-from flashml.features.codegen import (
+from flashml.features.abi import (
     ABI_VERSION,
     CAPABILITIES,
     LEGACY_CAPABILITIES,
+    SYM,
+    bind,
+    exports,
     required_functions,
 )
 from flashml.features.contract import contract
@@ -62,7 +65,6 @@ _HOW = {"admission": "compile a bundle with the admission models (admission.txt,
                      "compiler.readahead.save_readahead_model; flashml kml run)"}
 
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
-_INT32_P = ctypes.POINTER(ctypes.c_int32)
 
 
 #: The largest policy .so a loader reads (bytes).
@@ -512,11 +514,10 @@ class PolicyLibrary:
         self.manifest = v.manifest
         lib = map_verified(v)
         self._handle: int | None = lib._handle
-        if not hasattr(lib, "flashml_policy_abi_version"):
-            raise UserError(f"{self.path}: not a flashml policy (no flashml_policy_abi_version)")
+        if not exports(lib, "policy_abi_version"):
+            raise UserError(f"{self.path}: not a flashml policy (no {SYM['policy_abi_version']})")
         self.lib = lib
-        lib.flashml_policy_abi_version.restype = ctypes.c_int
-        abi = lib.flashml_policy_abi_version()
+        abi = bind(lib, "policy_abi_version")()
         if abi != ABI_VERSION:
             raise UserError(f"{self.path}: ABI version {abi}, expected {ABI_VERSION}")
         #: The capabilities whose functions the .so exports (its optional ones aside).
@@ -559,35 +560,31 @@ class PolicyLibrary:
 
     def _bind_partition(self, lib: Any) -> None:
         c = partition_contract.contract()
-        lib.flashml_partition_contract_hash.restype = ctypes.c_char_p
-        lib.flashml_partition.restype = ctypes.c_int
-        lib.flashml_partition.argtypes = [_DOUBLE_P, ctypes.c_int, _DOUBLE_P]
-        got = (lib.flashml_partition_num_features(), lib.flashml_partition_max_streams(),
-               lib.flashml_partition_steps())
+        bind(lib, "partition")
+        got = (bind(lib, "partition_num_features")(), bind(lib, "partition_max_streams")(),
+               bind(lib, "partition_steps")())
         if got != (c.num_features, c.max_streams, c.steps):
             raise UserError(f"{self.path}: its partition network reads {got[0]} features for "
                             f"{got[1]} streams and {got[2]} steps; the partition contract has "
                             f"{c.num_features}, {c.max_streams} and {c.steps}")
         self.partition_contract_hash = self._contract_hash(
-            lib.flashml_partition_contract_hash, c.hash, "partition")
+            bind(lib, "partition_contract_hash"), c.hash, "partition")
 
     def _bind_readahead(self, lib: Any) -> None:
         c = readahead_contract.contract()
-        lib.flashml_readahead_contract_hash.restype = ctypes.c_char_p
-        lib.flashml_readahead_kib.restype = ctypes.c_int
-        lib.flashml_readahead_kib.argtypes = [_DOUBLE_P]
-        got = (lib.flashml_readahead_num_features(), lib.flashml_readahead_window_ms())
+        bind(lib, "readahead_kib")
+        got = (bind(lib, "readahead_num_features")(), bind(lib, "readahead_window_ms")())
         if got != (c.num_features, c.window_ms):
             raise UserError(f"{self.path}: its readahead model reads {got[0]} features of "
                             f"{got[1]} ms windows; the readahead contract has "
                             f"{c.num_features} of {c.window_ms} ms")
         self.readahead_contract_hash = self._contract_hash(
-            lib.flashml_readahead_contract_hash, c.hash, "readahead")
+            bind(lib, "readahead_contract_hash"), c.hash, "readahead")
 
     def readahead_kib(self, x: Any) -> np.ndarray:
         """flashml_readahead_kib of every row of x (rows x the readahead features), KiB."""
         x = self._rows(x, readahead_contract.contract().num_features)
-        f = self.lib.flashml_readahead_kib
+        f = bind(self.lib, "readahead_kib")
         return np.array([f(row.ctypes.data_as(_DOUBLE_P)) for row in x], dtype=np.int64)
 
     def partition(self, x: Any, streams: int) -> tuple[np.ndarray, np.ndarray]:
@@ -600,57 +597,45 @@ class PolicyLibrary:
                              f", got {streams}")
         out = np.empty((x.shape[0], streams), dtype=np.float64)
         status = np.empty(x.shape[0], dtype=np.int32)
-        f = self.lib.flashml_partition
+        f = bind(self.lib, "partition")
         for i in range(x.shape[0]):
             status[i] = f(x[i].ctypes.data_as(_DOUBLE_P), streams,
                           out[i].ctypes.data_as(_DOUBLE_P))
         return out, status
 
     def _bind_admission(self, lib: Any) -> None:
-        lib.flashml_policy_contract_hash.restype = ctypes.c_char_p
-        for fn in ("flashml_admit_score", "flashml_prefetch_when_score"):
-            getattr(lib, fn).restype = ctypes.c_double
-            getattr(lib, fn).argtypes = [_DOUBLE_P]
-        for fn in ("flashml_admit_threshold", "flashml_prefetch_when_threshold",
-                   "flashml_target_write_rate_mbps", "flashml_eviction_age_s"):
-            getattr(lib, fn).restype = ctypes.c_double
-        lib.flashml_prefetch_range.restype = None
-        lib.flashml_prefetch_range.argtypes = [_DOUBLE_P, _INT32_P, _INT32_P]
-        nf = lib.flashml_policy_num_features()
+        for fn in ("admit_score", "prefetch_when_score", "prefetch_range"):
+            bind(lib, fn)
+        nf = bind(lib, "policy_num_features")()
         if nf != contract().num_features:
             raise UserError(f"{self.path}: {nf} features, the contract has "
                             f"{contract().num_features}")
-        h = lib.flashml_policy_contract_hash().decode()
+        h = bind(lib, "policy_contract_hash")().decode()
         if h != contract().hash:
             raise UserError(f"{self.path}: contract mismatch: {h[:12]}..., this flashml has "
                             f"{contract().hash[:12]}...")
         self.contract_hash = h
-        self.admit_threshold = lib.flashml_admit_threshold()
-        self.when_threshold = lib.flashml_prefetch_when_threshold()
-        self.target_write_rate_mbps = lib.flashml_target_write_rate_mbps()
-        self.eviction_age_s = lib.flashml_eviction_age_s()
+        self.admit_threshold = bind(lib, "admit_threshold")()
+        self.when_threshold = bind(lib, "prefetch_when_threshold")()
+        self.target_write_rate_mbps = bind(lib, "target_write_rate_mbps")()
+        self.eviction_age_s = bind(lib, "eviction_age_s")()
         # Optional (flashml_policy.h): .so files compiled before the peak schedule have none.
         self.peak_hours: tuple[int, ...] = ()
         self.peak_bonus = 0.0
-        if hasattr(lib, "flashml_admit_peak_hours") and hasattr(lib, "flashml_admit_peak_bonus"):
-            lib.flashml_admit_peak_hours.restype = ctypes.c_uint32
-            lib.flashml_admit_peak_bonus.restype = ctypes.c_double
-            mask = lib.flashml_admit_peak_hours()
+        if exports(lib, "admit_peak_hours") and exports(lib, "admit_peak_bonus"):
+            mask = bind(lib, "admit_peak_hours")()
             self.peak_hours = tuple(h for h in range(24) if mask >> h & 1)
-            self.peak_bonus = lib.flashml_admit_peak_bonus()
+            self.peak_bonus = bind(lib, "admit_peak_bonus")()
 
     def _bind_eviction(self, lib: Any) -> None:
         e = eviction.contract()
-        lib.flashml_evict_contract_hash.restype = ctypes.c_char_p
-        lib.flashml_evict_predict.restype = ctypes.c_double
-        lib.flashml_evict_predict.argtypes = [_DOUBLE_P]
-        lib.flashml_evict_predict_batch.restype = None
-        lib.flashml_evict_predict_batch.argtypes = [_DOUBLE_P, ctypes.c_int, _DOUBLE_P]
-        nf = lib.flashml_evict_num_features()
+        bind(lib, "evict_predict")
+        bind(lib, "evict_predict_batch")
+        nf = bind(lib, "evict_num_features")()
         if nf != e.num_features:
             raise UserError(f"{self.path}: its eviction model reads {nf} features, the "
                             f"eviction contract has {e.num_features}")
-        self.evict_contract_hash = self._contract_hash(lib.flashml_evict_contract_hash, e.hash,
+        self.evict_contract_hash = self._contract_hash(bind(lib, "evict_contract_hash"), e.hash,
                                                        "eviction")
         # MAT's knobs as declared (systems/mat/settings.toml); a .so compiled before the
         # controller and reuse functions existed gets their legacy values (sign, off)
@@ -677,7 +662,7 @@ class PolicyLibrary:
         """flashml_evict_predict of every row of x (rows x 44, eviction contract order):
         log1p of the predicted distance from the last access to the next."""
         x = self._rows(x, eviction.contract().num_features)
-        f = self.lib.flashml_evict_predict
+        f = bind(self.lib, "evict_predict")
         base, stride = x.ctypes.data, x.strides[0]
         return np.fromiter((f(ctypes.cast(base + i * stride, _DOUBLE_P))
                             for i in range(x.shape[0])), dtype=np.float64, count=x.shape[0])
@@ -688,8 +673,8 @@ class PolicyLibrary:
         out = np.empty(x.shape[0], dtype=np.float64)
         if x.shape[0] >= 2**31:
             raise ValueError("at most 2^31 - 1 rows per batch")
-        self.lib.flashml_evict_predict_batch(x.ctypes.data_as(_DOUBLE_P), x.shape[0],
-                                             out.ctypes.data_as(_DOUBLE_P))
+        bind(self.lib, "evict_predict_batch")(x.ctypes.data_as(_DOUBLE_P), x.shape[0],
+                                              out.ctypes.data_as(_DOUBLE_P))
         return out
 
     def _score_rows(self, f: Any, x: Any) -> np.ndarray:
@@ -701,10 +686,10 @@ class PolicyLibrary:
                             for i in range(x.shape[0])), dtype=np.float64, count=x.shape[0])
 
     def admit_scores(self, x: Any) -> np.ndarray:
-        return self._score_rows(self.lib.flashml_admit_score, x)
+        return self._score_rows(bind(self.lib, "admit_score"), x)
 
     def when_scores(self, x: Any) -> np.ndarray:
-        return self._score_rows(self.lib.flashml_prefetch_when_score, x)
+        return self._score_rows(bind(self.lib, "prefetch_when_score"), x)
 
     def prefetch_ranges(self, x: Any) -> tuple[np.ndarray, np.ndarray]:
         x = self._rows(x)
@@ -713,7 +698,7 @@ class PolicyLibrary:
         end = np.empty(n, dtype=np.int64)
         a, b = ctypes.c_int32(), ctypes.c_int32()
         pa, pb = ctypes.byref(a), ctypes.byref(b)
-        f = self.lib.flashml_prefetch_range
+        f = bind(self.lib, "prefetch_range")
         base = x.ctypes.data
         stride = x.strides[0]
         for i in range(n):
@@ -731,9 +716,7 @@ class PolicyLibrary:
         x = self._rows(x)
         n = x.shape[0]
         if times is None:
-            decide = self.lib.flashml_policy_decide
-            decide.restype = ctypes.c_int
-            decide.argtypes = [_DOUBLE_P, _INT32_P, _INT32_P]
+            decide = bind(self.lib, "policy_decide")
 
             def f(row: Any, pa: Any, pb: Any, i: int) -> int:
                 return decide(row, pa, pb)
@@ -741,9 +724,7 @@ class PolicyLibrary:
             t = np.ascontiguousarray(times, dtype=np.float64)
             if t.shape != (n,):
                 raise ValueError(f"expected {n} times, got shape {t.shape}")
-            decide_at = self.lib.flashml_policy_decide_at
-            decide_at.restype = ctypes.c_int
-            decide_at.argtypes = [_DOUBLE_P, ctypes.c_double, _INT32_P, _INT32_P]
+            decide_at = bind(self.lib, "policy_decide_at")
 
             def f(row: Any, pa: Any, pb: Any, i: int) -> int:
                 return decide_at(row, t[i], pa, pb)

@@ -3,7 +3,6 @@ exports, and each baked-in value read back through ctypes against policy.json.""
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import re
 import shutil
@@ -27,7 +26,7 @@ from flashml.compiler.wrapper import (
 from flashml.features import eviction
 from flashml.features import partition as partition_contract
 from flashml.features import readahead as readahead_contract
-from flashml.features.codegen import ABI_VERSION, capability_functions
+from flashml.features.abi import ABI_VERSION, bind, capability_functions
 from flashml.features.contract import contract
 
 log = logging.getLogger(__name__)
@@ -73,30 +72,27 @@ def _check_so(so: Path, params: dict[str, Any], capabilities: list[str], sha256:
             raise CompileError(f"policy.so exports {got}, its capabilities {capabilities} "
                                f"declare {want}")
     lib = map_verified(verify_so_file(so, sha256, size_bytes))
-    checks: dict[str, tuple[Any, Any]] = {
-        "ABI version": (lib.flashml_policy_abi_version(), ABI_VERSION)}
+
+    def call(key: str) -> Any:
+        """SYM[key]() of the .so, typed as its declaration (features/abi.toml)."""
+        return bind(lib, key)()
+
+    checks: dict[str, tuple[Any, Any]] = {"ABI version": (call("policy_abi_version"), ABI_VERSION)}
     if "admission" in capabilities:
-        lib.flashml_policy_contract_hash.restype = ctypes.c_char_p
-        for fn in ("flashml_admit_threshold", "flashml_prefetch_when_threshold",
-                   "flashml_admit_peak_bonus"):
-            getattr(lib, fn).restype = ctypes.c_double
-        lib.flashml_admit_peak_hours.restype = ctypes.c_uint32
         checks.update({
-            "feature count": (lib.flashml_policy_num_features(), contract().num_features),
-            "contract hash": (lib.flashml_policy_contract_hash().decode(),
-                              params["contract_hash"]),
-            "admit threshold": (lib.flashml_admit_threshold(), params["admit_threshold"]),
-            "when threshold": (lib.flashml_prefetch_when_threshold(), params["when_threshold"]),
-            "peak hours": (lib.flashml_admit_peak_hours(), peak_mask(params)),
-            "peak bonus": (lib.flashml_admit_peak_bonus(), params.get("peak_bonus", 0.0)),
+            "feature count": (call("policy_num_features"), contract().num_features),
+            "contract hash": (call("policy_contract_hash").decode(), params["contract_hash"]),
+            "admit threshold": (call("admit_threshold"), params["admit_threshold"]),
+            "when threshold": (call("prefetch_when_threshold"), params["when_threshold"]),
+            "peak hours": (call("admit_peak_hours"), peak_mask(params)),
+            "peak bonus": (call("admit_peak_bonus"), params.get("peak_bonus", 0.0)),
         })
     if "eviction" in capabilities:
         ev = params[EVICT_PARAMS]
-        lib.flashml_evict_contract_hash.restype = ctypes.c_char_p
         checks.update({
-            "eviction feature count": (lib.flashml_evict_num_features(),
+            "eviction feature count": (call("evict_num_features"),
                                        eviction.contract().num_features),
-            "eviction contract hash": (lib.flashml_evict_contract_hash().decode(),
+            "eviction contract hash": (call("evict_contract_hash").decode(),
                                        ev["contract_hash"]),
         })
         # every knob the .so exports equals policy.json's (systems/mat/settings.toml)
@@ -105,23 +101,20 @@ def _check_so(so: Path, params: dict[str, Any], capabilities: list[str], sha256:
                        for name in EVICT_KNOBS.knobs})
     if "readahead" in capabilities:
         rc = readahead_contract.contract()
-        lib.flashml_readahead_contract_hash.restype = ctypes.c_char_p
         checks.update({
-            "readahead feature count": (lib.flashml_readahead_num_features(), rc.num_features),
-            "readahead contract hash": (lib.flashml_readahead_contract_hash().decode(),
+            "readahead feature count": (call("readahead_num_features"), rc.num_features),
+            "readahead contract hash": (call("readahead_contract_hash").decode(),
                                         params[ra.READAHEAD_PARAMS]["contract_hash"]),
-            "readahead window": (lib.flashml_readahead_window_ms(), rc.window_ms),
+            "readahead window": (call("readahead_window_ms"), rc.window_ms),
         })
     if "partition" in capabilities:
         pc = partition_contract.contract()
-        lib.flashml_partition_contract_hash.restype = ctypes.c_char_p
         checks.update({
-            "partition feature count": (lib.flashml_partition_num_features(),
-                                        pc.num_features),
-            "partition contract hash": (lib.flashml_partition_contract_hash().decode(),
+            "partition feature count": (call("partition_num_features"), pc.num_features),
+            "partition contract hash": (call("partition_contract_hash").decode(),
                                         params[PARTITION_PARAMS]["contract_hash"]),
-            "partition max streams": (lib.flashml_partition_max_streams(), pc.max_streams),
-            "partition steps": (lib.flashml_partition_steps(), pc.steps),
+            "partition max streams": (call("partition_max_streams"), pc.max_streams),
+            "partition steps": (call("partition_steps"), pc.steps),
         })
     for what, (got, want) in checks.items():
         if got != want:

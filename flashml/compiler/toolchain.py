@@ -23,7 +23,12 @@ log = logging.getLogger(__name__)
 CFLAGS = ("-std=c11", "-O2", "-fPIC", "-fvisibility=hidden")
 
 
-WRAPPER_WARNINGS = ("-Wall", "-Wextra", "-Werror")
+#: Warnings of every C unit flashml writes (the wrappers, the partition and readahead units,
+#: the fast and compact evaluators; TL2cgen's own code is compiled with -w). The units that
+#: define the ABI's functions spell their names and include flashml_policy.h, whose
+#: prototypes come from features/abi.toml: with -Wmissing-prototypes a definition the header
+#: does not declare (a misspelled ABI function) fails the build.
+WRAPPER_WARNINGS = ("-Wall", "-Wextra", "-Werror", "-Wmissing-prototypes")
 
 
 class CompileError(UserError):

@@ -26,7 +26,7 @@ from flashml.compiler.trees import (
     tl2_prefix,
 )
 from flashml.features import eviction
-from flashml.features.codegen import ABI_VERSION
+from flashml.features.abi import ABI_VERSION
 from flashml.features.contract import contract
 
 log = logging.getLogger(__name__)

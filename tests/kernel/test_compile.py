@@ -22,7 +22,7 @@ from flashml.compiler.build import (
 from flashml.compiler.bundle import round_range, save_policy_models, when_matrix
 from flashml.compiler.loader import load_policy, verify_bundle
 from flashml.compiler.so_checks import exported_functions, readelf_needed
-from flashml.features.codegen import ABI_VERSION, capability_functions
+from flashml.features.abi import ABI_VERSION, capability_functions
 from flashml.features.contract import contract
 from flashml.features.online import feature_matrix
 from flashml.simulation import (

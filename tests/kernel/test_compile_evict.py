@@ -29,7 +29,7 @@ from flashml.compiler.loader import PolicyLibrary, load_policy, verify_bundle
 from flashml.compiler.so_checks import exported_functions, readelf_needed
 from flashml.errors import UserError
 from flashml.features import eviction
-from flashml.features.codegen import ABI_VERSION, CAPABILITIES, capability_functions
+from flashml.features.abi import ABI_VERSION, CAPABILITIES, capability_functions
 from flashml.simulation import SimConfig, simulate_policy
 
 from conftest import REPO, run_cli

@@ -185,7 +185,7 @@ def test_partition_merges_with_an_eviction_model(compiled: tuple, tmp_path: Path
     from flashml.compiler.bundle import save_evict_model
     from flashml.compiler.so_checks import exported_functions
     from flashml.features import eviction
-    from flashml.features.codegen import capability_functions
+    from flashml.features.abi import capability_functions
 
     tmp, net, x = compiled
     rng = np.random.default_rng(0)

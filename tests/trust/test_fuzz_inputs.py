@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from flashml.compiler import loader
 from flashml.compiler.build import MANIFEST_FORMAT, sha256_file
 from flashml.errors import UserError
-from flashml.features.codegen import ABI_VERSION
+from flashml.features.abi import ABI_VERSION
 from flashml.features.contract import contract
 
 # --- policy bundles -----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from flashml.compiler.loader import PolicyLibrary, load_policy, verify_bundle
 from flashml.errors import UserError
 from flashml.features import eviction
 from flashml.features import partition as partition_contract
-from flashml.features.codegen import ABI_VERSION
+from flashml.features.abi import ABI_VERSION
 from flashml.features.contract import contract
 
 from conftest import run_cli

@@ -312,7 +312,7 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
     if (map_sealed(p, so, bytes, size, err, errlen) != 0) goto fail;
     free(bytes);
     bytes = NULL;
-    int (*abi_fn)(void) = (int (*)(void))sym(p, so, "flashml_policy_abi_version", err, errlen);
+    int (*abi_fn)(void) = (int (*)(void))sym(p, so, FLASHML_SYM_POLICY_ABI_VERSION, err, errlen);
     if (!abi_fn) goto fail;
     if (abi_fn() != FLASHML_POLICY_ABI_VERSION) {
         frt_seterr(err, errlen, "%s: refused: it speaks ABI %d but this runtime speaks ABI %d", so, abi_fn(), FLASHML_POLICY_ABI_VERSION);
@@ -320,17 +320,9 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
     }
     {   /* the .so exports the functions of every capability its manifest lists (not only the
          * ones this command uses) */
-        static const char *const REQUIRED[][10] = {
-            {"flashml_policy_num_features", "flashml_policy_contract_hash", "flashml_admit_score", "flashml_admit_threshold",
-             "flashml_target_write_rate_mbps", "flashml_eviction_age_s"},
-            {"flashml_prefetch_range", "flashml_prefetch_when_score", "flashml_prefetch_when_threshold"},
-            {"flashml_evict_num_features", "flashml_evict_contract_hash", "flashml_evict_predict", "flashml_evict_predict_batch",
-             FRT_MAT_K_ABI, FRT_MAT_MAX_CANDIDATES_ABI, FRT_MAT_DELTA_ABI, FRT_MAT_INITIAL_THRESHOLD_ABI,
-             FRT_MAT_MEMORY_WINDOW_ABI},
-            {"flashml_partition_num_features", "flashml_partition_contract_hash", "flashml_partition_max_streams",
-             "flashml_partition_steps", "flashml_partition"},
-            {"flashml_readahead_num_features", "flashml_readahead_contract_hash", "flashml_readahead_window_ms",
-             "flashml_readahead_kib"}};
+        static const char *const REQUIRED[][10] = {{FLASHML_REQUIRED_ADMISSION}, {FLASHML_REQUIRED_PREFETCH},
+                                                   {FLASHML_REQUIRED_EVICTION}, {FLASHML_REQUIRED_PARTITION},
+                                                   {FLASHML_REQUIRED_READAHEAD}};
         for (unsigned k = 0; k < 5; k++) {
             if (!(have & (1u << k))) continue;
             for (unsigned j = 0; j < 10 && REQUIRED[k][j]; j++)
@@ -348,25 +340,25 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
         p->target_wr = p->eviction_age = NAN;
         goto done;
     }
-    int (*nf_fn)(void) = (int (*)(void))sym(p, so, "flashml_policy_num_features", err, errlen);
-    const char *(*hash_fn)(void) = nf_fn ? (const char *(*)(void))sym(p, so, "flashml_policy_contract_hash", err, errlen) : NULL;
-    double (*at)(void) = hash_fn ? (double (*)(void))sym(p, so, "flashml_admit_threshold", err, errlen) : NULL;
-    double (*wt)(void) = at ? (double (*)(void))sym(p, so, "flashml_prefetch_when_threshold", err, errlen) : NULL;
-    double (*wr)(void) = wt ? (double (*)(void))sym(p, so, "flashml_target_write_rate_mbps", err, errlen) : NULL;
-    double (*ea)(void) = wr ? (double (*)(void))sym(p, so, "flashml_eviction_age_s", err, errlen) : NULL;
-    if (ea) p->admit_score = (double (*)(const double *))sym(p, so, "flashml_admit_score", err, errlen);
-    if (p->admit_score) p->prefetch_range = (void (*)(const double *, int32_t *, int32_t *))sym(p, so, "flashml_prefetch_range", err, errlen);
-    if (p->prefetch_range) p->when_score = (double (*)(const double *))sym(p, so, "flashml_prefetch_when_score", err, errlen);
+    int (*nf_fn)(void) = (int (*)(void))sym(p, so, FLASHML_SYM_POLICY_NUM_FEATURES, err, errlen);
+    const char *(*hash_fn)(void) = nf_fn ? (const char *(*)(void))sym(p, so, FLASHML_SYM_POLICY_CONTRACT_HASH, err, errlen) : NULL;
+    double (*at)(void) = hash_fn ? (double (*)(void))sym(p, so, FLASHML_SYM_ADMIT_THRESHOLD, err, errlen) : NULL;
+    double (*wt)(void) = at ? (double (*)(void))sym(p, so, FLASHML_SYM_PREFETCH_WHEN_THRESHOLD, err, errlen) : NULL;
+    double (*wr)(void) = wt ? (double (*)(void))sym(p, so, FLASHML_SYM_TARGET_WRITE_RATE_MBPS, err, errlen) : NULL;
+    double (*ea)(void) = wr ? (double (*)(void))sym(p, so, FLASHML_SYM_EVICTION_AGE_S, err, errlen) : NULL;
+    if (ea) p->admit_score = (double (*)(const double *))sym(p, so, FLASHML_SYM_ADMIT_SCORE, err, errlen);
+    if (p->admit_score) p->prefetch_range = (void (*)(const double *, int32_t *, int32_t *))sym(p, so, FLASHML_SYM_PREFETCH_RANGE, err, errlen);
+    if (p->prefetch_range) p->when_score = (double (*)(const double *))sym(p, so, FLASHML_SYM_PREFETCH_WHEN_SCORE, err, errlen);
     if (!p->when_score) goto fail;
     {   /* optional (bundles built before it existed lack it) */
-        void *h = dlsym(p->dl, "flashml_policy_prefetch");
+        void *h = dlsym(p->dl, FLASHML_SYM_POLICY_PREFETCH);
         memcpy(&p->prefetch_hint, &h, sizeof h);
-        void *d = dlsym(p->dl, "flashml_policy_decide");
+        void *d = dlsym(p->dl, FLASHML_SYM_POLICY_DECIDE);
         memcpy(&p->decide, &d, sizeof d);
-        void *da = dlsym(p->dl, "flashml_policy_decide_at");
+        void *da = dlsym(p->dl, FLASHML_SYM_POLICY_DECIDE_AT);
         memcpy(&p->decide_at, &da, sizeof da);
-        void *ph = dlsym(p->dl, "flashml_admit_peak_hours");
-        void *pb = dlsym(p->dl, "flashml_admit_peak_bonus");
+        void *ph = dlsym(p->dl, FLASHML_SYM_ADMIT_PEAK_HOURS);
+        void *pb = dlsym(p->dl, FLASHML_SYM_ADMIT_PEAK_BONUS);
         if (ph && pb) {
             uint32_t (*hours)(void);
             double (*bonus)(void);
@@ -398,10 +390,10 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
     p->when_threshold = wt();
     p->target_wr = wr();
     p->eviction_age = ea();
-    if (check_value(so, "flashml_admit_threshold", p->admit_threshold, 0.0, 0, 1.0, "", err, errlen) ||
-        check_value(so, "flashml_prefetch_when_threshold", p->when_threshold, 0.0, 0, 1.0, "", err, errlen) ||
-        check_value(so, "flashml_target_write_rate_mbps", p->target_wr, 0.0, 1, DBL_MAX, "MB/s", err, errlen) ||
-        check_value(so, "flashml_eviction_age_s", p->eviction_age, 0.0, 1, DBL_MAX, "s", err, errlen))
+    if (check_value(so, FLASHML_SYM_ADMIT_THRESHOLD, p->admit_threshold, 0.0, 0, 1.0, "", err, errlen) ||
+        check_value(so, FLASHML_SYM_PREFETCH_WHEN_THRESHOLD, p->when_threshold, 0.0, 0, 1.0, "", err, errlen) ||
+        check_value(so, FLASHML_SYM_TARGET_WRITE_RATE_MBPS, p->target_wr, 0.0, 1, DBL_MAX, "MB/s", err, errlen) ||
+        check_value(so, FLASHML_SYM_EVICTION_AGE_S, p->eviction_age, 0.0, 1, DBL_MAX, "s", err, errlen))
         goto fail;
 done:
     free(man);

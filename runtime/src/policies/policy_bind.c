@@ -20,8 +20,8 @@
 int frt_policy_bind_partition(flashrt_policy *p, const char *so, const char *mf,
                               const char *manifest_hash, char *err, size_t errlen) {
     static const char *const NAMES[] = {
-        "flashml_partition_num_features", "flashml_partition_contract_hash",
-        "flashml_partition_max_streams", "flashml_partition_steps", "flashml_partition"};
+        FLASHML_SYM_PARTITION_NUM_FEATURES, FLASHML_SYM_PARTITION_CONTRACT_HASH,
+        FLASHML_SYM_PARTITION_MAX_STREAMS, FLASHML_SYM_PARTITION_STEPS, FLASHML_SYM_PARTITION};
     void *s[sizeof NAMES / sizeof NAMES[0]];
     for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
         s[i] = dlsym(p->dl, NAMES[i]);
@@ -51,8 +51,8 @@ int frt_policy_bind_partition(flashrt_policy *p, const char *so, const char *mf,
 int frt_policy_bind_readahead(flashrt_policy *p, const char *so, const char *mf,
                               const char *manifest_hash, char *err, size_t errlen) {
     static const char *const NAMES[] = {
-        "flashml_readahead_num_features", "flashml_readahead_contract_hash",
-        "flashml_readahead_window_ms", "flashml_readahead_kib"};
+        FLASHML_SYM_READAHEAD_NUM_FEATURES, FLASHML_SYM_READAHEAD_CONTRACT_HASH,
+        FLASHML_SYM_READAHEAD_WINDOW_MS, FLASHML_SYM_READAHEAD_KIB};
     void *s[sizeof NAMES / sizeof NAMES[0]];
     for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
         s[i] = dlsym(p->dl, NAMES[i]);
@@ -97,8 +97,8 @@ static int optional_flag(void *dl, const char *name, int absent, int *out) {
 int frt_policy_bind_eviction(flashrt_policy *p, const char *so, const char *mf,
                              const char *manifest_hash, char *err, size_t errlen) {
     static const char *const NAMES[] = {
-        "flashml_evict_num_features", "flashml_evict_contract_hash", "flashml_evict_predict",
-        "flashml_evict_predict_batch", FRT_MAT_K_ABI, FRT_MAT_MAX_CANDIDATES_ABI,
+        FLASHML_SYM_EVICT_NUM_FEATURES, FLASHML_SYM_EVICT_CONTRACT_HASH, FLASHML_SYM_EVICT_PREDICT,
+        FLASHML_SYM_EVICT_PREDICT_BATCH, FRT_MAT_K_ABI, FRT_MAT_MAX_CANDIDATES_ABI,
         FRT_MAT_DELTA_ABI, FRT_MAT_INITIAL_THRESHOLD_ABI, FRT_MAT_MEMORY_WINDOW_ABI};
     void *s[sizeof NAMES / sizeof NAMES[0]];
     for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
@@ -115,7 +115,7 @@ int frt_policy_bind_eviction(flashrt_policy *p, const char *so, const char *mf,
     memcpy(&hash, &s[1], sizeof hash);
     memcpy(&p->evict.predict, &s[2], sizeof p->evict.predict);
     memcpy(&p->evict.predict_batch, &s[3], sizeof p->evict.predict_batch);
-    void *hint = dlsym(p->dl, "flashml_evict_prefetch"); /* optional: older bundles lack it */
+    void *hint = dlsym(p->dl, FLASHML_SYM_EVICT_PREFETCH); /* optional: older bundles lack it */
     if (hint) memcpy(&p->evict.prefetch, &hint, sizeof p->evict.prefetch);
     memcpy(&k, &s[4], sizeof k);
     memcpy(&maxc, &s[5], sizeof maxc);

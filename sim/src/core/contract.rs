@@ -55,7 +55,7 @@ pub const F_SEGMENT_COUNT_H4: usize = 15;
 pub const F_SEGMENT_COUNT_H5: usize = 16;
 pub const F_SEGMENT_COUNT_H6: usize = 17;
 
-/// The ABI's functions by capability (features/codegen.py CAPABILITIES): "core" is in every
+/// The ABI's functions by capability (features/abi.toml): "core" is in every
 /// policy .so, the others in a .so that has the capability.
 pub const CAP_CORE: &[&str] = &["flashml_policy_abi_version"];
 pub const CAP_ADMISSION: &[&str] = &[
@@ -67,9 +67,9 @@ pub const CAP_ADMISSION: &[&str] = &[
     "flashml_eviction_age_s",
     "flashml_policy_prefetch",
     "flashml_policy_decide",
-    "flashml_policy_decide_at",
     "flashml_admit_peak_hours",
     "flashml_admit_peak_bonus",
+    "flashml_policy_decide_at",
 ];
 pub const CAP_PREFETCH: &[&str] = &[
     "flashml_prefetch_range",
@@ -81,6 +81,7 @@ pub const CAP_EVICTION: &[&str] = &[
     "flashml_evict_contract_hash",
     "flashml_evict_predict",
     "flashml_evict_predict_batch",
+    "flashml_evict_prefetch",
     "flashml_evict_k",
     "flashml_evict_max_candidates",
     "flashml_evict_delta",
@@ -88,7 +89,6 @@ pub const CAP_EVICTION: &[&str] = &[
     "flashml_evict_memory_window",
     "flashml_evict_controller",
     "flashml_evict_reuse_predictions",
-    "flashml_evict_prefetch",
 ];
 pub const CAP_PARTITION: &[&str] = &[
     "flashml_partition_num_features",
@@ -116,12 +116,12 @@ pub const CAPABILITIES: &[(&str, &[&str])] = &[
 pub const OPTIONAL_FUNCTIONS: &[&str] = &[
     "flashml_policy_prefetch",
     "flashml_policy_decide",
-    "flashml_policy_decide_at",
     "flashml_admit_peak_hours",
     "flashml_admit_peak_bonus",
+    "flashml_policy_decide_at",
+    "flashml_evict_prefetch",
     "flashml_evict_controller",
     "flashml_evict_reuse_predictions",
-    "flashml_evict_prefetch",
 ];
 
 /// sha256 of the canonical eviction contract (features/eviction.toml); an eviction policy

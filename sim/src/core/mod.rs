@@ -1,10 +1,12 @@
 //! What every system shares: the configuration and its errors ([`config`]), the feature
-//! contract's constants ([`contract`], generated from flashml/features/contract.toml), hashing
+//! contract's constants ([`contract`], generated from flashml/features/contract.toml), the
+//! policy ABI's function names ([`abi`], generated from flashml/features/abi.toml), hashing
 //! and the deterministic draws ([`hash`]), the intrusive list ([`list`]), the eviction trait
 //! and its heuristics ([`eviction`]), the capacity split across streams ([`shares`]), the
 //! verified loader of compiled .so files ([`solib`]), the tree ensembles ([`forest`]) and
 //! libCacheSim's object-cache loop ([`objects`]), and the ratio of two counts ([`ratio`]).
 
+pub mod abi;
 pub mod config;
 pub mod contract;
 pub mod eviction;

@@ -23,6 +23,7 @@ use std::path::Path;
 
 use libloading::Library;
 
+use crate::core::abi;
 use crate::core::config::{
     err, AdmissionKind, FlashConfig, PeakSchedule, PrefetchKind, SimError, WhenKind,
 };
@@ -65,9 +66,9 @@ impl PolicyLib {
     pub fn load(path: &Path, expect: Option<&Expected>) -> Result<Self, SimError> {
         let p = path.display().to_string();
         let lib = load_verified(path, expect)?;
-        let abi: IntFn = symbol(&lib, &p, "flashml_policy_abi_version")?;
+        let abi_fn: IntFn = symbol(&lib, &p, abi::POLICY_ABI_VERSION)?;
         // SAFETY: ABI functions without arguments.
-        let abi_version = unsafe { abi() };
+        let abi_version = unsafe { abi_fn() };
         if abi_version != ABI_VERSION {
             return err(format!(
                 "{p}: policy ABI version {abi_version}, this simulator speaks ABI {ABI_VERSION}; \
@@ -75,14 +76,14 @@ impl PolicyLib {
             ));
         }
         require_capabilities(&lib, path, &["admission", "prefetch"])?;
-        let nf: IntFn = symbol(&lib, &p, "flashml_policy_num_features")?;
+        let nf: IntFn = symbol(&lib, &p, abi::POLICY_NUM_FEATURES)?;
         let num_features = unsafe { nf() };
         if num_features != NUM_FEATURES as i32 {
             return err(format!(
                 "{p}: policy reads {num_features} features, the feature contract has {NUM_FEATURES}"
             ));
         }
-        let hash_fn: StrFn = symbol(&lib, &p, "flashml_policy_contract_hash")?;
+        let hash_fn: StrFn = symbol(&lib, &p, abi::POLICY_CONTRACT_HASH)?;
         let raw = unsafe { hash_fn() };
         if raw.is_null() {
             return err(format!("{p}: policy returned no contract hash"));
@@ -103,14 +104,14 @@ impl PolicyLib {
             let f: F64Fn = symbol(&lib, &p, name)?;
             Ok(unsafe { f() })
         };
-        let admit_threshold = f64_of("flashml_admit_threshold")?;
-        let when_threshold = f64_of("flashml_prefetch_when_threshold")?;
-        let target_write_rate_mbps = f64_of("flashml_target_write_rate_mbps")?;
-        let eviction_age_s = f64_of("flashml_eviction_age_s")?;
+        let admit_threshold = f64_of(abi::ADMIT_THRESHOLD)?;
+        let when_threshold = f64_of(abi::PREFETCH_WHEN_THRESHOLD)?;
+        let target_write_rate_mbps = f64_of(abi::TARGET_WRITE_RATE_MBPS)?;
+        let eviction_age_s = f64_of(abi::EVICTION_AGE_S)?;
         // Optional (policies compiled before the peak schedule have none: a flat threshold).
         let peak = match (
-            symbol::<U32Fn>(&lib, &p, "flashml_admit_peak_hours"),
-            symbol::<F64Fn>(&lib, &p, "flashml_admit_peak_bonus"),
+            symbol::<U32Fn>(&lib, &p, abi::ADMIT_PEAK_HOURS),
+            symbol::<F64Fn>(&lib, &p, abi::ADMIT_PEAK_BONUS),
         ) {
             (Ok(h), Ok(b)) => PeakSchedule {
                 hours: unsafe { h() },
@@ -120,9 +121,9 @@ impl PolicyLib {
         };
         peak.validate()
             .map_err(|e| SimError(format!("{p}: bad peak schedule: {}", e.0)))?;
-        let admit_score: ScoreFn = symbol(&lib, &p, "flashml_admit_score")?;
-        let when_score: ScoreFn = symbol(&lib, &p, "flashml_prefetch_when_score")?;
-        let range: RangeFn = symbol(&lib, &p, "flashml_prefetch_range")?;
+        let admit_score: ScoreFn = symbol(&lib, &p, abi::ADMIT_SCORE)?;
+        let when_score: ScoreFn = symbol(&lib, &p, abi::PREFETCH_WHEN_SCORE)?;
+        let range: RangeFn = symbol(&lib, &p, abi::PREFETCH_RANGE)?;
         Ok(PolicyLib {
             admit_score,
             when_score,

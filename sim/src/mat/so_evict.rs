@@ -22,6 +22,7 @@ use std::path::Path;
 
 use libloading::Library;
 
+use crate::core::abi;
 use crate::core::config::{err, SimError};
 use crate::core::solib::Expected;
 use crate::mat::lrb_features::{EvictFeatures, EVICT_CONTRACT_HASH, EVICT_NUM_FEATURES};
@@ -62,15 +63,14 @@ impl EvictLib {
     pub fn load(path: &Path, expect: Option<&Expected>) -> Result<Self, SimError> {
         let p = path.display().to_string();
         let lib = crate::core::solib::load_verified(path, expect)?;
-        let predict: PredictFn = optional(&lib, "flashml_evict_predict").ok_or_else(|| {
+        let predict: PredictFn = optional(&lib, abi::EVICT_PREDICT).ok_or_else(|| {
             SimError(format!(
                 "{p}: not an eviction policy: it does not export flashml_evict_predict \
                  (double flashml_evict_predict(const double *features))"
             ))
         })?;
         // SAFETY (below): ABI functions without arguments.
-        let num_features =
-            optional::<IntFn>(&lib, "flashml_evict_num_features").map(|f| unsafe { f() });
+        let num_features = optional::<IntFn>(&lib, abi::EVICT_NUM_FEATURES).map(|f| unsafe { f() });
         if let Some(n) = num_features {
             if n != EVICT_NUM_FEATURES as i32 {
                 return err(format!(
@@ -79,7 +79,7 @@ impl EvictLib {
                 ));
             }
         }
-        let contract_hash = match optional::<StrFn>(&lib, "flashml_evict_contract_hash") {
+        let contract_hash = match optional::<StrFn>(&lib, abi::EVICT_CONTRACT_HASH) {
             None => None,
             Some(f) => {
                 let raw = unsafe { f() };
