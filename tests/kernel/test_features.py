@@ -13,7 +13,7 @@ import pytest
 
 import flashml_sim
 from flashml.config import UNITS
-from flashml.features import codegen
+from flashml.features import abi, codegen
 from flashml.features.contract import CONTRACT_PATH, contract, load
 from flashml.features.online import admission_features, feature_matrix, hourly_counts
 
@@ -106,7 +106,7 @@ def test_generated_code_is_fresh_and_matches_everywhere(tmp_path: Path) -> None:
     subprocess.run([shutil.which("gcc") or "gcc", "-std=c11", "-Wall", "-Wextra", "-Werror",
                     f"-I{codegen.C_HEADER.parent}", str(prog), "-o", str(exe)], check=True)
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
-    assert out == [str(codegen.ABI_VERSION), "18", c.hash, "17"]
+    assert out == [str(abi.ABI_VERSION), "18", c.hash, "17"]
 
 
 def test_hash_changes_with_the_contract_not_comments(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from flashml import knobs
 from flashml.errors import UserError
+from flashml.features import codegen
 from flashml.systems.mat.settings import KNOBS, MatParams
 from flashml.systems.mat.simulation import simulate_objects_mat
 
@@ -122,9 +123,7 @@ def test_abi_names_are_written_only_in_the_declaration() -> None:
     name of its own: a string literal ("flashml_evict_k"), a C declaration or definition, a
     ctypes attribute; the generated files and the declaration have them (comments may name
     them)."""
-    gen = {p.resolve() for p in knobs.generated_files()}
-    gen |= {(REPO / "flashml/compiler/flashml_policy.h").resolve(),
-            (REPO / "sim/src/core/contract.rs").resolve()}
+    gen = {p.resolve() for p in codegen.outputs()}  # knobs.generated_files() among them
     spelled = []
     for root in ("flashml", "sim/src", "runtime/src", "runtime/include"):
         for p in (REPO / root).rglob("*"):
