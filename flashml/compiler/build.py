@@ -5,16 +5,17 @@
 Steps: Treelite imports each LightGBM text model (thresholds and leaves stay float64), TL2cgen
 generates C for it (no quantisation), the generated functions are renamed per model
 (`-Dpredict=flashml_<model>_predict`, ...), a hand-written wrapper (policy_wrapper.c.in,
-compiled with -Wall -Wextra -Werror) exports the ABI of flashml_policy.h with the thresholds,
-contract hashes, target write rate, eviction age and MAT's parameters baked in, and the system
-C compiler links everything into `policy.so` that needs libc and libm only. Output folder:
+compiled with -Wall -Wextra -Werror -Wmissing-prototypes) exports the ABI of flashml_policy.h
+with the thresholds, contract hashes, target write rate, eviction age and MAT's parameters
+baked in, and the system C compiler links everything into `policy.so` that needs libc and libm
+only. Output folder:
 
     policy.so          the policy
     flashml_policy.h   its one public header (a copy of compiler/flashml_policy.h)
     manifest.json      ABI version, capabilities, contract hashes, sha256 of policy.so, ...
 
 The .so exports the functions of the capabilities its bundle's models give it
-(features/codegen.py CAPABILITIES): the admission models give "admission" and "prefetch",
+(features/abi.toml): the admission models give "admission" and "prefetch",
 MAT's evict model "eviction"; the manifest lists them under `capabilities`.
 
 Everything is built in a temporary folder beside the output and renamed into place at the
