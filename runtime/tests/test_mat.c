@@ -12,9 +12,9 @@
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "util/internal.h"
-#include "policies/eviction/lrb_features.h"
-#include "policies/eviction/mat_alg.h"
-#include "policies/eviction/mat_settings.h"
+#include "mat/lrb_features.h"
+#include "mat/mat_alg.h"
+#include "mat/mat_settings.h"
 
 #include "check.h"
 

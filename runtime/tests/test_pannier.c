@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "systems/pannier.h"
+#include "pannier/pannier.h"
 #include "util/sketch.h"
 
 #include "check.h"

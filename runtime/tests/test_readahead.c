@@ -19,8 +19,8 @@
 #include "util/internal.h"
 #include "engine/backing_internal.h"
 #include "policies/policy_internal.h"
-#include "policies/readahead/ra_hook.h"
-#include "policies/readahead/readahead.h"
+#include "kml/ra_hook.h"
+#include "kml/readahead.h"
 
 #include "check.h"
 

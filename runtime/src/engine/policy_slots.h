@@ -177,6 +177,9 @@ struct frt_budget_ops {
  * NULL, no gate). */
 extern const struct frt_budget_ops frt_budget_bucket, frt_budget_tire;
 const struct frt_budget_ops *frt_budget_policy(int which);
+/* TIRE's knobs by default (pannier/tire.c: flashml/systems/pannier/settings.toml's), set by
+ * flashrt_config_default: tire_slack, tire_steps, tire_quantum_s. */
+void frt_tire_config_default(struct flashrt_config *c);
 
 /* What a placement policy is built from. */
 struct frt_placement_setup {

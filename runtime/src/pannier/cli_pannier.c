@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/cli_pannier.h"
+#include "pannier/cli_pannier.h"
 #include "util/internal.h"
-#include "systems/pannier.h"
+#include "pannier/pannier.h"
 #include "policies/policy_internal.h"
 
 static const char *PN_HELP =

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "policies/eviction/lrb_features.h"
+#include "mat/lrb_features.h"
 #include "policies/policy_internal.h"
 
 #define FRT_MAT_NIL UINT32_MAX

@@ -19,8 +19,8 @@
 #include "engine/journal.h"
 #include "util/internal.h"
 #include "util/sketch.h"
-#include "systems/pannier.h"
-#include "systems/pannier_internal.h"
+#include "pannier/pannier.h"
+#include "pannier/pannier_internal.h"
 
 /* blocks.rs: nearest_rank, Sampler and Ghost are util/sketch.h's */
 

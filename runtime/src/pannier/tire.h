@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "engine/policy_slots.h"
-#include "policies/budget/pannier_settings.h"
+#include "pannier/pannier_settings.h"
 
 /* TIRE's knobs by default (flashml/systems/pannier/settings.toml): slack K, steps, quantum of
  * trace time. */

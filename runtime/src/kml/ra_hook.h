@@ -37,7 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "policies/readahead/readahead.h"
+#include "engine/backing_internal.h"
+#include "kml/readahead.h"
 
 #define FRT_RA_HOOK_STREAMS 1024u
 #define FRT_RA_HOOK_WAYS 4u
@@ -64,20 +65,13 @@ struct frt_ra_hook_stats {
     uint64_t decisions_other;
 };
 
-typedef struct frt_ra_hook frt_ra_hook;
-
 /* A controller over the model `fns` (a policy loaded for readahead, owned by the caller and
  * outliving the hook); window_ms > 0 (the bundle's flashml_readahead_window_ms, or another);
  * hint: make posix_fadvise hints (0 for an O_DIRECT backing). NULL with a message. */
 frt_ra_hook *frt_ra_hook_new(const struct frt_readahead_fns *fns, int window_ms, int hint, char *err,
                              size_t errlen);
 void frt_ra_hook_free(frt_ra_hook *h);
-/* One backing read of `stream` at trace time t: bytes [off, off+len) of the block that starts
- * at block_base (offsets within the block; the block is block_bytes long) were read from fd.
- * Updates the stream (and decides when a window closed), then hints. Returns the stream's
- * size in KiB used for the hint. */
-uint64_t frt_ra_hook_read(frt_ra_hook *h, uint64_t stream, double t, int fd, uint64_t block_base,
-                          uint64_t block_bytes, uint64_t off, uint64_t len);
+/* frt_ra_hook and frt_ra_hook_read, the one call the backing's reads make: backing_internal.h. */
 /* The stream's current size in KiB, 0 when it is not in the table. */
 uint64_t frt_ra_hook_stream_kib(const frt_ra_hook *h, uint64_t stream);
 int frt_ra_hook_hinting(const frt_ra_hook *h);

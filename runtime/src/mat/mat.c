@@ -27,9 +27,9 @@
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "util/internal.h"
-#include "policies/eviction/lrb_features.h"
+#include "mat/lrb_features.h"
 #include "policies/policy_internal.h"
-#include "policies/eviction/mat_alg.h"
+#include "mat/mat_alg.h"
 
 #define NIL UINT32_MAX
 #define PAGE 4096u
