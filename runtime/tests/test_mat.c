@@ -1,5 +1,5 @@
-/* test_mat.c: C unit tests of the MAT object cache (src/systems/mat.c), LRB's features
- * (src/policies/eviction/lrb_features.c) and the object-trace reader (src/trace/objects.c), under ASan+UBSan
+/* test_mat.c: C unit tests of the MAT object cache (src/mat/mat.c), LRB's features
+ * (src/mat/lrb_features.c) and the object-trace reader (src/trace/objects.c), under ASan+UBSan
  * (`make test`) and valgrind (`make valgrind`). Usage: test_mat POLICY_BUILD_DIR. The
  * decisions against the simulator's on real bundles: tests/runtime/test_runtime_mat.py. */
 #define _GNU_SOURCE

@@ -1,6 +1,6 @@
 /* mat.c: the MAT object cache (flashrt.h, "MAT"): whole objects in a cache file, an LRU list,
  * LRB's feature history (lrb_features.c) and Algorithm 1 with its threshold controller
- * (policies/eviction/mat_alg.c, shared with the flash cache's MAT eviction), the predictor
+ * (mat_alg.c, shared with the flash cache's MAT eviction, mat_tail.c), the predictor
  * being the bundle's flashml_evict_predict. The loop, the list moves and every
  * comparison are those of the simulator's sim/src/mat/{chooser,object}.rs (Mat::evict, simulate_mat), so the
  * decisions are the same on the same requests and capacity (tests/runtime/test_runtime_mat.py),

@@ -1,11 +1,12 @@
 /* partition.c: MLCache's partitioned page cache (flashrt.h, "MLCache"): one LRU list per
  * stream with a quota of pages, re-divided at each interval boundary by the policy's
  * flashml_partition from the monitor's features of the interval before. Every step is the
- * simulator's (sim/src/mlcache/partition.rs Partitions::access/resize, pages_of_shares, apportion;
+ * simulator's (sim/src/mlcache/partition.rs Partitions::access/resize; the shares as pages,
+ * util/shares.c: sim/src/core/shares.rs pages_of_shares, apportion;
  * sim/src/mlcache/reuse.rs interval_histograms), so the quotas and hits are the same on the same
  * requests (tests/runtime/test_runtime_partition.py).
  *
- * The monitor (policies/partition/monitor.h, the engine's bundle partition's too): exact
+ * The monitor (monitor.h, the engine's bundle partition's too, mlcache.c): exact
  * per-stream LRU stack distances with a Fenwick tree over each stream's request positions.
  * The trees grow with the stream's requests (a replay's length); a long-running server would
  * renumber positions, which changes no distance. Storage: slot i of the cache file holds one page

@@ -162,6 +162,7 @@ const struct frt_budget_ops frt_budget_tire = {
     .stats = tire_stats,
 };
 
+/* flashrt_config_default's TIRE knobs (engine/policy_slots.h). */
 void frt_tire_config_default(struct flashrt_config *c) {
     c->tire_slack = FRT_TIRE_SLACK;
     c->tire_steps = FRT_TIRE_STEPS;

@@ -8,7 +8,7 @@
  * quantum that starts with credit <= 0, admits nothing.
  *
  * One implementation, two users: the budget slot's policy "tire" (tire.c, the engine's
- * erasures = evicted regions) and Pannier's container cache (systems/pannier.c, whose
+ * erasures = evicted regions) and Pannier's container cache (pannier.c, whose
  * erasures are its containers' erase blocks). Not public. */
 #ifndef FLASHRT_TIRE_H
 #define FLASHRT_TIRE_H
