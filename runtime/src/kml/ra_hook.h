@@ -1,7 +1,7 @@
 /* ra_hook.h: KML's readahead model on the runtime's own backing reads (the C
  * runtime's own backing reads use the same model for their prefetch size on each stream;
  * ra_hook.c). An optional controller the caller creates and attaches to a backing store
- * (frt_backing_set_readahead, backing_internal.h); no global state: everything lives in the
+ * (frt_backing_set_readahead, engine/backing_internal.h); no global state: everything lives in the
  * frt_ra_hook object.
  *
  * Streams. A stream is a caller's 64-bit id; the backing names it by the block key: a backing
@@ -65,13 +65,15 @@ struct frt_ra_hook_stats {
     uint64_t decisions_other;
 };
 
+/* The hook's type, frt_ra_hook, and frt_ra_hook_read (one backing read of a stream: the call
+ * the backing makes) are declared where the backing sees them, engine/backing_internal.h. */
+
 /* A controller over the model `fns` (a policy loaded for readahead, owned by the caller and
  * outliving the hook); window_ms > 0 (the bundle's flashml_readahead_window_ms, or another);
  * hint: make posix_fadvise hints (0 for an O_DIRECT backing). NULL with a message. */
 frt_ra_hook *frt_ra_hook_new(const struct frt_readahead_fns *fns, int window_ms, int hint, char *err,
                              size_t errlen);
 void frt_ra_hook_free(frt_ra_hook *h);
-/* frt_ra_hook and frt_ra_hook_read, the one call the backing's reads make: backing_internal.h. */
 /* The stream's current size in KiB, 0 when it is not in the table. */
 uint64_t frt_ra_hook_stream_kib(const frt_ra_hook *h, uint64_t stream);
 int frt_ra_hook_hinting(const frt_ra_hook *h);
