@@ -4,7 +4,8 @@
  * prefetch functions and the values it reports; the public accessors of a loaded policy; the
  * built-in admission policies by name (their code is the admission slot's,
  * policies/admission/). Reading and checking manifest.json is policy_manifest.c's; binding
- * the eviction, partition and readahead functions policy_bind.c's (policy_loader.h).
+ * the partition and readahead functions policy_bind.c's, the eviction ones (MAT's)
+ * mat/mat_bind.c's (policy_loader.h).
  *
  * Capabilities (flashml_policy.h): a bundle's policy.so exports the functions of the
  * capabilities its manifest lists (`capabilities`; a manifest without the field has admission
@@ -30,8 +31,6 @@
 #include "util/internal.h"
 #include "policies/policy_internal.h"
 #include "policies/policy_loader.h"
-#include "policies/eviction/mat_settings.h"
-#include "policies/readahead/readahead.h"
 
 /* A built-in admission policy: a name the admission slot's table knows (not "bundle"). */
 static flashrt_policy *builtin(const char *name) {
@@ -320,20 +319,21 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
     }
     {   /* the .so exports the functions of every capability its manifest lists (not only the
          * ones this command uses) */
-        static const char *const REQUIRED[][10] = {
-            {"flashml_policy_num_features", "flashml_policy_contract_hash", "flashml_admit_score", "flashml_admit_threshold",
-             "flashml_target_write_rate_mbps", "flashml_eviction_age_s"},
-            {"flashml_prefetch_range", "flashml_prefetch_when_score", "flashml_prefetch_when_threshold"},
-            {"flashml_evict_num_features", "flashml_evict_contract_hash", "flashml_evict_predict", "flashml_evict_predict_batch",
-             FRT_MAT_K_ABI, FRT_MAT_MAX_CANDIDATES_ABI, FRT_MAT_DELTA_ABI, FRT_MAT_INITIAL_THRESHOLD_ABI,
-             FRT_MAT_MEMORY_WINDOW_ABI},
-            {"flashml_partition_num_features", "flashml_partition_contract_hash", "flashml_partition_max_streams",
-             "flashml_partition_steps", "flashml_partition"},
-            {"flashml_readahead_num_features", "flashml_readahead_contract_hash", "flashml_readahead_window_ms",
-             "flashml_readahead_kib"}};
+        static const char *const ADMISSION[] = {
+            "flashml_policy_num_features", "flashml_policy_contract_hash", "flashml_admit_score", "flashml_admit_threshold",
+            "flashml_target_write_rate_mbps", "flashml_eviction_age_s", NULL};
+        static const char *const PREFETCH[] = {"flashml_prefetch_range", "flashml_prefetch_when_score",
+                                               "flashml_prefetch_when_threshold", NULL};
+        static const char *const PARTITION[] = {"flashml_partition_num_features", "flashml_partition_contract_hash",
+                                                "flashml_partition_max_streams", "flashml_partition_steps",
+                                                "flashml_partition", NULL};
+        static const char *const READAHEAD[] = {"flashml_readahead_num_features", "flashml_readahead_contract_hash",
+                                                "flashml_readahead_window_ms", "flashml_readahead_kib", NULL};
+        static const char *const *const REQUIRED[] = {ADMISSION, PREFETCH, frt_policy_eviction_functions, PARTITION,
+                                                      READAHEAD};
         for (unsigned k = 0; k < 5; k++) {
             if (!(have & (1u << k))) continue;
-            for (unsigned j = 0; j < 10 && REQUIRED[k][j]; j++)
+            for (unsigned j = 0; REQUIRED[k][j]; j++)
                 if (!dlsym(p->dl, REQUIRED[k][j])) {
                     frt_seterr(err, errlen, "%s: refused: %s lists the %s capability but the .so has no symbol %s", so, mf, frt_policy_cap_names[k],
                                REQUIRED[k][j]);
