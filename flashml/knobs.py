@@ -360,7 +360,7 @@ def rust_text(knobs: Knobs) -> str:
 
 
 def c_text(knobs: Knobs) -> str:
-    """The C runtime's constants and checks (e.g. runtime/src/policies/eviction/mat_settings.h)."""
+    """The C runtime's constants and checks (e.g. runtime/src/mat/mat_settings.h)."""
     pre = knobs.generate["c_prefix"]
     guard = f"{pre}_SETTINGS_H"
     lines = [f"/* {_banner(knobs)}", " *",

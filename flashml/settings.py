@@ -6,6 +6,10 @@ option table `OPTIONS` gives each its command-line flag, type, help and (through
 dataclass) its default, so a default is written once. Units and definitions (segment size,
 disk model, the artifact's cache size and write-rate target) live in `flashml.config`.
 
+Every system's job options are such a table of `Option` records, declared in the system's
+settings.py beside its dataclass: `add_options` builds the command-line options from a table,
+`option_values` reads them back checked, and `dag_params` gives a table's DAG params.
+
 Only the standard library and `flashml.config`/`flashml.errors` are imported: the DAG file
 imports this module when Airflow parses it.
 """
@@ -380,19 +384,27 @@ def is_numeric_type(t: Any) -> bool:
 
 @dataclass(frozen=True)
 class Option:
-    """One user-facing setting: its name (argparse dest and DAG param), flag, type and help.
-    A numeric setting's type is a `Number` (its bounds and unit, checked on the command line
-    and in `check` alike)."""
+    """One user-facing setting: its name (argparse dest and DAG param), flag, type, default
+    and help. A numeric setting's type is a `Number` (its bounds and unit, checked on the
+    command line and in `check` alike); `bool` makes a switch (off unless given, or with
+    `negatable` on/off as `--flag`/`--no-flag`); `positive_ints` a comma-separated list; any
+    other callable (`str`, `Path`) reads the text as it is. Options naming the same
+    `exclusive` group exclude each other on the command line."""
 
     name: str
     flag: str
     type: Callable[[str], Any]
     default: Any
+    #: An argparse help text (a literal % written %%); --help adds the default to it.
     help: str
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     #: Offered as a DAG param (JSON type), None: command line only.
     dag_type: str | None = None
+    #: A switch given as --flag or --no-flag (argparse.BooleanOptionalAction).
+    negatable: bool = False
+    #: The name of a group of options of which at most one may be given.
+    exclusive: str | None = None
 
     def check(self, value: Any) -> None:
         """UserError naming the flag when `value` is out of its Number's range, not a choice,
@@ -418,6 +430,41 @@ class Option:
                                     f"{_short(x)}")
                 if x < 1:
                     raise UserError(f"{self.flag} must be >= 1, got {_short(x)}")
+
+    def default_text(self) -> str:
+        """What --help says of the default: ` (default 6)`, ` (default on)` for a negatable
+        switch; nothing for a plain switch (off unless given) or without a default."""
+        d = self.default
+        if self.type is bool:
+            return f" (default {'on' if d else 'off'})" if self.negatable else ""
+        if d is None:
+            return ""
+        if isinstance(d, (tuple, list)):  # a list option's (positive_ints): 1,6,12
+            shown = ",".join(map(str, d))
+        else:
+            shown = f"{d:g}" if isinstance(d, float) else str(d)
+        return f" (default {shown.replace('%', '%%')})"
+
+
+def option_table(*options: Option) -> dict[str, Option]:
+    """An option table: each option by its name (ValueError on a name or flag given twice)."""
+    out: dict[str, Option] = {}
+    flags: set[str] = set()
+    for o in options:
+        if o.name in out or o.flag in flags:
+            raise ValueError(f"option {o.name} ({o.flag}) is declared twice")
+        out[o.name] = o
+        flags.add(o.flag)
+    return out
+
+
+def size_text(n: int) -> str:
+    """A byte count as a size option reads it: 4294967296 -> `4GiB`, 2097152 -> `2MiB` (the
+    largest binary unit dividing it), else the count itself."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
 
 
 def _short(value: Any) -> str:
@@ -497,6 +544,8 @@ _OPTIONS = (
            "(counted in the log and the summary) instead of stopping at the first with an "
            "error", dag_type="boolean"),
     # the generated default trace (pipeline run) and the sweep's range (sweep)
+    Option("preset", "--preset", str, _D.preset, "synthetic preset of the generated default "
+           "trace"),
     Option("seed", "--seed", Number(int, 0, MAX_SEED), _D.seed,
            "seed of the generated default trace"),
     Option("accesses", "--accesses", Number(int, 1, 10**9, unit="accesses"), None,
@@ -508,38 +557,65 @@ _OPTIONS = (
     Option("max_factor", "--max-factor", Number(float, 1e-3, 1e3, unit="x the target"),
            _D.sweep_rate_range[1], "highest write rate as a multiple of the target (widened "
            "while the best point sits at the top)"),
+    Option("no_register", "--no-register", bool, not _D.register, "skip the model registry"),
+    Option("no_compile", "--no-compile", bool, not _D.compile, "skip compiling the policy .so"),
 )
-OPTIONS: dict[str, Option] = {o.name: o for o in _OPTIONS}
+OPTIONS: dict[str, Option] = option_table(*_OPTIONS)
 # Names `from_values` also reads, set by commands' own flags (no table entry needed there).
-for _name in ("trace", "format", "sample_ratio", "preset", "admission_only", "storage", "study",
-              "no_register", "no_compile", "candidate_bundle", "export_dir"):
+for _name in ("trace", "format", "sample_ratio", "admission_only", "storage", "study",
+              "candidate_bundle", "export_dir"):
     OPTIONS.setdefault(_name, Option(_name, f"--{_name.replace('_', '-')}", str, None, ""))
 
 
-def add_options(parser: argparse.ArgumentParser, *names: str) -> None:
-    """Add the table's options `names` to a command, defaults and help from the table."""
-    for name in names:
-        o = OPTIONS[name]
-        if o.type is bool:  # a switch: off unless given
-            parser.add_argument(o.flag, dest=o.name, action="store_true", default=o.default,
-                                help=o.help)
+def add_options(parser: Any, *names: str, options: Mapping[str, Option] | None = None
+                ) -> None:
+    """Add the options `names` of a table (`options`, default the run settings' `OPTIONS`;
+    no names: every option of the table, in its order) to an argparse parser (or argument
+    group), dest = the option's name, its default shown in the help. The options of one
+    `exclusive` group become one mutually exclusive group: add them in the same call."""
+    chosen = OPTIONS if options is None else options
+    groups: dict[str, Any] = {}
+    for name in names or tuple(chosen):
+        o = chosen[name]
+        target = parser
+        if o.exclusive is not None:
+            if o.exclusive not in groups:
+                groups[o.exclusive] = parser.add_mutually_exclusive_group()
+            target = groups[o.exclusive]
+        if o.type is bool:  # a switch: off unless given (or --flag/--no-flag)
+            action = argparse.BooleanOptionalAction if o.negatable else "store_true"
+            target.add_argument(o.flag, dest=o.name, action=action, default=o.default,
+                                help=o.help + o.default_text())
             continue
-        default = f" (default {o.default:g})" if isinstance(o.default, (int, float)) \
-            and not isinstance(o.default, bool) else \
-            (f" (default {o.default})" if o.default is not None else "")
-        parser.add_argument(o.flag, dest=o.name, type=o.type, default=o.default,
+        target.add_argument(o.flag, dest=o.name, type=o.type, default=o.default,
                             choices=o.choices, metavar=o.metavar,
-                            help=o.help + ("" if o.choices else default))
+                            help=o.help + o.default_text())
 
 
-def dag_params() -> dict[str, dict[str, Any]]:
-    """The options offered as Airflow params: name -> {default, type, description, bound}."""
+def option_values(options: Mapping[str, Option], args: argparse.Namespace | Mapping[str, Any]
+                  ) -> dict[str, Any]:
+    """Each option of a table by name: its value in `args` (parsed arguments or values by
+    name; a missing one takes the table's default), checked (`Option.check`: a UserError
+    naming the flag); None stays None (not given)."""
+    given = args if isinstance(args, Mapping) else vars(args)
+    out: dict[str, Any] = {}
+    for name, o in options.items():
+        value = given.get(name, o.default)
+        if value is not None:
+            o.check(value)
+        out[name] = value
+    return out
+
+
+def dag_params(options: Mapping[str, Option] | None = None) -> dict[str, dict[str, Any]]:
+    """The options of a table (default the run settings' `OPTIONS`) offered as Airflow
+    params: name -> {default, type, description, bound}."""
     out: dict[str, dict[str, Any]] = {}
-    for o in _OPTIONS:
+    for o in (OPTIONS if options is None else options).values():
         if o.dag_type is None:
             continue
         spec: dict[str, Any] = {"default": o.default, "type": o.dag_type,
-                                "description": o.help}
+                                "description": o.help.replace("%%", "%")}
         if o.choices:
             spec["enum"] = list(o.choices)
         if isinstance(o.type, Number):

@@ -1,5 +1,5 @@
-/* test_mat.c: C unit tests of the MAT object cache (src/systems/mat.c), LRB's features
- * (src/policies/eviction/lrb_features.c) and the object-trace reader (src/trace/objects.c), under ASan+UBSan
+/* test_mat.c: C unit tests of the MAT object cache (src/mat/mat.c), LRB's features
+ * (src/mat/lrb_features.c) and the object-trace reader (src/trace/objects.c), under ASan+UBSan
  * (`make test`) and valgrind (`make valgrind`). Usage: test_mat POLICY_BUILD_DIR. The
  * decisions against the simulator's on real bundles: tests/runtime/test_runtime_mat.py. */
 #define _GNU_SOURCE
@@ -12,9 +12,9 @@
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "util/internal.h"
-#include "policies/eviction/lrb_features.h"
-#include "policies/eviction/mat_alg.h"
-#include "policies/eviction/mat_settings.h"
+#include "mat/lrb_features.h"
+#include "mat/mat_alg.h"
+#include "mat/mat_settings.h"
 
 #include "check.h"
 

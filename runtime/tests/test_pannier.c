@@ -1,4 +1,4 @@
-/* test_pannier.c: C unit tests of Pannier's container cache (src/systems/pannier.c,
+/* test_pannier.c: C unit tests of Pannier's container cache (src/pannier/pannier.c,
  * pannier_store.c) under ASan+UBSan (`make test`) and valgrind (`make valgrind`): the hand
  * examples of sim/src/pannier/policy.rs and
  * sim/src/pannier/tire.rs (a fully invalidated container goes first, aging by elapsed lifetimes,
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "systems/pannier.h"
+#include "pannier/pannier.h"
 #include "util/sketch.h"
 
 #include "check.h"

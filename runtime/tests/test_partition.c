@@ -1,8 +1,8 @@
-/* test_partition.c: C unit tests of MLCache's partitioned page cache (src/systems/partition.c) under
- * ASan+UBSan (`make test`) and valgrind (`make valgrind`): the share-to-page rules by hand
- * (sim/src/mlcache/partition.rs's apportion and pages_of_shares), the cache by hand, its bytes read
- * back, and bad input. The decisions with a real network against the simulator's:
- * tests/runtime/test_runtime_partition.py. */
+/* test_partition.c: C unit tests of MLCache's partitioned page cache (src/mlcache/partition.c)
+ * under ASan+UBSan (`make test`) and valgrind (`make valgrind`): the share-to-page rules by
+ * hand (src/util/shares.c: sim/src/core/shares.rs's apportion and pages_of_shares), the cache
+ * by hand, its bytes read back, and bad input. The decisions with a real network against the
+ * simulator's: tests/runtime/test_runtime_partition.py. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>

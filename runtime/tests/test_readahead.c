@@ -1,9 +1,9 @@
-/* test_readahead.c: C unit tests of KML's readahead tuner, the library part (src/policies/readahead/readahead.c)
+/* test_readahead.c: C unit tests of KML's readahead tuner, the library part (src/kml/readahead.c)
  * under ASan+UBSan (`make test`) and valgrind (`make valgrind`): the window features against
  * a slow recomputation from every stored offset, the trace line parser on this kernel's lines
  * and on malformed ones, and loading a readahead bundle (the test policy
  * tests/policies/readahead.c) with the loader's refusals, and the per-stream controller of the
- * backing reads (src/policies/readahead/ra_hook.c: decisions per stream, determinism, the table's reuse, the
+ * backing reads (src/kml/ra_hook.c: decisions per stream, determinism, the table's reuse, the
  * hints on a real backing). The features against Python's
  * window_features, and the command: tests/runtime/test_runtime_readahead.py. */
 #define _GNU_SOURCE
@@ -19,8 +19,8 @@
 #include "util/internal.h"
 #include "engine/backing_internal.h"
 #include "policies/policy_internal.h"
-#include "policies/readahead/ra_hook.h"
-#include "policies/readahead/readahead.h"
+#include "kml/ra_hook.h"
+#include "kml/readahead.h"
 
 #include "check.h"
 
@@ -202,7 +202,7 @@ static void test_loader(const char *poldir) {
     flashrt_policy_free(p);
 }
 
-/* ---- the per-stream controller of the backing reads (src/policies/readahead/ra_hook.c) ---- */
+/* ---- the per-stream controller of the backing reads (src/kml/ra_hook.c) ---- */
 
 #define KIB128 (128u * 1024u)
 

@@ -11,11 +11,17 @@ the others stop at the start of their work (`Command.stub`: reaching it means ev
 before the work passed) unless FLASHML_FUZZ_PROFILE=fuzz, which runs them for real where
 their minimal arguments can (`Command.real`). `flashml trace ...` is its owner's
 (tests/trust/test_fuzz_traces.py and friends).
+
+Every system's job options are generated from its option table (`flashml.settings.Option`
+records, declared in the system's settings.py) and its settings.toml knobs: no system module
+calls argparse itself, and each table's defaults are its settings dataclass's.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -25,8 +31,21 @@ from typing import Any
 
 import pytest
 
-from flashml import cli
-from flashml.settings import Number, is_numeric_type
+from flashml import cli, knobs
+from flashml.errors import UserError
+from flashml.settings import (
+    Number,
+    Option,
+    add_options,
+    is_numeric_type,
+    option_table,
+    option_values,
+    positive_ints,
+    size_text,
+)
+from flashml.systems import SYSTEMS
+
+from conftest import REPO
 
 VALUES = ("0", "-1", "nan", "inf", "-inf", "1e300", "1e-300", str(2**63), "many")
 FUZZ = os.environ.get("FLASHML_FUZZ_PROFILE") == "fuzz"
@@ -148,6 +167,105 @@ def test_every_numeric_option_is_a_bounded_number() -> None:
     bare = [f"{' '.join(path)} {a.option_strings[0]}" for path, p in _commands()
             for a in numeric_options(p) if a.type in (int, float)]
     assert not bare, f"declare these with flashml.settings.Number: {bare}"
+
+
+#: argparse's calls that declare an option or a group of options.
+ARGPARSE_CALLS = ("add_argument", "add_mutually_exclusive_group", "add_argument_group")
+
+
+def test_no_system_module_declares_options_itself() -> None:
+    """A system's job options are its option table's (flashml.settings.add_options) and its
+    settings.toml knobs' (flashml.knobs.add_options): no module of flashml/systems/ (nor the
+    toy system, ARCHITECTURE.md's worked example) calls argparse's add_argument."""
+    files = [*sorted((REPO / "flashml" / "systems").rglob("*.py")),
+             *sorted((REPO / "tests" / "toy_system").rglob("*.py"))]
+    found = [f"{path.relative_to(REPO)}:{node.lineno} {node.func.attr}"
+             for path in files for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+             and node.func.attr in ARGPARSE_CALLS]
+    assert not found, f"declare these options in the system's option table: {found}"
+
+
+def _job_parser(module: str) -> tuple[Any, argparse.ArgumentParser]:
+    from flashml.commands.systems import system_parser
+
+    job = importlib.import_module(module)
+    return job, system_parser(job)
+
+
+@pytest.mark.parametrize("module", SYSTEMS)
+def test_option_table_defaults_are_the_settings_defaults(module: str) -> None:
+    """`flashml <system> run` with no options builds the job's Settings dataclass defaults:
+    each option's default in the table is taken from the dataclass (written once there) and
+    read back by `from_cli`."""
+    job, parser = _job_parser(module)
+    assert job.Settings.from_cli(parser.parse_args([])) == job.Settings()
+
+
+@pytest.mark.parametrize("module", SYSTEMS)
+def test_every_job_option_is_its_tables_or_a_knob(module: str) -> None:
+    """Each option of `flashml <system> run` (besides the trace input) is an entry of the
+    system's option table, with its flag, type, default and choices, or one of the system's
+    settings.toml knobs."""
+    job, parser = _job_parser(module)
+    table = importlib.import_module(job.Settings.__module__).OPTIONS
+    system = module.split(".")[2]
+    declared = knobs.load(system).knobs if system in knobs.declared_systems() else {}
+    for a in parser._actions:
+        if not a.option_strings or a.dest in ("help", "trace", "format", "sample_ratio"):
+            continue
+        if a.dest in declared:
+            assert a.option_strings[0] == declared[a.dest].flag, a.option_strings
+            continue
+        assert a.dest in table, f"{module}: {a.option_strings} is not in its option table"
+        o = table[a.dest]
+        assert a.option_strings == [o.flag], (o.name, a.option_strings)
+        assert a.default == o.default, o.name
+        assert a.choices == o.choices, o.name
+        assert a.type is (None if o.type is bool else o.type), o.name
+
+
+def test_an_option_table_expresses_every_kind_of_option() -> None:
+    """Choices, switches (on unless --no-...: negatable), paths, lists (positive_ints), numbers
+    and mutually exclusive options, from one table: the parser, the help and the checks of
+    values from elsewhere."""
+    opts = option_table(
+        Option("mode", "--mode", str, "a", "the mode", choices=("a", "b")),
+        Option("fast", "--fast", bool, False, "a switch"),
+        Option("cache", "--cache", bool, True, "on or off", negatable=True),
+        Option("folder", "--folder", Path, None, "a folder", metavar="DIR"),
+        Option("ks", "--ks", positive_ints, (6, 1), "a list"),
+        Option("pages", "--pages", Number(int, 1, unit="pages"), None, "pages",
+               exclusive="size"),
+        Option("size", "--size", str, "1MiB", "bytes", exclusive="size"),
+    )
+    p = argparse.ArgumentParser(exit_on_error=False)
+    add_options(p, options=opts)
+    assert option_values(opts, p.parse_args([])) == {
+        "mode": "a", "fast": False, "cache": True, "folder": None, "ks": (6, 1),
+        "pages": None, "size": "1MiB"}
+    given = p.parse_args(["--mode", "b", "--fast", "--no-cache", "--folder", "x", "--ks",
+                          "1,12", "--pages", "3"])
+    assert option_values(opts, given) == {
+        "mode": "b", "fast": True, "cache": False, "folder": Path("x"), "ks": (1, 12),
+        "pages": 3, "size": "1MiB"}
+    with pytest.raises((argparse.ArgumentError, SystemExit)):
+        p.parse_args(["--pages", "3", "--size", "2MiB"])
+    help_ = " ".join(p.format_help().split())
+    for text in ("the mode (default a)", "a list (default 6,1)", "bytes (default 1MiB)",
+                 "on or off (default on)", "[--cache | --no-cache]",
+                 "[--pages PAGES | --size SIZE]"):
+        assert text in help_, text
+    # values from elsewhere (a DAG param, settings by name) are checked against the table
+    with pytest.raises(UserError, match="--pages must be >= 1 pages, got 0"):
+        option_values(opts, {"pages": 0})
+    with pytest.raises(UserError, match="--mode must be one of a, b"):
+        option_values(opts, {"mode": "c"})
+    with pytest.raises(UserError, match="--fast must be true or false"):
+        option_values(opts, {"fast": "yes"})
+    with pytest.raises(ValueError, match="declared twice"):
+        option_table(opts["mode"], Option("mode", "--other", str, None, ""))
+    assert (size_text(4 << 30), size_text(2 << 20), size_text(1000)) == ("4GiB", "2MiB", "1000")
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """MAT's knobs are declared once (flashml/systems/mat/settings.toml) and the four places that
 check them agree on one corpus of values: Python (the CLI and the manifest checks,
-flashml/knobs.py), the generated C checks (runtime/src/policies/eviction/mat_settings.h), the
+flashml/knobs.py), the generated C checks (runtime/src/mat/mat_settings.h), the
 simulator (sim/src/mat/settings.rs through `MatParams::validate`) and `flashrt mat-replay`'s
 options. The defaults are written in no hand-kept source."""
 
@@ -39,7 +39,7 @@ C_PROGRAM = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "policies/eviction/mat_settings.h"
+#include "mat/mat_settings.h"
 int main(int argc, char **argv) {
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *n = argv[i], *why = NULL;

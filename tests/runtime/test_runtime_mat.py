@@ -1,4 +1,4 @@
-"""The C runtime's MAT object cache (`flashrt mat-replay`, runtime/src/systems/mat.c): on
+"""The C runtime's MAT object cache (`flashrt mat-replay`, runtime/src/mat/mat.c): on
 the same trace and capacity its decisions are the simulator's (victim keys in order, hits,
 predictions, the final threshold T, bit for bit), its features at every tail candidate are
 the simulator's, the bytes it serves are real and verified, and bad input is refused
@@ -250,7 +250,7 @@ def test_features_equal_the_simulator(small, tmp_path):
 
 def test_edc_window_constant_is_the_contracts():
     """lrb_features.h restates one constant the generated header lacks: checked here."""
-    text = (REPO / "runtime" / "src" / "policies" / "eviction" / "lrb_features.h").read_text()
+    text = (REPO / "runtime" / "src" / "mat" / "lrb_features.h").read_text()
     got = int(re.search(r"#define FRT_EVICT_EDC_BASE_LOG2 (\d+)", text).group(1))
     assert got == eviction.contract().edc_base_log2
     h = HEADER.read_text()

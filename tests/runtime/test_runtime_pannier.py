@@ -1,4 +1,4 @@
-"""The C runtime's container flash cache (`flashrt pannier-replay`, runtime/src/systems/pannier.c):
+"""The C runtime's container flash cache (`flashrt pannier-replay`, runtime/src/pannier/pannier.c):
 on a generated src11-like trace with overwrites its decisions (read and write hits, inserted,
 rejected and copied-forward blocks, evictions, erasures, host and internal writes, TIRE's credit
 and erasures per quantum) are the simulator's (`flashml_sim.simulate_blocks`) for LRU+ and

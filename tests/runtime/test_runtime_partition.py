@@ -1,5 +1,5 @@
 """The C runtime's partitioned page cache (`flashrt partition-replay`,
-runtime/src/systems/partition.c): with a real compiled network (scikit-learn MLP -> emlearn
+runtime/src/mlcache/partition.c): with a real compiled network (scikit-learn MLP -> emlearn
 C -> policy.so) its quotas in every interval, hits, write hits and resize evictions are the
 simulator's (`simulate_partitioned(..., "mlcache", shares)` with the same .so's shares), in
 both the writes-only and the read-and-write setting, and so with the compiled rule

@@ -1,4 +1,5 @@
-"""The engine's placement and partition slots (runtime/src/policies/placement/, partition/):
+"""The engine's placement and partition slots (runtime/src/policies/placement/, partition/,
+runtime/src/mlcache/mlcache.c):
 `flashrt replay --placement single|packing` (one open region, or Pannier's hot/cold packing: a
 hot and a cold open region chosen by the ghost sketch's counts) and `--partition
 shared|even|static|bundle` (each namespace of the trace owns a quota of regions and evicts its

@@ -1,5 +1,5 @@
-"""The C runtime's readahead tuner (`flashrt tune-readahead`, runtime/src/cli/cli_readahead.c and
-policies/readahead/readahead.c; KML) with the hand-written test policy
+"""The C runtime's readahead tuner (`flashrt tune-readahead`, runtime/src/kml/cli_readahead.c and
+readahead.c; KML) with the hand-written test policy
 runtime/tests/policies/readahead.c (1024 KiB when the window's consecutive pages are < 64 pages
 apart, else 16 KiB): replaying an event file, the features it logs are
 `flashml.features.readahead.window_features`'s and its decisions the rule's; the original

@@ -10,6 +10,7 @@ from typing import Any
 
 from flashml.errors import UserError
 from flashml.jobs.run import RunDir, Stage, Timer
+from flashml.settings import Option, add_options, option_table, option_values
 
 COMMAND = "toy"
 HELP = "toy: eviction policies judged on an object trace (ARCHITECTURE.md's example)"
@@ -28,17 +29,25 @@ class Settings:
             raise UserError("--trace is required for the toy job")
         from flashml.simulation import parse_capacity
 
+        v = option_values(OPTIONS, args)
         try:
-            parse_capacity(args.capacity)
+            parse_capacity(v["capacity"])
         except ValueError as e:
             raise UserError(f"--capacity: {e}") from None
         return cls(trace=args.trace, format=args.format or "cloudphysics",
-                   capacity=args.capacity, policies=tuple(args.policies.split(",")))
+                   capacity=v["capacity"], policies=tuple(v["policies"].split(",")))
+
+
+#: The job's options, declared once (flashml.settings.Option), defaults the dataclass's.
+OPTIONS = option_table(
+    Option("capacity", "--capacity", str, Settings.capacity, "cache capacity (4MiB, 1000obj)"),
+    Option("policies", "--policies", str, ",".join(Settings.policies),
+           "eviction policies to judge"),
+)
 
 
 def add_cli(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--capacity", default="1MiB", help="cache capacity (4MiB, 1000obj)")
-    p.add_argument("--policies", default="lru,fifo", help="eviction policies to judge")
+    add_options(p, options=OPTIONS)
 
 
 def ingest(run: RunDir, s: Settings, timer: Timer) -> dict[str, Any]:

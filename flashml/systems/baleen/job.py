@@ -687,11 +687,8 @@ def add_cli(p: Any) -> None:
     --format, --sample-ratio and --out)."""
     from flashml.settings import add_options
 
-    d = BaleenSettings()
-    p.add_argument("--preset", default=d.preset, help="synthetic preset for the default")
-    add_options(p, "seed", "accesses", "days", *CLI_OPTIONS)
-    p.add_argument("--no-register", action="store_true", help="skip the model registry")
-    p.add_argument("--no-compile", action="store_true", help="skip compiling the policy .so")
+    add_options(p, "preset", "seed", "accesses", "days", *CLI_OPTIONS, "no_register",
+                "no_compile")
 
 
 def run_name(s: BaleenSettings, kind: str = "pipeline", when: str | None = None) -> str:

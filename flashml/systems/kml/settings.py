@@ -1,5 +1,6 @@
 """`flashml kml run`'s settings: the modes, the networks, the policies and workloads judged,
-the sizes swept, and `KmlSettings` with its options (`add_cli`)."""
+the sizes swept, and `KmlSettings` with its option table (`OPTIONS`, the command's options:
+`add_cli`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from flashml.errors import UserError
-from flashml.settings import MAX_SEED, Number
+from flashml.settings import (
+    MAX_SEED,
+    Number,
+    Option,
+    add_options,
+    option_table,
+    option_values,
+    size_text,
+)
 
 MODES = ("auto", "real", "twin")
 
@@ -41,7 +50,9 @@ SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
 class KmlSettings:
     """Everything `flashml kml run` needs."""
 
-    mode: str = "twin"
+    #: "real" (db_bench on a device, root), "twin" (the offline twin) or "auto" (real where
+    #: it can run, else the twin)
+    mode: str = "auto"
     #: the network the shipped bundle (compiled/kml) holds: "paper" (KML's, 5 -> 15 -> 5 -> 4
     #: sigmoid units, SGD) or "mlp16" (ours: 5 -> 16 -> 4, L-BFGS); both are evaluated
     network: str = "mlp16"
@@ -90,113 +101,101 @@ class KmlSettings:
     def from_cli(cls, args: argparse.Namespace) -> KmlSettings:
         from flashml.simulation import parse_capacity
 
+        v = option_values(OPTIONS, args)
         trace = getattr(args, "trace", None)
-        mode = args.mode
+        mode = v["mode"]
         if trace is not None:
             if mode == "real":
                 raise UserError("--trace: a trace is judged on the offline twin; the real "
                                 "experiment runs db_bench (use --mode twin)")
             mode = "twin"
         try:
-            dev, unit = parse_capacity(args.device_size)
+            dev, unit = parse_capacity(v["device_size"])
         except ValueError as e:
             raise UserError(f"--device-size: {e}") from None
         if unit != "bytes" or dev < 256 << 20:
-            raise UserError(f"--device-size: at least 256MiB of bytes, got {args.device_size!r}")
+            raise UserError(f"--device-size: at least 256MiB of bytes, got "
+                            f"{v['device_size']!r}")
         try:
-            sizes = tuple(sorted({int(x) for x in args.sizes.split(",") if x.strip()}))
+            sizes = tuple(sorted({int(x) for x in v["sizes"].split(",") if x.strip()}))
         except ValueError:
-            raise UserError(f"--sizes: comma-separated KiB like 8,64,512, got {args.sizes!r}"
+            raise UserError(f"--sizes: comma-separated KiB like 8,64,512, got {v['sizes']!r}"
                             ) from None
         if len(sizes) < 2 or not all(4 <= k <= 1 << 20 for k in sizes):
-            raise UserError(f"--sizes: at least two sizes in 4..1048576 KiB, got {args.sizes!r}")
-        checks = {"--num": (args.num, 10_000), "--memory-mib": (args.memory_mib, 16),
-                  "--read-iops": (args.read_iops, 0), "--read-mbps": (args.read_mbps, 0.0),
-                  "--duration": (args.duration, 1), "--reads": (args.reads, 100),
-                  "--repeats": (args.repeats, 1), "--hidden": (args.hidden, 1),
-                  "--depth": (args.depth, 1), "--folds": (args.folds, 2),
-                  "--max-windows": (args.max_windows, 10),
-                  "--twin-requests": (args.twin_requests, 10_000),
-                  "--twin-cache-pages": (args.twin_cache_pages, 16)}
-        for flag, (v, lo) in checks.items():
-            if v < lo:
-                raise UserError(f"{flag} must be >= {lo}, got {v}")
-        if (args.read_iops == 0) != (args.read_mbps == 0):
+            raise UserError(f"--sizes: at least two sizes in 4..1048576 KiB, got "
+                            f"{v['sizes']!r}")
+        if (v["read_iops"] == 0) != (v["read_mbps"] == 0):
             raise UserError("--read-iops and --read-mbps: both 0 (no throttle) or both above "
-                            f"0, got {args.read_iops} IOs/s and {args.read_mbps} MiB/s")
-        if mode == "twin" and args.read_iops == 0:
+                            f"0, got {v['read_iops']} IOs/s and {v['read_mbps']} MiB/s")
+        if mode == "twin" and v["read_iops"] == 0:
             raise UserError("--read-iops 0 --read-mbps 0 (no throttle) is for the real device; "
                             "the twin models a device of given IOs/s and MiB/s")
         return cls(mode=mode, trace=trace, format=getattr(args, "format", None),
                    sample_ratio=getattr(args, "sample_ratio", None), device_bytes=dev,
-                   num=args.num, memory_mib=args.memory_mib,
-                   read_iops=args.read_iops, read_mbps=args.read_mbps,
-                   duration_s=args.duration, network=args.network, backend=args.backend,
-                   reads=args.reads, repeats=args.repeats,
-                   sizes=sizes, hidden=args.hidden, depth=args.depth, folds=args.folds,
-                   max_windows=args.max_windows,
-                   twin_requests=args.twin_requests, twin_cache_pages=args.twin_cache_pages,
-                   seed=args.seed, workdir=args.device_dir)
+                   num=v["num"], memory_mib=v["memory_mib"],
+                   read_iops=v["read_iops"], read_mbps=v["read_mbps"],
+                   duration_s=v["duration"], network=v["network"], backend=v["backend"],
+                   reads=v["reads"], repeats=v["repeats"],
+                   sizes=sizes, hidden=v["hidden"], depth=v["depth"], folds=v["folds"],
+                   max_windows=v["max_windows"],
+                   twin_requests=v["twin_requests"], twin_cache_pages=v["twin_cache_pages"],
+                   seed=v["seed"], workdir=v["device_dir"])
+
+
+_D = KmlSettings()
+
+#: `flashml kml run`'s options (besides --trace, --format, --sample-ratio and --out), each
+#: default the dataclass's.
+OPTIONS = option_table(
+    Option("mode", "--mode", str, _D.mode, "real: db_bench on a loop device (root); twin: the "
+           "offline twin; auto: real where it can run, else the twin", choices=MODES),
+    Option("backend", "--backend", str, _D.backend, "the real device: loop (a loop device "
+           "over a sparse file in --device-dir) or zram (a compressed RAM disk; its reads do "
+           "not wait for a kernel worker, which matters on a busy machine)",
+           choices=("loop", "zram")),
+    Option("device_size", "--device-size", str, size_text(_D.device_bytes),
+           "size of the loop device's sparse backing file"),
+    Option("device_dir", "--device-dir", Path, _D.workdir,
+           "folder of the loop device's backing file (default: the run folder)"),
+    Option("num", "--num", Number(int, 10_000, 10**10, unit="keys"), _D.num,
+           "keys in the database (400 B values)"),
+    Option("memory_mib", "--memory-mib", Number(int, 16, 1 << 20, unit="MiB"), _D.memory_mib,
+           "db_bench's memory cgroup (its page cache), MiB"),
+    Option("read_iops", "--read-iops", Number(int, 0, 10**7, unit="IOs/s"), _D.read_iops,
+           "the device's read IOs/s (blkio throttle; 0 with --read-mbps 0: no throttle)"),
+    Option("read_mbps", "--read-mbps", Number(float, 0.0, 1e6, unit="MiB/s"), _D.read_mbps,
+           "the device's read bandwidth, MiB/s (blkio throttle; 0 with --read-iops 0: no "
+           "throttle)"),
+    Option("duration", "--duration", Number(int, 1, 86_400, unit="s"), _D.duration_s,
+           "seconds per db_bench run, at most (sweep and evaluation alike)"),
+    Option("reads", "--reads", Number(int, 100, 10**10, unit="operations"), _D.reads,
+           "operations per run, at most"),
+    Option("repeats", "--repeats", Number(int, 1, 1000, unit="runs"), _D.repeats,
+           "runs per workload and readahead size (sweep) and per workload and tuner "
+           "(evaluation); means with 95%% intervals"),
+    Option("sizes", "--sizes", str, ",".join(map(str, _D.sizes)),
+           "readahead sizes swept, KiB"),
+    Option("network", "--network", str, _D.network, "the network the shipped bundle holds: "
+           "paper (KML's: 5 -> 15 -> 5 -> 4 sigmoid units, SGD) or mlp16 (5 -> 16 -> 4, "
+           "L-BFGS); both are trained and evaluated", choices=NETWORKS),
+    Option("hidden", "--hidden", Number(int, 1, 4096, unit="units"), _D.hidden,
+           "mlp16's hidden units"),
+    Option("depth", "--depth", Number(int, 1, 64, unit="levels"), _D.depth,
+           "the decision tree's depth"),
+    Option("folds", "--folds", Number(int, 2, 1000, unit="folds"), _D.folds,
+           "cross-validation folds"),
+    Option("max_windows", "--max-windows", Number(int, 10, 10**7, unit="windows"),
+           _D.max_windows, "training windows per workload, at most (a random sample)"),
+    Option("twin_requests", "--twin-requests", Number(int, 10_000, 10**9, unit="requests"),
+           _D.twin_requests, "twin: requests per generated workload"),
+    Option("twin_cache_pages", "--twin-cache-pages", Number(int, 16, 1 << 30, unit="pages"),
+           _D.twin_cache_pages, "twin: page-cache pages (4 KiB)"),
+    Option("seed", "--seed", Number(int, 0, MAX_SEED), _D.seed,
+           "seed of the models, the training-window sample and the twin's traces"),
+)
 
 
 def add_cli(p: argparse.ArgumentParser) -> None:
-    d = KmlSettings()
     p.epilog = ("examples:\n  sudo flashml kml run --device-size 4GiB -o runs/kml\n"
                 "  flashml kml run --mode twin -o runs/kml-twin")
-    p.add_argument("--mode", choices=MODES, default="auto",
-                   help="real: db_bench on a loop device (root); twin: the offline twin; "
-                   "auto: real where it can run, else the twin (default)")
-    p.add_argument("--backend", choices=("loop", "zram"), default=d.backend,
-                   help="the real device: loop (a loop device over a sparse file in "
-                   "--device-dir) or zram (a compressed RAM disk; its reads do not wait for a "
-                   "kernel worker, which matters on a busy machine); default loop")
-    p.add_argument("--device-size", default="4GiB",
-                   help="the loop device's size (its sparse backing file; default 4GiB)")
-    p.add_argument("--device-dir", type=Path, default=None,
-                   help="folder of the loop device's backing file (default: the run folder)")
-    p.add_argument("--num", type=Number(int, 10_000, 10**10, unit="keys"),
-                   default=d.num, help="keys in the database (400 B values)")
-    p.add_argument("--memory-mib", type=Number(int, 16, 1 << 20, unit="MiB"),
-                   default=d.memory_mib,
-                   help="db_bench's memory cgroup (its page cache), MiB")
-    p.add_argument("--read-iops", type=Number(int, 0, 10**7, unit="IOs/s"),
-                   default=d.read_iops,
-                   help="the device's read IOs/s (blkio throttle; 0 with --read-mbps 0: no "
-                   "throttle)")
-    p.add_argument("--read-mbps", type=Number(float, 0.0, 1e6, unit="MiB/s"),
-                   default=d.read_mbps,
-                   help="the device's read bandwidth, MiB/s (blkio throttle; 0 with "
-                   "--read-iops 0: no throttle)")
-    p.add_argument("--duration", type=Number(int, 1, 86_400, unit="s"),
-                   default=d.duration_s,
-                   help="seconds per db_bench run, at most (sweep and evaluation alike)")
-    p.add_argument("--reads", type=Number(int, 100, 10**10, unit="operations"),
-                   default=d.reads, help="operations per run, at most")
-    p.add_argument("--repeats", type=Number(int, 1, 1000, unit="runs"),
-                   default=d.repeats,
-                   help="runs per workload and readahead size (sweep) and per workload and "
-                   "tuner (evaluation); means with 95%% intervals")
-    p.add_argument("--sizes", default=",".join(map(str, d.sizes)),
-                   help="readahead sizes swept, KiB")
-    p.add_argument("--network", choices=NETWORKS, default=d.network,
-                   help="the network the shipped bundle holds: paper (KML's: 5 -> 15 -> 5 -> "
-                   "4 sigmoid units, SGD) or mlp16 (5 -> 16 -> 4, L-BFGS); both are trained "
-                   "and evaluated (default mlp16)")
-    p.add_argument("--hidden", type=Number(int, 1, 4096, unit="units"),
-                   default=d.hidden, help="mlp16's hidden units")
-    p.add_argument("--depth", type=Number(int, 1, 64, unit="levels"),
-                   default=d.depth, help="the decision tree's depth")
-    p.add_argument("--folds", type=Number(int, 2, 1000, unit="folds"),
-                   default=d.folds, help="cross-validation folds")
-    p.add_argument("--max-windows", type=Number(int, 10, 10**7, unit="windows"),
-                   default=d.max_windows,
-                   help="training windows per workload, at most (a random sample)")
-    p.add_argument("--twin-requests", type=Number(int, 10_000, 10**9, unit="requests"),
-                   default=d.twin_requests,
-                   help="twin: requests per generated workload")
-    p.add_argument("--twin-cache-pages", type=Number(int, 16, 1 << 30, unit="pages"),
-                   default=d.twin_cache_pages,
-                   help="twin: page-cache pages (4 KiB)")
-    p.add_argument("--seed", type=Number(int, 0, MAX_SEED),
-                   default=d.seed,
-                   help="seed of the models, the training-window sample and the twin's traces")
+    add_options(p, options=OPTIONS)

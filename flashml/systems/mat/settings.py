@@ -1,6 +1,6 @@
 """`flashml mat run`'s settings: MAT's policy knobs (`MatParams`, declared once in
-settings.toml beside this file), the objectives and `MatSettings` with its options
-(`add_cli`)."""
+settings.toml beside this file), the objectives and `MatSettings` with its option table
+(`OPTIONS`; the command's options, with the knobs': `add_cli`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from flashml import knobs
 from flashml.errors import UserError
-from flashml.settings import MAX_SEED, Number
+from flashml.settings import MAX_SEED, Number, Option, add_options, option_table, option_values
 
 #: MAT's policy knobs as settings.toml declares them (defaults, bounds, ABI names).
 KNOBS = knobs.load("mat")
@@ -124,19 +124,16 @@ class MatSettings:
 
     @classmethod
     def from_cli(cls, args: argparse.Namespace) -> MatSettings:
-        d = cls()
-        caps = tuple(c.strip() for c in (args.capacity or ",".join(d.capacities)).split(",")
-                     if c.strip())
+        v = option_values(OPTIONS, args)
+        caps = tuple(c.strip() for c in (v["capacity"] or OPTIONS["capacity"].default)
+                     .split(",") if c.strip())
         if not caps:
             raise UserError("--capacity: give at least one size, e.g. 4MiB,16MiB or 1%,5%")
         for c in caps:
             _check_capacity(c)
-        if not (0.0 < args.train_fraction and 0.0 <= args.val_fraction
-                and args.train_fraction + args.val_fraction < 1.0):
+        if not v["train_fraction"] + v["val_fraction"] < 1.0:
             raise UserError("--train-fraction and --val-fraction must be > 0 and >= 0 with a "
-                            f"sum below 1, got {args.train_fraction} and {args.val_fraction}")
-        if args.trials < 0:
-            raise UserError(f"--trials must be >= 0, got {args.trials}")
+                            f"sum below 1, got {v['train_fraction']} and {v['val_fraction']}")
         # the mean controller multiplies T by 1 + delta (k - p), p up to L candidates, for
         # every k tuning tries (from 1): it must stay > 0 there too
         worst = args.max_candidates - min(args.k, 1.0)
@@ -148,24 +145,19 @@ class MatSettings:
                             "--max-candidates")
         values = {name: getattr(args, name) for name in PARAM_KNOBS}
         KNOBS.check_rules("--k, --max-candidates, --delta and --controller", values)
-        horizons = _label_horizons(args.label_horizon)
-        if args.size_exponent is not None and not 0.0 <= args.size_exponent <= 4.0:
-            raise UserError(f"--size-exponent must be in [0, 4], got {args.size_exponent}")
-        if args.objective not in OBJECTIVES:
-            raise UserError(f"--objective must be one of {', '.join(OBJECTIVES)}, got "
-                            f"{args.objective!r}")
-        if args.windows != 0 and not 2 <= args.windows <= 64:
-            raise UserError(f"--windows must be 0 (off) or 2..64, got {args.windows}")
-        sizes = _model_sizes(args.model_sizes)
-        return cls(trace=args.trace, format=args.format, preset=args.preset, seed=args.seed,
-                   accesses=args.accesses, capacities=caps, unit=args.unit,
+        horizons = _label_horizons(v["label_horizon"])
+        if v["windows"] == 1:
+            raise UserError(f"--windows must be 0 (off) or 2..64, got {v['windows']}")
+        sizes = _model_sizes(v["model_sizes"])
+        return cls(trace=args.trace, format=args.format, preset=v["preset"], seed=v["seed"],
+                   accesses=v["accesses"], capacities=caps, unit=v["unit"],
                    mat=MatParams(**values),
-                   train_fraction=args.train_fraction, val_fraction=args.val_fraction,
-                   trials=args.trials, memory_window=args.memory_window,
-                   label_horizons=horizons, size_exponent=args.size_exponent,
-                   objective=args.objective,
-                   model_sizes=sizes, windows=args.windows,
-                   baselines=_baselines(args.baselines))
+                   train_fraction=v["train_fraction"], val_fraction=v["val_fraction"],
+                   trials=v["trials"], memory_window=args.memory_window,
+                   label_horizons=horizons, size_exponent=v["size_exponent"],
+                   objective=v["objective"],
+                   model_sizes=sizes, windows=v["windows"],
+                   baselines=_baselines(v["baselines"]))
 
 
 def _baselines(text: str) -> tuple[str, ...]:
@@ -236,49 +228,58 @@ def _check_capacity(text: str) -> None:
         raise UserError(f"--capacity: {e}") from None
 
 
+_D = MatSettings()
+
+#: `flashml mat run`'s options (besides --trace, --format and --out; MAT's policy knobs are
+#: settings.toml's, `KNOBS`), each default the dataclass's.
+OPTIONS = option_table(
+    Option("preset", "--preset", str, _D.preset, "object preset for the default trace"),
+    Option("seed", "--seed", Number(int, 0, MAX_SEED), _D.seed, "seed of the generated trace"),
+    Option("accesses", "--accesses", Number(int, 1, 10**9, unit="requests"), _D.accesses,
+           "size of the generated trace"),
+    Option("capacity", "--capacity", str, ",".join(_D.capacities), "cache sizes: bytes "
+           "(4MiB), objects (1000obj) or percent of the working set (5%%)",
+           metavar="SIZE[,SIZE...]"),
+    Option("unit", "--unit", str, _D.unit,
+           "what a percentage capacity counts (objects: sizes ignored)",
+           choices=("bytes", "objects")),
+    Option("train_fraction", "--train-fraction", Number(float, 0.0, 1.0, low_open=True),
+           _D.train_fraction,
+           "first fraction of the trace whose LRU replay gives training samples"),
+    Option("val_fraction", "--val-fraction", Number(float, 0.0, 1.0), _D.val_fraction,
+           "the next fraction, on which Optuna tunes T0 and k"),
+    Option("trials", "--trials", Number(int, 0, 10_000, unit="trials"), _D.trials,
+           "Optuna trials over (T0, k, model size) per capacity and label horizon (0: "
+           "defaults)"),
+    Option("label_horizon", "--label-horizon", str,
+           ",".join(f"{h:g}" for h in _D.label_horizons), "label horizons, fractions of the "
+           "training window (in (0, 1]), the tuning chooses among on the validation window",
+           metavar="H[,H...]"),
+    Option("objective", "--objective", str, _D.objective, "the miss ratio to minimise: bytes "
+           "(byte miss ratio, the paper's metric) or requests (object miss ratio); it picks "
+           "the default label (--size-exponent 0 for bytes, 0.5 for requests) and scores the "
+           "tuning trials", choices=tuple(OBJECTIVES)),
+    Option("size_exponent", "--size-exponent", Number(float, 0.0, 4.0), _D.size_exponent,
+           "size-aware label exponent (0: the paper's label); default: the objective's (0 for "
+           "bytes, 0.5 for requests)"),
+    Option("model_sizes", "--model-sizes", str,
+           ",".join(f"{t}x{lv}" for t, lv in _D.model_sizes),
+           "TREESxLEAVES model sizes Optuna chooses among"),
+    Option("windows", "--windows", Number(int, 0, 64, unit="windows"), _D.windows,
+           "equal windows for the periodic-retraining emulation (0: off)"),
+    Option("baselines", "--baselines", str, ",".join(_D.baselines),
+           "libCacheSim baselines beside ours, comma-separated (none or empty: none)"),
+)
+
+
 def add_cli(p: argparse.ArgumentParser) -> None:
-    d = MatSettings()
-    p.add_argument("--preset", default=d.preset, help="object preset for the default trace")
-    p.add_argument("--seed", type=Number(int, 0, MAX_SEED), default=d.seed,
-                   help="seed of the generated trace")
-    p.add_argument("--accesses", type=Number(int, 1, 10**9, unit="requests"), default=None,
-                   help="size of the generated trace")
-    p.add_argument("--capacity", default=None, metavar="SIZE[,SIZE...]",
-                   help="cache sizes: bytes (4MiB), objects (1000obj) or percent of the "
-                   f"working set (5%%); default {','.join(d.capacities).replace('%', '%%')}")
-    p.add_argument("--unit", choices=("bytes", "objects"), default=d.unit,
-                   help="what a percentage capacity counts (objects: sizes ignored)")
+    add_options(p, "preset", "seed", "accesses", "capacity", "unit", options=OPTIONS)
     knobs.add_options(p, KNOBS, PARAM_KNOBS)
-    p.add_argument("--train-fraction", type=Number(float, 0.0, 1.0, low_open=True),
-                   default=d.train_fraction,
-                   help="first fraction of the trace whose LRU replay gives training samples")
-    p.add_argument("--val-fraction", type=Number(float, 0.0, 1.0), default=d.val_fraction,
-                   help="the next fraction, on which Optuna tunes T0 and k")
-    p.add_argument("--trials", type=Number(int, 0, 10_000, unit="trials"), default=d.trials,
-                   help="Optuna trials over (T0, k, model size) per capacity and label "
-                   "horizon (0: defaults)")
+    add_options(p, "train_fraction", "val_fraction", "trials", options=OPTIONS)
     knobs.add_options(p, KNOBS, ("memory_window",), defaults={"memory_window": None},
                       shown={"memory_window": "the training window's length"})
-    p.add_argument("--label-horizon", default=",".join(f"{h:g}" for h in d.label_horizons),
-                   metavar="H[,H...]",
-                   help="label horizons, fractions of the training window (in (0, 1]), the "
-                   "tuning chooses among on the validation window; default "
-                   f"{','.join(f'{h:g}' for h in d.label_horizons)}")
-    p.add_argument("--objective", choices=tuple(OBJECTIVES), default=d.objective,
-                   help="the miss ratio to minimise: bytes (byte miss ratio, the paper's "
-                   "metric) or requests (object miss ratio); it picks the default label "
-                   "(--size-exponent 0 for bytes, 0.5 for requests) and scores the tuning "
-                   f"trials; default {d.objective}")
-    p.add_argument("--size-exponent", type=Number(float, 0.0, 4.0), default=None,
-                   help="size-aware label exponent (0: the paper's label); default: the "
-                   "objective's (0 for bytes, 0.5 for requests)")
-    p.add_argument("--model-sizes", default=",".join(f"{t}x{lv}" for t, lv in d.model_sizes),
-                   help="TREESxLEAVES model sizes Optuna chooses among")
-    p.add_argument("--windows", type=Number(int, 0, 64, unit="windows"), default=d.windows,
-                   help="equal windows for the periodic-retraining emulation (0: off)")
-    p.add_argument("--baselines", default=",".join(d.baselines),
-                   help="libCacheSim baselines beside ours, comma-separated (none or empty: "
-                   "none)")
+    add_options(p, "label_horizon", "objective", "size_exponent", "model_sizes", "windows",
+                "baselines", options=OPTIONS)
 
 
 def size_exponent(s: MatSettings, cap: dict[str, Any]) -> float:

@@ -1,5 +1,5 @@
 """`flashml mlcache run`'s settings: the policies, the defaults and `MlcacheSettings`
-with its options (`add_cli`)."""
+with its option table (`OPTIONS`, the command's options: `add_cli`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from flashml.config import DEFAULTS
 from flashml.errors import UserError
-from flashml.settings import MAX_SEED, OPTIONS, Number
+from flashml.settings import MAX_SEED, Number, Option, add_options, option_table, option_values
+from flashml.settings import OPTIONS as RUN_OPTIONS
 
 #: The paper's cache sizes (pages) for 2, 4 and 8 streams (Fig. 8a, §4.1).
 PAPER_CAPACITY = {2: 220, 4: 260, 8: 680}
@@ -118,87 +120,148 @@ class MlcacheSettings:
     def from_cli(cls, args: argparse.Namespace) -> MlcacheSettings:
         from flashml.features.partition import contract
 
+        v = option_values(OPTIONS, args)
         top = contract().max_streams
-        if args.streams is not None and not 2 <= args.streams <= top:
+        if v["streams"] is not None and not 2 <= v["streams"] <= top:
             raise UserError(f"--streams must be in 2..{top} (the partition contract's slots), "
-                            f"got {args.streams}")
-        checks = {"--capacity": (args.capacity, 1), "--interval": (args.interval, 1),
-                  "--requests": (args.requests, 1000), "--train-mixes": (args.train_mixes, 2),
-                  "--test-mixes": (args.test_mixes, 0), "--permutations": (args.permutations, 1),
-                  "--folds": (args.folds, 2), "--max-iter": (args.max_iter, 1)}
-        for flag, (v, lo) in checks.items():
-            if v is not None and v < lo:
-                raise UserError(f"{flag} must be >= {lo}, got {v}")
-        if args.capacity is not None and args.cache_size is not None:
+                            f"got {v['streams']}")
+        if v["capacity"] is not None and v["cache_size"] is not None:
             raise UserError("--capacity (pages) and --cache-size (bytes) both size the cache: "
                             "give one")
-        if args.interval is not None and args.interval_s is not None:
+        if v["interval"] is not None and v["interval_s"] is not None:
             raise UserError("--interval (requests) and --interval-s (seconds) both set the "
                             "interval: give one")
         cache_size = None
-        if args.cache_size is not None:
+        if v["cache_size"] is not None:
             from flashml.simulation import parse_capacity
 
             try:
-                cache_size, kind = parse_capacity(args.cache_size)
+                cache_size, kind = parse_capacity(v["cache_size"])
             except ValueError as e:
                 raise UserError(f"--cache-size: {e}") from None
             if kind != "bytes":
                 raise UserError(f"--cache-size: bytes with a unit (64MiB, 1GB, 8388608), got "
-                                f"{args.cache_size!r}; a count of pages is --capacity")
-        interval = args.interval
-        if interval is not None and args.requests < 2 * interval:
-            raise UserError(f"--requests ({args.requests}) must hold at least two intervals "
+                                f"{v['cache_size']!r}; a count of pages is --capacity")
+        interval = v["interval"]
+        if interval is not None and v["requests"] < 2 * interval:
+            raise UserError(f"--requests ({v['requests']}) must hold at least two intervals "
                             f"of --interval ({interval})")
         try:
-            hidden = tuple(tuple(int(n) for n in h.split("x")) for h in args.hidden.split(",")
+            hidden = tuple(tuple(int(n) for n in h.split("x")) for h in v["hidden"].split(",")
                            if h.strip())
         except ValueError:
             raise UserError(f"--hidden: expected sizes like 64 or 64,256 or 128x64 (layers), "
-                            f"got {args.hidden!r}") from None
+                            f"got {v['hidden']!r}") from None
         if not hidden or any(n < 1 for h in hidden for n in h):
-            raise UserError(f"--hidden: give at least one size >= 1, got {args.hidden!r}")
-        if args.flash and args.trace is None:
+            raise UserError(f"--hidden: give at least one size >= 1, got {v['hidden']!r}")
+        if v["flash"] and args.trace is None:
             raise UserError("--flash judges a trace's flash cache: give it with --trace FILE "
                             "(and --stream-column)")
-        if not args.flash:
-            for flag, v in (("--cache-gb", args.cache_gb), ("--warmup-s", args.warmup_s)):
-                if v is not None:
+        if not v["flash"]:
+            for flag, name in (("--cache-gb", "cache_gb"), ("--warmup-s", "warmup_s")):
+                if v[name] is not None:
                     raise UserError(f"{flag} is a flash-mode option: add --flash")
-        if not 0 < args.flash_write_fraction <= 1:
-            raise UserError(f"--flash-write-fraction must be in (0, 1], got "
-                            f"{args.flash_write_fraction}")
-        if args.flash and args.cache_gb is not None and (
-                args.capacity is not None or args.cache_size is not None):
+        if v["flash"] and v["cache_gb"] is not None and (
+                v["capacity"] is not None or v["cache_size"] is not None):
             raise UserError("--cache-gb and --capacity/--cache-size all size the flash cache: "
                             "give one")
-        if args.cache_gb is not None and not args.cache_gb > 0:
-            raise UserError(f"--cache-gb must be > 0, got {args.cache_gb}")
-        if args.warmup_s is not None and not args.warmup_s >= 0:
-            raise UserError(f"--warmup-s must be >= 0, got {args.warmup_s}")
-        if args.bundle is not None and args.policy is not None:
+        if v["bundle"] is not None and v["policy"] is not None:
             raise UserError("--bundle applies a compiled policy and --policy chooses one to "
                             "build: give one")
-        if args.bundle is not None and not Path(args.bundle).is_dir():
-            raise UserError(f"--bundle {args.bundle}: not a folder (a compiled bundle: "
+        if v["bundle"] is not None and not Path(v["bundle"]).is_dir():
+            raise UserError(f"--bundle {v['bundle']}: not a folder (a compiled bundle: "
                             "manifest.json and policy.so)")
         return cls(trace=args.trace, format=args.format, sample_ratio=args.sample_ratio,
-                   stream_column=args.stream_column, page_bytes=args.page_bytes,
-                   streams=args.streams, capacity=args.capacity, cache_size=cache_size,
-                   interval=interval, interval_s=args.interval_s,
-                   policy=args.policy or cls.policy,
-                   bundle=Path(args.bundle) if args.bundle is not None else None,
-                   requests=args.requests, train_mixes=args.train_mixes,
-                   test_mixes=args.test_mixes, permutations=args.permutations, hidden=hidden,
-                   label=args.label,
-                   folds=args.folds, max_iter=args.max_iter,
-                   writes_only=not args.reads_and_writes, seed=args.seed,
-                   flash=args.flash, flash_write_fraction=args.flash_write_fraction,
-                   cache_gb=args.cache_gb, warmup_s=args.warmup_s)
+                   stream_column=v["stream_column"], page_bytes=v["page_bytes"],
+                   streams=v["streams"], capacity=v["capacity"], cache_size=cache_size,
+                   interval=interval, interval_s=v["interval_s"],
+                   policy=v["policy"] or cls.policy,
+                   bundle=Path(v["bundle"]) if v["bundle"] is not None else None,
+                   requests=v["requests"], train_mixes=v["train_mixes"],
+                   test_mixes=v["test_mixes"], permutations=v["permutations"], hidden=hidden,
+                   label=v["label"], folds=v["folds"], max_iter=v["max_iter"],
+                   writes_only=not v["reads_and_writes"], seed=v["seed"],
+                   flash=v["flash"], flash_write_fraction=v["flash_write_fraction"],
+                   cache_gb=v["cache_gb"], warmup_s=v["warmup_s"])
+
+
+_D = MlcacheSettings()
+
+#: `flashml mlcache run`'s options (besides --trace, --format, --sample-ratio and --out),
+#: each default the dataclass's (--policy's None: not given, so previous_optimal).
+OPTIONS = option_table(
+    Option("policy", "--policy", str, None, "what to ship: previous_optimal (default: each "
+           "interval divided by the last one's best split, computed in the .so; no training) "
+           "or network (the paper's network, trained on generated mixes; it did not beat "
+           "previous_optimal on held-out mixes)", choices=SHIPPED),
+    Option("bundle", "--bundle", Path, _D.bundle, "apply this compiled partition bundle (an "
+           "earlier run's compiled/) instead of building one; its streams, cache size and "
+           "monitor mode must match this run's", metavar="DIR"),
+    Option("streams", "--streams", Number(int, 2, 64, unit="streams"), _D.streams,
+           "streams per generated mix (default: --bundle's, else 4; with --trace: the trace's "
+           "own count)"),
+    Option("stream_column", "--stream-column", str, _D.stream_column,
+           "with --trace: the canonical column whose values are the streams"),
+    Option("page_bytes", "--page-bytes", Number(int, 512, 1 << 30, unit="bytes"),
+           _D.page_bytes, "with --trace: split each access into pages of this size (default: "
+           "one page per access)"),
+    Option("capacity", "--capacity", Number(int, 1, unit="pages"), _D.capacity,
+           "cache pages (default: --bundle's, else the paper's 220/260/680 for 2/4/8 streams, "
+           "else 65 per stream); with --flash: the flash cache's segments at trace scale, "
+           "which the network's pages equal. Or --cache-size", metavar="PAGES"),
+    Option("cache_size", "--cache-size", str, _D.cache_size, "cache size in bytes with a unit "
+           "(128MiB, 1GB, 8388608): pages of --page-bytes (else the trace's block size; 8 KiB "
+           "for generated mixes), or with --flash segments at trace scale. Or --capacity",
+           metavar="SIZE"),
+    Option("interval", "--interval", Number(int, 1, unit="requests"), _D.interval,
+           f"requests the cache sees per interval (the partition is re-divided after each; "
+           f"default {INTERVAL_PER_PAGE} x the cache's pages, at most half the judged trace). "
+           "Or --interval-s"),
+    Option("interval_s", "--interval-s", Number(float, 0.0, 1e9, low_open=True, unit="s"),
+           _D.interval_s, "seconds of trace per interval: S times the judged trace's mean "
+           "rate of requests the cache sees, rounded (the runtime counts requests). Or "
+           "--interval", metavar="S"),
+    Option("requests", "--requests", Number(int, 1000, 10**9, unit="requests"), _D.requests,
+           "requests per generated mix"),
+    Option("train_mixes", "--train-mixes", Number(int, 2, 100_000, unit="mixes"),
+           _D.train_mixes, "--policy network: generated mixes to train on (seeds 0..N-1)"),
+    Option("test_mixes", "--test-mixes", Number(int, 0, 100_000, unit="mixes"), _D.test_mixes,
+           f"generated held-out mixes to judge (seeds {TEST_SEED}..; default 6, or none with "
+           "--trace: then they are reported apart from the trace)"),
+    Option("label", "--label", str, _D.label, "--policy network: interval whose best split "
+           "labels an interval's features: the same one (the network learns the monitor -> "
+           "best split map) or the next one", choices=tuple(LEADS)),
+    Option("permutations", "--permutations", Number(int, 1, 1000, unit="shuffles"),
+           _D.permutations, "--policy network: stream-slot shuffles of every training row"),
+    Option("hidden", "--hidden", str, ",".join("x".join(map(str, h)) for h in _D.hidden),
+           "--policy network: hidden layer sizes to choose among by cross-validation: 64 (one "
+           "layer), 64,256 (two candidates), 256x256 (two layers)"),
+    Option("folds", "--folds", Number(int, 2, 1000, unit="folds"), _D.folds,
+           "--policy network: cross-validation folds over the training mixes"),
+    Option("max_iter", "--max-iter", Number(int, 1, 1_000_000, unit="epochs"), _D.max_iter,
+           "--policy network: training epochs, at most"),
+    Option("reads_and_writes", "--reads-and-writes", bool, not _D.writes_only,
+           "cache and monitor reads too (default: writes only, the paper's Alg. 1)"),
+    Option("seed", "--seed", Number(int, 0, MAX_SEED), _D.seed,
+           "seed of the slot shuffles and the network's initialisation"),
+    Option("flash", "--flash", bool, _D.flash, "with --trace: also judge the policies on "
+           "Baleen's flash cache split per stream (peak DT and write rate; the network's pages "
+           "= the flash cache's segments)"),
+    Option("flash_write_fraction", "--flash-write-fraction",
+           Number(float, 0.0, 1.0, low_open=True), _D.flash_write_fraction,
+           "--flash: every policy is also judged at the same write rate, F (0 < F <= 1) of "
+           "shared's admit-all rate (CoinFlip admission)", metavar="F"),
+    Option("cache_gb", "--cache-gb", RUN_OPTIONS["cache_gb"].type, _D.cache_gb,
+           f"--flash: flash cache size at full-node scale, GB of 2^30 bytes, scaled by the "
+           f"trace's sample ratio (default {DEFAULTS.cache_gb:g}; or --capacity segments or "
+           "--cache-size bytes at trace scale)", metavar="GB"),
+    Option("warmup_s", "--warmup-s", Number(float, 0.0, 1e9, unit="s"), _D.warmup_s,
+           f"--flash: seconds at the start excluded from the DT statistics (default "
+           f"{DEFAULTS.warmup_s:g})", metavar="S"),
+)
 
 
 def add_cli(p: argparse.ArgumentParser) -> None:
-    d = MlcacheSettings()
     p.epilog = ("examples:\n  flashml mlcache run --streams 4 --out runs/mlc4\n"
                 "  flashml mlcache run --trace msr.csv --format msr --stream-column "
                 "src_hostname --page-bytes 8192 --cache-size 128MiB --interval-s 60\n"
@@ -206,82 +269,4 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                 "src_hostname --page-bytes 8192 --bundle runs/mlc4/compiled\n"
                 "  flashml mlcache run --trace region1.trace --stream-column namespace "
                 "--flash --capacity 1000")
-    p.add_argument("--policy", choices=SHIPPED, default=None,
-                   help="what to ship: previous_optimal (default: each interval divided by "
-                   "the last one's best split, computed in the .so; no training) or network "
-                   "(the paper's network, trained on generated mixes; it did not beat "
-                   "previous_optimal on held-out mixes)")
-    p.add_argument("--bundle", type=Path, default=None, metavar="DIR",
-                   help="apply this compiled partition bundle (an earlier run's compiled/) "
-                   "instead of building one; its streams, cache size and monitor mode must "
-                   "match this run's")
-    p.add_argument("--streams", type=Number(int, 2, 64, unit="streams"), default=None,
-                   help="streams per generated mix (default: --bundle's, else 4; with "
-                   "--trace: the trace's own count)")
-    p.add_argument("--stream-column", default=d.stream_column,
-                   help="with --trace: the canonical column whose values are the streams")
-    p.add_argument("--page-bytes", type=Number(int, 512, 1 << 30, unit="bytes"), default=None,
-                   help="with --trace: split each access into pages of this size (default: "
-                   "one page per access)")
-    p.add_argument("--capacity", type=Number(int, 1, unit="pages"), default=None,
-                   metavar="PAGES",
-                   help="cache pages (default: --bundle's, else the paper's 220/260/680 for "
-                   "2/4/8 streams, else 65 per stream); with --flash: the flash cache's "
-                   "segments at trace scale, which the network's pages equal. Or --cache-size")
-    p.add_argument("--cache-size", default=None, metavar="SIZE",
-                   help="cache size in bytes with a unit (128MiB, 1GB, 8388608): pages of "
-                   "--page-bytes (else the trace's block size; 8 KiB for generated mixes), "
-                   "or with --flash segments at trace scale. Or --capacity")
-    p.add_argument("--interval", type=Number(int, 1, unit="requests"), default=None,
-                   help=f"requests the cache sees per interval (the partition is re-divided "
-                   f"after each; default {INTERVAL_PER_PAGE} x the cache's pages, at most half "
-                   "the judged trace). Or --interval-s")
-    p.add_argument("--interval-s", type=Number(float, 0.0, 1e9, low_open=True, unit="s"),
-                   default=None, metavar="S",
-                   help="seconds of trace per interval: S times the judged trace's mean rate "
-                   "of requests the cache sees, rounded (the runtime counts requests). Or "
-                   "--interval")
-    p.add_argument("--requests", type=Number(int, 1000, 10**9, unit="requests"),
-                   default=d.requests, help="requests per generated mix")
-    p.add_argument("--train-mixes", type=Number(int, 2, 100_000, unit="mixes"),
-                   default=d.train_mixes,
-                   help="--policy network: generated mixes to train on (seeds 0..N-1)")
-    p.add_argument("--test-mixes", type=Number(int, 0, 100_000, unit="mixes"),
-                   default=None,
-                   help=f"generated held-out mixes to judge (seeds {TEST_SEED}..; default 6, "
-                   "or none with --trace: then they are reported apart from the trace)")
-    p.add_argument("--label", choices=("same", "next"), default=d.label,
-                   help="--policy network: interval whose best split labels an interval's "
-                   "features: the same one (the network learns the monitor -> best split "
-                   "map) or the next one")
-    p.add_argument("--permutations", type=Number(int, 1, 1000, unit="shuffles"),
-                   default=d.permutations,
-                   help="--policy network: stream-slot shuffles of every training row")
-    p.add_argument("--hidden", default=",".join("x".join(map(str, h)) for h in d.hidden),
-                   help="--policy network: hidden layer sizes to choose among by "
-                   "cross-validation: 64 (one layer), 64,256 (two candidates), 256x256 (two "
-                   "layers)")
-    p.add_argument("--folds", type=Number(int, 2, 1000, unit="folds"), default=d.folds,
-                   help="--policy network: cross-validation folds over the training mixes")
-    p.add_argument("--max-iter", type=Number(int, 1, 1_000_000, unit="epochs"),
-                   default=d.max_iter, help="--policy network: training epochs, at most")
-    p.add_argument("--reads-and-writes", action="store_true",
-                   help="cache and monitor reads too (default: writes only, the paper's Alg. 1)")
-    p.add_argument("--seed", type=Number(int, 0, MAX_SEED), default=d.seed,
-                   help="seed of the slot shuffles and the network's initialisation")
-    p.add_argument("--flash", action="store_true",
-                   help="with --trace: also judge the policies on Baleen's flash cache split "
-                   "per stream (peak DT and write rate; the network's pages = the flash "
-                   "cache's segments)")
-    p.add_argument("--flash-write-fraction", type=Number(float, 0.0, 1.0, low_open=True),
-                   default=d.flash_write_fraction,
-                   metavar="F", help="--flash: every policy is also judged at the same write "
-                   "rate, F (0 < F <= 1) of shared's admit-all rate (CoinFlip admission)")
-    p.add_argument("--cache-gb", type=OPTIONS["cache_gb"].type, default=None, metavar="GB",
-                   help="--flash: flash cache size at full-node scale, GB of 2^30 bytes, "
-                   "scaled by the trace's sample ratio (default 366.475; or --capacity "
-                   "segments or --cache-size bytes at trace scale)")
-    p.add_argument("--warmup-s", type=Number(float, 0.0, 1e9, unit="s"), default=None,
-                   metavar="S",
-                   help="--flash: seconds at the start excluded from the DT statistics "
-                   "(default 86400)")
+    add_options(p, options=OPTIONS)

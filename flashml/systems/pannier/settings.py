@@ -1,5 +1,6 @@
 """`flashml pannier run`'s settings: the paper's sizes, the policies judged and tuned, and
-`PannierSettings` with its options (`add_cli`). Pannier's knobs (TIRE, S2LRU*, the sampler,
+`PannierSettings` with its option table (`OPTIONS`; the command's options, with the knobs':
+`add_cli`). Pannier's knobs (TIRE, S2LRU*, the sampler,
 the RAM cache in front) are declared once in settings.toml beside this file (`KNOBS`)."""
 
 from __future__ import annotations
@@ -11,7 +12,15 @@ from typing import Any
 
 from flashml import knobs
 from flashml.errors import UserError
-from flashml.settings import MAX_SEED, Number
+from flashml.settings import (
+    MAX_SEED,
+    Number,
+    Option,
+    add_options,
+    option_table,
+    option_values,
+    size_text,
+)
 
 #: Pannier's knobs as settings.toml declares them (the simulator's and the runtime's too).
 KNOBS = knobs.load("pannier")
@@ -69,74 +78,78 @@ class PannierSettings:
     def from_cli(cls, args: argparse.Namespace) -> PannierSettings:
         from flashml.systems.pannier.blockgen import BLOCK_PRESETS
 
-        sizes = tuple(x.strip() for x in args.cache_size.split(",") if x.strip())
+        v = option_values(OPTIONS, args)
+        sizes = tuple(x.strip() for x in v["cache_size"].split(",") if x.strip())
         if not sizes:
             raise UserError("--cache-size: give at least one size, e.g. 10% or 256MiB")
         for x in sizes:
             _cache_bytes(x, 1 << 40)  # validates
-        presets = tuple(x.strip() for x in args.presets.split(",") if x.strip())
+        presets = tuple(x.strip() for x in v["presets"].split(",") if x.strip())
         bad = [p for p in presets if p not in BLOCK_PRESETS]
         if bad or not presets:
             raise UserError(f"--presets: unknown {bad[0] if bad else 'empty list'!r}; block "
                             f"presets: {', '.join(BLOCK_PRESETS)}")
-        if args.requests is not None and args.requests < 1000:
-            raise UserError(f"--requests must be >= 1000, got {args.requests}")
         from flashml.simulation import parse_capacity
 
         try:
-            container = parse_capacity(args.container_size)[0]
+            container = parse_capacity(v["container_size"])[0]
         except ValueError as e:
             raise UserError(f"--container-size: {e}") from None
-        if container < args.page_bytes:
+        page = v["page_bytes"]
+        if container < page:
             raise UserError(f"--container-size ({container} bytes) is smaller than a block "
-                            f"(--page-bytes {args.page_bytes})")
-        if container % args.page_bytes:
+                            f"(--page-bytes {page})")
+        if container % page:
             raise UserError(f"--container-size ({container} bytes) is not a whole number of "
-                            f"{args.page_bytes}-byte blocks")
-        if args.trials < 0:
-            raise UserError(f"--trials must be >= 0, got {args.trials}")
+                            f"{page}-byte blocks")
         return cls(trace=args.trace, format=args.format, sample_ratio=args.sample_ratio,
-                   presets=presets, requests=args.requests, seed=args.seed,
+                   presets=presets, requests=v["requests"], seed=v["seed"],
                    cache_sizes=sizes, lifespan_epbpd=args.lifespan_epbpd,
-                   page_bytes=args.page_bytes, container_bytes=container,
-                   promotion_pct=args.promotion_pct, trials=args.trials,
-                   open_in_cache=args.open_in_cache, ram_pct=args.ram_pct)
+                   page_bytes=page, container_bytes=container,
+                   promotion_pct=args.promotion_pct, trials=v["trials"],
+                   open_in_cache=v["open_in_cache"], ram_pct=args.ram_pct)
+
+
+_D = PannierSettings()
+
+#: `flashml pannier run`'s options (besides --trace, --format, --sample-ratio and --out;
+#: Pannier's knobs are settings.toml's, `KNOBS`), each default the dataclass's.
+OPTIONS = option_table(
+    Option("cache_size", "--cache-size", str, ",".join(_D.cache_sizes), "flash cache sizes, "
+           "comma-separated: bytes (256MiB, 1GB) or percentages of each trace's working set, "
+           "by default the paper's", metavar="SIZE|PCT%"),
+    Option("presets", "--presets", str, ",".join(_D.presets), "without --trace: the block "
+           "presets to judge on (flashml/systems/pannier/blockgen.py)"),
+    Option("requests", "--requests", Number(int, 1000, 10**9, unit="requests"), _D.requests,
+           "without --trace: requests per preset trace (default: the preset's)"),
+    Option("seed", "--seed", Number(int, 0, MAX_SEED), _D.seed, "seed of the preset traces"),
+    Option("page_bytes", "--page-bytes", Number(int, 512, 1 << 30, unit="bytes"),
+           _D.page_bytes, "block size: the unit of insert, read and invalidate"),
+    Option("container_size", "--container-size", str, size_text(_D.container_bytes),
+           "container = flash erase block"),
+    Option("open_in_cache", "--open-in-cache", bool, _D.open_in_cache, "charge the RAM open "
+           "containers to the cache size (sealed + open <= the cache's containers: Pannier's "
+           "4 and RIPQ+'s 8 get no more cache than LRU+'s 1); default: RAM beside the flash, "
+           "as in the paper's prototype"),
+    Option("trials", "--trials", Number(int, 0, 10_000, unit="trials"), _D.trials,
+           "Optuna trials per trace tuning Pannier's knobs under the lifespan target (0: no "
+           "tuning; the paper's defaults ship)"),
+)
 
 
 def add_cli(p: argparse.ArgumentParser) -> None:
-    d = PannierSettings()
     p.epilog = ("examples:\n  flashml pannier run -o runs/pannier\n"
                 "  flashml pannier run --trace prn0.csv --format msr --cache-size 10% "
                 "--lifespan-epbpd 5 -o runs/prn0")
-    p.add_argument("--cache-size", default=",".join(d.cache_sizes), metavar="SIZE|PCT%",
-                   help="flash cache sizes, comma-separated: bytes (256MiB, 1GB) or a "
-                   "percentage of each trace's working set (default: the paper's 2.5%%, 5%%, "
-                   "10%%)")
+    add_options(p, "cache_size", options=OPTIONS)
     knobs.add_options(p, KNOBS, ("lifespan_epbpd",),
                       shown={"lifespan_epbpd": "half of Pannier's own rate without TIRE"})
-    p.add_argument("--presets", default=",".join(d.presets),
-                   help="without --trace: the block presets to judge on (flashml/systems/"
-                   "pannier/blockgen.py)")
-    p.add_argument("--requests", type=Number(int, 1000, 10**9, unit="requests"),
-                   default=None,
-                   help="without --trace: requests per preset trace (default: the preset's)")
-    p.add_argument("--seed", type=Number(int, 0, MAX_SEED),
-                   default=d.seed, help="seed of the preset traces")
-    p.add_argument("--page-bytes", type=Number(int, 512, 1 << 30, unit="bytes"),
-                   default=d.page_bytes,
-                   help="block size: the unit of insert, read and invalidate")
-    p.add_argument("--container-size", default="2MiB",
-                   help="container = flash erase block (default 2MiB)")
+    add_options(p, "presets", "requests", "seed", "page_bytes", "container_size",
+                options=OPTIONS)
     knobs.add_options(p, KNOBS, ("promotion_pct",))
-    p.add_argument("--open-in-cache", action="store_true",
-                   help="charge the RAM open containers to the cache size (sealed + open <= "
-                   "the cache's containers: Pannier's 4 and RIPQ+'s 8 get no more cache than "
-                   "LRU+'s 1); default: RAM beside the flash, as in the paper's prototype")
+    add_options(p, "open_in_cache", options=OPTIONS)
     knobs.add_options(p, KNOBS, ("ram_pct",))
-    p.add_argument("--trials", type=Number(int, 0, 10_000, unit="trials"),
-                   default=d.trials,
-                   help="Optuna trials per trace tuning Pannier's knobs under the lifespan "
-                   "target (0: no tuning; the paper's defaults ship)")
+    add_options(p, "trials", options=OPTIONS)
 
 
 def _cache_bytes(text: str, working_set: int) -> int:

@@ -9,10 +9,10 @@
 #include "engine/policy_slots.h"
 #include "cli/cli.h"
 #include "flashrt.h"
-#include "policies/budget/pannier_settings.h"
+#include "pannier/pannier_settings.h"
 #include "policies/policy_internal.h"
-#include "policies/readahead/ra_hook.h"
-#include "policies/readahead/readahead.h"
+#include "kml/ra_hook.h"
+#include "kml/readahead.h"
 
 static const char *REPLAY_HELP =
     "usage: flashrt replay [--policy DIR] [--admission NAME] [--eviction NAME] [--budget NAME]\n"

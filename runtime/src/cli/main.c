@@ -9,12 +9,12 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/cli_mat.h"
+#include "mat/cli_mat.h"
 #include "cli/cli_mount.h"
 #include "cli/cli_play.h"
-#include "cli/cli_pannier.h"
-#include "cli/cli_partition.h"
-#include "cli/cli_readahead.h"
+#include "pannier/cli_pannier.h"
+#include "mlcache/cli_partition.h"
+#include "kml/cli_readahead.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "util/internal.h"

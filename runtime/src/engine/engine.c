@@ -30,7 +30,6 @@
 #include "flashrt.h"
 #include "util/internal.h"
 #include "engine/region.h"
-#include "policies/budget/tire.h"
 #include "policies/policy_internal.h"
 
 #define SEG ((uint64_t)FRT_SEGMENT_BYTES)
@@ -88,9 +87,7 @@ void flashrt_config_default(struct flashrt_config *c) {
     c->rejectx_x = 1;
     c->rejectx_factor = 2.0;
     c->coinflip_p = 0.5;
-    c->tire_slack = FRT_TIRE_SLACK;
-    c->tire_steps = FRT_TIRE_STEPS;
-    c->tire_quantum_s = FRT_TIRE_QUANTUM_S;
+    frt_tire_config_default(c);
 }
 
 const char *flashrt_error(const flashrt *rt) { return rt->err; }

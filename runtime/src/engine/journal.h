@@ -1,6 +1,6 @@
 /* journal.h: what a flash cache needs to come back after a crash (kill -9; power loss with
  * `sync`), shared by the engine's region store (engine/persist.c) and Pannier's containers
- * (systems/pannier.c, systems/pannier_store.c):
+ * (pannier/pannier.c, pannier/pannier_store.c):
  * - a region header per erase unit (a region, a container slot): magic u32, format u16 (1),
  *   flags u16, entry count u32, checksum u32, seal sequence u64, then per entry key u64 and
  *   aux u32 (the engine: the segment, FRT_RHDR_NONE for a slot holding nothing; Pannier: the

@@ -3,23 +3,25 @@
  * libCacheSim's cache_t hooks). A slot holds one policy; built-ins and a bundle's
  * capabilities are both policies. runtime/README.md, "Policy slots", has the worked example.
  *
- * Slots so far:
+ * Slots so far (the plain policies in runtime/src/policies/<slot>/, a system's in its folder,
+ * runtime/src/<system>/; this header declares them all and policy_slots.c lists them by name,
+ * so the engine includes no system's header: ARCHITECTURE.md, "The C runtime's folders"):
  * - admission (struct frt_admission_ops below): on a miss, admit or not and the prefetch
- *   range. Policies in runtime/src/policies/admission/: bundle.c (a bundle's admission
- *   capability with the count-min feature tracker), admitall.c, rejectx.c, rejectx_block.c,
- *   coinflip.c (the simulator's built-ins, sim/src/flash/admission.rs).
+ *   range. policies/admission/: admitall.c, rejectx.c, rejectx_block.c, coinflip.c (the
+ *   simulator's built-ins, sim/src/flash/admission.rs); baleen/bundle.c (a bundle's admission
+ *   capability with the count-min feature tracker).
  * - eviction (struct frt_eviction_ops): which sealed region to evict when no region is clean.
- *   Policies in runtime/src/policies/eviction/: lru.c, fifo.c, mru.c (the worked example) and
- *   mat_tail.c (MAT's Algorithm 1 over the block LRU tail, the bundle's eviction capability).
+ *   policies/eviction/: lru.c, fifo.c, mru.c (the worked example); mat/mat_tail.c (MAT's
+ *   Algorithm 1 over the block LRU tail, the bundle's eviction capability).
  * - placement (struct frt_placement_ops): which open region an admitted miss's segments join.
- *   Policies in runtime/src/policies/placement/: single.c (one open region), packing.c
- *   (Pannier's hot/cold packing by the ghost sketch's counts).
- * - partition (struct frt_partition_ops): each stream's quota of regions. Policies in
- *   runtime/src/policies/partition/: even.c, static.c (the command line's shares), mlcache.c
+ *   policies/placement/: single.c (one open region), packing.c (Pannier's hot/cold packing by
+ *   the ghost sketch's counts).
+ * - partition (struct frt_partition_ops): each stream's quota of regions.
+ *   policies/partition/: even.c, static.c (the command line's shares); mlcache/mlcache.c
  *   (MLCache's network each interval, the bundle's partition capability).
  * - budget (struct frt_budget_ops): whether an admitted miss's bytes may be written now.
- *   Policies in runtime/src/policies/budget/: bucket.c (the write-rate token bucket), tire.c
- *   (Pannier's TIRE over the erasures of each quantum; Pannier's cache uses it too).
+ *   policies/budget/: bucket.c (the write-rate token bucket); pannier/tire.c (Pannier's TIRE
+ *   over the erasures of each quantum; Pannier's cache uses it too).
  *
  * The region store (region.h) keeps the sealed regions on a list (head = most recently
  * sealed); what an eviction policy does with it is its own business: LRU moves a block's
@@ -77,7 +79,7 @@ struct frt_admission_ops {
     void (*stats)(void *st, struct frt_admission_stats *out);
 };
 
-/* The admission slot's policies (runtime/src/policies/admission/), by enum flashrt_admission. */
+/* The admission slot's policies (policies/admission/, baleen/bundle.c), by enum flashrt_admission. */
 extern const struct frt_admission_ops frt_admission_bundle, frt_admission_admitall, frt_admission_rejectx,
     frt_admission_rejectx_block, frt_admission_coinflip;
 const struct frt_admission_ops *frt_admission_policy(int which);
@@ -132,7 +134,7 @@ struct frt_eviction_ops {
     uint32_t (*victim_of)(void *st, struct frt_regions *m, uint32_t part);
 };
 
-/* The built-in eviction policies (runtime/src/policies/eviction/), by enum flashrt_eviction. */
+/* The built-in eviction policies (policies/eviction/, mat/mat_tail.c), by enum flashrt_eviction. */
 extern const struct frt_eviction_ops frt_eviction_lru, frt_eviction_fifo, frt_eviction_mat,
     frt_eviction_mru;
 
@@ -173,10 +175,13 @@ struct frt_budget_ops {
                  uint64_t erasures);
     void (*stats)(void *st, struct frt_budget_stats *out);
 };
-/* The budget slot's policies (runtime/src/policies/budget/), by enum flashrt_budget (none:
- * NULL, no gate). */
+/* The budget slot's policies (policies/budget/bucket.c, pannier/tire.c), by enum flashrt_budget
+ * (none: NULL, no gate). */
 extern const struct frt_budget_ops frt_budget_bucket, frt_budget_tire;
 const struct frt_budget_ops *frt_budget_policy(int which);
+/* TIRE's knobs by default (pannier/tire.c: flashml/systems/pannier/settings.toml's), set by
+ * flashrt_config_default: tire_slack, tire_steps, tire_quantum_s. */
+void frt_tire_config_default(struct flashrt_config *c);
 
 /* What a placement policy is built from. */
 struct frt_placement_setup {
@@ -206,7 +211,7 @@ struct frt_placement_ops {
     unsigned (*place)(void *st, const struct flashrt_access *a);
     void (*stats)(void *st, struct frt_placement_stats *out);
 };
-/* The placement slot's policies (runtime/src/policies/placement/), by enum flashrt_placement. */
+/* The placement slot's policies (policies/placement/), by enum flashrt_placement. */
 extern const struct frt_placement_ops frt_placement_single, frt_placement_packing;
 const struct frt_placement_ops *frt_placement_policy(int which);
 /* What a partition policy is built from: the knobs, the streams (partitions) and the regions
@@ -249,8 +254,8 @@ struct frt_partition_ops {
     int (*observe)(void *st, uint32_t stream, uint64_t page);
     int (*next)(void *st, uint64_t *quota, char *err, size_t errlen);
 };
-/* The partition slot's policies (runtime/src/policies/partition/), by enum flashrt_partition
- * (shared: NULL, no partition). */
+/* The partition slot's policies (policies/partition/, mlcache/mlcache.c), by enum
+ * flashrt_partition (shared: NULL, no partition). */
 extern const struct frt_partition_ops frt_partition_even, frt_partition_static, frt_partition_bundle;
 const struct frt_partition_ops *frt_partition_policy(int which);
 /* Why the simulator's partition policy `name` cannot fill the runtime's slot (its shares come

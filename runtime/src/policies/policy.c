@@ -4,7 +4,8 @@
  * prefetch functions and the values it reports; the public accessors of a loaded policy; the
  * built-in admission policies by name (their code is the admission slot's,
  * policies/admission/). Reading and checking manifest.json is policy_manifest.c's; binding
- * the eviction, partition and readahead functions policy_bind.c's (policy_loader.h).
+ * the partition and readahead functions policy_bind.c's, the eviction ones (MAT's)
+ * mat/mat_bind.c's (policy_loader.h).
  *
  * Capabilities (flashml_policy.h): a bundle's policy.so exports the functions of the
  * capabilities its manifest lists (`capabilities`; a manifest without the field has admission
@@ -30,8 +31,6 @@
 #include "util/internal.h"
 #include "policies/policy_internal.h"
 #include "policies/policy_loader.h"
-#include "policies/eviction/mat_settings.h"
-#include "policies/readahead/readahead.h"
 
 /* A built-in admission policy: a name the admission slot's table knows (not "bundle"). */
 static flashrt_policy *builtin(const char *name) {
@@ -320,12 +319,15 @@ static flashrt_policy *load(const char *dir, unsigned need, char *err, size_t er
     }
     {   /* the .so exports the functions of every capability its manifest lists (not only the
          * ones this command uses) */
-        static const char *const REQUIRED[][10] = {{FLASHML_REQUIRED_ADMISSION}, {FLASHML_REQUIRED_PREFETCH},
-                                                   {FLASHML_REQUIRED_EVICTION}, {FLASHML_REQUIRED_PARTITION},
-                                                   {FLASHML_REQUIRED_READAHEAD}};
+        static const char *const ADMISSION[] = {FLASHML_REQUIRED_ADMISSION, NULL};
+        static const char *const PREFETCH[] = {FLASHML_REQUIRED_PREFETCH, NULL};
+        static const char *const PARTITION[] = {FLASHML_REQUIRED_PARTITION, NULL};
+        static const char *const READAHEAD[] = {FLASHML_REQUIRED_READAHEAD, NULL};
+        static const char *const *const REQUIRED[] = {ADMISSION, PREFETCH, frt_policy_eviction_functions, PARTITION,
+                                                      READAHEAD};
         for (unsigned k = 0; k < 5; k++) {
             if (!(have & (1u << k))) continue;
-            for (unsigned j = 0; j < 10 && REQUIRED[k][j]; j++)
+            for (unsigned j = 0; REQUIRED[k][j]; j++)
                 if (!dlsym(p->dl, REQUIRED[k][j])) {
                     frt_seterr(err, errlen, "%s: refused: %s lists the %s capability but the .so has no symbol %s", so, mf, frt_policy_cap_names[k],
                                REQUIRED[k][j]);

@@ -9,7 +9,7 @@
 
 /* Capabilities of a policy bundle (flashml_policy.h, manifest.json `capabilities`). */
 enum { FRT_CAP_ADMISSION = 1u, FRT_CAP_PREFETCH = 2u, FRT_CAP_EVICTION = 4u, FRT_CAP_PARTITION = 8u,
-       FRT_CAP_READAHEAD = 16u /* readahead.h: frt_readahead_load, frt_policy_readahead */,
+       FRT_CAP_READAHEAD = 16u /* kml/readahead.h: frt_readahead_load; frt_policy_readahead */,
        /* frt_policy_load_for: the capabilities the manifest lists (flashrt verify) */
        FRT_CAP_AS_LISTED = 256u };
 
@@ -86,6 +86,14 @@ const struct frt_evict_fns *frt_policy_evict(const flashrt_policy *p);
  * flashml_partition (flashml_policy.h). */
 typedef int (*frt_partition_fn)(const double *features, int streams, double *shares);
 frt_partition_fn frt_policy_partition(const flashrt_policy *p);
+
+/* KML's readahead functions of a policy loaded for FRT_CAP_READAHEAD (NULL otherwise;
+ * kml/readahead.h: frt_readahead_load). */
+struct frt_readahead_fns {
+    int (*kib)(const double *features); /* flashml_readahead_kib */
+    int window_ms;                      /* flashml_readahead_window_ms() */
+};
+const struct frt_readahead_fns *frt_policy_readahead(const flashrt_policy *p);
 
 /* The name of a built-in admission policy (flashrt_policy_builtin, the RejectX fallback),
  * NULL for a bundle: the engine fills the admission slot with that policy. */

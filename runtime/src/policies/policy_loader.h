@@ -1,7 +1,8 @@
 /* policy_loader.h: what the verified loader's files share (policy.c: loading, verifying and
  * mapping a bundle, the public accessors; policy_manifest.c: reading and checking its
- * manifest.json; policy_bind.c: binding the eviction, partition and readahead functions of its
- * .so). Not public; the cache asks a policy through policy_internal.h. */
+ * manifest.json; policy_bind.c: binding the partition and readahead functions of its .so;
+ * the eviction ones, MAT's, mat/mat_bind.c). Not public; the cache asks a policy through
+ * policy_internal.h. */
 #ifndef FLASHRT_POLICY_LOADER_H
 #define FLASHRT_POLICY_LOADER_H
 
@@ -10,7 +11,6 @@
 
 #include "flashrt.h"
 #include "policies/policy_internal.h"
-#include "policies/readahead/readahead.h"
 
 enum kind { K_SO, K_BUILTIN };
 
@@ -53,8 +53,13 @@ int frt_bundle_open_member(int dfd, const char *path, const char *name, uint64_t
 /* Exactly n bytes from the start of fd; refused when the file shrank or grew meanwhile. */
 int frt_bundle_read_member(int fd, const char *path, unsigned char *buf, uint64_t n, char *err, size_t errlen);
 
+/* The functions a .so with the eviction capability must export, NULL-terminated
+ * (mat/mat_bind.c: MAT's knobs among them, mat_settings.h). */
+extern const char *const frt_policy_eviction_functions[];
+
 /* The functions of one capability of the mapped .so p->dl (shown as `so`), checked against
- * this runtime's contract for it and the manifest `mf`'s contract hash (policy_bind.c). */
+ * this runtime's contract for it and the manifest `mf`'s contract hash (policy_bind.c; the
+ * eviction capability's, MAT's model and knobs, mat/mat_bind.c). */
 int frt_policy_bind_eviction(flashrt_policy *p, const char *so, const char *mf,
                              const char *manifest_hash, char *err, size_t errlen);
 int frt_policy_bind_partition(flashrt_policy *p, const char *so, const char *mf,

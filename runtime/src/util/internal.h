@@ -70,10 +70,6 @@ int frt_json_parse_object(const char *text, size_t len, struct frt_json_object *
                           size_t errlen);
 const struct frt_json_member *frt_json_get(const struct frt_json_object *o, const char *key);
 
-/* Starts loading the tracker's cells of `key` into the CPU cache (the decision needs them). */
-struct flashrt_tracker;
-void frt_tracker_prefetch(const struct flashrt_tracker *t, uint64_t key);
-
 /* An input file for reading: opened without blocking (a FIFO), refused unless a regular file
  * (or a block device), with the message naming it; then ordinary blocking reads. */
 #include <stdio.h>

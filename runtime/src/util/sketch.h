@@ -1,5 +1,5 @@
 /* sketch.h: the small counting structures of Pannier (sim/src/pannier/blocks.rs), shared by its
- * container cache (systems/pannier.c) and the engine's packing placement
+ * container cache (pannier/pannier.c) and the engine's packing placement
  * (policies/placement/packing.c):
  * - frt_ghost: the ghost count-min sketch of recent accesses (4 rows of 8-bit counters,
  *   conservative update, every counter halved after `cap` touches; cap 0: off, counts 0);

@@ -29,11 +29,11 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/cli_readahead.h"
+#include "kml/cli_readahead.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "util/internal.h"
-#include "policies/readahead/readahead.h"
+#include "kml/readahead.h"
 
 static const char *RA_HELP =
     "usage: flashrt tune-readahead --device DEV --bundle DIR [options]\n"

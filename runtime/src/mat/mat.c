@@ -1,6 +1,6 @@
 /* mat.c: the MAT object cache (flashrt.h, "MAT"): whole objects in a cache file, an LRU list,
  * LRB's feature history (lrb_features.c) and Algorithm 1 with its threshold controller
- * (policies/eviction/mat_alg.c, shared with the flash cache's MAT eviction), the predictor
+ * (mat_alg.c, shared with the flash cache's MAT eviction, mat_tail.c), the predictor
  * being the bundle's flashml_evict_predict. The loop, the list moves and every
  * comparison are those of the simulator's sim/src/mat/{chooser,object}.rs (Mat::evict, simulate_mat), so the
  * decisions are the same on the same requests and capacity (tests/runtime/test_runtime_mat.py),
@@ -27,9 +27,9 @@
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "util/internal.h"
-#include "policies/eviction/lrb_features.h"
+#include "mat/lrb_features.h"
 #include "policies/policy_internal.h"
-#include "policies/eviction/mat_alg.h"
+#include "mat/mat_alg.h"
 
 #define NIL UINT32_MAX
 #define PAGE 4096u

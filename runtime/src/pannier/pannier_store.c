@@ -25,8 +25,8 @@
 #include "engine/journal.h"
 #include "util/internal.h"
 #include "util/sketch.h"
-#include "systems/pannier.h"
-#include "systems/pannier_internal.h"
+#include "pannier/pannier.h"
+#include "pannier/pannier_internal.h"
 
 /* ---------- bytes ---------- */
 uint64_t frt_pn_word(uint64_t block, uint32_t version, uint64_t w) {

@@ -1,6 +1,6 @@
 /* monitor.h: MLCache's monitor (sim/src/mlcache/reuse.rs interval_histograms, features/partition.toml),
- * shared by the partitioned page cache (systems/partition.c) and the engine's bundle partition
- * (policies/partition/mlcache.c): each stream's exact LRU stack distances over its requests (a
+ * shared by the partitioned page cache (partition.c) and the engine's bundle partition
+ * (mlcache.c): each stream's exact LRU stack distances over its requests (a
  * Fenwick tree over request positions: a position is marked while it is its page's last
  * access; a request's distance is 1 + the marks after its page's last position), counted in
  * STEPS equal buckets of the capacity per interval, and the interval's features and shares.

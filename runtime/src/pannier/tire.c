@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "policies/budget/tire.h"
+#include "pannier/tire.h"
 #include "util/internal.h"
 
 int frt_tire_check(double epbpd, double slack, unsigned steps, double quantum_s, char *err, size_t errlen) {
@@ -161,3 +161,10 @@ const struct frt_budget_ops frt_budget_tire = {
     .admit = tire_admit,
     .stats = tire_stats,
 };
+
+/* flashrt_config_default's TIRE knobs (engine/policy_slots.h). */
+void frt_tire_config_default(struct flashrt_config *c) {
+    c->tire_slack = FRT_TIRE_SLACK;
+    c->tire_steps = FRT_TIRE_STEPS;
+    c->tire_quantum_s = FRT_TIRE_QUANTUM_S;
+}

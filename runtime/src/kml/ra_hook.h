@@ -1,7 +1,7 @@
 /* ra_hook.h: KML's readahead model on the runtime's own backing reads (the C
  * runtime's own backing reads use the same model for their prefetch size on each stream;
  * ra_hook.c). An optional controller the caller creates and attaches to a backing store
- * (frt_backing_set_readahead, backing_internal.h); no global state: everything lives in the
+ * (frt_backing_set_readahead, engine/backing_internal.h); no global state: everything lives in the
  * frt_ra_hook object.
  *
  * Streams. A stream is a caller's 64-bit id; the backing names it by the block key: a backing
@@ -37,7 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "policies/readahead/readahead.h"
+#include "engine/backing_internal.h"
+#include "kml/readahead.h"
 
 #define FRT_RA_HOOK_STREAMS 1024u
 #define FRT_RA_HOOK_WAYS 4u
@@ -64,7 +65,8 @@ struct frt_ra_hook_stats {
     uint64_t decisions_other;
 };
 
-typedef struct frt_ra_hook frt_ra_hook;
+/* The hook's type, frt_ra_hook, and frt_ra_hook_read (one backing read of a stream: the call
+ * the backing makes) are declared where the backing sees them, engine/backing_internal.h. */
 
 /* A controller over the model `fns` (a policy loaded for readahead, owned by the caller and
  * outliving the hook); window_ms > 0 (the bundle's flashml_readahead_window_ms, or another);
@@ -72,12 +74,6 @@ typedef struct frt_ra_hook frt_ra_hook;
 frt_ra_hook *frt_ra_hook_new(const struct frt_readahead_fns *fns, int window_ms, int hint, char *err,
                              size_t errlen);
 void frt_ra_hook_free(frt_ra_hook *h);
-/* One backing read of `stream` at trace time t: bytes [off, off+len) of the block that starts
- * at block_base (offsets within the block; the block is block_bytes long) were read from fd.
- * Updates the stream (and decides when a window closed), then hints. Returns the stream's
- * size in KiB used for the hint. */
-uint64_t frt_ra_hook_read(frt_ra_hook *h, uint64_t stream, double t, int fd, uint64_t block_base,
-                          uint64_t block_bytes, uint64_t off, uint64_t len);
 /* The stream's current size in KiB, 0 when it is not in the table. */
 uint64_t frt_ra_hook_stream_kib(const frt_ra_hook *h, uint64_t stream);
 int frt_ra_hook_hinting(const frt_ra_hook *h);

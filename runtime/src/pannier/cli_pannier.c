@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/cli_pannier.h"
+#include "pannier/cli_pannier.h"
 #include "util/internal.h"
-#include "systems/pannier.h"
+#include "pannier/pannier.h"
 #include "policies/policy_internal.h"
 
 static const char *PN_HELP =
@@ -277,7 +277,7 @@ int cli_pannier_replay(int argc, char **argv) {
         double d;
 #define OPT(name) (v = cli_optval(argc, argv, &i, name))
 #define BAD(name, what) return ERR("%s: invalid value '%s' (expected %s)", name, v, what)
-/* a number of the declared knob `knob` (policies/budget/pannier_settings.h): read, checked */
+/* a number of the declared knob `knob` (pannier_settings.h): read, checked */
 #define KNOB_F(name, knob, dst) do { \
         const char *why_; \
         if (cli_parse_double(v, &d)) BAD(name, "a number"); \

@@ -1,6 +1,6 @@
 /* mat_alg.h: MAT's Algorithm 1 (sim/src/mat/chooser.rs Mat::evict, params.rs MatParams::step) and its threshold controller, over
  * an LRU list of handles the caller numbers: shared by the MAT object cache (mat.c, handles
- * = its slots) and the flash cache's MAT eviction policy (policies/eviction/mat_tail.c, handles =
+ * = its slots) and the flash cache's MAT eviction policy (mat_tail.c, handles =
  * the region store's block entries). Also the list itself and MAT's knobs (the caller's,
  * else the bundle's, else the simulator's defaults; MatParams::validate). Not public. */
 #ifndef FLASHRT_MAT_ALG_H
@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "policies/eviction/lrb_features.h"
+#include "mat/lrb_features.h"
 #include "policies/policy_internal.h"
 
 #define FRT_MAT_NIL UINT32_MAX

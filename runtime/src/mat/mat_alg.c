@@ -3,8 +3,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "policies/eviction/mat_alg.h"
-#include "policies/eviction/mat_settings.h"
+#include "mat/mat_alg.h"
+#include "mat/mat_settings.h"
 
 /* "<name> must be <why>, got <v>" when the declared bounds (mat_settings.h) refuse v. */
 static int out_of_range(const char *name, const char *why, double v, char *err, size_t errlen) {

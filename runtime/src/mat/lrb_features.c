@@ -1,6 +1,6 @@
 /* lrb_features.c: LRB's eviction features (lrb_features.h), line for line the simulator's
  * sim/src/mat/lrb_features.rs. */
-#include "policies/eviction/lrb_features.h"
+#include "mat/lrb_features.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "policies/budget/tire.h"
+#include "pannier/tire.h"
 
 enum frt_pn_policy { FRT_PN_LRU_PLUS = 0, FRT_PN_PANNIER = 1 };
 

@@ -13,6 +13,7 @@
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "util/internal.h"
+#include "baleen/tracker.h"
 
 #define HOURS FLASHML_POLICY_HOURS
 

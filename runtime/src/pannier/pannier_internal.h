@@ -12,7 +12,7 @@
 
 #include "util/internal.h"
 #include "util/sketch.h"
-#include "systems/pannier.h"
+#include "pannier/pannier.h"
 
 #define NIL UINT32_MAX
 #define OPEN 4

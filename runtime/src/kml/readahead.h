@@ -11,6 +11,7 @@
 
 #include "flashml_policy.h"
 #include "flashrt.h"
+#include "policies/policy_internal.h"
 
 /* The features of flashml.features.readahead.window_features, computed the same way (same
  * operations in the same order, so the doubles are equal, not just close): Welford's running
@@ -48,17 +49,10 @@ struct frt_ra_event {
  * lines, malformed or overflowing fields). */
 int frt_ra_parse_line(const char *line, struct frt_ra_event *ev);
 
-/* The readahead functions of a policy loaded for FRT_CAP_READAHEAD (policy.c). */
-struct frt_readahead_fns {
-    int (*kib)(const double *features); /* flashml_readahead_kib */
-    int window_ms;                      /* flashml_readahead_window_ms() */
-};
 /* Loads a bundle for readahead tuning: capability "readahead" in its manifest, sha256, ABI,
  * the .so's four readahead functions, its feature count and contract hash against this
  * runtime's and the manifest's readahead_contract_hash; refused with a message naming the
  * bundle and what differs otherwise. */
 flashrt_policy *frt_readahead_load(const char *dir, char *err, size_t errlen);
-/* Its functions; NULL for a policy not loaded for readahead. */
-const struct frt_readahead_fns *frt_policy_readahead(const flashrt_policy *p);
 
 #endif

@@ -1,7 +1,7 @@
 /* pannier.c: Pannier's container flash cache with real bytes (pannier.h). The decisions are a
  * line-by-line port of sim/src/pannier/{store,policy,container}.rs (Store, LruPlus, Queues, PannierPolicy,
  * ContainerCache), sim/src/pannier/blocks.rs (Ghost, Sampler, nearest_rank, BlockConfig::sampled),
- * sim/src/pannier/tire.rs (Gate: policies/budget/tire.c, shared with the engine's budget slot) and
+ * sim/src/pannier/tire.rs (Gate: tire.c, shared with the engine's budget slot) and
  * sim/src/core/list.rs (DList); the comments name the Rust they mirror. The configuration,
  * the files and their bytes, open, recovery and close are pannier_store.c's; the state both
  * share is pannier_internal.h. */
@@ -19,12 +19,12 @@
 #include "engine/journal.h"
 #include "util/internal.h"
 #include "util/sketch.h"
-#include "systems/pannier.h"
-#include "systems/pannier_internal.h"
+#include "pannier/pannier.h"
+#include "pannier/pannier_internal.h"
 
 /* blocks.rs: nearest_rank, Sampler and Ghost are util/sketch.h's */
 
-/* tire.rs's Gate is policies/budget/tire.h (`gate` below). What it is asked about: a client
+/* tire.rs's Gate is tire.h (`gate` below). What it is asked about: a client
  * write, a read miss, FRT_BUDGET_OVERWRITE (a client write of a block cached in flash, gated
  * like a reinsertion: TIRE's first interval refuses only writes of blocks the cache does not
  * hold) and a reinsertion (copy-forward). */

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policies/partition/monitor.h"
+#include "mlcache/monitor.h"
 #include "util/internal.h"
 
 #define STEPS FLASHML_PARTITION_STEPS

@@ -7,7 +7,7 @@
 
 #include "util/internal.h"
 #include "policies/policy_internal.h"
-#include "policies/readahead/readahead.h"
+#include "kml/readahead.h"
 
 void frt_ra_init(struct frt_ra_acc *a) { memset(a, 0, sizeof *a); }
 

@@ -10,10 +10,10 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/cli_mat.h"
+#include "mat/cli_mat.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
-#include "policies/eviction/mat_settings.h"
+#include "mat/mat_settings.h"
 
 static const char *MAT_HELP =
     "usage: flashrt mat-replay (--bundle DIR | --no-model) --trace FILE --capacity N\n"

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "util/internal.h"
-#include "policies/readahead/ra_hook.h"
+#include "kml/ra_hook.h"
 
 #define NSETS (FRT_RA_HOOK_STREAMS / FRT_RA_HOOK_WAYS)
 _Static_assert(FRT_RA_HOOK_STREAMS % FRT_RA_HOOK_WAYS == 0 && (NSETS & (NSETS - 1)) == 0,

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "engine/policy_slots.h"
-#include "policies/partition/monitor.h"
+#include "mlcache/monitor.h"
 #include "util/internal.h"
 
 struct bpart {

@@ -8,6 +8,7 @@
 #include "engine/policy_slots.h"
 #include "flashml_policy.h"
 #include "policies/policy_internal.h"
+#include "baleen/tracker.h"
 #include "util/internal.h"
 
 struct bundle {

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/cli_partition.h"
+#include "mlcache/cli_partition.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
 

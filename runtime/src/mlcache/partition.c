@@ -1,11 +1,12 @@
 /* partition.c: MLCache's partitioned page cache (flashrt.h, "MLCache"): one LRU list per
  * stream with a quota of pages, re-divided at each interval boundary by the policy's
  * flashml_partition from the monitor's features of the interval before. Every step is the
- * simulator's (sim/src/mlcache/partition.rs Partitions::access/resize, pages_of_shares, apportion;
+ * simulator's (sim/src/mlcache/partition.rs Partitions::access/resize; the shares as pages,
+ * util/shares.c: sim/src/core/shares.rs pages_of_shares, apportion;
  * sim/src/mlcache/reuse.rs interval_histograms), so the quotas and hits are the same on the same
  * requests (tests/runtime/test_runtime_partition.py).
  *
- * The monitor (policies/partition/monitor.h, the engine's bundle partition's too): exact
+ * The monitor (monitor.h, the engine's bundle partition's too, mlcache.c): exact
  * per-stream LRU stack distances with a Fenwick tree over each stream's request positions.
  * The trees grow with the stream's requests (a replay's length); a long-running server would
  * renumber positions, which changes no distance. Storage: slot i of the cache file holds one page
@@ -19,7 +20,7 @@
 #include <string.h>
 
 #include "engine/device.h"
-#include "policies/partition/monitor.h"
+#include "mlcache/monitor.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
 #include "util/internal.h"
@@ -55,51 +56,6 @@ struct flashrt_part {
 
 flashrt_policy *flashrt_policy_load_partition(const char *dir, char *err, size_t errlen) {
     return frt_policy_load_for(dir, FRT_CAP_PARTITION, err, errlen);
-}
-
-void flashrt_part_apportion(const uint64_t *weights, int k, uint64_t capacity, uint64_t *pages) {
-    unsigned __int128 total = 0, c = capacity;
-    for (int i = 0; i < k; i++) total += weights[i];
-    if (total == 0) {
-        uint64_t ones[K_MAX];
-        for (int i = 0; i < k; i++) ones[i] = 1;
-        flashrt_part_apportion(ones, k, capacity, pages);
-        return;
-    }
-    uint64_t sum = 0;
-    unsigned __int128 rem[K_MAX];
-    for (int i = 0; i < k; i++) {
-        pages[i] = (uint64_t)(weights[i] * c / total);
-        rem[i] = weights[i] * c % total;
-        sum += pages[i];
-    }
-    /* the largest remainders get one page each; ties to the lower index */
-    for (uint64_t left = capacity - sum; left > 0; left--) {
-        int best = -1;
-        for (int i = 0; i < k; i++)
-            if (rem[i] != (unsigned __int128)-1 && (best < 0 || rem[i] > rem[best])) best = i;
-        pages[best]++;
-        rem[best] = (unsigned __int128)-1; /* taken */
-    }
-}
-
-int flashrt_part_pages_of_shares(const double *shares, int k, uint64_t capacity, uint64_t *pages) {
-    double sum = 0.0;
-    int valid = 1;
-    for (int i = 0; i < k; i++) {
-        sum += shares[i];
-        if (!(isfinite(shares[i]) && shares[i] >= 0.0)) valid = 0;
-    }
-    uint64_t w[K_MAX];
-    if (!valid || !(sum > 0.0) || !isfinite(sum)) {
-        for (int i = 0; i < k; i++) w[i] = 1;
-        flashrt_part_apportion(w, k, capacity, pages);
-        return 1;
-    }
-    double scale = (double)(1ull << 40) / sum;
-    for (int i = 0; i < k; i++) w[i] = (uint64_t)round(shares[i] * scale);
-    flashrt_part_apportion(w, k, capacity, pages);
-    return 0;
 }
 
 static int fail(flashrt_part *p, const char *fmt, ...) FRT_PRINTF(2, 3);

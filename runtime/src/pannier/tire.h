@@ -8,7 +8,7 @@
  * quantum that starts with credit <= 0, admits nothing.
  *
  * One implementation, two users: the budget slot's policy "tire" (tire.c, the engine's
- * erasures = evicted regions) and Pannier's container cache (systems/pannier.c, whose
+ * erasures = evicted regions) and Pannier's container cache (pannier.c, whose
  * erasures are its containers' erase blocks). Not public. */
 #ifndef FLASHRT_TIRE_H
 #define FLASHRT_TIRE_H
@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "engine/policy_slots.h"
-#include "policies/budget/pannier_settings.h"
+#include "pannier/pannier_settings.h"
 
 /* TIRE's knobs by default (flashml/systems/pannier/settings.toml): slack K, steps, quantum of
  * trace time. */

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policies/eviction/mat_alg.h"
+#include "mat/mat_alg.h"
 #include "engine/region.h"
 
 struct mat_ev {
