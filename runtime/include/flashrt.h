@@ -399,12 +399,12 @@ const uint64_t *flashrt_part_allocations(const flashrt_part *p, size_t *interval
 void flashrt_part_close(flashrt_part *p);
 
 /* The simulator's share-to-page rules (sim/src/mlcache/partition.rs), exposed for tests:
- * apportion: `capacity` pages in proportion to weights[0..k-1] (floor, then the largest
+ * apportion: `capacity` pages in proportion to weights[0..streams-1] (floor, then the largest
  * remainders, ties to the lower index; all-zero weights: equal); pages_of_shares: shares
  * scaled to sum 2^40 and rounded, then apportioned; an invalid share vector (a non-finite or
  * negative entry, or no positive sum) gives the even split and returns 1. */
-void flashrt_part_apportion(const uint64_t *weights, int k, uint64_t capacity, uint64_t *pages);
-int flashrt_part_pages_of_shares(const double *shares, int k, uint64_t capacity, uint64_t *pages);
+void flashrt_part_apportion(const uint64_t *weights, int streams, uint64_t capacity, uint64_t *pages);
+int flashrt_part_pages_of_shares(const double *shares, int streams, uint64_t capacity, uint64_t *pages);
 
 enum flashrt_mat_unit { FLASHRT_MAT_BYTES = 0, FLASHRT_MAT_OBJECTS = 1 };
 

@@ -14,7 +14,7 @@
 struct bpart {
     struct frt_mon mon;
     frt_partition_fn fn;
-    unsigned k;
+    unsigned streams;
     uint64_t regions;
 };
 
@@ -41,7 +41,7 @@ static int bundle_init(void **st, const struct frt_partition_setup *s, char *err
     if (!b) return frt_seterr(err, errlen, "out of memory");
     *st = b;
     b->fn = fn;
-    b->k = s->streams;
+    b->streams = s->streams;
     b->regions = s->regions;
     if (frt_mon_init(&b->mon, (int)s->streams, s->capacity_segments) != 0) return frt_seterr(err, errlen, "out of memory");
     return 0;
@@ -56,9 +56,9 @@ static int bundle_next(void *st, uint64_t *quota, char *err, size_t errlen) {
     struct bpart *b = st;
     double shares[FLASHML_PARTITION_MAX_STREAMS];
     if (frt_mon_shares(&b->mon, b->fn, shares) != 0)
-        return frt_seterr(err, errlen, "flashml_partition refused %u streams", b->k);
-    flashrt_part_pages_of_shares(shares, (int)b->k, b->regions, quota);
-    frt_partition_holds(quota, b->k);
+        return frt_seterr(err, errlen, "flashml_partition refused %u streams", b->streams);
+    flashrt_part_pages_of_shares(shares, (int)b->streams, b->regions, quota);
+    frt_partition_holds(quota, b->streams);
     return 0;
 }
 

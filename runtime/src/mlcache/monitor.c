@@ -7,17 +7,17 @@
 
 #define STEPS FLASHML_PARTITION_STEPS
 
-int frt_mon_init(struct frt_mon *m, int k, uint64_t capacity) {
+int frt_mon_init(struct frt_mon *m, int streams, uint64_t capacity) {
     memset(m, 0, sizeof *m);
-    m->k = k;
+    m->streams = streams;
     m->capacity = capacity;
-    for (int s = 0; s < k; s++)
+    for (int s = 0; s < streams; s++)
         if (frt_map_init(&m->s[s].last, 64) != 0) return -1;
     return 0;
 }
 
 void frt_mon_free(struct frt_mon *m) {
-    for (int s = 0; s < m->k; s++) {
+    for (int s = 0; s < m->streams; s++) {
         if (m->s[s].last.cap) frt_map_free(&m->s[s].last);
         free(m->s[s].tree);
         free(m->s[s].mark);
@@ -88,24 +88,24 @@ int frt_mon_observe(struct frt_mon *m, int s, uint64_t page) {
 }
 
 int frt_mon_shares(struct frt_mon *m, frt_partition_fn fn, double *shares) {
-    for (int s = 0; s < m->k; s++) shares[s] = 1.0 / m->k;
+    for (int s = 0; s < m->streams; s++) shares[s] = 1.0 / m->streams;
     int rc = 0;
     if (m->seen > 0 && fn) {
         double x[FLASHML_PARTITION_NUM_FEATURES] = {0};
         uint64_t total = 0;
-        for (int s = 0; s < m->k; s++) total += m->count[s];
+        for (int s = 0; s < m->streams; s++) total += m->count[s];
         double t = total ? (double)total : 1.0;
-        for (int s = 0; s < m->k; s++) {
+        for (int s = 0; s < m->streams; s++) {
             double *slot = x + s * (STEPS + 1);
             for (int b = 0; b < STEPS; b++) slot[b] = (double)m->hist[s][b] / t;
             slot[STEPS] = (double)m->count[s] / t;
         }
         uint64_t t0 = frt_now_ns();
-        rc = fn(x, m->k, shares) < 0 ? -1 : 0;
+        rc = fn(x, m->streams, shares) < 0 ? -1 : 0;
         m->call_ns += frt_now_ns() - t0;
         m->calls++;
     }
-    for (int s = 0; s < m->k; s++) {
+    for (int s = 0; s < m->streams; s++) {
         memset(m->hist[s], 0, sizeof m->hist[s]);
         m->count[s] = 0;
     }

@@ -22,7 +22,7 @@ struct frt_mon_stream {
 };
 
 struct frt_mon {
-    int k;
+    int streams;
     uint64_t capacity;
     struct frt_mon_stream s[FLASHML_PARTITION_MAX_STREAMS];
     uint64_t hist[FLASHML_PARTITION_MAX_STREAMS][FLASHML_PARTITION_STEPS];
@@ -31,8 +31,8 @@ struct frt_mon {
     uint64_t calls, call_ns;
 };
 
-/* k streams (1..FLASHML_PARTITION_MAX_STREAMS) of a cache of `capacity` units; -1 OOM. */
-int frt_mon_init(struct frt_mon *m, int k, uint64_t capacity);
+/* `streams` streams (1..FLASHML_PARTITION_MAX_STREAMS) of a cache of `capacity` units; -1 OOM. */
+int frt_mon_init(struct frt_mon *m, int streams, uint64_t capacity);
 void frt_mon_free(struct frt_mon *m);
 /* A request of stream s for page: counted in the interval's histogram. -1 out of memory. */
 int frt_mon_observe(struct frt_mon *m, int s, uint64_t page);

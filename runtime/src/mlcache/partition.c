@@ -27,16 +27,16 @@
 #include "policies/policy_internal.h"
 
 #define NIL UINT32_MAX
-#define K_MAX FLASHML_PARTITION_MAX_STREAMS
+#define MAX_STREAMS FLASHML_PARTITION_MAX_STREAMS
 
 struct flashrt_part {
     struct flashrt_part_config cfg;
     frt_partition_fn partition; /* NULL: even */
-    int k;
+    int streams;
     /* per stream: page -> slot, LRU list (head = most recent), quota, used */
-    struct frt_map index[K_MAX];
-    uint32_t head[K_MAX], tail[K_MAX];
-    uint64_t quota[K_MAX], used[K_MAX];
+    struct frt_map index[MAX_STREAMS];
+    uint32_t head[MAX_STREAMS], tail[MAX_STREAMS];
+    uint64_t quota[MAX_STREAMS], used[MAX_STREAMS];
     uint32_t *prev, *next, *free_slots;
     uint64_t *page_of;
     size_t nfree;
@@ -94,18 +94,18 @@ static void evict_from(flashrt_part *p, int s) {
 
 /* The quotas of the interval that starts now, and the evictions of the shrinking ones. */
 static int start_interval(flashrt_part *p) {
-    double shares[K_MAX];
-    uint64_t pages[K_MAX];
-    if (frt_mon_shares(&p->mon, p->partition, shares) != 0) return fail(p, "flashml_partition refused %d streams", p->k);
-    p->fallbacks += (uint64_t)flashrt_part_pages_of_shares(shares, p->k, p->cfg.capacity, pages);
-    if (p->nalloc + (size_t)p->k > p->alloccap) {
-        size_t cap = p->alloccap ? p->alloccap * 2 : (size_t)p->k * 64;
+    double shares[MAX_STREAMS];
+    uint64_t pages[MAX_STREAMS];
+    if (frt_mon_shares(&p->mon, p->partition, shares) != 0) return fail(p, "flashml_partition refused %d streams", p->streams);
+    p->fallbacks += (uint64_t)flashrt_part_pages_of_shares(shares, p->streams, p->cfg.capacity, pages);
+    if (p->nalloc + (size_t)p->streams > p->alloccap) {
+        size_t cap = p->alloccap ? p->alloccap * 2 : (size_t)p->streams * 64;
         uint64_t *a = realloc(p->alloc, cap * sizeof *a);
         if (!a) return fail(p, "out of memory");
         p->alloc = a;
         p->alloccap = cap;
     }
-    for (int s = 0; s < p->k; s++) {
+    for (int s = 0; s < p->streams; s++) {
         p->alloc[p->nalloc++] = pages[s];
         p->quota[s] = pages[s];
         while (p->used[s] > p->quota[s]) {
@@ -124,8 +124,8 @@ flashrt_part *flashrt_part_open(const struct flashrt_part_config *cfg, flashrt_p
         frt_seterr(err, errlen, "capacity and interval must be > 0");
         return NULL;
     }
-    if (cfg->streams < 1 || cfg->streams > K_MAX) {
-        frt_seterr(err, errlen, "%d streams; the partition contract has 1..%d", cfg->streams, K_MAX);
+    if (cfg->streams < 1 || cfg->streams > MAX_STREAMS) {
+        frt_seterr(err, errlen, "%d streams; the partition contract has 1..%d", cfg->streams, MAX_STREAMS);
         return NULL;
     }
     if (cfg->capacity >= NIL) {
@@ -148,7 +148,7 @@ flashrt_part *flashrt_part_open(const struct flashrt_part_config *cfg, flashrt_p
     }
     p->cfg = *cfg;
     p->partition = fn;
-    p->k = cfg->streams;
+    p->streams = cfg->streams;
     p->dev.fd = -1;
     size_t c = (size_t)cfg->capacity;
     p->prev = malloc(c * sizeof *p->prev);
@@ -156,11 +156,11 @@ flashrt_part *flashrt_part_open(const struct flashrt_part_config *cfg, flashrt_p
     p->free_slots = malloc(c * sizeof *p->free_slots);
     p->page_of = malloc(c * sizeof *p->page_of);
     int bad = !p->prev || !p->next || !p->free_slots || !p->page_of;
-    for (int s = 0; s < p->k && !bad; s++) {
+    for (int s = 0; s < p->streams && !bad; s++) {
         p->head[s] = p->tail[s] = NIL;
         bad = frt_map_init(&p->index[s], 64) != 0;
     }
-    bad = bad || frt_mon_init(&p->mon, p->k, cfg->capacity) != 0;
+    bad = bad || frt_mon_init(&p->mon, p->streams, cfg->capacity) != 0;
     if (bad) {
         frt_seterr(err, errlen, "out of memory");
         flashrt_part_close(p);
@@ -186,7 +186,7 @@ flashrt_part *flashrt_part_open(const struct flashrt_part_config *cfg, flashrt_p
 }
 
 int flashrt_part_get(flashrt_part *p, int s, uint64_t page, int write) {
-    if (s < 0 || s >= p->k) return fail(p, "stream %d: expected 0..%d", s, p->k - 1);
+    if (s < 0 || s >= p->streams) return fail(p, "stream %d: expected 0..%d", s, p->streams - 1);
     p->requests++;
     if (write) p->writes++;
     else p->reads++;
@@ -236,7 +236,7 @@ int flashrt_part_get(flashrt_part *p, int s, uint64_t page, int write) {
 const char *flashrt_part_error(const flashrt_part *p) { return p->err; }
 
 const uint64_t *flashrt_part_allocations(const flashrt_part *p, size_t *intervals) {
-    *intervals = p->nalloc / (size_t)p->k;
+    *intervals = p->nalloc / (size_t)p->streams;
     return p->alloc;
 }
 
@@ -249,7 +249,7 @@ void flashrt_part_metrics(const flashrt_part *p, struct flashrt_part_metrics *o)
     o->writes = p->writes;
     o->write_hits = p->write_hits;
     o->cached_requests = p->seen;
-    o->intervals = p->nalloc / (size_t)p->k;
+    o->intervals = p->nalloc / (size_t)p->streams;
     o->evictions = p->evictions;
     o->resize_evictions = p->resize_evictions;
     o->fallbacks = p->fallbacks;
@@ -269,7 +269,7 @@ void flashrt_part_metrics(const flashrt_part *p, struct flashrt_part_metrics *o)
 
 void flashrt_part_close(flashrt_part *p) {
     if (!p) return;
-    for (int s = 0; s < p->k; s++) {
+    for (int s = 0; s < p->streams; s++) {
         if (p->index[s].cap) frt_map_free(&p->index[s]);
     }
     frt_mon_free(&p->mon);
