@@ -514,10 +514,11 @@ _OPTIONS = (
            _D.loop.start_eviction_age_s,
            "starting assumed eviction age of the convergence loop, seconds", metavar="S"),
     Option("accesses_per_episode", "--accesses-per-episode", positive_ints, None,
-           "OPT-labelled GETs per episode in the admission training rows; several: the K "
-           "whose admission-only model has the lowest mean DT on the training day (ties: the "
-           "first); one value fixes K (default: LoopSettings.accesses_per_episode_tried, the "
-           "artifact's K=6 wins ties)", metavar="K[,K...]"),
+           "OPT-labelled GETs per episode in the admission training rows (the paper's K); "
+           "several: the value whose admission-only model has the lowest mean DT on the "
+           "training day (ties: the first); one value fixes it (default: "
+           "LoopSettings.accesses_per_episode_tried, the artifact's 6 wins ties)",
+           metavar="N[,N...]"),
     Option("peak_hours", "--peak-hours", Number(int, 0, 24, unit="hours"), _D.peak.hours,
            "peak-aware admission: how many consecutive hours, the busiest block of the day "
            "(no-cache disk-head time of the training window), get a lower threshold (0: "

@@ -12,7 +12,11 @@ from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS
 from flashml.files import check_outputs, dumps
 from flashml.settings import OPTIONS
-from flashml.systems.baleen.episodes.constants import DEFAULT_K, ENGINES, WHEN_EPSILON_S
+from flashml.systems.baleen.episodes.constants import (
+    DEFAULT_ACCESSES_PER_EPISODE,
+    ENGINES,
+    WHEN_EPSILON_S,
+)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -109,10 +113,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "polars (one process, fast on one machine)")
     p.add_argument("--master", default=None, metavar="URL",
                    help="Spark master URL (default local[*]); sc://HOST:PORT for Spark Connect")
-    p.add_argument("--accesses-per-episode", "-k", type=Number(int, 1, unit="accesses"),
-                   default=DEFAULT_K, metavar="K",
-                   help=f"OPT labels on the first K accesses of each episode (default "
-                   f"{DEFAULT_K} as in the paper; the artifact uses 15)")
+    p.add_argument("--accesses-per-episode", type=Number(int, 1, unit="accesses"),
+                   default=DEFAULT_ACCESSES_PER_EPISODE, metavar="N",
+                   help="OPT labels on the first N accesses of each episode (the paper's K; "
+                   f"default {DEFAULT_ACCESSES_PER_EPISODE} as in the paper; the artifact uses "
+                   "15)")
     p.add_argument("--time", choices=("seconds", "logical"), default="seconds",
                    help="split episodes on gaps in trace seconds (default) or in logical time "
                    "(GET count; eviction age x GETs / duration), as the artifact does")

@@ -255,8 +255,8 @@ def test_simulated_opt_agrees_with_episode_model(generated, tmp_path):
 def test_cli_build_and_sim_reads_arrays(generated, tmp_path, cli):
     out = tmp_path / "o"
     p = cli("episodes", "build", "--trace", generated, "--eviction-age", "3600",
-            "--target-write-rate", "35.599", "--engine", "polars", "-k", "15", "--json",
-            "-o", out)
+            "--target-write-rate", "35.599", "--engine", "polars", "--accesses-per-episode", "15",
+            "--json", "-o", out)
     assert p.returncode == 0, p.stderr
     s = json.loads(p.stdout)
     assert s["accesses_per_episode"] == 15

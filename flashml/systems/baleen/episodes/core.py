@@ -85,7 +85,12 @@ import pyarrow.parquet as pq
 from flashml.config import DEFAULTS, GB, GET_OPS, MB, UNITS
 from flashml.errors import TraceError, UserError
 from flashml.files import replace_dir, write_json
-from flashml.systems.baleen.episodes.constants import DEFAULT_K, ENGINES, TIME_MODES, WHEN_EPSILON_S
+from flashml.systems.baleen.episodes.constants import (
+    DEFAULT_ACCESSES_PER_EPISODE,
+    ENGINES,
+    TIME_MODES,
+    WHEN_EPSILON_S,
+)
 from flashml.trace.canonical import TraceMeta, read_meta, with_sample_ratio
 
 log = logging.getLogger(__name__)
@@ -158,7 +163,7 @@ class EpisodeParams:
 
     eviction_age_s: float
     target_write_rate_mbps: float = DEFAULTS.target_write_rate_mbps
-    accesses_per_episode: int = DEFAULT_K
+    accesses_per_episode: int = DEFAULT_ACCESSES_PER_EPISODE
     time_mode: str = "seconds"
     when_epsilon_s: float = WHEN_EPSILON_S
     segment_bytes: int = UNITS.segment_bytes
