@@ -81,6 +81,26 @@ def test_no_predictor_is_flash_lru_exactly(region1, admission, prefetch, capacit
     assert mat.info["mat_params"]["predictor"] == "none"
 
 
+def test_no_predictor_with_learned_admission_arrays_is_flash_lru(region1):
+    """Admission and prefetch that read per-access arrays (a model's scores, OPT's flags)
+    run under MAT's eviction as under LRU's."""
+    df, meta = region1
+    rng = np.random.default_rng(0)
+    score = rng.random(len(df))
+    when = rng.random(len(df))
+    admit = (rng.random(len(df)) < 0.5).astype(np.uint8)
+    for cfg, arrays in (
+            (config(meta, admission="threshold", threshold=0.5), {"score": score}),
+            (config(meta, admission="threshold", threshold=0.3, prefetch_when="score",
+                    when_threshold=0.5), {"score": score, "when_score": when}),
+            (config(meta, admission="opt"), {"admit": admit})):
+        lru = simulate(df, cfg, **arrays)
+        mat = simulate_mat_flash(df, cfg, **arrays, predictor="none")
+        for k in METRIC_KEYS:
+            if k != "wall_s":
+                assert same(mat.metrics[k], lru.metrics[k]), (cfg.admission, k)
+
+
 # ----------------------------------------------------------------- (b) the oracle beats LRU
 
 

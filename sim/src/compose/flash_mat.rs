@@ -282,7 +282,7 @@ pub fn simulate_mat_flash<P: Predictor>(
 ) -> Result<MatFlashResult, SimError> {
     validate(trace, arrays, cfg)?;
     let (mut admission, mut prefetch) = policies(cfg, arrays);
-    simulate_mat_flash_with(
+    run_mat_flash(
         trace,
         cfg,
         admission.as_mut(),
@@ -307,8 +307,23 @@ pub fn simulate_mat_flash_with<P: Predictor>(
     predictor: P,
     dense: &DenseTrace,
 ) -> Result<MatFlashResult, SimError> {
-    let start = Instant::now();
     validate(trace, &PolicyArrays::default(), cfg)?;
+    run_mat_flash(trace, cfg, admission, prefetch, params, predictor, dense)
+}
+
+/// The flash cache with MAT's eviction and the given admission and prefetch, once the trace
+/// and `cfg` are validated (with the policies' per-access arrays, where `cfg`'s own policies
+/// read them).
+fn run_mat_flash<P: Predictor>(
+    trace: &Trace,
+    cfg: &FlashConfig,
+    admission: &mut dyn Admission,
+    prefetch: &mut dyn Prefetch,
+    params: MatParams,
+    predictor: P,
+    dense: &DenseTrace,
+) -> Result<MatFlashResult, SimError> {
+    let start = Instant::now();
     if cfg.eviction != EvictionKind::Lru || !cfg.block_level_recency {
         return err(format!(
             "MAT in flash mode needs LRU eviction with block-level recency (its eviction unit \
