@@ -123,6 +123,10 @@ def experiment(run_dir: Path, tmp: Path, k: float, controller: str,
     knob = share_to_threshold(arrays["score"])
     results: dict[str, dict[str, dict[str, float]]] = {}
     training: dict[str, dict[str, float]] = {}
+    # the oracle runs Algorithm 1 with the learned bundle's knobs (the bundle's own are read
+    # from its .so); T0 its own default, the cached blocks at the first decision
+    knobs = {"memory_window": window, "k": k, "max_candidates": 10, "delta": 1e-4,
+             "controller": controller, "reuse_predictions": reuse}
     for adm, cfg in (("baleen", learned.replace(threshold=thr)), ("admit_all", base)):
         policy_arrays = arrays if adm == "baleen" else {}
         # training rows: the tail candidates of an LRU replay under this admission, day 1
@@ -145,13 +149,13 @@ def experiment(run_dir: Path, tmp: Path, k: float, controller: str,
             if adm == "baleen":  # the threshold re-tuned to the target for each eviction
                 def sim(q: float, pred: Any = pred) -> Any:
                     return simulate_mat_flash(df, learned.replace(threshold=knob(q)), **arrays,
-                                              predictor=pred, mat={"memory_window": window})
+                                              predictor=pred, mat=knobs)
                 tuned = tune_to_write_rate(sim, target, 0.0, 1.0, increasing=True)
                 results[adm][name] = pick(tuned.result.metrics) | {
                     "threshold": knob(tuned.knob)}
             else:
                 started = time.perf_counter()
-                r = simulate_mat_flash(df, base, predictor=pred, mat={"memory_window": window})
+                r = simulate_mat_flash(df, base, predictor=pred, mat=knobs)
                 results[adm][name] = pick(r.metrics) | {
                     "accesses_per_s": len(df) / (time.perf_counter() - started)}
     lru = results["baleen"]["lru"]["peak_dt_util"]
