@@ -30,7 +30,7 @@ from typing import Any
 from flashml.errors import UserError
 from flashml.systems.kml import testbed as tb_mod
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 #: Every workload the experiment runs: the paper's four (trained on), then the held-out two.
 WORKLOADS = tb_mod.WORKLOADS + tb_mod.HELD_OUT
 
