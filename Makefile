@@ -85,7 +85,7 @@ conformance: setup
 # loader and settings parser (Hypothesis, random seeds); the C runtime's trace and manifest
 # parsers under libFuzzer + ASan/UBSan for FUZZ_SECONDS each (runtime/fuzz/); kill -9 at
 # random points of ingest and of the main job, then a rerun (tests/trust/test_fuzz_kill.py); the
-# adversarial suite's full catalogue (tests/adversarial.py: hostile numbers for every option,
+# adversarial suite's full catalogue (tests/adversarial/: hostile numbers for every option,
 # outputs that are inputs, FIFOs, tampered bundles, two runs on one output) ->
 # bench/results/adversarial.json (its subset runs in `make test`: tests/trust/test_adversarial.py).
 FUZZ_CASES ?= 1000

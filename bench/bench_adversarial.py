@@ -1,4 +1,4 @@
-"""The adversarial suite's figures: every case of tests/adversarial.py's catalogue (hostile
+"""The adversarial suite's figures: every case of the catalogue of tests/adversarial/ (hostile
 numbers for every numeric option of every flashml and flashrt command, outputs that are
 inputs, FIFOs, tampered bundles against every loader, hostile traces, two runs on one output,
 kill -9 of ingest), each classified; writes bench/results/adversarial.json and prints a table.
@@ -64,7 +64,7 @@ def security_section(doc: dict) -> str:
 
 
 def main() -> int:
-    import adversarial as adv  # tests/adversarial.py
+    import adversarial as adv  # tests/adversarial/
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="5 hostile values per option, not 8")
@@ -112,7 +112,7 @@ def main() -> int:
                                 cwd=REPO, capture_output=True, text=True).stdout.strip())
     doc = {
         "what": "adversarial cases against every flashml and flashrt command "
-                "(tests/adversarial.py), each classified",
+                "(tests/adversarial/), each classified",
         "command": "python bench/bench_adversarial.py" + (" --quick" if args.quick else ""),
         "seed": seed,
         "environment": {"git_rev": rev, "git_dirty": dirty, "cpu_count": os.cpu_count(),

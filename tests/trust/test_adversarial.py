@@ -1,4 +1,4 @@
-"""The adversarial suite's fixed-seed subset (tests/adversarial.py; the full catalogue is
+"""The adversarial suite's fixed-seed subset (tests/adversarial/; the full catalogue is
 `make fuzz` and bench/bench_adversarial.py): about 100 cases, every family represented,
 hostile numbers, outputs that are inputs, FIFOs, tampered bundles against every loader,
 hostile traces, two flashrt runs on one output and kill -9 of ingest. Every case must end
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import adversarial as adv
 import pytest
+from adversarial import sessions
 
 from conftest import REPO
 
@@ -91,11 +92,11 @@ def test_a_cached_fixture_set_in_use_is_not_removed(tmp_path: Path,
             (root / "fixtures.json").write_text("{}")
         return {"f": root / "f"}
 
-    monkeypatch.setattr(adv, "REPO", tmp_path)
-    monkeypatch.setattr(adv, "build_fixtures", build)
-    monkeypatch.setattr(adv, "fixtures_key", lambda: "old")
+    monkeypatch.setattr(sessions, "REPO", tmp_path)
+    monkeypatch.setattr(sessions, "build_fixtures", build)
+    monkeypatch.setattr(sessions, "fixtures_key", lambda: "old")
     with adv.session(tmp_path, log=lambda s: None, cache=True) as (fx, _):
-        monkeypatch.setattr(adv, "fixtures_key", lambda: "new")
+        monkeypatch.setattr(sessions, "fixtures_key", lambda: "new")
         with adv.session(tmp_path, log=lambda s: None, cache=True) as (fx2, _):
             assert fx["f"].read_text() == "old" and fx2["f"].read_text() == "new"
         assert fx["f"].read_text() == "old"
