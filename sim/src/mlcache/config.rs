@@ -76,7 +76,7 @@ impl Default for PartitionConfig {
         PartitionConfig {
             capacity: 1024,
             interval: 10_000,
-            steps: 10,
+            steps: crate::core::contract::PARTITION_STEPS,
             writes_only: false,
             objective: Objective::Hits,
         }

@@ -100,7 +100,7 @@ pub(super) fn stack_distances<'py>(
 /// Returns {"curves": (intervals, n_streams, steps + 1) u64, "histograms": (intervals,
 /// n_streams, steps) u64, "grid": capacities}.
 #[pyfunction]
-#[pyo3(signature = (keys, streams, writes, n_streams, capacity, interval, steps=10,
+#[pyo3(signature = (keys, streams, writes, n_streams, capacity, interval, steps=crate::core::contract::PARTITION_STEPS as i64,
                     writes_only=false, objective="hits"))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn partition_curves<'py>(
@@ -166,7 +166,7 @@ pub(super) fn best_split(curves: numpy::PyReadonlyArray2<'_, u64>) -> PyResult<(
 /// read, write), per-stream requests/hits, "allocations" (intervals, n_streams) pages,
 /// "interval_hits", evictions, resize_evictions, fallbacks, wall_s.
 #[pyfunction]
-#[pyo3(signature = (keys, streams, writes, n_streams, capacity, interval, policy, steps=10,
+#[pyo3(signature = (keys, streams, writes, n_streams, capacity, interval, policy, steps=crate::core::contract::PARTITION_STEPS as i64,
                     writes_only=false, objective="hits", shares=None))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn simulate_partitioned<'py>(
