@@ -12,6 +12,8 @@ from pathlib import Path
 
 KiB = 1024
 MiB = 1024 * KiB
+#: The binary size units, largest first, as sizes are written and read (4GiB, 128 KiB).
+BINARY_UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", MiB), ("KiB", KiB))
 GiB = 1024 * MiB
 # Units: flashml's rates are in MB/s with MB = 10^6 bytes (write rate = segments x 128 KiB /
 # seconds / 1e6); the simulator also reports the artifact's unit, MiB/s

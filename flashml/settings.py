@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from flashml.config import DEFAULTS
+from flashml.config import BINARY_UNITS, DEFAULTS
 from flashml.errors import UserError
 
 
@@ -461,7 +461,7 @@ def option_table(*options: Option) -> dict[str, Option]:
 def size_text(n: int) -> str:
     """A byte count as a size option reads it: 4294967296 -> `4GiB`, 2097152 -> `2MiB` (the
     largest binary unit dividing it), else the count itself."""
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+    for unit, scale in BINARY_UNITS:
         if n and n % scale == 0:
             return f"{n // scale}{unit}"
     return str(n)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flashml.config import DAY_S, HOUR_S, UNITS, KiB, MiB
+from flashml.config import BINARY_UNITS, DAY_S, HOUR_S, UNITS, KiB, MiB
 from flashml.errors import UserError
 
 
@@ -469,7 +469,7 @@ CLASS_COLUMNS = ("class", "share of requests", "requests per catalogue object", 
 
 def human_bytes(x: float) -> str:
     """1536 -> '1.5 KiB' (B, KiB, MiB, GiB, TiB; one decimal above bytes)."""
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+    for unit, scale in BINARY_UNITS:
         if abs(x) >= scale:
             return f"{x / scale:.1f} {unit}"
     return f"{x:.0f} B"
