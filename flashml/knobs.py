@@ -1,15 +1,16 @@
-"""A system's policy knobs, declared once as data (`flashml/systems/<name>/settings.toml`).
+"""A system's knobs, the settings more than one language reads (a policy's knobs among them),
+declared once as data (`flashml/systems/<name>/settings.toml`).
 
 Each knob has a name, kind (float, int, choice, bool), unit, default, bounds, help, its
-command-line flag, its function in the policy ABI and (by its name) its key in the
-manifest. From that one declaration come:
+command-line flag (none: no option, e.g. the range a tuner clamps to), its function in the
+policy ABI and (by its name) its key in the manifest. From that one declaration come:
 
 - the command-line options (`add_options`: the bound, the unit and the default in `--help`,
   a bad value a usage error naming the option);
 - the checks of values from elsewhere (`Knobs.check`: a manifest field, a DAG param);
-- the simulator's constants and checks (`rust_text`) and the C runtime's (`c_text`),
-  written by `python -m flashml.features.codegen` with the ABI header and checked for
-  freshness by its `--check`.
+- the simulator's constants, inclusive bounds and checks (`rust_text`) and the C runtime's
+  (`c_text`), written by `python -m flashml.features.codegen` with the ABI header and
+  checked for freshness by its `--check`.
 
 A knob without a `default` takes it from `default_from` (`path.toml:table.key`, e.g. the
 eviction contract's memory window). `legacy` is what a loader takes when a policy .so does not
@@ -41,7 +42,8 @@ class Knob:
     name: str
     kind: str
     help: str
-    flag: str
+    #: Its command-line flag ("": a knob that is no option, e.g. a size a tuner clamps to).
+    flag: str = ""
     #: None: no default (the option is unset unless given; what that means, `help` says).
     default: Any = None
     #: Its function in the policy ABI ("": a knob the .so does not carry).
@@ -238,15 +240,19 @@ def declared_systems() -> list[str]:
 def add_options(parser: Any, knobs: Knobs, names: tuple[str, ...] | None = None,
                 defaults: dict[str, Any] | None = None,
                 shown: dict[str, str] | None = None, prefix: str = "") -> None:
-    """The knobs `names` (default: all) as options of an argparse parser, dest = the knob's
-    name; `defaults` overrides a knob's default (None: the option is unset unless given) and
-    `shown` what --help says of it; `prefix` (`mat-`) goes before each flag and, as
-    `mat_`, before each dest."""
+    """The knobs `names` (default: every knob with a flag) as options of an argparse parser,
+    dest = the knob's name; `defaults` overrides a knob's default (None: the option is unset
+    unless given) and `shown` what --help says of it; `prefix` (`mat-`) goes before each flag
+    and, as `mat_`, before each dest."""
     import argparse
 
     for k in knobs:
         if names is not None and k.name not in names:
             continue
+        if not k.flag:
+            if names is None:
+                continue
+            raise ValueError(f"{knobs.source}: knobs.{k.name} has no flag: it is no option")
         flag = f"--{prefix}{k.flag[2:]}"
         dest = prefix.replace("-", "_") + k.name
         default = (defaults or {}).get(k.name, k.default)
@@ -317,6 +323,17 @@ def _limits(k: Knob, int_suffix: str = "") -> list[tuple[str, str, str]]:
     return out
 
 
+def _closed(k: Knob) -> list[tuple[str, float]]:
+    """The knob's inclusive bounds as (MIN or MAX, value): the values a clamp may take (an
+    open bound has none)."""
+    out: list[tuple[str, float]] = []
+    if k.min is not None and not k.min_open:
+        out.append(("MIN", k.min))
+    if k.max is not None and not k.max_open:
+        out.append(("MAX", k.max))
+    return out
+
+
 def rust_text(knobs: Knobs) -> str:
     """The simulator's constants and checks (e.g. sim/src/mat/settings.rs)."""
     lines = [f"//! {_banner(knobs)}", "//!",
@@ -347,6 +364,11 @@ def rust_text(knobs: Knobs) -> str:
             lines.append(f'pub const {up}_ABI: &str = "{k.abi}";')
         if k.kind in ("float", "int"):
             ty = "f64" if k.kind == "float" else "i64"
+            if bounds := _closed(k):
+                lines.append(f"/// `{k.name}`'s inclusive bounds.")
+            for label, b in bounds:
+                lit = _float_literal(b) if k.kind == "float" else str(int(b))
+                lines.append(f"pub const {up}_{label}: {ty} = {lit};")
             lines += ["", f"/// What `{k.name}` must be when `v` is out of its range, or None.",
                       f"pub fn {k.name}_problem(v: {ty}) -> Option<&'static str> {{"]
             if k.kind == "float":
@@ -392,6 +414,12 @@ def c_text(knobs: Knobs) -> str:
             lines.append(f'#define {up}_ABI "{k.abi}"')
         if k.kind in ("float", "int"):
             ty = "double" if k.kind == "float" else "int64_t"
+            if bounds := _closed(k):
+                lines.append(f"/* `{k.name}`'s inclusive bounds (plain literals: a message may "
+                             "quote them). */")
+            for label, b in bounds:
+                lit = _float_literal(b) if k.kind == "float" else str(int(b))
+                lines.append(f"#define {up}_{label} {lit if b >= 0 else f'({lit})'}")
             fn = f"{pre.lower()}_{k.name}_problem"
             lines += [f"/* What `{k.name}` must be when v is out of its range, or NULL. */",
                       f"static inline const char *{fn}({ty} v) {{"]

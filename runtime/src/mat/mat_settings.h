@@ -12,6 +12,9 @@
 /* k: the target number of tail candidates (predictions) per eviction (candidates per eviction) */
 #define FRT_MAT_K_DEFAULT 2.0
 #define FRT_MAT_K_ABI "flashml_evict_k"
+/* `k`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_MAT_K_MIN 1.0
+#define FRT_MAT_K_MAX 1024.0
 /* What `k` must be when v is out of its range, or NULL. */
 static inline const char *frt_mat_k_problem(double v) {
     if (!isfinite(v)) return "a finite number";
@@ -23,6 +26,9 @@ static inline const char *frt_mat_k_problem(double v) {
 /* L: tail candidates tried before the one predicted farthest goes (candidates) */
 #define FRT_MAT_MAX_CANDIDATES_DEFAULT 10ull
 #define FRT_MAT_MAX_CANDIDATES_ABI "flashml_evict_max_candidates"
+/* `max_candidates`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_MAT_MAX_CANDIDATES_MIN 1
+#define FRT_MAT_MAX_CANDIDATES_MAX 1024
 /* What `max_candidates` must be when v is out of its range, or NULL. */
 static inline const char *frt_mat_max_candidates_problem(int64_t v) {
     if (v < 1ll) return ">= 1 candidates";
@@ -44,6 +50,9 @@ static inline const char *frt_mat_delta_problem(double v) {
 /* T0 (0: the number of cached objects at the first eviction) (logical requests) */
 #define FRT_MAT_INITIAL_THRESHOLD_DEFAULT 0.0
 #define FRT_MAT_INITIAL_THRESHOLD_ABI "flashml_evict_initial_threshold"
+/* `initial_threshold`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_MAT_INITIAL_THRESHOLD_MIN 0.0
+#define FRT_MAT_INITIAL_THRESHOLD_MAX 1000000000000000.0
 /* What `initial_threshold` must be when v is out of its range, or NULL. */
 static inline const char *frt_mat_initial_threshold_problem(double v) {
     if (!isfinite(v)) return "a finite number";
@@ -56,6 +65,9 @@ static inline const char *frt_mat_initial_threshold_problem(double v) {
  * labelled "not back" (at least LRB's first EDC window, 1024) (logical requests) */
 #define FRT_MAT_MEMORY_WINDOW_DEFAULT 67108864ull
 #define FRT_MAT_MEMORY_WINDOW_ABI "flashml_evict_memory_window"
+/* `memory_window`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_MAT_MEMORY_WINDOW_MIN 1024
+#define FRT_MAT_MEMORY_WINDOW_MAX 4294967295
 /* What `memory_window` must be when v is out of its range, or NULL. */
 static inline const char *frt_mat_memory_window_problem(int64_t v) {
     if (v < 1024ll) return ">= 1024 logical requests";

@@ -12,6 +12,8 @@
 /* TIRE's lifespan target: erasures per erase block per day (= drive writes per day for erase-
  * aligned containers; the paper: 5 or 8.3); unset: no TIRE (the job: half of Pannier's own
  * rate without TIRE on each trace and size) (erasures per erase block per day) */
+/* `lifespan_epbpd`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_PN_LIFESPAN_EPBPD_MAX 1000000.0
 /* What `lifespan_epbpd` must be when v is out of its range, or NULL. */
 static inline const char *frt_pn_lifespan_epbpd_problem(double v) {
     if (!isfinite(v)) return "a finite number";
@@ -22,6 +24,9 @@ static inline const char *frt_pn_lifespan_epbpd_problem(double v) {
 
 /* TIRE's slack K: the credit a quiet interval may save, in quotas (quotas) */
 #define FRT_PN_TIRE_SLACK_DEFAULT 4.0
+/* `tire_slack`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_PN_TIRE_SLACK_MIN 1.0
+#define FRT_PN_TIRE_SLACK_MAX 1000000.0
 /* What `tire_slack` must be when v is out of its range, or NULL. */
 static inline const char *frt_pn_tire_slack_problem(double v) {
     if (!isfinite(v)) return "a finite number";
@@ -32,6 +37,9 @@ static inline const char *frt_pn_tire_slack_problem(double v) {
 
 /* TIRE's admission steps between one and K quotas of credit (steps) */
 #define FRT_PN_TIRE_STEPS_DEFAULT 3ull
+/* `tire_steps`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_PN_TIRE_STEPS_MIN 1
+#define FRT_PN_TIRE_STEPS_MAX 16
 /* What `tire_steps` must be when v is out of its range, or NULL. */
 static inline const char *frt_pn_tire_steps_problem(int64_t v) {
     if (v < 1ll) return ">= 1 steps";
@@ -41,6 +49,8 @@ static inline const char *frt_pn_tire_steps_problem(int64_t v) {
 
 /* TIRE's quantum: the interval its quota is granted for (s) */
 #define FRT_PN_QUANTUM_S_DEFAULT 300.0
+/* `quantum_s`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_PN_QUANTUM_S_MAX 1000000000000.0
 /* What `quantum_s` must be when v is out of its range, or NULL. */
 static inline const char *frt_pn_quantum_s_problem(double v) {
     if (!isfinite(v)) return "a finite number";
@@ -51,6 +61,9 @@ static inline const char *frt_pn_quantum_s_problem(double v) {
 
 /* S2LRU*: accesses to promote a cold container, in % of its blocks (%) */
 #define FRT_PN_PROMOTION_PCT_DEFAULT 5.0
+/* `promotion_pct`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_PN_PROMOTION_PCT_MIN 0.0
+#define FRT_PN_PROMOTION_PCT_MAX 100.0
 /* What `promotion_pct` must be when v is out of its range, or NULL. */
 static inline const char *frt_pn_promotion_pct_problem(double v) {
     if (!isfinite(v)) return "a finite number";
@@ -61,6 +74,8 @@ static inline const char *frt_pn_promotion_pct_problem(double v) {
 
 /* the share of blocks and containers sampled for the reuse and lifetime distributions (%) */
 #define FRT_PN_SAMPLE_PCT_DEFAULT 3.0
+/* `sample_pct`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_PN_SAMPLE_PCT_MAX 100.0
 /* What `sample_pct` must be when v is out of its range, or NULL. */
 static inline const char *frt_pn_sample_pct_problem(double v) {
     if (!isfinite(v)) return "a finite number";
@@ -71,6 +86,8 @@ static inline const char *frt_pn_sample_pct_problem(double v) {
 
 /* a container's lifetime: this percentile of the sampled reuse distances (%) */
 #define FRT_PN_LIFETIME_PCT_DEFAULT 99.0
+/* `lifetime_pct`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_PN_LIFETIME_PCT_MAX 100.0
 /* What `lifetime_pct` must be when v is out of its range, or NULL. */
 static inline const char *frt_pn_lifetime_pct_problem(double v) {
     if (!isfinite(v)) return "a finite number";
@@ -82,6 +99,9 @@ static inline const char *frt_pn_lifetime_pct_problem(double v) {
 /* the ghost cache remembers access counts for this many times the cache's blocks (x the
  * cache's blocks) */
 #define FRT_PN_GHOST_FACTOR_DEFAULT 2.0
+/* `ghost_factor`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_PN_GHOST_FACTOR_MIN 0.0
+#define FRT_PN_GHOST_FACTOR_MAX 1000000.0
 /* What `ghost_factor` must be when v is out of its range, or NULL. */
 static inline const char *frt_pn_ghost_factor_problem(double v) {
     if (!isfinite(v)) return "a finite number";
@@ -92,6 +112,9 @@ static inline const char *frt_pn_ghost_factor_problem(double v) {
 
 /* over-provisioning of the per-block policies' FTL (a fraction of the cache) */
 #define FRT_PN_OP_DEFAULT 0.07
+/* `op`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_PN_OP_MIN 0.0
+#define FRT_PN_OP_MAX 1.0
 /* What `op` must be when v is out of its range, or NULL. */
 static inline const char *frt_pn_op_problem(double v) {
     if (!isfinite(v)) return "a finite number";
@@ -104,6 +127,9 @@ static inline const char *frt_pn_op_problem(double v) {
  * size: its read hits never reach flash, writes go through it (the paper's simulator: 5; 0:
  * none) (%) */
 #define FRT_PN_RAM_PCT_DEFAULT 5.0
+/* `ram_pct`'s inclusive bounds (plain literals: a message may quote them). */
+#define FRT_PN_RAM_PCT_MIN 0.0
+#define FRT_PN_RAM_PCT_MAX 100.0
 /* What `ram_pct` must be when v is out of its range, or NULL. */
 static inline const char *frt_pn_ram_pct_problem(double v) {
     if (!isfinite(v)) return "a finite number";

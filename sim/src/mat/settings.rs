@@ -7,6 +7,9 @@
 /// eviction)
 pub const K: f64 = 2.0;
 pub const K_ABI: &str = "flashml_evict_k";
+/// `k`'s inclusive bounds.
+pub const K_MIN: f64 = 1.0;
+pub const K_MAX: f64 = 1024.0;
 
 /// What `k` must be when `v` is out of its range, or None.
 pub fn k_problem(v: f64) -> Option<&'static str> {
@@ -25,6 +28,9 @@ pub fn k_problem(v: f64) -> Option<&'static str> {
 /// L: tail candidates tried before the one predicted farthest goes (candidates)
 pub const MAX_CANDIDATES: u64 = 10;
 pub const MAX_CANDIDATES_ABI: &str = "flashml_evict_max_candidates";
+/// `max_candidates`'s inclusive bounds.
+pub const MAX_CANDIDATES_MIN: i64 = 1;
+pub const MAX_CANDIDATES_MAX: i64 = 1024;
 
 /// What `max_candidates` must be when `v` is out of its range, or None.
 pub fn max_candidates_problem(v: i64) -> Option<&'static str> {
@@ -58,6 +64,9 @@ pub fn delta_problem(v: f64) -> Option<&'static str> {
 /// T0 (0: the number of cached objects at the first eviction) (logical requests)
 pub const INITIAL_THRESHOLD: f64 = 0.0;
 pub const INITIAL_THRESHOLD_ABI: &str = "flashml_evict_initial_threshold";
+/// `initial_threshold`'s inclusive bounds.
+pub const INITIAL_THRESHOLD_MIN: f64 = 0.0;
+pub const INITIAL_THRESHOLD_MAX: f64 = 1000000000000000.0;
 
 /// What `initial_threshold` must be when `v` is out of its range, or None.
 pub fn initial_threshold_problem(v: f64) -> Option<&'static str> {
@@ -77,6 +86,9 @@ pub fn initial_threshold_problem(v: f64) -> Option<&'static str> {
 /// labelled "not back" (at least LRB's first EDC window, 1024) (logical requests)
 pub const MEMORY_WINDOW: u64 = 67108864;
 pub const MEMORY_WINDOW_ABI: &str = "flashml_evict_memory_window";
+/// `memory_window`'s inclusive bounds.
+pub const MEMORY_WINDOW_MIN: i64 = 1024;
+pub const MEMORY_WINDOW_MAX: i64 = 4294967295;
 
 /// What `memory_window` must be when `v` is out of its range, or None.
 pub fn memory_window_problem(v: i64) -> Option<&'static str> {

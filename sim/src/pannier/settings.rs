@@ -6,6 +6,8 @@
 // TIRE's lifespan target: erasures per erase block per day (= drive writes per day for erase-
 // aligned containers; the paper: 5 or 8.3); unset: no TIRE (the job: half of Pannier's own
 // rate without TIRE on each trace and size) (erasures per erase block per day)
+/// `lifespan_epbpd`'s inclusive bounds.
+pub const LIFESPAN_EPBPD_MAX: f64 = 1000000.0;
 
 /// What `lifespan_epbpd` must be when `v` is out of its range, or None.
 pub fn lifespan_epbpd_problem(v: f64) -> Option<&'static str> {
@@ -23,6 +25,9 @@ pub fn lifespan_epbpd_problem(v: f64) -> Option<&'static str> {
 
 /// TIRE's slack K: the credit a quiet interval may save, in quotas (quotas)
 pub const TIRE_SLACK: f64 = 4.0;
+/// `tire_slack`'s inclusive bounds.
+pub const TIRE_SLACK_MIN: f64 = 1.0;
+pub const TIRE_SLACK_MAX: f64 = 1000000.0;
 
 /// What `tire_slack` must be when `v` is out of its range, or None.
 pub fn tire_slack_problem(v: f64) -> Option<&'static str> {
@@ -40,6 +45,9 @@ pub fn tire_slack_problem(v: f64) -> Option<&'static str> {
 
 /// TIRE's admission steps between one and K quotas of credit (steps)
 pub const TIRE_STEPS: u64 = 3;
+/// `tire_steps`'s inclusive bounds.
+pub const TIRE_STEPS_MIN: i64 = 1;
+pub const TIRE_STEPS_MAX: i64 = 16;
 
 /// What `tire_steps` must be when `v` is out of its range, or None.
 pub fn tire_steps_problem(v: i64) -> Option<&'static str> {
@@ -54,6 +62,8 @@ pub fn tire_steps_problem(v: i64) -> Option<&'static str> {
 
 /// TIRE's quantum: the interval its quota is granted for (s)
 pub const QUANTUM_S: f64 = 300.0;
+/// `quantum_s`'s inclusive bounds.
+pub const QUANTUM_S_MAX: f64 = 1000000000000.0;
 
 /// What `quantum_s` must be when `v` is out of its range, or None.
 pub fn quantum_s_problem(v: f64) -> Option<&'static str> {
@@ -71,6 +81,9 @@ pub fn quantum_s_problem(v: f64) -> Option<&'static str> {
 
 /// S2LRU*: accesses to promote a cold container, in % of its blocks (%)
 pub const PROMOTION_PCT: f64 = 5.0;
+/// `promotion_pct`'s inclusive bounds.
+pub const PROMOTION_PCT_MIN: f64 = 0.0;
+pub const PROMOTION_PCT_MAX: f64 = 100.0;
 
 /// What `promotion_pct` must be when `v` is out of its range, or None.
 pub fn promotion_pct_problem(v: f64) -> Option<&'static str> {
@@ -88,6 +101,8 @@ pub fn promotion_pct_problem(v: f64) -> Option<&'static str> {
 
 /// the share of blocks and containers sampled for the reuse and lifetime distributions (%)
 pub const SAMPLE_PCT: f64 = 3.0;
+/// `sample_pct`'s inclusive bounds.
+pub const SAMPLE_PCT_MAX: f64 = 100.0;
 
 /// What `sample_pct` must be when `v` is out of its range, or None.
 pub fn sample_pct_problem(v: f64) -> Option<&'static str> {
@@ -105,6 +120,8 @@ pub fn sample_pct_problem(v: f64) -> Option<&'static str> {
 
 /// a container's lifetime: this percentile of the sampled reuse distances (%)
 pub const LIFETIME_PCT: f64 = 99.0;
+/// `lifetime_pct`'s inclusive bounds.
+pub const LIFETIME_PCT_MAX: f64 = 100.0;
 
 /// What `lifetime_pct` must be when `v` is out of its range, or None.
 pub fn lifetime_pct_problem(v: f64) -> Option<&'static str> {
@@ -123,6 +140,9 @@ pub fn lifetime_pct_problem(v: f64) -> Option<&'static str> {
 /// the ghost cache remembers access counts for this many times the cache's blocks (x the
 /// cache's blocks)
 pub const GHOST_FACTOR: f64 = 2.0;
+/// `ghost_factor`'s inclusive bounds.
+pub const GHOST_FACTOR_MIN: f64 = 0.0;
+pub const GHOST_FACTOR_MAX: f64 = 1000000.0;
 
 /// What `ghost_factor` must be when `v` is out of its range, or None.
 pub fn ghost_factor_problem(v: f64) -> Option<&'static str> {
@@ -140,6 +160,9 @@ pub fn ghost_factor_problem(v: f64) -> Option<&'static str> {
 
 /// over-provisioning of the per-block policies' FTL (a fraction of the cache)
 pub const OP: f64 = 0.07;
+/// `op`'s inclusive bounds.
+pub const OP_MIN: f64 = 0.0;
+pub const OP_MAX: f64 = 1.0;
 
 /// What `op` must be when `v` is out of its range, or None.
 pub fn op_problem(v: f64) -> Option<&'static str> {
@@ -159,6 +182,9 @@ pub fn op_problem(v: f64) -> Option<&'static str> {
 /// size: its read hits never reach flash, writes go through it (the paper's simulator: 5; 0:
 /// none) (%)
 pub const RAM_PCT: f64 = 5.0;
+/// `ram_pct`'s inclusive bounds.
+pub const RAM_PCT_MIN: f64 = 0.0;
+pub const RAM_PCT_MAX: f64 = 100.0;
 
 /// What `ram_pct` must be when `v` is out of its range, or None.
 pub fn ram_pct_problem(v: f64) -> Option<&'static str> {
