@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from flashml import knobs
-from flashml.commands.argtypes import SEED, Number, hours_of_day, positive_int, unit_fraction
+from flashml.commands.argtypes import SEED, Number, hours_of_day, unit_fraction
 from flashml.commands.trace import add_trace_option
 from flashml.config import DEFAULTS, UNITS
 from flashml.errors import UserError
 from flashml.files import atomic_path, check_outputs, dumps, jsonable
 from flashml.settings import OPTIONS
 from flashml.systems.mat.settings import KNOBS as MAT_KNOBS
+from flashml.systems.mlcache.settings import KNOBS as MLCACHE_KNOBS
 from flashml.trace.formats import OBJECT_FORMATS
 
 #: MAT's knobs offered as `--mat-*` options of `sim run` (unset: the policy's, else declared).
@@ -286,9 +287,12 @@ def _bundle_shares(args: argparse.Namespace, trace: Any) -> Any:
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
+    from flashml.features.partition import contract
     from flashml.systems.mlcache.partitioning import compare, page_requests
     from flashml.trace.ingest import load_trace
 
+    if args.steps is None:
+        args.steps = contract().steps
     if "mlcache" in args.policy and (args.shares is None) == (args.bundle is None):
         raise UserError("--policy mlcache needs one of --bundle DIR (a compiled policy with "
                         "the partition capability: flashml mlcache run's compiled/) and "
@@ -498,19 +502,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--streams", default="namespace", metavar="COLUMN",
                    help="the column whose values are the streams: namespace, user, or a "
                    "src_* column of the format such as src_hostname (default namespace)")
-    p.add_argument("--capacity", type=positive_int, required=True, metavar="PAGES",
-                   help="cache capacity in pages")
-    p.add_argument("--interval", type=positive_int, required=True, metavar="N",
-                   help="requests (of those the cache sees) between re-divisions")
+    p.add_argument("--capacity", type=MLCACHE_KNOBS["capacity"].number, required=True,
+                   metavar="PAGES", help="cache capacity in pages")
+    p.add_argument("--interval", type=MLCACHE_KNOBS["interval"].number, required=True,
+                   metavar="N", help="requests (of those the cache sees) between re-divisions")
     p.add_argument("--policy", type=_policy_list, default="all", metavar="NAMES",
                    help="all (shared, even, static_optimal, discrete_optimal; the default) or "
                    "a comma-separated list of those and mlcache")
-    p.add_argument("--steps", type=Number(int, 1, 1000, unit="steps"), default=10, metavar="T",
-                   help="equal steps of the capacity for the optima's search (default 10, the "
-                   "paper's t)")
-    p.add_argument("--page-bytes", type=Number(int, 512, 1 << 30, unit="bytes"), default=8192,
-                   metavar="BYTES",
-                   help="page size (default 8192, the paper's)")
+    p.add_argument("--steps", type=Number(int, 1, 1000, unit="steps"), default=None,
+                   metavar="T", help="equal steps of the capacity for the optima's search "
+                   "(default: the partition contract's, the paper's t)")
+    page = MLCACHE_KNOBS["page_bytes"].default
+    knobs.add_options(p, MLCACHE_KNOBS, ("page_bytes",),
+                      shown={"page_bytes": f"{page}, the paper's"})
     p.add_argument("--writes-only", action="store_true",
                    help="cache writes only; reads go around the cache (the paper's setting)")
     p.add_argument("--objective", choices=("hits", "write_hits"), default="hits",

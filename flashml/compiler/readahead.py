@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from flashml import knobs
 from flashml.errors import UserError
 from flashml.features import readahead as readahead_contract
 from flashml.files import atomic_dir
@@ -38,9 +39,11 @@ READAHEAD_FILE = "readahead.json"
 READAHEAD_PARAMS = "readahead"
 FORMAT = "flashml-readahead/1"
 KINDS = ("mlp", "tree")
-#: Readahead sizes a model may choose, KiB (the kernel's read_ahead_kb accepts more; the
-#: tuner clamps to this range too).
-MIN_KIB, MAX_KIB = 4, 1 << 20
+#: Readahead sizes a model may choose, KiB: KML's declared readahead_kib range
+#: (flashml/systems/kml/settings.toml; the kernel's read_ahead_kb accepts more; the tuner
+#: clamps to this range too).
+_RA = knobs.load("kml")["readahead_kib"]
+MIN_KIB, MAX_KIB = int(_RA.min), int(_RA.max)
 #: A network's layers (hidden ones and the output), at most.
 MAX_LAYERS = 8
 

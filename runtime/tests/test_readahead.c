@@ -238,10 +238,10 @@ static void test_hook_two_streams(const struct frt_readahead_fns *fns) {
     uint64_t want_hinted = 0;
     for (unsigned i = 0; i < 10; i++) {
         double t = 100.0 + 0.05 * i;
-        CHECK(frt_ra_hook_read(h, SEQ, t, fd, 0, B, (uint64_t)i * KIB128, KIB128) == FRT_RA_HOOK_INITIAL_KIB, "seq %u", i);
+        CHECK(frt_ra_hook_read(h, SEQ, t, fd, 0, B, (uint64_t)i * KIB128, KIB128) == FRT_KML_READAHEAD_KIB_DEFAULT, "seq %u", i);
         want_hinted += KIB128;
         uint64_t off = (uint64_t)rnd_pages[i] * 4096;
-        CHECK(frt_ra_hook_read(h, RND, t + 0.01, fd, B, B, off, KIB128) == FRT_RA_HOOK_INITIAL_KIB, "rnd %u", i);
+        CHECK(frt_ra_hook_read(h, RND, t + 0.01, fd, B, B, off, KIB128) == FRT_KML_READAHEAD_KIB_DEFAULT, "rnd %u", i);
         uint64_t room = B - (off + KIB128);
         want_hinted += room < KIB128 ? room : KIB128;
     }
@@ -354,7 +354,7 @@ static void test_hook_table_reuse(const struct frt_readahead_fns *fns) {
     CHECK(frt_ra_hook_stream_kib(h, Y) == 1024, "Y, read all along, kept its state");
     /* X back: a new stream at the initial size (its first read decides nothing) */
     uint64_t w = st->windows;
-    CHECK(frt_ra_hook_read(h, X, 2.5, -1, 0, FRT_BLOCK_BYTES, 0, KIB128) == FRT_RA_HOOK_INITIAL_KIB && st->windows == w &&
+    CHECK(frt_ra_hook_read(h, X, 2.5, -1, 0, FRT_BLOCK_BYTES, 0, KIB128) == FRT_KML_READAHEAD_KIB_DEFAULT && st->windows == w &&
           st->streams == 8003, "X afresh");
     frt_ra_hook_free(h);
 }

@@ -2,7 +2,9 @@
 check them agree on one corpus of values: Python (the CLI and the manifest checks,
 flashml/knobs.py), the generated C checks (runtime/src/mat/mat_settings.h), the
 simulator (sim/src/mat/settings.rs through `MatParams::validate`) and `flashrt mat-replay`'s
-options. The defaults are written in no hand-kept source."""
+options. The defaults are written in no hand-kept source. Every declared system's generated C
+checks and bounds agree with Python's, and MLCache's and KML's declarations reach the code that
+reads them."""
 
 from __future__ import annotations
 
@@ -177,3 +179,104 @@ def test_flashrt_options_refuse_what_python_refuses(tmp_path: Path) -> None:
         else:
             assert p.returncode == 2 and f"{flag}: invalid value '{text}' (must be {want})" \
                 in p.stderr, (name, value, p.stderr)
+
+
+def _edges(k: knobs.Knob) -> list[float]:
+    """Values at and beside each of a numeric knob's bounds, its default, and for a float the
+    non-finite ones."""
+    out: list[float] = [] if k.default is None else [k.default]
+    for b in (k.min, k.max):
+        if b is None:
+            continue
+        if k.kind == "int":
+            out += [int(b) - 1, int(b), int(b) + 1]
+        else:
+            out += [math.nextafter(b, -math.inf), float(b), math.nextafter(b, math.inf)]
+    if k.kind == "float":
+        out += [math.nan, math.inf, -math.inf]
+    return out
+
+
+@pytest.mark.parametrize("system", knobs.declared_systems())
+def test_every_systems_generated_c_checks_say_what_python_says(system: str,
+                                                               tmp_path: Path) -> None:
+    """Each declared system's numeric knobs: the generated C checks (`<prefix>_<knob>_problem`)
+    and its inclusive bounds (`_MIN`, `_MAX`) agree with Python's at and beside every bound."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    ks = knobs.load(system)
+    pre = ks.generate["c_prefix"]
+    header = Path(ks.generate["c"]).relative_to("runtime/src")
+    numeric = [k for k in ks if k.kind in ("float", "int")]
+    calls = "\n".join(
+        f'        {"else " if i else ""}if (!strcmp(n, "{k.name}")) why = '
+        f'{pre.lower()}_{k.name}_problem('
+        f'{"v" if k.kind == "float" else "(int64_t)v"});' for i, k in enumerate(numeric))
+    bounds = "\n".join(
+        f'    printf("%.17g\\n", (double){pre}_{k.name.upper()}_{label});'
+        for k in numeric for label, b in (("MIN", k.min), ("MAX", k.max))
+        if b is not None and not (k.min_open if label == "MIN" else k.max_open))
+    src, exe = tmp_path / "k.c", tmp_path / "k"
+    src.write_text(f"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "{header}"
+int main(int argc, char **argv) {{
+{bounds}
+    for (int i = 1; i + 1 < argc; i += 2) {{
+        const char *n = argv[i], *why = NULL;
+        double v = strtod(argv[i + 1], NULL);
+{calls}
+        else return 2;
+        printf("%s\\n", why ? why : "ok");
+    }}
+    return 0;
+}}
+""")
+    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'runtime/src'}",
+                    str(src), "-o", str(exe), "-lm"], check=True)
+    corpus = [(k, v) for k in numeric for v in _edges(k)]
+    got = subprocess.run([str(exe), *(x for k, v in corpus for x in (k.name, repr(float(v))))],
+                         check=True, capture_output=True, text=True).stdout.splitlines()
+    want_bounds = [float(b) for k in numeric for b, is_open in ((k.min, k.min_open),
+                                                                (k.max, k.max_open))
+                   if b is not None and not is_open]
+    assert [float(x) for x in got[:len(want_bounds)]] == want_bounds
+    assert got[len(want_bounds):] == [k.problem(v) or "ok" for k, v in corpus]
+
+
+def test_mlcache_and_kml_read_their_declarations() -> None:
+    """MLCache's and KML's settings.toml reach the Python that uses them and the simulator's
+    defaults: a twin run with the declared device given explicitly is the default run, and
+    the partitioned cache refuses what the declaration refuses, in its words."""
+    import numpy as np
+
+    import flashml_sim
+    from flashml.compiler import readahead as compiled
+    from flashml.systems.kml import experiment, twin
+    from flashml.systems.kml.settings import KNOBS as KML
+    from flashml.systems.kml.settings import LINUX_KIB, KmlSettings
+    from flashml.systems.mlcache import flash_partition, multistream
+    from flashml.systems.mlcache.settings import KNOBS as MLC
+
+    ra = KML["readahead_kib"]
+    assert (compiled.MIN_KIB, compiled.MAX_KIB, LINUX_KIB) == (ra.min, ra.max, ra.default)
+    s, d = KmlSettings(), experiment.TwinDevice()
+    assert (s.read_iops, s.read_mbps, s.twin_cache_pages) == (
+        KML["read_iops"].default, KML["read_mbps"].default, KML["twin_cache_pages"].default)
+    assert (d.riops, d.rbps, d.cache_pages, d.default_kib) == (
+        s.read_iops, s.read_mbps * (1 << 20), s.twin_cache_pages, ra.default)
+    assert twin.CACHE_PAGES == s.twin_cache_pages
+    trace = twin.workload_trace("readseq", requests=3000, seed=1)
+    assert twin.evaluate(trace, 64)["clock_s"] == twin.evaluate(
+        trace, 64, riops=d.riops, rbps=d.rbps)["clock_s"]
+
+    assert multistream.PAGE_BYTES == MLC["page_bytes"].default
+    assert flash_partition.PARTITION_INTERVAL.default == MLC["partition_interval"].default
+    keys, streams = np.arange(4, dtype=np.uint64), np.zeros(4, np.uint32)
+    for name, args in (("capacity", (0, 2)), ("interval", (2, 0))):
+        want = f"{name} must be {MLC[name].problem(0)}, got 0"
+        with pytest.raises(ValueError, match=re.escape(want)):
+            flashml_sim.partition_curves(keys, streams, np.ones(4, bool), 1, *args)

@@ -29,6 +29,7 @@ from typing import Any
 
 from flashml.errors import UserError
 from flashml.systems.kml import testbed as tb_mod
+from flashml.systems.kml.settings import KNOBS, KmlSettings
 
 REPO = Path(__file__).resolve().parents[3]
 #: Every workload the experiment runs: the paper's four (trained on), then the held-out two.
@@ -211,15 +212,15 @@ def _kib_at(steps: list[dict[str, Any]], started: float, t: float, default: int)
 class TwinDevice:
     """The offline twin's shape (flashml/systems/kml/twin.py): generated db_bench-like traces of
     `requests` requests, a page cache of `cache_pages` pages, a device of `riops` IOs/s and
-    `rbps` bytes/s (the real testbed's throttle by default); the device's default readahead
-    is Linux's for a disk, 128 KiB."""
+    `rbps` bytes/s (by default the job's: the real testbed's throttle, settings.toml's); the
+    device's default readahead is Linux's for a disk (settings.toml's readahead_kib)."""
 
-    requests: int = 400_000
-    cache_pages: int = 32_768
-    riops: float = 2000.0
-    rbps: float = float(64 << 20)
+    requests: int = KmlSettings.twin_requests
+    cache_pages: int = KNOBS["twin_cache_pages"].default
+    riops: float = float(KNOBS["read_iops"].default)
+    rbps: float = KNOBS["read_mbps"].default * (1 << 20)
     seed: int = 0
-    default_kib: int = 128
+    default_kib: int = KNOBS["readahead_kib"].default
 
 
 class TwinRunner:

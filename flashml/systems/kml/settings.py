@@ -1,6 +1,8 @@
 """`flashml kml run`'s settings: the modes, the networks, the policies and workloads judged,
-the sizes swept, and `KmlSettings` with its option table (`OPTIONS`, the command's options:
-`add_cli`)."""
+the sizes swept, and `KmlSettings` with its option table (`OPTIONS`; the command's options,
+with the knobs': `add_cli`). The settings the simulator and the C runtime read too (the
+readahead's range and default, the twin's device and page cache) are declared once in
+settings.toml beside this file (`KNOBS`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from flashml import knobs
 from flashml.errors import UserError
 from flashml.settings import (
     MAX_SEED,
@@ -20,14 +23,19 @@ from flashml.settings import (
     size_text,
 )
 
+#: KML's settings as settings.toml declares them (the simulator's and the runtime's too).
+KNOBS = knobs.load("kml")
+_K = KNOBS.defaults()
+
 MODES = ("auto", "real", "twin")
 
 #: The networks (flashml/systems/kml/model.py NETWORKS): KML's own and ours.
 NETWORKS = ("paper", "mlp16")
 
-#: Linux's default readahead for a disk (the kernel's VM_READAHEAD_PAGES, 128 KiB): the
-#: baseline a user meets on a real SSD; a loop device's own default is larger (2,560 KiB).
-LINUX_KIB = 128
+#: Linux's default readahead for a disk (the kernel's VM_READAHEAD_PAGES; settings.toml's
+#: readahead_kib): the baseline a user meets on a real SSD; a loop device's own default is
+#: larger (2,560 KiB).
+LINUX_KIB: int = _K["readahead_kib"]
 
 #: The fixed baselines (measured in the sweep): the device's own readahead, Linux's 128 KiB,
 #: the best fixed size of the sweep.
@@ -43,6 +51,7 @@ TRAIN_WORKLOADS = ("readrandom", "readseq", "readreverse", "readrandomwriterando
 
 HELD_OUT = ("updaterandom", "mixgraph")
 
+#: Readahead sizes swept (KiB): 8 KiB .. 1 MiB, powers of two.
 SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
 
 
@@ -67,8 +76,8 @@ class KmlSettings:
     num: int = 4_000_000
     memory_mib: int = 128
     #: the blkio throttle of the device's reads; 0 and 0: none (the machine's own disk)
-    read_iops: int = 2000
-    read_mbps: float = 64.0
+    read_iops: int = _K["read_iops"]
+    read_mbps: float = _K["read_mbps"]
     #: seconds per db_bench run, at most, in the sweep and in the evaluation alike (the fixed
     #: sizes' runs of the sweep are the baselines the tuners are judged against)
     duration_s: int = 6
@@ -86,7 +95,7 @@ class KmlSettings:
     max_windows: int = 2000
     #: the twin: requests per generated workload trace, page-cache pages
     twin_requests: int = 400_000
-    twin_cache_pages: int = 32_768
+    twin_cache_pages: int = _K["twin_cache_pages"]
     seed: int = 0
     workdir: Path | None = None
     #: a block trace the twin also judges the tuner on (twin mode)
@@ -101,7 +110,8 @@ class KmlSettings:
     def from_cli(cls, args: argparse.Namespace) -> KmlSettings:
         from flashml.simulation import parse_capacity
 
-        v = option_values(OPTIONS, args)
+        v = option_values(OPTIONS, args) | {
+            k: getattr(args, k, _K[k]) for k in ("read_iops", "read_mbps", "twin_cache_pages")}
         trace = getattr(args, "trace", None)
         mode = v["mode"]
         if trace is not None:
@@ -121,9 +131,10 @@ class KmlSettings:
         except ValueError:
             raise UserError(f"--sizes: comma-separated KiB like 8,64,512, got {v['sizes']!r}"
                             ) from None
-        if len(sizes) < 2 or not all(4 <= k <= 1 << 20 for k in sizes):
-            raise UserError(f"--sizes: at least two sizes in 4..1048576 KiB, got "
-                            f"{v['sizes']!r}")
+        ra = KNOBS["readahead_kib"]
+        if len(sizes) < 2 or any(ra.problem(k) for k in sizes):
+            raise UserError(f"--sizes: at least two sizes in {int(ra.min)}..{int(ra.max)} "
+                            f"KiB, got {v['sizes']!r}")
         if (v["read_iops"] == 0) != (v["read_mbps"] == 0):
             raise UserError("--read-iops and --read-mbps: both 0 (no throttle) or both above "
                             f"0, got {v['read_iops']} IOs/s and {v['read_mbps']} MiB/s")
@@ -161,11 +172,6 @@ OPTIONS = option_table(
            "keys in the database (400 B values)"),
     Option("memory_mib", "--memory-mib", Number(int, 16, 1 << 20, unit="MiB"), _D.memory_mib,
            "db_bench's memory cgroup (its page cache), MiB"),
-    Option("read_iops", "--read-iops", Number(int, 0, 10**7, unit="IOs/s"), _D.read_iops,
-           "the device's read IOs/s (blkio throttle; 0 with --read-mbps 0: no throttle)"),
-    Option("read_mbps", "--read-mbps", Number(float, 0.0, 1e6, unit="MiB/s"), _D.read_mbps,
-           "the device's read bandwidth, MiB/s (blkio throttle; 0 with --read-iops 0: no "
-           "throttle)"),
     Option("duration", "--duration", Number(int, 1, 86_400, unit="s"), _D.duration_s,
            "seconds per db_bench run, at most (sweep and evaluation alike)"),
     Option("reads", "--reads", Number(int, 100, 10**10, unit="operations"), _D.reads,
@@ -188,8 +194,6 @@ OPTIONS = option_table(
            _D.max_windows, "training windows per workload, at most (a random sample)"),
     Option("twin_requests", "--twin-requests", Number(int, 10_000, 10**9, unit="requests"),
            _D.twin_requests, "twin: requests per generated workload"),
-    Option("twin_cache_pages", "--twin-cache-pages", Number(int, 16, 1 << 30, unit="pages"),
-           _D.twin_cache_pages, "twin: page-cache pages (4 KiB)"),
     Option("seed", "--seed", Number(int, 0, MAX_SEED), _D.seed,
            "seed of the models, the training-window sample and the twin's traces"),
 )
@@ -198,4 +202,10 @@ OPTIONS = option_table(
 def add_cli(p: argparse.ArgumentParser) -> None:
     p.epilog = ("examples:\n  sudo flashml kml run --device-size 4GiB -o runs/kml\n"
                 "  flashml kml run --mode twin -o runs/kml-twin")
-    add_options(p, options=OPTIONS)
+    add_options(p, "mode", "backend", "device_size", "device_dir", "num", "memory_mib",
+                options=OPTIONS)
+    knobs.add_options(p, KNOBS, ("read_iops", "read_mbps"))
+    add_options(p, "duration", "reads", "repeats", "sizes", "network", "hidden", "depth",
+                "folds", "max_windows", "twin_requests", options=OPTIONS)
+    knobs.add_options(p, KNOBS, ("twin_cache_pages",))
+    add_options(p, "seed", options=OPTIONS)

@@ -28,6 +28,7 @@ from flashml.device.host import io_cgroup as _io_cgroup
 from flashml.device.host import memory_cgroup as _memory_cgroup
 from flashml.device.host import run as _run
 from flashml.errors import UserError
+from flashml.systems.kml.settings import KNOBS, SIZES
 
 #: The paper's workloads (KML Table 2): db_bench benchmarks run on an existing database.
 WORKLOADS = ("readrandom", "readseq", "readreverse", "readrandomwriterandom")
@@ -50,8 +51,8 @@ DB_BENCH_FLAGS = ("--mmap_read=1", "--advise_random_on_open=false")
 #: allows 8. zram serves an IO in the reading thread itself, so the device is the throttle.
 BACKENDS = ("loop", "zram")
 _ZRAM_CONTROL = Path("/sys/class/zram-control")
-#: Readahead sizes swept (KiB): 8 KiB .. 1 MiB, powers of two.
-READAHEAD_KIB = (8, 16, 32, 64, 128, 256, 512, 1024)
+#: Readahead sizes swept (KiB): the job's (settings.SIZES).
+READAHEAD_KIB = SIZES
 _LINE = re.compile(r"^(?P<name>\w+)\s*:\s*(?P<us>[0-9.]+) micros/op (?P<ops>[0-9]+) ops/sec")
 
 
@@ -195,8 +196,9 @@ class Testbed:
         return int(self.sysfs.read_text().strip())
 
     def set_readahead(self, kib: int) -> None:
-        if not 0 <= kib <= 1 << 20:
-            raise UserError(f"readahead {kib} KiB: expected 0..1048576")
+        top = int(KNOBS["readahead_kib"].max)
+        if not 0 <= kib <= top:
+            raise UserError(f"readahead {kib} KiB: expected 0..{top}")
         self.sysfs.write_text(f"{kib}\n")
         got = self.readahead_kib()
         if got != kib:

@@ -23,20 +23,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from flashml.features.readahead import contract
+from flashml.systems.kml.settings import KNOBS, LINUX_KIB, SIZES
+
 #: The generated workloads: KML's four training workloads, updaterandom and mixgraph.
 WORKLOADS = ("readrandom", "readseq", "readreverse", "readrandomwriterandom", "updaterandom",
              "mixgraph")
 #: Readahead sizes of the sweep (KiB), as the testbed's.
-READAHEAD_KIB = (8, 16, 32, 64, 128, 256, 512, 1024)
+READAHEAD_KIB = SIZES
 #: db_bench's default value size (bytes).
 VALUE_BYTES = 400
-#: The testbed's memory cgroup (128 MiB) in 4 KiB pages.
-CACHE_PAGES = 32768
+#: The testbed's memory cgroup in pages (settings.toml's twin_cache_pages).
+CACHE_PAGES: int = KNOBS["twin_cache_pages"].default
 #: Keyword arguments `evaluate` passes to the device model.
 DEVICE_KEYS = ("riops", "rbps", "cpu_us", "page_bytes", "window_ms")
 TRACE_KEYS = ("files", "pages", "npages", "writes")
 
-_PAGE = 4096
+_PAGE = contract().page_bytes
 _WRITE_FRACTION = 0.1     # readrandomwriterandom
 _SCAN_FRACTION = 0.05     # mixgraph: share of requests that are short forward scans
 _SKEW = 4.0               # mixgraph: rank = N * u**_SKEW (10% of the pages get ~56% of reads)
@@ -133,7 +136,7 @@ def _kib(value: Any, what: str) -> int:
 
 
 def evaluate(trace: dict[str, Any], policy: int | Callable[[list[float]], float], *,
-             cache_pages: int = CACHE_PAGES, initial_kib: int = 128,
+             cache_pages: int = CACHE_PAGES, initial_kib: int = LINUX_KIB,
              **device: Any) -> dict[str, Any]:
     """Replay `trace` window by window. `policy` is a fixed readahead (KiB) or a callable
     from the window's five features (contract order) to the next window's readahead (KiB);

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from flashml.config import PUT_OPS
+from flashml.systems.mlcache.settings import KNOBS
 
 #: The policies `compare_flash` knows; `mlcache` needs a bundle.
 FLASH_POLICIES = ("shared", "even", "static_optimal", "discrete_optimal", "previous_optimal",
@@ -57,6 +58,9 @@ FLASH_POLICIES = ("shared", "even", "static_optimal", "discrete_optimal", "previ
 BISECT_STEPS = 14
 #: The write rate counts as the target's when within this fraction of it.
 WRITE_RATE_TOLERANCE = 0.01
+#: Page requests per interval unless given (settings.toml's partition_interval, also
+#: `flashrt replay --partition bundle`'s).
+PARTITION_INTERVAL = KNOBS["partition_interval"]
 
 
 @dataclass(frozen=True)
@@ -81,8 +85,8 @@ class MonitorView:
         """The access index where each interval of `interval` page requests starts: 0 for
         the first, then the access of page request j * interval (ascending; equal bounds
         when one access holds a whole interval)."""
-        if interval < 1:
-            raise ValueError(f"interval must be >= 1 page request, got {interval}")
+        if (why := PARTITION_INTERVAL.problem(interval)) is not None:
+            raise ValueError(f"interval must be {why}, got {interval}")
         starts = np.arange(0, len(self.rows), interval)
         b = self.rows[starts].astype(np.int64)
         b[0] = 0
@@ -234,7 +238,8 @@ def same_write_rate(run: Any, target_mbps: float, *, steps: int = BISECT_STEPS,
 
 
 def compare_flash(table: Any, config: Any, policies: tuple[str, ...] = FLASH_POLICIES, *,
-                  stream_column: str = "namespace", interval: int = 1000, bundle: Any = None,
+                  stream_column: str = "namespace",
+                  interval: int = PARTITION_INTERVAL.default, bundle: Any = None,
                   target_write_mbps: float | None = None,
                   view: MonitorView | None = None) -> dict[str, Any]:
     """Every policy of `policies` on the flash cache of `config` over `table` (module doc):

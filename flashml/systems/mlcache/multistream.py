@@ -28,12 +28,13 @@ import polars as pl
 
 from flashml.config import OP_CODES
 from flashml.errors import UserError
+from flashml.systems.mlcache.settings import KNOBS
 from flashml.trace.canonical import TraceMeta, write_table
 from flashml.trace.limits import MAX_PHASES, MAX_SCALE, MAX_STREAMS
 
 STREAM_KINDS = ("loop", "zipf", "scan", "shift", "hotset")
-#: The paper's page size (other-seeds-notes §2.1: 8192 B pages).
-PAGE_BYTES = 8192
+#: The paper's page size (other-seeds-notes §2.1: 8 KiB pages), settings.toml's page_bytes.
+PAGE_BYTES: int = KNOBS["page_bytes"].default
 
 
 

@@ -1,5 +1,8 @@
 """`flashml mlcache run`'s settings: the policies, the defaults and `MlcacheSettings`
-with its option table (`OPTIONS`, the command's options: `add_cli`)."""
+with its option table (`OPTIONS`; the command's options, with the knobs': `add_cli`). The
+settings the simulator and the C runtime read too (the cache's pages, its interval, the page
+size, the flash engine's interval) are declared once in settings.toml beside this file
+(`KNOBS`)."""
 
 from __future__ import annotations
 
@@ -8,10 +11,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from flashml import knobs
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
-from flashml.settings import MAX_SEED, Number, Option, add_options, option_table, option_values
+from flashml.settings import (
+    MAX_SEED,
+    Number,
+    Option,
+    add_options,
+    option_table,
+    option_values,
+    size_text,
+)
 from flashml.settings import OPTIONS as RUN_OPTIONS
+
+#: MLCache's settings as settings.toml declares them (the simulator's and the runtime's too).
+KNOBS = knobs.load("mlcache")
 
 #: The paper's cache sizes (pages) for 2, 4 and 8 streams (Fig. 8a, §4.1).
 PAPER_CAPACITY = {2: 220, 4: 260, 8: 680}
@@ -120,7 +135,8 @@ class MlcacheSettings:
     def from_cli(cls, args: argparse.Namespace) -> MlcacheSettings:
         from flashml.features.partition import contract
 
-        v = option_values(OPTIONS, args)
+        v = option_values(OPTIONS, args) | {
+            k: getattr(args, k, None) for k in ("capacity", "interval", "page_bytes")}
         top = contract().max_streams
         if v["streams"] is not None and not 2 <= v["streams"] <= top:
             raise UserError(f"--streams must be in 2..{top} (the partition contract's slots), "
@@ -202,21 +218,10 @@ OPTIONS = option_table(
            "own count)"),
     Option("stream_column", "--stream-column", str, _D.stream_column,
            "with --trace: the canonical column whose values are the streams"),
-    Option("page_bytes", "--page-bytes", Number(int, 512, 1 << 30, unit="bytes"),
-           _D.page_bytes, "with --trace: split each access into pages of this size (default: "
-           "one page per access)"),
-    Option("capacity", "--capacity", Number(int, 1, unit="pages"), _D.capacity,
-           "cache pages (default: --bundle's, else the paper's 220/260/680 for 2/4/8 streams, "
-           "else 65 per stream); with --flash: the flash cache's segments at trace scale, "
-           "which the network's pages equal. Or --cache-size", metavar="PAGES"),
     Option("cache_size", "--cache-size", str, _D.cache_size, "cache size in bytes with a unit "
-           "(128MiB, 1GB, 8388608): pages of --page-bytes (else the trace's block size; 8 KiB "
-           "for generated mixes), or with --flash segments at trace scale. Or --capacity",
-           metavar="SIZE"),
-    Option("interval", "--interval", Number(int, 1, unit="requests"), _D.interval,
-           f"requests the cache sees per interval (the partition is re-divided after each; "
-           f"default {INTERVAL_PER_PAGE} x the cache's pages, at most half the judged trace). "
-           "Or --interval-s"),
+           "(128MiB, 1GB, 8388608): pages of --page-bytes (else the trace's block size; "
+           f"{size_text(KNOBS['page_bytes'].default)} for generated mixes), or with --flash "
+           "segments at trace scale. Or --capacity", metavar="SIZE"),
     Option("interval_s", "--interval-s", Number(float, 0.0, 1e9, low_open=True, unit="s"),
            _D.interval_s, "seconds of trace per interval: S times the judged trace's mean "
            "rate of requests the cache sees, rounded (the runtime counts requests). Or "
@@ -269,4 +274,19 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                 "src_hostname --page-bytes 8192 --bundle runs/mlc4/compiled\n"
                 "  flashml mlcache run --trace region1.trace --stream-column namespace "
                 "--flash --capacity 1000")
-    add_options(p, options=OPTIONS)
+    add_options(p, "policy", "bundle", "streams", "stream_column", options=OPTIONS)
+    knobs.add_options(p, KNOBS, ("page_bytes",), defaults={"page_bytes": None},
+                      shown={"page_bytes": "one page per access of a trace, "
+                             f"{KNOBS['page_bytes'].default} for generated mixes"})
+    paper = (f"{'/'.join(map(str, PAPER_CAPACITY.values()))} for "
+             f"{'/'.join(map(str, PAPER_CAPACITY))} streams")
+    knobs.add_options(p, KNOBS, ("capacity",), defaults={"capacity": None}, shown={
+        "capacity": f"--bundle's, else the paper's {paper}, else 65 per stream; or "
+                    "--cache-size"})
+    add_options(p, "cache_size", options=OPTIONS)
+    knobs.add_options(p, KNOBS, ("interval",), defaults={"interval": None}, shown={
+        "interval": f"{INTERVAL_PER_PAGE} x the cache's pages, at most half the judged trace; "
+                    "or --interval-s"})
+    add_options(p, "interval_s", "requests", "train_mixes", "test_mixes", "label",
+                "permutations", "hidden", "folds", "max_iter", "reads_and_writes", "seed",
+                "flash", "flash_write_fraction", "cache_gb", "warmup_s", options=OPTIONS)

@@ -13,99 +13,101 @@
 #include "policies/policy_internal.h"
 #include "kml/ra_hook.h"
 #include "kml/readahead.h"
+#include "mlcache/mlcache_settings.h"
 
-static const char *REPLAY_HELP =
-    "usage: flashrt replay [--policy DIR] [--admission NAME] [--eviction NAME] [--budget NAME]\n"
-    "                      [--placement NAME] [--partition NAME]\n"
-    "                      --trace FILE --flash PATH --flash-bytes N --backing PATH [options]\n"
-    "\n"
-    "Replays the trace through the cache: GETs are served from flash or the backing device and\n"
-    "every returned byte is checked against the deterministic content; PUTs are charged DT.\n"
-    "Prints the simulator's metric keys plus integrity_errors, device_errors, decision_ns_p50\n"
-    "(features + admission + prefetch decision on a miss; its parts features_ns_p50 and\n"
-    "policy_ns_p50), hit_path_us_p50, miss_path_us_p50 and more. Exit 0\n"
-    "when every byte was correct, 3 when some were not, 1 on bad input or a device failure.\n"
-    "\n"
-    "The cache's policy slots, each filled by one policy (names as `flashml sim run`'s):\n"
-    "  --admission NAME       bundle (default: the --policy bundle's admission + prefetch\n"
-    "                         capabilities), admitall, rejectx (the artifact's: keyed by (block,\n"
-    "                         segment), asked per missed segment), rejectx_block (keyed by\n"
-    "                         block, asked once per miss), coinflip\n"
-    "  --eviction NAME        lru (default) or fifo over regions; mat: MAT's Algorithm 1 over\n"
-    "                         the block LRU tail, asking the eviction capability of\n"
-    "                         --eviction-bundle or else --policy (the region of the condemned\n"
-    "                         block's lowest segment goes); mru (the worked example: the most\n"
-    "                         recently used region goes)\n"
-    "  --eviction-bundle DIR  the bundle whose eviction capability --eviction mat asks\n"
-    "  --placement NAME       single (default: one open region) or packing (Pannier's hot/cold\n"
-    "                         packing: a hot and a cold open region; a missed block goes hot when\n"
-    "                         the ghost sketch counted it more often than the median block placed)\n"
-    "  --partition NAME       shared (default: no partition), even (the simulator's: each\n"
-    "                         namespace of the trace the same share of the regions) or static\n"
-    "                         (--partition-shares A,B,...: one per namespace, ascending); a\n"
-    "                         namespace's misses fill its own regions and, at its quota, evict its\n"
-    "                         own (with lru, fifo or mru); bundle: MLCache, the\n"
-    "                         --partition-bundle's flashml_partition over the monitor's features\n"
-    "                         every --partition-interval N page requests (GETs' segments; default\n"
-    "                         1000); the simulator's static_optimal, discrete_optimal and\n"
-    "                         previous_optimal are refused (mlcache is bundle here)\n"
-    "  --budget NAME          none (default), bucket (the write-rate token bucket: --write-rate-mbps,\n"
-    "                         --write-burst-s, --rate-clock; a write rate alone means bucket),\n"
-    "                         tire (Pannier's TIRE over the regions' erasures: --tire-*)\n"
-    "\n"
-    "options:\n"
-    "  --policy DIR           policy bundle: DIR/policy.so + DIR/manifest.json (checked: sha256,\n"
-    "                         ABI version, contract hash); builtin:NAME is --admission NAME\n"
-    "  --fallback MODE        none (default): refuse a bad policy; rejectx: serve with RejectX\n"
-    "  --rejectx-x X          rejectx, rejectx_block: admit a key seen X times before (default 1)\n"
-    "  --rejectx-factor F     rejectx, rejectx_block: a history of F x capacity-in-segments keys\n"
-    "                         (default 2)\n"
-    "  --coinflip-p P         coinflip: admit probability in [0, 1] (default 0.5)\n"
-    "  --coinflip-seed N      coinflip: hash seed (default 0)\n"
-    "  --partition-shares A,B,...  static: a share >= 0 per namespace of the trace, ascending\n"
-    "  --partition-bundle DIR bundle: a bundle with the partition capability (flashml mlcache run)\n"
-    "  --partition-interval N bundle: page requests (GETs' segments) per interval (default 1000)\n"
-    "  --trace FILE           Tectonic text trace\n"
-    "  --flash PATH           flash file (a missing file is created; locked while flashrt runs)\n"
-    "  --allow-block-device   let --flash be a block device (its contents are overwritten)\n"
-    "  --flash-bytes N        bytes of flash to use (256MiB, 1GB; docs: Sizes); 0 = all\n"
-    "  --backing PATH         backing device or file written by prepare-backing\n"
-    "  --map FILE             backing map (default PATH.map)\n"
-    "  --region-bytes N       flash region size (default 1MiB; a multiple of 128 KiB)\n"
-    "  --direct auto|on|off   O_DIRECT on flash and backing (default auto: when supported)\n"
-    "  --sample-ratio X       percent of a full node in the trace (default: the trace's flashml\n"
-    "                         comment, else 100)\n"
-    "  --write-rate-mbps X    bucket: write-rate limit at full-node scale, MB/s\n"
-    "  --write-burst-s X      bucket: depth in seconds of the rate (default 60)\n"
-    "  --rate-clock trace|wall  bucket: its clock (default trace time)\n"
-    "  --lifespan-epbpd N     tire: erasures allowed per region per day (required)\n"
-    "  --tire-slack K         tire: the ladder's top, K x the quantum's allowance (default 4)\n"
-    "  --tire-steps N         tire: the ladder's steps, 1..16 (default 3)\n"
-    "  --tire-quantum-s X     tire: the quantum of trace time, seconds (default 300)\n"
-    "  --warmup-s X           DT warm-up excluded from the series (default 86400)\n"
-    "  --window-s X           DT window (default 600)\n"
-    "  --disks N              disks per node (default 36)\n"
-    "  --tracker-width-log2 N count-min sketch width (default 14)\n"
-    "  --tracker-depth N      count-min sketch rows (default 4)\n"
-    "  --measure-raw          on hits, also time a raw read of the same flash bytes\n"
-    "  --no-policy-prefetch   do not call the policy's prefetch hint (when a GET arrives and\n"
-    "                         between accesses)\n"
-    "  --fail-read-every N    fault injection: every Nth flash read fails (also env\n"
-    "                         FLASHRT_FAULT_FLASH_READ_EVERY)\n"
-    "  --fail-write-every N   fault injection: every Nth flash write fails (also env\n"
-    "                         FLASHRT_FAULT_FLASH_WRITE_EVERY)\n"
-    "  --limit N              stop after N accesses\n"
-    "  --recover              start from what the flash holds (after a crash: kill -9) instead\n"
-    "                         of cold: the regions' headers and PATH.journal (the flash file's\n"
-    "                         layout must be the one it was written with); never a stale byte\n"
-    "  --sync                 fdatasync each region header and journal record (power loss)\n"
-    "  --readahead-bundle DIR KML's readahead model (capability \"readahead\") on the backing\n"
-    "                         reads: per stream (the block) every window of trace time its\n"
-    "                         flashml_readahead_kib sizes a posix_fadvise(WILLNEED) of the\n"
-    "                         block's next bytes after each backing read (no hint under\n"
-    "                         O_DIRECT); stats under \"readahead\"\n"
-    "  --readahead-window-ms N  its window (default: the bundle's flashml_readahead_window_ms)\n"
-    "  --json                 one JSON object instead of a table\n";
+/* a format: the partition interval's default (mlcache_settings.h) fills both its %llu */
+#define REPLAY_HELP \
+    "usage: flashrt replay [--policy DIR] [--admission NAME] [--eviction NAME] [--budget NAME]\n" \
+    "                      [--placement NAME] [--partition NAME]\n" \
+    "                      --trace FILE --flash PATH --flash-bytes N --backing PATH [options]\n" \
+    "\n" \
+    "Replays the trace through the cache: GETs are served from flash or the backing device and\n" \
+    "every returned byte is checked against the deterministic content; PUTs are charged DT.\n" \
+    "Prints the simulator's metric keys plus integrity_errors, device_errors, decision_ns_p50\n" \
+    "(features + admission + prefetch decision on a miss; its parts features_ns_p50 and\n" \
+    "policy_ns_p50), hit_path_us_p50, miss_path_us_p50 and more. Exit 0\n" \
+    "when every byte was correct, 3 when some were not, 1 on bad input or a device failure.\n" \
+    "\n" \
+    "The cache's policy slots, each filled by one policy (names as `flashml sim run`'s):\n" \
+    "  --admission NAME       bundle (default: the --policy bundle's admission + prefetch\n" \
+    "                         capabilities), admitall, rejectx (the artifact's: keyed by (block,\n" \
+    "                         segment), asked per missed segment), rejectx_block (keyed by\n" \
+    "                         block, asked once per miss), coinflip\n" \
+    "  --eviction NAME        lru (default) or fifo over regions; mat: MAT's Algorithm 1 over\n" \
+    "                         the block LRU tail, asking the eviction capability of\n" \
+    "                         --eviction-bundle or else --policy (the region of the condemned\n" \
+    "                         block's lowest segment goes); mru (the worked example: the most\n" \
+    "                         recently used region goes)\n" \
+    "  --eviction-bundle DIR  the bundle whose eviction capability --eviction mat asks\n" \
+    "  --placement NAME       single (default: one open region) or packing (Pannier's hot/cold\n" \
+    "                         packing: a hot and a cold open region; a missed block goes hot when\n" \
+    "                         the ghost sketch counted it more often than the median block placed)\n" \
+    "  --partition NAME       shared (default: no partition), even (the simulator's: each\n" \
+    "                         namespace of the trace the same share of the regions) or static\n" \
+    "                         (--partition-shares A,B,...: one per namespace, ascending); a\n" \
+    "                         namespace's misses fill its own regions and, at its quota, evict its\n" \
+    "                         own (with lru, fifo or mru); bundle: MLCache, the\n" \
+    "                         --partition-bundle's flashml_partition over the monitor's features\n" \
+    "                         every --partition-interval N page requests (GETs' segments; default\n" \
+    "                         %llu); the simulator's static_optimal, discrete_optimal and\n" \
+    "                         previous_optimal are refused (mlcache is bundle here)\n" \
+    "  --budget NAME          none (default), bucket (the write-rate token bucket: --write-rate-mbps,\n" \
+    "                         --write-burst-s, --rate-clock; a write rate alone means bucket),\n" \
+    "                         tire (Pannier's TIRE over the regions' erasures: --tire-*)\n" \
+    "\n" \
+    "options:\n" \
+    "  --policy DIR           policy bundle: DIR/policy.so + DIR/manifest.json (checked: sha256,\n" \
+    "                         ABI version, contract hash); builtin:NAME is --admission NAME\n" \
+    "  --fallback MODE        none (default): refuse a bad policy; rejectx: serve with RejectX\n" \
+    "  --rejectx-x X          rejectx, rejectx_block: admit a key seen X times before (default 1)\n" \
+    "  --rejectx-factor F     rejectx, rejectx_block: a history of F x capacity-in-segments keys\n" \
+    "                         (default 2)\n" \
+    "  --coinflip-p P         coinflip: admit probability in [0, 1] (default 0.5)\n" \
+    "  --coinflip-seed N      coinflip: hash seed (default 0)\n" \
+    "  --partition-shares A,B,...  static: a share >= 0 per namespace of the trace, ascending\n" \
+    "  --partition-bundle DIR bundle: a bundle with the partition capability (flashml mlcache run)\n" \
+    "  --partition-interval N bundle: page requests (GETs' segments) per interval (default %llu)\n" \
+    "  --trace FILE           Tectonic text trace\n" \
+    "  --flash PATH           flash file (a missing file is created; locked while flashrt runs)\n" \
+    "  --allow-block-device   let --flash be a block device (its contents are overwritten)\n" \
+    "  --flash-bytes N        bytes of flash to use (256MiB, 1GB; docs: Sizes); 0 = all\n" \
+    "  --backing PATH         backing device or file written by prepare-backing\n" \
+    "  --map FILE             backing map (default PATH.map)\n" \
+    "  --region-bytes N       flash region size (default 1MiB; a multiple of 128 KiB)\n" \
+    "  --direct auto|on|off   O_DIRECT on flash and backing (default auto: when supported)\n" \
+    "  --sample-ratio X       percent of a full node in the trace (default: the trace's flashml\n" \
+    "                         comment, else 100)\n" \
+    "  --write-rate-mbps X    bucket: write-rate limit at full-node scale, MB/s\n" \
+    "  --write-burst-s X      bucket: depth in seconds of the rate (default 60)\n" \
+    "  --rate-clock trace|wall  bucket: its clock (default trace time)\n" \
+    "  --lifespan-epbpd N     tire: erasures allowed per region per day (required)\n" \
+    "  --tire-slack K         tire: the ladder's top, K x the quantum's allowance (default 4)\n" \
+    "  --tire-steps N         tire: the ladder's steps, 1..16 (default 3)\n" \
+    "  --tire-quantum-s X     tire: the quantum of trace time, seconds (default 300)\n" \
+    "  --warmup-s X           DT warm-up excluded from the series (default 86400)\n" \
+    "  --window-s X           DT window (default 600)\n" \
+    "  --disks N              disks per node (default 36)\n" \
+    "  --tracker-width-log2 N count-min sketch width (default 14)\n" \
+    "  --tracker-depth N      count-min sketch rows (default 4)\n" \
+    "  --measure-raw          on hits, also time a raw read of the same flash bytes\n" \
+    "  --no-policy-prefetch   do not call the policy's prefetch hint (when a GET arrives and\n" \
+    "                         between accesses)\n" \
+    "  --fail-read-every N    fault injection: every Nth flash read fails (also env\n" \
+    "                         FLASHRT_FAULT_FLASH_READ_EVERY)\n" \
+    "  --fail-write-every N   fault injection: every Nth flash write fails (also env\n" \
+    "                         FLASHRT_FAULT_FLASH_WRITE_EVERY)\n" \
+    "  --limit N              stop after N accesses\n" \
+    "  --recover              start from what the flash holds (after a crash: kill -9) instead\n" \
+    "                         of cold: the regions' headers and PATH.journal (the flash file's\n" \
+    "                         layout must be the one it was written with); never a stale byte\n" \
+    "  --sync                 fdatasync each region header and journal record (power loss)\n" \
+    "  --readahead-bundle DIR KML's readahead model (capability \"readahead\") on the backing\n" \
+    "                         reads: per stream (the block) every window of trace time its\n" \
+    "                         flashml_readahead_kib sizes a posix_fadvise(WILLNEED) of the\n" \
+    "                         block's next bytes after each backing read (no hint under\n" \
+    "                         O_DIRECT); stats under \"readahead\"\n" \
+    "  --readahead-window-ms N  its window (default: the bundle's flashml_readahead_window_ms)\n" \
+    "  --json                 one JSON object instead of a table\n"
 
 struct replay_opts {
     struct flashrt_config cfg;
@@ -299,7 +301,14 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
             if (pt < 0) BADR("--partition", "shared, even, static or bundle");
             cfg->partition = (enum flashrt_partition)pt;
         } else if (OPT("--partition-bundle")) { if (!*v) BAD("--partition-bundle"); o->part_bundle = v; }
-        else if (OPT("--partition-interval")) { if (cli_parse_uint(v, &cfg->partition_interval) || cfg->partition_interval == 0 || cfg->partition_interval > ((uint64_t)1 << 40)) BADR("--partition-interval", "page requests (segments of GETs) in [1, 2^40]"); interval_knob = 1; }
+        else if (OPT("--partition-interval")) {
+            uint64_t n;
+            const char *why;
+            if (cli_parse_uint(v, &n)) BADR("--partition-interval", "page requests (segments of GETs), an integer");
+            if ((why = frt_mlc_partition_interval_problem(n > INT64_MAX ? INT64_MAX : (int64_t)n))) BADW("--partition-interval", why);
+            cfg->partition_interval = n;
+            interval_knob = 1;
+        }
         else if (OPT("--partition-shares")) {
             char *end = NULL;
             const char *q = v;
@@ -368,7 +377,7 @@ static int parse_replay(int argc, char **argv, struct replay_opts *o) {
                 o->part_bundle ? "--partition-bundle" : "--partition-interval", flashrt_partition_name((int)cfg->partition));
         return 2;
     }
-    if (cfg->partition == FLASHRT_PART_BUNDLE && !cfg->partition_interval) cfg->partition_interval = 1000;
+    if (cfg->partition == FLASHRT_PART_BUNDLE && !cfg->partition_interval) cfg->partition_interval = FRT_MLC_PARTITION_INTERVAL_DEFAULT;
     if (cfg->partition == FLASHRT_PART_STATIC && !o->nshares) {
         fprintf(stderr, "flashrt replay: error: --partition static needs --partition-shares A,B,... (one per namespace of "
                         "the trace, in ascending order)\n");
@@ -443,7 +452,7 @@ static void print_readahead(void *ctx, int as_json, int *first) {
     fputc('}', stdout);
     cli_json_int(stdout, "decisions_other", st->decisions_other, &f);
     cli_json_int(stdout, "clamped", st->clamped, &f);
-    cli_json_int(stdout, "initial_kib", FRT_RA_HOOK_INITIAL_KIB, &f);
+    cli_json_int(stdout, "initial_kib", FRT_KML_READAHEAD_KIB_DEFAULT, &f);
     cli_json_str(stdout, "hinting", hinting, &f);
     cli_json_int(stdout, "hints", st->hints, &f);
     cli_json_int(stdout, "hinted_bytes", st->hinted_bytes, &f);
@@ -577,7 +586,11 @@ static int partition_streams(struct replay_opts *o, struct flashrt_config *cfg) 
 }
 
 int cli_replay(int argc, char **argv) {
-    if (cli_want_help(argc, argv)) { fputs(REPLAY_HELP, stdout); return 0; }
+    if (cli_want_help(argc, argv)) {
+        const unsigned long long interval = FRT_MLC_PARTITION_INTERVAL_DEFAULT;
+        printf(REPLAY_HELP, interval, interval);
+        return 0;
+    }
     struct replay_opts o;
     int bad = parse_replay(argc, argv, &o);
     if (bad >= 0) return bad;

@@ -35,44 +35,43 @@
 #include "util/internal.h"
 #include "kml/readahead.h"
 
-static const char *RA_HELP =
-    "usage: flashrt tune-readahead --device DEV --bundle DIR [options]\n"
-    "       flashrt tune-readahead --events FILE --readahead-file PATH --bundle DIR [options]\n"
-    "\n"
-    "Tunes a block device's readahead with KML's model: every window the pages\n"
-    "the page cache adds from the device (the mm_filemap_add_to_page_cache tracepoint, in a\n"
-    "tracefs instance of its own) give the contract's five features (features/readahead.toml:\n"
-    "tracepoints, offset_mean, offset_std, offset_absdiff_mean, readahead_kib); the bundle's\n"
-    "flashml_readahead_kib picks the readahead, clamped to 4..1048576 KiB, which is written\n"
-    "to the device's queue/read_ahead_kb and read back. Windows without events are not\n"
-    "classified. On every exit (the duration over, SIGINT, SIGTERM, an error) the original\n"
-    "readahead is written back and the tracing instance removed. Live tuning needs root.\n"
-    "Exit 0, 1 on an error (named), 2 on bad options.\n"
-    "\n"
-    "options:\n"
-    "  --device DEV          the block device (/dev/loop3 or loop3; a partition's readahead\n"
-    "                        is its disk's)\n"
-    "  --bundle DIR          compiled bundle with the readahead capability (checked: sha256,\n"
-    "                        ABI, readahead contract hash)\n"
-    "  --interval-ms N       window length (default: the bundle's flashml_readahead_window_ms)\n"
-    "  --duration S          stop after S seconds (0, the default: at SIGINT or SIGTERM);\n"
-    "                        with --events, S seconds of the file's time column\n"
-    "  --log FILE            JSON lines, one per classified window: window, t (its start, s\n"
-    "                        from the first window), events, the five features, model_kib,\n"
-    "                        kib (set), clamped, set_kib (read back), wall (Unix time set)\n"
-    "  --json                a summary as one JSON object on stdout at the end\n"
-    "  --events FILE         replay: a CSV time_s,inode,page (seconds, non-decreasing) instead\n"
-    "                        of tracing; windows are cut by its time column, no waiting\n"
-    "  --readahead-file PATH the file holding the readahead in KiB instead of the device's\n"
-    "                        /sys/.../queue/read_ahead_kb (then --device may be omitted)\n"
-    "  --no-propagate        leave the files already open on the device alone (by default\n"
-    "                        each change is also given to them: the kernel copies a device's\n"
-    "                        readahead into a file only when it is opened; this resets their\n"
-    "                        readahead with POSIX_FADV_NORMAL through pidfd_getfd(2), which\n"
-    "                        also clears a POSIX_FADV_RANDOM an application set)\n";
+/* a format: the declared readahead range (kml_settings.h) fills its two %d */
+#define RA_HELP \
+    "usage: flashrt tune-readahead --device DEV --bundle DIR [options]\n" \
+    "       flashrt tune-readahead --events FILE --readahead-file PATH --bundle DIR [options]\n" \
+    "\n" \
+    "Tunes a block device's readahead with KML's model: every window the pages\n" \
+    "the page cache adds from the device (the mm_filemap_add_to_page_cache tracepoint, in a\n" \
+    "tracefs instance of its own) give the contract's five features (features/readahead.toml:\n" \
+    "tracepoints, offset_mean, offset_std, offset_absdiff_mean, readahead_kib); the bundle's\n" \
+    "flashml_readahead_kib picks the readahead, clamped to %d..%d KiB, which is written\n" \
+    "to the device's queue/read_ahead_kb and read back. Windows without events are not\n" \
+    "classified. On every exit (the duration over, SIGINT, SIGTERM, an error) the original\n" \
+    "readahead is written back and the tracing instance removed. Live tuning needs root.\n" \
+    "Exit 0, 1 on an error (named), 2 on bad options.\n" \
+    "\n" \
+    "options:\n" \
+    "  --device DEV          the block device (/dev/loop3 or loop3; a partition's readahead\n" \
+    "                        is its disk's)\n" \
+    "  --bundle DIR          compiled bundle with the readahead capability (checked: sha256,\n" \
+    "                        ABI, readahead contract hash)\n" \
+    "  --interval-ms N       window length (default: the bundle's flashml_readahead_window_ms)\n" \
+    "  --duration S          stop after S seconds (0, the default: at SIGINT or SIGTERM);\n" \
+    "                        with --events, S seconds of the file's time column\n" \
+    "  --log FILE            JSON lines, one per classified window: window, t (its start, s\n" \
+    "                        from the first window), events, the five features, model_kib,\n" \
+    "                        kib (set), clamped, set_kib (read back), wall (Unix time set)\n" \
+    "  --json                a summary as one JSON object on stdout at the end\n" \
+    "  --events FILE         replay: a CSV time_s,inode,page (seconds, non-decreasing) instead\n" \
+    "                        of tracing; windows are cut by its time column, no waiting\n" \
+    "  --readahead-file PATH the file holding the readahead in KiB instead of the device's\n" \
+    "                        /sys/.../queue/read_ahead_kb (then --device may be omitted)\n" \
+    "  --no-propagate        leave the files already open on the device alone (by default\n" \
+    "                        each change is also given to them: the kernel copies a device's\n" \
+    "                        readahead into a file only when it is opened; this resets their\n" \
+    "                        readahead with POSIX_FADV_NORMAL through pidfd_getfd(2), which\n" \
+    "                        also clears a POSIX_FADV_RANDOM an application set)\n"
 
-#define RA_MIN_KIB 4ull
-#define RA_MAX_KIB 1048576ull
 #define TRACE_EVENT "events/filemap/mm_filemap_add_to_page_cache"
 
 /* The one piece of global mutable state: a signal handler can reach nothing else. It only
@@ -239,7 +238,7 @@ static int classify(struct tuner *t, uint64_t window, double start) {
     int model = t->fns->kib(f);
     t->infer_ns += frt_now_ns() - a;
     t->classified++;
-    uint64_t kib = model < (int)RA_MIN_KIB ? RA_MIN_KIB : (uint64_t)model > RA_MAX_KIB ? RA_MAX_KIB : (uint64_t)model;
+    uint64_t kib = frt_ra_clamp_kib(model);
     int clamped = (int64_t)kib != (int64_t)model;
     t->clamped += (uint64_t)clamped;
     uint64_t now;
@@ -559,7 +558,7 @@ static int resolve_device(const char *dev, char *path, size_t pathlen, unsigned 
 
 int cli_tune_readahead(int argc, char **argv) {
     if (cli_want_help(argc, argv)) {
-        fputs(RA_HELP, stdout);
+        printf(RA_HELP, FRT_KML_READAHEAD_KIB_MIN, FRT_KML_READAHEAD_KIB_MAX);
         return 0;
     }
     const char *dev = NULL, *bundle = NULL, *log_path = NULL, *events = NULL, *ra_file = NULL;

@@ -67,7 +67,7 @@ static struct stream *take(frt_ra_hook *h, uint64_t id, int64_t window) {
     h->st.streams++;
     s->id = id;
     s->window = window;
-    s->kib = FRT_RA_HOOK_INITIAL_KIB;
+    s->kib = FRT_KML_READAHEAD_KIB_DEFAULT;
     frt_ra_init(&s->acc);
     return s;
 }
@@ -87,8 +87,7 @@ static void decide(frt_ra_hook *h, struct stream *s) {
     uint64_t a = frt_now_ns();
     int model = h->fns->kib(f);
     h->st.infer_ns += frt_now_ns() - a;
-    uint64_t kib = model < (int)FRT_RA_HOOK_MIN_KIB ? FRT_RA_HOOK_MIN_KIB
-                 : (uint64_t)model > FRT_RA_HOOK_MAX_KIB ? FRT_RA_HOOK_MAX_KIB : (uint64_t)model;
+    uint64_t kib = frt_ra_clamp_kib(model);
     h->st.clamped += (int64_t)kib != (int64_t)model;
     h->st.windows++;
     count_decision(&h->st, kib);

@@ -16,10 +16,10 @@
  * from the hook's first read, so window k is [t0 + kW, t0 + (k+1)W) for every stream alike
  * (as `tune-readahead --events` cuts them). When a stream's read falls in a later window than
  * its previous one, that window's features (readahead_kib = the stream's size during it) go
- * to flashml_readahead_kib and the result, clamped to 4..1048576 KiB, is the stream's size
+ * to flashml_readahead_kib and the result, clamped (frt_ra_clamp_kib), is the stream's size
  * from this read on. A stream's window is closed only by its next read (no timer): an idle
  * stream keeps its last size, and the window open at the end is never classified. Streams
- * start at FRT_RA_HOOK_INITIAL_KIB (the kernel's default read_ahead_kb).
+ * start at FRT_KML_READAHEAD_KIB_DEFAULT (kml_settings.h: the kernel's default read_ahead_kb).
  *
  * The table: FRT_RA_HOOK_STREAMS slots, FRT_RA_HOOK_WAYS-way set associative (set = a hash of
  * the id), LRU within the set by a tick of reads: a new stream takes a free way of its set or
@@ -42,9 +42,6 @@
 
 #define FRT_RA_HOOK_STREAMS 1024u
 #define FRT_RA_HOOK_WAYS 4u
-#define FRT_RA_HOOK_INITIAL_KIB 128u
-#define FRT_RA_HOOK_MIN_KIB 4u
-#define FRT_RA_HOOK_MAX_KIB 1048576u
 /* distinct decided sizes kept in the histogram; more go to decisions_other */
 #define FRT_RA_HOOK_MAX_SIZES 32u
 
@@ -54,7 +51,7 @@ struct frt_ra_hook_stats {
     uint64_t stream_evictions; /* started streams that dropped another's state */
     uint64_t live_streams;     /* slots in use now */
     uint64_t windows;          /* windows classified = model calls = decisions */
-    uint64_t clamped;          /* decisions outside 4..1048576 KiB */
+    uint64_t clamped;          /* decisions outside the declared range (frt_ra_clamp_kib) */
     uint64_t hints, hinted_bytes, hint_errors; /* posix_fadvise calls that succeeded, their
                                                   bytes, and the ones that failed */
     uint64_t infer_ns;         /* clock_gettime around every flashml_readahead_kib call */

@@ -11,6 +11,7 @@
 
 #include "flashml_policy.h"
 #include "flashrt.h"
+#include "kml/kml_settings.h"
 #include "policies/policy_internal.h"
 
 /* The features of flashml.features.readahead.window_features, computed the same way (same
@@ -32,6 +33,14 @@ static inline uint64_t frt_ra_count(const struct frt_ra_acc *a) { return a->coun
 /* The current window's features in the contract's order (flashml_readahead_feature), with
  * `readahead_kib` the device's readahead during the window; then starts the next window. */
 void frt_ra_window(struct frt_ra_acc *a, double out[FLASHML_READAHEAD_NUM_FEATURES], double readahead_kib);
+
+/* A model's readahead (flashml_readahead_kib) as a tuner sets it: clamped to the declared
+ * range (kml_settings.h: readahead_kib's FRT_KML_READAHEAD_KIB_MIN..MAX KiB). */
+static inline uint64_t frt_ra_clamp_kib(int model) {
+    if (model < FRT_KML_READAHEAD_KIB_MIN) return FRT_KML_READAHEAD_KIB_MIN;
+    if ((uint64_t)model > FRT_KML_READAHEAD_KIB_MAX) return FRT_KML_READAHEAD_KIB_MAX;
+    return (uint64_t)model;
+}
 
 /* One mm_filemap_add_to_page_cache line of trace_pipe, e.g.
  *   "  dd-29088 [001] ..... 20327.259977: mm_filemap_add_to_page_cache: dev 0:3 ino 700000

@@ -12,42 +12,44 @@
 
 #include "cli/cli.h"
 #include "mlcache/cli_partition.h"
+#include "mlcache/mlcache_settings.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
 
-static const char *PART_HELP =
-    "usage: flashrt partition-replay (--bundle DIR | --even) --trace FILE --capacity PAGES\n"
-    "                                --interval N (--cache-file PATH | --no-data) [options]\n"
-    "\n"
-    "Replays a multi-stream page trace through a page cache partitioned by stream (MLCache):\n"
-    "one LRU partition per stream, re-divided every --interval requests the cache\n"
-    "sees by the bundle's flashml_partition from the monitor's features of the interval\n"
-    "before (per-stream LRU stack distances in 10 buckets of the capacity, request shares);\n"
-    "the first interval, or --even, splits evenly. A shrinking partition evicts its LRU pages.\n"
-    "The quotas and hits are the simulator's (flashml sim partition --policy mlcache --bundle\n"
-    "DIR) on the same trace. Each page's bytes live in the cache file: a miss writes its\n"
-    "deterministic content, a hit reads it back and verifies every byte. Exit 0, 3 when some\n"
-    "bytes read back were wrong, 1 on bad input or an IO error, 2 on bad options.\n"
-    "\n"
-    "The trace: CSV with the header stream,page,write; stream 0..K-1 (K <= 16), page a\n"
-    "non-negative integer, write 0 or 1 (flashml.systems.mlcache.partitioning.write_page_csv writes one).\n"
-    "\n"
-    "options:\n"
-    "  --bundle DIR          compiled bundle with the partition capability (flashml mlcache\n"
-    "                        run's compiled/; checked: sha256, ABI, partition contract hash)\n"
-    "  --even                no network: an even split in every interval\n"
-    "  --trace FILE          the page trace\n"
-    "  --capacity PAGES      cache pages\n"
-    "  --interval N          requests the cache sees per interval\n"
-    "  --streams K           streams (default: the largest stream id in the trace + 1)\n"
-    "  --writes-only         cache and monitor writes only; reads go around the cache (the\n"
-    "                        paper's setting)\n"
-    "  --page-bytes B        bytes per page in the cache file (default 8192, the paper's)\n"
-    "  --cache-file PATH     the file holding the cached pages (a missing file is created)\n"
-    "  --no-data             keep no bytes (decisions and figures only)\n"
-    "  --direct auto|on|off  O_DIRECT on the cache file (default auto)\n"
-    "  --allocations-out F   CSV, one line per interval: interval, then each stream's pages\n"
-    "  --json                one JSON object instead of a table\n";
+/* a format: the page size's default (mlcache_settings.h) fills its %llu */
+#define PART_HELP \
+    "usage: flashrt partition-replay (--bundle DIR | --even) --trace FILE --capacity PAGES\n" \
+    "                                --interval N (--cache-file PATH | --no-data) [options]\n" \
+    "\n" \
+    "Replays a multi-stream page trace through a page cache partitioned by stream (MLCache):\n" \
+    "one LRU partition per stream, re-divided every --interval requests the cache\n" \
+    "sees by the bundle's flashml_partition from the monitor's features of the interval\n" \
+    "before (per-stream LRU stack distances in 10 buckets of the capacity, request shares);\n" \
+    "the first interval, or --even, splits evenly. A shrinking partition evicts its LRU pages.\n" \
+    "The quotas and hits are the simulator's (flashml sim partition --policy mlcache --bundle\n" \
+    "DIR) on the same trace. Each page's bytes live in the cache file: a miss writes its\n" \
+    "deterministic content, a hit reads it back and verifies every byte. Exit 0, 3 when some\n" \
+    "bytes read back were wrong, 1 on bad input or an IO error, 2 on bad options.\n" \
+    "\n" \
+    "The trace: CSV with the header stream,page,write; stream 0..K-1 (K <= 16), page a\n" \
+    "non-negative integer, write 0 or 1 (flashml.systems.mlcache.partitioning.write_page_csv writes one).\n" \
+    "\n" \
+    "options:\n" \
+    "  --bundle DIR          compiled bundle with the partition capability (flashml mlcache\n" \
+    "                        run's compiled/; checked: sha256, ABI, partition contract hash)\n" \
+    "  --even                no network: an even split in every interval\n" \
+    "  --trace FILE          the page trace\n" \
+    "  --capacity PAGES      cache pages\n" \
+    "  --interval N          requests the cache sees per interval\n" \
+    "  --streams K           streams (default: the largest stream id in the trace + 1)\n" \
+    "  --writes-only         cache and monitor writes only; reads go around the cache (the\n" \
+    "                        paper's setting)\n" \
+    "  --page-bytes B        bytes per page in the cache file (default %llu, the paper's)\n" \
+    "  --cache-file PATH     the file holding the cached pages (a missing file is created)\n" \
+    "  --no-data             keep no bytes (decisions and figures only)\n" \
+    "  --direct auto|on|off  O_DIRECT on the cache file (default auto)\n" \
+    "  --allocations-out F   CSV, one line per interval: interval, then each stream's pages\n" \
+    "  --json                one JSON object instead of a table\n"
 
 struct page_trace {
     int *stream;
@@ -120,10 +122,10 @@ static int trace_read(const char *path, struct page_trace *t) {
 
 int cli_partition_replay(int argc, char **argv) {
     if (cli_want_help(argc, argv)) {
-        fputs(PART_HELP, stdout);
+        printf(PART_HELP, (unsigned long long)FRT_MLC_PAGE_BYTES_DEFAULT);
         return 0;
     }
-    struct flashrt_part_config cfg = {.page_bytes = 8192, .direct = FLASHRT_DIRECT_AUTO};
+    struct flashrt_part_config cfg = {.page_bytes = FRT_MLC_PAGE_BYTES_DEFAULT, .direct = FLASHRT_DIRECT_AUTO};
     const char *bundle = NULL, *trace = NULL, *alloc_path = NULL;
     int even = 0, no_data = 0, as_json = 0, have_cap = 0, have_iv = 0;
     uint64_t u, streams = 0;
@@ -134,12 +136,31 @@ int cli_partition_replay(int argc, char **argv) {
 #define PART_STR_(x) #x
 #define PART_STR(x) PART_STR_(x)
 #define BADR(name, what) do { fprintf(stderr, "flashrt partition-replay: error: %s: invalid value '%s' (expected %s)\n", name, v, what); return 2; } while (0)
+/* an integer of the declared setting `knob` (mlcache_settings.h): read, checked */
+#define KNOB_U(name, knob, dst) do { \
+        const char *why_; \
+        if (cli_parse_uint(v, &dst)) BADR(name, "an integer"); \
+        if ((why_ = frt_mlc_##knob##_problem(dst > INT64_MAX ? INT64_MAX : (int64_t)dst))) { \
+            fprintf(stderr, "flashrt partition-replay: error: %s: invalid value '%s' (must be %s)\n", name, v, why_); \
+            return 2; \
+        } \
+    } while (0)
         if (OPT("--bundle")) bundle = v;
         else if (OPT("--trace")) trace = v;
-        else if (OPT("--capacity")) { if (cli_parse_uint(v, &cfg.capacity) || cfg.capacity == 0 || cfg.capacity >= UINT32_MAX) BADR("--capacity", "cache pages, an integer in [1, 4294967294]"); have_cap = 1; }
-        else if (OPT("--interval")) { if (cli_parse_uint(v, &cfg.interval) || cfg.interval == 0) BADR("--interval", "requests per interval, an integer in [1, 2^64 - 1]"); have_iv = 1; }
+        else if (OPT("--capacity")) {
+            KNOB_U("--capacity", capacity, cfg.capacity);
+            /* the page index's limit (partition.c) */
+            if (cfg.capacity >= UINT32_MAX) BADR("--capacity", "cache pages, an integer in [" PART_STR(FRT_MLC_CAPACITY_MIN) ", 4294967294]");
+            have_cap = 1;
+        }
+        else if (OPT("--interval")) { KNOB_U("--interval", interval, cfg.interval); have_iv = 1; }
         else if (OPT("--streams")) { if (cli_parse_uint(v, &streams) || streams == 0 || streams > FLASHML_PARTITION_MAX_STREAMS) BADR("--streams", "streams, an integer in [1, " PART_STR(FLASHML_PARTITION_MAX_STREAMS) "]"); }
-        else if (OPT("--page-bytes")) { if (cli_parse_uint(v, &u) || u == 0 || u % 4096 || u > (1u << 30)) BADR("--page-bytes", "bytes per page, a multiple of 4096 up to 1 GiB"); cfg.page_bytes = (uint32_t)u; }
+        else if (OPT("--page-bytes")) {
+            KNOB_U("--page-bytes", page_bytes, u);
+            /* the cache file's pages are read and written O_DIRECT */
+            if (u % 4096) BADR("--page-bytes", "bytes per page, a multiple of 4096");
+            cfg.page_bytes = (uint32_t)u;
+        }
         else if (OPT("--cache-file")) { if (!*v) BAD("--cache-file"); cfg.cache_path = v; }
         else if (OPT("--direct")) {
             if (!strcmp(v, "auto")) cfg.direct = FLASHRT_DIRECT_AUTO;
@@ -157,6 +178,7 @@ int cli_partition_replay(int argc, char **argv) {
         }
 #undef BAD
 #undef BADR
+#undef KNOB_U
 #undef PART_STR
 #undef PART_STR_
 #undef OPT

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "engine/device.h"
+#include "mlcache/mlcache_settings.h"
 #include "mlcache/monitor.h"
 #include "flashml_policy.h"
 #include "flashrt.h"
@@ -120,8 +121,13 @@ static uint64_t content_key(int s, uint64_t page) { return page ^ ((uint64_t)s <
 
 flashrt_part *flashrt_part_open(const struct flashrt_part_config *cfg, flashrt_policy *policy,
                                 char *err, size_t errlen) {
-    if (cfg->capacity == 0 || cfg->interval == 0) {
-        frt_seterr(err, errlen, "capacity and interval must be > 0");
+    const char *why;
+    if ((why = frt_mlc_capacity_problem(cfg->capacity > INT64_MAX ? INT64_MAX : (int64_t)cfg->capacity))) {
+        frt_seterr(err, errlen, "capacity must be %s, got %llu", why, (unsigned long long)cfg->capacity);
+        return NULL;
+    }
+    if ((why = frt_mlc_interval_problem(cfg->interval > INT64_MAX ? INT64_MAX : (int64_t)cfg->interval))) {
+        frt_seterr(err, errlen, "interval must be %s, got %llu", why, (unsigned long long)cfg->interval);
         return NULL;
     }
     if (cfg->streams < 1 || cfg->streams > MAX_STREAMS) {

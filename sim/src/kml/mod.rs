@@ -2,3 +2,4 @@
 //! Linux-like mmap readahead over a throttled device, run per feature window.
 
 pub mod readahead;
+pub mod settings;

@@ -37,11 +37,16 @@ use crate::core::config::SimError;
 use crate::core::contract::{READAHEAD_NUM_FEATURES, READAHEAD_PAGE_BYTES, READAHEAD_WINDOW_MS};
 use crate::core::hash::FastMap;
 use crate::core::list::DList;
+use crate::kml::settings;
 
 /// Largest page index a request may touch (offsets stay exact in f64).
 pub const MAX_PAGE: u64 = 1 << 53;
 /// Largest readahead accepted, KiB (1 TiB; far beyond any device's setting).
 pub const MAX_RA_KIB: u64 = 1 << 30;
+/// CPU time of every request by default, microseconds.
+pub const CPU_US: f64 = 5.0;
+/// The device's read bandwidth by default, bytes per second (the declared read_mbps).
+pub const RBPS: f64 = settings::READ_MBPS * (1u64 << 20) as f64;
 
 /// The device and cache of the twin.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,14 +66,14 @@ pub struct ReadaheadConfig {
 }
 
 impl Default for ReadaheadConfig {
-    /// The testbed's device (2000 read IOPS, 64 MiB/s), a 128 MiB cache, the contract's page
-    /// and window.
+    /// The real testbed's device and page cache (flashml/systems/kml/settings.toml's
+    /// read_iops, read_mbps and twin_cache_pages), the contract's page and window.
     fn default() -> Self {
         ReadaheadConfig {
-            cache_pages: (128 << 20) / READAHEAD_PAGE_BYTES as usize,
-            riops: 2000.0,
-            rbps: (64u64 << 20) as f64,
-            cpu_us: 5.0,
+            cache_pages: settings::TWIN_CACHE_PAGES as usize,
+            riops: settings::READ_IOPS as f64,
+            rbps: RBPS,
+            cpu_us: CPU_US,
             page_bytes: READAHEAD_PAGE_BYTES,
             window_ms: READAHEAD_WINDOW_MS,
         }

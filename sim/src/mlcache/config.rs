@@ -1,6 +1,7 @@
 //! The partitioned cache's knobs: the policy by name, the objective and the configuration.
 
 use crate::core::config::{err, SimError};
+use crate::mlcache::settings;
 
 /// The partition policies by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,11 +86,13 @@ impl Default for PartitionConfig {
 
 impl PartitionConfig {
     pub fn validate(&self) -> Result<(), SimError> {
-        if self.capacity == 0 {
-            return err("capacity must be > 0 pages");
+        let capacity = i64::try_from(self.capacity).unwrap_or(i64::MAX);
+        if let Some(why) = settings::capacity_problem(capacity) {
+            return err(format!("capacity must be {why}, got {}", self.capacity));
         }
-        if self.interval == 0 {
-            return err("interval must be > 0 requests");
+        let interval = i64::try_from(self.interval).unwrap_or(i64::MAX);
+        if let Some(why) = settings::interval_problem(interval) {
+            return err(format!("interval must be {why}, got {}", self.interval));
         }
         if self.steps == 0 || self.steps > 100_000 {
             return err(format!("steps must be in 1..=100000, got {}", self.steps));

@@ -8,4 +8,5 @@ mod optimal;
 pub mod partition;
 mod policy;
 pub mod reuse;
+pub mod settings;
 mod trace;

@@ -20,11 +20,13 @@ fn ra_kib_of(ra_kib: i64) -> PyResult<u64> {
 /// A page cache with Linux-like mmap readahead over a throttled device, closed loop, run one
 /// feature window at a time (sim/src/kml/readahead.rs describes the model).
 ///
-/// `ReadaheadSim(files u32, pages u64, npages u32, writes bool, *, cache_pages, riops=2000,
-/// rbps=64 MiB/s, cpu_us=5, page_bytes=4096, window_ms=the contract's)`: the arrays are copied
-/// once (the simulation keeps its trace across windows). `run_window(ra_kib)` runs the next
-/// window at that readahead and returns its features and counters; `run_fixed(ra_kib)` resets
-/// and runs the whole trace at one size; `reset()` starts over.
+/// `ReadaheadSim(files u32, pages u64, npages u32, writes bool, *, cache_pages, riops, rbps,
+/// cpu_us, page_bytes, window_ms)`; by default the real testbed's device (read_iops and
+/// read_mbps of flashml/systems/kml/settings.toml, rbps in bytes/s), `readahead::CPU_US` and
+/// the contract's page and window. The arrays are copied once (the simulation keeps its trace
+/// across windows). `run_window(ra_kib)` runs the next window at that readahead and returns
+/// its features and counters; `run_fixed(ra_kib)` resets and runs the whole trace at one
+/// size; `reset()` starts over.
 #[pyclass(name = "ReadaheadSim", module = "flashml_sim")]
 pub(super) struct PyReadaheadSim {
     sim: readahead::ReadaheadSim,
@@ -33,8 +35,10 @@ pub(super) struct PyReadaheadSim {
 #[pymethods]
 impl PyReadaheadSim {
     #[new]
-    #[pyo3(signature = (files, pages, npages, writes, *, cache_pages, riops=2000.0,
-                        rbps=67108864.0, cpu_us=5.0, page_bytes=4096,
+    #[pyo3(signature = (files, pages, npages, writes, *, cache_pages,
+                        riops=crate::kml::settings::READ_IOPS as f64, rbps=readahead::RBPS,
+                        cpu_us=readahead::CPU_US,
+                        page_bytes=crate::core::contract::READAHEAD_PAGE_BYTES as i64,
                         window_ms=crate::core::contract::READAHEAD_WINDOW_MS as i64))]
     #[allow(clippy::too_many_arguments)]
     fn new(

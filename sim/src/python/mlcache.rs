@@ -7,6 +7,7 @@ use pyo3::types::PyDict;
 
 use crate::mlcache::partition;
 use crate::mlcache::reuse;
+use crate::mlcache::settings;
 
 /// The (keys, streams, writes) arrays of a multi-stream page trace, checked.
 fn stream_trace<'a>(
@@ -37,19 +38,17 @@ fn partition_config(
     writes_only: bool,
     objective: &str,
 ) -> PyResult<partition::PartitionConfig> {
-    let pos = |name: &str, v: i64| {
-        if v <= 0 {
-            Err(PyValueError::new_err(format!(
-                "{name} must be > 0, got {v}"
-            )))
-        } else {
-            Ok(v)
-        }
+    // a negative value is refused before its cast (settings.toml's bounds; steps: > 0)
+    let check = |name: &str, why: Option<&str>, v: i64| match why {
+        Some(why) => Err(PyValueError::new_err(format!(
+            "{name} must be {why}, got {v}"
+        ))),
+        None => Ok(v),
     };
     let cfg = partition::PartitionConfig {
-        capacity: pos("capacity", capacity)? as u64,
-        interval: pos("interval", interval)? as usize,
-        steps: pos("steps", steps)? as usize,
+        capacity: check("capacity", settings::capacity_problem(capacity), capacity)? as u64,
+        interval: check("interval", settings::interval_problem(interval), interval)? as usize,
+        steps: check("steps", (steps <= 0).then_some("> 0"), steps)? as usize,
         writes_only,
         objective: partition::Objective::parse(objective).map_err(value_error)?,
     };
