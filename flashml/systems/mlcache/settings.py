@@ -34,6 +34,12 @@ SIMPLE_RULES = ("shared", "even")
 #: The default interval: this many requests the cache sees per page of the cache.
 INTERVAL_PER_PAGE = 2
 
+#: The paper's page size (other-seeds-notes §2.1: 8192 B pages): the generated mixes' page.
+PAGE_BYTES = 8192
+
+#: The paper's t: equal steps of the capacity for the search and the monitor's histograms.
+DEFAULT_STEPS = 10
+
 #: The generated mixes' duration (flashml/systems/mlcache/multistream.py generate_mix's
 #: default), for --interval-s without a trace.
 MIX_SECONDS = 3600.0
