@@ -288,7 +288,8 @@ def _num(x: float) -> str:
 class Number:
     """The one declaration of a numeric option's values: an integer (`kind` int) or a
     finite float within [low, high] (`low_open`/`high_open`: that bound itself excluded), in
-    `unit`. Used as
+    `unit`; an integer may also have to be a `multiple` of a step (a block of whole segments).
+    Used as
     the argparse type (a bad value is a usage error naming the option, its bound and unit)
     and by `check` for values from elsewhere (DAG params, settings by name). An integer
     option without `high` is bounded by MAX_INTEGER."""
@@ -299,8 +300,11 @@ class Number:
     low_open: bool = False
     unit: str = ""
     high_open: bool = False
+    multiple: int | None = None
 
     def __post_init__(self) -> None:
+        if self.multiple is not None and (self.kind is not int or self.multiple < 1):
+            raise ValueError(f"a multiple applies to integers, >= 1: {self.multiple!r}")
         if self.kind is int and self.high is None:
             object.__setattr__(self, "high", MAX_INTEGER)
         if self.kind is int and self.low is None:
@@ -323,6 +327,8 @@ class Number:
         if self.high is not None:
             parts.append(f"below {_num(self.high)}" if self.high_open
                          else f"at most {_num(self.high)}")
+        if self.multiple is not None:
+            parts.append(f"a multiple of {self.multiple}")
         return f"{noun}{' ' + ' and '.join(parts) if parts else ''}{self._u()}"
 
     def problem(self, v: float) -> str | None:
@@ -333,6 +339,8 @@ class Number:
             return self.low_text()
         if self.high is not None and (v >= self.high if self.high_open else v > self.high):
             return self.high_text()
+        if self.multiple is not None and v % self.multiple:
+            return f"a multiple of {self.multiple}{self._u()}"
         return None
 
     def low_text(self) -> str:
@@ -389,7 +397,8 @@ class Option:
     command line and in `check` alike); `bool` makes a switch (off unless given, or with
     `negatable` on/off as `--flag`/`--no-flag`); `positive_ints` a comma-separated list; any
     other callable (`str`, `Path`) reads the text as it is. Options naming the same
-    `exclusive` group exclude each other on the command line."""
+    `exclusive` group exclude each other on the command line (one of them must be given
+    when one is `required`)."""
 
     name: str
     flag: str
@@ -405,6 +414,16 @@ class Option:
     negatable: bool = False
     #: The name of a group of options of which at most one may be given.
     exclusive: str | None = None
+    #: The option must be given (its default is None).
+    required: bool = False
+    #: The option's other spellings: `-o` before the flag, `--output` after it.
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def option_strings(self) -> tuple[str, ...]:
+        """Every spelling, as argparse lists them: short aliases, the flag, long aliases."""
+        short = tuple(a for a in self.aliases if not a.startswith("--"))
+        return (*short, self.flag, *(a for a in self.aliases if a.startswith("--")))
 
     def check(self, value: Any) -> None:
         """UserError naming the flag when `value` is out of its Number's range, not a choice,
@@ -434,27 +453,43 @@ class Option:
     def default_text(self) -> str:
         """What --help says of the default: ` (default 6)`, ` (default on)` for a negatable
         switch; nothing for a plain switch (off unless given) or without a default."""
+        shown = self._default_shown()
+        return f" (default {shown})" if shown else ""
+
+    def _default_shown(self) -> str:
         d = self.default
         if self.type is bool:
-            return f" (default {'on' if d else 'off'})" if self.negatable else ""
-        if d is None:
+            return ("on" if d else "off") if self.negatable else ""
+        if d is None or d == "":
             return ""
         if isinstance(d, (tuple, list)):  # a list option's (positive_ints): 1,6,12
-            shown = ",".join(map(str, d))
+            shown = ",".join(map(str, d)) or "none"
+        elif isinstance(d, str) and not any(c.isalnum() for c in d):
+            shown = repr(d)  # a separator: ','
         else:
             shown = f"{d:g}" if isinstance(d, float) else str(d)
-        return f" (default {shown.replace('%', '%%')})"
+        return shown.replace("%", "%%")
+
+    def help_text(self) -> str:
+        """The --help text: `help`, then a number's values and unit and the default, e.g.
+        `input chunk size (an integer >= 1 and at most 1024 MiB; default 16)`."""
+        if not isinstance(self.type, Number):
+            return self.help + self.default_text()
+        shown = self._default_shown()
+        values = self.type.expected().replace("%", "%%")
+        return f"{self.help} ({values}{'; default ' + shown if shown else ''})"
 
 
 def option_table(*options: Option) -> dict[str, Option]:
-    """An option table: each option by its name (ValueError on a name or flag given twice)."""
+    """An option table: each option by its name (ValueError on a name or a spelling given
+    twice)."""
     out: dict[str, Option] = {}
     flags: set[str] = set()
     for o in options:
-        if o.name in out or o.flag in flags:
+        if o.name in out or flags & set(o.option_strings):
             raise ValueError(f"option {o.name} ({o.flag}) is declared twice")
         out[o.name] = o
-        flags.add(o.flag)
+        flags.update(o.option_strings)
     return out
 
 
@@ -573,24 +608,27 @@ def add_options(parser: Any, *names: str, options: Mapping[str, Option] | None =
     """Add the options `names` of a table (`options`, default the run settings' `OPTIONS`;
     no names: every option of the table, in its order) to an argparse parser (or argument
     group), dest = the option's name, its default shown in the help. The options of one
-    `exclusive` group become one mutually exclusive group: add them in the same call."""
+    `exclusive` group become one mutually exclusive group (required when one of them is):
+    add them in the same call."""
     chosen = OPTIONS if options is None else options
+    picked = [chosen[name] for name in names or tuple(chosen)]
     groups: dict[str, Any] = {}
-    for name in names or tuple(chosen):
-        o = chosen[name]
+    for o in picked:
         target = parser
+        required = o.required
         if o.exclusive is not None:
             if o.exclusive not in groups:
-                groups[o.exclusive] = parser.add_mutually_exclusive_group()
-            target = groups[o.exclusive]
+                groups[o.exclusive] = parser.add_mutually_exclusive_group(
+                    required=any(x.required for x in picked if x.exclusive == o.exclusive))
+            target, required = groups[o.exclusive], False
         if o.type is bool:  # a switch: off unless given (or --flag/--no-flag)
             action = argparse.BooleanOptionalAction if o.negatable else "store_true"
-            target.add_argument(o.flag, dest=o.name, action=action, default=o.default,
-                                help=o.help + o.default_text())
+            target.add_argument(*o.option_strings, dest=o.name, action=action,
+                                default=o.default, help=o.help_text())
             continue
-        target.add_argument(o.flag, dest=o.name, type=o.type, default=o.default,
-                            choices=o.choices, metavar=o.metavar,
-                            help=o.help + o.default_text())
+        target.add_argument(*o.option_strings, dest=o.name, type=o.type, default=o.default,
+                            choices=o.choices, metavar=o.metavar, required=required,
+                            help=o.help_text())
 
 
 def option_values(options: Mapping[str, Option], args: argparse.Namespace | Mapping[str, Any]
@@ -624,6 +662,8 @@ def dag_params(options: Mapping[str, Option] | None = None) -> dict[str, dict[st
                 spec["exclusiveMinimum" if o.type.low_open else "minimum"] = o.type.low
             if o.type.high is not None:
                 spec["exclusiveMaximum" if o.type.high_open else "maximum"] = o.type.high
+            if o.type.multiple is not None:
+                spec["multipleOf"] = o.type.multiple
         out[o.name] = spec
     return out
 

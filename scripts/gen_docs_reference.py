@@ -104,7 +104,28 @@ def _help(p: argparse.ArgumentParser, a: argparse.Action) -> str:
         text = p._get_formatter()._expand_help(a)
     except (KeyError, TypeError, ValueError):
         text = a.help
-    return _cell(_unlabel(text))
+    return _cell(_unlabel(_without_value_and_default(a, text)))
+
+
+def _without_value_and_default(a: argparse.Action, text: str) -> str:
+    """The help without what --help appends of a number's values and the default (` (an
+    integer >= 1 and at most 1024 MiB; default 16)`, `: a finite number >= 1 ...; default 2`,
+    ` (default 6)`): the table gives them their own columns; a default said in words (an
+    option unset unless given) stays."""
+    from flashml.settings import Number
+
+    d = _default(a).strip("`")
+    if isinstance(a.type, Number):
+        exp = re.escape(a.type.expected())
+
+        def said_in_words(m: re.Match[str]) -> str:
+            said = m.group(2)
+            return f" (default {said})" if said and said != d else ""
+
+        text = re.sub(rf"(: | \(){exp}(?:; default ([^()]*))?\)?$", said_in_words, text)
+    if d:
+        text = re.sub(rf" \(default {re.escape(d)}\)$", "", text)
+    return text
 
 
 def cli_page() -> str:

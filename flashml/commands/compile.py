@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from flashml.commands.argtypes import Number
 from flashml.config import UNITS
+from flashml.settings import Number, Option, add_options, option_table, option_values
 
 EPILOG = """\
 sources (exactly one):
@@ -54,21 +54,52 @@ example:
 """
 
 
+#: `flashml compile`'s options: exactly one source (`source`), the output and the build's.
+COMPILE_OPTIONS = option_table(
+    Option("model_uri", "--model-uri", str, None, "MLflow URI of the model bundle",
+           metavar="URI", exclusive="source", required=True),
+    Option("run_id", "--run-id", str, None, "MLflow run id (bundle at policy/)", metavar="ID",
+           exclusive="source", required=True),
+    Option("model_dir", "--model-dir", Path, None, "local model bundle folder", metavar="DIR",
+           exclusive="source", required=True),
+    Option("out", "--out", Path, None, "output folder (replaced if it holds an earlier bundle)",
+           metavar="DIR", required=True, aliases=("-o",)),
+    Option("cc", "--cc", str, None, "C compiler (default $CC, else cc)"),
+    Option("segments_per_block", "--segments-per-block",
+           Number(int, 1, 1 << 20, unit="segments"), UNITS.segments_per_block,
+           "clamp prefetch ranges to [0, N-1]", metavar="N"),
+    Option("jobs", "--jobs", Number(int, 1, 1024, unit="processes"), None,
+           "parallel C compiler jobs (default: CPU count)", metavar="N"),
+    Option("no_fast_trees", "--no-fast-trees", bool, False, "build the portable evaluator "
+           "only (--portable), without the AVX-512 evaluator the .so otherwise picks on CPUs "
+           "with AVX-512 VBMI (scores are identical)"),
+    # compiler/build.py PORTABLE_EVALUATORS, PORTABLE_DEFAULT (not imported: CLI start-up)
+    Option("portable", "--portable", str, "compact", "the evaluator of CPUs without AVX-512 "
+           "VBMI: compact (the trees as data walked by one small loop; a model it cannot "
+           "take, e.g. with categorical splits, stays on TL2cgen's code) or tl2cgen (TL2cgen's "
+           "if/else code); scores are identical", choices=("compact", "tl2cgen")),
+    Option("no_log", "--no-log", bool, False, "do not log the compiled bundle to the MLflow "
+           "run"),
+    Option("json", "--json", bool, False, "print the manifest as JSON"),
+)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from flashml.compiler.build import SO_NAME, compile_policy
     from flashml.files import check_outputs
 
-    check_outputs({"-o": args.out}, {"--model-dir": args.model_dir}, folders=("-o",))
-    m = compile_policy(args.out, model_uri=args.model_uri, run_id=args.run_id,
-                       model_dir=args.model_dir, cc=args.cc,
-                       segments_per_block=args.segments_per_block,
-                       log_to_mlflow=not args.no_log, jobs=args.jobs,
-                       fast=not args.no_fast_trees, portable=args.portable)
-    if args.json:
+    v = option_values(COMPILE_OPTIONS, args)
+    check_outputs({"-o": v["out"]}, {"--model-dir": v["model_dir"]}, folders=("-o",))
+    m = compile_policy(v["out"], model_uri=v["model_uri"], run_id=v["run_id"],
+                       model_dir=v["model_dir"], cc=v["cc"],
+                       segments_per_block=v["segments_per_block"],
+                       log_to_mlflow=not v["no_log"], jobs=v["jobs"],
+                       fast=not v["no_fast_trees"], portable=v["portable"])
+    if v["json"]:
         print(json.dumps(m))
     else:
         caps = m["capabilities"]
-        print(f"{Path(args.out) / SO_NAME}: {m['size_bytes']} bytes, sha256 {m['sha256'][:16]}, "
+        print(f"{Path(v['out']) / SO_NAME}: {m['size_bytes']} bytes, sha256 {m['sha256'][:16]}, "
               f"ABI {m['abi_version']}, capabilities {', '.join(caps)}, "
               f"{m['build']['compile_s']:.1f} s"
               + (f", run {m['mlflow_run_id']}" if m["mlflow_run_id"] else ""))
@@ -99,31 +130,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         "compiler) into one policy.so with the C ABI of flashml_policy.h, plus a manifest "
         "listing its capabilities.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model-uri", metavar="URI", help="MLflow URI of the model bundle")
-    src.add_argument("--run-id", metavar="ID", help="MLflow run id (bundle at policy/)")
-    src.add_argument("--model-dir", type=Path, metavar="DIR", help="local model bundle folder")
-    p.add_argument("-o", "--out", required=True, type=Path, metavar="DIR",
-                   help="output folder (replaced if it holds an earlier bundle)")
-    p.add_argument("--cc", default=None, help="C compiler (default $CC, else cc)")
-    p.add_argument("--segments-per-block", type=Number(int, 1, 1 << 20, unit="segments"),
-                   default=UNITS.segments_per_block,
-                   metavar="N", help="clamp prefetch ranges to [0, N-1] (default "
-                   f"{UNITS.segments_per_block})")
-    p.add_argument("--jobs", type=Number(int, 1, 1024, unit="processes"), default=None,
-                   metavar="N",
-                   help="parallel C compiler jobs (default: CPU count)")
-    p.add_argument("--no-fast-trees", action="store_true",
-                   help="build the portable evaluator only (--portable), without the "
-                   "AVX-512 evaluator the .so otherwise picks on CPUs with AVX-512 VBMI "
-                   "(scores are identical)")
-    # compiler/build.py PORTABLE_EVALUATORS, PORTABLE_DEFAULT (not imported: CLI start-up)
-    p.add_argument("--portable", choices=("compact", "tl2cgen"), default="compact",
-                   help="the evaluator of CPUs without AVX-512 VBMI: compact (the trees as "
-                   "data walked by one small loop; a model it cannot take, e.g. with "
-                   "categorical splits, stays on TL2cgen's code) or tl2cgen (TL2cgen's "
-                   "if/else code); scores are identical (default compact)")
-    p.add_argument("--no-log", action="store_true",
-                   help="do not log the compiled bundle to the MLflow run")
-    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    add_options(p, options=COMPILE_OPTIONS)
     p.set_defaults(func=cmd_compile)

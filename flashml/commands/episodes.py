@@ -7,15 +7,53 @@ import math
 import time
 from pathlib import Path
 
-from flashml.commands.argtypes import Number
-from flashml.commands.trace import add_trace_option
-from flashml.config import DEFAULTS
+from flashml.commands.trace import TRACE_OPTIONS
 from flashml.files import check_outputs, dumps
-from flashml.settings import OPTIONS
+from flashml.settings import OPTIONS, Number, Option, add_options, option_table, option_values
 from flashml.systems.baleen.episodes.constants import (
     DEFAULT_ACCESSES_PER_EPISODE,
     ENGINES,
+    TIME_MODES,
     WHEN_EPSILON_S,
+)
+
+#: `episodes build`'s options; each default is the episode job's (EpisodeParams' defaults,
+#: flashml/systems/baleen/episodes/constants.py) or the run settings' (flashml.settings).
+BUILD_OPTIONS = option_table(
+    *TRACE_OPTIONS.values(),
+    Option("eviction_age", "--eviction-age", OPTIONS["eviction_age"].type, None,
+           "assumed eviction age in seconds", metavar="SECONDS", required=True),
+    Option("target_write_rate", "--target-write-rate", OPTIONS["target_write_rate_mbps"].type,
+           OPTIONS["target_write_rate_mbps"].default, "flash write rate budget in MB/s (10^6 "
+           "B) at full-node scale", metavar="MBPS"),
+    Option("engine", "--engine", str, OPTIONS["engine"].default, "auto (polars while accesses "
+           "x 500 B fit in half the available memory, else spark), spark (local[*] unless "
+           "--master) or polars (one process, fast on one machine)", choices=ENGINES),
+    Option("master", "--master", str, None, "Spark master URL (default local[*]); "
+           "sc://HOST:PORT for Spark Connect", metavar="URL"),
+    Option("accesses_per_episode", "--accesses-per-episode", Number(int, 1, unit="accesses"),
+           DEFAULT_ACCESSES_PER_EPISODE, "OPT labels on the first N accesses of each episode "
+           "(the paper's K, as the default; the artifact uses 15)", metavar="N"),
+    Option("time", "--time", str, TIME_MODES[0], "split episodes on gaps in trace seconds or "
+           "in logical time (GET count; eviction age x GETs / duration), as the artifact does",
+           choices=TIME_MODES),
+    Option("when_epsilon_ms", "--when-epsilon-ms", Number(float, 0.0, 1e9, unit="ms"),
+           WHEN_EPSILON_S * 1000.0, "ML-When label: net prefetch benefit > this, in ms",
+           metavar="MS"),
+    Option("chunks", "--chunks", Number(int, 1, 1_000_000, unit="buckets"), None, "polars: "
+           "process keys in N buckets to bound memory (default: one per 20M GETs)",
+           metavar="N"),
+    Option("simulate", "--simulate", bool, False, "also run the simulator with OPT admission "
+           "+ OPT-Range prefetch and report measured write rate and eviction age in "
+           "summary.json"),
+    Option("cache_gb", "--cache-gb", OPTIONS["cache_gb"].type, OPTIONS["cache_gb"].default,
+           "--simulate: cache size at full-node scale", metavar="GB"),
+    Option("warmup_s", "--warmup-s", Number(float, 0.0, 1e9, unit="s"), 0.0, "--simulate: "
+           "warm-up excluded from DT statistics, in seconds", metavar="S"),
+    Option("no_plot", "--no-plot", bool, False, "do not write curve.png"),
+    Option("json", "--json", bool, False, "print the summary as JSON"),
+    Option("out", "--out", Path, None, "output directory (replaced atomically)",
+           metavar="DIR", required=True, aliases=("-o",)),
 )
 
 
@@ -23,30 +61,32 @@ def cmd_build(args: argparse.Namespace) -> int:
     from flashml.systems.baleen.episodes.core import EpisodeParams, build
     from flashml.trace.ingest import canonical_path
 
-    check_outputs({"-o": args.out}, {"--trace": args.trace}, folders=("-o",))
+    v = option_values(BUILD_OPTIONS, args)
+    out, trace = v["out"], v["trace"]
+    check_outputs({"-o": out}, {"--trace": trace}, folders=("-o",))
     params = EpisodeParams(
-        eviction_age_s=args.eviction_age,
-        target_write_rate_mbps=args.target_write_rate,
-        accesses_per_episode=args.accesses_per_episode,
-        time_mode=args.time,
-        when_epsilon_s=args.when_epsilon_ms / 1000.0,
+        eviction_age_s=v["eviction_age"],
+        target_write_rate_mbps=v["target_write_rate"],
+        accesses_per_episode=v["accesses_per_episode"],
+        time_mode=v["time"],
+        when_epsilon_s=v["when_epsilon_ms"] / 1000.0,
     )
     params.validate()  # before a raw trace is ingested
     t0 = time.perf_counter()
     # A raw trace is ingested first, beside the output (its folder is removed afterwards).
-    with canonical_path(args.trace, args.format, sample_ratio=args.sample_ratio,
-                        workdir=args.out.resolve().parent, progress=False) as (table, ingested):
-        res = build(table, args.out, params, engine=args.engine, master=args.master,
-                    chunks=args.chunks, simulate=args.simulate, cache_gb=args.cache_gb,
-                    warmup_s=args.warmup_s, plot=not args.no_plot,
-                    sample_ratio=args.sample_ratio, source=args.trace,
+    with canonical_path(trace, v["format"], sample_ratio=v["sample_ratio"],
+                        workdir=out.resolve().parent, progress=False) as (table, ingested):
+        res = build(table, out, params, engine=v["engine"], master=v["master"],
+                    chunks=v["chunks"], simulate=v["simulate"], cache_gb=v["cache_gb"],
+                    warmup_s=v["warmup_s"], plot=not v["no_plot"],
+                    sample_ratio=v["sample_ratio"], source=trace,
                     timings={"ingest_s": time.perf_counter() - t0} if ingested else None)
     s = res.summary
-    if args.json:
+    if v["json"]:
         print(dumps({k: v for k, v in s.items() if k != "curve"}, indent=None))
         return 0
     cutoff = "none" if s["cutoff_score"] is None else f"{s['cutoff_score']:.6g} s/segment"
-    print(f"{args.out}: {s['episodes']} episodes from {s['gets']} GETs ({s['engine']}, "
+    print(f"{out}: {s['episodes']} episodes from {s['gets']} GETs ({s['engine']}, "
           f"{res.seconds:.1f}s); OPT admits {s['admitted_episodes']} at "
           f"{s['opt_write_rate_mbps']:.4g} MB/s <= {s['target_write_rate_mbps']:g} MB/s "
           f"(cutoff score {cutoff}); DT saved ratio {s['dt_saved_ratio']:.3f}; Little's-law "
@@ -99,47 +139,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "Polars while it fits in half the free memory); both give identical "
                         "tables.",
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_trace_option(p)
-    p.add_argument("--eviction-age", required=True, type=OPTIONS["eviction_age"].type,
-                   metavar="SECONDS",
-                   help="assumed eviction age in seconds (> 0)")
-    p.add_argument("--target-write-rate", type=OPTIONS["target_write_rate_mbps"].type,
-                   default=DEFAULTS.target_write_rate_mbps,
-                   metavar="MBPS", help="flash write rate budget in MB/s (10^6 B) at full-node "
-                   f"scale (default {DEFAULTS.target_write_rate_mbps})")
-    p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="auto (default: polars while accesses x 500 B fit in half the "
-                   "available memory, else spark), spark (local[*] unless --master) or "
-                   "polars (one process, fast on one machine)")
-    p.add_argument("--master", default=None, metavar="URL",
-                   help="Spark master URL (default local[*]); sc://HOST:PORT for Spark Connect")
-    p.add_argument("--accesses-per-episode", type=Number(int, 1, unit="accesses"),
-                   default=DEFAULT_ACCESSES_PER_EPISODE, metavar="N",
-                   help="OPT labels on the first N accesses of each episode (the paper's K; "
-                   f"default {DEFAULT_ACCESSES_PER_EPISODE} as in the paper; the artifact uses "
-                   "15)")
-    p.add_argument("--time", choices=("seconds", "logical"), default="seconds",
-                   help="split episodes on gaps in trace seconds (default) or in logical time "
-                   "(GET count; eviction age x GETs / duration), as the artifact does")
-    p.add_argument("--when-epsilon-ms", type=Number(float, 0.0, 1e9, unit="ms"),
-                   default=WHEN_EPSILON_S * 1000.0,
-                   metavar="MS", help=f"ML-When label: net prefetch benefit > this (default "
-                   f"{WHEN_EPSILON_S * 1000.0:g} ms)")
-    p.add_argument("--chunks", type=Number(int, 1, 1_000_000, unit="buckets"), default=None,
-                   metavar="N",
-                   help="polars: process keys in N buckets to bound memory (default: one per "
-                   "20M GETs)")
-    p.add_argument("--simulate", action="store_true",
-                   help="also run the simulator with OPT admission + OPT-Range prefetch and "
-                   "report measured write rate and eviction age in summary.json")
-    p.add_argument("--cache-gb", type=OPTIONS["cache_gb"].type, default=None, metavar="GB",
-                   help=f"--simulate: cache size at full-node scale (default "
-                   f"{DEFAULTS.cache_gb})")
-    p.add_argument("--warmup-s", type=Number(float, 0.0, 1e9, unit="s"), default=0.0,
-                   metavar="S",
-                   help="--simulate: warm-up excluded from DT statistics (default 0)")
-    p.add_argument("--no-plot", action="store_true", help="do not write curve.png")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("-o", "--out", required=True, type=Path, metavar="DIR",
-                   help="output directory (replaced atomically)")
+    add_options(p, options=BUILD_OPTIONS)
     p.set_defaults(func=cmd_build)

@@ -24,16 +24,15 @@ import argparse
 import math
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flashml.commands.argtypes import Number
-from flashml.commands.trace import add_trace_option
+from flashml.commands.trace import TRACE_OPTIONS
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
 from flashml.files import dumps
-from flashml.settings import OPTIONS
+from flashml.settings import OPTIONS, Number, Option, add_options, option_table, option_values
 
 #: Rows of the side-by-side table: metric key, label, format.
 ROWS = (
@@ -137,33 +136,57 @@ def table(cand: dict[str, Any], base: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: `flashml regress`'s options.
+REGRESS_OPTIONS = option_table(
+    Option("candidate", "--candidate", str, None, "the policy under test",
+           metavar="RUN_OR_BUNDLE", required=True),
+    Option("baseline", "--baseline", str, None, "the reference policy (e.g. the champion, or "
+           "regress/baseline)", metavar="RUN_OR_BUNDLE", required=True),
+    replace(TRACE_OPTIONS["trace"], help="evaluation trace: canonical .parquet or raw (see "
+            "--format)"),
+    TRACE_OPTIONS["format"],
+    TRACE_OPTIONS["sample_ratio"],
+    Option("cache_gb", "--cache-gb", OPTIONS["cache_gb"].type, OPTIONS["cache_gb"].default,
+           "cache size at full-node scale"),
+    Option("tolerance", "--tolerance", Number(float, 0.0, 100.0), 0.01,
+           "allowed relative peak-DT increase over the baseline"),
+    Option("target_write_rate", "--target-write-rate", OPTIONS["target_write_rate_mbps"].type,
+           None, "write-rate limit (default the candidate's own target)", metavar="MBPS"),
+    Option("write_rate_tolerance", "--write-rate-tolerance", Number(float, 0.0, 100.0), 0.05,
+           "allowed relative write-rate excess over the target"),
+    Option("json", "--json", bool, False, "print the comparison as JSON"),
+)
+
+
 def cmd_regress(args: argparse.Namespace) -> int:
     from flashml.simulation import SimConfig
     from flashml.trace.ingest import load_trace
 
-    if not args.trace.exists():
-        raise UserError(f"{args.trace}: no such trace")
+    v = option_values(REGRESS_OPTIONS, args)
+    trace, cache_gb, tolerance = v["trace"], v["cache_gb"], v["tolerance"]
+    if not trace.exists():
+        raise UserError(f"{trace}: no such trace")
     with tempfile.TemporaryDirectory(prefix="flashml-regress-") as tmp:
-        cand = resolve(args.candidate, Path(tmp))
-        basep = resolve(args.baseline, Path(tmp))
-        df, meta = load_trace(args.trace, args.format, sample_ratio=args.sample_ratio)
+        cand = resolve(v["candidate"], Path(tmp))
+        basep = resolve(v["baseline"], Path(tmp))
+        df, meta = load_trace(trace, v["format"], sample_ratio=v["sample_ratio"])
         if df.height == 0:
-            raise UserError(f"{args.trace}: no accesses")
-        sim = SimConfig.for_trace(meta, cache_gb=args.cache_gb)
+            raise UserError(f"{trace}: no accesses")
+        sim = SimConfig.for_trace(meta, cache_gb=cache_gb)
         cm = simulate_resolved(cand, df, sim)
         bm = simulate_resolved(basep, df, sim)
-    target = args.target_write_rate or float(cand.params.get("target_write_rate_mbps") or
+    target = v["target_write_rate"] or float(cand.params.get("target_write_rate_mbps") or
                                              DEFAULTS.target_write_rate_mbps)
-    fails = compare(cm, bm, tolerance=args.tolerance, target=target,
-                    write_rate_tolerance=args.write_rate_tolerance)
-    if args.json:
+    fails = compare(cm, bm, tolerance=tolerance, target=target,
+                    write_rate_tolerance=v["write_rate_tolerance"])
+    if v["json"]:
         print(dumps({"candidate": {"source": cand.source, "kind": cand.kind, "metrics": cm},
                      "baseline": {"source": basep.source, "kind": basep.kind, "metrics": bm},
-                     "target_write_rate_mbps": target, "tolerance": args.tolerance,
+                     "target_write_rate_mbps": target, "tolerance": tolerance,
                      "passed": not fails, "failures": fails}))
     else:
-        print(f"trace: {args.trace} ({df.height} accesses, sample ratio {meta.sample_ratio:g}%,"
-              f" cache {args.cache_gb:g} GB, target {target:.3f} MB/s)")
+        print(f"trace: {trace} ({df.height} accesses, sample ratio {meta.sample_ratio:g}%,"
+              f" cache {cache_gb:g} GB, target {target:.3f} MB/s)")
         print(f"candidate: {cand.source} ({cand.kind})")
         print(f"baseline:  {basep.source} ({basep.kind})")
         print()
@@ -173,7 +196,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
             for f in fails:
                 print(f"REGRESSION: {f}")
         else:
-            print(f"PASS: candidate peak DT within {args.tolerance:.2%} of the baseline and "
+            print(f"PASS: candidate peak DT within {tolerance:.2%} of the baseline and "
                   f"write rate within the target")
     return 1 if fails else 0
 
@@ -204,20 +227,5 @@ def degrade_bundle(src: str | Path, dst: str | Path) -> Path:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("regress", help="model-regression check: candidate vs baseline policy",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--candidate", required=True, metavar="RUN_OR_BUNDLE",
-                   help="the policy under test")
-    p.add_argument("--baseline", required=True, metavar="RUN_OR_BUNDLE",
-                   help="the reference policy (e.g. the champion, or regress/baseline)")
-    add_trace_option(p, trace_help="evaluation trace: canonical .parquet or raw (see "
-                     "--format)")
-    p.add_argument("--cache-gb", type=OPTIONS["cache_gb"].type, default=DEFAULTS.cache_gb,
-                   help=f"cache size at full-node scale (default {DEFAULTS.cache_gb})")
-    p.add_argument("--tolerance", type=Number(float, 0.0, 100.0), default=0.01,
-                   help="allowed relative peak-DT increase over the baseline (default 0.01)")
-    p.add_argument("--target-write-rate", type=OPTIONS["target_write_rate_mbps"].type,
-                   default=None, metavar="MBPS",
-                   help="write-rate limit (default the candidate's own target)")
-    p.add_argument("--write-rate-tolerance", type=Number(float, 0.0, 100.0), default=0.05,
-                   help="allowed relative write-rate excess over the target (default 0.05)")
-    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    add_options(p, options=REGRESS_OPTIONS)
     p.set_defaults(func=cmd_regress)

@@ -3,26 +3,116 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from flashml import knobs
 from flashml.commands.argtypes import SEED, Number, hours_of_day, unit_fraction
-from flashml.commands.trace import add_trace_option
+from flashml.commands.trace import TRACE_OPTIONS
 from flashml.config import DEFAULTS, UNITS
 from flashml.errors import UserError
 from flashml.files import atomic_path, check_outputs, dumps, jsonable
-from flashml.settings import OPTIONS
+from flashml.settings import OPTIONS, Option, add_options, option_table, option_values
 from flashml.systems.mat.settings import KNOBS as MAT_KNOBS
 from flashml.systems.mlcache.settings import KNOBS as MLCACHE_KNOBS
+from flashml.systems.mlcache.settings import PAGE_BYTES
 from flashml.trace.formats import OBJECT_FORMATS
 
 #: MAT's knobs offered as `--mat-*` options of `sim run` (unset: the policy's, else declared).
 MAT_OPTIONS = tuple(MAT_KNOBS.knobs)
 
 #: `--admission` choices: flashml.simulation.ADMISSIONS (declared in sim/src/core/config.rs),
-#: restated so that `--help` needs no simulator import; tests/kernel/test_sim_cli.py checks it.
+#: restated so that `--help` needs no simulator import; tests/kernel/test_sim_flash.py checks it.
 ADMISSION_CHOICES = ("admitall", "coinflip", "rejectx", "rejectx_block", "opt", "threshold")
+
+#: `sim run`'s options besides MAT's knobs. An option named as a simulator config key
+#: (flashml.simulation.SimConfig, declared in sim/src/core/config.rs) has that key's default
+#: and choices, restated so that `--help` needs no simulator import
+#: (tests/kernel/test_sim_cli.py checks they agree); None: the key's default applies, or the
+#: policy's.
+RUN_OPTIONS = option_table(
+    *TRACE_OPTIONS.values(),
+    Option("cache_gb", "--cache-gb", OPTIONS["cache_gb"].type, DEFAULTS.cache_gb,
+           "cache size at full-node scale, GB of 2^30 bytes; scaled by the sample ratio",
+           metavar="GB"),
+    Option("capacity_segments", "--capacity-segments", Number(int, 1, unit="segments"), None,
+           "cache capacity in segments at trace scale (overrides --cache-gb)", metavar="N"),
+    Option("eviction", "--eviction", str, "lru", "eviction policy", choices=("lru", "fifo")),
+    Option("mat", "--mat", str, None, "evict by MAT at the tail of the block LRU (learned "
+           "eviction; needs --eviction lru and block recency): none (exactly LRU), oracle "
+           "(each block's next GET) or a compiled policy folder/.so with an eviction model; "
+           "with --policy DIR, the bundle's admission + prefetch beside it (Baleen + MAT); "
+           "adds mat_decisions, predictions_per_eviction, ns_per_eviction",
+           metavar="PREDICTOR"),
+    Option("no_block_recency", "--no-block-recency", bool, False, "refresh only the accessed "
+           "segments, not every cached segment of the block (block-level recency is on by "
+           "default, as in the artifact)"),
+    Option("admission", "--admission", str, "admitall", "admission policy: rejectx is the "
+           "artifact's (history of (block, segment) keys, asked per missed segment), "
+           "rejectx_block keys the history by block and asks once per miss",
+           choices=ADMISSION_CHOICES),
+    Option("coinflip_p", "--coinflip-p", unit_fraction, 0.5, "coinflip: admit probability",
+           metavar="P"),
+    Option("coinflip_seed", "--coinflip-seed", SEED, 0, "coinflip: hash seed"),
+    Option("rejectx_x", "--rejectx-x", Number(int, 1, 2**32 - 1, unit="accesses"), 1,
+           "rejectx: admit once a key was seen X times before", metavar="X"),
+    Option("rejectx_factor", "--rejectx-factor", Number(float, 1e-6, 1e4, unit="x capacity"),
+           2.0, "rejectx: history of F x capacity-in-segments keys (the artifact's 2)",
+           metavar="F"),
+    Option("policy", "--policy", Path, None, "a compiled policy (`flashml compile -o DIR` "
+           "folder, or its policy.so): admission and prefetch come from the .so, called on "
+           "each miss with the features computed online; --admission/--prefetch/"
+           "--prefetch-when are ignored, --threshold/--when-threshold default to the policy's "
+           "own", metavar="DIR"),
+    Option("threshold", "--threshold", unit_fraction, None, "threshold: admit iff score >= "
+           "this (default 0.5, or the policy's with --policy)"),
+    Option("peak_hours", "--peak-hours", hours_of_day, (), "threshold: comma-separated hours "
+           "of the day (UTC) in which the threshold is --peak-bonus lower (peak-aware "
+           "admission)"),
+    Option("peak_bonus", "--peak-bonus", unit_fraction, 0.0, "threshold: how much lower the "
+           "threshold is in --peak-hours"),
+    Option("prefetch", "--prefetch", str, "none", "prefetch on a miss: nothing, the whole "
+           "block, or the per-access range prefetch_start..prefetch_end",
+           choices=("none", "block", "range")),
+    Option("prefetch_when", "--prefetch-when", str, "miss", "when to prefetch: every miss, "
+           "partial hits only, or when when_score >= --when-threshold",
+           choices=("miss", "partial", "score")),
+    Option("when_threshold", "--when-threshold", unit_fraction, None, "prefetch-when score "
+           "threshold (default 0.5, or the policy's with --policy)"),
+    Option("arrays", "--arrays", Path, None, "Parquet file of per-access policy arrays (see "
+           "below)", metavar="FILE"),
+    Option("segment_bytes", "--segment-bytes",
+           Number(int, 512, UNITS.block_bytes, unit="bytes"), UNITS.segment_bytes,
+           "segment size"),
+    Option("disks", "--disks", Number(int, 1, 1_000_000, unit="disks"), DEFAULTS.disks,
+           "HDDs per node for DT utilisation"),
+    Option("window_s", "--window-s", Number(float, 1e-3, 1e9, unit="s"), DEFAULTS.window_s,
+           "DT window length in seconds"),
+    Option("warmup_s", "--warmup-s", Number(float, 0.0, 1e9, unit="s"), DEFAULTS.warmup_s,
+           "warm-up excluded from the DT statistics, in seconds"),
+    Option("series_out", "--series-out", Path, None, "also write the per-window series (time, "
+           "dt_util, write_rate_mbps, warmup) to FILE (.parquet, or .csv)", metavar="FILE"),
+    Option("json", "--json", bool, False, "print the metrics as one JSON object"),
+    Option("unverified", "--unverified", bool, False, "load a policy .so that no manifest "
+           "vouches for (a bare .so, or a folder without manifest.json): still read once and "
+           "mapped from a sealed copy, but its bytes are checked against nothing; a WARNING "
+           "is logged and the output says unverified with the .so's sha256"),
+)
+
+#: `sim objects`'s options.
+OBJECTS_OPTIONS = option_table(
+    replace(TRACE_OPTIONS["trace"], help="request trace"),
+    Option("format", "--format", str, "cloudphysics", "cloudphysics CSV (key = lbn), "
+           "objects-csv (time,key,size) or Parquet with key, size columns",
+           choices=OBJECT_FORMATS),
+    Option("policy", "--policy", str, "lru", "eviction policy",
+           choices=("lru", "fifo", "belady")),
+    Option("capacity", "--capacity", str, None, "cache capacity: bytes with a unit (4MiB, "
+           "16MB, 1GiB, 1048576) or an object count (5000obj)", required=True),
+    Option("json", "--json", bool, False, "print miss_ratio, requests, hits, ... as one JSON "
+           "object"),
+)
 
 
 def _print_metrics(metrics: dict[str, Any], as_json: bool) -> None:
@@ -54,24 +144,24 @@ def _with_options(message: str) -> str:
     return f"{'/'.join(flags)}: {message}" if flags else message
 
 
-def _policy_arrays(args: argparse.Namespace, df: Any, n: int) -> dict[str, Any]:
+def _policy_arrays(v: dict[str, Any], df: Any, n: int) -> dict[str, Any]:
     """Per-access arrays the chosen policies need: from --arrays FILE, else the trace table."""
     import polars as pl
 
     need: dict[str, str] = {}
-    if args.admission == "opt":
+    if v["admission"] == "opt":
         need["admit"] = "--admission opt"
-    if args.admission == "threshold":
+    if v["admission"] == "threshold":
         need["score"] = "--admission threshold"
-    if args.prefetch == "range":
+    if v["prefetch"] == "range":
         need["prefetch_start"] = need["prefetch_end"] = "--prefetch range"
-    if args.prefetch != "none" and args.prefetch_when == "score":
+    if v["prefetch"] != "none" and v["prefetch_when"] == "score":
         need["when_score"] = "--prefetch-when score"
     if not need:
         return {}
-    source, where = df, f"the trace {args.trace}"
-    if args.arrays is not None:
-        path = Path(args.arrays)
+    source, where = df, f"the trace {v['trace']}"
+    if v["arrays"] is not None:
+        path = Path(v["arrays"])
         if not path.exists():
             raise UserError(f"{path}: no such file")
         try:
@@ -95,109 +185,103 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flashml.simulation import SimConfig, capacity_segments, simulate
     from flashml.trace.ingest import load_trace
 
-    check_outputs({"--series-out": args.series_out},
-                  {"--trace": args.trace, "--arrays": args.arrays, "--policy": args.policy,
-                   "--mat": args.mat if args.mat not in (None, "none", "oracle") else None})
-    df, meta = load_trace(args.trace, args.format, sample_ratio=args.sample_ratio)
+    v = {**option_values(RUN_OPTIONS, args),
+         **{f"mat_{name}": getattr(args, f"mat_{name}") for name in MAT_OPTIONS}}
+    check_outputs({"--series-out": v["series_out"]},
+                  {"--trace": v["trace"], "--arrays": v["arrays"], "--policy": v["policy"],
+                   "--mat": v["mat"] if v["mat"] not in (None, "none", "oracle") else None})
+    df, meta = load_trace(v["trace"], v["format"], sample_ratio=v["sample_ratio"])
     cfg = SimConfig(
-        cache_gb=args.cache_gb if args.cache_gb is not None else DEFAULTS.cache_gb,
+        cache_gb=v["cache_gb"],
         sample_ratio=meta.sample_ratio,
-        capacity_segments=args.capacity_segments or 0,  # 0: from cache_gb
-        eviction=args.eviction,
-        block_level_recency=not args.no_block_recency,
-        admission=args.admission,
-        coinflip_p=args.coinflip_p,
-        coinflip_seed=args.coinflip_seed,
-        rejectx_x=args.rejectx_x,
-        rejectx_factor=args.rejectx_factor,
-        threshold=args.threshold if args.threshold is not None else 0.5,
-        peak_hours=args.peak_hours,
-        peak_bonus=args.peak_bonus,
-        prefetch=args.prefetch,
-        prefetch_when=args.prefetch_when,
-        when_threshold=args.when_threshold if args.when_threshold is not None else 0.5,
-        segment_bytes=args.segment_bytes,
+        capacity_segments=v["capacity_segments"] or 0,  # 0: from cache_gb
+        eviction=v["eviction"],
+        block_level_recency=not v["no_block_recency"],
+        admission=v["admission"],
+        coinflip_p=v["coinflip_p"],
+        coinflip_seed=v["coinflip_seed"],
+        rejectx_x=v["rejectx_x"],
+        rejectx_factor=v["rejectx_factor"],
+        threshold=v["threshold"] if v["threshold"] is not None else 0.5,
+        peak_hours=v["peak_hours"],
+        peak_bonus=v["peak_bonus"],
+        prefetch=v["prefetch"],
+        prefetch_when=v["prefetch_when"],
+        when_threshold=v["when_threshold"] if v["when_threshold"] is not None else 0.5,
+        segment_bytes=v["segment_bytes"],
         block_bytes=meta.block_bytes,
-        disks=args.disks,
-        window_s=args.window_s,
-        warmup_s=args.warmup_s,
+        disks=v["disks"],
+        window_s=v["window_s"],
+        warmup_s=v["warmup_s"],
     )
     try:
         capacity_segments(cfg)  # validates the whole config before anything else is read
     except ValueError as e:
         raise UserError(_with_options(str(e))) from None
     for name in MAT_OPTIONS:
-        if getattr(args, f"mat_{name}") is not None and args.mat is None:
+        if v[f"mat_{name}"] is not None and v["mat"] is None:
             raise UserError(f"--mat-{name.replace('_', '-')} needs --mat")
-    if args.policy is not None and args.mat is not None:
+    if v["policy"] is not None and v["mat"] is not None:
         try:  # Baleen + MAT: the bundle's admission + prefetch, MAT's eviction
-            res = _run_mat(args, df, cfg, {})
+            res = _run_mat(v, df, cfg, {})
         except ValueError as e:
-            raise UserError(f"{args.trace}: {e}") from None
-    elif args.policy is not None:
-        res = _run_policy(args, df, cfg)
+            raise UserError(f"{v['trace']}: {e}") from None
+    elif v["policy"] is not None:
+        res = _run_policy(v, df, cfg)
     else:
-        arrays = _policy_arrays(args, df, df.height)
+        arrays = _policy_arrays(v, df, df.height)
         try:
-            if args.mat is not None:
-                res = _run_mat(args, df, cfg, arrays)
+            if v["mat"] is not None:
+                res = _run_mat(v, df, cfg, arrays)
             else:
                 res = simulate(df, cfg, **arrays)
         except ValueError as e:
-            raise UserError(f"{args.trace}: {e}") from None
-    if args.series_out is not None:
-        _write_series(res.series, Path(args.series_out))
+            raise UserError(f"{v['trace']}: {e}") from None
+    if v["series_out"] is not None:
+        _write_series(res.series, Path(v["series_out"]))
     metrics = dict(res.metrics)
     if res.info.get("unverified"):  # loud in the output too (the loader logged a WARNING)
         metrics.update(unverified=True, policy_sha256=res.info["policy_sha256"])
-    _print_metrics(metrics, args.json)
+    _print_metrics(metrics, v["json"])
     return 0
 
 
-def _add_unverified(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--unverified", action="store_true",
-                   help="load a policy .so that no manifest vouches for (a bare .so, or a "
-                   "folder without manifest.json): still read once and mapped from a sealed "
-                   "copy, but its bytes are checked against nothing; a WARNING is logged and "
-                   "the output says unverified with the .so's sha256")
-
-
-def _run_mat(args: argparse.Namespace, df: Any, cfg: Any, arrays: dict[str, Any]) -> Any:
+def _run_mat(v: dict[str, Any], df: Any, cfg: Any, arrays: dict[str, Any]) -> Any:
     """--mat PREDICTOR: MAT evicts at the tail of the block LRU (simulate_mat_flash); with
     --policy DIR the bundle's admission + prefetch beside it (Baleen + MAT)."""
     from flashml.systems.mat.simulation import simulate_mat_flash
 
-    pred: Any = args.mat
+    pred: Any = v["mat"]
     if pred not in ("none", "oracle"):
         pred = Path(pred)
         if not pred.exists():
             raise UserError(f"{pred}: no such eviction policy (a `flashml compile -o DIR` "
                             "folder of a bundle with an eviction model, or its .so)")
-    knobs = {name: getattr(args, f"mat_{name}") for name in MAT_OPTIONS
-             if getattr(args, f"mat_{name}") is not None}
+    knobs = {name: v[f"mat_{name}"] for name in MAT_OPTIONS
+             if v[f"mat_{name}"] is not None}
     baleen: dict[str, Any] = {}
-    if args.policy is not None:
-        if not Path(args.policy).exists():
-            raise UserError(f"{args.policy}: no such policy (a `flashml compile -o DIR` folder "
+    if v["policy"] is not None:
+        if not Path(v["policy"]).exists():
+            raise UserError(f"{v['policy']}: no such policy (a `flashml compile -o DIR` folder "
                             "or a .so)")
-        baleen = {"policy": Path(args.policy), "threshold": args.threshold,
-                  "when_threshold": args.when_threshold}
+        baleen = {"policy": Path(v["policy"]), "threshold": v["threshold"],
+                  "when_threshold": v["when_threshold"]}
     return simulate_mat_flash(df, cfg, **arrays, predictor=pred, mat=knobs,
-                              unverified=args.unverified, **baleen)
+                              unverified=v["unverified"], **baleen)
 
 
-def _run_policy(args: argparse.Namespace, df: Any, cfg: Any) -> Any:
+def _run_policy(v: dict[str, Any], df: Any, cfg: Any) -> Any:
     """--policy DIR: the compiled policy .so decides admission and prefetch on each miss."""
     from flashml.simulation import simulate_policy
 
-    path = Path(args.policy)
+    path = Path(v["policy"])
     if not path.exists():
         raise UserError(f"{path}: no such policy (a `flashml compile -o DIR` folder or a .so)")
     try:
-        return simulate_policy(df, path, cfg, threshold=args.threshold,
-                               when_threshold=args.when_threshold, unverified=args.unverified)
+        return simulate_policy(df, path, cfg, threshold=v["threshold"],
+                               when_threshold=v["when_threshold"], unverified=v["unverified"])
     except ValueError as e:
-        raise UserError(f"{args.trace}: {e}") from None
+        raise UserError(f"{v['trace']}: {e}") from None
 
 
 def _write_series(series: dict[str, Any], path: Path) -> None:
@@ -215,21 +299,22 @@ def cmd_objects(args: argparse.Namespace) -> int:
     from flashml.simulation import parse_capacity, simulate_objects
     from flashml.trace.objects import read_objects
 
+    v = option_values(OBJECTS_OPTIONS, args)
     try:
-        capacity, unit = parse_capacity(args.capacity)
+        capacity, unit = parse_capacity(v["capacity"])
     except ValueError as e:
         raise UserError(f"--capacity: {e}") from None
-    df = read_objects(args.trace, args.format)
+    df = read_objects(v["trace"], v["format"])
     if df.height == 0:
-        raise UserError(f"{args.trace}: no requests")
+        raise UserError(f"{v['trace']}: no requests")
     try:
-        r = simulate_objects(df["key"], df["size"], capacity, args.policy, unit)
+        r = simulate_objects(df["key"], df["size"], capacity, v["policy"], unit)
     except ValueError as e:
-        raise UserError(f"{args.trace}: {e}") from None
+        raise UserError(f"{v['trace']}: {e}") from None
     out = {"miss_ratio": r["miss_ratio"], "byte_miss_ratio": r["byte_miss_ratio"],
-           "requests": r["requests"], "hits": r["hits"], "policy": args.policy,
+           "requests": r["requests"], "hits": r["hits"], "policy": v["policy"],
            "capacity": capacity, "capacity_unit": unit, "wall_s": r["wall_s"]}
-    _print_metrics(out, args.json)
+    _print_metrics(out, v["json"])
     return 0
 
 
@@ -266,24 +351,56 @@ def _load_shares(path: Path, n_streams: int) -> Any:
     return a.astype(np.float64)
 
 
-def _bundle_shares(args: argparse.Namespace, trace: Any) -> Any:
+#: `sim partition`'s options.
+PARTITION_OPTIONS = option_table(
+    *TRACE_OPTIONS.values(),
+    Option("streams", "--streams", str, "namespace", "the column whose values are the "
+           "streams: namespace, user, or a src_* column of the format such as src_hostname",
+           metavar="COLUMN"),
+    Option("capacity", "--capacity", MLCACHE_KNOBS["capacity"].number, None,
+           "cache capacity in pages", metavar="PAGES", required=True),
+    Option("interval", "--interval", MLCACHE_KNOBS["interval"].number, None,
+           "requests (of those the cache sees) between re-divisions", metavar="N", required=True),
+    Option("policy", "--policy", _policy_list, "all", "all (shared, even, static_optimal, "
+           "discrete_optimal) or a comma-separated list of those and mlcache",
+           metavar="NAMES"),
+    Option("steps", "--steps", Number(int, 1, 1000, unit="steps"), None, "equal "
+           "steps of the capacity for the optima's search (unset: the partition contract's, "
+           "the paper's t)", metavar="T"),
+    Option("page_bytes", "--page-bytes", MLCACHE_KNOBS["page_bytes"].number, PAGE_BYTES,
+           "page size (the paper's)", metavar="BYTES"),
+    Option("writes_only", "--writes-only", bool, False, "cache writes only; reads go around "
+           "the cache (the paper's setting)"),
+    Option("objective", "--objective", str, "hits", "what the optima maximise",
+           choices=("hits", "write_hits")),
+    Option("shares", "--shares", Path, None, "mlcache: a .npy array (intervals, streams) of "
+           "capacity shares", metavar="FILE"),
+    Option("bundle", "--bundle", Path, None, "mlcache: a compiled policy with the partition "
+           "capability (flashml mlcache run's compiled/): its network divides the cache every "
+           "interval", metavar="DIR"),
+    Option("json", "--json", bool, False, "print the results as one JSON object"),
+    RUN_OPTIONS["unverified"],
+)
+
+
+def _bundle_shares(v: dict[str, Any], trace: Any) -> tuple[Any, dict[str, Any]]:
     """The mlcache policy's shares from a compiled network (flashml_partition), computed at
-    the end of each interval for the next, as the runtime would."""
+    the end of each interval for the next, as the runtime would; with what the output says
+    of an unverified .so."""
     from flashml.compiler.loader import load_policy
     from flashml.features.partition import contract
     from flashml.systems.mlcache.model import schedule, trace_features
 
-    if args.steps != contract().steps:
-        raise UserError(f"--steps {args.steps}: the partition network's features have "
+    if v["steps"] != contract().steps:
+        raise UserError(f"--steps {v['steps']}: the partition network's features have "
                         f"{contract().steps} steps (features/partition.toml)")
     if trace.n_streams > contract().max_streams:
-        raise UserError(f"{args.trace}: field '{args.streams}': {trace.n_streams} streams; the "
+        raise UserError(f"{v['trace']}: field '{v['streams']}': {trace.n_streams} streams; the "
                         f"partition network has {contract().max_streams} slots")
-    lib = load_policy(args.bundle, need="partition", unverified=args.unverified)
-    if lib.unverified:
-        args.policy_unverified = {"unverified": True, "policy_sha256": lib.sha256}
-    x, _ = trace_features(trace, args.capacity, args.interval, writes_only=args.writes_only)
-    return schedule(lib.partition(x, trace.n_streams)[0], trace.n_streams)
+    lib = load_policy(v["bundle"], need="partition", unverified=v["unverified"])
+    unverified = {"unverified": True, "policy_sha256": lib.sha256} if lib.unverified else {}
+    x, _ = trace_features(trace, v["capacity"], v["interval"], writes_only=v["writes_only"])
+    return schedule(lib.partition(x, trace.n_streams)[0], trace.n_streams), unverified
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
@@ -291,44 +408,48 @@ def cmd_partition(args: argparse.Namespace) -> int:
     from flashml.systems.mlcache.partitioning import compare, page_requests
     from flashml.trace.ingest import load_trace
 
-    if args.steps is None:
-        args.steps = contract().steps
-    if "mlcache" in args.policy and (args.shares is None) == (args.bundle is None):
+    v = option_values(PARTITION_OPTIONS, args)
+    if v["steps"] is None:
+        from flashml.features.partition import contract
+
+        v["steps"] = contract().steps
+    if "mlcache" in v["policy"] and (v["shares"] is None) == (v["bundle"] is None):
         raise UserError("--policy mlcache needs one of --bundle DIR (a compiled policy with "
                         "the partition capability: flashml mlcache run's compiled/) and "
                         "--shares FILE.npy")
-    if (args.shares is not None or args.bundle is not None) and "mlcache" not in args.policy:
+    if (v["shares"] is not None or v["bundle"] is not None) and "mlcache" not in v["policy"]:
         raise UserError("--shares and --bundle are only for --policy mlcache")
-    df, meta = load_trace(args.trace, args.format, sample_ratio=args.sample_ratio)
+    df, meta = load_trace(v["trace"], v["format"], sample_ratio=v["sample_ratio"])
     try:
-        trace = page_requests(df, args.streams, args.page_bytes, meta.block_bytes)
+        trace = page_requests(df, v["streams"], v["page_bytes"], meta.block_bytes)
     except ValueError as e:
-        raise UserError(f"{args.trace}: {e}") from None
-    if args.writes_only and not trace.writes.any():
-        raise UserError(f"{args.trace}: field 'op': no writes, and --writes-only caches writes "
+        raise UserError(f"{v['trace']}: {e}") from None
+    if v["writes_only"] and not trace.writes.any():
+        raise UserError(f"{v['trace']}: field 'op': no writes, and --writes-only caches writes "
                         "only")
-    shares = None if args.shares is None else _load_shares(args.shares, trace.n_streams)
-    if args.bundle is not None:
-        shares = _bundle_shares(args, trace)
+    shares = None if v["shares"] is None else _load_shares(v["shares"], trace.n_streams)
+    unverified: dict[str, Any] = {}
+    if v["bundle"] is not None:
+        shares, unverified = _bundle_shares(v, trace)
     try:
-        res = compare(trace, args.capacity, args.interval, args.policy, steps=args.steps,
-                      writes_only=args.writes_only, objective=args.objective, shares=shares)
+        res = compare(trace, v["capacity"], v["interval"], v["policy"], steps=v["steps"],
+                      writes_only=v["writes_only"], objective=v["objective"], shares=shares)
     except ValueError as e:
-        raise UserError(f"{args.trace}: {e}") from None
+        raise UserError(f"{v['trace']}: {e}") from None
     out = {
-        "trace": str(args.trace), "stream_column": args.streams,
+        "trace": str(v["trace"]), "stream_column": v["streams"],
         "streams": list(trace.names), "requests": len(trace),
-        "writes": int(trace.writes.sum()), "capacity_pages": args.capacity,
-        "interval": args.interval, "steps": args.steps, "page_bytes": args.page_bytes,
-        "writes_only": args.writes_only, "objective": args.objective, "policies": res,
-        **getattr(args, "policy_unverified", {}),
+        "writes": int(trace.writes.sum()), "capacity_pages": v["capacity"],
+        "interval": v["interval"], "steps": v["steps"], "page_bytes": v["page_bytes"],
+        "writes_only": v["writes_only"], "objective": v["objective"], "policies": res,
+        **unverified,
     }
-    if args.json:
+    if v["json"]:
         print(dumps(jsonable(out), indent=None))
         return 0
-    print(f"{args.trace}: {len(trace)} page requests ({out['writes']} writes) in "
-          f"{trace.n_streams} streams of '{args.streams}'; {args.capacity} pages, intervals of "
-          f"{args.interval} requests")
+    print(f"{v['trace']}: {len(trace)} page requests ({out['writes']} writes) in "
+          f"{trace.n_streams} streams of '{v['streams']}'; {v['capacity']} pages, intervals of "
+          f"{v['interval']} requests")
     print(f"{'policy':<17} {'hit_ratio':>9} {'write_hit':>9} {'read_hit':>9}  mean shares")
     for name, r in res.items():
         shares_txt = ("-" if r["mean_shares"] is None else
@@ -393,102 +514,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Simulate a flash cache in front of HDDs (Baleen's model) over a canonical "
         "access table (or a raw trace, ingested on the fly) and print the metrics.",
         epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_trace_option(p)
-    p.add_argument("--cache-gb", type=OPTIONS["cache_gb"].type, default=None, metavar="GB",
-                   help=f"cache size at full-node scale, GB of 2^30 bytes (default "
-                   f"{DEFAULTS.cache_gb}); scaled by the sample ratio")
-    p.add_argument("--capacity-segments", type=Number(int, 1, unit="segments"), default=None,
-                   metavar="N",
-                   help="cache capacity in segments at trace scale (overrides --cache-gb)")
-    p.add_argument("--eviction", choices=("lru", "fifo"), default="lru",
-                   help="eviction policy (default lru)")
-    p.add_argument("--mat", default=None, metavar="PREDICTOR",
-                   help="evict by MAT at the tail of the block LRU (learned eviction; needs "
-                   "--eviction lru and block recency): none (exactly LRU), oracle (each "
-                   "block's next GET) or a compiled policy folder/.so with an eviction model; "
-                   "with --policy DIR, the bundle's admission + prefetch beside it (Baleen + "
-                   "MAT); adds mat_decisions, predictions_per_eviction, ns_per_eviction")
+    names = tuple(RUN_OPTIONS)
+    mat = names.index("mat") + 1  # MAT's knobs follow --mat
+    add_options(p, *names[:mat], options=RUN_OPTIONS)
     knobs.add_options(p, MAT_KNOBS, MAT_OPTIONS, prefix="mat-",
                       defaults=dict.fromkeys(MAT_OPTIONS),
                       shown={k.name: f"the policy's, else {knobs.show_value(k.default)}"
                              for k in MAT_KNOBS})
-    p.add_argument("--no-block-recency", action="store_true",
-                   help="refresh only the accessed segments, not every cached segment of the "
-                   "block (block-level recency is on by default, as in the artifact)")
-    p.add_argument("--admission", choices=ADMISSION_CHOICES, default="admitall",
-                   help="admission policy (default admitall): rejectx is the artifact's "
-                   "(history of (block, segment) keys, asked per missed segment), "
-                   "rejectx_block keys the history by block and asks once per miss")
-    p.add_argument("--coinflip-p", type=unit_fraction, default=0.5, metavar="P",
-                   help="coinflip: admit probability in [0, 1] (default 0.5)")
-    p.add_argument("--coinflip-seed", type=SEED, default=0, help="coinflip: hash seed")
-    p.add_argument("--rejectx-x", type=Number(int, 1, 2**32 - 1, unit="accesses"), default=1,
-                   metavar="X",
-                   help="rejectx: admit once a key was seen X times before (default 1)")
-    p.add_argument("--rejectx-factor", type=Number(float, 1e-6, 1e4, unit="x capacity"),
-                   default=2.0, metavar="F",
-                   help="rejectx: history of F x capacity-in-segments keys (default 2, "
-                   "the artifact's)")
-    p.add_argument("--policy", type=Path, default=None, metavar="DIR",
-                   help="a compiled policy (`flashml compile -o DIR` folder, or its policy.so): "
-                   "admission and prefetch come from the .so, called on each miss with the "
-                   "features computed online; --admission/--prefetch/--prefetch-when are "
-                   "ignored, --threshold/--when-threshold default to the policy's own")
-    p.add_argument("--threshold", type=unit_fraction, default=None,
-                   help="threshold: admit iff score >= this, in [0, 1] (default 0.5, or the "
-                   "policy's with --policy)")
-    p.add_argument("--peak-hours", type=hours_of_day, default=(),
-                   help="threshold: comma-separated hours of the day (UTC) in which the "
-                   "threshold is --peak-bonus lower (peak-aware admission; default none)")
-    p.add_argument("--peak-bonus", type=unit_fraction, default=0.0,
-                   help="threshold: how much lower the threshold is in --peak-hours, in [0, 1] "
-                   "(default 0)")
-    p.add_argument("--prefetch", choices=("none", "block", "range"), default="none",
-                   help="prefetch on a miss: nothing, the whole block, or the per-access "
-                   "range prefetch_start..prefetch_end (default none)")
-    p.add_argument("--prefetch-when", choices=("miss", "partial", "score"), default="miss",
-                   help="when to prefetch: every miss, partial hits only, or when when_score "
-                   ">= --when-threshold (default miss)")
-    p.add_argument("--when-threshold", type=unit_fraction, default=None,
-                   help="prefetch-when score threshold in [0, 1] (default 0.5, or the "
-                   "policy's with --policy)")
-    p.add_argument("--arrays", type=Path, default=None, metavar="FILE",
-                   help="Parquet file of per-access policy arrays (see below)")
-    p.add_argument("--segment-bytes", type=Number(int, 512, UNITS.block_bytes, unit="bytes"),
-                   default=UNITS.segment_bytes,
-                   help=f"segment size in bytes (default {UNITS.segment_bytes})")
-    p.add_argument("--disks", type=Number(int, 1, 1_000_000, unit="disks"),
-                   default=DEFAULTS.disks,
-                   help=f"HDDs per node for DT utilisation (default {DEFAULTS.disks})")
-    p.add_argument("--window-s", type=Number(float, 1e-3, 1e9, unit="s"),
-                   default=DEFAULTS.window_s,
-                   help=f"DT window length in seconds (default {DEFAULTS.window_s:g})")
-    p.add_argument("--warmup-s", type=Number(float, 0.0, 1e9, unit="s"),
-                   default=DEFAULTS.warmup_s,
-                   help=f"warm-up excluded from the DT statistics (default "
-                   f"{DEFAULTS.warmup_s:g} s)")
-    p.add_argument("--series-out", type=Path, default=None, metavar="FILE",
-                   help="also write the per-window series (time, dt_util, write_rate_mbps, "
-                   "warmup) to FILE (.parquet, or .csv)")
-    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
-    _add_unverified(p)
+    add_options(p, *names[mat:], options=RUN_OPTIONS)
     p.set_defaults(func=cmd_run)
 
     p = ssub.add_parser(
         "objects", help="object-cache mode (libCacheSim's model): miss ratio of LRU/FIFO",
         description="Simulate an object cache over whole-object requests (key, size) and "
         "print the miss ratio. Capacity in bytes (4MiB, 16MB, 1048576) or objects (5000obj).")
-    p.add_argument("--trace", required=True, type=Path, metavar="FILE", help="request trace")
-    p.add_argument("--format", choices=OBJECT_FORMATS, default="cloudphysics",
-                   help="cloudphysics CSV (key = lbn), objects-csv (time,key,size) or "
-                   "Parquet with key, size columns")
-    p.add_argument("--policy", choices=("lru", "fifo", "belady"), default="lru",
-                   help="eviction policy (default lru)")
-    p.add_argument("--capacity", required=True,
-                   help="cache capacity: bytes with a unit (4MiB, 16MB, 1GiB, 1048576) or an "
-                   "object count (5000obj)")
-    p.add_argument("--json", action="store_true",
-                   help="print miss_ratio, requests, hits, ... as one JSON object")
+    add_options(p, options=OBJECTS_OPTIONS)
     p.set_defaults(func=cmd_objects)
 
     p = ssub.add_parser(
@@ -498,32 +538,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         "stream (MLCache), and print the hit, write-hit and read-hit ratios of each "
         "policy.", epilog=PARTITION_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_trace_option(p)
-    p.add_argument("--streams", default="namespace", metavar="COLUMN",
-                   help="the column whose values are the streams: namespace, user, or a "
-                   "src_* column of the format such as src_hostname (default namespace)")
-    p.add_argument("--capacity", type=MLCACHE_KNOBS["capacity"].number, required=True,
-                   metavar="PAGES", help="cache capacity in pages")
-    p.add_argument("--interval", type=MLCACHE_KNOBS["interval"].number, required=True,
-                   metavar="N", help="requests (of those the cache sees) between re-divisions")
-    p.add_argument("--policy", type=_policy_list, default="all", metavar="NAMES",
-                   help="all (shared, even, static_optimal, discrete_optimal; the default) or "
-                   "a comma-separated list of those and mlcache")
-    p.add_argument("--steps", type=Number(int, 1, 1000, unit="steps"), default=None,
-                   metavar="T", help="equal steps of the capacity for the optima's search "
-                   "(default: the partition contract's, the paper's t)")
-    page = MLCACHE_KNOBS["page_bytes"].default
-    knobs.add_options(p, MLCACHE_KNOBS, ("page_bytes",),
-                      shown={"page_bytes": f"{page}, the paper's"})
-    p.add_argument("--writes-only", action="store_true",
-                   help="cache writes only; reads go around the cache (the paper's setting)")
-    p.add_argument("--objective", choices=("hits", "write_hits"), default="hits",
-                   help="what the optima maximise (default hits)")
-    p.add_argument("--shares", type=Path, default=None, metavar="FILE",
-                   help="mlcache: a .npy array (intervals, streams) of capacity shares")
-    p.add_argument("--bundle", type=Path, default=None, metavar="DIR",
-                   help="mlcache: a compiled policy with the partition capability (flashml "
-                   "mlcache run's compiled/): its network divides the cache every interval")
-    p.add_argument("--json", action="store_true", help="print the results as one JSON object")
-    _add_unverified(p)
+    add_options(p, options=PARTITION_OPTIONS)
     p.set_defaults(func=cmd_partition)

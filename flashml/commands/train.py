@@ -14,16 +14,52 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from flashml.commands.trace import add_trace_option
+from flashml.commands.trace import TRACE_OPTIONS
 from flashml.config import DEFAULTS
 from flashml.files import check_outputs
-from flashml.settings import BaleenSettings, Number, add_options
+from flashml.settings import (
+    OPTIONS,
+    BaleenSettings,
+    Number,
+    Option,
+    add_options,
+    option_table,
+    option_values,
+)
 
 log = logging.getLogger("flashml.train")
 
+#: The run settings (flashml.settings.OPTIONS) both commands take.
 COMMON_OPTIONS = ("cache_gb", "target_write_rate_mbps", "learning_rate", "max_rounds",
                   "max_iterations", "max_training_rows", "train_hours", "peak_hours",
                   "peak_bonus")
+
+#: `flashml train`'s options: the trace, run settings and its own.
+TRAIN_OPTIONS = option_table(
+    *TRACE_OPTIONS.values(),
+    *(OPTIONS[name] for name in (*COMMON_OPTIONS, "eviction_age", "accesses_per_episode")),
+    Option("admission_only", "--admission-only", bool, not BaleenSettings().with_prefetch,
+           "no ML-Range/ML-When: print the admission model's metrics, no bundle"),
+    Option("require_convergence", "--require-convergence", bool, False,
+           "exit 1 when the loop does not converge"),
+    Option("output", "--out", Path, None, "bundle folder (new)", required=True,
+           aliases=("-o", "--output")),
+)
+
+#: `flashml sweep`'s options: the trace, run settings and its own.
+SWEEP_OPTIONS = option_table(
+    *TRACE_OPTIONS.values(),
+    *(OPTIONS[name] for name in (*COMMON_OPTIONS, "sweep_cold", "sweep_workers")),
+    Option("trials", "--trials", Number(int, 1, 10_000, unit="trials"), 8,
+           "write rates tried (a grid around the target)"),
+    Option("storage", "--storage", str, None, "Optuna storage URL (default sqlite under "
+           ".flashml/; an RDB URL lets several workers share the study)"),
+    Option("study", "--study", str, None, "study name (to resume or share)"),
+    OPTIONS["min_factor"],
+    OPTIONS["max_factor"],
+    Option("output", "--out", Path, Path(".flashml/sweep"), "sweep folder",
+           aliases=("-o", "--output")),
+)
 
 
 def _run(stage_names: tuple[str, ...], s: BaleenSettings, kind: str, workdir: Path):  # type: ignore[no-untyped-def]
@@ -47,9 +83,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from flashml.files import atomic_dir
     from flashml.systems.baleen.run_folder import policy_dir
 
-    s = BaleenSettings.from_cli(args).replace(sweep_trials=0, register=False, compile=False)
-    out: Path = args.output
-    check_outputs({"-o": out}, {"--trace": args.trace}, folders=("-o",))
+    v = option_values(TRAIN_OPTIONS, args)
+    s = BaleenSettings.from_values(v).replace(sweep_trials=0, register=False, compile=False)
+    out: Path = v["output"]
+    check_outputs({"-o": out}, {"--trace": v["trace"]}, folders=("-o",))
     with tempfile.TemporaryDirectory(prefix="flashml-train-") as tmp:
         run, rec = _run(("ingest", "train"), s, "train", Path(tmp))
         trained = rec["train"]
@@ -63,23 +100,24 @@ def cmd_train(args: argparse.Namespace) -> int:
             shutil.copytree(policy_dir(run), dest, dirs_exist_ok=True)
     print(f"{out}: policy bundle (compile it with `flashml compile --model-dir {out} -o DIR` "
           f"or `--run-id {trained['mlflow_run_id']}`)")
-    return 0 if conv["converged"] or not args.require_convergence else 1
+    return 0 if conv["converged"] or not v["require_convergence"] else 1
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from flashml.jobs.report import plot_tco_curve
 
-    args.sweep_trials = args.trials
-    s = BaleenSettings.from_cli(args)
-    check_outputs({"-o": args.output}, {"--trace": args.trace}, folders=("-o",))
+    v = option_values(SWEEP_OPTIONS, args)
+    s = BaleenSettings.from_values({**v, "sweep_trials": v["trials"]})
+    out: Path = v["output"]
+    check_outputs({"-o": out}, {"--trace": v["trace"]}, folders=("-o",))
     with tempfile.TemporaryDirectory(prefix="flashml-sweep-") as tmp:
         _, rec = _run(("ingest", "sweep"), s, "sweep", Path(tmp))
     res = rec["sweep"]
     trials = res["sweep"]["trials"]
-    args.output.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     png = plot_tco_curve([(t["write_rate_mbps"], t["tco"]) for t in trials
                           if t["state"] == "COMPLETE"], res["chosen_write_rate_mbps"],
-                         args.output / "tco_curve.png",
+                         out / "tco_curve.png",
                          bounds=tuple(res["sweep"]["range_mbps"])
                          if res["sweep"].get("range_mbps") else None)
     print(f"{'trial':>5} {'state':>9} {'target MB/s':>11} {'write MB/s':>10} {'peak DT':>8} "
@@ -101,7 +139,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
           "(pip install optuna-dashboard; then http://127.0.0.1:8080)")
     from flashml.files import write_json
 
-    write_json(args.output / "sweep.json", {
+    write_json(out / "sweep.json", {
         "study_name": res["sweep"]["study"], "storage": res["sweep"]["storage"],
         "trials": trials, "range_mbps": res["sweep"].get("range_mbps"),
         "widened": res["sweep"].get("widened"),
@@ -114,14 +152,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="learn a policy (convergence loop) -> policy bundle",
                        description="Run Baleen's convergence loop (episodes -> LightGBM -> "
                        "simulation) at a target write rate and write the policy bundle.")
-    add_trace_option(p)
-    add_options(p, *COMMON_OPTIONS, "eviction_age", "accesses_per_episode")
-    p.add_argument("--admission-only", action="store_true",
-                   help="no ML-Range/ML-When: print the admission model's metrics, no bundle")
-    p.add_argument("--require-convergence", action="store_true",
-                   help="exit 1 when the loop does not converge")
-    p.add_argument("-o", "--out", "--output", dest="output", type=Path, required=True,
-                   help="bundle folder (new)")
+    add_options(p, options=TRAIN_OPTIONS)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("sweep", help="Optuna sweep of write rates; Baleen-TCO picks one",
@@ -129,15 +160,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "the convergence loop from the main loop's converged state (--sweep-"
                        "cold: from scratch, sweeping the starting eviction age too) and is "
                        "scored by TCO relative to RejectX at the default write rate.")
-    add_trace_option(p)
-    add_options(p, *COMMON_OPTIONS, "sweep_cold", "sweep_workers")
-    p.add_argument("--trials", type=Number(int, 1, 10_000, unit="trials"), default=8,
-                   help="write rates tried (a grid around the target; default 8)")
-    p.add_argument("--storage", default=None,
-                   help="Optuna storage URL (default sqlite under .flashml/; an RDB URL "
-                   "lets several workers share the study)")
-    p.add_argument("--study", default=None, help="study name (to resume or share)")
-    add_options(p, "min_factor", "max_factor")
-    p.add_argument("-o", "--out", "--output", dest="output", type=Path,
-                   default=Path(".flashml/sweep"), help="sweep folder (default .flashml/sweep)")
+    add_options(p, options=SWEEP_OPTIONS)
     p.set_defaults(func=cmd_sweep)

@@ -52,22 +52,18 @@ from flashml.trace.canonical import (
     with_sample_ratio,
 )
 from flashml.trace.limits import (
+    CHUNK_BYTES,
     DEFAULT_MAX_EXPANSION,
     FREE_ACCESSES,
+    MAX_BLOCK_BYTES,
     MAX_CHUNK_BYTES,
     MAX_MAX_EXPANSION,
+    MIN_BLOCK_BYTES,
 )
 from flashml.trace.readers import FORMATS, READERS, Reader
-from flashml.trace.readers.base import (
-    MAX_BLOCK_BYTES,
-    MAX_BLOCKS_PER_IO,
-    MIN_BLOCK_BYTES,
-    BadLines,
-    check_block_bytes,
-)
+from flashml.trace.readers.base import MAX_BLOCKS_PER_IO, BadLines, check_block_bytes
 from flashml.trace.spread import ROW_BUDGET, Spreader
 from flashml.trace.textio import (
-    CHUNK_BYTES,
     check_input,
     first_data_line,
     iter_chunks,

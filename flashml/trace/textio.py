@@ -22,8 +22,8 @@ from typing import BinaryIO
 import numpy as np
 
 from flashml.errors import TraceError
+from flashml.trace.limits import CHUNK_BYTES
 
-CHUNK_BYTES = 16 * 1024 * 1024
 MIN_LINE_LIMIT = 1024 * 1024
 """A line may be as long as the chunk size, and at least this long (bytes)."""
 BOM = b"\xef\xbb\xbf"

@@ -183,7 +183,7 @@ def numeric_options() -> dict[str, list[str]]:
                 continue
             # a number: any value parser but a path or a string, or a size given as text
             if (a.type is not None and a.type not in (str, Path)) \
-                    or (a.type is None and longest in NUMERIC_BY_NAME):
+                    or (a.type in (None, str) and longest in NUMERIC_BY_NAME):
                 opts.append(longest)
         out[" ".join(path)] = opts
 

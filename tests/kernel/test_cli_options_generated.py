@@ -9,12 +9,14 @@ traceback, never a hang, never an output left behind by a refusal.
 A refusal costs a parse; an accepted value runs its command. The cheap commands run for real;
 the others stop at the start of their work (`Command.stub`: reaching it means every check
 before the work passed) unless FLASHML_FUZZ_PROFILE=fuzz, which runs them for real where
-their minimal arguments can (`Command.real`). `flashml trace ...` is its owner's
-(tests/trust/test_fuzz_traces.py and friends).
+their minimal arguments can (`Command.real`). What the trace commands do with hostile trace
+files is tests/trust/test_fuzz_traces.py's and its friends'.
 
 Every system's job options are generated from its option table (`flashml.settings.Option`
 records, declared in the system's settings.py) and its settings.toml knobs: no system module
-calls argparse itself, and each table's defaults are its settings dataclass's.
+calls argparse itself, and each table's defaults are its settings dataclass's. The kernel
+commands' options are such tables too (declared in their flashml/commands/ module): only
+their positional arguments are argparse's own.
 """
 
 from __future__ import annotations
@@ -49,8 +51,6 @@ from conftest import REPO
 
 VALUES = ("0", "-1", "nan", "inf", "-inf", "1e300", "1e-300", str(2**63), "many")
 FUZZ = os.environ.get("FLASHML_FUZZ_PROFILE") == "fuzz"
-#: Commands tested elsewhere (their owner's tests).
-ELSEWHERE = ("trace",)
 #: Seconds one case may take (a refusal: a parse; an accepted value: a tiny run).
 CASE_S = 600 if FUZZ else 120
 
@@ -77,6 +77,21 @@ def _out(d: Path, i: dict[str, Path]) -> list[str]:
 
 #: Minimal otherwise-valid arguments of each command (keyed by its path).
 COMMANDS: dict[tuple[str, ...], Command] = {
+    ("trace", "ingest"): Command(lambda d, i: [str(i["raw"]), *_out(d, i)],
+                                 stub="flashml.trace.ingest:ingest", real=False),
+    ("trace", "sample"): Command(lambda d, i: [str(i["table"]), "--size", "50", *_out(d, i)],
+                                 stub="flashml.trace.sample:sample_by_key", real=False),
+    ("trace", "generate"): Command(lambda d, i: ["--accesses", "1000", *_out(d, i)],
+                                   stub="flashml.trace.generate:generate_trace", real=False,
+                                   needs=(("--zipf", ("--preset", "web-like")),
+                                          ("--overwrites", ("--preset", "web-like")))),
+    ("trace", "mix"): Command(lambda d, i: ["--requests", "1000", *_out(d, i)],
+                              stub="flashml.systems.mlcache.multistream:generate_mix",
+                              real=False),
+    ("trace", "stats"): Command(lambda d, i: [str(i["table"])]),
+    ("trace", "validate"): Command(lambda d, i: [str(i["table"]), "--context-dir",
+                                                 str(d / "gx")],
+                                   stub="flashml.trace.validate:validate_table", real=False),
     ("sim", "run"): Command(lambda d, i: ["--trace", str(i["table"])],
                             needs=tuple((f"--mat-{n.replace('_', '-')}", ("--mat", "none"))
                                         for n in ("k", "max-candidates", "delta",
@@ -139,8 +154,7 @@ def numeric_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 def _commands() -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    return [(path, p) for path, p in leaf_commands(cli.build_parser())
-            if path[0] not in ELSEWHERE]
+    return list(leaf_commands(cli.build_parser()))
 
 
 def _cases() -> list[Any]:
@@ -225,6 +239,66 @@ def test_every_job_option_is_its_tables_or_a_knob(module: str) -> None:
         assert a.type is (None if o.type is bool else o.type), o.name
 
 
+def _kernel_tables() -> dict[tuple[str, ...], dict[str, Option]]:
+    """The option table of each kernel command that has one, by command path."""
+    from flashml.commands import compile as compile_
+    from flashml.commands import episodes, regress, sim, trace, train
+
+    return {**{("trace", name): table for name, table in trace.TABLES.items()},
+            ("sim", "run"): sim.RUN_OPTIONS, ("sim", "objects"): sim.OBJECTS_OPTIONS,
+            ("sim", "partition"): sim.PARTITION_OPTIONS,
+            ("episodes", "build"): episodes.BUILD_OPTIONS, ("train",): train.TRAIN_OPTIONS,
+            ("sweep",): train.SWEEP_OPTIONS, ("compile",): compile_.COMPILE_OPTIONS,
+            ("regress",): regress.REGRESS_OPTIONS}
+
+
+#: The modules of the kernel commands whose options are option tables (`_kernel_tables`).
+TABLED_COMMANDS = ("trace", "sim", "episodes", "train", "compile", "regress")
+
+
+@pytest.mark.parametrize("path", list(_kernel_tables()), ids=" ".join)
+def test_every_kernel_command_option_is_its_tables(path: tuple[str, ...]) -> None:
+    """Each option of a kernel command is an entry of its option table, with its spellings,
+    type, default, choices and whether it must be given, and each entry is an option of the
+    command (`sim run`'s --mat-* are MAT's settings.toml knobs)."""
+    table = _kernel_tables()[path]
+    parser = dict(_commands())[path]
+    seen = set()
+    for a in parser._actions:
+        if not a.option_strings or isinstance(a, argparse._HelpAction):
+            continue
+        if path == ("sim", "run") and a.dest.startswith("mat_"):
+            assert a.dest.removeprefix("mat_") in knobs.load("mat").knobs, a.option_strings
+            continue
+        assert a.dest in table, f"{' '.join(path)}: {a.option_strings} is not in its table"
+        o = table[a.dest]
+        assert a.option_strings == list(o.option_strings), o.name
+        assert a.default == o.default, o.name
+        assert a.choices == o.choices, o.name
+        assert a.type is (None if o.type is bool else o.type), o.name
+        assert a.required == (o.required and o.exclusive is None), o.name
+        seen.add(a.dest)
+    assert seen == set(table), f"not options of {' '.join(path)}: {set(table) - seen}"
+
+
+def test_no_kernel_command_declares_options_itself() -> None:
+    """The kernel commands of TABLED_COMMANDS build their options from their tables
+    (flashml.settings.add_options): argparse's add_argument only for a positional argument."""
+    files = [REPO / "flashml" / "commands" / f"{name}.py" for name in TABLED_COMMANDS]
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ARGPARSE_CALLS):
+                continue
+            first = node.args[0] if node.args else None
+            if (node.func.attr == "add_argument" and isinstance(first, ast.Constant)
+                    and not str(first.value).startswith("-")):
+                continue  # a positional argument
+            found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.func.attr}")
+    assert not found, f"declare these options in the command's option table: {found}"
+
+
 def test_an_option_table_expresses_every_kind_of_option() -> None:
     """Choices, switches (on unless --no-...: negatable), paths, lists (positive_ints), numbers
     and mutually exclusive options, from one table: the parser, the help and the checks of
@@ -268,9 +342,40 @@ def test_an_option_table_expresses_every_kind_of_option() -> None:
     assert (size_text(4 << 30), size_text(2 << 20), size_text(1000)) == ("4GiB", "2MiB", "1000")
 
 
+def test_an_option_table_declares_spellings_required_options_and_steps() -> None:
+    """Other spellings (`-o`, `--output`), options that must be given (alone, or one of an
+    exclusive group), and numbers that are a multiple of a step, from one table; --help
+    gives a number's values, unit and default."""
+    opts = option_table(
+        Option("out", "--out", Path, None, "where", required=True, aliases=("-o", "--output")),
+        Option("uri", "--uri", str, None, "a URI", exclusive="source", required=True),
+        Option("dir", "--dir", Path, None, "a folder", exclusive="source", required=True),
+        Option("block", "--block", Number(int, 4, 64, unit="bytes", multiple=4), 8, "a block"),
+    )
+    p = argparse.ArgumentParser(exit_on_error=False)
+    add_options(p, options=opts)
+    assert option_values(opts, p.parse_args(["-o", "x", "--dir", "d", "--block", "12"])) == {
+        "out": Path("x"), "uri": None, "dir": Path("d"), "block": 12}
+    assert p.parse_args(["--output", "y", "--uri", "u"]).out == Path("y")
+    for argv in (["--dir", "d"], ["-o", "x"], ["-o", "x", "--uri", "u", "--dir", "d"],
+                 ["-o", "x", "--dir", "d", "--block", "6"]):
+        with pytest.raises((argparse.ArgumentError, SystemExit)):
+            p.parse_args(argv)
+    help_ = " ".join(p.format_help().split())
+    for text in ("-o OUT, --out OUT, --output OUT", "(--uri URI | --dir DIR)",
+                 "a block (an integer >= 4 and at most 64 and a multiple of 4 bytes; "
+                 "default 8)"):
+        assert text in help_, text
+    with pytest.raises(UserError, match="--block must be a multiple of 4 bytes, got 6"):
+        option_values(opts, {"out": "x", "block": 6})
+    with pytest.raises(ValueError, match="declared twice"):
+        option_table(opts["out"], Option("o", "-o", str, None, ""))
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A small canonical table (2,000 generated accesses) and a tiny object trace."""
+    """A small raw trace and its canonical table (2,000 generated accesses), and a tiny
+    object trace."""
     from flashml.trace.generate import generate_trace
     from flashml.trace.ingest import ingest
 
@@ -280,7 +385,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     table = ingest(raw, d / "small.parquet", progress=False).out
     objects = d / "objects.csv"
     objects.write_text("version,time,op,size,lbn\n1,1,2a,512,7\n1,2,2a,512,8\n1,3,2a,512,7\n")
-    return {"table": Path(table), "objects": objects}
+    return {"raw": raw, "table": Path(table), "objects": objects}
 
 
 def _listing(root: Path) -> set[str]:

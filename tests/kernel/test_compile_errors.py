@@ -246,6 +246,16 @@ def test_cli_errors(cli, tmp_path, bundle_copy) -> None:
     assert r.returncode == 0 and "manifest.json" in r.stdout
 
 
+def test_compile_portable_is_the_builds():
+    """`flashml compile --portable` restates compiler/build.py's evaluators (not imported by
+    the CLI)."""
+    from flashml.commands.compile import COMPILE_OPTIONS
+    from flashml.compiler.build import PORTABLE_DEFAULT, PORTABLE_EVALUATORS
+
+    o = COMPILE_OPTIONS["portable"]
+    assert (o.default, o.choices) == (PORTABLE_DEFAULT, tuple(PORTABLE_EVALUATORS))
+
+
 def test_compile_from_mlflow_run(models, trace, tmp_path) -> None:
     """--run-id and --model-uri download the bundle, and the compiled bundle is logged back."""
     env = dict(os.environ, FLASHML_HOME=str(tmp_path / "state"))

@@ -98,7 +98,7 @@ def test_missing_file_and_bad_options(tmp_path: Path, cli) -> None:
     proc = cli("trace", "ingest", DATA / "tectonic_201910.trace", "--sample-ratio", "150",
                "-o", tmp_path / "o.parquet")
     assert proc.returncode == 2
-    assert "--sample-ratio must be a percentage in [1e-06, 100]" in proc.stderr
+    assert "argument --sample-ratio: must be at most 100 percent, got 150" in proc.stderr
     proc = cli("trace", "ingest", DATA / "tectonic_201910.trace", "--format", "nope",
                "-o", tmp_path / "o.parquet")
     assert proc.returncode == 2 and "invalid choice" in proc.stderr

@@ -171,6 +171,24 @@ def test_help_texts():
         assert p.returncode == 0 and needle in p.stdout, p.stdout
 
 
+def test_run_options_are_the_simulator_config_keys():
+    """`sim run`'s options named as a simulator config key restate the key's default (None:
+    the key's own applies, or the policy's) and choices (sim/src/core/config.rs), so that
+    `--help` needs no simulator import: they agree."""
+    import dataclasses
+
+    from flashml.commands.sim import RUN_OPTIONS
+
+    fields = {f.name: f for f in dataclasses.fields(SimConfig)}
+    named = [o for o in RUN_OPTIONS.values() if o.name in fields]
+    assert len(named) >= 15, [o.name for o in named]
+    for o in named:
+        f = fields[o.name]
+        if o.default is not None:
+            assert o.default == f.default, o.name
+        assert o.choices == f.metadata["choices"], o.name
+
+
 def test_cli_parser_loads_no_heavy_library():
     """`flashml --help` and every command's --help answer in a fraction of a second because
     building the parser loads none of the libraries the stages use (NumPy alone is about half

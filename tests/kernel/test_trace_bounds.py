@@ -187,7 +187,9 @@ def test_block_bytes_out_of_range_is_a_usage_error(tmp_path: Path, capsys, value
     assert rc == 2
     assert "argument --block-bytes" in err
     if value.lstrip("-").isdigit():
-        assert "multiple of the 131072-byte segment in [131072, 4294967296] bytes" in err
+        assert any(why in err for why in ("must be >= 131072 bytes",
+                                          "must be at most 4294967296 bytes",
+                                          "must be a multiple of 131072 bytes")), err
     assert not (tmp_path / "o.parquet").exists()
 
 
@@ -199,7 +201,7 @@ def test_chunk_mb_out_of_range_is_a_usage_error(tmp_path: Path, capsys, value: s
     assert rc == 2
     assert "argument --chunk-mb" in err
     if value.lstrip("-").isdigit():
-        assert "a number of MiB in [1, 1024]" in err
+        assert "must be >= 1 MiB" in err or "must be at most 1024 MiB" in err, err
 
 
 def test_ingest_api_refuses_a_chunk_beyond_the_cap(tmp_path: Path) -> None:
@@ -239,15 +241,17 @@ def test_scaled_times_beyond_1e12_seconds_are_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("option,value,why", [
-    ("--time-scale", "1e-320", "in [1e-12, 1e+06]"), ("--time-scale", "0", "in [1e-12"),
-    ("--time-scale", "-1", "in [1e-12"), ("--time-scale", "1e300", "in [1e-12"),
+    ("--time-scale", "1e-320", "must be >= 1e-12 seconds per source time unit"),
+    ("--time-scale", "0", "must be >= 1e-12 seconds"),
+    ("--time-scale", "-1", "must be >= 1e-12 seconds"),
+    ("--time-scale", "1e300", "must be at most 1000000 seconds per source time unit"),
     ("--time-scale", "nan", "finite"), ("--time-scale", "inf", "finite"),
-    ("--sample-ratio", "1e-300", "a percentage in [1e-06, 100]"),
-    ("--sample-ratio", "0", "a percentage in [1e-06, 100]"),
-    ("--sample-ratio", "100.5", "a percentage in [1e-06, 100]"),
-    ("--sample-ratio", "nan", "finite"), ("--sector-bytes", "0", "a number of bytes in [1"),
-    ("--sector-bytes", str(1 << 40), "a number of bytes in [1"),
-    ("--max-expansion", "0", "a number of accesses per line in [1, 1048576]"),
+    ("--sample-ratio", "1e-300", "must be >= 1e-06 percent"),
+    ("--sample-ratio", "0", "must be >= 1e-06 percent"),
+    ("--sample-ratio", "100.5", "must be at most 100 percent"),
+    ("--sample-ratio", "nan", "finite"), ("--sector-bytes", "0", "must be >= 1 bytes"),
+    ("--sector-bytes", str(1 << 40), "must be at most 4294967296 bytes"),
+    ("--max-expansion", "0", "must be >= 1 accesses per line"),
 ])
 def test_ingest_numbers_are_refused_with_their_unit(tmp_path: Path, capsys, option: str,
                                                     value: str, why: str) -> None:
@@ -283,7 +287,7 @@ def test_seed_must_be_a_32_bit_non_negative_integer(tmp_path: Path, capsys, comm
     assert rc == 2, err
     assert "argument --seed" in err
     if value != "1.5" and value != "nan":
-        assert "an integer in 0..4294967295" in err
+        assert "must be >= 0" in err or "must be at most 4294967295" in err, err
     assert not (tmp_path / "o.out").exists()
 
 
@@ -304,11 +308,12 @@ def test_seed_check_in_the_functions(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args,why", [
-    (["--accesses", "0"], "argument --accesses"), (["--accesses", str(10**9)], "1..100,000,000"),
-    (["--days", "0"], "(0, 3650]"), (["--days", "1e300"], "(0, 3650]"),
+    (["--accesses", "0"], "argument --accesses"),
+    (["--accesses", str(10**9)], "must be at most 100000000 accesses"),
+    (["--days", "0"], "must be > 0 days"), (["--days", "1e300"], "must be at most 3650 days"),
     (["--days", "nan"], "argument --days"),
     (["--preset", "web-like", "--zipf", "nan"], "argument --zipf"),
-    (["--preset", "web-like", "--overwrites", "2"], "a number of overwrites per read in [0, 1]"),
+    (["--preset", "web-like", "--overwrites", "2"], "must be at most 1 overwrites per read"),
 ])
 def test_generate_sizes_are_capped(tmp_path: Path, capsys, args: list[str], why: str) -> None:
     rc, err = run_main(capsys, "trace", "generate", *args, "-o", tmp_path / "g.trace")

@@ -200,7 +200,7 @@ def _pages(run: RunDir, s: MlcacheSettings, streams: int) -> tuple[int, str]:
     if s.capacity is not None:
         return s.capacity, "--capacity"
     if s.cache_size is not None:
-        from flashml.systems.mlcache.multistream import PAGE_BYTES
+        from flashml.systems.mlcache.settings import PAGE_BYTES
 
         if s.page_bytes is not None:
             page, what = s.page_bytes, "--page-bytes"

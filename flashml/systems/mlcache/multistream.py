@@ -28,13 +28,11 @@ import polars as pl
 
 from flashml.config import OP_CODES
 from flashml.errors import UserError
-from flashml.systems.mlcache.settings import KNOBS
+from flashml.systems.mlcache.settings import PAGE_BYTES
 from flashml.trace.canonical import TraceMeta, write_table
-from flashml.trace.limits import MAX_PHASES, MAX_SCALE, MAX_STREAMS
+from flashml.trace.limits import MAX_PHASES, MAX_SCALE, MAX_STREAMS, PHASES, SCALE
 
 STREAM_KINDS = ("loop", "zipf", "scan", "shift", "hotset")
-#: The paper's page size (other-seeds-notes §2.1: 8 KiB pages), settings.toml's page_bytes.
-PAGE_BYTES: int = KNOBS["page_bytes"].default
 
 
 
@@ -69,8 +67,8 @@ def _pages(kind: str, n: int, phase: np.ndarray, rng: np.random.Generator,
 
 
 def generate_mix(n_streams: int, requests: int, seed: int = 0, *,
-                 kinds: tuple[str, ...] | None = None, phases: int = 8,
-                 scale: int = 200, duration_s: float = 3600.0,
+                 kinds: tuple[str, ...] | None = None, phases: int = PHASES,
+                 scale: int = SCALE, duration_s: float = 3600.0,
                  page_bytes: int = PAGE_BYTES) -> tuple[pl.DataFrame, tuple[str, ...]]:
     """A canonical table of `requests` page requests from `n_streams` streams (module doc),
     and the kind of each stream.

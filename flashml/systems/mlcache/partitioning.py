@@ -23,15 +23,18 @@ from typing import Any
 import numpy as np
 
 from flashml.config import PUT_OPS
+from flashml.features.partition import contract
 from flashml.simulation import _as_array, _core
+
+#: The paper's t, equal steps of the capacity for the search and the monitor's histograms:
+#: the partition contract's (features/partition.toml).
+DEFAULT_STEPS: int = contract().steps
 
 POLICIES = ("shared", "even", "static_optimal", "discrete_optimal", "mlcache")
 #: The policies that need nothing but the trace (mlcache needs shares).
 TRACE_POLICIES = POLICIES[:4]
 #: A key's first request: its distance is infinite (2^64 - 1 here).
 COLD = np.uint64(2**64 - 1)
-#: The paper's t: equal steps of the capacity for the search and the monitor's histograms.
-DEFAULT_STEPS = 10
 
 
 def stack_distances(keys: Any, streams: Any = None, n_streams: int | None = None) -> np.ndarray:

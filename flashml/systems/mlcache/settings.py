@@ -49,6 +49,10 @@ SIMPLE_RULES = ("shared", "even")
 #: The default interval: this many requests the cache sees per page of the cache.
 INTERVAL_PER_PAGE = 2
 
+#: The paper's page size (other-seeds-notes §2.1: 8192 B pages): the generated mixes' page
+#: (settings.toml's page_bytes).
+PAGE_BYTES: int = KNOBS["page_bytes"].default
+
 #: The generated mixes' duration (flashml/systems/mlcache/multistream.py generate_mix's
 #: default), for --interval-s without a trace.
 MIX_SECONDS = 3600.0

@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 BLOCK_BYTES = 4 * KiB
 #: Trace epoch: 2026-01-01 00:00 UTC (as the other presets).
 EPOCH_S = 1_767_225_600.0
+#: The largest Zipf exponent of a preset's popularity (`--zipf`, from 0: uniform).
+MAX_ZIPF = 2.0
+#: The most overwrites per read (`--overwrites`, from 0; the paper's Fig. 13b: 0-100%).
+MAX_OVERWRITES = 1.0
 
 
 @dataclass(frozen=True)
@@ -106,13 +110,13 @@ def get_block_preset(name: str, *, zipf: float | None = None,
                         f"{', '.join(BLOCK_PRESETS)}")
     p = BLOCK_PRESETS[name]
     if zipf is not None:
-        if not 0.0 <= zipf <= 2.0:
-            raise UserError(f"--zipf must be in [0, 2], got {zipf}")
+        if not 0.0 <= zipf <= MAX_ZIPF:
+            raise UserError(f"--zipf must be in [0, {MAX_ZIPF:g}], got {zipf}")
         p = replace(p, read_alpha=zipf, write_alpha=zipf)
     if overwrites is not None:
-        if not 0.0 <= overwrites <= 1.0:
-            raise UserError(f"--overwrites must be in [0, 1] (overwrites per read), got "
-                            f"{overwrites}")
+        if not 0.0 <= overwrites <= MAX_OVERWRITES:
+            raise UserError(f"--overwrites must be in [0, {MAX_OVERWRITES:g}] (overwrites per "
+                            f"read), got {overwrites}")
         p = replace(p, read_share=1.0 / (1.0 + overwrites), overwrite_share=1.0)
     return p
 

@@ -19,30 +19,25 @@ from flashml.config import OPS, UNITS
 from flashml.errors import TraceError, UserError
 from flashml.trace.canonical import CORE_SCHEMA
 from flashml.trace.canonical import MAX_TIME_S as CANONICAL_MAX_TIME_S
+from flashml.trace.limits import (
+    MAX_BLOCK_BYTES,
+    MAX_IO_BYTES,
+    MAX_TIME_SCALE,
+    MIN_BLOCK_BYTES,
+    MIN_TIME_SCALE,
+)
 from flashml.trace.textio import Chunk
 
 Kind = Literal["int", "float", "str"]
 _POLARS = {"int": pl.Int64, "float": pl.Float64, "str": pl.String}
 log = logging.getLogger("flashml.trace.ingest")
 
-MAX_IO_BYTES = 1 << 32
-"""The largest size of one IO (4 GiB): larger is corrupt input, and would be split into
-that many blocks' rows."""
-MIN_BLOCK_BYTES = UNITS.segment_bytes
-"""The smallest block (`--block-bytes`): one cache segment (128 KiB); a block is a whole
-number of segments."""
-MAX_BLOCK_BYTES = MAX_IO_BYTES
-"""The largest block (`--block-bytes`): 4 GiB, the largest IO."""
 MAX_BLOCKS_PER_IO = MAX_IO_BYTES // MIN_BLOCK_BYTES + 1
 """The most rows one IO is split into (32,769): an IO of at most MAX_IO_BYTES, cut into
 blocks of at least MIN_BLOCK_BYTES (+1: an unaligned IO touches one more)."""
 MAX_TIME_S = CANONICAL_MAX_TIME_S
 """The largest |time| of an access, 1e12 seconds after any time scale (about 31,700 years
 from the epoch): a larger one is corrupt input, and loses sub-second precision in float64."""
-MIN_TIME_SCALE, MAX_TIME_SCALE = 1e-12, 1e6
-"""`--time-scale` (seconds per source time unit) lies in [1e-12, 1e6]: picoseconds to about
-11.6 days; outside that range the scaled times lose their precision (or are subnormal
-numbers, where every access would get the same time) or overflow MAX_TIME_S."""
 MAX_ADDRESS = (1 << 63) - 1 - MAX_IO_BYTES
 """The largest byte address (room for an IO below 2^63, so no sum overflows)."""
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1

@@ -13,6 +13,7 @@ import polars as pl
 
 from flashml.config import OP_CODES
 from flashml.errors import UserError
+from flashml.trace.limits import MAX_SECTOR_BYTES, SECTOR_BYTES
 from flashml.trace.readers.base import (
     MAX_ADDRESS,
     Check,
@@ -34,10 +35,10 @@ class CloudPhysicsReader(Reader):
     header_prefix = "version"
     time_column = "time"
 
-    def __init__(self, *args, sector_bytes: int = 512, time_scale: float = 1.0,
+    def __init__(self, *args, sector_bytes: int = SECTOR_BYTES, time_scale: float = 1.0,
                  **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
-        if not 0 < sector_bytes <= 1 << 32:
+        if not 0 < sector_bytes <= MAX_SECTOR_BYTES:
             raise UserError(f"--sector-bytes must be in 1..2^32, got {sector_bytes}")
         check_time_scale(time_scale)
         self.sector_bytes = int(sector_bytes)

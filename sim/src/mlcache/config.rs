@@ -58,6 +58,8 @@ impl Objective {
     }
 }
 
+/// No default: the capacity and the interval are the caller's (the job derives them from the
+/// trace and the cache, `flashrt partition-replay` requires them).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionConfig {
     /// Cache capacity in pages.
@@ -70,18 +72,6 @@ pub struct PartitionConfig {
     /// Reads go around the cache (the paper's setting).
     pub writes_only: bool,
     pub objective: Objective,
-}
-
-impl Default for PartitionConfig {
-    fn default() -> Self {
-        PartitionConfig {
-            capacity: 1024,
-            interval: 10_000,
-            steps: crate::core::contract::PARTITION_STEPS,
-            writes_only: false,
-            objective: Objective::Hits,
-        }
-    }
 }
 
 impl PartitionConfig {
