@@ -25,8 +25,12 @@ lint: setup
 test-rust:
 	cd sim && cargo test
 
+# Three workers on two cores: about a quarter of the suite's wall time is tests waiting on a
+# server, a browser or a JVM they started (Airflow, MLflow's UI, Chromium, Spark, the
+# cluster), and a third worker runs another test file meanwhile (docs/design/testing.md).
+PYTEST_WORKERS ?= 3
 test-python: setup
-	$(VENV)/bin/pytest -n 2 --dist loadfile -q
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -q
 
 test-c:
 	$(MAKE) -C runtime check
