@@ -265,35 +265,3 @@ if _CPU_LOG:
     pytest_runtest_setup = _measured("setup")
     pytest_runtest_call = _measured("call")
     pytest_runtest_teardown = _measured("teardown")
-
-
-# The files that take longest (wall time on three workers, each over about 100 s: servers and
-# browsers waited on, whole jobs, fuzz sets) are handed out first. `--dist loadfile` gives a
-# worker a whole file at a time in collection order, and alphabetically the services and trust
-# files come last: a worker that took one of them near the end ran alone for minutes while the
-# others sat idle. Longest first is the classic remedy for that tail; the rest keep their
-# order. (Measured with FLASHML_TEST_CPU and scripts/test_cpu.py; a name that no longer exists
-# fails tests/kernel/test_repo_paths.py.)
-LONGEST_FIRST = (
-    "tests/services/test_cluster.py",
-    "tests/kernel/test_cli.py",
-    "tests/trust/test_adversarial.py",
-    "tests/kernel/test_compile_cache.py",
-    "tests/kernel/test_sim_property.py",
-    "tests/services/test_browser.py",
-    "tests/services/test_dag.py",
-    "tests/trust/test_fuzz_cut_lines.py",
-    "tests/trust/test_fuzz_traces.py",
-    "tests/runtime/test_runtime_engine.py",
-    "tests/baleen/test_run_folder.py",
-    "tests/mat/test_mat_job.py",
-    "tests/trust/test_trust_bundle.py",
-    "tests/kernel/test_cli_options_generated.py",
-    "tests/baleen/test_sweep.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda it: rank.get(
-        Path(str(it.fspath)).resolve().relative_to(REPO).as_posix(), len(rank)))

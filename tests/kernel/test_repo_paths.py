@@ -20,11 +20,3 @@ def test_every_repo_path_is_the_checkout_root():
                 f"{f.relative_to(REPO)}: {m.group(1)} = parents[{m.group(2)}] is {root}, "
                 f"not the checkout's root {REPO}")
     assert len(found) >= 4, found
-
-
-def test_the_longest_first_files_exist():
-    """tests/conftest.py hands these files out first: a renamed one would quietly drop back
-    to its alphabetical place."""
-    from conftest import LONGEST_FIRST
-
-    assert [f for f in LONGEST_FIRST if not (REPO / f).is_file()] == []
