@@ -5,8 +5,8 @@
 The simulator charges each backend IO `t_seek_s + bytes / bandwidth_bytes_per_s` (its config
 keys, declared in sim/src/core/config.rs). The probe reads the device with O_DIRECT, one read at a
 time at random aligned offsets, at several sizes (4 KiB .. 2 MiB), and fits that line to the
-mean read time at each size by least squares: the intercept is t_seek_s, the slope's
-inverse the bandwidth. `--out` writes exactly those two keys (a SimConfig override:
+mean read time at each size by least squares in relative error: the intercept is t_seek_s,
+the slope's inverse the bandwidth. `--out` writes exactly those two keys (a SimConfig override:
 SimConfig(**json)); stdout gets them with the per-size mean read times and the fit's mean
 relative error. Run it as the process whose reads the device sees (e.g. inside a throttling
 cgroup: ThrottledDevice.in_cgroup).
@@ -66,7 +66,10 @@ def probe(path: str | os.PathLike[str], seconds: float = 8.0, seed: int = 0,
     # once and holds others, and its average rate is what a device's busy time adds up
     x = np.asarray(sizes, dtype=float)
     y = np.asarray([float(np.mean(per[s])) for s in sizes])
-    slope, intercept = np.polyfit(x, y, 1)
+    # fitted in relative error (weights 1/y): the small reads, where the seek is most of the
+    # time, count as much as the large ones; a plain fit, dominated by the 2 MiB reads' noise
+    # (a busy CPU delays a read by milliseconds), can put the intercept below zero
+    slope, intercept = np.polyfit(x, y, 1, w=1.0 / y)
     if not (slope > 0 and math.isfinite(slope)):
         raise UserError(f"{path}: read time does not grow with size (slope {slope:.3g} s/B): "
                         "the device is not the bottleneck of these reads")
