@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from flashml.errors import UserError
-from flashml.settings import Number
+from flashml.settings import Number, Option
 
 REPO = Path(__file__).resolve().parents[1]
 SYSTEMS = Path(__file__).resolve().parent / "systems"
@@ -70,6 +70,17 @@ class Knob:
             return None
         return Number(int if self.kind == "int" else float, self.min, self.max,
                       low_open=self.min_open, unit=self.unit, high_open=self.max_open)
+
+    def option(self, help: str | None = None, **over: Any) -> Option:
+        """A numeric knob as a row of an option table (`settings.Option`): its name, flag,
+        range and default, `help` in place of its own, `over` for the other fields (default,
+        metavar, required)."""
+        n = self.number
+        if n is None or not self.flag:
+            raise ValueError(f"knobs.{self.name}: only a numeric knob with a flag is an option")
+        fields: dict[str, Any] = {"default": self.default,
+                                  "metavar": "N" if self.kind == "int" else "X", **over}
+        return Option(self.name, self.flag, n, help=help or self.help, **fields)
 
     def code(self, value: str) -> int:
         """A choice's code in the ABI: its place in `choices`."""

@@ -357,18 +357,18 @@ PARTITION_OPTIONS = option_table(
     Option("streams", "--streams", str, "namespace", "the column whose values are the "
            "streams: namespace, user, or a src_* column of the format such as src_hostname",
            metavar="COLUMN"),
-    Option("capacity", "--capacity", MLCACHE_KNOBS["capacity"].number, None,
-           "cache capacity in pages", metavar="PAGES", required=True),
-    Option("interval", "--interval", MLCACHE_KNOBS["interval"].number, None,
-           "requests (of those the cache sees) between re-divisions", metavar="N", required=True),
+    MLCACHE_KNOBS["capacity"].option(help="cache capacity in pages", metavar="PAGES",
+                                     required=True),
+    MLCACHE_KNOBS["interval"].option(help="requests (of those the cache sees) between "
+                                     "re-divisions", required=True),
     Option("policy", "--policy", _policy_list, "all", "all (shared, even, static_optimal, "
            "discrete_optimal) or a comma-separated list of those and mlcache",
            metavar="NAMES"),
     Option("steps", "--steps", Number(int, 1, 1000, unit="steps"), None, "equal "
            "steps of the capacity for the optima's search (unset: the partition contract's, "
            "the paper's t)", metavar="T"),
-    Option("page_bytes", "--page-bytes", MLCACHE_KNOBS["page_bytes"].number, PAGE_BYTES,
-           "page size (the paper's)", metavar="BYTES"),
+    MLCACHE_KNOBS["page_bytes"].option(default=PAGE_BYTES, help="page size (the paper's)",
+                                       metavar="BYTES"),
     Option("writes_only", "--writes-only", bool, False, "cache writes only; reads go around "
            "the cache (the paper's setting)"),
     Option("objective", "--objective", str, "hits", "what the optima maximise",

@@ -110,8 +110,7 @@ class KmlSettings:
     def from_cli(cls, args: argparse.Namespace) -> KmlSettings:
         from flashml.simulation import parse_capacity
 
-        v = option_values(OPTIONS, args) | {
-            k: getattr(args, k, _K[k]) for k in ("read_iops", "read_mbps", "twin_cache_pages")}
+        v = option_values(OPTIONS, args)
         trace = getattr(args, "trace", None)
         mode = v["mode"]
         if trace is not None:
@@ -172,6 +171,8 @@ OPTIONS = option_table(
            "keys in the database (400 B values)"),
     Option("memory_mib", "--memory-mib", Number(int, 16, 1 << 20, unit="MiB"), _D.memory_mib,
            "db_bench's memory cgroup (its page cache), MiB"),
+    KNOBS["read_iops"].option(default=_D.read_iops),
+    KNOBS["read_mbps"].option(default=_D.read_mbps),
     Option("duration", "--duration", Number(int, 1, 86_400, unit="s"), _D.duration_s,
            "seconds per db_bench run, at most (sweep and evaluation alike)"),
     Option("reads", "--reads", Number(int, 100, 10**10, unit="operations"), _D.reads,
@@ -194,6 +195,7 @@ OPTIONS = option_table(
            _D.max_windows, "training windows per workload, at most (a random sample)"),
     Option("twin_requests", "--twin-requests", Number(int, 10_000, 10**9, unit="requests"),
            _D.twin_requests, "twin: requests per generated workload"),
+    KNOBS["twin_cache_pages"].option(default=_D.twin_cache_pages),
     Option("seed", "--seed", Number(int, 0, MAX_SEED), _D.seed,
            "seed of the models, the training-window sample and the twin's traces"),
 )
@@ -202,10 +204,4 @@ OPTIONS = option_table(
 def add_cli(p: argparse.ArgumentParser) -> None:
     p.epilog = ("examples:\n  sudo flashml kml run --device-size 4GiB -o runs/kml\n"
                 "  flashml kml run --mode twin -o runs/kml-twin")
-    add_options(p, "mode", "backend", "device_size", "device_dir", "num", "memory_mib",
-                options=OPTIONS)
-    knobs.add_options(p, KNOBS, ("read_iops", "read_mbps"))
-    add_options(p, "duration", "reads", "repeats", "sizes", "network", "hidden", "depth",
-                "folds", "max_windows", "twin_requests", options=OPTIONS)
-    knobs.add_options(p, KNOBS, ("twin_cache_pages",))
-    add_options(p, "seed", options=OPTIONS)
+    add_options(p, options=OPTIONS)

@@ -139,8 +139,7 @@ class MlcacheSettings:
     def from_cli(cls, args: argparse.Namespace) -> MlcacheSettings:
         from flashml.features.partition import contract
 
-        v = option_values(OPTIONS, args) | {
-            k: getattr(args, k, None) for k in ("capacity", "interval", "page_bytes")}
+        v = option_values(OPTIONS, args)
         top = contract().max_streams
         if v["streams"] is not None and not 2 <= v["streams"] <= top:
             raise UserError(f"--streams must be in 2..{top} (the partition contract's slots), "
@@ -222,10 +221,20 @@ OPTIONS = option_table(
            "own count)"),
     Option("stream_column", "--stream-column", str, _D.stream_column,
            "with --trace: the canonical column whose values are the streams"),
+    KNOBS["page_bytes"].option(
+        default=_D.page_bytes, help=f"{KNOBS['page_bytes'].help} (unset: one page per access "
+        f"of a trace, {KNOBS['page_bytes'].default} for generated mixes)"),
+    KNOBS["capacity"].option(
+        default=_D.capacity, metavar="PAGES", help=f"{KNOBS['capacity'].help} (unset: "
+        f"--bundle's, else the paper's {'/'.join(map(str, PAPER_CAPACITY.values()))} for "
+        f"{'/'.join(map(str, PAPER_CAPACITY))} streams, else 65 per stream; or --cache-size)"),
     Option("cache_size", "--cache-size", str, _D.cache_size, "cache size in bytes with a unit "
            "(128MiB, 1GB, 8388608): pages of --page-bytes (else the trace's block size; "
            f"{size_text(KNOBS['page_bytes'].default)} for generated mixes), or with --flash "
            "segments at trace scale. Or --capacity", metavar="SIZE"),
+    KNOBS["interval"].option(
+        default=_D.interval, help=f"{KNOBS['interval'].help} (unset: {INTERVAL_PER_PAGE} x "
+        "the cache's pages, at most half the judged trace; or --interval-s)"),
     Option("interval_s", "--interval-s", Number(float, 0.0, 1e9, low_open=True, unit="s"),
            _D.interval_s, "seconds of trace per interval: S times the judged trace's mean "
            "rate of requests the cache sees, rounded (the runtime counts requests). Or "
@@ -278,19 +287,4 @@ def add_cli(p: argparse.ArgumentParser) -> None:
                 "src_hostname --page-bytes 8192 --bundle runs/mlc4/compiled\n"
                 "  flashml mlcache run --trace region1.trace --stream-column namespace "
                 "--flash --capacity 1000")
-    add_options(p, "policy", "bundle", "streams", "stream_column", options=OPTIONS)
-    knobs.add_options(p, KNOBS, ("page_bytes",), defaults={"page_bytes": None},
-                      shown={"page_bytes": "one page per access of a trace, "
-                             f"{KNOBS['page_bytes'].default} for generated mixes"})
-    paper = (f"{'/'.join(map(str, PAPER_CAPACITY.values()))} for "
-             f"{'/'.join(map(str, PAPER_CAPACITY))} streams")
-    knobs.add_options(p, KNOBS, ("capacity",), defaults={"capacity": None}, shown={
-        "capacity": f"--bundle's, else the paper's {paper}, else 65 per stream; or "
-                    "--cache-size"})
-    add_options(p, "cache_size", options=OPTIONS)
-    knobs.add_options(p, KNOBS, ("interval",), defaults={"interval": None}, shown={
-        "interval": f"{INTERVAL_PER_PAGE} x the cache's pages, at most half the judged trace; "
-                    "or --interval-s"})
-    add_options(p, "interval_s", "requests", "train_mixes", "test_mixes", "label",
-                "permutations", "hidden", "folds", "max_iter", "reads_and_writes", "seed",
-                "flash", "flash_write_fraction", "cache_gb", "warmup_s", options=OPTIONS)
+    add_options(p, options=OPTIONS)
