@@ -146,6 +146,10 @@ class BaleenSettings:
     sweep_cold: bool = False
     #: Processes running the sweep's trials in parallel (1: the job's own process only).
     sweep_workers: int = 1
+    #: A warm sweep runs the convergence loop only at the points whose screened TCO (the main
+    #: loop's model tuned to the point) is within this fraction of the best screened one; the
+    #: others are pruned (flashml/systems/baleen/sweep.py).
+    sweep_screen_margin: float = 0.15
     register: bool = True
     compile: bool = True
     #: Ingest leaves out the raw trace's bad lines (counted, the first logged) instead of
@@ -215,6 +219,7 @@ class BaleenSettings:
                               float(v.get("max_factor", d.sweep_rate_range[1]))),
             sweep_cold=bool(v.get("sweep_cold", d.sweep_cold)),
             sweep_workers=int(v.get("sweep_workers", d.sweep_workers)),
+            sweep_screen_margin=float(v.get("sweep_screen_margin", d.sweep_screen_margin)),
             register=not v.get("no_register", False), compile=not v.get("no_compile", False),
             skip_bad_lines=bool(v.get("skip_bad_lines", d.skip_bad_lines)),
             candidate_bundle=path("candidate_bundle"), export_dir=path("export_dir"))
@@ -570,6 +575,13 @@ _OPTIONS = (
            "processes running the sweep's trials in parallel on its Optuna storage (sqlite "
            "on one machine; an RDB URL such as Postgres lets workers elsewhere join)",
            dag_type="integer"),
+    Option("sweep_screen_margin", "--sweep-screen-margin",
+           Number(float, 0.0, 1e6, unit="(a fraction)"), _D.sweep_screen_margin,
+           "a warm sweep screens every point with the main loop's model (its threshold tuned "
+           "to the point, nothing trained) and runs the convergence loop only where the "
+           "screened TCO is within this fraction above the best screened one; the others "
+           "are pruned trials (a large value runs every point's loop)", dag_type="number",
+           metavar="FRACTION"),
     Option("sweep_cold", "--sweep-cold", bool, _D.sweep_cold,
            "sweep trials run the convergence loop from scratch, sweeping its starting "
            "eviction age too (default: each starts from the main loop's converged eviction "

@@ -49,7 +49,8 @@ TRAIN_OPTIONS = option_table(
 #: `flashml sweep`'s options: the trace, run settings and its own.
 SWEEP_OPTIONS = option_table(
     *TRACE_OPTIONS.values(),
-    *(OPTIONS[name] for name in (*COMMON_OPTIONS, "sweep_cold", "sweep_workers")),
+    *(OPTIONS[name] for name in (*COMMON_OPTIONS, "sweep_cold", "sweep_workers",
+                                 "sweep_screen_margin")),
     Option("trials", "--trials", Number(int, 1, 10_000, unit="trials"), 8,
            "write rates tried (a grid around the target)"),
     Option("storage", "--storage", str, None, "Optuna storage URL (default sqlite under "
@@ -121,12 +122,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                          bounds=tuple(res["sweep"]["range_mbps"])
                          if res["sweep"].get("range_mbps") else None)
     print(f"{'trial':>5} {'state':>9} {'target MB/s':>11} {'write MB/s':>10} {'peak DT':>8} "
-          f"{'TCO':>7}")
+          f"{'TCO':>7} {'screened':>8}")
     for t in trials:
         fmt = (lambda v, f: format(v, f) if isinstance(v, float) else "-")  # noqa: E731
         print(f"{t['number']:5d} {t['state']:>9} {fmt(t['target_write_rate_mbps'], '11.2f')} "
               f"{fmt(t['write_rate_mbps'], '10.2f')} {fmt(t['peak_dt_util'], '8.4f')} "
-              f"{fmt(t['tco'], '7.3f')}")
+              f"{fmt(t['tco'], '7.3f')} {fmt(t.get('screen_tco'), '8.3f')}")
     print(f"Baleen-TCO: write rate {res['chosen_write_rate_mbps']:.2f} MB/s (TCO "
           f"{res['chosen_tco']:.3f} relative to RejectX at {DEFAULTS.target_write_rate_mbps} "
           f"MB/s); study {res['sweep']['study']} in {res['sweep']['storage']}; plot {png}")

@@ -601,6 +601,38 @@ def test_an_iteration_with_the_last_ones_rows_keeps_its_models(small_trace, tmp_
         assert kept.policy.boosters()[name].model_to_string() == b.model_to_string()
 
 
+def test_a_loop_at_a_fixed_point_stops(small_trace, tmp_path: Path, monkeypatch) -> None:
+    """An iteration whose training rows are the last iteration's, with the eviction age
+    settled, would repeat that iteration: the loop stops there with that iteration's
+    figures instead of running to max_iter (a write rate that steps over the target never
+    gets within tolerance), and says so."""
+    from flashml.features.online import feature_matrix
+    from flashml.simulation import SimConfig
+    from flashml.systems.baleen import converge
+    from flashml.trace.canonical import read_meta
+
+    df, table = small_trace
+    base = SimConfig.for_trace(read_meta(table))
+    gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
+    feats = feature_matrix(df)
+    first: list = []
+
+    def same_rows(*a, **kw):
+        if not first:
+            first.append(training_data(*a, **kw))
+        return first[0]
+
+    monkeypatch.setattr(converge, "training_data", same_rows)
+    # a write rate never within tolerance and an eviction age that always counts as settled
+    settings = LoopSettings(max_iter=4, accesses_per_episode_tried=(6,), min_move_s=1e12,
+                            write_rate_tolerance=0.0)
+    res = run_loop(df, table, feats, base, DEFAULTS.target_write_rate_mbps,
+                   tmp_path / "fixed", gbm, settings)
+    assert len(res.iterations) == 1 and not res.converged
+    assert res.reason.startswith("fixed point: iteration 1's training rows")
+    assert res.tuned.knob == res.iterations[0].threshold
+
+
 def test_train_and_score_equals_train_then_score(small_trace, tmp_path: Path) -> None:
     """The prefetch models scored on their own thread beside the admission model's training:
     the same models and the same doubles as training, then `score_all`."""

@@ -32,7 +32,7 @@ SAT = cfg["saturation_mbps"]
 
 
 def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=None, warm=None,
-              cancel=None):
+              cancel=None, warn=True):
     # measured write rate: the target, up to what the policy can write; peak DT falls with
     # the write rate, so TCO (eq. 4b) falls until the saturation point, then rises
     w = min(wr, SAT)
@@ -48,7 +48,12 @@ def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=Non
             from flashml.systems.baleen.converge import Cancelled
             raise Cancelled("cancelled")
         time.sleep(0.05)
-    return SimpleNamespace(iterations=its, converged=True,
+    # a warm sweep's screen (its loop's first iteration only) converges where cfg says
+    converged = settings.max_iter > 1 or cfg.get("screen_converges", False)
+    if settings.max_iter == 1:
+        with open(Path(cfg["tmp"]) / "screens", "a") as f:
+            f.write(f"{wr}\n")
+    return SimpleNamespace(iterations=its[:settings.max_iter], converged=converged,
                            tuned=SimpleNamespace(result=SimpleNamespace(metrics=metrics)))
 
 
@@ -144,7 +149,8 @@ with mlflow.start_run(run_name="parent") as parent:
     res = sweep.run_sweep(None, Path("t"), None, None, 10.0, 0.4, 10.0, Path(cfg["tmp"]),
                           JOB_GBM, LoopSettings(), trials=cfg["trials"], storage=cfg["storage"],
                           study_name="s", user_attrs={"trace": "t.trace", "git_commit": "abc"},
-                          workers=cfg.get("workers", 1), spawn=spawn, warm=WARM)
+                          workers=cfg.get("workers", 1), spawn=spawn, warm=WARM,
+                          promote_within=cfg.get("promote_within"))
 import optuna
 study = optuna.load_study(study_name="s", storage=res.storage)
 runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
@@ -155,6 +161,7 @@ print("RESULT " + json.dumps({
     "runs": [{"name": r.info.run_name, "status": r.info.status,
               "state": r.data.tags.get(sweep.STATE_TAG),
               "ran_ahead": r.data.tags.get("flashml.ran_ahead") == "true",
+              "screen_tco": r.data.metrics.get("screen_tco"),
               "pid": r.data.metrics.get("pid"),
               "target": float(r.data.params["write_rate_mbps"])} for r in runs]}))
 """
@@ -216,6 +223,49 @@ def test_beyond_saturation_reuses_the_saturated_trial(tmp_path: Path) -> None:
     # no MLflow run for the copied trial: it trained and simulated nothing
     assert {int(r["name"].rsplit("-", 1)[1]) for r in res["runs"]} == \
         {t["number"] for t in res["trials"]} - {top["number"]}
+
+
+def test_a_warm_sweep_runs_only_the_points_its_screen_finds_promising(tmp_path: Path) -> None:
+    """A warm sweep screens each round's points with the main loop's model (one iteration,
+    nothing trained) and runs the loop only where the screened TCO is within 15% of the best
+    screened one: the others are PRUNED trials carrying their screen's figures (MLflow runs
+    FINISHED, tagged PRUNED), never the chosen point; the widened round is screened too."""
+    res = _sweep(tmp_path, trials=6, saturation_mbps=400.0, scale_mbps=60.0, warm=True,
+                 promote_within=0.15)
+    screened = [float(x) for x in (tmp_path / "screens").read_text().split()]
+    assert len(screened) == len(res["trials"])  # every point once
+    # each round's points judged against the best screened by then (this round's included)
+    seen: list[float] = []
+    for top in [40.0 * WIDEN ** r for r in range(res["widened"] + 1)]:
+        now = [t for t in res["trials"] if top / WIDEN < t["target_write_rate_mbps"] <= top * 1.001
+               or (top == 40.0 and t["target_write_rate_mbps"] <= 40.0 * 1.001)]
+        seen += [t["screen_tco"] for t in now]
+        for t in now:
+            assert t["state"] == ("PRUNED" if t["screen_tco"] > 1.15 * min(seen)
+                                  else "COMPLETE"), t
+            assert (t["tco"] is None) == (t["state"] == "PRUNED")
+    best = min(seen)
+    states = [t["state"] for t in res["trials"]]
+    assert states.count("PRUNED") >= 4 and res["widened"] >= 1  # 2.5-10 MB/s: 15-30% above
+    runs = {int(r["name"].rsplit("-", 1)[1]): r for r in res["runs"]}
+    for t in res["trials"]:
+        r = runs[t["number"]]
+        assert r["status"] == "FINISHED" and r["state"] == t["state"]
+        if t["state"] == "PRUNED":
+            assert r["screen_tco"] == pytest.approx(t["screen_tco"])
+    done = [t for t in res["trials"] if t["state"] == "COMPLETE"]
+    assert min(t["tco"] for t in done) == pytest.approx(best)
+
+
+def test_a_screen_that_converges_is_its_trial(tmp_path: Path) -> None:
+    """A point whose screen converges (the main model meets its target at the main loop's
+    eviction age) is complete: its trial takes the screen, no loop runs again."""
+    res = _sweep(tmp_path, trials=4, saturation_mbps=400.0, scale_mbps=60.0, warm=True,
+                 promote_within=0.15, screen_converges=True)
+    assert {t["state"] for t in res["trials"]} == {"COMPLETE"}
+    assert all(t["screen_tco"] == t["tco"] for t in res["trials"])
+    screened = (tmp_path / "screens").read_text().split()
+    assert len(screened) == len(res["trials"])  # the screens only: no loop ran after them
 
 
 def test_grid() -> None:

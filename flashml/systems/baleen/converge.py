@@ -295,7 +295,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
              with_prefetch: bool = True, spark: Any = None,
              final_base: SimConfig | None = None, warm: WarmStart | None = None,
              prebuilt: Path | None = None, zeroed: tuple[str, ...] = (),
-             cancel: threading.Event | None = None) -> LoopResult:
+             cancel: threading.Event | None = None, warn: bool = True) -> LoopResult:
     """Iterate episodes -> train -> simulate until the eviction age is stable. With
     `final_base` (e.g. `base` plus a peak schedule, systems/baleen/peak.py) the last model's
     admission threshold is tuned to the target once more under it: the loop's own choices
@@ -308,7 +308,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     (`episodes.core.reusable`). `zeroed`: admission features held at 0 in every model the
     loop trains (`train_policy`; a warm start's own, `WarmStart.zeroed`, when it has them).
     `cancel`: once set, the loop raises `Cancelled` at its next stage (a sweep point run
-    ahead of time that no round asks for)."""
+    ahead of time that no round asks for). `warn`: a loop that ends unconverged says so as a
+    warning (False: in the log's info, for a loop cut short on purpose: a sweep's screen)."""
     from flashml.systems.baleen.episodes.core import EpisodeParams, build, reusable
 
     times = df["time"].to_numpy()
@@ -327,6 +328,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     last_points: list[tuple[float, float]] | None = None
     # the last training's rows' digest (`training_key`), models, scores and iteration
     last_trained: tuple[bytes, LearnedPolicy, dict[str, np.ndarray], int] | None = None
+    # the previous iteration's training rows' digest (None after a warm start's first)
+    prev_key: bytes | None = None
 
     def check() -> None:
         if cancel is not None and cancel.is_set():
@@ -371,6 +374,29 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             # (a given admission model is the one these rows and parameters train)
             given = getattr(chosen.get(chosen_accesses), "admission", None)
             key = training_key(data, gbm, features, with_prefetch, zeroed)
+            prev = history[-1] if history else None
+            if prev_key == key and prev is not None and result is not None and abs(
+                    settings.damping * ea + (1 - settings.damping) * prev.measured_eviction_age_s
+                    - ea) < max(settings.min_move_s, settings.min_move_rel * ea):
+                # A fixed point: the same rows as the last iteration's give its models and
+                # scores, and its ML-When choice and threshold search at the same target
+                # would find its figures again, so the eviction age would move as little
+                # as it just did: this iteration would repeat the last one (a write rate
+                # that steps over the target between two adjacent thresholds, 138 -> 171
+                # MB/s at a target of 149, never gets within tolerance, and without this
+                # stop the loop repeated itself to max_iter, retraining whenever the
+                # eviction age crossed a gap between two accesses)
+                result.converged = abs(prev.write_rate_mbps - target_mbps) <= \
+                    settings.write_rate_tolerance * target_mbps
+                result.reason = (
+                    f"fixed point: iteration {it}'s training rows (episodes at eviction age "
+                    f"{ea:.0f} s) are iteration {it - 1}'s, so it would repeat it; the "
+                    f"eviction age moves less than max({settings.min_move_s:g} s, "
+                    f"{settings.min_move_rel:.0%}) and {prev.write_rate_mbps:.2f} MB/s is "
+                    f"the write rate this model reaches for the target {target_mbps:.2f}")
+                log.info("convergence loop stops: %s", result.reason)
+                break
+            prev_key = key
             if last_trained is not None and last_trained[0] == key:
                 # the same rows as the last training (episodes at an eviction age that moved
                 # less than any gap between two of the trace's accesses): the same models
@@ -454,7 +480,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                          f"{last.eviction_age_s:.0f} s vs measured "
                          f"{last.measured_eviction_age_s:.0f} s, write rate "
                          f"{last.write_rate_mbps:.2f} MB/s vs target {target_mbps:.2f}")
-        log.warning("convergence loop did not converge: %s", result.reason)
+        log.log(logging.WARNING if warn else logging.INFO,
+                "convergence loop did not converge: %s", result.reason)
     if final_base is not None and final_base != base:
         check()
         # aimed by the warm start's final search (the same schedule: its rate at share 0 is

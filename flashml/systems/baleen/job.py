@@ -494,6 +494,7 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
                         storage=storage, study_name=study,
                         rate_range=s.sweep_rate_range, final_base=learned_config(run, s),
                         user_attrs=attrs, warm=warm, workers=s.sweep_workers,
+                        promote_within=s.sweep_screen_margin,
                         spawn=sweep_spawner(run, s, study, storage, peak0, run_id))
     mlflow.log_metrics({"chosen_write_rate_mbps": res.chosen_write_rate_mbps,
                         "chosen_tco": res.chosen_tco,
@@ -679,7 +680,7 @@ Settings = BaleenSettings
 CLI_OPTIONS = ("cache_gb", "target_write_rate_mbps", "engine", "master", "learning_rate",
                "max_rounds", "max_iterations", "max_training_rows", "train_hours",
                "accesses_per_episode", "peak_hours", "peak_bonus", "sweep_trials", "sweep_cold",
-               "sweep_workers", "skip_bad_lines")
+               "sweep_workers", "sweep_screen_margin", "skip_bad_lines")
 
 
 def add_cli(p: Any) -> None:

@@ -10,9 +10,19 @@ target, then points evenly spaced on a log scale from the bottom of the range to
 (`grid`), each enqueued in the study (the eviction age of a cold trial is still drawn). Six
 random draws could leave the top of the range unvisited, and the best point and whether the
 range grows would depend on the seed (a warm and a cold sweep of the same trace chose 68 and
-135 MB/s so). Trials are not pruned: a trial's TCO depends first on its write rate, so the
-median of the other trials' first iterations says nothing about it, and every trial runs to
-its end anyway.
+135 MB/s so). Optuna's pruners are not used: a trial's TCO depends first on its write rate,
+so the median of the other trials' first iterations says nothing about it; the screen below
+compares each point's own first iteration instead.
+
+A warm sweep screens each round's points before it runs them: the main loop's model, its
+threshold tuned to the point (the trial's first, warm iteration: no training, a few
+simulations) gives a TCO for every point, and only the points within `promote_within` of
+the best screened TCO run their convergence loop; the others are PRUNED trials that keep
+their screened figures. A screen that converges is its trial's loop already. On the 1 M
+region1-like job (seed 3) the retrained loops ended from 3% below their screens' TCO to 25%
+above (pruning needs only the first bound: a loop far better than its screen), and the points
+far below the optimum cost most of the sweep (each retrained 1-2 models for a TCO 30-62%
+above the best).
 
 The write-rate range starts at `rate_range` times the target and grows while the best point
 sits at its top edge (`widened_range`): TCO (Baleen eq. 4b) charges flash wear only 1/36 of
@@ -34,7 +44,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import numpy as np
 import polars as pl
@@ -43,7 +53,7 @@ from flashml.config import optuna_storage
 from flashml.cores import limited as limited_cores
 from flashml.cores import machine as machine_cores
 from flashml.policies.tco import tco
-from flashml.settings import GbmParams, LoopSettings
+from flashml.settings import BaleenSettings, GbmParams, LoopSettings
 from flashml.simulation import SimConfig
 from flashml.systems.baleen.converge import Cancelled, WarmStart, run_loop
 
@@ -59,6 +69,11 @@ EDGE = 0.15
 WIDEN = 4.0
 #: Fewer trials than this are not a curve: the range is not widened.
 MIN_TRIALS_TO_WIDEN = 4
+#: Study user attribute: every screened point's (write rate, TCO), ascending.
+SCREENED_ATTR = "screen_tco_by_write_rate"
+#: A warm sweep runs the loop of a point whose screened TCO is within this (relative) of the
+#: best screened one; the rest are pruned (`--sweep-screen-margin`; None: no screen).
+PROMOTE_WITHIN: float | None = BaleenSettings.sweep_screen_margin
 
 
 def default_storage() -> str:
@@ -149,17 +164,38 @@ def open_study(study_name: str, storage: str, seed: int) -> Any:
 
 
 def loop_at(setup: TrialSetup, wr: float, ea0: float, workdir: Path,
-            cancel: threading.Event | None = None) -> Any:
+            cancel: threading.Event | None = None, *, screen: bool = False) -> Any:
     """A trial's convergence loop at target `wr` from eviction age `ea0` (`run_loop`, within
-    the trial's cores; `cancel` stops it at its next stage)."""
+    the trial's cores; `cancel` stops it at its next stage). `screen`: its first iteration
+    only (a warm start's: the given model tuned to `wr`, nothing trained)."""
     loop = setup.loop
-    settings = replace(loop, start_eviction_age_s=ea0, max_iter=min(loop.max_iter, 6))
+    settings = replace(loop, start_eviction_age_s=ea0,
+                       max_iter=1 if screen else min(loop.max_iter, 6))
     cores = setup.cores or machine_cores()
     with limited_cores(cores):
         return run_loop(setup.df, setup.table, setup.feats, setup.base, wr, workdir,
                         replace(setup.gbm, num_threads=min(setup.gbm.num_threads, cores)),
                         settings, final_base=setup.final_base, warm=setup.warm,
-                        cancel=cancel)
+                        cancel=cancel, warn=not screen)
+
+
+def loop_tco(setup: TrialSetup, res: Any) -> float:
+    """The TCO of a loop's result (its final search's figures)."""
+    m = res.tuned.result.metrics
+    return tco(m["peak_dt_util"], m["flash_write_rate_mbps"], setup.peak0, setup.wr0_mbps)
+
+
+@dataclass
+class Screened:
+    """A point's screen (`loop_at(..., screen=True)`) handed to its trial through
+    `objective_for`'s `ready`: a converged one is the trial's loop; otherwise the trial is
+    pruned (its TCO `tco` lies beyond `promote_within` of the best screened, `best`)."""
+
+    result: Any
+    tco: float
+    best: float
+    promote_within: float
+    prune: bool
 
 
 def ahead_of_time(setup: TrialSetup, wr: float, cancel: threading.Event | None = None) -> Any:
@@ -194,6 +230,10 @@ def objective_for(setup: TrialSetup, bounds: list[float],
         else:
             ea0 = setup.warm.eviction_age_s
         early = (ready or {}).pop(wr, None) if setup.warm is not None else None
+        if isinstance(early, Screened) and early.prune:
+            return pruned(trial, wr, early)
+        if isinstance(early, Screened):
+            early = early.result
         cap = saturated_below(trial.study, wr)
         if cap is not None:
             # the policy already wrote all it could at a lower target: this one ends the same
@@ -247,6 +287,32 @@ def objective_for(setup: TrialSetup, bounds: list[float],
                 mlflow.set_tag(STATE_TAG, "FAIL")
             mlflow.end_run(status)
         return value
+
+    def pruned(trial: optuna.Trial, wr: float, sc: Screened) -> NoReturn:
+        import mlflow
+
+        m = sc.result.tuned.result.metrics
+        why = (f"screened TCO {sc.tco:.4f} is more than {sc.promote_within:.0%} above the best "
+               f"screened {sc.best:.4f}")
+        log.info("sweep trial %d: %.4g MB/s pruned: %s", trial.number, wr, why)
+        trial.set_user_attr("measured_write_rate_mbps", float(m["flash_write_rate_mbps"]))
+        trial.set_user_attr("peak_dt_util", float(m["peak_dt_util"]))
+        trial.set_user_attr("screen_tco", sc.tco)
+        trial.set_user_attr("pruned", why)
+        trial.set_user_attr("trained", 0)
+        trial.report(sc.tco, 0)
+        with mlflow.start_run(run_name=f"sweep-trial-{trial.number}", nested=True,
+                              parent_run_id=parent_run_id,
+                              tags={"optuna.study": setup.study_name,
+                                    "optuna.trial": str(trial.number),
+                                    "flashml.pid": str(os.getpid()), STATE_TAG: "PRUNED",
+                                    "flashml.pruned": why}):
+            mlflow.log_params({"write_rate_mbps": wr,
+                               "write_rate_range_mbps": f"{bounds[0]:.4g}-{bounds[1]:.4g}"})
+            mlflow.log_metrics({"screen_tco": sc.tco,
+                                "screen_write_rate_mbps": float(m["flash_write_rate_mbps"]),
+                                "screen_peak_dt_util": float(m["peak_dt_util"])})
+        raise optuna.TrialPruned(why)
 
     return objective
 
@@ -414,7 +480,8 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
               parent_run: Any = None, final_base: SimConfig | None = None,
               user_attrs: dict[str, Any] | None = None, max_widen: int = 2,
               warm: WarmStart | None = None, workers: int = 1,
-              spawn: SpawnWorker | None = None) -> SweepResult:
+              spawn: SpawnWorker | None = None,
+              promote_within: float | None = PROMOTE_WITHIN) -> SweepResult:
     """Optuna over target write rate (and, without `warm`, the starting eviction age); each
     trial is a convergence loop scored by TCO. With `warm` (the main loop's converged state)
     every trial starts from it (run_loop's warm start: its eviction age, K and model first),
@@ -436,7 +503,10 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     this process in a thread); if the range widens its trial takes that loop and runs before
     the round's other points (so a point it saturates is copied, as with one process), else
     the worker is stopped (this process's loop cancelled). The trials are those of a
-    one-process sweep; only the time the last trial of a round ran alone is saved."""
+    one-process sweep; only the time the last trial of a round ran alone is saved.
+    `promote_within`: a warm sweep's screen (the module's docstring); this process screens
+    every point of a round and runs the trials of the pruned and the converged ones before
+    the others are shared out."""
     import mlflow
 
     storage = storage or default_storage()
@@ -500,6 +570,7 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                         for i in range(1, workers))
         # A point run ahead of time in the last round goes first, alone, on its process (its
         # loop is done): a point above it that it saturates is then copied, as with one process
+        ran_ahead = {wr for wr, _, _ in ahead.values()}
         for w, (wr, thread, err) in list(ahead.items()):
             thread.join()
             del ahead[w]
@@ -511,6 +582,11 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                     run_point(setup, study, list(bounds), params, ready=mine)
                 else:
                     w.run(params, list(bounds))
+                bar.update(1)
+        if warm is not None and promote_within is not None:
+            for params in screen_round([p for p in points if p not in ran_ahead]):
+                todo.remove(params)
+                run_point(setup, study, list(bounds), params, ready=mine)
                 bar.update(1)
         lock = threading.Lock()
         failed: list[str] = []
@@ -591,6 +667,34 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         if failed:
             raise RuntimeError("sweep workers failed: " + "; ".join(failed))
 
+    screened: dict[float, float] = {}  # every screened point's TCO, by write rate
+
+    def screen_round(points: list[float]) -> list[dict[str, float]]:
+        """Screen `points` (this process, one after another: a few simulations each); the
+        params of those whose trials take their screen (pruned or converged), kept in
+        `mine` for them."""
+        assert warm is not None and promote_within is not None
+        results = {}
+        for wr in points:
+            res = loop_at(setup, wr, warm.eviction_age_s, workdir / f"screen-{wr:.6g}",
+                          screen=True)
+            results[wr] = res
+            screened[wr] = loop_tco(setup, res)
+        study.set_user_attr(SCREENED_ATTR, sorted(screened.items()))
+        best = min(screened.values(), default=math.inf)
+        taken, pruned = [], 0
+        for wr, res in results.items():
+            prune = not res.converged and screened[wr] > (1 + promote_within) * best
+            if prune or res.converged:
+                mine[wr] = Screened(res, screened[wr], best, promote_within, prune)
+                taken.append({"write_rate_mbps": wr})
+                pruned += prune
+        log.info("sweep: screened %d point(s) with the main loop's model, TCO by MB/s %s: %d "
+                 "pruned (more than %.0f%% above the best, %.4f)", len(results),
+                 {round(wr, 3): round(screened[wr], 4) for wr in results}, pruned,
+                 100 * promote_within, best)
+        return taken
+
     widened = 0
     try:
         round_of(grid(bounds[0], bounds[1], trials, target_mbps))
@@ -627,7 +731,12 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
 
 
 def _rows(study: Any) -> list[dict[str, Any]]:
-    return [{"number": t.number, "state": t.state.name, "tco": t.value,
+    """The trials as the summary records them, with their screen's TCO where the point was
+    screened (`screen_tco`; a pruned trial has no `tco`)."""
+    screens = {float(wr): v for wr, v in study.user_attrs.get(SCREENED_ATTR, [])}
+    return [{"number": t.number, "state": t.state.name,
+             "tco": t.value if t.state.name == "COMPLETE" else None,
+             "screen_tco": screens.get(t.params.get("write_rate_mbps")),
              "target_write_rate_mbps": t.params.get("write_rate_mbps"),
              "write_rate_mbps": t.user_attrs.get("measured_write_rate_mbps"),
              "peak_dt_util": t.user_attrs.get("peak_dt_util"),
