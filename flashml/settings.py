@@ -241,7 +241,8 @@ class BaleenSettings:
                 "target_write_rate_mbps": self.target_write_rate_mbps, "engine": self.engine,
                 "learning_rate": self.gbm.learning_rate, "num_leaves": self.gbm.num_leaves,
                 "max_rounds": self.gbm.num_boost_round, "train_hours": self.train_seconds / 3600,
-                "sweep_trials": self.sweep_trials, "peak_hours": self.peak.hours,
+                "sweep_trials": self.sweep_trials,
+                "sweep_screen_margin": self.sweep_screen_margin, "peak_hours": self.peak.hours,
                 "peak_bonus": self.peak.bonus, "skip_bad_lines": self.skip_bad_lines}
 
 
