@@ -104,7 +104,8 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
     env["FLASHML_CACHE_DIR"] = str(home / "cache")  # empty: the run compiles everything
     if code is not None:
         env["PYTHONPATH"] = str(code)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = ru0.ru_maxrss
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=code or ROOT, env=env, capture_output=True, text=True)
@@ -112,7 +113,11 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
         raise RuntimeError(f"pipeline run failed at {accesses} accesses:\n{tail}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    after = ru1.ru_maxrss
+    # the job's processes' CPU time (user + system, its children included): what a busy
+    # machine stretches less than the wall clock
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     summary = json.loads((out / "summary.json").read_text())
     sweep = (summary.get("sweep") or {})
     return {
@@ -120,7 +125,7 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
         "load_avg_1m_after": round(os.getloadavg()[0], 2),
         "sweep": "cold" if cold else "warm", "sweep_trials": trials,
         "sweep_workers": workers, "cores_per_worker": cores_per_worker,
-        "engine": engine, "wall_s": round(wall, 1),
+        "engine": engine, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
         # the largest child so far (kB on Linux); only meaningful when it grew
         "peak_rss_process_tree_mb": round(after / 1024, 1) if after > before else None,
         "timings_s": summary.get("timings_s", {}),
@@ -130,7 +135,8 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
         # every trial's point of the TCO curve (to compare warm and cold sweeps point by point)
         "sweep_trials_detail": [{k: t.get(k) for k in (
             "number", "state", "target_write_rate_mbps", "write_rate_mbps", "peak_dt_util",
-            "tco", "converged", "models_trained", "start_eviction_age_s", "same_as_trial")}
+            "tco", "screen_tco", "converged", "models_trained", "start_eviction_age_s",
+            "same_as_trial")}
             for t in sweep.get("trials", [])] if isinstance(sweep, dict) else None,
         "sweep_range_mbps": sweep.get("range_mbps") if isinstance(sweep, dict) else None,
         "chosen_write_rate_mbps": summary.get("chosen_write_rate_mbps"),

@@ -112,6 +112,9 @@ def pipeline_compare(cmp: dict[str, Any]) -> list[str]:
     out.append("| **whole job** | " + " | ".join(
         f"**{p['before']['wall_s']:.0f}** | **{p['after']['wall_s']:.0f}**" for p in pairs)
         + " |")
+    if all("cpu_s" in p[side] for p in pairs for side in ("before", "after")):
+        out.append("| CPU seconds (user + system, all processes) | " + " | ".join(
+            f"{p['before']['cpu_s']:.0f} | {p['after']['cpu_s']:.0f}" for p in pairs) + " |")
     out.append("| load average (1 min) at the start | " + " | ".join(
         f"{p['before'].get('load_avg_1m_before', float('nan')):.1f} | "
         f"{p['after'].get('load_avg_1m_before', float('nan')):.1f}" for p in pairs) + " |")
