@@ -236,9 +236,9 @@ def test_a_warm_sweep_runs_only_the_points_its_screen_finds_promising(tmp_path: 
     assert len(screened) == len(res["trials"])  # every point once
     # each round's points judged against the best screened by then (this round's included)
     seen: list[float] = []
-    for top in [40.0 * WIDEN ** r for r in range(res["widened"] + 1)]:
-        now = [t for t in res["trials"] if top / WIDEN < t["target_write_rate_mbps"] <= top * 1.001
-               or (top == 40.0 and t["target_write_rate_mbps"] <= 40.0 * 1.001)]
+    for r in range(res["widened"] + 1):  # round r: (its bottom, 40 x WIDEN^r MB/s]
+        lo, top = (0.0 if r == 0 else 40.0 * WIDEN ** (r - 1)), 40.0 * WIDEN ** r
+        now = [t for t in res["trials"] if lo < t["target_write_rate_mbps"] <= top * 1.001]
         seen += [t["screen_tco"] for t in now]
         for t in now:
             assert t["state"] == ("PRUNED" if t["screen_tco"] > 1.15 * min(seen)

@@ -279,12 +279,21 @@ def training_key(data: TrainingData, gbm: GbmParams, features: list[str] | None,
     return h.digest()
 
 
+def damped(assumed_ea: float, measured_ea: float, s: LoopSettings) -> float:
+    """The next assumed eviction age: the artifact's damped step towards the measured one."""
+    return s.damping * assumed_ea + (1 - s.damping) * measured_ea
+
+
+def settled(assumed_ea: float, new_ea: float, s: LoopSettings) -> bool:
+    """The eviction age moved less than max(300 s, 5%) of the assumed one."""
+    return abs(new_ea - assumed_ea) < max(s.min_move_s, s.min_move_rel * assumed_ea)
+
+
 def should_stop(assumed_ea: float, new_ea: float, write_rate: float, target: float,
                 s: LoopSettings) -> bool:
     """The artifact's rule: the eviction age moved less than max(300 s, 5%) and the write
     rate is within tolerance of the target."""
-    moved = abs(new_ea - assumed_ea)
-    return moved < max(s.min_move_s, s.min_move_rel * assumed_ea) and \
+    return settled(assumed_ea, new_ea, s) and \
         abs(write_rate - target) <= s.write_rate_tolerance * target
 
 
@@ -374,10 +383,10 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
             # (a given admission model is the one these rows and parameters train)
             given = getattr(chosen.get(chosen_accesses), "admission", None)
             key = training_key(data, gbm, features, with_prefetch, zeroed)
-            prev = history[-1] if history else None
-            if prev_key == key and prev is not None and result is not None and abs(
-                    settings.damping * ea + (1 - settings.damping) * prev.measured_eviction_age_s
-                    - ea) < max(settings.min_move_s, settings.min_move_rel * ea):
+            prev = history[-1] if prev_key == key else None  # prev_key: a finished iteration's
+            again = ea if prev is None else damped(ea, prev.measured_eviction_age_s, settings)
+            if prev is not None and settled(ea, again, settings):
+                assert result is not None
                 # A fixed point: the same rows as the last iteration's give its models and
                 # scores, and its ML-When choice and threshold search at the same target
                 # would find its figures again, so the eviction age would move as little
@@ -386,8 +395,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                 # MB/s at a target of 149, never gets within tolerance, and without this
                 # stop the loop repeated itself to max_iter, retraining whenever the
                 # eviction age crossed a gap between two accesses)
-                result.converged = abs(prev.write_rate_mbps - target_mbps) <= \
-                    settings.write_rate_tolerance * target_mbps
+                result.converged = should_stop(ea, again, prev.write_rate_mbps, target_mbps,
+                                               settings)
                 result.reason = (
                     f"fixed point: iteration {it}'s training rows (episodes at eviction age "
                     f"{ea:.0f} s) are iteration {it - 1}'s, so it would repeat it; the "
@@ -448,7 +457,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         # admits everything, so the EA no longer depends on the model's admissions).
         # (the stopping rule keeps the artifact's damped step)
         undamped = warm_it or saturated
-        new_ea = settings.damping * ea + (1 - settings.damping) * measured
+        new_ea = damped(ea, measured, settings)
         moved = abs(new_ea - ea)
         result = LoopResult(False, history, policy, arrays, tuned, ea, out, "",
                             when_threshold=when_threshold,
@@ -456,9 +465,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
                             points=tuned.points,
                             when_points=dict(when_points))
         if saturated and len(history) > 1 and history[-2].threshold == 0.0 and \
-                abs(measured - history[-2].measured_eviction_age_s) < max(
-                    settings.min_move_s, settings.min_move_rel * measured) and \
-                abs(ea - measured) < max(settings.min_move_s, settings.min_move_rel * measured):
+                settled(measured, history[-2].measured_eviction_age_s, settings) and \
+                settled(measured, ea, settings):
             result.reason = (f"saturated: even admitting everything (threshold 0) the policy "
                              f"writes {m['flash_write_rate_mbps']:.2f} MB/s < the target "
                              f"{target_mbps:.2f}, and the eviction age it measures no longer "

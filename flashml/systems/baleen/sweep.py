@@ -188,15 +188,13 @@ def loop_tco(setup: TrialSetup, res: Any) -> float:
 
 @dataclass
 class Screened:
-    """A point's screen (`loop_at(..., screen=True)`) handed to its trial through
-    `objective_for`'s `ready`: a converged one is the trial's loop; otherwise the trial is
-    pruned (its TCO `tco` lies beyond `promote_within` of the best screened, `best`)."""
+    """A point's screen (`loop_at(..., screen=True)`) and its TCO, handed to its trial through
+    `objective_for`'s `ready`: the trial is pruned for the reason `pruned` says, or (None: the
+    screen converged) takes the screen as its loop."""
 
     result: Any
     tco: float
-    best: float
-    promote_within: float
-    prune: bool
+    pruned: str | None
 
 
 def ahead_of_time(setup: TrialSetup, wr: float, cancel: threading.Event | None = None) -> Any:
@@ -231,9 +229,9 @@ def objective_for(setup: TrialSetup, bounds: list[float],
         else:
             ea0 = setup.warm.eviction_age_s
         early = (ready or {}).pop(wr, None) if setup.warm is not None else None
-        if isinstance(early, Screened) and early.prune:
-            return pruned(trial, wr, early)
         if isinstance(early, Screened):
+            if early.pruned is not None:
+                return pruned(trial, wr, early)
             early = early.result
         cap = saturated_below(trial.study, wr)
         if cap is not None:
@@ -247,12 +245,7 @@ def objective_for(setup: TrialSetup, bounds: list[float],
             trial.set_user_attr("trained", 0)
             trial.set_user_attr("same_as_trial", cap.number)
             return float(cap.value)
-        mlflow.start_run(run_name=f"sweep-trial-{trial.number}", nested=True,
-                         parent_run_id=parent_run_id,
-                         tags={"optuna.study": setup.study_name,
-                               "optuna.trial": str(trial.number),
-                               # which process ran it (the main one or a worker)
-                               "flashml.pid": str(os.getpid())})
+        start_trial_run(trial)
         status = "FAILED"
         try:
             mlflow.log_params({"write_rate_mbps": wr, "start_eviction_age_s": ea0,
@@ -289,25 +282,30 @@ def objective_for(setup: TrialSetup, bounds: list[float],
             mlflow.end_run(status)
         return value
 
+    def start_trial_run(trial: optuna.Trial, **tags: str) -> Any:
+        """The trial's MLflow run, nested under the job's (or `parent_run_id`)."""
+        import mlflow
+
+        return mlflow.start_run(run_name=f"sweep-trial-{trial.number}", nested=True,
+                                parent_run_id=parent_run_id,
+                                tags={"optuna.study": setup.study_name,
+                                      "optuna.trial": str(trial.number),
+                                      # which process ran it (the main one or a worker)
+                                      "flashml.pid": str(os.getpid()), **tags})
+
     def pruned(trial: optuna.Trial, wr: float, sc: Screened) -> NoReturn:
         import mlflow
 
-        m = sc.result.tuned.result.metrics
-        why = (f"screened TCO {sc.tco:.4f} is more than {sc.promote_within:.0%} above the best "
-               f"screened {sc.best:.4f}")
+        m, why = sc.result.tuned.result.metrics, sc.pruned
+        assert why is not None
         log.info("sweep trial %d: %.4g MB/s pruned: %s", trial.number, wr, why)
         trial.set_user_attr("measured_write_rate_mbps", float(m["flash_write_rate_mbps"]))
         trial.set_user_attr("peak_dt_util", float(m["peak_dt_util"]))
-        trial.set_user_attr("screen_tco", sc.tco)
+        trial.set_user_attr("screen_tco", sc.tco)  # on the trial too, as the dashboard shows it
         trial.set_user_attr("pruned", why)
         trial.set_user_attr("trained", 0)
         trial.report(sc.tco, 0)
-        with mlflow.start_run(run_name=f"sweep-trial-{trial.number}", nested=True,
-                              parent_run_id=parent_run_id,
-                              tags={"optuna.study": setup.study_name,
-                                    "optuna.trial": str(trial.number),
-                                    "flashml.pid": str(os.getpid()), STATE_TAG: "PRUNED",
-                                    "flashml.pruned": why}):
+        with start_trial_run(trial, **{STATE_TAG: "PRUNED", "flashml.pruned": why}):
             mlflow.log_params({"write_rate_mbps": wr,
                                "write_rate_range_mbps": f"{bounds[0]:.4g}-{bounds[1]:.4g}"})
             mlflow.log_metrics({"screen_tco": sc.tco,
@@ -687,7 +685,9 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
         for wr, res in results.items():
             prune = not res.converged and screened[wr] > (1 + promote_within) * best
             if prune or res.converged:
-                mine[wr] = Screened(res, screened[wr], best, promote_within, prune)
+                why = (f"screened TCO {screened[wr]:.4f} is more than {promote_within:.0%} "
+                       f"above the best screened {best:.4f}") if prune else None
+                mine[wr] = Screened(res, screened[wr], why)
                 taken.append({"write_rate_mbps": wr})
                 pruned += prune
         log.info("sweep: screened %d point(s) with the main loop's model, TCO by MB/s %s: %d "
