@@ -10,8 +10,8 @@ on generated region1-like traces of growing size, the time and peak memory of ev
 
 Each size runs in a fresh process (a run folder, MLflow and Optuna stores of its own under a
 temporary FLASHML_HOME); the figures come from the run's summary.json (`timings_s`,
-`peak_rss_mb`: this process's peak per stage, the Spark JVM not included) and the whole
-process tree's peak (getrusage of the children). `--sweep both` also runs each size with
+`peak_rss_mb`: this process's peak per stage, the Spark JVM not included) and the largest
+process's peak (wait4's resource use of the job). `--sweep both` also runs each size with
 `--sweep-cold` (trials from scratch), the sweep's cost before the warm start;
 `--sweep-workers 1,2` runs each with one and two sweep processes; with `--cores-per-worker 1`
 each run is pinned (taskset) to one core per worker, as that many one-core machines would run
@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -104,20 +103,23 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
     env["FLASHML_CACHE_DIR"] = str(home / "cache")  # empty: the run compiles everything
     if code is not None:
         env["PYTHONPATH"] = str(code)
-    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    before = ru0.ru_maxrss
     load_before = os.getloadavg()[0]
+    log = tmp / f"{home.name}.log"
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=code or ROOT, env=env, capture_output=True, text=True)
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=code or ROOT, env=env, stdout=f,
+                                stderr=subprocess.STDOUT)
+        # this run's own resource use (wait4: the job and the processes it waited for),
+        # not the maximum over every child the bench ran so far
+        _, status, ru = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
+        tail = "\n".join(log.read_text().splitlines()[-20:])
         raise RuntimeError(f"pipeline run failed at {accesses} accesses:\n{tail}")
-    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    after = ru1.ru_maxrss
     # the job's processes' CPU time (user + system, its children included): what a busy
     # machine stretches less than the wall clock
-    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    cpu = ru.ru_utime + ru.ru_stime
     summary = json.loads((out / "summary.json").read_text())
     sweep = (summary.get("sweep") or {})
     return {
@@ -126,8 +128,8 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
         "sweep": "cold" if cold else "warm", "sweep_trials": trials,
         "sweep_workers": workers, "cores_per_worker": cores_per_worker,
         "engine": engine, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
-        # the largest child so far (kB on Linux); only meaningful when it grew
-        "peak_rss_process_tree_mb": round(after / 1024, 1) if after > before else None,
+        # the largest resident set of the job or a process it waited for (kB on Linux)
+        "peak_rss_process_tree_mb": round(ru.ru_maxrss / 1024, 1),
         "timings_s": summary.get("timings_s", {}),
         "peak_rss_mb": summary.get("peak_rss_mb", {}),
         "models_trained_per_trial": [t.get("models_trained") for t in sweep.get("trials", [])]
@@ -300,6 +302,11 @@ def main() -> int:
 
         new = {of_(r) for r in runs}
         kept = [r for r in previous.get("runs", []) if of_(r) not in new]
+        # the pairs of other sizes or seeds measured before stay (each names its commits)
+        pairs = {(r["accesses"], r["seed"]) for r in cmp["runs"]}
+        old = [r for r in (previous.get("compare") or {}).get("runs", [])
+               if (r["accesses"], r["seed"]) not in pairs]
+        cmp["runs"] = sorted(old + cmp["runs"], key=lambda r: (r["accesses"], r["seed"]))
         write_json(OUT, {"machine": machine(), "runs": sorted(kept + runs, key=of_),
                          "compare": cmp})
         plot(sorted(kept + runs, key=of_))

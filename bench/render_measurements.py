@@ -96,9 +96,10 @@ def pipeline_compare(cmp: dict[str, Any]) -> list[str]:
     this tree's, per trace, then the compile repeated with a warm cache and whether the
     figures are the same."""
     pairs = cmp["runs"]
-    head = " | ".join(f"{p['accesses'] / 1e6:g} M seed {p['seed']} before | "
-                      f"{p['accesses'] / 1e6:g} M seed {p['seed']} after" for p in pairs)
-    out = [f"Before ({cmp['baseline_commit']}) and after ({cmp['commit']}), side by side "
+    head = " | ".join(f"{p['accesses'] / 1e6:g} M seed {p['seed']} before "
+                      f"({p['before']['commit']}) | {p['accesses'] / 1e6:g} M seed {p['seed']} "
+                      f"after ({p['after']['commit']})" for p in pairs)
+    out = ["Before and after (the commits in the heads), side by side on the same traces "
            "(`bench_pipeline.py --compare`), seconds:", "",
            f"| stage | {head} |", "|---|" + "---:|---:|" * len(pairs)]
 
@@ -115,13 +116,18 @@ def pipeline_compare(cmp: dict[str, Any]) -> list[str]:
     if all("cpu_s" in p[side] for p in pairs for side in ("before", "after")):
         out.append("| CPU seconds (user + system, all processes) | " + " | ".join(
             f"{p['before']['cpu_s']:.0f} | {p['after']['cpu_s']:.0f}" for p in pairs) + " |")
+    if all(p[side].get("peak_rss_process_tree_mb") for p in pairs for side in ("before", "after")):
+        out.append("| peak memory (MiB, the job's largest process) | " + " | ".join(
+            f"{p['before']['peak_rss_process_tree_mb']:,.0f} | "
+            f"{p['after']['peak_rss_process_tree_mb']:,.0f}" for p in pairs) + " |")
     out.append("| load average (1 min) at the start | " + " | ".join(
         f"{p['before'].get('load_avg_1m_before', float('nan')):.1f} | "
         f"{p['after'].get('load_avg_1m_before', float('nan')):.1f}" for p in pairs) + " |")
     out.append("")
     for p in pairs:
         again, same = p["compile_again"], p["results"]
-        out.append(f"- seed {p['seed']}: {p['speedup']:.2f}x faster; the compile repeated with "
+        out.append(f"- {p['accesses'] / 1e6:g} M seed {p['seed']}: {p['speedup']:.2f}x faster; "
+                   "the compile repeated with "
                    f"the cache the run filled: {again['compile_s']:.1f} s "
                    f"({(again.get('object_cache') or {}).get('hits', 0)} objects reused, "
                    f"the same policy.so: {again['sha256'] == p['after']['compiled_sha256']}); "

@@ -85,7 +85,7 @@ def resolve(spec: str, tmp: Path) -> Resolved:
 
 def simulate_resolved(pol: Resolved, df: Any, base: Any) -> dict[str, Any]:
     """Metrics of the policy with its own thresholds on the trace."""
-    from flashml.simulation import simulate, simulate_policy
+    from flashml.simulation import online_features, simulate, simulate_policy
 
     if pol.kind == "compiled":
         try:
@@ -93,7 +93,6 @@ def simulate_resolved(pol: Resolved, df: Any, base: Any) -> dict[str, Any]:
         except ValueError as e:
             raise UserError(f"{pol.source}: {e}") from None
     from flashml.compiler.bundle import sim_peak
-    from flashml.features.online import feature_matrix
     from flashml.systems.baleen.model import score_all
     from flashml.systems.baleen.registry import load_policy_dir
 
@@ -101,7 +100,7 @@ def simulate_resolved(pol: Resolved, df: Any, base: Any) -> dict[str, Any]:
         policy = load_policy_dir(pol.path)
     except Exception as e:  # LightGBM raises its own error type on a bad model file
         raise UserError(f"{pol.source}: cannot load the LightGBM models: {e}") from None
-    arrays = score_all(policy, feature_matrix(df))
+    arrays = score_all(policy, online_features(df))
     cfg = base.replace(admission="threshold", threshold=pol.params["admit_threshold"],
                        prefetch="range", prefetch_when="score",
                        when_threshold=pol.params["when_threshold"], **sim_peak(pol.params))

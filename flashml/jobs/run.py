@@ -190,13 +190,13 @@ class RunDir:
         return Path(path)
 
     def frame(self) -> tuple[Any, Any]:
-        """The accesses table and its metadata (read once per process)."""
+        """The accesses table's core columns and its metadata (read once per process)."""
         if "frame" not in self.cache:
             from flashml.trace.canonical import read_table
 
             if not self.table.is_file():
                 raise UserError(f"{self.table}: missing; run the ingest stage first")
-            self.cache["frame"] = read_table(self.table)
+            self.cache["frame"] = read_table(self.table, core_only=True)
         return self.cache["frame"]
 
     def mlflow_run_id(self) -> str | None:

@@ -304,7 +304,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
              with_prefetch: bool = True, spark: Any = None,
              final_base: SimConfig | None = None, warm: WarmStart | None = None,
              prebuilt: Path | None = None, zeroed: tuple[str, ...] = (),
-             cancel: threading.Event | None = None, warn: bool = True) -> LoopResult:
+             cancel: threading.Event | None = None, warn: bool = True,
+             hint: list[tuple[float, float]] | None = None) -> LoopResult:
     """Iterate episodes -> train -> simulate until the eviction age is stable. With
     `final_base` (e.g. `base` plus a peak schedule, systems/baleen/peak.py) the last model's
     admission threshold is tuned to the target once more under it: the loop's own choices
@@ -318,7 +319,9 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     loop trains (`train_policy`; a warm start's own, `WarmStart.zeroed`, when it has them).
     `cancel`: once set, the loop raises `Cancelled` at its next stage (a sweep point run
     ahead of time that no round asks for). `warn`: a loop that ends unconverged says so as a
-    warning (False: in the log's info, for a loop cut short on purpose: a sweep's screen)."""
+    warning (False: in the log's info, for a loop cut short on purpose: a sweep's screen).
+    `hint`: threshold-search points of a similar policy on this table and config (another
+    feature set's loop at this target) that the first iteration's search aims with."""
     from flashml.systems.baleen.episodes.core import EpisodeParams, build, reusable
 
     times = df["time"].to_numpy()
@@ -334,7 +337,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
     # Each threshold search aims with the one before it at this target (a model trained at
     # a nearby eviction age admits a similar share): `tune_to_write_rate`'s hint
     when_points = dict(warm.when_points) if warm is not None else {}
-    last_points: list[tuple[float, float]] | None = None
+    last_points: list[tuple[float, float]] | None = hint
     # the last training's rows' digest (`training_key`), models, scores and iteration
     last_trained: tuple[bytes, LearnedPolicy, dict[str, np.ndarray], int] | None = None
     # the previous iteration's training rows' digest (None after a warm start's first)

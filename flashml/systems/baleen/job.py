@@ -89,7 +89,7 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     rec = run.done("ingest")
     if rec is not None:
         return rec
-    from flashml.trace.canonical import read_table, with_sample_ratio, write_table
+    from flashml.trace.canonical import CORE_COLUMNS, read_table, with_sample_ratio, write_table
     from flashml.trace.ingest import ingest as ingest_trace
     from flashml.trace.ingest import is_parquet
     from flashml.trace.stats import compute_stats, format_stats
@@ -126,7 +126,7 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     if resolved != meta:
         meta = resolved
         write_table(df, table, meta)
-    run.cache["frame"] = (df, meta)
+    run.cache["frame"] = (df.select(CORE_COLUMNS), meta)  # what RunDir.frame() reads
     check_span(run, s, raw)  # before any training or MLflow run
     with timer.stage("validate"):
         # the shared context ($FLASHML_HOME/gx): an index across runs (`flashml ui docs`),
@@ -422,7 +422,9 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
         cl = run_loop(df, run.table, feats, base, target, run.work / "cachelib", s.gbm, cl_loop,
                       features=list(contract().models["cachelib_like"]), with_prefetch=False,
                       final_base=learned_base,
-                      prebuilt=loop.episodes_dir if loop is not None else None)
+                      prebuilt=loop.episodes_dir if loop is not None else None,
+                      # Baleen's admission-only search: the same config, a similar model
+                      hint=loop.points if loop is not None else None)
         tuned["cachelib_ml"] = cl.tuned
         pol["cachelib_ml"] = _metrics(cl.tuned, "threshold")
     with timer.stage("baselines (rejectx, coinflip)"):  # two searches side by side
