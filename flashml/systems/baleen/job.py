@@ -89,11 +89,11 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     rec = run.done("ingest")
     if rec is not None:
         return rec
-    from flashml.trace.canonical import CORE_COLUMNS, read_table, with_sample_ratio, write_table
+    from flashml.trace.canonical import read_meta, read_table, with_sample_ratio, write_table
     from flashml.trace.ingest import ingest as ingest_trace
     from flashml.trace.ingest import is_parquet
     from flashml.trace.stats import compute_stats, format_stats
-    from flashml.trace.validate import validate_table
+    from flashml.trace.validate import validate_file
 
     out: dict[str, Any] = {}
     if s.trace is None:
@@ -121,17 +121,18 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
             out["ingest"] = {"rows": res.rows, "lines": res.lines, "seconds": res.seconds,
                              "skipped_lines": res.skipped_lines}
     run.cache.pop("frame", None)
-    df, meta = read_table(table)
+    meta = read_meta(table)
     resolved = with_sample_ratio(meta, s.sample_ratio, raw)
-    if resolved != meta:
-        meta = resolved
-        write_table(df, table, meta)
-    run.cache["frame"] = (df.select(CORE_COLUMNS), meta)  # what RunDir.frame() reads
+    if resolved != meta:  # the table again with its resolved metadata (every column)
+        write_table(read_table(table)[0], table, resolved)
+    # the job's frame: the core columns (what RunDir.frame() reads; not the source's)
+    df, meta = read_table(table, core_only=True)
+    run.cache["frame"] = (df, meta)
     check_span(run, s, raw)  # before any training or MLflow run
     with timer.stage("validate"):
         # the shared context ($FLASHML_HOME/gx): an index across runs (`flashml ui docs`),
         # and a failed validation's pages outlive the run folder put back as it was
-        rep = validate_table(df, meta, name=raw.name)
+        rep = validate_file(table, name=raw.name)
         print(rep.describe())
         if not rep.success:
             raise UserError(f"validation failed on {table}; see {rep.docs_index}")
