@@ -10,8 +10,9 @@ on generated region1-like traces of growing size, the time and peak memory of ev
 
 Each size runs in a fresh process (a run folder, MLflow and Optuna stores of its own under a
 temporary FLASHML_HOME); the figures come from the run's summary.json (`timings_s`,
-`peak_rss_mb`: this process's peak per stage, the Spark JVM not included) and the largest
-process's peak (wait4's resource use of the job). `--sweep both` also runs each size with
+`peak_rss_mb`: this process's peak per stage, the Spark JVM not included), the largest
+process's peak (wait4's resource use of the job) and the peak of the job's processes'
+resident sets summed (sampled every 0.2 s). `--sweep both` also runs each size with
 `--sweep-cold` (trials from scratch), the sweep's cost before the warm start;
 `--sweep-workers 1,2` runs each with one and two sweep processes; with `--cores-per-worker 1`
 each run is pinned (taskset) to one core per worker, as that many one-core machines would run
@@ -78,6 +79,47 @@ def sizes_small(text: str) -> list[int]:
     return out
 
 
+class TreeMemory:
+    """The peak of the summed resident sets of a process and its descendants, sampled every
+    `every` seconds on a thread until `stop` (psutil; shared pages count once per process,
+    so the sum errs high)."""
+
+    def __init__(self, pid: int, every: float = 0.2) -> None:
+        import threading
+
+        self.peak_mb = 0.0
+        self._done = threading.Event()
+        self._every = every
+        self._pid = pid
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self._pid)
+        except psutil.Error:
+            return
+        while not self._done.is_set():
+            total = 0
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                break
+            for p in procs:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak_mb = max(self.peak_mb, total / 2**20)
+            self._done.wait(self._every)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
             workers: int = 1, cores_per_worker: int | None = None, seed: int = 3,
             code: Path | None = None, tag: str = "") -> dict[str, Any]:
@@ -109,10 +151,12 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, cwd=code or ROOT, env=env, stdout=f,
                                 stderr=subprocess.STDOUT)
+        sampler = TreeMemory(proc.pid)
         # this run's own resource use (wait4: the job and the processes it waited for),
         # not the maximum over every child the bench ran so far
         _, status, ru = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
+        sampler.stop()
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-20:])
@@ -130,6 +174,9 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
         "engine": engine, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
         # the largest resident set of the job or a process it waited for (kB on Linux)
         "peak_rss_process_tree_mb": round(ru.ru_maxrss / 1024, 1),
+        # the job's processes together (their resident sets summed, sampled): the memory
+        # the machine needs, a child's (the validation's, Spark's JVM) on top of the job's
+        "peak_rss_sum_mb": round(sampler.peak_mb, 1),
         "timings_s": summary.get("timings_s", {}),
         "peak_rss_mb": summary.get("peak_rss_mb", {}),
         "models_trained_per_trial": [t.get("models_trained") for t in sweep.get("trials", [])]

@@ -116,10 +116,10 @@ def pipeline_compare(cmp: dict[str, Any]) -> list[str]:
     if all("cpu_s" in p[side] for p in pairs for side in ("before", "after")):
         out.append("| CPU seconds (user + system, all processes) | " + " | ".join(
             f"{p['before']['cpu_s']:.0f} | {p['after']['cpu_s']:.0f}" for p in pairs) + " |")
-    if all(p[side].get("peak_rss_process_tree_mb") for p in pairs for side in ("before", "after")):
-        out.append("| peak memory (MiB, the job's largest process) | " + " | ".join(
-            f"{p['before']['peak_rss_process_tree_mb']:,.0f} | "
-            f"{p['after']['peak_rss_process_tree_mb']:,.0f}" for p in pairs) + " |")
+    if all(p[side].get("peak_rss_sum_mb") for p in pairs for side in ("before", "after")):
+        out.append("| peak memory (MiB, the job's processes together) | " + " | ".join(
+            f"{p['before']['peak_rss_sum_mb']:,.0f} | "
+            f"{p['after']['peak_rss_sum_mb']:,.0f}" for p in pairs) + " |")
     out.append("| load average (1 min) at the start | " + " | ".join(
         f"{p['before'].get('load_avg_1m_before', float('nan')):.1f} | "
         f"{p['after'].get('load_avg_1m_before', float('nan')):.1f}" for p in pairs) + " |")

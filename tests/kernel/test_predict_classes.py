@@ -103,3 +103,22 @@ def test_score_all_with_classes_equals_every_row(tmp_path, monkeypatch) -> None:
     for k, v in plain.items():
         assert v.dtype == fast[k].dtype
         np.testing.assert_array_equal(fast[k], v)
+
+
+def test_columns_of_a_wider_matrix_are_read_in_place(model) -> None:
+    """`predict(b, wide, columns)`: the model's features as columns of a wider matrix, in any
+    order, give the doubles of the copied columns (the evaluator and LightGBM's own)."""
+    b, X = model
+    rows = rows_for(b, X, 3000)
+    rng = np.random.default_rng(3)
+    width = rows.shape[1] + 4
+    columns = [int(c) for c in rng.permutation(width)[: rows.shape[1]]]
+    wide = rng.normal(size=(len(rows), width))
+    wide[:, columns] = rows
+    want = b.predict(rows)
+    assert forest.forest_of(b, tuple(columns))[0] is not None  # the evaluator, not LightGBM
+    np.testing.assert_array_equal(bits(predict(b, wide, columns)), bits(predict(b, rows)))
+    np.testing.assert_array_equal(bits(predict(b, wide, columns)), bits(want))
+    # a column beyond the matrix: LightGBM's own error, no out-of-bounds read
+    with pytest.raises(IndexError):
+        predict(b, wide[:, :3], columns)
