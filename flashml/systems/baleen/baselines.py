@@ -15,7 +15,6 @@ import polars as pl
 from flashml.simulation import SimConfig, simulate
 from flashml.systems.baleen.tuning import Tuned, tune_to_write_rate
 
-
 #: RejectX's history factor: the search's range, and where its first search stops (a
 #: history of 10 caches; the rest of the range only when the target lies beyond it).
 REJECTX_FACTORS = (1e-4, 10.0, 1e3)

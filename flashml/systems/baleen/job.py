@@ -93,7 +93,7 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     from flashml.trace.ingest import ingest as ingest_trace
     from flashml.trace.ingest import is_parquet
     from flashml.trace.stats import compute_stats, format_stats
-    from flashml.trace.validate import validate_file
+    from flashml.trace.validate import validate_table
 
     out: dict[str, Any] = {}
     if s.trace is None:
@@ -132,7 +132,7 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     with timer.stage("validate"):
         # the shared context ($FLASHML_HOME/gx): an index across runs (`flashml ui docs`),
         # and a failed validation's pages outlive the run folder put back as it was
-        rep = validate_file(table, name=raw.name)
+        rep = validate_table(df, meta, name=raw.name)
         print(rep.describe())
         if not rep.success:
             raise UserError(f"validation failed on {table}; see {rep.docs_index}")
