@@ -89,11 +89,12 @@ def learned_config(run: RunDir, s: BaleenSettings) -> SimConfig:
     return run.cache["learned_base"]
 
 
-#: The main job's peak memory: a fixed part and a part per access (bench_pipeline.py: 1.5 GB
-#: at 1 M accesses, 7.6 GB at 10 M; the feature matrix alone is 144 B per access).
+#: The main job's peak memory: a fixed part and a part per access (bench_pipeline.py, the
+#: job's processes summed: 1.7-1.8 GB at 1 M accesses, 6.2 GB at 10 M; the feature matrix
+#: alone is 144 B per access).
 JOB_BASE_BYTES = 800 * 2**20
 
-JOB_BYTES_PER_ACCESS = 700
+JOB_BYTES_PER_ACCESS = 600
 
 
 def check_memory(run: RunDir, available: int | None = None) -> None:
