@@ -147,3 +147,19 @@ def test_data_docs_are_static_and_offline(tmp_path: Path, good) -> None:
         assert not re.search(r"(src|href)=[\"']?(https?:)?//[^\"']*\.(js|css)", text), page
         assert not re.search(r"<img[^>]*src=[\"']https?:", text), page
         assert not re.search(r"url\(['\"]?https?:", text), page
+
+
+def test_validation_keeps_no_copy_of_the_table(tmp_path: Path, good) -> None:
+    """After a validation, no pandas copy of the table stays alive: Great Expectations keeps
+    its context for the process, and the context's datasource cached the batch (the job held
+    it for the rest of its stages)."""
+    import gc
+
+    import pandas as pd
+
+    df, meta = good
+    report = validate_table(df, meta, context_dir=tmp_path / "gx", build_docs=False, name="t")
+    assert report.success, report.describe()
+    gc.collect()
+    alive = [o for o in gc.get_objects() if isinstance(o, pd.DataFrame) and len(o) == len(df)]
+    assert alive == []
