@@ -10,10 +10,10 @@ on generated region1-like traces of growing size, the time and peak memory of ev
 
 Each size runs in a fresh process (a run folder, MLflow and Optuna stores of its own under a
 temporary FLASHML_HOME); the figures come from the run's summary.json (`timings_s`,
-`peak_rss_mb`: this process's peak per stage, the Spark JVM not included), the largest
-process's peak (wait4's resource use of the job) and the peak of the job's processes'
-resident sets summed (sampled every 0.2 s). `--sweep both` also runs each size with
-`--sweep-cold` (trials from scratch), the sweep's cost before the warm start;
+`peak_rss_mb`: this process's peak per stage, the Spark JVM not included), and the peaks of
+the job's largest process and of its processes' resident sets summed (sampled every
+0.2 s). `--sweep both` also runs each size with `--sweep-cold` (trials from scratch), the
+sweep's cost before the warm start;
 `--sweep-workers 1,2` runs each with one and two sweep processes; with `--cores-per-worker 1`
 each run is pinned (taskset) to one core per worker, as that many one-core machines would run
 it (on a 2-core VM the unpinned one-worker sweep already keeps 1.6 cores busy, so two
@@ -80,14 +80,15 @@ def sizes_small(text: str) -> list[int]:
 
 
 class TreeMemory:
-    """The peak of the summed resident sets of a process and its descendants, sampled every
-    `every` seconds on a thread until `stop` (psutil; shared pages count once per process,
-    so the sum errs high)."""
+    """The peak of the summed resident sets of a process and its descendants, and the largest
+    one's, sampled every `every` seconds on a thread until `stop` (psutil; shared pages count
+    once per process, so the sum errs high)."""
 
     def __init__(self, pid: int, every: float = 0.2) -> None:
         import threading
 
         self.peak_mb = 0.0
+        self.largest_mb = 0.0
         self._done = threading.Event()
         self._every = every
         self._pid = pid
@@ -102,17 +103,18 @@ class TreeMemory:
         except psutil.Error:
             return
         while not self._done.is_set():
-            total = 0
+            sizes = []
             try:
                 procs = [root, *root.children(recursive=True)]
             except psutil.Error:
                 break
             for p in procs:
                 try:
-                    total += p.memory_info().rss
+                    sizes.append(p.memory_info().rss / 2**20)
                 except psutil.Error:
                     pass
-            self.peak_mb = max(self.peak_mb, total / 2**20)
+            self.peak_mb = max(self.peak_mb, sum(sizes))
+            self.largest_mb = max(self.largest_mb, *sizes, 0.0)
             self._done.wait(self._every)
 
     def stop(self) -> None:
@@ -152,8 +154,10 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
         proc = subprocess.Popen(cmd, cwd=code or ROOT, env=env, stdout=f,
                                 stderr=subprocess.STDOUT)
         sampler = TreeMemory(proc.pid)
-        # this run's own resource use (wait4: the job and the processes it waited for),
-        # not the maximum over every child the bench ran so far
+        # this run's own CPU time (wait4: the job and the processes it waited for), not the
+        # total over every child the bench ran so far. (Not its ru_maxrss: the job resets its
+        # high-water mark at every stage, /proc/self/clear_refs, and the kernel's maxrss
+        # follows it, so it is the last stage's peak, not the run's: the sampler's is.)
         _, status, ru = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         sampler.stop()
@@ -172,8 +176,8 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
         "sweep": "cold" if cold else "warm", "sweep_trials": trials,
         "sweep_workers": workers, "cores_per_worker": cores_per_worker,
         "engine": engine, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
-        # the largest resident set of the job or a process it waited for (kB on Linux)
-        "peak_rss_process_tree_mb": round(ru.ru_maxrss / 1024, 1),
+        # the largest resident set of the job's processes (sampled)
+        "peak_rss_process_tree_mb": round(sampler.largest_mb, 1),
         # the job's processes together (their resident sets summed, sampled): the memory
         # the machine needs, a child's (the validation's, Spark's JVM) on top of the job's
         "peak_rss_sum_mb": round(sampler.peak_mb, 1),

@@ -25,7 +25,7 @@ def tune_rejectx(df: pl.DataFrame, base: SimConfig, target_mbps: float) -> Tuned
     history of 1000 caches (the range's top) holds every segment the trace ever misses on
     (at 10 M region1-like accesses 2.7 GB, and each simulation several times slower), while
     the factors that meet the targets measured are near 0.02; only a target that a history
-    of 10 caches cannot reach is searched up to the top, aimed by the first search's points."""
+    of 10 caches cannot reach is searched up to the top, from the first search's points."""
     cfg = base.replace(admission="rejectx")
 
     def run(f: float) -> Any:

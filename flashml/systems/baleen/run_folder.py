@@ -34,8 +34,8 @@ def features(run: RunDir) -> np.ndarray:
     contract, so a resumed job or a sweep worker process maps the file instead of computing
     them again; once per process after that. Computed online in one pass (the simulator's
     Rust code, flashml.simulation.online_features: at 10 M accesses 5 s and the matrix's
-    1.4 GB, where the vectorised Polars reference, features/online.py, takes 27 s and twice
-    the memory in its joins; tests hold the two equal)."""
+    1.4 GB, where the vectorised Polars reference, features/online.py, took 23-27 s and
+    about 2 GB more at its peak, in its joins; tests hold the two equal)."""
     if "feats" not in run.cache:
         import numpy as np
 
