@@ -57,7 +57,8 @@ def tune_threshold(df: pl.DataFrame, base: SimConfig, target_mbps: float,
     knob = share_to_threshold(arrays["score"])
     tuned = tune_to_write_rate(
         lambda q: simulate_threshold(df, cfg.replace(threshold=knob(q)), arrays),
-        target_mbps, 0.0, 1.0, increasing=True, known=known, hint=hint)
+        target_mbps, 0.0, 1.0, increasing=True, known=known, hint=hint,
+        pieces=threshold_pieces(arrays["score"], knob, cfg))
     return replace(tuned, knob=knob(tuned.knob))
 
 
@@ -93,33 +94,91 @@ def simulate_threshold(df: pl.DataFrame, cfg: SimConfig, arrays: dict[str, np.nd
         _RECENT.append((key, refs, res))
         del _RECENT[:-RECENT_SIMULATIONS]
     return res
-    res = simulate(df, cfg, **arrays)
-    with _RECENT_LOCK:
-        _RECENT.append((key, df, arrays, res))
-        del _RECENT[:-RECENT_SIMULATIONS]
-    return res
 
 
-def share_to_threshold(score: np.ndarray) -> Callable[[float], float]:
+class ShareMap:
     """The threshold that admits about a share q of the accesses by score (q = 0: 1.0, none;
     q = 1: 0.0, all), interpolated between the ranked scores so that every threshold in
     [0, 1] stays reachable (a peak schedule's lowered threshold falls between them): the
     write rate is close to linear in q, not in the threshold (scores bunch near 0 and 1), so
-    the tuner's interpolation lands near the target in a few steps."""
-    score = np.asarray(score, dtype=np.float64)
-    # every n/2^18-th score: quantiles within ~0.2% (the map only has to be monotone and
-    # near linear), a 4 ms sort instead of 1 s at 10 M accesses
-    step = max(1, len(score) >> 18)
-    ranked = np.concatenate(([0.0], np.sort(np.clip(score[::step], 0.0, 1.0)), [1.0]))
-    top = float(len(ranked) - 1)
+    the tuner's interpolation lands near the target in a few steps. `share(t)` inverts it."""
 
-    def threshold(q: float) -> float:
+    def __init__(self, score: np.ndarray) -> None:
+        score = np.asarray(score, dtype=np.float64)
+        # every n/2^18-th score: quantiles within ~0.2% (the map only has to be monotone and
+        # near linear), a 4 ms sort instead of 1 s at 10 M accesses
+        step = max(1, len(score) >> 18)
+        self.ranked = np.concatenate(([0.0], np.sort(np.clip(score[::step], 0.0, 1.0)), [1.0]))
+        self.top = float(len(self.ranked) - 1)
+
+    def __call__(self, q: float) -> float:
         if q <= 0.0:
             return 1.0
         if q >= 1.0:
             return 0.0
-        x = (1.0 - q) * top
+        ranked = self.ranked
+        x = (1.0 - q) * self.top
         i = min(int(x), len(ranked) - 2)
         return float(ranked[i] + (x - i) * (ranked[i + 1] - ranked[i]))
 
-    return threshold
+    def share(self, t: float) -> float:
+        """A share whose threshold is `t` (up to rounding) for t in [0, 1]."""
+        ranked = self.ranked
+        i = min(max(int(np.searchsorted(ranked, t, side="right")) - 1, 0), len(ranked) - 2)
+        d = ranked[i + 1] - ranked[i]
+        x = i + ((t - ranked[i]) / d if d > 0 else 0.0)
+        return float(min(max(1.0 - x / self.top, 0.0), 1.0))
+
+
+def share_to_threshold(score: np.ndarray) -> ShareMap:
+    """`ShareMap(score)`: the threshold of each share q admitted."""
+    return ShareMap(score)
+
+
+#: Most pieces `threshold_pieces` lists at once (with more, evenly spaced ones of them).
+MAX_PIECES = 32
+#: Breaks closer than this (in threshold) count as one: a peak hour's break (score + bonus)
+#: is rounded, and a narrower piece holds no threshold the share map reaches exactly.
+BREAK_TOL = 1e-9
+#: With more scores than this inside a bracket, its distinct ones are not looked for.
+MAX_BRACKET_SCORES = 2_000_000
+
+
+def threshold_pieces(score: np.ndarray, knob: ShareMap, cfg: SimConfig
+                     ) -> Callable[[float, float], tuple[list[float], bool] | None]:
+    """`tune_to_write_rate`'s `pieces` for a threshold on `score` under `cfg` (admit iff
+    score >= threshold, threshold - peak bonus in the peak hours): what is admitted changes
+    only where the threshold crosses a score (or a score + the bonus), so between two shares
+    the rate takes one value per piece between those breaks. Gives a share at the middle of
+    each piece strictly between the two shares' pieces, or of `MAX_PIECES` evenly spaced
+    ones (and False) when there are more; None with too many scores between them or a share
+    the map cannot place inside its piece."""
+    score = np.asarray(score, dtype=np.float64)
+    offsets = (0.0, float(cfg.peak_bonus)) if cfg.peak_hours and cfg.peak_bonus else (0.0,)
+
+    def pieces(q_a: float, q_b: float) -> tuple[list[float], bool] | None:
+        lo, hi = sorted((knob(q_a), knob(q_b)))
+        found = []
+        for off in offsets:
+            # the pieces are (break, next break]: the one holding lo ends at the first break
+            # >= lo, the one holding hi starts at the last break < hi
+            inside = score[(score >= lo - off) & (score < hi - off)]
+            if inside.size > MAX_BRACKET_SCORES:
+                return None
+            found.append(np.unique(inside) + off)
+        breaks = np.unique(np.concatenate(found))
+        if breaks.size:
+            breaks = breaks[np.concatenate(([True], np.diff(breaks) > BREAK_TOL))]
+        n = max(breaks.size - 1, 0)
+        which = np.arange(n) if n <= MAX_PIECES else \
+            np.unique(np.linspace(0, n - 1, MAX_PIECES).round().astype(np.int64))
+        out = []
+        for k in which:
+            b0, b1 = breaks[k], breaks[k + 1]
+            q = knob.share(0.5 * (b0 + b1))
+            if not b0 < knob(q) < b1:
+                return None
+            out.append(q)
+        return out, n <= MAX_PIECES
+
+    return pieces
