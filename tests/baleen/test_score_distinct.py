@@ -59,3 +59,23 @@ def test_distinct_rows_are_kept_per_matrix(setup, monkeypatch) -> None:
     b = range_rows(other)
     assert b[0] is not a[0]
     np.testing.assert_array_equal(b[0][b[1]], other[:, contract().indices("range")])
+
+
+def test_the_hashing_pass_finds_numpys_classes(setup) -> None:
+    """The simulator crate's one pass (a C-contiguous float64 matrix) and NumPy's sort (any
+    other) put the same rows together: each row's distinct row has its bytes, and two rows
+    share a class in one exactly when they do in the other."""
+    feats, _ = setup
+    cols = contract().indices("range")
+    x = np.array(feats)
+    x[::7, 1] = -0.0  # -0.0 and 0.0 differ by their bytes, as NumPy's unique tells them
+    x[::11, 2] = np.nan
+    fast = baleen._distinct(np.ascontiguousarray(x), cols)
+    slow = baleen._distinct(np.asfortranarray(x), cols)
+    for first, inverse in (fast, slow):
+        rows = x[first][:, cols]
+        np.testing.assert_array_equal(rows[inverse].view(np.uint64), x[:, cols].view(np.uint64))
+    assert len(fast[0]) == len(slow[0])
+    # the same partition: the pairs (fast class, slow class) are one to one
+    pairs = np.unique(np.stack([fast[1], slow[1]]), axis=1)
+    assert pairs.shape[1] == len(fast[0])

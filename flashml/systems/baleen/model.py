@@ -212,13 +212,14 @@ def range_rows(feats: np.ndarray, c: Contract | None = None
         for ref, shape, rows, inverse in _RANGE_ROWS:
             if ref() is feats and shape == feats.shape:
                 return rows, inverse
-    rX = np.ascontiguousarray(feats[:, c.indices("range")], dtype=np.float64)
-    rows, inverse = rX, None
-    if len(rX) >= DISTINCT_MIN_ROWS:
-        keys = rX.view(np.dtype((np.void, rX.dtype.itemsize * rX.shape[1]))).ravel()
-        _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
-        if len(first) <= DISTINCT_MAX_SHARE * len(rX):
-            rows, inverse = np.ascontiguousarray(rX[first]), inv.reshape(-1)
+    cols = c.indices("range")
+    rows, inverse = None, None
+    if len(feats) >= DISTINCT_MIN_ROWS:
+        first, inv = _distinct(feats, cols)
+        if len(first) <= DISTINCT_MAX_SHARE * len(feats):
+            rows, inverse = np.ascontiguousarray(feats[first][:, cols], dtype=np.float64), inv
+    if rows is None:
+        rows = np.ascontiguousarray(feats[:, cols], dtype=np.float64)
     try:
         ref = weakref.ref(feats)
     except TypeError:
@@ -227,3 +228,18 @@ def range_rows(feats: np.ndarray, c: Contract | None = None
         _RANGE_ROWS.append((ref, feats.shape, rows, inverse))
         del _RANGE_ROWS[:-2]
     return rows, inverse
+
+
+def _distinct(feats: np.ndarray, cols: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct row of `feats` in `cols` (by their bytes) and each row's
+    index into those: the simulator crate's one hashing pass (flashml_sim.distinct_rows) on a
+    C-contiguous float64 matrix (NumPy's `unique` over the rows as bytes sorts them: 9.4 s
+    at 10 M rows of 6 columns), else NumPy's (its distinct rows sorted; the same classes)."""
+    if feats.dtype == np.float64 and feats.ndim == 2 and feats.flags.c_contiguous:
+        from flashml_sim import distinct_rows
+
+        return distinct_rows(feats, list(cols))
+    x = np.ascontiguousarray(feats[:, cols], dtype=np.float64)
+    keys = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)

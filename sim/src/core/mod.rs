@@ -3,8 +3,9 @@
 //! policy ABI's function names ([`abi`], generated from flashml/features/abi.toml), hashing
 //! and the deterministic draws ([`hash`]), the intrusive list ([`list`]), the eviction trait
 //! and its heuristics ([`eviction`]), the capacity split across streams ([`shares`]), the
-//! verified loader of compiled .so files ([`solib`]), the tree ensembles ([`forest`]) and
-//! libCacheSim's object-cache loop ([`objects`]), and the ratio of two counts ([`ratio`]).
+//! verified loader of compiled .so files ([`solib`]), the tree ensembles ([`forest`]) and the
+//! distinct rows they score ([`rows`]), libCacheSim's object-cache loop ([`objects`]), and the
+//! ratio of two counts ([`ratio`]).
 
 pub mod abi;
 pub mod config;
@@ -14,6 +15,7 @@ pub mod forest;
 pub mod hash;
 pub mod list;
 pub mod objects;
+pub mod rows;
 pub mod shares;
 pub mod solib;
 

@@ -193,6 +193,7 @@ fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(block_ram_served, m)?)?;
     m.add_class::<PyReadaheadSim>()?;
     m.add_class::<PyForest>()?;
+    m.add_function(wrap_pyfunction!(distinct_rows, m)?)?;
     Ok(())
 }
 
@@ -287,4 +288,31 @@ impl PyForest {
     fn vectorised(&self) -> bool {
         self.forest.vectorised()
     }
+}
+
+/// Two int64 NumPy arrays.
+type Int64Pair<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
+
+/// `distinct_rows(x, cols)`: for a C-contiguous float64 matrix, the first row of each distinct
+/// row (by the bits of its values in `cols`), in the order they appear, and each row's index
+/// into those (both int64; core/rows.rs).
+#[pyfunction]
+fn distinct_rows<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArray2<'py, f64>,
+    cols: Vec<usize>,
+) -> PyResult<Int64Pair<'py>> {
+    let width = x.shape()[1];
+    let data = x
+        .as_slice()
+        .ok()
+        .filter(|_| x.is_c_contiguous())
+        .ok_or_else(|| PyValueError::new_err("x must be a C-contiguous float64 matrix"))?;
+    let (first, inverse) = py
+        .allow_threads(|| crate::core::rows::distinct_rows(data, width, &cols))
+        .map_err(PyValueError::new_err)?;
+    Ok((
+        PyArray1::from_vec(py, first),
+        PyArray1::from_vec(py, inverse),
+    ))
 }

@@ -40,8 +40,11 @@ from flashml.systems.baleen.episodes.core import (
 
 log = logging.getLogger(__name__)
 
-#: GETs per key bucket when `chunks` is not given.
-CHUNK_GETS = 20_000_000
+#: GETs per key bucket when `chunks` is not given: a build's peak grows with its bucket (at
+#: 10 M region1-like accesses, 8.7 M GETs: one bucket 1.86 GB in 6.7 s, three of at most 4 M
+#: 1.15 GB in 7.0 s, six 0.98 GB in 8.3 s; the loop and the sweep build at every iteration,
+#: on top of the job's feature matrix and scores).
+CHUNK_GETS = 4_000_000
 #: A one-bucket build of at most this many GETs keeps its frames in memory (no parts) and
 #: its table's sorted GETs for the next build (`sorted_gets`: ~55 MB a million GETs).
 MEMORY_GETS = 4_000_000
