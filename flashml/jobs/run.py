@@ -704,7 +704,11 @@ def run_job(job: Any, settings: Any, out: Path, *,
     headline metrics, the bundle's logged model and its registration). The folder is a
     transaction (`RunFolder`, the module docstring): locked
     first, put back as it was if the job fails (a resumed job keeps the stages it
-    completed). Returns the summary, its path and the timer."""
+    completed). Returns the summary, its path and the timer. The C heap is bounded first
+    (flashml/heap.py: freed memory goes back to the system)."""
+    from flashml.heap import bound
+
+    bound()
     with RunFolder(out) as folder:
         assert folder.run is not None
         return _run_job(job, settings, Path(out), folder, resume)

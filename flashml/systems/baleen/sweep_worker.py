@@ -38,6 +38,9 @@ def main(argv: list[str]) -> int:
     from dataclasses import replace
 
     from flashml.config import DEFAULTS
+    from flashml.heap import bound
+
+    bound()  # as the main job's process (flashml/heap.py)
     from flashml.jobs.run import RunDir
     from flashml.systems.baleen import run_folder as baleen
     from flashml.systems.baleen.sweep import TrialSetup, serve, trial_cores
