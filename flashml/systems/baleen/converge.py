@@ -29,6 +29,7 @@ import numpy as np
 import polars as pl
 
 from flashml.config import GB, MB
+from flashml.features.matrix import Features
 from flashml.models.gbm import side_by_side
 from flashml.settings import GbmParams, LoopSettings
 from flashml.simulation import SimConfig
@@ -222,7 +223,7 @@ def simplest_when(peaks: dict[float, float], tolerance: float = TOLERANCE) -> fl
     return max(w for w, p in ok.items() if p <= low * (1.0 + tolerance))
 
 
-def select_accesses_per_episode(df: pl.DataFrame, feats: np.ndarray, labels: pl.DataFrame,
+def select_accesses_per_episode(df: pl.DataFrame, feats: Features, labels: pl.DataFrame,
                                 episodes: pl.DataFrame, base: SimConfig, target_mbps: float,
                                 settings: LoopSettings, gbm: GbmParams,
                                 features: list[str] | None,
@@ -297,7 +298,7 @@ def should_stop(assumed_ea: float, new_ea: float, write_rate: float, target: flo
         abs(write_rate - target) <= s.write_rate_tolerance * target
 
 
-def run_loop(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
+def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
              target_mbps: float, workdir: Path, gbm: GbmParams,
              settings: LoopSettings = LoopSettings(),  # noqa: B008 (frozen, shared)
              *, features: list[str] | None = None,

@@ -9,6 +9,7 @@ import polars as pl
 from flashml.config import DEFAULTS
 from flashml.errors import UserError
 from flashml.features.contract import Contract, contract
+from flashml.features.matrix import Features
 from flashml.models.gbm import split_by_key
 from flashml.systems.baleen.model import TrainingData
 
@@ -37,7 +38,7 @@ def check_span(times: np.ndarray, train_seconds: float, source: object) -> None:
             f"--time-scale)")
 
 
-def training_data(feats: np.ndarray, times: np.ndarray, labels: pl.DataFrame,
+def training_data(feats: Features, times: np.ndarray, labels: pl.DataFrame,
                   episodes: pl.DataFrame, train_seconds: float,
                   c: Contract | None = None, max_position: int | None = None,
                   max_rows: int | None = None) -> TrainingData:

@@ -24,6 +24,7 @@ import numpy as np
 
 from flashml.compiler.bundle import round_range, when_matrix
 from flashml.features.contract import Contract, contract
+from flashml.features.matrix import Features
 from flashml.models.forest import predict, predict_classes
 from flashml.models.gbm import fit, side_by_side
 from flashml.settings import GbmParams
@@ -132,7 +133,7 @@ def train_policy(data: TrainingData, params: GbmParams, *, features: list[str] |
                          range_end=end, when=when)
 
 
-def score_all(policy: LearnedPolicy, feats: np.ndarray, c: Contract | None = None
+def score_all(policy: LearnedPolicy, feats: Features, c: Contract | None = None
               ) -> dict[str, np.ndarray]:
     """Per-access arrays for the simulator: `score`, and with prefetch models
     `prefetch_start`, `prefetch_end` and `when_score`."""
@@ -150,7 +151,7 @@ def score_all(policy: LearnedPolicy, feats: np.ndarray, c: Contract | None = Non
 
 
 def score_prefetch(range_start: lgb.Booster, range_end: lgb.Booster, when_model: lgb.Booster,
-                   feats: np.ndarray, c: Contract | None = None) -> dict[str, np.ndarray]:
+                   feats: Features, c: Contract | None = None) -> dict[str, np.ndarray]:
     """`score_all`'s prefetch arrays: `prefetch_start`, `prefetch_end` and `when_score`."""
     c = c or contract()
     # ML-Range and ML-When read only the range features, and far fewer accesses differ
@@ -167,7 +168,7 @@ def score_prefetch(range_start: lgb.Booster, range_end: lgb.Booster, when_model:
     return {"prefetch_start": ps, "prefetch_end": pe, "when_score": when}
 
 
-def train_and_score(data: TrainingData, params: GbmParams, feats: np.ndarray, *,
+def train_and_score(data: TrainingData, params: GbmParams, feats: Features, *,
                     features: list[str] | None = None, c: Contract | None = None,
                     admission: lgb.Booster | None = None, zeroed: tuple[str, ...] = ()
                     ) -> tuple[LearnedPolicy, dict[str, np.ndarray]]:
@@ -199,7 +200,7 @@ DISTINCT_MIN_ROWS = 50_000
 DISTINCT_MAX_SHARE = 0.8
 
 
-def range_rows(feats: np.ndarray, c: Contract | None = None
+def range_rows(feats: Features, c: Contract | None = None
                ) -> tuple[np.ndarray, np.ndarray | None]:
     """The distinct rows of `feats`'s range features (float64, C order) and, for each row of
     `feats`, the index of its distinct row (None when every row is kept: a small matrix, or
@@ -230,11 +231,13 @@ def range_rows(feats: np.ndarray, c: Contract | None = None
     return rows, inverse
 
 
-def _distinct(feats: np.ndarray, cols: list[int]) -> tuple[np.ndarray, np.ndarray]:
+def _distinct(feats: Features, cols: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """The first row of each distinct row of `feats` in `cols` (by their bytes) and each row's
     index into those: the simulator crate's one hashing pass (flashml_sim.distinct_rows) on a
     C-contiguous float64 matrix (NumPy's `unique` over the rows as bytes sorts them: 9.4 s
     at 10 M rows of 6 columns), else NumPy's (its distinct rows sorted; the same classes)."""
+    if not isinstance(feats, np.ndarray) and hasattr(feats, "distinct"):
+        return feats.distinct(list(cols))  # a FeatureMatrix (flashml/features/matrix.py)
     if feats.dtype == np.float64 and feats.ndim == 2 and feats.flags.c_contiguous:
         from flashml_sim import distinct_rows
 

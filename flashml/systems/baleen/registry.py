@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import lightgbm as lgb
-import numpy as np
 import polars as pl
 
+from flashml.features.matrix import Features
 from flashml.simulation import SimConfig
 from flashml.systems.baleen.baselines import tune_threshold
 from flashml.systems.baleen.model import LearnedPolicy, score_all
@@ -51,7 +51,7 @@ def load_policy_dir(d: Path) -> LearnedPolicy:
                          when=boosters["when"])
 
 
-def evaluate(policy: LearnedPolicy, df: pl.DataFrame, feats: np.ndarray, base: SimConfig,
+def evaluate(policy: LearnedPolicy, df: pl.DataFrame, feats: Features, base: SimConfig,
              target_mbps: float, when_threshold: float | None = None) -> float:
     """Peak DT of `policy` on the evaluation days, its admission threshold re-tuned to the
     target (with its own ML-When threshold when given)."""
@@ -64,7 +64,7 @@ def evaluate(policy: LearnedPolicy, df: pl.DataFrame, feats: np.ndarray, base: S
 
 
 def judge(run_id: str, model_uri: str, candidate_peak: float, df: pl.DataFrame,
-          feats: np.ndarray, base: SimConfig, target_mbps: float,
+          feats: Features, base: SimConfig, target_mbps: float,
           tags: dict[str, str] | None = None, description: str | None = None) -> Decision:
     """Register the candidate (`model_uri`: the pipeline's pyfunc policy bundle,
     flashml/systems/baleen/policy_model.py) as a new version, with `tags` and `description`, and
@@ -115,7 +115,7 @@ def promote(decision: Decision) -> bool:
 
 
 def register_and_maybe_promote(run_id: str, model_uri: str, candidate_peak: float,
-                               df: pl.DataFrame, feats: np.ndarray, base: SimConfig,
+                               df: pl.DataFrame, feats: Features, base: SimConfig,
                                target_mbps: float) -> Decision:
     """`judge`, then `promote`: the whole registry rule in one call."""
     decision = judge(run_id, model_uri, candidate_peak, df, feats, base, target_mbps)

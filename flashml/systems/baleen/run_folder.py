@@ -14,6 +14,7 @@ from flashml.settings import BaleenSettings
 if TYPE_CHECKING:  # numpy and the simulator load when a stage runs, not with the CLI
     import numpy as np
 
+    from flashml.features.matrix import FeatureMatrix
     from flashml.simulation import SimConfig
 
 
@@ -28,33 +29,38 @@ def compiled_dir(run: RunDir) -> Path:
     return run.path / "compiled"
 
 
-def features(run: RunDir) -> np.ndarray:
-    """The admission features of every access: computed once per run folder and kept in
-    `work/features-<key>.npy`, the key a hash of the accesses table's bytes and the feature
-    contract, so a resumed job or a sweep worker process maps the file instead of computing
-    them again; once per process after that. Computed online in one pass (the simulator's
-    Rust code, flashml.simulation.online_features: at 10 M accesses 5 s and the matrix's
-    1.4 GB, where the vectorised Polars reference, features/online.py, took 23-27 s and
-    about 2 GB more at its peak, in its joins; tests hold the two equal)."""
+def features(run: RunDir) -> FeatureMatrix:
+    """The admission features of every access (flashml/features/matrix.py: the trace's own
+    columns and the counts as uint32, float64 rows on demand; at 10 M accesses 0.48 GB where
+    the float64 matrix was 1.44 GB): the counts computed once per run folder and kept in
+    `work/feature-counts-<key>.npy`, the key a hash of the accesses table's bytes and the
+    feature contract, so a resumed job or a sweep worker process maps the file instead of
+    computing them again; once per process after that. Computed online in one pass (the
+    simulator's Rust code, flashml.simulation.online_features: at 10 M accesses 5 s, where
+    the vectorised Polars reference, features/online.py, took 23-27 s and about 2 GB more at
+    its peak, in its joins; tests hold the two equal)."""
     if "feats" not in run.cache:
         import numpy as np
 
+        from flashml.config import UNITS
+        from flashml.features.matrix import counts_of, feature_matrix
         from flashml.files import atomic_path
         from flashml.simulation import online_features
 
         path = features_file(run)
+        df = run.frame()[0]
         if path.is_file():
-            run.cache["feats"] = np.load(path, mmap_mode="r")
+            counts = np.load(path, mmap_mode="r")
         else:
-            feats = online_features(run.frame()[0])
+            counts = counts_of(online_features(df, segment_bytes=UNITS.segment_bytes))
             with atomic_path(path) as tmp, open(tmp, "wb") as f:
-                np.save(f, feats)
-            run.cache["feats"] = feats
+                np.save(f, counts)
+        run.cache["feats"] = feature_matrix(df, counts, UNITS.segment_bytes)
     return run.cache["feats"]
 
 
 def features_file(run: RunDir) -> Path:
-    """Where `features` keeps the run's feature matrix: keyed by the accesses table's bytes
+    """Where `features` keeps the run's count features: keyed by the accesses table's bytes
     and the feature contract's hash."""
     import hashlib
 
@@ -62,7 +68,7 @@ def features_file(run: RunDir) -> Path:
     from flashml.features.contract import contract
 
     key = hashlib.sha256(f"{sha256_file(run.table)} {contract().hash}".encode()).hexdigest()
-    return run.work / f"features-{key[:16]}.npy"
+    return run.work / f"feature-counts-{key[:16]}.npy"
 
 
 def base_config(run: RunDir, s: BaleenSettings) -> SimConfig:

@@ -53,6 +53,7 @@ import polars as pl
 from flashml.config import optuna_storage
 from flashml.cores import limited as limited_cores
 from flashml.cores import machine as machine_cores
+from flashml.features.matrix import Features
 from flashml.policies.tco import tco
 from flashml.settings import BaleenSettings, GbmParams, LoopSettings
 from flashml.simulation import SimConfig
@@ -126,7 +127,7 @@ class TrialSetup:
 
     df: pl.DataFrame
     table: Path
-    feats: np.ndarray
+    feats: Features
     base: SimConfig
     peak0: float
     wr0_mbps: float
@@ -471,7 +472,7 @@ def grid(lo: float, hi: float, n: int, target: float | None = None) -> list[floa
     return [target] + [p for i, p in enumerate(pts) if i != near]
 
 
-def run_sweep(df: pl.DataFrame, table: Path, feats: np.ndarray, base: SimConfig,
+def run_sweep(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
               target_mbps: float, peak0: float, wr0_mbps: float, workdir: Path,
               gbm: GbmParams, loop: LoopSettings, *, trials: int = 6,
               storage: str | None = None, study_name: str = "flashml-sweep",

@@ -40,6 +40,7 @@ import numpy as np
 import polars as pl
 
 from flashml.features.contract import contract
+from flashml.features.matrix import Features
 from flashml.models.gbm import side_by_side, split_by_key
 from flashml.settings import GbmParams, LoopSettings, PeakSettings
 from flashml.simulation import SimConfig
@@ -142,7 +143,7 @@ def top_mean(series: dict[str, np.ndarray], n: int = TOP_WINDOWS) -> float:
     return float(d[:n].mean()) if len(d) else float("nan")
 
 
-def out_of_fold_scores(df: pl.DataFrame, feats: np.ndarray, labels: pl.DataFrame,
+def out_of_fold_scores(df: pl.DataFrame, feats: Features, labels: pl.DataFrame,
                        episodes: pl.DataFrame, n: int, k: int, settings: LoopSettings,
                        gbm: GbmParams, feature_set: str) -> np.ndarray:
     """Admission scores of the window's first `n` accesses, each from a model trained on the
@@ -174,7 +175,7 @@ def out_of_fold_scores(df: pl.DataFrame, feats: np.ndarray, labels: pl.DataFrame
     return out
 
 
-def choose(df: pl.DataFrame, feats: np.ndarray, labels: pl.DataFrame,
+def choose(df: pl.DataFrame, feats: Features, labels: pl.DataFrame,
            episodes: pl.DataFrame, base: SimConfig, target_mbps: float, k: int,
            settings: LoopSettings, gbm: GbmParams, peak: PeakSettings,
            feature_sets: tuple[str, ...] = FEATURE_SETS,
