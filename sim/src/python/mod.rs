@@ -260,13 +260,7 @@ impl PyForest {
         threads: usize,
         vector: bool,
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
-        let width = x.shape()[1];
-        // as_slice also takes a Fortran-ordered matrix (columns first): refused here
-        let data = x
-            .as_slice()
-            .ok()
-            .filter(|_| x.is_c_contiguous())
-            .ok_or_else(|| PyValueError::new_err("x must be a C-contiguous float64 matrix"))?;
+        let (data, width) = c_matrix(&x)?;
         let out = py
             .allow_threads(|| self.forest.predict(data, width, threads, vector))
             .map_err(|e| PyValueError::new_err(e.0))?;
@@ -302,12 +296,7 @@ fn distinct_rows<'py>(
     x: PyReadonlyArray2<'py, f64>,
     cols: Vec<usize>,
 ) -> PyResult<Int64Pair<'py>> {
-    let width = x.shape()[1];
-    let data = x
-        .as_slice()
-        .ok()
-        .filter(|_| x.is_c_contiguous())
-        .ok_or_else(|| PyValueError::new_err("x must be a C-contiguous float64 matrix"))?;
+    let (data, width) = c_matrix(&x)?;
     let (first, inverse) = py
         .allow_threads(|| crate::core::rows::distinct_rows(data, width, &cols))
         .map_err(PyValueError::new_err)?;
@@ -315,4 +304,16 @@ fn distinct_rows<'py>(
         PyArray1::from_vec(py, first),
         PyArray1::from_vec(py, inverse),
     ))
+}
+
+/// A C-contiguous float64 matrix's values (row-major) and its width; as_slice also takes a
+/// Fortran-ordered matrix (columns first), refused here.
+fn c_matrix<'a>(x: &'a PyReadonlyArray2<'_, f64>) -> PyResult<(&'a [f64], usize)> {
+    let width = x.shape()[1];
+    let data = x
+        .as_slice()
+        .ok()
+        .filter(|_| x.is_c_contiguous())
+        .ok_or_else(|| PyValueError::new_err("x must be a C-contiguous float64 matrix"))?;
+    Ok((data, width))
 }
