@@ -96,11 +96,11 @@ def learned_config(run: RunDir, s: BaleenSettings) -> SimConfig:
 
 
 #: The main job's peak memory: a fixed part and a part per access (bench_pipeline.py, the
-#: job's processes summed: 1.7-1.8 GB at 1 M accesses, 6.2 GB at 10 M; the feature matrix
-#: alone is 144 B per access).
+#: job's processes: 1.2 GB at 1 M accesses, 4.7 GB at 10 M; the features alone are 48 B per
+#: access, flashml/features/matrix.py).
 JOB_BASE_BYTES = 800 * 2**20
 
-JOB_BYTES_PER_ACCESS = 600
+JOB_BYTES_PER_ACCESS = 450
 
 
 def check_memory(run: RunDir, available: int | None = None) -> None:
