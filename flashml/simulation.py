@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from flashml.config import DEFAULTS, GET_OPS, PUT_OPS, UNITS
+from flashml.features.matrix import COLUMNS as MATRIX_COLUMNS
+from flashml.features.matrix import FeatureMatrix
 
 
 def _core():
@@ -450,6 +452,15 @@ def online_features(table: Any, segment_bytes: int = UNITS.segment_bytes) -> np.
     return _core().online_features(
         cols["time"], cols["key"], cols["offset"], cols["size"], cols["op"],
         cols["namespace"], cols["user"], segment_bytes=segment_bytes, get_ops=_get_ops())
+
+
+def compact_features(table: Any, counts: np.ndarray,
+                     segment_bytes: int = UNITS.segment_bytes) -> FeatureMatrix:
+    """The admission features of every access as a `FeatureMatrix` (flashml/features/
+    matrix.py): the table's columns (borrowed) and the count features `counts` (uint32,
+    `counts_of(online_features(table))`)."""
+    cols = _feature_arrays(table)
+    return FeatureMatrix({k: cols[k] for k in MATRIX_COLUMNS}, counts, segment_bytes)
 
 
 def capacity_segments(config: SimConfig) -> int:

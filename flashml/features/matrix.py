@@ -220,14 +220,5 @@ def _pick(x: np.ndarray, cols: Any) -> np.ndarray:
     return x if cols is None else x[:, cols]
 
 
-def feature_matrix(table: Any, counts: np.ndarray, segment_bytes: int,
-                   c: Contract | None = None) -> FeatureMatrix:
-    """A `FeatureMatrix` over a canonical table's columns (borrowed) and its counts."""
-    from flashml.simulation import _feature_arrays
-
-    cols = _feature_arrays(table)
-    return FeatureMatrix({k: cols[k] for k in COLUMNS}, counts, segment_bytes, c)
-
-
 #: What the training loop reads features from: the float64 matrix or the compact one.
 Features = np.ndarray | FeatureMatrix

@@ -11,9 +11,9 @@ import pytest
 
 from flashml.config import UNITS
 from flashml.features.contract import contract
-from flashml.features.matrix import count_columns, counts_of, feature_matrix
+from flashml.features.matrix import count_columns, counts_of
 from flashml.models.forest import predict
-from flashml.simulation import online_features
+from flashml.simulation import compact_features, online_features
 
 from demo_policy import demo_trace
 
@@ -22,7 +22,7 @@ from demo_policy import demo_trace
 def both(tmp_path_factory):  # type: ignore[no-untyped-def]
     df = demo_trace(tmp_path_factory.mktemp("matrix"), accesses=30_000, seed=5)
     full = online_features(df, segment_bytes=UNITS.segment_bytes)
-    return full, feature_matrix(df, counts_of(full), UNITS.segment_bytes)
+    return full, compact_features(df, counts_of(full), UNITS.segment_bytes)
 
 
 def same(a: np.ndarray, b: np.ndarray) -> None:

@@ -43,9 +43,9 @@ def features(run: RunDir) -> FeatureMatrix:
         import numpy as np
 
         from flashml.config import UNITS
-        from flashml.features.matrix import counts_of, feature_matrix
+        from flashml.features.matrix import counts_of
         from flashml.files import atomic_path
-        from flashml.simulation import online_features
+        from flashml.simulation import compact_features, online_features
 
         path = features_file(run)
         df = run.frame()[0]
@@ -55,7 +55,7 @@ def features(run: RunDir) -> FeatureMatrix:
             counts = counts_of(online_features(df, segment_bytes=UNITS.segment_bytes))
             with atomic_path(path) as tmp, open(tmp, "wb") as f:
                 np.save(f, counts)
-        run.cache["feats"] = feature_matrix(df, counts, UNITS.segment_bytes)
+        run.cache["feats"] = compact_features(df, counts, UNITS.segment_bytes)
     return run.cache["feats"]
 
 
