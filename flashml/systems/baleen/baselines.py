@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -13,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from flashml.simulation import SimConfig, simulate
-from flashml.systems.baleen.tuning import Tuned, tune_to_write_rate
+from flashml.systems.baleen.tuning import Pieces, Tuned, tune_to_write_rate
 
 #: RejectX's history factor: the search's range, and where its first search stops (a
 #: history of 10 caches; the rest of the range only when the target lies beyond it).
@@ -144,8 +143,7 @@ BREAK_TOL = 1e-9
 MAX_BRACKET_SCORES = 2_000_000
 
 
-def threshold_pieces(score: np.ndarray, knob: ShareMap, cfg: SimConfig
-                     ) -> Callable[[float, float], tuple[list[float], bool] | None]:
+def threshold_pieces(score: np.ndarray, knob: ShareMap, cfg: SimConfig) -> Pieces:
     """`tune_to_write_rate`'s `pieces` for a threshold on `score` under `cfg` (admit iff
     score >= threshold, threshold - peak bonus in the peak hours): what is admitted changes
     only where the threshold crosses a score (or a score + the bonus), so between two shares

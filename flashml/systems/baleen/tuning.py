@@ -25,6 +25,9 @@ PIECES_AFTER = 6
 
 T = TypeVar("T")
 R = TypeVar("R")
+#: `tune_to_write_rate`'s `pieces`: (x_a, x_b) -> (a knob inside each piece of constant rate
+#: between them, or inside evenly spaced ones, and whether that is every piece), or None.
+Pieces = Callable[[float, float], tuple[list[float], bool] | None]
 
 
 @dataclass
@@ -48,9 +51,7 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
                        rel_tol: float = 0.01, max_iter: int = 30,
                        known: list[tuple[float, float]] | None = None,
                        hint: list[tuple[float, float]] | None = None,
-                       pieces: Callable[[float, float], tuple[list[float], bool] | None] | None
-                       = None
-                       ) -> Tuned:
+                       pieces: Pieces | None = None) -> Tuned:
     """Search `knob` in [lo, hi] for the largest write rate <= target (within rel_tol).
 
     The ends first (the target may be out of reach), then regula falsi with the Illinois
@@ -79,10 +80,11 @@ def tune_to_write_rate(run: Callable[[float], SimResult], target_mbps: float, lo
     ends the search in 1-3 instead of 6-9.
 
     A rate that seems to step across the target (25 simulations were seen under a peak
-    schedule) is searched down to one float on purpose: the peak and off-peak thresholds
-    cross a cluster of equal scores at nearby shares, and between them lies a narrow plateau
-    near the target (148 MB/s between 137.8 and 171.0 at a target of 149.3; stopping at a
-    bracket of 1e-4 of the share missed it, and the sweep took the trial for saturated).
+    schedule) is searched down to one float (or its pieces, below) on purpose: the peak and
+    off-peak thresholds cross a cluster of equal scores at nearby shares, and between them
+    lies a narrow plateau near the target (148 MB/s between 137.8 and 171.0 at a target of
+    149.3; stopping at a bracket of 1e-4 of the share missed it, and the sweep took the trial
+    for saturated).
 
     `pieces`: for a rate that changes only at known knobs (a threshold on a score array
     changes what it admits only where it crosses a score: `tune_threshold`),
