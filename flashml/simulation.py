@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from flashml.config import DEFAULTS, GET_OPS, PUT_OPS, UNITS
-from flashml.features.matrix import COLUMNS as MATRIX_COLUMNS
 from flashml.features.matrix import FeatureMatrix
 
 
@@ -459,8 +458,7 @@ def compact_features(table: Any, counts: np.ndarray,
     """The admission features of every access as a `FeatureMatrix` (flashml/features/
     matrix.py): the table's columns (borrowed) and the count features `counts` (uint32,
     `counts_of(online_features(table))`)."""
-    cols = _feature_arrays(table)
-    return FeatureMatrix({k: cols[k] for k in MATRIX_COLUMNS}, counts, segment_bytes)
+    return FeatureMatrix(_feature_arrays(table), counts, segment_bytes)
 
 
 def capacity_segments(config: SimConfig) -> int:

@@ -26,6 +26,8 @@ from flashml.features.contract import Contract, contract
 ROW_SOURCES = ("op", "namespace", "user", "segment_start", "segment_end", "size")
 #: The trace columns a `FeatureMatrix` borrows.
 COLUMNS = ("op", "namespace", "user", "offset", "size")
+#: The columns it derives from them once (`_segments`).
+SEGMENTS = ("segment_start", "segment_end")
 
 
 def count_columns(c: Contract) -> list[int]:
@@ -62,10 +64,11 @@ class FeatureMatrix:
         self.c = c or contract()
         self.columns = {k: columns[k] for k in COLUMNS}
         # each access's first and last segment, once (as uint32 when they fit: a block's
-        # segments are few), not divided out again in every block
-        for name in ("segment_start", "segment_end"):
-            if name not in self.columns:
-                self.columns[name] = _segments(self.columns, name, int(segment_bytes))
+        # segments are few), not divided out again in every block; a view takes its
+        # matrix's
+        for name in SEGMENTS:
+            self.columns[name] = columns[name] if name in columns else \
+                _segments(self.columns, name, int(segment_bytes))
         self.counts = counts
         self.segment_bytes = int(segment_bytes)
         if counts.ndim != 2 or counts.shape[0] != len(count_columns(self.c)):
@@ -187,7 +190,7 @@ class FeatureMatrix:
         small = []
         if "op" in srcs:
             small.append((col["op"][sel].astype(np.uint64), 8))
-        for s in ("segment_start", "segment_end"):
+        for s in SEGMENTS:
             if s in srcs:
                 small.append((col[s][sel].astype(np.uint64), 28))
         if sum(b for _, b in small) <= 64 and all(

@@ -40,6 +40,9 @@ def test_every_way_of_reading_gives_the_float64_rows(both) -> None:
     assert len(view) == 19_000 and view.shape == (19_000, full.shape[1])
     same(np.asarray(view), full[1000:20_000])
     same(np.asarray(view[500:600]), full[1500:1600])  # a view of a view
+    # a view reads its matrix's segments, not derived again from the whole trace
+    for name in ("segment_start", "segment_end"):
+        assert view.columns[name] is m.columns[name] and view[5:9].columns[name] is m.columns[name]
     rows = np.array([0, 7, 7, 29_999, -1, 12_345])
     same(m[rows], full[rows])
     mask = np.zeros(len(full), dtype=bool)

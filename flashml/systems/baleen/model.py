@@ -24,7 +24,7 @@ import numpy as np
 
 from flashml.compiler.bundle import round_range, when_matrix
 from flashml.features.contract import Contract, contract
-from flashml.features.matrix import Features
+from flashml.features.matrix import FeatureMatrix, Features
 from flashml.models.forest import predict, predict_classes
 from flashml.models.gbm import fit, side_by_side
 from flashml.settings import GbmParams
@@ -236,8 +236,8 @@ def _distinct(feats: Features, cols: list[int]) -> tuple[np.ndarray, np.ndarray]
     index into those: the simulator crate's one hashing pass (flashml_sim.distinct_rows) on a
     C-contiguous float64 matrix (NumPy's `unique` over the rows as bytes sorts them: 9.4 s
     at 10 M rows of 6 columns), else NumPy's (its distinct rows sorted; the same classes)."""
-    if not isinstance(feats, np.ndarray) and hasattr(feats, "distinct"):
-        return feats.distinct(list(cols))  # a FeatureMatrix (flashml/features/matrix.py)
+    if isinstance(feats, FeatureMatrix):
+        return feats.distinct(list(cols))
     if feats.dtype == np.float64 and feats.ndim == 2 and feats.flags.c_contiguous:
         from flashml_sim import distinct_rows
 
