@@ -176,8 +176,11 @@ def test_kill_9_then_recover(trace, policy: str) -> None:
         proc.wait()
     # the whole trace again over what the kills left: no stale block served
     rec = replay(tmp, csv, "--recover", "--policy", policy, name=name)
-    assert rec["verify_failures"] == 0
-    assert rec["recovered_containers"] > 0 and rec["recovered_hits"] > 0
+    assert rec["verify_failures"] == 0 and rec["verified_blocks"] > 0
+    # whether a recovered block is read again before it is evicted depends on where the kill
+    # fell (with --stop-after at request 336, LRU+'s 741 recovered blocks get no hit in the
+    # rest of the trace); test_stop_after_then_recover asserts them at a fixed cut
+    assert rec["recovered_containers"] > 0 and rec["recovered_blocks"] > 0
     clean(tmp, name)
 
 
