@@ -26,6 +26,10 @@ from typing import Any
 from flashml.config import BINARY_UNITS, DEFAULTS
 from flashml.errors import UserError
 
+#: Engines of Baleen's episode job (flashml/systems/baleen/episodes/): `auto` picks by the
+#: table's size and the Spark master (episodes/core.py `choose_engine`).
+EPISODE_ENGINES = ("auto", "spark", "polars", "rust")
+
 
 @dataclass(frozen=True)
 class GbmParams:
@@ -76,7 +80,8 @@ class LoopSettings:
     write_rate_tolerance: float = 0.05
     max_iter: int = 20
     train_seconds: float = DEFAULTS.warmup_s
-    engine: str = "polars"
+    #: Engine of the loop's episode builds (`EPISODE_ENGINES`; auto: by the table's size).
+    engine: str = "auto"
     accesses_per_episode: int = 6
     #: Several K (labelled GETs per episode) to choose from on the training window, by the
     #: admission-only mean DT there (ties: `accesses_per_episode`, the artifact's 6); one or
@@ -532,10 +537,11 @@ _OPTIONS = (
            _D.loop.train_seconds / 3600.0,
            "train on the trace's first H hours and judge every policy on the rest (the "
            "first day, as Baleen)", dag_type="number", metavar="H"),
-    Option("engine", "--engine", str, _D.engine, "episodes engine of the recorded episodes: "
-           "auto (Polars while accesses x 500 B fit in half the available memory, else Spark), "
-           "spark or polars (the convergence loop's inner iterations use Polars)",
-           choices=("auto", "spark", "polars"),
+    Option("engine", "--engine", str, _D.engine, "episodes engine (the recorded episodes' "
+           "and the convergence loop's): auto (Spark with --master; else rust, in memory, "
+           "while accesses x 200 B fit in half the available memory, polars, chunked by key, "
+           "while accesses x 500 B do, else spark), or one of them",
+           choices=EPISODE_ENGINES,
            dag_type="string"),
     Option("master", "--master", str, None, "Spark master URL (default $FLASHML_SPARK_MASTER, "
            "else local[*])"),

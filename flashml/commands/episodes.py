@@ -26,9 +26,11 @@ BUILD_OPTIONS = option_table(
     Option("target_write_rate", "--target-write-rate", OPTIONS["target_write_rate_mbps"].type,
            OPTIONS["target_write_rate_mbps"].default, "flash write rate budget in MB/s (10^6 "
            "B) at full-node scale", metavar="MBPS"),
-    Option("engine", "--engine", str, OPTIONS["engine"].default, "auto (polars while accesses "
-           "x 500 B fit in half the available memory, else spark), spark (local[*] unless "
-           "--master) or polars (one process, fast on one machine)", choices=ENGINES),
+    Option("engine", "--engine", str, OPTIONS["engine"].default, "auto (spark with --master; "
+           "else rust while accesses x 200 B fit in half the available memory, polars while "
+           "accesses x 500 B do, else spark), spark (local[*] unless --master), polars (one "
+           "process, chunked by key) or rust (one process, in memory, the fastest)",
+           choices=ENGINES),
     Option("master", "--master", str, None, "Spark master URL (default local[*]); "
            "sc://HOST:PORT for Spark Connect", metavar="URL"),
     Option("accesses_per_episode", "--accesses-per-episode", Number(int, 1, unit="accesses"),

@@ -16,7 +16,7 @@ from flashml.systems.baleen.tuning import Tuned, tune_to_write_rate
 
 
 def opt_arrays(table: Path, out: Path, eviction_age_s: float, target_mbps: float,
-               spark: Any = None, engine: str = "polars") -> dict[str, np.ndarray]:
+               spark: Any = None, engine: str = "auto") -> dict[str, np.ndarray]:
     from flashml.systems.baleen.episodes.core import EpisodeParams, build
 
     build(table, out, EpisodeParams(eviction_age_s=eviction_age_s,
@@ -28,7 +28,7 @@ def opt_arrays(table: Path, out: Path, eviction_age_s: float, target_mbps: float
 
 
 def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark: Any = None,
-                engine: str = "polars", built: Path | None = None
+                engine: str = "auto", built: Path | None = None
                 ) -> Callable[[float], dict[str, np.ndarray]]:
     """OPT's arrays at any episode target from one episode build: an episode is admitted
     when its score is positive and the write rate of the episodes ranked above it and itself
@@ -69,7 +69,7 @@ def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark:
 
 def tune_opt(df: pl.DataFrame, table: Path, base: SimConfig, target_mbps: float,
              eviction_age_s: float, workdir: Path, *, prefetch: bool = True,
-             engine: str = "polars", spark: Any = None, built: Path | None = None) -> Tuned:
+             engine: str = "auto", spark: Any = None, built: Path | None = None) -> Tuned:
     """OPT (with OPT-Range prefetch by default) at the target write rate in simulation: the
     episode target is tuned (the episodes' write rate assumes an eviction age; the simulated
     cache has its own), each one a cut of one ranking (`opt_ranking`)."""

@@ -74,6 +74,7 @@
 //! prefetch in [`so_policy`].
 
 pub mod admission;
+pub mod episodes;
 pub mod online_features;
 pub mod prefetch;
 pub mod so_policy;

@@ -297,3 +297,50 @@ pub(super) fn online_features<'py>(
     let flat = py.allow_threads(|| online::feature_matrix(trace, cols, segment_bytes, &get_ops));
     PyArray1::from_vec(py, flat).reshape([n, NUM_FEATURES])
 }
+
+/// `episode_split(row, key, time, gap, s0, s1, threshold)`: a trace's GETs (row order) split
+/// into Baleen's episodes at gaps above `threshold` (in `gap`'s unit) and replayed
+/// (flash/episodes.rs): a dict of per-episode columns (episodes in order of their first row:
+/// the index is the episode id) and, per GET, `episode` (u32) and `position`.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn episode_split<'py>(
+    py: Python<'py>,
+    row: PyReadonlyArray1<'py, i64>,
+    key: PyReadonlyArray1<'py, u64>,
+    time: PyReadonlyArray1<'py, f64>,
+    gap: PyReadonlyArray1<'py, f64>,
+    s0: PyReadonlyArray1<'py, i64>,
+    s1: PyReadonlyArray1<'py, i64>,
+    threshold: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let g = crate::flash::episodes::Gets {
+        row: slice("row", &row)?,
+        key: slice("key", &key)?,
+        time: slice("time", &time)?,
+        gap: slice("gap", &gap)?,
+        s0: slice("s0", &s0)?,
+        s1: slice("s1", &s1)?,
+    };
+    let e = py
+        .allow_threads(|| crate::flash::episodes::split(&g, threshold))
+        .map_err(PyValueError::new_err)?;
+    let d = PyDict::new(py);
+    d.set_item("key", PyArray1::from_vec(py, e.key))?;
+    d.set_item("first_row", PyArray1::from_vec(py, e.first_row))?;
+    d.set_item("first_time", PyArray1::from_vec(py, e.first_time))?;
+    d.set_item("last_time", PyArray1::from_vec(py, e.last_time))?;
+    d.set_item("gets", PyArray1::from_vec(py, e.gets))?;
+    d.set_item("range_start", PyArray1::from_vec(py, e.range_start))?;
+    d.set_item("range_end", PyArray1::from_vec(py, e.range_end))?;
+    d.set_item("get_segments", PyArray1::from_vec(py, e.get_segments))?;
+    d.set_item("replay_ios", PyArray1::from_vec(py, e.replay_ios))?;
+    d.set_item("replay_segments", PyArray1::from_vec(py, e.replay_segments))?;
+    d.set_item(
+        "accessed_segments",
+        PyArray1::from_vec(py, e.accessed_segments),
+    )?;
+    d.set_item("episode", PyArray1::from_vec(py, e.episode))?;
+    d.set_item("position", PyArray1::from_vec(py, e.position))?;
+    Ok(d)
+}

@@ -101,7 +101,7 @@ log = logging.getLogger(__name__)
 POLARS_BYTES_PER_ACCESS = 500
 #: `auto` runs Polars while its estimated peak stays within this share of the memory
 #: available now, else Spark (which spills to disk and spreads over `--master`'s machines).
-POLARS_MEMORY_SHARE = 0.5
+LOCAL_MEMORY_SHARE = 0.5
 #: Columns of the canonical table the job reads.
 INPUT_COLUMNS = ("time", "key", "offset", "size", "op")
 #: Points kept in the summary's write-rate curve.
@@ -316,21 +316,29 @@ def available_memory_bytes() -> int:
 def choose_engine(table: Path, engine: str = "auto",
                   master: str | None = None) -> tuple[str, str]:
     """The engine to run and why: `engine` itself unless it is `auto`, which picks Spark
-    when a Spark `master` is given (the user has a cluster), else Polars (one process, no
-    JVM: 4.4x faster than Spark local[*] at 10 M accesses, docs/measurements.md) while the table's
-    accesses x POLARS_BYTES_PER_ACCESS fit in POLARS_MEMORY_SHARE of the available memory,
-    Spark beyond (about 24 M accesses on a machine with 24 GiB free)."""
+    when a Spark `master` is given (the user has a cluster), else the in-memory Rust engine
+    while the table's accesses x its bytes per access fit in LOCAL_MEMORY_SHARE of the
+    available memory, else Polars (chunked by key; 4.4x faster than Spark local[*] at 10 M
+    accesses, docs/measurements.md) while its estimate fits, Spark beyond (which spills to
+    disk: about 24 M accesses on a machine with 24 GiB free)."""
     if engine != "auto":
         return engine, f"--engine {engine}"
     if master:
         return "spark", f"auto: Spark master {master} given"
+    from flashml.systems.baleen.episodes.rust_engine import BYTES_PER_ACCESS
+
     rows = pq.ParquetFile(table).metadata.num_rows
-    need, avail = rows * POLARS_BYTES_PER_ACCESS, available_memory_bytes()
-    limit = POLARS_MEMORY_SHARE * avail
-    why = (f"auto: {rows:,} accesses x {POLARS_BYTES_PER_ACCESS} B = {need / GB:.2f} GB "
-           f"{'<=' if need <= limit else '>'} {POLARS_MEMORY_SHARE:.0%} of "
-           f"{avail / GB:.1f} GB available")
-    return ("polars" if need <= limit else "spark"), why
+    avail = available_memory_bytes()
+    limit = LOCAL_MEMORY_SHARE * avail
+    for name, per in (("rust", BYTES_PER_ACCESS), ("polars", POLARS_BYTES_PER_ACCESS)):
+        need = rows * per
+        if need <= limit:
+            return name, (f"auto: {rows:,} accesses x {per} B = {need / GB:.2f} GB <= "
+                          f"{LOCAL_MEMORY_SHARE:.0%} of {avail / GB:.1f} GB available")
+    need = rows * POLARS_BYTES_PER_ACCESS
+    return "spark", (f"auto: {rows:,} accesses x {POLARS_BYTES_PER_ACCESS} B = "
+                     f"{need / GB:.2f} GB > {LOCAL_MEMORY_SHARE:.0%} of {avail / GB:.1f} GB "
+                     "available")
 
 
 def check_input(path: Path) -> TraceMeta:
@@ -623,7 +631,11 @@ def build(table: Path, out: Path, params: EpisodeParams, *, engine: str = "auto"
         info = trace_info(table, meta, params)
         job = Job(params, info)
         t = _time.perf_counter()
-        if engine == "polars":
+        if engine == "rust":
+            from flashml.systems.baleen.episodes.rust_engine import run_rust
+
+            run_rust(table, od.tmp, job)
+        elif engine == "polars":
             from flashml.systems.baleen.episodes.polars_engine import run_polars
 
             run_polars(table, od.tmp, job, work, chunks=chunks)
