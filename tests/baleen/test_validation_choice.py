@@ -100,8 +100,11 @@ def test_a_warm_started_loop_retrains_with_the_shipped_feature_set(
 
     def build(_table: Path, out: Path, *_: Any, **__: Any) -> Any:
         out.mkdir(parents=True, exist_ok=True)
-        pl.DataFrame({"row": [0]}).write_parquet(out / "labels.parquet")
-        pl.DataFrame({"key": [0]}).write_parquet(out / "episodes.parquet")
+        pl.DataFrame({"row": [0], "key": [0], "opt_label": [1], "position": [0]}) \
+            .write_parquet(out / "labels.parquet")
+        pl.DataFrame({"first_row": [0], "key": [0], "range_start": [0], "range_end": [0],
+                      "when_label": [0], "admitted": [True]}).write_parquet(
+            out / "episodes.parquet")
         return SimpleNamespace(out=out, summary={"episodes": 1, "admitted_episodes": 1})
 
     def train_policy(*_: Any, zeroed: tuple[str, ...] = (), **__: Any) -> Any:

@@ -34,7 +34,7 @@ from flashml.models.gbm import side_by_side
 from flashml.settings import GbmParams, LoopSettings
 from flashml.simulation import SimConfig
 from flashml.systems.baleen.baselines import tune_threshold
-from flashml.systems.baleen.dataset import training_data, training_window
+from flashml.systems.baleen.dataset import training_data, training_tables, training_window
 from flashml.systems.baleen.model import (
     LearnedPolicy,
     TrainingData,
@@ -366,8 +366,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
             out = built.out
             n_eps = int(built.summary["episodes"])
             n_admitted = int(built.summary["admitted_episodes"])
-            labels = pl.read_parquet(out / "labels.parquet")
-            episodes = pl.read_parquet(out / "episodes.parquet")
+            labels, episodes = training_tables(out)
             chosen_accesses = fixed_accesses or settings.accesses_per_episode
             chosen: dict[int, Any] = {}
             if fixed_accesses is None and len(settings.accesses_per_episode_tried) > 1:
@@ -384,6 +383,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
             check()
             data = training_data(feats, times, labels, episodes, settings.train_seconds,
                                  max_position=chosen_accesses, max_rows=settings.max_training_rows)
+            del labels, episodes  # (not held while it trains and builds the next episodes)
             # (a given admission model is the one these rows and parameters train)
             given = getattr(chosen.get(chosen_accesses), "admission", None)
             key = training_key(data, gbm, features, with_prefetch, zeroed)

@@ -3,6 +3,8 @@ the per-access feature matrix (rows aligned with the canonical table)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 
@@ -36,6 +38,23 @@ def check_span(times: np.ndarray, train_seconds: float, source: object) -> None:
             f"trained on its first {train_seconds:,.0f} s and judged on the rest, in "
             f"{window_s:.0f}-s windows; {hint} (if the trace's time unit is not seconds, see "
             f"--time-scale)")
+
+
+#: The columns `training_data` reads of each table, and the rows it keeps (any K, sample).
+LABEL_COLUMNS = ("row", "key", "opt_label", "position")
+EPISODE_COLUMNS = ("first_row", "key", "range_start", "range_end", "when_label", "admitted")
+
+
+def training_tables(folder: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The labels and episodes of an episode build (`folder`) that `training_data` reads:
+    the labelled GETs and the OPT-admitted episodes, in their tables' order, with only the
+    columns it uses (at 10 M accesses 0.2 GB instead of the tables' 0.9 GB, held while the
+    loop trains and builds its next episodes)."""
+    labels = (pl.scan_parquet(folder / "labels.parquet").filter(pl.col("opt_label") >= 0)
+              .select(LABEL_COLUMNS).collect())
+    episodes = (pl.scan_parquet(folder / "episodes.parquet").filter(pl.col("admitted"))
+                .select(EPISODE_COLUMNS).collect())
+    return labels, episodes
 
 
 def training_data(feats: Features, times: np.ndarray, labels: pl.DataFrame,

@@ -151,10 +151,9 @@ def ship_variant(run: RunDir, s: BaleenSettings, loop: Any) -> dict[str, Any]:
     CacheLib-ML's) and make `loop` that variant: its admission model retrained on the loop's
     final labels without the size features when CacheLib-ML's set won, and its threshold
     tuned to the target under the chosen schedule. The choice's record."""
-    import polars as pl
 
     from flashml.systems.baleen.baselines import tune_threshold
-    from flashml.systems.baleen.dataset import training_data
+    from flashml.systems.baleen.dataset import training_data, training_tables
     from flashml.systems.baleen.model import score_all, train_policy
     from flashml.systems.baleen.validation import choose, zeroed_features
 
@@ -163,8 +162,7 @@ def ship_variant(run: RunDir, s: BaleenSettings, loop: Any) -> dict[str, Any]:
     base = base_config(run, s)
     target = s.target_write_rate_mbps
     k = int(loop.extra.get("accesses_per_episode") or s.loop.accesses_per_episode)
-    labels = pl.read_parquet(loop.episodes_dir / "labels.parquet")
-    eps = pl.read_parquet(loop.episodes_dir / "episodes.parquet")
+    labels, eps = training_tables(loop.episodes_dir)
     choice = choose(df, feats, labels, eps, base, target, k, s.loop, s.gbm, s.peak,
                     arrays=loop.arrays if s.with_prefetch else None)
     # a sweep trial warm-started from this loop retrains with the shipped feature set

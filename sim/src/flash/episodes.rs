@@ -21,8 +21,8 @@ pub struct Gets<'a> {
     /// The column gaps are measured in (time, or the GET ordinal as a float).
     pub gap: &'a [f64],
     /// First and last segment the GET covers, 0..=63.
-    pub s0: &'a [i64],
-    pub s1: &'a [i64],
+    pub s0: &'a [u8],
+    pub s1: &'a [u8],
 }
 
 /// Per-episode integers and times, episodes in order of their first GET's row (so the index
@@ -82,8 +82,8 @@ fn sorted(g: &Gets<'_>) -> Vec<Item> {
             time: g.time[i],
             gap: g.gap[i],
             index: i as u32,
-            s0: g.s0[i] as u8,
-            s1: g.s1[i] as u8,
+            s0: g.s0[i],
+            s1: g.s1[i],
         })
         .collect();
     // Traces are in time order nearly always: then (key, index) is (key, time, row) order
@@ -112,7 +112,7 @@ pub fn split(g: &Gets<'_>, threshold: f64) -> Result<Episodes, String> {
     if n > u32::MAX as usize {
         return Err(format!("{n} GETs: at most {} in one split", u32::MAX));
     }
-    if let Some(i) = (0..n).find(|&i| !(0 <= g.s0[i] && g.s0[i] <= g.s1[i] && g.s1[i] < 64)) {
+    if let Some(i) = (0..n).find(|&i| !(g.s0[i] <= g.s1[i] && g.s1[i] < 64)) {
         return Err(format!(
             "GET {i} covers segments {}..={}: 0 <= s0 <= s1 < 64 expected",
             g.s0[i], g.s1[i]
@@ -207,8 +207,8 @@ mod tests {
 
     fn run(key: &[u64], time: &[f64], s: &[(i64, i64)], ea: f64) -> Episodes {
         let row: Vec<i64> = (0..key.len() as i64).map(|r| 10 * r).collect();
-        let s0: Vec<i64> = s.iter().map(|x| x.0).collect();
-        let s1: Vec<i64> = s.iter().map(|x| x.1).collect();
+        let s0: Vec<u8> = s.iter().map(|x| x.0 as u8).collect();
+        let s1: Vec<u8> = s.iter().map(|x| x.1 as u8).collect();
         let g = Gets {
             row: &row,
             key,

@@ -310,8 +310,8 @@ pub(super) fn episode_split<'py>(
     key: PyReadonlyArray1<'py, u64>,
     time: PyReadonlyArray1<'py, f64>,
     gap: PyReadonlyArray1<'py, f64>,
-    s0: PyReadonlyArray1<'py, i64>,
-    s1: PyReadonlyArray1<'py, i64>,
+    s0: PyReadonlyArray1<'py, u8>,
+    s1: PyReadonlyArray1<'py, u8>,
     threshold: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
     let g = crate::flash::episodes::Gets {

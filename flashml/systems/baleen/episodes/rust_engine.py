@@ -37,8 +37,11 @@ def run_rust(src: Path, outdir: Path, job: Job) -> None:
     from flashml_sim import episode_split
 
     logical = job.params.time_mode == "logical"
+    # (segments as bytes: trace_info checked that a block has at most 64)
     gets = (prepared(src, job.info.segment_bytes, with_gidx=logical)
-            .filter("is_get").drop("is_get").collect())
+            .filter("is_get").drop("is_get")
+            .with_columns(pl.col("s0").cast(pl.UInt8), pl.col("s1").cast(pl.UInt8))
+            .collect())
     row = gets["row"].to_numpy()
     key = gets["key"].to_numpy().view(np.uint64)
     time = gets["time"].to_numpy()
