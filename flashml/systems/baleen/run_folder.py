@@ -96,11 +96,12 @@ def learned_config(run: RunDir, s: BaleenSettings) -> SimConfig:
 
 
 #: The main job's peak memory: a fixed part and a part per access (bench_pipeline.py, the
-#: job's processes: 1.2 GB at 1 M accesses, 4.7 GB at 10 M; the features alone are 48 B per
-#: access, flashml/features/matrix.py).
+#: job's processes together: 1,022 MiB at 1 M region1-like accesses, 3,898 MiB at 10 M, so
+#: about 335 B per access above 700 MiB; the features alone are 48 B per access,
+#: flashml/features/matrix.py), rounded up.
 JOB_BASE_BYTES = 800 * 2**20
 
-JOB_BYTES_PER_ACCESS = 450
+JOB_BYTES_PER_ACCESS = 350
 
 
 def check_memory(run: RunDir, available: int | None = None) -> None:
