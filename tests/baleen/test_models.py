@@ -714,6 +714,48 @@ def test_a_loop_at_a_fixed_point_stops(small_trace, tmp_path: Path, monkeypatch)
     assert res.tuned.knob == res.iterations[0].threshold
 
 
+def test_a_loop_whose_models_repeat_stops(small_trace, tmp_path: Path, monkeypatch) -> None:
+    """Rows that differ (here: told apart by their key alone) but train the same models score
+    every access as the last iteration did: with the eviction age settled, that iteration
+    would be repeated, so the loop stops after the training with the last iteration's
+    figures, as at a fixed point of the rows."""
+    import os
+
+    from flashml.features.online import feature_matrix
+    from flashml.simulation import SimConfig
+    from flashml.systems.baleen import converge
+    from flashml.trace.canonical import read_meta
+
+    df, table = small_trace
+    base = SimConfig.for_trace(read_meta(table))
+    gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
+    feats = feature_matrix(df)
+    first: list = []
+
+    def same_rows(*a, **kw):
+        if not first:
+            first.append(training_data(*a, **kw))
+        return first[0]
+
+    trainings: list[int] = []
+    real_train = converge.train_and_score
+
+    def counted(*a, **kw):
+        trainings.append(1)
+        return real_train(*a, **kw)
+
+    monkeypatch.setattr(converge, "training_data", same_rows)
+    monkeypatch.setattr(converge, "training_key", lambda *a, **kw: os.urandom(32))
+    monkeypatch.setattr(converge, "train_and_score", counted)
+    settings = LoopSettings(max_iter=4, accesses_per_episode_tried=(6,), min_move_s=1e12,
+                            write_rate_tolerance=0.0)
+    res = run_loop(df, table, feats, base, DEFAULTS.target_write_rate_mbps,
+                   tmp_path / "repeat", gbm, settings)
+    assert len(trainings) == 2 and len(res.iterations) == 1 and not res.converged
+    assert res.reason.startswith("fixed point: iteration 1's models"), res.reason
+    assert res.tuned.knob == res.iterations[0].threshold
+
+
 def test_train_and_score_equals_train_then_score(small_trace, tmp_path: Path) -> None:
     """The prefetch models scored on their own thread beside the admission model's training:
     the same models and the same doubles as training, then `score_all`."""

@@ -280,6 +280,11 @@ def training_key(data: TrainingData, gbm: GbmParams, features: list[str] | None,
     return h.digest()
 
 
+def same_scores(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    """Two policies' per-access arrays (`score_all`'s) hold the same values."""
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
 def damped(assumed_ea: float, measured_ea: float, s: LoopSettings) -> float:
     """The next assumed eviction age: the artifact's damped step towards the measured one."""
     return s.damping * assumed_ea + (1 - s.damping) * measured_ea
@@ -426,6 +431,28 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
                                       admission=given, zeroed=zeroed)
                 arrays = score_all(policy, feats)
                 last_trained = (key, policy, arrays, it)
+            if history and not history[-1].warm and result is not None and \
+                    same_scores(arrays, result.arrays):
+                prev = history[-1]
+                again = damped(ea, prev.measured_eviction_age_s, settings)
+                if settled(ea, again, settings):
+                    # The fixed point above, seen after training: rows that differ (an
+                    # eviction age that crossed a gap between two accesses of a block outside
+                    # the labelled ones) trained the same models, whose scores are the last
+                    # iteration's, so its ML-When choice and threshold search would be found
+                    # again (the 10 M region1-like sweep's trial at 149 MB/s repeated its
+                    # iteration 1 exactly: the same 43,677 rows' trees, 133.53 MB/s)
+                    result.converged = should_stop(ea, again, prev.write_rate_mbps,
+                                                   target_mbps, settings)
+                    result.reason = (
+                        f"fixed point: iteration {it}'s models (episodes at eviction age "
+                        f"{ea:.0f} s) score every access as iteration {it - 1}'s did, so it "
+                        f"would repeat it; the eviction age moves less than "
+                        f"max({settings.min_move_s:g} s, {settings.min_move_rel:.0%}) and "
+                        f"{prev.write_rate_mbps:.2f} MB/s is the write rate this model reaches "
+                        f"for the target {target_mbps:.2f}")
+                    log.info("convergence loop stops: %s", result.reason)
+                    break
             when_threshold = base.when_threshold
             if with_prefetch:
                 when_threshold, peaks = select_when_threshold(
