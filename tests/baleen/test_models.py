@@ -682,43 +682,15 @@ def test_an_iteration_with_the_last_ones_rows_keeps_its_models(small_trace, tmp_
         assert kept.policy.boosters()[name].model_to_string() == b.model_to_string()
 
 
-def test_a_loop_at_a_fixed_point_stops(small_trace, tmp_path: Path, monkeypatch) -> None:
-    """An iteration whose training rows are the last iteration's, with the eviction age
-    settled, would repeat that iteration: the loop stops there with that iteration's
-    figures instead of running to max_iter (a write rate that steps over the target never
-    gets within tolerance), and says so."""
-    from flashml.features.online import feature_matrix
-    from flashml.simulation import SimConfig
-    from flashml.systems.baleen import converge
-    from flashml.trace.canonical import read_meta
-
-    df, table = small_trace
-    base = SimConfig.for_trace(read_meta(table))
-    gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
-    feats = feature_matrix(df)
-    first: list = []
-
-    def same_rows(*a, **kw):
-        if not first:
-            first.append(training_data(*a, **kw))
-        return first[0]
-
-    monkeypatch.setattr(converge, "training_data", same_rows)
-    # a write rate never within tolerance and an eviction age that always counts as settled
-    settings = LoopSettings(max_iter=4, accesses_per_episode_tried=(6,), min_move_s=1e12,
-                            write_rate_tolerance=0.0)
-    res = run_loop(df, table, feats, base, DEFAULTS.target_write_rate_mbps,
-                   tmp_path / "fixed", gbm, settings)
-    assert len(res.iterations) == 1 and not res.converged
-    assert res.reason.startswith("fixed point: iteration 1's training rows")
-    assert res.tuned.knob == res.iterations[0].threshold
-
-
-def test_a_loop_whose_models_repeat_stops(small_trace, tmp_path: Path, monkeypatch) -> None:
-    """Rows that differ (here: told apart by their key alone) but train the same models score
-    every access as the last iteration did: with the eviction age settled, that iteration
-    would be repeated, so the loop stops after the training with the last iteration's
-    figures, as at a fixed point of the rows."""
+@pytest.mark.parametrize("same", ["rows", "models"])
+def test_a_loop_at_a_fixed_point_stops(small_trace, tmp_path: Path, monkeypatch,
+                                       same: str) -> None:
+    """An iteration that would repeat the last one, with the eviction age settled, ends the
+    loop there with that iteration's figures instead of running to max_iter (a write rate
+    that steps over the target never gets within tolerance), and says so: seen before
+    training when its rows are the last iteration's ("rows": nothing trained again), or
+    after it when rows that differ (here: told apart by their key alone) trained models that
+    score every access as the last ones did ("models")."""
     import os
 
     from flashml.features.online import feature_matrix
@@ -745,14 +717,19 @@ def test_a_loop_whose_models_repeat_stops(small_trace, tmp_path: Path, monkeypat
         return real_train(*a, **kw)
 
     monkeypatch.setattr(converge, "training_data", same_rows)
-    monkeypatch.setattr(converge, "training_key", lambda *a, **kw: os.urandom(32))
     monkeypatch.setattr(converge, "train_and_score", counted)
+    if same == "models":
+        monkeypatch.setattr(converge, "training_key", lambda *a, **kw: os.urandom(32))
+    # a write rate never within tolerance and an eviction age that always counts as settled
     settings = LoopSettings(max_iter=4, accesses_per_episode_tried=(6,), min_move_s=1e12,
                             write_rate_tolerance=0.0)
     res = run_loop(df, table, feats, base, DEFAULTS.target_write_rate_mbps,
-                   tmp_path / "repeat", gbm, settings)
-    assert len(trainings) == 2 and len(res.iterations) == 1 and not res.converged
-    assert res.reason.startswith("fixed point: iteration 1's models"), res.reason
+                   tmp_path / "fixed", gbm, settings)
+    assert len(res.iterations) == 1 and not res.converged
+    assert len(trainings) == (1 if same == "rows" else 2)
+    prefix = {"rows": "fixed point: iteration 1's training rows",
+              "models": "fixed point: iteration 1's models"}[same]
+    assert res.reason.startswith(prefix), res.reason
     assert res.tuned.knob == res.iterations[0].threshold
 
 

@@ -303,6 +303,25 @@ def should_stop(assumed_ea: float, new_ea: float, write_rate: float, target: flo
         abs(write_rate - target) <= s.write_rate_tolerance * target
 
 
+def at_fixed_point(result: LoopResult | None, history: list[Iteration], ea: float,
+                   target_mbps: float, s: LoopSettings, same: str) -> bool:
+    """Whether an iteration at eviction age `ea` that would repeat the last one (`same`
+    says why) ends the loop: the eviction age settled from the last iteration's measure.
+    If so, `result` (the last iteration's) says so and is the loop's result."""
+    prev = history[-1]
+    again = damped(ea, prev.measured_eviction_age_s, s)
+    if not settled(ea, again, s):
+        return False
+    assert result is not None
+    result.converged = should_stop(ea, again, prev.write_rate_mbps, target_mbps, s)
+    result.reason = (
+        f"fixed point: {same}, so it would repeat it; the eviction age moves less than "
+        f"max({s.min_move_s:g} s, {s.min_move_rel:.0%}) and {prev.write_rate_mbps:.2f} MB/s "
+        f"is the write rate this model reaches for the target {target_mbps:.2f}")
+    log.info("convergence loop stops: %s", result.reason)
+    return True
+
+
 def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
              target_mbps: float, workdir: Path, gbm: GbmParams,
              settings: LoopSettings = LoopSettings(),  # noqa: B008 (frozen, shared)
@@ -392,27 +411,18 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
             # (a given admission model is the one these rows and parameters train)
             given = getattr(chosen.get(chosen_accesses), "admission", None)
             key = training_key(data, gbm, features, with_prefetch, zeroed)
-            prev = history[-1] if prev_key == key else None  # prev_key: a finished iteration's
-            again = ea if prev is None else damped(ea, prev.measured_eviction_age_s, settings)
-            if prev is not None and settled(ea, again, settings):
-                assert result is not None
-                # A fixed point: the same rows as the last iteration's give its models and
-                # scores, and its ML-When choice and threshold search at the same target
-                # would find its figures again, so the eviction age would move as little
-                # as it just did: this iteration would repeat the last one (a write rate
-                # that steps over the target between two adjacent thresholds, 138 -> 171
-                # MB/s at a target of 149, never gets within tolerance, and without this
-                # stop the loop repeated itself to max_iter, retraining whenever the
-                # eviction age crossed a gap between two accesses)
-                result.converged = should_stop(ea, again, prev.write_rate_mbps, target_mbps,
-                                               settings)
-                result.reason = (
-                    f"fixed point: iteration {it}'s training rows (episodes at eviction age "
-                    f"{ea:.0f} s) are iteration {it - 1}'s, so it would repeat it; the "
-                    f"eviction age moves less than max({settings.min_move_s:g} s, "
-                    f"{settings.min_move_rel:.0%}) and {prev.write_rate_mbps:.2f} MB/s is "
-                    f"the write rate this model reaches for the target {target_mbps:.2f}")
-                log.info("convergence loop stops: %s", result.reason)
+            # A fixed point: the same rows as the last iteration's give its models and
+            # scores, and its ML-When choice and threshold search at the same target would
+            # find its figures again, so the eviction age would move as little as it just
+            # did: this iteration would repeat the last one (a write rate that steps over
+            # the target between two adjacent thresholds, 138 -> 171 MB/s at a target of
+            # 149, never gets within tolerance, and without this stop the loop repeated
+            # itself to max_iter, retraining whenever the eviction age crossed a gap between
+            # two accesses)
+            if prev_key == key and at_fixed_point(
+                    result, history, ea, target_mbps, settings,
+                    f"iteration {it}'s training rows (episodes at eviction age {ea:.0f} s) "
+                    f"are iteration {it - 1}'s"):
                 break
             prev_key = key
             if last_trained is not None and last_trained[0] == key:
@@ -431,28 +441,18 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
                                       admission=given, zeroed=zeroed)
                 arrays = score_all(policy, feats)
                 last_trained = (key, policy, arrays, it)
+            # The fixed point above, seen after training: rows that differ (an eviction age
+            # that crossed a gap between two accesses of a block outside the labelled ones)
+            # trained the same models, whose scores are the last iteration's, so its ML-When
+            # choice and threshold search would be found again (the 10 M region1-like
+            # sweep's trial at 149 MB/s repeated its iteration 1 exactly: the same 43,677
+            # rows' trees, 133.53 MB/s)
             if history and not history[-1].warm and result is not None and \
-                    same_scores(arrays, result.arrays):
-                prev = history[-1]
-                again = damped(ea, prev.measured_eviction_age_s, settings)
-                if settled(ea, again, settings):
-                    # The fixed point above, seen after training: rows that differ (an
-                    # eviction age that crossed a gap between two accesses of a block outside
-                    # the labelled ones) trained the same models, whose scores are the last
-                    # iteration's, so its ML-When choice and threshold search would be found
-                    # again (the 10 M region1-like sweep's trial at 149 MB/s repeated its
-                    # iteration 1 exactly: the same 43,677 rows' trees, 133.53 MB/s)
-                    result.converged = should_stop(ea, again, prev.write_rate_mbps,
-                                                   target_mbps, settings)
-                    result.reason = (
-                        f"fixed point: iteration {it}'s models (episodes at eviction age "
-                        f"{ea:.0f} s) score every access as iteration {it - 1}'s did, so it "
-                        f"would repeat it; the eviction age moves less than "
-                        f"max({settings.min_move_s:g} s, {settings.min_move_rel:.0%}) and "
-                        f"{prev.write_rate_mbps:.2f} MB/s is the write rate this model reaches "
-                        f"for the target {target_mbps:.2f}")
-                    log.info("convergence loop stops: %s", result.reason)
-                    break
+                    same_scores(arrays, result.arrays) and at_fixed_point(
+                        result, history, ea, target_mbps, settings,
+                        f"iteration {it}'s models (episodes at eviction age {ea:.0f} s) "
+                        f"score every access as iteration {it - 1}'s did"):
+                break
             when_threshold = base.when_threshold
             if with_prefetch:
                 when_threshold, peaks = select_when_threshold(

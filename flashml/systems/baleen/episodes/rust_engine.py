@@ -6,8 +6,9 @@ sim/src/flash/episodes.rs); the OPT ranking and the derived columns are the shar
 stages (`polars_engine.rank_episodes`), so every float is the other engines'; labels and the
 simulator arrays are gathers by episode id. The table's GETs and their outputs are held in
 memory (`BYTES_PER_ACCESS`); the Polars engine, chunked by key, is the one for tables that
-do not fit (`core.choose_engine`). At 10 M region1-like accesses a build took 7.2 s on
-Polars (three key buckets, each a scan of the table, Parquet parts written and merged).
+do not fit (`core.choose_engine`). At 10 M region1-like accesses a build takes 4.1 s here
+and 7.6 s on Polars (three key buckets, each a scan of the table, Parquet parts written and
+merged).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from flashml.systems.baleen.episodes.core import SCHEMAS, Job, conform, prepared
 from flashml.systems.baleen.episodes.polars_engine import COMPRESSION, rank_episodes
 
 #: Peak memory per access of the table, rounded up: 10 M region1-like accesses built in
-#: 1.58 GB peak RSS, the interpreter and libraries included (1 M in 0.37 GB; `/usr/bin/time
+#: 1.48 GB peak RSS, the interpreter and libraries included (1 M in 0.37 GB; `/usr/bin/time
 #: -v flashml episodes build --engine rust`; Polars' chunked engine: 1.25 GB at 10 M).
 BYTES_PER_ACCESS = 200
 
