@@ -59,7 +59,7 @@ def mat_section(res: dict[str, Any]) -> str:
                       markdown(res["traces"], "miss_ratio")])
 
 
-def _stage(r: dict[str, Any], prefix: str) -> float | None:
+def _stage(r: dict[str, Any], prefix: str | tuple[str, ...]) -> float | None:
     hits = [v for k, v in r["timings_s"].items() if k.startswith(prefix)]
     return sum(hits) if hits else None
 
@@ -85,10 +85,13 @@ def pipeline_section(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-#: The stages of the before/after table, by the prefix of their timer's name.
+#: The stages of the before/after table, by the prefix(es) of their timer's name (the
+#: baselines: one stage since they run side by side, three before).
 COMPARE_STAGES = (("convergence + training", "convergence"),
                   ("validation (schedule, features)", "validation"),
-                  ("cachelib_ml", "cachelib_ml"), ("sweep", "sweep"), ("compile", "compile"))
+                  ("baselines (cachelib_ml, rejectx, coinflip, opt)",
+                   ("baselines", "cachelib_ml", "opt")),
+                  ("sweep", "sweep"), ("compile", "compile"))
 
 
 def pipeline_compare(cmp: dict[str, Any]) -> list[str]:
@@ -103,7 +106,7 @@ def pipeline_compare(cmp: dict[str, Any]) -> list[str]:
            "(`bench_pipeline.py --compare`), seconds:", "",
            f"| stage | {head} |", "|---|" + "---:|---:|" * len(pairs)]
 
-    def cell(r: dict[str, Any], prefix: str) -> str:
+    def cell(r: dict[str, Any], prefix: str | tuple[str, ...]) -> str:
         v = _stage(r, prefix)
         return "-" if v is None else f"{v:.1f}"
 

@@ -35,6 +35,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -350,6 +352,15 @@ def rejectx_peak0(run: RunDir, s: BaleenSettings) -> float:
     return run.cache["rejectx_peak0"]
 
 
+#: The stage of the baselines that run side by side (`policies`).
+BASELINES_STAGE = "baselines (cachelib_ml, rejectx, coinflip, opt)"
+
+
+def _timed(fn: Callable[[], Tuned]) -> tuple[Tuned, float]:
+    t0 = time.perf_counter()
+    return fn(), time.perf_counter() - t0
+
+
 def _metrics(t: Tuned, knob_name: str) -> dict[str, Any]:
     m = dict(t.result.metrics)
     m[knob_name] = t.knob
@@ -417,26 +428,36 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     if k:
         cl_loop = replace(cl_loop, accesses_per_episode=int(k),
                           accesses_per_episode_tried=(int(k),))
-    with timer.stage("cachelib_ml"):
-        cl = run_loop(df, run.table, feats, base, target, run.work / "cachelib", s.gbm, cl_loop,
-                      features=list(contract().models["cachelib_like"]), with_prefetch=False,
-                      final_base=learned_base,
-                      prebuilt=loop.episodes_dir if loop is not None else None,
-                      # Baleen's admission-only search: the same config, a similar model
-                      hint=loop.points if loop is not None else None)
-        tuned["cachelib_ml"] = cl.tuned
-        pol["cachelib_ml"] = _metrics(cl.tuned, "threshold")
-    with timer.stage("baselines (rejectx, coinflip)"):  # two searches side by side
-        tuned["rejectx"], tuned["coinflip"] = parallel_map(
-            lambda tune: tune(df, base, target), [tune_rejectx, tune_coinflip])
-        pol["rejectx"] = _metrics(tuned["rejectx"], "rejectx_factor")
-        pol["coinflip"] = _metrics(tuned["coinflip"], "coinflip_p")
-    with timer.stage("opt"):
+    rec_eps = run.done("episodes") or {}
+
+    def cachelib_ml() -> Tuned:
+        return run_loop(df, run.table, feats, base, target, run.work / "cachelib", s.gbm,
+                        cl_loop, features=list(contract().models["cachelib_like"]),
+                        with_prefetch=False, final_base=learned_base,
+                        prebuilt=loop.episodes_dir if loop is not None else None,
+                        # Baleen's admission-only search: the same config, a similar model
+                        hint=loop.points if loop is not None else None).tuned
+
+    def opt() -> Tuned:
         # the ranking of the recorded episodes (same eviction age) when the stage built them
-        rec_eps = run.done("episodes") or {}
-        tuned["opt"] = tune_opt(df, run.table, base, target, ea, run.work / "opt",
-                                built=Path(rec_eps["dir"]) if "dir" in rec_eps else None)
-        pol["opt"] = _metrics(tuned["opt"], "episode_target_write_rate_mbps")
+        return tune_opt(df, run.table, base, target, ea, run.work / "opt",
+                        built=Path(rec_eps["dir"]) if "dir" in rec_eps else None)
+
+    # Four independent searches on the machine's cores (the simulator releases the GIL),
+    # the longest first: RejectX's simulations are the slowest (a history lookup per
+    # missing segment), and the others fill the other core meanwhile
+    side_by_side = {"rejectx": lambda: tune_rejectx(df, base, target),
+                    "cachelib_ml": cachelib_ml,
+                    "coinflip": lambda: tune_coinflip(df, base, target), "opt": opt}
+    with timer.stage(BASELINES_STAGE):
+        for name, (t, secs) in zip(side_by_side, parallel_map(_timed, list(side_by_side.values())),
+                                   strict=True):
+            tuned[name] = t
+            log.info("%s tuned in %.1f s", name, secs)
+    knobs = {"cachelib_ml": "threshold", "rejectx": "rejectx_factor", "coinflip": "coinflip_p",
+             "opt": "episode_target_write_rate_mbps"}
+    for name, knob in knobs.items():
+        pol[name] = _metrics(tuned[name], knob)
     pol = {name: pol[name] for name in report.POLICIES}
     wr0 = DEFAULTS.target_write_rate_mbps
     peak0 = pol["rejectx"]["peak_dt_util"] if target == wr0 else rejectx_peak0(run, s)

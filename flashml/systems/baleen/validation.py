@@ -32,6 +32,7 @@ recorded (`beats_rejectx`), and the job warns when it does not.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -207,12 +208,23 @@ def choose(df: pl.DataFrame, feats: Features, labels: pl.DataFrame,
         c.write_rate_mbps = float(m["flash_write_rate_mbps"])
         c.top_dt_util = top_mean(t.result.series)
 
-    # each feature set's flat threshold first; its search aims the schedules' (the same
-    # scores, a threshold lowered in some hours: 2-4 simulations each instead of 7-10)
-    flat = [c for c in cands if not c.peak_hours]
-    parallel_map(run, flat)
-    parallel_map(run, [c for c in cands if c.peak_hours])
-    rx = float(tune_rejectx(day, warm, target_mbps).result.metrics["peak_dt_util"])
+    def feature_set_runs(fs: str) -> Callable[[], float]:
+        def runs() -> float:
+            # the flat threshold first; its search aims the schedules' (the same scores, a
+            # threshold lowered in some hours: 2-4 simulations each instead of 7-10)
+            for c in sorted((c for c in cands if c.feature_set == fs),
+                            key=lambda c: bool(c.peak_hours)):
+                run(c)
+            return math.nan
+        return runs
+
+    def rejectx() -> float:
+        return float(tune_rejectx(day, warm, target_mbps).result.metrics["peak_dt_util"])
+
+    # RejectX's search (the slowest simulations) beside each feature set's runs, on the
+    # machine's cores; each feature set's runs stay in order, so each aims as it would alone
+    rx = parallel_map(lambda task: task(),
+                      [rejectx, *(feature_set_runs(fs) for fs in feature_sets)])[0]
     best = pick(cands)
     lowest = min(cands, key=lambda c: c.peak_dt_util)
     reason = (f"lowest held-out peak DT {lowest.peak_dt_util:.4f} "
