@@ -53,6 +53,10 @@ def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=Non
     if settings.max_iter == 1:
         with open(Path(cfg["tmp"]) / "screens", "a") as f:
             f.write(f"{wr}\n")
+    if warm is not None:  # the search points it started from; then one of its own
+        with open(Path(cfg["tmp"]) / "points_seen", "a") as f:
+            f.write(f"{wr} {settings.max_iter} {len(warm.points)}\n")
+        warm.points.append((wr, w))
     return SimpleNamespace(iterations=its[:settings.max_iter], converged=converged,
                            tuned=SimpleNamespace(result=SimpleNamespace(metrics=metrics)))
 
@@ -106,8 +110,10 @@ def rendezvous(wr, ahead):
 
 sweep.run_loop = fake_loop
 ROLE = "worker"
-# a warm sweep's trials start from the main loop's eviction age (all a trial reads of it here)
-WARM = SimpleNamespace(eviction_age_s=3600.0) if cfg.get("warm") else None
+# a warm sweep's trials start from the main loop's eviction age (all a fake trial reads of
+# it; each screen runs on its own copy of it)
+from flashml.systems.baleen.converge import WarmStart
+WARM = WarmStart(3600.0, 6, None, {}, 1.0) if cfg.get("warm") else None
 """
 
 # A worker process: serves the points it is sent, as flashml/systems/baleen/sweep_worker.py does.
@@ -255,6 +261,15 @@ def test_a_warm_sweep_runs_only_the_points_its_screen_finds_promising(tmp_path: 
             assert r["screen_tco"] == pytest.approx(t["screen_tco"])
     done = [t for t in res["trials"] if t["state"] == "COMPLETE"]
     assert min(t["tco"] for t in done) == pytest.approx(best)
+    # the screens of a round run side by side, each from the points measured before the
+    # round (what a screen finds does not depend on which ran first); the trials after it
+    # start from every screen's points
+    seen_by = [line.split() for line in (tmp_path / "points_seen").read_text().splitlines()]
+    first = {float(wr) for wr, it, _ in seen_by if it == "1" and float(wr) <= 40.0 * 1.001}
+    assert len(first) == 6
+    assert {int(n) for wr, it, n in seen_by if float(wr) in first and it == "1"} == {0}
+    trials = [int(n) for wr, it, n in seen_by if it != "1"]
+    assert trials and min(trials) >= 6
 
 
 def test_a_screen_that_converges_is_its_trial(tmp_path: Path) -> None:

@@ -58,6 +58,7 @@ from flashml.policies.tco import tco
 from flashml.settings import BaleenSettings, GbmParams, LoopSettings
 from flashml.simulation import SimConfig
 from flashml.systems.baleen.converge import Cancelled, WarmStart, run_loop
+from flashml.systems.baleen.tuning import parallel_map
 
 log = logging.getLogger(__name__)
 
@@ -166,18 +167,20 @@ def open_study(study_name: str, storage: str, seed: int) -> Any:
 
 
 def loop_at(setup: TrialSetup, wr: float, ea0: float, workdir: Path,
-            cancel: threading.Event | None = None, *, screen: bool = False) -> Any:
+            cancel: threading.Event | None = None, *, screen: bool = False,
+            warm: WarmStart | None = None, cores: int | None = None) -> Any:
     """A trial's convergence loop at target `wr` from eviction age `ea0` (`run_loop`, within
-    the trial's cores; `cancel` stops it at its next stage). `screen`: its first iteration
-    only (a warm start's: the given model tuned to `wr`, nothing trained)."""
+    the trial's cores, or `cores`; `cancel` stops it at its next stage). `screen`: its first
+    iteration only (a warm start's: the given model tuned to `wr`, nothing trained). `warm`:
+    the warm start, if not `setup.warm` (a screen's own copy of its search points)."""
     loop = setup.loop
     settings = replace(loop, start_eviction_age_s=ea0,
                        max_iter=1 if screen else min(loop.max_iter, 6))
-    cores = setup.cores or machine_cores()
+    cores = cores or setup.cores or machine_cores()
     with limited_cores(cores):
         return run_loop(setup.df, setup.table, setup.feats, setup.base, wr, workdir,
                         replace(setup.gbm, num_threads=min(setup.gbm.num_threads, cores)),
-                        settings, final_base=setup.final_base, warm=setup.warm,
+                        settings, final_base=setup.final_base, warm=warm or setup.warm,
                         cancel=cancel, warn=not screen)
 
 
@@ -670,16 +673,30 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
     screened: dict[float, float] = {}  # every screened point's TCO, by write rate
 
     def screen_round(points: list[float]) -> list[dict[str, float]]:
-        """Screen `points` (this process, one after another: a few simulations each); the
-        params of those whose trials take their screen (pruned or converged), kept in
+        """Screen `points` (this process, one per core at a time: a few simulations each);
+        the params of those whose trials take their screen (pruned or converged), kept in
         `mine` for them."""
         assert warm is not None and promote_within is not None
-        results = {}
-        for wr in points:
+        warm_points = list(warm.points)
+
+        def screen(wr: float) -> tuple[Any, list[tuple[float, float]]]:
+            # each screen starts from the search points measured before the round, on its
+            # own copy: what it finds does not depend on which screens ran before it
+            own = replace(warm, points=list(warm_points))
             res = loop_at(setup, wr, warm.eviction_age_s, workdir / f"screen-{wr:.6g}",
-                          screen=True)
+                          screen=True, warm=own, cores=1)
+            return res, own.points
+
+        # the highest rates first: their searches are the longest (a target in the steep
+        # top of the curve, or beyond what the policy writes)
+        order = sorted(points, reverse=True)
+        results = {}
+        for wr, (res, found) in zip(order, parallel_map(screen, order), strict=True):
             results[wr] = res
             screened[wr] = loop_tco(setup, res)
+            # the trials' searches start from every screen's points (in the order screened)
+            warm.points.extend(p for p in found if p not in warm.points)
+        results = {wr: results[wr] for wr in points}
         study.set_user_attr(SCREENED_ATTR, sorted(screened.items()))
         best = min(screened.values(), default=math.inf)
         taken, pruned = [], 0
