@@ -78,20 +78,24 @@ impl Admission for CoinFlip {
 /// and is rejected; else its count goes up and it is admitted iff count > x. The count is
 /// never reset while the key stays, and a re-queried key keeps its place in the FIFO.
 /// Memory: O(window).
-pub struct RejectX {
-    x: u32,
-    window: f64,
-    fifo: VecDeque<(u64, u32)>,
-    counts: FastMap<(u64, u32), u32>,
+///
+/// The history is kept per (block, 64-segment word) entry: a bit per segment present and a
+/// saturating count per segment, so that the queries of one miss (its segments, ascending,
+/// on one block) and the FIFO's oldest keys (pushed together by one miss) find their entry
+/// once per run instead of hashing every (block, segment) key: 4-5x faster than
+/// [`RejectXMap`], the definition's direct transcription (kept for counts past `u8` and as
+/// the tests' reference).
+pub enum RejectX {
+    Words(RejectXWords),
+    Map(RejectXMap),
 }
 
 impl RejectX {
     pub fn new(x: u32, window: f64) -> Self {
-        RejectX {
-            x,
-            window,
-            fifo: VecDeque::new(),
-            counts: new_map(),
+        if x < u32::from(u8::MAX) {
+            RejectX::Words(RejectXWords::new(x as u8, window))
+        } else {
+            RejectX::Map(RejectXMap::new(x, window))
         }
     }
 }
@@ -107,12 +111,40 @@ impl Admission for RejectX {
 
     #[inline]
     fn admit_segment(&mut self, miss: &MissCtx, seg: u32) -> bool {
+        match self {
+            RejectX::Words(r) => r.query(miss.key, seg),
+            RejectX::Map(r) => r.query(miss.key, seg),
+        }
+    }
+}
+
+/// [`RejectX`]'s definition transcribed: a FIFO of (block, segment) keys and a map of their
+/// counts.
+pub struct RejectXMap {
+    x: u32,
+    window: f64,
+    fifo: VecDeque<(u64, u32)>,
+    counts: FastMap<(u64, u32), u32>,
+}
+
+impl RejectXMap {
+    pub fn new(x: u32, window: f64) -> Self {
+        RejectXMap {
+            x,
+            window,
+            fifo: VecDeque::new(),
+            counts: new_map(),
+        }
+    }
+
+    #[inline]
+    pub fn query(&mut self, block: u64, seg: u32) -> bool {
         if self.fifo.len() as f64 >= self.window {
             if let Some(old) = self.fifo.pop_front() {
                 self.counts.remove(&old);
             }
         }
-        let key = (miss.key, seg);
+        let key = (block, seg);
         match self.counts.get_mut(&key) {
             Some(c) => {
                 *c += 1;
@@ -124,6 +156,132 @@ impl Admission for RejectX {
                 false
             }
         }
+    }
+}
+
+/// One (block, word) entry of [`RejectXWords`]: which of the block's segments `64 * word ..`
+/// are in the history (bit `seg % 64` of `present`) and their counts (saturating at x + 1).
+struct Word {
+    present: u64,
+    counts: [u8; 64],
+}
+
+/// A (block, word) whose entry is `slot` (a one-entry cache of the map).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Found {
+    block: u64,
+    word: u32,
+    slot: u32,
+}
+
+const NOT_FOUND: Found = Found {
+    block: u64::MAX,
+    word: u32::MAX,
+    slot: u32::MAX,
+};
+
+/// [`RejectX`] with the history by (block, word): same decisions as [`RejectXMap`].
+pub struct RejectXWords {
+    x: u8,
+    window: f64,
+    fifo: VecDeque<(u64, u32)>,
+    index: FastMap<(u64, u32), u32>,
+    slots: Vec<Word>,
+    free: Vec<u32>,
+    /// The entries the last query and the last drop found.
+    query: Found,
+    drop: Found,
+}
+
+impl RejectXWords {
+    pub fn new(x: u8, window: f64) -> Self {
+        RejectXWords {
+            x,
+            window,
+            fifo: VecDeque::new(),
+            index: new_map(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            query: NOT_FOUND,
+            drop: NOT_FOUND,
+        }
+    }
+
+    /// The entry of (block, word), if any, through `cache`.
+    #[inline]
+    fn find(&self, cache: Found, block: u64, word: u32) -> Option<u32> {
+        if cache.block == block && cache.word == word {
+            return Some(cache.slot);
+        }
+        self.index.get(&(block, word)).copied()
+    }
+
+    #[inline]
+    pub fn query(&mut self, block: u64, seg: u32) -> bool {
+        if self.fifo.len() as f64 >= self.window {
+            if let Some((ob, os)) = self.fifo.pop_front() {
+                self.forget(ob, os);
+            }
+        }
+        let (word, bit) = (seg >> 6, seg & 63);
+        let slot = match self.find(self.query, block, word) {
+            Some(sl) => sl,
+            None => self.add(block, word),
+        };
+        self.query = Found { block, word, slot };
+        let w = &mut self.slots[slot as usize];
+        if w.present >> bit & 1 == 1 {
+            let c = &mut w.counts[bit as usize];
+            if *c <= self.x {
+                *c += 1;
+            }
+            *c > self.x
+        } else {
+            w.present |= 1 << bit;
+            w.counts[bit as usize] = 1;
+            self.fifo.push_back((block, seg));
+            false
+        }
+    }
+
+    /// Drop (block, seg), the FIFO's oldest key, from the history.
+    #[inline]
+    fn forget(&mut self, block: u64, seg: u32) {
+        let (word, bit) = (seg >> 6, seg & 63);
+        let slot = self
+            .find(self.drop, block, word)
+            .expect("a key in the FIFO has its entry");
+        let w = &mut self.slots[slot as usize];
+        w.present &= !(1 << bit);
+        if w.present != 0 {
+            self.drop = Found { block, word, slot };
+            return;
+        }
+        self.index.remove(&(block, word));
+        self.free.push(slot);
+        if self.query.slot == slot {
+            self.query = NOT_FOUND;
+        }
+        self.drop = NOT_FOUND;
+    }
+
+    fn add(&mut self, block: u64, word: u32) -> u32 {
+        let w = Word {
+            present: 0,
+            counts: [0; 64],
+        };
+        let slot = match self.free.pop() {
+            Some(sl) => {
+                self.slots[sl as usize] = w;
+                sl
+            }
+            None => {
+                self.slots.push(w);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.index.insert((block, word), slot);
+        slot
     }
 }
 
@@ -321,6 +479,42 @@ mod tests {
         assert!(!r.admit_segment(&ctx(0, 5), 0));
         assert!(!r.admit_segment(&ctx(0, 5), 1));
         assert!(r.admit_segment(&ctx(1, 5), 0));
+    }
+
+    /// The per-word history against the map transcription on runs of queries as the
+    /// simulator makes them (a miss's segments ascending on one block, words past the first)
+    /// with windows from one key to more than the keys queried.
+    #[test]
+    fn rejectx_words_equal_map() {
+        for &(window, x) in &[
+            (1.0f64, 1u32),
+            (2.5, 1),
+            (17.0, 1),
+            (63.5, 2),
+            (200.0, 1),
+            (1000.0, 3),
+            (1e9, 1),
+            (40.0, 254),
+        ] {
+            let mut fast = RejectXWords::new(x as u8, window);
+            let mut slow = RejectXMap::new(x, window);
+            let mut admitted = 0;
+            for i in 0..20_000u64 {
+                let h = crate::core::hash::splitmix64(i ^ 0xfeed);
+                let block = h % 40;
+                let first = ((h >> 8) % 150) as u32;
+                let n = 1 + ((h >> 20) % 9) as u32;
+                for seg in first..first + n {
+                    let want = slow.query(block, seg);
+                    assert_eq!(fast.query(block, seg), want, "window={window} x={x} i={i}");
+                    admitted += usize::from(want);
+                }
+            }
+            assert!(
+                admitted > 0 || window < 200.0 || x > 100,
+                "window={window} x={x}"
+            );
+        }
     }
 
     #[test]

@@ -126,7 +126,8 @@ impl<E: Eviction, L: Orders<E>> FlashSim<'_, E, L> {
             let s0 = (off / seg_bytes) as u32;
             let s1 = ((off + size - 1) / seg_bytes) as u32;
             let nseg = s1 - s0 + 1;
-            let k = (((t - t0) / cfg.window_s).floor() as usize).min(n_windows - 1);
+            // (the cast truncates and saturates: floor for every double, negatives to 0)
+            let k = (((t - t0) / cfg.window_s) as usize).min(n_windows - 1);
             if setup.is_put[trace.op[i] as usize] {
                 tot.puts += 1;
                 tot.backend_ios += 1;
