@@ -50,6 +50,10 @@ BREAKAGES = {
     "beyond block": (lambda df: df.with_columns(
         offset=pl.when(pl.int_range(pl.len()) == 1).then(8 * 2**20).otherwise(pl.col("offset"))
         .cast(pl.UInt64)), None, "expect_column_values_to_be_between", "offset_plus_size"),
+    # past int64 (the column goes to Great Expectations as float64): still beyond the block
+    "offset past 2^63": (lambda df: df.with_columns(
+        offset=pl.when(pl.int_range(pl.len()) == 4).then(2**63 + 5).otherwise(pl.col("offset"))
+        .cast(pl.UInt64)), None, "expect_column_values_to_be_between", "offset_plus_size"),
     "unknown op": (lambda df: df.with_columns(
         op=pl.when(pl.int_range(pl.len()) < 2).then(9).otherwise(pl.col("op")).cast(pl.UInt8)),
         None, "expect_column_values_to_be_in_set", "op"),
@@ -61,7 +65,8 @@ BREAKAGES = {
         time=pl.when(pl.int_range(pl.len()) == 7).then(1e300).otherwise(pl.col("time"))),
         None, "expect_column_values_to_be_between", "time"),
 }
-EXPECTED_ROWS = {"time not sorted": None, "zero size": 3, "beyond block": 1, "unknown op": 2,
+EXPECTED_ROWS = {"time not sorted": None, "zero size": 3, "beyond block": 1,
+                 "offset past 2^63": 1, "unknown op": 2,
                  "null key": 1, "sample ratio": 8, "time beyond 1e12 s": 1}
 
 
