@@ -733,6 +733,45 @@ def test_a_loop_at_a_fixed_point_stops(small_trace, tmp_path: Path, monkeypatch,
     assert res.tuned.knob == res.iterations[0].threshold
 
 
+def test_a_target_out_of_the_models_reach_stops_the_loop(small_trace, tmp_path: Path,
+                                                         monkeypatch) -> None:
+    """An iteration whose search finds no threshold within tolerance below the target (the
+    rate steps over it) with the eviction age settled ends the loop, unconverged, without
+    training again; the same loop with a reachable target does not stop so."""
+    from dataclasses import replace
+
+    from flashml.features.online import feature_matrix
+    from flashml.simulation import SimConfig
+    from flashml.systems.baleen import converge
+    from flashml.trace.canonical import read_meta
+
+    df, table = small_trace
+    base = SimConfig.for_trace(read_meta(table))
+    gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
+    feats = feature_matrix(df)
+    trainings: list[int] = []
+    real_train, real_tune = converge.train_and_score, converge.tune_threshold
+
+    def counted(*a, **kw):
+        trainings.append(1)
+        return real_train(*a, **kw)
+
+    def short(df, cfg, target, *a, **kw):  # every search ends 10% below the target
+        return replace(real_tune(df, cfg, 0.9 * target, *a, **kw), reached=False)
+
+    monkeypatch.setattr(converge, "train_and_score", counted)
+    settings = LoopSettings(max_iter=4, accesses_per_episode_tried=(6,), min_move_s=1e12)
+    target = DEFAULTS.target_write_rate_mbps
+    within = run_loop(df, table, feats, base, target, tmp_path / "within", gbm, settings)
+    assert not within.reason.startswith("out of reach")
+    trainings.clear()
+    monkeypatch.setattr(converge, "tune_threshold", short)
+    res = run_loop(df, table, feats, base, target, tmp_path / "reach", gbm, settings)
+    assert res.iterations[0].write_rate_mbps < 0.95 * target
+    assert len(res.iterations) == 1 and len(trainings) == 1 and not res.converged
+    assert res.reason.startswith("out of reach"), res.reason
+
+
 def test_train_and_score_equals_train_then_score(small_trace, tmp_path: Path) -> None:
     """The prefetch models scored on their own thread beside the admission model's training:
     the same models and the same doubles as training, then `score_all`."""
