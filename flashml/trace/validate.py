@@ -86,7 +86,7 @@ def _signed(frame: pl.DataFrame, name: str) -> pl.Expr:
     2^53: a bound the suite checks, 1 or a block's bytes, is on the same side of every
     value as before)."""
     top = frame[name].max()
-    fits = top is None or int(top) <= 2**63 - 1  # type: ignore[arg-type]
+    fits = top is None or int(top) <= 2**63 - 1
     return pl.col(name).cast(pl.Int64 if fits else pl.Float64)
 
 
