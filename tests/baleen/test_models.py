@@ -511,6 +511,56 @@ def test_loop_warns_when_the_peak_schedule_cannot_meet_the_target(small_trace, t
     assert "cannot meet the target write rate" in caplog.text
 
 
+def test_a_warm_loops_final_search_runs_ahead_with_the_same_figures(
+        small_trace, tmp_path: Path, monkeypatch) -> None:
+    """A warm loop (a sweep trial) runs its final search under the peak schedule beside each
+    iteration's own search (`SearchAhead`): the loop takes the one of the iteration it ends
+    with, and its figures are those of the search run after the loop, with the same
+    arguments; the others are cancelled."""
+    from flashml.features.online import feature_matrix
+    from flashml.simulation import SimConfig
+    from flashml.systems.baleen import converge
+    from flashml.systems.baleen.baselines import tune_threshold
+    from flashml.systems.baleen.converge import WarmStart
+    from flashml.trace.canonical import read_meta
+
+    df, table = small_trace
+    base = SimConfig.for_trace(read_meta(table))
+    gbm = GbmParams(learning_rate=0.1, num_boost_round=40)
+    target = DEFAULTS.target_write_rate_mbps
+    feats = feature_matrix(df)
+    sched = base.replace(peak_hours=(10, 11, 12), peak_bonus=0.1)
+    settings = LoopSettings(max_iter=2, accesses_per_episode_tried=(6,))
+    main = run_loop(df, table, feats, base, target, tmp_path / "main", gbm, settings,
+                    final_base=sched)
+    warm = WarmStart.from_loop(main, 6)
+    assert warm.final_points
+    started: list[converge.SearchAhead] = []
+
+    class Recorded(converge.SearchAhead):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            started.append(self)
+
+    monkeypatch.setattr(converge, "SearchAhead", Recorded)
+    for k, rate in enumerate((target, 2 * target)):
+        started.clear()
+        res = run_loop(df, table, feats, base, rate, tmp_path / f"warm{k}", gbm, settings,
+                       final_base=sched, warm=warm)
+        assert 1 <= len(started) <= len(res.iterations)
+        taken = [a for a in started if a.serves(res.arrays, res.when_threshold)]
+        assert len(taken) == 1 and not taken[0].cancel.is_set()
+        assert all(a.cancel.is_set() for a in started if a is not taken[0])
+        again = tune_threshold(df, sched.replace(when_threshold=res.when_threshold), rate,
+                               res.arrays, prefetch="range", prefetch_when="score",
+                               hint=warm.final_points)
+        assert res.tuned.knob == again.knob
+        def figures(t):  # (the simulation's own wall time aside)
+            return {k: v for k, v in t.result.metrics.items() if k != "wall_s"}
+
+        assert figures(res.tuned) == figures(again)
+
+
 def test_accesses_per_episode_chosen_on_the_training_day(small_trace, tmp_path: Path) -> None:
     """With several K, the loop trains one admission-only model per K on the training window
     and keeps the K with the lowest training-day mean DT; its rows are the first K GETs of

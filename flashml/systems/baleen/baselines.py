@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from flashml.simulation import SimConfig, simulate
-from flashml.systems.baleen.tuning import Pieces, Tuned, tune_to_write_rate
+from flashml.systems.baleen.tuning import Pieces, SearchCancelled, Tuned, tune_to_write_rate
 
 #: RejectX's history factor: the search's range, and where its first search stops (a
 #: history of 10 caches; the rest of the range only when the target lies beyond it).
@@ -47,16 +47,23 @@ def tune_coinflip(df: pl.DataFrame, base: SimConfig, target_mbps: float) -> Tune
 def tune_threshold(df: pl.DataFrame, base: SimConfig, target_mbps: float,
                    arrays: dict[str, np.ndarray], *,
                    known: list[tuple[float, float]] | None = None,
-                   hint: list[tuple[float, float]] | None = None, **prefetch: Any) -> Tuned:
+                   hint: list[tuple[float, float]] | None = None,
+                   cancel: threading.Event | None = None, **prefetch: Any) -> Tuned:
     """Admission threshold on `arrays['score']` (with any prefetch arrays) at the target.
     The search runs over the share of accesses admitted (`share_to_threshold`); `known` and
     the result's `points` are (share, write rate) pairs of these arrays and config; `hint`:
-    such pairs of similar arrays or config, to aim with (`tune_to_write_rate`)."""
+    such pairs of similar arrays or config, to aim with (`tune_to_write_rate`). Once
+    `cancel` is set, the search raises `SearchCancelled` before its next simulation."""
     cfg = base.replace(admission="threshold", **prefetch)
     knob = share_to_threshold(arrays["score"])
+
+    def run(q: float) -> Any:
+        if cancel is not None and cancel.is_set():
+            raise SearchCancelled(f"threshold search at {target_mbps:.4g} MB/s cancelled")
+        return simulate_threshold(df, cfg.replace(threshold=knob(q)), arrays)
+
     tuned = tune_to_write_rate(
-        lambda q: simulate_threshold(df, cfg.replace(threshold=knob(q)), arrays),
-        target_mbps, 0.0, 1.0, increasing=True, known=known, hint=hint,
+        run, target_mbps, 0.0, 1.0, increasing=True, known=known, hint=hint,
         pieces=threshold_pieces(arrays["score"], knob, cfg))
     return replace(tuned, knob=knob(tuned.knob))
 

@@ -42,7 +42,7 @@ from flashml.systems.baleen.model import (
     train_and_score,
     train_policy,
 )
-from flashml.systems.baleen.tuning import Tuned, parallel_map
+from flashml.systems.baleen.tuning import SearchCancelled, Tuned, parallel_map
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,43 @@ TOLERANCE = 0.01
 
 class Cancelled(Exception):
     """A convergence loop stopped by its `cancel` event."""
+
+
+class SearchAhead:
+    """A threshold search run on its own thread before it is known to be needed: `run_loop`'s
+    final search under the peak schedule for an iteration's model, beside that iteration's
+    own search, which decides whether the loop ends there. Its result is the search's own
+    (the same call, a deterministic simulator); `stop` cancels it before its next
+    simulation."""
+
+    def __init__(self, search: Callable[[threading.Event], Tuned],
+                 arrays: dict[str, np.ndarray], when_threshold: float) -> None:
+        self.arrays, self.when_threshold = arrays, when_threshold
+        self.cancel = threading.Event()
+        self._out: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._run, args=(search,), daemon=True)
+        self._thread.start()
+
+    def _run(self, search: Callable[[threading.Event], Tuned]) -> None:
+        try:
+            self._out["tuned"] = search(self.cancel)
+        except SearchCancelled:
+            pass
+        except Exception as e:  # raised where the result is taken
+            self._out["error"] = e
+
+    def serves(self, arrays: dict[str, np.ndarray], when_threshold: float) -> bool:
+        return arrays is self.arrays and when_threshold == self.when_threshold
+
+    def result(self) -> Tuned:
+        self._thread.join()
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out["tuned"]
+
+    def stop(self) -> None:
+        self.cancel.set()
+        self._thread.join()
 
 
 @dataclass
@@ -367,9 +404,30 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
     last_trained: tuple[bytes, LearnedPolicy, dict[str, np.ndarray], int] | None = None
     # the previous iteration's training rows' digest (None after a warm start's first)
     prev_key: bytes | None = None
+    # The final search under `final_base`, run beside each iteration's own search when its
+    # arguments do not wait for that search (a warm start's final points aim it): the
+    # iteration that ends the loop has it done, or nearly, when the loop ends
+    final_ahead: SearchAhead | None = None
+    ahead_ok = final_base is not None and final_base != base and warm is not None and \
+        bool(warm.final_points)
+
+    def final_search(arr: dict[str, np.ndarray], when: float,
+                     stop: threading.Event | None = None) -> Tuned:
+        assert final_base is not None
+        # aimed by the warm start's final search (the same schedule: its rate at share 0 is
+        # already most of a low target's), else by this model's search without it
+        if warm is not None and warm.final_points:
+            hint = warm.final_points
+        else:
+            assert result is not None
+            hint = result.points
+        return tune_threshold(df, final_base.replace(when_threshold=when), target_mbps, arr,
+                              **prefetch, cancel=stop, hint=hint)
 
     def check() -> None:
         if cancel is not None and cancel.is_set():
+            if final_ahead is not None:
+                final_ahead.stop()
             raise Cancelled(f"convergence loop at {target_mbps:.4g} MB/s cancelled")
 
     for it in range(settings.max_iter):
@@ -462,6 +520,13 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
                          when_threshold, {k: round(v, 4) for k, v in peaks.items()})
         warm_it = it == 0 and warm is not None
         check()
+        if ahead_ok and not (final_ahead is not None and
+                             final_ahead.serves(arrays, when_threshold)):
+            if final_ahead is not None:
+                final_ahead.stop()
+            final_ahead = SearchAhead(
+                lambda stop, a=arrays, w=when_threshold: final_search(a, w, stop),
+                arrays, when_threshold)
         tuned = tune_threshold(df, base.replace(when_threshold=when_threshold), target_mbps,
                                arrays, known=warm.points if warm_it else None,
                                hint=last_points, **prefetch)
@@ -539,12 +604,13 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
                 "convergence loop did not converge: %s", result.reason)
     if final_base is not None and final_base != base:
         check()
-        # aimed by the warm start's final search (the same schedule: its rate at share 0 is
-        # already most of a low target's), else by this model's search without it
-        result.tuned = tune_threshold(df, final_base.replace(when_threshold=result.when_threshold),
-                                      target_mbps, result.arrays, **prefetch,
-                                      hint=(warm.final_points if warm is not None and
-                                            warm.final_points else result.points))
+        if final_ahead is not None and final_ahead.serves(result.arrays,
+                                                          result.when_threshold):
+            result.tuned, final_ahead = final_ahead.result(), None
+        else:
+            if final_ahead is not None:  # for an iteration the loop did not end with
+                final_ahead.stop()
+            result.tuned = final_search(result.arrays, result.when_threshold)
         result.final_points = result.tuned.points
         log.info("final threshold %.4f under the peak schedule %s (bonus %g): %.2f MB/s, "
                  "peak DT %.4f", result.tuned.knob, final_base.peak_hours,

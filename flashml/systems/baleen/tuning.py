@@ -30,6 +30,10 @@ R = TypeVar("R")
 Pieces = Callable[[float, float], tuple[list[float], bool] | None]
 
 
+class SearchCancelled(Exception):
+    """A search stopped by its `cancel` event before its next simulation."""
+
+
 @dataclass
 class Tuned:
     knob: float
