@@ -32,7 +32,7 @@ SAT = cfg["saturation_mbps"]
 
 
 def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=None, warm=None,
-              cancel=None, warn=True):
+              cancel=None, warn=True, build_lock=None):
     # measured write rate: the target, up to what the policy can write; peak DT falls with
     # the write rate, so TCO (eq. 4b) falls until the saturation point, then rises
     w = min(wr, SAT)
@@ -53,6 +53,14 @@ def fake_loop(df, table, feats, base, wr, workdir, gbm, settings, final_base=Non
     if settings.max_iter == 1:
         with open(Path(cfg["tmp"]) / "screens", "a") as f:
             f.write(f"{wr}\n")
+    if settings.max_iter > 1:  # a trial's loop: when it ran, and its "build" under the lock
+        t0 = time.monotonic()
+        if build_lock is not None:
+            with build_lock:
+                time.sleep(0.05)
+        time.sleep(cfg.get("loop_s", 0.0))
+        with open(Path(cfg["tmp"]) / "loops", "a") as f:
+            f.write(f"{wr} {t0} {time.monotonic()} {int(build_lock is not None)}\n")
     if warm is not None:  # the search points it started from; then one of its own
         with open(Path(cfg["tmp"]) / "points_seen", "a") as f:
             f.write(f"{wr} {settings.max_iter} {len(warm.points)}\n")
@@ -270,6 +278,27 @@ def test_a_warm_sweep_runs_only_the_points_its_screen_finds_promising(tmp_path: 
     assert {int(n) for wr, it, n in seen_by if float(wr) in first and it == "1"} == {0}
     trials = [int(n) for wr, it, n in seen_by if it != "1"]
     assert trials and min(trials) >= 6
+
+
+def test_promoted_points_loops_run_side_by_side(tmp_path: Path) -> None:
+    """After a round's screens, the promoted points' loops run two at a time in the main
+    process (sharing one build lock), from the lowest up to the first point whose screen fell
+    short of its target; their trials take them as loops run ahead of time, with the figures
+    a loop run in its trial gives."""
+    res = _sweep(tmp_path, trials=6, saturation_mbps=400.0, scale_mbps=60.0, warm=True,
+                 promote_within=0.15, loop_s=0.5)
+    loops = [line.split() for line in (tmp_path / "loops").read_text().splitlines()]
+    spans = {float(wr): (float(a), float(b)) for wr, a, b, _ in loops}
+    assert all(lock == "1" for *_, lock in loops)
+    first = sorted(wr for wr in spans if wr <= 40.0 * 1.001)
+    assert len(first) >= 2
+    (a0, a1), (b0, b1) = spans[first[0]], spans[first[1]]
+    assert a0 < b1 and b0 < a1  # they overlapped
+    ran = {r["target"]: r["ran_ahead"] for r in res["runs"] if r["state"] == "COMPLETE"}
+    assert all(ran[wr] for wr in first if wr in ran)
+    for t in res["trials"]:
+        if t["state"] == "COMPLETE" and t["screen_tco"] is not None:
+            assert t["tco"] is not None
 
 
 def test_a_screen_that_converges_is_its_trial(tmp_path: Path) -> None:

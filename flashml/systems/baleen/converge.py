@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -367,7 +368,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
              final_base: SimConfig | None = None, warm: WarmStart | None = None,
              prebuilt: Path | None = None, zeroed: tuple[str, ...] = (),
              cancel: threading.Event | None = None, warn: bool = True,
-             hint: list[tuple[float, float]] | None = None) -> LoopResult:
+             hint: list[tuple[float, float]] | None = None,
+             build_lock: AbstractContextManager[Any] | None = None) -> LoopResult:
     """Iterate episodes -> train -> simulate until the eviction age is stable. With
     `final_base` (e.g. `base` plus a peak schedule, systems/baleen/peak.py) the last model's
     admission threshold is tuned to the target once more under it: the loop's own choices
@@ -383,7 +385,9 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
     ahead of time that no round asks for). `warn`: a loop that ends unconverged says so as a
     warning (False: in the log's info, for a loop cut short on purpose: a sweep's screen).
     `hint`: threshold-search points of a similar policy on this table and config (another
-    feature set's loop at this target) that the first iteration's search aims with."""
+    feature set's loop at this target) that the first iteration's search aims with.
+    `build_lock`: held while an iteration builds its episodes and trains (loops run side by
+    side share one: a sweep's trials)."""
     from flashml.systems.baleen.episodes.core import EpisodeParams, build, reusable
 
     times = df["time"].to_numpy()
@@ -441,76 +445,80 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
             log.info("convergence iteration 0: warm start at EA %.0f s (K=%d, ML-When %.2f)",
                      ea, chosen_accesses, when_threshold)
         else:
-            params = EpisodeParams(eviction_age_s=ea, target_write_rate_mbps=target_mbps,
-                                   accesses_per_episode=build_accesses)
-            built = (reusable(prebuilt, params) if it == 0 else None) or build(
-                table, out, params, engine=settings.engine, spark=spark, plot=False)
-            out = built.out
-            n_eps = int(built.summary["episodes"])
-            n_admitted = int(built.summary["admitted_episodes"])
-            labels, episodes = training_tables(out)
-            chosen_accesses = fixed_accesses or settings.accesses_per_episode
-            chosen: dict[int, Any] = {}
-            if fixed_accesses is None and len(settings.accesses_per_episode_tried) > 1:
-                chosen_accesses, kmeans = select_accesses_per_episode(
-                    df, feats, labels, episodes, base, target_mbps, settings, gbm, features,
-                    keep=chosen, zeroed=zeroed)
-                log.info("accesses per episode K=%d (training-day mean DT by K: %s); kept "
-                         "for the loop's later iterations", chosen_accesses,
-                         {k: round(v, 5) for k, v in kmeans.items()})
-                # K is chosen once, in the first iteration: it is a property of the trace's
-                # access pattern (the same K at every iteration of every loop measured, and
-                # the choice costs one training per candidate)
-                fixed_accesses = chosen_accesses
-            check()
-            data = training_data(feats, times, labels, episodes, settings.train_seconds,
-                                 max_position=chosen_accesses, max_rows=settings.max_training_rows)
-            del labels, episodes  # (not held while it trains and builds the next episodes)
-            # (a given admission model is the one these rows and parameters train)
-            given = getattr(chosen.get(chosen_accesses), "admission", None)
-            key = training_key(data, gbm, features, with_prefetch, zeroed)
-            # A fixed point: the same rows as the last iteration's give its models and
-            # scores, and its ML-When choice and threshold search at the same target would
-            # find its figures again, so the eviction age would move as little as it just
-            # did: this iteration would repeat the last one (a write rate that steps over
-            # the target between two adjacent thresholds, 138 -> 171 MB/s at a target of
-            # 149, never gets within tolerance, and without this stop the loop repeated
-            # itself to max_iter, retraining whenever the eviction age crossed a gap between
-            # two accesses)
-            if prev_key == key and at_fixed_point(
-                    result, history, ea, target_mbps, settings,
-                    f"iteration {it}'s training rows (episodes at eviction age {ea:.0f} s) "
-                    f"are iteration {it - 1}'s"):
-                break
-            prev_key = key
-            if last_trained is not None and last_trained[0] == key:
-                # the same rows as the last training (episodes at an eviction age that moved
-                # less than any gap between two of the trace's accesses): the same models
-                # and scores, kept instead of trained and scored again
-                policy, arrays = last_trained[1], last_trained[2]
-                log.info("convergence iteration %d: the same training rows as iteration "
-                         "%d's; its models and scores kept", it, last_trained[3])
-            elif with_prefetch:  # the prefetch models scored beside the admission training
-                policy, arrays = train_and_score(data, gbm, feats, features=features,
-                                                 admission=given, zeroed=zeroed)
-                last_trained = (key, policy, arrays, it)
-            else:
-                policy = train_policy(data, gbm, features=features, with_prefetch=False,
-                                      admission=given, zeroed=zeroed)
-                arrays = score_all(policy, feats)
-                last_trained = (key, policy, arrays, it)
-            # The fixed point above, seen after training: rows that differ (an eviction age
-            # that crossed a gap between two accesses of a block outside the labelled ones)
-            # trained the same models, whose scores are the last iteration's, so its ML-When
-            # choice and threshold search would be found again (the 10 M region1-like
-            # sweep's trial at 149 MB/s repeated its iteration 1 exactly: the same 43,677
-            # rows' trees, 133.53 MB/s)
-            if history and not history[-1].warm and result is not None and \
-                    same_scores(arrays, result.arrays) and at_fixed_point(
+            # (one loop at a time builds and trains with `build_lock`: the memory of a build,
+            # 1.5 GB at 10 M accesses, is not held twice by loops run side by side)
+            with build_lock or nullcontext():
+                params = EpisodeParams(eviction_age_s=ea, target_write_rate_mbps=target_mbps,
+                                       accesses_per_episode=build_accesses)
+                built = (reusable(prebuilt, params) if it == 0 else None) or build(
+                    table, out, params, engine=settings.engine, spark=spark, plot=False)
+                out = built.out
+                n_eps = int(built.summary["episodes"])
+                n_admitted = int(built.summary["admitted_episodes"])
+                labels, episodes = training_tables(out)
+                chosen_accesses = fixed_accesses or settings.accesses_per_episode
+                chosen: dict[int, Any] = {}
+                if fixed_accesses is None and len(settings.accesses_per_episode_tried) > 1:
+                    chosen_accesses, kmeans = select_accesses_per_episode(
+                        df, feats, labels, episodes, base, target_mbps, settings, gbm, features,
+                        keep=chosen, zeroed=zeroed)
+                    log.info("accesses per episode K=%d (training-day mean DT by K: %s); kept "
+                             "for the loop's later iterations", chosen_accesses,
+                             {k: round(v, 5) for k, v in kmeans.items()})
+                    # K is chosen once, in the first iteration: it is a property of the trace's
+                    # access pattern (the same K at every iteration of every loop measured, and
+                    # the choice costs one training per candidate)
+                    fixed_accesses = chosen_accesses
+                check()
+                data = training_data(feats, times, labels, episodes, settings.train_seconds,
+                                     max_position=chosen_accesses,
+                                     max_rows=settings.max_training_rows)
+                del labels, episodes  # (not held while it trains and builds the next episodes)
+                # (a given admission model is the one these rows and parameters train)
+                given = getattr(chosen.get(chosen_accesses), "admission", None)
+                key = training_key(data, gbm, features, with_prefetch, zeroed)
+                # A fixed point: the same rows as the last iteration's give its models and
+                # scores, and its ML-When choice and threshold search at the same target would
+                # find its figures again, so the eviction age would move as little as it just
+                # did: this iteration would repeat the last one (a write rate that steps over
+                # the target between two adjacent thresholds, 138 -> 171 MB/s at a target of
+                # 149, never gets within tolerance, and without this stop the loop repeated
+                # itself to max_iter, retraining whenever the eviction age crossed a gap between
+                # two accesses)
+                if prev_key == key and at_fixed_point(
                         result, history, ea, target_mbps, settings,
-                        f"iteration {it}'s models (episodes at eviction age {ea:.0f} s) "
-                        f"score every access as iteration {it - 1}'s did"):
-                break
+                        f"iteration {it}'s training rows (episodes at eviction age {ea:.0f} s) "
+                        f"are iteration {it - 1}'s"):
+                    break
+                prev_key = key
+                if last_trained is not None and last_trained[0] == key:
+                    # the same rows as the last training (episodes at an eviction age that moved
+                    # less than any gap between two of the trace's accesses): the same models
+                    # and scores, kept instead of trained and scored again
+                    policy, arrays = last_trained[1], last_trained[2]
+                    log.info("convergence iteration %d: the same training rows as iteration "
+                             "%d's; its models and scores kept", it, last_trained[3])
+                elif with_prefetch:  # the prefetch models scored beside the admission training
+                    policy, arrays = train_and_score(data, gbm, feats, features=features,
+                                                     admission=given, zeroed=zeroed)
+                    last_trained = (key, policy, arrays, it)
+                else:
+                    policy = train_policy(data, gbm, features=features, with_prefetch=False,
+                                          admission=given, zeroed=zeroed)
+                    arrays = score_all(policy, feats)
+                    last_trained = (key, policy, arrays, it)
+                # The fixed point above, seen after training: rows that differ (an eviction age
+                # that crossed a gap between two accesses of a block outside the labelled ones)
+                # trained the same models, whose scores are the last iteration's, so its ML-When
+                # choice and threshold search would be found again (the 10 M region1-like
+                # sweep's trial at 149 MB/s repeated its iteration 1 exactly: the same 43,677
+                # rows' trees, 133.53 MB/s)
+                if history and not history[-1].warm and result is not None and \
+                        same_scores(arrays, result.arrays) and at_fixed_point(
+                            result, history, ea, target_mbps, settings,
+                            f"iteration {it}'s models (episodes at eviction age {ea:.0f} s) "
+                            f"score every access as iteration {it - 1}'s did"):
+                    break
             when_threshold = base.when_threshold
             if with_prefetch:
                 when_threshold, peaks = select_when_threshold(

@@ -168,11 +168,13 @@ def open_study(study_name: str, storage: str, seed: int) -> Any:
 
 def loop_at(setup: TrialSetup, wr: float, ea0: float, workdir: Path,
             cancel: threading.Event | None = None, *, screen: bool = False,
-            warm: WarmStart | None = None, cores: int | None = None) -> Any:
+            warm: WarmStart | None = None, cores: int | None = None,
+            build_lock: Any = None) -> Any:
     """A trial's convergence loop at target `wr` from eviction age `ea0` (`run_loop`, within
     the trial's cores, or `cores`; `cancel` stops it at its next stage). `screen`: its first
     iteration only (a warm start's: the given model tuned to `wr`, nothing trained). `warm`:
-    the warm start, if not `setup.warm` (a screen's own copy of its search points)."""
+    the warm start, if not `setup.warm` (a screen's own copy of its search points).
+    `build_lock`: `run_loop`'s, for loops run side by side."""
     loop = setup.loop
     settings = replace(loop, start_eviction_age_s=ea0,
                        max_iter=1 if screen else min(loop.max_iter, 6))
@@ -181,7 +183,8 @@ def loop_at(setup: TrialSetup, wr: float, ea0: float, workdir: Path,
         return run_loop(setup.df, setup.table, setup.feats, setup.base, wr, workdir,
                         replace(setup.gbm, num_threads=min(setup.gbm.num_threads, cores)),
                         settings, final_base=setup.final_base, warm=warm or setup.warm,
-                        cancel=cancel, warn=not screen)
+                        cancel=cancel, warn=not screen,
+                        **({"build_lock": build_lock} if build_lock is not None else {}))
 
 
 def loop_tco(setup: TrialSetup, res: Any) -> float:
@@ -591,6 +594,8 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
                 todo.remove(params)
                 run_point(setup, study, list(bounds), params, ready=mine)
                 bar.update(1)
+            if not pool:
+                loops_side_by_side([p["write_rate_mbps"] for p in todo])
         lock = threading.Lock()
         failed: list[str] = []
         spare = deque(next_points()[:1])  # one point of the next round may run ahead
@@ -671,6 +676,38 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
             raise RuntimeError("sweep workers failed: " + "; ".join(failed))
 
     screened: dict[float, float] = {}  # every screened point's TCO, by write rate
+    # whether each screened point's model wrote within 5% of its target (else the policy
+    # may not write that much: a trial above it may end as that one's copy)
+    screen_reached: dict[float, bool] = {}
+
+    def loops_side_by_side(promoted: list[float]) -> None:
+        """The loops of a round's promoted points, two at a time in this process (their
+        trials then take them, as loops run ahead of time), each from its own copy of the
+        search points measured so far and building and training one at a time (a build's
+        memory is not held twice); only the lowest points up to the first whose screen fell
+        short of its target (a point above it may end as its copy, `saturated_below`,
+        without a loop), and only when two or more qualify."""
+        assert warm is not None
+        chosen: list[float] = []
+        for wr in sorted(promoted):
+            chosen.append(wr)
+            if not screen_reached.get(wr, False):
+                break
+        if len(chosen) < 2 or machine_cores() < 2:
+            return
+        known = list(warm.points)
+        lock = threading.Lock()
+
+        def loop(wr: float) -> tuple[Any, list[tuple[float, float]]]:
+            own = replace(warm, points=list(known))
+            return loop_at(setup, wr, warm.eviction_age_s, workdir / f"ahead-{wr:.6g}",
+                           warm=own, build_lock=lock), own.points
+
+        log.info("sweep: the loops at %s MB/s run side by side",
+                 ", ".join(f"{wr:.4g}" for wr in chosen))
+        for wr, (res, found) in zip(chosen, parallel_map(loop, chosen), strict=True):
+            mine[wr] = res
+            warm.points.extend(p for p in found if p not in warm.points)
 
     def screen_round(points: list[float]) -> list[dict[str, float]]:
         """Screen `points` (this process, one per core at a time: a few simulations each);
@@ -694,6 +731,7 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
         for wr, (res, found) in zip(order, parallel_map(screen, order), strict=True):
             results[wr] = res
             screened[wr] = loop_tco(setup, res)
+            screen_reached[wr] = abs(res.iterations[0].write_rate_mbps - wr) <= 0.05 * wr
             # the trials' searches start from every screen's points (in the order screened)
             warm.points.extend(p for p in found if p not in warm.points)
         results = {wr: results[wr] for wr in points}
