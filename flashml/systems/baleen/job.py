@@ -47,6 +47,7 @@ from flashml.files import atomic_dir, write_json
 from flashml.jobs import report
 from flashml.jobs.run import RunDir, Stage, Timer, finite_numbers
 from flashml.settings import BaleenSettings
+from flashml.systems.baleen.baselines_ahead import baselines_ahead
 from flashml.systems.baleen.compile_ahead import compile_ahead
 from flashml.systems.baleen.report import describe, headline_metrics, headlines_of, summary
 from flashml.systems.baleen.run_folder import (
@@ -443,12 +444,22 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
         return tune_opt(df, run.table, base, target, ea, run.work / "opt",
                         built=Path(rec_eps["dir"]) if "dir" in rec_eps else None)
 
+    ahead = run.cache.pop("baselines_ahead", None)
+
+    def simple(name: str, tune: Callable[..., Tuned]) -> Callable[[], Tuned]:
+        def searched() -> Tuned:  # tuned ahead (baselines_ahead.py), else here
+            got = ahead.take(name) if ahead is not None else None
+            if got is not None:
+                log.info("%s was tuned ahead, in %.1f s", name, got[1])
+                return got[0]
+            return tune(df, base, target)
+        return searched
+
     # Four independent searches on the machine's cores (the simulator releases the GIL),
     # the longest first: RejectX's simulations are the slowest (a history lookup per
     # missing segment), and the others fill the other core meanwhile
-    side_by_side = {"rejectx": lambda: tune_rejectx(df, base, target),
-                    "cachelib_ml": cachelib_ml,
-                    "coinflip": lambda: tune_coinflip(df, base, target), "opt": opt}
+    side_by_side = {"rejectx": simple("rejectx", tune_rejectx), "cachelib_ml": cachelib_ml,
+                    "coinflip": simple("coinflip", tune_coinflip), "opt": opt}
     with timer.stage(BASELINES_STAGE):
         for name, (t, secs) in zip(side_by_side, parallel_map(_timed, list(side_by_side.values())),
                                    strict=True):
@@ -684,7 +695,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("ingest", ingest),
     Stage("train", train),
     Stage("episodes", episodes),
-    Stage("policies", policies),
+    Stage("policies", policies, prepare=baselines_ahead, prepare_after="ingest"),
     Stage("sweep", sweep, prepare=start_sweep_workers, prepare_after="train"),
     Stage("plots", plots),
     Stage("compile", compile_candidate, prepare=compile_ahead, prepare_after="train"),
