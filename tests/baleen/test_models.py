@@ -18,7 +18,7 @@ from flashml.models.gbm import split_by_key
 from flashml.policies.tco import tco
 from flashml.settings import GbmParams, LoopSettings
 from flashml.systems.baleen.converge import run_loop, should_stop
-from flashml.systems.baleen.dataset import training_data
+from flashml.systems.baleen.dataset import training_data, training_tables
 from flashml.systems.baleen.tuning import tune_to_write_rate
 
 
@@ -559,6 +559,32 @@ def test_a_warm_loops_final_search_runs_ahead_with_the_same_figures(
             return {k: v for k, v in t.result.metrics.items() if k != "wall_s"}
 
         assert figures(res.tuned) == figures(again)
+
+
+def test_size_features_held_at_0_train_the_model_without_them(small_trace,
+                                                             tmp_path: Path) -> None:
+    """CacheLib-ML's admission model trained with the size features held at 0 (the shipped
+    variant's, `zeroed`) is the one trained without them (the cachelib_ml row's): LightGBM
+    drops a constant feature, so the trees and every score are the same, and the row starts
+    from the shipped variant's scores (job.py `policies`)."""
+    from flashml.features.contract import contract
+    from flashml.features.online import feature_matrix
+    from flashml.systems.baleen.episodes.core import EpisodeParams, build
+    from flashml.systems.baleen.model import score_all, train_policy
+    from flashml.systems.baleen.validation import zeroed_features
+
+    df, table = small_trace
+    feats = feature_matrix(df)
+    built = build(table, tmp_path / "eps", EpisodeParams(eviction_age_s=3600.0), plot=False)
+    labels, eps = training_tables(built.out)
+    data = training_data(feats, df["time"].to_numpy(), labels, eps, 86400.0, max_position=6)
+    gbm = GbmParams(learning_rate=0.1, num_boost_round=60)
+    held = train_policy(data, gbm, with_prefetch=False, zeroed=zeroed_features("cachelib_like"))
+    without = train_policy(data, gbm, with_prefetch=False,
+                           features=list(contract().models["cachelib_like"]))
+    assert zeroed_features("cachelib_like")
+    assert held.admission.num_trees() == without.admission.num_trees() > 1
+    assert np.array_equal(score_all(held, feats)["score"], score_all(without, feats)["score"])
 
 
 def test_accesses_per_episode_chosen_on_the_training_day(small_trace, tmp_path: Path) -> None:

@@ -383,10 +383,11 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     from flashml.compiler.bundle import read_policy_json
     from flashml.features.contract import contract
     from flashml.systems.baleen.baselines import tune_coinflip, tune_rejectx, tune_threshold
-    from flashml.systems.baleen.converge import run_loop
+    from flashml.systems.baleen.converge import WarmStart, run_loop
     from flashml.systems.baleen.model import score_all
     from flashml.systems.baleen.opt import tune_opt
     from flashml.systems.baleen.tuning import parallel_map
+    from flashml.systems.baleen.validation import zeroed_features
 
     df, _ = run.frame()
     feats = features(run)
@@ -431,13 +432,24 @@ def policies(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
                           accesses_per_episode_tried=(int(k),))
     rec_eps = run.done("episodes") or {}
 
+    # When the shipped variant has CacheLib-ML's features, its admission model is the one
+    # this row trains: the loop's final labels at its K and eviction age, the size features
+    # held at 0 there (LightGBM drops a constant feature: the same trees as without it,
+    # tests/baleen/test_models.py), so the row starts from its scores instead of training
+    # and scoring the same model again
+    cl_warm = None
+    if loop is not None and k and tuple(loop.extra.get("zeroed", ())) == \
+            zeroed_features("cachelib_like"):
+        cl_warm = WarmStart(ea, int(k), loop.policy, {"score": loop.arrays["score"]},
+                            base.when_threshold)
+
     def cachelib_ml() -> Tuned:
         return run_loop(df, run.table, feats, base, target, run.work / "cachelib", s.gbm,
                         cl_loop, features=list(contract().models["cachelib_like"]),
                         with_prefetch=False, final_base=learned_base,
                         prebuilt=loop.episodes_dir if loop is not None else None,
                         # Baleen's admission-only search: the same config, a similar model
-                        hint=loop.points if loop is not None else None).tuned
+                        hint=loop.points if loop is not None else None, warm=cl_warm).tuned
 
     def opt() -> Tuned:
         # the ranking of the recorded episodes (same eviction age) when the stage built them
