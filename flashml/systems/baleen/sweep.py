@@ -70,6 +70,9 @@ STATE_TAG = "optuna.trial_state"
 EDGE = 0.15
 #: Each widening multiplies the top of the range by this.
 WIDEN = 4.0
+#: A trial or screen whose write rate is further than this (relative) from its target fell
+#: short of it: the policy may not write that much.
+SHORT_OF_TARGET = 0.05
 #: Fewer trials than this are not a curve: the range is not widened.
 MIN_TRIALS_TO_WIDEN = 4
 #: Study user attribute: every screened point's (write rate, TCO), ascending.
@@ -101,7 +104,7 @@ class SweepResult:
 
 
 def widened_range(trials: list[dict[str, Any]], lo: float, hi: float,
-                  tolerance: float = 0.05) -> tuple[float, float] | None:
+                  tolerance: float = SHORT_OF_TARGET) -> tuple[float, float] | None:
     """The next write-rate range (MB/s) when the best complete trial's target lies in the
     top `EDGE` of [lo, hi] on a log scale and the policy reached that target (it could write
     more); None when the range already brackets the optimum or the policy is saturated."""
@@ -183,8 +186,7 @@ def loop_at(setup: TrialSetup, wr: float, ea0: float, workdir: Path,
         return run_loop(setup.df, setup.table, setup.feats, setup.base, wr, workdir,
                         replace(setup.gbm, num_threads=min(setup.gbm.num_threads, cores)),
                         settings, final_base=setup.final_base, warm=warm or setup.warm,
-                        cancel=cancel, warn=not screen,
-                        **({"build_lock": build_lock} if build_lock is not None else {}))
+                        cancel=cancel, warn=not screen, build_lock=build_lock)
 
 
 def loop_tco(setup: TrialSetup, res: Any) -> float:
@@ -323,7 +325,7 @@ def objective_for(setup: TrialSetup, bounds: list[float],
     return objective
 
 
-def saturated_below(study: Any, target: float, tolerance: float = 0.05) -> Any:
+def saturated_below(study: Any, target: float, tolerance: float = SHORT_OF_TARGET) -> Any:
     """A complete trial at a target at most `target` that fell short of its own target by
     more than `tolerance` (the policy admits all it can there), or None."""
     import optuna
@@ -676,18 +678,35 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
             raise RuntimeError("sweep workers failed: " + "; ".join(failed))
 
     screened: dict[float, float] = {}  # every screened point's TCO, by write rate
-    # whether each screened point's model wrote within 5% of its target (else the policy
-    # may not write that much: a trial above it may end as that one's copy)
+    # whether each screened point's model wrote within SHORT_OF_TARGET of its target (else
+    # the policy may not write that much: a trial above it may end as that one's copy)
     screen_reached: dict[float, bool] = {}
+
+    def loops_from_known(points: list[float], folder: str, **kw: Any) -> list[Any]:
+        """`loop_at` at each of `points` (in that order), side by side on this process's
+        cores, each from its own copy of the search points measured before them, so what
+        one finds does not depend on which ran first; then every loop's points join the
+        warm start's, in that order (later loops start from them)."""
+        assert warm is not None
+        known = list(warm.points)
+
+        def loop(wr: float) -> tuple[Any, list[tuple[float, float]]]:
+            own = replace(warm, points=list(known))
+            return loop_at(setup, wr, warm.eviction_age_s, workdir / f"{folder}-{wr:.6g}",
+                           warm=own, **kw), own.points
+
+        out = []
+        for res, found in parallel_map(loop, points):
+            out.append(res)
+            warm.points.extend(p for p in found if p not in warm.points)
+        return out
 
     def loops_side_by_side(promoted: list[float]) -> None:
         """The loops of a round's promoted points, two at a time in this process (their
-        trials then take them, as loops run ahead of time), each from its own copy of the
-        search points measured so far and building and training one at a time (a build's
-        memory is not held twice); only the lowest points up to the first whose screen fell
-        short of its target (a point above it may end as its copy, `saturated_below`,
-        without a loop), and only when two or more qualify."""
-        assert warm is not None
+        trials then take them, as loops run ahead of time: `loops_from_known`), building and
+        training one at a time (a build's memory is not held twice); only the lowest points
+        up to the first whose screen fell short of its target (a point above it may end as
+        its copy, `saturated_below`, without a loop), and only when two or more qualify."""
         chosen: list[float] = []
         for wr in sorted(promoted):
             chosen.append(wr)
@@ -695,46 +714,26 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
                 break
         if len(chosen) < 2 or machine_cores() < 2:
             return
-        known = list(warm.points)
-        lock = threading.Lock()
-
-        def loop(wr: float) -> tuple[Any, list[tuple[float, float]]]:
-            own = replace(warm, points=list(known))
-            return loop_at(setup, wr, warm.eviction_age_s, workdir / f"ahead-{wr:.6g}",
-                           warm=own, build_lock=lock), own.points
-
         log.info("sweep: the loops at %s MB/s run side by side",
                  ", ".join(f"{wr:.4g}" for wr in chosen))
-        for wr, (res, found) in zip(chosen, parallel_map(loop, chosen), strict=True):
-            mine[wr] = res
-            warm.points.extend(p for p in found if p not in warm.points)
+        loops = loops_from_known(chosen, "ahead", build_lock=threading.Lock())
+        mine.update(zip(chosen, loops, strict=True))
 
     def screen_round(points: list[float]) -> list[dict[str, float]]:
         """Screen `points` (this process, one per core at a time: a few simulations each);
         the params of those whose trials take their screen (pruned or converged), kept in
         `mine` for them."""
-        assert warm is not None and promote_within is not None
-        warm_points = list(warm.points)
-
-        def screen(wr: float) -> tuple[Any, list[tuple[float, float]]]:
-            # each screen starts from the search points measured before the round, on its
-            # own copy: what it finds does not depend on which screens ran before it
-            own = replace(warm, points=list(warm_points))
-            res = loop_at(setup, wr, warm.eviction_age_s, workdir / f"screen-{wr:.6g}",
-                          screen=True, warm=own, cores=1)
-            return res, own.points
-
+        assert promote_within is not None
         # the highest rates first: their searches are the longest (a target in the steep
         # top of the curve, or beyond what the policy writes)
         order = sorted(points, reverse=True)
-        results = {}
-        for wr, (res, found) in zip(order, parallel_map(screen, order), strict=True):
-            results[wr] = res
-            screened[wr] = loop_tco(setup, res)
-            screen_reached[wr] = abs(res.iterations[0].write_rate_mbps - wr) <= 0.05 * wr
-            # the trials' searches start from every screen's points (in the order screened)
-            warm.points.extend(p for p in found if p not in warm.points)
-        results = {wr: results[wr] for wr in points}
+        done = dict(zip(order, loops_from_known(order, "screen", screen=True, cores=1),
+                        strict=True))
+        results = {wr: done[wr] for wr in points}
+        for wr in order:
+            screened[wr] = loop_tco(setup, done[wr])
+            screen_reached[wr] = abs(done[wr].iterations[0].write_rate_mbps - wr) <= \
+                SHORT_OF_TARGET * wr
         study.set_user_attr(SCREENED_ATTR, sorted(screened.items()))
         best = min(screened.values(), default=math.inf)
         taken, pruned = [], 0
