@@ -13,7 +13,7 @@ from flashml.config import UNITS
 from flashml.features.contract import contract
 from flashml.features.matrix import count_columns, counts_of
 from flashml.models.forest import predict
-from flashml.simulation import compact_features, online_features
+from flashml.simulation import compact_features, online_counts, online_features
 
 from demo_policy import demo_trace
 
@@ -22,7 +22,11 @@ from demo_policy import demo_trace
 def both(tmp_path_factory):  # type: ignore[no-untyped-def]
     df = demo_trace(tmp_path_factory.mktemp("matrix"), accesses=30_000, seed=5)
     full = online_features(df, segment_bytes=UNITS.segment_bytes)
-    return full, compact_features(df, counts_of(full), UNITS.segment_bytes)
+    counts = online_counts(df, segment_bytes=UNITS.segment_bytes)
+    # the Rust counts, straight into uint32, are the float64 matrix's count columns
+    assert counts.dtype == np.uint32
+    np.testing.assert_array_equal(counts, counts_of(full))
+    return full, compact_features(df, counts, UNITS.segment_bytes)
 
 
 def same(a: np.ndarray, b: np.ndarray) -> None:
@@ -91,3 +95,23 @@ def test_counts_a_uint32_cannot_hold_are_refused(both) -> None:
         x[3, j] = bad
         with pytest.raises(ValueError):
             counts_of(x)
+
+
+def test_online_counts_refuse_what_is_no_count(tmp_path) -> None:
+    """The Rust counts take contract indices and give exact uint32s, else a ValueError that
+    names the access and the feature (the size, a row source, past 4 GiB is no count)."""
+    from flashml.simulation import _core, _feature_arrays
+
+    df = demo_trace(tmp_path, accesses=200, seed=2)
+    cols = _feature_arrays(df)
+    args = [cols[k] for k in ("time", "key", "offset", "size", "op", "namespace", "user")]
+    c = contract()
+    with pytest.raises(ValueError, match="not a contract index"):
+        _core().online_counts(*args, segment_bytes=UNITS.segment_bytes,
+                              features=[c.num_features])
+    size = next(f.index for f in c.admission if f.source == "size")
+    big = args[3].copy()
+    big[7] = 2**32 + 5
+    args[3] = big
+    with pytest.raises(ValueError, match=r"access 7: feature .* not an integer in u32"):
+        _core().online_counts(*args, segment_bytes=UNITS.segment_bytes, features=[size])

@@ -311,8 +311,25 @@ def episodes(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     rec = run.done("episodes")
     if rec is not None and rec.get("eviction_age_s") == eviction_age_s:
         return rec
-    from flashml.systems.baleen.episodes.core import EpisodeParams, build, choose_engine
+    from flashml.systems.baleen.episodes.core import (
+        EpisodeParams,
+        build,
+        choose_engine,
+        derive,
+        reusable,
+    )
 
+    params = EpisodeParams(eviction_age_s=eviction_age_s,
+                           target_write_rate_mbps=s.target_write_rate_mbps,
+                           accesses_per_episode=s.loop.accesses_per_episode)
+    # the loop's last build, at this eviction age, serves these parameters (a larger K's
+    # labels hold this K's): its tables with this K's labels, instead of building again
+    loop_build = getattr(run.cache.get("loop"), "episodes_dir", None)
+    if reusable(loop_build, params) is not None:
+        with timer.stage(f"episodes at eviction age {eviction_age_s:.0f} s (the loop's)"):
+            built = derive(loop_build, run.path / "episodes", params, source=run.table)
+        assert built is not None
+        return _record_episodes(run, eviction_age_s, built.summary)
     spark = None
     master = s.resolved_master()
     engine, why = choose_engine(run.table, s.engine, master)
@@ -324,18 +341,21 @@ def episodes(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
             spark = spark_session(master)
     try:
         with timer.stage(f"episodes at eviction age {eviction_age_s:.0f} s ({engine})"):
-            built = build(run.table, run.path / "episodes", EpisodeParams(
-                eviction_age_s=eviction_age_s, target_write_rate_mbps=s.target_write_rate_mbps,
-                accesses_per_episode=s.loop.accesses_per_episode),
-                engine=engine, spark=spark, master=master)
+            built = build(run.table, run.path / "episodes", params, engine=engine,
+                          spark=spark, master=master)
     finally:
         if spark is not None:
             spark.stop()
-    summary = {k: built.summary.get(k) for k in
-               ("episodes", "admitted_episodes", "cutoff_score", "dt_saved_ratio",
-                "littles_law_cache_gb", "engine", "engine_choice")}
+    return _record_episodes(run, eviction_age_s, built.summary)
+
+
+def _record_episodes(run: RunDir, eviction_age_s: float, summary: dict[str, Any]
+                     ) -> dict[str, Any]:
+    keep = {k: summary.get(k) for k in ("episodes", "admitted_episodes", "cutoff_score",
+                                        "dt_saved_ratio", "littles_law_cache_gb", "engine",
+                                        "engine_choice")}
     return run.record("episodes", {"eviction_age_s": eviction_age_s,
-                                   "dir": str(run.path / "episodes"), "summary": summary})
+                                   "dir": str(run.path / "episodes"), "summary": keep})
 
 
 def rejectx_peak0(run: RunDir, s: BaleenSettings) -> float:

@@ -35,24 +35,24 @@ def features(run: RunDir) -> FeatureMatrix:
     the float64 matrix was 1.44 GB): the counts computed once per run folder and kept in
     `work/feature-counts-<key>.npy`, the key a hash of the accesses table's bytes and the
     feature contract, so a resumed job or a sweep worker process maps the file instead of
-    computing them again; once per process after that. Computed online in one pass (the
-    simulator's Rust code, flashml.simulation.online_features: at 10 M accesses 5 s, where
-    the vectorised Polars reference, features/online.py, took 23-27 s and about 2 GB more at
-    its peak, in its joins; tests hold the two equal)."""
+    computing them again; once per process after that. Computed online in one pass, straight
+    into uint32 (the simulator's Rust code, flashml.simulation.online_counts: no float64
+    matrix of every feature; the vectorised Polars reference, features/online.py, took
+    23-27 s at 10 M accesses and about 2 GB more at its peak, in its joins; tests hold the
+    two equal)."""
     if "feats" not in run.cache:
         import numpy as np
 
         from flashml.config import UNITS
-        from flashml.features.matrix import counts_of
         from flashml.files import atomic_path
-        from flashml.simulation import compact_features, online_features
+        from flashml.simulation import compact_features, online_counts
 
         path = features_file(run)
         df = run.frame()[0]
         if path.is_file():
             counts = np.load(path, mmap_mode="r")
         else:
-            counts = counts_of(online_features(df, segment_bytes=UNITS.segment_bytes))
+            counts = online_counts(df, segment_bytes=UNITS.segment_bytes)
             with atomic_path(path) as tmp, open(tmp, "wb") as f:
                 np.save(f, counts)
         run.cache["feats"] = compact_features(df, counts, UNITS.segment_bytes)

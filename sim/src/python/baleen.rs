@@ -248,6 +248,33 @@ pub(super) fn policy_info(
     )
 }
 
+/// The feature functions' inputs: every column as long as `time`, a segment size, no empty
+/// access.
+fn check_feature_inputs(trace: &Trace, cols: &FeatureColumns, segment_bytes: u64) -> PyResult<()> {
+    let n = trace.time.len();
+    for (name, len) in [
+        ("key", trace.key.len()),
+        ("offset", trace.offset.len()),
+        ("size", trace.size.len()),
+        ("op", trace.op.len()),
+        ("namespace", cols.namespace.len()),
+        ("user", cols.user.len()),
+    ] {
+        if len != n {
+            return Err(PyValueError::new_err(format!(
+                "column '{name}' has {len} rows but 'time' has {n}"
+            )));
+        }
+    }
+    if segment_bytes == 0 {
+        return Err(PyValueError::new_err("segment_bytes must be > 0"));
+    }
+    if let Some(i) = (0..n).find(|&i| trace.size[i] == 0) {
+        return Err(PyValueError::new_err(format!("access {i}: size is 0")));
+    }
+    Ok(())
+}
+
 /// The admission features of every access computed online in Rust (the simulator's .so
 /// path), as a (rows, NUM_FEATURES) float64 array; equal to features/online.py's matrix.
 /// `segment_bytes` is required (flashml.config is the one place that knows it).
@@ -273,29 +300,58 @@ pub(super) fn online_features<'py>(
         user: slice("user", &user)?,
     };
     let n = trace.time.len();
-    for (name, len) in [
-        ("key", trace.key.len()),
-        ("offset", trace.offset.len()),
-        ("size", trace.size.len()),
-        ("op", trace.op.len()),
-        ("namespace", cols.namespace.len()),
-        ("user", cols.user.len()),
-    ] {
-        if len != n {
-            return Err(PyValueError::new_err(format!(
-                "column '{name}' has {len} rows but 'time' has {n}"
-            )));
-        }
-    }
-    if segment_bytes == 0 {
-        return Err(PyValueError::new_err("segment_bytes must be > 0"));
-    }
-    if let Some(i) = (0..n).find(|&i| trace.size[i] == 0) {
-        return Err(PyValueError::new_err(format!("access {i}: size is 0")));
-    }
+    check_feature_inputs(&trace, &cols, segment_bytes)?;
     let get_ops = get_ops.unwrap_or_else(|| GET_OPS.to_vec());
     let flat = py.allow_threads(|| online::feature_matrix(trace, cols, segment_bytes, &get_ops));
     PyArray1::from_vec(py, flat).reshape([n, NUM_FEATURES])
+}
+
+/// The features `features` (contract indices: the count features) of every access computed
+/// online as `online_features` does, as a (len(features), rows) uint32 array: its columns
+/// without its float64 matrix. ValueError on a value that is no integer in u32's range.
+#[pyfunction]
+#[pyo3(signature = (time, key, offset, size, op, namespace, user, *,
+                    segment_bytes, features, get_ops=None))]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn online_counts<'py>(
+    py: Python<'py>,
+    time: PyReadonlyArray1<'py, f64>,
+    key: PyReadonlyArray1<'py, u64>,
+    offset: PyReadonlyArray1<'py, u64>,
+    size: PyReadonlyArray1<'py, u64>,
+    op: PyReadonlyArray1<'py, u8>,
+    namespace: PyReadonlyArray1<'py, u32>,
+    user: PyReadonlyArray1<'py, u32>,
+    segment_bytes: u64,
+    features: Vec<usize>,
+    get_ops: Option<Vec<u8>>,
+) -> PyResult<Bound<'py, PyArray2<u32>>> {
+    let trace = trace_of(&time, &key, &offset, &size, &op)?;
+    let cols = FeatureColumns {
+        namespace: slice("namespace", &namespace)?,
+        user: slice("user", &user)?,
+    };
+    let n = trace.time.len();
+    check_feature_inputs(&trace, &cols, segment_bytes)?;
+    let get_ops = get_ops.unwrap_or_else(|| GET_OPS.to_vec());
+    let k = features.len();
+    let flat = py
+        .allow_threads(|| online::count_columns(trace, cols, segment_bytes, &get_ops, &features))
+        .map_err(|e| {
+            PyValueError::new_err(match e {
+                online::CountsError::Column(j) => {
+                    format!("feature {j} is not a contract index (< {NUM_FEATURES})")
+                }
+                online::CountsError::Overflow {
+                    access,
+                    feature,
+                    value,
+                } => format!(
+                    "access {access}: feature {feature} is {value}, not an integer in u32's range"
+                ),
+            })
+        })?;
+    PyArray1::from_vec(py, flat).reshape([k, n])
 }
 
 /// `episode_split(row, key, time, gap, s0, s1, threshold)`: a trace's GETs (row order) split

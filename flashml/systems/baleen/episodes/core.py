@@ -600,6 +600,44 @@ def reusable(folder: Path | None, params: EpisodeParams) -> BuildResult | None:
     return BuildResult(out=Path(folder), summary=summary, seconds=0.0)
 
 
+def derive(folder: Path | None, out: Path, params: EpisodeParams, *, plot: bool = True,
+           source: str | os.PathLike[str] | None = None) -> BuildResult | None:
+    """The build `build(table, out, params)` would write, from a finished build in `folder`
+    of the same table that serves `params` (`reusable`: the same parameters but a K at least
+    `params`'), or None when there is none. Only the labels depend on K (`opt_label` is the
+    episode's `admitted` for `position < K`, else -1) and the summary names it: the episodes
+    and arrays are copied, the labels rewritten with this K (streamed: at 10 M accesses the
+    0.5 GB table is never held), the summary is `folder`'s with these parameters. The same
+    tables as a build (tests/baleen/test_episodes.py); `seconds` is this copy's."""
+    found = reusable(folder, params)
+    if found is None or folder is None:
+        return None
+    from flashml.systems.baleen.episodes.polars_engine import COMPRESSION
+
+    started = _time.perf_counter()
+    folder = Path(folder)
+    with OutputDir(out) as od:
+        for name in ("episodes.parquet", "arrays.parquet"):
+            shutil.copyfile(folder / name, od.path(name))
+        k = params.accesses_per_episode
+        (pl.scan_parquet(folder / "labels.parquet")
+         .with_columns(opt_label=pl.when(pl.col("position") < k)
+                       .then(pl.col("admitted").cast(pl.Int8)).otherwise(pl.lit(-1, pl.Int8)))
+         .sink_parquet(od.path("labels.parquet"), compression=COMPRESSION))
+        summary = dict(found.summary)
+        summary["accesses_per_episode"] = k
+        if plot:
+            plot_curve(summary, od.path("curve.png"))
+        summary["params"] = asdict(params)
+        if source is not None:
+            summary["trace"] = str(source)
+        summary["seconds"] = _time.perf_counter() - started
+        summary["timings"] = {"derived_from": str(folder)}
+        write_json(od.path("summary.json"), summary)
+        od.commit()
+    return BuildResult(out=Path(out), summary=summary, seconds=summary["seconds"])
+
+
 def build(table: Path, out: Path, params: EpisodeParams, *, engine: str = "auto",
           master: str | None = None, spark: Any = None, chunks: int | None = None,
           simulate: bool = False, cache_gb: float | None = None, warmup_s: float = 0.0,
