@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,9 +125,6 @@ class WarmStart:
     #: (`Tuned.points`): each trial's first threshold search starts from them and adds its
     #: own, so later trials in the same process bracket their target at once.
     points: list[tuple[float, float]] = field(default_factory=list)
-    #: The loop's last ML-When choice's search points by candidate (a trial's own choice,
-    #: with its retrained model, aims with them).
-    when_points: dict[float, list[tuple[float, float]]] = field(default_factory=dict)
     #: The loop's final search's points (under `final_base`): a trial's final search aims
     #: with them (the peak schedule shapes the rate more than the model does).
     final_points: list[tuple[float, float]] = field(default_factory=list)
@@ -139,7 +136,7 @@ class WarmStart:
     def from_loop(cls, loop: LoopResult, default_k: int) -> WarmStart:
         return cls(loop.eviction_age_s, int(loop.extra.get("accesses_per_episode", default_k)),
                    loop.policy, loop.arrays, loop.when_threshold, list(loop.points),
-                   dict(loop.when_points), list(loop.final_points),
+                   list(loop.final_points),
                    tuple(loop.extra.get("zeroed", ())))
 
 
@@ -157,8 +154,6 @@ class LoopResult:
     extra: dict[str, Any] = field(default_factory=dict)
     #: The last iteration's threshold-search points (`Tuned.points`, before `final_base`).
     points: list[tuple[float, float]] = field(default_factory=list)
-    #: The last ML-When choice's threshold-search points by candidate.
-    when_points: dict[float, list[tuple[float, float]]] = field(default_factory=dict)
     #: The final search's points (under `final_base`; empty without one).
     final_points: list[tuple[float, float]] = field(default_factory=list)
 
@@ -375,8 +370,9 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
     admission threshold is tuned to the target once more under it: the loop's own choices
     (eviction age, K, the ML-When threshold) stay those of `base`. With `warm` (a converged
     loop at another target) the loop starts at its eviction age with its model as the first
-    iteration and keeps its K: when that model meets this target at about the same eviction
-    age the loop stops there, with no episodes built and nothing trained. `prebuilt`: a
+    iteration and keeps its K and ML-When threshold: when that model meets this target at
+    about the same eviction age the loop stops there, with no episodes built and nothing
+    trained. `prebuilt`: a
     folder of episodes of this table (another loop's, `LoopResult.episodes_dir`) that the
     first iteration uses instead of building when its parameters serve it
     (`episodes.core.reusable`). `zeroed`: admission features held at 0 in every model the
@@ -386,8 +382,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
     warning (False: in the log's info, for a loop cut short on purpose: a sweep's screen).
     `hint`: threshold-search points of a similar policy on this table and config (another
     feature set's loop at this target) that the first iteration's search aims with.
-    `build_lock`: held while an iteration builds its episodes and trains (loops run side by
-    side share one: a sweep's trials)."""
+    `build_lock`: held while an iteration builds its episodes and reads them into training
+    rows (loops run side by side share one: a sweep's trials)."""
     from flashml.systems.baleen.episodes.core import EpisodeParams, build, reusable
 
     times = df["time"].to_numpy()
@@ -402,7 +398,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
     chosen_accesses: int | None = None
     # Each threshold search aims with the one before it at this target (a model trained at
     # a nearby eviction age admits a similar share): `tune_to_write_rate`'s hint
-    when_points = dict(warm.when_points) if warm is not None else {}
+    when_points: dict[float, list[tuple[float, float]]] = {}
     last_points: list[tuple[float, float]] | None = hint
     # the last training's rows' digest (`training_key`), models, scores and iteration
     last_trained: tuple[bytes, LearnedPolicy, dict[str, np.ndarray], int] | None = None
@@ -445,9 +441,12 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
             log.info("convergence iteration 0: warm start at EA %.0f s (K=%d, ML-When %.2f)",
                      ea, chosen_accesses, when_threshold)
         else:
-            # (one loop at a time builds and trains with `build_lock`: the memory of a build,
-            # 1.5 GB at 10 M accesses, is not held twice by loops run side by side)
-            with build_lock or nullcontext():
+            # (one loop at a time builds with `build_lock`, released once its tables are
+            # read into training rows: the memory of a build, 1.5 GB at 10 M accesses, is not
+            # held twice by loops run side by side, and one loop builds while another trains)
+            building = ExitStack()
+            building.enter_context(build_lock or nullcontext())
+            with building:
                 params = EpisodeParams(eviction_age_s=ea, target_write_rate_mbps=target_mbps,
                                        accesses_per_episode=build_accesses)
                 built = (reusable(prebuilt, params) if it == 0 else None) or build(
@@ -474,6 +473,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
                                      max_position=chosen_accesses,
                                      max_rows=settings.max_training_rows)
                 del labels, episodes  # (not held while it trains and builds the next episodes)
+                building.close()
                 # (a given admission model is the one these rows and parameters train)
                 given = getattr(chosen.get(chosen_accesses), "admission", None)
                 key = training_key(data, gbm, features, with_prefetch, zeroed)
@@ -520,7 +520,13 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
                             f"score every access as iteration {it - 1}'s did"):
                     break
             when_threshold = base.when_threshold
-            if with_prefetch:
+            if with_prefetch and warm is not None:
+                # a warm start keeps its ML-When threshold, as it keeps its K and feature set:
+                # the shipped variant's, chosen on held-out data (validation.py), not again
+                # on this model's in-sample scores (4 threshold searches an iteration, each
+                # sweep loop's largest cost after its build and training)
+                when_threshold = warm.when_threshold
+            elif with_prefetch:
                 when_threshold, peaks = select_when_threshold(
                     df, arrays, base, target_mbps, settings.train_seconds,
                     settings.when_candidates, points=when_points)
@@ -566,8 +572,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
         result = LoopResult(False, history, policy, arrays, tuned, ea, out, "",
                             when_threshold=when_threshold,
                             extra={"accesses_per_episode": chosen_accesses, "zeroed": zeroed},
-                            points=tuned.points,
-                            when_points=dict(when_points))
+                            points=tuned.points)
         if saturated and len(history) > 1 and history[-2].threshold == 0.0 and \
                 settled(measured, history[-2].measured_eviction_age_s, settings) and \
                 settled(measured, ea, settings):

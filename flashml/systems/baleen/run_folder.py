@@ -178,7 +178,6 @@ def warm_start(run: RunDir, s: BaleenSettings) -> Any:
                      score_all(policy, features(run)),
                      float(read_policy_json(policy_dir(run))["when_threshold"]),
                      points=pairs(pts.get("points")),
-                     when_points={float(c): pairs(v) for c, v in pts.get("when_points", [])},
                      final_points=pairs(pts.get("final_points")),
                      zeroed=zeroed_features(fs) if fs in FEATURE_SETS else ())
 

@@ -703,8 +703,8 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
 
     def loops_side_by_side(promoted: list[float]) -> None:
         """The loops of a round's promoted points, two at a time in this process (their
-        trials then take them, as loops run ahead of time: `loops_from_known`), building and
-        training one at a time (a build's memory is not held twice); only the lowest points
+        trials then take them, as loops run ahead of time: `loops_from_known`), building
+        one at a time (a build's memory is not held twice); only the lowest points
         up to the first whose screen fell short of its target (a point above it may end as
         its copy, `saturated_below`, without a loop), and only when two or more qualify."""
         chosen: list[float] = []
