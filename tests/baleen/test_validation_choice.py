@@ -128,52 +128,5 @@ def test_a_warm_started_loop_retrains_with_the_shipped_feature_set(
     loop = SimpleNamespace(eviction_age_s=1.0, extra={"accesses_per_episode": 6,
                                                       "zeroed": zeroed},
                            policy=None, arrays={}, when_threshold=1.0, points=[],
-                           final_points=[])
+                           when_points={}, final_points=[])
     assert converge.WarmStart.from_loop(loop, 6).zeroed == zeroed  # type: ignore[arg-type]
-
-
-def test_a_warm_loop_keeps_the_shipped_ml_when_threshold(monkeypatch, tmp_path) -> None:
-    """A sweep trial's loop (warm-started from the shipped variant) that retrains keeps the
-    warm start's ML-When threshold (chosen on held-out data) instead of choosing it again on
-    its own model's in-sample scores; a cold loop chooses it. The loop's stages are stubbed."""
-    from flashml.systems.baleen import converge
-    from flashml.systems.baleen.episodes import core
-    from flashml.systems.baleen.tuning import Tuned
-
-    chose: list[float] = []
-
-    def tuned(*_: Any, **__: Any) -> Tuned:  # measured EA far from the assumed: retrain
-        m = {"avg_eviction_age_s": 50_000.0, "flash_write_rate_mbps": 10.0,
-             "peak_dt_util": 0.1}
-        return Tuned(0.5, SimResult(m, {}), 1, True, [(0.5, 10.0)])
-
-    def build(_table: Path, out: Path, *_: Any, **__: Any) -> Any:
-        out.mkdir(parents=True, exist_ok=True)
-        pl.DataFrame({"row": [0], "key": [0], "opt_label": [1], "position": [0]}) \
-            .write_parquet(out / "labels.parquet")
-        pl.DataFrame({"first_row": [0], "key": [0], "range_start": [0], "range_end": [0],
-                      "when_label": [0], "admitted": [True]}).write_parquet(
-            out / "episodes.parquet")
-        return SimpleNamespace(out=out, summary={"episodes": 1, "admitted_episodes": 1})
-
-    def select(*_: Any, **__: Any) -> tuple[float, dict[float, float]]:
-        chose.append(0.9)
-        return 0.9, {0.9: 0.1}
-
-    monkeypatch.setattr(converge, "tune_threshold", tuned)
-    monkeypatch.setattr(core, "build", build)
-    monkeypatch.setattr(converge, "training_data", lambda *a, **k: None)
-    monkeypatch.setattr(converge, "training_key", lambda *a, **k: object())  # never equal
-    monkeypatch.setattr(converge, "train_and_score", lambda *a, **k: (
-        SimpleNamespace(admission=None), {"score": np.full(2, 0.25)}))
-    monkeypatch.setattr(converge, "select_when_threshold", select)
-    df = pl.DataFrame({"time": [0.0, 1.0]})
-    warm = converge.WarmStart(7200.0, 6, SimpleNamespace(), {"score": np.zeros(2)}, 0.7)
-    settings = LoopSettings(max_iter=2, accesses_per_episode_tried=(6,))
-    res = converge.run_loop(df, tmp_path / "t.parquet", np.zeros((2, 18)), SimConfig(), 10.0,
-                            tmp_path / "warm", GbmParams(), settings, warm=warm)
-    assert len(res.iterations) == 2 and not res.iterations[1].warm  # it retrained
-    assert res.when_threshold == 0.7 and chose == []
-    cold = converge.run_loop(df, tmp_path / "t.parquet", np.zeros((2, 18)), SimConfig(), 10.0,
-                             tmp_path / "cold", GbmParams(), settings)
-    assert cold.when_threshold == 0.9 and chose

@@ -168,3 +168,47 @@ def test_validation_keeps_no_copy_of_the_table(tmp_path: Path, good) -> None:
     gc.collect()
     alive = [o for o in gc.get_objects() if isinstance(o, pd.DataFrame) and len(o) == len(df)]
     assert alive == []
+
+
+@pytest.mark.parametrize("name", ["zero size", "unknown op", "null key", "time not sorted"])
+def test_batches_of_rows_give_the_whole_tables_outcomes(tmp_path: Path, good, name: str) -> None:
+    """A table validated in batches of rows (a long trace's bounded memory) fails the same
+    expectations with the same row counts as in one batch, and each batch is a validation
+    run of its own in the Data Docs, named by its rows."""
+    df, meta = good
+    breaker, _, _, _ = BREAKAGES[name]
+    bad = breaker(df)
+    whole = validate_table(bad, meta, context_dir=tmp_path / "one", build_docs=False)
+    parts = validate_table(bad, meta, context_dir=tmp_path / "three", chunk_rows=3,
+                           name="t.trace")
+    assert not parts.success and parts.rows == whole.rows == len(df)
+    counts = {(o.expectation, o.column): (o.success, o.unexpected_count)
+              for o in parts.outcomes}
+    assert counts == {(o.expectation, o.column): (o.success, o.unexpected_count)
+                      for o in whole.outcomes}
+    assert parts.docs_index is not None
+    pages = " ".join(p.read_text(errors="ignore")
+                     for p in parts.docs_index.parent.rglob("*.html"))
+    assert f"t.trace (rows 1-3 of {len(df)})" in pages
+
+
+def test_time_out_of_order_between_two_batches_fails(tmp_path: Path, good) -> None:
+    """Each batch checks the order of its own rows; a time that decreases from one batch's
+    last row to the next one's first is caught too, and only there."""
+    df, meta = good
+    t = df["time"].to_list()
+    t[3] = t[2] - 1.0  # rows 2 and 3: the last of the first batch of 3, the next one's first
+    t[4] = max(t[4], t[2])
+    bad = df.with_columns(time=pl.Series(t))
+    assert validate_table(bad, meta, context_dir=tmp_path / "gx", build_docs=False,
+                          chunk_rows=4).success is False  # within a batch: GE sees it
+    rep = validate_table(bad, meta, context_dir=tmp_path / "gx", build_docs=False,
+                         chunk_rows=3)
+    assert not rep.success
+    failed = {(o.expectation, o.column): o for o in rep.failures()}
+    assert list(failed) == [("expect_column_values_to_be_increasing", "time")]
+    assert failed[("expect_column_values_to_be_increasing", "time")].unexpected_count == 1
+    assert validate_table(df, meta, context_dir=tmp_path / "gx", build_docs=False,
+                          chunk_rows=3).success
+    with pytest.raises(ValueError, match="chunk_rows"):
+        validate_table(df, meta, context_dir=tmp_path / "gx", chunk_rows=0)

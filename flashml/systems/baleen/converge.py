@@ -125,6 +125,9 @@ class WarmStart:
     #: (`Tuned.points`): each trial's first threshold search starts from them and adds its
     #: own, so later trials in the same process bracket their target at once.
     points: list[tuple[float, float]] = field(default_factory=list)
+    #: The loop's last ML-When choice's search points by candidate (a trial's own choice,
+    #: with its retrained model, aims with them).
+    when_points: dict[float, list[tuple[float, float]]] = field(default_factory=dict)
     #: The loop's final search's points (under `final_base`): a trial's final search aims
     #: with them (the peak schedule shapes the rate more than the model does).
     final_points: list[tuple[float, float]] = field(default_factory=list)
@@ -136,7 +139,7 @@ class WarmStart:
     def from_loop(cls, loop: LoopResult, default_k: int) -> WarmStart:
         return cls(loop.eviction_age_s, int(loop.extra.get("accesses_per_episode", default_k)),
                    loop.policy, loop.arrays, loop.when_threshold, list(loop.points),
-                   list(loop.final_points),
+                   dict(loop.when_points), list(loop.final_points),
                    tuple(loop.extra.get("zeroed", ())))
 
 
@@ -154,6 +157,8 @@ class LoopResult:
     extra: dict[str, Any] = field(default_factory=dict)
     #: The last iteration's threshold-search points (`Tuned.points`, before `final_base`).
     points: list[tuple[float, float]] = field(default_factory=list)
+    #: The last ML-When choice's threshold-search points by candidate.
+    when_points: dict[float, list[tuple[float, float]]] = field(default_factory=dict)
     #: The final search's points (under `final_base`; empty without one).
     final_points: list[tuple[float, float]] = field(default_factory=list)
 
@@ -370,9 +375,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
     admission threshold is tuned to the target once more under it: the loop's own choices
     (eviction age, K, the ML-When threshold) stay those of `base`. With `warm` (a converged
     loop at another target) the loop starts at its eviction age with its model as the first
-    iteration and keeps its K and ML-When threshold: when that model meets this target at
-    about the same eviction age the loop stops there, with no episodes built and nothing
-    trained. `prebuilt`: a
+    iteration and keeps its K: when that model meets this target at about the same eviction
+    age the loop stops there, with no episodes built and nothing trained. `prebuilt`: a
     folder of episodes of this table (another loop's, `LoopResult.episodes_dir`) that the
     first iteration uses instead of building when its parameters serve it
     (`episodes.core.reusable`). `zeroed`: admission features held at 0 in every model the
@@ -398,7 +402,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
     chosen_accesses: int | None = None
     # Each threshold search aims with the one before it at this target (a model trained at
     # a nearby eviction age admits a similar share): `tune_to_write_rate`'s hint
-    when_points: dict[float, list[tuple[float, float]]] = {}
+    when_points = dict(warm.when_points) if warm is not None else {}
     last_points: list[tuple[float, float]] | None = hint
     # the last training's rows' digest (`training_key`), models, scores and iteration
     last_trained: tuple[bytes, LearnedPolicy, dict[str, np.ndarray], int] | None = None
@@ -520,13 +524,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
                             f"score every access as iteration {it - 1}'s did"):
                     break
             when_threshold = base.when_threshold
-            if with_prefetch and warm is not None:
-                # a warm start keeps its ML-When threshold, as it keeps its K and feature set:
-                # the shipped variant's, chosen on held-out data (validation.py), not again
-                # on this model's in-sample scores (4 threshold searches an iteration, each
-                # sweep loop's largest cost after its build and training)
-                when_threshold = warm.when_threshold
-            elif with_prefetch:
+            if with_prefetch:
                 when_threshold, peaks = select_when_threshold(
                     df, arrays, base, target_mbps, settings.train_seconds,
                     settings.when_candidates, points=when_points)
@@ -572,7 +570,8 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
         result = LoopResult(False, history, policy, arrays, tuned, ea, out, "",
                             when_threshold=when_threshold,
                             extra={"accesses_per_episode": chosen_accesses, "zeroed": zeroed},
-                            points=tuned.points)
+                            points=tuned.points,
+                            when_points=dict(when_points))
         if saturated and len(history) > 1 and history[-2].threshold == 0.0 and \
                 settled(measured, history[-2].measured_eviction_age_s, settings) and \
                 settled(measured, ea, settings):

@@ -295,7 +295,8 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
                                      .get_default_pip_requirements())
     if loop is not None:  # what the sweep's trials aim their searches with (warm_start)
         extra["search_points"] = {
-            "points": loop.points, "final_points": loop.final_points}
+            "points": loop.points, "final_points": loop.final_points,
+            "when_points": [[k, v] for k, v in loop.when_points.items()]}
     return run.record("train", {"eviction_age_s": ea, "metrics": m,
                                 "convergence": convergence, "policy_bundle": str(bundle),
                                 "model_uri": info.model_uri, "mlflow_run_id": run_id, **extra})
