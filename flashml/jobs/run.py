@@ -53,6 +53,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,12 @@ class Timer:
         log.info("stage %s done in %.1fs (peak memory %.0f MB)", name, self.stages[name], peak)
 
 
+#: `RunDir.cache` keys: the prepares armed for a stage's `ready`, and the releases of those
+#: it ran.
+_EARLY = "prepare-after-{}"
+_EARLY_RELEASES = "early-releases"
+
+
 class RunDir:
     """One run's folder. In-process callers share loaded objects through `cache`; a fresh
     process (an Airflow task) reloads them from the files."""
@@ -121,6 +128,22 @@ class RunDir:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.cache: dict[str, Any] = {}
+
+    def ready(self, stage: str) -> None:
+        """What `stage` makes for the stages prepared after it (`Stage.prepare_after`) is
+        ready before `stage` ends (the ingest stage's table, before its validation): their
+        prepares run now instead of when it ends, where the job armed them (`_run_job`; a
+        stage run alone arms none). Their releases are kept for `run_stages`, and run if the
+        stage fails (`release_early`)."""
+        for prepare in self.cache.pop(_EARLY.format(stage), []):
+            release = prepare()
+            if release is not None:
+                self.cache.setdefault(_EARLY_RELEASES, []).append(release)
+
+    def release_early(self) -> None:
+        """Release what `ready` started (a job whose stage failed before `run_stages`)."""
+        for release in self.cache.pop(_EARLY_RELEASES, []):
+            release()
 
     @property
     def table(self) -> Path:
@@ -598,7 +621,10 @@ class Stage:
     between run (the sweep's worker processes load the run's data meanwhile); it must not
     record anything and must let the stage run without it. It may return a function that
     releases what the stage left unused; `run_stages` calls it when its stages end, finished
-    or failed (workers started for a sweep that never ran are stopped)."""
+    or failed (workers started for a sweep that never ran are stopped). After the ingest
+    stage of a whole job it may run earlier, once the stage's table is ready
+    (`RunDir.ready`), and then again when the stage has finished: a second call starts
+    nothing and returns the release of the first."""
 
     name: str
     fn: Callable[..., Any]
@@ -615,6 +641,15 @@ def finite_numbers(d: dict[str, Any]) -> dict[str, float]:
     None, NaN and infinities are left out."""
     return {k: float(v) for k, v in d.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def arm_early(run: RunDir, stages: Sequence[Stage], settings: Any) -> None:
+    """Let the first of `stages` start the prepares due after it once what they need is
+    ready (`RunDir.ready`), before it ends."""
+    first = stages[0]
+    run.cache[_EARLY.format(first.name)] = [
+        partial(later.prepare, run, settings) for later in stages[1:]
+        if later.prepare is not None and later.prepare_after == first.name]
 
 
 def run_stages(stages: Sequence[Stage], run: RunDir, settings: Any,
@@ -737,7 +772,17 @@ def _run_job(job: Any, settings: Any, out: Path, folder: RunFolder,
     t0 = time.perf_counter()
     first = job.STAGES[0]
     if first.name == "ingest":
-        first.fn(run, settings, timer)
+        # the prepares due after ingest may start once its table is ready (`RunDir.ready`),
+        # while it validates; they are idempotent, so run_stages calling them again after
+        # ingest only collects their releases
+        arm_early(run, job.STAGES, settings)
+        try:
+            first.fn(run, settings, timer)
+        except BaseException:
+            run.release_early()
+            raise
+        finally:
+            run.cache.pop(_EARLY.format(first.name), None)
         if after_stage is not None:
             after_stage(first.name)
     from flashml.jobs import ship

@@ -153,3 +153,51 @@ def test_a_stage_prepares_as_soon_as_the_stage_it_needs_is_done(tmp_path: Path) 
     with pytest.raises(KeyboardInterrupt):
         run_stages(prepared, run, None)
     assert order == ["ingest", "train", "episodes fails", "release"]
+
+
+def test_a_stage_can_start_the_prepares_due_after_it_early(tmp_path: Path) -> None:
+    """A whole job arms the prepares due after its first stage (`arm_early`): the stage
+    starts them once what they need is ready (`RunDir.ready`: the ingest stage's table,
+    before it validates), run_stages' own call after the stage then only collects their
+    release, and a stage that fails after `ready` releases them (`release_early`). A stage
+    run without arming starts nothing early."""
+    from flashml.jobs.run import RunDir, Stage, arm_early, run_stages
+
+    order: list[str] = []
+    started: list[int] = []
+
+    def prepare(run, s):  # idempotent, as every prepare after ingest is
+        if not started:
+            started.append(1)
+            order.append("prepare")
+        return lambda: order.append("release")
+
+    def ingest(run, s, timer):
+        order.append("table")
+        run.ready("ingest")
+        order.append("validate")
+        return {}
+
+    stages = (Stage("ingest", ingest), Stage("train", lambda run, s, t: order.append("train")
+                                              or {}),
+              Stage("policies", lambda run, s, t: order.append("policies") or {},
+                    prepare=prepare, prepare_after="ingest"))
+    run = RunDir(tmp_path / "run")
+    arm_early(run, stages, None)
+    run_stages(stages, run, None)
+    assert order == ["table", "prepare", "validate", "train", "policies", "release"]
+    order.clear(), started.clear()
+    run_stages(stages, RunDir(tmp_path / "alone"), None)  # not armed: after the stage
+    assert order == ["table", "validate", "prepare", "train", "policies", "release"]
+
+    def failing(run, s, timer):
+        run.ready("ingest")
+        raise KeyboardInterrupt
+
+    order.clear(), started.clear()
+    run = RunDir(tmp_path / "failed")
+    arm_early(run, (Stage("ingest", failing), *stages[1:]), None)
+    with pytest.raises(KeyboardInterrupt):
+        failing(run, None, None)
+    run.release_early()
+    assert order == ["prepare", "release"]

@@ -81,12 +81,16 @@ class BaselinesAhead:
 
 
 def baselines_ahead(run: RunDir, s: BaleenSettings) -> Any:
-    """The `policies` stage's `prepare` (after `ingest`): start `BaselinesAhead` unless the
-    stage is recorded; returns what stops it if the job ends first."""
-    if run.done("policies") is not None or run.cache.get("baselines_ahead"):
+    """The `policies` stage's `prepare` (after `ingest`, or while it validates: the table is
+    all the searches read, `RunDir.ready`): start `BaselinesAhead` unless the stage is
+    recorded; returns what stops it if the job ends first (the started one's, when called
+    again)."""
+    if run.done("policies") is not None:
         return None
-    ahead = run.cache["baselines_ahead"] = BaselinesAhead(run, s)
-    log.info("tuning %s ahead, at low priority", " and ".join(AHEAD))
+    ahead = run.cache.get("baselines_ahead")
+    if ahead is None:
+        ahead = run.cache["baselines_ahead"] = BaselinesAhead(run, s)
+        log.info("tuning %s ahead, at low priority", " and ".join(AHEAD))
 
     def release() -> None:
         if run.cache.get("baselines_ahead") is ahead:

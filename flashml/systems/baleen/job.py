@@ -132,6 +132,7 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     df, meta = read_table(table, core_only=True)
     run.cache["frame"] = (df, meta)
     check_span(run, s, raw)  # before any training or MLflow run
+    run.ready("ingest")  # (the baselines' searches read the table while it validates)
     with timer.stage("validate"):
         # the shared context ($FLASHML_HOME/gx): an index across runs (`flashml ui docs`),
         # and a failed validation's pages outlive the run folder put back as it was
