@@ -291,7 +291,8 @@ def test_derived_build_is_the_build(generated, tmp_path):
     assert (a["labels"]["opt_label"] >= 0).sum() < \
         (read_out(tmp_path / "k12")["labels"]["opt_label"] >= 0).sum()
     assert (tmp_path / "k6d" / "curve.png").is_file()
-    volatile = ("seconds", "timings")
+    assert derived.summary["engine_choice"] == "the tables of an earlier build (k12) with this K"
+    volatile = ("seconds", "timings", "engine_choice")
     assert {k: v for k, v in derived.summary.items() if k not in volatile} == \
         {k: v for k, v in built.summary.items() if k not in volatile}
     for other in (EpisodeParams(eviction_age_s=1800, accesses_per_episode=6),

@@ -626,6 +626,8 @@ def derive(folder: Path | None, out: Path, params: EpisodeParams, *, plot: bool 
          .sink_parquet(od.path("labels.parquet"), compression=COMPRESSION))
         summary = dict(found.summary)
         summary["accesses_per_episode"] = k
+        # (not the build's reason, which names the memory available when it ran)
+        summary["engine_choice"] = f"the tables of an earlier build ({folder.name}) with this K"
         if plot:
             plot_curve(summary, od.path("curve.png"))
         summary["params"] = asdict(params)
