@@ -461,10 +461,10 @@ def online_counts(table: Any, segment_bytes: int = UNITS.segment_bytes) -> np.nd
     from flashml.features.matrix import count_columns
 
     cols = _feature_arrays(table)
-    return _core().online_counts(
+    return _core().online_features(
         cols["time"], cols["key"], cols["offset"], cols["size"], cols["op"],
-        cols["namespace"], cols["user"], segment_bytes=segment_bytes,
-        features=count_columns(contract()), get_ops=_get_ops())
+        cols["namespace"], cols["user"], segment_bytes=segment_bytes, get_ops=_get_ops(),
+        counts=count_columns(contract()))
 
 
 def compact_features(table: Any, counts: np.ndarray,

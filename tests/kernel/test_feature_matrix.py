@@ -107,11 +107,11 @@ def test_online_counts_refuse_what_is_no_count(tmp_path) -> None:
     args = [cols[k] for k in ("time", "key", "offset", "size", "op", "namespace", "user")]
     c = contract()
     with pytest.raises(ValueError, match="not a contract index"):
-        _core().online_counts(*args, segment_bytes=UNITS.segment_bytes,
-                              features=[c.num_features])
+        _core().online_features(*args, segment_bytes=UNITS.segment_bytes,
+                                counts=[c.num_features])
     size = next(f.index for f in c.admission if f.source == "size")
     big = args[3].copy()
     big[7] = 2**32 + 5
     args[3] = big
     with pytest.raises(ValueError, match=r"access 7: feature .* not an integer in u32"):
-        _core().online_counts(*args, segment_bytes=UNITS.segment_bytes, features=[size])
+        _core().online_features(*args, segment_bytes=UNITS.segment_bytes, counts=[size])

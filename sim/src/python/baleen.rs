@@ -1,7 +1,7 @@
 //! Baleen's flash cache: the simulator's settings, flash mode, the compiled policy .so and its online features.
 
 use super::*;
-use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -248,9 +248,25 @@ pub(super) fn policy_info(
     )
 }
 
-/// The feature functions' inputs: every column as long as `time`, a segment size, no empty
-/// access.
-fn check_feature_inputs(trace: &Trace, cols: &FeatureColumns, segment_bytes: u64) -> PyResult<()> {
+/// The feature functions' inputs, checked: the trace and the feature columns (every column
+/// as long as `time`, C-contiguous), a segment size, no empty access; the GET op codes.
+#[allow(clippy::too_many_arguments)]
+fn feature_inputs<'a>(
+    time: &'a PyReadonlyArray1<'_, f64>,
+    key: &'a PyReadonlyArray1<'_, u64>,
+    offset: &'a PyReadonlyArray1<'_, u64>,
+    size: &'a PyReadonlyArray1<'_, u64>,
+    op: &'a PyReadonlyArray1<'_, u8>,
+    namespace: &'a PyReadonlyArray1<'_, u32>,
+    user: &'a PyReadonlyArray1<'_, u32>,
+    segment_bytes: u64,
+    get_ops: Option<Vec<u8>>,
+) -> PyResult<(Trace<'a>, FeatureColumns<'a>, Vec<u8>)> {
+    let trace = trace_of(time, key, offset, size, op)?;
+    let cols = FeatureColumns {
+        namespace: slice("namespace", namespace)?,
+        user: slice("user", user)?,
+    };
     let n = trace.time.len();
     for (name, len) in [
         ("key", trace.key.len()),
@@ -272,15 +288,18 @@ fn check_feature_inputs(trace: &Trace, cols: &FeatureColumns, segment_bytes: u64
     if let Some(i) = (0..n).find(|&i| trace.size[i] == 0) {
         return Err(PyValueError::new_err(format!("access {i}: size is 0")));
     }
-    Ok(())
+    Ok((trace, cols, get_ops.unwrap_or_else(|| GET_OPS.to_vec())))
 }
 
 /// The admission features of every access computed online in Rust (the simulator's .so
 /// path), as a (rows, NUM_FEATURES) float64 array; equal to features/online.py's matrix.
-/// `segment_bytes` is required (flashml.config is the one place that knows it).
+/// With `counts` (contract indices: the count features) only those columns, as a
+/// (len(counts), rows) uint32 array, without the float64 matrix of every feature
+/// (ValueError on a value that is no integer in u32's range). `segment_bytes` is required
+/// (flashml.config is the one place that knows it).
 #[pyfunction]
 #[pyo3(signature = (time, key, offset, size, op, namespace, user, *,
-                    segment_bytes, get_ops=None))]
+                    segment_bytes, get_ops=None, counts=None))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn online_features<'py>(
     py: Python<'py>,
@@ -293,47 +312,27 @@ pub(super) fn online_features<'py>(
     user: PyReadonlyArray1<'py, u32>,
     segment_bytes: u64,
     get_ops: Option<Vec<u8>>,
-) -> PyResult<Bound<'py, PyArray2<f64>>> {
-    let trace = trace_of(&time, &key, &offset, &size, &op)?;
-    let cols = FeatureColumns {
-        namespace: slice("namespace", &namespace)?,
-        user: slice("user", &user)?,
-    };
+    counts: Option<Vec<usize>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (trace, cols, get_ops) = feature_inputs(
+        &time,
+        &key,
+        &offset,
+        &size,
+        &op,
+        &namespace,
+        &user,
+        segment_bytes,
+        get_ops,
+    )?;
     let n = trace.time.len();
-    check_feature_inputs(&trace, &cols, segment_bytes)?;
-    let get_ops = get_ops.unwrap_or_else(|| GET_OPS.to_vec());
-    let flat = py.allow_threads(|| online::feature_matrix(trace, cols, segment_bytes, &get_ops));
-    PyArray1::from_vec(py, flat).reshape([n, NUM_FEATURES])
-}
-
-/// The features `features` (contract indices: the count features) of every access computed
-/// online as `online_features` does, as a (len(features), rows) uint32 array: its columns
-/// without its float64 matrix. ValueError on a value that is no integer in u32's range.
-#[pyfunction]
-#[pyo3(signature = (time, key, offset, size, op, namespace, user, *,
-                    segment_bytes, features, get_ops=None))]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn online_counts<'py>(
-    py: Python<'py>,
-    time: PyReadonlyArray1<'py, f64>,
-    key: PyReadonlyArray1<'py, u64>,
-    offset: PyReadonlyArray1<'py, u64>,
-    size: PyReadonlyArray1<'py, u64>,
-    op: PyReadonlyArray1<'py, u8>,
-    namespace: PyReadonlyArray1<'py, u32>,
-    user: PyReadonlyArray1<'py, u32>,
-    segment_bytes: u64,
-    features: Vec<usize>,
-    get_ops: Option<Vec<u8>>,
-) -> PyResult<Bound<'py, PyArray2<u32>>> {
-    let trace = trace_of(&time, &key, &offset, &size, &op)?;
-    let cols = FeatureColumns {
-        namespace: slice("namespace", &namespace)?,
-        user: slice("user", &user)?,
+    let Some(features) = counts else {
+        let flat =
+            py.allow_threads(|| online::feature_matrix(trace, cols, segment_bytes, &get_ops));
+        return Ok(PyArray1::from_vec(py, flat)
+            .reshape([n, NUM_FEATURES])?
+            .into_any());
     };
-    let n = trace.time.len();
-    check_feature_inputs(&trace, &cols, segment_bytes)?;
-    let get_ops = get_ops.unwrap_or_else(|| GET_OPS.to_vec());
     let k = features.len();
     let flat = py
         .allow_threads(|| online::count_columns(trace, cols, segment_bytes, &get_ops, &features))
@@ -351,7 +350,7 @@ pub(super) fn online_counts<'py>(
                 ),
             })
         })?;
-    PyArray1::from_vec(py, flat).reshape([k, n])
+    Ok(PyArray1::from_vec(py, flat).reshape([k, n])?.into_any())
 }
 
 /// `episode_split(row, key, time, gap, s0, s1, threshold)`: a trace's GETs (row order) split

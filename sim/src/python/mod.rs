@@ -176,7 +176,6 @@ fn flashml_sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate_policy, m)?)?;
     m.add_function(wrap_pyfunction!(policy_info, m)?)?;
     m.add_function(wrap_pyfunction!(online_features, m)?)?;
-    m.add_function(wrap_pyfunction!(online_counts, m)?)?;
     m.add_function(wrap_pyfunction!(episode_split, m)?)?;
     m.add("EVICT_NUM_FEATURES", EVICT_NUM_FEATURES)?;
     m.add("EVICT_CONTRACT_HASH", EVICT_CONTRACT_HASH)?;
