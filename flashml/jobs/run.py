@@ -213,13 +213,14 @@ class RunDir:
         return Path(path)
 
     def frame(self) -> tuple[Any, Any]:
-        """The accesses table's core columns and its metadata (read once per process)."""
+        """The accesses table's core columns and its metadata (read once per process, mapped
+        from the run folder's copy: `canonical.mapped_table`)."""
         if "frame" not in self.cache:
-            from flashml.trace.canonical import read_table
+            from flashml.trace.canonical import mapped_table
 
             if not self.table.is_file():
                 raise UserError(f"{self.table}: missing; run the ingest stage first")
-            self.cache["frame"] = read_table(self.table, core_only=True)
+            self.cache["frame"] = mapped_table(self.table, self.work)
         return self.cache["frame"]
 
     def mlflow_run_id(self) -> str | None:

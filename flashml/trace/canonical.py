@@ -185,6 +185,43 @@ def read_table(path: str | os.PathLike[str], *, core_only: bool = False
     return df, meta
 
 
+#: The name of `mapped_table`'s copies of a table's core columns.
+MAPPED_GLOB = "core-columns-*.arrow"
+
+
+def mapped_table(path: str | os.PathLike[str], folder: str | os.PathLike[str]
+                 ) -> tuple[pl.DataFrame, TraceMeta]:
+    """`read_table(path, core_only=True)`, its columns mapped from a file instead of held:
+    the first call writes them, checked, to an uncompressed Arrow file in `folder` (one
+    record batch, so each column is one buffer), named by the table file's identity (inode,
+    size, modification time: a re-ingested table is a new file) and replacing the older
+    ones; every call maps that file. Each column's NumPy view is then a read-only window on
+    the file's pages, which the kernel can take back under memory pressure, where a read
+    table is the process's own memory (10 M accesses: a 0.47 GB frame whose Parquet decode
+    held 1.1-1.4 GB; 100 M: 4.1 GB, 9.4 GB at its peak)."""
+    path, folder = Path(path), Path(folder)
+    check_input(path)
+    st = path.stat()
+    mapped = folder / MAPPED_GLOB.replace("*", f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}")
+    if not mapped.is_file():
+        df, meta = read_table(path, core_only=True)
+        table = df.to_arrow().combine_chunks()
+        del df
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_path(mapped) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
+                pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table, max_chunksize=max(1, table.num_rows))
+        del table
+        for old in folder.glob(MAPPED_GLOB):
+            if old != mapped:
+                old.unlink(missing_ok=True)
+    else:
+        meta = read_meta(path)
+    # (the map is not closed here: the columns' buffers keep it, and it ends with them)
+    table = pa.ipc.open_file(pa.memory_map(str(mapped))).read_all()
+    return pl.from_arrow(table, rechunk=False), meta  # type: ignore[return-value]
+
+
 def check_times(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:
     """Refuse a table with a time that is not finite or beyond MAX_TIME_S seconds of the
     epoch, naming its row and source line."""

@@ -256,3 +256,34 @@ def test_chunked_streaming_matches_reference(tmp_path: Path) -> None:
 def test_times_are_non_decreasing_after_expansion(tmp_path: Path) -> None:
     df = run(tmp_path, DATA / "tectonic_202110.trace", "tectonic")
     assert np.all(np.diff(df["time"].to_numpy()) >= 0)
+
+
+def test_mapped_table_is_the_read_table_mapped_from_a_file(tmp_path: Path) -> None:
+    """`mapped_table` gives `read_table(core_only=True)`'s frame and metadata, each column a
+    read-only view of one file's pages (no copy of the process's own), written once per
+    table file: a second call maps the same file, a re-written table gets a new one and the
+    old one goes."""
+    import os
+
+    from flashml.trace.canonical import mapped_table
+
+    out = tmp_path / "t.parquet"
+    ingest(DATA / "tectonic_202110.trace", out, "tectonic", progress=False)
+    want, meta = read_table(out, core_only=True)
+    got, got_meta = mapped_table(out, tmp_path / "work")
+    assert got.equals(want) and got.schema == want.schema and got_meta == meta
+    (first,) = (tmp_path / "work").glob("core-columns-*.arrow")
+    for c in got.columns:
+        a = got[c].to_numpy()
+        assert not a.flags.writeable and not a.flags.owndata
+    stamp = first.stat().st_mtime_ns
+    again, _ = mapped_table(out, tmp_path / "work")
+    assert again.equals(want) and first.stat().st_mtime_ns == stamp
+    # the table written again (a new file): a new copy, the old one removed
+    shutil.copyfile(out, tmp_path / "copy.parquet")
+    os.replace(tmp_path / "copy.parquet", out)
+    assert mapped_table(out, tmp_path / "work")[0].equals(want)
+    (second,) = (tmp_path / "work").glob("core-columns-*.arrow")
+    assert second != first
+    with pytest.raises(TraceError):
+        mapped_table(tmp_path / "missing.parquet", tmp_path / "work")

@@ -128,9 +128,8 @@ def ingest(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     resolved = with_sample_ratio(meta, s.sample_ratio, raw)
     if resolved != meta:  # the table again with its resolved metadata (every column)
         write_table(read_table(table)[0], table, resolved)
-    # the job's frame: the core columns (what RunDir.frame() reads; not the source's)
-    df, meta = read_table(table, core_only=True)
-    run.cache["frame"] = (df, meta)
+    # the job's frame: the core columns (what RunDir.frame() maps; not the source's)
+    df, meta = run.frame()
     check_span(run, s, raw)  # before any training or MLflow run
     run.ready("ingest")  # (the baselines' searches read the table while it validates)
     with timer.stage("validate"):
