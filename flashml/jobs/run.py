@@ -133,17 +133,20 @@ class RunDir:
         """What `stage` makes for the stages prepared after it (`Stage.prepare_after`) is
         ready before `stage` ends (the ingest stage's table, before its validation): their
         prepares run now instead of when it ends, where the job armed them (`_run_job`; a
-        stage run alone arms none). Their releases are kept for `run_stages`, and run if the
-        stage fails (`release_early`)."""
+        stage run alone arms none). Their releases are kept until the job `disarm`s them."""
         for prepare in self.cache.pop(_EARLY.format(stage), []):
             release = prepare()
             if release is not None:
                 self.cache.setdefault(_EARLY_RELEASES, []).append(release)
 
-    def release_early(self) -> None:
-        """Release what `ready` started (a job whose stage failed before `run_stages`)."""
-        for release in self.cache.pop(_EARLY_RELEASES, []):
-            release()
+    def disarm(self, stage: str, *, release: bool) -> None:
+        """Forget the prepares armed for `stage`'s `ready` and what they started, releasing
+        it (`release`: the stage failed before `run_stages`, which would have) or not (it
+        finished: `run_stages` prepares again and collects the releases)."""
+        self.cache.pop(_EARLY.format(stage), None)
+        for rel in self.cache.pop(_EARLY_RELEASES, []):
+            if release:
+                rel()
 
     @property
     def table(self) -> Path:
@@ -780,10 +783,9 @@ def _run_job(job: Any, settings: Any, out: Path, folder: RunFolder,
         try:
             first.fn(run, settings, timer)
         except BaseException:
-            run.release_early()
+            run.disarm(first.name, release=True)
             raise
-        finally:
-            run.cache.pop(_EARLY.format(first.name), None)
+        run.disarm(first.name, release=False)
         if after_stage is not None:
             after_stage(first.name)
     from flashml.jobs import ship

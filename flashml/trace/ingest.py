@@ -162,13 +162,14 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
     rows = lines = 0
     writer: pq.ParquetWriter | None = None
     schema: pa.Schema | None = None
-    # each batch is compressed and written on a thread of its own while the next chunk is
-    # parsed (Arrow's writer lets go of the GIL: at 10 M accesses a third of the ingest was
-    # the zstd writes); one write in flight at a time, in order
-    writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-write")
     pending: Future[None] | None = None
     try:
-        with atomic_path(out) as tmp:
+        # each batch is compressed and written on a thread of its own while the next chunk
+        # is parsed (Arrow's writer lets go of the GIL: at 10 M accesses a third of the
+        # ingest was the zstd writes); one write in flight at a time, in order, and none
+        # outlives the temporary file (the pool ends, waiting, before `atomic_path` does)
+        with atomic_path(out) as tmp, \
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-write") as writes:
             header_pending = True
             last_time: Any = None
             spreader = Spreader(src, budget=row_budget) if reader.spreads else None
@@ -232,7 +233,6 @@ def ingest(src: str | Path, out: str | Path, fmt: str = "tectonic", *,
             writer.close()
             writer = None
     finally:
-        writes.shutdown(wait=True)  # (no write outlives the temporary file it writes)
         if writer is not None:
             writer.close()
         bar.close()

@@ -16,7 +16,7 @@ from test_episodes_reference import reference
 
 from flashml.config import DEFAULTS, GB, MB, UNITS
 from flashml.errors import TraceError, UserError
-from flashml.systems.baleen.episodes.core import EpisodeParams, build, derive
+from flashml.systems.baleen.episodes.core import EpisodeParams, build, derive, reusable
 from flashml.trace.canonical import TraceMeta, write_table
 
 SEG = UNITS.segment_bytes
@@ -278,13 +278,14 @@ def test_chunks_give_identical_tables(generated, tmp_path):
 def test_derived_build_is_the_build(generated, tmp_path):
     """A larger K's build gives a smaller K's tables and summary (what the run's recorded
     episodes take from the convergence loop's last build) exactly as building them does;
-    other parameters, or a smaller K, are refused and write nothing."""
+    other parameters, or a smaller K, are not served (`reusable`)."""
     big = EpisodeParams(eviction_age_s=3600, accesses_per_episode=12)
     build(generated, tmp_path / "k12", big, engine="rust", plot=False)
     small = EpisodeParams(eviction_age_s=3600, accesses_per_episode=6)
     built = build(generated, tmp_path / "k6", small, engine="rust")
-    derived = derive(tmp_path / "k12", tmp_path / "k6d", small, source=generated)
-    assert derived is not None
+    found = reusable(tmp_path / "k12", small)
+    assert found is not None
+    derived = derive(found, tmp_path / "k6d", small, source=generated)
     a, b = read_out(tmp_path / "k6"), read_out(tmp_path / "k6d")
     for n in a:
         assert_frame_equal(a[n], b[n])
@@ -297,9 +298,8 @@ def test_derived_build_is_the_build(generated, tmp_path):
         {k: v for k, v in built.summary.items() if k not in volatile}
     for other in (EpisodeParams(eviction_age_s=1800, accesses_per_episode=6),
                   EpisodeParams(eviction_age_s=3600, accesses_per_episode=24)):
-        assert derive(tmp_path / "k12", tmp_path / "no", other) is None
-    assert derive(None, tmp_path / "no", small) is None
-    assert not (tmp_path / "no").exists()
+        assert reusable(tmp_path / "k12", other) is None
+    assert reusable(None, small) is None
 
 
 def test_simulated_opt_agrees_with_episode_model(generated, tmp_path):

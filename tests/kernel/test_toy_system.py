@@ -159,7 +159,7 @@ def test_a_stage_can_start_the_prepares_due_after_it_early(tmp_path: Path) -> No
     """A whole job arms the prepares due after its first stage (`arm_early`): the stage
     starts them once what they need is ready (`RunDir.ready`: the ingest stage's table,
     before it validates), run_stages' own call after the stage then only collects their
-    release, and a stage that fails after `ready` releases them (`release_early`). A stage
+    release, and a stage that fails after `ready` releases them (`RunDir.disarm`). A stage
     run without arming starts nothing early."""
     from flashml.jobs.run import RunDir, Stage, arm_early, run_stages
 
@@ -199,5 +199,5 @@ def test_a_stage_can_start_the_prepares_due_after_it_early(tmp_path: Path) -> No
     arm_early(run, (Stage("ingest", failing), *stages[1:]), None)
     with pytest.raises(KeyboardInterrupt):
         failing(run, None, None)
-    run.release_early()
+    run.disarm("ingest", release=True)
     assert order == ["prepare", "release"]

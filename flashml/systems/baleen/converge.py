@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -448,9 +448,7 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
             # (one loop at a time builds with `build_lock`, released once its tables are
             # read into training rows: the memory of a build, 1.5 GB at 10 M accesses, is not
             # held twice by loops run side by side, and one loop builds while another trains)
-            building = ExitStack()
-            building.enter_context(build_lock or nullcontext())
-            with building:
+            with build_lock or nullcontext():
                 params = EpisodeParams(eviction_age_s=ea, target_write_rate_mbps=target_mbps,
                                        accesses_per_episode=build_accesses)
                 built = (reusable(prebuilt, params) if it == 0 else None) or build(
@@ -477,52 +475,51 @@ def run_loop(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
                                      max_position=chosen_accesses,
                                      max_rows=settings.max_training_rows)
                 del labels, episodes  # (not held while it trains and builds the next episodes)
-                building.close()
-                # (a given admission model is the one these rows and parameters train)
-                given = getattr(chosen.get(chosen_accesses), "admission", None)
-                key = training_key(data, gbm, features, with_prefetch, zeroed)
-                # A fixed point: the same rows as the last iteration's give its models and
-                # scores, and its ML-When choice and threshold search at the same target would
-                # find its figures again, so the eviction age would move as little as it just
-                # did: this iteration would repeat the last one (a write rate that steps over
-                # the target between two adjacent thresholds, 138 -> 171 MB/s at a target of
-                # 149, never gets within tolerance, and without this stop the loop repeated
-                # itself to max_iter, retraining whenever the eviction age crossed a gap between
-                # two accesses)
-                if prev_key == key and at_fixed_point(
+            # (a given admission model is the one these rows and parameters train)
+            given = getattr(chosen.get(chosen_accesses), "admission", None)
+            key = training_key(data, gbm, features, with_prefetch, zeroed)
+            # A fixed point: the same rows as the last iteration's give its models and
+            # scores, and its ML-When choice and threshold search at the same target would
+            # find its figures again, so the eviction age would move as little as it just
+            # did: this iteration would repeat the last one (a write rate that steps over
+            # the target between two adjacent thresholds, 138 -> 171 MB/s at a target of
+            # 149, never gets within tolerance, and without this stop the loop repeated
+            # itself to max_iter, retraining whenever the eviction age crossed a gap between
+            # two accesses)
+            if prev_key == key and at_fixed_point(
+                    result, history, ea, target_mbps, settings,
+                    f"iteration {it}'s training rows (episodes at eviction age {ea:.0f} s) "
+                    f"are iteration {it - 1}'s"):
+                break
+            prev_key = key
+            if last_trained is not None and last_trained[0] == key:
+                # the same rows as the last training (episodes at an eviction age that moved
+                # less than any gap between two of the trace's accesses): the same models
+                # and scores, kept instead of trained and scored again
+                policy, arrays = last_trained[1], last_trained[2]
+                log.info("convergence iteration %d: the same training rows as iteration "
+                         "%d's; its models and scores kept", it, last_trained[3])
+            elif with_prefetch:  # the prefetch models scored beside the admission training
+                policy, arrays = train_and_score(data, gbm, feats, features=features,
+                                                 admission=given, zeroed=zeroed)
+                last_trained = (key, policy, arrays, it)
+            else:
+                policy = train_policy(data, gbm, features=features, with_prefetch=False,
+                                      admission=given, zeroed=zeroed)
+                arrays = score_all(policy, feats)
+                last_trained = (key, policy, arrays, it)
+            # The fixed point above, seen after training: rows that differ (an eviction age
+            # that crossed a gap between two accesses of a block outside the labelled ones)
+            # trained the same models, whose scores are the last iteration's, so its ML-When
+            # choice and threshold search would be found again (the 10 M region1-like
+            # sweep's trial at 149 MB/s repeated its iteration 1 exactly: the same 43,677
+            # rows' trees, 133.53 MB/s)
+            if history and not history[-1].warm and result is not None and \
+                    same_scores(arrays, result.arrays) and at_fixed_point(
                         result, history, ea, target_mbps, settings,
-                        f"iteration {it}'s training rows (episodes at eviction age {ea:.0f} s) "
-                        f"are iteration {it - 1}'s"):
-                    break
-                prev_key = key
-                if last_trained is not None and last_trained[0] == key:
-                    # the same rows as the last training (episodes at an eviction age that moved
-                    # less than any gap between two of the trace's accesses): the same models
-                    # and scores, kept instead of trained and scored again
-                    policy, arrays = last_trained[1], last_trained[2]
-                    log.info("convergence iteration %d: the same training rows as iteration "
-                             "%d's; its models and scores kept", it, last_trained[3])
-                elif with_prefetch:  # the prefetch models scored beside the admission training
-                    policy, arrays = train_and_score(data, gbm, feats, features=features,
-                                                     admission=given, zeroed=zeroed)
-                    last_trained = (key, policy, arrays, it)
-                else:
-                    policy = train_policy(data, gbm, features=features, with_prefetch=False,
-                                          admission=given, zeroed=zeroed)
-                    arrays = score_all(policy, feats)
-                    last_trained = (key, policy, arrays, it)
-                # The fixed point above, seen after training: rows that differ (an eviction age
-                # that crossed a gap between two accesses of a block outside the labelled ones)
-                # trained the same models, whose scores are the last iteration's, so its ML-When
-                # choice and threshold search would be found again (the 10 M region1-like
-                # sweep's trial at 149 MB/s repeated its iteration 1 exactly: the same 43,677
-                # rows' trees, 133.53 MB/s)
-                if history and not history[-1].warm and result is not None and \
-                        same_scores(arrays, result.arrays) and at_fixed_point(
-                            result, history, ea, target_mbps, settings,
-                            f"iteration {it}'s models (episodes at eviction age {ea:.0f} s) "
-                            f"score every access as iteration {it - 1}'s did"):
-                    break
+                        f"iteration {it}'s models (episodes at eviction age {ea:.0f} s) "
+                        f"score every access as iteration {it - 1}'s did"):
+                break
             when_threshold = base.when_threshold
             if with_prefetch:
                 when_threshold, peaks = select_when_threshold(

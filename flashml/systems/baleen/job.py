@@ -324,11 +324,10 @@ def episodes(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
                            accesses_per_episode=s.loop.accesses_per_episode)
     # the loop's last build, at this eviction age, serves these parameters (a larger K's
     # labels hold this K's): its tables with this K's labels, instead of building again
-    loop_build = getattr(run.cache.get("loop"), "episodes_dir", None)
-    if reusable(loop_build, params) is not None:
+    found = reusable(getattr(run.cache.get("loop"), "episodes_dir", None), params)
+    if found is not None:
         with timer.stage(f"episodes at eviction age {eviction_age_s:.0f} s (the loop's)"):
-            built = derive(loop_build, run.path / "episodes", params, source=run.table)
-        assert built is not None
+            built = derive(found, run.path / "episodes", params, source=run.table)
         return _record_episodes(run, eviction_age_s, built.summary)
     spark = None
     master = s.resolved_master()

@@ -248,49 +248,6 @@ pub(super) fn policy_info(
     )
 }
 
-/// The feature functions' inputs, checked: the trace and the feature columns (every column
-/// as long as `time`, C-contiguous), a segment size, no empty access; the GET op codes.
-#[allow(clippy::too_many_arguments)]
-fn feature_inputs<'a>(
-    time: &'a PyReadonlyArray1<'_, f64>,
-    key: &'a PyReadonlyArray1<'_, u64>,
-    offset: &'a PyReadonlyArray1<'_, u64>,
-    size: &'a PyReadonlyArray1<'_, u64>,
-    op: &'a PyReadonlyArray1<'_, u8>,
-    namespace: &'a PyReadonlyArray1<'_, u32>,
-    user: &'a PyReadonlyArray1<'_, u32>,
-    segment_bytes: u64,
-    get_ops: Option<Vec<u8>>,
-) -> PyResult<(Trace<'a>, FeatureColumns<'a>, Vec<u8>)> {
-    let trace = trace_of(time, key, offset, size, op)?;
-    let cols = FeatureColumns {
-        namespace: slice("namespace", namespace)?,
-        user: slice("user", user)?,
-    };
-    let n = trace.time.len();
-    for (name, len) in [
-        ("key", trace.key.len()),
-        ("offset", trace.offset.len()),
-        ("size", trace.size.len()),
-        ("op", trace.op.len()),
-        ("namespace", cols.namespace.len()),
-        ("user", cols.user.len()),
-    ] {
-        if len != n {
-            return Err(PyValueError::new_err(format!(
-                "column '{name}' has {len} rows but 'time' has {n}"
-            )));
-        }
-    }
-    if segment_bytes == 0 {
-        return Err(PyValueError::new_err("segment_bytes must be > 0"));
-    }
-    if let Some(i) = (0..n).find(|&i| trace.size[i] == 0) {
-        return Err(PyValueError::new_err(format!("access {i}: size is 0")));
-    }
-    Ok((trace, cols, get_ops.unwrap_or_else(|| GET_OPS.to_vec())))
-}
-
 /// The admission features of every access computed online in Rust (the simulator's .so
 /// path), as a (rows, NUM_FEATURES) float64 array; equal to features/online.py's matrix.
 /// With `counts` (contract indices: the count features) only those columns, as a
@@ -314,18 +271,33 @@ pub(super) fn online_features<'py>(
     get_ops: Option<Vec<u8>>,
     counts: Option<Vec<usize>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let (trace, cols, get_ops) = feature_inputs(
-        &time,
-        &key,
-        &offset,
-        &size,
-        &op,
-        &namespace,
-        &user,
-        segment_bytes,
-        get_ops,
-    )?;
+    let trace = trace_of(&time, &key, &offset, &size, &op)?;
+    let cols = FeatureColumns {
+        namespace: slice("namespace", &namespace)?,
+        user: slice("user", &user)?,
+    };
     let n = trace.time.len();
+    for (name, len) in [
+        ("key", trace.key.len()),
+        ("offset", trace.offset.len()),
+        ("size", trace.size.len()),
+        ("op", trace.op.len()),
+        ("namespace", cols.namespace.len()),
+        ("user", cols.user.len()),
+    ] {
+        if len != n {
+            return Err(PyValueError::new_err(format!(
+                "column '{name}' has {len} rows but 'time' has {n}"
+            )));
+        }
+    }
+    if segment_bytes == 0 {
+        return Err(PyValueError::new_err("segment_bytes must be > 0"));
+    }
+    if let Some(i) = (0..n).find(|&i| trace.size[i] == 0) {
+        return Err(PyValueError::new_err(format!("access {i}: size is 0")));
+    }
+    let get_ops = get_ops.unwrap_or_else(|| GET_OPS.to_vec());
     let Some(features) = counts else {
         let flat =
             py.allow_threads(|| online::feature_matrix(trace, cols, segment_bytes, &get_ops));

@@ -600,22 +600,19 @@ def reusable(folder: Path | None, params: EpisodeParams) -> BuildResult | None:
     return BuildResult(out=Path(folder), summary=summary, seconds=0.0)
 
 
-def derive(folder: Path | None, out: Path, params: EpisodeParams, *, plot: bool = True,
-           source: str | os.PathLike[str] | None = None) -> BuildResult | None:
-    """The build `build(table, out, params)` would write, from a finished build in `folder`
-    of the same table that serves `params` (`reusable`: the same parameters but a K at least
-    `params`'), or None when there is none. Only the labels depend on K (`opt_label` is the
-    episode's `admitted` for `position < K`, else -1) and the summary names it: the episodes
-    and arrays are copied, the labels rewritten with this K (streamed: at 10 M accesses the
-    0.5 GB table is never held), the summary is `folder`'s with these parameters. The same
-    tables as a build (tests/baleen/test_episodes.py); `seconds` is this copy's."""
-    found = reusable(folder, params)
-    if found is None or folder is None:
-        return None
+def derive(found: BuildResult, out: Path, params: EpisodeParams, *, plot: bool = True,
+           source: str | os.PathLike[str] | None = None) -> BuildResult:
+    """The build `build(table, out, params)` would write, from a finished build of the same
+    table that serves `params` (`found`, from `reusable`: the same parameters but a K at
+    least `params`'). Only the labels depend on K (`opt_label` is the episode's `admitted`
+    for `position < K`, else -1) and the summary names it: the episodes and arrays are
+    copied, the labels rewritten with this K (streamed: at 10 M accesses the 0.5 GB table is
+    never held), the summary is `found`'s with these parameters. The same tables as a build
+    (tests/baleen/test_episodes.py); `seconds` is this copy's."""
     from flashml.systems.baleen.episodes.polars_engine import COMPRESSION
 
     started = _time.perf_counter()
-    folder = Path(folder)
+    folder = found.out
     with OutputDir(out) as od:
         for name in ("episodes.parquet", "arrays.parquet"):
             shutil.copyfile(folder / name, od.path(name))
