@@ -538,9 +538,9 @@ _OPTIONS = (
            "train on the trace's first H hours and judge every policy on the rest (the "
            "first day, as Baleen)", dag_type="number", metavar="H"),
     Option("engine", "--engine", str, _D.engine, "episodes engine (the recorded episodes' "
-           "and the convergence loop's): auto (Spark with --master; else rust, in memory, "
-           "while accesses x 200 B fit in half the available memory, polars, chunked by key, "
-           "while accesses x 500 B do, else spark), or one of them",
+           "and the convergence loop's): auto (Spark with --master; else rust, in key "
+           "buckets, while 0.6 GB + accesses x 50 B fit in half the available memory, "
+           "polars, chunked by key, while accesses x 500 B do, else spark), or one of them",
            choices=EPISODE_ENGINES,
            dag_type="string"),
     Option("master", "--master", str, None, "Spark master URL (default $FLASHML_SPARK_MASTER, "

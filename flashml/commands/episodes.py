@@ -27,9 +27,9 @@ BUILD_OPTIONS = option_table(
            OPTIONS["target_write_rate_mbps"].default, "flash write rate budget in MB/s (10^6 "
            "B) at full-node scale", metavar="MBPS"),
     Option("engine", "--engine", str, OPTIONS["engine"].default, "auto (spark with --master; "
-           "else rust while accesses x 200 B fit in half the available memory, polars while "
-           "accesses x 500 B do, else spark), spark (local[*] unless --master), polars (one "
-           "process, chunked by key) or rust (one process, in memory, the fastest)",
+           "else rust while 0.6 GB + accesses x 50 B fit in half the available memory, polars "
+           "while accesses x 500 B do, else spark), spark (local[*] unless --master), polars "
+           "(one process, chunked by key) or rust (one process, in key buckets, the fastest)",
            choices=ENGINES),
     Option("master", "--master", str, None, "Spark master URL (default local[*]); "
            "sc://HOST:PORT for Spark Connect", metavar="URL"),

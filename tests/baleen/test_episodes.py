@@ -231,14 +231,18 @@ def test_episode_count_independent(generated, tmp_path, ea):
         assert nxt["cum_write_rate_mbps"][0] > r.summary["target_write_rate_mbps"]
 
 
-@pytest.mark.parametrize("mode,ea", [("seconds", 600.0), ("seconds", 7200.0),
-                                     ("logical", 3600.0)])
-def test_rust_equals_polars(generated, tmp_path, mode, ea):
-    """The in-memory engine (flashml_sim.episode_split) writes the Polars engine's tables,
-    bit for bit, and the same summary."""
+@pytest.mark.parametrize("mode,ea,buckets", [("seconds", 600.0, 1), ("seconds", 7200.0, 3),
+                                             ("logical", 3600.0, 1), ("logical", 3600.0, 4)])
+def test_rust_equals_polars(generated, tmp_path, monkeypatch, mode, ea, buckets):
+    """The in-process engine (flashml_sim.episode_split) writes the Polars engine's tables,
+    bit for bit, and the same summary, in one key bucket or several, its labels and arrays
+    written a slice of rows at a time."""
+    from flashml.systems.baleen.episodes import rust_engine
+
+    monkeypatch.setattr(rust_engine, "WRITE_ROWS", 777)
     p = EpisodeParams(eviction_age_s=ea, time_mode=mode, accesses_per_episode=4)
     rp = build(generated, tmp_path / "p", p, engine="polars", chunks=3, plot=False)
-    rr = build(generated, tmp_path / "r", p, engine="rust", plot=False)
+    rr = build(generated, tmp_path / "r", p, engine="rust", chunks=buckets, plot=False)
     a, b = read_out(tmp_path / "p"), read_out(tmp_path / "r")
     for n in a:
         assert_frame_equal(a[n], b[n])

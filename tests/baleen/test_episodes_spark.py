@@ -57,9 +57,9 @@ def test_spark_hand_example(spark, tmp_path):
 
 
 def test_cli_auto_engine_by_size(spark, tmp_path, capsys, monkeypatch):
-    """`flashml episodes build` without --engine picks by the table's size: the in-memory
-    engine (rust) while accesses x its BYTES_PER_ACCESS fit in half the available memory,
-    Polars while accesses x POLARS_BYTES_PER_ACCESS do, Spark beyond (here
+    """`flashml episodes build` without --engine picks by the table's size: the in-process
+    engine (rust) while its BASE_BYTES + accesses x its BYTES_PER_ACCESS fit in half the
+    available memory, Polars while accesses x POLARS_BYTES_PER_ACCESS do, Spark beyond (here
     the machine is made to look full; in-process, so the build reuses the module's Spark
     session; the fixture itself shows that `spark_session` starts a local Spark with no
     setup). Both give the same admissions."""
@@ -70,17 +70,19 @@ def test_cli_auto_engine_by_size(spark, tmp_path, capsys, monkeypatch):
     trace = write_trace(tmp_path / "hand.parquet", HAND)
     args = ["episodes", "build", "--trace", str(trace), "--eviction-age", "100",
             "--target-write-rate", "0.001", "--no-plot"]
+    rows = len(HAND)
+    rust_need = rust_engine.BASE_BYTES + rows * rust_engine.BYTES_PER_ACCESS
+    # half of this is the in-process engine's estimate: it fits
+    monkeypatch.setattr(core, "available_memory_bytes", lambda: 2 * rust_need)
     assert main([*args, "-o", str(tmp_path / "a")]) == 0
     assert "(rust," in capsys.readouterr().out
-    rows = len(HAND)
-    # half of this is one byte short of Polars' estimate: the in-memory one fits
+    # one byte short of it: Polars' (far smaller for a table this small) fits
+    monkeypatch.setattr(core, "available_memory_bytes", lambda: 2 * rust_need - 2)
+    assert main([*args, "-o", str(tmp_path / "b")]) == 0
+    assert "(polars," in capsys.readouterr().out
+    # one byte short of Polars' too: Spark's
     monkeypatch.setattr(core, "available_memory_bytes",
                         lambda: 2 * rows * core.POLARS_BYTES_PER_ACCESS - 2)
-    assert main([*args, "-o", str(tmp_path / "b")]) == 0
-    assert "(rust," in capsys.readouterr().out
-    # one byte short of the in-memory engine's: Polars', Spark's beyond
-    monkeypatch.setattr(core, "available_memory_bytes",
-                        lambda: 2 * rows * rust_engine.BYTES_PER_ACCESS - 2)
     assert core.choose_engine(trace)[0] == "spark"
     monkeypatch.setattr("flashml.systems.baleen.episodes.spark_engine.spark_session",
                         lambda master=None: spark)

@@ -28,6 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from flashml.systems.baleen.episodes.core import (
@@ -126,14 +127,22 @@ def episode_gets(gets: pl.DataFrame, job: Job, *, presorted: bool = False
 
 
 def rank_episodes(eps: pl.DataFrame, job: Job) -> pl.DataFrame:
-    """Derived columns, episode ids, the OPT ranking and cutoff (episodes in memory)."""
-    eps = _with_stages(eps, episode_stages(pl.col, job))
-    eps = eps.sort("first_row").with_row_index("episode_id")
-    eps = eps.sort(["score", "first_row"], descending=[True, False])
-    eps = eps.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("rank"),
-                           pl.col("size_segments").cum_sum().alias("cum_segments"))
-    eps = _with_stages(eps, ranked_stages(pl.col, job))
-    return eps.sort("episode_id")
+    """Derived columns, episode ids, the OPT ranking and cutoff (episodes in memory). The
+    frame is reordered once, by first row (the ids), only when not in that order already;
+    the ranking is an argsort of two columns whose rank and running size are scattered back
+    in id order (the frame itself is not sorted twice more: at 100 M region1-like accesses
+    it is 13 M episodes of 25 columns, 2.6 GB a copy)."""
+    if not eps["first_row"].is_sorted():
+        eps = eps.sort("first_row")
+    eps = _with_stages(eps, episode_stages(pl.col, job)).with_row_index("episode_id")
+    order = eps.select(pl.arg_sort_by(["score", "first_row"], descending=[True, False])
+                       ).to_series().to_numpy()
+    rank = np.empty(eps.height, np.int64)
+    rank[order] = np.arange(eps.height, dtype=np.int64)
+    cum = np.empty(eps.height, np.int64)
+    cum[order] = np.cumsum(eps["size_segments"].to_numpy()[order], dtype=np.int64)
+    eps = eps.with_columns(rank=rank, cum_segments=cum)
+    return _with_stages(eps, ranked_stages(pl.col, job))
 
 
 def label_frame(per_get: pl.LazyFrame, decisions: pl.LazyFrame, job: Job) -> pl.LazyFrame:
