@@ -1,6 +1,7 @@
 """The simple baselines tuned ahead on a low-priority thread (baselines_ahead.py): the stage
 takes the thread's results, waits for one it is running, and searches itself one the thread
-has not started."""
+has not started; a job that ends first cancels the running search and waits for the
+thread."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from flashml.systems.baleen import baselines, baselines_ahead
 from flashml.systems.baleen.baselines_ahead import BaselinesAhead
+from flashml.systems.baleen.tuning import SearchCancelled
 
 
 @pytest.fixture
@@ -20,10 +22,13 @@ def fake(monkeypatch):
     gate = threading.Event()
 
     def tuner(name: str, wait: bool):
-        def tune(df, base, target):
+        def tune(df, base, target, *, cancel):
             calls.append((name, threading.current_thread().name))
-            if wait:
-                gate.wait(10)
+            deadline = time.monotonic() + 10
+            while wait and not gate.is_set() and time.monotonic() < deadline:
+                if cancel.is_set():  # as a search checks before each simulation
+                    raise SearchCancelled("cancelled")
+                time.sleep(0.01)
             return SimpleNamespace(name=name, target=target)
         return tune
 
@@ -59,12 +64,21 @@ def test_the_stage_claims_a_search_the_thread_has_not_started(fake) -> None:
     assert [n for n, _ in calls] == ["rejectx"]  # the thread skipped the claimed one
 
 
-def test_a_stopped_thread_leaves_the_rest_to_the_stage(fake) -> None:
+def test_a_stopped_thread_cancels_its_search_and_ends(fake) -> None:
     run, s, calls, gate = fake
     ahead = BaselinesAhead(run, s)
     while not calls:
         time.sleep(0.01)
-    ahead.stop()
-    gate.set()
-    assert ahead.take("rejectx") is not None  # the search it was in finishes
-    assert ahead.take("coinflip") is None
+    t0 = time.monotonic()
+    ahead.stop()  # returns once the thread has ended: its search cancelled, not finished
+    assert not ahead._thread.is_alive() and time.monotonic() - t0 < 5
+    assert ahead.take("rejectx") is None and ahead.take("coinflip") is None
+    assert [n for n, _ in calls] == ["rejectx"]
+
+
+@pytest.mark.parametrize("tune", [baselines.tune_rejectx, baselines.tune_coinflip])
+def test_a_cancelled_search_runs_no_simulation(tune) -> None:
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(SearchCancelled):  # before the first simulation (no table needed)
+        tune(None, SimpleNamespace(replace=lambda **kw: None), 37.0, cancel=stop)

@@ -19,15 +19,24 @@ from flashml.systems.baleen.tuning import Pieces, SearchCancelled, Tuned, tune_t
 REJECTX_FACTORS = (1e-4, 10.0, 1e3)
 
 
-def tune_rejectx(df: pl.DataFrame, base: SimConfig, target_mbps: float) -> Tuned:
+def _go_on(cancel: threading.Event | None, target_mbps: float) -> None:
+    """SearchCancelled once `cancel` is set (checked before each simulation of a search)."""
+    if cancel is not None and cancel.is_set():
+        raise SearchCancelled(f"search at {target_mbps:.4g} MB/s cancelled")
+
+
+def tune_rejectx(df: pl.DataFrame, base: SimConfig, target_mbps: float, *,
+                 cancel: threading.Event | None = None) -> Tuned:
     """RejectX's history factor at the target, searched in `REJECTX_FACTORS[:2]` first: a
     history of 1000 caches (the range's top) holds every segment the trace ever misses on
     (at 10 M region1-like accesses 2.7 GB, and each simulation several times slower), while
     the factors that meet the targets measured are near 0.02; only a target that a history
-    of 10 caches cannot reach is searched up to the top, from the first search's points."""
+    of 10 caches cannot reach is searched up to the top, from the first search's points.
+    Once `cancel` is set, the search raises `SearchCancelled` before its next simulation."""
     cfg = base.replace(admission="rejectx")
 
     def run(f: float) -> Any:
+        _go_on(cancel, target_mbps)
         return simulate(df, cfg.replace(rejectx_factor=f))
 
     lo, mid, hi = REJECTX_FACTORS
@@ -38,10 +47,16 @@ def tune_rejectx(df: pl.DataFrame, base: SimConfig, target_mbps: float) -> Tuned
                               known=tuned.points)
 
 
-def tune_coinflip(df: pl.DataFrame, base: SimConfig, target_mbps: float) -> Tuned:
+def tune_coinflip(df: pl.DataFrame, base: SimConfig, target_mbps: float, *,
+                  cancel: threading.Event | None = None) -> Tuned:
+    """CoinFlip's admission probability at the target (`cancel` as `tune_rejectx`'s)."""
     cfg = base.replace(admission="coinflip")
-    return tune_to_write_rate(lambda p: simulate(df, cfg.replace(coinflip_p=p)),
-                              target_mbps, 0.0, 1.0, increasing=True)
+
+    def run(p: float) -> Any:
+        _go_on(cancel, target_mbps)
+        return simulate(df, cfg.replace(coinflip_p=p))
+
+    return tune_to_write_rate(run, target_mbps, 0.0, 1.0, increasing=True)
 
 
 def tune_threshold(df: pl.DataFrame, base: SimConfig, target_mbps: float,
@@ -58,8 +73,7 @@ def tune_threshold(df: pl.DataFrame, base: SimConfig, target_mbps: float,
     knob = share_to_threshold(arrays["score"])
 
     def run(q: float) -> Any:
-        if cancel is not None and cancel.is_set():
-            raise SearchCancelled(f"threshold search at {target_mbps:.4g} MB/s cancelled")
+        _go_on(cancel, target_mbps)
         return simulate_threshold(df, cfg.replace(threshold=knob(q)), arrays)
 
     tuned = tune_to_write_rate(

@@ -27,7 +27,10 @@ NICE = 10
 class BaselinesAhead:
     """The searches of `AHEAD` on one daemon thread, niced; `take(name)` returns (its `Tuned`,
     seconds), waiting for it if the thread is running it, or None when it did not run (not
-    started yet: the stage claims it, stopped, or failed), and the stage searches itself."""
+    started yet: the stage claims it, stopped, or failed), and the stage searches itself.
+    `stop()` cancels the running search before its next simulation and waits for the thread:
+    a job that ends first never leaves it inside the simulator while the interpreter shuts
+    down (which aborts the process: at 100 M accesses a failed job exited on SIGABRT)."""
 
     def __init__(self, run: RunDir, s: BaleenSettings) -> None:
         self._done: dict[str, tuple[Any, float] | None] = {}
@@ -46,6 +49,7 @@ class BaselinesAhead:
         except (AttributeError, OSError):
             pass
         from flashml.systems.baleen.baselines import tune_coinflip, tune_rejectx
+        from flashml.systems.baleen.tuning import SearchCancelled
 
         tune = {"rejectx": tune_rejectx, "coinflip": tune_coinflip}
         for name in AHEAD:
@@ -58,8 +62,10 @@ class BaselinesAhead:
                 try:
                     t0 = time.perf_counter()
                     df, _ = run.frame()
-                    out = (tune[name](df, base_config(run, s), s.target_write_rate_mbps),
-                           time.perf_counter() - t0)
+                    out = (tune[name](df, base_config(run, s), s.target_write_rate_mbps,
+                                      cancel=self._stop), time.perf_counter() - t0)
+                except SearchCancelled:
+                    log.debug("tuning %s ahead stopped: the job ended first", name)
                 except Exception as e:  # the stage searches itself and says why
                     log.info("tuning %s ahead failed (%s: %s); the policies stage tunes it",
                              name, type(e).__name__, e)
@@ -76,8 +82,10 @@ class BaselinesAhead:
             return self._done[name]
 
     def stop(self) -> None:
-        """Let the thread end after its current search (a job that stopped first)."""
+        """End the thread (a job that stopped first): its search cancelled before its next
+        simulation, the thread waited for."""
         self._stop.set()
+        self._thread.join()
 
 
 def baselines_ahead(run: RunDir, s: BaleenSettings) -> Any:
