@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -165,6 +166,12 @@ def read_table(path: str | os.PathLike[str], *, core_only: bool = False
         df = pl.read_parquet(path, columns=columns).rechunk()
     except _UNREADABLE as e:
         raise TraceError(path, f"not a readable Parquet file ({_short(e)})") from None
+    return _checked(df, path), meta
+
+
+def _checked(df: pl.DataFrame, path: Path, first_row: int = 0) -> pl.DataFrame:
+    """`df` (rows `first_row`.. of the table at `path`) with the core columns of their types,
+    checked: present, castable, without nulls, times in range (`check_times`)."""
     missing = [c for c in CORE_COLUMNS if c not in df.columns]
     if missing:
         raise TraceError(path, f"not a canonical access table: missing column(s) {missing}",
@@ -181,56 +188,116 @@ def read_table(path: str | os.PathLike[str], *, core_only: bool = False
     if bad:
         raise TraceError(path, f"not a canonical access table: {nulls[bad[0]]} null value(s)",
                          field=bad[0])
-    check_times(df, path)
-    return df, meta
+    check_times(df, path, first_row)
+    return df
 
 
 #: The name of `mapped_table`'s copies of a table's core columns.
-MAPPED_GLOB = "core-columns-*.arrow"
+MAPPED_GLOB = "core-columns-*.bin"
+#: Rows read, checked and written at a time by `mapped_table`'s first call.
+MAPPED_BATCH_ROWS = 1 << 20
+#: Alignment of each column in the copy (bytes: a cache line, and every type's width).
+_ALIGN = 64
+
+
+def _core_types() -> dict[str, tuple[np.dtype, pa.DataType]]:
+    """Each core column's NumPy and Arrow type (from `CORE_SCHEMA`)."""
+    out = {}
+    for name, dtype in CORE_SCHEMA.items():
+        empty = pl.Series(name, [], dtype=dtype)
+        out[name] = (empty.to_numpy().dtype, empty.to_arrow().type)
+    return out
+
+
+_CORE_TYPES = _core_types()
+
+
+def _layout(rows: int) -> tuple[dict[str, int], int]:
+    """Each core column's byte offset in `mapped_table`'s copy of `rows` rows, and its size:
+    the columns one after another in `CORE_COLUMNS`' order, each aligned to `_ALIGN`."""
+    offsets, end = {}, 0
+    for name, (np_type, _) in _CORE_TYPES.items():
+        offsets[name] = end
+        end += -(-rows * np_type.itemsize // _ALIGN) * _ALIGN
+    return offsets, end
 
 
 def mapped_table(path: str | os.PathLike[str], folder: str | os.PathLike[str]
                  ) -> tuple[pl.DataFrame, TraceMeta]:
     """`read_table(path, core_only=True)`, its columns mapped from a file instead of held:
-    the first call writes them, checked, to an uncompressed Arrow file in `folder` (one
-    record batch, so each column is one buffer), named by the table file's identity (inode,
-    size, modification time: a re-ingested table is a new file) and replacing the older
-    ones; every call maps that file. Each column's NumPy view is then a read-only window on
-    the file's pages, which the kernel can take back under memory pressure, where a read
-    table is the process's own memory (10 M accesses: a 0.47 GB frame whose Parquet decode
-    held 1.1-1.4 GB; 100 M: 4.1 GB, 9.4 GB at its peak)."""
+    the first call writes them, checked as `read_table` checks them, a batch of rows at a
+    time (`MAPPED_BATCH_ROWS`), into a file in `folder` that holds each column as one
+    contiguous array (`_layout`), named by the table file's identity (inode, size,
+    modification time: a re-ingested table is a new file) and replacing the older ones;
+    every call maps that file. Each column's NumPy view is then a read-only window on the
+    file's pages, which the kernel can take back under memory pressure, where a read table
+    is the process's own memory (10 M accesses: a 0.47 GB frame whose Parquet decode held
+    1.1-1.4 GB; 100 M: 4.1 GB, 9.4 GB at its peak); the copy itself is written in the
+    memory of one batch."""
     path, folder = Path(path), Path(folder)
     check_input(path)
+    meta = read_meta(path)
     st = path.stat()
     mapped = folder / MAPPED_GLOB.replace("*", f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}")
-    if not mapped.is_file():
-        df, meta = read_table(path, core_only=True)
-        table = df.to_arrow().combine_chunks()
-        del df
+    try:
+        rows = pq.ParquetFile(path).metadata.num_rows
+    except _UNREADABLE as e:
+        raise TraceError(path, f"not a readable Parquet file ({_short(e)})") from None
+    offsets, size = _layout(rows)
+    if not (mapped.is_file() and mapped.stat().st_size == size):
         folder.mkdir(parents=True, exist_ok=True)
-        with atomic_path(mapped) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
-                pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table, max_chunksize=max(1, table.num_rows))
-        del table
+        with atomic_path(mapped) as tmp:
+            _write_columns(path, tmp, rows, offsets, size)
         for old in folder.glob(MAPPED_GLOB):
             if old != mapped:
                 old.unlink(missing_ok=True)
-    else:
-        meta = read_meta(path)
-    # (the map is not closed here: the columns' buffers keep it, and it ends with them)
-    table = pa.ipc.open_file(pa.memory_map(str(mapped))).read_all()
-    return pl.from_arrow(table, rechunk=False), meta  # type: ignore[return-value]
+    # (the maps are not closed here: the columns' buffers keep them, and end with them)
+    columns = {}
+    for name, (np_type, arrow_type) in _CORE_TYPES.items():
+        view = np.memmap(mapped, dtype=np_type, mode="r", offset=offsets[name],
+                         shape=(rows,)) if rows else np.empty(0, np_type)
+        columns[name] = pa.Array.from_buffers(arrow_type, rows, [None, pa.py_buffer(view)])
+    return pl.from_arrow(pa.table(columns), rechunk=False), meta  # type: ignore[return-value]
 
 
-def check_times(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:
+def _write_columns(path: Path, tmp: Path, rows: int, offsets: dict[str, int],
+                   size: int) -> None:
+    """`mapped_table`'s copy of `path`'s core columns into `tmp`, a batch at a time."""
+    names = [c for c in pl.read_parquet_schema(path) if c in CORE_SCHEMA]
+    done = 0
+    with open(tmp, "wb") as f:
+        f.truncate(size)
+        try:
+            batches = pq.ParquetFile(path).iter_batches(batch_size=MAPPED_BATCH_ROWS,
+                                                        columns=names)
+        except _UNREADABLE as e:
+            raise TraceError(path, f"not a readable Parquet file ({_short(e)})") from None
+        while True:
+            try:  # (a damaged file, not the checks' TraceErrors, which are ValueErrors too)
+                batch = next(batches, None)
+            except _UNREADABLE as e:
+                raise TraceError(path, f"not a readable Parquet file ({_short(e)})") from None
+            if batch is None:
+                break
+            df = _checked(pl.from_arrow(batch), path, done)  # type: ignore[arg-type]
+            for name in CORE_COLUMNS:
+                data = df[name].to_numpy()
+                os.pwrite(f.fileno(), memoryview(data).cast("B"),
+                          offsets[name] + done * data.itemsize)
+            done += batch.num_rows
+    if done != rows:
+        raise TraceError(path, f"not a readable Parquet file ({done} rows read of {rows})")
+
+
+def check_times(df: pl.DataFrame, path: str | os.PathLike[str], first_row: int = 0) -> None:
     """Refuse a table with a time that is not finite or beyond MAX_TIME_S seconds of the
-    epoch, naming its row and source line."""
+    epoch, naming its row (`df` is the table's rows from `first_row` on) and source line."""
     outside = ~(df["time"].abs() <= MAX_TIME_S)
     if outside.any():
         i = int(outside.arg_true()[0])
         line = f", source line {df['src_line'][i]}" if "src_line" in df.columns else ""
         raise TraceError(path, f"not a canonical access table: time {df['time'][i]!r} at row "
-                         f"{i + 1}{line} is outside [-{MAX_TIME_S:g}, {MAX_TIME_S:g}] "
+                         f"{first_row + i + 1}{line} is outside [-{MAX_TIME_S:g}, {MAX_TIME_S:g}] "
                          f"seconds ({int(outside.sum())} such row(s))", field="time")
 
 

@@ -272,7 +272,7 @@ def test_mapped_table_is_the_read_table_mapped_from_a_file(tmp_path: Path) -> No
     want, meta = read_table(out, core_only=True)
     got, got_meta = mapped_table(out, tmp_path / "work")
     assert got.equals(want) and got.schema == want.schema and got_meta == meta
-    (first,) = (tmp_path / "work").glob("core-columns-*.arrow")
+    (first,) = (tmp_path / "work").glob("core-columns-*.bin")
     for c in got.columns:
         a = got[c].to_numpy()
         assert not a.flags.writeable and not a.flags.owndata
@@ -283,7 +283,30 @@ def test_mapped_table_is_the_read_table_mapped_from_a_file(tmp_path: Path) -> No
     shutil.copyfile(out, tmp_path / "copy.parquet")
     os.replace(tmp_path / "copy.parquet", out)
     assert mapped_table(out, tmp_path / "work")[0].equals(want)
-    (second,) = (tmp_path / "work").glob("core-columns-*.arrow")
+    (second,) = (tmp_path / "work").glob("core-columns-*.bin")
     assert second != first
     with pytest.raises(TraceError):
         mapped_table(tmp_path / "missing.parquet", tmp_path / "work")
+
+
+def test_mapped_table_is_written_and_checked_a_batch_at_a_time(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """The mapped copy written in batches of a few rows is the read table; a time out of
+    range in a later batch is refused naming its row in the whole table and its source line,
+    and leaves no copy behind."""
+    import flashml.trace.canonical as canonical
+    from flashml.trace.canonical import mapped_table, write_table
+
+    monkeypatch.setattr(canonical, "MAPPED_BATCH_ROWS", 3)
+    out = tmp_path / "t.parquet"
+    ingest(DATA / "tectonic_202110.trace", out, "tectonic", progress=False)
+    want, meta = read_table(out, core_only=True)
+    assert want.height > 6
+    assert mapped_table(out, tmp_path / "work")[0].equals(want)
+    bad = want.with_columns(time=pl.when(pl.int_range(pl.len()) == 4).then(2e12)
+                            .otherwise(pl.col("time")))
+    write_table(bad, tmp_path / "bad.parquet", meta)
+    with pytest.raises(TraceError, match=r"at row 5, source line \d+") as e:
+        mapped_table(tmp_path / "bad.parquet", tmp_path / "work2")
+    assert e.value.field == "time"
+    assert not list((tmp_path / "work2").glob("*"))
