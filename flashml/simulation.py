@@ -453,18 +453,22 @@ def online_features(table: Any, segment_bytes: int = UNITS.segment_bytes) -> np.
         cols["namespace"], cols["user"], segment_bytes=segment_bytes, get_ops=_get_ops())
 
 
-def online_counts(table: Any, segment_bytes: int = UNITS.segment_bytes) -> np.ndarray:
+def online_counts(table: Any, segment_bytes: int = UNITS.segment_bytes, *,
+                  out: np.ndarray | None = None) -> np.ndarray:
     """The count features of every access (uint32, counts x accesses, in the contract's
     order of them): `counts_of(online_features(table))`, computed online in Rust without
-    the float64 matrix of every feature (at 10 M accesses 1.44 GB, this is 0.48 GB)."""
+    the float64 matrix of every feature (at 10 M accesses 1.44 GB, this is 0.48 GB); with
+    `out` (a C-contiguous uint32 array of that shape, e.g. a memory-mapped file), written
+    into it and returned."""
     from flashml.features.contract import contract
     from flashml.features.matrix import count_columns
 
     cols = _feature_arrays(table)
-    return _core().online_features(
+    got = _core().online_features(
         cols["time"], cols["key"], cols["offset"], cols["size"], cols["op"],
         cols["namespace"], cols["user"], segment_bytes=segment_bytes, get_ops=_get_ops(),
-        counts=count_columns(contract()))
+        counts=count_columns(contract()), out=out)
+    return got if out is None else out
 
 
 def compact_features(table: Any, counts: np.ndarray,

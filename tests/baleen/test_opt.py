@@ -53,7 +53,8 @@ def test_a_finished_build_is_reused_only_where_it_serves(table, tmp_path: Path) 
     assert reusable(built.out, EpisodeParams(5400.0, 31.0, 6)) is None  # labels depend on it
     assert reusable(tmp_path / "nothing", params) is None and reusable(None, params) is None
     # OPT's ranking depends on neither K nor the target: any build at the eviction age
-    fresh = opt_ranking(path, tmp_path / "fresh", 5400.0, rows)(25.0)
+    fresh = {k: v.copy() for k, v in opt_ranking(path, tmp_path / "fresh", 5400.0,
+                                                   rows)(25.0).items()}
     reused = opt_ranking(path, tmp_path / "unused", 5400.0, rows, built=built.out)(25.0)
     assert not (tmp_path / "unused").exists()
     for name in fresh:

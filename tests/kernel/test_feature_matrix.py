@@ -115,3 +115,21 @@ def test_online_counts_refuse_what_is_no_count(tmp_path) -> None:
     args[3] = big
     with pytest.raises(ValueError, match=r"access 7: feature .* not an integer in u32"):
         _core().online_features(*args, segment_bytes=UNITS.segment_bytes, counts=[size])
+
+
+def test_online_counts_into_a_mapped_file(tmp_path) -> None:
+    """The counts written into a memory-mapped .npy (what the job keeps them in) are the
+    returned ones; an `out` of another shape or type is refused."""
+    df = demo_trace(tmp_path, accesses=5_000, seed=3)
+    want = online_counts(df, segment_bytes=UNITS.segment_bytes)
+    out = np.lib.format.open_memmap(tmp_path / "c.npy", mode="w+", dtype=np.uint32,
+                                    shape=want.shape)
+    assert online_counts(df, segment_bytes=UNITS.segment_bytes, out=out) is out
+    out.flush()
+    del out
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy", mmap_mode="r"), want)
+    with pytest.raises(ValueError, match="shape"):
+        online_counts(df, segment_bytes=UNITS.segment_bytes,
+                      out=np.zeros((want.shape[0], want.shape[1] - 1), np.uint32))
+    with pytest.raises(TypeError):
+        online_counts(df, segment_bytes=UNITS.segment_bytes, out=want.astype(np.int64))

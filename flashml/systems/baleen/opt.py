@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 
 from flashml.simulation import SimConfig, SimResult, simulate
 from flashml.systems.baleen.tuning import Tuned, tune_to_write_rate
@@ -36,7 +37,9 @@ def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark:
     (episodes/core.py `ranked_stages`), so the ranking is built once and each target is a
     cut of it, equal to `opt_arrays` at that target (tests/baleen/test_opt.py). `built`: a folder
     of episodes already built from `table` at this eviction age (any target and K: the
-    ranking depends on neither), used instead of building them again."""
+    ranking depends on neither), used instead of building them again. The arrays are made
+    per episode and gathered into the same three buffers at every cut (a simulation at a
+    time reads them: copy them to keep a cut beside the next one)."""
     from flashml.systems.baleen.episodes.core import EpisodeParams, build, finished_build
 
     found = finished_build(built)
@@ -47,22 +50,33 @@ def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark:
               spark=spark, plot=False)
     eps = pl.read_parquet(out / "episodes.parquet", columns=[
         "episode_id", "score", "cum_write_rate_mbps", "range_start", "range_end"])
-    per = pl.read_parquet(out / "labels.parquet", columns=["row", "episode_id"]).join(
-        eps, on="episode_id", how="left")
-    at = per["row"].to_numpy().astype(np.int64)
-    cut = np.full(rows, np.inf)  # PUTs: never admitted
-    cut[at] = np.where(per["score"].to_numpy() > 0, per["cum_write_rate_mbps"].to_numpy(),
-                       np.inf)
-    start = np.full(rows, -1, dtype=np.int64)
-    end = np.full(rows, -1, dtype=np.int64)
-    start[at] = per["range_start"].to_numpy()
-    end[at] = per["range_end"].to_numpy()
+    n_eps = eps.height
+    ids = eps["episode_id"].to_numpy()
+    # per episode (index n_eps: no episode, a PUT): where the cut admits it, and its range
+    cut_of = np.full(n_eps + 1, np.inf)  # PUTs: never admitted
+    cut_of[ids] = np.where(eps["score"].to_numpy() > 0, eps["cum_write_rate_mbps"].to_numpy(),
+                           np.inf)
+    start_of = np.full(n_eps + 1, -1, dtype=np.int64)
+    end_of = np.full(n_eps + 1, -1, dtype=np.int64)
+    start_of[ids] = eps["range_start"].to_numpy()
+    end_of[ids] = eps["range_end"].to_numpy()
+    del eps, ids
+    # each access's episode, read a batch of labels at a time (at 100 M accesses the labels'
+    # two columns, joined to the episodes', were 4 GB; this is 0.4 GB)
+    episode = np.full(rows, n_eps, dtype=np.int32 if n_eps < 2**31 else np.int64)
+    for batch in pq.ParquetFile(out / "labels.parquet").iter_batches(
+            batch_size=1 << 20, columns=["row", "episode_id"]):
+        episode[batch.column("row").to_numpy()] = batch.column("episode_id").to_numpy()
+    admit = np.empty(rows, np.uint8)
+    start = np.empty(rows, np.int64)
+    end = np.empty(rows, np.int64)
 
     def arrays(target_mbps: float) -> dict[str, np.ndarray]:
-        admit = cut <= target_mbps
-        return {"admit": admit.astype(np.uint8),
-                "prefetch_start": np.where(admit, start, -1),
-                "prefetch_end": np.where(admit, end, -1)}
+        admitted = cut_of <= target_mbps
+        np.take(admitted.view(np.uint8), episode, out=admit)
+        np.take(np.where(admitted, start_of, -1), episode, out=start)
+        np.take(np.where(admitted, end_of, -1), episode, out=end)
+        return {"admit": admit, "prefetch_start": start, "prefetch_end": end}
 
     return arrays
 

@@ -191,11 +191,31 @@ pub fn count_columns(
     get_ops: &[u8],
     features: &[usize],
 ) -> Result<Vec<u32>, CountsError> {
+    let mut out = vec![0u32; trace.time.len() * features.len()];
+    count_columns_into(trace, cols, segment_bytes, get_ops, features, &mut out)?;
+    Ok(out)
+}
+
+/// `count_columns` written into `out` (`features.len()` x accesses, row-major: e.g. a
+/// memory-mapped file's pages, so the counts of a large trace are never the process's own
+/// memory). Panics if `out` has another length.
+pub fn count_columns_into(
+    trace: Trace,
+    cols: FeatureColumns,
+    segment_bytes: u64,
+    get_ops: &[u8],
+    features: &[usize],
+    out: &mut [u32],
+) -> Result<(), CountsError> {
     if let Some(&j) = features.iter().find(|&&j| j >= NUM_FEATURES) {
         return Err(CountsError::Column(j));
     }
     let n = trace.time.len();
-    let mut out = vec![0u32; n * features.len()];
+    assert_eq!(
+        out.len(),
+        n * features.len(),
+        "out must hold features x accesses"
+    );
     let mut f = OnlineFeatures::new(trace, cols, segment_bytes, get_ops);
     let mut row = [0.0; NUM_FEATURES];
     for i in 0..n {
@@ -212,7 +232,7 @@ pub fn count_columns(
             out[c * n + i] = v as u32;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Baleen's flash cache: the simulator's settings, flash mode, the compiled policy .so and its online features.
 
 use super::*;
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -252,11 +252,12 @@ pub(super) fn policy_info(
 /// path), as a (rows, NUM_FEATURES) float64 array; equal to features/online.py's matrix.
 /// With `counts` (contract indices: the count features) only those columns, as a
 /// (len(counts), rows) uint32 array, without the float64 matrix of every feature
-/// (ValueError on a value that is no integer in u32's range). `segment_bytes` is required
-/// (flashml.config is the one place that knows it).
+/// (ValueError on a value that is no integer in u32's range); with `out` too (a C-contiguous
+/// uint32 array of that shape, e.g. a memory-mapped file) written into it, and None
+/// returned. `segment_bytes` is required (flashml.config is the one place that knows it).
 #[pyfunction]
 #[pyo3(signature = (time, key, offset, size, op, namespace, user, *,
-                    segment_bytes, get_ops=None, counts=None))]
+                    segment_bytes, get_ops=None, counts=None, out=None))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn online_features<'py>(
     py: Python<'py>,
@@ -270,6 +271,7 @@ pub(super) fn online_features<'py>(
     segment_bytes: u64,
     get_ops: Option<Vec<u8>>,
     counts: Option<Vec<usize>>,
+    out: Option<PyReadwriteArray2<'py, u32>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let trace = trace_of(&time, &key, &offset, &size, &op)?;
     let cols = FeatureColumns {
@@ -306,23 +308,41 @@ pub(super) fn online_features<'py>(
             .into_any());
     };
     let k = features.len();
+    if let Some(mut out) = out {
+        if out.shape() != [k, n] {
+            return Err(PyValueError::new_err(format!(
+                "out has shape {:?}, not ({k}, {n}) (counts x accesses)",
+                out.shape()
+            )));
+        }
+        let buf = out
+            .as_slice_mut()
+            .map_err(|_| PyValueError::new_err("out must be C-contiguous"))?;
+        py.allow_threads(|| {
+            online::count_columns_into(trace, cols, segment_bytes, &get_ops, &features, buf)
+        })
+        .map_err(counts_error)?;
+        return Ok(py.None().into_bound(py));
+    }
     let flat = py
         .allow_threads(|| online::count_columns(trace, cols, segment_bytes, &get_ops, &features))
-        .map_err(|e| {
-            PyValueError::new_err(match e {
-                online::CountsError::Column(j) => {
-                    format!("feature {j} is not a contract index (< {NUM_FEATURES})")
-                }
-                online::CountsError::Overflow {
-                    access,
-                    feature,
-                    value,
-                } => format!(
-                    "access {access}: feature {feature} is {value}, not an integer in u32's range"
-                ),
-            })
-        })?;
+        .map_err(counts_error)?;
     Ok(PyArray1::from_vec(py, flat).reshape([k, n])?.into_any())
+}
+
+fn counts_error(e: online::CountsError) -> PyErr {
+    PyValueError::new_err(match e {
+        online::CountsError::Column(j) => {
+            format!("feature {j} is not a contract index (< {NUM_FEATURES})")
+        }
+        online::CountsError::Overflow {
+            access,
+            feature,
+            value,
+        } => {
+            format!("access {access}: feature {feature} is {value}, not an integer in u32's range")
+        }
+    })
 }
 
 /// `episode_split(row, key, time, gap, s0, s1, threshold)`: a trace's GETs (row order) split
