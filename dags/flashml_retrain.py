@@ -20,7 +20,7 @@ or `airflow dags trigger flashml_retrain --conf '{...}'`):
 - the other run settings of `flashml pipeline run` (flashml/settings.py: same names,
   defaults and bounds): `cache_gb`, `train_hours`, `engine`, `learning_rate`,
   `max_rounds`, `max_iterations`, `peak_hours`, `peak_bonus`, `sweep_trials`,
-  `sweep_cold`, `sweep_workers`, `sweep_screen_margin`, `skip_bad_lines`
+  `sweep_cold`, `sweep_workers`, `sweep_screen_margin`, `memory_gib`, `skip_bad_lines`
 - `trace`: trace location, raw (see `format`) or canonical .parquet; `{ds}` is replaced by
   the logical date (YYYY-MM-DD). Empty: generate the synthetic `preset` (`seed`,
   `accesses`), a demo

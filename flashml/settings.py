@@ -155,6 +155,11 @@ class BaleenSettings:
     #: loop's model tuned to the point) is within this fraction of the best screened one; the
     #: others are pruned (flashml/systems/baleen/sweep.py).
     sweep_screen_margin: float = 0.15
+    #: The memory the job may use, GiB (0: the memory available when it starts): its
+    #: preflight refuses a trace whose estimate exceeds it, and a trace whose learned
+    #: policies' scores would not fit keeps each finished loop's on disk, mapped, and runs
+    #: the sweep's loops one at a time (flashml/systems/baleen/memory.py).
+    memory_gib: float = 0.0
     register: bool = True
     compile: bool = True
     #: Ingest leaves out the raw trace's bad lines (counted, the first logged) instead of
@@ -225,6 +230,7 @@ class BaleenSettings:
             sweep_cold=bool(v.get("sweep_cold", d.sweep_cold)),
             sweep_workers=int(v.get("sweep_workers", d.sweep_workers)),
             sweep_screen_margin=float(v.get("sweep_screen_margin", d.sweep_screen_margin)),
+            memory_gib=float(v.get("memory_gib", d.memory_gib)),
             register=not v.get("no_register", False), compile=not v.get("no_compile", False),
             skip_bad_lines=bool(v.get("skip_bad_lines", d.skip_bad_lines)),
             candidate_bundle=path("candidate_bundle"), export_dir=path("export_dir"))
@@ -582,6 +588,11 @@ _OPTIONS = (
            "processes running the sweep's trials in parallel on its Optuna storage (sqlite "
            "on one machine; an RDB URL such as Postgres lets workers elsewhere join)",
            dag_type="integer"),
+    Option("memory_gib", "--memory", Number(float, 0.0, 1e6, unit="GiB"), _D.memory_gib,
+           "the memory the job may use, GiB (0: what is available when it starts): a trace "
+           "whose estimated peak exceeds it is refused before training; one whose learned "
+           "scores would not fit keeps finished loops' scores on disk, mapped, and runs the "
+           "sweep's loops one at a time", dag_type="number", metavar="GIB"),
     Option("sweep_screen_margin", "--sweep-screen-margin",
            Number(float, 0.0, 1e6, unit="(a fraction)"), _D.sweep_screen_margin,
            "a warm sweep screens every point with the main loop's model (its threshold tuned "

@@ -641,7 +641,12 @@ def test_a_trace_too_large_for_memory_is_refused_before_training(small_trace,
 
     from flashml.errors import UserError
     from flashml.jobs.run import RunDir
-    from flashml.systems.baleen.run_folder import JOB_BASE_BYTES, JOB_BYTES_PER_ACCESS, check_memory
+    from flashml.systems.baleen.run_folder import (
+        JOB_BASE_BYTES,
+        JOB_BYTES_PER_ACCESS,
+        JOB_BYTES_PER_ACCESS_MAPPED,
+        check_memory,
+    )
 
     df, table = small_trace
     run = RunDir(tmp_path / "run")
@@ -653,8 +658,9 @@ def test_a_trace_too_large_for_memory_is_refused_before_training(small_trace,
     msg = str(e.value)
     assert str(run.table) in msg and f"{len(df):,} accesses" in msg
     assert "flashml trace sample" in msg and "--engine spark" in msg
-    # the suggested sample fits: its size is what the available memory holds
-    fit = (need - 1 - JOB_BASE_BYTES) // JOB_BYTES_PER_ACCESS
+    # the suggested sample fits: its size is what the available memory holds, its scores
+    # kept on disk (a trace this small would hold them: the sample is not smaller than that)
+    fit = (need - 1 - JOB_BASE_BYTES) // JOB_BYTES_PER_ACCESS_MAPPED
     assert f"about {fit:,} accesses" in msg
 
 

@@ -209,9 +209,10 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
 
     from flashml.compiler.bundle import save_policy_models
     from flashml.systems.baleen.converge import run_loop
+    from flashml.systems.baleen.memory import budget_bytes, scores_fit, spilled
 
     check_span(run, s)
-    check_memory(run)
+    check_memory(run, budget_bytes(run, s))
     df, _ = run.frame()
     with timer.stage("features"):
         feats = features(run)
@@ -225,6 +226,8 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
             loop = run_loop(df, run.table, feats, base_config(run, s), target,
                             run.work / "baleen", s.gbm, s.loop,
                             with_prefetch=s.with_prefetch)
+            if not scores_fit(run, s, df.height):  # (memory.py)
+                loop.arrays = spilled(loop.arrays, run.work / "baleen" / "scores")
         print(loop.report())
         with timer.stage("validation (peak schedule, feature set)"):
             choice = ship_variant(run, s, loop)
@@ -535,6 +538,7 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
     import mlflow
 
     from flashml.config import optuna_storage, redact_url
+    from flashml.systems.baleen.memory import scores_fit
     from flashml.systems.baleen.sweep import run_sweep
     from flashml.tracking import git_commit
 
@@ -559,7 +563,8 @@ def sweep(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
                         rate_range=s.sweep_rate_range, final_base=learned_config(run, s),
                         user_attrs=attrs, warm=warm, workers=s.sweep_workers,
                         promote_within=s.sweep_screen_margin,
-                        spawn=sweep_spawner(run, s, study, storage, peak0, run_id))
+                        spawn=sweep_spawner(run, s, study, storage, peak0, run_id),
+                        side_by_side=scores_fit(run, s, df.height))
     mlflow.log_metrics({"chosen_write_rate_mbps": res.chosen_write_rate_mbps,
                         "chosen_tco": res.chosen_tco,
                         "sweep_range_low_mbps": res.range_mbps[0],
@@ -744,7 +749,7 @@ Settings = BaleenSettings
 CLI_OPTIONS = ("cache_gb", "target_write_rate_mbps", "engine", "master", "learning_rate",
                "max_rounds", "max_iterations", "max_training_rows", "train_hours",
                "accesses_per_episode", "peak_hours", "peak_bonus", "sweep_trials", "sweep_cold",
-               "sweep_workers", "sweep_screen_margin", "skip_bad_lines")
+               "sweep_workers", "sweep_screen_margin", "memory_gib", "skip_bad_lines")
 
 
 def add_cli(p: Any) -> None:

@@ -489,7 +489,8 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
               user_attrs: dict[str, Any] | None = None, max_widen: int = 2,
               warm: WarmStart | None = None, workers: int = 1,
               spawn: SpawnWorker | None = None,
-              promote_within: float | None = PROMOTE_WITHIN) -> SweepResult:
+              promote_within: float | None = PROMOTE_WITHIN,
+              side_by_side: bool = True) -> SweepResult:
     """Optuna over target write rate (and, without `warm`, the starting eviction age); each
     trial is a convergence loop scored by TCO. With `warm` (the main loop's converged state)
     every trial starts from it (run_loop's warm start: its eviction age, K and model first),
@@ -706,13 +707,14 @@ def run_sweep(df: pl.DataFrame, table: Path, feats: Features, base: SimConfig,
         trials then take them, as loops run ahead of time: `loops_from_known`), building
         one at a time (a build's memory is not held twice); only the lowest points
         up to the first whose screen fell short of its target (a point above it may end as
-        its copy, `saturated_below`, without a loop), and only when two or more qualify."""
+        its copy, `saturated_below`, without a loop), only when two or more qualify, and
+        not without `side_by_side` (two loops' scores would not fit in memory)."""
         chosen: list[float] = []
         for wr in sorted(promoted):
             chosen.append(wr)
             if not screen_reached.get(wr, False):
                 break
-        if len(chosen) < 2 or machine_cores() < 2:
+        if len(chosen) < 2 or machine_cores() < 2 or not side_by_side:
             return
         log.info("sweep: the loops at %s MB/s run side by side",
                  ", ".join(f"{wr:.4g}" for wr in chosen))
