@@ -7,6 +7,7 @@ on generated region1-like traces of growing size, the time and peak memory of ev
     .venv/bin/python bench/bench_pipeline.py --accesses 1000000 --sweep-workers 1,2
     .venv/bin/python bench/bench_pipeline.py --accesses 1000000 --sweep-workers 1,2 \
         --cores-per-worker 1
+    .venv/bin/python bench/bench_pipeline.py --accesses 100000000 --days 7 --memory-limit 12
 
 Each size runs in a fresh process (a run folder, MLflow and Optuna stores of its own under a
 temporary FLASHML_HOME); the figures come from the run's summary.json (`timings_s`,
@@ -14,7 +15,10 @@ temporary FLASHML_HOME); the figures come from the run's summary.json (`timings_
 the job's largest process and of its processes' resident sets summed (sampled every
 0.2 s). `--sweep both` also runs each size with `--sweep-cold` (trials from scratch), the
 sweep's cost before the warm start;
-`--sweep-workers 1,2` runs each with one and two sweep processes; with `--cores-per-worker 1`
+`--memory-limit 12 --days 7` runs a week-long trace's job in a memory cgroup of 12 GiB with
+`--memory 12` (root; the row records the cgroup's peak, page cache included, its anonymous
+memory's peak, and any OOM kill); `--sweep-workers 1,2` runs each with one and two sweep
+processes; with `--cores-per-worker 1`
 each run is pinned (taskset) to one core per worker, as that many one-core machines would run
 it (on a 2-core VM the unpinned one-worker sweep already keeps 1.6 cores busy, so two
 unpinned workers cannot beat ~0.8x of it whatever the code does).
@@ -137,15 +141,86 @@ class TreeMemory:
         self._thread.join()
 
 
+class MemoryCgroup:
+    """A memory cgroup (v2 under /sys/fs/cgroup, else v1's memory controller) limited to
+    `limit_gib`, for one job: `enter` is the child's preexec hook; `anon_peak_mb` is its
+    anonymous memory's peak (sampled every second: the process's own, which the limit cannot
+    take back), `peak_mb` the cgroup's own peak (page cache included, which the kernel
+    reclaims at the limit, so it reaches the limit on any long job), `oom_kills` the kills."""
+
+    def __init__(self, limit_gib: float) -> None:
+        import threading
+
+        name = f"flashml-bench-{os.getpid()}"
+        v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+        if v2.exists():
+            self.path, self.v2 = Path("/sys/fs/cgroup") / name, True
+        else:
+            self.path, self.v2 = Path("/sys/fs/cgroup/memory") / name, False
+        try:
+            self.path.mkdir()
+            limit = str(int(limit_gib * 2**30))
+            (self.path / ("memory.max" if self.v2 else "memory.limit_in_bytes")).write_text(limit)
+        except OSError as e:
+            raise SystemExit(f"--memory-limit needs a memory cgroup it can create "
+                             f"({self.path}: {e}); run as root on Linux") from None
+        self.limit_gib = limit_gib
+        self.anon_peak_mb = 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def enter(self) -> None:
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def _stat(self) -> dict[str, int]:
+        out = {}
+        for line in (self.path / "memory.stat").read_text().splitlines():
+            k, v = line.split()
+            out[k] = int(v)
+        return out
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            try:
+                st = self._stat()
+                anon = st.get("anon", st.get("total_rss", 0))
+                self.anon_peak_mb = max(self.anon_peak_mb, anon / 2**20)
+            except OSError:
+                pass
+            self._done.wait(1.0)
+
+    def stop(self) -> dict[str, Any]:
+        self._done.set()
+        self._thread.join()
+        if self.v2:
+            peak = int((self.path / "memory.peak").read_text())
+            events = dict(line.split() for line in
+                          (self.path / "memory.events").read_text().splitlines())
+            kills = int(events.get("oom_kill", 0))
+        else:
+            peak = int((self.path / "memory.max_usage_in_bytes").read_text())
+            kills = int(dict(line.split() for line in (self.path / "memory.oom_control")
+                             .read_text().splitlines()).get("oom_kill", 0))
+        self.path.rmdir()
+        return {"memory_limit_gib": self.limit_gib, "cgroup_peak_mb": round(peak / 2**20, 1),
+                "anon_peak_mb": round(self.anon_peak_mb, 1), "oom_kills": kills}
+
+
 def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
             workers: int = 1, cores_per_worker: int | None = None, seed: int = 3,
-            code: Path | None = None, tag: str = "") -> dict[str, Any]:
+            code: Path | None = None, tag: str = "", days: float | None = None,
+            memory_limit_gib: float | None = None) -> dict[str, Any]:
     """One `flashml pipeline run` on a generated region1-like trace of `accesses` (seed
-    `seed`), with this tree's code or, with `code`, that checkout's (PYTHONPATH)."""
-    trace = tmp / f"region1-like-{accesses}-seed{seed}.trace"
+    `seed`, `days` long: default the preset's), with this tree's code or, with `code`, that
+    checkout's (PYTHONPATH); with `memory_limit_gib`, inside a memory cgroup of that limit
+    and with the job's `--memory` at it."""
+    span = f"-{days:g}d" if days else ""
+    trace = tmp / f"region1-like-{accesses}-seed{seed}{span}.trace"
     if not trace.exists():
         subprocess.run([*FLASHML, "trace", "generate", "--preset", "region1-like", "--seed",
-                        str(seed), "--accesses", str(accesses), "-o", str(trace)], check=True,
+                        str(seed), "--accesses", str(accesses), "-o", str(trace),
+                        *(["--days", f"{days:g}"] if days else [])], check=True,
                        cwd=ROOT, stdout=subprocess.DEVNULL)
     home = tmp / (f"home-{accesses}-{'cold' if cold else 'warm'}-{workers}-{cores_per_worker}"
                   f"-seed{seed}{tag}")
@@ -154,6 +229,8 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
            "--engine", engine, "--sweep-trials", str(trials), "--sweep-workers", str(workers)]
     if cold:
         cmd.append("--sweep-cold")
+    if memory_limit_gib:
+        cmd += ["--memory", f"{memory_limit_gib:g}"]
     if cores_per_worker:  # the whole job on workers x N cores: N cores for each trial
         cmd = ["taskset", "-c", f"0-{workers * cores_per_worker - 1}", *cmd]
     env = {k: v for k, v in os.environ.items()
@@ -165,9 +242,11 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
     load_before = os.getloadavg()[0]
     log = tmp / f"{home.name}.log"
     t0 = time.perf_counter()
+    cgroup = MemoryCgroup(memory_limit_gib) if memory_limit_gib else None
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, cwd=code or ROOT, env=env, stdout=f,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT,
+                                preexec_fn=cgroup.enter if cgroup else None)
         sampler = TreeMemory(proc.pid)
         # this run's own CPU time (wait4: the job and the processes it waited for), not the
         # total over every child the bench ran so far. (Not its ru_maxrss: the job resets its
@@ -176,6 +255,7 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
         _, status, ru = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         sampler.stop()
+    bounded = cgroup.stop() if cgroup else {}
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-20:])
@@ -186,7 +266,8 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
     summary = json.loads((out / "summary.json").read_text())
     sweep = (summary.get("sweep") or {})
     return {
-        "accesses": accesses, "seed": seed, "load_avg_1m_before": round(load_before, 2),
+        "accesses": accesses, "seed": seed, "days": days,
+        "load_avg_1m_before": round(load_before, 2),
         "load_avg_1m_after": round(os.getloadavg()[0], 2),
         "sweep": "cold" if cold else "warm", "sweep_trials": trials,
         "sweep_workers": workers, "cores_per_worker": cores_per_worker,
@@ -196,6 +277,8 @@ def run_one(accesses: int, tmp: Path, *, cold: bool, trials: int, engine: str,
         # the job's processes together (their proportional sets summed, sampled): the memory
         # the machine needs, a child's (the validation's, Spark's JVM) on top of the job's
         "peak_rss_sum_mb": round(sampler.peak_mb, 1),
+        # in a memory cgroup (--memory-limit): its limit, peak, anonymous peak and OOM kills
+        **bounded,
         "timings_s": summary.get("timings_s", {}),
         "peak_rss_mb": summary.get("peak_rss_mb", {}),
         "models_trained_per_trial": [t.get("models_trained") for t in sweep.get("trials", [])]
@@ -345,6 +428,12 @@ def main() -> int:
                     "this tree, side by side (pipeline.json `compare`)")
     ap.add_argument("--seeds", type=sizes_small, default=[3],
                     help="comma-separated trace seeds for --compare (default 3)")
+    ap.add_argument("--days", type=float, default=None,
+                    help="length of the generated traces in days (default: the preset's, 3)")
+    ap.add_argument("--memory-limit", type=float, default=None, metavar="GIB",
+                    help="run each job in a memory cgroup of GIB GiB (root, Linux) with "
+                    "`--memory GIB`: the run records the cgroup's peak, its anonymous "
+                    "memory's peak and any OOM kill")
     args = ap.parse_args()
     modes = {"warm": [False], "cold": [True], "both": [False, True]}[args.sweep]
     runs = []
@@ -384,7 +473,8 @@ def main() -> int:
             print(f"pipeline: {n:,} accesses, sweep {'cold' if cold else 'warm'}, {w} "
                   "worker(s) ...", flush=True)
             r = run_one(n, Path(tmp), cold=cold, trials=args.sweep_trials,
-                        engine=args.engine, workers=w, cores_per_worker=args.cores_per_worker)
+                        engine=args.engine, workers=w, cores_per_worker=args.cores_per_worker,
+                        days=args.days, memory_limit_gib=args.memory_limit)
             top = sorted(r["timings_s"].items(), key=lambda kv: -kv[1])[:4]
             print(f"  {r['wall_s']:.0f} s; slowest: "
                   + ", ".join(f"{k} {v:.0f} s" for k, v in top), flush=True)
