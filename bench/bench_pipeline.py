@@ -450,10 +450,11 @@ def main() -> int:
         runs = [dict(row["after"]) for row in cmp["runs"] if row["seed"] == 3]
         for r in runs:
             r["sweep_workers"], r["cores_per_worker"] = 1, None
-        key = ("accesses", "sweep", "sweep_workers", "cores_per_worker")
+        key = ("accesses", "sweep", "sweep_workers", "cores_per_worker", "memory_limit_gib")
 
         def of_(r: dict[str, Any]) -> tuple[Any, ...]:
-            return tuple(r.get(k) or (0 if k == "cores_per_worker" else 1) for k in key)
+            return tuple(r.get(k) or (0 if k in ("cores_per_worker", "memory_limit_gib") else 1)
+                         for k in key)
 
         new = {of_(r) for r in runs}
         kept = [r for r in previous.get("runs", []) if of_(r) not in new]
@@ -483,10 +484,11 @@ def main() -> int:
             r.pop("run_dir", None)
             runs.append(r)
     # runs of other sizes or modes measured before are kept (each says its commit and time)
-    key = ("accesses", "sweep", "sweep_workers", "cores_per_worker")
+    key = ("accesses", "sweep", "sweep_workers", "cores_per_worker", "memory_limit_gib")
 
     def of(r: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(r.get(k) or (0 if k == "cores_per_worker" else 1) for k in key)
+        return tuple(r.get(k) or (0 if k in ("cores_per_worker", "memory_limit_gib") else 1)
+                         for k in key)
 
     new = {of(r) for r in runs}
     kept = [r for r in previous.get("runs", []) if of(r) not in new]

@@ -70,15 +70,18 @@ def pipeline_section(res: dict[str, Any]) -> str:
     sweep's choice."""
     lines = ["| `region1-like` accesses | sweep | workers | cores per worker | commit | job (s) "
              "| sweep (s) | convergence + training (s) | peak memory (GB) "
+             "| memory cgroup: limit / anonymous peak (GiB) "
              "| chosen write rate (MB/s) | TCO |",
-             "|---:|---|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+             "|---:|---|---:|---|---|---:|---:|---:|---:|---|---:|---:|"]
     for r in res["runs"]:
         sweep, conv = _stage(r, "sweep"), _stage(r, "convergence")
         peak = max(r["peak_rss_mb"].values()) / 1000
+        bounded = (f"{r['memory_limit_gib']:g} / {r['anon_peak_mb'] / 1024:.1f}"
+                   if r.get("memory_limit_gib") else "none")
         lines.append(
             f"| {r['accesses']:,} | {r['sweep']} | {r.get('sweep_workers') or 1} "
             f"| {r.get('cores_per_worker') or 'all'} | {r.get('commit', 'n/a')} "
-            f"| {r['wall_s']:.0f} | {sweep:.0f} | {conv:.0f} | {peak:.1f} "
+            f"| {r['wall_s']:.0f} | {sweep:.0f} | {conv:.0f} | {peak:.1f} | {bounded} "
             f"| {r['chosen_write_rate_mbps']:.1f} | {r['chosen_tco']:.3f} |")
     if "compare" in res:
         lines += ["", *pipeline_compare(res["compare"])]

@@ -110,8 +110,8 @@ METRIC_KEYS = (
 POLICY_ARRAYS = {
     "admit": np.uint8,          # OPT admit flags (non-zero = admit)
     "score": np.float64,        # admission scores for `threshold`
-    "prefetch_start": np.int64,  # inclusive segment index
-    "prefetch_end": np.int64,    # inclusive segment index
+    "prefetch_start": np.int16,  # inclusive segment index (2 bytes an access)
+    "prefetch_end": np.int16,    # inclusive segment index
     "when_score": np.float64,   # prefetch-when scores for `prefetch_when="score"`
 }
 
@@ -228,6 +228,12 @@ def _as_array(values: Any, dtype: type, name: str) -> np.ndarray:
               and np.issubdtype(dtype, np.unsignedinteger)):
             if arr.size and arr.min() < 0:
                 raise ValueError(f"column '{name}' has negative values")
+        if np.issubdtype(dtype, np.integer) and arr.size and \
+                np.issubdtype(arr.dtype, np.number) and not np.can_cast(arr.dtype, dtype):
+            lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+            if (dtype != np.uint8 or name != "admit") and (arr.min() < lo or arr.max() > hi):
+                raise ValueError(f"array '{name}' has values outside {lo}..{hi} "
+                                 f"({np.dtype(dtype).name}): {arr.min()}..{arr.max()}")
         arr = arr.astype(dtype)
     return np.ascontiguousarray(arr)
 

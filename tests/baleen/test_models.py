@@ -641,25 +641,34 @@ def test_a_trace_too_large_for_memory_is_refused_before_training(small_trace,
 
     from flashml.errors import UserError
     from flashml.jobs.run import RunDir
-    from flashml.systems.baleen.run_folder import (
+    from flashml.systems.baleen.memory import (
+        HELD_SCORES,
         JOB_BASE_BYTES,
         JOB_BYTES_PER_ACCESS,
         JOB_BYTES_PER_ACCESS_MAPPED,
+        SCORE_BYTES_PER_ACCESS,
         check_memory,
+        job_bytes_per_access,
     )
 
     df, table = small_trace
     run = RunDir(tmp_path / "run")
     shutil.copy(table, run.table)
-    need = JOB_BASE_BYTES + len(df) * JOB_BYTES_PER_ACCESS
-    check_memory(run, available=need)  # fits exactly: no error
+    n = len(df)
+    # a budget whose scores fit estimates the job with them held, a smaller one with them
+    # kept on disk (memory.py scores_fit_in: six policies' scores in half the budget beyond
+    # the fixed part)
+    roomy = JOB_BASE_BYTES + n * 2 * HELD_SCORES * SCORE_BYTES_PER_ACCESS
+    assert job_bytes_per_access(n, roomy) == JOB_BYTES_PER_ACCESS
+    assert job_bytes_per_access(n, roomy - 2) == JOB_BYTES_PER_ACCESS_MAPPED
+    need = JOB_BASE_BYTES + n * JOB_BYTES_PER_ACCESS_MAPPED
+    check_memory(run, available=need)  # fits exactly, bounded: no error
     with pytest.raises(UserError) as e:
         check_memory(run, available=need - 1)
     msg = str(e.value)
-    assert str(run.table) in msg and f"{len(df):,} accesses" in msg
+    assert str(run.table) in msg and f"{n:,} accesses" in msg and "--memory" in msg
     assert "flashml trace sample" in msg and "--engine spark" in msg
-    # the suggested sample fits: its size is what the available memory holds, its scores
-    # kept on disk (a trace this small would hold them: the sample is not smaller than that)
+    # the suggested sample fits: its size is what the available memory holds
     fit = (need - 1 - JOB_BASE_BYTES) // JOB_BYTES_PER_ACCESS_MAPPED
     assert f"about {fit:,} accesses" in msg
 

@@ -10,6 +10,7 @@ import pytest
 from flashml.compiler.bundle import round_range, when_matrix
 from flashml.features.contract import contract
 from flashml.features.online import feature_matrix
+from flashml.simulation import POLICY_ARRAYS
 from flashml.systems.baleen import model as baleen
 from flashml.systems.baleen.model import LearnedPolicy, range_rows, score_all
 
@@ -41,7 +42,9 @@ def test_distinct_rows_give_every_access_its_own_scores(setup, monkeypatch) -> N
     np.testing.assert_array_equal(fast["prefetch_end"], pe)
     np.testing.assert_array_equal(fast["when_score"], when)
     np.testing.assert_array_equal(fast["score"], policy.admission.predict(feats))
-    assert fast["prefetch_start"].dtype == ps.dtype and fast["when_score"].dtype == when.dtype
+    # the range as the simulator reads it (int16), the scores as LightGBM's doubles
+    assert fast["prefetch_start"].dtype == POLICY_ARRAYS["prefetch_start"]
+    assert fast["when_score"].dtype == when.dtype
     # without the distinct rows: the same arrays
     monkeypatch.setattr(baleen, "DISTINCT_MIN_ROWS", 10**12)
     plain = score_all(policy, feats.copy())

@@ -307,6 +307,9 @@ GOOD = [(0.0, 1, 0, SEG, GET), (1.0, 1, 0, SEG, GET)]
     (TINY.replace(admission="threshold"), {}, "needs the per-access array 'score'"),
     (TINY.replace(admission="opt"), {}, "'admit'"),
     (TINY.replace(prefetch="range"), {"prefetch_start": [0, 0]}, "'prefetch_end'"),
+    # segment indices are int16: a larger one is refused, not wrapped
+    (TINY.replace(prefetch="range"), {"prefetch_start": [0, 40_000], "prefetch_end": [1, 1]},
+     r"'prefetch_start' has values outside -32768..32767"),
     (TINY, {"admit": [1, 0, 1]}, "'admit' has 3"),
     (TINY.replace(segment_bytes=0), {}, "segment_bytes"),
     (TINY.replace(block_bytes=SEG * 3 + 1), {}, "multiple"),

@@ -54,7 +54,6 @@ from flashml.systems.baleen.run_folder import (
     SERIES_FILE,
     _learned,
     base_config,
-    check_memory,
     check_span,
     compiled_dir,
     feature_frame,
@@ -209,7 +208,7 @@ def train(run: RunDir, s: BaleenSettings, timer: Timer) -> dict[str, Any]:
 
     from flashml.compiler.bundle import save_policy_models
     from flashml.systems.baleen.converge import run_loop
-    from flashml.systems.baleen.memory import budget_bytes, scores_fit, spilled
+    from flashml.systems.baleen.memory import budget_bytes, check_memory, scores_fit, spilled
 
     check_span(run, s)
     check_memory(run, budget_bytes(run, s))

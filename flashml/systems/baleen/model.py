@@ -28,6 +28,7 @@ from flashml.features.matrix import FeatureMatrix, Features
 from flashml.models.forest import predict, predict_classes
 from flashml.models.gbm import fit, side_by_side
 from flashml.settings import GbmParams
+from flashml.simulation import POLICY_ARRAYS
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,9 @@ def score_prefetch(range_start: lgb.Booster, range_end: lgb.Booster, when_model:
     rX, inverse = range_rows(feats, c)
     ps, pe = round_range(predict_classes(range_start, rX), predict_classes(range_end, rX))
     when = predict_classes(when_model, when_matrix(None, ps, pe, range_x=rX))
+    # segment indices as the simulator reads them (2 bytes an access: 1.2 GB less per
+    # scored policy at 100 M accesses than int64)
+    ps, pe = ps.astype(POLICY_ARRAYS["prefetch_start"]), pe.astype(POLICY_ARRAYS["prefetch_end"])
     if inverse is not None:
         ps, pe, when = ps[inverse], pe[inverse], when[inverse]
     return {"prefetch_start": ps, "prefetch_end": pe, "when_score": when}
@@ -218,6 +222,9 @@ def range_rows(feats: Features, c: Contract | None = None
     if len(feats) >= DISTINCT_MIN_ROWS:
         first, inv = _distinct(feats, cols)
         if len(first) <= DISTINCT_MAX_SHARE * len(feats):
+            # (kept while the matrix lives: 4 bytes an access where they fit, not 8)
+            if len(first) < 2**31:
+                inv = inv.astype(np.int32)
             rows, inverse = np.ascontiguousarray(feats[first][:, cols], dtype=np.float64), inv
     if rows is None:
         rows = np.ascontiguousarray(feats[:, cols], dtype=np.float64)

@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from flashml.simulation import SimConfig, SimResult, simulate
+from flashml.simulation import POLICY_ARRAYS, SimConfig, SimResult, simulate
 from flashml.systems.baleen.tuning import Tuned, tune_to_write_rate
 
 
@@ -56,8 +56,9 @@ def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark:
     cut_of = np.full(n_eps + 1, np.inf)  # PUTs: never admitted
     cut_of[ids] = np.where(eps["score"].to_numpy() > 0, eps["cum_write_rate_mbps"].to_numpy(),
                            np.inf)
-    start_of = np.full(n_eps + 1, -1, dtype=np.int64)
-    end_of = np.full(n_eps + 1, -1, dtype=np.int64)
+    # (segment indices in the simulator's type: POLICY_ARRAYS)
+    start_of = np.full(n_eps + 1, -1, dtype=POLICY_ARRAYS["prefetch_start"])
+    end_of = np.full(n_eps + 1, -1, dtype=POLICY_ARRAYS["prefetch_end"])
     start_of[ids] = eps["range_start"].to_numpy()
     end_of[ids] = eps["range_end"].to_numpy()
     del eps, ids
@@ -68,14 +69,14 @@ def opt_ranking(table: Path, out: Path, eviction_age_s: float, rows: int, spark:
             batch_size=1 << 20, columns=["row", "episode_id"]):
         episode[batch.column("row").to_numpy()] = batch.column("episode_id").to_numpy()
     admit = np.empty(rows, np.uint8)
-    start = np.empty(rows, np.int64)
-    end = np.empty(rows, np.int64)
+    start = np.empty(rows, start_of.dtype)
+    end = np.empty(rows, end_of.dtype)
 
     def arrays(target_mbps: float) -> dict[str, np.ndarray]:
         admitted = cut_of <= target_mbps
         np.take(admitted.view(np.uint8), episode, out=admit)
-        np.take(np.where(admitted, start_of, -1), episode, out=start)
-        np.take(np.where(admitted, end_of, -1), episode, out=end)
+        np.take(np.where(admitted, start_of, start_of.dtype.type(-1)), episode, out=start)
+        np.take(np.where(admitted, end_of, end_of.dtype.type(-1)), episode, out=end)
         return {"admit": admit, "prefetch_start": start, "prefetch_end": end}
 
     return arrays

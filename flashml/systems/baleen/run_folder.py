@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flashml.errors import UserError
 from flashml.jobs.run import RunDir
 from flashml.settings import BaleenSettings
 
@@ -103,57 +102,6 @@ def learned_config(run: RunDir, s: BaleenSettings) -> SimConfig:
             peak_hours=tuple(int(h) for h in ch["peak_hours"]),
             peak_bonus=float(ch["peak_bonus"]))
     return run.cache["learned_base"]
-
-
-#: The main job's peak memory: a fixed part and a part per access (bench_pipeline.py, the
-#: job's processes together: 1,022 MiB at 1 M region1-like accesses, 3,898 MiB at 10 M, so
-#: about 335 B per access above 700 MiB; the features alone are 48 B per access,
-#: flashml/features/matrix.py), rounded up.
-JOB_BASE_BYTES = 800 * 2**20
-
-JOB_BYTES_PER_ACCESS = 350
-#: The same with the learned scores kept on disk and the sweep's loops one at a time
-#: (memory.py: a trace whose scores would not fit in the budget): the process's own memory,
-#: the mapped files' pages being the kernel's to take back.
-JOB_BYTES_PER_ACCESS_MAPPED = 100
-
-
-def job_bytes_per_access(rows: int, available: int) -> int:
-    """The main job's estimated bytes per access of a trace of `rows` accesses in a budget of
-    `available` bytes (its scores held, or kept on disk when they would not fit)."""
-    from flashml.systems.baleen.memory import scores_fit_in
-
-    return JOB_BYTES_PER_ACCESS if scores_fit_in(rows, available) else \
-        JOB_BYTES_PER_ACCESS_MAPPED
-
-
-def check_memory(run: RunDir, available: int | None = None) -> None:
-    """UserError, before the first model is trained, when the trace's accesses would not fit
-    in the available memory (`available`: the job's budget, default MemAvailable): the job
-    keeps every access's features, scores and the simulator's columns in memory or mapped
-    (`job_bytes_per_access`), so a trace too large would be killed half-way instead."""
-    import pyarrow.parquet as pq
-
-    from flashml.systems.baleen.episodes.core import available_memory_bytes
-
-    rows = pq.ParquetFile(run.table).metadata.num_rows
-    avail = available_memory_bytes() if available is None else available
-    per = job_bytes_per_access(rows, avail)
-    need = JOB_BASE_BYTES + rows * per
-    if need <= avail:
-        return
-    fit = max(0, (avail - JOB_BASE_BYTES) // JOB_BYTES_PER_ACCESS_MAPPED)
-    share = 100.0 * fit / rows
-    raise UserError(
-        f"{run.table}: the main job on {rows:,} accesses needs about {need / 2**30:.1f} GiB "
-        f"(the features, scores and simulator columns of every access: ~"
-        f"{per} B each, plus {JOB_BASE_BYTES / 2**30:.1f} GiB), and "
-        f"{avail / 2**30:.1f} GiB are available (--memory). Sample the trace by key to about "
-        f"{fit:,} "
-        f"accesses (`flashml trace sample TRACE --size {max(share, 0.01):.2g} -o "
-        f"sample.parquet`: the sample keeps whole blocks, as the artifact's traces do), or "
-        f"build the episodes alone, which scale out on Spark (`flashml episodes build "
-        f"--engine spark`)")
 
 
 def check_span(run: RunDir, s: BaleenSettings, source: Path | None = None) -> None:

@@ -32,14 +32,17 @@ impl Prefetch for WholeBlock {
 
 /// A given range per access (OPT-Range or ML-Range), inclusive segment indices.
 pub struct GivenRange<'a> {
-    pub start: &'a [i64],
-    pub end: &'a [i64],
+    pub start: &'a [i16],
+    pub end: &'a [i16],
 }
 
 impl Prefetch for GivenRange<'_> {
     #[inline]
     fn range(&mut self, miss: &MissCtx) -> Option<(i64, i64)> {
-        Some((self.start[miss.index], self.end[miss.index]))
+        Some((
+            i64::from(self.start[miss.index]),
+            i64::from(self.end[miss.index]),
+        ))
     }
 }
 
@@ -91,8 +94,8 @@ mod tests {
             last_missing: 2,
             partial_hit: false,
         };
-        let st = [0i64, 1];
-        let en = [3i64, 5];
+        let st = [0i16, 1];
+        let en = [3i16, 5];
         let mut a = Triggered {
             inner: GivenRange {
                 start: &st,

@@ -54,7 +54,7 @@ pub(super) fn capacity_segments(config: Option<&Bound<'_, PyDict>>) -> PyResult<
 /// Simulate the flash cache over the canonical table's columns.
 ///
 /// Arrays: time f64, key u64, offset u64, size u64, op u8 (C-contiguous; borrowed, not
-/// copied); per-access policy arrays admit u8, score f64, prefetch_start/prefetch_end i64
+/// copied); per-access policy arrays admit u8, score f64, prefetch_start/prefetch_end i16
 /// (inclusive segment indices), when_score f64. Partitioned mode (all four or none):
 /// `streams` k, `stream` u32 per access, `bounds` u64 (interval starts), `shares` f64
 /// (intervals x k, flattened row-major); see sim/src/flash/mod.rs. Returns
@@ -77,8 +77,8 @@ pub(super) fn simulate<'py>(
     config: Option<&Bound<'py, PyDict>>,
     admit: Option<PyReadonlyArray1<'py, u8>>,
     score: Option<PyReadonlyArray1<'py, f64>>,
-    prefetch_start: Option<PyReadonlyArray1<'py, i64>>,
-    prefetch_end: Option<PyReadonlyArray1<'py, i64>>,
+    prefetch_start: Option<PyReadonlyArray1<'py, i16>>,
+    prefetch_end: Option<PyReadonlyArray1<'py, i16>>,
     when_score: Option<PyReadonlyArray1<'py, f64>>,
     stream: Option<PyReadonlyArray1<'py, u32>>,
     bounds: Option<PyReadonlyArray1<'py, u64>>,

@@ -127,8 +127,8 @@ fn opt_slice<'a, T: Element>(
 fn policy_arrays<'a>(
     admit: &'a Option<PyReadonlyArray1<'_, u8>>,
     score: &'a Option<PyReadonlyArray1<'_, f64>>,
-    prefetch_start: &'a Option<PyReadonlyArray1<'_, i64>>,
-    prefetch_end: &'a Option<PyReadonlyArray1<'_, i64>>,
+    prefetch_start: &'a Option<PyReadonlyArray1<'_, i16>>,
+    prefetch_end: &'a Option<PyReadonlyArray1<'_, i16>>,
     when_score: &'a Option<PyReadonlyArray1<'_, f64>>,
 ) -> PyResult<PolicyArrays<'a>> {
     Ok(PolicyArrays {
