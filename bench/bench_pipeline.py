@@ -26,7 +26,8 @@ Writes bench/results/pipeline.json and pipeline.png (seconds per stage vs access
 
 Before and after, side by side (`--compare REV`): the same job on the same traces with the code
 of git revision REV (a temporary `git worktree`, imported through PYTHONPATH; the installed
-simulator extension serves both) and with this tree, one seed after the other
+simulator extension serves both, unless REV's crate differs: then its own is built into the
+worktree) and with this tree, one seed after the other
 (`--seeds 3,5`), each run's stage timings, the load average around it and its policy table;
 this tree's runs start with an empty compile cache (FLASHML_CACHE_DIR), and the compile of
 the run's bundle is then repeated with the cache it filled (a rerun with an unchanged model).
@@ -337,6 +338,25 @@ def same_results(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             "max_relative_difference": diffs[worst], "where": worst}
 
 
+def own_simulator(base: Path, rev: str, tmp: Path) -> None:
+    """When `rev`'s simulator crate differs from this tree's, build its extension and unpack
+    it into the checkout `base`, ahead of the installed one on its PYTHONPATH (the crate's
+    Python binding changes with its callers)."""
+    same = subprocess.run(["git", "diff", "--quiet", rev, "--", "sim/"], cwd=ROOT).returncode
+    if same == 0:
+        return
+    import zipfile
+
+    print(f"pipeline: building {rev}'s simulator extension ...", flush=True)
+    wheels = tmp / f"wheels-{rev}"
+    subprocess.run([str(Path(sys.executable).parent / "maturin"), "build", "--release",
+                    "-q", "-m", str(base / "sim" / "Cargo.toml"), "-o", str(wheels)],
+                   check=True, cwd=base)
+    (wheel,) = wheels.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(base, [n for n in z.namelist() if n.startswith("flashml_sim/")])
+
+
 def compare(args: argparse.Namespace, tmp: Path, commit: str) -> dict[str, Any]:
     """The job with the code of `args.compare` and with this tree, side by side per seed."""
     rev = subprocess.run(["git", "rev-parse", "--short", args.compare], cwd=ROOT, text=True,
@@ -346,6 +366,7 @@ def compare(args: argparse.Namespace, tmp: Path, commit: str) -> dict[str, Any]:
                    check=True, capture_output=True)
     rows = []
     try:
+        own_simulator(base, rev, tmp)
         for n in args.accesses:
             for seed in args.seeds:
                 pair: dict[str, Any] = {"accesses": n, "seed": seed}
