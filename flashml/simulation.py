@@ -231,7 +231,7 @@ def _as_array(values: Any, dtype: type, name: str) -> np.ndarray:
         if np.issubdtype(dtype, np.integer) and arr.size and \
                 np.issubdtype(arr.dtype, np.number) and not np.can_cast(arr.dtype, dtype):
             lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
-            if (dtype != np.uint8 or name != "admit") and (arr.min() < lo or arr.max() > hi):
+            if arr.min() < lo or arr.max() > hi:
                 raise ValueError(f"array '{name}' has values outside {lo}..{hi} "
                                  f"({np.dtype(dtype).name}): {arr.min()}..{arr.max()}")
         arr = arr.astype(dtype)

@@ -13,6 +13,22 @@ pub struct Trace<'a> {
     pub op: &'a [u8],
 }
 
+impl Trace<'_> {
+    /// The first column whose length is not `time`'s, as the error message naming it.
+    pub fn mismatched_column(&self) -> Option<String> {
+        let n = self.time.len();
+        [
+            ("key", self.key.len()),
+            ("offset", self.offset.len()),
+            ("size", self.size.len()),
+            ("op", self.op.len()),
+        ]
+        .into_iter()
+        .find(|&(_, len)| len != n)
+        .map(|(name, len)| format!("column '{name}' has {len} rows but 'time' has {n}"))
+    }
+}
+
 /// Per-access arrays for the policies that need them.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PolicyArrays<'a> {
@@ -114,15 +130,8 @@ pub fn validate(trace: &Trace, arrays: &PolicyArrays, cfg: &FlashConfig) -> Resu
     if n == 0 {
         return err("the trace has no accesses");
     }
-    for (name, len) in [
-        ("key", trace.key.len()),
-        ("offset", trace.offset.len()),
-        ("size", trace.size.len()),
-        ("op", trace.op.len()),
-    ] {
-        if len != n {
-            return err(format!("column '{name}' has {len} rows but 'time' has {n}"));
-        }
+    if let Some(msg) = trace.mismatched_column() {
+        return err(msg);
     }
     // Arrays given but unused must still agree in length (they are probably a mistake else).
     for (name, len) in [

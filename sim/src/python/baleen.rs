@@ -279,11 +279,10 @@ pub(super) fn online_features<'py>(
         user: slice("user", &user)?,
     };
     let n = trace.time.len();
+    if let Some(msg) = trace.mismatched_column() {
+        return Err(PyValueError::new_err(msg));
+    }
     for (name, len) in [
-        ("key", trace.key.len()),
-        ("offset", trace.offset.len()),
-        ("size", trace.size.len()),
-        ("op", trace.op.len()),
         ("namespace", cols.namespace.len()),
         ("user", cols.user.len()),
     ] {
